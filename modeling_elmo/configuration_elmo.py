@@ -1,0 +1,350 @@
+"""ELMo model configuration.
+
+The fields mirror the two blocks of the original ``options.json`` (``lstm.*`` and ``char_cnn.*``) one to
+one, plus what a transformers model needs on top: the word vocabulary of the language-model softmax,
+dropout, the scalar mix and the task heads. ``ElmoConfig.from_options`` / ``to_options`` convert to and
+from the original dict.
+
+This file is shipped to the Hub as custom code: it imports only transformers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transformers import PretrainedConfig
+
+#: Filters of every released model: ``[width, number of filters]``; 2048 filters in all.
+ORIGINAL_CHAR_CNN_FILTERS = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
+
+CHAR_CNN_ACTIVATIONS = ("relu", "tanh")
+LSTM_IMPLEMENTATIONS = ("auto", "loop", "torch")
+CLASSIFIER_POOLINGS = ("mean", "max", "mean_max", "first", "last")
+LM_SOFTMAX_KINDS = ("full", "sampled")
+
+
+class ElmoConfig(PretrainedConfig):
+    r"""Configuration of an ELMo bidirectional language model and its task heads.
+
+    The defaults build the original released model ``2x4096_512_2048cnn_2xhighway`` (93.6 M parameters
+    without the softmax). Each field names the ``options.json`` key it mirrors, where there is one.
+
+    Args:
+        vocab_size (`int`, *optional*, defaults to 4):
+            Size of the word vocabulary of the language-model softmax (``n_tokens_vocab``), counting the four
+            special words ``<pad>`` (0), ``<S>`` (1), ``</S>`` (2) and ``<UNK>`` (3). The default 4 means the
+            model has no real word vocabulary (a feature extractor such as a converted release).
+        hidden_size (`int`, *optional*, defaults to 512):
+            Projection size P (``lstm.projection_dim``): the token-embedding size, the LSTM input and output
+            size. Every output layer has size ``2 * hidden_size`` (forward and backward concatenated).
+        cell_size (`int`, *optional*, defaults to 4096):
+            LSTM memory-cell size H (``lstm.dim``).
+        num_hidden_layers (`int`, *optional*, defaults to 2):
+            LSTM layers per direction (``lstm.n_layers``).
+        cell_clip (`float` or `None`, *optional*, defaults to 3.0):
+            The cell state is clipped to ``[-cell_clip, cell_clip]`` before its ``tanh`` (``lstm.cell_clip``).
+            `None` turns clipping off.
+        proj_clip (`float` or `None`, *optional*, defaults to 3.0):
+            The projected output is clipped to ``[-proj_clip, proj_clip]`` (``lstm.proj_clip``). `None` turns
+            clipping off.
+        use_skip_connections (`bool`, *optional*, defaults to `True`):
+            Residual connection from a layer's input to its output for layers 1 and up
+            (``lstm.use_skip_connections``).
+        char_embedding_dim (`int`, *optional*, defaults to 16):
+            Size of the character embedding (``char_cnn.embedding.dim``).
+        char_cnn_filters (`list[list[int]]`, *optional*):
+            ``[width, num_filters]`` per convolution (``char_cnn.filters``); defaults to the released models'
+            seven widths with 2048 filters in all.
+        num_highway_layers (`int`, *optional*, defaults to 2):
+            Highway layers after the convolutions (``char_cnn.n_highway``).
+        char_cnn_activation (`str`, *optional*, defaults to `"relu"`):
+            Activation after max-pooling, `"relu"` or `"tanh"` (``char_cnn.activation``).
+        max_characters_per_token (`int`, *optional*, defaults to 50):
+            Character slots per token, begin/end-of-word included (``char_cnn.max_characters_per_token``).
+        num_characters (`int`, *optional*, defaults to 262):
+            Rows of the character table (``char_cnn.n_characters``): 256 bytes, 5 markers and the padding
+            id 0.
+        hidden_dropout_prob (`float`, *optional*, defaults to 0.1):
+            Dropout on the input of every LSTM layer and on the top layer before the softmax, as in the
+            original training (``dropout``). Active only in training mode.
+        lstm_implementation (`str`, *optional*, defaults to `"auto"`):
+            `"loop"`: the explicit time loop that clips (needed for the released models); `"torch"`:
+            `torch.nn.LSTM(proj_size=...)` (cuDNN on a GPU), only valid when both clips are off; `"auto"`:
+            `"torch"` when both clips are off, else `"loop"`.
+        stateful (`bool`, *optional*, defaults to `False`):
+            Carry the LSTM state from one call to the next per batch row, as AllenNLP and bilm-tf did. Off by
+            default: a sentence's vectors then depend on nothing but the sentence.
+        num_output_representations (`int`, *optional*, defaults to 1):
+            Number of independent scalar mixes a head computes (the paper uses 2 for some tasks).
+        scalar_mix_layer_norm (`bool`, *optional*, defaults to `False`):
+            Normalise every layer (masked, one mean and variance per layer) before mixing.
+        scalar_mix_parameters (`list[float]` or `None`, *optional*):
+            Fixed pre-softmax layer weights (e.g. ``[-9e10, 1, -9e10]`` selects layer 1); weights and gamma
+            are then not trained.
+        classifier_pooling (`str`, *optional*, defaults to `"mean"`):
+            How `ElmoForSequenceClassification` pools tokens: `"mean"`, `"max"`, `"mean_max"`, `"first"`,
+            `"last"`.
+        classifier_dropout (`float`, *optional*, defaults to 0.1):
+            Dropout on the mixed representation before a head's linear layer.
+        freeze_elmo (`bool`, *optional*, defaults to `True`):
+            The task heads keep the biLM frozen (no gradient, always in eval mode). Set `False` to fine-tune.
+        lm_softmax (`str`, *optional*, defaults to `"full"`):
+            Training loss of `ElmoForBidirectionalLM`: `"full"` softmax or `"sampled"` softmax (evaluation
+            always uses the exact full softmax).
+        num_negative_samples (`int`, *optional*, defaults to 8192):
+            Negatives per batch of the sampled softmax (``n_negative_samples_batch``).
+        initializer_range (`float`, *optional*, defaults to 0.02):
+            Kept for transformers' conventions; the ELMo initialisation is described in `_init_weights`.
+
+    Example:
+
+    ```python
+    >>> from modeling_elmo import ElmoConfig, ElmoModel
+    >>> config = ElmoConfig(hidden_size=16, cell_size=64, char_cnn_filters=[[1, 4], [2, 8]], num_highway_layers=1)
+    >>> model = ElmoModel(config)
+    >>> config.output_size
+    32
+    ```
+    """
+
+    model_type = "elmo"
+
+    def __init__(
+        self,
+        vocab_size: int = 4,
+        hidden_size: int = 512,
+        cell_size: int = 4096,
+        num_hidden_layers: int = 2,
+        cell_clip: float | None = 3.0,
+        proj_clip: float | None = 3.0,
+        use_skip_connections: bool = True,
+        char_embedding_dim: int = 16,
+        char_cnn_filters: list[list[int]] | None = None,
+        num_highway_layers: int = 2,
+        char_cnn_activation: str = "relu",
+        max_characters_per_token: int = 50,
+        num_characters: int = 262,
+        hidden_dropout_prob: float = 0.1,
+        lstm_implementation: str = "auto",
+        stateful: bool = False,
+        num_output_representations: int = 1,
+        scalar_mix_layer_norm: bool = False,
+        scalar_mix_parameters: list[float] | None = None,
+        classifier_pooling: str = "mean",
+        classifier_dropout: float = 0.1,
+        freeze_elmo: bool = True,
+        lm_softmax: str = "full",
+        num_negative_samples: int = 8192,
+        initializer_range: float = 0.02,
+        pad_token_id: int = 0,
+        bos_token_id: int = 1,
+        eos_token_id: int = 2,
+        unk_token_id: int = 3,
+        **kwargs: Any,
+    ):
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        self.cell_size = cell_size
+        self.num_hidden_layers = num_hidden_layers
+        self.cell_clip = cell_clip
+        self.proj_clip = proj_clip
+        self.use_skip_connections = use_skip_connections
+        self.char_embedding_dim = char_embedding_dim
+        self.char_cnn_filters = [list(f) for f in (char_cnn_filters or ORIGINAL_CHAR_CNN_FILTERS)]
+        self.num_highway_layers = num_highway_layers
+        self.char_cnn_activation = char_cnn_activation
+        self.max_characters_per_token = max_characters_per_token
+        self.num_characters = num_characters
+        self.hidden_dropout_prob = hidden_dropout_prob
+        self.lstm_implementation = lstm_implementation
+        self.stateful = stateful
+        self.num_output_representations = num_output_representations
+        self.scalar_mix_layer_norm = scalar_mix_layer_norm
+        self.scalar_mix_parameters = list(scalar_mix_parameters) if scalar_mix_parameters is not None else None
+        self.classifier_pooling = classifier_pooling
+        self.classifier_dropout = classifier_dropout
+        self.freeze_elmo = freeze_elmo
+        self.lm_softmax = lm_softmax
+        self.num_negative_samples = num_negative_samples
+        self.initializer_range = initializer_range
+        self.unk_token_id = unk_token_id
+        super().__init__(pad_token_id=pad_token_id, bos_token_id=bos_token_id, eos_token_id=eos_token_id, **kwargs)
+        self.validate_elmo()
+
+    # ------------------------------------------------------------------ derived sizes
+    @property
+    def num_char_cnn_filters(self) -> int:
+        """F: the width of the character-CNN output (sum of the filter counts)."""
+        return sum(n for _, n in self.char_cnn_filters)
+
+    @property
+    def output_size(self) -> int:
+        """Width of every output layer: forward and backward halves concatenated (2P)."""
+        return 2 * self.hidden_size
+
+    @property
+    def num_representation_layers(self) -> int:
+        """Layers a head can mix: the token layer plus one per LSTM layer."""
+        return self.num_hidden_layers + 1
+
+    @property
+    def uses_torch_lstm(self) -> bool:
+        """Whether the LSTM stacks run through ``torch.nn.LSTM`` (cuDNN) rather than the clipping loop."""
+        if self.lstm_implementation == "auto":
+            return self.cell_clip is None and self.proj_clip is None
+        return self.lstm_implementation == "torch"
+
+    # ------------------------------------------------------------------ validation
+    def validate_elmo(self) -> None:
+        """Raise a `ValueError` naming the first field whose value cannot build a model."""
+
+        def positive_int(name: str, minimum: int = 1) -> None:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}.")
+
+        def fraction(name: str) -> None:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+                raise ValueError(f"`{name}` must be a probability in [0, 1), got {value!r}.")
+
+        def choice(name: str, allowed: tuple[str, ...]) -> None:
+            value = getattr(self, name)
+            if value not in allowed:
+                raise ValueError(f"`{name}` must be one of {', '.join(map(repr, allowed))}; got {value!r}.")
+
+        def boolean(name: str) -> None:
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"`{name}` must be true or false, got {getattr(self, name)!r}.")
+
+        positive_int("vocab_size", minimum=4)
+        for name in ("hidden_size", "cell_size", "num_hidden_layers", "char_embedding_dim",
+                     "num_output_representations"):
+            positive_int(name)
+        positive_int("num_highway_layers", minimum=0)
+        positive_int("num_negative_samples")
+        for name in ("cell_clip", "proj_clip"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+                raise ValueError(f"`{name}` must be a positive number or None (no clipping), got {value!r}.")
+        for name in ("use_skip_connections", "stateful", "scalar_mix_layer_norm", "freeze_elmo"):
+            boolean(name)
+        fraction("hidden_dropout_prob")
+        fraction("classifier_dropout")
+        choice("char_cnn_activation", CHAR_CNN_ACTIVATIONS)
+        choice("lstm_implementation", LSTM_IMPLEMENTATIONS)
+        choice("classifier_pooling", CLASSIFIER_POOLINGS)
+        choice("lm_softmax", LM_SOFTMAX_KINDS)
+        if self.lstm_implementation == "torch" and (self.cell_clip is not None or self.proj_clip is not None):
+            raise ValueError(
+                "`lstm_implementation='torch'` cannot clip (torch.nn.LSTM has no clipping), but "
+                f"cell_clip={self.cell_clip!r} and proj_clip={self.proj_clip!r}; set both to None or use 'loop'."
+            )
+        if not isinstance(self.char_cnn_filters, list) or not self.char_cnn_filters:
+            raise ValueError(f"`char_cnn_filters` must be a non-empty list of [width, count] pairs, got {self.char_cnn_filters!r}.")
+        for pair in self.char_cnn_filters:
+            if (
+                len(pair) != 2
+                or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in pair)
+            ):
+                raise ValueError(f"every `char_cnn_filters` entry must be [width, count] with positive integers, got {pair!r}.")
+        positive_int("max_characters_per_token", minimum=3)
+        widest = max(width for width, _ in self.char_cnn_filters)
+        if widest > self.max_characters_per_token:
+            raise ValueError(
+                f"a char_cnn filter of width {widest} is wider than max_characters_per_token="
+                f"{self.max_characters_per_token}."
+            )
+        if self.num_characters != 262:
+            raise ValueError(
+                f"`num_characters` must be 262 (256 bytes + 5 markers + the padding id 0), got {self.num_characters!r}."
+            )
+        if self.scalar_mix_parameters is not None and len(self.scalar_mix_parameters) != self.num_representation_layers:
+            raise ValueError(
+                f"`scalar_mix_parameters` needs one weight per layer ({self.num_representation_layers}), "
+                f"got {len(self.scalar_mix_parameters)}: {self.scalar_mix_parameters!r}."
+            )
+        if self.lm_softmax == "sampled" and self.num_negative_samples >= self.vocab_size:
+            raise ValueError(
+                f"`num_negative_samples` ({self.num_negative_samples}) must be smaller than vocab_size "
+                f"({self.vocab_size}) for a sampled softmax; use lm_softmax='full' for a small vocabulary."
+            )
+
+    # ------------------------------------------------------------------ options.json
+    @classmethod
+    def from_options(cls, options: dict[str, Any], **kwargs: Any) -> "ElmoConfig":
+        """Build a config from an original ``options.json`` dict (inference or training form).
+
+        Unknown keys raise a `ValueError` that names them; ``n_characters`` 261 (a training file) is accepted
+        and stored as 262, the inference table size.
+        """
+        if not isinstance(options, dict) or "lstm" not in options:
+            raise ValueError(f"options.json must be an object with an 'lstm' block, got keys {sorted(options) if isinstance(options, dict) else type(options).__name__}.")
+        known_top = {"lstm", "char_cnn", "bidirectional", "dropout", "all_clip_norm_val", "n_epochs",
+                     "n_train_tokens", "batch_size", "n_tokens_vocab", "unroll_steps",
+                     "n_negative_samples_batch", "learning_rate", "sample_softmax",
+                     "share_embedding_softmax", "reverse"}
+        known_lstm = {"dim", "projection_dim", "n_layers", "cell_clip", "proj_clip", "use_skip_connections"}
+        known_cnn = {"activation", "embedding", "filters", "max_characters_per_token", "n_characters",
+                     "n_highway", "projection_after_highway"}
+        lstm, cnn = options["lstm"], options.get("char_cnn")
+        if cnn is None:
+            raise ValueError("options.json has no 'char_cnn' block: word-input ELMo models are not supported.")
+        for block, keys, name in ((options, known_top, "top level"), (lstm, known_lstm, "lstm"), (cnn, known_cnn, "char_cnn")):
+            unknown = sorted(set(block) - keys)
+            if unknown:
+                raise ValueError(f"options.json has unknown keys in {name}: {unknown}.")
+        for key in ("dim", "projection_dim", "n_layers"):
+            if key not in lstm:
+                raise ValueError(f"options.json is missing lstm.{key}.")
+        for key in ("activation", "embedding", "filters", "max_characters_per_token"):
+            if key not in cnn:
+                raise ValueError(f"options.json is missing char_cnn.{key}.")
+        n_characters = cnn.get("n_characters", 262)
+        if n_characters not in (261, 262):
+            raise ValueError(f"char_cnn.n_characters must be 261 (training) or 262 (inference), got {n_characters!r}.")
+        values = dict(
+            hidden_size=lstm["projection_dim"],
+            cell_size=lstm["dim"],
+            num_hidden_layers=lstm["n_layers"],
+            cell_clip=lstm.get("cell_clip") or None,
+            proj_clip=lstm.get("proj_clip") or None,
+            use_skip_connections=bool(lstm.get("use_skip_connections", False)),
+            char_embedding_dim=cnn["embedding"]["dim"],
+            char_cnn_filters=[list(f) for f in cnn["filters"]],
+            num_highway_layers=cnn.get("n_highway") or 0,
+            char_cnn_activation=cnn["activation"],
+            max_characters_per_token=cnn["max_characters_per_token"],
+            num_characters=262,
+        )
+        if "dropout" in options:
+            values["hidden_dropout_prob"] = options["dropout"]
+        if "n_tokens_vocab" in options:
+            values["vocab_size"] = options["n_tokens_vocab"]
+        values.update(kwargs)
+        return cls(**values)
+
+    def to_options(self) -> dict[str, Any]:
+        """The inference ``options.json`` dict of this configuration (as the released models have it)."""
+        return {
+            "lstm": {
+                "dim": self.cell_size,
+                "projection_dim": self.hidden_size,
+                "n_layers": self.num_hidden_layers,
+                "use_skip_connections": self.use_skip_connections,
+                # A clip that is off is left out: bilm-tf would clip to [0, 0] on a stored 0.
+                **({"cell_clip": self.cell_clip} if self.cell_clip is not None else {}),
+                **({"proj_clip": self.proj_clip} if self.proj_clip is not None else {}),
+            },
+            "char_cnn": {
+                "activation": self.char_cnn_activation,
+                "embedding": {"dim": self.char_embedding_dim},
+                "filters": [list(f) for f in self.char_cnn_filters],
+                "max_characters_per_token": self.max_characters_per_token,
+                "n_characters": 262,
+                "n_highway": self.num_highway_layers,
+            },
+        }
+
+
+__all__ = ["ElmoConfig"]

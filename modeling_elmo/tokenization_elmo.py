@@ -1,0 +1,477 @@
+"""ELMo character tokenizer.
+
+ELMo reads words as sequences of UTF-8 bytes. Every word becomes a row of ``max_characters_per_token`` (50)
+character ids in the scheme of the released models (bilm-tf ``UnicodeCharsVocabulary`` and AllenNLP
+``ELMoCharacterMapper``):
+
+* raw ids 0-255 are the bytes of the word, 256/257 the sentence begin/end markers (only inside ``<S>`` and
+  ``</S>``), 258/259 begin/end of word, 260 the within-word padding;
+* at inference every id is shifted by +1 so that 0 means "no token here" (an all-zero row pads a sentence);
+* a word keeps at most its first 48 bytes (a multi-byte character may be cut), then BOW, bytes, EOW, padding.
+
+The tokenizer returns ``input_ids`` of shape (batch, tokens, 50) *without* the sentence boundary tokens: the
+model adds ``<S>``/``</S>`` itself (as AllenNLP's ``batch_to_ids``/``Elmo`` pair does). A word vocabulary
+(optional, ``vocab.txt``) gives word ids for language-model labels.
+
+This file is shipped to the Hub as custom code: it imports only numpy, tokenizers and transformers.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from tokenizers import Regex
+from tokenizers import pre_tokenizers as hf_pre_tokenizers
+from transformers import BatchEncoding, PreTrainedTokenizer
+from transformers.utils import PaddingStrategy, TensorType, logging
+
+logger = logging.get_logger(__name__)
+
+# Raw character ids of the original ELMo alphabet (before the +1 inference shift).
+BEGINNING_OF_SENTENCE_CHARACTER = 256  # the single "character" of <S>
+END_OF_SENTENCE_CHARACTER = 257  # the single "character" of </S>
+BEGINNING_OF_WORD_CHARACTER = 258
+END_OF_WORD_CHARACTER = 259
+PADDING_CHARACTER = 260  # fills the slots after end-of-word
+#: Shift applied at inference so that id 0 can mark an absent token (a whole row of zeros).
+INFERENCE_SHIFT = 1
+MAX_CHARACTERS_PER_TOKEN = 50
+
+BOS_TOKEN = "<S>"
+EOS_TOKEN = "</S>"
+UNK_TOKEN = "<UNK>"
+PAD_TOKEN = "<pad>"
+SPECIAL_WORDS = (PAD_TOKEN, BOS_TOKEN, EOS_TOKEN, UNK_TOKEN)  # word ids 0, 1, 2, 3
+
+VOCAB_FILES_NAMES = {"vocab_file": "vocab.txt"}
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_WORD_PATTERNS = {
+    # Word characters run together, punctuation runs together; <S> and </S> stay whole.
+    "words": r"</?S>|\w+|[^\w\s]+",
+    # Split on whitespace only (for text that is already tokenised).
+    "whitespace": r"\S+",
+}
+
+
+def _special_row(character: int, max_characters_per_token: int) -> np.ndarray:
+    row = np.full(max_characters_per_token, PADDING_CHARACTER + INFERENCE_SHIFT, dtype=np.int64)
+    row[:3] = np.array([BEGINNING_OF_WORD_CHARACTER, character, END_OF_WORD_CHARACTER]) + INFERENCE_SHIFT
+    return row
+
+
+#: The character-id rows of ``<S>`` and ``</S>`` at inference (50 ids each).
+BOS_CHAR_IDS = _special_row(BEGINNING_OF_SENTENCE_CHARACTER, MAX_CHARACTERS_PER_TOKEN)
+EOS_CHAR_IDS = _special_row(END_OF_SENTENCE_CHARACTER, MAX_CHARACTERS_PER_TOKEN)
+
+
+def _utf8(word: str) -> bytes:
+    # A lone surrogate cannot be encoded as UTF-8: it is replaced by U+FFFD (documented behaviour).
+    try:
+        return word.encode("utf-8")
+    except UnicodeEncodeError:
+        return _LONE_SURROGATE.sub("\ufffd", word).encode("utf-8")
+
+
+def encode_words(words: Sequence[str], max_characters_per_token: int = MAX_CHARACTERS_PER_TOKEN) -> np.ndarray:
+    """Character ids of ``words``, shape ``(len(words), max_characters_per_token)``, int64, inference scheme.
+
+    Vectorised: Python touches each word once (to get its UTF-8 bytes); the rows are filled with numpy.
+    ``"<S>"`` and ``"</S>"`` get the sentence-marker rows. Raises `ValueError` on an empty word.
+    """
+    n = len(words)
+    width = max_characters_per_token
+    max_bytes = width - 2
+    out = np.full((n, width), PADDING_CHARACTER + INFERENCE_SHIFT, dtype=np.int64)
+    if n == 0:
+        return out
+    encoded = []
+    for position, word in enumerate(words):
+        if not isinstance(word, str):
+            raise ValueError(f"words must be strings, got {type(word).__name__} {word!r} at position {position}.")
+        if not word:
+            raise ValueError(f"empty word at position {position}: words must contain at least one character.")
+        encoded.append(_utf8(word)[:max_bytes])
+    lengths = np.fromiter((len(b) for b in encoded), dtype=np.int64, count=n)
+    flat = np.frombuffer(b"".join(encoded), dtype=np.uint8).astype(np.int64) + INFERENCE_SHIFT
+    rows = np.repeat(np.arange(n), lengths)
+    starts = np.cumsum(lengths) - lengths
+    columns = np.arange(flat.size) - np.repeat(starts, lengths) + 1
+    out[:, 0] = BEGINNING_OF_WORD_CHARACTER + INFERENCE_SHIFT
+    out[rows, columns] = flat
+    out[np.arange(n), lengths + 1] = END_OF_WORD_CHARACTER + INFERENCE_SHIFT
+    specials = {BOS_TOKEN: BEGINNING_OF_SENTENCE_CHARACTER, EOS_TOKEN: END_OF_SENTENCE_CHARACTER}
+    for position, word in enumerate(words):
+        if word in specials:
+            out[position] = _special_row(specials[word], width)
+    return out
+
+
+def decode_char_ids(row: Sequence[int]) -> str | None:
+    """The word of one row of character ids (inverse of `encode_words`); `None` for an all-zero (absent) row."""
+    ids = np.asarray(row, dtype=np.int64) - INFERENCE_SHIFT
+    if (ids < 0).all():
+        return None
+    if ids[1] == BEGINNING_OF_SENTENCE_CHARACTER and ids[2] == END_OF_WORD_CHARACTER:
+        return BOS_TOKEN
+    if ids[1] == END_OF_SENTENCE_CHARACTER and ids[2] == END_OF_WORD_CHARACTER:
+        return EOS_TOKEN
+    body = ids[1:]
+    end = np.flatnonzero(body == END_OF_WORD_CHARACTER)
+    body = body[: end[0]] if end.size else body
+    return bytes(int(b) for b in body if 0 <= b < 256).decode("utf-8", errors="replace")
+
+
+class ElmoTokenizer(PreTrainedTokenizer):
+    r"""Character tokenizer for ELMo.
+
+    Turns text into ``input_ids`` of shape (batch, tokens, ``max_characters_per_token``) holding the original
+    character ids, and ``attention_mask`` of shape (batch, tokens). Sentence boundaries are *not* added: the
+    model adds ``<S>``/``</S>``.
+
+    Args:
+        vocab_file (`str`, *optional*):
+            A word vocabulary, one word per line (the first four lines may be ``<pad>``, ``<S>``, ``</S>``,
+            ``<UNK>``; missing ones are put first). It gives the word ids of language-model labels
+            (``return_word_ids=True``); words not in it get the ``<UNK>`` id 3. Without it only the four special
+            words exist.
+        max_characters_per_token (`int`, *optional*, defaults to 50):
+            Character slots per word; a word keeps at most ``max_characters_per_token - 2`` UTF-8 bytes.
+        split_pattern (`str`, *optional*, defaults to `"words"`):
+            How raw strings are split into words (with a `tokenizers` pre-tokenizer): `"words"` separates runs of
+            word characters from runs of punctuation (``"don't!"`` -> ``don ' t !``); `"whitespace"` splits on
+            whitespace only, for text that is already tokenised. Pre-split input (``is_split_into_words=True``)
+            is used as given.
+        do_lower_case (`bool`, *optional*, defaults to `False`):
+            Lower-case words before encoding (the released models are cased: leave it off for them).
+
+    Example:
+
+    ```python
+    >>> from modeling_elmo import ElmoTokenizer
+    >>> tok = ElmoTokenizer()
+    >>> enc = tok([["Hello", "world"], ["Hi"]], is_split_into_words=True, padding=True, return_tensors="pt")
+    >>> tuple(enc["input_ids"].shape), enc["attention_mask"].tolist()
+    ((2, 2, 50), [[1, 1], [1, 0]])
+    ```
+    """
+
+    vocab_files_names = VOCAB_FILES_NAMES
+    model_input_names = ["input_ids", "attention_mask"]
+
+    def __init__(
+        self,
+        vocab_file: str | None = None,
+        max_characters_per_token: int = MAX_CHARACTERS_PER_TOKEN,
+        split_pattern: str = "words",
+        do_lower_case: bool = False,
+        pad_token: str = PAD_TOKEN,
+        bos_token: str = BOS_TOKEN,
+        eos_token: str = EOS_TOKEN,
+        unk_token: str = UNK_TOKEN,
+        **kwargs: Any,
+    ):
+        if split_pattern not in _WORD_PATTERNS:
+            raise ValueError(f"`split_pattern` must be one of {sorted(_WORD_PATTERNS)}, got {split_pattern!r}.")
+        if not isinstance(max_characters_per_token, int) or max_characters_per_token < 3:
+            raise ValueError(f"`max_characters_per_token` must be an integer >= 3, got {max_characters_per_token!r}.")
+        words = list(SPECIAL_WORDS)
+        if vocab_file is not None:
+            if not os.path.isfile(vocab_file):
+                raise ValueError(f"vocabulary file {vocab_file!r} does not exist.")
+            with open(vocab_file, encoding="utf-8") as handle:
+                listed = [line.rstrip("\n") for line in handle]
+            listed = [w for w in listed if w and w != "!!!MAXTERMID"]  # bilm-tf vocabularies may carry this line
+            words += [w for w in listed if w not in SPECIAL_WORDS]
+        self.vocab: dict[str, int] = {}
+        for word in words:
+            self.vocab.setdefault(word, len(self.vocab))
+        self.ids_to_words = {i: w for w, i in self.vocab.items()}
+        self.max_characters_per_token = max_characters_per_token
+        self.split_pattern = split_pattern
+        self.do_lower_case = do_lower_case
+        self._splitter = hf_pre_tokenizers.Split(Regex(_WORD_PATTERNS[split_pattern]), behavior="removed", invert=True)
+        super().__init__(
+            pad_token=pad_token,
+            bos_token=bos_token,
+            eos_token=eos_token,
+            unk_token=unk_token,
+            max_characters_per_token=max_characters_per_token,
+            split_pattern=split_pattern,
+            do_lower_case=do_lower_case,
+            **kwargs,
+        )
+
+    # ------------------------------------------------------------------ word vocabulary
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab)
+
+    def get_vocab(self) -> dict[str, int]:
+        return dict(self.vocab)
+
+    def _tokenize(self, text: str, **kwargs: Any) -> list[str]:
+        words = [piece for piece, _ in self._splitter.pre_tokenize_str(text)]
+        return [w.lower() for w in words] if self.do_lower_case else words
+
+    def _convert_token_to_id(self, token: str) -> int:
+        return self.vocab.get(token, self.vocab[UNK_TOKEN])
+
+    def _convert_id_to_token(self, index: int) -> str:
+        return self.ids_to_words.get(int(index), UNK_TOKEN)
+
+    def convert_tokens_to_string(self, tokens: list[str]) -> str:
+        return " ".join(tokens)
+
+    def save_vocabulary(self, save_directory: str, filename_prefix: str | None = None) -> tuple[str, ...]:
+        if not os.path.isdir(save_directory):
+            raise ValueError(f"vocabulary directory {save_directory!r} does not exist.")
+        name = (filename_prefix + "-" if filename_prefix else "") + VOCAB_FILES_NAMES["vocab_file"]
+        path = os.path.join(save_directory, name)
+        with open(path, "w", encoding="utf-8") as handle:
+            for index in range(len(self.ids_to_words)):
+                handle.write(self.ids_to_words[index] + "\n")
+        return (path,)
+
+    def word_ids_of(self, words: Sequence[str]) -> list[int]:
+        """Word-vocabulary ids of ``words`` (``<UNK>`` for unknown words)."""
+        unk = self.vocab[UNK_TOKEN]
+        return [self.vocab.get(w, unk) for w in words]
+
+    # ------------------------------------------------------------------ encoding
+    def split_words(self, text: str) -> list[str]:
+        """Split a raw string into words with the configured pre-tokenizer."""
+        if not isinstance(text, str):
+            raise ValueError(f"text must be a string, got {type(text).__name__}: {text!r}.")
+        return self._tokenize(text)
+
+    def encode_words(self, words: Sequence[str]) -> np.ndarray:
+        """Character ids of a list of words, shape (len(words), max_characters_per_token)."""
+        if self.do_lower_case:
+            words = [w if w in (BOS_TOKEN, EOS_TOKEN) else w.lower() for w in words]
+        return encode_words(words, self.max_characters_per_token)
+
+    def _as_word_lists(self, text: Any, is_split_into_words: bool) -> tuple[list[list[str]], bool]:
+        """Normalise the accepted input forms to a list of word lists; also say whether a batch was given."""
+        if isinstance(text, str):
+            if is_split_into_words:
+                raise ValueError("with is_split_into_words=True, pass a list of words (or a batch of lists), not a string.")
+            return [self.split_words(text)], False
+        if not isinstance(text, (list, tuple)):
+            raise ValueError(f"text must be a string, a list of strings or a list of word lists, got {type(text).__name__}.")
+        if is_split_into_words:
+            if len(text) > 0 and all(isinstance(t, str) for t in text):
+                return [list(text)], False
+            for i, sentence in enumerate(text):
+                if not isinstance(sentence, (list, tuple)) or not all(isinstance(w, str) for w in sentence):
+                    raise ValueError(f"sentence {i} must be a list of word strings, got {sentence!r:.80}.")
+            if len(text) == 0:
+                raise ValueError("empty batch: pass at least one sentence.")
+            return [list(s) for s in text], True
+        if len(text) == 0:
+            raise ValueError("empty batch: pass at least one sentence.")
+        for i, sentence in enumerate(text):
+            if not isinstance(sentence, str):
+                raise ValueError(
+                    f"item {i} of the batch is a {type(sentence).__name__}, not a string; for pre-split words pass "
+                    "is_split_into_words=True."
+                )
+        return [self.split_words(s) for s in text], True
+
+    def _encode_plus(  # called by __call__ for single and batched input (transformers 5)
+        self,
+        text: Any,
+        text_pair: Any = None,
+        padding_strategy: PaddingStrategy = PaddingStrategy.DO_NOT_PAD,
+        truncation_strategy: Any = None,
+        max_length: int | None = None,
+        is_split_into_words: bool = False,
+        pad_to_multiple_of: int | None = None,
+        padding_side: str | None = None,
+        return_tensors: str | TensorType | None = None,
+        return_attention_mask: bool | None = None,
+        return_length: bool = False,
+        return_word_ids: bool = False,
+        **kwargs: Any,
+    ) -> BatchEncoding:
+        if text_pair is not None:
+            raise ValueError("ElmoTokenizer encodes single sentences; text pairs are not supported.")
+        for flag in ("return_overflowing_tokens", "return_offsets_mapping", "return_special_tokens_mask"):
+            if kwargs.get(flag):
+                raise ValueError(f"ElmoTokenizer does not support {flag}=True.")
+        sentences, batched = self._as_word_lists(text, is_split_into_words)
+        truncate = truncation_strategy is not None and str(getattr(truncation_strategy, "value", truncation_strategy)) not in (
+            "do_not_truncate",
+            "False",
+        )
+        if truncate and max_length is not None:
+            sentences = [s[:max_length] for s in sentences]
+        features: dict[str, list] = {"input_ids": [self.encode_words(s) for s in sentences]}
+        if return_word_ids:
+            features["word_ids"] = [self.word_ids_of(s) for s in sentences]
+        if return_length:
+            features["length"] = [len(s) for s in sentences]
+        encoding = self.pad(
+            features,
+            padding=padding_strategy,
+            max_length=max_length,
+            pad_to_multiple_of=pad_to_multiple_of,
+            padding_side=padding_side,
+            return_attention_mask=return_attention_mask,
+            return_tensors=return_tensors,
+        )
+        if not batched:
+            if return_tensors is None:
+                encoding = BatchEncoding({k: v[0] for k, v in encoding.items()})
+        return encoding
+
+    # ------------------------------------------------------------------ padding
+    def pad(
+        self,
+        encoded_inputs: Any,
+        padding: bool | str | PaddingStrategy = True,
+        max_length: int | None = None,
+        pad_to_multiple_of: int | None = None,
+        padding_side: str | None = None,
+        return_attention_mask: bool | None = None,
+        return_tensors: str | TensorType | None = None,
+        verbose: bool = True,
+    ) -> BatchEncoding:
+        """Pad character ids (rows of zeros), ``attention_mask`` (0) and ``word_ids`` (0) to a common length.
+
+        Accepts what `DataCollatorWithPadding` passes (a list of feature dicts) or a dict of lists, with lists,
+        numpy arrays or tensors inside. Other keys (``labels``...) are passed through unchanged.
+        """
+        if isinstance(encoded_inputs, (list, tuple)) and encoded_inputs and isinstance(encoded_inputs[0], Mapping):
+            encoded_inputs = {key: [example[key] for example in encoded_inputs] for key in encoded_inputs[0].keys()}
+        if not isinstance(encoded_inputs, Mapping) or "input_ids" not in encoded_inputs:
+            raise ValueError("pad() needs features with an 'input_ids' entry.")
+        encoded_inputs = dict(encoded_inputs)
+        width = self.max_characters_per_token
+        ids = encoded_inputs["input_ids"]
+        if return_tensors is None:
+            if hasattr(ids, "detach") or (isinstance(ids, (list, tuple)) and ids and hasattr(ids[0], "detach")):
+                return_tensors = "pt"
+            elif isinstance(ids, np.ndarray) or (isinstance(ids, (list, tuple)) and ids and isinstance(ids[0], np.ndarray)):
+                return_tensors = "np"
+        rows = [np.asarray(_to_numpy(x), dtype=np.int64).reshape(-1, width) for x in _batch_items(ids, width)]
+        single = _is_single_example(ids, width)
+        lengths = [r.shape[0] for r in rows]
+        strategy = padding if isinstance(padding, PaddingStrategy) else (
+            PaddingStrategy.LONGEST if padding is True else PaddingStrategy.DO_NOT_PAD if padding is False else PaddingStrategy(padding)
+        )
+        if strategy == PaddingStrategy.LONGEST:
+            target = max(lengths) if lengths else 0
+        elif strategy == PaddingStrategy.MAX_LENGTH:
+            if max_length is None:
+                raise ValueError("padding='max_length' needs max_length.")
+            target = max_length
+        else:
+            target = None
+        if target is not None and pad_to_multiple_of:
+            target = -(-target // pad_to_multiple_of) * pad_to_multiple_of
+        side = padding_side or self.padding_side
+        if side not in ("left", "right"):
+            raise ValueError(f"padding_side must be 'left' or 'right', got {side!r}.")
+        if "attention_mask" in encoded_inputs:
+            masks = [np.asarray(_to_numpy(m), dtype=np.int64).reshape(-1) for m in _batch_items(encoded_inputs["attention_mask"], None, single)]
+        else:
+            masks = [np.ones(n, dtype=np.int64) for n in lengths]
+        word_ids = None
+        if "word_ids" in encoded_inputs:
+            word_ids = [np.asarray(_to_numpy(w), dtype=np.int64).reshape(-1) for w in _batch_items(encoded_inputs["word_ids"], None, single)]
+
+        def place(array: np.ndarray, length: int, fill: int) -> np.ndarray:
+            missing = length - array.shape[0]
+            if missing <= 0:
+                return array
+            pad_shape = (missing,) + array.shape[1:]
+            filler = np.full(pad_shape, fill, dtype=array.dtype)
+            return np.concatenate([array, filler] if side == "right" else [filler, array])
+
+        if target is not None:
+            rows = [place(r, target, 0) for r in rows]
+            masks = [place(m, target, 0) for m in masks]
+            if word_ids is not None:
+                word_ids = [place(w, target, self.vocab[PAD_TOKEN]) for w in word_ids]
+        out: dict[str, Any] = {"input_ids": rows}
+        if return_attention_mask is not False:
+            out["attention_mask"] = masks
+        if word_ids is not None:
+            out["word_ids"] = word_ids
+        for key, value in encoded_inputs.items():
+            if key not in ("input_ids", "attention_mask", "word_ids"):
+                out[key] = value
+        same_length = len(set(r.shape[0] for r in rows)) <= 1
+        if return_tensors is not None:
+            if not same_length:
+                raise ValueError(
+                    "sentences have different lengths; pass padding=True (or 'max_length') to build a tensor."
+                )
+            stacked = {k: np.stack(out[k]) for k in ("input_ids", "attention_mask", "word_ids") if k in out}
+            out.update(stacked)
+        else:
+            out = {k: ([x.tolist() for x in v] if k in ("input_ids", "attention_mask", "word_ids") else v) for k, v in out.items()}
+        if single:
+            out = {k: (v[0] if k in ("input_ids", "attention_mask", "word_ids") else v) for k, v in out.items()}
+        return BatchEncoding(out, tensor_type=return_tensors, prepend_batch_axis=False)
+
+    # ------------------------------------------------------------------ decoding
+    def decode(self, token_ids: Any, skip_special_tokens: bool = False, **kwargs: Any) -> Any:
+        """Words back from ids.
+
+        Character ids of one sentence (tokens, 50) give its words joined by spaces; a batch (batch, tokens, 50)
+        gives a list of such strings. Absent tokens (all-zero rows) are dropped. Word ids (1-D / 2-D) are decoded
+        through the word vocabulary.
+        """
+        array = np.asarray(_to_numpy(token_ids))
+        if array.ndim >= 2 and array.shape[-1] == self.max_characters_per_token and array.dtype != object:
+            if array.ndim == 3:
+                return [self.decode(sentence, skip_special_tokens=skip_special_tokens) for sentence in array]
+            words = [decode_char_ids(row) for row in array]
+            words = [w for w in words if w is not None]
+            if skip_special_tokens:
+                words = [w for w in words if w not in (BOS_TOKEN, EOS_TOKEN)]
+            return " ".join(words)
+        if array.ndim == 2:
+            return [self.decode(row, skip_special_tokens=skip_special_tokens, **kwargs) for row in array]
+        return super().decode(array.tolist(), skip_special_tokens=skip_special_tokens, **kwargs)
+
+    def batch_decode(self, sequences: Any, skip_special_tokens: bool = False, **kwargs: Any) -> list[str]:
+        return [self.decode(s, skip_special_tokens=skip_special_tokens, **kwargs) for s in sequences]
+
+
+def _to_numpy(value: Any) -> Any:
+    if hasattr(value, "detach"):
+        return value.detach().cpu().numpy()
+    return value
+
+
+def _is_single_example(ids: Any, width: int) -> bool:
+    """A single example is (tokens, width); a batch is (batch, tokens, width)."""
+    if hasattr(ids, "ndim"):
+        return ids.ndim == 2
+    if isinstance(ids, (list, tuple)):
+        if not ids:
+            return False
+        first = ids[0]
+        if hasattr(first, "ndim"):
+            return first.ndim == 1
+        return isinstance(first, (list, tuple)) and len(first) == width and all(isinstance(v, (int, np.integer)) for v in first)
+    return False
+
+
+def _batch_items(value: Any, width: int | None, single: bool | None = None) -> list:
+    if single is None:
+        single = _is_single_example(value, width) if width is not None else False
+    if single:
+        return [value]
+    if hasattr(value, "ndim"):
+        return [value[i] for i in range(value.shape[0])]
+    return list(value)
+
+
+__all__ = ["ElmoTokenizer", "encode_words", "decode_char_ids", "BOS_CHAR_IDS", "EOS_CHAR_IDS"]
