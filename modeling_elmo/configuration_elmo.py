@@ -150,7 +150,10 @@ class ElmoConfig(PretrainedConfig):
         self.proj_clip = proj_clip
         self.use_skip_connections = use_skip_connections
         self.char_embedding_dim = char_embedding_dim
-        self.char_cnn_filters = [list(f) for f in (char_cnn_filters or ORIGINAL_CHAR_CNN_FILTERS)]
+        self.char_cnn_filters = [
+            list(f) if isinstance(f, (list, tuple)) else f
+            for f in (ORIGINAL_CHAR_CNN_FILTERS if char_cnn_filters is None else char_cnn_filters)
+        ]
         self.num_highway_layers = num_highway_layers
         self.char_cnn_activation = char_cnn_activation
         self.max_characters_per_token = max_characters_per_token
@@ -244,7 +247,8 @@ class ElmoConfig(PretrainedConfig):
             raise ValueError(f"`char_cnn_filters` must be a non-empty list of [width, count] pairs, got {self.char_cnn_filters!r}.")
         for pair in self.char_cnn_filters:
             if (
-                len(pair) != 2
+                not isinstance(pair, list)
+                or len(pair) != 2
                 or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in pair)
             ):
                 raise ValueError(f"every `char_cnn_filters` entry must be [width, count] with positive integers, got {pair!r}.")

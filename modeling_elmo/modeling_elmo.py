@@ -24,6 +24,7 @@ This file is shipped to the Hub as custom code: it imports only torch, transform
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -83,11 +84,27 @@ class ElmoCharacterEncoder(nn.Module):
         self.highways = nn.ModuleList(ElmoHighway(config.num_char_cnn_filters) for _ in range(config.num_highway_layers))
         self.projection = nn.Linear(config.num_char_cnn_filters, config.hidden_size)
 
+    def convolve(self, char_ids: torch.Tensor) -> torch.Tensor:
+        """(N, C) character ids -> (N, F): every filter's maximum over the word's positions, then the activation.
+
+        Each convolution is computed as one matrix product over all windows (unfold), which is about twice as fast
+        on a CPU as ``Conv1d`` with 16 input channels; the result is the same valid cross-correlation.
+        """
+        x = self.char_embeddings(char_ids)  # (N, C, d_c)
+        n, length, dim = x.shape
+        pooled = []
+        for conv in self.convolutions:
+            width = conv.kernel_size[0]
+            windows = x.unfold(1, width, 1).reshape(n * (length - width + 1), dim * width)  # (N * (C-w+1), d_c * w)
+            scores = torch.addmm(conv.bias, windows, conv.weight.reshape(conv.out_channels, dim * width).t())
+            # bias -> max over all positions -> activation (equal to activation -> max: both are monotone)
+            pooled.append(self.activation(scores.view(n, length - width + 1, -1).amax(dim=1)))
+        return torch.cat(pooled, dim=-1)  # (N, F)
+
     def encode(self, char_ids: torch.Tensor) -> torch.Tensor:
         """(N, max_characters_per_token) character ids -> (N, hidden_size), no de-duplication."""
-        x = self.char_embeddings(char_ids).transpose(1, 2)  # (N, d_c, C)
-        # bias -> max over all positions -> activation (equal to activation -> max: both are monotone)
-        x = torch.cat([self.activation(conv(x).amax(dim=-1)) for conv in self.convolutions], dim=-1)  # (N, F)
+        # chunks bound the memory of the unfolded windows on long inputs
+        x = torch.cat([self.convolve(chunk) for chunk in char_ids.split(4096)]) if char_ids.shape[0] else self.convolve(char_ids)
         for highway in self.highways:
             x = highway(x)
         return self.projection(x)  # (N, P)
@@ -138,35 +155,42 @@ class ElmoLstmLayer(nn.Module):
             h, c = state
         if use_torch_lstm:
             return self._forward_torch(inputs, mask, h, c)
-        gates_x = F.linear(inputs, self.weight_ih, self.bias)  # (B, T, 4H): all time steps in one product
-        outputs = inputs.new_zeros(batch, steps, self.hidden_size)
-        full = mask.all(dim=0)  # (T,) steps at which no row is padding
+        # Input products of all time steps in one matrix product, time-major so that each step's slice is contiguous.
+        gates_x = F.linear(inputs.transpose(0, 1), self.weight_ih, self.bias)  # (T, B, 4H)
+        # (in, out) copies of the recurrent matrices: the per-step products run faster untransposed.
+        weight_hh_t = self.weight_hh.t().contiguous()  # (P, 4H)
+        weight_hr_t = self.weight_hr.t().contiguous()  # (H, P)
+        outputs = inputs.new_empty(steps, batch, self.hidden_size)
+        full = mask.all(dim=0).tolist()  # per step: no row is padding
+        step_mask = mask.t().unsqueeze(-1)  # (T, B, 1)
         for t in range(steps):
-            gates = torch.addmm(gates_x[:, t], h, self.weight_hh.t())  # (B, 4H)
+            gates = torch.addmm(gates_x[t], h, weight_hh_t)  # (B, 4H)
             i, f, g, o = gates.chunk(4, dim=1)
             c_new = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
             if self.cell_clip is not None:
                 c_new = c_new.clamp(-self.cell_clip, self.cell_clip)
-            h_new = (torch.sigmoid(o) * torch.tanh(c_new)).matmul(self.weight_hr.t())  # (B, P)
+            h_new = torch.mm(torch.sigmoid(o) * torch.tanh(c_new), weight_hr_t)  # (B, P)
             if self.proj_clip is not None:
                 h_new = h_new.clamp(-self.proj_clip, self.proj_clip)
-            if bool(full[t]):
+            if full[t]:
                 h, c = h_new, c_new
-                outputs[:, t] = h_new
-            else:
-                valid = mask[:, t].unsqueeze(1)  # (B, 1)
+                outputs[t] = h_new
+            else:  # padded rows keep their state and output zeros
+                valid = step_mask[t]  # (B, 1)
                 h = torch.where(valid, h_new, h)
                 c = torch.where(valid, c_new, c)
-                outputs[:, t] = h_new * valid
-        return outputs, (h, c)
+                outputs[t] = h_new * valid
+        return outputs.transpose(0, 1), (h, c)
 
     def _forward_torch(self, inputs, mask, h, c):
         params = [self.weight_ih, self.weight_hh, self.bias, torch.zeros_like(self.bias), self.weight_hr]
         # Right padding: valid positions never see padded ones, so no packing is needed for the outputs.
         # (The final state would be the state after the padding: stateful mode always uses the loop.)
-        outputs, h_n, c_n = torch.lstm(
-            inputs, (h.unsqueeze(0).contiguous(), c.unsqueeze(0).contiguous()), params, True, 1, 0.0, self.training, False, True
-        )
+        with warnings.catch_warnings():  # "LSTM with projections is not supported with oneDNN": harmless on CPU
+            warnings.filterwarnings("ignore", message=".*not supported with oneDNN.*")
+            outputs, h_n, c_n = torch.lstm(
+                inputs, (h.unsqueeze(0).contiguous(), c.unsqueeze(0).contiguous()), params, True, 1, 0.0, self.training, False, True
+            )
         return outputs * mask.unsqueeze(-1), (h_n[0], c_n[0])
 
 
@@ -511,12 +535,14 @@ class ElmoModel(ElmoPreTrainedModel):
             batch, steps, width = input_ids.shape
             ids = input_ids.new_zeros(batch, steps + 2, width)
             ids[:, 1:-1] = input_ids * mask.unsqueeze(-1).to(input_ids.dtype)
-            nonempty = lengths > 0
-            # (not buffers: transformers 5 builds models on the meta device and would leave them uninitialised)
-            ids[nonempty, 0] = torch.as_tensor(BOS_CHAR_IDS[:width], dtype=ids.dtype, device=ids.device)
-            rows = nonempty.nonzero().squeeze(1)
-            ids[rows, lengths[rows] + 1] = torch.as_tensor(EOS_CHAR_IDS[:width], dtype=ids.dtype, device=ids.device)
-            lengths = torch.where(nonempty, lengths + 2, lengths)
+            # Every row gets <S> and </S>, an empty one too (as AllenNLP does: it matters for the carried state).
+            # (Built here, not kept in buffers: transformers 5 creates models on the meta device and would leave
+            # non-persistent buffers uninitialised.)
+            ids[:, 0] = torch.as_tensor(BOS_CHAR_IDS[:width], dtype=ids.dtype, device=ids.device)
+            ids[torch.arange(batch, device=ids.device), lengths + 1] = torch.as_tensor(
+                EOS_CHAR_IDS[:width], dtype=ids.dtype, device=ids.device
+            )
+            lengths = lengths + 2
             input_ids = ids
             mask = torch.arange(steps + 2, device=ids.device).unsqueeze(0) < lengths.unsqueeze(1)
         batch, steps, width = input_ids.shape
@@ -606,9 +632,11 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
 
     One softmax (``softmax.weight`` (V, P), ``softmax.bias`` (V)) is shared by both directions; the loss is the mean
     of the two directions' mean negative log-likelihoods. In training with ``config.lm_softmax == "sampled"`` a
-    sampled softmax is used (log-uniform proposal, log-Q correction, accidental hits removed, one sample set per
-    batch shared by both directions); otherwise, and always in eval mode, the exact full softmax, computed in
-    chunks over the vocabulary so memory stays bounded.
+    sampled softmax is used: ``num_negative_samples`` words drawn from a log-uniform (Zipfian) proposal, one sample
+    per batch shared by both directions, accidental hits removed, and the sampled logits corrected by the log of
+    their expected counts (log-Q), so that ``log(exp(true) + sum_s exp(logit_s) / Q_s)`` estimates the full
+    normaliser and the loss estimates the full-softmax loss. Otherwise, and always in eval mode, the exact full
+    softmax is computed, in chunks over the vocabulary so memory stays bounded.
     """
 
     def __init__(self, config: ElmoConfig):
@@ -658,8 +686,10 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
         sampled_w, sampled_b = self.softmax.weight[sampled], self.softmax.bias[sampled]  # (S, P), (S,)
         losses = []
         for hidden, target in zip(hiddens, targets):
+            # The true word enters with its exact logit; the sample estimates the rest of the normaliser by
+            # importance sampling (log-Q correction), so the loss estimates the full-softmax loss (TF's
+            # sampled_softmax_loss also subtracts log Q from the true logit, which changes the loss's value).
             true_logit = (hidden * self.softmax.weight[target]).sum(-1) + self.softmax.bias[target]
-            true_logit = true_logit - _log_expected_count(target, vocab, num_samples).to(true_logit)
             sample_logits = F.linear(hidden, sampled_w, sampled_b) - sampled_log_q.to(hidden.dtype)  # (N, S)
             sample_logits = sample_logits.masked_fill(sampled.unsqueeze(0) == target.unsqueeze(1), float("-inf"))
             logits = torch.cat([true_logit.unsqueeze(1), sample_logits], dim=1).float()

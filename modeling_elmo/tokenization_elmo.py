@@ -19,7 +19,6 @@ This file is shipped to the Hub as custom code: it imports only numpy, tokenizer
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -48,7 +47,6 @@ PAD_TOKEN = "<pad>"
 SPECIAL_WORDS = (PAD_TOKEN, BOS_TOKEN, EOS_TOKEN, UNK_TOKEN)  # word ids 0, 1, 2, 3
 
 VOCAB_FILES_NAMES = {"vocab_file": "vocab.txt"}
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _WORD_PATTERNS = {
     # Word characters run together, punctuation runs together; <S> and </S> stay whole.
     "words": r"</?S>|\w+|[^\w\s]+",
@@ -68,19 +66,11 @@ BOS_CHAR_IDS = _special_row(BEGINNING_OF_SENTENCE_CHARACTER, MAX_CHARACTERS_PER_
 EOS_CHAR_IDS = _special_row(END_OF_SENTENCE_CHARACTER, MAX_CHARACTERS_PER_TOKEN)
 
 
-def _utf8(word: str) -> bytes:
-    # A lone surrogate cannot be encoded as UTF-8: it is replaced by U+FFFD (documented behaviour).
-    try:
-        return word.encode("utf-8")
-    except UnicodeEncodeError:
-        return _LONE_SURROGATE.sub("\ufffd", word).encode("utf-8")
-
-
 def encode_words(words: Sequence[str], max_characters_per_token: int = MAX_CHARACTERS_PER_TOKEN) -> np.ndarray:
     """Character ids of ``words``, shape ``(len(words), max_characters_per_token)``, int64, inference scheme.
 
     Vectorised: Python touches each word once (to get its UTF-8 bytes); the rows are filled with numpy.
-    ``"<S>"`` and ``"</S>"`` get the sentence-marker rows. Raises `ValueError` on an empty word.
+    ``"<S>"`` and ``"</S>"`` get the sentence-marker rows. Raises `ValueError` on an empty word or a non-string.
     """
     n = len(words)
     width = max_characters_per_token
@@ -88,14 +78,17 @@ def encode_words(words: Sequence[str], max_characters_per_token: int = MAX_CHARA
     out = np.full((n, width), PADDING_CHARACTER + INFERENCE_SHIFT, dtype=np.int64)
     if n == 0:
         return out
-    encoded = []
-    for position, word in enumerate(words):
-        if not isinstance(word, str):
-            raise ValueError(f"words must be strings, got {type(word).__name__} {word!r} at position {position}.")
-        if not word:
+    try:
+        # A lone surrogate cannot be encoded as UTF-8: it is dropped, as the original encoders do (errors="ignore").
+        encoded = [word.encode("utf-8", "ignore")[:max_bytes] for word in words]
+    except AttributeError:
+        position = next(i for i, w in enumerate(words) if not isinstance(w, str))
+        raise ValueError(f"words must be strings, got {type(words[position]).__name__} {words[position]!r} at position {position}.") from None
+    lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=n)
+    if not lengths.all():
+        position = int(np.flatnonzero(lengths == 0)[0])
+        if words[position] == "":
             raise ValueError(f"empty word at position {position}: words must contain at least one character.")
-        encoded.append(_utf8(word)[:max_bytes])
-    lengths = np.fromiter((len(b) for b in encoded), dtype=np.int64, count=n)
     flat = np.frombuffer(b"".join(encoded), dtype=np.uint8).astype(np.int64) + INFERENCE_SHIFT
     rows = np.repeat(np.arange(n), lengths)
     starts = np.cumsum(lengths) - lengths
@@ -104,9 +97,10 @@ def encode_words(words: Sequence[str], max_characters_per_token: int = MAX_CHARA
     out[rows, columns] = flat
     out[np.arange(n), lengths + 1] = END_OF_WORD_CHARACTER + INFERENCE_SHIFT
     specials = {BOS_TOKEN: BEGINNING_OF_SENTENCE_CHARACTER, EOS_TOKEN: END_OF_SENTENCE_CHARACTER}
-    for position, word in enumerate(words):
-        if word in specials:
-            out[position] = _special_row(specials[word], width)
+    if not specials.keys().isdisjoint(words):
+        for position, word in enumerate(words):
+            if word in specials:
+                out[position] = _special_row(specials[word], width)
     return out
 
 
@@ -322,6 +316,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
             padding_side=padding_side,
             return_attention_mask=return_attention_mask,
             return_tensors=return_tensors,
+            _keep_input_type=False,
         )
         if not batched:
             if return_tensors is None:
@@ -339,6 +334,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
         return_attention_mask: bool | None = None,
         return_tensors: str | TensorType | None = None,
         verbose: bool = True,
+        *,
+        _keep_input_type: bool = True,
     ) -> BatchEncoding:
         """Pad character ids (rows of zeros), ``attention_mask`` (0) and ``word_ids`` (0) to a common length.
 
@@ -352,7 +349,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
         encoded_inputs = dict(encoded_inputs)
         width = self.max_characters_per_token
         ids = encoded_inputs["input_ids"]
-        if return_tensors is None:
+        if return_tensors is None and _keep_input_type:  # tensors in, tensors out (as transformers' pad does)
             if hasattr(ids, "detach") or (isinstance(ids, (list, tuple)) and ids and hasattr(ids[0], "detach")):
                 return_tensors = "pt"
             elif isinstance(ids, np.ndarray) or (isinstance(ids, (list, tuple)) and ids and isinstance(ids[0], np.ndarray)):

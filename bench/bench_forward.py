@@ -1,0 +1,175 @@
+"""ElmoModel forward throughput on CPU (fp32), against a per-time-step baseline and the machine's matmul peak.
+
+    OMP_NUM_THREADS=1 python bench/bench_forward.py [--preset elmo-original] [--threads 1] [--repeats 3]
+
+For each shape (batch x tokens) it measures:
+  * ``loop``: our explicit-loop LSTM path (clipping on, as in every released model);
+  * ``torch``: the ``torch.lstm(proj_size=...)`` path (the same model with both clips off);
+  * ``baseline``: a straightforward per-time-step implementation of the same model, as the original PyTorch port
+    computes it (input and recurrent products inside the time loop, Conv1d character CNN, every token encoded);
+and reports tokens/s, achieved FLOP/s, the fraction of the fp32 matmul throughput measured in the same run, and
+the speed-up over the baseline. FLOPs counted: character CNN, highway, projection and LSTM matrix products of
+every position the LSTMs process (boundaries included); element-wise work is not counted.
+It also measures the tokenizer's words/s against a per-character Python encoder. Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import random
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from modeling_elmo import ElmoConfig, ElmoModel, encode_words  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def best_time(fn, repeats: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def matmul_peak(repeats: int) -> float:
+    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
+    return 2 * 2048**3 / best_time(lambda: a @ b, repeats * 3)
+
+
+def forward_flops(config: ElmoConfig, batch: int, tokens: int) -> float:
+    positions = batch * (tokens + 2)
+    C, d = config.max_characters_per_token, config.char_embedding_dim
+    cnn = sum(2 * (C - w + 1) * w * d * n for w, n in config.char_cnn_filters)
+    Fw, P, H = config.num_char_cnn_filters, config.hidden_size, config.cell_size
+    highway = config.num_highway_layers * 2 * 2 * Fw * Fw
+    projection = 2 * Fw * P
+    lstm = 2 * config.num_hidden_layers * (2 * P * 4 * H * 2 + 2 * H * P)
+    return positions * (cnn + highway + projection + lstm)
+
+
+def baseline_forward(model: ElmoModel, input_ids: torch.Tensor) -> list[torch.Tensor]:
+    """Per-time-step reference: every product inside the loop, Conv1d CNN, no de-duplication (same weights)."""
+    config, enc = model.config, model.char_encoder
+    mask = (input_ids > 0).any(-1)
+    lengths = mask.sum(1)
+    batch, steps, width = input_ids.shape
+    ids = input_ids.new_zeros(batch, steps + 2, width)
+    ids[:, 1:-1] = input_ids
+    from modeling_elmo import BOS_CHAR_IDS, EOS_CHAR_IDS
+
+    ids[:, 0] = torch.as_tensor(BOS_CHAR_IDS)
+    ids[torch.arange(batch), lengths + 1] = torch.as_tensor(EOS_CHAR_IDS)
+    x = enc.char_embeddings(ids.view(-1, width)).transpose(1, 2)
+    x = torch.cat([torch.relu(conv(x).amax(-1)) for conv in enc.convolutions], -1)
+    for hw in enc.highways:
+        x = hw(x)
+    e = enc.projection(x).view(batch, steps + 2, -1)
+    outputs = [torch.cat([e, e], -1)]
+
+    def run(layers, inputs):
+        outs = []
+        for index, layer in enumerate(layers):
+            h = inputs.new_zeros(batch, config.hidden_size)
+            c = inputs.new_zeros(batch, config.cell_size)
+            ys = []
+            for t in range(inputs.shape[1]):
+                gates = F.linear(inputs[:, t], layer.weight_ih, layer.bias) + F.linear(h, layer.weight_hh)
+                i, f, g, o = gates.chunk(4, 1)
+                c = (torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)).clamp(-config.cell_clip, config.cell_clip)
+                h = F.linear(torch.sigmoid(o) * torch.tanh(c), layer.weight_hr).clamp(-config.proj_clip, config.proj_clip)
+                ys.append(h)
+            y = torch.stack(ys, 1)
+            if index > 0:
+                y = y + inputs
+            outs.append(y)
+            inputs = y
+        return outs
+
+    forward = run(model.encoder.forward_layers, e)
+    backward = run(model.encoder.backward_layers, e.flip(1))  # same work as a per-row reversal
+    return outputs + [torch.cat([f, b.flip(1)], -1) for f, b in zip(forward, backward)]
+
+
+def random_input(batch: int, tokens: int, seed: int = 0) -> torch.Tensor:
+    rng = random.Random(seed)
+    words = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 10))) for _ in range(batch * tokens)]
+    return torch.as_tensor(encode_words(words)).view(batch, tokens, -1)
+
+
+def bench_tokenizer(repeats: int) -> dict:
+    rng = random.Random(0)
+    words = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyzéü") for _ in range(rng.randint(1, 12))) for _ in range(50_000)]
+
+    def per_character(ws):
+        rows = []
+        for w in ws:
+            row = [259]
+            for byte in w.encode("utf-8")[:48]:
+                row.append(byte + 1)
+            row.append(260)
+            row += [261] * (50 - len(row))
+            rows.append(row)
+        return torch.tensor(rows)
+
+    ours = best_time(lambda: encode_words(words), repeats)
+    naive = best_time(lambda: per_character(words), repeats)
+    return {"words": len(words), "vectorised_words_per_s": len(words) / ours, "per_character_words_per_s": len(words) / naive,
+            "speedup": naive / ours}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", default="elmo-original")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--shapes", default="32x20,8x50", help="comma-separated BATCHxTOKENS")
+    parser.add_argument("--skip-baseline", action="store_true")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    config = ElmoConfig.from_json_file(str(REPO / "configuration" / f"{args.preset}.json"))
+    model = ElmoModel(config).eval()
+    unclipped = ElmoConfig.from_json_file(str(REPO / "configuration" / f"{args.preset}.json"))
+    unclipped.cell_clip = unclipped.proj_clip = None
+    fast = ElmoModel(unclipped).eval()
+    fast.load_state_dict(model.state_dict())
+    peak = matmul_peak(args.repeats)
+    report = {"preset": args.preset, "threads": args.threads, "torch": torch.__version__, "cpu": platform.processor() or platform.machine(),
+              "matmul_peak_gflops": peak / 1e9, "shapes": {}}
+    for shape in args.shapes.split(","):
+        batch, tokens = map(int, shape.split("x"))
+        ids = random_input(batch, tokens)
+        flops = forward_flops(config, batch, tokens)
+        results = {}
+        with torch.inference_mode():
+            runs = {"loop": lambda: model(input_ids=ids), "torch": lambda: fast(input_ids=ids)}
+            if not args.skip_baseline:
+                runs["baseline"] = lambda: baseline_forward(model, ids)
+            for name, fn in runs.items():
+                seconds = best_time(fn, args.repeats)
+                results[name] = {"seconds": seconds, "tokens_per_s": batch * tokens / seconds, "gflops": flops / seconds / 1e9,
+                                 "fraction_of_matmul_peak": flops / seconds / peak}
+            if "baseline" in results:
+                torch.testing.assert_close(baseline_forward(model, ids)[-1][:, 1:-1], model(input_ids=ids).last_hidden_state, atol=1e-4, rtol=1e-4)
+                for name in ("loop", "torch"):
+                    results[name]["speedup_over_baseline"] = results["baseline"]["seconds"] / results[name]["seconds"]
+        report["shapes"][shape] = {"gflop_per_call": flops / 1e9, **results}
+    report["tokenizer"] = bench_tokenizer(args.repeats)
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,47 @@
+"""The ``elmo`` command: one entry point for every tool of the package.
+
+    elmo pretrain  ...   pretrain a biLM (run it under `accelerate launch` for several processes)
+    elmo convert   ...   convert the original options.json + weights.hdf5
+    elmo embed     ...   write ELMo vectors of a text file to HDF5
+    elmo evaluate  ...   perplexity, word-sense and probing evaluations
+    elmo push      ...   publish a model folder to the Hugging Face Hub
+
+Each subcommand is the ``main(argv)`` of a library module; ``elmo SUBCOMMAND --help`` shows its options.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+COMMANDS = {
+    "pretrain": ("modeling_elmo.pretraining", "pretrain a bidirectional language model"),
+    "convert": ("modeling_elmo.convert", "convert the original options.json + weights.hdf5"),
+    "embed": ("modeling_elmo.embed", "write ELMo vectors of a text file to HDF5"),
+    "evaluate": ("modeling_elmo.evaluation", "perplexity, word-sense and probing evaluations"),
+    "push": ("modeling_elmo.hub", "publish a model folder to the Hugging Face Hub"),
+}
+
+
+def usage() -> str:
+    lines = ["usage: elmo COMMAND [options]", "", "commands:"]
+    lines += [f"  {name:<10} {help_text}" for name, (_, help_text) in COMMANDS.items()]
+    lines += ["", "Run `elmo COMMAND --help` for the options of one command."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage())
+        return 0
+    command, rest = argv[0], argv[1:]
+    if command not in COMMANDS:
+        print(f"elmo: unknown command {command!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(COMMANDS[command][0])
+    return int(module.main(rest) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

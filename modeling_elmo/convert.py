@@ -1,0 +1,473 @@
+"""Convert an original ELMo release (``options.json`` + ``weights.hdf5``) into an `ElmoModel` folder.
+
+The released files (bilm-tf ``dump_weights`` format, also read by AllenNLP) hold TensorFlow tensors: every
+matrix is (in, out), the LSTM kernel ``W_0`` stacks the input rows over the recurrent rows with the gates in
+TF order (i, j, f, o), and TF's forget bias of 1.0 is added at run time, not stored. `convert_state_dict`
+turns them into this package's PyTorch layout:
+
+==============================================  ==================================================================
+HDF5 dataset                                    ``ElmoModel`` parameter
+==============================================  ==================================================================
+``char_embed`` (261, d_c)                       ``char_encoder.char_embeddings.weight`` (262, d_c): a zero row 0
+                                                (the absent-token id) is prepended
+``CNN/W_cnn_{i}`` (1, w, d_c, n)                ``char_encoder.convolutions.{i}.weight`` (n, d_c, w)
+``CNN/b_cnn_{i}`` (n,)                          ``char_encoder.convolutions.{i}.bias``
+``CNN_high_{k}/W_carry``, ``b_carry``           ``char_encoder.highways.{k}.gate`` (weight transposed; TF's
+                                                "carry" gate multiplies the transform branch, kept as is)
+``CNN_high_{k}/W_transform``, ``b_transform``   ``char_encoder.highways.{k}.transform`` (weight transposed)
+``CNN_proj/W_proj`` (F, P), ``b_proj``          ``char_encoder.projection`` (weight transposed)
+``RNN_{d}/.../Cell{l}/LSTMCell/W_0`` (2P, 4H)   ``encoder.{forward,backward}_layers.{l}.weight_ih`` (first P
+                                                rows) and ``.weight_hh`` (last P rows), transposed, gate blocks
+                                                reordered from TF (i, j, f, o) to PyTorch (i, f, g=j, o)
+``.../LSTMCell/B`` (4H,)                        ``.bias``: +1.0 on the forget block, then reordered
+``.../LSTMCell/W_P_0`` (H, P)                   ``.weight_hr`` (P, H)
+==============================================  ==================================================================
+
+``d`` = 0 is the forward stack, 1 the backward stack. The file must contain exactly the datasets the options
+imply, with exactly these shapes; anything else is a `ValueError` that lists every problem.
+
+`validate_converted_model` then runs a few sentences through the converted model and through a small numpy
+forward pass computed straight from the HDF5 tensors (TF semantics, one sentence at a time, float64), and
+raises with the largest difference if they disagree. `convert` does read -> convert -> validate -> save
+(safetensors, tokenizer, custom code with the full ``auto_map``, model-card stub), atomically.
+
+Command line: ``python scripts/convert_elmo_original_to_hf.py --options OPTIONS.json --weights WEIGHTS.hdf5
+--output DIR [--overwrite]`` (also ``elmo convert ...``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+import torch
+
+from .configuration_elmo import ElmoConfig
+
+#: Sentences run through both the converted model and the numpy forward by `validate_converted_model`:
+#: mixed lengths (so the batch is padded), punctuation, multi-byte UTF-8, a word over 48 bytes, and literal
+#: boundary tokens.
+VALIDATION_SENTENCES: list[list[str]] = [
+    ["The", "cat", "sat", "on", "the", "mat", "."],
+    ["ELMo", "reads", "UTF-8", "bytes", ":", "naïve", "café", "—", "東京", "!"],
+    ["Short"],
+    ["Pneumonoultramicroscopicsilicovolcanoconiosis-and-then-some-more-text", "<S>", "</S>", "?"],
+]
+DEFAULT_ATOL = 1e-4
+
+_LSTM_CELL = "RNN_{d}/RNN/MultiRNNCell/Cell{l}/LSTMCell"
+_DIRECTIONS = ("forward", "backward")
+
+
+# --------------------------------------------------------------------------------------------------- reading
+def read_options(path: str | os.PathLike) -> dict[str, Any]:
+    """Load an ``options.json``; a missing file, invalid JSON or a non-object is a `ValueError`."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"options file {str(path)!r} does not exist.")
+    try:
+        options = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"options file {str(path)!r} is not valid JSON: {error}") from None
+    if not isinstance(options, dict):
+        raise ValueError(f"options file {str(path)!r} must hold a JSON object, got {type(options).__name__}.")
+    return options
+
+
+def convert_config(options: dict[str, Any]) -> ElmoConfig:
+    """The `ElmoConfig` of an original options dict (unknown or missing keys raise `ValueError`)."""
+    return ElmoConfig.from_options(options)
+
+
+def expected_dataset_shapes(config: ElmoConfig) -> dict[str, tuple[int, ...]]:
+    """Every dataset an original ``weights.hdf5`` for ``config`` holds, with its shape."""
+    d_c, P, H, F = config.char_embedding_dim, config.hidden_size, config.cell_size, config.num_char_cnn_filters
+    shapes: dict[str, tuple[int, ...]] = {"char_embed": (config.num_characters - 1, d_c)}
+    for i, (width, count) in enumerate(config.char_cnn_filters):
+        shapes[f"CNN/W_cnn_{i}"] = (1, width, d_c, count)
+        shapes[f"CNN/b_cnn_{i}"] = (count,)
+    for k in range(config.num_highway_layers):
+        for name, shape in (("W_carry", (F, F)), ("W_transform", (F, F)), ("b_carry", (F,)), ("b_transform", (F,))):
+            shapes[f"CNN_high_{k}/{name}"] = shape
+    shapes["CNN_proj/W_proj"] = (F, P)
+    shapes["CNN_proj/b_proj"] = (P,)
+    for d in range(2):
+        for l in range(config.num_hidden_layers):
+            cell = _LSTM_CELL.format(d=d, l=l)
+            shapes[f"{cell}/W_0"] = (2 * P, 4 * H)
+            shapes[f"{cell}/B"] = (4 * H,)
+            shapes[f"{cell}/W_P_0"] = (H, P)
+    return shapes
+
+
+def _open_hdf5(path: str | os.PathLike) -> h5py.File:
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"weights file {str(path)!r} does not exist.")
+    try:
+        return h5py.File(path, "r")
+    except OSError as error:
+        raise ValueError(
+            f"weights file {str(path)!r} cannot be read as HDF5 (truncated or corrupt download?): {error}"
+        ) from None
+
+
+def _datasets(h5: h5py.Group) -> dict[str, h5py.Dataset]:
+    found: dict[str, h5py.Dataset] = {}
+    h5.visititems(lambda name, obj: found.__setitem__(name, obj) if isinstance(obj, h5py.Dataset) else None)
+    return found
+
+
+def _read_checked(h5: h5py.Group, config: ElmoConfig) -> dict[str, np.ndarray]:
+    """Read every dataset as float32 after checking names, shapes, dtype and finiteness against ``config``."""
+    expected = expected_dataset_shapes(config)
+    found = _datasets(h5)
+    F, P = config.num_char_cnn_filters, config.hidden_size
+    # bilm-tf creates no projection when the CNN width already equals P; the identity reproduces it.
+    implicit_projection = F == P and "CNN_proj/W_proj" not in found and "CNN_proj/b_proj" not in found
+    if implicit_projection:
+        del expected["CNN_proj/W_proj"], expected["CNN_proj/b_proj"]
+    problems = []
+    missing = [name for name in expected if name not in found]
+    unexpected = sorted(name for name in found if name not in expected)
+    if missing:
+        problems.append(f"missing datasets: {missing}")
+    if unexpected:
+        problems.append(f"unexpected datasets: {unexpected}")
+    for name, shape in expected.items():
+        if name in found and tuple(found[name].shape) != shape:
+            problems.append(f"dataset {name!r} has shape {tuple(found[name].shape)}, the options imply {shape}")
+        elif name in found and found[name].dtype.kind != "f":
+            problems.append(f"dataset {name!r} has dtype {found[name].dtype}, expected floating point")
+    if problems:
+        raise ValueError(
+            "the weights file does not match the options (" + config_summary(config) + "): " + "; ".join(problems)
+        )
+    arrays = {}
+    for name in expected:
+        try:
+            array = np.asarray(found[name][()], dtype=np.float32)
+        except OSError as error:  # a file cut inside a dataset's data
+            raise ValueError(f"dataset {name!r} cannot be read (truncated or corrupt file?): {error}") from None
+        if not np.isfinite(array).all():
+            raise ValueError(f"dataset {name!r} contains NaN or infinite values.")
+        arrays[name] = array
+    if implicit_projection:
+        arrays["CNN_proj/W_proj"] = np.eye(F, dtype=np.float32)
+        arrays["CNN_proj/b_proj"] = np.zeros(P, dtype=np.float32)
+    return arrays
+
+
+def config_summary(config: ElmoConfig) -> str:
+    return (
+        f"n_layers={config.num_hidden_layers}, dim={config.cell_size}, projection_dim={config.hidden_size}, "
+        f"char dim={config.char_embedding_dim}, filters={config.char_cnn_filters}, n_highway={config.num_highway_layers}"
+    )
+
+
+# ------------------------------------------------------------------------------------------------ conversion
+def _tf_gates_to_torch(blocks: np.ndarray, cell_size: int) -> np.ndarray:
+    """Reorder the four gate blocks along axis 0 from TF (i, j, f, o) to PyTorch (i, f, g=j, o)."""
+    i, j, f, o = (blocks[k * cell_size : (k + 1) * cell_size] for k in range(4))
+    return np.concatenate([i, f, j, o], axis=0)
+
+
+def convert_state_dict(h5file: h5py.Group | str | os.PathLike, config: ElmoConfig) -> dict[str, torch.Tensor]:
+    """The `ElmoModel` state dict (float32) of an original ``weights.hdf5`` (an open file or a path)."""
+    if not isinstance(h5file, h5py.Group):
+        with _open_hdf5(h5file) as h5:
+            return convert_state_dict(h5, config)
+    w = _read_checked(h5file, config)
+    H, P = config.cell_size, config.hidden_size
+    sd: dict[str, np.ndarray] = {}
+    # 1. Character table: row 0 (absent token) is all zeros; the file holds the 261 training rows.
+    table = w["char_embed"]
+    sd["char_encoder.char_embeddings.weight"] = np.concatenate([np.zeros((1, table.shape[1]), np.float32), table])
+    # 2. Convolutions: TF NHWC kernel (1, w, d_c, n) -> Conv1d (n, d_c, w). Both are cross-correlations.
+    for i in range(len(config.char_cnn_filters)):
+        sd[f"char_encoder.convolutions.{i}.weight"] = w[f"CNN/W_cnn_{i}"][0].transpose(2, 1, 0)
+        sd[f"char_encoder.convolutions.{i}.bias"] = w[f"CNN/b_cnn_{i}"]
+    # 3. Highways keep TF's convention (gate = sigmoid(x W_carry + b_carry) on the transform branch).
+    for k in range(config.num_highway_layers):
+        sd[f"char_encoder.highways.{k}.transform.weight"] = w[f"CNN_high_{k}/W_transform"].T
+        sd[f"char_encoder.highways.{k}.transform.bias"] = w[f"CNN_high_{k}/b_transform"]
+        sd[f"char_encoder.highways.{k}.gate.weight"] = w[f"CNN_high_{k}/W_carry"].T
+        sd[f"char_encoder.highways.{k}.gate.bias"] = w[f"CNN_high_{k}/b_carry"]
+    # 4. Projection to P.
+    sd["char_encoder.projection.weight"] = w["CNN_proj/W_proj"].T
+    sd["char_encoder.projection.bias"] = w["CNN_proj/b_proj"]
+    # 5. LSTM cells: split [input; recurrent] rows, transpose, reorder gates, fold in the forget bias.
+    for d, direction in enumerate(_DIRECTIONS):
+        for l in range(config.num_hidden_layers):
+            cell = _LSTM_CELL.format(d=d, l=l)
+            kernel, bias = w[f"{cell}/W_0"], w[f"{cell}/B"].copy()
+            bias[2 * H : 3 * H] += np.float32(1.0)  # TF LSTMCell forget_bias, added at run time in TF
+            prefix = f"encoder.{direction}_layers.{l}"
+            sd[f"{prefix}.weight_ih"] = _tf_gates_to_torch(kernel[:P].T, H)
+            sd[f"{prefix}.weight_hh"] = _tf_gates_to_torch(kernel[P:].T, H)
+            sd[f"{prefix}.bias"] = _tf_gates_to_torch(bias, H)
+            sd[f"{prefix}.weight_hr"] = w[f"{cell}/W_P_0"].T
+    return {name: torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32)) for name, array in sd.items()}
+
+
+def load_converted_state_dict(model: torch.nn.Module, state_dict: dict[str, torch.Tensor]) -> None:
+    """Load ``state_dict`` into ``model``; a missing parameter, unknown key or wrong shape is a `ValueError`."""
+    own = model.state_dict()
+    missing = sorted(name for name, _ in model.named_parameters() if name not in state_dict)
+    unexpected = sorted(name for name in state_dict if name not in own)
+    shapes = [
+        f"{name}: model {tuple(own[name].shape)}, converted {tuple(t.shape)}"
+        for name, t in state_dict.items()
+        if name in own and own[name].shape != t.shape
+    ]
+    if missing or unexpected or shapes:
+        raise ValueError(
+            f"converted weights do not fit the model: missing {missing}, unexpected {unexpected}, shapes {shapes}"
+        )
+    model.load_state_dict(state_dict, strict=False)
+
+
+# ------------------------------------------------------------------------------------------------ validation
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _numpy_sentence_layers(config: ElmoConfig, w: dict[str, np.ndarray], char_ids: np.ndarray) -> np.ndarray:
+    """Reference forward of ONE sentence (T', 50) ids with boundaries, TF semantics, float64: (L+1, T', 2P)."""
+    table = np.concatenate([np.zeros((1, config.char_embedding_dim)), w["char_embed"]])
+    chars = table[char_ids]  # (T', C, d_c)
+    pooled = []
+    for i, (width, _) in enumerate(config.char_cnn_filters):
+        kernel = w[f"CNN/W_cnn_{i}"][0]  # (w, d_c, n)
+        windows = np.stack([chars[:, k : chars.shape[1] - width + 1 + k] for k in range(width)], axis=2)
+        pooled.append((np.einsum("tpkc,kcn->tpn", windows, kernel) + w[f"CNN/b_cnn_{i}"]).max(axis=1))
+    x = np.concatenate(pooled, axis=-1)
+    x = np.maximum(x, 0) if config.char_cnn_activation == "relu" else np.tanh(x)
+    for k in range(config.num_highway_layers):
+        carry = _sigmoid(x @ w[f"CNN_high_{k}/W_carry"] + w[f"CNN_high_{k}/b_carry"])
+        x = carry * np.maximum(x @ w[f"CNN_high_{k}/W_transform"] + w[f"CNN_high_{k}/b_transform"], 0) + (1 - carry) * x
+    tokens = x @ w["CNN_proj/W_proj"] + w["CNN_proj/b_proj"]
+    H = config.cell_size
+    layers = [np.concatenate([tokens, tokens], axis=-1)]
+    directions = []
+    for d in range(2):
+        inputs = tokens if d == 0 else tokens[::-1]
+        outputs = []
+        for l in range(config.num_hidden_layers):
+            cell = _LSTM_CELL.format(d=d, l=l)
+            c, h = np.zeros(H), np.zeros(config.hidden_size)
+            ys = []
+            for x_t in inputs:
+                i, j, f, o = np.split(np.concatenate([x_t, h]) @ w[f"{cell}/W_0"] + w[f"{cell}/B"], 4)
+                c = _sigmoid(f + 1.0) * c + _sigmoid(i) * np.tanh(j)
+                if config.cell_clip is not None:
+                    c = np.clip(c, -config.cell_clip, config.cell_clip)
+                h = (_sigmoid(o) * np.tanh(c)) @ w[f"{cell}/W_P_0"]
+                if config.proj_clip is not None:
+                    h = np.clip(h, -config.proj_clip, config.proj_clip)
+                ys.append(h + x_t if (l >= 1 and config.use_skip_connections) else h)
+            inputs = np.stack(ys)
+            outputs.append(inputs if d == 0 else inputs[::-1])
+        directions.append(outputs)
+    for l in range(config.num_hidden_layers):
+        layers.append(np.concatenate([directions[0][l], directions[1][l]], axis=-1))
+    return np.stack(layers)
+
+
+def validate_converted_model(
+    model: torch.nn.Module,
+    options: dict[str, Any],
+    weights: h5py.Group | str | os.PathLike,
+    sentences: list[list[str]] | None = None,
+    atol: float = DEFAULT_ATOL,
+) -> float:
+    """Compare every layer of ``model`` with a numpy forward computed from the original tensors.
+
+    The sentences (default `VALIDATION_SENTENCES`) go through the model as one padded batch, stateless, and
+    through the numpy forward one at a time. Returns the max absolute difference; raises `ValueError` naming it
+    (and the worst layer) when it exceeds ``atol``.
+    """
+    from .tokenization_elmo import BOS_CHAR_IDS, EOS_CHAR_IDS, ElmoTokenizer, encode_words
+
+    if not isinstance(weights, h5py.Group):
+        with _open_hdf5(weights) as h5:
+            return validate_converted_model(model, options, h5, sentences, atol)
+    config = convert_config(options)
+    w = {name: array.astype(np.float64) for name, array in _read_checked(weights, config).items()}
+    sentences = sentences or VALIDATION_SENTENCES
+    tokenizer = ElmoTokenizer()
+    batch = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
+    was_training, was_stateful = model.training, getattr(model.config, "stateful", False)
+    model.eval()
+    model.config.stateful = False
+    try:
+        with torch.no_grad():
+            output = model(batch["input_ids"], attention_mask=batch["attention_mask"], output_hidden_states=True)
+    finally:
+        model.train(was_training)
+        model.config.stateful = was_stateful
+    got = torch.stack(output.hidden_states).double().numpy()  # (L+1, B, T, 2P)
+    worst, worst_layer = 0.0, 0
+    for b, words in enumerate(sentences):
+        ids = np.concatenate([BOS_CHAR_IDS[None], encode_words(words), EOS_CHAR_IDS[None]])
+        expected = _numpy_sentence_layers(config, w, ids)[:, 1:-1]
+        n = len(words)
+        diff = np.abs(got[:, b, :n] - expected).max(axis=(1, 2))
+        padding = np.abs(got[:, b, n:]).max(axis=(1, 2)) if got.shape[2] > n else np.zeros_like(diff)
+        diff = np.maximum(diff, padding)  # padded positions must be exactly 0
+        if diff.max() > worst:
+            worst, worst_layer = float(diff.max()), int(diff.argmax())
+    if not worst <= atol:
+        raise ValueError(
+            f"the converted model does not reproduce the original computation: max abs difference {worst:.3g} "
+            f"(layer {worst_layer}) exceeds atol={atol:g}."
+        )
+    return worst
+
+
+# ------------------------------------------------------------------------------------------------ saving
+def _sha256(path: str | os.PathLike) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _model_card(config: ElmoConfig, sources: dict[str, Path], max_diff: float, num_parameters: int) -> str:
+    rows = "\n".join(f"| `{path.name}` | {path.stat().st_size:,} | `{_sha256(path)}` |" for path in sources.values())
+    return f"""---
+library_name: transformers
+license: apache-2.0
+tags:
+- elmo
+- feature-extraction
+---
+
+# ELMo (converted from the original release)
+
+Bidirectional language model of Peters et al. (2018), "Deep contextualized word representations",
+converted with `modeling_elmo.convert` from the original bilm-tf/AllenNLP files:
+
+| source file | bytes | sha256 |
+|---|---|---|
+{rows}
+
+Shape: {config_summary(config)}; {num_parameters:,} parameters (no softmax: the released HDF5 files do not
+contain it). Every layer of the converted model matched a float64 numpy implementation of the original
+TensorFlow computation on validation sentences (max abs difference {max_diff:.2g}).
+
+```python
+from transformers import AutoModel, AutoTokenizer
+
+model = AutoModel.from_pretrained("<this folder or repo>", trust_remote_code=True)
+tokenizer = AutoTokenizer.from_pretrained("<this folder or repo>", trust_remote_code=True)
+batch = tokenizer([["Hello", "world", "."]], is_split_into_words=True, padding=True, return_tensors="pt")
+layers = model(**batch, output_hidden_states=True).hidden_states  # {config.num_representation_layers} x (batch, tokens, {config.output_size})
+```
+
+The model is stateless by default; set `model.config.stateful = True` to carry the LSTM state from batch to
+batch per row as AllenNLP's `Elmo` did.
+"""
+
+
+def convert(
+    options_path: str | os.PathLike,
+    weights_path: str | os.PathLike,
+    output_dir: str | os.PathLike,
+    overwrite: bool = False,
+    atol: float = DEFAULT_ATOL,
+) -> Path:
+    """Convert, validate and save; returns the output folder.
+
+    Refuses an existing non-empty ``output_dir`` unless ``overwrite``. Everything is written to a temporary
+    folder next to ``output_dir`` and renamed into place at the end, so a folder with the final name is always
+    complete.
+    """
+    from . import ElmoModel, ElmoTokenizer, save_model_folder
+
+    output_dir = Path(output_dir)
+    if output_dir.exists() and not output_dir.is_dir():
+        raise ValueError(f"output {str(output_dir)!r} exists and is not a folder.")
+    if output_dir.is_dir() and any(output_dir.iterdir()) and not overwrite:
+        raise ValueError(f"output folder {str(output_dir)!r} exists and is not empty; pass overwrite=True (--overwrite).")
+    # 1. Options -> config.
+    options = read_options(options_path)
+    config = convert_config(options)
+    # 2. HDF5 -> state dict -> model.
+    with _open_hdf5(weights_path) as h5:
+        state_dict = convert_state_dict(h5, config)
+        model = ElmoModel(config)
+        load_converted_state_dict(model, state_dict)
+        model.eval()
+        # 3. Same numbers as the original computation?
+        max_diff = validate_converted_model(model, options, h5, atol=atol)
+    # 4. Save into a temporary sibling, then move into place.
+    parent = output_dir.resolve().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.converting-", dir=parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    staging.chmod(0o777 & ~umask)  # mkdtemp makes it private; the result should look like any new folder
+    try:
+        save_model_folder(model, ElmoTokenizer(), staging)  # safetensors, tokenizer, code files, full auto_map
+        sources = {"options": Path(options_path), "weights": Path(weights_path)}
+        readme = _model_card(config, sources, max_diff, sum(p.numel() for p in model.parameters()))
+        (staging / "README.md").write_text(readme, encoding="utf-8")
+        if output_dir.exists():
+            retired = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.old-", dir=parent))
+            os.replace(output_dir, retired / "old")
+            os.replace(staging, output_dir)
+            shutil.rmtree(retired, ignore_errors=True)
+        else:
+            os.replace(staging, output_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return output_dir
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="convert_elmo_original_to_hf",
+        description="Convert an original ELMo release (options.json + weights.hdf5) into a transformers model folder.",
+    )
+    parser.add_argument("--options", required=True, help="the release's options.json")
+    parser.add_argument("--weights", required=True, help="the release's weights.hdf5")
+    parser.add_argument("--output", required=True, help="folder to write (safetensors, config, tokenizer, code)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing non-empty output folder")
+    parser.add_argument(
+        "--atol", type=float, default=DEFAULT_ATOL,
+        help=f"largest accepted difference to the numpy reference forward (default {DEFAULT_ATOL:g})",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        folder = convert(args.options, args.weights, args.output, overwrite=args.overwrite, atol=args.atol)
+    except ValueError as error:
+        raise SystemExit(f"error: {error}") from None
+    print(f"wrote {folder}")
+    return 0
+
+
+__all__ = [
+    "read_options",
+    "convert_config",
+    "expected_dataset_shapes",
+    "convert_state_dict",
+    "validate_converted_model",
+    "convert",
+    "main",
+]

@@ -1,0 +1,576 @@
+"""Bulk ELMo feature export to HDF5: the ``elmo embed`` command.
+
+A port of the removed ``allennlp elmo`` command (AllenNLP v0.9). The input is a text file with one sentence per line,
+already tokenised and split on whitespace (or, with ``raw_text``, split by the tokenizer's pre-tokenizer). The output
+is an HDF5 file in the old command's layout:
+
+* one float32 dataset per input line, key ``str(line_index)`` (0-based), of shape ``(L + 1, tokens, 2P)`` for
+  ``--all``, or ``(tokens, 2P)`` for ``--top`` (the last layer) and ``--average`` (the mean of the L + 1 layers);
+* a dataset ``sentence_to_index`` of shape ``(1,)`` and variable-length string type holding a JSON object
+  ``{sentence text: key}`` (a repeated sentence keeps the key of its last line), unless ``forget_sentences`` or
+  ``use_sentence_keys`` is set.
+
+With ``use_sentence_keys`` the sentence text itself is the key; lines containing ``/``, blank lines, the names
+``.`` and ``sentence_to_index`` and repeated sentences are refused before any work starts.
+
+How a run proceeds (see `embed_file`):
+
+* The input is streamed, never read whole. It is cut into chunks of ``chunk_size`` consecutive lines; within a chunk
+  the sentences are sorted by length (longest first) and batched, which saves padding; every sentence is still
+  written under its own line index.
+* Each finished chunk is written atomically to ``OUTPUT.partial/chunk-NNNNNNNN.h5``. When all chunks exist, they are
+  merged into ``OUTPUT`` (written under a temporary name in the same folder, then renamed), and ``OUTPUT.partial`` is
+  removed. ``OUTPUT`` therefore only ever exists complete; a killed run leaves ``OUTPUT.partial`` behind, and
+  ``resume=True`` embeds only the chunks that are missing there (at most one chunk of work per process is lost).
+  The merge needs disk space for a second copy of the output while it runs.
+* Under ``accelerate launch`` every process embeds the chunks ``k`` with ``k % num_processes == process_index``, and
+  the main process merges. A run may be resumed with a different number of processes.
+* Blank lines give an empty array, ``(L + 1, 0, 2P)`` for ``--all`` or ``(0, 2P)`` otherwise (the old command raised
+  an error). Invalid UTF-8 bytes are replaced by U+FFFD and the affected lines are counted and reported.
+* The model runs under `torch.inference_mode()` and stateless, so a sentence's vectors depend on nothing but the
+  sentence (not on its batch, the sort order or the number of processes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import logging
+import math
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import h5py
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+
+logger = logging.getLogger(__name__)
+
+LAYER_MODES = ("all", "top", "average")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+SENTENCE_TO_INDEX = "sentence_to_index"
+RUN_FILE = "run.json"
+DEFAULT_BATCH_SIZE = 64
+DEFAULT_CHUNK_SIZE = 10_000
+#: Settings that must not change between a killed run and its resumption (they change the chunks' contents).
+RESUME_KEYS = ("input_size", "input_head_sha256", "mode", "model", "chunk_size", "raw_text", "forget_sentences",
+               "use_sentence_keys", "num_layers", "output_size")
+
+
+class Embedder(Protocol):
+    """What `embed_file` needs from a model: the layer count, the vector size and a batch function."""
+
+    num_layers: int  # L + 1
+    output_size: int  # 2P
+
+    def embed_batch(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
+        """All layers of each non-empty sentence: float32 arrays ``(num_layers, len(sentence), output_size)``."""
+
+
+class ElmoEmbedder:
+    """Runs an `ElmoModel` on batches of word lists and returns per-sentence numpy arrays of all layers.
+
+    Args:
+        model: an `ElmoModel` (or a model with an ``elmo`` attribute holding one, e.g. a task head).
+        tokenizer: the matching `ElmoTokenizer`.
+        device: where to run; defaults to the model's device.
+        dtype: `torch.float32` (default), or `torch.bfloat16` / `torch.float16` on a GPU. Outputs are float32.
+    """
+
+    def __init__(self, model: torch.nn.Module, tokenizer: Any, device: str | torch.device | None = None,
+                 dtype: torch.dtype = torch.float32):
+        base = getattr(model, "elmo", model)
+        device = torch.device(device) if device is not None else next(base.parameters()).device
+        if dtype not in DTYPES.values():
+            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}.")
+        if dtype != torch.float32 and device.type == "cpu":
+            raise ValueError(f"dtype {dtype} needs a GPU; on the CPU use float32.")
+        if getattr(base.config, "stateful", False):
+            logger.warning("The model's config has stateful=True; embedding runs stateless (sentences are reordered "
+                           "by length, so carried states would be meaningless).")
+            base.config.stateful = False
+        self.model = base.to(device=device, dtype=dtype).eval()
+        self.tokenizer = tokenizer
+        self.device = device
+        self.num_layers = int(base.config.num_representation_layers)
+        self.output_size = int(base.config.output_size)
+
+    @classmethod
+    def from_pretrained(cls, model_name_or_path: str, device: str | torch.device | None = None,
+                        dtype: torch.dtype = torch.float32) -> "ElmoEmbedder":
+        """Load an `ElmoModel` and its tokenizer from a folder or Hub id (the weights of a head load too)."""
+        from .modeling_elmo import ElmoModel
+        from .tokenization_elmo import ElmoTokenizer
+
+        model = ElmoModel.from_pretrained(model_name_or_path)
+        tokenizer = ElmoTokenizer.from_pretrained(model_name_or_path)
+        return cls(model, tokenizer, device=device, dtype=dtype)
+
+    def embed_batch(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
+        if any(len(s) == 0 for s in sentences):
+            raise ValueError("embed_batch got an empty sentence; empty sentences are handled by the caller.")
+        encoded = self.tokenizer([list(s) for s in sentences], is_split_into_words=True, padding=True,
+                                 return_tensors="pt")
+        with torch.inference_mode():
+            out = self.model(input_ids=encoded["input_ids"].to(self.device),
+                             attention_mask=encoded["attention_mask"].to(self.device), output_hidden_states=True)
+            layers = torch.stack(tuple(out.hidden_states), dim=1).float().cpu().numpy()  # (B, L+1, T, 2P)
+        return [layers[i, :, : len(s)] for i, s in enumerate(sentences)]
+
+
+@dataclasses.dataclass
+class EmbedReport:
+    """What a run did. Counts of lines cover the whole input; ``embedded_lines`` only this process's new work."""
+
+    output_file: str
+    num_lines: int = 0
+    embedded_lines: int = 0
+    resumed_lines: int = 0
+    num_tokens: int = 0
+    blank_lines: int = 0
+    invalid_utf8_lines: int = 0
+    first_invalid_utf8_line: int | None = None
+    seconds: float = 0.0
+    merged: bool = False
+
+    @property
+    def sentences_per_second(self) -> float:
+        return self.embedded_lines / self.seconds if self.seconds > 0 else float("nan")
+
+
+# ---------------------------------------------------------------------------------------------------- input
+
+
+def count_lines(path: str | os.PathLike) -> int:
+    """Number of lines of a file (a last line without newline counts), read in binary blocks."""
+    count, last = 0, b"\n"
+    with open(path, "rb") as handle:
+        while block := handle.read(1 << 24):
+            count += block.count(b"\n")
+            last = block[-1:]
+    return count + (last != b"\n")
+
+
+def _file_fingerprint(path: Path) -> dict[str, Any]:
+    with open(path, "rb") as handle:
+        head = hashlib.sha256(handle.read(1 << 20)).hexdigest()
+    return {"input_size": path.stat().st_size, "input_head_sha256": head}
+
+
+def _decode(raw: bytes, index: int) -> tuple[str, bool]:
+    try:
+        text, bad = raw.decode("utf-8"), False
+    except UnicodeDecodeError:
+        text, bad = raw.decode("utf-8", errors="replace"), True
+    if index == 0 and text.startswith("\ufeff"):  # a UTF-8 byte-order mark is not part of the first sentence
+        text = text[1:]
+    return text.strip(), bad
+
+
+Line = tuple[int, str, bool]  # (line index, stripped text, had invalid UTF-8)
+
+
+def iter_chunks(path: Path, chunk_size: int, wanted: Callable[[int], bool]) -> Iterator[tuple[int, list[Line]]]:
+    """Stream ``(chunk_index, [(line_index, text, had_invalid_utf8), ...])`` for the chunks ``wanted`` accepts.
+
+    Lines of other chunks are read but not decoded; at most one chunk is held in memory.
+    """
+    with open(path, "rb") as handle:
+        chunk: list[Line] = []
+        chunk_index = 0
+        take = wanted(0)
+        for index, raw in enumerate(handle):
+            k = index // chunk_size
+            if k != chunk_index:
+                if take:
+                    yield chunk_index, chunk
+                chunk, chunk_index, take = [], k, wanted(k)
+            if take:
+                chunk.append((index, *_decode(raw, index)))
+        if take and chunk:
+            yield chunk_index, chunk
+
+
+def _check_sentence_keys(path: Path, tokenize: Callable[[str], list[str]]) -> None:
+    """Refuse inputs whose sentences cannot be HDF5 keys (``use_sentence_keys``): '/', blank, '.', duplicates."""
+    seen: dict[str, int] = {}
+    for _, lines in iter_chunks(path, DEFAULT_CHUNK_SIZE, lambda k: True):
+        for index, key, _ in lines:
+            if not tokenize(key):
+                raise ValueError(f"--use-sentence-keys: line {index} is blank and cannot be a key.")
+            if "/" in key or key in (".", SENTENCE_TO_INDEX):
+                raise ValueError(f"--use-sentence-keys: line {index} ({key[:80]!r}) cannot be an HDF5 key "
+                                 "(it contains '/' or is '.' or 'sentence_to_index'); use line-number keys.")
+            if key in seen:
+                raise ValueError(f"--use-sentence-keys: line {index} repeats the sentence of line {seen[key]} "
+                                 f"({key[:80]!r}); keys must be unique, use line-number keys.")
+            seen[key] = index
+
+
+# ---------------------------------------------------------------------------------------------------- batching
+
+
+def make_batches(lengths: Sequence[int], batch_size: int, max_batch_tokens: int | None = None) -> list[list[int]]:
+    """Positions of non-empty sentences grouped into batches, longest first.
+
+    A batch holds at most ``batch_size`` sentences and, if ``max_batch_tokens`` is given, at most that many padded
+    tokens (a single longer sentence still gets a batch of its own).
+    """
+    order = sorted((i for i, n in enumerate(lengths) if n > 0), key=lambda i: -lengths[i])
+    batches: list[list[int]] = []
+    for i in order:
+        if batches:
+            batch = batches[-1]
+            fits_tokens = max_batch_tokens is None or (len(batch) + 1) * lengths[batch[0]] <= max_batch_tokens
+            if len(batch) < batch_size and fits_tokens:
+                batch.append(i)
+                continue
+        batches.append([i])
+    return batches
+
+
+def _select_layers(layers: np.ndarray, mode: str) -> np.ndarray:
+    if mode == "all":
+        return layers
+    if mode == "top":
+        return layers[-1]
+    return layers.mean(axis=0)
+
+
+# ---------------------------------------------------------------------------------------------------- files
+
+
+def _partial_dir(output: Path) -> Path:
+    return output.with_name(output.name + ".partial")
+
+
+def _chunk_path(partial: Path, chunk_index: int) -> Path:
+    return partial / f"chunk-{chunk_index:08d}.h5"
+
+
+def write_chunk(path: Path, lines: list[Line], embedder: Embedder, *, mode: str,
+                tokenize: Callable[[str], list[str]], batch_size: int, max_batch_tokens: int | None,
+                use_sentence_keys: bool, forget_sentences: bool, progress: Any = None) -> int:
+    """Embed one chunk of lines into the HDF5 file ``path`` (atomically); return its number of tokens."""
+    tokens = [tokenize(text) for _, text, _ in lines]
+    keys = [text if use_sentence_keys else str(index) for index, text, _ in lines]
+    empty_shape = (embedder.num_layers, 0, embedder.output_size) if mode == "all" else (0, embedder.output_size)
+    tmp = path.with_name(path.name + ".tmp")
+    with h5py.File(tmp, "w") as h5:
+        for j, t in enumerate(tokens):
+            if not t:
+                h5.create_dataset(keys[j], data=np.zeros(empty_shape, dtype=np.float32))
+        if progress is not None:
+            progress.update(sum(1 for t in tokens if not t))
+        for batch in make_batches([len(t) for t in tokens], batch_size, max_batch_tokens):
+            outputs = embedder.embed_batch([tokens[j] for j in batch])
+            for j, layers in zip(batch, outputs):
+                expected = (embedder.num_layers, len(tokens[j]), embedder.output_size)
+                if layers.shape != expected:
+                    raise RuntimeError(f"embedder returned shape {layers.shape} for line {lines[j][0]}, "
+                                       f"expected {expected}.")
+                h5.create_dataset(keys[j], data=_select_layers(layers, mode).astype(np.float32, copy=False))
+            if progress is not None:
+                progress.update(len(batch))
+        if not forget_sentences and not use_sentence_keys:
+            mapping = {text: key for (_, text, _), key in zip(lines, keys)}  # later lines win, as in AllenNLP
+            h5.create_dataset(SENTENCE_TO_INDEX, data=[json.dumps(mapping)], dtype=h5py.string_dtype())
+        invalid = [index for index, _, bad in lines if bad]
+        h5.attrs["num_lines"] = len(lines)
+        h5.attrs["blank_lines"] = sum(1 for t in tokens if not t)
+        h5.attrs["invalid_utf8_lines"] = len(invalid)
+        h5.attrs["first_invalid_utf8_line"] = invalid[0] if invalid else -1
+        h5.attrs["num_tokens"] = sum(len(t) for t in tokens)
+        num_tokens = int(h5.attrs["num_tokens"])
+    os.replace(tmp, path)
+    return num_tokens
+
+
+def merge_chunks(partial: Path, output: Path, num_chunks: int, *, settings: dict[str, Any],
+                 report: EmbedReport) -> None:
+    """Copy the chunk files, in line order, into one HDF5 file written atomically at ``output``."""
+    tmp = output.with_name(output.name + ".merging")
+    mapping: dict[str, str] = {}
+    write_mapping = not settings["forget_sentences"] and not settings["use_sentence_keys"]
+    first_invalid = None
+    with h5py.File(tmp, "w") as dst:
+        for k in range(num_chunks):
+            with h5py.File(_chunk_path(partial, k), "r") as src:
+                for key in src:
+                    if key == SENTENCE_TO_INDEX:
+                        continue
+                    if key in dst:
+                        raise ValueError(f"key {key!r} occurs twice in the input.")
+                    src.copy(src[key], dst, name=key)
+                if write_mapping:
+                    mapping.update(json.loads(src[SENTENCE_TO_INDEX][0]))
+                report.blank_lines += int(src.attrs["blank_lines"])
+                report.invalid_utf8_lines += int(src.attrs["invalid_utf8_lines"])
+                if first_invalid is None and int(src.attrs["first_invalid_utf8_line"]) >= 0:
+                    first_invalid = int(src.attrs["first_invalid_utf8_line"])
+        if write_mapping:
+            dst.create_dataset(SENTENCE_TO_INDEX, data=[json.dumps(mapping)], dtype=h5py.string_dtype())
+        dst.attrs["layers"] = settings["mode"]
+        dst.attrs["model"] = settings["model"]
+        dst.attrs["num_lines"] = report.num_lines
+    report.first_invalid_utf8_line = first_invalid
+    os.replace(tmp, output)
+
+
+# ---------------------------------------------------------------------------------------------------- driver
+
+
+class _Processes:
+    """Rank, world size and barrier; single-process unless running under `accelerate launch`/torchrun."""
+
+    def __init__(self) -> None:
+        self.state = None
+        launched = int(os.environ.get("WORLD_SIZE", "1"))
+        if launched > 1:
+            from accelerate import PartialState
+            from accelerate.utils import parse_flag_from_env
+
+            # PartialState (unlike Accelerator) does not read ACCELERATE_USE_CPU itself.
+            self.state = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))
+            if self.state.num_processes != launched:  # e.g. `--multi_gpu` on a machine without GPUs
+                raise SystemExit(f"elmo embed: launched as {launched} processes but accelerate set up "
+                                 f"{self.state.num_processes} ({self.state.distributed_type}); on CPUs set "
+                                 "ACCELERATE_USE_CPU=1.")
+        self.index = self.state.process_index if self.state else 0
+        self.count = self.state.num_processes if self.state else 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.index == 0
+
+    @property
+    def device(self) -> torch.device | None:
+        return self.state.device if self.state else None
+
+    def wait(self) -> None:
+        if self.state is not None:
+            self.state.wait_for_everyone()
+
+
+def embed_file(input_file: str | os.PathLike, output_file: str | os.PathLike,
+               embedder: Embedder | Callable[[], Embedder], *, mode: str, model_name: str = "",
+               batch_size: int = DEFAULT_BATCH_SIZE, chunk_size: int = DEFAULT_CHUNK_SIZE,
+               max_batch_tokens: int | None = None,
+               tokenize: Callable[[str], list[str]] = str.split, raw_text: bool = False,
+               forget_sentences: bool = False, use_sentence_keys: bool = False, overwrite: bool = False,
+               resume: bool = False, show_progress: bool = True, processes: _Processes | None = None) -> EmbedReport:
+    """Embed every line of ``input_file`` into the HDF5 file ``output_file`` (see the module docstring).
+
+    Args:
+        embedder: an `Embedder` (e.g. `ElmoEmbedder`), or a function building one (called once the arguments have
+            been checked, so bad arguments fail before a model is loaded).
+        mode: ``"all"``, ``"top"`` or ``"average"``.
+        model_name: recorded in the output's attributes and checked on resume.
+        tokenize: splits a line into words (``str.split`` for pre-tokenised text).
+        raw_text: only recorded (it must match on resume); pass the matching ``tokenize``.
+        chunk_size: lines per chunk: the sorting buffer and the unit of resumable work.
+        max_batch_tokens: also cap a batch's padded token count (bounds memory on very long lines).
+        overwrite: replace an existing output (and discard an interrupted run's ``OUTPUT.partial``).
+        resume: continue an interrupted run from ``OUTPUT.partial`` (starts afresh if there is none).
+
+    Returns:
+        an `EmbedReport`. Counts over the whole input are filled in on the process that merged.
+    """
+    if mode not in LAYER_MODES:
+        raise ValueError(f"mode must be one of {LAYER_MODES}, got {mode!r}.")
+    processes = processes or _Processes()
+    for name, value in (("batch_size", batch_size), ("chunk_size", chunk_size)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+    if max_batch_tokens is not None and (not isinstance(max_batch_tokens, int) or max_batch_tokens < 1):
+        raise ValueError(f"max_batch_tokens must be a positive integer or None, got {max_batch_tokens!r}.")
+    if overwrite and resume:
+        raise ValueError("overwrite and resume exclude each other.")
+    input_path, output = Path(input_file), Path(output_file)
+    if not input_path.is_file():
+        raise ValueError(f"input file {str(input_path)!r} does not exist.")
+    if not output.parent.is_dir():
+        raise ValueError(f"output folder {str(output.parent)!r} does not exist.")
+    if output.is_dir():
+        raise ValueError(f"output path {str(output)!r} is a folder.")
+    partial = _partial_dir(output)
+    if output.exists() and not overwrite:
+        raise ValueError(f"output file {str(output)!r} already exists; pass --overwrite to replace it.")
+    if partial.exists() and not (overwrite or resume):
+        raise ValueError(f"{str(partial)!r} holds an interrupted run; pass --resume to continue it or --overwrite "
+                         "to start again.")
+    if use_sentence_keys:
+        _check_sentence_keys(input_path, tokenize)
+
+    if callable(embedder) and not hasattr(embedder, "embed_batch"):
+        embedder = embedder()
+    settings = {**_file_fingerprint(input_path), "mode": mode, "model": model_name, "chunk_size": chunk_size,
+                "raw_text": raw_text, "forget_sentences": forget_sentences, "use_sentence_keys": use_sentence_keys,
+                "num_layers": embedder.num_layers, "output_size": embedder.output_size}
+    num_lines = count_lines(input_path)
+    num_chunks = math.ceil(num_lines / chunk_size)
+    report = EmbedReport(output_file=str(output), num_lines=num_lines)
+
+    processes.wait()  # every process has checked the paths before the main one creates or removes anything
+    if processes.is_main:
+        _prepare_partial(partial, settings, resume=resume)
+    processes.wait()
+    if resume:  # every process checks the recorded settings itself
+        _check_resumable(partial, settings)
+
+    mine = [k for k in range(num_chunks) if k % processes.count == processes.index]
+    done = {k for k in mine if _chunk_path(partial, k).exists()}
+    lines_of = lambda k: min(chunk_size, num_lines - k * chunk_size)  # noqa: E731
+    report.resumed_lines = sum(lines_of(k) for k in done)
+    todo = set(mine) - done
+    if num_lines == 0:
+        logger.warning("input file %s is empty; the output holds no sentences.", input_path)
+    start = time.perf_counter()
+    with tqdm(total=sum(lines_of(k) for k in mine), initial=report.resumed_lines, unit="sent", dynamic_ncols=True,
+              disable=not (show_progress and processes.is_main), desc="elmo embed") as progress:
+        for k, lines in iter_chunks(input_path, chunk_size, lambda k: k in todo):
+            report.num_tokens += write_chunk(_chunk_path(partial, k), lines, embedder, mode=mode, tokenize=tokenize,
+                                             batch_size=batch_size, max_batch_tokens=max_batch_tokens,
+                                             use_sentence_keys=use_sentence_keys,
+                                             forget_sentences=forget_sentences, progress=progress)
+            report.embedded_lines += len(lines)
+    report.seconds = time.perf_counter() - start
+    processes.wait()
+    if processes.is_main:
+        missing = [k for k in range(num_chunks) if not _chunk_path(partial, k).exists()]
+        if missing:
+            raise RuntimeError(f"chunks {missing[:10]} of {partial} are missing after embedding.")
+        merge_chunks(partial, output, num_chunks, settings=settings, report=report)
+        shutil.rmtree(partial)
+        report.merged = True
+        if report.invalid_utf8_lines:
+            logger.warning("%d line(s) of %s held invalid UTF-8 (replaced by U+FFFD), the first is line %d.",
+                           report.invalid_utf8_lines, input_path, report.first_invalid_utf8_line)
+    return report
+
+
+def _prepare_partial(partial: Path, settings: dict[str, Any], *, resume: bool) -> None:
+    if partial.exists() and not resume:  # overwrite: discard the interrupted run
+        shutil.rmtree(partial)
+    if partial.exists():
+        _check_resumable(partial, settings)
+        for stale in partial.glob("*.tmp"):  # a chunk that was being written when the run was killed
+            stale.unlink()
+        return
+    partial.mkdir()
+    tmp = partial / (RUN_FILE + ".tmp")
+    tmp.write_text(json.dumps(settings, indent=2))
+    os.replace(tmp, partial / RUN_FILE)
+
+
+def _check_resumable(partial: Path, settings: dict[str, Any]) -> None:
+    run_file = partial / RUN_FILE
+    if not run_file.is_file():
+        raise ValueError(f"{str(partial)!r} has no {RUN_FILE}; it is not an interrupted `elmo embed` run. "
+                         "Pass --overwrite to start again.")
+    recorded = json.loads(run_file.read_text())
+    changed = [k for k in RESUME_KEYS if recorded.get(k) != settings[k]]
+    if changed:
+        detail = ", ".join(f"{k}: {recorded.get(k)!r} -> {settings[k]!r}" for k in changed)
+        raise ValueError(f"cannot resume {str(partial)!r}: settings differ from the interrupted run ({detail}). "
+                         "Pass --overwrite to start again.")
+
+
+# ---------------------------------------------------------------------------------------------------- CLI
+
+
+def build_parser(prog: str = "elmo embed") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Write ELMo layer activations for every line of a text file to an HDF5 file (the layout of "
+                    "the old `allennlp elmo` command). Run under `accelerate launch` to use several GPUs/nodes.")
+    parser.add_argument("input_file", help="text file, one sentence per line (whitespace-tokenised unless --raw-text)")
+    parser.add_argument("output_file", help="HDF5 file to write")
+    parser.add_argument("--model", required=True, help="folder or Hub id of an ELMo model (ElmoModel or a head)")
+    layers = parser.add_mutually_exclusive_group(required=True)
+    layers.add_argument("--all", dest="mode", action="store_const", const="all",
+                        help="write all L+1 layers: (L+1, tokens, 2P) per sentence")
+    layers.add_argument("--top", dest="mode", action="store_const", const="top",
+                        help="write the top layer: (tokens, 2P)")
+    layers.add_argument("--average", dest="mode", action="store_const", const="average",
+                        help="write the mean of the L+1 layers: (tokens, 2P)")
+    parser.add_argument("--raw-text", action="store_true",
+                        help="split lines with the tokenizer's pre-tokenizer instead of on whitespace")
+    parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="sentences per forward pass")
+    parser.add_argument("--max-batch-tokens", type=int, default=None,
+                        help="also cap the padded tokens per batch (bounds memory with very long lines)")
+    parser.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE,
+                        help="lines sorted by length together; also the unit of work that --resume keeps")
+    parser.add_argument("--device", default=None,
+                        help="e.g. cpu, cuda, cuda:1 (default: cuda if available; under accelerate: its device)")
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32",
+                        help="compute dtype (bfloat16/float16 need a GPU); the file is always float32")
+    parser.add_argument("--forget-sentences", action="store_true", help="do not write the sentence_to_index dataset")
+    parser.add_argument("--use-sentence-keys", action="store_true",
+                        help="key each dataset by its sentence instead of its line number (refuses '/' and repeats)")
+    run = parser.add_mutually_exclusive_group()
+    run.add_argument("--overwrite", action="store_true", help="replace an existing output or interrupted run")
+    run.add_argument("--resume", action="store_true", help="continue the interrupted run in OUTPUT.partial")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    processes = _Processes()
+    device = processes.device or torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if processes.count > 1 and args.device is not None:
+        logger.warning("--device %s ignored: accelerate assigns %s to this process.", args.device, device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit(f"elmo embed: --device {args.device} asked for a GPU, but torch sees none.")
+    dtype = DTYPES[args.dtype]
+    if dtype != torch.float32 and device.type == "cpu":
+        raise SystemExit(f"elmo embed: --dtype {args.dtype} needs a GPU; the device is {device}.")
+
+    holder: dict[str, ElmoEmbedder] = {}
+
+    def load() -> ElmoEmbedder:
+        try:
+            holder["e"] = ElmoEmbedder.from_pretrained(args.model, device=device, dtype=dtype)
+        except (OSError, ValueError) as err:
+            raise SystemExit(f"elmo embed: cannot load model {args.model!r}: {err}") from err
+        return holder["e"]
+
+    tokenize: Callable[[str], list[str]] = str.split
+    if args.raw_text:
+        from .tokenization_elmo import ElmoTokenizer
+
+        try:
+            splitter = ElmoTokenizer.from_pretrained(args.model)
+        except (OSError, ValueError) as err:
+            raise SystemExit(f"elmo embed: cannot load the tokenizer of {args.model!r}: {err}") from err
+        tokenize = splitter.split_words
+    try:
+        report = embed_file(args.input_file, args.output_file, load, mode=args.mode, model_name=args.model,
+                            batch_size=args.batch_size, chunk_size=args.chunk_size,
+                            max_batch_tokens=args.max_batch_tokens, tokenize=tokenize, raw_text=args.raw_text,
+                            forget_sentences=args.forget_sentences, use_sentence_keys=args.use_sentence_keys,
+                            overwrite=args.overwrite, resume=args.resume, show_progress=not args.no_progress,
+                            processes=processes)
+    except ValueError as err:
+        raise SystemExit(f"elmo embed: {err}") from err
+    if report.merged:
+        print(f"elmo embed: wrote {report.num_lines} sentences to {report.output_file} "
+              f"({report.embedded_lines} embedded now at {report.sentences_per_second:.1f} sentences/s on this "
+              f"process, {report.resumed_lines} resumed; {report.blank_lines} blank, "
+              f"{report.invalid_utf8_lines} with invalid UTF-8).", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,128 @@
+"""ElmoConfig: validation names the bad value, options.json round trips, presets have the published sizes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from modeling_elmo import ElmoConfig, ElmoModel
+
+from conftest import REPO_ROOT
+
+ORIGINAL_OPTIONS = {
+    "lstm": {"use_skip_connections": True, "projection_dim": 512, "cell_clip": 3, "proj_clip": 3, "dim": 4096, "n_layers": 2},
+    "char_cnn": {
+        "activation": "relu",
+        "filters": [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]],
+        "n_highway": 2,
+        "embedding": {"dim": 16},
+        "n_characters": 262,
+        "max_characters_per_token": 50,
+    },
+}
+
+
+def test_config_rejects_unknown_activation():
+    with pytest.raises(ValueError, match="char_cnn_activation.*'gelu'"):
+        ElmoConfig(char_cnn_activation="gelu")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"hidden_size": 0}, "hidden_size"),
+        ({"cell_size": 2.5}, "cell_size"),
+        ({"cell_clip": -1.0}, "cell_clip"),
+        ({"proj_clip": True}, "proj_clip"),
+        ({"char_cnn_filters": [[1, 4], [0, 8]]}, r"\[0, 8\]"),
+        ({"char_cnn_filters": []}, "char_cnn_filters"),
+        ({"char_cnn_filters": [[60, 4]]}, "width 60"),
+        ({"hidden_dropout_prob": 1.5}, "hidden_dropout_prob"),
+        ({"lstm_implementation": "torch"}, "cannot clip"),
+        ({"lstm_implementation": "cudnn"}, "lstm_implementation"),
+        ({"scalar_mix_parameters": [1.0, 2.0]}, "scalar_mix_parameters"),
+        ({"num_characters": 261}, "num_characters"),
+        ({"classifier_pooling": "cls"}, "classifier_pooling"),
+        ({"vocab_size": 2}, "vocab_size"),
+        ({"lm_softmax": "sampled", "vocab_size": 100, "num_negative_samples": 100}, "num_negative_samples"),
+        ({"stateful": "yes"}, "stateful"),
+    ],
+)
+def test_config_rejects_bad_values_and_names_them(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        ElmoConfig(**kwargs)
+
+
+def test_options_json_round_trip_keeps_every_value():
+    config = ElmoConfig.from_options(ORIGINAL_OPTIONS)
+    assert (config.hidden_size, config.cell_size, config.num_highway_layers, config.cell_clip) == (512, 4096, 2, 3)
+    options = config.to_options()
+    assert options["lstm"] == {**ORIGINAL_OPTIONS["lstm"]}
+    assert options["char_cnn"] == ORIGINAL_OPTIONS["char_cnn"]
+    assert ElmoConfig.from_options(options).to_dict() == config.to_dict()
+
+
+def test_options_without_clips_or_highways_or_skips_are_supported():
+    options = json.loads(json.dumps(ORIGINAL_OPTIONS))
+    for key in ("cell_clip", "proj_clip"):
+        del options["lstm"][key]
+    options["lstm"]["use_skip_connections"] = False
+    del options["char_cnn"]["n_highway"]
+    config = ElmoConfig.from_options(options)
+    assert config.cell_clip is None and config.num_highway_layers == 0 and not config.use_skip_connections
+    assert "cell_clip" not in config.to_options()["lstm"]
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda o: o["lstm"].update(peephole=True), "unknown keys in lstm: \\['peephole'\\]"),
+        (lambda o: o["lstm"].pop("dim"), "lstm.dim"),
+        (lambda o: o.pop("char_cnn"), "word-input"),
+        (lambda o: o["char_cnn"].update(n_characters=300), "n_characters"),
+        (lambda o: o.update(mystery=1), "mystery"),
+    ],
+)
+def test_from_options_names_unknown_and_missing_keys(mutate, message):
+    options = json.loads(json.dumps(ORIGINAL_OPTIONS))
+    mutate(options)
+    with pytest.raises(ValueError, match=message):
+        ElmoConfig.from_options(options)
+
+
+def test_training_options_with_261_characters_become_inference_configs():
+    options = json.loads(json.dumps(ORIGINAL_OPTIONS))
+    options["char_cnn"]["n_characters"] = 261
+    options.update(n_tokens_vocab=793471, dropout=0.1, batch_size=128, unroll_steps=20)
+    config = ElmoConfig.from_options(options)
+    assert config.num_characters == 262 and config.vocab_size == 793471
+
+
+@pytest.mark.parametrize(
+    ("preset", "reference_count"),
+    [("elmo-small", 13_593_296), ("elmo-medium", 28_027_728), ("elmo-original", 93_600_848)],
+)
+def test_released_shapes_match_the_reference_parameter_counts(preset, reference_count):
+    config = ElmoConfig.from_json_file(str(REPO_ROOT / "configuration" / f"{preset}.json"))
+    with torch.device("meta"):
+        model = ElmoModel(config)
+    ours = sum(p.numel() for p in model.parameters())
+    # the reference counts a 261-row character table; ours has the padding row 0 too (16 more values)
+    assert ours - config.char_embedding_dim == reference_count
+
+
+def test_27m_preset_has_about_27_million_parameters_with_its_softmax():
+    config = ElmoConfig.from_json_file(str(REPO_ROOT / "configuration" / "elmo-27m.json"))
+    with torch.device("meta"):
+        model = ElmoModel(config)
+    total = sum(p.numel() for p in model.parameters()) + config.vocab_size * (config.hidden_size + 1)
+    assert 26_000_000 < total < 28_500_000
+
+
+def test_every_preset_builds_and_round_trips_through_save_pretrained(tmp_path):
+    for path in sorted((REPO_ROOT / "configuration").glob("elmo-*.json")):
+        config = ElmoConfig.from_json_file(str(path))
+        config.save_pretrained(tmp_path / path.stem)
+        assert ElmoConfig.from_pretrained(tmp_path / path.stem).to_dict() == config.to_dict()

@@ -1,0 +1,457 @@
+"""Conversion of original ELMo releases, proven against the independent numpy forward in numpy_reference.py.
+
+Random tiny releases are written in the original HDF5 layout, converted with ``modeling_elmo.convert`` and
+compared layer by layer with a float64 numpy implementation of the TensorFlow computation (tolerance 1e-5).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # numpy_reference, however pytest imports this file
+import numpy_reference as ref  # noqa: E402
+from modeling_elmo.convert import (  # noqa: E402
+    convert,
+    convert_config,
+    convert_state_dict,
+    main,
+    read_options,
+    validate_converted_model,
+)
+from modeling_elmo.tokenization_elmo import ElmoTokenizer  # noqa: E402
+
+ATOL = 1e-5
+SENTENCES = [
+    ["The", "cat", "sat", "on", "the", "mat", "."],
+    ["Hello", "world"],
+    ["Naïve", "café", "—", "東京", "ünïcödé", chr(256) + "t", "!"],
+    ["a"],
+    ["Second", "sentence", ",", "slightly", "longer", ",", "with", "many", "short", "words", "in", "it", "."],
+    ["x" * 47 + "é", "Supercalifragilisticexpialidocious-and-even-longer-than-that", "<S>", "</S>"],
+]
+LONG_CUT = "x" * 47 + "é"  # 49 bytes: the 48-byte cut splits the two-byte é
+
+
+def _expected(options, weights, sentences):
+    """Per-sentence numpy reference (L+1, T, 2P) without boundaries."""
+    out = []
+    for sentence in sentences:
+        ids = ref.batch_to_char_ids([sentence])
+        layers, _ = ref.numpy_elmo_forward(options, weights, ids)
+        out.append(ref.strip_boundaries(layers, ids)[0][:, 0])
+    return out
+
+
+def _run_model(model, tokenizer, sentences, **pad):
+    batch = tokenizer(sentences, is_split_into_words=True, return_tensors="pt", **(pad or {"padding": True}))
+    with torch.no_grad():
+        output = model(batch["input_ids"], attention_mask=batch["attention_mask"], output_hidden_states=True)
+    return torch.stack(output.hidden_states).double().numpy(), batch["attention_mask"].numpy(), output
+
+
+def _layer_diffs(got, expected_rows, sentences):
+    """Max abs difference per layer between the model's (L+1, B, T, 2P) and the references; padding must be 0."""
+    diffs = np.zeros(got.shape[0])
+    for b, (sentence, expected) in enumerate(zip(sentences, expected_rows)):
+        n = len(sentence)
+        diffs = np.maximum(diffs, np.abs(got[:, b, :n] - expected).max(axis=(1, 2)))
+        if got.shape[2] > n:
+            diffs = np.maximum(diffs, np.abs(got[:, b, n:]).max(axis=(1, 2)))
+    return diffs
+
+
+def _assert_matches(got, expected_rows, sentences, what=""):
+    diffs = _layer_diffs(got, expected_rows, sentences)
+    assert diffs.max() <= ATOL, f"{what}: max abs difference per layer {diffs.tolist()} exceeds {ATOL}"
+
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("release")
+    options = ref.tiny_options()
+    options_path, weights_path = ref.write_original_files(folder, options, seed=0)
+    return options, options_path, weights_path
+
+
+@pytest.fixture(scope="module")
+def converted(release, tmp_path_factory):
+    _, options_path, weights_path = release
+    out = tmp_path_factory.mktemp("converted") / "elmo-tiny"
+    assert main(["--options", options_path, "--weights", weights_path, "--output", str(out)]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def model(converted):
+    from modeling_elmo.modeling_elmo import ElmoModel
+
+    return ElmoModel.from_pretrained(converted).eval()
+
+
+@pytest.fixture(scope="module")
+def expected(release):
+    options, _, weights_path = release
+    return _expected(options, weights_path, SENTENCES)
+
+
+# ------------------------------------------------------------------------------------------ character ids
+def test_reference_char_ids_equal_the_published_literal_lists():
+    assert ref.encode_word("Second") == [259, 84, 102, 100, 112, 111, 101, 260] + [261] * 42
+    assert ref.encode_word(".") == [259, 47, 260] + [261] * 47
+    assert ref.encode_word(chr(256) + "t") == [259, 197, 129, 117, 260] + [261] * 45
+    assert ref.encode_word("<S>") == [259, 257, 260] + [261] * 47
+    assert ref.encode_word("</S>") == [259, 258, 260] + [261] * 47
+    assert ref.encode_word(LONG_CUT) == [259] + [121] * 47 + [0xC3 + 1, 260]
+    ids = ref.batch_to_char_ids([["a"], ["b", "c"]])
+    assert ids.shape == (2, 4, 50) and (ids[0, 3] == 0).all() and ids[0, 2, 1] == 258
+
+
+def test_tokenizer_char_ids_equal_the_numpy_reference():
+    tokenizer = ElmoTokenizer()
+    batch = tokenizer(SENTENCES, is_split_into_words=True, padding=True, return_tensors="np")
+    expected = ref.batch_to_char_ids(SENTENCES, add_boundaries=False)
+    np.testing.assert_array_equal(batch["input_ids"], expected)
+    np.testing.assert_array_equal(batch["attention_mask"], (expected > 0).any(-1).astype(int))
+
+
+def test_random_release_weights_make_both_clips_trigger(release):
+    options, _, weights_path = release
+    stats = {}
+    ref.numpy_elmo_forward(options, weights_path, ref.batch_to_char_ids(SENTENCES), stats=stats)
+    assert stats["cell_clipped"] > 0 and stats["proj_clipped"] > 0, stats
+
+
+# ------------------------------------------------------------------------------------------ state dict
+def test_lstm_weights_are_split_transposed_reordered_and_get_the_forget_bias(release):
+    options, _, weights_path = release
+    config = convert_config(options)
+    H, P = config.cell_size, config.hidden_size
+    sd = convert_state_dict(weights_path, config)
+    with h5py.File(weights_path, "r") as h5:
+        cell = h5["RNN_1/RNN/MultiRNNCell/Cell1/LSTMCell"]
+        W, B, WP = cell["W_0"][()], cell["B"][()], cell["W_P_0"][()]
+        table = h5["char_embed"][()]
+        carry = h5["CNN_high_0/W_carry"][()]
+        kernel = h5["CNN/W_cnn_2"][()]
+    layer = {k: v.numpy() for k, v in sd.items() if k.startswith("encoder.backward_layers.1.")}
+    tf_block = {name: slice(k * H, (k + 1) * H) for k, name in enumerate("ijfo")}
+    for k, name in enumerate("ifjo"):  # PyTorch order i, f, g=j, o
+        rows = slice(k * H, (k + 1) * H)
+        np.testing.assert_array_equal(layer["encoder.backward_layers.1.weight_ih"][rows], W[:P, tf_block[name]].T)
+        np.testing.assert_array_equal(layer["encoder.backward_layers.1.weight_hh"][rows], W[P:, tf_block[name]].T)
+        shift = 1.0 if name == "f" else 0.0
+        np.testing.assert_allclose(layer["encoder.backward_layers.1.bias"][rows], B[tf_block[name]] + shift, rtol=0, atol=1e-7)
+    np.testing.assert_array_equal(layer["encoder.backward_layers.1.weight_hr"], WP.T)
+    np.testing.assert_array_equal(sd["char_encoder.char_embeddings.weight"][0].numpy(), 0)
+    np.testing.assert_array_equal(sd["char_encoder.char_embeddings.weight"][1:].numpy(), table)
+    np.testing.assert_array_equal(sd["char_encoder.highways.0.gate.weight"].numpy(), carry.T)
+    np.testing.assert_array_equal(sd["char_encoder.convolutions.2.weight"].numpy(), kernel[0].transpose(2, 1, 0))
+
+
+# ------------------------------------------------------------------------------------------ parity
+BATCHINGS = {
+    "one_batch": [list(range(len(SENTENCES)))],
+    "one_sentence_per_batch": [[i] for i in range(len(SENTENCES))],
+    "reversed_order_in_pairs": [[5, 4], [3, 2], [1, 0]],
+    "shuffled_triples": [[2, 0, 4], [5, 1, 3]],
+}
+
+
+@pytest.mark.parametrize("batching", list(BATCHINGS))
+def test_converted_model_matches_numpy_reference_on_every_layer(model, expected, batching):
+    tokenizer = ElmoTokenizer()
+    for rows in BATCHINGS[batching]:
+        sentences = [SENTENCES[i] for i in rows]
+        got, mask, _ = _run_model(model, tokenizer, sentences)
+        np.testing.assert_array_equal(mask.sum(1), [len(s) for s in sentences])
+        _assert_matches(got, [expected[i] for i in rows], sentences, f"{batching} rows {rows}")
+
+
+def test_extra_padding_does_not_change_the_outputs(model, expected):
+    tokenizer = ElmoTokenizer()
+    longest = max(len(s) for s in SENTENCES)
+    got, _, _ = _run_model(model, tokenizer, SENTENCES, padding="max_length", max_length=longest + 5)
+    assert got.shape[2] == longest + 5
+    _assert_matches(got, expected, SENTENCES, "padded to max_length + 5")
+
+
+def test_left_padding_gives_the_reference_outputs_at_the_token_positions(model, expected):
+    got, mask, _ = _run_model(model, ElmoTokenizer(), SENTENCES, padding=True, padding_side="left")
+    width = got.shape[2]
+    for b, sentence in enumerate(SENTENCES):
+        assert mask[b, : width - len(sentence)].sum() == 0, "padding must be on the left"
+    # move each row's tokens to the front, then compare exactly as for right padding
+    aligned = np.zeros_like(got)
+    for b, sentence in enumerate(SENTENCES):
+        aligned[:, b, : len(sentence)] = got[:, b, width - len(sentence) :]
+        assert np.abs(got[:, b, : width - len(sentence)]).max(initial=0.0) == 0.0
+    _assert_matches(aligned, expected, SENTENCES, "left padding")
+
+
+def test_input_with_boundaries_matches_reference_at_every_position(model, release):
+    options, _, weights_path = release
+    ids = ref.batch_to_char_ids(SENTENCES)  # <S> ... </S> already in place, as in fixed-window LM training
+    reference, _ = ref.numpy_elmo_forward(options, weights_path, ids)
+    with torch.no_grad():
+        output = model(torch.from_numpy(ids), add_sentence_boundaries=False, output_hidden_states=True)
+    got = torch.stack(output.hidden_states).double().numpy()
+    assert got.shape == (len(reference),) + ids.shape[:2] + (2 * options["lstm"]["projection_dim"],)
+    diffs = np.abs(got - np.stack(reference)).max(axis=(1, 2, 3))
+    assert diffs.max() <= ATOL, f"max abs difference per layer {diffs.tolist()} (boundary positions included)"
+
+
+def test_converted_folder_loads_with_automodel_in_a_fresh_process(converted, expected, tmp_path):
+    script = textwrap.dedent(
+        """
+        import json, sys, numpy as np, torch
+        from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoModelForTokenClassification, AutoTokenizer
+        folder, sentences = sys.argv[1], json.loads(sys.argv[2])
+        model = AutoModel.from_pretrained(folder, trust_remote_code=True).eval()
+        tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+        batch = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
+        with torch.no_grad():
+            out = model(batch["input_ids"], attention_mask=batch["attention_mask"], output_hidden_states=True)
+        np.save("layers.npy", torch.stack(out.hidden_states).double().numpy())
+        heads = [type(AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True, num_labels=3)).__name__,
+                 type(AutoModelForTokenClassification.from_pretrained(folder, trust_remote_code=True, num_labels=5)).__name__]
+        json.dump({"model_module": type(model).__module__, "tokenizer": type(tokenizer).__name__, "heads": heads}, open("info.json", "w"))
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(HF_MODULES_CACHE=str(tmp_path / "modules"), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(converted), json.dumps(SENTENCES)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    info = json.loads((tmp_path / "info.json").read_text())
+    assert info["model_module"].startswith("transformers_modules."), info  # the folder's code, not this checkout
+    assert info["tokenizer"] == "ElmoTokenizer"
+    assert info["heads"] == ["ElmoForSequenceClassification", "ElmoForTokenClassification"]
+    _assert_matches(np.load(tmp_path / "layers.npy"), expected, SENTENCES, "AutoModel in a fresh process")
+
+
+STATEFUL_BATCHES = [[0, 1, 2], [3, 4, 5], [1, 0, 2], [2, 2, 5]]
+
+
+def test_stateful_model_matches_reference_replaying_the_batch_sequence(model, release, expected):
+    options, _, weights_path = release
+    tokenizer = ElmoTokenizer()
+    replay = ref.StatefulNumpyElmo(options, weights_path)
+    model.config.stateful = True
+    model.reset_states()
+    try:
+        for step, rows in enumerate(STATEFUL_BATCHES):
+            sentences = [SENTENCES[i] for i in rows]
+            ids = ref.batch_to_char_ids(sentences)
+            reference, _ = ref.strip_boundaries(replay(ids), ids)
+            got, _, _ = _run_model(model, tokenizer, sentences)
+            _assert_matches(got, [reference[:, b] [:, : len(s)] for b, s in enumerate(sentences)], sentences, f"stateful batch {step}")
+            stateless = _layer_diffs(got, [expected[i] for i in rows], sentences)
+            if step == 0:
+                assert stateless.max() <= ATOL, f"first stateful batch should equal stateless: {stateless.tolist()}"
+            else:
+                assert stateless[1:].min() > 1e-3, f"batch {step}: carried state changed nothing {stateless.tolist()}"
+        model.reset_states()
+        got, _, _ = _run_model(model, tokenizer, [SENTENCES[i] for i in STATEFUL_BATCHES[1]])
+        _assert_matches(got, [expected[i] for i in STATEFUL_BATCHES[1]], [SENTENCES[i] for i in STATEFUL_BATCHES[1]], "after reset_states")
+    finally:
+        model.config.stateful = False
+        model.reset_states()
+
+
+def test_stateful_model_keeps_unused_rows_and_grows_like_allennlp(model, release):
+    options, _, weights_path = release
+    tokenizer = ElmoTokenizer()
+    replay = ref.StatefulNumpyElmo(options, weights_path)
+    model.config.stateful = True
+    model.reset_states()
+    try:
+        for step, rows in enumerate([[0, 1, 2], [4], [5, 3, 1, 0], [2, 4]]):  # shrink, grow, shrink
+            sentences = [SENTENCES[i] for i in rows]
+            ids = ref.batch_to_char_ids(sentences)
+            reference, _ = ref.strip_boundaries(replay(ids), ids)
+            got, _, _ = _run_model(model, tokenizer, sentences)
+            _assert_matches(got, [reference[:, b][:, : len(s)] for b, s in enumerate(sentences)], sentences, f"batch {step} rows {rows}")
+    finally:
+        model.config.stateful = False
+        model.reset_states()
+
+
+VARIANTS = {
+    "no_skip_connections": dict(use_skip_connections=False),
+    "zero_highway_layers": dict(n_highway=0),
+    "no_clip_tanh_three_layers": dict(clip=None, activation="tanh", n_layers=3),
+    "one_layer_one_filter": dict(n_layers=1, filters=[[2, 6]], n_highway=1),
+}
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_variant_release_converts_and_matches_reference(variant, tmp_path):
+    from modeling_elmo.modeling_elmo import ElmoModel
+
+    options = ref.tiny_options(**VARIANTS[variant])
+    options_path, weights_path = ref.write_original_files(tmp_path / "release", options, seed=3)
+    out = convert(options_path, weights_path, tmp_path / "out")
+    model = ElmoModel.from_pretrained(out).eval()
+    sentences = SENTENCES[:4]
+    got, _, _ = _run_model(model, ElmoTokenizer(), sentences)
+    assert got.shape[0] == options["lstm"]["n_layers"] + 1
+    _assert_matches(got, _expected(options, weights_path, sentences), sentences, variant)
+
+
+def test_release_without_projection_group_uses_the_identity_when_cnn_width_equals_p(tmp_path):
+    from modeling_elmo.modeling_elmo import ElmoModel
+
+    options = ref.tiny_options(projection_dim=12, filters=[[1, 4], [3, 8]])  # F = 12 = P
+    options_path, weights_path = ref.write_original_files(tmp_path / "release", options, seed=4)
+    with h5py.File(weights_path, "a") as h5:
+        del h5["CNN_proj"]
+    out = convert(options_path, weights_path, tmp_path / "out")
+    model = ElmoModel.from_pretrained(out).eval()
+    got, _, _ = _run_model(model, ElmoTokenizer(), SENTENCES[:3])
+    _assert_matches(got, _expected(options, weights_path, SENTENCES[:3]), SENTENCES[:3], "no CNN_proj")
+
+
+# ------------------------------------------------------------------------------------------ output folder
+def test_output_folder_is_complete_and_names_the_sources(converted, release):
+    names = {p.name for p in converted.iterdir()}
+    assert {"config.json", "model.safetensors", "tokenizer_config.json", "README.md", "configuration_elmo.py",
+            "modeling_elmo.py", "tokenization_elmo.py"} <= names, names
+    config = json.loads((converted / "config.json").read_text())
+    assert {"AutoConfig", "AutoModel", "AutoModelForSequenceClassification", "AutoModelForTokenClassification"} <= set(config["auto_map"])
+    readme = (converted / "README.md").read_text()
+    assert "options.json" in readme and "weights.hdf5" in readme
+    assert not [p for p in converted.parent.iterdir() if p.name.startswith(".")], "staging folder left behind"
+
+
+def test_existing_output_folder_is_refused_without_overwrite(release, tmp_path):
+    _, options_path, weights_path = release
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("user data")
+    args = ["--options", options_path, "--weights", weights_path, "--output", str(out)]
+    with pytest.raises(SystemExit, match="not empty.*--overwrite"):
+        main(args)
+    assert (out / "keep.txt").read_text() == "user data"
+    assert main(args + ["--overwrite"]) == 0
+    assert (out / "model.safetensors").is_file() and not (out / "keep.txt").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_script_converts_from_the_command_line(release, tmp_path, monkeypatch):
+    import runpy
+
+    _, options_path, weights_path = release
+    script = Path(__file__).resolve().parents[1] / "scripts" / "convert_elmo_original_to_hf.py"
+    out = tmp_path / "cli-out"
+    monkeypatch.setattr(sys, "argv", [str(script), "--options", options_path, "--weights", weights_path, "--output", str(out)])
+    with pytest.raises(SystemExit) as exit_info:
+        runpy.run_path(str(script), run_name="__main__")
+    assert exit_info.value.code == 0
+    assert (out / "model.safetensors").is_file() and (out / "config.json").is_file()
+
+
+# ------------------------------------------------------------------------------------------ bad input
+def _copy_release(release, tmp_path):
+    options, options_path, weights_path = release
+    target = tmp_path / "weights.hdf5"
+    target.write_bytes(Path(weights_path).read_bytes())
+    return options, target
+
+
+def test_missing_dataset_is_named(release, tmp_path):
+    options, weights = _copy_release(release, tmp_path)
+    with h5py.File(weights, "a") as h5:
+        del h5["CNN_high_1/b_carry"]
+        del h5["RNN_0/RNN/MultiRNNCell/Cell1/LSTMCell/B"]
+    with pytest.raises(ValueError, match=r"missing datasets: \['CNN_high_1/b_carry', 'RNN_0/RNN/MultiRNNCell/Cell1/LSTMCell/B'\]"):
+        convert_state_dict(weights, convert_config(options))
+
+
+def test_unexpected_dataset_is_named(release, tmp_path):
+    options, weights = _copy_release(release, tmp_path)
+    with h5py.File(weights, "a") as h5:
+        h5.create_dataset("softmax/W", data=np.zeros((5, 8), np.float32))
+    with pytest.raises(ValueError, match=r"unexpected datasets: \['softmax/W'\]"):
+        convert_state_dict(weights, convert_config(options))
+
+
+def test_misshaped_dataset_is_named_with_both_shapes(release, tmp_path):
+    options, weights = _copy_release(release, tmp_path)
+    name = "RNN_1/RNN/MultiRNNCell/Cell0/LSTMCell/W_P_0"
+    with h5py.File(weights, "a") as h5:
+        del h5[name]
+        h5.create_dataset(name, data=np.zeros((24, 9), np.float32))
+    with pytest.raises(ValueError, match=rf"'{name}' has shape \(24, 9\), the options imply \(24, 8\)"):
+        convert_state_dict(weights, convert_config(options))
+
+
+def test_weights_of_another_size_than_the_options_are_rejected(release, tmp_path):
+    options, _, weights_path = release
+    bigger = json.loads(json.dumps(options))
+    bigger["lstm"]["dim"] = 32
+    with pytest.raises(ValueError, match=r"W_0' has shape \(16, 96\), the options imply \(16, 128\)"):
+        convert_state_dict(weights_path, convert_config(bigger))
+
+
+@pytest.mark.parametrize("damage", ["truncated", "not_hdf5"])
+def test_unreadable_weights_file_gives_a_clear_error(release, tmp_path, damage):
+    _, options_path, weights_path = release
+    data = Path(weights_path).read_bytes()
+    broken = tmp_path / "weights.hdf5"
+    broken.write_bytes(data[: len(data) // 2] if damage == "truncated" else b"not an hdf5 file at all" * 100)
+    with pytest.raises(ValueError, match="cannot be read as HDF5"):
+        convert(options_path, broken, tmp_path / "out")
+    with pytest.raises(SystemExit, match="weights.hdf5"):
+        main(["--options", options_path, "--weights", str(broken), "--output", str(tmp_path / "out")])
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda o: o["lstm"].__setitem__("dimm", 3), r"unknown keys in lstm: \['dimm'\]"),
+        (lambda o: o.__setitem__("extra_block", {}), r"unknown keys in top level: \['extra_block'\]"),
+        (lambda o: o["lstm"].pop("projection_dim"), "lstm.projection_dim"),
+        (lambda o: o["char_cnn"].pop("filters"), "char_cnn.filters"),
+    ],
+    ids=["unknown_lstm_key", "unknown_top_key", "missing_projection_dim", "missing_filters"],
+)
+def test_bad_options_are_rejected_naming_the_key(release, tmp_path, edit, message):
+    options = json.loads(json.dumps(release[0]))
+    edit(options)
+    path = tmp_path / "options.json"
+    path.write_text(json.dumps(options))
+    with pytest.raises(ValueError, match=message):
+        convert_config(read_options(path))
+
+
+def test_options_file_that_is_not_json_is_rejected(tmp_path):
+    path = tmp_path / "options.json"
+    path.write_text("{'lstm': ")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        read_options(path)
+
+
+def test_validation_catches_a_model_without_the_forget_bias(model, release):
+    import copy
+
+    options, _, weights_path = release
+    broken = copy.deepcopy(model)
+    H = broken.config.cell_size
+    with torch.no_grad():
+        broken.encoder.forward_layers[0].bias[H : 2 * H] -= 1.0  # PyTorch order: f is block 1
+    assert validate_converted_model(model, options, weights_path) <= ATOL
+    with pytest.raises(ValueError, match=r"max abs difference .* \(layer [12]\) exceeds"):
+        validate_converted_model(broken, options, weights_path)

@@ -1,0 +1,434 @@
+"""Tests of `modeling_elmo.embed` (the ``elmo embed`` command).
+
+The I/O machinery (streaming, length sorting, chunk files, merging, resuming) is tested with a cheap deterministic
+fake embedder; the model-backed tests compare the HDF5 file with `ElmoModel` called on one sentence at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+from modeling_elmo import embed as embed_mod
+from modeling_elmo.embed import count_lines, embed_file, make_batches
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class FakeEmbedder:
+    """Deterministic stand-in for a model: each vector depends on its word, position, layer and the sentence."""
+
+    def __init__(self, num_layers: int = 3, output_size: int = 4, fail_after_batches: int | None = None):
+        self.num_layers, self.output_size = num_layers, output_size
+        self.fail_after_batches = fail_after_batches
+        self.batches: list[list[list[str]]] = []
+
+    def one(self, words: list[str]) -> np.ndarray:
+        out = np.empty((self.num_layers, len(words), self.output_size), dtype=np.float32)
+        total = sum(map(len, words))
+        for t, w in enumerate(words):
+            code = sum(ord(c) for c in w) % 1000
+            for layer in range(self.num_layers):
+                out[layer, t] = code + 0.5 * t + 10.0 * layer + 0.01 * np.arange(self.output_size) + 1e-3 * total
+        return out
+
+    def embed_batch(self, sentences):
+        if self.fail_after_batches is not None and len(self.batches) >= self.fail_after_batches:
+            raise KeyboardInterrupt("simulated kill")
+        self.batches.append([list(s) for s in sentences])
+        return [self.one(list(s)) for s in sentences]
+
+
+def write_lines(path: Path, lines: list[str]) -> Path:
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def read_h5(path: Path) -> dict[str, np.ndarray | str]:
+    with h5py.File(path, "r") as h5:
+        return {key: (h5[key][0].decode() if key == "sentence_to_index" else h5[key][()]) for key in h5}
+
+
+SENTENCES = ["the cat sat", "a", "one two three four five six", "x y", "hello world again and again", "z",
+             "short one", "a much longer sentence with quite a few words in it", "mid size line here", "end"]
+
+
+def run(tmp_path, lines=SENTENCES, name="out.h5", embedder=None, **kwargs):
+    src = write_lines(tmp_path / "in.txt", lines) if not (tmp_path / "in.txt").exists() else tmp_path / "in.txt"
+    kwargs.setdefault("mode", "all")
+    kwargs.setdefault("show_progress", False)
+    report = embed_file(src, tmp_path / name, embedder or FakeEmbedder(), **kwargs)
+    return report, tmp_path / name
+
+
+# ---------------------------------------------------------------------------------------------------- pure parts
+
+
+def test_make_batches_sorts_longest_first_skips_empty_and_caps_tokens():
+    lengths = [3, 0, 7, 1, 5, 5, 2]
+    assert make_batches(lengths, batch_size=2) == [[2, 4], [5, 0], [6, 3]]
+    assert make_batches(lengths, batch_size=10, max_batch_tokens=10) == [[2], [4, 5], [0, 6, 3]]
+    assert make_batches([12], batch_size=4, max_batch_tokens=5) == [[0]]  # too long alone: still one batch
+
+
+def test_count_lines_counts_a_last_line_without_newline(tmp_path):
+    (tmp_path / "a").write_bytes(b"x\ny\nz")
+    (tmp_path / "b").write_bytes(b"x\ny\n")
+    (tmp_path / "c").write_bytes(b"")
+    assert [count_lines(tmp_path / n) for n in "abc"] == [3, 2, 0]
+
+
+# ---------------------------------------------------------------------------------------------------- layout
+
+
+@pytest.mark.parametrize("mode", ["all", "top", "average"])
+def test_each_line_is_stored_under_its_index_despite_length_sorting(tmp_path, mode):
+    fake = FakeEmbedder()
+    report, out = run(tmp_path, mode=mode, embedder=fake, batch_size=3, chunk_size=4)
+    got = read_h5(out)
+    assert sorted(k for k in got if k != "sentence_to_index") == sorted(str(i) for i in range(len(SENTENCES)))
+    for i, line in enumerate(SENTENCES):
+        full = fake.one(line.split())
+        expected = {"all": full, "top": full[-1], "average": full.mean(axis=0)}[mode]
+        assert got[str(i)].dtype == np.float32
+        np.testing.assert_allclose(got[str(i)], expected, rtol=0, atol=1e-6, err_msg=f"line {i}")
+    # sorting really happened: within a chunk, batches go longest first
+    assert [len(s) for s in fake.batches[0]] == [6, 3, 2] and fake.batches[1] == [["a"]]
+    assert report.num_lines == len(SENTENCES) and report.merged
+    assert not (tmp_path / "out.h5.partial").exists()
+
+
+def test_sentence_to_index_maps_each_text_to_its_last_line(tmp_path):
+    lines = ["a b", "c", "a b", "d e f"]
+    _, out = run(tmp_path, lines=lines, chunk_size=2)
+    mapping = json.loads(read_h5(out)["sentence_to_index"])
+    assert mapping == {"a b": "2", "c": "1", "d e f": "3"}
+    with h5py.File(out, "r") as h5:
+        assert h5["sentence_to_index"].shape == (1,)
+        assert h5.attrs["layers"] == "all"
+
+
+def test_forget_sentences_omits_sentence_to_index(tmp_path):
+    _, out = run(tmp_path, forget_sentences=True)
+    assert "sentence_to_index" not in read_h5(out)
+
+
+def test_use_sentence_keys_names_datasets_by_sentence(tmp_path):
+    fake = FakeEmbedder()
+    _, out = run(tmp_path, lines=["b c", "a"], use_sentence_keys=True, embedder=fake, mode="top")
+    got = read_h5(out)
+    assert set(got) == {"b c", "a"}
+    np.testing.assert_allclose(got["b c"], fake.one(["b", "c"])[-1])
+
+
+@pytest.mark.parametrize("lines, match", [(["a/b", "c"], "'/'"),
+                                          (["a b", "c", "a b"], "repeats the sentence of line 0"),
+                                          (["a", ""], "line 1 is blank")])
+def test_use_sentence_keys_refuses_bad_keys_before_any_work(tmp_path, lines, match):
+    fake = FakeEmbedder()
+    with pytest.raises(ValueError, match=match):
+        run(tmp_path, lines=lines, use_sentence_keys=True, embedder=fake)
+    assert fake.batches == [] and not (tmp_path / "out.h5.partial").exists()
+
+
+# ---------------------------------------------------------------------------------------------------- odd input
+
+
+@pytest.mark.parametrize("mode, shape", [("all", (3, 0, 4)), ("average", (0, 4))])
+def test_blank_lines_give_empty_arrays(tmp_path, mode, shape):
+    report, out = run(tmp_path, lines=["a b", "", "   ", "c"], mode=mode)
+    got = read_h5(out)
+    assert got["1"].shape == shape and got["2"].shape == shape
+    assert got["0"].shape[-2] == 2 and report.blank_lines == 2
+
+
+def test_invalid_utf8_is_replaced_and_counted(tmp_path):
+    (tmp_path / "in.txt").write_bytes(b"good line\nbad \xff\xfe byte\nfine\n\xc3(\n")
+    fake = FakeEmbedder()
+    report, out = run(tmp_path, embedder=fake)
+    assert (report.invalid_utf8_lines, report.first_invalid_utf8_line) == (2, 1)
+    mapping = json.loads(read_h5(out)["sentence_to_index"])
+    assert mapping["bad \ufffd\ufffd byte"] == "1" and mapping["\ufffd("] == "3"
+    np.testing.assert_allclose(read_h5(out)["1"], fake.one(["bad", "\ufffd\ufffd", "byte"]))
+
+
+def test_empty_input_gives_a_valid_empty_output(tmp_path, caplog):
+    (tmp_path / "in.txt").write_bytes(b"")
+    report, out = run(tmp_path)
+    assert read_h5(out) == {"sentence_to_index": "{}"}
+    assert report.num_lines == 0 and "is empty" in caplog.text
+
+
+def test_line_of_100000_characters_is_embedded_whole(tmp_path):
+    long_line = " ".join(["ab"] * 33_333) + "cd"  # 100,000 characters, 33,333 words
+    assert len(long_line) == 100_000
+    fake = FakeEmbedder(output_size=2)
+    _, out = run(tmp_path, lines=["x", long_line], embedder=fake, mode="top")
+    got = read_h5(out)
+    assert got["1"].shape == (33_333, 2)
+    np.testing.assert_allclose(got["1"][-3:], fake.one(long_line.split())[-1][-3:])
+
+
+def test_byte_order_mark_and_crlf_are_not_part_of_sentences(tmp_path):
+    (tmp_path / "in.txt").write_bytes("\ufeffa b\r\nc\r\n".encode())
+    _, out = run(tmp_path)
+    assert json.loads(read_h5(out)["sentence_to_index"]) == {"a b": "0", "c": "1"}
+
+
+# ---------------------------------------------------------------------------------------------------- files
+
+
+def test_existing_output_is_refused_without_overwrite(tmp_path):
+    _, out = run(tmp_path)
+    before = out.stat().st_mtime_ns
+    with pytest.raises(ValueError, match="already exists; pass --overwrite"):
+        run(tmp_path)
+    assert out.stat().st_mtime_ns == before
+    run(tmp_path, overwrite=True, mode="top")
+    assert read_h5(out)["0"].ndim == 2
+
+
+def test_resumed_run_matches_uninterrupted_run(tmp_path):
+    lines = [" ".join(f"w{j}" for j in range(1 + (i * 7) % 11)) for i in range(23)]
+    _, reference = run(tmp_path, lines=lines, name="ref.h5", chunk_size=5, batch_size=2)
+    killed = FakeEmbedder(fail_after_batches=7)  # dies inside the third chunk
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path, lines=lines, embedder=killed, chunk_size=5, batch_size=2)
+    partial = tmp_path / "out.h5.partial"
+    assert not (tmp_path / "out.h5").exists()
+    assert sorted(p.name for p in partial.glob("chunk-*.h5")) == ["chunk-00000000.h5", "chunk-00000001.h5"]
+    with pytest.raises(ValueError, match="pass --resume"):
+        run(tmp_path, lines=lines, chunk_size=5, batch_size=2)
+    with pytest.raises(ValueError, match="chunk_size: 5 -> 6"):
+        run(tmp_path, lines=lines, chunk_size=6, resume=True)
+    fake = FakeEmbedder()
+    report = run(tmp_path, lines=lines, embedder=fake, chunk_size=5, batch_size=4, resume=True)[0]
+    assert (report.resumed_lines, report.embedded_lines) == (10, 13)
+    assert sum(len(b) for b in fake.batches) == 13  # finished chunks were not embedded again
+    want, got = read_h5(reference), read_h5(tmp_path / "out.h5")
+    assert want.keys() == got.keys()
+    for key in want:
+        np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+    assert not partial.exists()
+
+
+class _Rank:
+    """Stands in for one process of a multi-process run (no real barrier)."""
+
+    def __init__(self, index: int, count: int):
+        self.index, self.count, self.is_main, self.device = index, count, index == 0, None
+
+    def wait(self) -> None:
+        pass
+
+
+def test_run_of_two_processes_can_be_finished_by_one(tmp_path):
+    lines = [" ".join(["w"] * (1 + i % 6)) for i in range(14)]
+    _, reference = run(tmp_path, lines=lines, name="ref.h5", chunk_size=3)
+    rank0 = FakeEmbedder()
+    with pytest.raises(RuntimeError, match=r"chunks \[1, 3\] of .* are missing"):  # rank 1 never ran
+        run(tmp_path, lines=lines, embedder=rank0, chunk_size=3, processes=_Rank(0, 2))
+    assert [len(b) for b in rank0.batches] == [3, 3, 2]  # chunks 0, 2, 4: lines 0-2, 6-8, 12-13
+    single = FakeEmbedder()
+    report = run(tmp_path, lines=lines, embedder=single, chunk_size=3, resume=True)[0]
+    assert (report.resumed_lines, report.embedded_lines) == (8, 6)
+    want, got = read_h5(reference), read_h5(tmp_path / "out.h5")
+    assert want.keys() == got.keys()
+    for key in want:
+        np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+
+
+def test_run_killed_while_merging_is_finished_by_resume(tmp_path, monkeypatch):
+    def killed_merge(*args, **kwargs):
+        (tmp_path / "out.h5.merging").write_bytes(b"half a file")
+        raise KeyboardInterrupt("simulated kill")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(embed_mod, "merge_chunks", killed_merge)
+        with pytest.raises(KeyboardInterrupt):
+            run(tmp_path, chunk_size=4)
+    assert not (tmp_path / "out.h5").exists()
+    fake = FakeEmbedder()
+    report = run(tmp_path, chunk_size=4, embedder=fake, resume=True)[0]
+    assert fake.batches == [] and report.resumed_lines == len(SENTENCES)
+    assert len(read_h5(tmp_path / "out.h5")) == len(SENTENCES) + 1
+    assert not (tmp_path / "out.h5.merging").exists()
+
+
+def test_resume_without_interrupted_run_starts_afresh(tmp_path):
+    report, out = run(tmp_path, resume=True)
+    assert report.embedded_lines == len(SENTENCES) and out.exists()
+
+
+def test_library_rejects_bad_arguments(tmp_path):
+    write_lines(tmp_path / "in.txt", ["a"])
+    with pytest.raises(ValueError, match="'middle'"):
+        run(tmp_path, mode="middle")
+    with pytest.raises(ValueError, match="batch_size must be a positive integer, got 0"):
+        run(tmp_path, batch_size=0)
+    with pytest.raises(ValueError, match="does not exist"):
+        embed_file(tmp_path / "missing.txt", tmp_path / "o.h5", FakeEmbedder(), mode="all")
+
+
+# ---------------------------------------------------------------------------------------------------- CLI
+
+
+def test_cli_requires_exactly_one_layer_mode(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        embed_mod.main([str(tmp_path / "in.txt"), str(tmp_path / "o.h5"), "--model", "m", "--all", "--top"])
+    assert "not allowed with argument" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        embed_mod.main([str(tmp_path / "in.txt"), str(tmp_path / "o.h5"), "--model", "m"])
+
+
+def test_cli_refuses_a_gpu_device_without_gpu(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    write_lines(tmp_path / "in.txt", ["a"])
+    with pytest.raises(SystemExit, match="--device cuda asked for a GPU"):
+        embed_mod.main([str(tmp_path / "in.txt"), str(tmp_path / "o.h5"), "--model", "m", "--all", "--device", "cuda"])
+
+
+def test_cli_refuses_half_precision_on_cpu(tmp_path):
+    write_lines(tmp_path / "in.txt", ["a"])
+    with pytest.raises(SystemExit, match="--dtype float16 needs a GPU"):
+        embed_mod.main([str(tmp_path / "in.txt"), str(tmp_path / "o.h5"), "--model", "m", "--all",
+                        "--device", "cpu", "--dtype", "float16"])
+
+
+# ---------------------------------------------------------------------------------------------------- real model
+
+
+TINY = dict(hidden_size=8, cell_size=16, char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 8]],
+            num_highway_layers=1, num_hidden_layers=2)
+MODEL_LINES = ["The cat sat on the mat .", "", "Hi", "A much longer sentence , with punctuation and more words",
+               "naïve café ☃", "Hi", "end of file"]
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory):
+    from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
+
+    torch.manual_seed(0)
+    model = ElmoModel(ElmoConfig(**TINY)).eval()
+    path = tmp_path_factory.mktemp("tiny-elmo")
+    model.save_pretrained(path)
+    ElmoTokenizer().save_pretrained(path)
+    MODELS[path] = model
+    return path
+
+
+MODELS: dict[Path, torch.nn.Module] = {}  # the saved models as built, to compute expected outputs without loading
+
+
+def direct_layers(model_dir: Path, words: list[str]) -> np.ndarray:
+    """All layers of one sentence from ElmoModel, no batching: (L + 1, n, 2P)."""
+    from modeling_elmo import ElmoTokenizer
+
+    model, tok = MODELS[model_dir], ElmoTokenizer()
+    with torch.no_grad():
+        out = model(**tok([words], is_split_into_words=True, return_tensors="pt"), output_hidden_states=True)
+    return torch.stack(out.hidden_states, dim=1)[0].numpy()
+
+
+@pytest.mark.parametrize("flag", ["--all", "--top", "--average"])
+def test_cli_output_equals_elmo_model_run_one_sentence_at_a_time(tmp_path, tiny_model_dir, flag):
+    src = write_lines(tmp_path / "in.txt", MODEL_LINES)
+    out = tmp_path / "out.hdf5"
+    assert embed_mod.main([str(src), str(out), "--model", str(tiny_model_dir), flag, "--batch-size", "3",
+                           "--chunk-size", "4", "--no-progress"]) == 0
+    got = read_h5(out)
+    assert json.loads(got.pop("sentence_to_index")) == {line: str(i) for i, line in enumerate(MODEL_LINES) if i != 2}
+    assert sorted(got, key=int) == [str(i) for i in range(len(MODEL_LINES))]
+    for i, line in enumerate(MODEL_LINES):
+        if not line:
+            assert got[str(i)].shape == ((3, 0, 16) if flag == "--all" else (0, 16))
+            continue
+        full = direct_layers(tiny_model_dir, line.split())
+        expected = {"--all": full, "--top": full[-1], "--average": full.mean(axis=0)}[flag]
+        np.testing.assert_allclose(got[str(i)], expected, rtol=1e-5, atol=1e-6, err_msg=f"line {i}")
+
+
+def test_raw_text_uses_the_tokenizer_pre_tokenizer(tmp_path, tiny_model_dir):
+    src = write_lines(tmp_path / "in.txt", ["Don't stop!", "ok"])
+    out = tmp_path / "out.hdf5"
+    embed_mod.main([str(src), str(out), "--model", str(tiny_model_dir), "--top", "--raw-text", "--no-progress"])
+    from modeling_elmo import ElmoTokenizer
+
+    words = ElmoTokenizer.from_pretrained(tiny_model_dir).split_words("Don't stop!")
+    assert len(words) > 2
+    np.testing.assert_allclose(read_h5(out)["0"], direct_layers(tiny_model_dir, words)[-1], rtol=1e-5, atol=1e-6)
+
+
+def test_a_single_100000_character_word_is_cut_by_the_tokenizer(tmp_path, tiny_model_dir):
+    src = write_lines(tmp_path / "in.txt", ["x" * 100_000, "y"])
+    out = tmp_path / "out.hdf5"
+    embed_mod.main([str(src), str(out), "--model", str(tiny_model_dir), "--all", "--no-progress"])
+    got = read_h5(out)["0"]
+    assert got.shape == (3, 1, 16)
+    np.testing.assert_allclose(got, direct_layers(tiny_model_dir, ["x" * 48]), rtol=1e-5, atol=1e-6)
+
+
+def test_cli_reports_a_missing_model_clearly(tmp_path):
+    src = write_lines(tmp_path / "in.txt", ["a"])
+    with pytest.raises(SystemExit, match="cannot load model"):
+        embed_mod.main([str(src), str(tmp_path / "o.h5"), "--model", str(tmp_path / "nope"), "--all", "--no-progress"])
+    assert not (tmp_path / "o.h5").exists()
+
+
+def test_bench_embed_reports_throughput(tmp_path, capsys):
+    data = Path(os.environ.get("ELMO_SHARED_DATA", REPO.parent / "shared" / "data"))
+    if not (data / "lm-corpus" / "brown.txt").is_file():
+        pytest.skip(f"{data}/lm-corpus is not available (set ELMO_SHARED_DATA)")
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        import bench_embed
+    finally:
+        sys.path.pop(0)
+    assert bench_embed.main(["--lines", "30", "--models", "tiny", "--chunk-size", "10"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["input"]["lines"] == 30 and result["input"]["tokens"] > 30
+    assert result["models"]["tiny"]["sentences_per_second"] > 0
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_two_process_accelerate_run_merges_to_the_single_process_output(tmp_path, tiny_model_dir):
+    lines = [" ".join(f"w{j}" for j in range(1 + (i * 5) % 9)) for i in range(17)] + [""]
+    src = write_lines(tmp_path / "in.txt", lines)
+    args = [str(src), "--model", str(tiny_model_dir), "--all", "--chunk-size", "3", "--batch-size", "2",
+            "--no-progress"]
+    embed_mod.main([args[0], str(tmp_path / "single.h5"), *args[1:]])
+    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+           "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+           "--main_process_port", str(_free_port()), "-m", "modeling_elmo.embed",
+           args[0], str(tmp_path / "multi.h5"), *args[1:]]
+    proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "wrote 18 sentences" in proc.stderr and "process 1" not in proc.stderr
+    single, multi = read_h5(tmp_path / "single.h5"), read_h5(tmp_path / "multi.h5")
+    assert single.keys() == multi.keys() and len(single) == 19
+    for key in single:
+        if key == "sentence_to_index":
+            assert json.loads(multi[key]) == json.loads(single[key])
+        else:
+            np.testing.assert_array_equal(multi[key], single[key], err_msg=key)
+    assert not (tmp_path / "multi.h5.partial").exists()

@@ -1,0 +1,439 @@
+"""ElmoModel and its heads: shapes, directionality, statelessness, numerics against numpy, heads, bad input."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from modeling_elmo import (
+    ElmoConfig,
+    ElmoForBidirectionalLM,
+    ElmoForSequenceClassification,
+    ElmoForTokenClassification,
+    ElmoModel,
+    ElmoScalarMix,
+    ElmoTokenizer,
+    encode_words,
+)
+
+SENTENCES = [
+    ["The", "bank", "closed", "early", "today", "."],
+    ["A", "river", "bank"],
+    ["Cells", "divide"],
+    ["Plant", "the", "seeds", "in", "spring"],
+]
+
+
+class ElmoModelTester:
+    """A tiny configuration and the inputs the tests share."""
+
+    def __init__(self, **overrides):
+        values = dict(
+            hidden_size=8, cell_size=16, num_hidden_layers=2, char_embedding_dim=4,
+            char_cnn_filters=[[1, 4], [2, 8], [3, 8]], num_highway_layers=2, vocab_size=40,
+            hidden_dropout_prob=0.0, classifier_dropout=0.0,
+        )
+        values.update(overrides)
+        self.config = ElmoConfig(**values)
+        self.tokenizer = ElmoTokenizer()
+
+    def model(self, cls=ElmoModel, seed=0, **overrides):
+        torch.manual_seed(seed)
+        config = copy.deepcopy(self.config)
+        for key, value in overrides.items():
+            setattr(config, key, value)
+        return cls(config).eval()
+
+    def encode(self, sentences=SENTENCES, **kwargs):
+        return self.tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt", **kwargs)
+
+
+@pytest.fixture
+def tester():
+    return ElmoModelTester()
+
+
+def run(model, sentences, tokenizer=None, **kwargs):
+    tokenizer = tokenizer or ElmoTokenizer()
+    enc = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        return model(**enc, output_hidden_states=True, **kwargs)
+
+
+def test_model_output_shapes(tester):
+    out = run(tester.model(), SENTENCES)
+    assert tuple(out.last_hidden_state.shape) == (4, 6, 16)
+    assert all(tuple(h.shape) == (4, 6, 16) for h in out.hidden_states)
+    assert out.attention_mask.tolist()[1] == [1, 1, 1, 0, 0, 0]
+
+
+def test_num_representation_layers_equals_num_hidden_layers_plus_one():
+    for layers in (1, 2, 3):
+        tester = ElmoModelTester(num_hidden_layers=layers)
+        assert len(run(tester.model(), SENTENCES).hidden_states) == layers + 1
+
+
+def test_layer0_is_the_token_embedding_twice_and_context_free(tester):
+    out = run(tester.model(), [["bank", "river", "bank"], ["the", "bank"]])
+    layer0 = out.hidden_states[0]
+    torch.testing.assert_close(layer0[..., :8], layer0[..., 8:])
+    torch.testing.assert_close(layer0[0, 0], layer0[0, 2])
+    torch.testing.assert_close(layer0[0, 0], layer0[1, 1])
+    assert not torch.allclose(out.hidden_states[2][0, 0], out.hidden_states[2][0, 2])
+
+
+def test_forward_lm_does_not_see_future_tokens_and_backward_not_past_tokens(tester):
+    model = tester.model()
+    base = [["one", "two", "three", "four", "five"]]
+    changed = [["one", "two", "THREE", "four", "five"]]
+    a, b = run(model, base), run(model, changed)
+    for layer in (1, 2):
+        fa, fb = a.hidden_states[layer][0, :, :8], b.hidden_states[layer][0, :, :8]
+        ba, bb = a.hidden_states[layer][0, :, 8:], b.hidden_states[layer][0, :, 8:]
+        assert torch.equal(fa[:2], fb[:2]), "forward half before the change must not move"
+        assert torch.equal(ba[3:], bb[3:]), "backward half after the change must not move"
+        assert not torch.allclose(fa[2:], fb[2:]) and not torch.allclose(ba[:3], bb[:3])
+
+
+def test_padding_and_batch_composition_change_no_valid_position(tester):
+    model = tester.model()
+    together = run(model, SENTENCES)
+    for i, sentence in enumerate(SENTENCES):
+        alone = run(model, [sentence])
+        other = run(model, [["x"] * 9, sentence, ["y"]])
+        n = len(sentence)
+        for layer in range(3):
+            assert (together.hidden_states[layer][i, :n] - alone.hidden_states[layer][0, :n]).abs().max() < 1e-6
+            assert (other.hidden_states[layer][1, :n] - alone.hidden_states[layer][0, :n]).abs().max() < 1e-6
+
+
+def test_left_padding_gives_the_same_vectors_as_right_padding(tester):
+    model = tester.model()
+    right = tester.encode()
+    left = tester.encode(padding_side="left")
+    with torch.no_grad():
+        r = model(**right).last_hidden_state
+        l = model(**left).last_hidden_state
+    for i, sentence in enumerate(SENTENCES):
+        n = len(sentence)
+        torch.testing.assert_close(l[i, l.shape[1] - n :], r[i, :n], atol=1e-6, rtol=0)
+        assert (l[i, : l.shape[1] - n] == 0).all()
+
+
+def test_padded_positions_and_empty_sentences_are_zero_not_nan(tester):
+    out = run(tester.model(), [["a", "b"], []])
+    for layer in out.hidden_states:
+        assert torch.isfinite(layer).all()
+        assert (layer[1] == 0).all()
+    enc = tester.encode([["a", "b", "c"], ["d"]])
+    enc["attention_mask"][0, 2] = 0  # the mask wins over present characters
+    with torch.no_grad():
+        masked = tester.model()(**enc).last_hidden_state
+    assert (masked[0, 2] == 0).all()
+
+
+def test_stateless_by_default_and_stateful_carries_state_until_reset(tester):
+    model = tester.model()
+    first, second = run(model, SENTENCES).last_hidden_state, run(model, SENTENCES).last_hidden_state
+    assert torch.equal(first, second)
+    stateful = tester.model(stateful=True)
+    a = run(stateful, SENTENCES).last_hidden_state
+    b = run(stateful, SENTENCES).last_hidden_state
+    torch.testing.assert_close(a, first)  # the first call starts from zeros
+    assert (a - b).abs().max() > 1e-4  # the second starts from the first call's final states
+    stateful.reset_states()
+    torch.testing.assert_close(run(stateful, SENTENCES).last_hidden_state, first)
+
+
+def test_torch_lstm_path_matches_the_loop_where_nothing_is_clipped():
+    tester = ElmoModelTester(cell_clip=None, proj_clip=None)
+    loop = tester.model(lstm_implementation="loop")
+    fast = tester.model(lstm_implementation="torch")
+    assert fast.config.uses_torch_lstm and not loop.config.uses_torch_lstm
+    a, b = run(loop, SENTENCES), run(fast, SENTENCES)
+    for x, y in zip(a.hidden_states, b.hidden_states):
+        torch.testing.assert_close(x, y, atol=1e-6, rtol=1e-5)
+    # auto picks torch exactly when no clip is configured
+    assert ElmoConfig(cell_clip=None, proj_clip=None).uses_torch_lstm and not ElmoConfig().uses_torch_lstm
+
+
+def test_projection_clip_bounds_the_first_layer():
+    tester = ElmoModelTester(proj_clip=0.01, cell_clip=0.05)
+    out = run(tester.model(), SENTENCES)
+    assert out.hidden_states[1].abs().max() <= 0.01 + 1e-7  # layer 1 output is the clipped projection (no residual)
+
+
+# ------------------------------------------------------------------ independent numpy computations
+def numpy_char_encoder(model: ElmoModel, words: list[str]) -> np.ndarray:
+    """Character CNN, highway and projection written directly from the reference (section 4.1)."""
+    sd = {k: v.detach().numpy().astype(np.float64) for k, v in model.state_dict().items()}
+    ids = encode_words(words)
+    x = sd["char_encoder.char_embeddings.weight"][ids]  # (N, 50, d)
+    pooled = []
+    for i, (width, count) in enumerate(model.config.char_cnn_filters):
+        w = sd[f"char_encoder.convolutions.{i}.weight"]  # (n, d, w)
+        b = sd[f"char_encoder.convolutions.{i}.bias"]
+        scores = np.stack([np.einsum("npd,kdp->nk", x[:, t : t + width], w) for t in range(50 - width + 1)], 1) + b
+        pooled.append(np.maximum(scores.max(axis=1), 0))
+    h = np.concatenate(pooled, axis=1)
+    for k in range(model.config.num_highway_layers):
+        p = f"char_encoder.highways.{k}."
+        gate = 1 / (1 + np.exp(-(h @ sd[p + "gate.weight"].T + sd[p + "gate.bias"])))
+        h = gate * np.maximum(h @ sd[p + "transform.weight"].T + sd[p + "transform.bias"], 0) + (1 - gate) * h
+    return h @ sd["char_encoder.projection.weight"].T + sd["char_encoder.projection.bias"]
+
+
+def numpy_lstm_direction(sd: dict, prefix: str, x: np.ndarray, cell_clip, proj_clip) -> np.ndarray:
+    """One direction of one layer, one step at a time (PyTorch gate order), for one unpadded sentence."""
+    sig = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
+    w_ih, w_hh, bias, w_hr = (sd[prefix + n] for n in ("weight_ih", "weight_hh", "bias", "weight_hr"))
+    H = w_hh.shape[0] // 4
+    h, c, out = np.zeros(w_hr.shape[0]), np.zeros(H), []
+    for xt in x:
+        z = w_ih @ xt + w_hh @ h + bias
+        i, f, g, o = z[:H], z[H : 2 * H], z[2 * H : 3 * H], z[3 * H :]
+        c = np.clip(sig(f) * c + sig(i) * np.tanh(g), -cell_clip, cell_clip)
+        h = np.clip(w_hr @ (sig(o) * np.tanh(c)), -proj_clip, proj_clip)
+        out.append(h)
+    return np.array(out)
+
+
+def test_character_encoder_matches_numpy(tester):
+    model = tester.model()
+    words = ["The", "bank", "é", "<S>", "x" * 60]
+    with torch.no_grad():
+        ours = model.char_encoder(torch.as_tensor(encode_words(words))).numpy()
+    np.testing.assert_allclose(ours, numpy_char_encoder(model, words), atol=1e-5)
+
+
+def test_every_layer_matches_a_numpy_step_by_step_computation():
+    tester = ElmoModelTester(cell_clip=0.5, proj_clip=0.4)  # small clips so that clipping really happens
+    model = tester.model(seed=3)
+    with torch.no_grad():  # larger weights than the initialisation so that both clips trigger
+        for name, parameter in model.encoder.named_parameters():
+            parameter.mul_(6.0)
+    sd = {k: v.detach().numpy().astype(np.float64) for k, v in model.state_dict().items()}
+    out = run(model, SENTENCES)
+    clipped = 0
+    for i, sentence in enumerate(SENTENCES):
+        e = numpy_char_encoder(model, ["<S>"] + sentence + ["</S>"])  # (n + 2, P)
+        layers = [np.concatenate([e, e], 1)]
+        fwd_in, bwd_in = e, e[::-1]
+        for l in range(2):
+            f = numpy_lstm_direction(sd, f"encoder.forward_layers.{l}.", fwd_in, 0.5, 0.4)
+            b = numpy_lstm_direction(sd, f"encoder.backward_layers.{l}.", bwd_in, 0.5, 0.4)
+            clipped += int((np.abs(f) >= 0.4 - 1e-9).sum()) + int((np.abs(b) >= 0.4 - 1e-9).sum())
+            if l > 0:
+                f, b = f + fwd_in, b + bwd_in
+            layers.append(np.concatenate([f, b[::-1]], 1))
+            fwd_in, bwd_in = f, b
+        n = len(sentence)
+        for layer in range(3):
+            np.testing.assert_allclose(out.hidden_states[layer][i, :n].numpy(), layers[layer][1:-1], atol=5e-5)  # fp32 vs fp64 with 6x weights
+    assert clipped > 0, "the clip must trigger in this test"
+
+
+def test_scalar_mix_is_a_softmax_weighted_sum_times_gamma():
+    mix = ElmoScalarMix(3, num_output_representations=2)
+    with torch.no_grad():
+        mix.scalar_parameters.copy_(torch.tensor([[0.1, 0.2, 0.3], [1.0, -1.0, 0.0]]))
+        mix.gamma.copy_(torch.tensor([2.0, 0.5]))
+    layers = torch.randn(2, 3, 4, 5)
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]]).bool()
+    outs = mix(layers, mask)
+    for k in range(2):
+        w = np.exp(mix.scalar_parameters[k].detach().numpy())
+        w /= w.sum()
+        expected = mix.gamma[k].item() * np.einsum("l,bltd->btd", w, layers.numpy()) * mask.numpy()[..., None]
+        np.testing.assert_allclose(outs[k].detach().numpy(), expected, atol=1e-6)
+
+
+def test_scalar_mix_layer_norm_uses_one_masked_mean_and_variance_per_layer():
+    mix = ElmoScalarMix(2, do_layer_norm=True)
+    layers = torch.randn(2, 2, 3, 4) * 5 + 3
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]]).bool()
+    out = mix(layers, mask)[0]
+    arr, m = layers.numpy(), mask.numpy()
+    expected = 0
+    for j in range(2):
+        values = arr[:, j][m]  # (valid tokens, 4)
+        expected = expected + 0.5 * (arr[:, j] - values.mean()) / np.sqrt(values.var() + 1e-12)
+    np.testing.assert_allclose(out.detach().numpy(), expected * m[..., None], atol=1e-5)
+    with pytest.raises(ValueError, match="fixed_weights"):
+        ElmoScalarMix(3, fixed_weights=[1.0, 2.0])
+
+
+def test_save_load_roundtrip_gives_identical_outputs(tester, tmp_path):
+    model = tester.model(ElmoForSequenceClassification)
+    model.save_pretrained(tmp_path)
+    loaded = ElmoForSequenceClassification.from_pretrained(tmp_path).eval()
+    enc = tester.encode()
+    with torch.no_grad():
+        assert torch.equal(model(**enc).logits, loaded(**enc).logits)
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, loaded.state_dict()[name]), name
+
+
+def test_initialisation_gives_healthy_activations():
+    config = ElmoConfig.from_json_file("configuration/elmo-27m.json")
+    config.vocab_size = 4
+    torch.manual_seed(0)
+    out = run(ElmoModel(config).eval(), SENTENCES)
+    stds = [h[out.attention_mask.bool()].std().item() for h in out.hidden_states]
+    assert all(0.05 < s < 10 for s in stds), stds
+
+
+# ------------------------------------------------------------------ language-model head
+def test_lm_loss_is_the_mean_of_exact_directional_cross_entropies(tester):
+    model = tester.model(ElmoForBidirectionalLM)
+    labels = torch.tensor([[5, 6, 7], [8, -100, -100]])
+    enc = tester.encode([["a", "b", "c"], ["d"]])
+    out = model(**enc, labels=labels)
+    top = out.last_hidden_state.detach()  # (2, 5, 16) with boundaries
+    W, b = model.softmax.weight.detach(), model.softmax.bias.detach()
+    logp = lambda h: torch.log_softmax(h @ W.T + b, -1)  # noqa: E731
+    # forward: <S> a b c -> a b c </S>;  backward: a b c </S> -> <S> a b c
+    fwd = -(logp(top[0, 0:4, :8])[torch.arange(4), torch.tensor([5, 6, 7, 2])].sum()
+            + logp(top[1, 0:2, :8])[torch.arange(2), torch.tensor([8, 2])].sum()) / 6
+    bwd = -(logp(top[0, 1:5, 8:])[torch.arange(4), torch.tensor([1, 5, 6, 7])].sum()
+            + logp(top[1, 1:3, 8:])[torch.arange(2), torch.tensor([1, 8])].sum()) / 6
+    torch.testing.assert_close(out.forward_loss, fwd)
+    torch.testing.assert_close(out.backward_loss, bwd)
+    torch.testing.assert_close(out.loss, (fwd + bwd) / 2)
+    assert out.num_forward_targets.item() == out.num_backward_targets.item() == 6
+    out.loss.backward()
+    assert model.softmax.weight.grad is not None and model.elmo.char_encoder.projection.weight.grad.abs().sum() > 0
+
+
+def test_window_mode_predicts_neighbours_inside_the_window(tester):
+    model = tester.model(ElmoForBidirectionalLM)
+    enc = tester.encode([["<S>", "a", "b", "</S>", "<S>"]])
+    labels = torch.tensor([[1, 5, 6, 2, 1]])
+    out = model(**enc, labels=labels, add_sentence_boundaries=False)
+    assert out.last_hidden_state.shape[1] == 5 and out.num_forward_targets.item() == 4
+
+
+def test_chunked_full_softmax_equals_unchunked(tester):
+    model = tester.model(ElmoForBidirectionalLM)
+    h, t = torch.randn(7, 8), torch.randint(0, 40, (7,))
+    whole = model.full_softmax_nll(h, t)
+    model.softmax_chunk_size = 3
+    torch.testing.assert_close(model.full_softmax_nll(h, t), whole)
+    expected = -torch.log_softmax(model.softmax(h), -1)[torch.arange(7), t]
+    torch.testing.assert_close(whole, expected)
+
+
+def test_sampled_softmax_loss_estimates_the_full_loss():
+    tester = ElmoModelTester(vocab_size=300, lm_softmax="sampled", num_negative_samples=150)
+    model = tester.model(ElmoForBidirectionalLM)
+    h, t = torch.randn(64, 8), torch.randint(0, 300, (64,))
+    full = model.full_softmax_nll(h, t).mean()
+    torch.manual_seed(1)
+    estimates = torch.stack([model.sampled_softmax_nll([h], [t])[0].mean() for _ in range(200)])
+    # importance sampling of the normaliser: close to the exact loss on average (Jensen's bias shrinks with samples)
+    assert abs(estimates.mean().item() - full.item()) / full.item() < 0.03, (estimates.mean(), full)
+    assert estimates.std().item() < 0.1 * full.item()
+
+
+def test_lm_head_refuses_a_model_without_vocabulary():
+    with pytest.raises(ValueError, match="vocab_size"):
+        ElmoForBidirectionalLM(ElmoConfig(hidden_size=8, cell_size=16, char_cnn_filters=[[1, 4]], num_highway_layers=0))
+
+
+# ------------------------------------------------------------------ task heads
+def test_frozen_elmo_gets_no_gradient_and_stays_in_eval_mode():
+    tester = ElmoModelTester(hidden_dropout_prob=0.5, classifier_dropout=0.1, num_labels=3)
+    model = tester.model(ElmoForSequenceClassification)
+    model.train()
+    assert model.training and not model.elmo.training and model.classifier.training
+    before = {k: v.clone() for k, v in model.elmo.state_dict().items()}
+    out = model(**tester.encode(), labels=torch.tensor([0, 1, 2, 1]))
+    out.loss.backward()
+    assert all(p.grad is None for p in model.elmo.parameters())
+    assert model.classifier.weight.grad is not None and model.scalar_mix.scalar_parameters.grad is not None
+    torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1.0).step()
+    assert all(torch.equal(before[k], v) for k, v in model.elmo.state_dict().items())
+    model.set_elmo_trainable(True)
+    model.train()
+    assert model.elmo.training
+    model(**tester.encode(), labels=torch.tensor([0, 1, 2, 1])).loss.backward()
+    assert model.elmo.char_encoder.projection.weight.grad is not None
+
+
+def test_cached_features_give_the_same_logits_as_character_input():
+    tester = ElmoModelTester(num_labels=4)
+    for cls in (ElmoForSequenceClassification, ElmoForTokenClassification):
+        model = tester.model(cls)
+        enc = tester.encode()
+        with torch.no_grad():
+            direct = model(**enc).logits
+            layers = model.elmo(**enc, output_hidden_states=True).hidden_states
+            cached = model(elmo_hidden_states=torch.stack(layers, 1), attention_mask=enc["attention_mask"]).logits
+        torch.testing.assert_close(direct, cached)
+
+
+@pytest.mark.parametrize("pooling", ["mean", "max", "mean_max", "first", "last"])
+def test_pooling_ignores_padding(pooling):
+    tester = ElmoModelTester(num_labels=2, classifier_pooling=pooling)
+    model = tester.model(ElmoForSequenceClassification)
+    with torch.no_grad():
+        batched = model(**tester.encode()).logits
+        for i, sentence in enumerate(SENTENCES):
+            torch.testing.assert_close(model(**tester.encode([sentence])).logits[0], batched[i], atol=1e-6, rtol=0)
+
+
+def test_problem_types_follow_transformers_conventions():
+    enc = ElmoModelTester().encode()
+    regression = ElmoModelTester(num_labels=1).model(ElmoForSequenceClassification)
+    assert regression(**enc, labels=torch.randn(4)).loss.ndim == 0 and regression.config.problem_type == "regression"
+    multi = ElmoModelTester(num_labels=3).model(ElmoForSequenceClassification)
+    assert multi(**enc, labels=torch.ones(4, 3)).loss.ndim == 0 and multi.config.problem_type == "multi_label_classification"
+    single = ElmoModelTester(num_labels=3).model(ElmoForSequenceClassification)
+    with pytest.raises(ValueError, match="outside"):
+        single(**enc, labels=torch.tensor([0, 1, 5, 0]))
+
+
+def test_token_classification_ignores_padding_labels():
+    tester = ElmoModelTester(num_labels=5)
+    model = tester.model(ElmoForTokenClassification)
+    enc = tester.encode([["a", "b"], ["c"]])
+    loss_a = model(**enc, labels=torch.tensor([[1, 2], [3, 4]])).loss
+    loss_b = model(**enc, labels=torch.tensor([[1, 2], [3, 0]])).loss
+    torch.testing.assert_close(loss_a, loss_b)
+
+
+# ------------------------------------------------------------------ bad input
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda e: {"input_ids": e["input_ids"][0]}, "shape"),
+        (lambda e: {"input_ids": e["input_ids"].float()}, "dtype"),
+        (lambda e: {"input_ids": e["input_ids"][..., :10]}, "shape"),
+        (lambda e: {"input_ids": e["input_ids"].clone().fill_(300)}, "out of range"),
+        (lambda e: {"input_ids": e["input_ids"] * -1}, "out of range"),
+        (lambda e: {"input_ids": e["input_ids"], "attention_mask": e["attention_mask"][:, :2]}, "attention_mask"),
+        (lambda e: {"input_ids": e["input_ids"], "attention_mask": torch.ones_like(e["attention_mask"])}, "all 0"),
+        (lambda e: {"input_ids": e["input_ids"][:0]}, "empty batch"),
+        (lambda e: {"input_ids": e["input_ids"].tolist()}, "torch.Tensor"),
+    ],
+)
+def test_bad_input_is_named(tester, make, message):
+    with pytest.raises(ValueError, match=message):
+        tester.model()(**make(tester.encode()))
+
+
+def test_non_finite_weights_are_reported_not_returned(tester):
+    model = tester.model()
+    with torch.no_grad():
+        model.char_encoder.projection.bias.fill_(float("nan"))
+    with pytest.raises(FloatingPointError, match="NaN"):
+        run(model, SENTENCES)
+
+
+def test_lm_labels_outside_the_vocabulary_are_named(tester):
+    model = tester.model(ElmoForBidirectionalLM)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        model(**tester.encode([["a"]]), labels=torch.tensor([[99]]))
