@@ -422,6 +422,16 @@ def convert(
         sources = {"options": Path(options_path), "weights": Path(weights_path)}
         readme = _model_card(config, sources, max_diff, sum(p.numel() for p in model.parameters()))
         (staging / "README.md").write_text(readme, encoding="utf-8")
+        metadata = {
+            "converted_from": "original ELMo release (bilm-tf options.json + weights.hdf5)",
+            "options_file": sources["options"].name,
+            "weights_file": sources["weights"].name,
+            "sha256": {path.name: _sha256(path) for path in sources.values()},
+            "validation_max_abs_difference": max_diff,
+            "validation_atol": atol,
+            "num_parameters": sum(p.numel() for p in model.parameters()),
+        }
+        (staging / "conversion_metadata.json").write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
         if output_dir.exists():
             retired = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.old-", dir=parent))
             os.replace(output_dir, retired / "old")

@@ -35,7 +35,7 @@ from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassif
 from transformers.utils import ModelOutput, logging
 
 from .configuration_elmo import ElmoConfig
-from .tokenization_elmo import BOS_CHAR_IDS, EOS_CHAR_IDS
+from .tokenization_elmo import BOS_CHAR_IDS, EOS_CHAR_IDS, encode_words
 
 try:  # transformers >= 5: init functions that skip tensors already loaded from a checkpoint
     from transformers import initialization as init
@@ -111,9 +111,47 @@ class ElmoCharacterEncoder(nn.Module):
 
     def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
         unique, inverse = torch.unique(char_ids, dim=0, return_inverse=True)
-        if unique.shape[0] == char_ids.shape[0]:
+        if self._word_cache and not torch.is_grad_enabled():
+            vectors = self._encode_with_cache(unique)
+        elif unique.shape[0] == char_ids.shape[0]:
             return self.encode(char_ids)
-        return self.encode(unique)[inverse]
+        else:
+            vectors = self.encode(unique)
+        return vectors[inverse]
+
+    # -- optional cache of word vectors (inference) -------------------------------------------------------------
+    _word_cache: dict[bytes, torch.Tensor] | None = None
+
+    def cache_words(self, char_ids: torch.Tensor) -> int:
+        """Pre-compute the vectors of the words in ``char_ids`` (K, C) and reuse them while gradients are off.
+
+        The cache holds values, not a function of the weights: call `clear_word_cache` (or cache again) after
+        the weights change. Returns the number of cached words.
+        """
+        with torch.no_grad():
+            unique = torch.unique(char_ids, dim=0)
+            vectors = self.encode(unique)
+        cache = dict(self._word_cache or {})
+        for row, vector in zip(unique.cpu().numpy(), vectors):
+            cache[row.tobytes()] = vector
+        self._word_cache = cache
+        return len(cache)
+
+    def clear_word_cache(self) -> None:
+        self._word_cache = None
+
+    def _encode_with_cache(self, unique: torch.Tensor) -> torch.Tensor:
+        keys = [row.tobytes() for row in unique.cpu().numpy()]
+        hits = [self._word_cache.get(k) for k in keys]
+        missing = [i for i, v in enumerate(hits) if v is None]
+        out = torch.empty(unique.shape[0], self.projection.out_features, dtype=self.projection.weight.dtype, device=unique.device)
+        if missing:
+            index = torch.as_tensor(missing, device=unique.device)
+            out[index] = self.encode(unique[index])
+        present = [i for i, v in enumerate(hits) if v is not None]
+        if present:
+            out[torch.as_tensor(present, device=unique.device)] = torch.stack([hits[i] for i in present]).to(out)
+        return out
 
 
 class ElmoLstmLayer(nn.Module):
@@ -491,9 +529,26 @@ class ElmoModel(ElmoPreTrainedModel):
         """Forget the LSTM states carried between calls when ``config.stateful`` is on."""
         self.encoder.reset_states()
 
+    def cache_word_vectors(self, words: list[str]) -> int:
+        """Cache the context-free vectors of frequent ``words`` (plus ``<S>``/``</S>``) for faster inference.
+
+        The character CNN, highway and projection then run only for words not in the cache, whenever gradients
+        are off (``torch.no_grad()``/``torch.inference_mode()``). Results are identical. Re-run after changing the
+        weights; `ElmoCharacterEncoder.clear_word_cache` drops it.
+        """
+        ids = torch.as_tensor(encode_words(list(words) + ["<S>", "</S>"], self.config.max_characters_per_token))
+        return self.char_encoder.cache_words(ids.to(self.char_encoder.projection.weight.device))
+
     # -- input checks --------------------------------------------------------------------------------------------
     def _check_inputs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        """Validate the inputs and return the token mask (B, T) bool.
+
+        Shapes and dtypes are always checked. The value checks (id range, mask against ids) read tensor values,
+        which waits for the GPU: they run in eval mode only, not in training steps, whose data the pretraining
+        pipeline builds itself.
+        """
         width = self.config.max_characters_per_token
+        check_values = not self.training
         if not isinstance(input_ids, torch.Tensor):
             raise ValueError(f"input_ids must be a torch.Tensor, got {type(input_ids).__name__}.")
         if input_ids.dim() != 3 or input_ids.shape[-1] != width:
@@ -505,7 +560,7 @@ class ElmoModel(ElmoPreTrainedModel):
             raise ValueError(f"input_ids must hold integer character ids, got dtype {input_ids.dtype}.")
         if input_ids.shape[0] == 0:
             raise ValueError("empty batch: input_ids has batch size 0.")
-        if input_ids.numel() and (int(input_ids.min()) < 0 or int(input_ids.max()) > MAX_CHARACTER_ID):
+        if check_values and input_ids.numel() and (int(input_ids.min()) < 0 or int(input_ids.max()) > MAX_CHARACTER_ID):
             bad = input_ids[(input_ids < 0) | (input_ids > MAX_CHARACTER_ID)][0].item()
             raise ValueError(f"character id {bad} is out of range: ids must be in [0, {MAX_CHARACTER_ID}].")
         present = (input_ids > 0).any(dim=-1)  # (B, T)
@@ -517,7 +572,7 @@ class ElmoModel(ElmoPreTrainedModel):
             )
         mask = attention_mask.bool()
         holes = mask & ~present
-        if holes.any():
+        if check_values and holes.any():
             b, t = holes.nonzero()[0].tolist()
             raise ValueError(f"attention_mask marks token {t} of sentence {b} as present, but its character ids are all 0.")
         return mask
@@ -546,8 +601,9 @@ class ElmoModel(ElmoPreTrainedModel):
             input_ids = ids
             mask = torch.arange(steps + 2, device=ids.device).unsqueeze(0) < lengths.unsqueeze(1)
         batch, steps, width = input_ids.shape
-        embeddings = input_ids.new_zeros(batch, steps, self.config.hidden_size, dtype=self.char_encoder.projection.weight.dtype)
-        embeddings[mask] = self.char_encoder(input_ids[mask])  # only present tokens are encoded: padding stays zero
+        encoded = self.char_encoder(input_ids[mask])  # only present tokens are encoded: padding stays zero
+        embeddings = encoded.new_zeros(batch, steps, self.config.hidden_size)  # encoder's dtype (autocast: bf16)
+        embeddings[mask] = encoded
         layers = self.encoder(embeddings, mask)
         return embeddings, layers, mask
 
@@ -717,7 +773,7 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         mask = self.elmo._check_inputs(input_ids, attention_mask)
         lengths = mask.sum(dim=1)
-        if not bool((mask == (torch.arange(mask.shape[1], device=mask.device) < lengths.unsqueeze(1))).all()):
+        if not self.training and not bool((mask == (torch.arange(mask.shape[1], device=mask.device) < lengths.unsqueeze(1))).all()):
             raise ValueError("ElmoForBidirectionalLM needs right-padded input (tokens first, then padding).")
         embeddings, layers, full_mask = self.elmo.run_bilm(input_ids, mask, add_sentence_boundaries)
         top = layers[-1]  # (B, T', 2P)
@@ -726,7 +782,7 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
             if tuple(labels.shape) != tuple(mask.shape):
                 raise ValueError(f"labels must have shape {tuple(mask.shape)} (batch, tokens), got {tuple(labels.shape)}.")
             targets = self._targets(labels.long(), mask, add_sentence_boundaries)
-            if targets.numel() and int(targets.max()) >= self.config.vocab_size:
+            if not self.training and targets.numel() and int(targets.max()) >= self.config.vocab_size:
                 raise ValueError(f"label {int(targets.max())} is outside the vocabulary of {self.config.vocab_size} words.")
             P = self.config.hidden_size
             top = self.dropout(top)

@@ -6,6 +6,7 @@ compared layer by layer with a float64 numpy implementation of the TensorFlow co
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -333,6 +334,11 @@ def test_output_folder_is_complete_and_names_the_sources(converted, release):
     readme = (converted / "README.md").read_text()
     assert "options.json" in readme and "weights.hdf5" in readme
     assert not [p for p in converted.parent.iterdir() if p.name.startswith(".")], "staging folder left behind"
+    metadata = json.loads((converted / "conversion_metadata.json").read_text())
+    assert metadata["options_file"] == Path(release[1]).name and metadata["weights_file"] == Path(release[2]).name
+    assert metadata["validation_max_abs_difference"] < 1e-4
+    weights_path = Path(release[2])
+    assert metadata["sha256"][weights_path.name] == hashlib.sha256(weights_path.read_bytes()).hexdigest()
 
 
 def test_existing_output_folder_is_refused_without_overwrite(release, tmp_path):

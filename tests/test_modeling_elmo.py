@@ -201,6 +201,25 @@ def numpy_lstm_direction(sd: dict, prefix: str, x: np.ndarray, cell_clip, proj_c
     return np.array(out)
 
 
+def test_word_vector_cache_gives_identical_outputs_and_skips_cached_words(tester, monkeypatch):
+    model = tester.model()
+    plain = run(model, SENTENCES).hidden_states
+    cached_count = model.cache_word_vectors(["The", "bank", "river", "the"])
+    assert cached_count == 6  # four words plus <S> and </S>
+    encoded_rows = []
+    original = model.char_encoder.encode
+    monkeypatch.setattr(model.char_encoder, "encode", lambda ids: encoded_rows.append(ids.shape[0]) or original(ids))
+    with_cache = run(model, SENTENCES).hidden_states
+    for a, b in zip(plain, with_cache):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
+    distinct = {w for s in SENTENCES for w in s} | {"<S>", "</S>"}
+    assert sum(encoded_rows) == len(distinct) - 6  # only uncached words went through the CNN
+    model.char_encoder.clear_word_cache()
+    encoded_rows.clear()
+    run(model, SENTENCES)
+    assert sum(encoded_rows) == len(distinct)
+
+
 def test_character_encoder_matches_numpy(tester):
     model = tester.model()
     words = ["The", "bank", "é", "<S>", "x" * 60]
@@ -437,3 +456,17 @@ def test_lm_labels_outside_the_vocabulary_are_named(tester):
     model = tester.model(ElmoForBidirectionalLM)
     with pytest.raises(ValueError, match="outside the vocabulary"):
         model(**tester.encode([["a"]]), labels=torch.tensor([[99]]))
+
+
+def test_bfloat16_autocast_trains_and_stays_close_to_float32(tester):
+    model = tester.model(ElmoForBidirectionalLM)
+    enc = tester.encode([["a", "b", "c"], ["d"]])
+    labels = torch.tensor([[5, 6, 7], [8, -100, -100]])
+    exact = model(**enc, labels=labels).loss
+    model.train()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = model(**enc, labels=labels).loss
+    loss.backward()
+    assert loss.dtype == torch.float32 and torch.isfinite(loss)
+    assert abs(loss.item() - exact.item()) < 0.05 * exact.item()
+    assert model.elmo.char_encoder.projection.weight.grad is not None

@@ -1,0 +1,180 @@
+#!/usr/bin/env python
+"""CPU pretraining throughput of ELMo: training tokens/s, achieved FLOP/s against the machine's measured fp32 matmul
+throughput, and the 2-process (gloo DDP) scaling efficiency. Prints one JSON line per measurement.
+
+    OMP_NUM_THREADS=1 python bench/bench_pretrain_cpu.py --presets elmo-tiny elmo-27m --steps 10
+
+Batches are real text (../shared/data/lm-corpus, or --text FILE) through the pretraining data pipeline
+(`tokenize_batch` + `Collator`): length-bucketed sentences of up to 40 words. "tokens" are predicted words (the
+targets of one direction: words + </S>), the unit of the training log. FLOPs are counted analytically per biLM
+position (words + <S> + </S>): 2 x multiply-adds for the forward pass, x3 for forward + backward (char CNN,
+highways, projection, both LSTM stacks with projections, and the softmax: full V or sampled S + 1 rows per target
+and direction).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from modeling_elmo import ElmoConfig, ElmoForBidirectionalLM  # noqa: E402
+from modeling_elmo.pretraining.arguments import resolve_model_config  # noqa: E402
+from modeling_elmo.pretraining.data import Collator, Vocabulary, count_words, tokenize_batch, vocabulary_from_counts  # noqa: E402
+
+SHARED = Path(os.environ.get("ELMO_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+
+def matmul_flops(n: int = 2048, repeats: int = 5) -> float:
+    """Best-of fp32 matmul FLOP/s with the current thread setting."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    torch.matmul(a, b)
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        torch.matmul(a, b)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n**3 / best
+
+
+def flops_per_position(config: ElmoConfig, positions_per_target: float) -> float:
+    """Training FLOPs (forward + backward) per biLM position."""
+    d_c, P, H, L = config.char_embedding_dim, config.hidden_size, config.cell_size, config.num_hidden_layers
+    width = config.max_characters_per_token
+    F = sum(n for _, n in config.char_cnn_filters)
+    macs = sum((width - w + 1) * w * d_c * n for w, n in config.char_cnn_filters)
+    macs += config.num_highway_layers * 2 * F * F + F * P
+    macs += 2 * L * (4 * H * P + 4 * H * P + H * P)  # 2 directions; input, recurrent, projection
+    rows = config.vocab_size if config.lm_softmax == "full" else config.num_negative_samples + 1
+    macs += 2 * rows * P / positions_per_target  # 2 directions, one softmax row set per target
+    return 6.0 * macs
+
+
+def load_sentences(path: Path, limit: int = 20000) -> list[str]:
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        lines = [line.strip() for _, line in zip(range(limit * 2), handle)]
+    return [line for line in lines if 1 <= len(line.split()) <= 40][:limit]
+
+
+def make_batches(lines: list[str], vocab: Vocabulary, batch_size: int, n: int) -> list[dict[str, torch.Tensor]]:
+    out = tokenize_batch({"text": lines}, word_to_id=vocab.index, mode="sentences", max_sentence_length=40)
+    examples = sorted(({"word_ids": i, "oov": o} for i, o in zip(out["word_ids"], out["oov"])), key=lambda e: len(e["word_ids"]))
+    collate = Collator(vocab.char_table())
+    # pools of similar length, taken from across the length range
+    step = max(1, len(examples) // (n * batch_size))
+    chosen = [examples[i * step * batch_size : i * step * batch_size + batch_size] for i in range(n)]
+    return [collate(c) for c in chosen if len(c) == batch_size]
+
+
+def train_throughput(config: ElmoConfig, batches, steps: int, warmup: int = 2) -> dict[str, float]:
+    torch.manual_seed(0)
+    model = ElmoForBidirectionalLM(config)
+    model.train()
+    optimizer = torch.optim.Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0)
+    tokens = positions = 0
+    elapsed = 0.0
+    for step in range(warmup + steps):
+        batch = batches[step % len(batches)]
+        t0 = time.perf_counter()
+        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"])
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if step >= warmup:
+            elapsed += time.perf_counter() - t0
+            tokens += int(out.num_forward_targets)
+            positions += int(batch["attention_mask"].sum()) + 2 * batch["attention_mask"].shape[0]
+    return {"tokens_per_s": tokens / elapsed, "positions_per_s": positions / elapsed, "positions_per_target": positions / tokens, "seconds": elapsed}
+
+
+def _ddp_worker(rank: int, world: int, config_dict: dict, batches, steps: int, port: int, queue) -> None:
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.manual_seed(0)
+    model = torch.nn.parallel.DistributedDataParallel(ElmoForBidirectionalLM(ElmoConfig.from_dict(config_dict)))
+    optimizer = torch.optim.Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0)
+    tokens, elapsed = 0, 0.0
+    mine = batches[rank::world]
+    for step in range(2 + steps):
+        batch = mine[step % len(mine)]
+        dist.barrier()
+        t0 = time.perf_counter()
+        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"])
+        out.loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if step >= 2:
+            elapsed += time.perf_counter() - t0
+            tokens += int(out.num_forward_targets)
+    total = torch.tensor([float(tokens), elapsed])
+    dist.all_reduce(total)
+    if rank == 0:
+        queue.put(total[0].item() / (total[1].item() / world))
+    dist.destroy_process_group()
+
+
+def ddp_throughput(config: ElmoConfig, batches, steps: int) -> float:
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    mp.start_processes(_ddp_worker, args=(2, config.to_dict(), batches, steps, port, queue), nprocs=2, start_method="spawn")
+    return queue.get(timeout=10)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--presets", nargs="+", default=["elmo-tiny", "elmo-27m"])
+    parser.add_argument("--text", default=str(SHARED / "lm-corpus" / "masc.txt"))
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--vocab-size", type=int, default=None, help="default: the preset's (tiny: 10,000)")
+    parser.add_argument("--no-ddp", action="store_true", help="skip the 2-process scaling measurement")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    peak = matmul_flops()
+    print(json.dumps({"bench": "fp32_matmul", "threads": torch.get_num_threads(), "flop_per_s": peak}), flush=True)
+    lines = load_sentences(Path(args.text))
+    for preset in args.presets:
+        config = ElmoConfig.from_json_file(str(resolve_model_config(preset)))
+        size = args.vocab_size or (config.vocab_size if config.vocab_size > 4 else 10000)
+        vocab = vocabulary_from_counts(count_words([lines]), max_size=size)
+        config.vocab_size = len(vocab)
+        if config.lm_softmax == "sampled" and config.num_negative_samples >= config.vocab_size:
+            config.num_negative_samples = config.vocab_size // 2
+        batches = make_batches(lines, vocab, args.batch_size, max(args.steps, 4))
+        single = train_throughput(config, batches, args.steps)
+        achieved = single["positions_per_s"] * flops_per_position(config, single["positions_per_target"])
+        record = {
+            "bench": "cpu_train", "preset": preset, "vocab_size": config.vocab_size, "lm_softmax": config.lm_softmax,
+            "batch_size": args.batch_size, "steps": args.steps, "threads": torch.get_num_threads(),
+            "tokens_per_s": round(single["tokens_per_s"], 1), "achieved_flop_per_s": achieved,
+            "fraction_of_matmul_peak": achieved / peak,
+        }
+        if not args.no_ddp:
+            two = ddp_throughput(config, batches, args.steps)
+            record["ddp2_tokens_per_s"] = round(two, 1)
+            record["ddp2_scaling_efficiency"] = two / (2 * single["tokens_per_s"])
+        print(json.dumps(record), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

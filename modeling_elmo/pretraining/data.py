@@ -1,0 +1,713 @@
+"""Corpus loading, word vocabulary, tokenisation, batching and sharding for ELMo pretraining.
+
+The pipeline (every stage is a plain function, tested on its own):
+
+1. `load_raw_splits` gives a ``datasets.Dataset`` (or ``IterableDataset`` with ``streaming=True``) with one
+   ``text`` column per split, from local files/globs/directories (read as bytes and decoded with
+   ``errors="replace"``: invalid UTF-8 is counted and logged, never fatal) or from a Hub dataset.
+2. `build_vocabulary` counts whitespace-separated words with `collections.Counter` over batches of joined text
+   (about 6 M words/s per process; shards are counted in parallel) and keeps the most frequent ones, after the
+   four special words ``<pad>`` (0), ``<S>`` (1), ``</S>`` (2), ``<UNK>`` (3).
+3. `tokenize_splits` maps text to word ids with ``Dataset.map(batched=True, num_proc=...)`` (cached by a
+   fingerprint of the input, the vocabulary and the batching options). Two layouts:
+
+   * ``"sentences"`` (default): one example per line, cut into pieces of at most ``max_sentence_length`` words;
+     the model adds ``<S>``/``</S>`` itself.
+   * ``"windows"`` (the original bilm-tf batching, without state carrying): the stream ``<S> w1 .. wn </S> <S>
+     ...`` cut into windows of ``window_size`` tokens, fed with ``add_sentence_boundaries=False``.
+
+   Each example stores ``word_ids`` (int32, ``<UNK>`` = 3 for out-of-vocabulary words), the out-of-vocabulary
+   words themselves in ``oov`` (inputs always use the full character encoding of the word, as in the original),
+   and ``length``.
+4. `BucketBatchSampler` shuffles (deterministically from ``seed`` and the epoch), groups sentences of similar
+   length, and gives every process a disjoint share of the batches; `Collator` builds the character ids from a
+   cached table of the vocabulary's words (``(V, 50)``) plus the out-of-vocabulary words.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import logging
+import math
+import multiprocessing
+import os
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..tokenization_elmo import BOS_CHAR_IDS, EOS_CHAR_IDS, SPECIAL_WORDS, encode_words
+
+logger = logging.getLogger(__name__)
+
+PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
+BATCHING_MODES = ("sentences", "windows")
+#: Bump when the tokenised layout changes, so stale caches are not reused.
+_TOKENIZATION_VERSION = "1"
+
+
+# ----------------------------------------------------------------------------------------------- reading text
+def expand_text_files(patterns: str | Sequence[str], what: str = "--train-file") -> list[str]:
+    """Expand files, globs and directories into a sorted list of non-empty files.
+
+    A directory contributes every non-hidden regular file under it (recursively): the 1B Word Benchmark's shards
+    have no extension. Raises `ValueError` naming the pattern when it matches nothing, a named file is missing or
+    empty, or everything it matches is empty.
+    """
+    if isinstance(patterns, (str, os.PathLike)):
+        patterns = [patterns]
+    files: list[str] = []
+    for pattern in patterns:
+        pattern = os.fspath(pattern)
+        if os.path.isdir(pattern):
+            found = sorted(
+                os.path.join(root, name)
+                for root, dirs, names in os.walk(pattern)
+                for name in names
+                if not name.startswith(".") and not any(part.startswith(".") for part in Path(root).relative_to(pattern).parts)
+            )
+            found = [f for f in found if os.path.isfile(f)]
+            if not any(os.path.getsize(f) > 0 for f in found):
+                raise ValueError(f"{what}: directory {pattern!r} contains no text (no non-empty files).")
+        elif glob.has_magic(pattern):
+            found = sorted(f for f in glob.glob(pattern, recursive=True) if os.path.isfile(f))
+            if not found:
+                raise ValueError(f"{what}: the glob {pattern!r} matches no file.")
+            if not any(os.path.getsize(f) > 0 for f in found):
+                raise ValueError(f"{what}: every file matched by {pattern!r} is empty.")
+        else:
+            if not os.path.exists(pattern):
+                raise ValueError(f"{what}: file {pattern!r} does not exist.")
+            if not os.path.isfile(pattern):
+                raise ValueError(f"{what}: {pattern!r} is not a regular file.")
+            if os.path.getsize(pattern) == 0:
+                raise ValueError(f"{what}: file {pattern!r} is empty.")
+            found = [pattern]
+        files.extend(f for f in found if os.path.getsize(f) > 0)
+    if not files:
+        raise ValueError(f"{what}: no text files given.")
+    return files
+
+
+@dataclass
+class ReadStats:
+    """What `iter_text_lines` saw: lines, and lines whose bytes were not valid UTF-8 (decoded with U+FFFD)."""
+
+    lines: int = 0
+    invalid_utf8_lines: int = 0
+    bytes: int = 0
+
+
+def iter_text_lines(paths: Sequence[str], stats: ReadStats | None = None) -> Iterator[str]:
+    """Yield the lines of ``paths`` (without the line break), reading bytes and decoding UTF-8.
+
+    Invalid UTF-8 is replaced by U+FFFD and counted (a warning per file says how many lines were affected);
+    a UTF-8 byte-order mark at the start of a file is dropped. Line length is not limited here: long lines are cut
+    into pieces by the tokenisation step.
+    """
+    stats = stats if stats is not None else ReadStats()
+    for path in paths:
+        invalid = 0
+        with open(path, "rb") as handle:
+            for number, raw in enumerate(handle):
+                if number == 0 and raw.startswith(b"\xef\xbb\xbf"):
+                    raw = raw[3:]
+                stats.bytes += len(raw)
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    line = raw.decode("utf-8", errors="replace")
+                    invalid += 1
+                stats.lines += 1
+                yield line.rstrip("\r\n")
+        if invalid:
+            logger.warning("%s: %d line(s) were not valid UTF-8; bad bytes were replaced by U+FFFD.", path, invalid)
+        stats.invalid_utf8_lines += invalid
+
+
+def _text_generator(paths: list[str], stamps: list[str]) -> Iterator[dict[str, str]]:
+    # ``stamps`` (size and mtime of each file) only feed the datasets cache fingerprint; a changed file re-reads.
+    for line in iter_text_lines(paths):
+        yield {"text": line}
+
+
+def text_dataset_from_files(files: Sequence[str], *, streaming: bool = False, cache_dir: str | None = None, num_proc: int | None = None):
+    """A ``datasets`` dataset with one ``text`` row per line of ``files`` (see `iter_text_lines`)."""
+    import datasets
+
+    files = list(files)
+    stamps = [f"{os.path.getsize(f)}:{os.stat(f).st_mtime_ns}" for f in files]
+    features = datasets.Features({"text": datasets.Value("string")})
+    kwargs = {"paths": files, "stamps": stamps}
+    if streaming:
+        return datasets.IterableDataset.from_generator(_text_generator, features=features, gen_kwargs=kwargs)
+    num_proc = min(num_proc or 1, len(files))
+    return datasets.Dataset.from_generator(
+        _text_generator,
+        features=features,
+        gen_kwargs=kwargs,
+        cache_dir=cache_dir,
+        num_proc=num_proc if num_proc > 1 else None,
+    )
+
+
+def load_raw_splits(
+    *,
+    train_file: Sequence[str] | None = None,
+    validation_file: Sequence[str] | None = None,
+    test_file: Sequence[str] | None = None,
+    dataset_name: str | None = None,
+    dataset_config_name: str | None = None,
+    text_column: str = "text",
+    streaming: bool = False,
+    validation_split_percentage: float = 0.0,
+    seed: int = 42,
+    cache_dir: str | None = None,
+    num_proc: int | None = None,
+) -> dict[str, Any]:
+    """Load ``train``/``validation``/``test`` splits with a single ``text`` column.
+
+    Local files take precedence per split over the Hub dataset. Without a validation split, ``validation_split
+    _percentage`` percent of the training lines (a seeded random choice) is held out (not in streaming mode).
+    """
+    import datasets
+
+    if not train_file and not dataset_name:
+        raise ValueError("no training data: pass --train-file (files, globs or directories) or --dataset-name.")
+    splits: dict[str, Any] = {}
+    if dataset_name:
+        hub = datasets.load_dataset(dataset_name, dataset_config_name, cache_dir=cache_dir, streaming=streaming)
+        for split in ("train", "validation", "test"):
+            if split in hub:
+                ds = hub[split]
+                columns = ds.column_names  # None for a stream whose features are unknown
+                if columns is not None and text_column not in columns:
+                    raise ValueError(f"--text-column {text_column!r} is not a column of {dataset_name} (columns: {columns}).")
+                ds = ds.select_columns([text_column])
+                if text_column != "text":
+                    ds = ds.rename_column(text_column, "text")
+                splits[split] = ds
+    for split, given, flag in (("train", train_file, "--train-file"), ("validation", validation_file, "--validation-file"), ("test", test_file, "--test-file")):
+        if given:
+            files = expand_text_files(given, flag)
+            splits[split] = text_dataset_from_files(files, streaming=streaming, cache_dir=cache_dir, num_proc=num_proc)
+    if "train" not in splits:
+        raise ValueError(f"dataset {dataset_name!r} has no 'train' split; pass --train-file.")
+    if "validation" not in splits and validation_split_percentage and validation_split_percentage > 0:
+        if streaming:
+            logger.warning("streaming: no validation split is carved out of the training data; pass --validation-file.")
+        else:
+            if not 0 < validation_split_percentage < 100:
+                raise ValueError(f"--validation-split-percentage must be in (0, 100), got {validation_split_percentage}.")
+            held = splits["train"].train_test_split(test_size=validation_split_percentage / 100.0, seed=seed, shuffle=True)
+            splits["train"], splits["validation"] = held["train"].flatten_indices(), held["test"].flatten_indices()
+    return splits
+
+
+# ----------------------------------------------------------------------------------------------- vocabulary
+class Vocabulary:
+    """Word vocabulary of the LM softmax: ``<pad>``, ``<S>``, ``</S>``, ``<UNK>`` (ids 0-3), then words.
+
+    Same file format and reading rules as `ElmoTokenizer` (one word per line, specials may be listed or not,
+    empty lines and bilm-tf's ``!!!MAXTERMID`` skipped).
+    """
+
+    def __init__(self, words: Iterable[str]):
+        self.words: list[str] = list(SPECIAL_WORDS)
+        seen = set(self.words)
+        for word in words:
+            if not word or word == "!!!MAXTERMID" or word in seen:
+                continue
+            if any(ch.isspace() for ch in word):
+                raise ValueError(f"vocabulary word {word!r} contains whitespace.")
+            seen.add(word)
+            self.words.append(word)
+        self.index: dict[str, int] = {w: i for i, w in enumerate(self.words)}
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Vocabulary) and self.words == other.words
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike) -> Vocabulary:
+        if not os.path.isfile(path):
+            raise ValueError(f"vocabulary file {os.fspath(path)!r} does not exist.")
+        with open(path, encoding="utf-8") as handle:
+            return cls(line.rstrip("\n") for line in handle)
+
+    def save(self, path: str | os.PathLike) -> None:
+        atomic_write_text(path, "".join(w + "\n" for w in self.words))
+
+    def fingerprint(self) -> str:
+        return hashlib.sha256("\n".join(self.words).encode("utf-8")).hexdigest()[:16]
+
+    def ids(self, words: Sequence[str]) -> list[int]:
+        get = self.index.get
+        return [get(w, UNK_ID) for w in words]
+
+    def char_table(self, max_characters_per_token: int = 50) -> np.ndarray:
+        """Character ids of every vocabulary word, ``(V, max_characters_per_token)``; row 0 (``<pad>``) is zeros.
+
+        Row 3 (``<UNK>``) is never used for inputs: out-of-vocabulary words are encoded from their own characters.
+        """
+        table = np.zeros((len(self.words), max_characters_per_token), dtype=np.int64)
+        if len(self.words) > 4:
+            table[4:] = encode_words(self.words[4:], max_characters_per_token)
+        table[BOS_ID] = BOS_CHAR_IDS[:max_characters_per_token]
+        table[EOS_ID] = EOS_CHAR_IDS[:max_characters_per_token]
+        table[UNK_ID] = encode_words([SPECIAL_WORDS[UNK_ID]], max_characters_per_token)[0]
+        return table
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same folder and `os.replace`."""
+    path = os.fspath(path)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def count_words(texts: Iterable[Sequence[str]]) -> Counter:
+    """Whitespace-word counts over batches of lines (one `Counter.update` per joined batch: the fast form)."""
+    counts: Counter = Counter()
+    for batch in texts:
+        counts.update(" ".join(batch).split())
+    return counts
+
+
+def _count_shard(args: tuple[Any, int, int, int]) -> Counter:
+    dataset, num_shards, index, batch_size = args
+    shard = dataset.shard(num_shards=num_shards, index=index, contiguous=True)
+    return count_words(b["text"] for b in shard.iter(batch_size=batch_size))
+
+
+def count_dataset_words(dataset: Any, *, num_proc: int | None = None, batch_size: int = 10_000) -> Counter:
+    """Word counts of a dataset's ``text`` column; map-style datasets are counted in ``num_proc`` processes."""
+    import datasets
+
+    if isinstance(dataset, datasets.IterableDataset) or not num_proc or num_proc <= 1 or len(dataset) < 10 * batch_size:
+        return count_words(b["text"] for b in dataset.iter(batch_size=batch_size))
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    with multiprocessing.get_context(method).Pool(num_proc) as pool:
+        parts = pool.map(_count_shard, [(dataset, num_proc, i, batch_size) for i in range(num_proc)])
+    total: Counter = Counter()
+    for part in parts:
+        total.update(part)
+    return total
+
+
+def vocabulary_from_counts(counts: Counter, *, max_size: int | None = None, min_count: int = 1) -> Vocabulary:
+    """Most frequent words first (ties by the word itself, so the result does not depend on counting order).
+
+    ``max_size`` counts the four special words; ``min_count`` drops rarer words. Literal special words in the text
+    are not counted as words.
+    """
+    if max_size is not None and max_size < 5:
+        raise ValueError(f"--vocab-size must be at least 5 (4 special words + 1), got {max_size}.")
+    if min_count < 1:
+        raise ValueError(f"--min-count must be >= 1, got {min_count}.")
+    items = [(w, c) for w, c in counts.items() if c >= min_count and w not in SPECIAL_WORDS]
+    items.sort(key=lambda item: (-item[1], item[0]))
+    if max_size is not None:
+        items = items[: max_size - len(SPECIAL_WORDS)]
+    return Vocabulary(w for w, _ in items)
+
+
+def build_vocabulary(dataset: Any, *, max_size: int | None = None, min_count: int = 1, num_proc: int | None = None) -> Vocabulary:
+    counts = count_dataset_words(dataset, num_proc=num_proc)
+    if not counts:
+        raise ValueError("the training data contains no words: cannot build a vocabulary.")
+    vocab = vocabulary_from_counts(counts, max_size=max_size, min_count=min_count)
+    total = sum(counts.values())
+    covered = sum(counts[w] for w in vocab.words[4:])
+    logger.info(
+        "vocabulary: %d words (%d types in the data, %d tokens); coverage of training tokens %.2f%%",
+        len(vocab), len(counts), total, 100.0 * covered / max(total, 1),
+    )
+    return vocab
+
+
+# ----------------------------------------------------------------------------------------------- tokenisation
+def tokenize_batch(
+    batch: dict[str, list[str]],
+    *,
+    word_to_id: dict[str, int],
+    mode: str = "sentences",
+    max_sentence_length: int = 100,
+    window_size: int = 20,
+) -> dict[str, list]:
+    """Turn a batch of lines into examples (see the module docstring); empty lines give no example.
+
+    ``sentences``: a line of n words gives ceil(n / max_sentence_length) examples. ``windows``: the batch's
+    ``<S> w.. </S>`` stream is cut into windows of ``window_size`` tokens and the incomplete last window of the
+    batch is dropped (at most ``window_size - 1`` tokens per map batch of 1,000 lines).
+    """
+    get = word_to_id.get
+    out_ids: list[list[int]] = []
+    out_oov: list[list[str]] = []
+    if mode == "sentences":
+        for line in batch["text"]:
+            words = line.split()
+            for start in range(0, len(words), max_sentence_length):
+                piece = words[start : start + max_sentence_length]
+                ids = [get(w, UNK_ID) for w in piece]
+                out_ids.append(ids)
+                out_oov.append([w for w, i in zip(piece, ids) if i == UNK_ID])
+    elif mode == "windows":
+        stream_ids: list[int] = []
+        stream_words: list[str] = []
+        for line in batch["text"]:
+            words = line.split()
+            if not words:
+                continue
+            stream_words.append("<S>")
+            stream_words.extend(words)
+            stream_words.append("</S>")
+            stream_ids.append(BOS_ID)
+            stream_ids.extend(get(w, UNK_ID) for w in words)
+            stream_ids.append(EOS_ID)
+        usable = len(stream_ids) - len(stream_ids) % window_size
+        for start in range(0, usable, window_size):
+            ids = stream_ids[start : start + window_size]
+            words = stream_words[start : start + window_size]
+            out_ids.append(ids)
+            out_oov.append([w for w, i in zip(words, ids) if i == UNK_ID])
+    else:
+        raise ValueError(f"--batching must be one of {BATCHING_MODES}, got {mode!r}.")
+    return {"word_ids": out_ids, "oov": out_oov, "length": [len(ids) for ids in out_ids]}
+
+
+def _tokenized_features():
+    import datasets
+
+    return datasets.Features(
+        {
+            "word_ids": datasets.Sequence(datasets.Value("int32")),
+            "oov": datasets.Sequence(datasets.Value("string")),
+            "length": datasets.Value("int32"),
+        }
+    )
+
+
+def tokenize_splits(
+    splits: dict[str, Any],
+    vocab: Vocabulary,
+    *,
+    mode: str = "sentences",
+    max_sentence_length: int = 100,
+    window_size: int = 20,
+    num_proc: int | None = None,
+    overwrite_cache: bool = False,
+) -> dict[str, Any]:
+    """`tokenize_batch` over every split with ``Dataset.map(batched=True)`` (cached for map-style datasets)."""
+    import datasets
+
+    if mode not in BATCHING_MODES:
+        raise ValueError(f"--batching must be one of {BATCHING_MODES}, got {mode!r}.")
+    if max_sentence_length < 1:
+        raise ValueError(f"--max-sentence-length must be >= 1, got {max_sentence_length}.")
+    if window_size < 2:
+        raise ValueError(f"--window-size must be >= 2, got {window_size}.")
+    fn_kwargs = {"word_to_id": vocab.index, "mode": mode, "max_sentence_length": max_sentence_length, "window_size": window_size}
+    options = f"{_TOKENIZATION_VERSION}|{vocab.fingerprint()}|{mode}|{max_sentence_length}|{window_size}"
+    out = {}
+    for split, ds in splits.items():
+        if isinstance(ds, datasets.IterableDataset):
+            out[split] = ds.map(tokenize_batch, batched=True, batch_size=1000, fn_kwargs=fn_kwargs, remove_columns=["text"], features=_tokenized_features())
+            continue
+        fingerprint = hashlib.sha256(f"{ds._fingerprint}|{options}".encode()).hexdigest()[:32]
+        out[split] = ds.map(
+            tokenize_batch,
+            batched=True,
+            batch_size=1000,
+            fn_kwargs=fn_kwargs,
+            remove_columns=ds.column_names,
+            features=_tokenized_features(),
+            num_proc=num_proc if num_proc and num_proc > 1 and len(ds) > 10_000 else None,
+            load_from_cache_file=not overwrite_cache,
+            new_fingerprint=fingerprint,
+            desc=f"Tokenising {split}",
+        )
+        if len(out[split]) == 0:
+            raise ValueError(f"the {split} split contains no words after tokenisation.")
+    return out
+
+
+def example_lengths(dataset: Any) -> np.ndarray:
+    """The ``length`` column as an int64 numpy array."""
+    column = dataset.with_format("arrow")["length"]  # a pyarrow array: no per-row Python work
+    return np.asarray(column.to_numpy() if hasattr(column, "to_numpy") else column, dtype=np.int64)
+
+
+# ----------------------------------------------------------------------------------------------- unigram baseline
+def unigram_target_counts(dataset: Any, vocab_size: int, mode: str, max_examples: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Counts of the forward and backward LM *targets* in a tokenised dataset, each of shape ``(vocab_size,)``.
+
+    ``sentences``: forward targets are ``w1..wn </S>``, backward ``<S> w1..wn``; ``windows``: forward targets
+    are tokens 2..N of each window, backward tokens 1..N-1 (the targets the stateless model can score).
+    Out-of-vocabulary words count as ``<UNK>``, exactly as for the LM.
+    """
+    import datasets
+    import pyarrow.compute as pc
+
+    all_counts = np.zeros(vocab_size, dtype=np.int64)
+    first_counts = np.zeros(vocab_size, dtype=np.int64)
+    last_counts = np.zeros(vocab_size, dtype=np.int64)
+    n_examples = 0
+
+    def add(flat: np.ndarray, firsts: np.ndarray, lasts: np.ndarray) -> None:
+        all_counts[:] += np.bincount(flat, minlength=vocab_size)[:vocab_size]
+        first_counts[:] += np.bincount(firsts, minlength=vocab_size)[:vocab_size]
+        last_counts[:] += np.bincount(lasts, minlength=vocab_size)[:vocab_size]
+
+    if isinstance(dataset, datasets.IterableDataset):
+        rows = []
+        for i, ex in enumerate(dataset):
+            if max_examples is not None and i >= max_examples:
+                break
+            if ex["word_ids"]:
+                rows.append(np.asarray(ex["word_ids"], dtype=np.int64))
+        if rows:
+            add(np.concatenate(rows), np.array([r[0] for r in rows]), np.array([r[-1] for r in rows]))
+        n_examples = len(rows)
+    else:
+        column = dataset.with_format("arrow")["word_ids"]
+        for chunk in getattr(column, "chunks", [column]):  # chunk by chunk: bounded memory on a billion words
+            flat = np.asarray(pc.list_flatten(chunk), dtype=np.int64)
+            lengths = np.asarray(pc.list_value_length(chunk).fill_null(0), dtype=np.int64)
+            ends = np.cumsum(lengths)
+            starts = ends - lengths
+            nonempty = lengths > 0
+            add(flat, flat[starts[nonempty]], flat[ends[nonempty] - 1])
+            n_examples += int(nonempty.sum())
+    if mode == "sentences":
+        forward = all_counts.copy()
+        forward[EOS_ID] += n_examples
+        backward = all_counts.copy()
+        backward[BOS_ID] += n_examples
+    else:
+        forward = all_counts - first_counts
+        backward = all_counts - last_counts
+    return forward, backward
+
+
+def unigram_log_probs(counts: np.ndarray) -> np.ndarray:
+    """Add-one smoothed unigram log-probabilities over the ``V - 1`` non-padding classes (``<pad>`` gets -inf)."""
+    smoothed = counts.astype(np.float64) + 1.0
+    smoothed[PAD_ID] = 0.0
+    with np.errstate(divide="ignore"):
+        return np.log(smoothed) - math.log(smoothed.sum())
+
+
+def batch_targets(word_ids: torch.Tensor, lengths: torch.Tensor, mode: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The forward and backward target ids (flattened) that the LM scores for a batch, as in `unigram_target_counts`."""
+    forward, backward = [], []
+    for row, n in zip(word_ids.tolist(), lengths.tolist()):
+        row = row[:n]
+        if not row:
+            continue
+        if mode == "sentences":
+            forward.extend(row + [EOS_ID])
+            backward.extend([BOS_ID] + row)
+        else:
+            forward.extend(row[1:])
+            backward.extend(row[:-1])
+    return torch.tensor(forward, dtype=torch.long), torch.tensor(backward, dtype=torch.long)
+
+
+# ----------------------------------------------------------------------------------------------- batching
+class BucketBatchSampler:
+    """Deterministic, length-bucketed, sharded batches.
+
+    For epoch ``e`` the examples are permuted with ``numpy.random.default_rng([seed, e])`` (or kept in order when
+    ``shuffle`` is false), cut into pools of ``bucket_size`` batches, sorted by length inside each pool, cut into
+    batches of ``batch_size`` examples, and the batch order is shuffled again. Process ``rank`` of
+    ``num_replicas`` takes batches ``rank, rank + num_replicas, ...``; with ``drop_last`` every process gets the
+    same number of batches (needed by DDP), otherwise the remainder goes to the first processes.
+    """
+
+    def __init__(
+        self,
+        lengths: Sequence[int] | np.ndarray,
+        batch_size: int,
+        *,
+        shuffle: bool = True,
+        seed: int = 0,
+        rank: int = 0,
+        num_replicas: int = 1,
+        bucket_size: int = 100,
+        drop_last: bool = True,
+    ):
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"rank {rank} is not in [0, {num_replicas}).")
+        self.lengths = np.asarray(lengths, dtype=np.int64)
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.seed = seed
+        self.rank = rank
+        self.num_replicas = num_replicas
+        self.bucket_size = max(1, bucket_size)
+        self.drop_last = drop_last
+
+    def global_batches(self, epoch: int) -> list[np.ndarray]:
+        n = len(self.lengths)
+        rng = np.random.default_rng([self.seed, epoch])
+        order = rng.permutation(n) if self.shuffle else np.arange(n)
+        pool = self.batch_size * self.bucket_size
+        batches: list[np.ndarray] = []
+        for start in range(0, n, pool):
+            chunk = order[start : start + pool]
+            if self.bucket_size > 1:
+                chunk = chunk[np.argsort(self.lengths[chunk], kind="stable")]
+            batches.extend(chunk[i : i + self.batch_size] for i in range(0, len(chunk), self.batch_size))
+        if self.drop_last and batches and len(batches[-1]) < self.batch_size:
+            # Pools are full except the last, so only the very last batch can be short.
+            batches.pop()
+        if self.shuffle:
+            batches = [batches[i] for i in rng.permutation(len(batches))]
+        return batches
+
+    def rank_batches(self, epoch: int) -> list[list[int]]:
+        batches = self.global_batches(epoch)
+        if self.drop_last:
+            batches = batches[: len(batches) - len(batches) % self.num_replicas]
+        return [b.tolist() for b in batches[self.rank :: self.num_replicas]]
+
+    def num_batches(self) -> int:
+        """Batches per epoch for this process (with ``drop_last``: the same on every process)."""
+        full = len(self.lengths) // self.batch_size if self.drop_last else math.ceil(len(self.lengths) / self.batch_size)
+        if self.drop_last:
+            return full // self.num_replicas
+        return len(range(self.rank, full, self.num_replicas))
+
+
+class FixedBatches:
+    """A batch sampler over a precomputed list of batches (the remainder of an epoch after a resume)."""
+
+    def __init__(self, batches: list[list[int]]):
+        self.batches = batches
+
+    def __iter__(self):
+        return iter(self.batches)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+@dataclass
+class Collator:
+    """Pad a list of tokenised examples into model inputs.
+
+    Returns ``input_ids`` (B, T, 50) character ids (vocabulary rows from ``char_table``; out-of-vocabulary words
+    encoded from their characters), ``attention_mask`` (B, T), ``labels`` (B, T) word ids with -100 at padding,
+    ``lengths`` (B,) and ``example_ids`` when the examples carry an ``index``.
+    """
+
+    char_table: np.ndarray
+    pad_to_multiple_of: int | None = None
+    _width: int = field(init=False)
+
+    def __post_init__(self):
+        self._width = self.char_table.shape[1]
+
+    def __call__(self, examples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        lengths = [len(ex["word_ids"]) for ex in examples]
+        T = max(max(lengths), 1)
+        if self.pad_to_multiple_of:
+            T = -(-T // self.pad_to_multiple_of) * self.pad_to_multiple_of
+        B = len(examples)
+        word_ids = np.zeros((B, T), dtype=np.int64)
+        for b, ex in enumerate(examples):
+            word_ids[b, : lengths[b]] = ex["word_ids"]
+        chars = self.char_table[word_ids]  # (B, T, 50); <pad> rows are zeros
+        unknown = np.argwhere(word_ids == UNK_ID)
+        if len(unknown):
+            oov_words = [w for ex in examples for w in ex["oov"]]
+            if len(oov_words) != len(unknown):
+                raise ValueError(f"corrupt example: {len(unknown)} <UNK> ids but {len(oov_words)} stored out-of-vocabulary words.")
+            chars[unknown[:, 0], unknown[:, 1]] = encode_words(oov_words, self._width)
+        mask = np.arange(T)[None, :] < np.asarray(lengths)[:, None]
+        labels = np.where(mask, word_ids, -100)
+        batch = {
+            "input_ids": torch.from_numpy(chars),
+            "attention_mask": torch.from_numpy(mask.astype(np.int64)),
+            "labels": torch.from_numpy(labels),
+            "lengths": torch.tensor(lengths, dtype=torch.long),
+        }
+        if examples and "index" in examples[0]:
+            batch["example_ids"] = torch.tensor([ex["index"] for ex in examples], dtype=torch.long)
+        return batch
+
+
+class IndexedDataset(torch.utils.data.Dataset):
+    """A map-style ``datasets.Dataset`` whose items also carry their ``index`` (for logging who saw what)."""
+
+    def __init__(self, dataset: Any):
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        item = dict(self.dataset[int(index)])
+        item["index"] = int(index)
+        return item
+
+    def __getitems__(self, indices: list[int]) -> list[dict[str, Any]]:
+        rows = self.dataset[[int(i) for i in indices]]
+        return [
+            {"word_ids": ids, "oov": oov, "index": int(i)}
+            for ids, oov, i in zip(rows["word_ids"], rows["oov"], indices)
+        ]
+
+
+def iter_stream_batches(
+    dataset: Any, batch_size: int, *, seed: int, epoch: int, rank: int, num_replicas: int, shuffle: bool, buffer_batches: int = 100, drop_last: bool = True
+) -> Iterator[list[dict[str, Any]]]:
+    """Batches of examples from an ``IterableDataset`` (streaming): this process's shard
+    (``split_dataset_by_node``), a seeded shuffle buffer, then length bucketing inside pools of ``buffer_batches``
+    batches. Deterministic given ``seed`` and ``epoch``."""
+    from datasets.distributed import split_dataset_by_node
+
+    ds = split_dataset_by_node(dataset, rank=rank, world_size=num_replicas) if num_replicas > 1 else dataset
+    if shuffle:
+        ds = ds.shuffle(seed=seed, buffer_size=max(batch_size * buffer_batches, 1000))
+        ds.set_epoch(epoch)
+    rng = np.random.default_rng([seed, epoch, rank])
+    pool: list[dict[str, Any]] = []
+
+    def flush(pool: list[dict[str, Any]], final: bool) -> Iterator[list[dict[str, Any]]]:
+        pool = sorted(pool, key=lambda ex: len(ex["word_ids"]))
+        batches = [pool[i : i + batch_size] for i in range(0, len(pool), batch_size)]
+        if final and drop_last and batches and len(batches[-1]) < batch_size:
+            batches.pop()
+        order = rng.permutation(len(batches)) if shuffle else range(len(batches))
+        for i in order:
+            yield batches[i]
+
+    for example in ds:
+        if not example["word_ids"]:
+            continue
+        pool.append({"word_ids": example["word_ids"], "oov": example["oov"]})
+        if len(pool) >= batch_size * buffer_batches:
+            yield from flush(pool, final=False)
+            pool = []
+    if pool:
+        yield from flush(pool, final=True)

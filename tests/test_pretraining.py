@@ -1,0 +1,464 @@
+"""Tests of ELMo pretraining (modeling_elmo.pretraining and scripts/pretrain.py).
+
+Offline and small: training text is a few hundred lines of ../shared/data/lm-corpus copied into temporary files
+(skipped when the shared data is absent); the model is the elmo-tiny preset. Single-process runs call
+`modeling_elmo.pretraining.main` in this process; the DDP test launches two real gloo processes with
+`accelerate launch`, and the SIGTERM test a real subprocess.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from modeling_elmo import ElmoConfig, ElmoForBidirectionalLM, ElmoTokenizer
+from modeling_elmo.pretraining import (
+    BucketBatchSampler,
+    CheckpointManager,
+    Collator,
+    Vocabulary,
+    expand_text_files,
+    iter_text_lines,
+    load_recipe,
+    parse_args,
+    tokenize_batch,
+    train_losses_by_step,
+    unigram_log_probs,
+    unigram_target_counts,
+)
+from modeling_elmo.pretraining import data as pdata
+from modeling_elmo.pretraining import main as pretrain_main
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("ELMO_SHARED_DATA", REPO.parent / "shared" / "data"))
+CORPUS = SHARED_DATA / "lm-corpus"
+
+
+# ----------------------------------------------------------------------------------------------- fixtures
+@pytest.fixture(scope="module")
+def corpus_lines() -> list[str]:
+    path = CORPUS / "masc.txt"
+    if not path.is_file():
+        pytest.skip(f"shared LM corpus not found at {CORPUS} (set ELMO_SHARED_DATA)")
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        lines = [line.rstrip("\n") for _, line in zip(range(4000), handle)]
+    # short sentences keep the tiny model fast
+    return [line for line in lines if 3 <= len(line.split()) <= 25]
+
+
+@pytest.fixture()
+def corpus_files(tmp_path, corpus_lines) -> dict[str, Path]:
+    files = {}
+    for name, lines in (("train", corpus_lines[:600]), ("valid", corpus_lines[600:700])):
+        files[name] = tmp_path / f"{name}.txt"
+        files[name].write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return files
+
+
+@pytest.fixture(autouse=True)
+def _fresh_accelerate_state():
+    """Each in-process run builds its own Accelerator: forget the singleton state in between."""
+    yield
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+
+
+def _run_args(files: dict[str, Path], out: Path, *extra: str) -> list[str]:
+    return [
+        "--train-file", str(files["train"]), "--validation-file", str(files["valid"]), "--output-dir", str(out),
+        "--cache-dir", str(out.parent / "hf-cache"), "--model-config", "elmo-tiny", "--vocab-size", "300",
+        "--per-device-train-batch-size", "8", "--per-device-eval-batch-size", "32", "--logging-steps", "1",
+        "--checkpointing-steps", "4", "--seed", "3", "--no-plot", *extra,
+    ]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _tiny_config(vocab_size: int = 40, **kwargs) -> ElmoConfig:
+    return ElmoConfig(
+        vocab_size=vocab_size, hidden_size=16, cell_size=32, char_embedding_dim=4,
+        char_cnn_filters=[[1, 4], [2, 8], [3, 16]], num_highway_layers=1, **kwargs,
+    )
+
+
+# ----------------------------------------------------------------------------------------------- reading text
+def test_invalid_utf8_is_replaced_and_counted_not_fatal(tmp_path, caplog):
+    path = tmp_path / "bad.txt"
+    path.write_bytes(b"good line\nbad \xff\xfe bytes\n\xef\xbb\xbfnot a bom here\nlast \xc3\n")
+    stats = pdata.ReadStats()
+    with caplog.at_level("WARNING"):
+        lines = list(iter_text_lines([str(path)], stats))
+    assert lines == ["good line", "bad \ufffd\ufffd bytes", "\ufeffnot a bom here", "last \ufffd"]
+    assert (stats.lines, stats.invalid_utf8_lines) == (4, 2)
+    assert "2 line(s) were not valid UTF-8" in caplog.text
+
+
+def test_missing_empty_and_textless_inputs_raise_errors_naming_them(tmp_path):
+    with pytest.raises(ValueError, match="does not exist"):
+        expand_text_files([str(tmp_path / "nope.txt")])
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    with pytest.raises(ValueError, match="empty.txt.*is empty"):
+        expand_text_files([str(empty)])
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "blank.txt").write_text("")
+    with pytest.raises(ValueError, match="contains no text"):
+        expand_text_files([str(folder)], "--train-file")
+    with pytest.raises(ValueError, match="matches no file"):
+        expand_text_files([str(tmp_path / "*.none")])
+    (folder / "shard-00001").write_text("a b\n")  # 1B-Word shards have no extension
+    assert expand_text_files([str(folder)]) == [str(folder / "shard-00001")]
+    with pytest.raises(SystemExit, match="does not exist"):
+        pretrain_main(["--train-file", str(tmp_path / "nope.txt"), "--output-dir", str(tmp_path / "o")])
+
+
+def test_megabyte_line_is_cut_into_pieces_and_long_words_truncated():
+    vocab = Vocabulary(["the", "a"])
+    huge = " ".join(["the"] * 150_000 + ["x" * 1_000_000])  # ~1.6 MB line, one 1 MB word at the end
+    out = tokenize_batch({"text": [huge]}, word_to_id=vocab.index, mode="sentences", max_sentence_length=100)
+    assert all(n <= 100 for n in out["length"]) and sum(out["length"]) == 150_001
+    assert out["oov"][-1] == ["x" * 1_000_000]
+    batch = Collator(vocab.char_table())([{"word_ids": out["word_ids"][-1], "oov": out["oov"][-1]}])
+    assert batch["input_ids"].shape == (1, 1, 50)  # the word is cut to 48 bytes by the character encoding
+
+
+# ----------------------------------------------------------------------------------------------- vocabulary
+def test_vocabulary_puts_specials_first_then_words_by_frequency(tmp_path):
+    counts = Counter({"b": 5, "a": 5, "c": 9, "rare": 1, "<S>": 100, "<UNK>": 7})
+    vocab = pdata.vocabulary_from_counts(counts, min_count=2)
+    assert vocab.words == ["<pad>", "<S>", "</S>", "<UNK>", "c", "a", "b"]  # ties by the word itself
+    assert pdata.vocabulary_from_counts(counts, max_size=5).words[4:] == ["c"]
+    vocab.save(tmp_path / "vocab.txt")
+    assert Vocabulary.from_file(tmp_path / "vocab.txt") == vocab
+    assert ElmoTokenizer(vocab_file=str(tmp_path / "vocab.txt")).get_vocab() == vocab.index
+    with pytest.raises(ValueError, match="vocab-size"):
+        pdata.vocabulary_from_counts(counts, max_size=3)
+
+
+def test_parallel_word_count_equals_naive_count(tmp_path, corpus_lines):
+    import datasets
+
+    ds = datasets.Dataset.from_dict({"text": corpus_lines * 40})  # over 10 batches of 1,000 lines: counted in a pool
+    naive = Counter(w for line in corpus_lines * 40 for w in line.split())
+    assert pdata.count_dataset_words(ds, num_proc=2, batch_size=1000) == naive
+    assert pdata.count_dataset_words(ds, num_proc=1) == naive
+
+
+# ----------------------------------------------------------------------------------------------- batching
+def test_windows_are_fixed_slices_of_the_boundary_marked_stream():
+    vocab = Vocabulary(["a", "b"])
+    out = tokenize_batch({"text": ["a b", "", "b zz a"]}, word_to_id=vocab.index, mode="windows", window_size=3)
+    # stream: <S> a b </S> <S> b zz a </S>  (9 tokens) -> 3 windows of 3
+    assert out["word_ids"] == [[1, 4, 5], [2, 1, 5], [3, 4, 2]]
+    assert out["oov"] == [[], [], ["zz"]]
+
+
+def test_collator_matches_the_tokenizer_and_encodes_oov_words_from_their_characters(tmp_path):
+    vocab = Vocabulary(["the", "cat", "sat"])
+    vocab.save(tmp_path / "vocab.txt")
+    tok = ElmoTokenizer(vocab_file=str(tmp_path / "vocab.txt"), split_pattern="whitespace")
+    sentences = ["the cat sat", "a zebra sat on the mat"]
+    out = tokenize_batch({"text": sentences}, word_to_id=vocab.index)
+    batch = Collator(vocab.char_table())([{"word_ids": i, "oov": o} for i, o in zip(out["word_ids"], out["oov"])])
+    ref = tok([s.split() for s in sentences], is_split_into_words=True, padding=True, return_tensors="pt", return_word_ids=True)
+    torch.testing.assert_close(batch["input_ids"], ref["input_ids"])
+    torch.testing.assert_close(batch["attention_mask"], ref["attention_mask"])
+    torch.testing.assert_close(batch["labels"], ref["word_ids"].masked_fill(ref["attention_mask"] == 0, -100))
+
+
+def test_bucket_sampler_shards_are_disjoint_equal_and_deterministic():
+    lengths = np.random.default_rng(0).integers(1, 50, size=1003)
+    shards = [BucketBatchSampler(lengths, 10, seed=7, rank=r, num_replicas=3, bucket_size=5).rank_batches(2) for r in range(3)]
+    flat = [i for shard in shards for batch in shard for i in batch]
+    assert len(flat) == len(set(flat)) and len({len(s) for s in shards}) == 1
+    assert len(shards[0]) == BucketBatchSampler(lengths, 10, rank=0, num_replicas=3).num_batches() == 33
+    again = BucketBatchSampler(lengths, 10, seed=7, rank=1, num_replicas=3, bucket_size=5).rank_batches(2)
+    assert again == shards[1]
+    other_epoch = BucketBatchSampler(lengths, 10, seed=7, rank=1, num_replicas=3, bucket_size=5).rank_batches(3)
+    assert other_epoch != shards[1]
+    # bucketing: batches are much more uniform in length than random batches
+    spread = np.mean([np.ptp(lengths[b]) for b in shards[0]])
+    assert spread < 10
+    evaluation = [BucketBatchSampler(lengths, 10, shuffle=False, rank=r, num_replicas=3, drop_last=False).rank_batches(0) for r in range(3)]
+    assert sorted(i for shard in evaluation for b in shard for i in b) == list(range(1003))
+
+
+# ----------------------------------------------------------------------------------------------- unigram baseline
+def test_unigram_baseline_counts_targets_like_the_lm():
+    import datasets
+
+    ds = datasets.Dataset.from_dict({"word_ids": [[4, 5, 3], [5]], "oov": [["zz"], []], "length": [3, 1]})
+    fwd, bwd = unigram_target_counts(ds, 7, "sentences")
+    assert fwd.tolist() == [0, 0, 2, 1, 1, 2, 0] and bwd.tolist() == [0, 2, 0, 1, 1, 2, 0]
+    fwd, bwd = unigram_target_counts(ds, 7, "windows")
+    assert fwd.tolist() == [0, 0, 0, 1, 0, 1, 0] and bwd.tolist() == [0, 0, 0, 0, 1, 1, 0]
+    logp = unigram_log_probs(np.array([0, 0, 2, 1, 1, 2, 0]))
+    # add-one over the 6 non-padding classes: (c + 1) / (6 + 6)
+    np.testing.assert_allclose(np.exp(logp[1:]), (np.array([0, 2, 1, 1, 2, 0]) + 1) / 12)
+    assert logp[0] == -np.inf
+
+
+# ----------------------------------------------------------------------------------------------- recipes and flags
+def test_recipe_with_unknown_key_is_an_error_naming_the_key(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("train_file: a.txt\nlearning_rte: 0.1\n")
+    with pytest.raises(ValueError, match="learning_rte"):
+        load_recipe(recipe)
+
+
+def test_flags_override_recipe_values_and_every_shipped_recipe_parses(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("train-file: a.txt\nlearning_rate: 0.1\nbatching: windows\n")
+    args = parse_args(["--config", str(recipe), "--learning-rate", "0.5"])
+    assert (args.learning_rate, args.batching, args.train_file) == (0.5, "windows", ["a.txt"])
+    for path in sorted((REPO / "configuration" / "recipes").glob("*.yaml")):
+        parse_args(["--config", str(path)])
+    with pytest.raises(ValueError, match="batching"):
+        parse_args(["--train-file", "a.txt", "--batching", "paragraphs"])
+
+
+# ----------------------------------------------------------------------------------------------- sampled softmax
+def test_sampled_softmax_loss_is_close_to_full_softmax_loss_on_average():
+    torch.manual_seed(0)
+    V = 300
+    model = ElmoForBidirectionalLM(_tiny_config(vocab_size=V, lm_softmax="sampled", num_negative_samples=60, hidden_dropout_prob=0.0))
+    with torch.no_grad():  # a peaked, Zipf-like output distribution, far from uniform
+        model.softmax.weight.mul_(3.0)
+        model.softmax.bias.copy_(-torch.log(torch.arange(V, dtype=torch.float) + 1))
+    enc = ElmoTokenizer()([["w%d" % (i % 7), "v%d" % (i % 5), "x"] for i in range(6)], is_split_into_words=True, padding=True, return_tensors="pt")
+    g = torch.Generator().manual_seed(1)
+    labels = (torch.exp(torch.rand(enc["attention_mask"].shape, generator=g) * math.log(V + 1)) - 1).long().clamp(4, V - 1)
+    model.eval()
+    with torch.no_grad():
+        full = float(model(**enc, labels=labels).loss)
+    model.train()
+    with torch.no_grad():
+        sampled = torch.tensor([float(model(**enc, labels=labels).loss) for _ in range(300)])
+    assert abs(full - math.log(V)) > 1.0  # the test would be weak near a uniform distribution
+    # each draw is a noisy estimate (60 negatives for 300 words); their mean is within 1 % of the exact loss
+    assert sampled.std() > 0.005
+    assert abs(float(sampled.mean()) - full) < 0.01 * full, (float(sampled.mean()), full)
+
+
+# ----------------------------------------------------------------------------------------------- training runs
+def test_resumed_run_matches_uninterrupted_run(tmp_path, corpus_files):
+    # sampled softmax, dropout and accumulation make every consumer of the RNG and of the data position count
+    common = ("--max-steps", "8", "--gradient-accumulation-steps", "2", "--lm-softmax", "sampled",
+              "--num-negative-samples", "64", "--dropout", "0.1", "--optimizer", "adamw", "--lr-scheduler-type", "linear",
+              "--warmup-steps", "2", "--learning-rate", "0.01")
+    full_dir, split_dir = tmp_path / "full", tmp_path / "split"
+    assert pretrain_main(_run_args(corpus_files, full_dir, *common)) == 0
+    _fresh_accelerate_state_now()
+    assert pretrain_main(_run_args(corpus_files, split_dir, *common, "--stop-after-steps", "3")) == 0
+    assert not (split_dir / "model.safetensors").exists()  # stopped, not finished
+    assert CheckpointManager(split_dir / "checkpoints").latest().name == "step_00000003"
+    _fresh_accelerate_state_now()
+    assert pretrain_main(_run_args(corpus_files, split_dir, *common, "--resume-from-checkpoint", "latest")) == 0
+    full, split = train_losses_by_step(full_dir / "metrics.jsonl"), train_losses_by_step(split_dir / "metrics.jsonl")
+    assert sorted(full) == list(range(1, 9))
+    assert [split[s] for s in range(1, 9)] == [full[s] for s in range(1, 9)]  # exact, not approximate
+    results = json.loads((full_dir / "eval_results.json").read_text())
+    assert results["validation"]["perplexity"] == json.loads((split_dir / "eval_results.json").read_text())["validation"]["perplexity"]
+
+
+def _fresh_accelerate_state_now():
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+
+
+def test_saved_folder_loads_with_automodel_and_reports_perplexities(tmp_path, corpus_files):
+    out = tmp_path / "run"
+    assert pretrain_main(_run_args(corpus_files, out, "--max-steps", "6", "--plot", "--report-to", "tensorboard")) == 0
+    assert list(out.glob("elmo-pretraining/**/events.out.tfevents.*"))
+    results = json.loads((out / "eval_results.json").read_text())
+    valid = results["validation"]
+    assert math.isclose(valid["perplexity"], math.sqrt(valid["perplexity_forward"] * valid["perplexity_backward"]), rel_tol=1e-9)
+    assert valid["unigram_perplexity"] > 1 and "UNK" in results["unk_handling"]
+    assert (out / "perplexity.png").stat().st_size > 1000
+    meta = json.loads((out / "training_metadata.json").read_text())
+    assert meta["global_step"] == 6 and meta["vocab_size"] == 300
+    code = (
+        "import sys, json, torch\n"
+        "from transformers import AutoModel, AutoModelForPreTraining, AutoTokenizer\n"
+        f"p = {str(out)!r}\n"
+        "m = AutoModel.from_pretrained(p, trust_remote_code=True)\n"
+        "lm = AutoModelForPreTraining.from_pretrained(p, trust_remote_code=True)\n"
+        "t = AutoTokenizer.from_pretrained(p, trust_remote_code=True)\n"
+        "enc = t(['the cat sat'], return_tensors='pt', return_word_ids=True)\n"
+        "print(json.dumps([type(m).__module__, lm.config.vocab_size, t.vocab_size, list(m(**{k: enc[k] for k in ('input_ids', 'attention_mask')}).last_hidden_state.shape)]))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    module, lm_vocab, tok_vocab, shape = json.loads(done.stdout.strip().splitlines()[-1])
+    assert module.startswith("transformers_modules") and lm_vocab == tok_vocab == 300 and shape == [1, 3, 32]
+
+
+def test_nonfinite_loss_skips_the_update_and_repeated_ones_stop_the_run(tmp_path, corpus_files, monkeypatch, caplog):
+    original = ElmoForBidirectionalLM.forward
+    calls = {"n": 0}
+    poisoned: set[int] = {3}
+
+    def forward(self, *args, **kwargs):
+        out = original(self, *args, **kwargs)
+        if self.training:
+            calls["n"] += 1
+            if calls["n"] in poisoned or (poisoned == {-1} and calls["n"] >= 6):
+                out.loss = out.loss * float("nan")
+        return out
+
+    monkeypatch.setattr(ElmoForBidirectionalLM, "forward", forward)
+    out = tmp_path / "one-nan"
+    with caplog.at_level("WARNING"):
+        assert pretrain_main(_run_args(corpus_files, out, "--max-steps", "6")) == 0
+    assert "update 3 skipped: non-finite loss" in caplog.text
+    assert sorted(train_losses_by_step(out / "metrics.jsonl")) == [1, 2, 4, 5, 6]
+    assert json.loads((out / "training_metadata.json").read_text())["skipped_updates"] == 1
+
+    _fresh_accelerate_state_now()
+    calls["n"], poisoned = 0, {-1}
+    out = tmp_path / "many-nans"
+    with pytest.raises(SystemExit, match="5 consecutive updates had a non-finite loss.*step_00000004"):
+        pretrain_main(_run_args(corpus_files, out, "--max-steps", "20"))
+    assert (out / "checkpoints" / "latest").read_text().strip() == "step_00000004"
+    assert not (out / "model.safetensors").exists()
+
+
+def test_full_disk_during_checkpoint_keeps_the_previous_checkpoint(tmp_path, corpus_files, monkeypatch, caplog):
+    import accelerate.checkpointing
+
+    real_save = accelerate.checkpointing.save
+    state = {"saves": 0}
+
+    def save(obj, path, *args, **kwargs):
+        if "step_00000008" in str(path):
+            state["saves"] += 1
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        return real_save(obj, path, *args, **kwargs)
+
+    monkeypatch.setattr(accelerate.checkpointing, "save", save)
+    out = tmp_path / "disk-full"
+    with caplog.at_level("ERROR"):
+        assert pretrain_main(_run_args(corpus_files, out, "--max-steps", "10")) == 0
+    assert state["saves"] >= 1
+    assert "could not write checkpoint" in caplog.text and "No space left on device" in caplog.text
+    assert "the latest checkpoint is still" in caplog.text and "step_00000004" in caplog.text
+    names = sorted(p.name for p in (out / "checkpoints").iterdir())
+    assert names == ["latest", "step_00000004", "step_00000010"]  # no partial step_8, no temp folder
+    # the surviving checkpoint is complete and resumable
+    manager = CheckpointManager(out / "checkpoints")
+    assert manager.read_state(out / "checkpoints" / "step_00000004")["global_step"] == 4
+
+
+def test_vocabulary_that_does_not_match_the_checkpoint_is_rejected(tmp_path, corpus_files):
+    out = tmp_path / "run"
+    assert pretrain_main(_run_args(corpus_files, out, "--max-steps", "4", "--stop-after-steps", "2")) == 0
+    _fresh_accelerate_state_now()
+    other = tmp_path / "other-vocab.txt"
+    Vocabulary(["completely", "different"]).save(other)
+    with pytest.raises(SystemExit, match="does not match the vocabulary of checkpoint"):
+        pretrain_main(_run_args(corpus_files, out, "--max-steps", "4", "--resume-from-checkpoint", "latest", "--vocab-file", str(other)))
+
+
+def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path, corpus_files):
+    out = tmp_path / "term"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO / "scripts" / "pretrain.py"), *_run_args(corpus_files, out, "--max-steps", "100000", "--checkpointing-steps", "0")],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    metrics = out / "metrics.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (metrics.is_file() and metrics.read_text().count("\n") >= 2):
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    output, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, output[-2000:]
+    assert "signal SIGTERM" in output
+    latest = CheckpointManager(out / "checkpoints").latest()
+    assert latest is not None and CheckpointManager.read_state(latest)["global_step"] >= 2
+
+
+def _launch_two_processes(files: dict[str, Path], out: Path, *extra: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    command = [
+        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+        "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()), str(REPO / "scripts" / "pretrain.py"),
+        *_run_args(files, out, "--max-steps", "30", "--checkpointing-steps", "30", "--learning-rate", "0.3", "--dropout", "0.1", *extra),
+    ]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+@pytest.mark.slow
+def test_two_process_ddp_run_trains_on_disjoint_data_and_loss_falls_and_resumes_exactly(tmp_path, corpus_lines):
+    files = {}
+    for name, lines in (("train", corpus_lines[:1200]), ("valid", corpus_lines[1200:1300])):
+        files[name] = tmp_path / f"{name}.txt"
+        files[name].write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "ddp"
+    done = _launch_two_processes(files, out, "--log-example-ids")
+    assert "processes = 2" in done.stderr
+    seen = [
+        [i for line in (out / f"examples_rank{r}.jsonl").read_text().splitlines() for i in json.loads(line)["ids"]]
+        for r in range(2)
+    ]
+    assert len(seen[0]) == len(seen[1]) == 30 * 8
+    assert not set(seen[0]) & set(seen[1])  # one epoch is 75 batches per rank: no example seen by both ranks
+    losses = train_losses_by_step(out / "metrics.jsonl")
+    assert sorted(losses) == list(range(1, 31))
+    assert np.mean([losses[s] for s in range(26, 31)]) < np.mean([losses[s] for s in range(1, 6)]) - 0.5, losses
+    meta = json.loads((out / "training_metadata.json").read_text())
+    assert meta["num_processes"] == 2 and meta["tokens_seen"] > 0
+    # stopped after 12 updates and resumed: the same 30 losses, exactly (per-process RNG and data positions restored)
+    split = tmp_path / "ddp-split"
+    _launch_two_processes(files, split, "--stop-after-steps", "12")
+    _launch_two_processes(files, split, "--resume-from-checkpoint", "latest")
+    resumed = train_losses_by_step(split / "metrics.jsonl")
+    assert [resumed[s] for s in range(1, 31)] == [losses[s] for s in range(1, 31)]
+
+
+def test_dataset_name_path_loads_splits_through_datasets(tmp_path, corpus_lines):
+    # A local dataset folder goes through the same `load_dataset(name, config)` route as a Hub dataset.
+    folder = tmp_path / "my_dataset"
+    folder.mkdir()
+    (folder / "train.txt").write_text("\n".join(corpus_lines[:300]) + "\n", encoding="utf-8")
+    (folder / "validation.txt").write_text("\n".join(corpus_lines[300:350]) + "\n", encoding="utf-8")
+    splits = pdata.load_raw_splits(dataset_name=str(folder), cache_dir=str(tmp_path / "cache"))
+    assert sorted(splits) == ["train", "validation"]
+    assert splits["validation"]["text"][:3] == corpus_lines[300:303]
+    with pytest.raises(ValueError, match="--text-column 'body'"):
+        pdata.load_raw_splits(dataset_name=str(folder), text_column="body", cache_dir=str(tmp_path / "cache"))
+
+
+def test_streaming_windows_run_trains_and_saves(tmp_path, corpus_files):
+    out = tmp_path / "stream"
+    assert pretrain_main(_run_args(corpus_files, out, "--streaming", "--batching", "windows", "--window-size", "10", "--max-steps", "5")) == 0
+    results = json.loads((out / "eval_results.json").read_text())["validation"]
+    # windows of 10 tokens: every window gives 9 forward and 9 backward targets
+    assert results["num_targets_forward"] == results["num_targets_backward"] and results["num_targets_forward"] % 9 == 0
+    assert results["perplexity"] < 300 * 2 and results["unigram_perplexity"] < 300
