@@ -400,6 +400,8 @@ class ElmoPreTrainedModel(PreTrainedModel):
     main_input_name = "input_ids"
     supports_gradient_checkpointing = False
     _no_split_modules = ["ElmoCharacterEncoder", "ElmoLstmLayer"]
+    # One checkpoint serves every class: the biLM alone ignores the softmax or a task head's layers silently.
+    _keys_to_ignore_on_load_unexpected = [r"^softmax\.", r"^classifier\.", r"^scalar_mix\."]
 
     def _init_weights(self, module: nn.Module) -> None:
         config = self.config

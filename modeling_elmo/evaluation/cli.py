@@ -1,0 +1,309 @@
+"""``elmo evaluate``: command-line entry point of the evaluation suite.
+
+    elmo evaluate MODEL --task perplexity --text heldout.txt
+    elmo evaluate MODEL --task wsd-probe probe-sentiment probe-pos --compare-untrained
+    python scripts/evaluate.py MODEL --task all --text heldout.txt --max-train-examples 2000
+
+MODEL is a folder written by ``save_pretrained`` (config, weights and, for perplexity, the tokenizer's
+vocab.txt) or a Hub id. Results go to ``--output-dir`` (default ``MODEL/evaluation``): ``eval_results.json``,
+``eval_results.md`` and PNG plots.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import data as ev_data
+from .report import flatten_results, markdown_report, write_json, write_markdown, write_plots
+from .tasks import compute_layer_features, lm_perplexity, probe_task, unigram_perplexity, wsd_probe
+from .wsd import DEFAULT_WSD_SET, SENSEVAL_TSV, build_wsd_subset
+
+logger = logging.getLogger("modeling_elmo.evaluation")
+
+TASKS = ("perplexity", "wsd-probe", "probe-sentiment", "probe-pos")
+FORMAT_VERSION = 1
+
+
+def build_parser(prog: str = "elmo evaluate") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="Evaluate an ELMo model: perplexity, word-sense "
+                                "nearest-neighbour probe, linear probes (sentiment, POS) on frozen features.")
+    p.add_argument("model", help="model folder (save_pretrained output) or Hub id")
+    p.add_argument("--task", nargs="+", default=["all"], choices=[*TASKS, "all"], metavar="TASK",
+                   help=f"one or more of {', '.join(TASKS)} or 'all' (default)")
+    p.add_argument("--output-dir", type=Path, default=None, help="where results go (default: MODEL/evaluation)")
+    p.add_argument("--compare-untrained", action="store_true",
+                   help="also evaluate a randomly initialised model of the same shape (torch.manual_seed(--seed))")
+    p.add_argument("--seed", type=int, default=0, help="seed of the untrained model and of probe training (default 0)")
+    p.add_argument("--batch-size", type=int, default=32, help="sentences per forward pass (default 32)")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
+    g = p.add_argument_group("perplexity")
+    g.add_argument("--text", type=Path, help="held-out text, one sentence per line, whitespace tokens")
+    g.add_argument("--max-sentences", type=int, default=None, help="use the first N sentences of --text")
+    g.add_argument("--unigram-fit", type=Path, nargs="+", default=None, metavar="FILE",
+                   help="text file(s), one sentence per line, to fit the unigram baseline on (use the training text; "
+                        "default: the evaluation text itself, an optimistic oracle)")
+    g.add_argument("--unigram-smoothing", type=float, default=1.0, help="add-k smoothing of the unigram (default 1)")
+    g = p.add_argument_group("wsd-probe")
+    g.add_argument("--wsd-file", type=Path, default=DEFAULT_WSD_SET,
+                   help="sense-labelled JSONL (default: the shipped Senseval hard/interest/line/serve sample)")
+    g.add_argument("--tie-tolerance", type=float, default=1e-6, help="cosines within this of the best are ties")
+    g = p.add_argument_group("probes")
+    g.add_argument("--data-dir", type=Path, default=None, help="shared data folder (default: $ELMO_SHARED_DATA or ../shared/data)")
+    g.add_argument("--from-hub", action="store_true", help="load SST-2 (nyu-mll/glue) and UD EWT from the Hub instead")
+    g.add_argument("--pos-dataset", choices=["ud-ewt", "ptb-sample"], default="ud-ewt",
+                   help="ud-ewt: UPOS, official train/dev; ptb-sample: PTB tags, 80/20 split by file")
+    g.add_argument("--max-train-examples", type=int, default=20000, help="training sentences per probe (default 20000)")
+    g.add_argument("--max-dev-examples", type=int, default=None, help="dev sentences per probe (default: all)")
+    g.add_argument("--probe-epochs", type=float, default=3.0, help="training epochs of each probe (default 3)")
+    g.add_argument("--probe-min-steps", type=int, default=300,
+                   help="raise the epochs of a small training set to reach this many updates (default 300)")
+    g.add_argument("--probe-lr", type=float, default=1e-2, help="AdamW learning rate, decayed linearly (default 1e-2)")
+    g.add_argument("--probe-batch-size", type=int, default=32)
+    g.add_argument("--no-layer-norm", action="store_true", help="do not normalise layers before mixing")
+    g.add_argument("--no-standardize", action="store_true",
+                   help="do not standardise each feature dimension with the training split's mean and std")
+    return p
+
+
+# ------------------------------------------------------------------------------------------- loading
+def load_model_and_tokenizer(model: str, device: torch.device, need_lm: bool):
+    """Load the trained model (`ElmoForBidirectionalLM` when it has a word vocabulary, else `ElmoModel`)
+    and its tokenizer. Returns (lm or None, base ElmoModel, tokenizer, config)."""
+    from modeling_elmo import ElmoConfig, ElmoForBidirectionalLM, ElmoModel, ElmoTokenizer
+
+    config = ElmoConfig.from_pretrained(model)
+    if config.stateful:
+        # Evaluation scores every sentence on its own: carried LSTM states would make results depend on order.
+        logger.info("config.stateful=True in %s: evaluating statelessly (stateful=False)", model)
+        config.stateful = False
+    lm = None
+    if config.vocab_size > 4:
+        lm, info = ElmoForBidirectionalLM.from_pretrained(model, config=config, output_loading_info=True)
+        if any(k.startswith("softmax.") for k in info.get("missing_keys", ())):
+            lm = None  # a vocabulary in the config but no trained softmax in the weights
+    if lm is not None:
+        lm = lm.to(device).eval()
+        base = lm.elmo
+    elif need_lm:
+        raise ValueError(
+            f"model {model!r} has no language-model head (vocab_size={config.vocab_size}"
+            f"{', no word vocabulary' if config.vocab_size <= 4 else ', no softmax weights in the checkpoint'}): "
+            "the perplexity task needs a model pretrained with a word vocabulary"
+        )
+    else:
+        base = ElmoModel.from_pretrained(model, config=config).to(device).eval()
+    tokenizer = _load_tokenizer(model, ElmoTokenizer)
+    return lm, base, tokenizer, config
+
+
+def _load_tokenizer(model: str, tokenizer_class):
+    path = Path(model)
+    if path.is_dir() and not (path / "vocab.txt").exists() and not (path / "tokenizer_config.json").exists():
+        return tokenizer_class()  # character ids need no files; word ids (perplexity) do
+    return tokenizer_class.from_pretrained(model)
+
+
+def untrained_models(config, seed: int, device: torch.device, need_lm: bool):
+    """A randomly initialised model of the same shape: ``torch.manual_seed(seed)`` then the classes' own
+    initialisation. Returns (lm or None, base)."""
+    from modeling_elmo import ElmoForBidirectionalLM, ElmoModel
+
+    torch.manual_seed(seed)
+    if need_lm or config.vocab_size > 4:
+        lm = ElmoForBidirectionalLM(config).to(device).eval()
+        return lm, lm.elmo
+    return None, ElmoModel(config).to(device).eval()
+
+
+def _describe(path: Path, data_dir: Path | None = None) -> str:
+    """A path for the results file without this machine's absolute prefix."""
+    path = Path(path)
+    if data_dir is not None:
+        try:
+            return str(path.resolve().relative_to(Path(data_dir).resolve()))
+        except ValueError:
+            pass
+    if path.resolve() == DEFAULT_WSD_SET.resolve():
+        return f"modeling_elmo/evaluation/{DEFAULT_WSD_SET.name} (Senseval hard/interest/line/serve sample)"
+    return "/".join(path.parts[-2:])
+
+
+def load_probe_data(task: str, args, data_dir: Path) -> tuple[list, list, list, list, str]:
+    """(train_tokens, train_labels, dev_tokens, dev_labels, description) for a probe task."""
+    ntr, ndev = args.max_train_examples, args.max_dev_examples
+    if task == "probe-sentiment":
+        if args.from_hub:
+            train, dev = ev_data.load_sst2_from_hub("train", ntr), ev_data.load_sst2_from_hub("validation", ndev)
+            desc = "nyu-mll/glue sst2 train/validation (Hub)"
+        else:
+            folder = data_dir / "sentiment-sst2"
+            train = ev_data.read_sst2(folder / "train.tsv", ntr)
+            dev = ev_data.read_sst2(folder / "dev.tsv", ndev)
+            desc = "sentiment-sst2 train.tsv / dev.tsv"
+        return [s.tokens for s in train], [s.label for s in train], [s.tokens for s in dev], [s.label for s in dev], desc
+    if args.from_hub:
+        train, dev = ev_data.load_ud_pos_from_hub("train", max_sentences=ntr), ev_data.load_ud_pos_from_hub("validation", max_sentences=ndev)
+        desc = "universal_dependencies en_ewt UPOS train/validation (Hub)"
+    elif args.pos_dataset == "ud-ewt":
+        folder = data_dir / "pos-ud-ewt"
+        train = ev_data.read_conllu(folder / "en_ewt-ud-train.conllu", max_sentences=ntr)
+        dev = ev_data.read_conllu(folder / "en_ewt-ud-dev.conllu", max_sentences=ndev)
+        desc = "pos-ud-ewt en_ewt-ud-train / dev (UPOS)"
+    else:
+        train, dev = ev_data.split_ptb_by_file(ev_data.read_ptb_tagged(data_dir / "pos-ptb-sample" / "treebank_tagged.tsv"))
+        train, dev = train[:ntr], dev[:ndev] if ndev else dev
+        desc = "pos-ptb-sample treebank_tagged.tsv (PTB tags; last 20% of files as dev)"
+    return [s.tokens for s in train], [s.tags for s in train], [s.tokens for s in dev], [s.tags for s in dev], desc
+
+
+# ------------------------------------------------------------------------------------------- running
+def run_tasks(tasks: list[str], args, lm, base, tokenizer, config, data_dir: Path, inputs: dict) -> tuple[dict, dict]:
+    """Run the tasks on one model. Returns (per-task detail, seconds per task)."""
+    from modeling_elmo import ElmoForSequenceClassification, ElmoForTokenClassification
+
+    out: dict[str, Any] = {}
+    timings: dict[str, float] = {}
+    for task in tasks:
+        t0 = time.perf_counter()
+        if task == "perplexity":
+            r = lm_perplexity(lm, tokenizer, inputs["text"], args.batch_size)
+            r.update(unigram_perplexity(tokenizer, inputs["text"], inputs.get("unigram_fit"), args.unigram_smoothing))
+            if args.unigram_fit:
+                r["unigram_fitted_on"] = ", ".join(_describe(p, data_dir) for p in args.unigram_fit)
+        elif task == "wsd-probe":
+            r = wsd_probe(base, tokenizer, inputs["wsd"], args.batch_size, args.tie_tolerance)
+        else:
+            xtr, ytr, xdev, ydev, _ = inputs[task]
+            token_level = task == "probe-pos"
+            if token_level:
+                tags = sorted({t for y in ytr for t in y} | {t for y in ydev for t in y})
+                index = {t: i for i, t in enumerate(tags)}
+                ytr_ids = [[index[t] for t in y] for y in ytr]
+                ydev_ids = [[index[t] for t in y] for y in ydev]
+                num_labels = len(tags)
+            else:
+                ytr_ids, ydev_ids, num_labels, tags = list(ytr), list(ydev), 2, ["negative", "positive"]
+            ftr = compute_layer_features(base, tokenizer, xtr, args.batch_size)
+            fdev = compute_layer_features(base, tokenizer, xdev, args.batch_size)
+            head_class = ElmoForTokenClassification if token_level else ElmoForSequenceClassification
+            r = probe_task(ftr, ytr_ids, fdev, ydev_ids, config, head_class, num_labels, token_level,
+                           layer_norm=not args.no_layer_norm, standardize=not args.no_standardize,
+                           epochs=args.probe_epochs, learning_rate=args.probe_lr, batch_size=args.probe_batch_size,
+                           seed=args.seed, min_steps=args.probe_min_steps)
+            r["labels"] = tags
+            del ftr, fdev
+        timings[task] = time.perf_counter() - t0
+        r["seconds"] = timings[task]
+        out[task] = r
+        logger.info("%s done in %.1f s", task, timings[task])
+    return out, timings
+
+
+def evaluate(args) -> dict:
+    """Run the requested evaluation and write the result files; returns the JSON payload."""
+    tasks = list(TASKS) if "all" in args.task else list(dict.fromkeys(args.task))
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    data_dir = Path(args.data_dir) if args.data_dir else ev_data.shared_data_dir()
+    for name in ("batch_size", "probe_batch_size", "max_train_examples"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+
+    # Read and validate every input before loading the model, so bad input fails fast.
+    inputs: dict[str, Any] = {}
+    datasets: dict[str, str] = {}
+    if "perplexity" in tasks:
+        if args.text is None:
+            raise ValueError("the perplexity task needs --text (held-out text, one sentence per line)")
+        inputs["text"] = ev_data.read_text_sentences(args.text, args.max_sentences)
+        if args.unigram_fit is not None:
+            inputs["unigram_fit"] = [s for path in args.unigram_fit for s in ev_data.read_text_sentences(path)]
+        datasets["perplexity"] = _describe(args.text, data_dir)
+    if "wsd-probe" in tasks:
+        inputs["wsd"] = ev_data.read_wsd_jsonl(args.wsd_file)
+        datasets["wsd-probe"] = _describe(args.wsd_file, data_dir)
+    for task in ("probe-sentiment", "probe-pos"):
+        if task in tasks:
+            *split, desc = load_probe_data(task, args, data_dir)
+            inputs[task] = (*split, desc)
+            datasets[task] = desc
+
+    lm, base, tokenizer, config = load_model_and_tokenizer(args.model, device, need_lm="perplexity" in tasks)
+    out_dir = Path(args.output_dir) if args.output_dir else (Path(args.model) / "evaluation")
+    logger.info("evaluating %s: %s", args.model, ", ".join(tasks))
+    tasks_out, timings = run_tasks(tasks, args, lm, base, tokenizer, config, data_dir, inputs)
+    payload: dict[str, Any] = {
+        "format_version": FORMAT_VERSION,
+        "model": str(args.model) if not Path(args.model).is_absolute() else Path(args.model).name,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "model_config": {k: getattr(config, k) for k in ("vocab_size", "hidden_size", "cell_size", "num_hidden_layers",
+                                                           "char_cnn_filters", "num_highway_layers")},
+        "parameters": sum(p.numel() for p in base.parameters()),
+        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
+                     if k not in ("model", "output_dir", "text", "wsd_file", "unigram_fit", "data_dir")},
+        "datasets": datasets,
+        "results": flatten_results(tasks_out, datasets),
+        "tasks": tasks_out,
+        "timings_seconds": timings,
+    }
+    if args.compare_untrained:
+        del lm, base
+        logger.info("untrained comparison: a model of the same shape after torch.manual_seed(%d)", args.seed)
+        ulm, ubase = untrained_models(config, args.seed, device, need_lm="perplexity" in tasks)
+        utasks, utimings = run_tasks(tasks, args, ulm, ubase, tokenizer, config, data_dir, inputs)
+        payload["untrained"] = {"seed": args.seed, "init": f"torch.manual_seed({args.seed}) then the model's own initialisation",
+                                "tasks": utasks, "timings_seconds": utimings}
+        payload["untrained_results"] = flatten_results(utasks, datasets)
+    payload["plots"] = write_plots(payload, out_dir, args.model if Path(args.model).is_dir() else None)
+    write_json(out_dir / "eval_results.json", payload)
+    write_markdown(out_dir / "eval_results.md", payload)
+    logger.info("wrote %s", out_dir / "eval_results.json")
+    return payload
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``elmo evaluate`` / ``scripts/evaluate.py``."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        payload = evaluate(args)
+    except (ValueError, FileNotFoundError, OSError) as e:
+        parser.exit(2, f"{parser.prog}: error: {e}\n")
+    print(markdown_report(payload))
+    return 0
+
+
+def build_wsd_main(argv: list[str] | None = None) -> int:
+    """Entry point of ``scripts/build_wsd_set.py``."""
+    p = argparse.ArgumentParser(prog="build_wsd_set.py", description="Build the small balanced sense-labelled "
+                                "JSONL from the Senseval line/hard/serve/interest corpus in the shared data.")
+    p.add_argument("--data-dir", type=Path, default=None, help="shared data folder (default: $ELMO_SHARED_DATA or ../shared/data)")
+    p.add_argument("--out", type=Path, default=DEFAULT_WSD_SET)
+    p.add_argument("--senses-per-word", type=int, default=3)
+    p.add_argument("--per-sense", type=int, default=30)
+    p.add_argument("--max-tokens", type=int, default=40)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    tsv = (args.data_dir or ev_data.shared_data_dir()) / SENSEVAL_TSV
+    if not tsv.exists():
+        p.exit(2, f"{p.prog}: error: source corpus {tsv} not found (set --data-dir or ELMO_SHARED_DATA)\n")
+    try:
+        summary = build_wsd_subset(tsv, args.out, args.senses_per_word, args.per_sense, args.max_tokens, args.seed)
+    except ValueError as e:
+        p.exit(2, f"{p.prog}: error: {e}\n")
+    import json
+
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

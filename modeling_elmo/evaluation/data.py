@@ -1,0 +1,343 @@
+"""Readers for the evaluation data: plain text, SST-2, CoNLL-U, the NLTK Penn Treebank sample and
+sense-labelled JSONL.
+
+Every reader returns plain Python lists (tokens are whitespace-split words) and raises `ValueError`
+naming the file, the line and the bad value when the input does not have the expected form. The
+offline readers read the shared data folder (``../shared/data`` next to the repository, or
+``$ELMO_SHARED_DATA``); `load_*_from_hub` are the online equivalents built on `datasets.load_dataset`.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+__all__ = [
+    "SENSE_LABEL_PATTERN",
+    "TaggedSentence",
+    "WsdOccurrence",
+    "LabelledSentence",
+    "shared_data_dir",
+    "read_text_sentences",
+    "read_sst2",
+    "read_conllu",
+    "read_ptb_tagged",
+    "split_ptb_by_file",
+    "read_wsd_jsonl",
+    "load_sst2_from_hub",
+    "load_ud_pos_from_hub",
+]
+
+#: Accepted sense labels: one "word" of letters, digits and ``_ . : % - / ' +``. This admits the
+#: Senseval lexical-sample labels (``HARD1``, ``interest_6``, ``product``) and WordNet sense keys
+#: (``bank%1:14:00::``); anything else (empty strings, whitespace, numbers, lists, null) is rejected.
+SENSE_LABEL_PATTERN = re.compile(r"^[A-Za-z0-9_.:%/'+-]+$")
+
+
+@dataclass(frozen=True)
+class LabelledSentence:
+    """A sentence (list of words) with one class label (sentiment)."""
+
+    tokens: list[str]
+    label: int
+
+
+@dataclass(frozen=True)
+class TaggedSentence:
+    """A sentence with one tag per word (POS)."""
+
+    tokens: list[str]
+    tags: list[str]
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class WsdOccurrence:
+    """One occurrence of an ambiguous word: ``tokens[index]`` is the occurrence, ``word`` the key that
+    groups occurrences (the lemma when the file gives one, else the surface word), ``sense`` its label."""
+
+    tokens: list[str]
+    index: int
+    word: str
+    sense: str
+    line: int = 0
+
+
+def shared_data_dir() -> Path:
+    """The shared read-only data folder: ``$ELMO_SHARED_DATA`` if set, else ``<repo>/../shared/data``."""
+    env = os.environ.get("ELMO_SHARED_DATA")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[2].parent / "shared" / "data"
+
+
+def _require_nonempty(items: list, what: str, path: Path | str) -> list:
+    if not items:
+        raise ValueError(f"{what} {str(path)!r} is empty: no examples to evaluate on")
+    return items
+
+
+def read_text_sentences(path: str | Path, max_sentences: int | None = None) -> list[list[str]]:
+    """One sentence per line, whitespace-separated tokens; blank lines are skipped.
+
+    Raises `ValueError` if the file holds no sentence.
+    """
+    path = Path(path)
+    sentences: list[list[str]] = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            tokens = line.split()
+            if tokens:
+                sentences.append(tokens)
+                if max_sentences is not None and len(sentences) >= max_sentences:
+                    break
+    return _require_nonempty(sentences, "text file", path)
+
+
+def read_sst2(path: str | Path, max_examples: int | None = None) -> list[LabelledSentence]:
+    """Read an SST-2 TSV with a header row.
+
+    Both column orders are accepted: the shared copy's ``label<TAB>sentence`` and GLUE's
+    ``sentence<TAB>label`` (the label column is the one whose values are 0/1 on the first data row).
+    """
+    path = Path(path)
+    out: list[LabelledSentence] = []
+    with open(path, encoding="utf-8", newline="") as f:
+        reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+        header = next(reader, None)
+        if header is None:
+            raise ValueError(f"SST-2 file {str(path)!r} is empty: no examples to evaluate on")
+        label_col = None
+        for lineno, row in enumerate(reader, start=2):
+            if not row or all(not c.strip() for c in row):
+                continue
+            if len(row) != 2:
+                raise ValueError(f"{path}:{lineno}: expected 2 tab-separated columns, got {len(row)}: {row!r}")
+            if label_col is None:
+                label_col = 0 if row[0].strip() in ("0", "1") else 1
+            label_text, text = row[label_col].strip(), row[1 - label_col]
+            if label_text not in ("0", "1"):
+                raise ValueError(f"{path}:{lineno}: label must be 0 or 1, got {label_text!r}")
+            tokens = text.split()
+            if not tokens:
+                raise ValueError(f"{path}:{lineno}: empty sentence")
+            out.append(LabelledSentence(tokens, int(label_text)))
+            if max_examples is not None and len(out) >= max_examples:
+                break
+    return _require_nonempty(out, "SST-2 file", path)
+
+
+def read_conllu(path: str | Path, column: str = "upos", max_sentences: int | None = None) -> list[TaggedSentence]:
+    """Read a CoNLL-U file; ``column`` is ``"upos"`` (column 4) or ``"xpos"`` (column 5).
+
+    Multiword-token ranges (``1-2``) and empty nodes (``1.1``) are skipped, so the tokens are the
+    syntactic words, as in the UD POS task.
+    """
+    col = {"upos": 3, "xpos": 4}.get(column)
+    if col is None:
+        raise ValueError(f"column must be 'upos' or 'xpos', got {column!r}")
+    path = Path(path)
+    out: list[TaggedSentence] = []
+    tokens: list[str] = []
+    tags: list[str] = []
+    sent_id = ""
+
+    def flush() -> None:
+        nonlocal tokens, tags, sent_id
+        if tokens:
+            out.append(TaggedSentence(tokens, tags, sent_id))
+        tokens, tags, sent_id = [], [], ""
+
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            line = line.rstrip("\n")
+            if not line.strip():
+                flush()
+                if max_sentences is not None and len(out) >= max_sentences:
+                    break
+                continue
+            if line.startswith("#"):
+                if line.startswith("# sent_id"):
+                    sent_id = line.split("=", 1)[-1].strip()
+                continue
+            fields = line.split("\t")
+            if len(fields) != 10:
+                raise ValueError(f"{path}:{lineno}: a CoNLL-U line has 10 tab-separated fields, got {len(fields)}")
+            if "-" in fields[0] or "." in fields[0]:
+                continue
+            tokens.append(fields[1])
+            tags.append(fields[col])
+    flush()
+    if max_sentences is not None:
+        out = out[:max_sentences]
+    return _require_nonempty(out, "CoNLL-U file", path)
+
+
+def read_ptb_tagged(path: str | Path) -> list[TaggedSentence]:
+    """Read ``pos-ptb-sample/treebank_tagged.tsv``: ``word<TAB>tag`` lines, blank line between
+    sentences, ``# wsj_NNNN.mrg`` comment lines (no tab) naming the source file of what follows."""
+    path = Path(path)
+    out: list[TaggedSentence] = []
+    tokens: list[str] = []
+    tags: list[str] = []
+    source = ""
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            line = line.rstrip("\n")
+            if "\t" not in line:
+                if tokens:
+                    out.append(TaggedSentence(tokens, tags, source))
+                    tokens, tags = [], []
+                if line.startswith("#"):
+                    source = line[1:].strip()
+                elif line.strip():
+                    raise ValueError(f"{path}:{lineno}: expected 'word<TAB>tag', got {line!r}")
+                continue
+            word, tag = line.split("\t", 1)
+            tokens.append(word)
+            tags.append(tag)
+    if tokens:
+        out.append(TaggedSentence(tokens, tags, source))
+    return _require_nonempty(out, "tagged file", path)
+
+
+def split_ptb_by_file(
+    sentences: list[TaggedSentence], dev_fraction: float = 0.2
+) -> tuple[list[TaggedSentence], list[TaggedSentence]]:
+    """Deterministic train/dev split of the PTB sample by source file: the last ``dev_fraction`` of the
+    files in sorted order are dev (no sentence of a document is on both sides)."""
+    if not 0.0 < dev_fraction < 1.0:
+        raise ValueError(f"dev_fraction must be in (0, 1), got {dev_fraction!r}")
+    files = sorted({s.source for s in sentences})
+    if len(files) < 2:
+        raise ValueError(f"need at least 2 source files to split by file, got {len(files)}")
+    n_dev = max(1, round(len(files) * dev_fraction))
+    dev_files = set(files[-n_dev:])
+    train = [s for s in sentences if s.source not in dev_files]
+    dev = [s for s in sentences if s.source in dev_files]
+    return train, dev
+
+
+def read_wsd_jsonl(path: str | Path) -> list[WsdOccurrence]:
+    """Read sense-labelled occurrences, one JSON object per line::
+
+        {"tokens": ["he", "served", "dinner"], "index": 1, "word": "served", "lemma": "serve", "sense": "SERVE10"}
+
+    - ``tokens``: non-empty list of strings (the sentence, already split into words).
+    - ``index`` (optional): position of the occurrence. Without it, ``word`` must occur exactly once in
+      ``tokens`` and its position is used.
+    - ``word``: the occurrence's surface word; with ``index``, ``tokens[index]`` must equal it.
+    - ``lemma`` (optional): the key that groups occurrences of "the same word" (default: ``word``), so
+      inflected forms (served / serves) are compared with each other.
+    - ``sense``: a label matching `SENSE_LABEL_PATTERN`.
+
+    Blank lines are skipped. Any violation raises `ValueError` naming the file and line.
+    """
+    path = Path(path)
+    out: list[WsdOccurrence] = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{where}: not valid JSON ({e.msg})") from None
+            out.append(parse_wsd_record(obj, where, lineno))
+    return _require_nonempty(out, "WSD file", path)
+
+
+def parse_wsd_record(obj: object, where: str = "<record>", lineno: int = 0) -> WsdOccurrence:
+    """Validate one WSD record (see `read_wsd_jsonl`); ``where`` prefixes error messages."""
+    if not isinstance(obj, dict):
+        raise ValueError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    tokens = obj.get("tokens")
+    if not isinstance(tokens, list) or not tokens or not all(isinstance(t, str) and t.strip() for t in tokens):
+        raise ValueError(f"{where}: 'tokens' must be a non-empty list of non-empty strings, got {tokens!r}")
+    word = obj.get("word")
+    if not isinstance(word, str) or not word:
+        raise ValueError(f"{where}: 'word' must be a non-empty string, got {word!r}")
+    index = obj.get("index")
+    if index is None:
+        positions = [i for i, t in enumerate(tokens) if t == word]
+        if not positions:
+            raise ValueError(f"{where}: word {word!r} does not occur in its sentence {' '.join(tokens)!r}")
+        if len(positions) > 1:
+            raise ValueError(
+                f"{where}: word {word!r} occurs {len(positions)} times in its sentence; give 'index' to say which"
+            )
+        index = positions[0]
+    elif isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(tokens):
+        raise ValueError(f"{where}: 'index' {index!r} is not a position in a sentence of {len(tokens)} tokens")
+    elif tokens[index] != word:
+        raise ValueError(
+            f"{where}: word {word!r} is missing from its sentence at index {index} (found {tokens[index]!r})"
+        )
+    lemma = obj.get("lemma", word)
+    if not isinstance(lemma, str) or not lemma:
+        raise ValueError(f"{where}: 'lemma' must be a non-empty string, got {lemma!r}")
+    sense = obj.get("sense")
+    if not isinstance(sense, str) or not SENSE_LABEL_PATTERN.match(sense):
+        raise ValueError(
+            f"{where}: unknown sense label format {sense!r}: a sense is one token of letters, digits "
+            "and _ . : % / ' + - (e.g. 'HARD1', 'bank%1:14:00::')"
+        )
+    return WsdOccurrence(list(tokens), int(index), lemma, sense, lineno)
+
+
+# --------------------------------------------------------------------------------------------------
+# Online (Hub) loaders. Written against the public dataset layouts; not exercised for real offline.
+# --------------------------------------------------------------------------------------------------
+
+
+def load_sst2_from_hub(split: str, max_examples: int | None = None) -> list[LabelledSentence]:
+    """GLUE SST-2 from the Hub (``nyu-mll/glue``, config ``sst2``; columns ``sentence``, ``label``).
+
+    ``split`` is ``"train"`` or ``"validation"`` (the Hub test split has no labels and is refused).
+    """
+    if split not in ("train", "validation"):
+        raise ValueError(f"split must be 'train' or 'validation', got {split!r}")
+    from datasets import load_dataset
+
+    ds = load_dataset("nyu-mll/glue", "sst2", split=split)
+    rows = _records(ds, max_examples)
+    out = [LabelledSentence(str(r["sentence"]).split(), int(r["label"])) for r in rows if str(r["sentence"]).split()]
+    return _require_nonempty(out, "Hub split", f"nyu-mll/glue/sst2:{split}")
+
+
+def load_ud_pos_from_hub(
+    split: str, dataset: str = "universal-dependencies/universal_dependencies", config: str = "en_ewt",
+    max_sentences: int | None = None,
+) -> list[TaggedSentence]:
+    """UD English EWT UPOS tags from the Hub.
+
+    The dataset's main branch is a loading script, which `datasets` >= 4 no longer runs, so the Hub's
+    parquet conversion is read (``revision="refs/convert/parquet"``, folder ``en_ewt``); columns
+    ``tokens`` and ``upos`` (a sequence of `ClassLabel`, whose names are used).
+    """
+    if split not in ("train", "validation"):
+        raise ValueError(f"split must be 'train' or 'validation', got {split!r}")
+    from datasets import load_dataset
+
+    ds = load_dataset(dataset, data_dir=config, revision="refs/convert/parquet", split=split)
+    names = None
+    feature = ds.features.get("upos") if hasattr(ds, "features") else None
+    inner = getattr(feature, "feature", None)
+    if inner is not None and hasattr(inner, "names"):
+        names = inner.names
+    out = []
+    for r in _records(ds, max_sentences):
+        tags = [names[t] if names is not None else str(t) for t in r["upos"]]
+        out.append(TaggedSentence(list(r["tokens"]), tags, str(r.get("idx", ""))))
+    return _require_nonempty(out, "Hub split", f"{dataset}/{config}:{split}")
+
+
+def _records(ds, limit: int | None) -> Iterable[dict]:
+    n = len(ds) if limit is None else min(limit, len(ds))
+    return (ds[i] for i in range(n))

@@ -1,0 +1,599 @@
+"""Tests of the evaluation suite (`modeling_elmo.evaluation`): data readers, the WSD set builder, the
+nearest-neighbour sense scorer, metrics, probes on cached features, perplexity, the report files and
+the CLI's handling of bad input."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from modeling_elmo.evaluation import data as ev_data
+from modeling_elmo.evaluation.metrics import accuracy, masked_token_accuracy
+from modeling_elmo.evaluation.wsd import DEFAULT_WSD_SET, SENSEVAL_TSV, build_wsd_subset, score_nearest_neighbour
+
+SHARED = ev_data.shared_data_dir()
+
+
+def _needs_shared(rel: str | Path) -> Path:
+    path = SHARED / rel
+    if not path.exists():
+        pytest.skip(f"shared data {rel} is absent ({path})")
+    return path
+
+
+# ---------------------------------------------------------------------------------------------- WSD scorer
+def _hand_example():
+    # bank: o0, o1, o2 identical direction; o3 and o4 close to each other.
+    vecs = np.array(
+        [[1.0, 0.0], [1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.6, 0.8],  # bank
+         [5.0, 1.0],  # cell: only one occurrence -> skipped
+         [1.0, 2.0], [2.0, 1.0]]  # plant: two occurrences of different senses -> both wrong
+    )
+    words = ["bank"] * 5 + ["cell"] + ["plant"] * 2
+    senses = ["money", "money", "river", "river", "river", "bio", "factory", "flora"]
+    return vecs, words, senses
+
+
+def test_nearest_neighbour_scorer_matches_hand_worked_example():
+    # Worked by hand (cosines): o0's nearest are o1 (money) and o2 (river) at 1.0 -> tie; o1 likewise -> tie;
+    # o2's nearest are o0 and o1, both money -> wrong; o3's nearest is o4 (0.8, river) -> correct;
+    # o4's nearest is o3 (0.8 > 0.6) -> correct. plant: 2 wrong. cell: skipped.
+    vecs, words, senses = _hand_example()
+    r = score_nearest_neighbour(vecs, words, senses)
+    assert (r["scored"], r["skipped"], r["correct"], r["wrong"], r["ties"]) == (7, 1, 2, 3, 2)
+    assert r["accuracy"] == pytest.approx(2 / 5)
+    assert r["accuracy_ties_half"] == pytest.approx((2 + 0.5 * 2) / 7)
+    bank = r["per_word"]["bank"]
+    assert (bank["correct"], bank["wrong"], bank["ties"]) == (2, 1, 2)
+    assert bank["accuracy"] == pytest.approx(2 / 3) and bank["accuracy_ties_half"] == pytest.approx(3 / 5)
+    # chance: bank 1/4 + 1/4 + 2/4 + 2/4 + 2/4, plant 0 + 0, over 7 scored
+    assert r["chance"] == pytest.approx(2.0 / 7)
+    assert r["per_word"]["cell"]["skipped"] == 1 and r["per_word"]["cell"]["accuracy"] is None
+
+
+def test_ties_are_not_resolved_by_list_order():
+    vecs, words, senses = _hand_example()
+    base = score_nearest_neighbour(vecs, words, senses)
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        perm = rng.permutation(len(words))
+        r = score_nearest_neighbour(vecs[perm], [words[i] for i in perm], [senses[i] for i in perm])
+        for key in ("scored", "correct", "wrong", "ties", "accuracy", "accuracy_ties_half", "chance"):
+            assert r[key] == pytest.approx(base[key]), key
+
+
+def test_identical_context_free_vectors_are_all_ties_not_fifty_percent():
+    # The seed's layer-0 artefact: every occurrence of a word has the same vector. Picking the first
+    # neighbour gives a number that depends on list order; the scorer must report only ties.
+    vecs = np.tile(np.array([[0.3, -1.2, 2.0]]), (8, 1))
+    vecs[1, 0] += 1e-4  # float noise: cosine changes by ~1e-9, below the tolerance, so still a tie
+    words = ["bank"] * 8
+    senses = ["money", "river"] * 4
+    r = score_nearest_neighbour(vecs, words, senses)
+    assert r["ties"] == 8 and r["correct"] == 0 and r["wrong"] == 0
+    assert r["accuracy"] is None
+    assert r["accuracy_ties_half"] == pytest.approx(0.5)
+
+
+def test_tie_tolerance_decides_what_counts_as_equally_near():
+    # q's two neighbours differ in cosine by about 5e-8: a tie at the default tolerance 1e-6, not at 0.
+    vecs = np.array([[1.0, 0.0], [1.0, 0.0], [1.0, 3.2e-4]])
+    words, senses = ["w"] * 3, ["a", "a", "b"]
+    assert score_nearest_neighbour(vecs, words, senses)["per_word"]["w"]["ties"] >= 1
+    strict = score_nearest_neighbour(vecs, words, senses, tie_tolerance=0.0)
+    assert strict["ties"] == 0 and strict["correct"] == 2 and strict["wrong"] == 1
+
+
+def test_ties_within_one_sense_are_decided():
+    # Two equally near neighbours of the same sense are not a tie: the answer is the same either way.
+    vecs = np.array([[1.0, 0.0], [1.0, 0.1], [1.0, -0.1], [-1.0, 0.0]])
+    r = score_nearest_neighbour(vecs, ["w"] * 4, ["a", "a", "a", "b"])
+    assert r["ties"] == 0
+    assert r["correct"] == 3 and r["wrong"] == 1
+
+
+def test_scorer_rejects_mismatched_lengths_and_nan():
+    with pytest.raises(ValueError, match="3 embeddings, 2 words"):
+        score_nearest_neighbour(np.zeros((3, 2)), ["a", "a"], ["x", "y", "z"])
+    with pytest.raises(ValueError, match="NaN"):
+        score_nearest_neighbour(np.array([[np.nan, 1.0], [1.0, 1.0]]), ["a", "a"], ["x", "y"])
+
+
+# ---------------------------------------------------------------------------------------------- WSD data
+def _write_jsonl(path: Path, records: list) -> Path:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in records))
+    return path
+
+
+def test_wsd_reader_finds_word_without_index_and_groups_by_lemma(tmp_path):
+    f = _write_jsonl(tmp_path / "w.jsonl", [
+        {"tokens": ["she", "served", "tea"], "word": "served", "lemma": "serve", "sense": "SERVE10"},
+        {"tokens": ["they", "serve", "it"], "index": 1, "word": "serve", "lemma": "serve", "sense": "SERVE2"},
+        "",
+        {"tokens": ["the", "bank", "of", "the", "bank"], "index": 4, "word": "bank", "sense": "bank%1:17:01::"},
+    ])
+    occ = ev_data.read_wsd_jsonl(f)
+    assert [(o.index, o.word, o.sense, o.line) for o in occ] == [
+        (1, "serve", "SERVE10", 1), (1, "serve", "SERVE2", 2), (4, "bank", "bank%1:17:01::", 4)]
+
+
+@pytest.mark.parametrize(
+    "record, message",
+    [
+        ({"tokens": ["a", "b"], "word": "bank", "sense": "x"}, "word 'bank' does not occur in its sentence"),
+        ({"tokens": ["a", "b"], "index": 1, "word": "bank", "sense": "x"}, "missing from its sentence at index 1"),
+        ({"tokens": ["a", "b"], "index": 5, "word": "b", "sense": "x"}, "'index' 5 is not a position"),
+        ({"tokens": ["bank", "bank"], "word": "bank", "sense": "x"}, "occurs 2 times"),
+        ({"tokens": ["a", "bank"], "word": "bank", "sense": "money sense"}, "unknown sense label format 'money sense'"),
+        ({"tokens": ["a", "bank"], "word": "bank", "sense": 3}, "unknown sense label format 3"),
+        ({"tokens": ["a", "bank"], "word": "bank"}, "unknown sense label format None"),
+        ({"tokens": [], "word": "bank", "sense": "x"}, "'tokens' must be a non-empty list"),
+        ("{not json", "not valid JSON"),
+    ],
+)
+def test_wsd_reader_rejects_bad_records_naming_the_line(tmp_path, record, message):
+    good = {"tokens": ["a", "bank"], "word": "bank", "sense": "money"}
+    f = _write_jsonl(tmp_path / "bad.jsonl", [good, record])
+    with pytest.raises(ValueError, match=r"bad\.jsonl:2: ") as err:
+        ev_data.read_wsd_jsonl(f)
+    assert message in str(err.value)
+
+
+def test_empty_inputs_are_refused(tmp_path):
+    (tmp_path / "empty.jsonl").write_text("\n\n")
+    with pytest.raises(ValueError, match="empty"):
+        ev_data.read_wsd_jsonl(tmp_path / "empty.jsonl")
+    (tmp_path / "empty.txt").write_text("  \n")
+    with pytest.raises(ValueError, match="empty"):
+        ev_data.read_text_sentences(tmp_path / "empty.txt")
+    (tmp_path / "dev.tsv").write_text("label\tcontent\n")
+    with pytest.raises(ValueError, match="empty"):
+        ev_data.read_sst2(tmp_path / "dev.tsv")
+
+
+def test_wsd_builder_is_balanced_and_reproducible(tmp_path):
+    header = "lexelt\tinstance_id\tsenses\ttarget_index\ttext\tpos_tags\n"
+    rows = []
+    for item, word in (("hard-a", "hard"), ("line-n", "line")):
+        for s, count in (("A", 6), ("B", 5), ("C", 2)):
+            for k in range(count):
+                text = f"the {word} thing number {k} {s.lower()}"
+                rows.append(f"{item}\t{item}.{s}{k}\t{s}\t1\t{text}\tDT NN NN NN CD NN\n")
+    rows.append("hard-a\tlong\tA\t0\thard " + " ".join(["x"] * 50) + "\t_\n")
+    tsv = tmp_path / "senseval.tsv"
+    tsv.write_text(header + "".join(rows))
+    s1 = build_wsd_subset(tsv, tmp_path / "a.jsonl", senses_per_word=2, per_sense=4, max_tokens=10, seed=3)
+    s2 = build_wsd_subset(tsv, tmp_path / "b.jsonl", senses_per_word=2, per_sense=4, max_tokens=10, seed=3)
+    assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
+    assert s1 == s2 and s1["occurrences"] == 16
+    occ = ev_data.read_wsd_jsonl(tmp_path / "a.jsonl")
+    counts = {}
+    for o in occ:
+        counts[(o.word, o.sense)] = counts.get((o.word, o.sense), 0) + 1
+        assert len(o.tokens) <= 10
+    assert counts == {("hard", "A"): 4, ("hard", "B"): 4, ("line", "A"): 4, ("line", "B"): 4}
+    with pytest.raises(ValueError, match="only 5 contexts"):
+        build_wsd_subset(tsv, tmp_path / "c.jsonl", senses_per_word=2, per_sense=6, max_tokens=10)
+
+
+def test_shipped_wsd_set_is_what_the_builder_makes_from_shared_data(tmp_path):
+    tsv = _needs_shared(SENSEVAL_TSV)
+    summary = build_wsd_subset(tsv, tmp_path / "rebuilt.jsonl")
+    assert (tmp_path / "rebuilt.jsonl").read_bytes() == DEFAULT_WSD_SET.read_bytes()
+    assert summary["occurrences"] == 360
+    assert DEFAULT_WSD_SET.stat().st_size < 200_000
+    occ = ev_data.read_wsd_jsonl(DEFAULT_WSD_SET)
+    assert sorted({o.word for o in occ}) == ["hard", "interest", "line", "serve"]
+
+
+# ---------------------------------------------------------------------------------------------- other readers
+def test_sst2_reader_accepts_both_column_orders(tmp_path):
+    (tmp_path / "a.tsv").write_text("label\tsentence\n1\ta fine film\n0\tdull\n")
+    (tmp_path / "b.tsv").write_text("sentence\tlabel\na fine film\t1\ndull\t0\n")
+    for name in ("a.tsv", "b.tsv"):
+        got = ev_data.read_sst2(tmp_path / name)
+        assert [(s.tokens, s.label) for s in got] == [(["a", "fine", "film"], 1), (["dull"], 0)]
+    (tmp_path / "c.tsv").write_text("label\tsentence\n1\tok\n2\tbad label\n")
+    with pytest.raises(ValueError, match=r"c\.tsv:3: label must be 0 or 1, got '2'"):
+        ev_data.read_sst2(tmp_path / "c.tsv")
+
+
+def test_conllu_reader_skips_multiword_ranges_and_empty_nodes(tmp_path):
+    text = (
+        "# sent_id = s1\n"
+        "1-2\tdon't\t_\t_\t_\t_\t_\t_\t_\t_\n"
+        "1\tdo\tdo\tAUX\tVBP\t_\t3\taux\t_\t_\n"
+        "2\tn't\tnot\tPART\tRB\t_\t3\tadvmod\t_\t_\n"
+        "2.1\tgo\tgo\tVERB\tVB\t_\t_\t_\t_\t_\n"
+        "3\tgo\tgo\tVERB\tVB\t_\t0\troot\t_\t_\n"
+        "\n"
+        "1\tHi\thi\tINTJ\tUH\t_\t0\troot\t_\t_\n"
+    )
+    (tmp_path / "x.conllu").write_text(text)
+    got = ev_data.read_conllu(tmp_path / "x.conllu")
+    assert [(s.tokens, s.tags) for s in got] == [(["do", "n't", "go"], ["AUX", "PART", "VERB"]), (["Hi"], ["INTJ"])]
+    assert [s.tags for s in ev_data.read_conllu(tmp_path / "x.conllu", column="xpos")] == [["VBP", "RB", "VB"], ["UH"]]
+
+
+def test_ptb_sample_split_keeps_documents_on_one_side(tmp_path):
+    lines = []
+    for f in range(5):
+        lines.append(f"# wsj_000{f}.mrg")
+        for s in range(2):
+            lines += [f"w{f}{s}\tNN", "#\t#", ".\t.", ""]
+    (tmp_path / "t.tsv").write_text("\n".join(lines) + "\n")
+    sents = ev_data.read_ptb_tagged(tmp_path / "t.tsv")
+    assert len(sents) == 10 and sents[0].tokens == ["w00", "#", "."] and sents[0].tags == ["NN", "#", "."]
+    train, dev = ev_data.split_ptb_by_file(sents, dev_fraction=0.2)
+    assert {s.source for s in dev} == {"wsj_0004.mrg"} and len(train) == 8
+
+
+def test_shared_pos_and_sentiment_files_parse():
+    ud = ev_data.read_conllu(_needs_shared("pos-ud-ewt/en_ewt-ud-dev.conllu"), max_sentences=50)
+    assert len(ud) == 50 and all(len(s.tokens) == len(s.tags) for s in ud)
+    assert set(t for s in ud for t in s.tags) <= {"ADJ", "ADP", "ADV", "AUX", "CCONJ", "DET", "INTJ", "NOUN", "NUM",
+                                                   "PART", "PRON", "PROPN", "PUNCT", "SCONJ", "SYM", "VERB", "X"}
+    sst = ev_data.read_sst2(_needs_shared("sentiment-sst2/dev.tsv"))
+    assert len(sst) == 872 and sum(s.label for s in sst) == 444
+
+
+# ---------------------------------------------------------------------------------------------- metrics
+def test_numpy_metrics_match_hand_counts():
+    assert accuracy([1, 0, 1, 1], [1, 1, 1, 0]) == 0.5
+    logits = np.zeros((2, 3, 4))
+    logits[0, 0, 2] = logits[0, 1, 1] = logits[1, 0, 3] = 1.0
+    labels = np.array([[2, 0, -100], [3, -100, -100]])
+    assert masked_token_accuracy(logits, labels) == pytest.approx(2 / 3)
+    with pytest.raises(ValueError, match="empty"):
+        accuracy([], [])
+
+
+# ================================================================================ with a tiny model
+torch = pytest.importorskip("torch")
+
+TINY = dict(hidden_size=8, cell_size=16, char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 8]], num_highway_layers=1)
+WORDS = ["the", "bank", "river", "money", "a", "good", "bad", "film", "is", "was"]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A tiny random biLM with a 14-word vocabulary, saved with its tokenizer."""
+    from modeling_elmo import ElmoConfig, ElmoForBidirectionalLM, ElmoTokenizer, save_model_folder
+
+    root = tmp_path_factory.mktemp("tiny")
+    (root / "vocab.txt").write_text("\n".join(WORDS) + "\n")
+    tok = ElmoTokenizer(vocab_file=str(root / "vocab.txt"))
+    config = ElmoConfig(vocab_size=tok.vocab_size, **TINY)
+    torch.manual_seed(123)  # not the untrained comparison's seed (0)
+    lm = ElmoForBidirectionalLM(config).eval()
+    save_model_folder(lm, tok, root / "model")
+    return lm, tok, config, root / "model"
+
+
+def test_perplexity_matches_per_sentence_full_softmax(tiny):
+    from modeling_elmo.evaluation.tasks import lm_perplexity
+
+    lm, tok, config, _ = tiny
+    sents = [["the", "bank"], ["a", "river", "bank", "unknownword"], ["money"], ["good", "film", "is", "good", "x"]]
+    got = lm_perplexity(lm, tok, sents, batch_size=3)
+    # Independent: one sentence at a time, explicit log_softmax over the whole vocabulary.
+    P = config.hidden_size
+    nll_f = nll_b = 0.0
+    for s in sents:
+        enc = tok([s], is_split_into_words=True, return_tensors="pt")
+        with torch.no_grad():
+            top = lm(**enc).last_hidden_state[0]  # (n + 2, 2P): <S> w1..wn </S>
+            logp_f = torch.log_softmax(lm.softmax(top[:, :P]), -1)
+            logp_b = torch.log_softmax(lm.softmax(top[:, P:]), -1)
+        ids = [1] + tok.word_ids_of(s) + [2]
+        nll_f -= sum(float(logp_f[t, ids[t + 1]]) for t in range(len(ids) - 1))
+        nll_b -= sum(float(logp_b[t, ids[t - 1]]) for t in range(1, len(ids)))
+    n = sum(len(s) + 1 for s in sents)
+    assert got["targets_per_direction"] == n and got["unk_targets"] == 2
+    assert got["perplexity_forward"] == pytest.approx(math.exp(nll_f / n), rel=1e-4)
+    assert got["perplexity_backward"] == pytest.approx(math.exp(nll_b / n), rel=1e-4)
+    assert got["perplexity"] == pytest.approx(math.exp(0.5 * (nll_f + nll_b) / n), rel=1e-4)
+
+
+def test_unigram_baseline_matches_hand_computation(tiny):
+    from modeling_elmo.evaluation.tasks import unigram_perplexity
+
+    _, tok, _, _ = tiny
+    # targets: the the bank </S>; unsmoothed p(the)=1/2, p(bank)=1/4, p(</S>)=1/4 -> NLL = 6 ln 2 over 4 targets.
+    r = unigram_perplexity(tok, [["the", "the", "bank"]], smoothing=0.0)
+    assert r["unigram_perplexity"] == pytest.approx(2 ** 1.5)
+    # the backward direction (<S> the the bank) is the same distribution with <S> in place of </S>
+    r_b = unigram_perplexity(tok, [["bank", "the", "the"]], smoothing=0.0)
+    assert r_b["unigram_perplexity"] == pytest.approx(r["unigram_perplexity"])
+    # add-1 over the 13 ids of the vocabulary of 14 except <pad>, fitted on "the </S>"
+    r = unigram_perplexity(tok, [["bank"]], fit_sentences=[["the"]], smoothing=1.0)
+    p_bank, p_eos = 1 / 15, 2 / 15
+    assert r["unigram_perplexity"] == pytest.approx(math.exp(-(math.log(p_bank) + math.log(p_eos)) / 2))
+
+
+def test_model_without_word_vocabulary_refuses_perplexity(tmp_path, capsys):
+    from modeling_elmo import ElmoConfig, ElmoModel
+    from modeling_elmo.evaluation.cli import main
+
+    ElmoModel(ElmoConfig(**TINY)).save_pretrained(tmp_path / "fe")
+    (tmp_path / "t.txt").write_text("the bank\n")
+    with pytest.raises(SystemExit) as err:
+        main([str(tmp_path / "fe"), "--task", "perplexity", "--text", str(tmp_path / "t.txt")])
+    assert err.value.code == 2
+    assert "no language-model head (vocab_size=4, no word vocabulary)" in capsys.readouterr().err
+
+
+def test_wsd_probe_on_model_reports_context_free_layer_as_ties(tiny):
+    from modeling_elmo.evaluation.data import WsdOccurrence
+    from modeling_elmo.evaluation.tasks import wsd_probe
+
+    lm, tok, _, _ = tiny
+    occ = [WsdOccurrence(["the", "bank", "of", "the", "river"], 1, "bank", "river"),
+           WsdOccurrence(["a", "bank", "loan"], 1, "bank", "money"),
+           WsdOccurrence(["money", "in", "the", "bank"], 3, "bank", "money"),
+           WsdOccurrence(["river", "bank", "mud", "is", "wet"], 1, "bank", "river")]
+    r = wsd_probe(lm.elmo, tok, occ)
+    assert set(r["layers"]) == {"0", "1", "2"}
+    assert r["layers"]["0"]["ties"] == 4 and r["layers"]["0"]["accuracy"] is None
+    for layer in ("1", "2"):  # contextual layers differ per sentence: no exact ties
+        assert r["layers"][layer]["ties"] == 0 and r["layers"][layer]["scored"] == 4
+
+
+def test_cached_features_give_the_same_logits_as_running_the_biLM(tiny):
+    from modeling_elmo import ElmoForSequenceClassification, ElmoForTokenClassification
+    from modeling_elmo.evaluation.tasks import collate_cached, compute_layer_features
+
+    lm, tok, config, _ = tiny
+    sents = [["the", "good", "film"], ["bad"], ["a", "bank", "is", "money", "river"]]
+    feats = compute_layer_features(lm.elmo, tok, sents, batch_size=2, dtype=torch.float32)
+    cfg = config.__class__.from_dict(config.to_dict())
+    cfg.num_labels, cfg.scalar_mix_layer_norm = 3, True
+    for head_class, labels in ((ElmoForSequenceClassification, [0, 1, 2]),
+                               (ElmoForTokenClassification, [[0] * len(s) for s in sents])):
+        torch.manual_seed(1)
+        head = head_class(cfg).eval()
+        head.elmo.load_state_dict(lm.elmo.state_dict())
+        with torch.no_grad():
+            head.scalar_mix.scalar_parameters.normal_()
+            batch = collate_cached([{"elmo_hidden_states": f, "labels": y} for f, y in zip(feats, labels)])
+            cached = head(elmo_hidden_states=batch["elmo_hidden_states"], attention_mask=batch["attention_mask"]).logits
+            direct = head(**tok(sents, is_split_into_words=True, padding=True, return_tensors="pt")).logits
+        torch.testing.assert_close(cached, direct, rtol=1e-5, atol=1e-5)
+
+
+def test_standardized_cached_features_use_training_statistics():
+    from modeling_elmo.evaluation.tasks import CachedFeatureDataset, feature_statistics
+
+    g = torch.Generator().manual_seed(0)
+    # large constant offsets, tiny spread: what an undertrained biLM can give
+    train = [(5.0 + 0.01 * torch.randn(3, t, 4, generator=g)).half() for t in (2, 5, 3)]
+    dev = [(5.0 + 0.01 * torch.randn(3, 4, 4, generator=g)).half()]
+    mean, std = feature_statistics(train)
+    tokens = torch.cat([f.double() for f in train], dim=1)  # (3, 10, 4)
+    torch.testing.assert_close(mean, tokens.mean(1, keepdim=True).float())
+    torch.testing.assert_close(std, tokens.std(1, unbiased=False, keepdim=True).float(), rtol=1e-3, atol=1e-6)
+    ds = CachedFeatureDataset(train, [0, 1, 0], mean, std)
+    z = torch.cat([ds[i]["elmo_hidden_states"] for i in range(3)], dim=1)
+    torch.testing.assert_close(z.mean(1), torch.zeros(3, 4), atol=1e-4, rtol=0)
+    torch.testing.assert_close(z.std(1, unbiased=False), torch.ones(3, 4), atol=1e-3, rtol=0)
+    dev_item = CachedFeatureDataset(dev, [1], mean, std)[0]["elmo_hidden_states"]
+    torch.testing.assert_close(dev_item, (dev[0].float() - mean) / std)
+
+
+def _synthetic(n, seed, token_level):
+    """Random (3, T, 16) features; the label is the sign of feature 5 of layer 2 (per sentence: of its mean)."""
+    g = torch.Generator().manual_seed(seed)
+    feats, labels = [], []
+    for _ in range(n):
+        t = int(torch.randint(2, 6, (1,), generator=g))
+        f = torch.randn(3, t, 16, generator=g)
+        if token_level:
+            labels.append([int(v > 0) for v in f[2, :, 5]])
+        else:
+            labels.append(int(f[2, :, 5].mean() > 0))
+        feats.append(f)
+    return feats, labels
+
+
+@pytest.mark.parametrize("token_level", [False, True])
+def test_probes_learn_an_easy_signal_only_from_the_layer_that_has_it(tiny, token_level):
+    from modeling_elmo import ElmoForSequenceClassification, ElmoForTokenClassification
+    from modeling_elmo.evaluation.tasks import probe_task
+
+    _, _, config, _ = tiny
+    xtr, ytr = _synthetic(200, 0, token_level)
+    xdev, ydev = _synthetic(150, 1, token_level)
+    head = ElmoForTokenClassification if token_level else ElmoForSequenceClassification
+    r = probe_task(xtr, ytr, xdev, ydev, config, head, 2, token_level, layers=[0, 2, "mix"],
+                   epochs=30, learning_rate=5e-2, batch_size=32)
+    acc = {k: v["accuracy"] for k, v in r["layers"].items()}
+    assert acc["2"] > 0.85 and acc["mix"] > 0.8, acc
+    assert abs(acc["0"] - 0.5) < 0.15, acc  # layer 0 carries no signal: chance
+    weights = r["layers"]["mix"]["mixture"]["weights"]
+    assert len(weights) == 3 and sum(weights) == pytest.approx(1.0, abs=1e-5)
+    assert weights[2] == max(weights)
+
+
+# ---------------------------------------------------------------------------------------------- CLI end to end
+def _fixture_data(root: Path) -> Path:
+    (root / "sentiment-sst2").mkdir(parents=True)
+    good = ["good film", "a good film", "the film is good", "good"]
+    bad = ["bad film", "a bad film", "the film was bad", "bad"]
+    rows = [f"1\t{s}" for s in good] + [f"0\t{s}" for s in bad]
+    (root / "sentiment-sst2" / "train.tsv").write_text("label\tsentence\n" + "\n".join(rows * 3) + "\n")
+    (root / "sentiment-sst2" / "dev.tsv").write_text("label\tcontent\n" + "\n".join(rows) + "\n")
+    (root / "pos-ud-ewt").mkdir()
+    conllu = ("1\tthe\tthe\tDET\tDT\t_\t2\tdet\t_\t_\n2\tfilm\tfilm\tNOUN\tNN\t_\t3\tnsubj\t_\t_\n"
+              "3\tis\tbe\tAUX\tVBZ\t_\t0\troot\t_\t_\n4\tgood\tgood\tADJ\tJJ\t_\t3\txcomp\t_\t_\n\n")
+    (root / "pos-ud-ewt" / "en_ewt-ud-train.conllu").write_text(conllu * 6)
+    (root / "pos-ud-ewt" / "en_ewt-ud-dev.conllu").write_text(conllu * 2)
+    return root
+
+
+def _write_metrics(path: Path) -> None:
+    """The pretraining metrics.jsonl layout: training records and split-tagged evaluation records."""
+    records = [{"step": s, "train_loss": 5.0 / s, "train_ppl": math.exp(5.0 / s), "lr": 0.1} for s in (1, 2, 4)]
+    records += [{"step": 2, "split": "validation", "perplexity": 90.0, "unigram_perplexity": 300.0},
+                {"step": 4, "split": "validation", "perplexity": 60.0, "unigram_perplexity": 300.0},
+                {"step": 4, "split": "validation", "perplexity": 50.0, "unigram_perplexity": 300.0}]  # re-logged
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_training_metrics_reader_separates_train_and_validation(tmp_path):
+    from modeling_elmo.evaluation.report import read_training_metrics
+
+    _write_metrics(tmp_path / "metrics.jsonl")
+    (tmp_path / "examples_rank0.jsonl").write_text('{"ids": [1, 2]}\n')
+    series, path = read_training_metrics(tmp_path)
+    assert path.name == "metrics.jsonl"
+    assert series == {"train_ppl": [(1.0, math.exp(5.0)), (2.0, math.exp(2.5)), (4.0, math.exp(1.25))],
+                      "validation perplexity": [(2.0, 90.0), (4.0, 50.0)]}
+    assert read_training_metrics(tmp_path / "nothing") == ({}, None)
+
+
+def test_cli_writes_json_markdown_and_plots(tiny, tmp_path):
+    from modeling_elmo.evaluation.cli import main
+
+    _, _, _, model_dir = tiny
+    data = _fixture_data(tmp_path / "data")
+    (tmp_path / "heldout.txt").write_text("the good film\na bank is money\n\nthe river bank\n")
+    metrics = tmp_path / "metrics_model"
+    import shutil
+
+    shutil.copytree(model_dir, metrics)
+    _write_metrics(metrics / "metrics.jsonl")
+    out = tmp_path / "out"
+    rc = main([str(metrics), "--task", "all", "--text", str(tmp_path / "heldout.txt"), "--data-dir", str(data),
+               "--unigram-fit", str(data / "sentiment-sst2" / "dev.tsv"), str(tmp_path / "heldout.txt"),
+               "--output-dir", str(out), "--compare-untrained", "--max-train-examples", "12", "--probe-epochs", "1", "--probe-min-steps", "3"])
+    assert rc == 0
+    payload = json.loads((out / "eval_results.json").read_text())
+    assert set(payload["tasks"]) == {"perplexity", "wsd-probe", "probe-sentiment", "probe-pos"}
+    entries = payload["results"]
+    assert all(set(e) == {"task", "dataset", "metric", "value", "layer"} for e in entries)
+    probe_layers = {(e["task"], e["layer"]) for e in entries if e["metric"] == "accuracy"}
+    assert probe_layers == {(t, l) for t in ("probe-sentiment", "probe-pos") for l in (0, 1, 2, "mix")}
+    assert {e["metric"] for e in entries if e["task"] == "perplexity"} == {
+        "perplexity", "perplexity_forward", "perplexity_backward", "unigram_perplexity"}
+    assert len(payload["untrained_results"]) == len(entries)
+    assert payload["tasks"]["perplexity"]["targets_per_direction"] == 3 + 4 + 3 + 3
+    assert payload["tasks"]["perplexity"]["unigram_fitted_on"] == f"sentiment-sst2/dev.tsv, {tmp_path.name}/heldout.txt"
+    assert payload["tasks"]["probe-sentiment"]["train_examples"] == 12
+    # 12 examples are one batch per epoch: the 1 epoch asked for is raised to reach 3 updates
+    assert {(r["epochs"], r["steps"]) for r in payload["tasks"]["probe-sentiment"]["layers"].values()} == {(3.0, 3)}
+    assert payload["tasks"]["probe-pos"]["labels"] == ["ADJ", "AUX", "DET", "NOUN"]
+    weights = payload["tasks"]["probe-pos"]["layers"]["mix"]["mixture"]["weights"]
+    assert sum(weights) == pytest.approx(1.0, abs=1e-5)
+    table = (out / "eval_results.md").read_text()
+    assert "| Layer 0 only |" in table and "Learned mixture from an untrained model" in table
+    assert "Word-frequency (unigram) baseline" in table
+    layer0 = next(line for line in table.splitlines() if line.startswith("| Layer 0 |"))
+    assert "ties" in layer0  # the shipped set's layer 0: occurrences of one surface form all tie
+    for name in ("probe_accuracy.png", "layer_weights.png", "training_perplexity.png"):
+        assert (out / name).stat().st_size > 1000, name
+    assert str(tmp_path) not in (out / "eval_results.json").read_text()
+
+
+def test_cli_skips_training_curve_when_no_metrics_file(tiny, tmp_path):
+    from modeling_elmo.evaluation.cli import main
+
+    _, _, _, model_dir = tiny
+    rc = main([str(model_dir), "--task", "wsd-probe", "--output-dir", str(tmp_path / "o")])
+    assert rc == 0
+    payload = json.loads((tmp_path / "o" / "eval_results.json").read_text())
+    assert payload["plots"]["training_perplexity"].startswith("skipped")
+    assert payload["tasks"]["wsd-probe"]["occurrences"] == 360
+
+
+@pytest.mark.parametrize(
+    "files, extra, message",
+    [
+        ({"sentiment-sst2/dev.tsv": "label\tcontent\n"}, ["--task", "probe-sentiment"], "is empty"),
+        ({"w.jsonl": '{"tokens": ["a", "b"], "word": "bank", "sense": "x"}\n'}, ["--task", "wsd-probe", "--wsd-file", "{root}/w.jsonl"],
+         "w.jsonl:1: word 'bank' does not occur in its sentence"),
+        ({"w.jsonl": '{"tokens": ["a", "bank"], "word": "bank", "sense": "a b"}\n'}, ["--task", "wsd-probe", "--wsd-file", "{root}/w.jsonl"],
+         "unknown sense label format 'a b'"),
+        ({}, ["--task", "perplexity"], "needs --text"),
+        ({"empty.txt": "\n"}, ["--task", "perplexity", "--text", "{root}/empty.txt"], "is empty"),
+    ],
+)
+def test_cli_rejects_bad_input_with_a_message(tiny, tmp_path, capsys, files, extra, message):
+    from modeling_elmo.evaluation.cli import main
+
+    _, _, _, model_dir = tiny
+    data = _fixture_data(tmp_path / "data")
+    for rel, text in files.items():
+        target = (data / rel) if rel.startswith("sentiment") else (tmp_path / rel)
+        target.write_text(text)
+    argv = [str(model_dir), "--data-dir", str(data), "--output-dir", str(tmp_path / "o")]
+    argv += [a.replace("{root}", str(tmp_path)) for a in extra]
+    with pytest.raises(SystemExit) as err:
+        main(argv)
+    assert err.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_hub_loaders_convert_hub_rows(monkeypatch):
+    # The Hub is not reachable here: `load_dataset` is replaced by in-memory datasets of the Hub's layout.
+    import datasets
+
+    calls = []
+
+    def fake_load_dataset(path, name=None, split=None, **kwargs):
+        calls.append((path, name, split, kwargs))
+        if path == "nyu-mll/glue":
+            return datasets.Dataset.from_dict({"sentence": ["a fine film ", "dull"], "label": [1, 0], "idx": [0, 1]})
+        features = datasets.Features({"idx": datasets.Value("string"), "tokens": datasets.Sequence(datasets.Value("string")),
+                                      "upos": datasets.Sequence(datasets.ClassLabel(names=["NOUN", "PUNCT", "DET"]))})
+        return datasets.Dataset.from_dict({"idx": ["s1"], "tokens": [["the", "film", "."]], "upos": [[2, 0, 1]]}, features=features)
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    sst = ev_data.load_sst2_from_hub("validation")
+    assert [(s.tokens, s.label) for s in sst] == [(["a", "fine", "film"], 1), (["dull"], 0)]
+    ud = ev_data.load_ud_pos_from_hub("train")
+    assert [(s.tokens, s.tags) for s in ud] == [(["the", "film", "."], ["DET", "NOUN", "PUNCT"])]
+    assert calls[0][:3] == ("nyu-mll/glue", "sst2", "validation")
+    assert calls[1][3] == {"data_dir": "en_ewt", "revision": "refs/convert/parquet"}
+    with pytest.raises(ValueError, match="'test'"):
+        ev_data.load_sst2_from_hub("test")
+
+
+def test_checkpoint_with_vocabulary_but_no_softmax_refuses_perplexity(tiny, tmp_path, capsys):
+    from modeling_elmo import ElmoModel
+    from modeling_elmo.evaluation.cli import main
+
+    lm, _, config, _ = tiny
+    base = ElmoModel(config)
+    base.load_state_dict(lm.elmo.state_dict())
+    base.save_pretrained(tmp_path / "base")  # vocab_size 14 in its config, but only the biLM's weights
+    (tmp_path / "t.txt").write_text("the bank\n")
+    with pytest.raises(SystemExit):
+        main([str(tmp_path / "base"), "--task", "perplexity", "--text", str(tmp_path / "t.txt")])
+    assert "no softmax weights in the checkpoint" in capsys.readouterr().err
+    # the feature tasks still work on it
+    assert main([str(tmp_path / "base"), "--task", "wsd-probe", "--output-dir", str(tmp_path / "o")]) == 0
+
+
+def test_elmo_command_dispatches_evaluate_to_the_suite(capsys):
+    from modeling_elmo import cli
+
+    with pytest.raises(SystemExit) as err:
+        cli.main(["evaluate", "--help"])
+    assert err.value.code == 0
+    out = capsys.readouterr().out
+    assert "usage: elmo evaluate" in out and "--compare-untrained" in out
+
+
+def test_untrained_comparison_model_depends_only_on_the_seed(tiny):
+    from modeling_elmo.evaluation.cli import untrained_models
+
+    _, _, config, _ = tiny
+    a = untrained_models(config, 0, torch.device("cpu"), need_lm=True)[0].state_dict()
+    b = untrained_models(config, 0, torch.device("cpu"), need_lm=True)[0].state_dict()
+    c = untrained_models(config, 1, torch.device("cpu"), need_lm=True)[0].state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert not torch.equal(a["elmo.encoder.forward_layers.0.weight_ih"], c["elmo.encoder.forward_layers.0.weight_ih"])
