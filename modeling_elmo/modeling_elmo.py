@@ -24,6 +24,7 @@ This file is shipped to the Hub as custom code: it imports only torch, transform
 from __future__ import annotations
 
 import math
+import os
 import warnings
 from dataclasses import dataclass
 
@@ -448,6 +449,27 @@ class ElmoPreTrainedModel(PreTrainedModel):
         elif isinstance(module, (ElmoForSequenceClassification, ElmoForTokenClassification)):
             init.xavier_uniform_(module.classifier.weight)
             init.zeros_(module.classifier.bias)
+
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        """`PreTrainedModel.from_pretrained` restricted to safetensors weights.
+
+        A ``pytorch_model.bin`` is a pickle, and loading a pickle can run code its author put in it: ELMo models
+        load ``model.safetensors`` only (``use_safetensors=False`` must be asked for explicitly).
+        """
+        kwargs.setdefault("use_safetensors", True)
+        location = str(args[0] if args else kwargs.get("pretrained_model_name_or_path", ""))
+        if kwargs["use_safetensors"] and os.path.isdir(location):
+            names = set(os.listdir(location))
+            pickles = sorted(n for n in names if n.startswith("pytorch_model") and n.endswith(".bin"))
+            if pickles and not any(n.startswith("model") and n.endswith(".safetensors") for n in names):
+                raise ValueError(
+                    f"{location} holds only pickled weights {pickles}. Loading a pickle can run arbitrary code, so "
+                    "ELMo models load safetensors only. If you trust the file, convert it once in a trusted "
+                    "environment (from_pretrained(..., use_safetensors=False), then save_pretrained) and use the "
+                    "model.safetensors it writes."
+                )
+        return super().from_pretrained(*args, **kwargs)
 
     def get_input_embeddings(self) -> nn.Module:
         return self.base_model.char_encoder.char_embeddings

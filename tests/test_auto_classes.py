@@ -105,3 +105,16 @@ def test_feature_extraction_pipeline_with_objects_matches_a_direct_forward():
     with torch.no_grad():
         direct = model(**tokenizer(SENTENCES[1], return_tensors="pt")).last_hidden_state.numpy()
     np.testing.assert_allclose(out, direct, atol=1e-6)
+
+
+def test_pickled_weights_are_refused_with_an_explanation(tmp_path):
+    model = ElmoModel(tiny_config())
+    model.config.save_pretrained(tmp_path)
+    torch.save(model.state_dict(), tmp_path / "pytorch_model.bin")
+    import pytest
+
+    with pytest.raises(ValueError, match="pickled weights"):
+        AutoModel.from_pretrained(tmp_path)
+    save_model_folder(model, None, tmp_path)  # with model.safetensors beside it, the safetensors file is used
+    loaded = AutoModel.from_pretrained(tmp_path)
+    assert all(torch.equal(v, loaded.state_dict()[k]) for k, v in model.state_dict().items())

@@ -1,7 +1,7 @@
 """ELMo pretraining with accelerate: data, vocabulary, batching, checkpoints and the training loop.
 
 Launch with ``accelerate launch scripts/pretrain.py --config configuration/recipes/quickstart.yaml`` (or
-``elmo pretrain ...``); see ``docs/readme/pretraining.md``.
+``elmo pretrain ...``); see the README section "Pretraining an ELMo biLM".
 """
 
 from .arguments import PretrainingArguments, load_recipe, parse_args
