@@ -5,26 +5,14 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from ..io_utils import atomic_write_bytes
 
 __all__ = ["flatten_results", "write_json", "write_markdown", "markdown_report", "write_plots", "read_training_metrics"]
 
 LAYER_NAMES = {"0": "Layer 0 only", "1": "Layer 1 only", "2": "Layer 2 only", "mix": "Learned mixture"}
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _layer_value(layer: str) -> int | str:
@@ -58,14 +46,14 @@ def flatten_results(tasks: dict[str, Any], datasets: dict[str, str]) -> list[dic
 
 def write_json(path: str | Path, payload: dict) -> Path:
     path = Path(path)
-    _atomic_write(path, (json.dumps(payload, indent=2, sort_keys=False, allow_nan=False, default=_jsonable) + "\n").encode())
+    atomic_write_bytes(path, (json.dumps(payload, indent=2, sort_keys=False, allow_nan=False, default=_jsonable) + "\n").encode())
     return path
 
 
 def write_markdown(path: str | Path, payload: dict) -> Path:
     """Write `markdown_report` of ``payload`` to ``path`` atomically."""
     path = Path(path)
-    _atomic_write(path, markdown_report(payload).encode("utf-8"))
+    atomic_write_bytes(path, markdown_report(payload).encode("utf-8"))
     return path
 
 

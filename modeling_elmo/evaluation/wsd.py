@@ -21,14 +21,14 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
-import os
 import random
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+
+from ..io_utils import atomic_write_text
 
 
 __all__ = ["score_nearest_neighbour", "build_wsd_subset", "DEFAULT_WSD_SET", "SENSEVAL_TSV"]
@@ -170,7 +170,7 @@ def build_wsd_subset(
                     }
                 )
             summary["items"][item][sense] = per_sense
-    _atomic_write_text(out_path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+    atomic_write_text(out_path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
     summary["occurrences"] = len(records)
     return summary
 
@@ -183,15 +183,3 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _atomic_write_text(path: str | Path, text: str) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise

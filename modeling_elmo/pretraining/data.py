@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..io_utils import atomic_write_text
 from ..tokenization_elmo import BOS_CHAR_IDS, EOS_CHAR_IDS, SPECIAL_WORDS, encode_words
 
 logger = logging.getLogger(__name__)
@@ -264,22 +265,6 @@ class Vocabulary:
         table[EOS_ID] = EOS_CHAR_IDS[:max_characters_per_token]
         table[UNK_ID] = encode_words([SPECIAL_WORDS[UNK_ID]], max_characters_per_token)[0]
         return table
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and `os.replace`."""
-    path = os.fspath(path)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
 
 
 def count_words(texts: Iterable[Sequence[str]]) -> Counter:
