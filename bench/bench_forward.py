@@ -8,7 +8,10 @@ For each shape (batch x tokens) it measures:
   * ``baseline``: a straightforward per-time-step implementation of the same model, as the original PyTorch port
     computes it (input and recurrent products inside the time loop, Conv1d character CNN, every token encoded);
 and reports tokens/s, achieved FLOP/s, the fraction of the fp32 matmul throughput measured in the same run, and
-the speed-up over the baseline. FLOPs counted: character CNN, highway, projection and LSTM matrix products of
+the speed-up over the baseline. ``matrix_product_floor`` times each of the forward pass's matrix products alone, in
+its fastest form, and adds them up: its ``fraction_of_matmul_peak`` is the best this shape allows with these GEMMs
+(the per-step (batch x P) @ (P x 4H) products run far below the square-matmul peak), and each path's
+``fraction_of_product_floor`` says how close the whole forward pass comes to that sum. FLOPs counted: character CNN, highway, projection and LSTM matrix products of
 every position the LSTMs process (boundaries included); element-wise work is not counted.
 It also measures the tokenizer's words/s against a per-character Python encoder. Prints one JSON object.
 """
@@ -57,6 +60,33 @@ def forward_flops(config: ElmoConfig, batch: int, tokens: int) -> float:
     projection = 2 * Fw * P
     lstm = 2 * config.num_hidden_layers * (2 * P * 4 * H * 2 + 2 * H * P)
     return positions * (cnn + highway + projection + lstm)
+
+
+def matrix_product_floor(config: ElmoConfig, batch: int, tokens: int, repeats: int) -> dict:
+    """Time every matrix product of one forward pass standalone, each in its fastest form here (the per-step LSTM
+    products with MKL-packed weights where available), and add them up: the time a forward pass cannot go under
+    without faster GEMMs. Its FLOP/s, as a fraction of the square-matmul peak, is the ceiling this shape allows."""
+    positions = batch * (tokens + 2)
+    C, d = config.max_characters_per_token, config.char_embedding_dim
+    Fw, P, H = config.num_char_cnn_filters, config.hidden_size, config.cell_size
+    packed = torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_reorder_linear_weight")
+
+    def product(m: int, k: int, n: int, per_step: bool = False) -> float:
+        x, w, b = torch.randn(m, k), torch.randn(n, k), torch.randn(n)
+        if per_step and packed:
+            pw = torch.ops.mkl._mkl_reorder_linear_weight(w, m)
+            return best_time(lambda: torch.ops.mkl._mkl_linear(x, pw, w, b, m), repeats * 5)
+        return best_time(lambda: F.linear(x, w, b), repeats * 2)
+
+    parts = {
+        "char_cnn": sum(product(positions * (C - w + 1), d * w, n) for w, n in config.char_cnn_filters),
+        "highway": config.num_highway_layers * 2 * product(positions, Fw, Fw),
+        "projection": product(positions, Fw, P),
+        "lstm_input": 2 * config.num_hidden_layers * product(positions, P, 4 * H),
+        "lstm_recurrent": 2 * config.num_hidden_layers * (tokens + 2) * product(batch, P, 4 * H, per_step=True),
+        "lstm_projection": 2 * config.num_hidden_layers * (tokens + 2) * product(batch, H, P, per_step=True),
+    }
+    return {"seconds": sum(parts.values()), "seconds_by_part": parts}
 
 
 def baseline_forward(model: ElmoModel, input_ids: torch.Tensor) -> list[torch.Tensor]:
@@ -165,7 +195,11 @@ def main(argv=None) -> int:
                 torch.testing.assert_close(baseline_forward(model, ids)[-1][:, 1:-1], model(input_ids=ids).last_hidden_state, atol=1e-4, rtol=1e-4)
                 for name in ("loop", "torch"):
                     results[name]["speedup_over_baseline"] = results["baseline"]["seconds"] / results[name]["seconds"]
-        report["shapes"][shape] = {"gflop_per_call": flops / 1e9, **results}
+        floor = matrix_product_floor(config, batch, tokens, args.repeats)
+        floor["fraction_of_matmul_peak"] = flops / floor["seconds"] / peak
+        for name in ("loop", "torch"):
+            results[name]["fraction_of_product_floor"] = floor["seconds"] / results[name]["seconds"]
+        report["shapes"][shape] = {"gflop_per_call": flops / 1e9, "matrix_product_floor": floor, **results}
     report["tokenizer"] = bench_tokenizer(args.repeats)
     print(json.dumps(report, indent=2))
     return 0

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -51,6 +52,16 @@ MAX_CHARACTER_ID = 261  # highest inference character id (the within-word paddin
 # ---------------------------------------------------------------------------------------------------------------
 # 1. Building blocks
 # ---------------------------------------------------------------------------------------------------------------
+#: Per `ElmoLstmLayer`, MKL-packed copies of its recurrent weights for CPU inference (outside the module, so that
+#: copying, pickling or saving a model never meets these backend-specific tensors).
+_PACKED_WEIGHTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _mkl_packing_available() -> bool:
+    """Whether this torch build has MKL's packed-weight GEMM (x86 CPU builds)."""
+    return torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_reorder_linear_weight")
+
+
 class ElmoHighway(nn.Module):
     """One highway layer, TensorFlow convention: ``t = sigmoid(gate(x))``, ``x <- t * relu(transform(x)) + (1 - t) * x``.
 
@@ -167,6 +178,10 @@ class ElmoLstmLayer(nn.Module):
     Steps past a row's length keep the state and output zeros. Two implementations share the parameters:
     the explicit loop (input products for all steps in one matrix product, only the recurrent product per step),
     and ``torch.lstm`` with ``proj_size`` (cuDNN on a GPU), which cannot clip.
+
+    Without autograd on an x86 CPU (fp32), the loop's two per-step products use copies of ``weight_hh`` and
+    ``weight_hr`` packed once for MKL's small-batch GEMM (``cblas_sgemm_pack``), kept until the weights change:
+    a per-step product then no longer re-packs a matrix of up to 32 MB.
     """
 
     def __init__(self, input_size: int, cell_size: int, hidden_size: int, cell_clip: float | None, proj_clip: float | None):
@@ -177,6 +192,37 @@ class ElmoLstmLayer(nn.Module):
         self.weight_hh = nn.Parameter(torch.empty(4 * cell_size, hidden_size))
         self.bias = nn.Parameter(torch.empty(4 * cell_size))
         self.weight_hr = nn.Parameter(torch.empty(hidden_size, cell_size))
+
+    def _step_products(self, batch: int, inputs: torch.Tensor):
+        """The two per-step products of the loop, ``h @ W_hh^T + gates_x[t]`` and ``u @ W_hr^T``, as functions.
+
+        Training (autograd on) or another device or dtype: ``addmm``/``mm`` on (in, out) copies made once per call.
+        Inference on an x86 CPU in fp32: MKL-packed weights, cached per batch size and weight version (any in-place
+        update, ``load_state_dict`` included, bumps the version and so repacks)."""
+        packable = (
+            not torch.is_grad_enabled() and inputs.device.type == "cpu" and inputs.dtype == torch.float32
+            and self.weight_hh.dtype == torch.float32 and _mkl_packing_available()
+        )
+        if not packable:
+            weight_hh_t = self.weight_hh.t().contiguous()  # (P, 4H): the per-step products run faster untransposed
+            weight_hr_t = self.weight_hr.t().contiguous()  # (H, P)
+            return (lambda h, gx: torch.addmm(gx, h, weight_hh_t)), (lambda u: torch.mm(u, weight_hr_t))
+        tag = (self.weight_hh._version, self.weight_hr._version, self.weight_hh.data_ptr(), self.weight_hr.data_ptr())
+        cache = _PACKED_WEIGHTS.get(self)
+        if cache is None or cache["tag"] != tag:  # first use, or the weights changed: drop every stale copy
+            cache = _PACKED_WEIGHTS[self] = {"tag": tag}
+        packed = cache.get(batch)
+        if packed is None:
+            with torch.inference_mode(False), torch.no_grad():  # plain tensors, usable outside inference mode too
+                hh, hr = self.weight_hh.detach(), self.weight_hr.detach()
+                packed = (hh, hr, torch.ops.mkl._mkl_reorder_linear_weight(hh, batch),
+                          torch.ops.mkl._mkl_reorder_linear_weight(hr, batch))
+            if len(cache) > 2:  # keep the two most recent batch sizes (a corpus's last batch is smaller)
+                cache.pop(next(k for k in cache if k != "tag"))
+            cache[batch] = packed
+        hh, hr, packed_hh, packed_hr = packed
+        linear = torch.ops.mkl._mkl_linear
+        return (lambda h, gx: linear(h, packed_hh, hh, None, batch).add_(gx)), (lambda u: linear(u, packed_hr, hr, None, batch))
 
     def forward(
         self,
@@ -196,19 +242,17 @@ class ElmoLstmLayer(nn.Module):
             return self._forward_torch(inputs, mask, h, c)
         # Input products of all time steps in one matrix product, time-major so that each step's slice is contiguous.
         gates_x = F.linear(inputs.transpose(0, 1), self.weight_ih, self.bias)  # (T, B, 4H)
-        # (in, out) copies of the recurrent matrices: the per-step products run faster untransposed.
-        weight_hh_t = self.weight_hh.t().contiguous()  # (P, 4H)
-        weight_hr_t = self.weight_hr.t().contiguous()  # (H, P)
+        recurrent, project = self._step_products(batch, inputs)
         outputs = inputs.new_empty(steps, batch, self.hidden_size)
         full = mask.all(dim=0).tolist()  # per step: no row is padding
         step_mask = mask.t().unsqueeze(-1)  # (T, B, 1)
         for t in range(steps):
-            gates = torch.addmm(gates_x[t], h, weight_hh_t)  # (B, 4H)
+            gates = recurrent(h, gates_x[t])  # (B, 4H)
             i, f, g, o = gates.chunk(4, dim=1)
             c_new = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
             if self.cell_clip is not None:
                 c_new = c_new.clamp(-self.cell_clip, self.cell_clip)
-            h_new = torch.mm(torch.sigmoid(o) * torch.tanh(c_new), weight_hr_t)  # (B, P)
+            h_new = project(torch.sigmoid(o) * torch.tanh(c_new))  # (B, P)
             if self.proj_clip is not None:
                 h_new = h_new.clamp(-self.proj_clip, self.proj_clip)
             if full[t]:

@@ -56,10 +56,11 @@ def tester():
     return ElmoModelTester()
 
 
-def run(model, sentences, tokenizer=None, **kwargs):
+def run(model, sentences, tokenizer=None, grad=False, **kwargs):
+    """Forward without autograd (the CPU inference path, MKL-packed weights where available), or with it."""
     tokenizer = tokenizer or ElmoTokenizer()
     enc = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
-    with torch.no_grad():
+    with torch.set_grad_enabled(grad):
         return model(**enc, output_hidden_states=True, **kwargs)
 
 
@@ -228,14 +229,15 @@ def test_character_encoder_matches_numpy(tester):
     np.testing.assert_allclose(ours, numpy_char_encoder(model, words), atol=1e-5)
 
 
-def test_every_layer_matches_a_numpy_step_by_step_computation():
+@pytest.mark.parametrize("grad", [False, True], ids=["inference-path", "autograd-path"])
+def test_every_layer_matches_a_numpy_step_by_step_computation(grad):
     tester = ElmoModelTester(cell_clip=0.5, proj_clip=0.4)  # small clips so that clipping really happens
     model = tester.model(seed=3)
     with torch.no_grad():  # larger weights than the initialisation so that both clips trigger
         for name, parameter in model.encoder.named_parameters():
             parameter.mul_(6.0)
     sd = {k: v.detach().numpy().astype(np.float64) for k, v in model.state_dict().items()}
-    out = run(model, SENTENCES)
+    out = run(model, SENTENCES, grad=grad)
     clipped = 0
     for i, sentence in enumerate(SENTENCES):
         e = numpy_char_encoder(model, ["<S>"] + sentence + ["</S>"])  # (n + 2, P)
@@ -251,8 +253,24 @@ def test_every_layer_matches_a_numpy_step_by_step_computation():
             fwd_in, bwd_in = f, b
         n = len(sentence)
         for layer in range(3):
-            np.testing.assert_allclose(out.hidden_states[layer][i, :n].numpy(), layers[layer][1:-1], atol=5e-5)  # fp32 vs fp64 with 6x weights
+            np.testing.assert_allclose(out.hidden_states[layer][i, :n].detach().numpy(), layers[layer][1:-1], atol=5e-5)  # fp32 vs fp64 with 6x weights
     assert clipped > 0, "the clip must trigger in this test"
+
+
+def test_inference_path_follows_in_place_weight_updates_and_batch_sizes(tester):
+    model = tester.model(seed=4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    for sentences in (SENTENCES, SENTENCES[:3], SENTENCES[:1], SENTENCES):  # several batch sizes, then back
+        before = run(model, sentences).last_hidden_state
+        torch.testing.assert_close(before, run(model, sentences, grad=True).last_hidden_state.detach(), atol=1e-6, rtol=0)
+    loss = run(model, SENTENCES, grad=True).last_hidden_state.square().sum()
+    loss.backward()
+    optimizer.step()  # in place: any copy of the old weights kept for inference must not be used again
+    after = run(model, SENTENCES).last_hidden_state
+    assert (after - before).abs().max() > 1e-3
+    torch.testing.assert_close(after, run(model, SENTENCES, grad=True).last_hidden_state.detach(), atol=1e-6, rtol=0)
+    model.load_state_dict(tester.model(seed=5).state_dict())  # load_state_dict copies in place too
+    torch.testing.assert_close(run(model, SENTENCES).last_hidden_state, run(tester.model(seed=5), SENTENCES, grad=True).last_hidden_state.detach(), atol=1e-6, rtol=0)
 
 
 def test_scalar_mix_is_a_softmax_weighted_sum_times_gamma():
