@@ -45,8 +45,12 @@ logger = logging.getLogger(__name__)
 
 # ----------------------------------------------------------------------------------------------- constants
 PACKAGE_DIR = Path(__file__).resolve().parent
-#: Templates live next to the package in the source tree (``model_cards/<kind>.md``).
-TEMPLATE_DIR = PACKAGE_DIR.parent / "model_cards"
+#: Model-card templates: ``model_cards/<kind>.md`` next to the package in a source tree; a wheel ships the same
+#: files as ``modeling_elmo/model_cards/``.
+TEMPLATE_DIR = next(
+    (d for d in (PACKAGE_DIR.parent / "model_cards", PACKAGE_DIR / "model_cards") if (d / "pretrained.md").is_file()),
+    PACKAGE_DIR.parent / "model_cards",
+)
 
 #: The custom-code files shipped with every model; they import only each other, torch, transformers, numpy and
 #: tokenizers (checked by `audit_shipped_code`).

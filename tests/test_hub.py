@@ -799,3 +799,28 @@ def test_extra_plots_are_published_under_safe_names(model_folders, tmp_path):
     with pytest.raises(SystemExit, match="is not an existing"):
         hub.main([str(model_folders["lm"]), "--repo-id", "me/x", "--dry-run", "--output-dir", str(out),
                   "--plot", str(tmp_path / "missing.png")])
+
+
+@pytest.mark.slow
+def test_wheel_ships_the_card_templates_and_the_installed_package_finds_them(tmp_path):
+    """A wheel install (no source tree next to the package) still has the templates `elmo push` renders."""
+    wheel_dir, site, source = tmp_path / "wheel", tmp_path / "site", tmp_path / "source"
+    # a copy without build outputs: setuptools would reuse a stale build/lib of the working tree
+    shutil.copytree(REPO_ROOT, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", "runs", "outputs", "results", ".pytest_cache"))
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]
+    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-q", str(source), "-w", str(wheel_dir)],
+                   check=True, capture_output=True, cwd=tmp_path)
+    (wheel,) = wheel_dir.glob("modeling_elmo-*.whl")
+    subprocess.run([*pip, "install", "--no-deps", "--no-index", "-q", "--target", str(site), str(wheel)],
+                   check=True, capture_output=True, cwd=tmp_path)
+    probe = ("import modeling_elmo.hub as h; print(h.__file__); "
+             "print(*[h.default_template_path(k) for k in h.CARD_KINDS], sep='\\n')")
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    out = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True, cwd=tmp_path, env=env)
+    module_file, *templates = out.stdout.split()
+    assert Path(module_file).is_relative_to(site), "the installed wheel, not the source tree, must be imported"
+    assert len(templates) == len(hub.CARD_KINDS)
+    for template in map(Path, templates):
+        assert template.is_relative_to(site / "modeling_elmo" / "model_cards")
+        assert template.read_text(encoding="utf-8") == (REPO_ROOT / "model_cards" / template.name).read_text(encoding="utf-8")

@@ -429,7 +429,8 @@ def train(args: PretrainingArguments) -> int:
 
     n_params = sum(p.numel() for p in accelerator.unwrap_model(model).parameters())
     logger.info("***** Running ELMo pretraining *****")
-    logger.info("  processes = %d, device = %s, mixed precision = %s", world, accelerator.device, accelerator.mixed_precision)
+    logger.info("  processes = %d, device = %s, distributed type = %s, mixed precision = %s", world, accelerator.device,
+                accelerator.distributed_type.value, accelerator.mixed_precision)
     logger.info("  vocabulary = %d words, parameters = %d (%s softmax in training)", len(vocab), n_params, config.lm_softmax)
     logger.info("  training examples = %s, batching = %s", "streamed" if args.streaming else len(train_data), args.batching)
     logger.info("  batch per process = %d, accumulation = %d, sequences per update = %d",
