@@ -241,9 +241,11 @@ class ElmoLstmLayer(nn.Module):
         if use_torch_lstm:
             return self._forward_torch(inputs, mask, h, c)
         # Input products of all time steps in one matrix product, time-major so that each step's slice is contiguous.
-        gates_x = F.linear(inputs.transpose(0, 1), self.weight_ih, self.bias)  # (T, B, 4H)
+        # Steps are taken with `unbind` and put back with `stack`: under autograd, indexing one step (or writing into
+        # a preallocated output) would cost a zero-filled tensor of every step's size per step in the backward pass.
+        gates_x = F.linear(inputs.transpose(0, 1), self.weight_ih, self.bias).unbind(0)  # T x (B, 4H)
         recurrent, project = self._step_products(batch, inputs)
-        outputs = inputs.new_empty(steps, batch, self.hidden_size)
+        outputs = []
         full = mask.all(dim=0).tolist()  # per step: no row is padding
         step_mask = mask.t().unsqueeze(-1)  # (T, B, 1)
         for t in range(steps):
@@ -257,13 +259,15 @@ class ElmoLstmLayer(nn.Module):
                 h_new = h_new.clamp(-self.proj_clip, self.proj_clip)
             if full[t]:
                 h, c = h_new, c_new
-                outputs[t] = h_new
+                outputs.append(h_new)
             else:  # padded rows keep their state and output zeros
                 valid = step_mask[t]  # (B, 1)
                 h = torch.where(valid, h_new, h)
                 c = torch.where(valid, c_new, c)
-                outputs[t] = h_new * valid
-        return outputs.transpose(0, 1), (h, c)
+                outputs.append(h_new * valid)
+        if not outputs:
+            return inputs.new_zeros(batch, 0, self.hidden_size), (h, c)
+        return torch.stack(outputs, dim=1), (h, c)
 
     def _forward_torch(self, inputs, mask, h, c):
         params = [self.weight_ih, self.weight_hh, self.bias, torch.zeros_like(self.bias), self.weight_hr]

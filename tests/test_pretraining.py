@@ -282,6 +282,22 @@ def test_resumed_run_matches_uninterrupted_run(tmp_path, corpus_files):
     assert results["validation"]["perplexity"] == json.loads((split_dir / "eval_results.json").read_text())["validation"]["perplexity"]
 
 
+def test_time_budget_counts_the_training_minutes_of_the_runs_before_a_resume(tmp_path, corpus_files):
+    out = tmp_path / "run"
+    common = ("--max-steps", "8", "--max-train-minutes", "30")
+    assert pretrain_main(_run_args(corpus_files, out, *common, "--stop-after-steps", "3")) == 0
+    state_file = CheckpointManager(out / "checkpoints").latest() / "trainer_state.json"
+    state = json.loads(state_file.read_text())
+    assert 0 < state["train_seconds"] < 600
+    state["train_seconds"] = 30 * 60.0  # as if the first stage had used all of the 30 minutes
+    state_file.write_text(json.dumps(state))
+    _fresh_accelerate_state_now()
+    assert pretrain_main(_run_args(corpus_files, out, *common, "--resume-from-checkpoint", "latest")) == 0
+    meta = json.loads((out / "training_metadata.json").read_text())
+    assert meta["global_step"] == 4, "one update, then the budget of 30 minutes in total is spent"
+    assert "time budget" in meta["stopped_early"] and meta["train_seconds"] > 30 * 60
+
+
 def _fresh_accelerate_state_now():
     from accelerate.state import AcceleratorState, GradientState
 

@@ -78,7 +78,8 @@ class PretrainingArguments:
     checkpoints_total_limit: int = _f(2, "Keep the last K checkpoints.")
     resume_from_checkpoint: str | None = _f(None, "`latest` or a checkpoint folder to continue from.")
     stop_after_steps: int | None = _f(None, "Save a checkpoint and exit after this many updates without changing the schedule (time-sliced jobs).")
-    max_train_minutes: float | None = _f(None, "Stop training after this many minutes (checkpoint, evaluation and final save still happen).")
+    max_train_minutes: float | None = _f(None, "Stop training after this many minutes of training in total, counting the runs a resumed checkpoint "
+                                       "came from (checkpoint, evaluation and final save still happen).")
     logging_steps: int = _f(50, "Log train loss every N updates.")
     eval_steps: int = _f(0, "Evaluate on the validation split every N updates (0 = only at the end).")
     report_to: str = _f("none", "accelerate trackers: `none`, `tensorboard`, `all`, ...")

@@ -608,7 +608,7 @@ def train(args: PretrainingArguments) -> int:
             # Stop decisions are reduced over processes so that all of them leave the loop at the same update.
             over_budget = (
                 args.max_train_minutes is not None and accelerator.is_main_process
-                and time.time() - train_started > 60 * args.max_train_minutes
+                and elapsed_before + time.time() - train_started > 60 * args.max_train_minutes
             )
             flags = torch.tensor([float(stop.requested), float(over_budget)], device=accelerator.device)
             if world > 1:
