@@ -161,6 +161,27 @@ def test_torch_lstm_path_matches_the_loop_where_nothing_is_clipped():
     assert ElmoConfig(cell_clip=None, proj_clip=None).uses_torch_lstm and not ElmoConfig().uses_torch_lstm
 
 
+def test_loop_gradients_equal_the_torch_lstm_gradients_on_padded_batches():
+    # torch.lstm has its own backward: an independent check of the loop's autograd graph (padding, stacking)
+    tester = ElmoModelTester(cell_clip=None, proj_clip=None)
+    loop = tester.model(lstm_implementation="loop", seed=7).train()
+    fast = tester.model(lstm_implementation="torch", seed=7).train()
+    enc = tester.encode(SENTENCES)  # lengths 6, 3, 2, 5: padded rows in every batch position
+    weights = torch.randn(len(SENTENCES), 3, enc["input_ids"].shape[1], 16, generator=torch.Generator().manual_seed(0))
+    for model in (loop, fast):
+        out = model(**enc, output_hidden_states=True)
+        layers = torch.stack(out.hidden_states, dim=1)  # (B, 3, T, 2P)
+        (layers * weights * enc["attention_mask"][:, None, :, None]).sum().backward()
+    grads = dict(fast.named_parameters())
+    checked = 0
+    for name, parameter in loop.named_parameters():
+        if parameter.grad is None:
+            continue
+        torch.testing.assert_close(parameter.grad, grads[name].grad, atol=1e-5, rtol=1e-4, msg=name)
+        checked += name.startswith("encoder.")
+    assert checked == 2 * 2 * 4  # every LSTM parameter of both directions and layers got a gradient
+
+
 def test_projection_clip_bounds_the_first_layer():
     tester = ElmoModelTester(proj_clip=0.01, cell_clip=0.05)
     out = run(tester.model(), SENTENCES)
