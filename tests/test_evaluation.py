@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from modeling_elmo.evaluation import data as ev_data
-from modeling_elmo.evaluation.metrics import accuracy, masked_token_accuracy
+from modeling_elmo.evaluation.metrics import accuracy, correctness, masked_token_accuracy, mcnemar_exact
 from modeling_elmo.evaluation.wsd import DEFAULT_WSD_SET, SENSEVAL_TSV, build_wsd_subset, score_nearest_neighbour
 
 SHARED = ev_data.shared_data_dir()
@@ -250,6 +250,26 @@ def test_numpy_metrics_match_hand_counts():
     assert masked_token_accuracy(logits, labels) == pytest.approx(2 / 3)
     with pytest.raises(ValueError, match="empty"):
         accuracy([], [])
+
+
+def test_mcnemar_exact_matches_hand_computed_binomial_tails():
+    # 8 examples only a gets right, 2 only b: p = 2 * P(X <= 2), X ~ Bin(10, 1/2) = 2 * (1 + 10 + 45) / 1024
+    a = np.array([1] * 8 + [0] * 2 + [1] * 5 + [0] * 3, dtype=bool)
+    b = np.array([0] * 8 + [1] * 2 + [1] * 5 + [0] * 3, dtype=bool)
+    r = mcnemar_exact(a, b)
+    assert (r["examples"], r["a_only"], r["b_only"]) == (18, 8, 2)
+    assert r["p_value"] == pytest.approx(2 * 56 / 1024, rel=1e-12)
+    assert r["difference"] == pytest.approx((8 - 2) / 18)
+    assert mcnemar_exact(b, a)["p_value"] == pytest.approx(r["p_value"], rel=1e-12)  # symmetric
+    assert mcnemar_exact([1, 0, 1], [1, 0, 1])["p_value"] == 1.0  # no discordant example
+    assert mcnemar_exact([1, 0], [0, 1])["p_value"] == 1.0  # balanced: 2 * P(X <= 1 | n=2) = 1.5, capped
+    # a large, lopsided split (log-space sum): 30 vs 0 of 30 discordant -> 2 / 2**30
+    big = mcnemar_exact(np.ones(20_030, bool), np.r_[np.zeros(30, bool), np.ones(20_000, bool)])
+    assert big["p_value"] == pytest.approx(2 / 2**30, rel=1e-9)
+    with pytest.raises(ValueError, match="shape"):
+        mcnemar_exact([1, 0], [1])
+    assert correctness(np.array([[0.1, 0.9], [0.8, 0.2]]), np.array([1, 1])).tolist() == [True, False]
+    assert correctness(np.array([[2, 0, 1]]), np.array([[2, -100, 0]])).tolist() == [True, False]
 
 
 # ================================================================================ with a tiny model
@@ -496,6 +516,17 @@ def test_cli_writes_json_markdown_and_plots(tiny, tmp_path):
     for name in ("probe_accuracy.png", "layer_weights.png", "training_perplexity.png"):
         assert (out / name).stat().st_size > 1000, name
     assert str(tmp_path) not in (out / "eval_results.json").read_text()
+    # the paired comparison agrees with the two accuracies it compares, on the same dev examples / tokens
+    for task in ("probe-sentiment", "probe-pos"):
+        for layer, c in payload["comparison"][task].items():
+            trained = payload["tasks"][task]["layers"][layer]["accuracy"]
+            untrained = payload["untrained"]["tasks"][task]["layers"][layer]["accuracy"]
+            assert c["difference"] == pytest.approx(trained - untrained, abs=1e-12)
+            assert 0.0 < c["mcnemar_p_value"] <= 1.0
+            assert "_correct" not in payload["tasks"][task]["layers"][layer]
+    assert payload["comparison"]["probe-pos"]["mix"]["examples"] == 2 * 4  # dev tokens: 2 sentences of 4 words
+    assert payload["comparison"]["probe-sentiment"]["mix"]["examples"] == 8  # dev sentences
+    assert "McNemar" in table
 
 
 def test_cli_skips_training_curve_when_no_metrics_file(tiny, tmp_path):

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from . import data as ev_data
+from .metrics import mcnemar_exact
 from .report import flatten_results, markdown_report, write_json, write_markdown, write_plots
 from .tasks import compute_layer_features, lm_perplexity, probe_task, unigram_perplexity, wsd_probe
 from .wsd import DEFAULT_WSD_SET, SENSEVAL_TSV, build_wsd_subset
@@ -207,6 +208,31 @@ def run_tasks(tasks: list[str], args, lm, base, tokenizer, config, data_dir: Pat
     return out, timings
 
 
+def paired_comparisons(trained: dict, untrained: dict) -> dict:
+    """Per probe task and representation: the trained model against the untrained one on the same dev examples
+    (or tokens), with McNemar's exact test. Consumes the per-example ``_correct`` arrays of both."""
+    out: dict[str, dict] = {}
+    for task in ("probe-sentiment", "probe-pos"):
+        if task not in trained or task not in untrained:
+            continue
+        out[task] = {}
+        for layer, r in trained[task]["layers"].items():
+            u = untrained[task]["layers"].get(layer)
+            if u is not None and "_correct" in r and "_correct" in u:
+                test = mcnemar_exact(r["_correct"], u["_correct"])
+                out[task][layer] = {"examples": test["examples"], "trained_only_correct": test["a_only"],
+                                    "untrained_only_correct": test["b_only"], "difference": test["difference"],
+                                    "mcnemar_p_value": test["p_value"]}
+    return out
+
+
+def _drop_private(tasks: dict) -> None:
+    for r in tasks.values():
+        for layer in r.get("layers", {}).values() if isinstance(r, dict) else ():
+            if isinstance(layer, dict):
+                layer.pop("_correct", None)
+
+
 def evaluate(args) -> dict:
     """Run the requested evaluation and write the result files; returns the JSON payload."""
     tasks = list(TASKS) if "all" in args.task else list(dict.fromkeys(args.task))
@@ -261,6 +287,9 @@ def evaluate(args) -> dict:
         payload["untrained"] = {"seed": args.seed, "init": f"torch.manual_seed({args.seed}) then the model's own initialisation",
                                 "tasks": utasks, "timings_seconds": utimings}
         payload["untrained_results"] = flatten_results(utasks, datasets)
+        payload["comparison"] = paired_comparisons(tasks_out, utasks)
+        _drop_private(utasks)
+    _drop_private(tasks_out)
     payload["plots"] = write_plots(payload, out_dir, args.model if Path(args.model).is_dir() else None)
     write_json(out_dir / "eval_results.json", payload)
     write_markdown(out_dir / "eval_results.md", payload)

@@ -126,6 +126,20 @@ def markdown_report(payload: dict) -> str:
                 lines.append(f"| {LAYER_NAMES.get(key, key)} from an untrained model | " + " | ".join(cells) + " |")
         lines.append("| Majority class | " + " | ".join(_pct(tasks[t]["majority_baseline"]) for t in probe_tasks) + " |")
         lines.append("")
+        comparison = payload.get("comparison", {})
+        if all(comparison.get(t) for t in probe_tasks):
+            lines += ["Trained minus untrained, on the same dev examples (tokens for POS): difference in points, and "
+                      "McNemar's exact p-value (examples only the trained / only the untrained model gets right).", "",
+                      "| Representation | " + " | ".join(titles[t] for t in probe_tasks) + " |",
+                      "|---|" + "---|" * len(probe_tasks)]
+            for key in keys:
+                cells = []
+                for t in probe_tasks:
+                    c = comparison[t].get(key)
+                    cells.append("" if c is None else f"{100 * c['difference']:+.1f} (p = {c['mcnemar_p_value']:.2g}; "
+                                 f"{c['trained_only_correct']} vs {c['untrained_only_correct']})")
+                lines.append(f"| {LAYER_NAMES.get(key, key)} | " + " | ".join(cells) + " |")
+            lines.append("")
         for t in probe_tasks:
             r = tasks[t]
             mix = r["layers"].get("mix", {}).get("mixture")

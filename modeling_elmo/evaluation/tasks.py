@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from .data import WsdOccurrence
-from .metrics import accuracy, masked_token_accuracy, perplexity_from_nll
+from .metrics import accuracy, correctness, masked_token_accuracy, perplexity_from_nll
 from .wsd import score_nearest_neighbour
 
 logger = logging.getLogger(__name__)
@@ -330,8 +330,10 @@ def train_probe(
         acc = masked_token_accuracy(logits, pred.label_ids)
     else:
         acc = accuracy(np.asarray(logits).argmax(-1), pred.label_ids)
+    # "_correct" (per dev example or token) feeds the paired comparison with an untrained model; not written out
     return {"accuracy": acc, "train_loss": float(train_out.training_loss), "epochs": epochs,
-            "steps": int(train_out.global_step), "train_seconds": train_s}
+            "steps": int(train_out.global_step), "train_seconds": train_s,
+            "_correct": correctness(logits, pred.label_ids)}
 
 
 def probe_task(
