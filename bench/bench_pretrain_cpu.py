@@ -27,8 +27,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from modeling_elmo import ElmoConfig, ElmoForBidirectionalLM  # noqa: E402
-from modeling_elmo.pretraining.arguments import resolve_model_config  # noqa: E402
+from modeling_elmo.pretraining.arguments import PretrainingArguments, resolve_model_config  # noqa: E402
 from modeling_elmo.pretraining.data import Collator, Vocabulary, count_words, tokenize_batch, vocabulary_from_counts  # noqa: E402
+from modeling_elmo.pretraining.trainer import build_optimizer  # noqa: E402
+
+#: the pretraining command's optimiser (Adagrad 0.2, the original's), fused on the CPU as in `elmo pretrain`
+ADAGRAD = PretrainingArguments(optimizer="adagrad", learning_rate=0.2)
 
 SHARED = Path(os.environ.get("ELMO_SHARED_DATA", REPO.parent / "shared" / "data"))
 
@@ -78,7 +82,7 @@ def train_throughput(config: ElmoConfig, batches, steps: int, warmup: int = 2) -
     torch.manual_seed(0)
     model = ElmoForBidirectionalLM(config)
     model.train()
-    optimizer = torch.optim.Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0)
+    optimizer = build_optimizer(model, ADAGRAD, "cpu")
     tokens = positions = 0
     elapsed = 0.0
     for step in range(warmup + steps):
@@ -104,7 +108,7 @@ def _ddp_worker(rank: int, world: int, config_dict: dict, batches, steps: int, p
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.manual_seed(0)
     model = torch.nn.parallel.DistributedDataParallel(ElmoForBidirectionalLM(ElmoConfig.from_dict(config_dict)))
-    optimizer = torch.optim.Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0)
+    optimizer = build_optimizer(model, ADAGRAD, "cpu")
     tokens, elapsed = 0, 0.0
     mine = batches[rank::world]
     for step in range(2 + steps):

@@ -8,6 +8,8 @@ Offline and small: training text is a few hundred lines of ../shared/data/lm-cor
 
 from __future__ import annotations
 
+import copy
+
 import errno
 import json
 import math
@@ -296,6 +298,30 @@ def test_time_budget_counts_the_training_minutes_of_the_runs_before_a_resume(tmp
     meta = json.loads((out / "training_metadata.json").read_text())
     assert meta["global_step"] == 4, "one update, then the budget of 30 minutes in total is spent"
     assert "time budget" in meta["stopped_early"] and meta["train_seconds"] > 30 * 60
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "adagrad"])
+def test_fused_cpu_optimizers_take_the_same_steps_as_the_reference_ones(optimizer):
+    from modeling_elmo.pretraining.arguments import PretrainingArguments
+    from modeling_elmo.pretraining.trainer import build_optimizer
+
+    args = PretrainingArguments(optimizer=optimizer, learning_rate=0.05, weight_decay=0.1)
+    torch.manual_seed(0)
+    fused_model = ElmoForBidirectionalLM(_tiny_config())
+    reference_model = copy.deepcopy(fused_model)
+    start = [p.detach().clone() for p in fused_model.parameters()]
+    fused = build_optimizer(fused_model, args, "cpu")
+    reference = build_optimizer(reference_model, args, "cpu", sharded=True)  # same settings, torch's default kernels
+    assert fused.defaults["fused"] is True and not reference.defaults["fused"]
+    for _ in range(5):
+        for p, r in zip(fused_model.parameters(), reference_model.parameters()):
+            p.grad = torch.randn_like(p)
+            r.grad = p.grad.clone()
+        fused.step()
+        reference.step()
+    for p, r, p0 in zip(fused_model.parameters(), reference_model.parameters(), start):
+        torch.testing.assert_close(p, r, atol=1e-6, rtol=1e-5)
+        assert not torch.equal(p, p0)  # every parameter moved
 
 
 def _fresh_accelerate_state_now():
