@@ -202,6 +202,8 @@ class ElmoLstmLayer(nn.Module):
         packable = (
             not torch.is_grad_enabled() and inputs.device.type == "cpu" and inputs.dtype == torch.float32
             and self.weight_hh.dtype == torch.float32 and _mkl_packing_available()
+            # weights made inside inference_mode track no version, so a cached copy could not tell they changed
+            and not self.weight_hh.is_inference() and not self.weight_hr.is_inference()
         )
         if not packable:
             weight_hh_t = self.weight_hh.t().contiguous()  # (P, 4H): the per-step products run faster untransposed

@@ -294,6 +294,14 @@ def test_inference_path_follows_in_place_weight_updates_and_batch_sizes(tester):
     torch.testing.assert_close(run(model, SENTENCES).last_hidden_state, run(tester.model(seed=5), SENTENCES, grad=True).last_hidden_state.detach(), atol=1e-6, rtol=0)
 
 
+def test_model_built_inside_inference_mode_runs_and_matches(tester):
+    with torch.inference_mode():  # parameters are inference tensors: no version counter to key a weight cache on
+        model = tester.model(seed=6)
+        assert model.encoder.forward_layers[0].weight_hh.is_inference()
+        out = model(**tester.encode(SENTENCES)).last_hidden_state
+    torch.testing.assert_close(out, run(tester.model(seed=6), SENTENCES).last_hidden_state, atol=1e-6, rtol=0)
+
+
 def test_scalar_mix_is_a_softmax_weighted_sum_times_gamma():
     mix = ElmoScalarMix(3, num_output_representations=2)
     with torch.no_grad():
