@@ -38,13 +38,27 @@ def shared_data() -> Path:
     return Path(os.environ.get("ELMO_SHARED_DATA", REPO.parent / "shared" / "data"))
 
 
-def write_input(path: Path, num_lines: int) -> dict:
+def synthetic_lines(seed: int = 0):
+    """Endless sentences of a Zipfian vocabulary of random words, 22 words long on average (the corpus's mean), for
+    machines without the shared data (the speed depends on lengths and word counts, not on the words)."""
+    import random
+
+    rng = random.Random(seed)
+    vocab = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(1, 12))) for _ in range(50_000)]
+    weights = [1.0 / (rank + 1) for rank in range(len(vocab))]
+    while True:
+        yield " ".join(rng.choices(vocab, weights, k=max(1, int(rng.expovariate(1 / 22))))) + "\n"
+
+
+def write_input(path: Path, num_lines: int, synthetic: bool = False) -> dict:
     sources = [shared_data() / "lm-corpus" / name for name in CORPUS_FILES]
     missing = [str(s) for s in sources if not s.is_file()]
-    if missing:
-        raise SystemExit(f"bench_embed: corpus files not found: {missing} (set ELMO_SHARED_DATA).")
+    if missing and not synthetic:
+        raise SystemExit(f"bench_embed: corpus files not found: {missing} (set ELMO_SHARED_DATA, or pass --synthetic).")
 
     def corpus_lines():
+        if synthetic:
+            yield from synthetic_lines()
         for source in sources:
             with open(source, encoding="utf-8") as handle:
                 yield from (line for line in handle if line.strip())
@@ -73,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", choices=("all", "top", "average"), default="all")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
+    parser.add_argument("--synthetic", action="store_true", help="random Zipfian sentences instead of the corpus lines")
     args = parser.parse_args(argv)
     if args.lines < 1:
         raise SystemExit(f"bench_embed: --lines must be positive, got {args.lines}.")
@@ -86,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
                "cpu": platform.processor() or platform.machine(), "models": {}}
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "input.txt"
-        results["input"] = write_input(src, args.lines)
+        results["input"] = write_input(src, args.lines, args.synthetic)
         for name in names:
             torch.manual_seed(0)
             config = load_shape(name)
