@@ -29,16 +29,10 @@ def masked_token_accuracy(logits_or_predictions, labels, ignore_index: int = -10
 
     ``logits_or_predictions`` is either (B, T, C) logits (argmax is taken) or (B, T) predictions.
     """
-    p = np.asarray(logits_or_predictions)
-    y = np.asarray(labels)
-    if p.ndim == y.ndim + 1:
-        p = p.argmax(-1)
-    if p.shape != y.shape:
-        raise ValueError(f"predictions {p.shape} and labels {y.shape} differ in shape")
-    keep = y != ignore_index
-    if not keep.any():
+    right = correctness(logits_or_predictions, labels, ignore_index)
+    if right.size == 0:
         raise ValueError("no labelled token: accuracy is undefined")
-    return float(np.mean(p[keep] == y[keep]))
+    return float(right.mean())
 
 
 def correctness(logits_or_predictions, labels, ignore_index: int = -100) -> np.ndarray:
