@@ -245,48 +245,47 @@ def test_converted_folder_loads_with_automodel_in_a_fresh_process(converted, exp
 STATEFUL_BATCHES = [[0, 1, 2], [3, 4, 5], [1, 0, 2], [2, 2, 5]]
 
 
-def test_stateful_model_matches_reference_replaying_the_batch_sequence(model, release, expected):
+@pytest.fixture
+def stateful(model, release):
+    """The converted model switched to stateful mode (restored afterwards) and the reference that replays it."""
     options, _, weights_path = release
-    tokenizer = ElmoTokenizer()
-    replay = ref.StatefulNumpyElmo(options, weights_path)
     model.config.stateful = True
     model.reset_states()
     try:
-        for step, rows in enumerate(STATEFUL_BATCHES):
-            sentences = [SENTENCES[i] for i in rows]
-            ids = ref.batch_to_char_ids(sentences)
-            reference, _ = ref.strip_boundaries(replay(ids), ids)
-            got, _, _ = _run_model(model, tokenizer, sentences)
-            _assert_matches(got, [reference[:, b] [:, : len(s)] for b, s in enumerate(sentences)], sentences, f"stateful batch {step}")
-            stateless = _layer_diffs(got, [expected[i] for i in rows], sentences)
-            if step == 0:
-                assert stateless.max() <= ATOL, f"first stateful batch should equal stateless: {stateless.tolist()}"
-            else:
-                assert stateless[1:].min() > 1e-3, f"batch {step}: carried state changed nothing {stateless.tolist()}"
-        model.reset_states()
-        got, _, _ = _run_model(model, tokenizer, [SENTENCES[i] for i in STATEFUL_BATCHES[1]])
-        _assert_matches(got, [expected[i] for i in STATEFUL_BATCHES[1]], [SENTENCES[i] for i in STATEFUL_BATCHES[1]], "after reset_states")
+        yield model, ref.StatefulNumpyElmo(options, weights_path)
     finally:
         model.config.stateful = False
         model.reset_states()
 
 
-def test_stateful_model_keeps_unused_rows_and_grows_like_allennlp(model, release):
-    options, _, weights_path = release
-    tokenizer = ElmoTokenizer()
-    replay = ref.StatefulNumpyElmo(options, weights_path)
-    model.config.stateful = True
+def _stateful_batch_matches(model, replay, sentences, what):
+    """Run one batch through the stateful model and its replay; returns the model's layers."""
+    ids = ref.batch_to_char_ids(sentences)
+    reference, _ = ref.strip_boundaries(replay(ids), ids)
+    got, _, _ = _run_model(model, ElmoTokenizer(), sentences)
+    _assert_matches(got, [reference[:, b][:, : len(s)] for b, s in enumerate(sentences)], sentences, what)
+    return got
+
+
+def test_stateful_model_matches_reference_replaying_the_batch_sequence(stateful, expected):
+    model, replay = stateful
+    for step, rows in enumerate(STATEFUL_BATCHES):
+        sentences = [SENTENCES[i] for i in rows]
+        got = _stateful_batch_matches(model, replay, sentences, f"stateful batch {step}")
+        stateless = _layer_diffs(got, [expected[i] for i in rows], sentences)
+        if step == 0:
+            assert stateless.max() <= ATOL, f"first stateful batch should equal stateless: {stateless.tolist()}"
+        else:
+            assert stateless[1:].min() > 1e-3, f"batch {step}: carried state changed nothing {stateless.tolist()}"
     model.reset_states()
-    try:
-        for step, rows in enumerate([[0, 1, 2], [4], [5, 3, 1, 0], [2, 4]]):  # shrink, grow, shrink
-            sentences = [SENTENCES[i] for i in rows]
-            ids = ref.batch_to_char_ids(sentences)
-            reference, _ = ref.strip_boundaries(replay(ids), ids)
-            got, _, _ = _run_model(model, tokenizer, sentences)
-            _assert_matches(got, [reference[:, b][:, : len(s)] for b, s in enumerate(sentences)], sentences, f"batch {step} rows {rows}")
-    finally:
-        model.config.stateful = False
-        model.reset_states()
+    got, _, _ = _run_model(model, ElmoTokenizer(), [SENTENCES[i] for i in STATEFUL_BATCHES[1]])
+    _assert_matches(got, [expected[i] for i in STATEFUL_BATCHES[1]], [SENTENCES[i] for i in STATEFUL_BATCHES[1]], "after reset_states")
+
+
+def test_stateful_model_keeps_unused_rows_and_grows_like_allennlp(stateful):
+    model, replay = stateful
+    for step, rows in enumerate([[0, 1, 2], [4], [5, 3, 1, 0], [2, 4]]):  # shrink, grow, shrink
+        _stateful_batch_matches(model, replay, [SENTENCES[i] for i in rows], f"batch {step} rows {rows}")
 
 
 VARIANTS = {
