@@ -425,6 +425,42 @@ def test_vocabulary_that_does_not_match_the_checkpoint_is_rejected(tmp_path, cor
         pretrain_main(_run_args(corpus_files, out, "--max-steps", "4", "--resume-from-checkpoint", "latest", "--vocab-file", str(other)))
 
 
+def test_init_from_model_continues_from_its_weights_vocabulary_and_architecture(tmp_path, corpus_files, corpus_lines):
+    from safetensors.torch import load_file
+
+    first = tmp_path / "first"
+    assert pretrain_main(_run_args(corpus_files, first, "--max-steps", "40", "--optimizer", "adamw", "--learning-rate", "0.01")) == 0
+    _fresh_accelerate_state_now()
+    # other text (whose own vocabulary would differ), no --model-config / --vocab-size: both come from the model;
+    # a learning rate of 0 leaves the loaded weights exactly as they were
+    other = {"train": tmp_path / "other.txt", "valid": corpus_files["valid"]}
+    other["train"].write_text("\n".join(reversed(corpus_lines[700:1300])) + "\n", encoding="utf-8")
+    args = [a for a in _run_args(other, tmp_path / "second") if a not in ("--model-config", "elmo-tiny", "--vocab-size", "300")]
+    second = tmp_path / "second"
+    assert pretrain_main([*args, "--init-from-model", str(first), "--max-steps", "2", "--optimizer", "adamw",
+                          "--learning-rate", "0"]) == 0
+    assert (second / "vocab.txt").read_text() == (first / "vocab.txt").read_text()
+    before, after = load_file(str(first / "model.safetensors")), load_file(str(second / "model.safetensors"))
+    assert sorted(before) == sorted(after) and all(torch.equal(before[k], after[k]) for k in before)
+    # a fresh model on the same text starts far worse than the continued one
+    first_loss = train_losses_by_step(second / "metrics.jsonl")[1]
+    _fresh_accelerate_state_now()
+    assert pretrain_main([*_run_args(other, tmp_path / "fresh"), "--max-steps", "1", "--vocab-file", str(first / "vocab.txt")]) == 0
+    assert train_losses_by_step(tmp_path / "fresh" / "metrics.jsonl")[1] > first_loss + 0.1
+
+
+def test_init_from_model_rejects_incomplete_folders_and_other_architectures(tmp_path, corpus_files):
+    first = tmp_path / "first"
+    assert pretrain_main(_run_args(corpus_files, first, "--max-steps", "1")) == 0
+    _fresh_accelerate_state_now()
+    with pytest.raises(SystemExit, match="differs from --init-from-model .* in: .*hidden_size"):
+        pretrain_main([*_run_args(corpus_files, tmp_path / "b"), "--init-from-model", str(first), "--model-config", "elmo-27m"])
+    _fresh_accelerate_state_now()
+    (first / "model.safetensors").unlink()
+    with pytest.raises(SystemExit, match="model.safetensors missing"):
+        pretrain_main([*_run_args(corpus_files, tmp_path / "c"), "--init-from-model", str(first)])
+
+
 def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path, corpus_files):
     out = tmp_path / "term"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}

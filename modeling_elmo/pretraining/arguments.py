@@ -51,7 +51,11 @@ class PretrainingArguments:
     bucket_size: int = _f(100, "Length bucketing: sort inside pools of this many batches (1 = no bucketing).")
     dataloader_num_workers: int = _f(0, "DataLoader worker processes.")
     # ------------------------------------------------------------------ model
-    model_config: str = _f("elmo-tiny", "Model preset name (`elmo-tiny`, `elmo-27m`, ...) or a config.json path.")
+    model_config: str | None = _f(None, "Model preset name (`elmo-tiny`, `elmo-27m`, ...) or a config.json path (default: "
+                                        "`elmo-tiny`, or the architecture of --init-from-model).")
+    init_from_model: str | None = _f(None, "Start from the weights of this saved model folder (continued, e.g. domain-adaptive, "
+                                           "pretraining): its architecture and vocabulary are used; optimiser, schedule and "
+                                           "data position start afresh. A resumed checkpoint's weights take precedence.")
     lm_softmax: str | None = _f(None, "Override the preset's training softmax: `full` or `sampled`.")
     num_negative_samples: int | None = _f(None, "Override the number of negative samples of the sampled softmax.")
     dropout: float | None = _f(None, "Override hidden_dropout_prob.")
@@ -154,6 +158,25 @@ def validate(args: PretrainingArguments) -> None:
         raise ValueError("--streaming needs --max-steps (a stream has no known length).")
     if not args.train_file and not args.dataset_name:
         raise ValueError("no training data: pass --train-file or --dataset-name (or a --config recipe that sets one).")
+    if args.init_from_model is not None:
+        folder = Path(args.init_from_model)
+        missing = [name for name in INIT_MODEL_FILES if not (folder / name).is_file()]
+        if missing:
+            raise ValueError(f"--init-from-model {args.init_from_model!r} is not a saved ELMo language model folder: "
+                             f"{', '.join(missing)} missing (a folder written by pretraining or `save_pretrained` is needed).")
+
+
+INIT_MODEL_FILES = ("config.json", "model.safetensors", "vocab.txt")
+DEFAULT_MODEL_CONFIG = "elmo-tiny"
+
+
+def model_config_path(args: PretrainingArguments) -> Path:
+    """The config.json the run's architecture comes from: --model-config, else --init-from-model's, else elmo-tiny."""
+    if args.model_config is not None:
+        return resolve_model_config(args.model_config)
+    if args.init_from_model is not None:
+        return Path(args.init_from_model) / "config.json"
+    return resolve_model_config(DEFAULT_MODEL_CONFIG)
 
 
 def resolve_model_config(name_or_path: str) -> Path:

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .arguments import PretrainingArguments, parse_args, resolve_model_config
+from .arguments import PretrainingArguments, model_config_path, parse_args
 from .checkpoint import CheckpointManager
 from .data import (
     BucketBatchSampler,
@@ -120,7 +120,7 @@ def build_optimizer(model: torch.nn.Module, args: PretrainingArguments, device_t
 def build_config(args: PretrainingArguments, vocab_size: int):
     from ..configuration_elmo import ElmoConfig
 
-    config = ElmoConfig.from_json_file(str(resolve_model_config(args.model_config)))
+    config = ElmoConfig.from_json_file(str(model_config_path(args)))
     config.vocab_size = vocab_size
     if args.lm_softmax is not None:
         config.lm_softmax = args.lm_softmax
@@ -132,10 +132,27 @@ def build_config(args: PretrainingArguments, vocab_size: int):
     return config
 
 
+def load_initial_weights(model: torch.nn.Module, folder: Path) -> None:
+    """Copy a saved language model's weights (``model.safetensors``) into ``model``; every tensor must match by name
+    and shape (a feature-only or differently shaped model is an error, not a partial load)."""
+    from safetensors.torch import load_file
+
+    state = load_file(str(folder / "model.safetensors"))
+    own = model.state_dict()
+    missing = sorted(set(own) - set(state))
+    unexpected = sorted(set(state) - set(own))
+    shapes = sorted(k for k in set(own) & set(state) if own[k].shape != state[k].shape)
+    if missing or unexpected or shapes:
+        problems = [f"{label}: {', '.join(keys[:5])}{' ...' if len(keys) > 5 else ''}"
+                    for label, keys in (("missing", missing), ("unexpected", unexpected), ("shape differs", shapes)) if keys]
+        raise ValueError(f"--init-from-model {str(folder)!r} does not fit the model being trained ({'; '.join(problems)}).")
+    model.load_state_dict(state, strict=True)
+
+
 def _preset_vocab_size(args: PretrainingArguments) -> int | None:
     if args.vocab_size is not None:
         return args.vocab_size
-    with open(resolve_model_config(args.model_config), encoding="utf-8") as handle:
+    with open(model_config_path(args), encoding="utf-8") as handle:
         size = json.load(handle).get("vocab_size", 4)
     return size if size and size > 4 else None
 
@@ -349,6 +366,13 @@ def train(args: PretrainingArguments) -> int:
             )
         if accelerator.is_main_process:
             vocab.save(vocab_path)
+    elif args.init_from_model:
+        vocab = Vocabulary.from_file(Path(args.init_from_model) / "vocab.txt")
+        if args.vocab_file and Vocabulary.from_file(args.vocab_file) != vocab:
+            raise ValueError(f"--vocab-file {args.vocab_file!r} differs from the vocabulary of --init-from-model "
+                             f"{args.init_from_model!r} ({len(vocab)} words): its softmax rows belong to its own words.")
+        if accelerator.is_main_process:
+            vocab.save(vocab_path)
     elif args.vocab_file:
         vocab = Vocabulary.from_file(args.vocab_file)
         if accelerator.is_main_process:
@@ -379,7 +403,16 @@ def train(args: PretrainingArguments) -> int:
         bad = _config_mismatch(resume_state.get("model_config", {}), config)
         if bad:
             raise ValueError(f"the model configuration differs from checkpoint {str(resume_path)!r} in: {', '.join(bad)}.")
+    if args.init_from_model is not None and args.model_config is not None:
+        with open(Path(args.init_from_model) / "config.json", encoding="utf-8") as handle:
+            bad = _config_mismatch(json.load(handle), config)
+        if bad:
+            raise ValueError(f"--model-config {args.model_config!r} differs from --init-from-model {args.init_from_model!r} "
+                             f"in: {', '.join(bad)} (leave --model-config out to use the model's own architecture).")
     model = ElmoForBidirectionalLM(config)
+    if args.init_from_model is not None and resume_path is None:
+        load_initial_weights(model, Path(args.init_from_model))
+        logger.info("initialised the weights from %s", args.init_from_model)
     optimizer = build_optimizer(model, args, accelerator.device.type, sharded=accelerator.distributed_type.value == "FSDP")
 
     world = accelerator.num_processes
