@@ -158,16 +158,22 @@ def validate(args: PretrainingArguments) -> None:
         raise ValueError("--streaming needs --max-steps (a stream has no known length).")
     if not args.train_file and not args.dataset_name:
         raise ValueError("no training data: pass --train-file or --dataset-name (or a --config recipe that sets one).")
-    if args.init_from_model is not None:
-        folder = Path(args.init_from_model)
-        missing = [name for name in INIT_MODEL_FILES if not (folder / name).is_file()]
-        if missing:
-            raise ValueError(f"--init-from-model {args.init_from_model!r} is not a saved ELMo language model folder: "
-                             f"{', '.join(missing)} missing (a folder written by pretraining or `save_pretrained` is needed).")
 
 
 INIT_MODEL_FILES = ("config.json", "model.safetensors", "vocab.txt")
 DEFAULT_MODEL_CONFIG = "elmo-tiny"
+
+
+def check_init_model_folder(args: PretrainingArguments) -> None:
+    """--init-from-model must name a complete saved language model (checked when a run starts, not when a recipe
+    is parsed: the folder may be the output of an earlier stage)."""
+    if args.init_from_model is None:
+        return
+    folder = Path(args.init_from_model)
+    missing = [name for name in INIT_MODEL_FILES if not (folder / name).is_file()]
+    if missing:
+        raise ValueError(f"--init-from-model {args.init_from_model!r} is not a saved ELMo language model folder: "
+                         f"{', '.join(missing)} missing (a folder written by pretraining or `save_pretrained` is needed).")
 
 
 def model_config_path(args: PretrainingArguments) -> Path:

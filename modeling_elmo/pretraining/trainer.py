@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .arguments import PretrainingArguments, model_config_path, parse_args
+from .arguments import PretrainingArguments, check_init_model_folder, model_config_path, parse_args
 from .checkpoint import CheckpointManager
 from .data import (
     BucketBatchSampler,
@@ -309,6 +309,7 @@ def train(args: PretrainingArguments) -> int:
 
     from ..modeling_elmo import ElmoForBidirectionalLM
 
+    check_init_model_folder(args)
     started = time.time()
     launched_world = int(os.environ.get("WORLD_SIZE", "1"))
     # A torchrun-style launch on a machine without GPUs must use gloo on the CPU (MULTI_CPU); without cpu=True
