@@ -357,21 +357,21 @@ def train(args: PretrainingArguments) -> int:
             raw[split] = _limit(raw[split], args.max_eval_examples)
 
     vocab_path = output_dir / "vocab.txt"
+    # A checkpoint's or a starting model's vocabulary is fixed (its softmax rows belong to its words).
     if resume_path is not None and (resume_path / "vocab.txt").is_file():
-        vocab = Vocabulary.from_file(resume_path / "vocab.txt")
+        fixed_vocab, fixed_by = resume_path / "vocab.txt", f"checkpoint {str(resume_path)!r}"
+    elif args.init_from_model:
+        fixed_vocab, fixed_by = Path(args.init_from_model) / "vocab.txt", f"--init-from-model {args.init_from_model!r}"
+    else:
+        fixed_vocab = None
+    if fixed_vocab is not None:
+        vocab = Vocabulary.from_file(fixed_vocab)
         if args.vocab_file and Vocabulary.from_file(args.vocab_file) != vocab:
             given = Vocabulary.from_file(args.vocab_file)
             raise ValueError(
                 f"--vocab-file {args.vocab_file!r} ({len(given)} words, fingerprint {given.fingerprint()}) does not match "
-                f"the vocabulary of checkpoint {str(resume_path)!r} ({len(vocab)} words, fingerprint {vocab.fingerprint()})."
+                f"the vocabulary of {fixed_by} ({len(vocab)} words, fingerprint {vocab.fingerprint()})."
             )
-        if accelerator.is_main_process:
-            vocab.save(vocab_path)
-    elif args.init_from_model:
-        vocab = Vocabulary.from_file(Path(args.init_from_model) / "vocab.txt")
-        if args.vocab_file and Vocabulary.from_file(args.vocab_file) != vocab:
-            raise ValueError(f"--vocab-file {args.vocab_file!r} differs from the vocabulary of --init-from-model "
-                             f"{args.init_from_model!r} ({len(vocab)} words): its softmax rows belong to its own words.")
         if accelerator.is_main_process:
             vocab.save(vocab_path)
     elif args.vocab_file:
