@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import torch
@@ -19,6 +15,8 @@ from transformers import (
     AutoTokenizer,
     pipeline,
 )
+
+from support import assert_same_numbers, run_without_package
 
 from modeling_elmo import (
     AUTO_MAP,
@@ -57,7 +55,7 @@ def test_installed_package_registers_every_auto_class(tmp_path):
         assert torch.equal(value, head.elmo.state_dict()[name]), name
 
 
-def test_folder_loads_with_its_own_code_in_a_fresh_process_with_identical_outputs(tmp_path):
+def test_folder_loads_with_its_own_code_in_a_fresh_process_with_the_same_outputs(tmp_path):
     torch.manual_seed(0)
     model = ElmoForSequenceClassification(tiny_config()).eval()
     tokenizer = ElmoTokenizer()
@@ -66,35 +64,32 @@ def test_folder_loads_with_its_own_code_in_a_fresh_process_with_identical_output
         assert (tmp_path / "clf" / name).is_file(), name
     enc = tokenizer(SENTENCES, padding=True, return_tensors="pt")
     with torch.no_grad():
-        logits = model(**enc).logits.numpy()
-        features = model.elmo(**enc).last_hidden_state.numpy()
-    np.save(tmp_path / "logits.npy", logits)
-    np.save(tmp_path / "features.npy", features)
-    script = textwrap.dedent(
-        f"""
-        import sys
-        sys.modules["modeling_elmo"] = None  # the package must not be importable: only the folder's code may run
+        logits = model(**enc).logits
+        features = model.elmo(**enc).last_hidden_state
+    got = run_without_package(
+        """
+        import json, sys
         import numpy as np, torch
         from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoTokenizer, pipeline
-        folder, sentences = {str(folder)!r}, {SENTENCES!r}
+        folder, sentences = sys.argv[1], json.loads(sys.argv[2])
         tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
         clf = AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True).eval()
         base = AutoModel.from_pretrained(folder, trust_remote_code=True).eval()
-        assert type(clf).__module__.startswith("transformers_modules"), type(clf).__module__
-        assert type(AutoConfig.from_pretrained(folder, trust_remote_code=True)).__name__ == "ElmoConfig"
         enc = tok(sentences, padding=True, return_tensors="pt")
         with torch.no_grad():
-            assert np.array_equal(clf(**enc).logits.numpy(), np.load({str(tmp_path / "logits.npy")!r}))
-            assert np.array_equal(base(**enc).last_hidden_state.numpy(), np.load({str(tmp_path / "features.npy")!r}))
+            logits, features = clf(**enc).logits, base(**enc).last_hidden_state
         extractor = pipeline("feature-extraction", model=folder, trust_remote_code=True)
-        first = np.array(extractor(sentences[0]))[0]
-        assert np.allclose(first, np.load({str(tmp_path / "features.npy")!r})[0], atol=1e-6)
-        print("FRESH-PROCESS-OK")
-        """
-    )
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert "FRESH-PROCESS-OK" in result.stdout, result.stderr[-3000:]
+        print(json.dumps({"classes": [type(o).__module__ for o in (tok, clf, base)],
+                          "config": type(AutoConfig.from_pretrained(folder, trust_remote_code=True)).__name__,
+                          "logits": logits.tolist(), "features": features.tolist(),
+                          "pipeline_first": np.array(extractor(sentences[0]))[0].tolist()}))
+        """,
+        folder, json.dumps(SENTENCES), workdir=tmp_path / "fresh")
+    assert all(module.startswith("transformers_modules") for module in got["classes"]), got["classes"]
+    assert got["config"] == "ElmoConfig"
+    assert_same_numbers(got["logits"], logits, what="classifier logits")
+    assert_same_numbers(got["features"], features, what="biLM features")
+    assert_same_numbers(got["pipeline_first"], features[0], what="feature-extraction pipeline")
 
 
 def test_feature_extraction_pipeline_with_objects_matches_a_direct_forward():

@@ -9,9 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import h5py
@@ -21,6 +19,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # numpy_reference, however pytest imports this file
 import numpy_reference as ref  # noqa: E402
+from support import run_without_package  # noqa: E402
 from modeling_elmo.convert import (  # noqa: E402
     convert,
     convert_config,
@@ -212,34 +211,26 @@ def test_input_with_boundaries_matches_reference_at_every_position(model, releas
 
 
 def test_converted_folder_loads_with_automodel_in_a_fresh_process(converted, expected, tmp_path):
-    script = textwrap.dedent(
+    info = run_without_package(
         """
-        import json, sys, numpy as np, torch
-        from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoModelForTokenClassification, AutoTokenizer
+        import json, sys, torch
+        from transformers import AutoModel, AutoModelForSequenceClassification, AutoModelForTokenClassification, AutoTokenizer
         folder, sentences = sys.argv[1], json.loads(sys.argv[2])
         model = AutoModel.from_pretrained(folder, trust_remote_code=True).eval()
         tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
         batch = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
         with torch.no_grad():
             out = model(batch["input_ids"], attention_mask=batch["attention_mask"], output_hidden_states=True)
-        np.save("layers.npy", torch.stack(out.hidden_states).double().numpy())
         heads = [type(AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True, num_labels=3)).__name__,
                  type(AutoModelForTokenClassification.from_pretrained(folder, trust_remote_code=True, num_labels=5)).__name__]
-        json.dump({"model_module": type(model).__module__, "tokenizer": type(tokenizer).__name__, "heads": heads}, open("info.json", "w"))
-        """
-    )
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(HF_MODULES_CACHE=str(tmp_path / "modules"), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    result = subprocess.run(
-        [sys.executable, "-c", script, str(converted), json.dumps(SENTENCES)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    info = json.loads((tmp_path / "info.json").read_text())
-    assert info["model_module"].startswith("transformers_modules."), info  # the folder's code, not this checkout
+        print(json.dumps({"model_module": type(model).__module__, "tokenizer": type(tokenizer).__name__, "heads": heads,
+                          "layers": torch.stack(out.hidden_states).double().tolist()}))
+        """,
+        converted, json.dumps(SENTENCES), workdir=tmp_path / "fresh")
+    assert info["model_module"].startswith("transformers_modules."), info["model_module"]  # the folder's own code
     assert info["tokenizer"] == "ElmoTokenizer"
     assert info["heads"] == ["ElmoForSequenceClassification", "ElmoForTokenClassification"]
-    _assert_matches(np.load(tmp_path / "layers.npy"), expected, SENTENCES, "AutoModel in a fresh process")
+    _assert_matches(np.array(info["layers"]), expected, SENTENCES, "AutoModel in a fresh process")
 
 
 STATEFUL_BATCHES = [[0, 1, 2], [3, 4, 5], [1, 0, 2], [2, 2, 5]]

@@ -25,6 +25,8 @@ import numpy as np
 import pytest
 import torch
 
+from support import run_without_package
+
 from modeling_elmo import ElmoConfig, ElmoForBidirectionalLM, ElmoTokenizer
 from modeling_elmo.pretraining import (
     BucketBatchSampler,
@@ -342,20 +344,19 @@ def test_saved_folder_loads_with_automodel_and_reports_perplexities(tmp_path, co
     assert (out / "perplexity.png").stat().st_size > 1000
     meta = json.loads((out / "training_metadata.json").read_text())
     assert meta["global_step"] == 6 and meta["vocab_size"] == 300
-    code = (
-        "import sys, json, torch\n"
-        "from transformers import AutoModel, AutoModelForPreTraining, AutoTokenizer\n"
-        f"p = {str(out)!r}\n"
-        "m = AutoModel.from_pretrained(p, trust_remote_code=True)\n"
-        "lm = AutoModelForPreTraining.from_pretrained(p, trust_remote_code=True)\n"
-        "t = AutoTokenizer.from_pretrained(p, trust_remote_code=True)\n"
-        "enc = t(['the cat sat'], return_tensors='pt', return_word_ids=True)\n"
-        "print(json.dumps([type(m).__module__, lm.config.vocab_size, t.vocab_size, list(m(**{k: enc[k] for k in ('input_ids', 'attention_mask')}).last_hidden_state.shape)]))\n"
-    )
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    module, lm_vocab, tok_vocab, shape = json.loads(done.stdout.strip().splitlines()[-1])
+    module, lm_vocab, tok_vocab, shape = run_without_package(
+        """
+        import sys, json, torch
+        from transformers import AutoModel, AutoModelForPreTraining, AutoTokenizer
+        p = sys.argv[1]
+        m = AutoModel.from_pretrained(p, trust_remote_code=True)
+        lm = AutoModelForPreTraining.from_pretrained(p, trust_remote_code=True)
+        t = AutoTokenizer.from_pretrained(p, trust_remote_code=True)
+        enc = t(["the cat sat"], return_tensors="pt", return_word_ids=True)
+        out = m(**{k: enc[k] for k in ("input_ids", "attention_mask")})
+        print(json.dumps([type(m).__module__, lm.config.vocab_size, t.vocab_size, list(out.last_hidden_state.shape)]))
+        """,
+        out, workdir=tmp_path / "fresh")
     assert module.startswith("transformers_modules") and lm_vocab == tok_vocab == 300 and shape == [1, 3, 32]
 
 

@@ -1,0 +1,58 @@
+"""Helpers shared by the test modules: float comparisons that hold on any CPU, and a fresh Python process that can
+only run a saved folder's own code.
+
+Floats computed by another process, after a reload, or by another kernel path may differ in their last bits: BLAS
+libraries pick kernels (and so summation orders) by CPU, by matrix shape, and even by whether an operand requires a
+gradient (torch's 3-D ``matmul`` folds into one matrix product or runs a batched one depending on it). Such values are
+compared with `assert_same_numbers`, a tolerance of 1e-6 relative to the values' own scale. Exact equality is kept
+only where the bits must match by construction (stored weights read back, integer ids, a resumed run on one machine).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+#: Relative tolerance for values recomputed across a reload, a process or a kernel path.
+RELATIVE_TOLERANCE = 1e-6
+
+
+def assert_same_numbers(actual: Any, expected: Any, rtol: float = RELATIVE_TOLERANCE, what: str = "") -> None:
+    """``actual`` equals ``expected`` to ``rtol`` of the largest magnitude in ``expected`` (elementwise, shapes equal)."""
+    actual = torch.as_tensor(np.asarray(actual) if not isinstance(actual, torch.Tensor) else actual)
+    expected = torch.as_tensor(np.asarray(expected) if not isinstance(expected, torch.Tensor) else expected)
+    scale = float(expected.abs().max()) if expected.numel() else 0.0
+    torch.testing.assert_close(actual.to(expected.dtype), expected, rtol=rtol, atol=rtol * max(scale, 1e-12),
+                               msg=lambda m: f"{what}: {m}" if what else m)
+
+
+#: Prepended to every fresh-process script: the package cannot be imported there, so whatever runs is the folder's
+#: own code (transformers loads it as ``transformers_modules.<folder>...``).
+_BLOCK_PACKAGE = "import sys\nsys.modules['modeling_elmo'] = None  # only a saved folder's own code may run here\n"
+
+
+def run_without_package(script: str, *argv: Any, workdir: Path, timeout: float = 600) -> Any:
+    """Run ``script`` in a new interpreter in ``workdir``, offline, with `modeling_elmo` unimportable.
+
+    ``argv`` reaches the script as ``sys.argv[1:]``. The script's last line of output must be JSON, which is returned.
+    """
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "HF_TOKEN")}
+    env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
+               HF_MODULES_CACHE=str(workdir / "modules"), HF_HOME=str(workdir / "hf-home"),
+               HF_DATASETS_CACHE=str(workdir / "datasets"))
+    result = subprocess.run([sys.executable, "-c", _BLOCK_PACKAGE + textwrap.dedent(script), *map(str, argv)],
+                            cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, result.stderr[-4000:]
+    lines = result.stdout.strip().splitlines()
+    assert lines, f"the script printed nothing; stderr: {result.stderr[-2000:]}"
+    return json.loads(lines[-1])
