@@ -14,6 +14,34 @@ from typing import Any
 
 from transformers import PretrainedConfig
 
+# ----------------------------------------------------------------------------------------------------------------
+# Ids shared by the tokenizer, the model and the pretraining code
+# ----------------------------------------------------------------------------------------------------------------
+# Character ids of the original ELMo alphabet (bilm-tf ``UnicodeCharsVocabulary``, AllenNLP ``ELMoCharacterMapper``):
+# raw ids 0-255 are the UTF-8 bytes of a word, then five markers; at inference every id is shifted by +1 so that 0
+# can mark an absent token (a whole row of zeros pads a sentence).
+BEGINNING_OF_SENTENCE_CHARACTER = 256  # the single "character" of <S>
+END_OF_SENTENCE_CHARACTER = 257  # the single "character" of </S>
+BEGINNING_OF_WORD_CHARACTER = 258
+END_OF_WORD_CHARACTER = 259
+PADDING_CHARACTER = 260  # fills the slots after end-of-word
+INFERENCE_SHIFT = 1
+#: The highest character id a model accepts (the within-word padding, shifted).
+MAX_CHARACTER_ID = PADDING_CHARACTER + INFERENCE_SHIFT
+
+#: The four special words every word vocabulary starts with, and their word ids 0-3.
+PAD_WORD, BOS_WORD, EOS_WORD, UNK_WORD = "<pad>", "<S>", "</S>", "<UNK>"
+SPECIAL_WORDS = (PAD_WORD, BOS_WORD, EOS_WORD, UNK_WORD)
+PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
+
+
+def sentence_marker_char_ids(marker: int, max_characters_per_token: int) -> list[int]:
+    """The character-id row (inference scheme) of ``<S>`` (``marker`` 256) or ``</S>`` (257):
+    begin-of-word, the marker, end-of-word, then padding."""
+    row = [BEGINNING_OF_WORD_CHARACTER, marker, END_OF_WORD_CHARACTER]
+    row += [PADDING_CHARACTER] * (max_characters_per_token - len(row))
+    return [value + INFERENCE_SHIFT for value in row]
+
 #: Filters of every released model: ``[width, number of filters]``; 2048 filters in all.
 ORIGINAL_CHAR_CNN_FILTERS = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
 

@@ -36,8 +36,14 @@ from transformers import PreTrainedModel
 from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassifierOutput
 from transformers.utils import ModelOutput, logging
 
-from .configuration_elmo import ElmoConfig
-from .tokenization_elmo import BOS_CHAR_IDS, EOS_CHAR_IDS, encode_words
+from .configuration_elmo import (
+    BEGINNING_OF_SENTENCE_CHARACTER,
+    END_OF_SENTENCE_CHARACTER,
+    MAX_CHARACTER_ID,
+    ElmoConfig,
+    sentence_marker_char_ids,
+)
+from .tokenization_elmo import encode_words
 
 try:  # transformers >= 5: init functions that skip tensors already loaded from a checkpoint
     from transformers import initialization as init
@@ -46,7 +52,6 @@ except ImportError:  # pragma: no cover - older transformers
 
 logger = logging.get_logger(__name__)
 
-MAX_CHARACTER_ID = 261  # highest inference character id (the within-word padding)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -667,9 +672,10 @@ class ElmoModel(ElmoPreTrainedModel):
             # Every row gets <S> and </S>, an empty one too (as AllenNLP does: it matters for the carried state).
             # (Built here, not kept in buffers: transformers 5 creates models on the meta device and would leave
             # non-persistent buffers uninitialised.)
-            ids[:, 0] = torch.as_tensor(BOS_CHAR_IDS[:width], dtype=ids.dtype, device=ids.device)
+            ids[:, 0] = torch.as_tensor(sentence_marker_char_ids(BEGINNING_OF_SENTENCE_CHARACTER, width),
+                                        dtype=ids.dtype, device=ids.device)
             ids[torch.arange(batch, device=ids.device), lengths + 1] = torch.as_tensor(
-                EOS_CHAR_IDS[:width], dtype=ids.dtype, device=ids.device
+                sentence_marker_char_ids(END_OF_SENTENCE_CHARACTER, width), dtype=ids.dtype, device=ids.device
             )
             lengths = lengths + 2
             input_ids = ids

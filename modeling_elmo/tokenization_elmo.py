@@ -28,23 +28,25 @@ from tokenizers import pre_tokenizers as hf_pre_tokenizers
 from transformers import BatchEncoding, PreTrainedTokenizer
 from transformers.utils import PaddingStrategy, TensorType, logging
 
+from .configuration_elmo import (
+    BEGINNING_OF_SENTENCE_CHARACTER,
+    BEGINNING_OF_WORD_CHARACTER,
+    BOS_WORD,
+    END_OF_SENTENCE_CHARACTER,
+    END_OF_WORD_CHARACTER,
+    EOS_WORD,
+    INFERENCE_SHIFT,
+    PAD_WORD,
+    PADDING_CHARACTER,
+    SPECIAL_WORDS,
+    UNK_WORD,
+    sentence_marker_char_ids,
+)
+
 logger = logging.get_logger(__name__)
 
-# Raw character ids of the original ELMo alphabet (before the +1 inference shift).
-BEGINNING_OF_SENTENCE_CHARACTER = 256  # the single "character" of <S>
-END_OF_SENTENCE_CHARACTER = 257  # the single "character" of </S>
-BEGINNING_OF_WORD_CHARACTER = 258
-END_OF_WORD_CHARACTER = 259
-PADDING_CHARACTER = 260  # fills the slots after end-of-word
-#: Shift applied at inference so that id 0 can mark an absent token (a whole row of zeros).
-INFERENCE_SHIFT = 1
 MAX_CHARACTERS_PER_TOKEN = 50
-
-BOS_TOKEN = "<S>"
-EOS_TOKEN = "</S>"
-UNK_TOKEN = "<UNK>"
-PAD_TOKEN = "<pad>"
-SPECIAL_WORDS = (PAD_TOKEN, BOS_TOKEN, EOS_TOKEN, UNK_TOKEN)  # word ids 0, 1, 2, 3
+BOS_TOKEN, EOS_TOKEN, UNK_TOKEN, PAD_TOKEN = BOS_WORD, EOS_WORD, UNK_WORD, PAD_WORD
 
 VOCAB_FILES_NAMES = {"vocab_file": "vocab.txt"}
 _WORD_PATTERNS = {
@@ -56,9 +58,7 @@ _WORD_PATTERNS = {
 
 
 def _special_row(character: int, max_characters_per_token: int) -> np.ndarray:
-    row = np.full(max_characters_per_token, PADDING_CHARACTER + INFERENCE_SHIFT, dtype=np.int64)
-    row[:3] = np.array([BEGINNING_OF_WORD_CHARACTER, character, END_OF_WORD_CHARACTER]) + INFERENCE_SHIFT
-    return row
+    return np.asarray(sentence_marker_char_ids(character, max_characters_per_token), dtype=np.int64)
 
 
 #: The character-id rows of ``<S>`` and ``</S>`` at inference (50 ids each).
