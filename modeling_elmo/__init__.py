@@ -2,9 +2,10 @@
 
 Importing the package registers the ELMo classes with transformers' Auto factories (``AutoConfig``,
 ``AutoModel``, ``AutoModelForSequenceClassification``, ``AutoModelForTokenClassification``,
-``AutoModelForPreTraining``, ``AutoTokenizer``), and marks them so that ``save_pretrained`` writes the code files
-and an ``auto_map``: a saved folder then also loads with ``trust_remote_code=True`` where this package is not
-installed. `save_model_folder` writes such a folder with the full ``auto_map`` whatever class is saved.
+``AutoModelForPreTraining``, ``AutoTokenizer``), and marks them so that ``save_pretrained`` writes the code files.
+Every `ElmoConfig` carries the full ``auto_map`` (`AUTO_MAP`), so a folder written by any ``save_pretrained`` (a
+`Trainer`'s ``save_model`` and ``push_to_hub`` included) loads through every Auto class with
+``trust_remote_code=True`` where this package is not installed.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from transformers import (
     AutoTokenizer,
 )
 
-from .configuration_elmo import ElmoConfig
+from .configuration_elmo import AUTO_MAP, ElmoConfig
 from .modeling_elmo import (
     ElmoBidirectionalLMOutput,
     ElmoBiLstm,
@@ -31,6 +32,7 @@ from .modeling_elmo import (
     ElmoForTokenClassification,
     ElmoHighway,
     ElmoLstmLayer,
+    ElmoLstmState,
     ElmoModel,
     ElmoModelOutput,
     ElmoPreTrainedModel,
@@ -40,14 +42,6 @@ from .tokenization_elmo import BOS_CHAR_IDS, EOS_CHAR_IDS, ElmoTokenizer, decode
 
 __version__ = "0.1.0"
 
-#: Every Auto class a saved ELMo folder answers to, and the class (in the shipped code files) it loads.
-AUTO_MAP = {
-    "AutoConfig": "configuration_elmo.ElmoConfig",
-    "AutoModel": "modeling_elmo.ElmoModel",
-    "AutoModelForPreTraining": "modeling_elmo.ElmoForBidirectionalLM",
-    "AutoModelForSequenceClassification": "modeling_elmo.ElmoForSequenceClassification",
-    "AutoModelForTokenClassification": "modeling_elmo.ElmoForTokenClassification",
-}
 TOKENIZER_AUTO_MAP = {"AutoTokenizer": ["tokenization_elmo.ElmoTokenizer", None]}
 
 
@@ -88,15 +82,10 @@ def save_model_folder(
     folder: str | os.PathLike,
     **save_kwargs: Any,
 ) -> str:
-    """Save ``model`` (safetensors), ``tokenizer``, the code files and the full ``auto_map`` into ``folder``.
-
-    Whatever head ``model`` is, the folder loads through every Auto class of `AUTO_MAP` (a base checkpoint into a
-    task head gets a freshly initialised head), with or without this package installed
-    (``trust_remote_code=True``).
-    """
+    """``model.save_pretrained`` (safetensors, code files, full ``auto_map``) and ``tokenizer.save_pretrained`` into
+    ``folder``: the folder loads through every Auto class, with or without this package installed."""
     folder = os.fspath(folder)
-    model.config.auto_map = dict(AUTO_MAP)
-    model.save_pretrained(folder, safe_serialization=True, **save_kwargs)
+    model.save_pretrained(folder, **save_kwargs)
     if tokenizer is not None:
         tokenizer.save_pretrained(folder)
     return folder
@@ -115,6 +104,7 @@ __all__ = [
     "ElmoForTokenClassification",
     "ElmoHighway",
     "ElmoLstmLayer",
+    "ElmoLstmState",
     "ElmoModel",
     "ElmoModelOutput",
     "ElmoPreTrainedModel",

@@ -10,9 +10,13 @@ This file is shipped to the Hub as custom code: it imports only transformers.
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
+import inspect
+import math
 from typing import Any
 
-from transformers import PretrainedConfig
+from transformers import GenerationConfig, PretrainedConfig
 
 # ----------------------------------------------------------------------------------------------------------------
 # Ids shared by the tokenizer, the model and the pretraining code
@@ -45,10 +49,55 @@ def sentence_marker_char_ids(marker: int, max_characters_per_token: int) -> list
 #: Filters of every released model: ``[width, number of filters]``; 2048 filters in all.
 ORIGINAL_CHAR_CNN_FILTERS = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
 
+#: Every Auto class a saved ELMo folder answers to, and the class of the shipped code files it loads. Every config
+#: carries it, so any ``save_pretrained`` (``Trainer.save_model`` and ``push_to_hub`` included) writes a folder that
+#: loads through all of them with ``trust_remote_code=True``, whichever class was saved.
+AUTO_MAP = {
+    "AutoConfig": "configuration_elmo.ElmoConfig",
+    "AutoModel": "modeling_elmo.ElmoModel",
+    "AutoModelForPreTraining": "modeling_elmo.ElmoForBidirectionalLM",
+    "AutoModelForSequenceClassification": "modeling_elmo.ElmoForSequenceClassification",
+    "AutoModelForTokenClassification": "modeling_elmo.ElmoForTokenClassification",
+}
+
 CHAR_CNN_ACTIVATIONS = ("relu", "tanh")
 LSTM_IMPLEMENTATIONS = ("auto", "loop", "torch")
 CLASSIFIER_POOLINGS = ("mean", "max", "mean_max", "first", "last")
 LM_SOFTMAX_KINDS = ("full", "sampled")
+
+
+def _inherited_config_keys() -> frozenset[str]:
+    """Keys that transformers' own configuration accepts (fields, load-time arguments, legacy generation keys)."""
+    keys = {field.name for field in dataclasses.fields(PretrainedConfig)} if dataclasses.is_dataclass(PretrainedConfig) else set()
+    keys |= set(inspect.signature(PretrainedConfig.__init__).parameters) - {"self", "kwargs"}
+    keys |= {"num_labels", "auto_map", "model_type", "name_or_path", "torch_dtype", "dtype", "output_attentions",
+             "attn_implementation", "experts_implementation", "tie_word_embeddings", "transformers_version",
+             "architectures", "id2label", "label2id", "problem_type", "return_dict", "output_hidden_states"}
+    keys |= set(GenerationConfig._get_default_generation_params())
+    return frozenset(keys)
+
+
+def _check_inherited_kwargs(kwargs: dict[str, Any]) -> None:
+    """Refuse keys neither ElmoConfig nor transformers knows (a misspelt field would otherwise be kept silently)."""
+    if kwargs.get("stateful"):
+        raise ValueError(
+            "`stateful=True` is not a configuration field any more: pass the `lstm_state` of one call to the next "
+            "(`ElmoModel(...)(..., lstm_state=previous.lstm_state)`) to carry LSTM states between batches."
+        )
+    kwargs.pop("stateful", None)  # written as false by earlier versions; stateless is the only configured mode
+    if "num_labels" in kwargs:
+        count = kwargs["num_labels"]
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ValueError(f"`num_labels` must be an integer >= 1, got {count!r}.")
+    known = _inherited_config_keys()
+    own = set(inspect.signature(ElmoConfig.__init__).parameters)
+    unknown = sorted(k for k in kwargs if k not in known and not k.startswith("_"))
+    if unknown:
+        hints = []
+        for key in unknown:
+            close = difflib.get_close_matches(key, sorted(own | known), n=1, cutoff=0.75)
+            hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        raise ValueError(f"ElmoConfig got unknown field(s) {', '.join(hints)}.")
 
 
 class ElmoConfig(PretrainedConfig):
@@ -99,9 +148,6 @@ class ElmoConfig(PretrainedConfig):
             `"loop"`: the explicit time loop that clips (needed for the released models); `"torch"`:
             `torch.nn.LSTM(proj_size=...)` (cuDNN on a GPU), only valid when both clips are off; `"auto"`:
             `"torch"` when both clips are off, else `"loop"`.
-        stateful (`bool`, *optional*, defaults to `False`):
-            Carry the LSTM state from one call to the next per batch row, as AllenNLP and bilm-tf did. Off by
-            default: a sentence's vectors then depend on nothing but the sentence.
         num_output_representations (`int`, *optional*, defaults to 1):
             Number of independent scalar mixes a head computes (the paper uses 2 for some tasks).
         scalar_mix_layer_norm (`bool`, *optional*, defaults to `False`):
@@ -121,6 +167,8 @@ class ElmoConfig(PretrainedConfig):
             always uses the exact full softmax).
         num_negative_samples (`int`, *optional*, defaults to 8192):
             Negatives per batch of the sampled softmax (``n_negative_samples_batch``).
+        lm_softmax_chunk_size (`int`, *optional*, defaults to 32768):
+            The exact full softmax is computed over this many words at a time, which bounds its memory.
         initializer_range (`float`, *optional*, defaults to 0.02):
             Kept for transformers' conventions; the ELMo initialisation is described in `_init_weights`.
 
@@ -154,7 +202,6 @@ class ElmoConfig(PretrainedConfig):
         num_characters: int = 262,
         hidden_dropout_prob: float = 0.1,
         lstm_implementation: str = "auto",
-        stateful: bool = False,
         num_output_representations: int = 1,
         scalar_mix_layer_norm: bool = False,
         scalar_mix_parameters: list[float] | None = None,
@@ -163,6 +210,7 @@ class ElmoConfig(PretrainedConfig):
         freeze_elmo: bool = True,
         lm_softmax: str = "full",
         num_negative_samples: int = 8192,
+        lm_softmax_chunk_size: int = 32768,
         initializer_range: float = 0.02,
         pad_token_id: int = 0,
         bos_token_id: int = 1,
@@ -188,7 +236,6 @@ class ElmoConfig(PretrainedConfig):
         self.num_characters = num_characters
         self.hidden_dropout_prob = hidden_dropout_prob
         self.lstm_implementation = lstm_implementation
-        self.stateful = stateful
         self.num_output_representations = num_output_representations
         self.scalar_mix_layer_norm = scalar_mix_layer_norm
         self.scalar_mix_parameters = list(scalar_mix_parameters) if scalar_mix_parameters is not None else None
@@ -197,10 +244,26 @@ class ElmoConfig(PretrainedConfig):
         self.freeze_elmo = freeze_elmo
         self.lm_softmax = lm_softmax
         self.num_negative_samples = num_negative_samples
+        self.lm_softmax_chunk_size = lm_softmax_chunk_size
         self.initializer_range = initializer_range
         self.unk_token_id = unk_token_id
+        _check_inherited_kwargs(kwargs)
+        kwargs.setdefault("auto_map", dict(AUTO_MAP))
         super().__init__(pad_token_id=pad_token_id, bos_token_id=bos_token_id, eos_token_id=eos_token_id, **kwargs)
         self.validate_elmo()
+
+    @classmethod
+    def get_config_dict(cls, pretrained_model_name_or_path: Any, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        """transformers' reader, refusing a folder without ``config.json`` (it would give the default config) and a
+        config of another model type (transformers only warns)."""
+        config_dict, kwargs = super().get_config_dict(pretrained_model_name_or_path, **kwargs)
+        if not config_dict:
+            raise ValueError(f"{str(pretrained_model_name_or_path)!r} holds no config.json: it is not a saved model.")
+        found = config_dict.get("model_type", cls.model_type)
+        if found != cls.model_type:
+            raise ValueError(f"{str(pretrained_model_name_or_path)!r} holds a {found!r} model, not an ELMo model "
+                             f"(model_type {found!r} instead of {cls.model_type!r}).")
+        return config_dict, kwargs
 
     # ------------------------------------------------------------------ derived sizes
     @property
@@ -254,11 +317,13 @@ class ElmoConfig(PretrainedConfig):
             positive_int(name)
         positive_int("num_highway_layers", minimum=0)
         positive_int("num_negative_samples")
+        positive_int("lm_softmax_chunk_size")
         for name in ("cell_clip", "proj_clip"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
-                raise ValueError(f"`{name}` must be a positive number or None (no clipping), got {value!r}.")
-        for name in ("use_skip_connections", "stateful", "scalar_mix_layer_norm", "freeze_elmo"):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not math.isfinite(value) or value <= 0):
+                raise ValueError(f"`{name}` must be a finite positive number or None (no clipping), got {value!r}.")
+        for name in ("use_skip_connections", "scalar_mix_layer_norm", "freeze_elmo"):
             boolean(name)
         fraction("hidden_dropout_prob")
         fraction("classifier_dropout")
@@ -379,4 +444,4 @@ class ElmoConfig(PretrainedConfig):
         }
 
 
-__all__ = ["ElmoConfig"]
+__all__ = ["AUTO_MAP", "ElmoConfig"]

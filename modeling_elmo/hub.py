@@ -54,7 +54,7 @@ TEMPLATE_DIR = next(
 
 #: The custom-code files shipped with every model; they import only each other, torch, transformers, numpy and
 #: tokenizers (checked by `audit_shipped_code`).
-SHIPPED_CODE_FILES = ("configuration_elmo.py", "modeling_elmo.py", "tokenization_elmo.py")
+SHIPPED_CODE_FILES = ("configuration_elmo.py", "lstm_kernels.py", "modeling_elmo.py", "tokenization_elmo.py")
 ALLOWED_CODE_IMPORTS = frozenset({"torch", "transformers", "numpy", "tokenizers"})
 #: Standard-library modules the shipped code must not import: network, processes, pickling, native code,
 #: dynamic imports.

@@ -3,39 +3,42 @@
 Read top to bottom:
 
 1. building blocks: `ElmoHighway`, `ElmoCharacterEncoder` (character CNN -> highway -> projection),
-   `ElmoLstmLayer` (LSTM with a clipped projection), `ElmoBiLstm` (separate forward and backward stacks),
-   `ElmoScalarMix`;
+   `ElmoLstmLayer` (LSTM with a clipped projection: the reference loop), `ElmoLstmState` (LSTM states carried from
+   one call to the next), `ElmoBiLstm` (separate forward and backward stacks), `ElmoScalarMix`;
 2. `ElmoPreTrainedModel` with the initialisation of the original training code;
 3. the output classes;
 4. `ElmoModel`: character ids (batch, tokens, 50) -> all layers (batch, tokens, 2 * hidden_size);
 5. heads: `ElmoForBidirectionalLM` (pretraining), `ElmoForSequenceClassification`, `ElmoForTokenClassification`.
+   Every head calls `ElmoModel.forward` through ``self.elmo``.
 
 Conventions (the converter in `modeling_elmo.convert` maps the original TensorFlow layout to these):
 LSTM gates are in PyTorch order (input, forget, cell, output); the LSTM bias already holds TensorFlow's run-time
 forget bias of +1; the highway uses TensorFlow's convention, where the gate ("carry" in the original files)
 multiplies the transformed branch.
 
-By default the model is **stateless**: a sentence's vectors depend only on that sentence. ``config.stateful``
-reproduces the original behaviour of carrying LSTM states from one batch to the next, row by row.
+The model is stateless: a sentence's vectors depend only on that sentence. Passing one call's ``lstm_state`` into
+the next reproduces the original stateful inference (AllenNLP's ``Elmo``, bilm-tf), row by row.
 
+Fast forms of the recurrence live beside the plain loop in ``lstm_kernels.py`` and are used only where they apply.
 This file is shipped to the Hub as custom code: it imports only torch, transformers and its sibling files.
 """
 
 from __future__ import annotations
 
 import math
-import os
-import warnings
-import weakref
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.func import functional_call
 from torch.nn import functional as F
 from transformers import PreTrainedModel
+from transformers import initialization as init
 from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassifierOutput
 from transformers.utils import ModelOutput, logging
 
+from .lstm_kernels import StepProducts, mkl_packed_products
 from .configuration_elmo import (
     BEGINNING_OF_SENTENCE_CHARACTER,
     END_OF_SENTENCE_CHARACTER,
@@ -43,30 +46,30 @@ from .configuration_elmo import (
     ElmoConfig,
     sentence_marker_char_ids,
 )
-from .tokenization_elmo import encode_words
-
-try:  # transformers >= 5: init functions that skip tensors already loaded from a checkpoint
-    from transformers import initialization as init
-except ImportError:  # pragma: no cover - older transformers
-    from torch.nn import init
 
 logger = logging.get_logger(__name__)
 
+IGNORE_INDEX = -100  # labels that predict nothing (padding), as everywhere in transformers
+
+
+def _check_values(bad: torch.Tensor, message: str) -> None:
+    """Raise ``ValueError(message)`` if any element of the boolean tensor ``bad`` is set.
+
+    On the CPU the check is exact and cheap. On an accelerator, reading the flag would wait for the device, so in
+    a training step (autograd on) the check is queued on the device instead (`torch._assert_async`): the error then
+    surfaces at the next synchronisation.
+    """
+    if bad.device.type != "cpu" and torch.is_grad_enabled():
+        if hasattr(torch, "_assert_async"):
+            torch._assert_async(~bad.any(), message)
+        return
+    if bool(bad.any()):
+        raise ValueError(message)
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # 1. Building blocks
 # ---------------------------------------------------------------------------------------------------------------
-#: Per `ElmoLstmLayer`, MKL-packed copies of its recurrent weights for CPU inference (outside the module, so that
-#: copying, pickling or saving a model never meets these backend-specific tensors).
-_PACKED_WEIGHTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _mkl_packing_available() -> bool:
-    """Whether this torch build has MKL's packed-weight GEMM (x86 CPU builds)."""
-    return torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_reorder_linear_weight")
-
-
 class ElmoHighway(nn.Module):
     """One highway layer, TensorFlow convention: ``t = sigmoid(gate(x))``, ``x <- t * relu(transform(x)) + (1 - t) * x``.
 
@@ -128,47 +131,7 @@ class ElmoCharacterEncoder(nn.Module):
 
     def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
         unique, inverse = torch.unique(char_ids, dim=0, return_inverse=True)
-        if self._word_cache and not torch.is_grad_enabled():
-            vectors = self._encode_with_cache(unique)
-        elif unique.shape[0] == char_ids.shape[0]:
-            return self.encode(char_ids)
-        else:
-            vectors = self.encode(unique)
-        return vectors[inverse]
-
-    # -- optional cache of word vectors (inference) -------------------------------------------------------------
-    _word_cache: dict[bytes, torch.Tensor] | None = None
-
-    def cache_words(self, char_ids: torch.Tensor) -> int:
-        """Pre-compute the vectors of the words in ``char_ids`` (K, C) and reuse them while gradients are off.
-
-        The cache holds values, not a function of the weights: call `clear_word_cache` (or cache again) after
-        the weights change. Returns the number of cached words.
-        """
-        with torch.no_grad():
-            unique = torch.unique(char_ids, dim=0)
-            vectors = self.encode(unique)
-        cache = dict(self._word_cache or {})
-        for row, vector in zip(unique.cpu().numpy(), vectors):
-            cache[row.tobytes()] = vector
-        self._word_cache = cache
-        return len(cache)
-
-    def clear_word_cache(self) -> None:
-        self._word_cache = None
-
-    def _encode_with_cache(self, unique: torch.Tensor) -> torch.Tensor:
-        keys = [row.tobytes() for row in unique.cpu().numpy()]
-        hits = [self._word_cache.get(k) for k in keys]
-        missing = [i for i, v in enumerate(hits) if v is None]
-        out = torch.empty(unique.shape[0], self.projection.out_features, dtype=self.projection.weight.dtype, device=unique.device)
-        if missing:
-            index = torch.as_tensor(missing, device=unique.device)
-            out[index] = self.encode(unique[index])
-        present = [i for i, v in enumerate(hits) if v is not None]
-        if present:
-            out[torch.as_tensor(present, device=unique.device)] = torch.stack([hits[i] for i in present]).to(out)
-        return out
+        return self.encode(unique)[inverse]
 
 
 class ElmoLstmLayer(nn.Module):
@@ -180,13 +143,8 @@ class ElmoLstmLayer(nn.Module):
         c_t = clip(sigmoid(f) * c_{t-1} + sigmoid(i) * tanh(g), cell_clip)      # clip before the tanh below
         h_t = clip((sigmoid(o) * tanh(c_t)) W_hr^T, proj_clip)                  # projection has no bias
 
-    Steps past a row's length keep the state and output zeros. Two implementations share the parameters:
-    the explicit loop (input products for all steps in one matrix product, only the recurrent product per step),
-    and ``torch.lstm`` with ``proj_size`` (cuDNN on a GPU), which cannot clip.
-
-    Without autograd on an x86 CPU (fp32), the loop's two per-step products use copies of ``weight_hh`` and
-    ``weight_hr`` packed once for MKL's small-batch GEMM (``cblas_sgemm_pack``), kept until the weights change:
-    a per-step product then no longer re-packs a matrix of up to 32 MB.
+    `forward` is the reference implementation: the input products of all steps in one matrix product, then an
+    explicit loop over time. Steps past a row's length keep the state and output zeros.
     """
 
     def __init__(self, input_size: int, cell_size: int, hidden_size: int, cell_clip: float | None, proj_clip: float | None):
@@ -198,94 +156,50 @@ class ElmoLstmLayer(nn.Module):
         self.bias = nn.Parameter(torch.empty(4 * cell_size))
         self.weight_hr = nn.Parameter(torch.empty(hidden_size, cell_size))
 
-    def _step_products(self, batch: int, inputs: torch.Tensor):
-        """The two per-step products of the loop, ``h @ W_hh^T + gates_x[t]`` and ``u @ W_hr^T``, as functions.
-
-        Training (autograd on) or another device or dtype: ``addmm``/``mm`` on (in, out) copies made once per call.
-        Inference on an x86 CPU in fp32: MKL-packed weights, cached per batch size and weight version (any in-place
-        update, ``load_state_dict`` included, bumps the version and so repacks)."""
-        packable = (
-            not torch.is_grad_enabled() and inputs.device.type == "cpu" and inputs.dtype == torch.float32
-            and self.weight_hh.dtype == torch.float32 and _mkl_packing_available()
-            # weights made inside inference_mode track no version, so a cached copy could not tell they changed
-            and not self.weight_hh.is_inference() and not self.weight_hr.is_inference()
-        )
-        if not packable:
-            weight_hh_t = self.weight_hh.t().contiguous()  # (P, 4H): the per-step products run faster untransposed
-            weight_hr_t = self.weight_hr.t().contiguous()  # (H, P)
-            return (lambda h, gx: torch.addmm(gx, h, weight_hh_t)), (lambda u: torch.mm(u, weight_hr_t))
-        tag = (self.weight_hh._version, self.weight_hr._version, self.weight_hh.data_ptr(), self.weight_hr.data_ptr())
-        cache = _PACKED_WEIGHTS.get(self)
-        if cache is None or cache["tag"] != tag:  # first use, or the weights changed: drop every stale copy
-            cache = _PACKED_WEIGHTS[self] = {"tag": tag}
-        packed = cache.get(batch)
-        if packed is None:
-            with torch.inference_mode(False), torch.no_grad():  # plain tensors, usable outside inference mode too
-                hh, hr = self.weight_hh.detach(), self.weight_hr.detach()
-                packed = (hh, hr, torch.ops.mkl._mkl_reorder_linear_weight(hh, batch),
-                          torch.ops.mkl._mkl_reorder_linear_weight(hr, batch))
-            if len(cache) > 2:  # keep the two most recent batch sizes (a corpus's last batch is smaller)
-                cache.pop(next(k for k in cache if k != "tag"))
-            cache[batch] = packed
-        hh, hr, packed_hh, packed_hr = packed
-        linear = torch.ops.mkl._mkl_linear
-        return (lambda h, gx: linear(h, packed_hh, hh, None, batch).add_(gx)), (lambda u: linear(u, packed_hr, hr, None, batch))
+    def step_products(self, batch: int, like: torch.Tensor) -> StepProducts:
+        """The loop's two per-step products as functions, ``recurrent(h, gates_x_t) = gates_x_t + h W_hh^T`` and
+        ``project(u) = u W_hr^T``: MKL-packed weights where `lstm_kernels.mkl_packed_products` applies (inference on
+        an x86 CPU in fp32), else ``addmm``/``mm`` on (in, out) copies made once per call."""
+        if like.device.type == "cpu" and like.dtype == torch.float32:
+            packed = mkl_packed_products(self.weight_hh, self.weight_hr, batch)
+            if packed is not None:
+                return packed
+        weight_hh_t = self.weight_hh.t().contiguous()  # (P, 4H): the per-step products run faster untransposed
+        weight_hr_t = self.weight_hr.t().contiguous()  # (H, P)
+        return (lambda h, gates_x: torch.addmm(gates_x, h, weight_hh_t)), (lambda u: torch.mm(u, weight_hr_t))
 
     def forward(
         self,
         inputs: torch.Tensor,
         mask: torch.Tensor,
         state: tuple[torch.Tensor, torch.Tensor] | None = None,
-        use_torch_lstm: bool = False,
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-        """inputs (B, T, P), mask (B, T) bool (valid prefix per row), state ((B, P), (B, H)) -> (B, T, P), state."""
+        """inputs (B, T, P), mask (B, T) bool (valid prefix per row), state (h (B, P), c (B, H)) -> (B, T, P), state."""
         batch, steps, _ = inputs.shape
         if state is None:
-            h = inputs.new_zeros(batch, self.hidden_size)
-            c = inputs.new_zeros(batch, self.cell_size)
+            h, c = inputs.new_zeros(batch, self.hidden_size), inputs.new_zeros(batch, self.cell_size)
         else:
             h, c = state
-        if use_torch_lstm:
-            return self._forward_torch(inputs, mask, h, c)
         # Input products of all time steps in one matrix product, time-major so that each step's slice is contiguous.
         # Steps are taken with `unbind` and put back with `stack`: under autograd, indexing one step (or writing into
         # a preallocated output) would cost a zero-filled tensor of every step's size per step in the backward pass.
         gates_x = F.linear(inputs.transpose(0, 1), self.weight_ih, self.bias).unbind(0)  # T x (B, 4H)
-        recurrent, project = self._step_products(batch, inputs)
+        valid = mask.t().unsqueeze(-1).unbind(0)  # T x (B, 1)
+        recurrent, project = self.step_products(batch, inputs)
         outputs = []
-        full = mask.all(dim=0).tolist()  # per step: no row is padding
-        step_mask = mask.t().unsqueeze(-1)  # (T, B, 1)
         for t in range(steps):
-            gates = recurrent(h, gates_x[t])  # (B, 4H)
-            i, f, g, o = gates.chunk(4, dim=1)
+            i, f, g, o = recurrent(h, gates_x[t]).chunk(4, dim=1)
             c_new = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
             if self.cell_clip is not None:
                 c_new = c_new.clamp(-self.cell_clip, self.cell_clip)
             h_new = project(torch.sigmoid(o) * torch.tanh(c_new))  # (B, P)
             if self.proj_clip is not None:
                 h_new = h_new.clamp(-self.proj_clip, self.proj_clip)
-            if full[t]:
-                h, c = h_new, c_new
-                outputs.append(h_new)
-            else:  # padded rows keep their state and output zeros
-                valid = step_mask[t]  # (B, 1)
-                h = torch.where(valid, h_new, h)
-                c = torch.where(valid, c_new, c)
-                outputs.append(h_new * valid)
+            h, c = torch.where(valid[t], h_new, h), torch.where(valid[t], c_new, c)  # padding keeps the state
+            outputs.append(h_new * valid[t])  # ... and outputs zeros
         if not outputs:
             return inputs.new_zeros(batch, 0, self.hidden_size), (h, c)
         return torch.stack(outputs, dim=1), (h, c)
-
-    def _forward_torch(self, inputs, mask, h, c):
-        params = [self.weight_ih, self.weight_hh, self.bias, torch.zeros_like(self.bias), self.weight_hr]
-        # Right padding: valid positions never see padded ones, so no packing is needed for the outputs.
-        # (The final state would be the state after the padding: stateful mode always uses the loop.)
-        with warnings.catch_warnings():  # "LSTM with projections is not supported with oneDNN": harmless on CPU
-            warnings.filterwarnings("ignore", message=".*not supported with oneDNN.*")
-            outputs, h_n, c_n = torch.lstm(
-                inputs, (h.unsqueeze(0).contiguous(), c.unsqueeze(0).contiguous()), params, True, 1, 0.0, self.training, False, True
-            )
-        return outputs * mask.unsqueeze(-1), (h_n[0], c_n[0])
 
 
 def _reverse_each_row(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -297,12 +211,51 @@ def _reverse_each_row(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     return x.gather(1, index)
 
 
+@dataclass
+class ElmoLstmState:
+    """LSTM states carried from one call of the biLM to the next, as AllenNLP's stateful ``Elmo`` and bilm-tf did.
+
+    ``hidden`` (2, L, rows, P) and ``cell`` (2, L, rows, H) are indexed by direction (0 forward, 1 backward), layer
+    and batch row. Row b of the next batch starts from row b of the state; a batch with more rows than the state
+    starts the new rows from zeros; rows beyond the batch, and rows whose sentence is empty, keep their state.
+    (The backward stack also carries its final state, the one after reading the sentence right to left, as the
+    original does.)
+    """
+
+    hidden: torch.Tensor
+    cell: torch.Tensor
+
+    def initial(self, batch: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The states (2, L, batch, P) and (2, L, batch, H) a batch of ``batch`` rows starts from."""
+        hidden, cell = self.hidden.to(like), self.cell.to(like)
+        missing = batch - hidden.shape[2]
+        if missing > 0:
+            hidden = torch.cat([hidden, hidden.new_zeros(*hidden.shape[:2], missing, hidden.shape[3])], dim=2)
+            cell = torch.cat([cell, cell.new_zeros(*cell.shape[:2], missing, cell.shape[3])], dim=2)
+        return hidden[:, :, :batch], cell[:, :, :batch]
+
+    def advanced(self, hidden: torch.Tensor, cell: torch.Tensor, used: torch.Tensor) -> ElmoLstmState:
+        """The state after a batch whose final states are ``hidden``/``cell`` (2, L, B, *); ``used`` (B,) marks the
+        rows that held a sentence."""
+        batch = hidden.shape[2]
+        old_hidden, old_cell = self.initial(batch, hidden)
+        keep = used.view(1, 1, -1, 1)
+        new_hidden = torch.where(keep, hidden.detach(), old_hidden)
+        new_cell = torch.where(keep, cell.detach(), old_cell)
+        rest = slice(batch, None)  # rows beyond this batch keep their state
+        return ElmoLstmState(torch.cat([new_hidden, self.hidden[:, :, rest].to(hidden)], dim=2),
+                             torch.cat([new_cell, self.cell[:, :, rest].to(cell)], dim=2))
+
+
 class ElmoBiLstm(nn.Module):
     """Two independent stacks of `ElmoLstmLayer`: forward (left to right) and backward (right to left).
 
     Layer l >= 1 adds its input to its output when ``use_skip_connections`` (the recurrent state does not include
-    the residual). Dropout (training only) acts on every layer's input, and the residual adds the dropped-out input,
-    as in the original training. The backward stack reads each row reversed over its own length.
+    the residual). Dropout, when asked for (pretraining), acts on every layer's input and the residual adds the
+    dropped-out input, as in the original training. The backward stack reads each row reversed over its own length.
+
+    Implementations, all with the same parameters: `loop_forward` (the reference; clips), and `torch_forward`
+    (``torch.nn.LSTM`` with ``proj_size``, cuDNN on a GPU), which cannot clip and is used only without clipping.
     """
 
     def __init__(self, config: ElmoConfig):
@@ -314,77 +267,71 @@ class ElmoBiLstm(nn.Module):
 
         self.forward_layers = nn.ModuleList(layer() for _ in range(config.num_hidden_layers))
         self.backward_layers = nn.ModuleList(layer() for _ in range(config.num_hidden_layers))
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
-        self._states: list | None = None  # stateful mode: per direction and layer, (h (rows, P), c (rows, H))
 
-    def reset_states(self) -> None:
-        """Forget the LSTM states carried between calls (stateful mode)."""
-        self._states = None
+    def forward(
+        self,
+        embeddings: torch.Tensor,
+        mask: torch.Tensor,
+        initial_state: tuple[torch.Tensor, torch.Tensor] | None = None,
+        dropout: float = 0.0,
+        need_final_state: bool = False,
+    ) -> tuple[list[torch.Tensor], tuple[torch.Tensor, torch.Tensor] | None]:
+        """embeddings (B, T, P), mask (B, T) bool valid prefix, initial (h (2, L, B, P), c (2, L, B, H)) ->
+        one (B, T, 2P) tensor per layer, and the final states (as the initial ones) when ``need_final_state``."""
+        if self.config.uses_torch_lstm and initial_state is None and not need_final_state:
+            return self.torch_forward(embeddings, mask, dropout), None
+        return self.loop_forward(embeddings, mask, initial_state, dropout)
 
-    def _run_stack(self, layers: nn.ModuleList, x: torch.Tensor, mask: torch.Tensor, states: list | None, use_torch: bool):
-        outputs, finals = [], []
-        for index, layer in enumerate(layers):
-            layer_input = self.dropout(x)
-            y, final = layer(layer_input, mask, None if states is None else states[index], use_torch_lstm=use_torch)
-            if index > 0 and self.config.use_skip_connections:
-                y = y + layer_input * mask.unsqueeze(-1)
-            outputs.append(y)
-            finals.append(final)
-            x = y
-        return outputs, finals
+    def _stacks(self, embeddings: torch.Tensor, lengths: torch.Tensor):
+        """(layers, input) per direction: the backward stack reads each row reversed."""
+        return (self.forward_layers, embeddings), (self.backward_layers, _reverse_each_row(embeddings, lengths))
 
-    def forward(self, embeddings: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
-        """embeddings (B, T, P), mask (B, T) bool valid prefix -> one (B, T, 2P) tensor per layer."""
-        lengths = mask.sum(dim=1)
-        stateful = self.config.stateful
-        use_torch = self.config.uses_torch_lstm and not stateful
-        forward_states = backward_states = None
-        if stateful:
-            forward_states, backward_states = self._initial_states(embeddings)
-        forward_out, forward_final = self._run_stack(self.forward_layers, embeddings, mask, forward_states, use_torch)
-        reversed_embeddings = _reverse_each_row(embeddings, lengths)
-        backward_out, backward_final = self._run_stack(
-            self.backward_layers, reversed_embeddings, mask, backward_states, use_torch
-        )
-        if stateful:
-            self._store_states(forward_final, backward_final, lengths > 0)
+    def _merge(self, forward_out: list[torch.Tensor], backward_out: list[torch.Tensor], lengths: torch.Tensor):
         return [torch.cat([f, _reverse_each_row(b, lengths)], dim=-1) for f, b in zip(forward_out, backward_out)]
 
-    def _initial_states(self, embeddings: torch.Tensor):
-        batch = embeddings.shape[0]
-        P, H = self.config.hidden_size, self.config.cell_size
-        if self._states is None:
-            zeros = [[(embeddings.new_zeros(0, P), embeddings.new_zeros(0, H)) for _ in range(self.config.num_hidden_layers)] for _ in range(2)]
-            self._states = zeros
-        initial = []
-        for direction in self._states:
-            per_layer = []
-            for h, c in direction:
-                h = h.to(embeddings)
-                c = c.to(embeddings)
-                if h.shape[0] < batch:  # a larger batch than ever before: new rows start from zeros
-                    h = torch.cat([h, h.new_zeros(batch - h.shape[0], P)])
-                    c = torch.cat([c, c.new_zeros(batch - c.shape[0], H)])
-                per_layer.append((h[:batch], c[:batch]))
-            initial.append(per_layer)
-        return initial[0], initial[1]
+    def loop_forward(self, embeddings, mask, initial_state=None, dropout: float = 0.0):
+        """The reference: each layer of each direction runs `ElmoLstmLayer.forward` (explicit loop, clipping)."""
+        lengths = mask.sum(dim=1)
+        outputs, finals = [], []
+        for direction, (layers, x) in enumerate(self._stacks(embeddings, lengths)):
+            per_layer, final_h, final_c = [], [], []
+            for index, layer in enumerate(layers):
+                layer_input = F.dropout(x, dropout, training=dropout > 0)
+                state = None if initial_state is None else (initial_state[0][direction, index], initial_state[1][direction, index])
+                y, (h, c) = layer(layer_input, mask, state)
+                if index > 0 and self.config.use_skip_connections:
+                    y = y + layer_input * mask.unsqueeze(-1)
+                per_layer.append(y)
+                final_h.append(h)
+                final_c.append(c)
+                x = y
+            outputs.append(per_layer)
+            finals.append((torch.stack(final_h), torch.stack(final_c)))
+        final = (torch.stack([finals[0][0], finals[1][0]]), torch.stack([finals[0][1], finals[1][1]]))
+        return self._merge(outputs[0], outputs[1], lengths), final
 
-    def _store_states(self, forward_final, backward_final, used: torch.Tensor) -> None:
-        used = used.unsqueeze(1)
-        new_states = []
-        for direction, finals in zip(self._states, (forward_final, backward_final)):
+    def torch_forward(self, embeddings, mask, dropout: float = 0.0) -> list[torch.Tensor]:
+        """``torch.nn.LSTM(proj_size=P)`` per layer and direction (cuDNN on a GPU), run on this module's parameters
+        with `torch.func.functional_call`; no clipping, no carried state. Right padding needs no packing here: valid
+        positions never see padded ones, and padded outputs are zeroed."""
+        lengths = mask.sum(dim=1)
+        keep = mask.unsqueeze(-1).to(embeddings.dtype)
+        P, H = self.config.hidden_size, self.config.cell_size
+        cell = nn.LSTM(P, H, proj_size=P, batch_first=True, device="meta")  # a shape only: weights are passed in
+        outputs = []
+        for layers, x in self._stacks(embeddings, lengths):
             per_layer = []
-            for (old_h, old_c), (h, c) in zip(direction, finals):
-                batch = h.shape[0]
-                if old_h.shape[0] < batch:
-                    old_h = torch.cat([old_h, old_h.new_zeros(batch - old_h.shape[0], old_h.shape[1])])
-                    old_c = torch.cat([old_c, old_c.new_zeros(batch - old_c.shape[0], old_c.shape[1])])
-                head_h = torch.where(used, h.detach(), old_h[:batch].to(h))
-                head_c = torch.where(used, c.detach(), old_c[:batch].to(c))
-                # rows beyond this batch (a smaller batch than before) keep their old state
-                per_layer.append((torch.cat([head_h, old_h[batch:].to(h)]), torch.cat([head_c, old_c[batch:].to(c)])))
-            new_states.append(per_layer)
-        self._states = new_states
+            for index, layer in enumerate(layers):
+                layer_input = F.dropout(x, dropout, training=dropout > 0)
+                weights = {"weight_ih_l0": layer.weight_ih, "weight_hh_l0": layer.weight_hh, "bias_ih_l0": layer.bias,
+                           "bias_hh_l0": torch.zeros_like(layer.bias), "weight_hr_l0": layer.weight_hr}
+                y = functional_call(cell, weights, (layer_input,))[0] * keep
+                if index > 0 and self.config.use_skip_connections:
+                    y = y + layer_input * keep
+                per_layer.append(y)
+                x = y
+            outputs.append(per_layer)
+        return self._merge(outputs[0], outputs[1], lengths)
 
 
 class ElmoScalarMix(nn.Module):
@@ -493,38 +440,16 @@ class ElmoPreTrainedModel(PreTrainedModel):
         elif isinstance(module, ElmoScalarMix):
             if module.scalar_parameters.requires_grad:
                 init.zeros_(module.scalar_parameters)
-                init.ones_(module.gamma)
             else:
                 fixed = torch.tensor([config.scalar_mix_parameters] * module.scalar_parameters.shape[0], dtype=torch.float)
                 init.copy_(module.scalar_parameters, fixed)
-                init.ones_(module.gamma)
+            init.ones_(module.gamma)
         elif isinstance(module, ElmoForBidirectionalLM):
             init.normal_(module.softmax.weight, 0.0, 1.0 / math.sqrt(config.hidden_size))
             init.zeros_(module.softmax.bias)
         elif isinstance(module, (ElmoForSequenceClassification, ElmoForTokenClassification)):
             init.xavier_uniform_(module.classifier.weight)
             init.zeros_(module.classifier.bias)
-
-    @classmethod
-    def from_pretrained(cls, *args, **kwargs):
-        """`PreTrainedModel.from_pretrained` restricted to safetensors weights.
-
-        A ``pytorch_model.bin`` is a pickle, and loading a pickle can run code its author put in it: ELMo models
-        load ``model.safetensors`` only (``use_safetensors=False`` must be asked for explicitly).
-        """
-        kwargs.setdefault("use_safetensors", True)
-        location = str(args[0] if args else kwargs.get("pretrained_model_name_or_path", ""))
-        if kwargs["use_safetensors"] and os.path.isdir(location):
-            names = set(os.listdir(location))
-            pickles = sorted(n for n in names if n.startswith("pytorch_model") and n.endswith(".bin"))
-            if pickles and not any(n.startswith("model") and n.endswith(".safetensors") for n in names):
-                raise ValueError(
-                    f"{location} holds only pickled weights {pickles}. Loading a pickle can run arbitrary code, so "
-                    "ELMo models load safetensors only. If you trust the file, convert it once in a trusted "
-                    "environment (from_pretrained(..., use_safetensors=False), then save_pretrained) and use the "
-                    "model.safetensors it writes."
-                )
-        return super().from_pretrained(*args, **kwargs)
 
     def get_input_embeddings(self) -> nn.Module:
         return self.base_model.char_encoder.char_embeddings
@@ -545,11 +470,13 @@ class ElmoModelOutput(ModelOutput):
         hidden_states: with ``output_hidden_states``, all L + 1 layers (layer 0 = the token embedding twice),
             each (batch, tokens, 2 * hidden_size).
         attention_mask: (batch, tokens), 1 where a token is.
+        lstm_state: with ``return_lstm_state`` (or when an ``lstm_state`` was passed), the states to continue from.
     """
 
     last_hidden_state: torch.FloatTensor | None = None
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
     attention_mask: torch.LongTensor | None = None
+    lstm_state: ElmoLstmState | None = None
 
 
 @dataclass
@@ -604,143 +531,141 @@ class ElmoModel(ElmoPreTrainedModel):
         self.encoder = ElmoBiLstm(config)
         self.post_init()
 
-    def reset_states(self) -> None:
-        """Forget the LSTM states carried between calls when ``config.stateful`` is on."""
-        self.encoder.reset_states()
-
-    def cache_word_vectors(self, words: list[str]) -> int:
-        """Cache the context-free vectors of frequent ``words`` (plus ``<S>``/``</S>``) for faster inference.
-
-        The character CNN, highway and projection then run only for words not in the cache, whenever gradients
-        are off (``torch.no_grad()``/``torch.inference_mode()``). Results are identical. Re-run after changing the
-        weights; `ElmoCharacterEncoder.clear_word_cache` drops it.
-        """
-        ids = torch.as_tensor(encode_words(list(words) + ["<S>", "</S>"], self.config.max_characters_per_token))
-        return self.char_encoder.cache_words(ids.to(self.char_encoder.projection.weight.device))
-
-    # -- input checks --------------------------------------------------------------------------------------------
-    def _check_inputs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
-        """Validate the inputs and return the token mask (B, T) bool.
-
-        Shapes and dtypes are always checked. The value checks (id range, mask against ids) read tensor values,
-        which waits for the GPU: they run in eval mode only, not in training steps, whose data the pretraining
-        pipeline builds itself.
-        """
+    def _validated(self, input_ids, attention_mask) -> tuple[torch.Tensor, torch.Tensor]:
+        """The character ids (B, T, C) and the token mask (B, T) bool, after checking shapes, dtypes and values."""
         width = self.config.max_characters_per_token
-        check_values = not self.training
+        if input_ids is None:
+            raise ValueError(f"ElmoModel needs input_ids (character ids of shape (batch, tokens, {width})).")
         if not isinstance(input_ids, torch.Tensor):
-            raise ValueError(f"input_ids must be a torch.Tensor, got {type(input_ids).__name__}.")
+            input_ids = torch.as_tensor(input_ids)
         if input_ids.dim() != 3 or input_ids.shape[-1] != width:
             raise ValueError(
                 f"input_ids must have shape (batch, tokens, {width}) (character ids from ElmoTokenizer), "
                 f"got {tuple(input_ids.shape)}."
             )
-        if input_ids.dtype.is_floating_point or input_ids.dtype == torch.bool or input_ids.is_complex():
-            raise ValueError(f"input_ids must hold integer character ids, got dtype {input_ids.dtype}.")
+        if input_ids.dtype not in (torch.int16, torch.int32, torch.int64):
+            raise ValueError(
+                f"input_ids must hold integer character ids in [0, {MAX_CHARACTER_ID}] (int16, int32 or int64), "
+                f"got dtype {input_ids.dtype}."
+            )
         if input_ids.shape[0] == 0:
             raise ValueError("empty batch: input_ids has batch size 0.")
-        if check_values and input_ids.numel() and (int(input_ids.min()) < 0 or int(input_ids.max()) > MAX_CHARACTER_ID):
-            bad = input_ids[(input_ids < 0) | (input_ids > MAX_CHARACTER_ID)][0].item()
-            raise ValueError(f"character id {bad} is out of range: ids must be in [0, {MAX_CHARACTER_ID}].")
+        _check_values((input_ids < 0) | (input_ids > MAX_CHARACTER_ID),
+                      f"input_ids hold a character id outside [0, {MAX_CHARACTER_ID}].")
         present = (input_ids > 0).any(dim=-1)  # (B, T)
         if attention_mask is None:
-            return present
+            return input_ids, present
+        if not isinstance(attention_mask, torch.Tensor):
+            attention_mask = torch.as_tensor(attention_mask, device=input_ids.device)
         if tuple(attention_mask.shape) != tuple(present.shape):
             raise ValueError(
                 f"attention_mask has shape {tuple(attention_mask.shape)} but input_ids has {tuple(present.shape)} tokens."
             )
         mask = attention_mask.bool()
-        holes = mask & ~present
-        if check_values and holes.any():
-            b, t = holes.nonzero()[0].tolist()
-            raise ValueError(f"attention_mask marks token {t} of sentence {b} as present, but its character ids are all 0.")
-        return mask
-
-    # -- the biLM ------------------------------------------------------------------------------------------------
-    def run_bilm(self, input_ids: torch.Tensor, mask: torch.Tensor, add_sentence_boundaries: bool = True):
-        """Run the biLM on left-aligned tokens.
-
-        input_ids (B, T, C) with ``mask`` (B, T) a valid prefix per row. Returns ``(embeddings (B, T', P), layers
-        [L tensors (B, T', 2P)], mask' (B, T'))`` where T' = T + 2 when boundaries are added (``<S>`` at 0, ``</S>``
-        after each row's last token) and T otherwise.
-        """
-        lengths = mask.sum(dim=1)
-        if add_sentence_boundaries:
-            batch, steps, width = input_ids.shape
-            ids = input_ids.new_zeros(batch, steps + 2, width)
-            ids[:, 1:-1] = input_ids * mask.unsqueeze(-1).to(input_ids.dtype)
-            # Every row gets <S> and </S>, an empty one too (as AllenNLP does: it matters for the carried state).
-            # (Built here, not kept in buffers: transformers 5 creates models on the meta device and would leave
-            # non-persistent buffers uninitialised.)
-            ids[:, 0] = torch.as_tensor(sentence_marker_char_ids(BEGINNING_OF_SENTENCE_CHARACTER, width),
-                                        dtype=ids.dtype, device=ids.device)
-            ids[torch.arange(batch, device=ids.device), lengths + 1] = torch.as_tensor(
-                sentence_marker_char_ids(END_OF_SENTENCE_CHARACTER, width), dtype=ids.dtype, device=ids.device
-            )
-            lengths = lengths + 2
-            input_ids = ids
-            mask = torch.arange(steps + 2, device=ids.device).unsqueeze(0) < lengths.unsqueeze(1)
-        batch, steps, width = input_ids.shape
-        encoded = self.char_encoder(input_ids[mask])  # only present tokens are encoded: padding stays zero
-        embeddings = encoded.new_zeros(batch, steps, self.config.hidden_size)  # encoder's dtype (autocast: bf16)
-        embeddings[mask] = encoded
-        layers = self.encoder(embeddings, mask)
-        return embeddings, layers, mask
+        _check_values(mask & ~present, "attention_mask marks a token as present whose character ids are all 0.")
+        return input_ids, mask
 
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
+        lstm_state: ElmoLstmState | None = None,
+        return_lstm_state: bool = False,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
         add_sentence_boundaries: bool = True,
+        keep_sentence_boundaries: bool = False,
+        lstm_dropout: float = 0.0,
         **kwargs,
     ) -> ElmoModelOutput | tuple:
         r"""
         Args:
             input_ids: character ids (batch, tokens, 50) from `ElmoTokenizer` (0 rows = no token).
             attention_mask: (batch, tokens) 1 for tokens, 0 for padding; derived from ``input_ids`` when omitted.
+            lstm_state: states to start the LSTMs from (the ``lstm_state`` of a previous call), for stateful use.
+            return_lstm_state: also return the states to continue from (always done when ``lstm_state`` is given).
             output_hidden_states: also return all L + 1 layers.
             add_sentence_boundaries: add ``<S>``/``</S>`` around each sentence (and strip them from the outputs).
                 `False` when the input already holds them where wanted (fixed-window language-model training).
+            keep_sentence_boundaries: return the added boundary positions too (the outputs then have tokens + 2
+                positions, ``<S>`` first and ``</S>`` after each sentence's last token); needs right padding.
+                `ElmoForBidirectionalLM` reads its predictions there.
+            lstm_dropout: dropout on the input of every LSTM layer, in training mode only (the original's
+                pretraining regularisation; `ElmoForBidirectionalLM` sets it, feature extraction never does).
         """
-        if input_ids is None:
-            raise ValueError("ElmoModel needs input_ids (character ids of shape (batch, tokens, 50)).")
         for key in kwargs:
             if key not in ("token_type_ids", "position_ids"):
                 raise TypeError(f"ElmoModel.forward() got an unexpected keyword argument {key!r}.")
         output_hidden_states = output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         return_dict = return_dict if return_dict is not None else self.config.return_dict
-        mask = self._check_inputs(input_ids, attention_mask)
+        input_ids, mask = self._validated(input_ids, attention_mask)
         batch, steps = mask.shape
-
-        # Left padding or holes: move each row's tokens to the front, keeping their order, and move back at the end.
         lengths = mask.sum(dim=1)
         positions = torch.arange(steps, device=mask.device).unsqueeze(0)
-        aligned = bool((mask == (positions < lengths.unsqueeze(1))).all())
-        order = None
-        if not aligned:
+        left_aligned = positions < lengths.unsqueeze(1)  # (B, T): where each row's tokens go when moved to the front
+        if keep_sentence_boundaries:
+            _check_values(mask != left_aligned, "keep_sentence_boundaries needs right-padded input (tokens first).")
+            order = None
+        else:
+            # Left padding or holes: move each row's tokens to the front (keeping their order), and back at the end.
             order = torch.argsort((~mask).to(torch.int8), dim=1, stable=True)  # (B, T) valid positions first
             input_ids = input_ids.gather(1, order.unsqueeze(-1).expand_as(input_ids))
-            mask = positions < lengths.unsqueeze(1)
+        mask = left_aligned
 
-        embeddings, layers, full_mask = self.run_bilm(input_ids, mask, add_sentence_boundaries)
-        all_layers = [torch.cat([embeddings, embeddings], dim=-1)] + layers
         if add_sentence_boundaries:
+            input_ids, mask = self._add_sentence_boundaries(input_ids, mask, lengths)
+        embeddings = self._embed_tokens(input_ids, mask)  # (B, T', P)
+        initial = None if lstm_state is None else lstm_state.initial(batch, embeddings)
+        want_state = return_lstm_state or lstm_state is not None
+        layers, final = self.encoder(embeddings, mask, initial, dropout=lstm_dropout if self.training else 0.0,
+                                     need_final_state=want_state)
+        all_layers = [torch.cat([embeddings, embeddings], dim=-1)] + layers
+        out_mask = mask
+        if add_sentence_boundaries and not keep_sentence_boundaries:
             all_layers = [layer[:, 1:-1] for layer in all_layers]  # drop <S>; </S> sits at len + 1 and is masked
-        keep = mask.unsqueeze(-1).to(all_layers[0].dtype)
+            out_mask = left_aligned
+        keep = out_mask.unsqueeze(-1).to(all_layers[0].dtype)
         all_layers = [layer * keep for layer in all_layers]
-        if order is not None:
+        if order is not None:  # back to the caller's positions
             inverse = torch.argsort(order, dim=1)
             all_layers = [layer.gather(1, inverse.unsqueeze(-1).expand_as(layer)) for layer in all_layers]
-            mask = mask.gather(1, inverse)
+            out_mask = out_mask.gather(1, inverse)
         if not self.training and not torch.isfinite(all_layers[-1]).all():
             raise FloatingPointError("ElmoModel produced NaN or infinite values: the weights are probably corrupt.")
+        new_state = None
+        if want_state:
+            start = lstm_state or ElmoLstmState(final[0].new_zeros(final[0].shape[:2] + (0, final[0].shape[3])),
+                                                final[1].new_zeros(final[1].shape[:2] + (0, final[1].shape[3])))
+            new_state = start.advanced(final[0], final[1], used=mask.any(dim=1))
         hidden_states = tuple(all_layers) if output_hidden_states else None
-        out_mask = mask.long()
         if not return_dict:
-            return tuple(v for v in (all_layers[-1], hidden_states, out_mask) if v is not None)
-        return ElmoModelOutput(last_hidden_state=all_layers[-1], hidden_states=hidden_states, attention_mask=out_mask)
+            return tuple(v for v in (all_layers[-1], hidden_states, out_mask.long(), new_state) if v is not None)
+        return ElmoModelOutput(last_hidden_state=all_layers[-1], hidden_states=hidden_states,
+                               attention_mask=out_mask.long(), lstm_state=new_state)
+
+    def _add_sentence_boundaries(self, input_ids: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor):
+        """Left-aligned ids (B, T, C) -> (B, T + 2, C) with ``<S>`` at 0 and ``</S>`` after each row's last token.
+
+        Every row gets both, an empty one too (as AllenNLP does: it matters for the carried state). The boundary
+        rows are built here, not kept in buffers: transformers creates models on the meta device and would leave
+        non-persistent buffers uninitialised.
+        """
+        batch, steps, width = input_ids.shape
+        ids = input_ids.new_zeros(batch, steps + 2, width)
+        ids[:, 1:-1] = input_ids * mask.unsqueeze(-1).to(input_ids.dtype)
+        bos = torch.as_tensor(sentence_marker_char_ids(BEGINNING_OF_SENTENCE_CHARACTER, width), dtype=ids.dtype, device=ids.device)
+        eos = torch.as_tensor(sentence_marker_char_ids(END_OF_SENTENCE_CHARACTER, width), dtype=ids.dtype, device=ids.device)
+        ids[:, 0] = bos
+        ids.scatter_(1, (lengths + 1).view(batch, 1, 1).expand(batch, 1, width), eos.expand(batch, 1, width))
+        return ids, torch.arange(steps + 2, device=ids.device).unsqueeze(0) < (lengths + 2).unsqueeze(1)
+
+    def _embed_tokens(self, input_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Context-insensitive vectors (B, T, P) of the present tokens; padding stays zero."""
+        batch, steps, _ = input_ids.shape
+        encoded = self.char_encoder(input_ids[mask])
+        embeddings = encoded.new_zeros(batch, steps, self.config.hidden_size)  # encoder's dtype (autocast: bf16)
+        embeddings[mask] = encoded
+        return embeddings
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -754,13 +679,8 @@ def _log_uniform_sample(vocab_size: int, num_samples: int, device: torch.device,
     """
     u = torch.rand(num_samples, device=device, generator=generator)
     ids = (torch.exp(u * math.log(vocab_size + 1)) - 1).floor().long().clamp_(0, vocab_size - 1)
-    return ids, _log_expected_count(ids, vocab_size, num_samples)
-
-
-def _log_expected_count(ids: torch.Tensor, vocab_size: int, num_samples: int) -> torch.Tensor:
-    ids = ids.double()
-    probability = (torch.log(ids + 2) - torch.log(ids + 1)) / math.log(vocab_size + 1)
-    return torch.log(num_samples * probability).float()
+    probability = (torch.log(ids.double() + 2) - torch.log(ids.double() + 1)) / math.log(vocab_size + 1)
+    return ids, torch.log(num_samples * probability).float()
 
 
 class ElmoForBidirectionalLM(ElmoPreTrainedModel):
@@ -772,7 +692,10 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
     per batch shared by both directions, accidental hits removed, and the sampled logits corrected by the log of
     their expected counts (log-Q), so that ``log(exp(true) + sum_s exp(logit_s) / Q_s)`` estimates the full
     normaliser and the loss estimates the full-softmax loss. Otherwise, and always in eval mode, the exact full
-    softmax is computed, in chunks over the vocabulary so memory stays bounded.
+    softmax is computed, over ``config.lm_softmax_chunk_size`` words at a time so memory stays bounded.
+
+    In training mode the biLM applies ``hidden_dropout_prob`` to every LSTM layer's input, and the top layer gets the
+    same dropout before the softmax, as in the original training.
     """
 
     def __init__(self, config: ElmoConfig):
@@ -785,40 +708,36 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
         self.elmo = ElmoModel(config)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.softmax = nn.Linear(config.hidden_size, config.vocab_size)
-        self.softmax_chunk_size = 32768
         self.post_init()
 
     def _targets(self, labels: torch.Tensor, mask: torch.Tensor, add_sentence_boundaries: bool) -> torch.Tensor:
         """Word ids aligned with the biLM positions (B, T'), -100 where nothing is to be predicted."""
-        labels = labels.masked_fill(~mask, -100)
+        labels = labels.masked_fill(~mask, IGNORE_INDEX)
         if not add_sentence_boundaries:
             return labels
         lengths = mask.sum(dim=1)
         batch, steps = labels.shape
-        targets = labels.new_full((batch, steps + 2), -100)
-        targets[:, 1:-1] = labels
         nonempty = lengths > 0
-        targets[nonempty, 0] = self.config.bos_token_id
-        rows = nonempty.nonzero().squeeze(1)
-        targets[rows, lengths[rows] + 1] = self.config.eos_token_id
-        return targets
+        targets = labels.new_full((batch, steps + 2), IGNORE_INDEX)
+        targets[:, 1:-1] = labels
+        targets[:, 0] = torch.where(nonempty, self.config.bos_token_id, IGNORE_INDEX)
+        eos = torch.where(nonempty, self.config.eos_token_id, IGNORE_INDEX).unsqueeze(1)
+        return targets.scatter(1, (lengths + 1).unsqueeze(1), eos)
 
     def full_softmax_nll(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Exact -log p(target | hidden) for hidden (N, P), targets (N,), chunked over the vocabulary."""
-        weight, bias = self.softmax.weight, self.softmax.bias
+        weight, bias, chunk = self.softmax.weight, self.softmax.bias, self.config.lm_softmax_chunk_size
         log_normaliser = None
-        for start in range(0, weight.shape[0], self.softmax_chunk_size):
-            logits = F.linear(hidden, weight[start : start + self.softmax_chunk_size], bias[start : start + self.softmax_chunk_size])
-            chunk = torch.logsumexp(logits.float(), dim=-1)
-            log_normaliser = chunk if log_normaliser is None else torch.logaddexp(log_normaliser, chunk)
+        for start in range(0, weight.shape[0], chunk):
+            logits = F.linear(hidden, weight[start : start + chunk], bias[start : start + chunk])
+            part = torch.logsumexp(logits.float(), dim=-1)
+            log_normaliser = part if log_normaliser is None else torch.logaddexp(log_normaliser, part)
         target_logit = (hidden * weight[targets]).sum(-1) + bias[targets]
         return log_normaliser - target_logit.float()
 
     def sampled_softmax_nll(self, hiddens: list[torch.Tensor], targets: list[torch.Tensor]) -> list[torch.Tensor]:
         """Sampled-softmax losses for several (hidden (N, P), targets (N,)) pairs sharing one negative sample."""
-        vocab = self.config.vocab_size
-        num_samples = self.config.num_negative_samples
-        sampled, sampled_log_q = _log_uniform_sample(vocab, num_samples, hiddens[0].device)
+        sampled, sampled_log_q = _log_uniform_sample(self.config.vocab_size, self.config.num_negative_samples, hiddens[0].device)
         sampled_w, sampled_b = self.softmax.weight[sampled], self.softmax.bias[sampled]  # (S, P), (S,)
         losses = []
         for hidden, target in zip(hiddens, targets):
@@ -843,7 +762,7 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
     ) -> ElmoBidirectionalLMOutput | tuple:
         r"""
         Args:
-            input_ids / attention_mask: as for `ElmoModel` (right padding).
+            input_ids / attention_mask: as for `ElmoModel`, right-padded.
             labels: word ids (batch, tokens) of the input words, -100 where nothing is to be predicted (padding).
                 With boundaries added, ``<S>`` and ``</S>`` are added to the targets: the forward LM predicts
                 w_1..w_n, ``</S>`` and the backward LM ``<S>``, w_1..w_n.
@@ -851,31 +770,36 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
                 forward LM predicts position t+1 and the backward LM position t-1 within the window.
         """
         return_dict = return_dict if return_dict is not None else self.config.return_dict
-        mask = self.elmo._check_inputs(input_ids, attention_mask)
-        lengths = mask.sum(dim=1)
-        if not self.training and not bool((mask == (torch.arange(mask.shape[1], device=mask.device) < lengths.unsqueeze(1))).all()):
-            raise ValueError("ElmoForBidirectionalLM needs right-padded input (tokens first, then padding).")
-        embeddings, layers, full_mask = self.elmo.run_bilm(input_ids, mask, add_sentence_boundaries)
-        top = layers[-1]  # (B, T', 2P)
+        outputs = self.elmo(input_ids, attention_mask=attention_mask, add_sentence_boundaries=add_sentence_boundaries,
+                            keep_sentence_boundaries=True, lstm_dropout=self.config.hidden_dropout_prob, return_dict=True,
+                            **kwargs)
+        top = outputs.last_hidden_state  # (B, T', 2P), boundary positions included
+        full_mask = outputs.attention_mask.bool()  # (B, T')
         output = ElmoBidirectionalLMOutput(last_hidden_state=top)
         if labels is not None:
-            if tuple(labels.shape) != tuple(mask.shape):
-                raise ValueError(f"labels must have shape {tuple(mask.shape)} (batch, tokens), got {tuple(labels.shape)}.")
-            targets = self._targets(labels.long(), mask, add_sentence_boundaries)
-            if not self.training and targets.numel() and int(targets.max()) >= self.config.vocab_size:
-                raise ValueError(f"label {int(targets.max())} is outside the vocabulary of {self.config.vocab_size} words.")
+            # (B, T): the word positions. With boundaries, position p (1..T) holds a word iff p <= length, i.e. iff
+            # position p + 1 (a word or </S>) is inside the row.
+            tokens = full_mask[:, 2:] if add_sentence_boundaries else full_mask
+            if not isinstance(labels, torch.Tensor):
+                labels = torch.as_tensor(labels, device=top.device)
+            if tuple(labels.shape) != tuple(tokens.shape):
+                raise ValueError(f"labels must have shape {tuple(tokens.shape)} (batch, tokens), got {tuple(labels.shape)}.")
+            if labels.dtype.is_floating_point or labels.dtype == torch.bool or labels.is_complex():
+                raise ValueError(f"labels must be integer word ids, got dtype {labels.dtype}.")
+            labels = labels.long()
+            _check_values(tokens & (labels != IGNORE_INDEX) & ((labels < 0) | (labels >= self.config.vocab_size)),
+                          f"labels hold a word id outside [0, {self.config.vocab_size}) (only -100 marks a position "
+                          "to ignore).")
+            targets = self._targets(labels, tokens, add_sentence_boundaries)
             P = self.config.hidden_size
             top = self.dropout(top)
-            forward_hidden, backward_hidden = top[:, :-1, :P], top[:, 1:, P:]
-            forward_targets, backward_targets = targets[:, 1:], targets[:, :-1]
             # a prediction needs a real word at both ends: the reading position and the predicted position
-            forward_source, backward_source = full_mask[:, :-1], full_mask[:, 1:]
             selected = []
             for hidden, target, source in (
-                (forward_hidden, forward_targets, forward_source),
-                (backward_hidden, backward_targets, backward_source),
+                (top[:, :-1, :P], targets[:, 1:], full_mask[:, :-1]),  # forward: position t predicts t + 1
+                (top[:, 1:, P:], targets[:, :-1], full_mask[:, 1:]),  # backward: position t predicts t - 1
             ):
-                keep = (target != -100) & source
+                keep = (target != IGNORE_INDEX) & source
                 selected.append((hidden[keep], target[keep]))
             if self.training and self.config.lm_softmax == "sampled":
                 nlls = self.sampled_softmax_nll([h for h, _ in selected], [t for _, t in selected])
@@ -893,8 +817,14 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
         return output
 
 
-class _ElmoHeadMixin:
-    """Shared by the task heads: frozen-or-not biLM, cached features, the scalar mix."""
+class ElmoTaskHeadMixin:
+    """What the task heads share: the scalar mix over the biLM's layers, the frozen-or-trained biLM, and the
+    biLM's layers either computed (``input_ids``) or given as cached features (``elmo_hidden_states``).
+
+    With ``config.freeze_elmo`` (the default) the biLM runs without gradient, so it is never updated (optimizers
+    skip parameters that get no gradient). The biLM never applies dropout inside a task head (as AllenNLP's
+    ``Elmo``); the head's own ``classifier_dropout`` acts on the mixed representation.
+    """
 
     def _build_mix(self, config: ElmoConfig) -> None:
         self.scalar_mix = ElmoScalarMix(
@@ -905,22 +835,9 @@ class _ElmoHeadMixin:
         )
         self.dropout = nn.Dropout(config.classifier_dropout)
 
-    def _apply_freeze(self) -> None:
-        for parameter in self.elmo.parameters():
-            parameter.requires_grad = not self.config.freeze_elmo
-        if self.config.freeze_elmo:
-            self.elmo.eval()
-
     def set_elmo_trainable(self, trainable: bool) -> None:
-        """Unfreeze (``True``) or freeze (``False``) the biLM; a frozen biLM stays in eval mode (no dropout)."""
+        """Fine-tune (``True``) or freeze (``False``) the biLM from the next forward pass on."""
         self.config.freeze_elmo = not trainable
-        self._apply_freeze()
-
-    def train(self, mode: bool = True):
-        super().train(mode)
-        if self.config.freeze_elmo:
-            self.elmo.eval()
-        return self
 
     def _layers(self, input_ids, attention_mask, elmo_hidden_states):
         """All L + 1 layers (B, L + 1, T, 2P) and the mask (B, T), from the biLM or from cached features."""
@@ -933,27 +850,35 @@ class _ElmoHeadMixin:
                 )
             if attention_mask is None:
                 raise ValueError("cached elmo_hidden_states need their attention_mask.")
+            attention_mask = torch.as_tensor(attention_mask, device=elmo_hidden_states.device)
             if tuple(attention_mask.shape) != (elmo_hidden_states.shape[0], elmo_hidden_states.shape[2]):
                 raise ValueError(
                     f"attention_mask has shape {tuple(attention_mask.shape)}, but the cached features have "
                     f"{elmo_hidden_states.shape[0]} sentences of {elmo_hidden_states.shape[2]} tokens."
                 )
-            dtype = self.scalar_mix.gamma.dtype
-            return elmo_hidden_states.to(dtype), attention_mask.bool()
+            return elmo_hidden_states.to(self.scalar_mix.gamma.dtype), attention_mask.bool()
         if input_ids is None:
             raise ValueError("pass input_ids (character ids) or cached elmo_hidden_states.")
-        with torch.set_grad_enabled(torch.is_grad_enabled() and not self.config.freeze_elmo):
+        with torch.no_grad() if self.config.freeze_elmo else nullcontext():
             out = self.elmo(input_ids, attention_mask=attention_mask, output_hidden_states=True, return_dict=True)
         return torch.stack(out.hidden_states, dim=1), out.attention_mask.bool()
 
+    @staticmethod
+    def _class_ids(labels, num_labels: int, what: str) -> torch.Tensor:
+        """Integer class labels in [0, num_labels) (or -100 for token labels to ignore), as int64."""
+        if labels.dtype.is_floating_point or labels.dtype == torch.bool or labels.is_complex():
+            raise ValueError(f"{what} must be integer class ids, got dtype {labels.dtype}.")
+        labels = labels.long()
+        _check_values(((labels < 0) | (labels >= num_labels)) & (labels != IGNORE_INDEX),
+                      f"{what} hold a class id outside [0, {num_labels}).")
+        return labels
 
-class ElmoForSequenceClassification(_ElmoHeadMixin, ElmoPreTrainedModel):
+
+class ElmoForSequenceClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
     """ELMo features -> scalar mix -> masked pooling -> dropout -> linear.
 
-    Follows transformers' ``problem_type`` conventions (regression, single-label, multi-label). With
-    ``config.freeze_elmo`` (the default) the biLM gets no gradient and stays in eval mode while the head trains.
-    It also trains from cached features: pass ``elmo_hidden_states`` (batch, L + 1, tokens, 2P) instead of
-    ``input_ids``.
+    Follows transformers' ``problem_type`` conventions (regression, single-label, multi-label). It also trains
+    from cached features: pass ``elmo_hidden_states`` (batch, L + 1, tokens, 2P) instead of ``input_ids``.
     """
 
     def __init__(self, config: ElmoConfig):
@@ -964,7 +889,6 @@ class ElmoForSequenceClassification(_ElmoHeadMixin, ElmoPreTrainedModel):
         width = config.output_size * (2 if config.classifier_pooling == "mean_max" else 1)
         self.classifier = nn.Linear(width, config.num_labels)
         self.post_init()
-        self._apply_freeze()
 
     def pool(self, mixed: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """(B, T, D), (B, T) -> (B, D) (or 2D for mean_max). Empty sentences pool to zeros."""
@@ -996,9 +920,7 @@ class ElmoForSequenceClassification(_ElmoHeadMixin, ElmoPreTrainedModel):
         layers, mask = self._layers(input_ids, attention_mask, elmo_hidden_states)
         mixed = self.scalar_mix(layers, mask)[0]
         logits = self.classifier(self.dropout(self.pool(mixed, mask)))
-        loss = None
-        if labels is not None:
-            loss = self._loss(logits, labels)
+        loss = None if labels is None else self._loss(logits, torch.as_tensor(labels, device=logits.device))
         hidden_states = tuple(layers.unbind(1)) if output_hidden_states else None
         if not return_dict:
             return tuple(v for v in (loss, logits, hidden_states) if v is not None)
@@ -1008,20 +930,19 @@ class ElmoForSequenceClassification(_ElmoHeadMixin, ElmoPreTrainedModel):
         if self.config.problem_type is None:
             if self.num_labels == 1:
                 self.config.problem_type = "regression"
-            elif labels.dtype in (torch.long, torch.int) and labels.dim() == 1:
+            elif not labels.dtype.is_floating_point and labels.dim() == 1:
                 self.config.problem_type = "single_label_classification"
             else:
                 self.config.problem_type = "multi_label_classification"
         if self.config.problem_type == "regression":
             return F.mse_loss(logits.squeeze(-1), labels.to(logits.dtype).view(-1)) if self.num_labels == 1 else F.mse_loss(logits, labels.to(logits.dtype))
         if self.config.problem_type == "single_label_classification":
-            if labels.numel() and (int(labels.max()) >= self.num_labels or int(labels.min()) < 0):
-                raise ValueError(f"label {int(labels.max()) if int(labels.max()) >= self.num_labels else int(labels.min())} is outside [0, {self.num_labels}).")
-            return F.cross_entropy(logits.view(-1, self.num_labels), labels.view(-1))
+            labels = self._class_ids(labels.view(-1), self.num_labels, "labels")
+            return F.cross_entropy(logits.view(-1, self.num_labels), labels)
         return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
 
 
-class ElmoForTokenClassification(_ElmoHeadMixin, ElmoPreTrainedModel):
+class ElmoForTokenClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
     """ELMo features -> scalar mix -> dropout -> linear, per token (tagging). Labels -100 are ignored."""
 
     def __init__(self, config: ElmoConfig):
@@ -1031,7 +952,6 @@ class ElmoForTokenClassification(_ElmoHeadMixin, ElmoPreTrainedModel):
         self._build_mix(config)
         self.classifier = nn.Linear(config.output_size, config.num_labels)
         self.post_init()
-        self._apply_freeze()
 
     def forward(
         self,
@@ -1049,10 +969,11 @@ class ElmoForTokenClassification(_ElmoHeadMixin, ElmoPreTrainedModel):
         logits = self.classifier(self.dropout(mixed))  # (B, T, num_labels)
         loss = None
         if labels is not None:
+            labels = torch.as_tensor(labels, device=logits.device)
             if tuple(labels.shape) != tuple(mask.shape):
                 raise ValueError(f"labels must have shape {tuple(mask.shape)} (batch, tokens), got {tuple(labels.shape)}.")
-            labels = labels.masked_fill(~mask, -100)
-            loss = F.cross_entropy(logits.reshape(-1, self.num_labels), labels.reshape(-1).long(), ignore_index=-100)
+            labels = self._class_ids(labels, self.num_labels, "labels").masked_fill(~mask, IGNORE_INDEX)
+            loss = F.cross_entropy(logits.reshape(-1, self.num_labels), labels.reshape(-1), ignore_index=IGNORE_INDEX)
         hidden_states = tuple(layers.unbind(1)) if output_hidden_states else None
         if not return_dict:
             return tuple(v for v in (loss, logits, hidden_states) if v is not None)
@@ -1063,6 +984,7 @@ __all__ = [
     "ElmoHighway",
     "ElmoCharacterEncoder",
     "ElmoLstmLayer",
+    "ElmoLstmState",
     "ElmoBiLstm",
     "ElmoScalarMix",
     "ElmoPreTrainedModel",

@@ -208,6 +208,9 @@ class ElmoTokenizer(PreTrainedTokenizer):
         return dict(self.vocab)
 
     def _tokenize(self, text: str, **kwargs: Any) -> list[str]:
+        # A lone surrogate cannot be encoded as UTF-8 (nor handed to the Rust pre-tokenizer): it is dropped, as the
+        # original encoders do (errors="ignore"), here as in `encode_words`.
+        text = text.encode("utf-8", "ignore").decode("utf-8")
         words = [piece for piece, _ in self._splitter.pre_tokenize_str(text)]
         return [w.lower() for w in words] if self.do_lower_case else words
 
@@ -293,6 +296,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
     ) -> BatchEncoding:
         if text_pair is not None:
             raise ValueError("ElmoTokenizer encodes single sentences; text pairs are not supported.")
+        _check_length_option("max_length", max_length)
+        _check_length_option("pad_to_multiple_of", pad_to_multiple_of)
         for flag in ("return_overflowing_tokens", "return_offsets_mapping", "return_special_tokens_mask"):
             if kwargs.get(flag):
                 raise ValueError(f"ElmoTokenizer does not support {flag}=True.")
@@ -342,6 +347,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
         Accepts what `DataCollatorWithPadding` passes (a list of feature dicts) or a dict of lists, with lists,
         numpy arrays or tensors inside. Other keys (``labels``...) are passed through unchanged.
         """
+        _check_length_option("max_length", max_length)
+        _check_length_option("pad_to_multiple_of", pad_to_multiple_of)
         if isinstance(encoded_inputs, (list, tuple)) and encoded_inputs and isinstance(encoded_inputs[0], Mapping):
             encoded_inputs = {key: [example[key] for example in encoded_inputs] for key in encoded_inputs[0].keys()}
         if not isinstance(encoded_inputs, Mapping) or "input_ids" not in encoded_inputs:
@@ -439,6 +446,11 @@ class ElmoTokenizer(PreTrainedTokenizer):
 
     def batch_decode(self, sequences: Any, skip_special_tokens: bool = False, **kwargs: Any) -> list[str]:
         return [self.decode(s, skip_special_tokens=skip_special_tokens, **kwargs) for s in sequences]
+
+
+def _check_length_option(name: str, value: Any) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
+        raise ValueError(f"`{name}` must be a positive integer (a number of words) or None, got {value!r}.")
 
 
 def _to_numpy(value: Any) -> Any:

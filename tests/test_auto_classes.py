@@ -1,10 +1,12 @@
-"""Auto classes: the installed package and a saved folder's own code (trust_remote_code) give identical outputs."""
+"""Auto classes: the installed package, and a saved folder's own code (trust_remote_code) where the package is not
+installed, whichever way the folder was saved (save_pretrained, a Trainer's save_model), give the same outputs."""
 
 from __future__ import annotations
 
 import json
 
 import numpy as np
+import pytest
 import torch
 from transformers import (
     AutoConfig,
@@ -102,14 +104,77 @@ def test_feature_extraction_pipeline_with_objects_matches_a_direct_forward():
     np.testing.assert_allclose(out, direct, atol=1e-6)
 
 
-def test_pickled_weights_are_refused_with_an_explanation(tmp_path):
-    model = ElmoModel(tiny_config())
-    model.config.save_pretrained(tmp_path)
-    torch.save(model.state_dict(), tmp_path / "pytorch_model.bin")
-    import pytest
+CODE_FILES = ("configuration_elmo.py", "modeling_elmo.py", "lstm_kernels.py", "tokenization_elmo.py")
 
-    with pytest.raises(ValueError, match="pickled weights"):
-        AutoModel.from_pretrained(tmp_path)
-    save_model_folder(model, None, tmp_path)  # with model.safetensors beside it, the safetensors file is used
-    loaded = AutoModel.from_pretrained(tmp_path)
-    assert all(torch.equal(v, loaded.state_dict()[k]) for k, v in model.state_dict().items())
+LOAD_EVERY_AUTO_CLASS = """
+    import json, sys, torch
+    from transformers import (AutoConfig, AutoModel, AutoModelForPreTraining, AutoModelForSequenceClassification,
+                              AutoModelForTokenClassification, AutoTokenizer)
+    folder, sentences, saved_class = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+    tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+    enc = tok(sentences, padding=True, return_tensors="pt")
+    loaded = {"AutoConfig": type(AutoConfig.from_pretrained(folder, trust_remote_code=True)).__name__,
+              "AutoTokenizer": type(tok).__name__}
+    outputs = {}
+    for auto in (AutoModel, AutoModelForPreTraining, AutoModelForSequenceClassification, AutoModelForTokenClassification):
+        model = auto.from_pretrained(folder, trust_remote_code=True).eval()
+        assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
+        loaded[auto.__name__] = type(model).__name__
+        if type(model).__name__ == saved_class:
+            with torch.no_grad():
+                out = model(**enc)
+            outputs = {"features": (out.last_hidden_state if saved_class in ("ElmoModel", "ElmoForBidirectionalLM")
+                                    else out.logits).tolist()}
+    print(json.dumps({"loaded": loaded, **outputs}))
+"""
+
+EVERY_AUTO_CLASS = {"AutoConfig": "ElmoConfig", "AutoTokenizer": "ElmoTokenizer", "AutoModel": "ElmoModel",
+                    "AutoModelForPreTraining": "ElmoForBidirectionalLM",
+                    "AutoModelForSequenceClassification": "ElmoForSequenceClassification",
+                    "AutoModelForTokenClassification": "ElmoForTokenClassification"}
+
+
+def _outputs_in_this_process(model, saved_class):
+    enc = ElmoTokenizer()(SENTENCES, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        out = model.eval()(**enc)
+    return out.last_hidden_state if saved_class in ("ElmoModel", "ElmoForBidirectionalLM") else out.logits
+
+
+@pytest.mark.parametrize("cls", [ElmoModel, ElmoForBidirectionalLM, ElmoForSequenceClassification,
+                                 ElmoForTokenClassification])
+def test_plain_save_pretrained_writes_a_folder_every_auto_class_loads_without_the_package(cls, tmp_path):
+    torch.manual_seed(0)
+    model = cls(tiny_config())
+    model.save_pretrained(tmp_path / "saved")  # transformers' own saving, not a helper of this package
+    ElmoTokenizer().save_pretrained(tmp_path / "saved")
+    assert json.loads((tmp_path / "saved" / "config.json").read_text())["auto_map"] == AUTO_MAP
+    assert all((tmp_path / "saved" / name).is_file() for name in CODE_FILES)
+    got = run_without_package(LOAD_EVERY_AUTO_CLASS, tmp_path / "saved", json.dumps(SENTENCES), cls.__name__,
+                              workdir=tmp_path / "fresh")
+    assert got["loaded"] == EVERY_AUTO_CLASS
+    assert_same_numbers(got["features"], _outputs_in_this_process(model, cls.__name__), what=cls.__name__)
+
+
+def test_classifier_fine_tuned_and_saved_by_trainer_loads_without_the_package_with_the_same_outputs(tmp_path):
+    from datasets import Dataset
+    from transformers import DataCollatorWithPadding, Trainer, TrainingArguments
+
+    torch.manual_seed(0)
+    tokenizer = ElmoTokenizer()
+    model = ElmoForSequenceClassification(tiny_config(freeze_elmo=False))  # fine-tune everything
+    data = Dataset.from_dict({"text": SENTENCES * 4, "label": [0, 1, 2] * 4})
+    data = data.map(lambda batch: tokenizer(batch["text"]), batched=True, remove_columns=["text"])
+    args = TrainingArguments(str(tmp_path / "run"), per_device_train_batch_size=4, max_steps=3, learning_rate=0.05,
+                             report_to="none", use_cpu=True, save_strategy="no", disable_tqdm=True, seed=0)
+    before = {k: v.clone() for k, v in model.elmo.state_dict().items()}
+    trainer = Trainer(model=model, args=args, train_dataset=data, data_collator=DataCollatorWithPadding(tokenizer),
+                      processing_class=tokenizer)
+    trainer.train()
+    assert any(not torch.equal(before[k], v) for k, v in model.elmo.state_dict().items())  # the biLM was trained
+    trainer.save_model(str(tmp_path / "fine-tuned"))
+    got = run_without_package(LOAD_EVERY_AUTO_CLASS, tmp_path / "fine-tuned", json.dumps(SENTENCES),
+                              "ElmoForSequenceClassification", workdir=tmp_path / "fresh")
+    assert got["loaded"] == EVERY_AUTO_CLASS
+    assert_same_numbers(got["features"], _outputs_in_this_process(model, "ElmoForSequenceClassification"),
+                        what="logits of the fine-tuned classifier")

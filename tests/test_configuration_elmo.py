@@ -47,12 +47,45 @@ def test_config_rejects_unknown_activation():
         ({"classifier_pooling": "cls"}, "classifier_pooling"),
         ({"vocab_size": 2}, "vocab_size"),
         ({"lm_softmax": "sampled", "vocab_size": 100, "num_negative_samples": 100}, "num_negative_samples"),
-        ({"stateful": "yes"}, "stateful"),
+        ({"stateful": True}, "lstm_state"),
+        ({"cell_clip": float("nan")}, "cell_clip.*nan"),
+        ({"proj_clip": float("inf")}, "proj_clip.*inf"),
+        ({"num_labels": -3}, "num_labels.*-3"),
+        ({"num_labels": 0}, "num_labels"),
+        ({"hiden_size": 16}, "unknown field.*'hiden_size' \\(did you mean 'hidden_size'\\?\\)"),
+        ({"lm_softmax_chunk_size": 0}, "lm_softmax_chunk_size"),
     ],
 )
 def test_config_rejects_bad_values_and_names_them(kwargs, message):
     with pytest.raises(ValueError, match=message):
         ElmoConfig(**kwargs)
+
+
+def test_configs_saved_by_transformers_and_earlier_versions_still_load(tmp_path):
+    config = ElmoConfig(hidden_size=16, num_labels=3, id2label={0: "a", 1: "b", 2: "c"}, label2id={"a": 0, "b": 1, "c": 2})
+    config.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    saved["stateful"] = False  # written by earlier versions of this package
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    loaded = ElmoConfig.from_pretrained(tmp_path)
+    assert (loaded.hidden_size, loaded.num_labels, loaded.id2label[2]) == (16, 3, "c")
+    assert not hasattr(loaded, "stateful")
+
+
+def test_from_pretrained_refuses_a_folder_without_config_and_another_model_type(tmp_path):
+    with pytest.raises(ValueError, match="holds no config.json"):
+        ElmoConfig.from_pretrained(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert", "hidden_size": 8}))
+    with pytest.raises(ValueError, match="holds a 'bert' model, not an ELMo model"):
+        ElmoConfig.from_pretrained(tmp_path)
+
+
+def test_every_config_carries_the_full_auto_map():
+    from modeling_elmo import AUTO_MAP
+
+    assert ElmoConfig().auto_map == AUTO_MAP
+    assert ElmoConfig(auto_map={"AutoConfig": "x--configuration_elmo.ElmoConfig"}).auto_map == {
+        "AutoConfig": "x--configuration_elmo.ElmoConfig"}  # a loaded mapping (e.g. into another repository) is kept
 
 
 def test_options_json_round_trip_keeps_every_value():

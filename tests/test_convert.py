@@ -52,10 +52,10 @@ def _expected(options, weights, sentences):
     return out
 
 
-def _run_model(model, tokenizer, sentences, **pad):
+def _run_model(model, tokenizer, sentences, pad=None, **model_kwargs):
     batch = tokenizer(sentences, is_split_into_words=True, return_tensors="pt", **(pad or {"padding": True}))
     with torch.no_grad():
-        output = model(batch["input_ids"], attention_mask=batch["attention_mask"], output_hidden_states=True)
+        output = model(batch["input_ids"], attention_mask=batch["attention_mask"], output_hidden_states=True, **model_kwargs)
     return torch.stack(output.hidden_states).double().numpy(), batch["attention_mask"].numpy(), output
 
 
@@ -180,13 +180,13 @@ def test_converted_model_matches_numpy_reference_on_every_layer(model, expected,
 def test_extra_padding_does_not_change_the_outputs(model, expected):
     tokenizer = ElmoTokenizer()
     longest = max(len(s) for s in SENTENCES)
-    got, _, _ = _run_model(model, tokenizer, SENTENCES, padding="max_length", max_length=longest + 5)
+    got, _, _ = _run_model(model, tokenizer, SENTENCES, pad=dict(padding="max_length", max_length=longest + 5))
     assert got.shape[2] == longest + 5
     _assert_matches(got, expected, SENTENCES, "padded to max_length + 5")
 
 
 def test_left_padding_gives_the_reference_outputs_at_the_token_positions(model, expected):
-    got, mask, _ = _run_model(model, ElmoTokenizer(), SENTENCES, padding=True, padding_side="left")
+    got, mask, _ = _run_model(model, ElmoTokenizer(), SENTENCES, pad=dict(padding=True, padding_side="left"))
     width = got.shape[2]
     for b, sentence in enumerate(SENTENCES):
         assert mask[b, : width - len(sentence)].sum() == 0, "padding must be on the left"
@@ -237,46 +237,40 @@ STATEFUL_BATCHES = [[0, 1, 2], [3, 4, 5], [1, 0, 2], [2, 2, 5]]
 
 
 @pytest.fixture
-def stateful(model, release):
-    """The converted model switched to stateful mode (restored afterwards) and the reference that replays it."""
+def replay(release):
+    """The reference that replays AllenNLP's stateful inference batch after batch."""
     options, _, weights_path = release
-    model.config.stateful = True
-    model.reset_states()
-    try:
-        yield model, ref.StatefulNumpyElmo(options, weights_path)
-    finally:
-        model.config.stateful = False
-        model.reset_states()
+    return ref.StatefulNumpyElmo(options, weights_path)
 
 
-def _stateful_batch_matches(model, replay, sentences, what):
-    """Run one batch through the stateful model and its replay; returns the model's layers."""
+def _stateful_batch_matches(model, replay, sentences, state, what):
+    """Run one batch through the model from ``state`` and through the replay; returns the layers and the new state."""
     ids = ref.batch_to_char_ids(sentences)
     reference, _ = ref.strip_boundaries(replay(ids), ids)
-    got, _, _ = _run_model(model, ElmoTokenizer(), sentences)
+    got, _, output = _run_model(model, ElmoTokenizer(), sentences, lstm_state=state, return_lstm_state=True)
     _assert_matches(got, [reference[:, b][:, : len(s)] for b, s in enumerate(sentences)], sentences, what)
-    return got
+    return got, output.lstm_state
 
 
-def test_stateful_model_matches_reference_replaying_the_batch_sequence(stateful, expected):
-    model, replay = stateful
+def test_carried_lstm_state_matches_the_reference_replaying_the_batch_sequence(model, replay, expected):
+    state = None
     for step, rows in enumerate(STATEFUL_BATCHES):
         sentences = [SENTENCES[i] for i in rows]
-        got = _stateful_batch_matches(model, replay, sentences, f"stateful batch {step}")
+        got, state = _stateful_batch_matches(model, replay, sentences, state, f"stateful batch {step}")
         stateless = _layer_diffs(got, [expected[i] for i in rows], sentences)
         if step == 0:
             assert stateless.max() <= ATOL, f"first stateful batch should equal stateless: {stateless.tolist()}"
         else:
             assert stateless[1:].min() > 1e-3, f"batch {step}: carried state changed nothing {stateless.tolist()}"
-    model.reset_states()
-    got, _, _ = _run_model(model, ElmoTokenizer(), [SENTENCES[i] for i in STATEFUL_BATCHES[1]])
-    _assert_matches(got, [expected[i] for i in STATEFUL_BATCHES[1]], [SENTENCES[i] for i in STATEFUL_BATCHES[1]], "after reset_states")
+    got, _, _ = _run_model(model, ElmoTokenizer(), [SENTENCES[i] for i in STATEFUL_BATCHES[1]])  # no state passed
+    _assert_matches(got, [expected[i] for i in STATEFUL_BATCHES[1]], [SENTENCES[i] for i in STATEFUL_BATCHES[1]],
+                    "without a state")
 
 
-def test_stateful_model_keeps_unused_rows_and_grows_like_allennlp(stateful):
-    model, replay = stateful
+def test_carried_lstm_state_keeps_unused_rows_and_grows_like_allennlp(model, replay):
+    state = None
     for step, rows in enumerate([[0, 1, 2], [4], [5, 3, 1, 0], [2, 4]]):  # shrink, grow, shrink
-        _stateful_batch_matches(model, replay, [SENTENCES[i] for i in rows], f"batch {step} rows {rows}")
+        _, state = _stateful_batch_matches(model, replay, [SENTENCES[i] for i in rows], state, f"batch {step} rows {rows}")
 
 
 VARIANTS = {

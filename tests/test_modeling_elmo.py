@@ -138,17 +138,34 @@ def test_padded_positions_and_empty_sentences_are_zero_not_nan(tester):
     assert (masked[0, 2] == 0).all()
 
 
-def test_stateless_by_default_and_stateful_carries_state_until_reset(tester):
+def test_stateless_by_default_and_a_passed_lstm_state_continues_where_the_last_call_stopped(tester):
     model = tester.model()
-    first, second = run(model, SENTENCES).last_hidden_state, run(model, SENTENCES).last_hidden_state
-    assert torch.equal(first, second)
-    stateful = tester.model(stateful=True)
-    a = run(stateful, SENTENCES).last_hidden_state
-    b = run(stateful, SENTENCES).last_hidden_state
-    torch.testing.assert_close(a, first)  # the first call starts from zeros
-    assert (a - b).abs().max() > 1e-4  # the second starts from the first call's final states
-    stateful.reset_states()
-    torch.testing.assert_close(run(stateful, SENTENCES).last_hidden_state, first)
+    first, second = run(model, SENTENCES), run(model, SENTENCES)
+    assert torch.equal(first.last_hidden_state, second.last_hidden_state) and first.lstm_state is None
+    a = run(model, SENTENCES, return_lstm_state=True)
+    torch.testing.assert_close(a.last_hidden_state, first.last_hidden_state)  # the first call starts from zeros
+    assert a.lstm_state.hidden.shape == (2, 2, len(SENTENCES), 8) and a.lstm_state.cell.shape == (2, 2, len(SENTENCES), 16)
+    b = run(model, SENTENCES, lstm_state=a.lstm_state)
+    assert (a.last_hidden_state - b.last_hidden_state).abs().max() > 1e-4  # the second starts from a's final states
+    # An independent check of what is carried: the forward LSTMs reading a stream in two calls equal one call.
+    words = [["w1", "w2", "w3", "w4", "w5", "w6"]]
+    whole = run(model, words, add_sentence_boundaries=False)
+    head = run(model, [words[0][:2]], add_sentence_boundaries=False, return_lstm_state=True)
+    tail = run(model, [words[0][2:]], add_sentence_boundaries=False, lstm_state=head.lstm_state)
+    for layer in (1, 2):
+        assert_same_numbers(tail.hidden_states[layer][0, :, :8], whole.hidden_states[layer][0, 2:, :8],
+                            what=f"forward half of layer {layer}")
+
+
+def test_lstm_state_grows_for_larger_batches_and_keeps_rows_beyond_a_smaller_one(tester):
+    model = tester.model()
+    two = run(model, SENTENCES[:2], return_lstm_state=True).lstm_state
+    four = run(model, SENTENCES, lstm_state=two).lstm_state
+    assert four.hidden.shape[2] == 4
+    one = run(model, SENTENCES[:1], lstm_state=four).lstm_state
+    assert one.hidden.shape[2] == 4
+    assert torch.equal(one.hidden[:, :, 1:], four.hidden[:, :, 1:]) and torch.equal(one.cell[:, :, 1:], four.cell[:, :, 1:])
+    assert not torch.equal(one.hidden[:, :, :1], four.hidden[:, :, :1])
 
 
 def test_torch_lstm_path_matches_the_loop_where_nothing_is_clipped():
@@ -223,25 +240,6 @@ def numpy_lstm_direction(sd: dict, prefix: str, x: np.ndarray, cell_clip, proj_c
         h = np.clip(w_hr @ (sig(o) * np.tanh(c)), -proj_clip, proj_clip)
         out.append(h)
     return np.array(out)
-
-
-def test_word_vector_cache_gives_identical_outputs_and_skips_cached_words(tester, monkeypatch):
-    model = tester.model()
-    plain = run(model, SENTENCES).hidden_states
-    cached_count = model.cache_word_vectors(["The", "bank", "river", "the"])
-    assert cached_count == 6  # four words plus <S> and </S>
-    encoded_rows = []
-    original = model.char_encoder.encode
-    monkeypatch.setattr(model.char_encoder, "encode", lambda ids: encoded_rows.append(ids.shape[0]) or original(ids))
-    with_cache = run(model, SENTENCES).hidden_states
-    for a, b in zip(plain, with_cache):
-        torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
-    distinct = {w for s in SENTENCES for w in s} | {"<S>", "</S>"}
-    assert sum(encoded_rows) == len(distinct) - 6  # only uncached words went through the CNN
-    model.char_encoder.clear_word_cache()
-    encoded_rows.clear()
-    run(model, SENTENCES)
-    assert sum(encoded_rows) == len(distinct)
 
 
 def test_character_encoder_matches_numpy(tester):
@@ -388,7 +386,7 @@ def test_chunked_full_softmax_equals_unchunked(tester):
     model = tester.model(ElmoForBidirectionalLM)
     h, t = torch.randn(7, 8), torch.randint(0, 40, (7,))
     whole = model.full_softmax_nll(h, t)
-    model.softmax_chunk_size = 3
+    model.config.lm_softmax_chunk_size = 3
     torch.testing.assert_close(model.full_softmax_nll(h, t), whole)
     expected = -torch.log_softmax(model.softmax(h), -1)[torch.arange(7), t]
     torch.testing.assert_close(whole, expected)
@@ -412,21 +410,25 @@ def test_lm_head_refuses_a_model_without_vocabulary():
 
 
 # ------------------------------------------------------------------ task heads
-def test_frozen_elmo_gets_no_gradient_and_stays_in_eval_mode():
+def test_frozen_elmo_gets_no_gradient_and_no_dropout_before_and_after_a_reload(tester, tmp_path):
     tester = ElmoModelTester(hidden_dropout_prob=0.5, classifier_dropout=0.1, num_labels=3)
     model = tester.model(ElmoForSequenceClassification)
-    model.train()
-    assert model.training and not model.elmo.training and model.classifier.training
-    before = {k: v.clone() for k, v in model.elmo.state_dict().items()}
-    out = model(**tester.encode(), labels=torch.tensor([0, 1, 2, 1]))
-    out.loss.backward()
-    assert all(p.grad is None for p in model.elmo.parameters())
-    assert model.classifier.weight.grad is not None and model.scalar_mix.scalar_parameters.grad is not None
-    torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1.0).step()
-    assert all(torch.equal(before[k], v) for k, v in model.elmo.state_dict().items())
+    model.save_pretrained(tmp_path)
+    for model in (model, ElmoForSequenceClassification.from_pretrained(tmp_path)):
+        model.train()
+        before = {k: v.clone() for k, v in model.elmo.state_dict().items()}
+        with torch.no_grad():
+            features = model.elmo.eval()(**tester.encode()).last_hidden_state
+        model.train()
+        out = model(**tester.encode(), labels=torch.tensor([0, 1, 2, 1]))
+        out.loss.backward()
+        assert all(p.grad is None for p in model.elmo.parameters())
+        assert model.classifier.weight.grad is not None and model.scalar_mix.scalar_parameters.grad is not None
+        torch.optim.AdamW(model.parameters(), lr=1.0, weight_decay=0.1).step()  # as Trainer builds it: all parameters
+        assert all(torch.equal(before[k], v) for k, v in model.elmo.state_dict().items())
+        layers, _ = model._layers(tester.encode()["input_ids"], tester.encode()["attention_mask"], None)
+        torch.testing.assert_close(layers[:, -1], features)  # in training mode too: no dropout inside the biLM
     model.set_elmo_trainable(True)
-    model.train()
-    assert model.elmo.training
     model(**tester.encode(), labels=torch.tensor([0, 1, 2, 1])).loss.backward()
     assert model.elmo.char_encoder.projection.weight.grad is not None
 
@@ -478,19 +480,31 @@ def test_token_classification_ignores_padding_labels():
     ("make", "message"),
     [
         (lambda e: {"input_ids": e["input_ids"][0]}, "shape"),
-        (lambda e: {"input_ids": e["input_ids"].float()}, "dtype"),
+        (lambda e: {"input_ids": e["input_ids"].float()}, "dtype torch.float32"),
+        (lambda e: {"input_ids": e["input_ids"].to(torch.uint8)}, "dtype torch.uint8"),
+        (lambda e: {"input_ids": e["input_ids"].to(torch.int8)}, "dtype torch.int8"),
         (lambda e: {"input_ids": e["input_ids"][..., :10]}, "shape"),
-        (lambda e: {"input_ids": e["input_ids"].clone().fill_(300)}, "out of range"),
-        (lambda e: {"input_ids": e["input_ids"] * -1}, "out of range"),
+        (lambda e: {"input_ids": e["input_ids"].clone().fill_(300)}, r"outside \[0, 261\]"),
+        (lambda e: {"input_ids": e["input_ids"] * -1}, r"outside \[0, 261\]"),
         (lambda e: {"input_ids": e["input_ids"], "attention_mask": e["attention_mask"][:, :2]}, "attention_mask"),
         (lambda e: {"input_ids": e["input_ids"], "attention_mask": torch.ones_like(e["attention_mask"])}, "all 0"),
         (lambda e: {"input_ids": e["input_ids"][:0]}, "empty batch"),
-        (lambda e: {"input_ids": e["input_ids"].tolist()}, "torch.Tensor"),
     ],
 )
-def test_bad_input_is_named(tester, make, message):
+@pytest.mark.parametrize("training", [False, True], ids=["eval", "train"])
+def test_bad_input_is_named_in_eval_and_in_training(tester, make, message, training):
+    model = tester.model().train(training)
     with pytest.raises(ValueError, match=message):
-        tester.model()(**make(tester.encode()))
+        model(**make(tester.encode()))
+
+
+def test_lists_and_arrays_are_accepted_as_inputs_and_mask(tester):
+    enc = tester.encode()
+    model = tester.model()
+    with torch.no_grad():
+        expected = model(**enc).last_hidden_state
+        got = model(input_ids=enc["input_ids"].tolist(), attention_mask=enc["attention_mask"].numpy()).last_hidden_state
+    assert torch.equal(got, expected)
 
 
 def test_non_finite_weights_are_reported_not_returned(tester):
@@ -501,10 +515,30 @@ def test_non_finite_weights_are_reported_not_returned(tester):
         run(model, SENTENCES)
 
 
-def test_lm_labels_outside_the_vocabulary_are_named(tester):
+@pytest.mark.parametrize("label", [99, 40, -7, -1])
+@pytest.mark.parametrize("training", [False, True], ids=["eval", "train"])
+def test_lm_labels_outside_the_vocabulary_are_named_and_negative_ones_do_not_wrap(tester, label, training):
+    model = tester.model(ElmoForBidirectionalLM).train(training)
+    with pytest.raises(ValueError, match=r"outside \[0, 40\)"):
+        model(**tester.encode([["a", "b"]]), labels=torch.tensor([[5, label]]))
+
+
+def test_lm_ignores_exactly_the_labels_minus_100(tester):
     model = tester.model(ElmoForBidirectionalLM)
-    with pytest.raises(ValueError, match="outside the vocabulary"):
-        model(**tester.encode([["a"]]), labels=torch.tensor([[99]]))
+    out = model(**tester.encode([["a", "b"]]), labels=torch.tensor([[5, -100]]))
+    assert out.num_forward_targets.item() == 2 and out.num_backward_targets.item() == 2  # a + </S>; <S> + a
+
+
+def test_float_labels_are_refused_where_classes_are_expected(tester):
+    tagger = ElmoModelTester(num_labels=5).model(ElmoForTokenClassification)
+    enc = tester.encode([["a", "b"]])
+    with pytest.raises(ValueError, match="integer class ids, got dtype torch.float32"):
+        tagger(**enc, labels=torch.tensor([[3.7, 1.0]]))
+    classifier = ElmoModelTester(num_labels=5, problem_type="single_label_classification").model(ElmoForSequenceClassification)
+    with pytest.raises(ValueError, match="integer class ids"):
+        classifier(**enc, labels=torch.tensor([3.7]))
+    with pytest.raises(ValueError, match=r"outside \[0, 5\)"):
+        classifier(**enc, labels=torch.tensor([5]))
 
 
 def test_bfloat16_autocast_trains_and_stays_close_to_float32(tester):

@@ -176,6 +176,20 @@ def test_lone_surrogates_are_dropped_like_the_original_and_control_characters_ar
     assert encode_words(["\x00\x07"])[0][1:3].tolist() == [1, 8]
 
 
+def test_lone_surrogates_in_raw_text_are_dropped_too():
+    tokenizer = ElmoTokenizer()
+    assert tokenizer.decode(tokenizer("ab\ud800cd")["input_ids"]) == "abcd"
+    assert tokenizer.decode(tokenizer(["x \udfff y"])["input_ids"][0]) == "x y"
+
+
+@pytest.mark.parametrize("kwargs", [dict(truncation=True, max_length=-1), dict(truncation=True, max_length=0),
+                                    dict(padding="max_length", max_length=-2), dict(padding=True, pad_to_multiple_of=0)])
+def test_lengths_that_are_not_positive_are_refused_not_applied(kwargs):
+    name = "pad_to_multiple_of" if "pad_to_multiple_of" in kwargs else "max_length"
+    with pytest.raises(ValueError, match=f"`{name}` must be a positive integer"):
+        ElmoTokenizer()(["a b c"], **kwargs)
+
+
 def test_bad_constructor_arguments_are_named(tmp_path):
     with pytest.raises(ValueError, match="split_pattern"):
         ElmoTokenizer(split_pattern="bpe")

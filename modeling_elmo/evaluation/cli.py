@@ -81,7 +81,7 @@ def load_model_and_tokenizer(model: str, device: torch.device, need_lm: bool):
     from modeling_elmo import ElmoConfig, ElmoForBidirectionalLM, ElmoModel, ElmoTokenizer
 
     config = ElmoConfig.from_pretrained(model)
-    if config.stateful:
+    if getattr(config, "stateful", False):
         # Evaluation scores every sentence on its own: carried LSTM states would make results depend on order.
         logger.info("config.stateful=True in %s: evaluating statelessly (stateful=False)", model)
         config.stateful = False
