@@ -28,16 +28,19 @@ imply, with exactly these shapes; anything else is a `ValueError` that lists eve
 
 `validate_converted_model` then runs a few sentences through the converted model and through a small numpy
 forward pass computed straight from the HDF5 tensors (TF semantics, one sentence at a time, float64), and
-raises with the largest difference if they disagree. `convert` does read -> convert -> validate -> save
-(safetensors, tokenizer, custom code with the full ``auto_map``, model-card stub), atomically.
+raises with the largest difference if they disagree. `convert` does check the output location -> read ->
+convert -> validate -> save (safetensors, tokenizer, custom code with the full ``auto_map``, model-card stub),
+atomically.
 
 Command line: ``python scripts/convert_elmo_original_to_hf.py --options OPTIONS.json --weights WEIGHTS.hdf5
---output DIR [--overwrite]`` (also ``elmo convert ...``).
+--output DIR [--overwrite]`` (also ``elmo convert ...``). Bad input or a damaged file ends the command with one
+line, ``elmo convert: error: ...``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -120,9 +123,22 @@ def _open_hdf5(path: str | os.PathLike) -> h5py.File:
         ) from None
 
 
-def _datasets(h5: h5py.Group) -> dict[str, h5py.Dataset]:
-    found: dict[str, h5py.Dataset] = {}
-    h5.visititems(lambda name, obj: found.__setitem__(name, obj) if isinstance(obj, h5py.Dataset) else None)
+def _damaged(h5: h5py.Group, detail: str) -> ValueError:
+    return ValueError(f"weights file {h5.file.filename!r} is damaged or truncated ({detail}); download it again.")
+
+
+def _datasets(h5: h5py.Group) -> dict[str, tuple[h5py.Dataset, tuple[int, ...], np.dtype]]:
+    """Every dataset of the file with its shape and dtype; an unreadable index is a `ValueError` naming the file."""
+    found: dict[str, tuple[h5py.Dataset, tuple[int, ...], np.dtype]] = {}
+
+    def visit(name: str, obj: Any) -> None:
+        if isinstance(obj, h5py.Dataset):
+            found[name] = (obj, tuple(obj.shape), obj.dtype)
+
+    try:
+        h5.visititems(visit)
+    except (RuntimeError, OSError, KeyError, ValueError) as error:  # h5py's errors for a broken object index
+        raise _damaged(h5, f"its table of datasets cannot be read: {error}") from None
     return found
 
 
@@ -143,10 +159,10 @@ def _read_checked(h5: h5py.Group, config: ElmoConfig) -> dict[str, np.ndarray]:
     if unexpected:
         problems.append(f"unexpected datasets: {unexpected}")
     for name, shape in expected.items():
-        if name in found and tuple(found[name].shape) != shape:
-            problems.append(f"dataset {name!r} has shape {tuple(found[name].shape)}, the options imply {shape}")
-        elif name in found and found[name].dtype.kind != "f":
-            problems.append(f"dataset {name!r} has dtype {found[name].dtype}, expected floating point")
+        if name in found and found[name][1] != shape:
+            problems.append(f"dataset {name!r} has shape {found[name][1]}, the options imply {shape}")
+        elif name in found and found[name][2].kind != "f":
+            problems.append(f"dataset {name!r} has dtype {found[name][2]}, expected floating point")
     if problems:
         raise ValueError(
             "the weights file does not match the options (" + config_summary(config) + "): " + "; ".join(problems)
@@ -154,11 +170,11 @@ def _read_checked(h5: h5py.Group, config: ElmoConfig) -> dict[str, np.ndarray]:
     arrays = {}
     for name in expected:
         try:
-            array = np.asarray(found[name][()], dtype=np.float32)
-        except OSError as error:  # a file cut inside a dataset's data
-            raise ValueError(f"dataset {name!r} cannot be read (truncated or corrupt file?): {error}") from None
+            array = np.asarray(found[name][0][()], dtype=np.float32)
+        except (OSError, RuntimeError) as error:  # a file cut inside a dataset's data
+            raise _damaged(h5, f"dataset {name!r} cannot be read: {error}") from None
         if not np.isfinite(array).all():
-            raise ValueError(f"dataset {name!r} contains NaN or infinite values.")
+            raise _damaged(h5, f"dataset {name!r} contains NaN or infinite values")
         arrays[name] = array
     if implicit_projection:
         arrays["CNN_proj/W_proj"] = np.eye(F, dtype=np.float32)
@@ -342,8 +358,8 @@ def _sha256(path: str | os.PathLike) -> str:
     return digest.hexdigest()
 
 
-def _model_card(config: ElmoConfig, sources: dict[str, Path], max_diff: float, num_parameters: int) -> str:
-    rows = "\n".join(f"| `{path.name}` | {path.stat().st_size:,} | `{_sha256(path)}` |" for path in sources.values())
+def _model_card(config: ElmoConfig, sources: list[dict[str, Any]], max_diff: float, num_parameters: int) -> str:
+    rows = "\n".join(f"| `{s['name']}` | {s['origin']} | {s['bytes']:,} | `{s['sha256']}` |" for s in sources)
     return f"""---
 library_name: transformers
 license: apache-2.0
@@ -357,13 +373,15 @@ tags:
 Bidirectional language model of Peters et al. (2018), "Deep contextualized word representations",
 converted with `modeling_elmo.convert` from the original bilm-tf/AllenNLP files:
 
-| source file | bytes | sha256 |
-|---|---|---|
+| source file | from | bytes | sha256 |
+|---|---|---|---|
 {rows}
 
 Shape: {config_summary(config)}; {num_parameters:,} parameters (no softmax: the released HDF5 files do not
 contain it). Every layer of the converted model matched a float64 numpy implementation of the original
 TensorFlow computation on validation sentences (max abs difference {max_diff:.2g}).
+
+## Use
 
 ```python
 from transformers import AutoModel, AutoTokenizer
@@ -379,6 +397,45 @@ batch per row as AllenNLP's `Elmo` did.
 """
 
 
+def check_output_dir(output_dir: str | os.PathLike, overwrite: bool = False) -> Path:
+    """Raise `ValueError` unless a conversion can write ``output_dir``; return it as a `Path`. Writes nothing.
+
+    Refused: an existing file; an existing non-empty folder unless ``overwrite``; a path under a file; a location
+    where the nearest existing folder does not let us create anything (tried with a temporary folder that is
+    removed at once, so read-only folders and file systems are caught however permissions are set up).
+    """
+    output_dir = Path(output_dir)
+    shown = str(output_dir)
+    if output_dir.exists() and not output_dir.is_dir():
+        raise ValueError(f"output {shown!r} exists and is not a folder.")
+    if output_dir.is_dir() and any(output_dir.iterdir()) and not overwrite:
+        raise ValueError(f"output folder {shown!r} exists and is not empty; pass overwrite=True (--overwrite).")
+    ancestor = output_dir.absolute().parent
+    while not ancestor.exists() and not ancestor.is_symlink() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ValueError(f"output folder {shown!r} cannot be created: {str(ancestor)!r} is a file, not a folder.")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".elmo-convert-check-", dir=ancestor))
+    except OSError as error:
+        raise ValueError(
+            f"output folder {shown!r} cannot be written: nothing can be created in {str(ancestor)!r} "
+            f"({error.strerror or error})."
+        ) from None
+    return output_dir
+
+
+def _make_parents(folder: Path) -> list[Path]:
+    """Create ``folder`` and its missing parents; return the ones created, deepest last."""
+    missing = []
+    while not folder.exists():
+        missing.append(folder)
+        folder = folder.parent
+    for path in reversed(missing):
+        path.mkdir()
+    return list(reversed(missing))
+
+
 def convert(
     options_path: str | os.PathLike,
     weights_path: str | os.PathLike,
@@ -388,17 +445,13 @@ def convert(
 ) -> Path:
     """Convert, validate and save; returns the output folder.
 
-    Refuses an existing non-empty ``output_dir`` unless ``overwrite``. Everything is written to a temporary
-    folder next to ``output_dir`` and renamed into place at the end, so a folder with the final name is always
-    complete.
+    Refuses an existing non-empty ``output_dir`` unless ``overwrite``, and a location that cannot be written, before
+    any work (`check_output_dir`). Everything is written to a temporary folder next to ``output_dir`` and renamed
+    into place at the end, so a folder with the final name is always complete; on any failure nothing is left.
     """
     from . import ElmoModel, ElmoTokenizer, save_model_folder
 
-    output_dir = Path(output_dir)
-    if output_dir.exists() and not output_dir.is_dir():
-        raise ValueError(f"output {str(output_dir)!r} exists and is not a folder.")
-    if output_dir.is_dir() and any(output_dir.iterdir()) and not overwrite:
-        raise ValueError(f"output folder {str(output_dir)!r} exists and is not empty; pass overwrite=True (--overwrite).")
+    output_dir = check_output_dir(output_dir, overwrite)
     # 1. Options -> config.
     options = read_options(options_path)
     config = convert_config(options)
@@ -411,26 +464,31 @@ def convert(
         # 3. Same numbers as the original computation?
         max_diff = validate_converted_model(model, options, h5, atol=atol)
     # 4. Save into a temporary sibling, then move into place.
+    files = {"options": Path(options_path), "weights": Path(weights_path)}
+    described = [{"role": role, "name": path.name, "origin": "local file",
+                  "bytes": path.stat().st_size, "sha256": _sha256(path)} for role, path in files.items()]
+    num_parameters = sum(p.numel() for p in model.parameters())
+    metadata: dict[str, Any] = {
+        "converted_from": "original ELMo release (bilm-tf options.json + weights.hdf5)",
+        "options_file": files["options"].name,
+        "weights_file": files["weights"].name,
+        "sha256": {d["name"]: d["sha256"] for d in described},
+        "validation_max_abs_difference": max_diff,
+        "validation_atol": atol,
+        "num_parameters": num_parameters,
+    }
     parent = output_dir.resolve().parent
-    parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.converting-", dir=parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    staging.chmod(0o777 & ~umask)  # mkdtemp makes it private; the result should look like any new folder
+    created: list[Path] = []
+    staging: Path | None = None
     try:
+        created = _make_parents(parent)
+        staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.converting-", dir=parent))
+        umask = os.umask(0)
+        os.umask(umask)
+        staging.chmod(0o777 & ~umask)  # mkdtemp makes it private; the result should look like any new folder
         save_model_folder(model, ElmoTokenizer(), staging)  # safetensors, tokenizer, code files, full auto_map
-        sources = {"options": Path(options_path), "weights": Path(weights_path)}
-        readme = _model_card(config, sources, max_diff, sum(p.numel() for p in model.parameters()))
+        readme = _model_card(config, described, max_diff, num_parameters)
         (staging / "README.md").write_text(readme, encoding="utf-8")
-        metadata = {
-            "converted_from": "original ELMo release (bilm-tf options.json + weights.hdf5)",
-            "options_file": sources["options"].name,
-            "weights_file": sources["weights"].name,
-            "sha256": {path.name: _sha256(path) for path in sources.values()},
-            "validation_max_abs_difference": max_diff,
-            "validation_atol": atol,
-            "num_parameters": sum(p.numel() for p in model.parameters()),
-        }
         (staging / "conversion_metadata.json").write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
         if output_dir.exists():
             retired = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.old-", dir=parent))
@@ -439,8 +497,14 @@ def convert(
             shutil.rmtree(retired, ignore_errors=True)
         else:
             os.replace(staging, output_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+    except BaseException as error:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+        for folder in reversed(created):  # deepest first; only the empty folders this call made
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        if isinstance(error, OSError):
+            raise ValueError(f"cannot write the output folder {str(output_dir)!r}: {error}") from None
         raise
     return output_dir
 
@@ -448,7 +512,7 @@ def convert(
 # ------------------------------------------------------------------------------------------------ CLI
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="convert_elmo_original_to_hf",
+        prog="elmo convert",
         description="Convert an original ELMo release (options.json + weights.hdf5) into a transformers model folder.",
     )
     parser.add_argument("--options", required=True, help="the release's options.json")
@@ -466,8 +530,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         folder = convert(args.options, args.weights, args.output, overwrite=args.overwrite, atol=args.atol)
-    except ValueError as error:
-        raise SystemExit(f"error: {error}") from None
+    except (ValueError, OSError) as error:  # bad input, a damaged file, a file system refusing a write
+        raise SystemExit(f"elmo convert: error: {' '.join(str(error).split())}") from None
     print(f"wrote {folder}")
     return 0
 
@@ -478,6 +542,7 @@ __all__ = [
     "expected_dataset_shapes",
     "convert_state_dict",
     "validate_converted_model",
+    "check_output_dir",
     "convert",
     "main",
 ]
