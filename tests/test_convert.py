@@ -470,7 +470,7 @@ def test_weights_file_with_an_overwritten_tail_is_a_value_error_naming_the_file(
         main(["--options", options_path, "--weights", str(damaged), "--output", str(tmp_path / "out")])
     message = str(excinfo.value.code)
     assert message.startswith("elmo convert: error: weights file") and "\n" not in message
-    assert "damaged_weights.hdf5" in message and "download it again" in message
+    assert "damaged_weights.hdf5" in message and "--force-download" in message
     assert not (tmp_path / "out").exists()
 
 
