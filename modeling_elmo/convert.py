@@ -28,29 +28,42 @@ imply, with exactly these shapes; anything else is a `ValueError` that lists eve
 
 `validate_converted_model` then runs a few sentences through the converted model and through a small numpy
 forward pass computed straight from the HDF5 tensors (TF semantics, one sentence at a time, float64), and
-raises with the largest difference if they disagree. `convert` does read -> convert -> validate -> save
-(safetensors, tokenizer, custom code with the full ``auto_map``, model-card stub), atomically.
+raises with the largest difference if they disagree. `convert` does check the output location -> read ->
+convert -> validate -> save (safetensors, tokenizer, custom code with the full ``auto_map``, model card,
+``conversion_metadata.json``), atomically. `convert_release` first fetches one of the four published English
+models (`modeling_elmo.releases`: download cache, resumable downloads, size/sha256 checks, Hub mirror) and puts
+the figures published with it into the model card and the metadata.
 
-Command line: ``python scripts/convert_elmo_original_to_hf.py --options OPTIONS.json --weights WEIGHTS.hdf5
---output DIR [--overwrite]`` (also ``elmo convert ...``).
+Command line (``elmo convert``, or ``python scripts/convert_elmo_original_to_hf.py``)::
+
+    elmo convert --release small|medium|original|original-5.5b --output DIR [--cache-dir DIR] [--base-url URL]
+                 [--force-download] [--no-mirror] [--overwrite]
+    elmo convert --options OPTIONS.json --weights WEIGHTS.hdf5 --output DIR [--overwrite]
+
+Bad input, a failed download or a damaged file ends the command with one line, ``elmo convert: error: ...``.
+User documentation: ``docs/conversion.md``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import h5py
 import numpy as np
 import torch
 
 from .configuration_elmo import ElmoConfig
+
+if TYPE_CHECKING:
+    from .releases import Release
 
 #: Sentences run through both the converted model and the numpy forward by `validate_converted_model`:
 #: mixed lengths (so the batch is padded), punctuation, multi-byte UTF-8, a word over 48 bytes, and literal
@@ -120,9 +133,25 @@ def _open_hdf5(path: str | os.PathLike) -> h5py.File:
         ) from None
 
 
-def _datasets(h5: h5py.Group) -> dict[str, h5py.Dataset]:
-    found: dict[str, h5py.Dataset] = {}
-    h5.visititems(lambda name, obj: found.__setitem__(name, obj) if isinstance(obj, h5py.Dataset) else None)
+def _damaged(h5: h5py.Group, detail: str) -> ValueError:
+    return ValueError(
+        f"weights file {h5.file.filename!r} is damaged or truncated ({detail}); download it again "
+        "(`elmo convert --release NAME --force-download` fetches a fresh copy of a release)."
+    )
+
+
+def _datasets(h5: h5py.Group) -> dict[str, tuple[h5py.Dataset, tuple[int, ...], np.dtype]]:
+    """Every dataset of the file with its shape and dtype; an unreadable index is a `ValueError` naming the file."""
+    found: dict[str, tuple[h5py.Dataset, tuple[int, ...], np.dtype]] = {}
+
+    def visit(name: str, obj: Any) -> None:
+        if isinstance(obj, h5py.Dataset):
+            found[name] = (obj, tuple(obj.shape), obj.dtype)
+
+    try:
+        h5.visititems(visit)
+    except (RuntimeError, OSError, KeyError, ValueError) as error:  # h5py's errors for a broken object index
+        raise _damaged(h5, f"its table of datasets cannot be read: {error}") from None
     return found
 
 
@@ -143,10 +172,10 @@ def _read_checked(h5: h5py.Group, config: ElmoConfig) -> dict[str, np.ndarray]:
     if unexpected:
         problems.append(f"unexpected datasets: {unexpected}")
     for name, shape in expected.items():
-        if name in found and tuple(found[name].shape) != shape:
-            problems.append(f"dataset {name!r} has shape {tuple(found[name].shape)}, the options imply {shape}")
-        elif name in found and found[name].dtype.kind != "f":
-            problems.append(f"dataset {name!r} has dtype {found[name].dtype}, expected floating point")
+        if name in found and found[name][1] != shape:
+            problems.append(f"dataset {name!r} has shape {found[name][1]}, the options imply {shape}")
+        elif name in found and found[name][2].kind != "f":
+            problems.append(f"dataset {name!r} has dtype {found[name][2]}, expected floating point")
     if problems:
         raise ValueError(
             "the weights file does not match the options (" + config_summary(config) + "): " + "; ".join(problems)
@@ -154,11 +183,11 @@ def _read_checked(h5: h5py.Group, config: ElmoConfig) -> dict[str, np.ndarray]:
     arrays = {}
     for name in expected:
         try:
-            array = np.asarray(found[name][()], dtype=np.float32)
-        except OSError as error:  # a file cut inside a dataset's data
-            raise ValueError(f"dataset {name!r} cannot be read (truncated or corrupt file?): {error}") from None
+            array = np.asarray(found[name][0][()], dtype=np.float32)
+        except (OSError, RuntimeError) as error:  # a file cut inside a dataset's data
+            raise _damaged(h5, f"dataset {name!r} cannot be read: {error}") from None
         if not np.isfinite(array).all():
-            raise ValueError(f"dataset {name!r} contains NaN or infinite values.")
+            raise _damaged(h5, f"dataset {name!r} contains NaN or infinite values")
         arrays[name] = array
     if implicit_projection:
         arrays["CNN_proj/W_proj"] = np.eye(F, dtype=np.float32)
@@ -342,8 +371,33 @@ def _sha256(path: str | os.PathLike) -> str:
     return digest.hexdigest()
 
 
-def _model_card(config: ElmoConfig, sources: dict[str, Path], max_diff: float, num_parameters: int) -> str:
-    rows = "\n".join(f"| `{path.name}` | {path.stat().st_size:,} | `{_sha256(path)}` |" for path in sources.values())
+def _published_section(release: Release) -> str:
+    figures = release.published_figures()
+    perplexity = (f"{release.perplexity:g}, {release.perplexity_note}" if release.perplexity is not None
+                  else "not published")
+    return f"""## Published figures
+
+| | |
+|---|---|
+| release | `{release.name}` (`{release.folder}`) |
+| parameters | {figures["parameters"]} ({release.num_parameters:,} values in the weight file) |
+| semantic role labelling (SRL) F1 | {release.srl_f1:.2f} |
+| constituency parsing F1 | {release.constituency_parsing_f1:.2f} |
+| language-model perplexity | {perplexity} |
+| training data | {release.training_data} |
+
+The F1 scores are those AllenNLP published for its task models built on this release; the perplexity is the one
+its authors reported. None of them was measured by this conversion, which checks only that the converted model
+computes what the released weights compute.
+"""
+
+
+def _model_card(config: ElmoConfig, sources: list[dict[str, Any]], max_diff: float, num_parameters: int,
+                release: Release | None) -> str:
+    rows = "\n".join(f"| `{s['name']}` | {s['origin']} | {s['bytes']:,} | `{s['sha256']}` |" for s in sources)
+    title = f"ELMo `{release.name}` (converted from the AllenNLP release)" if release else \
+        "ELMo (converted from the original release)"
+    published = ("\n" + _published_section(release)) if release else ""
     return f"""---
 library_name: transformers
 license: apache-2.0
@@ -352,18 +406,20 @@ tags:
 - feature-extraction
 ---
 
-# ELMo (converted from the original release)
+# {title}
 
 Bidirectional language model of Peters et al. (2018), "Deep contextualized word representations",
 converted with `modeling_elmo.convert` from the original bilm-tf/AllenNLP files:
 
-| source file | bytes | sha256 |
-|---|---|---|
+| source file | from | bytes | sha256 |
+|---|---|---|---|
 {rows}
 
 Shape: {config_summary(config)}; {num_parameters:,} parameters (no softmax: the released HDF5 files do not
 contain it). Every layer of the converted model matched a float64 numpy implementation of the original
 TensorFlow computation on validation sentences (max abs difference {max_diff:.2g}).
+{published}
+## Use
 
 ```python
 from transformers import AutoModel, AutoTokenizer
@@ -375,8 +431,48 @@ layers = model(**batch, output_hidden_states=True).hidden_states  # {config.num_
 ```
 
 The model is stateless by default; set `model.config.stateful = True` to carry the LSTM state from batch to
-batch per row as AllenNLP's `Elmo` did.
+batch per row as AllenNLP's `Elmo` did. Publish it with `elmo push THIS_FOLDER --repo-id NAME` (try
+`--dry-run` first).
 """
+
+
+def check_output_dir(output_dir: str | os.PathLike, overwrite: bool = False) -> Path:
+    """Raise `ValueError` unless a conversion can write ``output_dir``; return it as a `Path`. Writes nothing.
+
+    Refused: an existing file; an existing non-empty folder unless ``overwrite``; a path under a file; a location
+    where the nearest existing folder does not let us create anything (tried with a temporary folder that is
+    removed at once, so read-only folders and file systems are caught however permissions are set up).
+    """
+    output_dir = Path(output_dir)
+    shown = str(output_dir)
+    if output_dir.exists() and not output_dir.is_dir():
+        raise ValueError(f"output {shown!r} exists and is not a folder.")
+    if output_dir.is_dir() and any(output_dir.iterdir()) and not overwrite:
+        raise ValueError(f"output folder {shown!r} exists and is not empty; pass overwrite=True (--overwrite).")
+    ancestor = output_dir.absolute().parent
+    while not ancestor.exists() and not ancestor.is_symlink() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ValueError(f"output folder {shown!r} cannot be created: {str(ancestor)!r} is a file, not a folder.")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".elmo-convert-check-", dir=ancestor))
+    except OSError as error:
+        raise ValueError(
+            f"output folder {shown!r} cannot be written: nothing can be created in {str(ancestor)!r} "
+            f"({error.strerror or error})."
+        ) from None
+    return output_dir
+
+
+def _make_parents(folder: Path) -> list[Path]:
+    """Create ``folder`` and its missing parents; return the ones created, deepest last."""
+    missing = []
+    while not folder.exists():
+        missing.append(folder)
+        folder = folder.parent
+    for path in reversed(missing):
+        path.mkdir()
+    return list(reversed(missing))
 
 
 def convert(
@@ -385,20 +481,21 @@ def convert(
     output_dir: str | os.PathLike,
     overwrite: bool = False,
     atol: float = DEFAULT_ATOL,
+    *,
+    release: Release | None = None,
+    sources: dict[str, str] | None = None,
 ) -> Path:
     """Convert, validate and save; returns the output folder.
 
-    Refuses an existing non-empty ``output_dir`` unless ``overwrite``. Everything is written to a temporary
-    folder next to ``output_dir`` and renamed into place at the end, so a folder with the final name is always
-    complete.
+    Refuses an existing non-empty ``output_dir`` unless ``overwrite``, and a location that cannot be written, before
+    any work (`check_output_dir`). Everything is written to a temporary folder next to ``output_dir`` and renamed
+    into place at the end, so a folder with the final name is always complete; on any failure nothing is left.
+    ``release`` (a `modeling_elmo.releases.Release`) adds the release's name and published figures to the model
+    card and ``conversion_metadata.json``; ``sources`` maps ``options``/``weights`` to where the files came from.
     """
     from . import ElmoModel, ElmoTokenizer, save_model_folder
 
-    output_dir = Path(output_dir)
-    if output_dir.exists() and not output_dir.is_dir():
-        raise ValueError(f"output {str(output_dir)!r} exists and is not a folder.")
-    if output_dir.is_dir() and any(output_dir.iterdir()) and not overwrite:
-        raise ValueError(f"output folder {str(output_dir)!r} exists and is not empty; pass overwrite=True (--overwrite).")
+    output_dir = check_output_dir(output_dir, overwrite)
     # 1. Options -> config.
     options = read_options(options_path)
     config = convert_config(options)
@@ -411,26 +508,37 @@ def convert(
         # 3. Same numbers as the original computation?
         max_diff = validate_converted_model(model, options, h5, atol=atol)
     # 4. Save into a temporary sibling, then move into place.
+    files = {"options": Path(options_path), "weights": Path(weights_path)}
+    described = [{"role": role, "name": path.name, "origin": (sources or {}).get(role, "local file"),
+                  "bytes": path.stat().st_size, "sha256": _sha256(path)} for role, path in files.items()]
+    num_parameters = sum(p.numel() for p in model.parameters())
+    metadata: dict[str, Any] = {
+        "converted_from": (f"AllenNLP ELMo release '{release.name}' ({release.folder})" if release
+                           else "original ELMo release (bilm-tf options.json + weights.hdf5)"),
+        "options_file": files["options"].name,
+        "weights_file": files["weights"].name,
+        "sha256": {d["name"]: d["sha256"] for d in described},
+        "validation_max_abs_difference": max_diff,
+        "validation_atol": atol,
+        "num_parameters": num_parameters,
+    }
+    if release is not None:
+        metadata["release"] = release.name
+        metadata["published"] = release.published_figures()
+    if sources:
+        metadata["sources"] = dict(sources)
     parent = output_dir.resolve().parent
-    parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.converting-", dir=parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    staging.chmod(0o777 & ~umask)  # mkdtemp makes it private; the result should look like any new folder
+    created: list[Path] = []
+    staging: Path | None = None
     try:
+        created = _make_parents(parent)
+        staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.converting-", dir=parent))
+        umask = os.umask(0)
+        os.umask(umask)
+        staging.chmod(0o777 & ~umask)  # mkdtemp makes it private; the result should look like any new folder
         save_model_folder(model, ElmoTokenizer(), staging)  # safetensors, tokenizer, code files, full auto_map
-        sources = {"options": Path(options_path), "weights": Path(weights_path)}
-        readme = _model_card(config, sources, max_diff, sum(p.numel() for p in model.parameters()))
+        readme = _model_card(config, described, max_diff, num_parameters, release)
         (staging / "README.md").write_text(readme, encoding="utf-8")
-        metadata = {
-            "converted_from": "original ELMo release (bilm-tf options.json + weights.hdf5)",
-            "options_file": sources["options"].name,
-            "weights_file": sources["weights"].name,
-            "sha256": {path.name: _sha256(path) for path in sources.values()},
-            "validation_max_abs_difference": max_diff,
-            "validation_atol": atol,
-            "num_parameters": sum(p.numel() for p in model.parameters()),
-        }
         (staging / "conversion_metadata.json").write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
         if output_dir.exists():
             retired = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.old-", dir=parent))
@@ -439,22 +547,72 @@ def convert(
             shutil.rmtree(retired, ignore_errors=True)
         else:
             os.replace(staging, output_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+    except BaseException as error:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+        for folder in reversed(created):  # deepest first; only the empty folders this call made
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        if isinstance(error, OSError):
+            raise ValueError(f"cannot write the output folder {str(output_dir)!r}: {error}") from None
         raise
     return output_dir
 
 
+def convert_release(
+    release: Release | str,
+    output_dir: str | os.PathLike,
+    *,
+    cache_dir: str | os.PathLike | None = None,
+    base_url: str | None = None,
+    overwrite: bool = False,
+    force_download: bool = False,
+    use_mirror: bool = True,
+    atol: float = DEFAULT_ATOL,
+    progress: bool = True,
+    attempts: int | None = None,
+    retry_wait: float = 1.0,
+) -> Path:
+    """Fetch a released model (`modeling_elmo.releases.fetch_release`: cache, resume, size/sha256 checks, Hub
+    mirror), then `convert` it with its published figures in the card. The output location is checked before
+    anything is downloaded. Returns the output folder; raises `ValueError` or `~modeling_elmo.releases.DownloadError`.
+    """
+    from .releases import DEFAULT_ATTEMPTS, fetch_release, get_release
+
+    release = get_release(release) if isinstance(release, str) else release
+    check_output_dir(output_dir, overwrite)
+    fetched = fetch_release(release, cache_dir, base_url=base_url, force_download=force_download,
+                            use_mirror=use_mirror, attempts=attempts or DEFAULT_ATTEMPTS, retry_wait=retry_wait,
+                            progress=progress)
+    return convert(fetched.paths["options"], fetched.paths["weights"], output_dir, overwrite=overwrite, atol=atol,
+                   release=release, sources=fetched.sources)
+
+
 # ------------------------------------------------------------------------------------------------ CLI
 def build_parser() -> argparse.ArgumentParser:
+    from .releases import BASE_URL_ENV, RELEASES
+
     parser = argparse.ArgumentParser(
-        prog="convert_elmo_original_to_hf",
-        description="Convert an original ELMo release (options.json + weights.hdf5) into a transformers model folder.",
+        prog="elmo convert",
+        description="Convert an original ELMo release into a transformers model folder: either a published release "
+                    "(--release, downloaded and cached) or local files (--options and --weights). The converted "
+                    "model is checked against a numpy implementation of the original computation before it is "
+                    "written.",
     )
-    parser.add_argument("--options", required=True, help="the release's options.json")
-    parser.add_argument("--weights", required=True, help="the release's weights.hdf5")
-    parser.add_argument("--output", required=True, help="folder to write (safetensors, config, tokenizer, code)")
+    parser.add_argument("--release", choices=list(RELEASES),
+                        help="download and convert this published English model")
+    parser.add_argument("--options", help="a local options.json (with --weights)")
+    parser.add_argument("--weights", help="a local weights.hdf5 (with --options)")
+    parser.add_argument("--output", required=True, help="folder to write (safetensors, config, tokenizer, code, card)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing non-empty output folder")
+    parser.add_argument("--cache-dir", help="download cache (default $HF_HOME/modeling_elmo/releases; one folder "
+                                            "per release)")
+    parser.add_argument("--base-url", help=f"where the release folders are (default ${BASE_URL_ENV}, else "
+                                           "AllenNLP's S3 bucket)")
+    parser.add_argument("--force-download", action="store_true",
+                        help="download the release again even if it is in the cache")
+    parser.add_argument("--no-mirror", action="store_true",
+                        help="do not fall back to the Hugging Face Hub mirror when the primary server fails")
     parser.add_argument(
         "--atol", type=float, default=DEFAULT_ATOL,
         help=f"largest accepted difference to the numpy reference forward (default {DEFAULT_ATOL:g})",
@@ -463,12 +621,30 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.release and (args.options or args.weights):
+        parser.error("--release downloads its own files; do not combine it with --options/--weights.")
+    if not args.release and not (args.options and args.weights):
+        parser.error("give --release NAME, or both --options and --weights.")
+    local_only = [flag for flag, used in (("--cache-dir", args.cache_dir), ("--base-url", args.base_url),
+                                          ("--force-download", args.force_download), ("--no-mirror", args.no_mirror))
+                  if used and not args.release]
+    if local_only:
+        parser.error(f"{', '.join(local_only)} only apply with --release.")
     try:
-        folder = convert(args.options, args.weights, args.output, overwrite=args.overwrite, atol=args.atol)
-    except ValueError as error:
-        raise SystemExit(f"error: {error}") from None
-    print(f"wrote {folder}")
+        if args.release:
+            folder = convert_release(args.release, args.output, cache_dir=args.cache_dir, base_url=args.base_url,
+                                     overwrite=args.overwrite, force_download=args.force_download,
+                                     use_mirror=not args.no_mirror, atol=args.atol)
+        else:
+            folder = convert(args.options, args.weights, args.output, overwrite=args.overwrite, atol=args.atol)
+    except (ValueError, OSError) as error:  # bad input, a failed download, a file system refusing a write
+        raise SystemExit(f"elmo convert: error: {' '.join(str(error).split())}") from None
+    metadata = json.loads((folder / "conversion_metadata.json").read_text(encoding="utf-8"))
+    for role, origin in metadata.get("sources", {}).items():
+        print(f"{role}: {origin}")
+    print(f"wrote {folder} (validated: max abs difference {metadata['validation_max_abs_difference']:.2g})")
     return 0
 
 
@@ -478,6 +654,8 @@ __all__ = [
     "expected_dataset_shapes",
     "convert_state_dict",
     "validate_converted_model",
+    "check_output_dir",
     "convert",
+    "convert_release",
     "main",
 ]

@@ -1,12 +1,18 @@
-"""Convert an original ELMo release (options.json + weights.hdf5) into a transformers model folder.
+"""Convert an original ELMo release into a transformers model folder (the same command as ``elmo convert``).
+
+A published English model, downloaded (and cached) from where AllenNLP released it:
+
+    python scripts/convert_elmo_original_to_hf.py --release original --output elmo-original
+
+Local files:
 
     python scripts/convert_elmo_original_to_hf.py \\
         --options elmo_2x4096_512_2048cnn_2xhighway_options.json \\
         --weights elmo_2x4096_512_2048cnn_2xhighway_weights.hdf5 \\
         --output elmo-original
 
-The folder loads with ``AutoModel.from_pretrained(folder, trust_remote_code=True)``. The work is done by
-``modeling_elmo.convert`` (also available as ``elmo convert``); see its docstring for the tensor mapping.
+The folder loads with ``AutoModel.from_pretrained(folder, trust_remote_code=True)`` and is ready for ``elmo push``.
+The work is done by ``modeling_elmo.convert`` and ``modeling_elmo.releases``; see ``docs/conversion.md``.
 """
 
 import sys

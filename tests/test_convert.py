@@ -9,7 +9,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import sys
+import tempfile
 from pathlib import Path
 
 import h5py
@@ -445,3 +447,66 @@ def test_validation_catches_a_model_without_the_forget_bias(model, release):
     assert validate_converted_model(model, options, weights_path) <= ATOL
     with pytest.raises(ValueError, match=r"max abs difference .* \(layer [12]\) exceeds"):
         validate_converted_model(broken, options, weights_path)
+
+
+def test_weights_file_with_an_overwritten_tail_is_a_value_error_naming_the_file(release, tmp_path):
+    """Issue 12 (6): overwriting the file's last 8 KiB (its object index, with h5py's layout) used to surface as
+    ``RuntimeError: Object visitation failed (bad symbol table node signature)``."""
+    options, options_path, weights_path = release
+    data = bytearray(Path(weights_path).read_bytes())
+    data[-8192:] = b"\xff" * 8192
+    damaged = tmp_path / "damaged_weights.hdf5"
+    damaged.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match=rf"weights file '{re.escape(str(damaged))}' is damaged or truncated \(its "
+                                         r"table of datasets cannot be read: .*\); download it again"):
+        convert_state_dict(damaged, convert_config(options))
+    with pytest.raises(SystemExit) as excinfo:
+        main(["--options", options_path, "--weights", str(damaged), "--output", str(tmp_path / "out")])
+    message = str(excinfo.value.code)
+    assert message.startswith("elmo convert: error: weights file") and "\n" not in message
+    assert "damaged_weights.hdf5" in message and "--force-download" in message
+    assert not (tmp_path / "out").exists()
+
+
+def _cannot_create_in(folder: Path) -> bool:
+    try:
+        os.rmdir(tempfile.mkdtemp(dir=folder))
+    except OSError:
+        return True
+    return False
+
+
+@pytest.fixture
+def read_only_folder(tmp_path):
+    """A folder nothing can be created in: permission bits 555, or (for root, who ignores them) sysfs."""
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        if _cannot_create_in(folder):
+            yield folder
+        elif Path("/sys").is_dir() and _cannot_create_in(Path("/sys")):
+            yield Path("/sys")  # sysfs refuses new entries even to root
+        else:
+            pytest.skip("running as a user who can write into a read-only folder, and no read-only file system")
+    finally:
+        folder.chmod(0o755)
+
+
+@pytest.mark.parametrize("where", ["under_a_file", "in_a_read_only_folder"])
+def test_unwritable_output_is_one_error_line_and_nothing_is_written(release, tmp_path, where, request):
+    """Issue 12 (8): an output path under a file, or in a folder nothing can be created in, is refused before any
+    work, with one line naming it."""
+    _, options_path, weights_path = release
+    if where == "under_a_file":
+        (tmp_path / "a-file").write_text("data")
+        output, expected = tmp_path / "a-file" / "sub" / "out", "is a file, not a folder"
+    else:
+        output, expected = request.getfixturevalue("read_only_folder") / "new" / "out", "cannot be written"
+    before = sorted(p.name for p in tmp_path.iterdir())
+    with pytest.raises(SystemExit) as excinfo:
+        main(["--options", options_path, "--weights", weights_path, "--output", str(output)])
+    message = str(excinfo.value.code)
+    assert message.startswith(f"elmo convert: error: output folder '{output}'") and expected in message, message
+    assert "\n" not in message
+    assert sorted(p.name for p in tmp_path.iterdir()) == before and not output.parent.exists()
