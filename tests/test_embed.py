@@ -526,19 +526,23 @@ def test_cli_refuses_unusable_paths_with_one_line_and_writes_nothing(tmp_path, t
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
 
 
-def test_bench_embed_reports_throughput(tmp_path, capsys):
+def test_bench_embed_reports_throughput_against_a_baseline_and_the_matmul_peak(tmp_path, capsys):
     data = Path(os.environ.get("ELMO_SHARED_DATA", REPO.parent / "shared" / "data"))
     if not (data / "lm-corpus" / "brown.txt").is_file():
         pytest.skip(f"{data}/lm-corpus is not available (set ELMO_SHARED_DATA)")
-    sys.path.insert(0, str(REPO / "bench"))
+    sys.path.insert(0, str(REPO / "scripts" / "bench"))
     try:
         import bench_embed
     finally:
         sys.path.pop(0)
-    assert bench_embed.main(["--lines", "30", "--models", "tiny", "--chunk-size", "10"]) == 0
+    assert bench_embed.main(["--lines", "30", "--models", "tiny", "--chunk-size", "10", "--baseline-lines", "20"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["input"]["lines"] == 30 and result["input"]["tokens"] > 30
-    assert result["models"]["tiny"]["sentences_per_second"] > 0
+    tiny = result["models"]["tiny"]
+    assert tiny["sentences_per_second"] > 0 and tiny["baseline"]["lines"] == 20
+    assert tiny["speedup_over_baseline"] == pytest.approx(
+        tiny["sentences_per_second"] / tiny["baseline"]["sentences_per_second"], rel=0.01)
+    assert result["matmul_peak_gflops"] > 0 and 0 < tiny["fraction_of_matmul_peak"] < 1
 
 
 def _free_port() -> int:
