@@ -28,7 +28,17 @@ How a run proceeds (see `embed_file`):
 * Blank lines give an empty array, ``(L + 1, 0, 2P)`` for ``--all`` or ``(0, 2P)`` otherwise (the old command raised
   an error). Invalid UTF-8 bytes are replaced by U+FFFD and the affected lines are counted and reported.
 * The model runs under `torch.inference_mode()` and stateless, so a sentence's vectors depend on nothing but the
-  sentence (not on its batch, the sort order or the number of processes).
+  sentence (not on its batch, the sort order or the number of processes). The command loads it with
+  `modeling_elmo.inference.load_elmo_model`, which refuses weights that do not match ``config.json``.
+* While a run works on ``OUTPUT``, its (main) process holds an exclusive `fcntl.flock` on ``OUTPUT.lock``; a second
+  run on the same output stops at once. The lock file is removed at the end; a killed run's lock is released by
+  the operating system.
+* Refused before anything is written, each with one line naming the path: an output that is the input (also
+  through a link), a binary input (a NUL byte in its first 64 KiB), an output folder that is missing, is a file or
+  is not writable, and an output that is a folder.
+
+The running of the model (`ElmoEmbedder`, `make_batches`) lives in `modeling_elmo.inference`; this module is the
+command around it: files, chunks, HDF5, resuming, processes and the command line.
 """
 
 from __future__ import annotations
