@@ -177,7 +177,7 @@ def _check_sentence_keys(path: Path, tokenize: Callable[[str], list[str]]) -> No
             seen[key] = index
 
 
-# ---------------------------------------------------------------------------------------------------- batching
+# ---------------------------------------------------------------------------------------------------- layers
 
 
 def _select_layers(layers: np.ndarray, mode: str) -> np.ndarray:
