@@ -28,12 +28,23 @@ How a run proceeds (see `embed_file`):
 * Blank lines give an empty array, ``(L + 1, 0, 2P)`` for ``--all`` or ``(0, 2P)`` otherwise (the old command raised
   an error). Invalid UTF-8 bytes are replaced by U+FFFD and the affected lines are counted and reported.
 * The model runs under `torch.inference_mode()` and stateless, so a sentence's vectors depend on nothing but the
-  sentence (not on its batch, the sort order or the number of processes).
+  sentence (not on its batch, the sort order or the number of processes). The command loads it with
+  `modeling_elmo.inference.load_elmo_model`, which refuses weights that do not match ``config.json``.
+* While a run works on ``OUTPUT``, its (main) process holds an exclusive `fcntl.flock` on ``OUTPUT.lock``; a second
+  run on the same output stops at once. The lock file is removed at the end; a killed run's lock is released by
+  the operating system.
+* Refused before anything is written, each with one line naming the path: an output that is the input (also
+  through a link), a binary input (a NUL byte in its first 64 KiB), an output folder that is missing, is a file or
+  is not writable, and an output that is a folder.
+
+The running of the model (`ElmoEmbedder`, `make_batches`) lives in `modeling_elmo.inference`; this module is the
+command around it: files, chunks, HDF5, resuming, processes and the command line.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -52,11 +63,12 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from .inference import DTYPES, ElmoEmbedder, load_elmo_tokenizer, make_batches
+
 
 logger = logging.getLogger(__name__)
 
 LAYER_MODES = ("all", "top", "average")
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 SENTENCE_TO_INDEX = "sentence_to_index"
 RUN_FILE = "run.json"
 DEFAULT_BATCH_SIZE = 64
@@ -74,57 +86,6 @@ class Embedder(Protocol):
 
     def embed_batch(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
         """All layers of each non-empty sentence: float32 arrays ``(num_layers, len(sentence), output_size)``."""
-
-
-class ElmoEmbedder:
-    """Runs an `ElmoModel` on batches of word lists and returns per-sentence numpy arrays of all layers.
-
-    Args:
-        model: an `ElmoModel` (or a model with an ``elmo`` attribute holding one, e.g. a task head).
-        tokenizer: the matching `ElmoTokenizer`.
-        device: where to run; defaults to the model's device.
-        dtype: `torch.float32` (default), or `torch.bfloat16` / `torch.float16` on a GPU. Outputs are float32.
-    """
-
-    def __init__(self, model: torch.nn.Module, tokenizer: Any, device: str | torch.device | None = None,
-                 dtype: torch.dtype = torch.float32):
-        base = getattr(model, "elmo", model)
-        device = torch.device(device) if device is not None else next(base.parameters()).device
-        if dtype not in DTYPES.values():
-            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}.")
-        if dtype != torch.float32 and device.type == "cpu":
-            raise ValueError(f"dtype {dtype} needs a GPU; on the CPU use float32.")
-        if getattr(base.config, "stateful", False):
-            logger.warning("The model's config has stateful=True; embedding runs stateless (sentences are reordered "
-                           "by length, so carried states would be meaningless).")
-            base.config.stateful = False
-        self.model = base.to(device=device, dtype=dtype).eval()
-        self.tokenizer = tokenizer
-        self.device = device
-        self.num_layers = int(base.config.num_representation_layers)
-        self.output_size = int(base.config.output_size)
-
-    @classmethod
-    def from_pretrained(cls, model_name_or_path: str, device: str | torch.device | None = None,
-                        dtype: torch.dtype = torch.float32) -> "ElmoEmbedder":
-        """Load an `ElmoModel` and its tokenizer from a folder or Hub id (the weights of a head load too)."""
-        from .modeling_elmo import ElmoModel
-        from .tokenization_elmo import ElmoTokenizer
-
-        model = ElmoModel.from_pretrained(model_name_or_path)
-        tokenizer = ElmoTokenizer.from_pretrained(model_name_or_path)
-        return cls(model, tokenizer, device=device, dtype=dtype)
-
-    def embed_batch(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
-        if any(len(s) == 0 for s in sentences):
-            raise ValueError("embed_batch got an empty sentence; empty sentences are handled by the caller.")
-        encoded = self.tokenizer([list(s) for s in sentences], is_split_into_words=True, padding=True,
-                                 return_tensors="pt")
-        with torch.inference_mode():
-            out = self.model(input_ids=encoded["input_ids"].to(self.device),
-                             attention_mask=encoded["attention_mask"].to(self.device), output_hidden_states=True)
-            layers = torch.stack(tuple(out.hidden_states), dim=1).float().cpu().numpy()  # (B, L+1, T, 2P)
-        return [layers[i, :, : len(s)] for i, s in enumerate(sentences)]
 
 
 @dataclasses.dataclass
@@ -216,26 +177,7 @@ def _check_sentence_keys(path: Path, tokenize: Callable[[str], list[str]]) -> No
             seen[key] = index
 
 
-# ---------------------------------------------------------------------------------------------------- batching
-
-
-def make_batches(lengths: Sequence[int], batch_size: int, max_batch_tokens: int | None = None) -> list[list[int]]:
-    """Positions of non-empty sentences grouped into batches, longest first.
-
-    A batch holds at most ``batch_size`` sentences and, if ``max_batch_tokens`` is given, at most that many padded
-    tokens (a single longer sentence still gets a batch of its own).
-    """
-    order = sorted((i for i, n in enumerate(lengths) if n > 0), key=lambda i: -lengths[i])
-    batches: list[list[int]] = []
-    for i in order:
-        if batches:
-            batch = batches[-1]
-            fits_tokens = max_batch_tokens is None or (len(batch) + 1) * lengths[batch[0]] <= max_batch_tokens
-            if len(batch) < batch_size and fits_tokens:
-                batch.append(i)
-                continue
-        batches.append([i])
-    return batches
+# ---------------------------------------------------------------------------------------------------- layers
 
 
 def _select_layers(layers: np.ndarray, mode: str) -> np.ndarray:
@@ -251,6 +193,81 @@ def _select_layers(layers: np.ndarray, mode: str) -> np.ndarray:
 
 def _partial_dir(output: Path) -> Path:
     return output.with_name(output.name + ".partial")
+
+
+def _lock_path(output: Path) -> Path:
+    return output.with_name(output.name + ".lock")
+
+
+def _check_paths(input_path: Path, output: Path) -> None:
+    """Refuse, before anything is written, inputs and outputs that cannot work (each error names the path)."""
+    if not input_path.exists():
+        raise ValueError(f"input file {str(input_path)!r} does not exist.")
+    if not input_path.is_file():
+        raise ValueError(f"input {str(input_path)!r} is not a file.")
+    _check_text_file(input_path)
+    parent = output.parent
+    if not parent.exists():
+        raise ValueError(f"output folder {str(parent)!r} does not exist.")
+    if not parent.is_dir():
+        raise ValueError(f"the output's folder {str(parent)!r} is a file, not a folder.")
+    if output.is_dir():
+        raise ValueError(f"output path {str(output)!r} is a folder; give a file name.")
+    if output.exists() and os.path.samefile(input_path, output):
+        raise ValueError(f"output {str(output)!r} is the input file {str(input_path)!r}; writing it would destroy "
+                         "the input. Choose another output.")
+
+
+def _check_text_file(path: Path, block_size: int = 1 << 16) -> None:
+    """Refuse a binary file: a NUL byte in the first block (UTF-8 text has none; invalid UTF-8 alone is accepted)."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(block_size)
+    except OSError as error:
+        raise ValueError(f"cannot read input file {str(path)!r}: {error.strerror}.") from None
+    offset = head.find(b"\0")
+    if offset >= 0:
+        raise ValueError(f"input file {str(path)!r} is not text: it has a NUL byte at offset {offset} (a binary "
+                         "file, or UTF-16 text; elmo embed reads UTF-8 text, one sentence per line).")
+
+
+@contextlib.contextmanager
+def _output_lock(output: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``OUTPUT.lock`` while the block runs; refuse at once if another run holds it.
+
+    `fcntl.flock` locks are released by the operating system when their process dies, so a killed run never
+    leaves a stale lock. The lock file is removed when the block ends. A run that opened the file just before an
+    earlier run removed it would lock a deleted file: the lock is only taken once it is on the file at the path.
+    """
+    import fcntl
+
+    path = _lock_path(output)
+    while True:
+        try:
+            handle = open(path, "ab")
+        except OSError as error:
+            raise ValueError(f"cannot write next to the output {str(output)!r}: {error.strerror} "
+                             f"({str(path)!r}).") from None
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            raise ValueError(f"another elmo embed run is writing {str(output)!r} (it holds {str(path)!r}); wait for "
+                             "it to end, or choose another output.") from None
+        try:
+            current = os.stat(path)
+        except FileNotFoundError:
+            current = None
+        if current is not None and os.path.samestat(current, os.fstat(handle.fileno())):
+            break
+        handle.close()  # the file was removed (and maybe re-created) by the run that held it: lock the new one
+    try:
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            if os.path.samestat(os.stat(path), os.fstat(handle.fileno())):
+                path.unlink()  # while still locked, so no other run can be holding this file
+        handle.close()
 
 
 def _chunk_path(partial: Path, chunk_index: int) -> Path:
@@ -342,7 +359,7 @@ class _Processes:
             # PartialState (unlike Accelerator) does not read ACCELERATE_USE_CPU itself.
             self.state = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))
             if self.state.num_processes != launched:  # e.g. `--multi_gpu` on a machine without GPUs
-                raise SystemExit(f"elmo embed: launched as {launched} processes but accelerate set up "
+                raise SystemExit(f"elmo embed: error: launched as {launched} processes but accelerate set up "
                                  f"{self.state.num_processes} ({self.state.distributed_type}); on CPUs set "
                                  "ACCELERATE_USE_CPU=1.")
         self.index = self.state.process_index if self.state else 0
@@ -396,12 +413,21 @@ def embed_file(input_file: str | os.PathLike, output_file: str | os.PathLike,
     if overwrite and resume:
         raise ValueError("overwrite and resume exclude each other.")
     input_path, output = Path(input_file), Path(output_file)
-    if not input_path.is_file():
-        raise ValueError(f"input file {str(input_path)!r} does not exist.")
-    if not output.parent.is_dir():
-        raise ValueError(f"output folder {str(output.parent)!r} does not exist.")
-    if output.is_dir():
-        raise ValueError(f"output path {str(output)!r} is a folder.")
+    _check_paths(input_path, output)
+    # Only the main process writes OUTPUT, OUTPUT.partial's run file and the merge; it holds the lock for the run.
+    with _output_lock(output) if processes.is_main else contextlib.nullcontext():
+        return _embed_locked(input_path, output, embedder, processes, mode=mode, model_name=model_name,
+                             batch_size=batch_size, chunk_size=chunk_size, max_batch_tokens=max_batch_tokens,
+                             tokenize=tokenize, raw_text=raw_text, forget_sentences=forget_sentences,
+                             use_sentence_keys=use_sentence_keys, overwrite=overwrite, resume=resume,
+                             show_progress=show_progress)
+
+
+def _embed_locked(input_path: Path, output: Path, embedder: Embedder | Callable[[], Embedder],
+                  processes: _Processes, *, mode: str, model_name: str, batch_size: int, chunk_size: int,
+                  max_batch_tokens: int | None, tokenize: Callable[[str], list[str]], raw_text: bool,
+                  forget_sentences: bool, use_sentence_keys: bool, overwrite: bool, resume: bool,
+                  show_progress: bool) -> EmbedReport:
     partial = _partial_dir(output)
     if output.exists() and not overwrite:
         raise ValueError(f"output file {str(output)!r} already exists; pass --overwrite to replace it.")
@@ -525,6 +551,7 @@ def build_parser(prog: str = "elmo embed") -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``elmo embed``: every refused input ends the command with one line ``elmo embed: error: ...`` (exit 1)."""
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     processes = _Processes()
@@ -532,30 +559,19 @@ def main(argv: list[str] | None = None) -> int:
     if processes.count > 1 and args.device is not None:
         logger.warning("--device %s ignored: accelerate assigns %s to this process.", args.device, device)
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise SystemExit(f"elmo embed: --device {args.device} asked for a GPU, but torch sees none.")
+        raise SystemExit(f"elmo embed: error: --device {args.device} asked for a GPU, but torch sees none.")
     dtype = DTYPES[args.dtype]
     if dtype != torch.float32 and device.type == "cpu":
-        raise SystemExit(f"elmo embed: --dtype {args.dtype} needs a GPU; the device is {device}.")
+        raise SystemExit(f"elmo embed: error: --dtype {args.dtype} needs a GPU; the device is {device}.")
 
-    holder: dict[str, ElmoEmbedder] = {}
+    def load() -> ElmoEmbedder:  # called by embed_file once the paths have been checked
+        with _without_transformers_progress_bars():
+            return ElmoEmbedder.from_pretrained(args.model, device=device, dtype=dtype)
 
-    def load() -> ElmoEmbedder:
-        try:
-            holder["e"] = ElmoEmbedder.from_pretrained(args.model, device=device, dtype=dtype)
-        except (OSError, ValueError) as err:
-            raise SystemExit(f"elmo embed: cannot load model {args.model!r}: {err}") from err
-        return holder["e"]
-
-    tokenize: Callable[[str], list[str]] = str.split
-    if args.raw_text:
-        from .tokenization_elmo import ElmoTokenizer
-
-        try:
-            splitter = ElmoTokenizer.from_pretrained(args.model)
-        except (OSError, ValueError) as err:
-            raise SystemExit(f"elmo embed: cannot load the tokenizer of {args.model!r}: {err}") from err
-        tokenize = splitter.split_words
     try:
+        tokenize: Callable[[str], list[str]] = str.split
+        if args.raw_text:
+            tokenize = load_elmo_tokenizer(args.model).split_words
         report = embed_file(args.input_file, args.output_file, load, mode=args.mode, model_name=args.model,
                             batch_size=args.batch_size, chunk_size=args.chunk_size,
                             max_batch_tokens=args.max_batch_tokens, tokenize=tokenize, raw_text=args.raw_text,
@@ -563,13 +579,30 @@ def main(argv: list[str] | None = None) -> int:
                             overwrite=args.overwrite, resume=args.resume, show_progress=not args.no_progress,
                             processes=processes)
     except ValueError as err:
-        raise SystemExit(f"elmo embed: {err}") from err
+        raise SystemExit(f"elmo embed: error: {err}") from None
+    except OSError as err:  # e.g. the disk filled up: finished chunks stay in OUTPUT.partial
+        raise SystemExit(f"elmo embed: error: {err}; rerun with --resume to keep the finished chunks.") from None
     if report.merged:
         print(f"elmo embed: wrote {report.num_lines} sentences to {report.output_file} "
               f"({report.embedded_lines} embedded now at {report.sentences_per_second:.1f} sentences/s on this "
               f"process, {report.resumed_lines} resumed; {report.blank_lines} blank, "
               f"{report.invalid_utf8_lines} with invalid UTF-8).", file=sys.stderr)
     return 0
+
+
+@contextlib.contextmanager
+def _without_transformers_progress_bars() -> Iterator[None]:
+    """The command has its own progress bar; transformers' "Loading weights" bar is noise (and not a --no-progress
+    matter)."""
+    from transformers.utils import logging as hf_logging
+
+    enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            hf_logging.enable_progress_bar()
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ import datasets
 import numpy as np
 import torch
 
-from .embed import ElmoEmbedder
+from .inference import ElmoEmbedder
 
 FEATURE_COLUMN = "elmo_hidden_states"
 STORAGE_DTYPES = ("float32", "float16")
@@ -41,6 +41,14 @@ def _model_fingerprint(model: torch.nn.Module) -> str:
         digest.update(name.encode())
         digest.update(tensor.detach().float().cpu().contiguous().numpy().tobytes())
     return digest.hexdigest()[:24]
+
+
+def _selected_layers(layers: Sequence[int] | None, num_layers: int) -> list[int]:
+    selected = list(range(num_layers)) if layers is None else [int(i) for i in layers]
+    bad = [i for i in selected if not 0 <= i < num_layers]
+    if bad or not selected or len(set(selected)) != len(selected):
+        raise ValueError(f"layers must be distinct indices in [0, {num_layers}), got {list(layers or [])!r}.")
+    return selected
 
 
 def add_elmo_features(
@@ -56,13 +64,15 @@ def add_elmo_features(
     feature_column: str = FEATURE_COLUMN,
     device: str | torch.device | None = None,
     compute_dtype: torch.dtype = torch.float32,
+    show_progress: bool = True,
     **map_kwargs: Any,
 ) -> datasets.Dataset:
     """Add the frozen biLM's layer activations of every example as the column ``feature_column``.
 
     Args:
         dataset: the task data, with either raw strings (``text_column``) or word lists (``words_column``).
-        model_or_path: an `ElmoModel`, a head holding one in ``.elmo``, or a folder / Hub id to load one from.
+        model_or_path: an `ElmoModel`, a head holding one in ``.elmo``, or a folder / Hub id to load one from (with
+            `modeling_elmo.inference.load_elmo_model`, which refuses weights that do not match the config).
         tokenizer: the `ElmoTokenizer`; loaded from ``model_or_path`` when that is a path, else a default one.
         text_column: column of raw strings, split with the tokenizer's pre-tokenizer (give this or
             ``words_column``; token-level labels need ``words_column`` so that they line up).
@@ -72,7 +82,10 @@ def add_elmo_features(
             the heads expect.
         dtype: storage dtype, ``"float32"`` or ``"float16"`` (half the disk; the collator returns float32).
         device: where the model runs (default: where it is).
-        compute_dtype: dtype the model runs in (bfloat16/float16 only on a GPU).
+        compute_dtype: dtype the model runs in (bfloat16/float16 only on a GPU). A model passed in is moved to
+            ``device`` and ``compute_dtype`` for the run and moved back afterwards.
+        show_progress: show `datasets`' progress bar over the examples (``desc`` "ELMo features"); false silences it
+            for this call even where `datasets` progress bars are on.
         map_kwargs: passed to `datasets.Dataset.map` (e.g. ``desc``, ``load_from_cache_file``).
 
     Returns:
@@ -91,25 +104,22 @@ def add_elmo_features(
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
 
+    restore = None
     if isinstance(model_or_path, (str, bytes)) or hasattr(model_or_path, "__fspath__"):
-        from .modeling_elmo import ElmoModel
-        from .tokenization_elmo import ElmoTokenizer
-
-        model = ElmoModel.from_pretrained(model_or_path)
-        tokenizer = tokenizer if tokenizer is not None else ElmoTokenizer.from_pretrained(model_or_path)
+        embedder = ElmoEmbedder.from_pretrained(model_or_path, device=device, dtype=compute_dtype)
+        tokenizer = tokenizer if tokenizer is not None else embedder.tokenizer
+        model = embedder.model
+        selected = _selected_layers(layers, embedder.num_layers)
     else:
         model = getattr(model_or_path, "elmo", model_or_path)
+        selected = _selected_layers(layers, int(model.config.num_representation_layers))
         if tokenizer is None:
             from .tokenization_elmo import ElmoTokenizer
 
             tokenizer = ElmoTokenizer()
-    was_training = model.training
-    embedder = ElmoEmbedder(model, tokenizer, device=device, dtype=compute_dtype)
-    num_layers = embedder.num_layers
-    selected = list(range(num_layers)) if layers is None else [int(i) for i in layers]
-    bad = [i for i in selected if not 0 <= i < num_layers]
-    if bad or not selected or len(set(selected)) != len(selected):
-        raise ValueError(f"layers must be distinct indices in [0, {num_layers}), got {list(layers or [])!r}.")
+        first = next(model.parameters())
+        restore = (model.training, first.device, first.dtype)
+        embedder = ElmoEmbedder(model, tokenizer, device=device, dtype=compute_dtype)
     np_dtype = np.dtype(dtype)
     width = embedder.output_size
 
@@ -127,16 +137,24 @@ def add_elmo_features(
 
     features = dataset.features.copy()
     features[feature_column] = datasets.Array3D(shape=(None, len(selected), width), dtype=dtype)
-    fingerprint = hashlib.sha256(
-        repr((dataset._fingerprint, _model_fingerprint(model), column, text_column is not None, selected, dtype,
-              feature_column, str(compute_dtype), getattr(tokenizer, "split_pattern", None),
-              getattr(tokenizer, "do_lower_case", None))).encode()
-    ).hexdigest()[:32]
+    map_kwargs.setdefault("desc", "ELMo features")
+    silence = not show_progress and datasets.is_progress_bar_enabled()
     try:
+        fingerprint = hashlib.sha256(
+            repr((dataset._fingerprint, _model_fingerprint(model), column, text_column is not None, selected, dtype,
+                  feature_column, str(compute_dtype), getattr(tokenizer, "split_pattern", None),
+                  getattr(tokenizer, "do_lower_case", None))).encode()
+        ).hexdigest()[:32]
+        if silence:
+            datasets.disable_progress_bars()
         result = dataset.map(embed, batched=True, batch_size=batch_size, features=features,
                              new_fingerprint=map_kwargs.pop("new_fingerprint", fingerprint), **map_kwargs)
     finally:
-        model.train(was_training)
+        if silence:
+            datasets.enable_progress_bars()
+        if restore is not None:  # the caller's model as it was
+            training, original_device, original_dtype = restore
+            model.to(device=original_device, dtype=original_dtype).train(training)
     return result.with_format("numpy", columns=[feature_column], output_all_columns=True)
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +22,7 @@ import torch
 from support import assert_same_numbers
 
 from modeling_elmo import embed as embed_mod
-from modeling_elmo.embed import count_lines, embed_file, make_batches
+from modeling_elmo.embed import count_lines, embed_file
 
 
 REPO = Path(__file__).resolve().parents[1]
@@ -73,13 +75,6 @@ def run(tmp_path, lines=SENTENCES, name="out.h5", embedder=None, **kwargs):
 
 
 # ---------------------------------------------------------------------------------------------------- pure parts
-
-
-def test_make_batches_sorts_longest_first_skips_empty_and_caps_tokens():
-    lengths = [3, 0, 7, 1, 5, 5, 2]
-    assert make_batches(lengths, batch_size=2) == [[2, 4], [5, 0], [6, 3]]
-    assert make_batches(lengths, batch_size=10, max_batch_tokens=10) == [[2], [4, 5], [0, 6, 3]]
-    assert make_batches([12], batch_size=4, max_batch_tokens=5) == [[0]]  # too long alone: still one batch
 
 
 def test_count_lines_counts_a_last_line_without_newline(tmp_path):
@@ -197,6 +192,98 @@ def test_existing_output_is_refused_without_overwrite(tmp_path):
     assert out.stat().st_mtime_ns == before
     run(tmp_path, overwrite=True, mode="top")
     assert read_h5(out)["0"].ndim == 2
+
+
+@pytest.mark.parametrize("link", ["same path", "symlink", "hard link"])
+def test_output_that_is_the_input_file_is_refused_even_with_overwrite(tmp_path, link):
+    """Issue 12, report 10: `elmo embed x.txt x.txt --overwrite` replaced the input with the output."""
+    src = write_lines(tmp_path / "in.txt", SENTENCES)
+    out = {"same path": src, "symlink": tmp_path / "link.h5", "hard link": tmp_path / "hard.h5"}[link]
+    if link == "symlink":
+        out.symlink_to(src)
+    elif link == "hard link":
+        os.link(src, out)
+    fake = FakeEmbedder()
+    with pytest.raises(ValueError, match=r"output '.*' is the input file '.*in\.txt'"):
+        embed_file(src, out, fake, mode="all", overwrite=True, show_progress=False)
+    assert src.read_text() == "".join(line + "\n" for line in SENTENCES) and fake.batches == []
+    assert not (tmp_path / (out.name + ".partial")).exists() and not (tmp_path / (out.name + ".lock")).exists()
+
+
+@pytest.mark.parametrize("content, offset", [(b"\x7fELF\x02\x01\x01\x00\x00", 7),
+                                             ("one line\n".encode("utf-16"), 3)])
+def test_binary_input_is_refused_naming_the_file(tmp_path, content, offset):
+    (tmp_path / "in.txt").write_bytes(content + bytes(range(256)) * 4)
+    fake = FakeEmbedder()
+    with pytest.raises(ValueError, match=rf"input file '.*in\.txt' is not text: it has a NUL byte at offset {offset}"):
+        run(tmp_path, embedder=fake)
+    assert fake.batches == [] and sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
+
+
+def unwritable_folder(tmp_path: Path) -> Path:
+    """A folder where creating a file fails: read-only permissions, or (as root, who ignores them) sysfs."""
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    folder.chmod(0o555)
+    for candidate in (folder, Path("/sys")):
+        try:
+            (candidate / "probe").touch()
+        except PermissionError:
+            return candidate
+        (candidate / "probe").unlink()
+    pytest.skip("no folder refuses new files here (root, and no sysfs)")
+
+
+@pytest.mark.parametrize("case", ["unwritable folder", "parent is a file", "output is a folder", "missing folder"])
+def test_unusable_output_location_is_refused_before_any_work(tmp_path, case):
+    write_lines(tmp_path / "in.txt", SENTENCES)
+    (tmp_path / "a-file").write_text("x")
+    (tmp_path / "a-folder").mkdir()
+    out, match = {
+        "unwritable folder": (lambda: unwritable_folder(tmp_path) / "out.h5", r"cannot write next to the output "
+                              r"'.*out\.h5': Permission denied"),
+        "parent is a file": (lambda: tmp_path / "a-file" / "out.h5", r"the output's folder '.*a-file' is a file"),
+        "output is a folder": (lambda: tmp_path / "a-folder", r"output path '.*a-folder' is a folder"),
+        "missing folder": (lambda: tmp_path / "nope" / "out.h5", r"output folder '.*nope' does not exist"),
+    }[case]
+    out = out()
+    fake = FakeEmbedder()
+    with pytest.raises(ValueError, match=match):
+        embed_file(tmp_path / "in.txt", out, fake, mode="all", show_progress=False)
+    assert fake.batches == [] and (tmp_path / "a-file").read_text() == "x" and not any((tmp_path / "a-folder").iterdir())
+
+
+class SecondRunWhileEmbedding(FakeEmbedder):
+    """Starts a second run on the same output while the first one is embedding its first batch."""
+
+    def __init__(self, second_run):
+        super().__init__()
+        self.second_run, self.error = second_run, None
+
+    def embed_batch(self, sentences):
+        if self.error is None:
+            try:
+                self.second_run()
+            except (ValueError, SystemExit) as error:
+                self.error = error
+        return super().embed_batch(sentences)
+
+
+def test_second_run_on_the_same_output_fails_at_once_and_the_first_completes(tmp_path):
+    _, reference = run(tmp_path, name="ref.h5", chunk_size=4)
+    second = FakeEmbedder()
+    first = SecondRunWhileEmbedding(lambda: run(tmp_path, embedder=second, chunk_size=4, resume=True))
+    run(tmp_path, embedder=first, chunk_size=4)
+    assert isinstance(first.error, ValueError)
+    assert re.fullmatch(r"another elmo embed run is writing '.*out\.h5' \(it holds '.*out\.h5\.lock'\); wait for "
+                        r"it to end, or choose another output\.", str(first.error)), first.error
+    assert second.batches == []
+    want, got = read_h5(reference), read_h5(tmp_path / "out.h5")
+    assert want.keys() == got.keys()
+    for key in want:
+        np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "out.h5", "ref.h5"]  # lock file removed
+    run(tmp_path, chunk_size=4, overwrite=True)  # and the lock was released
 
 
 def test_resumed_run_matches_uninterrupted_run(tmp_path):
@@ -382,24 +469,80 @@ def test_a_single_100000_character_word_is_cut_by_the_tokenizer(tmp_path, tiny_m
 
 def test_cli_reports_a_missing_model_clearly(tmp_path):
     src = write_lines(tmp_path / "in.txt", ["a"])
-    with pytest.raises(SystemExit, match="cannot load model"):
+    with pytest.raises(SystemExit, match=r"^elmo embed: error: model '.*nope' is neither an existing folder nor a "
+                                         r"valid Hub id"):
         embed_mod.main([str(src), str(tmp_path / "o.h5"), "--model", str(tmp_path / "nope"), "--all", "--no-progress"])
     assert not (tmp_path / "o.h5").exists()
 
 
-def test_bench_embed_reports_throughput(tmp_path, capsys):
+def test_cli_refuses_weights_that_do_not_match_the_config_in_one_line(tmp_path, tiny_model_dir):
+    """Issue 12, report 4: weights that do not match config.json gave a MISSING table, then 'wrote 50 sentences'
+    from a partly random model."""
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 3}))
+    src = write_lines(tmp_path / "in.txt", ["a b"] * 50)
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run([sys.executable, "-m", "modeling_elmo.embed", str(src), str(tmp_path / "o.h5"),
+                           "--model", str(model), "--all"], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines() == [proc.stderr.strip()], proc.stderr  # one line: no table, no traceback
+    assert proc.stderr.startswith("elmo embed: error: the weights of model ")
+    assert "8 biLM weight(s) missing (encoder.backward_layers.2.bias" in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "model"]  # nothing written
+
+
+def test_cli_second_run_on_the_same_output_exits_with_one_line(tmp_path, tiny_model_dir):
+    src = write_lines(tmp_path / "in.txt", MODEL_LINES)
+    out = tmp_path / "out.hdf5"
+    argv = [str(src), str(out), "--model", str(tiny_model_dir), "--all", "--no-progress"]
+    first = SecondRunWhileEmbedding(lambda: embed_mod.main(argv))
+    embed_file(src, out, first, mode="all", show_progress=False)
+    assert isinstance(first.error, SystemExit) and first.error.code.count("\n") == 0
+    assert first.error.code.startswith(f"elmo embed: error: another elmo embed run is writing {str(out)!r}")
+    assert len(read_h5(out)) == len(MODEL_LINES) + 1
+
+
+@pytest.mark.parametrize("case", ["input is output", "binary input", "unwritable output", "output parent is a file",
+                                  "output is a folder"])
+def test_cli_refuses_unusable_paths_with_one_line_and_writes_nothing(tmp_path, tiny_model_dir, case):
+    src = write_lines(tmp_path / "in.txt", MODEL_LINES)
+    if case == "binary input":
+        src.write_bytes(b"PK\x03\x04\x14\x00\x00\x00" + bytes(range(256)))
+    out, match = {
+        "input is output": (src, "is the input file"),
+        "binary input": (tmp_path / "out.hdf5", "is not text: it has a NUL byte at offset 5"),
+        "unwritable output": (unwritable_folder(tmp_path) / "out.hdf5", "cannot write next to the output"),
+        "output parent is a file": (src / "out.hdf5", "is a file, not a folder"),
+        "output is a folder": (tmp_path, "is a folder; give a file name"),
+    }[case]
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    with pytest.raises(SystemExit) as exit_:
+        embed_mod.main([str(src), str(out), "--model", str(tiny_model_dir), "--all", "--no-progress", "--overwrite"])
+    message = exit_.value.code
+    assert isinstance(message, str) and message.startswith("elmo embed: error: ") and "\n" not in message
+    assert match in message and (str(src) in message or str(out) in message), message
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+
+
+def test_bench_embed_reports_throughput_against_a_baseline_and_the_matmul_peak(tmp_path, capsys):
     data = Path(os.environ.get("ELMO_SHARED_DATA", REPO.parent / "shared" / "data"))
     if not (data / "lm-corpus" / "brown.txt").is_file():
         pytest.skip(f"{data}/lm-corpus is not available (set ELMO_SHARED_DATA)")
-    sys.path.insert(0, str(REPO / "bench"))
+    sys.path.insert(0, str(REPO / "scripts" / "bench"))
     try:
         import bench_embed
     finally:
         sys.path.pop(0)
-    assert bench_embed.main(["--lines", "30", "--models", "tiny", "--chunk-size", "10"]) == 0
+    assert bench_embed.main(["--lines", "30", "--models", "tiny", "--chunk-size", "10", "--baseline-lines", "20"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["input"]["lines"] == 30 and result["input"]["tokens"] > 30
-    assert result["models"]["tiny"]["sentences_per_second"] > 0
+    tiny = result["models"]["tiny"]
+    assert tiny["sentences_per_second"] > 0 and tiny["baseline"]["lines"] == 20
+    assert tiny["speedup_over_baseline"] == pytest.approx(
+        tiny["sentences_per_second"] / tiny["baseline"]["sentences_per_second"], rel=0.01)
+    assert result["matmul_peak_gflops"] > 0 and 0 < tiny["fraction_of_matmul_peak"] < 1
 
 
 def _free_port() -> int:

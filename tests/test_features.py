@@ -172,3 +172,28 @@ def test_training_on_cached_features_matches_end_to_end_training_with_frozen_bil
                                rtol=1e-5, atol=1e-6)
     for name, value in end_to_end_model.elmo.state_dict().items():
         torch.testing.assert_close(value, bilm_before[name], rtol=0, atol=0)
+
+
+def test_features_from_a_folder_whose_weights_do_not_match_its_config_are_refused(tmp_path):
+    model = ElmoModel(ElmoConfig(**TINY))
+    model.save_pretrained(tmp_path / "m")
+    ElmoTokenizer().save_pretrained(tmp_path / "m")
+    config = (tmp_path / "m" / "config.json").read_text()
+    (tmp_path / "m" / "config.json").write_text(config.replace('"num_hidden_layers": 2', '"num_hidden_layers": 3'))
+    with pytest.raises(ValueError, match=r"biLM weight\(s\) missing \(encoder\.backward_layers\.2\.bias"):
+        add_elmo_features(make_dataset(2), str(tmp_path / "m"), words_column="words")
+
+
+def test_progress_bar_over_the_examples_unless_asked_for_silence(capsys):
+    model = ElmoModel(ElmoConfig(**TINY)).train()
+    ds = make_dataset(6)
+    datasets.enable_progress_bars()  # the autouse fixture turned them off
+    try:
+        add_elmo_features(ds, model, words_column="words", batch_size=2, show_progress=False)
+        assert "ELMo features" not in capsys.readouterr().err
+        assert datasets.is_progress_bar_enabled()  # silence was for that call only
+        add_elmo_features(ds, model, words_column="words", batch_size=2)
+        assert "ELMo features" in capsys.readouterr().err
+    finally:
+        datasets.disable_progress_bars()
+    assert model.training  # the caller's model is left as it was

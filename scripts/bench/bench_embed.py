@@ -1,12 +1,20 @@
 """Throughput of ``elmo embed``: sentences per second on a file of corpus lines, for random models of two shapes.
 
-    OMP_NUM_THREADS=1 python bench/bench_embed.py --lines 1000            # quick CPU run
-    python bench/bench_embed.py --device cuda --dtype bfloat16             # 100,000 lines on a GPU
+    OMP_NUM_THREADS=1 python scripts/bench/bench_embed.py --lines 1000            # quick CPU run
+    python scripts/bench/bench_embed.py --device cuda --dtype bfloat16             # 100,000 lines on a GPU
 
 The input file is built in a temporary folder from the one-sentence-per-line files of ``shared/data/lm-corpus``
 (``brown.txt``, ``masc.txt``; override the folder with ``ELMO_SHARED_DATA``), repeated if needed. Each model runs the
 whole `modeling_elmo.embed.embed_file` pipeline (streaming, length sorting, chunk files, merge), with random weights
 (the speed does not depend on the values). Prints one JSON object.
+
+Two references are measured in the same run:
+  * ``baseline``: the first ``--baseline-lines`` lines embedded batch after batch in file order (no length sorting,
+    no files), the way a simple loop over `ElmoEmbedder.embed_batch` would; ``speedup_over_baseline`` is the
+    pipeline's sentences/s over the baseline's;
+  * ``matmul_peak_gflops``: a square matrix product in the compute dtype on the device; ``fraction_of_matmul_peak``
+    is the pipeline's useful FLOP/s (the forward pass's matrix products at every position the biLM runs, words
+    and the two boundaries, padding excluded; counted as in ``bench_forward.py``) over that peak.
 """
 
 from __future__ import annotations
@@ -15,7 +23,6 @@ import argparse
 import itertools
 import json
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -23,13 +30,16 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
 from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer  # noqa: E402
-from modeling_elmo.embed import DTYPES, ElmoEmbedder, embed_file  # noqa: E402
+from modeling_elmo.embed import embed_file  # noqa: E402
+from modeling_elmo.inference import DTYPES, ElmoEmbedder  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_forward import cpu_name, forward_flops  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
 CORPUS_FILES = ("brown.txt", "masc.txt")
 SHAPES = {"tiny": "elmo-tiny.json", "small": "elmo-small.json", "original": "elmo-original.json"}
 
@@ -78,6 +88,38 @@ def load_shape(name: str) -> ElmoConfig:
     return ElmoConfig(**fields)
 
 
+def matmul_peak(device: str, dtype: torch.dtype, n: int = 2048, repeats: int = 5) -> float:
+    """Best-of FLOP/s of an (n x n) @ (n x n) product in ``dtype`` on ``device``."""
+    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
+    best = float("inf")
+    for _ in range(repeats + 1):  # the first is a warm-up
+        if a.is_cuda:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        a @ b
+        if a.is_cuda:
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - start)
+    return 2 * n**3 / best
+
+
+def baseline_sentences_per_second(embedder: ElmoEmbedder, path: Path, num_lines: int, batch_size: int) -> dict:
+    """Embed the first ``num_lines`` lines in file order, ``batch_size`` at a time: no sorting, no output files."""
+    with open(path, encoding="utf-8") as handle:
+        sentences = [line.split() for _, line in zip(range(num_lines), handle)]
+    sentences = [s for s in sentences if s]
+    batches = [sentences[i : i + batch_size] for i in range(0, len(sentences), batch_size)]
+    embedder.embed_batch(batches[0][:2])  # warm-up
+    if embedder.device.type == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    for batch in batches:
+        embedder.embed_batch(batch)
+    seconds = time.perf_counter() - start
+    return {"lines": len(sentences), "seconds": round(seconds, 3),
+            "sentences_per_second": round(len(sentences) / seconds, 1)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--lines", type=int, default=100_000)
@@ -88,9 +130,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
     parser.add_argument("--synthetic", action="store_true", help="random Zipfian sentences instead of the corpus lines")
+    parser.add_argument("--baseline-lines", type=int, default=1000,
+                        help="lines embedded by the unsorted baseline (at most --lines)")
     args = parser.parse_args(argv)
-    if args.lines < 1:
-        raise SystemExit(f"bench_embed: --lines must be positive, got {args.lines}.")
+    if args.lines < 1 or args.baseline_lines < 1:
+        raise SystemExit(f"bench_embed: --lines and --baseline-lines must be positive, got {args.lines} and "
+                         f"{args.baseline_lines}.")
     names = [n.strip() for n in args.models.split(",") if n.strip()]
     unknown = [n for n in names if n not in SHAPES]
     if unknown:
@@ -98,7 +143,9 @@ def main(argv: list[str] | None = None) -> int:
 
     results = {"device": args.device, "dtype": args.dtype, "torch_threads": torch.get_num_threads(),
                "batch_size": args.batch_size, "mode": args.mode, "torch": torch.__version__,
-               "cpu": platform.processor() or platform.machine(), "models": {}}
+               "cpu": cpu_name(), "cpu_cores": os.cpu_count(),
+               "gpu": torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else None,
+               "matmul_peak_gflops": round(matmul_peak(args.device, DTYPES[args.dtype]) / 1e9, 1), "models": {}}
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "input.txt"
         results["input"] = write_input(src, args.lines, args.synthetic)
@@ -112,13 +159,22 @@ def main(argv: list[str] | None = None) -> int:
             report = embed_file(src, out, embedder, mode=args.mode, batch_size=args.batch_size,
                                 chunk_size=args.chunk_size, show_progress=False)
             wall = time.perf_counter() - start
+            speed = report.embedded_lines / report.seconds
+            baseline = baseline_sentences_per_second(embedder, src, min(args.baseline_lines, args.lines),
+                                                     args.batch_size)
+            positions = report.num_tokens + 2 * (report.embedded_lines - report.blank_lines)
+            achieved = positions * forward_flops(config, 1, 1) / 3 / report.seconds  # forward_flops counts 3 positions
             results["models"][name] = {
                 "parameters": sum(p.numel() for p in embedder.model.parameters()),
                 "layers_x_width": [config.num_representation_layers, config.output_size],
                 "embed_seconds": round(report.seconds, 3),
                 "wall_seconds_with_merge": round(wall, 3),
-                "sentences_per_second": round(report.embedded_lines / report.seconds, 1),
+                "sentences_per_second": round(speed, 1),
                 "tokens_per_second": round(report.num_tokens / report.seconds, 1),
+                "baseline": baseline,
+                "speedup_over_baseline": round(speed / baseline["sentences_per_second"], 2),
+                "achieved_gflops": round(achieved / 1e9, 2),
+                "fraction_of_matmul_peak": round(achieved / (results["matmul_peak_gflops"] * 1e9), 4),
                 "output_megabytes": round(out.stat().st_size / 2**20, 1),
             }
             out.unlink()

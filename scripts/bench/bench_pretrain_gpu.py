@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """GPU pretraining throughput of elmo-27m (bf16 autocast through accelerate), a few minutes on one GPU.
 
-    python bench/bench_pretrain_gpu.py                       # batch sizes 128 512 1024, 20 timed steps each
-    python bench/bench_pretrain_gpu.py --batch-sizes 2048 --lstm-implementation torch --no-clip
+    python scripts/bench/bench_pretrain_gpu.py                       # batch sizes 128 512 1024, 20 timed steps each
+    python scripts/bench/bench_pretrain_gpu.py --batch-sizes 2048 --lstm-implementation torch --no-clip
 
 Target: 550,000 training tokens/s on an H200 (the seed run did about 109,000 on an A100). Each batch is
 ``batch_size`` windows of 20 tokens of a synthetic Zipfian word stream with sentence boundaries (the original
@@ -23,12 +23,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
 from modeling_elmo import ElmoConfig, ElmoForBidirectionalLM  # noqa: E402
-from modeling_elmo.pretraining.arguments import resolve_model_config  # noqa: E402
-from modeling_elmo.pretraining.data import Collator, Vocabulary, tokenize_batch  # noqa: E402
+from modeling_elmo.pretraining import Collator, Vocabulary, tokenize_batch  # noqa: E402
 
 
 def synthetic_corpus(vocab_size: int, n_words: int, seed: int = 0) -> tuple[Vocabulary, list[str]]:
@@ -87,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     collate_tps = n_coll / (time.perf_counter() - t0)
     print(json.dumps({"bench": "cpu_data_pipeline", "tokenize_tokens_per_s": len(examples) * args.window_size / tokenize_s, "collate_tokens_per_s": collate_tps}), flush=True)
 
-    config = ElmoConfig.from_json_file(str(resolve_model_config(args.preset)))
+    config = ElmoConfig.from_json_file(str(REPO / "configuration" / f"{args.preset}.json"))
     config.vocab_size = len(vocab)
     if args.no_clip:
         config.cell_clip = None

@@ -1,6 +1,6 @@
 """ElmoModel forward throughput on CPU (fp32), against a per-time-step baseline and the machine's matmul peak.
 
-    OMP_NUM_THREADS=1 python bench/bench_forward.py [--preset elmo-original] [--threads 1] [--repeats 3]
+    OMP_NUM_THREADS=1 python scripts/bench/bench_forward.py [--preset elmo-original] [--threads 1] [--repeats 3]
 
 For each shape (batch x tokens) it measures:
   * ``loop``: our explicit-loop LSTM path (clipping on, as in every released model);
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import random
 import sys
@@ -29,11 +30,23 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
-from modeling_elmo import ElmoConfig, ElmoModel, encode_words  # noqa: E402
+from modeling_elmo import BOS_CHAR_IDS, EOS_CHAR_IDS, ElmoConfig, ElmoModel, encode_words  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+
+
+def cpu_name() -> str:
+    """The CPU's model name (Linux), else what `platform` knows."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def best_time(fn, repeats: int) -> float:
@@ -97,8 +110,6 @@ def baseline_forward(model: ElmoModel, input_ids: torch.Tensor) -> list[torch.Te
     batch, steps, width = input_ids.shape
     ids = input_ids.new_zeros(batch, steps + 2, width)
     ids[:, 1:-1] = input_ids
-    from modeling_elmo import BOS_CHAR_IDS, EOS_CHAR_IDS
-
     ids[:, 0] = torch.as_tensor(BOS_CHAR_IDS)
     ids[torch.arange(batch), lengths + 1] = torch.as_tensor(EOS_CHAR_IDS)
     x = enc.char_embeddings(ids.view(-1, width)).transpose(1, 2)
@@ -176,7 +187,7 @@ def main(argv=None) -> int:
     fast = ElmoModel(unclipped).eval()
     fast.load_state_dict(model.state_dict())
     peak = matmul_peak(args.repeats)
-    report = {"preset": args.preset, "threads": args.threads, "torch": torch.__version__, "cpu": platform.processor() or platform.machine(),
+    report = {"preset": args.preset, "threads": args.threads, "torch": torch.__version__, "cpu": cpu_name(), "cpu_cores": os.cpu_count(),
               "matmul_peak_gflops": peak / 1e9, "shapes": {}}
     for shape in args.shapes.split(","):
         batch, tokens = map(int, shape.split("x"))

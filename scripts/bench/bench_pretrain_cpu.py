@@ -2,7 +2,7 @@
 """CPU pretraining throughput of ELMo: training tokens/s, achieved FLOP/s against the machine's measured fp32 matmul
 throughput, and the 2-process (gloo DDP) scaling efficiency. Prints one JSON line per measurement.
 
-    OMP_NUM_THREADS=1 python bench/bench_pretrain_cpu.py --presets elmo-tiny elmo-27m --steps 10
+    OMP_NUM_THREADS=1 python scripts/bench/bench_pretrain_cpu.py --presets elmo-tiny elmo-27m --steps 10
 
 Batches are real text (../shared/data/lm-corpus, or --text FILE) through the pretraining data pipeline
 (`tokenize_batch` + `Collator`): length-bucketed sentences of up to 40 words. "tokens" are predicted words (the
@@ -19,17 +19,25 @@ import json
 import os
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
 from modeling_elmo import ElmoConfig, ElmoForBidirectionalLM  # noqa: E402
-from modeling_elmo.pretraining.arguments import PretrainingArguments, resolve_model_config  # noqa: E402
-from modeling_elmo.pretraining.data import Collator, Vocabulary, count_words, tokenize_batch, vocabulary_from_counts  # noqa: E402
-from modeling_elmo.pretraining.trainer import build_optimizer  # noqa: E402
+from modeling_elmo.pretraining import (  # noqa: E402
+    Collator,
+    PretrainingArguments,
+    Vocabulary,
+    build_optimizer,
+    tokenize_batch,
+)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_forward import cpu_name  # noqa: E402
 
 #: the pretraining command's optimiser (Adagrad 0.2, the original's), fused on the CPU as in `elmo pretrain`
 ADAGRAD = PretrainingArguments(optimizer="adagrad", learning_rate=0.2)
@@ -60,6 +68,12 @@ def flops_per_position(config: ElmoConfig, positions_per_target: float) -> float
     rows = config.vocab_size if config.lm_softmax == "full" else config.num_negative_samples + 1
     macs += 2 * rows * P / positions_per_target  # 2 directions, one softmax row set per target
     return 6.0 * macs
+
+
+def most_frequent_words(lines: list[str], size: int) -> Vocabulary:
+    """The ``size - 4`` most frequent words (ties by the word) after the four special words."""
+    counts = Counter(word for line in lines for word in line.split())
+    return Vocabulary(word for word, _ in sorted(counts.items(), key=lambda item: (-item[1], item[0]))[: size - 4])
 
 
 def load_sentences(path: Path, limit: int = 20000) -> list[str]:
@@ -154,12 +168,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     peak = matmul_flops()
-    print(json.dumps({"bench": "fp32_matmul", "threads": torch.get_num_threads(), "flop_per_s": peak}), flush=True)
+    print(json.dumps({"bench": "fp32_matmul", "cpu": cpu_name(), "cpu_cores": os.cpu_count(),
+                      "threads": torch.get_num_threads(), "flop_per_s": peak}), flush=True)
     lines = load_sentences(Path(args.text))
     for preset in args.presets:
-        config = ElmoConfig.from_json_file(str(resolve_model_config(preset)))
+        config = ElmoConfig.from_json_file(str(REPO / "configuration" / f"{preset}.json"))
         size = args.vocab_size or (config.vocab_size if config.vocab_size > 4 else 10000)
-        vocab = vocabulary_from_counts(count_words([lines]), max_size=size)
+        vocab = most_frequent_words(lines, size)
         config.vocab_size = len(vocab)
         if config.lm_softmax == "sampled" and config.num_negative_samples >= config.vocab_size:
             config.num_negative_samples = config.vocab_size // 2

@@ -1,0 +1,280 @@
+"""Running a trained ELMo biLM: a strict loader, and an embedder that returns every layer as numpy arrays.
+
+`load_elmo_model` loads the biLM of a saved folder or Hub id and refuses anything but an exact match between the
+weights and ``config.json``: transformers would otherwise initialise the missing tensors at random, print a table,
+and let the caller compute vectors from a partly random model. `ElmoEmbedder` runs the model on batches of word
+lists. Both the ``elmo embed`` command (`modeling_elmo.embed`) and `modeling_elmo.features.add_elmo_features` use
+them.
+
+```python
+>>> embedder = ElmoEmbedder.from_pretrained("path/or/hub-id")                        # doctest: +SKIP
+>>> layers = embedder.embed_sentences([["The", "cat", "sat"], ["Hi"]])              # doctest: +SKIP
+>>> layers[0].shape                                                                   # doctest: +SKIP
+(3, 3, 1024)
+```
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+logger = logging.getLogger(__name__)
+
+#: Compute dtypes of `ElmoEmbedder` (outputs are float32 whatever the compute dtype).
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+#: Weights that a task head or the language model saves beside the biLM; they are not part of `ElmoModel`.
+HEAD_WEIGHT_PREFIXES = ("softmax.", "classifier.", "scalar_mix.")
+#: Arguments of ``from_pretrained`` that say where to find a Hub model (passed to the config and tokenizer too).
+HUB_KWARGS = ("revision", "cache_dir", "token", "local_files_only", "force_download")
+#: How many tensor names an error message lists before it says "and N more".
+_LISTED = 8
+
+
+# ---------------------------------------------------------------------------------------------------- loading
+
+
+def _one_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def _listed(names: Sequence[str]) -> str:
+    names = sorted(names)
+    more = f" and {len(names) - _LISTED} more" if len(names) > _LISTED else ""
+    return ", ".join(names[:_LISTED]) + more
+
+
+@contextlib.contextmanager
+def _quiet_load_report() -> Iterator[None]:
+    """Drop transformers' LOAD REPORT table: `load_elmo_model` raises its own error for what the table shows.
+
+    A filter, not a logger level: transformers runs extra checks (and warns) when that logger has a level set.
+    """
+    report_logger = logging.getLogger("transformers.modeling_utils")
+
+    def not_the_report(record: logging.LogRecord) -> bool:
+        return record.funcName != "log_state_dict_report"
+
+    report_logger.addFilter(not_the_report)
+    try:
+        yield
+    finally:
+        report_logger.removeFilter(not_the_report)
+
+
+def _hub_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {k: kwargs[k] for k in HUB_KWARGS if k in kwargs}
+
+
+def _check_location(location: str, hub_kwargs: dict[str, Any]) -> None:
+    """Raise `ValueError` unless ``location`` is a folder or Hub id whose ``config.json`` describes an ELMo model."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+    from transformers import PretrainedConfig
+
+    from .configuration_elmo import ElmoConfig
+
+    if os.path.exists(location):
+        if not os.path.isdir(location):
+            raise ValueError(f"model {location!r} is a file; give the folder that holds config.json and "
+                             "model.safetensors.")
+        if not os.path.isfile(os.path.join(location, "config.json")):
+            raise ValueError(f"{location!r} is not an ELMo model folder: it has no config.json.")
+    else:
+        try:
+            validate_repo_id(location)
+        except HFValidationError:
+            raise ValueError(f"model {location!r} is neither an existing folder nor a valid Hub id "
+                             "(namespace/name).") from None
+    try:
+        config, _ = PretrainedConfig.get_config_dict(location, **hub_kwargs)
+    except (OSError, ValueError) as error:
+        where = "the folder" if os.path.isdir(location) else "no such folder here, and the Hub"
+        raise ValueError(f"cannot read the config of model {location!r} ({where}): {_one_line(error)}") from None
+    model_type = config.get("model_type")
+    if model_type != ElmoConfig.model_type:
+        raise ValueError(f"{location!r} is not an ELMo model: its config.json has model_type {model_type!r}, "
+                         f"not {ElmoConfig.model_type!r}.")
+
+
+def load_elmo_model(model_name_or_path: str | os.PathLike, **kwargs: Any) -> torch.nn.Module:
+    """Load the `ElmoModel` (the biLM) of a saved folder or Hub id for inference, refusing any mismatch.
+
+    The folder may hold an `ElmoModel`, a task head or an `ElmoForBidirectionalLM`: the weights those add beside
+    the biLM (`HEAD_WEIGHT_PREFIXES`: ``softmax.*``, ``classifier.*``, ``scalar_mix.*``) are not loaded. Weights
+    are read from safetensors files only (a folder holding only ``pytorch_model.bin`` is refused: loading a pickle
+    can run code).
+
+    Args:
+        model_name_or_path: a local folder or a Hub id (``namespace/name``).
+        kwargs: passed to ``from_pretrained`` (e.g. ``revision``, ``cache_dir``, ``token``).
+
+    Returns:
+        the `ElmoModel`, in eval mode.
+
+    Raises:
+        ValueError: the location is neither a folder nor a valid Hub id; it is not an ELMo model (no
+            ``config.json``, another ``model_type``); it has no safetensors weights; or a biLM weight is missing, has
+            another shape than ``config.json`` implies, or a tensor that belongs to no ELMo model is present. The
+            message names the tensors.
+    """
+    from .modeling_elmo import ElmoModel
+
+    for reserved in ("output_loading_info", "ignore_mismatched_sizes", "use_safetensors"):
+        if reserved in kwargs:
+            raise ValueError(f"load_elmo_model sets {reserved} itself; do not pass it.")
+    location = os.fspath(model_name_or_path)
+    _check_location(location, _hub_kwargs(kwargs))
+    try:
+        with _quiet_load_report():
+            # ignore_mismatched_sizes: report wrong shapes in loading_info (checked below) instead of a RuntimeError
+            # that points at the table.
+            model, info = ElmoModel.from_pretrained(location, output_loading_info=True, use_safetensors=True,
+                                                    ignore_mismatched_sizes=True, **kwargs)
+    except OSError as error:
+        raise ValueError(f"cannot load the weights of model {location!r}: {_one_line(error)}") from None
+    missing = sorted(info.get("missing_keys") or ())
+    unexpected = sorted(k for k in info.get("unexpected_keys") or () if not k.startswith(HEAD_WEIGHT_PREFIXES))
+    mismatched = sorted(info.get("mismatched_keys") or ())
+    problems = []
+    if missing:
+        problems.append(f"{len(missing)} biLM weight(s) missing ({_listed(missing)})")
+    if unexpected:
+        problems.append(f"{len(unexpected)} unexpected tensor(s) ({_listed(unexpected)})")
+    if mismatched:
+        shapes = [f"{key} {tuple(saved)} vs {tuple(wanted)}" for key, saved, wanted in mismatched]
+        problems.append(f"{len(mismatched)} tensor(s) with another shape than config.json implies, saved vs "
+                        f"expected ({_listed(shapes)})")
+    if problems:
+        raise ValueError(f"the weights of model {location!r} do not match its config.json: {'; '.join(problems)}. "
+                         "Refusing to run a partly random model.")
+    return model.eval()
+
+
+def load_elmo_tokenizer(model_name_or_path: str | os.PathLike, **kwargs: Any) -> Any:
+    """Load the `ElmoTokenizer` of an ELMo model folder or Hub id, with the checks and one-line errors of
+    `load_elmo_model` (``kwargs``: ``revision``, ``cache_dir``, ``token``, ...)."""
+    from .tokenization_elmo import ElmoTokenizer
+
+    location = os.fspath(model_name_or_path)
+    _check_location(location, _hub_kwargs(kwargs))
+    try:
+        return ElmoTokenizer.from_pretrained(location, **kwargs)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"cannot load the tokenizer of model {location!r}: {_one_line(error)}") from None
+
+
+# ---------------------------------------------------------------------------------------------------- batching
+
+
+def make_batches(lengths: Sequence[int], batch_size: int, max_batch_tokens: int | None = None) -> list[list[int]]:
+    """Positions of non-empty sentences grouped into batches, longest first.
+
+    A batch holds at most ``batch_size`` sentences and, if ``max_batch_tokens`` is given, at most that many padded
+    tokens (a single longer sentence still gets a batch of its own).
+    """
+    order = sorted((i for i, n in enumerate(lengths) if n > 0), key=lambda i: -lengths[i])
+    batches: list[list[int]] = []
+    for i in order:
+        if batches:
+            batch = batches[-1]
+            fits_tokens = max_batch_tokens is None or (len(batch) + 1) * lengths[batch[0]] <= max_batch_tokens
+            if len(batch) < batch_size and fits_tokens:
+                batch.append(i)
+                continue
+        batches.append([i])
+    return batches
+
+
+# ---------------------------------------------------------------------------------------------------- embedder
+
+
+class ElmoEmbedder:
+    """Runs an `ElmoModel` on batches of word lists and returns per-sentence numpy arrays of all layers.
+
+    The model runs under `torch.inference_mode()` and stateless, so a sentence's vectors depend on nothing but the
+    sentence (not on its batch or its neighbours).
+
+    Args:
+        model: an `ElmoModel` (or a model with an ``elmo`` attribute holding one, e.g. a task head). It is moved to
+            ``device`` and ``dtype`` and put in eval mode.
+        tokenizer: the matching `ElmoTokenizer`.
+        device: where to run; defaults to the model's device.
+        dtype: `torch.float32` (default), or `torch.bfloat16` / `torch.float16` on a GPU. Outputs are float32.
+    """
+
+    def __init__(self, model: torch.nn.Module, tokenizer: Any, device: str | torch.device | None = None,
+                 dtype: torch.dtype = torch.float32):
+        base = getattr(model, "elmo", model)
+        device = torch.device(device) if device is not None else next(base.parameters()).device
+        if dtype not in DTYPES.values():
+            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}.")
+        if dtype != torch.float32 and device.type == "cpu":
+            raise ValueError(f"dtype {dtype} needs a GPU; on the CPU use float32.")
+        if getattr(base.config, "stateful", False):
+            logger.warning("The model's config has stateful=True; embedding runs stateless (sentences are reordered "
+                           "by length, so carried states would be meaningless).")
+            base.config.stateful = False
+        self.model = base.to(device=device, dtype=dtype).eval()
+        self.tokenizer = tokenizer
+        self.device = device
+        self.num_layers = int(base.config.num_representation_layers)  # L + 1
+        self.output_size = int(base.config.output_size)  # 2P
+
+    @classmethod
+    def from_pretrained(cls, model_name_or_path: str | os.PathLike, device: str | torch.device | None = None,
+                        dtype: torch.dtype = torch.float32, **kwargs: Any) -> ElmoEmbedder:
+        """Load the biLM with `load_elmo_model` (strict) and the tokenizer from a folder or Hub id.
+
+        ``kwargs`` go to `load_elmo_model`; those of `HUB_KWARGS` (``revision``, ``token``, ...) also to the tokenizer.
+        """
+        model = load_elmo_model(model_name_or_path, **kwargs)
+        tokenizer = load_elmo_tokenizer(model_name_or_path, **_hub_kwargs(kwargs))
+        return cls(model, tokenizer, device=device, dtype=dtype)
+
+    def embed_batch(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
+        """All layers of each sentence of one batch: float32 arrays ``(num_layers, len(sentence), output_size)``.
+
+        Every sentence must have at least one word (`embed_sentences` accepts empty ones).
+        """
+        if any(len(s) == 0 for s in sentences):
+            raise ValueError("embed_batch got an empty sentence; use embed_sentences for lists that may hold some.")
+        encoded = self.tokenizer([list(s) for s in sentences], is_split_into_words=True, padding=True,
+                                 return_tensors="pt")
+        with torch.inference_mode():
+            out = self.model(input_ids=encoded["input_ids"].to(self.device),
+                             attention_mask=encoded["attention_mask"].to(self.device), output_hidden_states=True)
+            layers = torch.stack(tuple(out.hidden_states), dim=1).float().cpu().numpy()  # (B, L+1, T, 2P)
+        return [layers[i, :, : len(s)] for i, s in enumerate(sentences)]
+
+    def embed_sentences(self, sentences: Iterable[Sequence[str]], batch_size: int = 64,
+                        max_batch_tokens: int | None = None, show_progress: bool = True) -> list[np.ndarray]:
+        """All layers of every sentence, in the given order: float32 arrays ``(num_layers, len(sentence),
+        output_size)``; an empty sentence gives ``(num_layers, 0, output_size)``.
+
+        The sentences are sorted by length and batched (`make_batches`), which saves padding. A progress bar over the
+        sentences shows when there is more than one batch, unless ``show_progress`` is false.
+        """
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
+        sentences = [list(s) for s in sentences]
+        results = [np.zeros((self.num_layers, 0, self.output_size), dtype=np.float32) for _ in sentences]
+        batches = make_batches([len(s) for s in sentences], batch_size, max_batch_tokens)
+        with tqdm(total=sum(map(len, batches)), unit="sent", desc="ELMo", dynamic_ncols=True,
+                  disable=not show_progress or len(batches) < 2) as progress:
+            for batch in batches:
+                for i, layers in zip(batch, self.embed_batch([sentences[i] for i in batch])):
+                    results[i] = np.ascontiguousarray(layers)  # not a view that keeps the whole batch alive
+                progress.update(len(batch))
+        return results
+
+
+__all__ = ["DTYPES", "HEAD_WEIGHT_PREFIXES", "HUB_KWARGS", "ElmoEmbedder", "load_elmo_model", "load_elmo_tokenizer",
+           "make_batches"]

@@ -1,0 +1,189 @@
+"""Tests of `modeling_elmo.inference`: the strict loader and the embedder that `elmo embed` and the cached features
+share.
+
+Expected values come from `ElmoModel` called directly on one sentence at a time (no batching, no sorting); the
+loader's weights are compared with the saved model's tensors, which must come back bit for bit.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from support import assert_same_numbers
+
+from modeling_elmo import (ElmoConfig, ElmoForBidirectionalLM, ElmoForSequenceClassification,
+                           ElmoForTokenClassification, ElmoModel, ElmoTokenizer)
+from modeling_elmo.inference import ElmoEmbedder, load_elmo_model, load_elmo_tokenizer, make_batches
+
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = dict(hidden_size=8, cell_size=16, char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 8]],
+            num_highway_layers=1, num_hidden_layers=2)
+HEADS = {ElmoModel: {}, ElmoForBidirectionalLM: {"vocab_size": 30}, ElmoForSequenceClassification: {"num_labels": 2},
+         ElmoForTokenClassification: {"num_labels": 3}}
+
+
+def save(folder: Path, cls=ElmoModel, seed: int = 0, **overrides) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    model = cls(ElmoConfig(**{**TINY, **HEADS[cls], **overrides})).eval()
+    model.save_pretrained(folder)
+    ElmoTokenizer().save_pretrained(folder)
+    return model
+
+
+def edit_config(folder: Path, **changes) -> None:
+    path = folder / "config.json"
+    config = json.loads(path.read_text())
+    config.update(changes)
+    path.write_text(json.dumps(config))
+
+
+def direct_layers(model: ElmoModel, words: list[str]) -> np.ndarray:
+    """All layers of one sentence from ElmoModel, no batching: (L + 1, n, 2P)."""
+    with torch.no_grad():
+        out = model(**ElmoTokenizer()([words], is_split_into_words=True, return_tensors="pt"), output_hidden_states=True)
+    return torch.stack(out.hidden_states, dim=1)[0].numpy()
+
+
+# ---------------------------------------------------------------------------------------------------- loader
+
+
+@pytest.mark.parametrize("cls", list(HEADS), ids=lambda c: c.__name__)
+def test_loader_returns_the_saved_bilm_of_a_model_a_head_or_the_lm(tmp_path, cls):
+    saved = save(tmp_path / "m", cls)
+    loaded = load_elmo_model(tmp_path / "m")
+    assert type(loaded) is ElmoModel and not loaded.training
+    want = getattr(saved, "elmo", saved).state_dict()
+    got = loaded.state_dict()
+    assert got.keys() == want.keys()
+    for name, tensor in want.items():
+        torch.testing.assert_close(got[name], tensor, rtol=0, atol=0, msg=name)  # stored weights read back
+
+
+def test_loader_refuses_missing_bilm_weights_and_names_them(tmp_path):
+    save(tmp_path / "m")
+    edit_config(tmp_path / "m", num_hidden_layers=3)  # the file has 2 layers: layer 2 would be random
+    with pytest.raises(ValueError, match=r"8 biLM weight\(s\) missing \(encoder\.backward_layers\.2\.bias, "
+                                         r"encoder\.backward_layers\.2\.weight_hh"):
+        load_elmo_model(tmp_path / "m")
+
+
+def test_loader_refuses_weights_of_another_depth_as_unexpected(tmp_path):
+    save(tmp_path / "m")
+    edit_config(tmp_path / "m", num_hidden_layers=1)
+    with pytest.raises(ValueError, match=r"8 unexpected tensor\(s\) \(encoder\.backward_layers\.1\.bias"):
+        load_elmo_model(tmp_path / "m")
+
+
+def test_loader_refuses_weights_of_another_shape_and_gives_both_shapes(tmp_path):
+    save(tmp_path / "m")
+    edit_config(tmp_path / "m", hidden_size=6)
+    with pytest.raises(ValueError, match=r"char_encoder\.projection\.weight \(8, 12\) vs \(6, 12\)"):
+        load_elmo_model(tmp_path / "m")
+
+
+@pytest.mark.parametrize("name", ["elmo.pooler.weight", "decoder.weight"])
+def test_loader_refuses_a_tensor_that_belongs_to_no_elmo_model(tmp_path, name):
+    save(tmp_path / "m", ElmoForSequenceClassification)
+    weights = load_file(tmp_path / "m" / "model.safetensors")
+    weights[name] = torch.zeros(2, 2)
+    save_file(weights, tmp_path / "m" / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=r"1 unexpected tensor\(s\) \((elmo\.pooler|decoder)\.weight\)"):
+        load_elmo_model(tmp_path / "m")
+
+
+def test_loader_refuses_pickled_weights(tmp_path):
+    folder = tmp_path / "m"
+    saved = save(folder)
+    torch.save(saved.state_dict(), folder / "pytorch_model.bin")  # written here, never unpickled
+    (folder / "model.safetensors").unlink()
+    with pytest.raises(ValueError, match=r"pytorch_model\.bin.*safetensors"):
+        load_elmo_model(folder)
+
+
+@pytest.mark.parametrize("where, match", [
+    ("missing-folder/elmo/x", "is neither an existing folder nor a valid Hub id"),
+    ("someone/elmo-that-is-not-cached", "cannot read the config of model 'someone/elmo-that-is-not-cached'"),
+    ("no-config", "is not an ELMo model folder: it has no config.json"),
+    ("bert", "is not an ELMo model: its config.json has model_type 'bert'"),
+    ("file.txt", "is a file; give the folder"),
+    ("no-weights", "cannot load the weights of model"),
+])
+def test_loader_gives_one_line_for_a_location_that_is_not_an_elmo_model(tmp_path, monkeypatch, where, match):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "no-config").mkdir()
+    (tmp_path / "bert").mkdir()
+    (tmp_path / "bert" / "config.json").write_text(json.dumps({"model_type": "bert", "hidden_size": 8}))
+    (tmp_path / "file.txt").write_text("x")
+    save(tmp_path / "no-weights")
+    (tmp_path / "no-weights" / "model.safetensors").unlink()
+    with pytest.raises(ValueError, match=match) as error:
+        load_elmo_model(where)
+    assert "\n" not in str(error.value)
+    if where != "no-weights":
+        with pytest.raises(ValueError, match=match):
+            load_elmo_tokenizer(where)
+
+
+def test_library_modules_do_not_import_the_embed_command():
+    code = ("import sys, modeling_elmo.inference, modeling_elmo.features; "
+            "print(sorted(m for m in sys.modules if m.startswith('modeling_elmo.')))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
+                         check=True).stdout
+    modules = json.loads(out.replace("'", '"'))
+    assert "modeling_elmo.inference" in modules and "modeling_elmo.features" in modules
+    assert "modeling_elmo.embed" not in modules, modules
+
+
+# ---------------------------------------------------------------------------------------------------- embedder
+
+
+def test_make_batches_sorts_longest_first_skips_empty_and_caps_tokens():
+    lengths = [3, 0, 7, 1, 5, 5, 2]
+    assert make_batches(lengths, batch_size=2) == [[2, 4], [5, 0], [6, 3]]
+    assert make_batches(lengths, batch_size=10, max_batch_tokens=10) == [[2], [4, 5], [0, 6, 3]]
+    assert make_batches([12], batch_size=4, max_batch_tokens=5) == [[0]]  # too long alone: still one batch
+
+
+SENTENCES = [["The", "cat", "sat", "on", "the", "mat", "."], [], ["Hi"], ["naïve", "café", "☃"],
+             ["A", "much", "longer", "sentence", ",", "with", "punctuation", "and", "more", "words"], ["end"]]
+
+
+def test_embed_sentences_equals_the_model_run_one_sentence_at_a_time(tmp_path):
+    saved = save(tmp_path / "m")
+    embedder = ElmoEmbedder.from_pretrained(tmp_path / "m")
+    got = embedder.embed_sentences(SENTENCES, batch_size=2, show_progress=False)
+    assert len(got) == len(SENTENCES)
+    for words, layers in zip(SENTENCES, got):
+        assert layers.dtype == np.float32 and layers.shape == (3, len(words), 16)
+        if words:  # batched and padded with other sentences: another kernel path than one sentence alone
+            assert_same_numbers(layers, direct_layers(saved, words), what=" ".join(words))
+
+
+def test_embed_batch_refuses_an_empty_sentence(tmp_path):
+    embedder = ElmoEmbedder(ElmoModel(ElmoConfig(**TINY)), ElmoTokenizer())
+    with pytest.raises(ValueError, match="empty sentence"):
+        embedder.embed_batch([["a"], []])
+
+
+def test_embedder_refuses_half_precision_on_cpu():
+    with pytest.raises(ValueError, match="needs a GPU"):
+        ElmoEmbedder(ElmoModel(ElmoConfig(**TINY)), ElmoTokenizer(), device="cpu", dtype=torch.bfloat16)
+
+
+def test_embed_sentences_shows_a_progress_bar_unless_asked_for_silence(capsys):
+    embedder = ElmoEmbedder(ElmoModel(ElmoConfig(**TINY)), ElmoTokenizer())
+    sentences = [["w"] * (1 + i % 4) for i in range(12)]
+    embedder.embed_sentences(sentences, batch_size=4, show_progress=False)
+    assert capsys.readouterr().err == ""
+    embedder.embed_sentences(sentences, batch_size=4)
+    err = capsys.readouterr().err
+    assert "ELMo" in err and "12/12" in err
