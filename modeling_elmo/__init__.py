@@ -39,6 +39,7 @@ from .modeling_elmo import (
     ElmoScalarMix,
 )
 from .tokenization_elmo import BOS_CHAR_IDS, EOS_CHAR_IDS, ElmoTokenizer, decode_char_ids, encode_words
+from .inference import ElmoEmbedder, load_elmo_model, load_elmo_tokenizer  # noqa: E402  (needs the classes above)
 
 __version__ = "0.1.0"
 
@@ -99,6 +100,7 @@ __all__ = [
     "ElmoBidirectionalLMOutput",
     "ElmoCharacterEncoder",
     "ElmoConfig",
+    "ElmoEmbedder",
     "ElmoForBidirectionalLM",
     "ElmoForSequenceClassification",
     "ElmoForTokenClassification",
@@ -112,5 +114,7 @@ __all__ = [
     "ElmoTokenizer",
     "decode_char_ids",
     "encode_words",
+    "load_elmo_model",
+    "load_elmo_tokenizer",
     "save_model_folder",
 ]

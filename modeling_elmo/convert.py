@@ -334,15 +334,13 @@ def validate_converted_model(
     sentences = sentences or VALIDATION_SENTENCES
     tokenizer = ElmoTokenizer()
     batch = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
-    was_training, was_stateful = model.training, getattr(model.config, "stateful", False)
+    was_training = model.training
     model.eval()
-    model.config.stateful = False
     try:
         with torch.no_grad():
             output = model(batch["input_ids"], attention_mask=batch["attention_mask"], output_hidden_states=True)
     finally:
         model.train(was_training)
-        model.config.stateful = was_stateful
     got = torch.stack(output.hidden_states).double().numpy()  # (L+1, B, T, 2P)
     worst, worst_layer = 0.0, 0
     for b, words in enumerate(sentences):
@@ -430,8 +428,8 @@ batch = tokenizer([["Hello", "world", "."]], is_split_into_words=True, padding=T
 layers = model(**batch, output_hidden_states=True).hidden_states  # {config.num_representation_layers} x (batch, tokens, {config.output_size})
 ```
 
-The model is stateless by default; set `model.config.stateful = True` to carry the LSTM state from batch to
-batch per row as AllenNLP's `Elmo` did. Publish it with `elmo push THIS_FOLDER --repo-id NAME` (try
+The model is stateless by default; to carry the LSTM states from batch to batch per row as AllenNLP's `Elmo`
+did, pass each call's `lstm_state` to the next: `out = model(**batch, lstm_state=previous.lstm_state)`. Publish it with `elmo push THIS_FOLDER --repo-id NAME` (try
 `--dry-run` first).
 """
 

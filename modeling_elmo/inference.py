@@ -132,6 +132,10 @@ def load_elmo_model(model_name_or_path: str | os.PathLike, **kwargs: Any) -> tor
             raise ValueError(f"load_elmo_model sets {reserved} itself; do not pass it.")
     location = os.fspath(model_name_or_path)
     _check_location(location, _hub_kwargs(kwargs))
+    if os.path.isdir(location):
+        from .hub import refuse_pickled_weights
+
+        refuse_pickled_weights(location)
     try:
         with _quiet_load_report():
             # ignore_mismatched_sizes: report wrong shapes in loading_info (checked below) instead of a RuntimeError
@@ -218,10 +222,6 @@ class ElmoEmbedder:
             raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}.")
         if dtype != torch.float32 and device.type == "cpu":
             raise ValueError(f"dtype {dtype} needs a GPU; on the CPU use float32.")
-        if getattr(base.config, "stateful", False):
-            logger.warning("The model's config has stateful=True; embedding runs stateless (sentences are reordered "
-                           "by length, so carried states would be meaningless).")
-            base.config.stateful = False
         self.model = base.to(device=device, dtype=dtype).eval()
         self.tokenizer = tokenizer
         self.device = device
