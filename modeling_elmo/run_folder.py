@@ -34,10 +34,25 @@ from typing import Any
 from .io_utils import atomic_write_text
 from .results import EvaluationResults, read_results
 
-__all__ = ["CODE_FILES", "EvaluationFolder", "RunFolder"]
+__all__ = ["CODE_FILES", "EvaluationFolder", "RunFolder", "read_json_object"]
 
 #: The custom-code files saved with every model (``trust_remote_code`` loads them).
 CODE_FILES = ("configuration_elmo.py", "modeling_elmo.py", "tokenization_elmo.py")
+
+
+def read_json_object(path: str | os.PathLike, what: str) -> dict[str, Any] | None:
+    """The JSON object in ``path`` (None when there is no such file); raises `ValueError` naming ``what`` and the
+    file when it is not valid JSON or not an object."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{what} file {path} is not valid JSON: {error}.") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{what} file {path} must hold a JSON object, got {type(data).__name__}.")
+    return data
 
 
 class EvaluationFolder:
@@ -175,20 +190,20 @@ class RunFolder:
     def model_type(self) -> str | None:
         """``model_type`` of ``config.json`` (None when there is no config); raises `ValueError` on a config that is
         not a JSON object."""
-        config = self._read_json(self.config_file, "config")
+        config = read_json_object(self.config_file, "config")
         if config is None:
             return None
         return config.get("model_type")
 
     # ------------------------------------------------------------------ metadata and results
     def read_training_metadata(self) -> dict[str, Any] | None:
-        return self._read_json(self.training_metadata_file, "training metadata")
+        return read_json_object(self.training_metadata_file, "training metadata")
 
     def write_training_metadata(self, metadata: dict[str, Any]) -> None:
         atomic_write_text(self.training_metadata_file, json.dumps(metadata, indent=1, sort_keys=True) + "\n")
 
     def read_conversion_metadata(self) -> dict[str, Any] | None:
-        return self._read_json(self.conversion_metadata_file, "conversion metadata")
+        return read_json_object(self.conversion_metadata_file, "conversion metadata")
 
     def results_files(self) -> list[Path]:
         """The results files present: the run's ``eval_results.json``, then the evaluation suite's."""
@@ -220,15 +235,3 @@ class RunFolder:
         """The plots present: the training curve, then the evaluation suite's plots."""
         own = [self.perplexity_plot_file] if self.perplexity_plot_file.is_file() else []
         return own + self.evaluation.plot_files()
-
-    @staticmethod
-    def _read_json(path: Path, what: str) -> dict[str, Any] | None:
-        if not path.is_file():
-            return None
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            raise ValueError(f"{what} file {path} is not valid JSON: {error}.") from None
-        if not isinstance(data, dict):
-            raise ValueError(f"{what} file {path} must hold a JSON object, got {type(data).__name__}.")
-        return data
