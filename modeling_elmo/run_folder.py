@@ -9,7 +9,10 @@ A folder written by ``elmo pretrain --output-dir RUN``::
                                           the code files (trust_remote_code loading)
     checkpoints/                          training state: step_NNNNNNNN/ folders and ``latest`` naming the newest
                                           (see modeling_elmo.pretraining.checkpoint)
-    metrics.jsonl                         one JSON record per logged update or evaluation
+    metrics.jsonl                         one JSON object per line: per logged update {step, epoch, train_loss,
+                                          train_ppl, lr, tokens_per_s, tokens_seen[, grad_norm]}; per
+                                          evaluation {step, split, perplexity, perplexity_forward,
+                                          perplexity_backward[, unigram_perplexity]}
     examples_rank<R>.jsonl                the example ids process R trained on (--log-example-ids)
     elmo-pretraining/                     tracker logs (--report-to tensorboard, ...)
     training_metadata.json                the run's arguments, data and vocabulary fingerprints, counters
