@@ -537,7 +537,7 @@ def test_script_reports_bad_input_as_a_clear_error(tmp_path):
                              "--repo-id", "me/x", "--dry-run"], cwd=tmp_path, env=env, capture_output=True, text=True,
                             timeout=300)
     assert result.returncode == 1
-    assert result.stderr.strip().splitlines()[-1] == f"push_to_hub: error: {tmp_path} is not a model folder: it has no config.json."
+    assert result.stderr.strip().splitlines()[-1] == f"elmo push: error: {tmp_path} is not a model folder: it has no config.json."
 
 
 def test_extra_plots_are_published_under_safe_names(model_folders, tmp_path):

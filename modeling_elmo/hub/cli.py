@@ -6,7 +6,7 @@
 3. uploads exactly that file list (`upload_repo_folder`). ``--dry-run`` stops after step 2 and never touches the
    network.
 
-Bad input ends the command with one line, ``push_to_hub: error: ...``.
+Bad input ends the command with one line, ``elmo push: error: ...``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ __all__ = ["build_parser", "main"]
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="push_to_hub",
+        prog="elmo push",
         description="Assemble the Hub repository folder of an ELMo model (weights, custom code, tokenizer, model "
                     "card, plots) and upload it. With --dry-run only the folder is written and the upload plan "
                     "printed; nothing touches the network.",
@@ -102,5 +102,5 @@ def main(argv: list[str] | None = None) -> int:
                                      revision=args.revision, commit_message=args.commit_message)
             print(f"Uploaded to {url}")
     except ValueError as error:
-        raise SystemExit(f"push_to_hub: error: {error}") from None
+        raise SystemExit(f"elmo push: error: {error}") from None
     return 0
