@@ -273,8 +273,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
         for i, sentence in enumerate(text):
             if not isinstance(sentence, str):
                 raise ValueError(
-                    f"item {i} of the batch is a {type(sentence).__name__}, not a string; for pre-split words pass "
-                    "is_split_into_words=True."
+                    f"item {i} of the batch is not a string but {type(sentence).__name__} {sentence!r:.40}; for "
+                    "pre-split words pass is_split_into_words=True."
                 )
         return [self.split_words(s) for s in text], True
 

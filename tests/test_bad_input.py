@@ -1,0 +1,251 @@
+"""The bad-input table of ``docs/bad-input.md``, walked row by row: each input gives exactly the line the table
+promises, and nothing is written.
+
+A row's message is compared in full; a message the table ends with `` ...`` is compared up to there (the rest names
+tensors or paths). Commands run in-process through the ``elmo`` entry point, in a folder prepared with a small model,
+text files and broken inputs; ``test_the_table_lists_exactly_these_rows`` keeps the documentation and this module
+in step. (Pretraining has its own section and test module, ``test_bad_input_pretraining.py``.)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import numpy_reference as ref  # noqa: E402
+from modeling_elmo import (  # noqa: E402
+    ElmoConfig,
+    ElmoForBidirectionalLM,
+    ElmoForSequenceClassification,
+    ElmoModel,
+    ElmoTokenizer,
+    cli,
+    load_elmo_model,
+    save_model_folder,
+)
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "bad-input.md"
+SECTIONS = ("library", "elmo embed", "elmo evaluate", "elmo convert", "elmo push")
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    where: str  # a section of the table
+    given: str  # the input, as the table shows it
+    message: str  # the line the user sees (a trailing " ..." means: this prefix)
+    run: Callable[[], object]  # raises the error (library) or runs the command (argv list)
+
+
+def _tiny_config(**extra) -> ElmoConfig:
+    values = dict(hidden_size=8, cell_size=16, char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 8]],
+                  num_highway_layers=1, vocab_size=34)
+    return ElmoConfig(**{**values, **extra})
+
+
+def _encode(words):
+    return ElmoTokenizer()([words], is_split_into_words=True, return_tensors="pt")
+
+
+def _model_call(dtype=None, fill=None):
+    def run():
+        enc = _encode(["a", "b"])
+        ids = enc["input_ids"]
+        if fill is not None:
+            ids = ids.clone().fill_(fill)
+        if dtype is not None:
+            ids = ids.to(dtype)
+        ElmoModel(_tiny_config())(input_ids=ids, attention_mask=enc["attention_mask"])
+    return run
+
+
+def _lm_labels(label):
+    return lambda: ElmoForBidirectionalLM(_tiny_config())(**_encode(["a", "b"]), labels=torch.tensor([[5, label]]))
+
+
+def _float_class_labels():
+    model = ElmoForSequenceClassification(_tiny_config(num_labels=3, problem_type="single_label_classification"))
+    return model(**_encode(["a", "b"]), labels=torch.tensor([1.5]))
+
+
+ROWS = [
+    # ------------------------------------------------------------------ library
+    Row("library", "`ElmoConfig(hiden_size=16)`",
+        "ElmoConfig got unknown field(s) 'hiden_size' (did you mean 'hidden_size'?).",
+        lambda: ElmoConfig(hiden_size=16)),
+    Row("library", "`ElmoConfig(cell_clip=float('nan'))`",
+        "`cell_clip` must be a finite positive number or None (no clipping), got nan.",
+        lambda: ElmoConfig(cell_clip=float("nan"))),
+    Row("library", "`ElmoConfig(num_labels=-3)`", "`num_labels` must be an integer >= 1, got -3.",
+        lambda: ElmoConfig(num_labels=-3)),
+    Row("library", "`ElmoConfig(vocab_size=500, lm_softmax='sampled')`",
+        "`num_negative_samples` (8192) must be smaller than vocab_size (500) for a sampled softmax; use "
+        "lm_softmax='full' for a small vocabulary.",
+        lambda: ElmoConfig(vocab_size=500, lm_softmax="sampled")),
+    Row("library", "`ElmoConfig.from_pretrained('empty')` (a folder without `config.json`)",
+        "'empty' holds no config.json: it is not a saved model.", lambda: ElmoConfig.from_pretrained("empty")),
+    Row("library", "`ElmoConfig.from_pretrained('bert')` (a BERT folder)",
+        "'bert' holds a 'bert' model, not an ELMo model (model_type 'bert' instead of 'elmo').",
+        lambda: ElmoConfig.from_pretrained("bert")),
+    Row("library", "`tokenizer(texts, truncation=True, max_length=-1)`",
+        "`max_length` must be a positive integer (a number of words) or None, got -1.",
+        lambda: ElmoTokenizer()(["a b c"], truncation=True, max_length=-1)),
+    Row("library", "`tokenizer(['a', 3])`",
+        "item 1 of the batch is not a string but int 3; for pre-split words pass is_split_into_words=True.",
+        lambda: ElmoTokenizer()(["a", 3])),
+    Row("library", "`model(input_ids=ids.to(torch.uint8))`",
+        "input_ids must hold integer character ids in [0, 261] (int16, int32 or int64), got dtype torch.uint8.",
+        _model_call(dtype=torch.uint8)),
+    Row("library", "`model(input_ids=ids)` with an id of 300", "input_ids hold a character id outside [0, 261].",
+        _model_call(fill=300)),
+    Row("library", "`lm(..., labels=...)` with a label of -7 (only -100 is ignored)",
+        "labels hold a word id outside [0, 34) (only -100 marks a position to ignore).", _lm_labels(-7)),
+    Row("library", "`classifier(..., labels=torch.tensor([1.5]))` (single-label)",
+        "labels must be integer class ids, got dtype torch.float32.", _float_class_labels),
+    Row("library", "`load_elmo_model('mismatch')` (weights of another shape than `config.json`)",
+        "the weights of model 'mismatch' do not match its config.json: 14 tensor(s) with another shape than "
+        "config.json implies, saved vs expected ...", lambda: load_elmo_model("mismatch")),
+    Row("library", "`load_elmo_model('pickled')` (only a `pytorch_model.bin`)",
+        "pickled holds pickled weights ['pytorch_model.bin']: loading a pickle can run arbitrary code, so this "
+        "package refuses it and loads safetensors only. ...", lambda: load_elmo_model("pickled")),
+    # ------------------------------------------------------------------ elmo embed
+    Row("elmo embed", "`elmo embed text.txt text.txt --model lm --top --overwrite`",
+        "elmo embed: error: output 'text.txt' is the input file 'text.txt'; writing it would destroy the input. "
+        "Choose another output.", ["embed", "text.txt", "text.txt", "--model", "lm", "--top", "--overwrite"]),
+    Row("elmo embed", "`elmo embed binary.bin out.h5 --model lm --top`",
+        "elmo embed: error: input file 'binary.bin' is not text: it has a NUL byte at offset 0 (a binary file, or "
+        "UTF-16 text; elmo embed reads UTF-8 text, one sentence per line).",
+        ["embed", "binary.bin", "out.h5", "--model", "lm", "--top"]),
+    Row("elmo embed", "`elmo embed text.txt text.txt/out.h5 --model lm --top` (a path under a file)",
+        "elmo embed: error: the output's folder 'text.txt' is a file, not a folder.",
+        ["embed", "text.txt", "text.txt/out.h5", "--model", "lm", "--top"]),
+    Row("elmo embed", "`elmo embed text.txt out.h5 --model bert --top`",
+        "elmo embed: error: 'bert' is not an ELMo model: its config.json has model_type 'bert', not 'elmo'.",
+        ["embed", "text.txt", "out.h5", "--model", "bert", "--top"]),
+    Row("elmo embed", "`elmo embed text.txt out.h5 --model mismatch --top`",
+        "elmo embed: error: the weights of model 'mismatch' do not match its config.json: 14 tensor(s) with another "
+        "shape than config.json implies, saved vs expected ...",
+        ["embed", "text.txt", "out.h5", "--model", "mismatch", "--top"]),
+    # ------------------------------------------------------------------ elmo evaluate
+    Row("elmo evaluate", "`elmo evaluate empty --task perplexity --text text.txt`",
+        "elmo evaluate: error: empty is not a model folder: it is empty",
+        ["evaluate", "empty", "--task", "perplexity", "--text", "text.txt"]),
+    Row("elmo evaluate", "`elmo evaluate bert --task perplexity --text text.txt`",
+        "elmo evaluate: error: bert holds a model of type 'bert' (config.json), not an ELMo model",
+        ["evaluate", "bert", "--task", "perplexity", "--text", "text.txt"]),
+    Row("elmo evaluate", "`elmo evaluate lm --task perplexity --text binary.bin`",
+        "elmo evaluate: error: text file 'binary.bin' is not text: line 1 holds a NUL byte (a binary file?)",
+        ["evaluate", "lm", "--task", "perplexity", "--text", "binary.bin"]),
+    # ------------------------------------------------------------------ elmo convert
+    Row("elmo convert", "`elmo convert --options missing.json --weights weights.hdf5 --output out`",
+        "elmo convert: error: options file 'missing.json' does not exist.",
+        ["convert", "--options", "missing.json", "--weights", "release/weights.hdf5", "--output", "out"]),
+    Row("elmo convert", "`elmo convert ... --weights damaged.hdf5` (its tail overwritten)",
+        "elmo convert: error: weights file 'damaged.hdf5' is damaged or truncated ...",
+        ["convert", "--options", "release/options.json", "--weights", "damaged.hdf5", "--output", "out"]),
+    Row("elmo convert", "`elmo convert ... --output text.txt/out` (a path under a file)",
+        "elmo convert: error: output folder 'text.txt/out' cannot be created: ...",
+        ["convert", "--options", "release/options.json", "--weights", "release/weights.hdf5", "--output",
+         "text.txt/out"]),
+    # ------------------------------------------------------------------ elmo push
+    Row("elmo push", "`elmo push missing --repo-id me/elmo --dry-run`",
+        "elmo push: error: model folder 'missing' does not exist or is not a folder.",
+        ["push", "missing", "--repo-id", "me/elmo", "--dry-run"]),
+    Row("elmo push", "`elmo push lm --repo-id 'bad id' --dry-run`",
+        "elmo push: error: invalid repository id 'bad id': Repo id must use alphanumeric chars ...",
+        ["push", "lm", "--repo-id", "bad id", "--dry-run"]),
+    Row("elmo push", "`elmo push pickled --repo-id me/elmo --dry-run`",
+        "elmo push: error: pickled holds pickled weights ['pytorch_model.bin']: loading a pickle can run arbitrary "
+        "code ...",
+        ["push", "pickled", "--repo-id", "me/elmo", "--dry-run"]),
+]
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory) -> Path:
+    """A working folder with a small language model, text, and broken inputs of every kind (built once)."""
+    root = tmp_path_factory.mktemp("bad-input")
+    torch.manual_seed(0)
+    (root / "vocab.txt").write_text("\n".join(f"w{i}" for i in range(30)) + "\n")
+    tokenizer = ElmoTokenizer(vocab_file=str(root / "vocab.txt"))
+    save_model_folder(ElmoForBidirectionalLM(_tiny_config()), tokenizer, root / "lm")
+    (root / "text.txt").write_text("w1 w2 w3\nw4 w5\n")
+    (root / "binary.bin").write_bytes(b"\x00\x01\x02" * 100)
+    (root / "empty").mkdir()
+    (root / "bert").mkdir()
+    (root / "bert" / "config.json").write_text(json.dumps({"model_type": "bert", "hidden_size": 8}))
+    shutil.copytree(root / "lm", root / "mismatch")  # weights of a wider model under the same config.json
+    save_model_folder(ElmoForBidirectionalLM(_tiny_config(hidden_size=12)), None, root / "wide")
+    shutil.copyfile(root / "wide" / "model.safetensors", root / "mismatch" / "model.safetensors")
+    shutil.rmtree(root / "wide")
+    (root / "pickled").mkdir()
+    ElmoModel(_tiny_config()).config.save_pretrained(root / "pickled")
+    torch.save({"x": torch.zeros(1)}, root / "pickled" / "pytorch_model.bin")
+    (root / "release").mkdir()
+    ref.write_original_files(root / "release", ref.tiny_options(), seed=0)
+    data = (root / "release" / "weights.hdf5").read_bytes()
+    (root / "damaged.hdf5").write_bytes(data[: len(data) // 2] + b"\xff" * (len(data) - len(data) // 2))
+    return root
+
+
+def _snapshot(folder: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in folder.rglob("*") if p.is_file() and "modules" not in p.parts}
+
+
+def _message_of(row: Row, capsys) -> str:
+    if callable(row.run):
+        with pytest.raises(ValueError) as error:
+            row.run()
+        return str(error.value)
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(list(row.run))
+    code = exit_.value.code
+    if isinstance(code, str):
+        return code
+    assert code not in (0, None), "the command succeeded"
+    lines = [line for line in capsys.readouterr().err.strip().splitlines() if line]
+    return lines[-1]
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[f"{r.where}: {r.given}" for r in ROWS])
+def test_each_bad_input_gives_the_documented_line_and_writes_nothing(row, template, tmp_path, monkeypatch, capsys):
+    work = tmp_path / "work"
+    shutil.copytree(template, work)
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    before = _snapshot(work)
+    message = _message_of(row, capsys)
+    assert "\n" not in message.strip(), f"more than one line: {message!r}"
+    if row.message.endswith(" ..."):
+        assert message.startswith(row.message[:-4]), message
+    else:
+        assert message == row.message
+    assert _snapshot(work) == before, "the bad input wrote or changed a file"
+
+
+def _documented_rows() -> list[tuple[str, str, str]]:
+    rows, section = [], None
+    for line in DOC.read_text(encoding="utf-8").splitlines():
+        heading = re.match(r"^## (.+)$", line)
+        if heading:
+            section = heading.group(1).strip()
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")] if line.startswith("| ") else []
+        if section in SECTIONS and len(cells) == 2 and not set(cells[0]) <= {"-"} and cells[0] != "input":
+            rows.append((section, cells[0], cells[1]))
+    return rows
+
+
+def test_the_table_lists_exactly_these_rows():
+    expected = [(r.where, r.given.replace("|", "\\|"), r.message.replace("|", "\\|")) for r in ROWS]
+    assert _documented_rows() == expected
