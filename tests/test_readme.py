@@ -1,0 +1,86 @@
+"""The README's examples run as written: its Python blocks in order (one namespace, as a reader pastes them) and each
+``elmo ...`` line of its shell blocks through the ``elmo`` entry point, offline, in a folder that holds what the
+README assumes exists (a small pretrained model in ``outputs/elmo-quickstart``, ``my_corpus.txt``, ``heldout.txt``).
+
+The two quick-start commands are not run here: ``scripts/quickstart.sh`` has its own test, and ``.ci/run`` runs this
+suite. ``elmo convert --release`` downloads from a local server that serves a synthetic release (``release_server``).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import torch
+
+from modeling_elmo import ElmoConfig, ElmoForBidirectionalLM, ElmoTokenizer, cli, save_model_folder
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+#: Shell lines of the README that this test does not run, and why.
+NOT_RUN = {
+    "bash scripts/quickstart.sh": "tested by its own test (it installs a virtual environment)",
+    "bash .ci/run": "CI runs this suite",
+    "pip install .": "the package is installed in the environment that runs the tests",
+    "OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 python -m pytest tests -q": "this is the test suite itself",
+}
+
+
+def _blocks() -> list[tuple[str, str]]:
+    """The fenced ``python`` and ``bash`` blocks, in the order of the README."""
+    return re.findall(r"```(python|bash)\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
+
+
+def _commands(block: str) -> list[str]:
+    """The command lines of a shell block (continuations joined, comments dropped)."""
+    commands = []
+    for line in block.replace("\\\n", " ").splitlines():
+        line = line.split(" #")[0].strip()
+        if line and not line.startswith("#"):
+            commands.append(line)
+    return commands
+
+
+def _shell_commands() -> list[str]:
+    return [command for language, block in _blocks() if language == "bash" for command in _commands(block)]
+
+
+def test_every_shell_line_of_the_readme_is_an_elmo_command_or_explained():
+    for command in _shell_commands():
+        assert command.startswith("elmo ") or command in NOT_RUN, f"the README test cannot run {command!r}"
+
+
+@pytest.fixture
+def reader_folder(tmp_path, monkeypatch, server, served):
+    """A working folder with what the README's examples assume, and a local server for the release download."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    monkeypatch.setenv("ELMO_RELEASES_BASE_URL", server.url)
+    torch.manual_seed(0)
+    words = "the bank closed early a river film great acting mess warm funny dull tired story".split()
+    (tmp_path / "vocab.txt").write_text("\n".join(words) + "\n")
+    tokenizer = ElmoTokenizer(vocab_file=str(tmp_path / "vocab.txt"))
+    config = ElmoConfig(hidden_size=16, cell_size=32, char_embedding_dim=8, char_cnn_filters=[[1, 8], [2, 8], [3, 16]],
+                        num_highway_layers=1, vocab_size=tokenizer.vocab_size)
+    save_model_folder(ElmoForBidirectionalLM(config), tokenizer, tmp_path / "outputs" / "elmo-quickstart")
+    text = "\n".join(" ".join(words[i:] + words[:i]) for i in range(len(words))) + "\n"
+    (tmp_path / "my_corpus.txt").write_text(text * 150)  # 2,250 lines
+    (tmp_path / "heldout.txt").write_text(text)
+    return tmp_path
+
+
+def test_readme_examples_run_as_written(reader_folder):
+    namespace: dict = {}
+    for language, block in _blocks():
+        if language == "python":
+            exec(compile(block, str(README), "exec"), namespace)  # noqa: S102 (the README's own code)
+            continue
+        for command in _commands(block):
+            if command not in NOT_RUN:
+                status = cli.main(shlex.split(command)[1:])
+                assert status in (0, None), f"{command!r} exited with {status}"
+    assert (reader_folder / "outputs" / "my-elmo" / "model.safetensors").is_file()
+    assert (reader_folder / "outputs" / "elmo-original" / "model.safetensors").is_file()
+    assert (reader_folder / "outputs" / "features.h5").is_file()
+    assert (reader_folder / "outputs" / "sentiment" / "config.json").is_file()
