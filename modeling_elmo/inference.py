@@ -133,7 +133,7 @@ def load_elmo_model(model_name_or_path: str | os.PathLike, **kwargs: Any) -> tor
     location = os.fspath(model_name_or_path)
     _check_location(location, _hub_kwargs(kwargs))
     if os.path.isdir(location):
-        from .hub import refuse_pickled_weights
+        from .hub.safety import refuse_pickled_weights
 
         refuse_pickled_weights(location)
     try:

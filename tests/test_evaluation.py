@@ -1,6 +1,6 @@
 """Tests of the evaluation suite (`modeling_elmo.evaluation`): data readers, the WSD set builder, the
-nearest-neighbour sense scorer, metrics, probes on cached features, perplexity, the report files and
-the CLI's handling of bad input."""
+nearest-neighbour sense scorer, metrics, probes on cached features, perplexity, the results files, progress bars
+and the CLI's handling of bad input (one line, no traceback)."""
 
 from __future__ import annotations
 
@@ -14,15 +14,9 @@ import pytest
 from modeling_elmo.evaluation import data as ev_data
 from modeling_elmo.evaluation.metrics import accuracy, correctness, masked_token_accuracy, mcnemar_exact
 from modeling_elmo.evaluation.wsd import DEFAULT_WSD_SET, SENSEVAL_TSV, build_wsd_subset, score_nearest_neighbour
-
-SHARED = ev_data.shared_data_dir()
-
-
-def _needs_shared(rel: str | Path) -> Path:
-    path = SHARED / rel
-    if not path.exists():
-        pytest.skip(f"shared data {rel} is absent ({path})")
-    return path
+from modeling_elmo.results import read_results
+from modeling_elmo.run_folder import RunFolder
+from support import assert_same_numbers
 
 
 # ---------------------------------------------------------------------------------------------- WSD scorer
@@ -143,6 +137,22 @@ def test_wsd_reader_rejects_bad_records_naming_the_line(tmp_path, record, messag
     assert message in str(err.value)
 
 
+def test_binary_or_missing_files_are_refused_naming_the_file(tmp_path):
+    (tmp_path / "model.bin").write_bytes(b"\x80\x04\x95weights\n\x00\xff")
+    with pytest.raises(ValueError, match=r"text file '.*model\.bin' is not UTF-8 text: line 1 has the byte 0x80"):
+        ev_data.read_text_sentences(tmp_path / "model.bin")
+    (tmp_path / "zeros.txt").write_bytes(b"ok\n\x00\x00\x00\n")
+    with pytest.raises(ValueError, match=r"zeros\.txt' is not text: line 2 holds a NUL byte"):
+        ev_data.read_text_sentences(tmp_path / "zeros.txt")
+    (tmp_path / "train.tsv").write_bytes(b"label\tsentence\n1\t\xe9t\xe9\n")  # Latin-1, not UTF-8
+    with pytest.raises(ValueError, match=r"SST-2 file '.*train\.tsv' is not UTF-8 text: line 2"):
+        ev_data.read_sst2(tmp_path / "train.tsv")
+    with pytest.raises(ValueError, match="CoNLL-U file '.*missing.conllu' does not exist"):
+        ev_data.read_conllu(tmp_path / "missing.conllu")
+    (tmp_path / "bom.txt").write_bytes("\ufeffthe cat\n".encode())
+    assert ev_data.read_text_sentences(tmp_path / "bom.txt") == [["the", "cat"]]
+
+
 def test_empty_inputs_are_refused(tmp_path):
     (tmp_path / "empty.jsonl").write_text("\n\n")
     with pytest.raises(ValueError, match="empty"):
@@ -180,9 +190,8 @@ def test_wsd_builder_is_balanced_and_reproducible(tmp_path):
         build_wsd_subset(tsv, tmp_path / "c.jsonl", senses_per_word=2, per_sense=6, max_tokens=10)
 
 
-def test_shipped_wsd_set_is_what_the_builder_makes_from_shared_data(tmp_path):
-    tsv = _needs_shared(SENSEVAL_TSV)
-    summary = build_wsd_subset(tsv, tmp_path / "rebuilt.jsonl")
+def test_shipped_wsd_set_is_what_the_builder_makes_from_shared_data(tmp_path, shared_data):
+    summary = build_wsd_subset(shared_data / SENSEVAL_TSV, tmp_path / "rebuilt.jsonl")
     assert (tmp_path / "rebuilt.jsonl").read_bytes() == DEFAULT_WSD_SET.read_bytes()
     assert summary["occurrences"] == 360
     assert DEFAULT_WSD_SET.stat().st_size < 200_000
@@ -232,12 +241,12 @@ def test_ptb_sample_split_keeps_documents_on_one_side(tmp_path):
     assert {s.source for s in dev} == {"wsj_0004.mrg"} and len(train) == 8
 
 
-def test_shared_pos_and_sentiment_files_parse():
-    ud = ev_data.read_conllu(_needs_shared("pos-ud-ewt/en_ewt-ud-dev.conllu"), max_sentences=50)
+def test_shared_pos_and_sentiment_files_parse(shared_data):
+    ud = ev_data.read_conllu(shared_data / "pos-ud-ewt" / "en_ewt-ud-dev.conllu", max_sentences=50)
     assert len(ud) == 50 and all(len(s.tokens) == len(s.tags) for s in ud)
     assert set(t for s in ud for t in s.tags) <= {"ADJ", "ADP", "ADV", "AUX", "CCONJ", "DET", "INTJ", "NOUN", "NUM",
                                                    "PART", "PRON", "PROPN", "PUNCT", "SCONJ", "SYM", "VERB", "X"}
-    sst = ev_data.read_sst2(_needs_shared("sentiment-sst2/dev.tsv"))
+    sst = ev_data.read_sst2(shared_data / "sentiment-sst2" / "dev.tsv")
     assert len(sst) == 872 and sum(s.label for s in sst) == 444
 
 
@@ -294,45 +303,21 @@ def tiny(tmp_path_factory):
     return lm, tok, config, root / "model"
 
 
-def test_perplexity_matches_per_sentence_full_softmax(tiny):
-    from modeling_elmo.evaluation.tasks import lm_perplexity
+def test_suite_perplexity_does_not_depend_on_batch_size_or_sentence_order(tiny):
+    # The numbers themselves are checked against a per-sentence log-softmax in test_lm_scoring.py.
+    from modeling_elmo.evaluation.tasks import fit_unigram_baseline, lm_perplexity
 
-    lm, tok, config, _ = tiny
+    lm, tok, _, _ = tiny
     sents = [["the", "bank"], ["a", "river", "bank", "unknownword"], ["money"], ["good", "film", "is", "good", "x"]]
-    got = lm_perplexity(lm, tok, sents, batch_size=3)
-    # Independent: one sentence at a time, explicit log_softmax over the whole vocabulary.
-    P = config.hidden_size
-    nll_f = nll_b = 0.0
-    for s in sents:
-        enc = tok([s], is_split_into_words=True, return_tensors="pt")
-        with torch.no_grad():
-            top = lm(**enc).last_hidden_state[0]  # (n + 2, 2P): <S> w1..wn </S>
-            logp_f = torch.log_softmax(lm.softmax(top[:, :P]), -1)
-            logp_b = torch.log_softmax(lm.softmax(top[:, P:]), -1)
-        ids = [1] + tok.word_ids_of(s) + [2]
-        nll_f -= sum(float(logp_f[t, ids[t + 1]]) for t in range(len(ids) - 1))
-        nll_b -= sum(float(logp_b[t, ids[t - 1]]) for t in range(1, len(ids)))
-    n = sum(len(s) + 1 for s in sents)
-    assert got["targets_per_direction"] == n and got["unk_targets"] == 2
-    assert got["perplexity_forward"] == pytest.approx(math.exp(nll_f / n), rel=1e-4)
-    assert got["perplexity_backward"] == pytest.approx(math.exp(nll_b / n), rel=1e-4)
-    assert got["perplexity"] == pytest.approx(math.exp(0.5 * (nll_f + nll_b) / n), rel=1e-4)
-
-
-def test_unigram_baseline_matches_hand_computation(tiny):
-    from modeling_elmo.evaluation.tasks import unigram_perplexity
-
-    _, tok, _, _ = tiny
-    # targets: the the bank </S>; unsmoothed p(the)=1/2, p(bank)=1/4, p(</S>)=1/4 -> NLL = 6 ln 2 over 4 targets.
-    r = unigram_perplexity(tok, [["the", "the", "bank"]], smoothing=0.0)
-    assert r["unigram_perplexity"] == pytest.approx(2 ** 1.5)
-    # the backward direction (<S> the the bank) is the same distribution with <S> in place of </S>
-    r_b = unigram_perplexity(tok, [["bank", "the", "the"]], smoothing=0.0)
-    assert r_b["unigram_perplexity"] == pytest.approx(r["unigram_perplexity"])
-    # add-1 over the 13 ids of the vocabulary of 14 except <pad>, fitted on "the </S>"
-    r = unigram_perplexity(tok, [["bank"]], fit_sentences=[["the"]], smoothing=1.0)
-    p_bank, p_eos = 1 / 15, 2 / 15
-    assert r["unigram_perplexity"] == pytest.approx(math.exp(-(math.log(p_bank) + math.log(p_eos)) / 2))
+    baseline = fit_unigram_baseline(tok, sents, fitted_on="itself", progress=False)
+    one = lm_perplexity(lm, tok, sents, dataset="d", baseline=baseline, batch_size=1, progress=False)
+    many = lm_perplexity(lm, tok, sents[::-1], dataset="d", baseline=baseline, batch_size=3, progress=False)
+    assert (one.targets_per_direction, one.examples, one.unk_rate) == (2 + 4 + 1 + 5 + 4, 4, 2 * 2 / (2 * 16))
+    assert (many.targets_per_direction, many.unk_rate) == (one.targets_per_direction, one.unk_rate)
+    for name in ("forward", "backward", "average"):
+        assert_same_numbers(getattr(many, name), getattr(one, name), what=name)
+        assert_same_numbers(getattr(many.unigram, name), getattr(one.unigram, name), what=f"unigram {name}")
+    assert one.unigram.fitted_on == "itself"
 
 
 def test_model_without_word_vocabulary_refuses_perplexity(tmp_path, capsys):
@@ -463,19 +448,17 @@ def _write_metrics(path: Path) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
 
 
-def test_training_metrics_reader_separates_train_and_validation(tmp_path):
-    from modeling_elmo.evaluation.report import read_training_metrics
+def test_training_curves_separate_train_and_validation_and_keep_the_last_of_a_step(tmp_path):
+    from modeling_elmo.evaluation.report import read_training_curves
 
     _write_metrics(tmp_path / "metrics.jsonl")
-    (tmp_path / "examples_rank0.jsonl").write_text('{"ids": [1, 2]}\n')
-    series, path = read_training_metrics(tmp_path)
-    assert path.name == "metrics.jsonl"
-    assert series == {"train_ppl": [(1.0, math.exp(5.0)), (2.0, math.exp(2.5)), (4.0, math.exp(1.25))],
-                      "validation perplexity": [(2.0, 90.0), (4.0, 50.0)]}
-    assert read_training_metrics(tmp_path / "nothing") == ({}, None)
+    series = read_training_curves(RunFolder(tmp_path))
+    assert series == {"train perplexity": [(1, math.exp(5.0)), (2, math.exp(2.5)), (4, math.exp(1.25))],
+                      "validation perplexity": [(2, 90.0), (4, 50.0)]}
+    assert read_training_curves(RunFolder(tmp_path / "nothing")) == {}
 
 
-def test_cli_writes_json_markdown_and_plots(tiny, tmp_path):
+def test_cli_writes_the_results_schema_markdown_and_plots(tiny, tmp_path):
     from modeling_elmo.evaluation.cli import main
 
     _, _, _, model_dir = tiny
@@ -489,24 +472,29 @@ def test_cli_writes_json_markdown_and_plots(tiny, tmp_path):
     out = tmp_path / "out"
     rc = main([str(metrics), "--task", "all", "--text", str(tmp_path / "heldout.txt"), "--data-dir", str(data),
                "--unigram-fit", str(data / "sentiment-sst2" / "dev.tsv"), str(tmp_path / "heldout.txt"),
-               "--output-dir", str(out), "--compare-untrained", "--max-train-examples", "12", "--probe-epochs", "1", "--probe-min-steps", "3"])
+               "--output-dir", str(out), "--compare-untrained", "--max-train-examples", "12", "--probe-epochs", "1",
+               "--probe-min-steps", "3", "--no-progress"])
     assert rc == 0
-    payload = json.loads((out / "eval_results.json").read_text())
-    assert set(payload["tasks"]) == {"perplexity", "wsd-probe", "probe-sentiment", "probe-pos"}
-    entries = payload["results"]
-    assert all(set(e) == {"task", "dataset", "metric", "value", "layer"} for e in entries)
-    probe_layers = {(e["task"], e["layer"]) for e in entries if e["metric"] == "accuracy"}
-    assert probe_layers == {(t, l) for t in ("probe-sentiment", "probe-pos") for l in (0, 1, 2, "mix")}
-    assert {e["metric"] for e in entries if e["task"] == "perplexity"} == {
-        "perplexity", "perplexity_forward", "perplexity_backward", "unigram_perplexity"}
-    assert len(payload["untrained_results"]) == len(entries)
-    assert payload["tasks"]["perplexity"]["targets_per_direction"] == 3 + 4 + 3 + 3
-    assert payload["tasks"]["perplexity"]["unigram_fitted_on"] == f"sentiment-sst2/dev.tsv, {tmp_path.name}/heldout.txt"
-    assert payload["tasks"]["probe-sentiment"]["train_examples"] == 12
+    results = read_results(out / "eval_results.json")
+    assert (results.model, results.source, results.untrained_seed) == ("metrics_model", "elmo evaluate", 0)
+    (ppl,) = results.perplexity
+    assert (ppl.split, ppl.dataset, ppl.targets_per_direction, ppl.examples) == (
+        "held-out", f"{tmp_path.name}/heldout.txt", 3 + 4 + 3 + 3, 3)
+    assert ppl.unigram.fitted_on == f"sentiment-sst2/dev.tsv, {tmp_path.name}/heldout.txt"
+    assert ppl.untrained_average is not None and ppl.untrained_average > 1
+    probes = {(s.task, s.representation): s for s in results.scores if s.task.startswith("probe-")}
+    assert set(probes) == {(t, r) for t in ("probe-sentiment", "probe-pos") for r in ("layer 0", "layer 1", "layer 2", "mix")}
+    assert {(s.split, s.metric) for s in probes.values()} == {("validation", "accuracy")}
+    assert probes["probe-pos", "mix"].examples == 2 * 4 and probes["probe-sentiment", "mix"].examples == 8
+    wsd = [s for s in results.scores if s.task == "wsd-probe"]
+    assert {(s.representation, s.metric) for s in wsd} == {
+        (f"layer {j}", m) for j in range(3) for m in ("accuracy", "accuracy_ties_half")}
+    tasks = results.details["tasks"]
+    assert tasks["probe-sentiment"]["train_examples"] == 12
     # 12 examples are one batch per epoch: the 1 epoch asked for is raised to reach 3 updates
-    assert {(r["epochs"], r["steps"]) for r in payload["tasks"]["probe-sentiment"]["layers"].values()} == {(3.0, 3)}
-    assert payload["tasks"]["probe-pos"]["labels"] == ["ADJ", "AUX", "DET", "NOUN"]
-    weights = payload["tasks"]["probe-pos"]["layers"]["mix"]["mixture"]["weights"]
+    assert {(r["epochs"], r["steps"]) for r in tasks["probe-sentiment"]["layers"].values()} == {(3.0, 3)}
+    assert tasks["probe-pos"]["labels"] == ["ADJ", "AUX", "DET", "NOUN"]
+    weights = tasks["probe-pos"]["layers"]["mix"]["mixture"]["weights"]
     assert sum(weights) == pytest.approx(1.0, abs=1e-5)
     table = (out / "eval_results.md").read_text()
     assert "| Layer 0 only |" in table and "Learned mixture from an untrained model" in table
@@ -517,27 +505,47 @@ def test_cli_writes_json_markdown_and_plots(tiny, tmp_path):
         assert (out / name).stat().st_size > 1000, name
     assert str(tmp_path) not in (out / "eval_results.json").read_text()
     # the paired comparison agrees with the two accuracies it compares, on the same dev examples / tokens
-    for task in ("probe-sentiment", "probe-pos"):
-        for layer, c in payload["comparison"][task].items():
-            trained = payload["tasks"][task]["layers"][layer]["accuracy"]
-            untrained = payload["untrained"]["tasks"][task]["layers"][layer]["accuracy"]
-            assert c["difference"] == pytest.approx(trained - untrained, abs=1e-12)
-            assert 0.0 < c["mcnemar_p_value"] <= 1.0
-            assert "_correct" not in payload["tasks"][task]["layers"][layer]
-    assert payload["comparison"]["probe-pos"]["mix"]["examples"] == 2 * 4  # dev tokens: 2 sentences of 4 words
-    assert payload["comparison"]["probe-sentiment"]["mix"]["examples"] == 8  # dev sentences
+    for s in probes.values():
+        u = s.untrained
+        untrained_accuracy = results.details["untrained_tasks"][s.task]["layers"][s.representation.removeprefix("layer ")]["accuracy"]
+        assert u.value == untrained_accuracy
+        assert (u.trained_only_correct - u.untrained_only_correct) / s.examples == pytest.approx(s.value - u.value, abs=1e-12)
+        assert 0.0 < u.mcnemar_p_value <= 1.0
+    assert "_correct" not in json.dumps(results.details)
     assert "McNemar" in table
 
 
-def test_cli_skips_training_curve_when_no_metrics_file(tiny, tmp_path):
+def test_cli_writes_into_the_model_folders_evaluation_folder_without_a_training_curve(tiny, tmp_path):
     from modeling_elmo.evaluation.cli import main
 
     _, _, _, model_dir = tiny
-    rc = main([str(model_dir), "--task", "wsd-probe", "--output-dir", str(tmp_path / "o")])
-    assert rc == 0
-    payload = json.loads((tmp_path / "o" / "eval_results.json").read_text())
-    assert payload["plots"]["training_perplexity"].startswith("skipped")
-    assert payload["tasks"]["wsd-probe"]["occurrences"] == 360
+    model = tmp_path / "model"
+    import shutil
+
+    shutil.copytree(model_dir, model)
+    assert main([str(model), "--task", "wsd-probe", "--no-progress"]) == 0
+    (results,) = RunFolder(model).read_results()
+    assert results.details["plots"]["training_perplexity"].startswith("skipped")
+    assert results.details["tasks"]["wsd-probe"]["occurrences"] == 360
+    assert RunFolder(model).evaluation.report_file.is_file()
+    layer2 = next(s for s in results.scores if s.representation == "layer 2" and s.metric == "accuracy_ties_half")
+    assert layer2.examples == 360 and 0 < layer2.baseline < 1
+
+
+def test_every_long_step_shows_a_progress_bar(tiny, tmp_path, capsys):
+    from modeling_elmo.evaluation.cli import main
+
+    _, _, _, model_dir = tiny
+    data = _fixture_data(tmp_path / "data")
+    (tmp_path / "heldout.txt").write_text("the good film\na bank is money\n")
+    assert main([str(model_dir), "--task", "perplexity", "wsd-probe", "probe-sentiment", "--text",
+                 str(tmp_path / "heldout.txt"), "--data-dir", str(data), "--output-dir", str(tmp_path / "o"),
+                 "--max-train-examples", "8", "--probe-epochs", "1", "--probe-min-steps", "1"]) == 0
+    err = capsys.readouterr().err
+    for bar in ("unigram fit: 100%", "perplexity: 100%", "features wsd-probe: 100%",
+                "features probe-sentiment train: 100%", "features probe-sentiment dev: 100%",
+                "training probe-sentiment: 100%"):
+        assert bar in err, bar
 
 
 @pytest.mark.parametrize(
@@ -566,6 +574,79 @@ def test_cli_rejects_bad_input_with_a_message(tiny, tmp_path, capsys, files, ext
         main(argv)
     assert err.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def _bad_model(kind: str, root: Path) -> Path:
+    if kind == "empty":
+        (root / "empty").mkdir()
+        return root / "empty"
+    if kind == "bert":
+        (root / "bert").mkdir()
+        (root / "bert" / "config.json").write_text(json.dumps({"model_type": "bert", "hidden_size": 768}))
+        return root / "bert"
+    if kind == "pickled":
+        (root / "pickled").mkdir()
+        (root / "pickled" / "config.json").write_text(json.dumps({"model_type": "elmo"}))
+        (root / "pickled" / "pytorch_model.bin").write_bytes(b"\x80\x04pickle")
+        return root / "pickled"
+    return root / "no" / "such" / "model"
+
+
+@pytest.mark.parametrize("kind, message", [
+    ("empty", "{path} is not a model folder: it is empty"),
+    ("bert", "{path} holds a model of type 'bert' (config.json), not an ELMo model"),
+    ("pickled", "{path} has no model.safetensors: this package loads safetensors weights only"),
+    ("missing", "model '{path}' does not exist (no such folder)"),
+])
+def test_a_folder_that_is_not_an_elmo_model_is_one_line_naming_it(kind, message, tmp_path, capsys):
+    from modeling_elmo.evaluation.cli import main
+
+    path = _bad_model(kind, tmp_path)
+    with pytest.raises(SystemExit) as err:
+        main([str(path), "--task", "wsd-probe", "--no-progress"])
+    assert err.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == [f"elmo evaluate: error: {message.format(path=path)}"]
+
+
+def test_a_binary_text_file_is_one_line_naming_it(tiny, tmp_path, capsys):
+    from modeling_elmo.evaluation.cli import main
+
+    _, _, _, model_dir = tiny
+    binary = tmp_path / "model.safetensors"
+    binary.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{\"__metadata__\"}\xff\xfe")
+    with pytest.raises(SystemExit):
+        main([str(model_dir), "--task", "perplexity", "--text", str(binary), "--output-dir", str(tmp_path / "o")])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"elmo evaluate: error: text file '{binary}' is not"), lines
+
+
+def test_unreachable_hub_without_data_dir_is_one_line_naming_data_dir(tiny, tmp_path, capsys, monkeypatch):
+    import time
+
+    from huggingface_hub import constants
+
+    from modeling_elmo.evaluation.cli import main
+
+    _, _, _, model_dir = tiny
+    argv = [str(model_dir), "--task", "probe-sentiment", "--output-dir", str(tmp_path / "o"), "--no-progress"]
+    # offline mode (the tests' HF_HUB_OFFLINE=1) and an empty datasets cache
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "empty-cache"))
+    with pytest.raises(SystemExit):
+        main(argv)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "nyu-mll/glue is not in the local datasets cache" in lines[0] and "--data-dir" in lines[0]
+    # online mode, no connection: a closed local port stands for the unreachable Hub; no retries
+    monkeypatch.setattr("huggingface_hub.is_offline_mode", lambda: False)
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")
+    started = time.perf_counter()
+    with pytest.raises(SystemExit):
+        main(argv)
+    assert time.perf_counter() - started < 10
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == ["elmo evaluate: error: the Hugging Face Hub (http://127.0.0.1:9) cannot be reached to download "
+                     "nyu-mll/glue: pass --data-dir FOLDER with a local copy of the probe data (see "
+                     "docs/evaluation.md), or set HF_HUB_OFFLINE=1 to use a copy in the local datasets cache"]
 
 
 def test_hub_loaders_convert_hub_rows(monkeypatch):

@@ -39,11 +39,10 @@ from modeling_elmo.pretraining import (
     parse_args,
     tokenize_batch,
     train_losses_by_step,
-    unigram_log_probs,
-    unigram_target_counts,
 )
 from modeling_elmo.pretraining import data as pdata
 from modeling_elmo.pretraining import main as pretrain_main
+from modeling_elmo.results import read_results
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("ELMO_SHARED_DATA", REPO.parent / "shared" / "data"))
@@ -208,21 +207,6 @@ def test_bucket_sampler_shards_are_disjoint_equal_and_deterministic():
     assert sorted(i for shard in evaluation for b in shard for i in b) == list(range(1003))
 
 
-# ----------------------------------------------------------------------------------------------- unigram baseline
-def test_unigram_baseline_counts_targets_like_the_lm():
-    import datasets
-
-    ds = datasets.Dataset.from_dict({"word_ids": [[4, 5, 3], [5]], "oov": [["zz"], []], "length": [3, 1]})
-    fwd, bwd = unigram_target_counts(ds, 7, "sentences")
-    assert fwd.tolist() == [0, 0, 2, 1, 1, 2, 0] and bwd.tolist() == [0, 2, 0, 1, 1, 2, 0]
-    fwd, bwd = unigram_target_counts(ds, 7, "windows")
-    assert fwd.tolist() == [0, 0, 0, 1, 0, 1, 0] and bwd.tolist() == [0, 0, 0, 0, 1, 1, 0]
-    logp = unigram_log_probs(np.array([0, 0, 2, 1, 1, 2, 0]))
-    # add-one over the 6 non-padding classes: (c + 1) / (6 + 6)
-    np.testing.assert_allclose(np.exp(logp[1:]), (np.array([0, 2, 1, 1, 2, 0]) + 1) / 12)
-    assert logp[0] == -np.inf
-
-
 # ----------------------------------------------------------------------------------------------- recipes and flags
 def test_recipe_with_unknown_key_is_an_error_naming_the_key(tmp_path):
     recipe = tmp_path / "r.yaml"
@@ -282,8 +266,7 @@ def test_resumed_run_matches_uninterrupted_run(tmp_path, corpus_files):
     full, split = train_losses_by_step(full_dir / "metrics.jsonl"), train_losses_by_step(split_dir / "metrics.jsonl")
     assert sorted(full) == list(range(1, 9))
     assert [split[s] for s in range(1, 9)] == [full[s] for s in range(1, 9)]  # exact, not approximate
-    results = json.loads((full_dir / "eval_results.json").read_text())
-    assert results["validation"]["perplexity"] == json.loads((split_dir / "eval_results.json").read_text())["validation"]["perplexity"]
+    assert read_results(full_dir / "eval_results.json").perplexity == read_results(split_dir / "eval_results.json").perplexity
 
 
 def test_time_budget_counts_the_training_minutes_of_the_runs_before_a_resume(tmp_path, corpus_files):
@@ -337,10 +320,11 @@ def test_saved_folder_loads_with_automodel_and_reports_perplexities(tmp_path, co
     out = tmp_path / "run"
     assert pretrain_main(_run_args(corpus_files, out, "--max-steps", "6", "--plot", "--report-to", "tensorboard")) == 0
     assert list(out.glob("elmo-pretraining/**/events.out.tfevents.*"))
-    results = json.loads((out / "eval_results.json").read_text())
-    valid = results["validation"]
-    assert math.isclose(valid["perplexity"], math.sqrt(valid["perplexity_forward"] * valid["perplexity_backward"]), rel_tol=1e-9)
-    assert valid["unigram_perplexity"] > 1 and "UNK" in results["unk_handling"]
+    results = read_results(out / "eval_results.json")
+    (valid,) = results.perplexity
+    assert valid.split == "validation" and valid.dataset == "valid.txt" and results.source == "elmo pretrain"
+    assert math.isclose(valid.average, math.sqrt(valid.forward * valid.backward), rel_tol=1e-9)
+    assert valid.unigram.average > 1 and valid.unigram.fitted_on == "training data"
     assert (out / "perplexity.png").stat().st_size > 1000
     meta = json.loads((out / "training_metadata.json").read_text())
     assert meta["global_step"] == 6 and meta["vocab_size"] == 300
@@ -537,7 +521,7 @@ def test_dataset_name_path_loads_splits_through_datasets(tmp_path, corpus_lines)
 def test_streaming_windows_run_trains_and_saves(tmp_path, corpus_files):
     out = tmp_path / "stream"
     assert pretrain_main(_run_args(corpus_files, out, "--streaming", "--batching", "windows", "--window-size", "10", "--max-steps", "5")) == 0
-    results = json.loads((out / "eval_results.json").read_text())["validation"]
+    (results,) = read_results(out / "eval_results.json").perplexity
     # windows of 10 tokens: every window gives 9 forward and 9 backward targets
-    assert results["num_targets_forward"] == results["num_targets_backward"] and results["num_targets_forward"] % 9 == 0
-    assert results["perplexity"] < 300 * 2 and results["unigram_perplexity"] < 300
+    assert results.targets_per_direction == 9 * results.examples
+    assert results.average < 300 * 2 and results.unigram.average < 300

@@ -1,18 +1,20 @@
 """``elmo evaluate``: command-line entry point of the evaluation suite.
 
-    elmo evaluate MODEL --task perplexity --text heldout.txt
+    elmo evaluate MODEL --task perplexity --text heldout.txt --unigram-fit train.txt
     elmo evaluate MODEL --task wsd-probe probe-sentiment probe-pos --compare-untrained
-    python scripts/evaluate.py MODEL --task all --text heldout.txt --max-train-examples 2000
+    python scripts/evaluate.py MODEL --task all --text heldout.txt --data-dir DATA --max-train-examples 2000
 
-MODEL is a folder written by ``save_pretrained`` (config, weights and, for perplexity, the tokenizer's
-vocab.txt) or a Hub id. Results go to ``--output-dir`` (default ``MODEL/evaluation``): ``eval_results.json``,
-``eval_results.md`` and PNG plots.
+MODEL is a model folder (``save_pretrained`` output: config, safetensors weights and, for perplexity, the
+tokenizer's vocab.txt) or a Hub id. The probes read SST-2 (``nyu-mll/glue``) and UD English EWT from the Hub unless
+``--data-dir`` names a local copy. Results go to ``MODEL/evaluation`` (or ``--output-dir``): ``eval_results.json``
+(docs/results.md), ``eval_results.md`` and PNG plots. Bad input ends the command with one line on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
+import dataclasses
+import json
 import logging
 import sys
 import time
@@ -21,16 +23,18 @@ from typing import Any
 
 import torch
 
+from ..io_utils import atomic_write_text
+from ..results import EvaluationResults, write_results
+from ..run_folder import EvaluationFolder, RunFolder
 from . import data as ev_data
 from .metrics import mcnemar_exact
-from .report import flatten_results, markdown_report, write_json, write_markdown, write_plots
-from .tasks import compute_layer_features, lm_perplexity, probe_task, unigram_perplexity, wsd_probe
+from .report import markdown_report, score_records, write_plots
+from .tasks import compute_layer_features, fit_unigram_baseline, lm_perplexity, probe_task, wsd_probe
 from .wsd import DEFAULT_WSD_SET, SENSEVAL_TSV, build_wsd_subset
 
 logger = logging.getLogger("modeling_elmo.evaluation")
 
 TASKS = ("perplexity", "wsd-probe", "probe-sentiment", "probe-pos")
-FORMAT_VERSION = 1
 
 
 def build_parser(prog: str = "elmo evaluate") -> argparse.ArgumentParser:
@@ -45,6 +49,7 @@ def build_parser(prog: str = "elmo evaluate") -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of the untrained model and of probe training (default 0)")
     p.add_argument("--batch-size", type=int, default=32, help="sentences per forward pass (default 32)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
     g = p.add_argument_group("perplexity")
     g.add_argument("--text", type=Path, help="held-out text, one sentence per line, whitespace tokens")
     g.add_argument("--max-sentences", type=int, default=None, help="use the first N sentences of --text")
@@ -57,10 +62,11 @@ def build_parser(prog: str = "elmo evaluate") -> argparse.ArgumentParser:
                    help="sense-labelled JSONL (default: the shipped Senseval hard/interest/line/serve sample)")
     g.add_argument("--tie-tolerance", type=float, default=1e-6, help="cosines within this of the best are ties")
     g = p.add_argument_group("probes")
-    g.add_argument("--data-dir", type=Path, default=None, help="shared data folder (default: $ELMO_SHARED_DATA or ../shared/data)")
-    g.add_argument("--from-hub", action="store_true", help="load SST-2 (nyu-mll/glue) and UD EWT from the Hub instead")
+    g.add_argument("--data-dir", type=Path, default=None,
+                   help="local folder with the probe data (sentiment-sst2/, pos-ud-ewt/, pos-ptb-sample/; see "
+                        "docs/evaluation.md); default: SST-2 (nyu-mll/glue) and UD English EWT from the Hub")
     g.add_argument("--pos-dataset", choices=["ud-ewt", "ptb-sample"], default="ud-ewt",
-                   help="ud-ewt: UPOS, official train/dev; ptb-sample: PTB tags, 80/20 split by file")
+                   help="ud-ewt: UPOS, official train/dev; ptb-sample: PTB tags, 80/20 split by file (--data-dir only)")
     g.add_argument("--max-train-examples", type=int, default=20000, help="training sentences per probe (default 20000)")
     g.add_argument("--max-dev-examples", type=int, default=None, help="dev sentences per probe (default: all)")
     g.add_argument("--probe-epochs", type=float, default=3.0, help="training epochs of each probe (default 3)")
@@ -75,19 +81,58 @@ def build_parser(prog: str = "elmo evaluate") -> argparse.ArgumentParser:
 
 
 # ------------------------------------------------------------------------------------------- loading
+def resolve_model(model: str) -> tuple[str, RunFolder | None]:
+    """``model`` as a local ELMo model folder (with its `RunFolder`) or a Hub id (with None).
+
+    Raises `ValueError` naming the problem: a path that does not exist, a file, a folder without ``config.json``
+    (an empty folder, say), a config of another model type, no safetensors weights."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    path = Path(model)
+    if path.exists():
+        if not path.is_dir():
+            raise ValueError(f"model {model!r} is a file, not a model folder")
+        run = RunFolder(path)
+        if not run.config_file.is_file():
+            empty = not any(path.iterdir())
+            raise ValueError(f"{model} is not a model folder: it {'is empty' if empty else 'has no config.json'}")
+        model_type = run.model_type()
+        if model_type != "elmo":
+            raise ValueError(f"{model} holds a model of type {model_type!r} (config.json), not an ELMo model")
+        if not run.has_weights():
+            raise ValueError(f"{model} has no {RunFolder.WEIGHTS}: this package loads safetensors weights only")
+        return str(path), run
+    try:
+        looks_like_path = model.startswith((".", "/", "~")) or "\\" in model or model.count("/") > 1
+        if not looks_like_path:
+            validate_repo_id(model)
+    except HFValidationError:
+        looks_like_path = True
+    if looks_like_path:
+        raise ValueError(f"model {model!r} does not exist (no such folder)")
+    return model, None
+
+
 def load_model_and_tokenizer(model: str, device: torch.device, need_lm: bool):
     """Load the trained model (`ElmoForBidirectionalLM` when it has a word vocabulary, else `ElmoModel`)
-    and its tokenizer. Returns (lm or None, base ElmoModel, tokenizer, config)."""
+    and its tokenizer from a folder or Hub id `resolve_model` accepted. Returns (lm or None, base ElmoModel,
+    tokenizer, config)."""
+    from huggingface_hub import constants, is_offline_mode
+
     from modeling_elmo import ElmoConfig, ElmoForBidirectionalLM, ElmoModel, ElmoTokenizer
 
-    config = ElmoConfig.from_pretrained(model)
-    if getattr(config, "stateful", False):
-        # Evaluation scores every sentence on its own: carried LSTM states would make results depend on order.
-        logger.info("config.stateful=True in %s: evaluating statelessly (stateful=False)", model)
-        config.stateful = False
+    if not Path(model).is_dir() and not is_offline_mode() and not ev_data.hub_reachable():
+        raise ValueError(f"model {model!r} is not a local folder and the Hugging Face Hub ({constants.ENDPOINT}) cannot "
+                         "be reached to download it (set HF_HUB_OFFLINE=1 to use a copy in the local cache)")
+    try:
+        config = ElmoConfig.from_pretrained(model)
+    except OSError as error:  # a Hub id that cannot be fetched
+        raise ValueError(f"model {model!r} is not a local folder and cannot be loaded from the Hub "
+                         f"({str(error).splitlines()[0]})") from None
     lm = None
     if config.vocab_size > 4:
-        lm, info = ElmoForBidirectionalLM.from_pretrained(model, config=config, output_loading_info=True)
+        lm, info = ElmoForBidirectionalLM.from_pretrained(model, config=config, output_loading_info=True,
+                                                          use_safetensors=True)
         if any(k.startswith("softmax.") for k in info.get("missing_keys", ())):
             lm = None  # a vocabulary in the config but no trained softmax in the weights
     if lm is not None:
@@ -100,16 +145,13 @@ def load_model_and_tokenizer(model: str, device: torch.device, need_lm: bool):
             "the perplexity task needs a model pretrained with a word vocabulary"
         )
     else:
-        base = ElmoModel.from_pretrained(model, config=config).to(device).eval()
-    tokenizer = _load_tokenizer(model, ElmoTokenizer)
-    return lm, base, tokenizer, config
-
-
-def _load_tokenizer(model: str, tokenizer_class):
+        base = ElmoModel.from_pretrained(model, config=config, use_safetensors=True).to(device).eval()
     path = Path(model)
-    if path.is_dir() and not (path / "vocab.txt").exists() and not (path / "tokenizer_config.json").exists():
-        return tokenizer_class()  # character ids need no files; word ids (perplexity) do
-    return tokenizer_class.from_pretrained(model)
+    if path.is_dir() and not RunFolder(path).has_tokenizer() and not RunFolder(path).vocab_file.exists():
+        tokenizer = ElmoTokenizer()  # character ids need no files; word ids (perplexity) do
+    else:
+        tokenizer = ElmoTokenizer.from_pretrained(model)
+    return lm, base, tokenizer, config
 
 
 def untrained_models(config, seed: int, device: torch.device, need_lm: bool):
@@ -137,11 +179,12 @@ def _describe(path: Path, data_dir: Path | None = None) -> str:
     return "/".join(path.parts[-2:])
 
 
-def load_probe_data(task: str, args, data_dir: Path) -> tuple[list, list, list, list, str]:
-    """(train_tokens, train_labels, dev_tokens, dev_labels, description) for a probe task."""
+def load_probe_data(task: str, args, data_dir: Path | None) -> tuple[list, list, list, list, str]:
+    """(train_tokens, train_labels, dev_tokens, dev_labels, description) for a probe task: from the Hub, or from
+    ``data_dir`` when given."""
     ntr, ndev = args.max_train_examples, args.max_dev_examples
     if task == "probe-sentiment":
-        if args.from_hub:
+        if data_dir is None:
             train, dev = ev_data.load_sst2_from_hub("train", ntr), ev_data.load_sst2_from_hub("validation", ndev)
             desc = "nyu-mll/glue sst2 train/validation (Hub)"
         else:
@@ -150,39 +193,48 @@ def load_probe_data(task: str, args, data_dir: Path) -> tuple[list, list, list, 
             dev = ev_data.read_sst2(folder / "dev.tsv", ndev)
             desc = "sentiment-sst2 train.tsv / dev.tsv"
         return [s.tokens for s in train], [s.label for s in train], [s.tokens for s in dev], [s.label for s in dev], desc
-    if args.from_hub:
-        train, dev = ev_data.load_ud_pos_from_hub("train", max_sentences=ntr), ev_data.load_ud_pos_from_hub("validation", max_sentences=ndev)
+    if args.pos_dataset == "ptb-sample":
+        if data_dir is None:
+            raise ValueError("--pos-dataset ptb-sample reads a local copy: pass --data-dir")
+        train, dev = ev_data.split_ptb_by_file(ev_data.read_ptb_tagged(data_dir / "pos-ptb-sample" / "treebank_tagged.tsv"))
+        train, dev = train[:ntr], dev[:ndev] if ndev else dev
+        desc = "pos-ptb-sample treebank_tagged.tsv (PTB tags; last 20% of files as dev)"
+    elif data_dir is None:
+        train = ev_data.load_ud_pos_from_hub("train", max_sentences=ntr)
+        dev = ev_data.load_ud_pos_from_hub("validation", max_sentences=ndev)
         desc = "universal_dependencies en_ewt UPOS train/validation (Hub)"
-    elif args.pos_dataset == "ud-ewt":
+    else:
         folder = data_dir / "pos-ud-ewt"
         train = ev_data.read_conllu(folder / "en_ewt-ud-train.conllu", max_sentences=ntr)
         dev = ev_data.read_conllu(folder / "en_ewt-ud-dev.conllu", max_sentences=ndev)
         desc = "pos-ud-ewt en_ewt-ud-train / dev (UPOS)"
-    else:
-        train, dev = ev_data.split_ptb_by_file(ev_data.read_ptb_tagged(data_dir / "pos-ptb-sample" / "treebank_tagged.tsv"))
-        train, dev = train[:ntr], dev[:ndev] if ndev else dev
-        desc = "pos-ptb-sample treebank_tagged.tsv (PTB tags; last 20% of files as dev)"
     return [s.tokens for s in train], [s.tags for s in train], [s.tokens for s in dev], [s.tags for s in dev], desc
 
 
 # ------------------------------------------------------------------------------------------- running
-def run_tasks(tasks: list[str], args, lm, base, tokenizer, config, data_dir: Path, inputs: dict) -> tuple[dict, dict]:
-    """Run the tasks on one model. Returns (per-task detail, seconds per task)."""
+def run_tasks(tasks: list[str], args, lm, base, tokenizer, config, inputs: dict, datasets: dict[str, str]
+              ) -> tuple[dict, dict]:
+    """Run the tasks on one model. Returns (per-task output, seconds per task): a `PerplexityResult` for
+    perplexity, the probes' dicts otherwise."""
     from modeling_elmo import ElmoForSequenceClassification, ElmoForTokenClassification
 
+    progress = not args.no_progress
     out: dict[str, Any] = {}
     timings: dict[str, float] = {}
     for task in tasks:
         t0 = time.perf_counter()
         if task == "perplexity":
-            r = lm_perplexity(lm, tokenizer, inputs["text"], args.batch_size)
-            r.update(unigram_perplexity(tokenizer, inputs["text"], inputs.get("unigram_fit"), args.unigram_smoothing))
-            if args.unigram_fit:
-                r["unigram_fitted_on"] = ", ".join(_describe(p, data_dir) for p in args.unigram_fit)
+            baseline = inputs.get("unigram")
+            if baseline is None and "unigram_fit" in inputs:
+                fit, fitted_on = inputs["unigram_fit"]
+                baseline = inputs["unigram"] = fit_unigram_baseline(tokenizer, fit, fitted_on=fitted_on,
+                                                                    smoothing=args.unigram_smoothing, progress=progress)
+            r = lm_perplexity(lm, tokenizer, inputs["text"], dataset=datasets["perplexity"], split="held-out",
+                              baseline=baseline, batch_size=args.batch_size, progress=progress)
         elif task == "wsd-probe":
-            r = wsd_probe(base, tokenizer, inputs["wsd"], args.batch_size, args.tie_tolerance)
+            r = wsd_probe(base, tokenizer, inputs["wsd"], args.batch_size, args.tie_tolerance, progress=progress)
         else:
-            xtr, ytr, xdev, ydev, _ = inputs[task]
+            xtr, ytr, xdev, ydev = inputs[task]
             token_level = task == "probe-pos"
             if token_level:
                 tags = sorted({t for y in ytr for t in y} | {t for y in ydev for t in y})
@@ -192,17 +244,19 @@ def run_tasks(tasks: list[str], args, lm, base, tokenizer, config, data_dir: Pat
                 num_labels = len(tags)
             else:
                 ytr_ids, ydev_ids, num_labels, tags = list(ytr), list(ydev), 2, ["negative", "positive"]
-            ftr = compute_layer_features(base, tokenizer, xtr, args.batch_size)
-            fdev = compute_layer_features(base, tokenizer, xdev, args.batch_size)
+            ftr = compute_layer_features(base, tokenizer, xtr, args.batch_size, progress=progress,
+                                         desc=f"features {task} train")
+            fdev = compute_layer_features(base, tokenizer, xdev, args.batch_size, progress=progress,
+                                          desc=f"features {task} dev")
             head_class = ElmoForTokenClassification if token_level else ElmoForSequenceClassification
             r = probe_task(ftr, ytr_ids, fdev, ydev_ids, config, head_class, num_labels, token_level,
                            layer_norm=not args.no_layer_norm, standardize=not args.no_standardize,
+                           progress=progress, desc=f"training {task}",
                            epochs=args.probe_epochs, learning_rate=args.probe_lr, batch_size=args.probe_batch_size,
                            seed=args.seed, min_steps=args.probe_min_steps)
             r["labels"] = tags
             del ftr, fdev
         timings[task] = time.perf_counter() - t0
-        r["seconds"] = timings[task]
         out[task] = r
         logger.info("%s done in %.1f s", task, timings[task])
     return out, timings
@@ -226,21 +280,41 @@ def paired_comparisons(trained: dict, untrained: dict) -> dict:
     return out
 
 
-def _drop_private(tasks: dict) -> None:
-    for r in tasks.values():
-        for layer in r.get("layers", {}).values() if isinstance(r, dict) else ():
-            if isinstance(layer, dict):
-                layer.pop("_correct", None)
+def _probe_details(tasks: dict) -> dict:
+    """The probes' outputs without the perplexity record and the per-example ``_correct`` arrays."""
+    out = {}
+    for task, r in tasks.items():
+        if task == "perplexity":
+            continue
+        r = dict(r)
+        if "layers" in r:
+            r["layers"] = {k: {n: v for n, v in layer.items() if n != "_correct"} for k, layer in r["layers"].items()}
+        out[task] = r
+    return out
 
 
-def evaluate(args) -> dict:
-    """Run the requested evaluation and write the result files; returns the JSON payload."""
+def _check_numbers(args) -> None:
+    for name in ("batch_size", "probe_batch_size", "max_train_examples", "max_sentences", "max_dev_examples"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+
+
+def evaluate(args) -> EvaluationResults:
+    """Run the requested evaluation and write the result files; returns what was written."""
     tasks = list(TASKS) if "all" in args.task else list(dict.fromkeys(args.task))
+    _check_numbers(args)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    data_dir = Path(args.data_dir) if args.data_dir else ev_data.shared_data_dir()
-    for name in ("batch_size", "probe_batch_size", "max_train_examples"):
-        if getattr(args, name) is not None and getattr(args, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    model, run = resolve_model(args.model)
+    if args.output_dir is not None:
+        out = EvaluationFolder(args.output_dir)
+    elif run is not None:
+        out = run.evaluation
+    else:
+        raise ValueError(f"model {args.model!r} is a Hub id: pass --output-dir for the results")
+    data_dir = Path(args.data_dir) if args.data_dir is not None else None
+    if data_dir is not None and not data_dir.is_dir():
+        raise ValueError(f"--data-dir {str(data_dir)!r} is not a folder")
 
     # Read and validate every input before loading the model, so bad input fails fast.
     inputs: dict[str, Any] = {}
@@ -250,7 +324,10 @@ def evaluate(args) -> dict:
             raise ValueError("the perplexity task needs --text (held-out text, one sentence per line)")
         inputs["text"] = ev_data.read_text_sentences(args.text, args.max_sentences)
         if args.unigram_fit is not None:
-            inputs["unigram_fit"] = [s for path in args.unigram_fit for s in ev_data.read_text_sentences(path)]
+            fit = [s for path in args.unigram_fit for s in ev_data.read_text_sentences(path)]
+            inputs["unigram_fit"] = (fit, ", ".join(_describe(p, data_dir) for p in args.unigram_fit))
+        else:
+            inputs["unigram_fit"] = (inputs["text"], "evaluation text (oracle)")
         datasets["perplexity"] = _describe(args.text, data_dir)
     if "wsd-probe" in tasks:
         inputs["wsd"] = ev_data.read_wsd_jsonl(args.wsd_file)
@@ -258,43 +335,47 @@ def evaluate(args) -> dict:
     for task in ("probe-sentiment", "probe-pos"):
         if task in tasks:
             *split, desc = load_probe_data(task, args, data_dir)
-            inputs[task] = (*split, desc)
+            inputs[task] = split
             datasets[task] = desc
 
-    lm, base, tokenizer, config = load_model_and_tokenizer(args.model, device, need_lm="perplexity" in tasks)
-    out_dir = Path(args.output_dir) if args.output_dir else (Path(args.model) / "evaluation")
+    lm, base, tokenizer, config = load_model_and_tokenizer(model, device, need_lm="perplexity" in tasks)
+    num_parameters = sum(p.numel() for p in base.parameters())
     logger.info("evaluating %s: %s", args.model, ", ".join(tasks))
-    tasks_out, timings = run_tasks(tasks, args, lm, base, tokenizer, config, data_dir, inputs)
-    payload: dict[str, Any] = {
-        "format_version": FORMAT_VERSION,
-        "model": str(args.model) if not Path(args.model).is_absolute() else Path(args.model).name,
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "model_config": {k: getattr(config, k) for k in ("vocab_size", "hidden_size", "cell_size", "num_hidden_layers",
-                                                           "char_cnn_filters", "num_highway_layers")},
-        "parameters": sum(p.numel() for p in base.parameters()),
-        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
-                     if k not in ("model", "output_dir", "text", "wsd_file", "unigram_fit", "data_dir")},
-        "datasets": datasets,
-        "results": flatten_results(tasks_out, datasets),
-        "tasks": tasks_out,
-        "timings_seconds": timings,
-    }
+    trained, timings = run_tasks(tasks, args, lm, base, tokenizer, config, inputs, datasets)
+    untrained, comparison, untrained_timings = {}, {}, {}
     if args.compare_untrained:
         del lm, base
         logger.info("untrained comparison: a model of the same shape after torch.manual_seed(%d)", args.seed)
         ulm, ubase = untrained_models(config, args.seed, device, need_lm="perplexity" in tasks)
-        utasks, utimings = run_tasks(tasks, args, ulm, ubase, tokenizer, config, data_dir, inputs)
-        payload["untrained"] = {"seed": args.seed, "init": f"torch.manual_seed({args.seed}) then the model's own initialisation",
-                                "tasks": utasks, "timings_seconds": utimings}
-        payload["untrained_results"] = flatten_results(utasks, datasets)
-        payload["comparison"] = paired_comparisons(tasks_out, utasks)
-        _drop_private(utasks)
-    _drop_private(tasks_out)
-    payload["plots"] = write_plots(payload, out_dir, args.model if Path(args.model).is_dir() else None)
-    write_json(out_dir / "eval_results.json", payload)
-    write_markdown(out_dir / "eval_results.md", payload)
-    logger.info("wrote %s", out_dir / "eval_results.json")
-    return payload
+        untrained, untrained_timings = run_tasks(tasks, args, ulm, ubase, tokenizer, config, inputs, datasets)
+        comparison = paired_comparisons(trained, untrained)
+    perplexity = []
+    if "perplexity" in trained:
+        record = trained["perplexity"]
+        if "perplexity" in untrained:
+            record = dataclasses.replace(record, untrained_average=untrained["perplexity"].average)
+        perplexity.append(record)
+    settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
+                if k not in ("model", "output_dir", "text", "wsd_file", "unigram_fit", "data_dir")}
+    results = EvaluationResults.now(
+        model=Path(model).name if run is not None else model, source="elmo evaluate", perplexity=perplexity,
+        scores=score_records(trained, datasets, untrained, comparison),
+        untrained_seed=args.seed if args.compare_untrained else None,
+        details={
+            "settings": settings, "datasets": datasets,
+            "model_config": {k: getattr(config, k) for k in ("vocab_size", "hidden_size", "cell_size",
+                                                              "num_hidden_layers", "char_cnn_filters",
+                                                              "num_highway_layers")},
+            "parameters": num_parameters,
+            "tasks": _probe_details(trained), "untrained_tasks": _probe_details(untrained),
+            "timings_seconds": timings, "untrained_timings_seconds": untrained_timings,
+        },
+    )
+    results.details["plots"] = write_plots(results, out, run)
+    write_results(out.results_file, results)
+    atomic_write_text(out.report_file, markdown_report(results))
+    logger.info("wrote %s", out.results_file)
+    return results
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -303,33 +384,32 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
-        payload = evaluate(args)
-    except (ValueError, FileNotFoundError, OSError) as e:
+        results = evaluate(args)
+    except (ValueError, OSError) as e:
         parser.exit(2, f"{parser.prog}: error: {e}\n")
-    print(markdown_report(payload))
+    print(markdown_report(results))
     return 0
 
 
 def build_wsd_main(argv: list[str] | None = None) -> int:
     """Entry point of ``scripts/build_wsd_set.py``."""
     p = argparse.ArgumentParser(prog="build_wsd_set.py", description="Build the small balanced sense-labelled "
-                                "JSONL from the Senseval line/hard/serve/interest corpus in the shared data.")
-    p.add_argument("--data-dir", type=Path, default=None, help="shared data folder (default: $ELMO_SHARED_DATA or ../shared/data)")
+                                "JSONL from the Senseval line/hard/serve/interest corpus.")
+    p.add_argument("--data-dir", type=Path, required=True,
+                   help=f"data folder holding {SENSEVAL_TSV} (e.g. the shared data folder)")
     p.add_argument("--out", type=Path, default=DEFAULT_WSD_SET)
     p.add_argument("--senses-per-word", type=int, default=3)
     p.add_argument("--per-sense", type=int, default=30)
     p.add_argument("--max-tokens", type=int, default=40)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    tsv = (args.data_dir or ev_data.shared_data_dir()) / SENSEVAL_TSV
+    tsv = args.data_dir / SENSEVAL_TSV
     if not tsv.exists():
-        p.exit(2, f"{p.prog}: error: source corpus {tsv} not found (set --data-dir or ELMO_SHARED_DATA)\n")
+        p.exit(2, f"{p.prog}: error: source corpus {tsv} not found (check --data-dir)\n")
     try:
         summary = build_wsd_subset(tsv, args.out, args.senses_per_word, args.per_sense, args.max_tokens, args.seed)
     except ValueError as e:
         p.exit(2, f"{p.prog}: error: {e}\n")
-    import json
-
     print(json.dumps(summary, indent=2))
     return 0
 

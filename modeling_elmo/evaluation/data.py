@@ -2,27 +2,29 @@
 sense-labelled JSONL.
 
 Every reader returns plain Python lists (tokens are whitespace-split words) and raises `ValueError`
-naming the file, the line and the bad value when the input does not have the expected form. The
-offline readers read the shared data folder (``../shared/data`` next to the repository, or
-``$ELMO_SHARED_DATA``); `load_*_from_hub` are the online equivalents built on `datasets.load_dataset`.
+naming the file, the line and the bad value when the input does not have the expected form (a file that is not
+UTF-8 text, e.g. a binary file, included). The file readers read local copies (``elmo evaluate --data-dir``);
+`load_sst2_from_hub` and `load_ud_pos_from_hub` are the Hub equivalents built on `datasets.load_dataset`: they fail
+within seconds with `HubUnreachableError` when the Hub cannot be reached.
 """
 
 from __future__ import annotations
 
-import csv
 import json
-import os
 import re
+import socket
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from urllib.parse import urlparse
 
 __all__ = [
     "SENSE_LABEL_PATTERN",
     "TaggedSentence",
     "WsdOccurrence",
     "LabelledSentence",
-    "shared_data_dir",
+    "HubUnreachableError",
+    "hub_reachable",
     "read_text_sentences",
     "read_sst2",
     "read_conllu",
@@ -68,18 +70,31 @@ class WsdOccurrence:
     line: int = 0
 
 
-def shared_data_dir() -> Path:
-    """The shared read-only data folder: ``$ELMO_SHARED_DATA`` if set, else ``<repo>/../shared/data``."""
-    env = os.environ.get("ELMO_SHARED_DATA")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[2].parent / "shared" / "data"
-
-
 def _require_nonempty(items: list, what: str, path: Path | str) -> list:
     if not items:
         raise ValueError(f"{what} {str(path)!r} is empty: no examples to evaluate on")
     return items
+
+
+def _text_lines(path: Path, what: str) -> Iterator[tuple[int, str]]:
+    """(line number, line without its line break) of a UTF-8 text file (a byte-order mark is dropped).
+
+    Raises `ValueError` naming the file and the line when the file is missing or is not UTF-8 text (undecodable
+    bytes or NUL bytes: most likely a binary file)."""
+    if not path.is_file():
+        raise ValueError(f"{what} {str(path)!r} {'is not a file' if path.exists() else 'does not exist'}")
+    with open(path, "rb") as handle:
+        for lineno, raw in enumerate(handle, start=1):
+            if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise ValueError(f"{what} {str(path)!r} is not UTF-8 text: line {lineno} has the byte "
+                                 f"0x{raw[error.start]:02x} at position {error.start} (a binary file?)") from None
+            if "\x00" in line:
+                raise ValueError(f"{what} {str(path)!r} is not text: line {lineno} holds a NUL byte (a binary file?)")
+            yield lineno, line.rstrip("\r\n")
 
 
 def read_text_sentences(path: str | Path, max_sentences: int | None = None) -> list[list[str]]:
@@ -89,13 +104,12 @@ def read_text_sentences(path: str | Path, max_sentences: int | None = None) -> l
     """
     path = Path(path)
     sentences: list[list[str]] = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            tokens = line.split()
-            if tokens:
-                sentences.append(tokens)
-                if max_sentences is not None and len(sentences) >= max_sentences:
-                    break
+    for _, line in _text_lines(path, "text file"):
+        tokens = line.split()
+        if tokens:
+            sentences.append(tokens)
+            if max_sentences is not None and len(sentences) >= max_sentences:
+                break
     return _require_nonempty(sentences, "text file", path)
 
 
@@ -107,28 +121,24 @@ def read_sst2(path: str | Path, max_examples: int | None = None) -> list[Labelle
     """
     path = Path(path)
     out: list[LabelledSentence] = []
-    with open(path, encoding="utf-8", newline="") as f:
-        reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
-        header = next(reader, None)
-        if header is None:
-            raise ValueError(f"SST-2 file {str(path)!r} is empty: no examples to evaluate on")
-        label_col = None
-        for lineno, row in enumerate(reader, start=2):
-            if not row or all(not c.strip() for c in row):
-                continue
-            if len(row) != 2:
-                raise ValueError(f"{path}:{lineno}: expected 2 tab-separated columns, got {len(row)}: {row!r}")
-            if label_col is None:
-                label_col = 0 if row[0].strip() in ("0", "1") else 1
-            label_text, text = row[label_col].strip(), row[1 - label_col]
-            if label_text not in ("0", "1"):
-                raise ValueError(f"{path}:{lineno}: label must be 0 or 1, got {label_text!r}")
-            tokens = text.split()
-            if not tokens:
-                raise ValueError(f"{path}:{lineno}: empty sentence")
-            out.append(LabelledSentence(tokens, int(label_text)))
-            if max_examples is not None and len(out) >= max_examples:
-                break
+    label_col = None
+    for lineno, line in _text_lines(path, "SST-2 file"):
+        if lineno == 1 or not line.strip():  # the header
+            continue
+        row = line.split("\t")
+        if len(row) != 2:
+            raise ValueError(f"{path}:{lineno}: expected 2 tab-separated columns, got {len(row)}: {row!r}")
+        if label_col is None:
+            label_col = 0 if row[0].strip() in ("0", "1") else 1
+        label_text, text = row[label_col].strip(), row[1 - label_col]
+        if label_text not in ("0", "1"):
+            raise ValueError(f"{path}:{lineno}: label must be 0 or 1, got {label_text!r}")
+        tokens = text.split()
+        if not tokens:
+            raise ValueError(f"{path}:{lineno}: empty sentence")
+        out.append(LabelledSentence(tokens, int(label_text)))
+        if max_examples is not None and len(out) >= max_examples:
+            break
     return _require_nonempty(out, "SST-2 file", path)
 
 
@@ -153,25 +163,23 @@ def read_conllu(path: str | Path, column: str = "upos", max_sentences: int | Non
             out.append(TaggedSentence(tokens, tags, sent_id))
         tokens, tags, sent_id = [], [], ""
 
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            line = line.rstrip("\n")
-            if not line.strip():
-                flush()
-                if max_sentences is not None and len(out) >= max_sentences:
-                    break
-                continue
-            if line.startswith("#"):
-                if line.startswith("# sent_id"):
-                    sent_id = line.split("=", 1)[-1].strip()
-                continue
-            fields = line.split("\t")
-            if len(fields) != 10:
-                raise ValueError(f"{path}:{lineno}: a CoNLL-U line has 10 tab-separated fields, got {len(fields)}")
-            if "-" in fields[0] or "." in fields[0]:
-                continue
-            tokens.append(fields[1])
-            tags.append(fields[col])
+    for lineno, line in _text_lines(path, "CoNLL-U file"):
+        if not line.strip():
+            flush()
+            if max_sentences is not None and len(out) >= max_sentences:
+                break
+            continue
+        if line.startswith("#"):
+            if line.startswith("# sent_id"):
+                sent_id = line.split("=", 1)[-1].strip()
+            continue
+        fields = line.split("\t")
+        if len(fields) != 10:
+            raise ValueError(f"{path}:{lineno}: a CoNLL-U line has 10 tab-separated fields, got {len(fields)}")
+        if "-" in fields[0] or "." in fields[0]:
+            continue
+        tokens.append(fields[1])
+        tags.append(fields[col])
     flush()
     if max_sentences is not None:
         out = out[:max_sentences]
@@ -186,21 +194,19 @@ def read_ptb_tagged(path: str | Path) -> list[TaggedSentence]:
     tokens: list[str] = []
     tags: list[str] = []
     source = ""
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            line = line.rstrip("\n")
-            if "\t" not in line:
-                if tokens:
-                    out.append(TaggedSentence(tokens, tags, source))
-                    tokens, tags = [], []
-                if line.startswith("#"):
-                    source = line[1:].strip()
-                elif line.strip():
-                    raise ValueError(f"{path}:{lineno}: expected 'word<TAB>tag', got {line!r}")
-                continue
-            word, tag = line.split("\t", 1)
-            tokens.append(word)
-            tags.append(tag)
+    for lineno, line in _text_lines(path, "tagged file"):
+        if "\t" not in line:
+            if tokens:
+                out.append(TaggedSentence(tokens, tags, source))
+                tokens, tags = [], []
+            if line.startswith("#"):
+                source = line[1:].strip()
+            elif line.strip():
+                raise ValueError(f"{path}:{lineno}: expected 'word<TAB>tag', got {line!r}")
+            continue
+        word, tag = line.split("\t", 1)
+        tokens.append(word)
+        tags.append(tag)
     if tokens:
         out.append(TaggedSentence(tokens, tags, source))
     return _require_nonempty(out, "tagged file", path)
@@ -240,16 +246,15 @@ def read_wsd_jsonl(path: str | Path) -> list[WsdOccurrence]:
     """
     path = Path(path)
     out: list[WsdOccurrence] = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{where}: not valid JSON ({e.msg})") from None
-            out.append(parse_wsd_record(obj, where, lineno))
+    for lineno, line in _text_lines(path, "WSD file"):
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{where}: not valid JSON ({e.msg})") from None
+        out.append(parse_wsd_record(obj, where, lineno))
     return _require_nonempty(out, "WSD file", path)
 
 
@@ -292,8 +297,42 @@ def parse_wsd_record(obj: object, where: str = "<record>", lineno: int = 0) -> W
 
 
 # --------------------------------------------------------------------------------------------------
-# Online (Hub) loaders. Written against the public dataset layouts; not exercised for real offline.
+# Hub loaders. Written against the public dataset layouts; the tests replace `datasets.load_dataset`.
 # --------------------------------------------------------------------------------------------------
+class HubUnreachableError(ValueError):
+    """A Hub dataset was needed but the Hub cannot be reached (and the dataset is not in the local cache)."""
+
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether a TCP connection to the Hub endpoint (``HF_ENDPOINT``) opens within ``timeout`` seconds."""
+    from huggingface_hub import constants
+
+    url = urlparse(constants.ENDPOINT)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        with socket.create_connection((url.hostname, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _load_from_hub(path: str, **kwargs):
+    """`datasets.load_dataset(path, **kwargs)`, or `HubUnreachableError` within seconds (no retries) when the Hub
+    cannot be reached: offline mode without a cached copy, or no connection to the endpoint."""
+    import datasets
+    from huggingface_hub import constants, is_offline_mode
+
+    advice = ("pass --data-dir FOLDER with a local copy of the probe data (see docs/evaluation.md), or set "
+              "HF_HUB_OFFLINE=1 to use a copy in the local datasets cache")
+    if not is_offline_mode() and not hub_reachable():
+        raise HubUnreachableError(f"the Hugging Face Hub ({constants.ENDPOINT}) cannot be reached to download {path}: "
+                                  f"{advice}")
+    try:
+        return datasets.load_dataset(path, **kwargs)
+    except ConnectionError as error:  # offline mode and nothing cached
+        raise HubUnreachableError(f"{path} is not in the local datasets cache and the Hub cannot be reached ({error}): "
+                                  "pass --data-dir FOLDER with a local copy of the probe data (see docs/evaluation.md)"
+                                  ) from None
 
 
 def load_sst2_from_hub(split: str, max_examples: int | None = None) -> list[LabelledSentence]:
@@ -303,9 +342,7 @@ def load_sst2_from_hub(split: str, max_examples: int | None = None) -> list[Labe
     """
     if split not in ("train", "validation"):
         raise ValueError(f"split must be 'train' or 'validation', got {split!r}")
-    from datasets import load_dataset
-
-    ds = load_dataset("nyu-mll/glue", "sst2", split=split)
+    ds = _load_from_hub("nyu-mll/glue", name="sst2", split=split)
     rows = _records(ds, max_examples)
     out = [LabelledSentence(str(r["sentence"]).split(), int(r["label"])) for r in rows if str(r["sentence"]).split()]
     return _require_nonempty(out, "Hub split", f"nyu-mll/glue/sst2:{split}")
@@ -323,9 +360,7 @@ def load_ud_pos_from_hub(
     """
     if split not in ("train", "validation"):
         raise ValueError(f"split must be 'train' or 'validation', got {split!r}")
-    from datasets import load_dataset
-
-    ds = load_dataset(dataset, data_dir=config, revision="refs/convert/parquet", split=split)
+    ds = _load_from_hub(dataset, data_dir=config, revision="refs/convert/parquet", split=split)
     names = None
     feature = ds.features.get("upos") if hasattr(ds, "features") else None
     inner = getattr(feature, "feature", None)

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-__all__ = ["accuracy", "correctness", "masked_token_accuracy", "mcnemar_exact", "perplexity_from_nll"]
+__all__ = ["accuracy", "correctness", "masked_token_accuracy", "mcnemar_exact"]
 
 
 def accuracy(predictions, labels) -> float:
@@ -71,9 +71,3 @@ def mcnemar_exact(correct_a, correct_b) -> dict:
     return {"examples": int(a.size), "a_only": a_only, "b_only": b_only,
             "difference": (a_only - b_only) / a.size, "p_value": p_value}
 
-
-def perplexity_from_nll(total_nll: float, num_tokens: int) -> float:
-    """exp(total_nll / num_tokens)."""
-    if num_tokens <= 0:
-        raise ValueError(f"num_tokens must be positive, got {num_tokens}")
-    return math.exp(total_nll / num_tokens)

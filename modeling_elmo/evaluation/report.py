@@ -1,70 +1,74 @@
-"""Writing the results of one evaluation run: a JSON file, a Markdown table and matplotlib plots."""
+"""From task outputs to the results schema (`modeling_elmo.results`), a Markdown report and matplotlib plots.
+
+`score_records` turns the probes' per-layer dicts into `ScoreResult` records; `markdown_report` renders an
+`EvaluationResults` (its records, plus the task diagnostics kept under ``details["tasks"]``) as tables;
+`write_plots` draws the plots an `EvaluationFolder` names.
+"""
 
 from __future__ import annotations
 
-import json
-import math
 import os
 from pathlib import Path
 from typing import Any
 
-from ..io_utils import atomic_write_bytes
+from ..results import EvaluationResults, ScoreResult, UntrainedComparison
+from ..run_folder import EvaluationFolder, RunFolder
 
-__all__ = ["flatten_results", "write_json", "write_markdown", "markdown_report", "write_plots", "read_training_metrics"]
+__all__ = ["markdown_report", "read_training_curves", "representation_name", "score_records", "write_plots"]
 
-LAYER_NAMES = {"0": "Layer 0 only", "1": "Layer 1 only", "2": "Layer 2 only", "mix": "Learned mixture"}
-
-
-def _layer_value(layer: str) -> int | str:
-    return int(layer) if layer.isdigit() else layer
+PROBE_TASKS = ("probe-sentiment", "probe-pos")
+TITLES = {"probe-sentiment": "Sentiment accuracy", "probe-pos": "Part-of-speech accuracy"}
 
 
-def flatten_results(tasks: dict[str, Any], datasets: dict[str, str]) -> list[dict]:
-    """The flat ``results`` list: one {"task", "dataset", "metric", "value", "layer"} per number."""
-    out: list[dict] = []
-    ppl = tasks.get("perplexity")
-    if ppl:
-        for metric in ("perplexity", "perplexity_forward", "perplexity_backward", "unigram_perplexity"):
-            if metric in ppl:
-                out.append({"task": "perplexity", "dataset": datasets.get("perplexity", ""), "metric": metric,
-                            "value": ppl[metric], "layer": None})
+def representation_name(layer: str) -> str:
+    """``"2"`` -> ``"layer 2"``; ``"mix"`` stays ``"mix"``."""
+    return f"layer {layer}" if str(layer).isdigit() else str(layer)
+
+
+def _label(representation: str) -> str:
+    return "Learned mixture" if representation == "mix" else representation.capitalize() + " only"
+
+
+# ----------------------------------------------------------------------------------------------- records
+def score_records(tasks: dict[str, Any], datasets: dict[str, str], untrained: dict[str, Any] | None = None,
+                  comparison: dict[str, Any] | None = None) -> list[ScoreResult]:
+    """The `ScoreResult` records of the probe tasks in ``tasks`` (the dicts `wsd_probe` and `probe_task` return),
+    with the untrained model's numbers and the paired comparison when given."""
+    untrained = untrained or {}
+    comparison = comparison or {}
+    records: list[ScoreResult] = []
     wsd = tasks.get("wsd-probe")
     if wsd:
         for layer, r in wsd["layers"].items():
-            for metric, key in (("nn_sense_accuracy", "accuracy"), ("nn_sense_accuracy_ties_half", "accuracy_ties_half"),
-                                ("nn_sense_ties", "ties")):
-                out.append({"task": "wsd-probe", "dataset": datasets.get("wsd-probe", ""), "metric": metric,
-                            "value": r[key], "layer": _layer_value(layer)})
-    for task in ("probe-sentiment", "probe-pos"):
+            u = untrained.get("wsd-probe", {}).get("layers", {}).get(layer)
+            for metric, examples in (("accuracy", r["correct"] + r["wrong"]), ("accuracy_ties_half", r["scored"])):
+                records.append(ScoreResult(
+                    task="wsd-probe", dataset=datasets["wsd-probe"], split="all", representation=representation_name(layer),
+                    metric=metric, value=r[metric], examples=examples, baseline=r["chance"],
+                    untrained=UntrainedComparison(value=u[metric]) if u else None))
+    for task in PROBE_TASKS:
         r = tasks.get(task)
-        if r:
-            for layer, lr in r["layers"].items():
-                out.append({"task": task, "dataset": datasets.get(task, ""), "metric": "accuracy",
-                            "value": lr["accuracy"], "layer": _layer_value(layer)})
-    return out
+        if not r:
+            continue
+        examples = r["dev_tokens"] if task == "probe-pos" else r["dev_examples"]
+        for layer, lr in r["layers"].items():
+            u = untrained.get(task, {}).get("layers", {}).get(layer)
+            c = comparison.get(task, {}).get(layer)
+            untrained_score = None
+            if u is not None:
+                untrained_score = UntrainedComparison(
+                    value=u["accuracy"],
+                    trained_only_correct=c["trained_only_correct"] if c else None,
+                    untrained_only_correct=c["untrained_only_correct"] if c else None,
+                    mcnemar_p_value=c["mcnemar_p_value"] if c else None)
+            records.append(ScoreResult(
+                task=task, dataset=datasets[task], split="validation", representation=representation_name(layer),
+                metric="accuracy", value=lr["accuracy"], examples=examples, baseline=r["majority_baseline"],
+                untrained=untrained_score))
+    return records
 
 
-def write_json(path: str | Path, payload: dict) -> Path:
-    path = Path(path)
-    atomic_write_bytes(path, (json.dumps(payload, indent=2, sort_keys=False, allow_nan=False, default=_jsonable) + "\n").encode())
-    return path
-
-
-def write_markdown(path: str | Path, payload: dict) -> Path:
-    """Write `markdown_report` of ``payload`` to ``path`` atomically."""
-    path = Path(path)
-    atomic_write_bytes(path, markdown_report(payload).encode("utf-8"))
-    return path
-
-
-def _jsonable(x: Any) -> Any:
-    if hasattr(x, "item"):
-        return x.item()
-    if isinstance(x, Path):
-        return str(x)
-    raise TypeError(f"not JSON serialisable: {type(x).__name__}")
-
-
+# ----------------------------------------------------------------------------------------------- Markdown
 def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.1f}%"
 
@@ -80,173 +84,124 @@ def _wsd_cell(r: dict | None) -> str:
     return text
 
 
-def markdown_report(payload: dict) -> str:
-    """Markdown tables in the style of the seed run's write-up."""
-    tasks = payload["tasks"]
-    untrained = payload.get("untrained", {}).get("tasks", {})
-    lines = [f"# Evaluation of `{payload['model']}`", ""]
-    ppl = tasks.get("perplexity")
-    if ppl:
-        lines += ["## Perplexity", "", f"Dataset: {payload['datasets'].get('perplexity', '')} "
-                  f"({ppl['sentences']} sentences, {ppl['targets_per_direction']} targets per direction, "
-                  f"{_pct(ppl['unk_rate'])} <UNK> targets)", "",
-                  "| Model | Perplexity |", "|---|---|",
-                  f"| Word-frequency (unigram) baseline, ignoring context ({ppl.get('unigram_fitted_on', '')}) | "
-                  f"{ppl['unigram_perplexity']:.1f} |",
-                  f"| Forward language model | {ppl['perplexity_forward']:.1f} |",
-                  f"| Backward language model | {ppl['perplexity_backward']:.1f} |",
-                  f"| Average (exp of mean NLL of both directions) | {ppl['perplexity']:.1f} |"]
-        if untrained.get("perplexity"):
-            lines.append(f"| Untrained model (average) | {untrained['perplexity']['perplexity']:.1f} |")
+def markdown_report(results: EvaluationResults) -> str:
+    """Markdown tables of ``results``: perplexities, the sense probe, the linear probes and the paired comparison."""
+    tasks = results.details.get("tasks", {})
+    untrained = results.details.get("untrained_tasks", {})
+    lines = [f"# Evaluation of `{results.model}`", ""]
+    for p in results.perplexity:
+        lines += ["## Perplexity", "", f"Dataset: {p.dataset} ({p.examples} sentences, {p.targets_per_direction} "
+                  f"targets per direction, {_pct(p.unk_rate)} <UNK> targets)", "",
+                  "| Model | Perplexity |", "|---|---|"]
+        if p.unigram is not None:
+            lines.append(f"| Word-frequency (unigram) baseline, ignoring context (fitted on {p.unigram.fitted_on}) | "
+                         f"{p.unigram.average:.1f} |")
+        lines += [f"| Forward language model | {p.forward:.1f} |", f"| Backward language model | {p.backward:.1f} |",
+                  f"| Average (exp of mean NLL of both directions) | {p.average:.1f} |"]
+        if p.untrained_average is not None:
+            lines.append(f"| Untrained model (average) | {p.untrained_average:.1f} |")
         lines.append("")
     wsd = tasks.get("wsd-probe")
     if wsd:
         uw = untrained.get("wsd-probe")
+        dataset = next(s.dataset for s in results.scores if s.task == "wsd-probe")
         lines += ["## Nearest-neighbour sense probe", "",
-                  f"Dataset: {payload['datasets'].get('wsd-probe', '')} ({wsd['occurrences']} occurrences of "
-                  f"{', '.join(wsd['words'])}). Accuracy over non-tied occurrences (correct/decided); ties are "
-                  "reported, never broken by list order.", "",
+                  f"Dataset: {dataset} ({wsd['occurrences']} occurrences of {', '.join(wsd['words'])}). Accuracy over "
+                  "non-tied occurrences (correct/decided); ties are reported, never broken by list order.", "",
                   "| Representation | Trained model | Untrained model |", "|---|---|---|"]
         for layer, r in wsd["layers"].items():
             lines.append(f"| Layer {layer} | {_wsd_cell(r)} | {_wsd_cell(uw['layers'].get(layer) if uw else None)} |")
         lines += ["", f"Chance (random neighbour): {_pct(next(iter(wsd['layers'].values()))['chance'])}", ""]
-    probe_tasks = [t for t in ("probe-sentiment", "probe-pos") if tasks.get(t)]
+    probes = {task: {s.representation: s for s in results.scores if s.task == task} for task in PROBE_TASKS}
+    probe_tasks = [t for t in PROBE_TASKS if probes[t]]
     if probe_tasks:
-        titles = {"probe-sentiment": "Sentiment accuracy", "probe-pos": "Part-of-speech accuracy"}
-        lines += ["## Linear probes on frozen features (dev accuracy)", "",
-                  "| Representation | " + " | ".join(titles[t] for t in probe_tasks) + " |",
+        header = ["| Representation | " + " | ".join(TITLES[t] for t in probe_tasks) + " |",
                   "|---|" + "---|" * len(probe_tasks)]
-        keys = list(tasks[probe_tasks[0]]["layers"])
+        keys = list(probes[probe_tasks[0]])
+        lines += ["## Linear probes on frozen features (dev accuracy)", "", *header]
         for key in keys:
-            cells = [_pct(tasks[t]["layers"].get(key, {}).get("accuracy")) for t in probe_tasks]
-            lines.append(f"| {LAYER_NAMES.get(key, key)} | " + " | ".join(cells) + " |")
+            cells = [_pct(probes[t][key].value) if key in probes[t] else "-" for t in probe_tasks]
+            lines.append(f"| {_label(key)} | " + " | ".join(cells) + " |")
         for key in keys:
-            if all(untrained.get(t) and key in untrained[t]["layers"] for t in probe_tasks):
-                cells = [_pct(untrained[t]["layers"][key]["accuracy"]) for t in probe_tasks]
-                lines.append(f"| {LAYER_NAMES.get(key, key)} from an untrained model | " + " | ".join(cells) + " |")
-        lines.append("| Majority class | " + " | ".join(_pct(tasks[t]["majority_baseline"]) for t in probe_tasks) + " |")
-        lines.append("")
-        comparison = payload.get("comparison", {})
-        if all(comparison.get(t) for t in probe_tasks):
+            if all(key in probes[t] and probes[t][key].untrained for t in probe_tasks):
+                cells = [_pct(probes[t][key].untrained.value) for t in probe_tasks]
+                lines.append(f"| {_label(key)} from an untrained model | " + " | ".join(cells) + " |")
+        first = {t: next(iter(probes[t].values())) for t in probe_tasks}
+        lines += ["| Majority class | " + " | ".join(_pct(first[t].baseline) for t in probe_tasks) + " |", ""]
+        if all(s.untrained and s.untrained.mcnemar_p_value is not None for t in probe_tasks for s in probes[t].values()):
             lines += ["Trained minus untrained, on the same dev examples (tokens for POS): difference in points, and "
                       "McNemar's exact p-value (examples only the trained / only the untrained model gets right).", "",
-                      "| Representation | " + " | ".join(titles[t] for t in probe_tasks) + " |",
-                      "|---|" + "---|" * len(probe_tasks)]
+                      *header]
             for key in keys:
                 cells = []
                 for t in probe_tasks:
-                    c = comparison[t].get(key)
-                    cells.append("" if c is None else f"{100 * c['difference']:+.1f} (p = {c['mcnemar_p_value']:.2g}; "
-                                 f"{c['trained_only_correct']} vs {c['untrained_only_correct']})")
-                lines.append(f"| {LAYER_NAMES.get(key, key)} | " + " | ".join(cells) + " |")
+                    s = probes[t].get(key)
+                    c = s.untrained if s else None
+                    cells.append("" if c is None else f"{100 * (s.value - c.value):+.1f} (p = {c.mcnemar_p_value:.2g}; "
+                                 f"{c.trained_only_correct} vs {c.untrained_only_correct})")
+                lines.append(f"| {_label(key)} | " + " | ".join(cells) + " |")
             lines.append("")
         for t in probe_tasks:
-            r = tasks[t]
-            mix = r["layers"].get("mix", {}).get("mixture")
-            desc = f"{titles[t]}: {r['train_examples']} training / {r['dev_examples']} dev examples ({payload['datasets'].get(t, '')})."
+            r = tasks.get(t, {})
+            mix = r.get("layers", {}).get("mix", {}).get("mixture")
+            desc = f"{TITLES[t]}: {r.get('train_examples')} training / {r.get('dev_examples')} dev examples ({first[t].dataset})."
             if mix:
                 desc += " Learned layer weights: " + ", ".join(f"layer {j} {w:.2f}" for j, w in enumerate(mix["weights"]))
-                if mix.get("gamma") is not None:
-                    desc += f", gamma {mix['gamma']:.2f}"
-                desc += "."
+                desc += f", gamma {mix['gamma']:.2f}."
             lines += [desc, ""]
     return "\n".join(lines).rstrip() + "\n"
 
 
-def read_training_metrics(model_dir: str | Path) -> tuple[dict[str, list[tuple[float, float]]], Path | None]:
-    """Perplexity curves from the pretraining ``metrics.jsonl`` in ``model_dir`` (or another ``*.jsonl``
-    there whose records carry a step and a perplexity). Records with a ``split`` (validation, test)
-    give the series ``"<split> perplexity"``; training records give ``train_ppl`` (or any other
-    ``*perplexity*``/``*ppl*`` key). A step logged twice keeps its last value. Returns ({name: [(step,
-    value), ...]}, path) or ({}, None) when there is none."""
-    model_dir = Path(model_dir)
-    if not model_dir.is_dir():
-        return {}, None
-    candidates = [model_dir / "metrics.jsonl"] + sorted(p for p in model_dir.glob("*.jsonl") if p.name != "metrics.jsonl")
-    for path in candidates:
-        if not path.is_file():
-            continue
-        series: dict[str, dict[float, float]] = {}
-        try:
-            with open(path, encoding="utf-8") as f:
-                for line in f:
-                    if not line.strip():
-                        continue
-                    r = json.loads(line)
-                    step = _step(r) if isinstance(r, dict) else None
-                    if step is None:
-                        continue
-                    for key, value in _curves(r).items():
-                        if "split" in r:
-                            if key != "perplexity":
-                                continue
-                            key = f"{r['split']} perplexity"
-                        series.setdefault(key, {})[step] = value
-        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
-            continue
-        if series:
-            return {k: sorted(v.items()) for k, v in series.items()}, path
-    return {}, None
+# ----------------------------------------------------------------------------------------------- plots
+def read_training_curves(run: RunFolder) -> dict[str, list[tuple[int, float]]]:
+    """Perplexity curves of a training run's ``metrics.jsonl``: ``"train perplexity"`` (the records' ``train_ppl``)
+    and ``"<split> perplexity"`` (evaluation records: ``split`` and ``perplexity``). A step logged twice (after a
+    resume) keeps its last value."""
+    series: dict[str, dict[int, float]] = {}
+    for record in run.read_metrics():
+        if "split" in record and "perplexity" in record:
+            series.setdefault(f"{record['split']} perplexity", {})[record["step"]] = float(record["perplexity"])
+        elif "train_ppl" in record:
+            series.setdefault("train perplexity", {})[record["step"]] = float(record["train_ppl"])
+    return {name: sorted(points.items()) for name, points in series.items()}
 
 
-def _step(r: dict) -> float | None:
-    for k in ("step", "global_step", "update"):
-        if isinstance(r.get(k), (int, float)) and not isinstance(r.get(k), bool):
-            return float(r[k])
-    return None
-
-
-def _curves(r: dict) -> dict[str, float]:
-    out = {}
-    for k, v in r.items():
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and ("perplexity" in k or "ppl" in k):
-            out[k] = float(v)
-    return out
-
-
-def write_plots(payload: dict, out_dir: str | Path, model_dir: str | Path | None = None) -> dict[str, str]:
-    """Write the plots that apply; returns {name: file name in ``out_dir``, or a message saying why skipped}."""
+def write_plots(results: EvaluationResults, folder: EvaluationFolder, run: RunFolder | None = None) -> dict[str, str]:
+    """Write the plots that apply into ``folder``; returns {plot name: file name, or why it was skipped}."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    folder.root.mkdir(parents=True, exist_ok=True)
     written: dict[str, str] = {}
-    tasks = payload["tasks"]
-    untrained = payload.get("untrained", {}).get("tasks", {})
-
+    tasks = results.details.get("tasks", {})
     panels = []
-    for t in ("probe-sentiment", "probe-pos"):
-        if tasks.get(t):
-            keys = list(tasks[t]["layers"])
-            panels.append((t, keys, [tasks[t]["layers"][k]["accuracy"] for k in keys],
-                           [untrained[t]["layers"][k]["accuracy"] if untrained.get(t) and k in untrained[t]["layers"] else None
-                            for k in keys]))
-    if tasks.get("wsd-probe"):
-        keys = list(tasks["wsd-probe"]["layers"])
-        uw = untrained.get("wsd-probe")
-        panels.append(("wsd-probe (ties as half)", keys,
-                       [tasks["wsd-probe"]["layers"][k]["accuracy_ties_half"] for k in keys],
-                       [uw["layers"][k]["accuracy_ties_half"] if uw else None for k in keys]))
+    for t in PROBE_TASKS:
+        scores = [s for s in results.scores if s.task == t]
+        if scores:
+            panels.append((t, scores))
+    wsd = [s for s in results.scores if s.task == "wsd-probe" and s.metric == "accuracy_ties_half"]
+    if wsd:
+        panels.append(("wsd-probe (ties as half)", wsd))
     if panels:
         fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
-        for ax, (title, keys, trained_vals, untrained_vals) in zip(axes[0], panels):
-            xs = range(len(keys))
-            ax.plot(xs, [v if v is not None else float("nan") for v in trained_vals], "o-", label="trained")
-            if any(v is not None for v in untrained_vals):
-                ax.plot(xs, [v if v is not None else float("nan") for v in untrained_vals], "s--", label="untrained")
-            ax.set_xticks(list(xs), [("mix" if k == "mix" else f"layer {k}") for k in keys])
+        for ax, (title, scores) in zip(axes[0], panels):
+            xs = range(len(scores))
+            ax.plot(xs, [s.value if s.value is not None else float("nan") for s in scores], "o-", label="trained")
+            if any(s.untrained for s in scores):
+                ax.plot(xs, [s.untrained.value if s.untrained and s.untrained.value is not None else float("nan")
+                             for s in scores], "s--", label="untrained")
+            ax.set_xticks(list(xs), [s.representation for s in scores])
             ax.set_title(title)
             ax.set_ylabel("dev accuracy")
             ax.grid(alpha=0.3)
             ax.legend()
         fig.tight_layout()
-        written["probe_accuracy"] = _save(fig, out_dir / "probe_accuracy.png", plt)
+        written["probe_accuracy"] = _save(fig, folder.plot_file("probe_accuracy"), plt)
 
-    mixes = [(t, tasks[t]["layers"]["mix"]["mixture"]["weights"]) for t in ("probe-sentiment", "probe-pos")
-             if tasks.get(t) and "mix" in tasks[t]["layers"] and tasks[t]["layers"]["mix"].get("mixture")]
+    mixes = [(t, tasks[t]["layers"]["mix"]["mixture"]["weights"]) for t in PROBE_TASKS
+             if tasks.get(t, {}).get("layers", {}).get("mix", {}).get("mixture")]
     if mixes:
         fig, ax = plt.subplots(figsize=(5, 3.4))
         width = 0.8 / len(mixes)
@@ -258,23 +213,23 @@ def write_plots(payload: dict, out_dir: str | Path, model_dir: str | Path | None
         ax.set_title("learned scalar-mix weights")
         ax.legend()
         fig.tight_layout()
-        written["layer_weights"] = _save(fig, out_dir / "layer_weights.png", plt)
+        written["layer_weights"] = _save(fig, folder.plot_file("layer_weights"), plt)
 
-    series, source = read_training_metrics(model_dir) if model_dir is not None else ({}, None)
+    series = read_training_curves(run) if run is not None else {}
     if series:
         fig, ax = plt.subplots(figsize=(5.5, 3.6))
-        for k, pts in sorted(series.items()):
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-" if len(pts) < 30 else "-", label=k)
-        ax.set_xlabel("step")
+        for name, points in sorted(series.items()):
+            ax.plot([p[0] for p in points], [p[1] for p in points], "o-" if len(points) < 30 else "-", label=name)
+        ax.set_xlabel("update")
         ax.set_ylabel("perplexity")
         ax.set_yscale("log")
-        ax.set_title(f"training curve ({source.name})")
+        ax.set_title(f"training curve ({RunFolder.METRICS})")
         ax.legend()
         ax.grid(alpha=0.3)
         fig.tight_layout()
-        written["training_perplexity"] = _save(fig, out_dir / "training_perplexity.png", plt)
+        written["training_perplexity"] = _save(fig, folder.plot_file("training_perplexity"), plt)
     else:
-        written["training_perplexity"] = "skipped: no pretraining metrics JSONL (records with a step and a perplexity) in the model folder"
+        written["training_perplexity"] = f"skipped: the model folder has no {RunFolder.METRICS} with perplexities"
     return written
 
 
@@ -283,4 +238,4 @@ def _save(fig, path: Path, plt) -> str:
     fig.savefig(tmp, dpi=110)
     plt.close(fig)
     os.replace(tmp, path)
-    return path.name  # relative to the output folder (no machine paths in the results)
+    return path.name  # relative to the evaluation folder (no machine paths in the results)

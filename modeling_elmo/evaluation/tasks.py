@@ -1,7 +1,11 @@
-"""The evaluation tasks: perplexity (with a unigram baseline), the nearest-neighbour sense probe and
-linear probes (sentiment, POS) trained with `transformers.Trainer` on cached frozen features.
+"""The evaluation tasks: perplexity (with a unigram baseline, both from `modeling_elmo.lm_scoring`), the
+nearest-neighbour sense probe and linear probes (sentiment, POS) trained with `transformers.Trainer` on cached
+frozen features.
 
-Every task takes an already loaded model and tokenizer and returns a plain dict (JSON-serialisable)."""
+Every task takes an already loaded model and tokenizer. Perplexity returns a `PerplexityResult`; the probes return
+plain dicts (JSON-serialisable) that `modeling_elmo.evaluation.report` turns into score records. The long steps
+(the unigram fit, perplexity, feature extraction, probe training) show tqdm progress bars on stderr unless
+``progress=False``."""
 
 from __future__ import annotations
 
@@ -14,17 +18,20 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
+from ..lm_scoring import PerplexityAccumulator, UnigramBaseline, target_counts
+from ..results import PerplexityResult
 from .data import WsdOccurrence
-from .metrics import accuracy, correctness, masked_token_accuracy, perplexity_from_nll
+from .metrics import accuracy, correctness, masked_token_accuracy
 from .wsd import score_nearest_neighbour
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "compute_layer_features",
+    "fit_unigram_baseline",
     "lm_perplexity",
-    "unigram_perplexity",
     "wsd_probe",
     "CachedFeatureDataset",
     "feature_statistics",
@@ -32,8 +39,6 @@ __all__ = [
     "probe_task",
     "scalar_mix_weights",
 ]
-
-PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
 
 
 def _batches(order: Sequence[int], batch_size: int):
@@ -56,21 +61,22 @@ def compute_layer_features(
     sentences: Sequence[Sequence[str]],
     batch_size: int = 32,
     dtype: torch.dtype = torch.float16,
+    progress: bool = True,
+    desc: str = "features",
 ) -> list[torch.Tensor]:
     """Run the frozen `ElmoModel` once per sentence and return its layers.
 
     Returns one tensor per sentence of shape (L+1, T_i, 2P) (boundaries removed, no padding), stored in
-    ``dtype`` on the CPU. Sentences are batched by length; the model must be stateless (``stateful=False``)
-    so a sentence's vectors do not depend on its batch.
+    ``dtype`` on the CPU. Sentences are batched by length (the model is stateless: a sentence's vectors do not
+    depend on its batch).
     """
-    if getattr(model.config, "stateful", False):
-        raise ValueError("the model is stateful (config.stateful=True): features would depend on batch order; "
-                         "evaluate a stateless model")
     model.eval()
     device = _device_of(model)
     order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
     out: list[torch.Tensor | None] = [None] * len(sentences)
+    bar = tqdm(total=len(sentences), desc=desc, unit="sentence", disable=not progress, dynamic_ncols=True)
     for batch in _batches(order, batch_size):
+        bar.update(len(batch))
         words = [list(sentences[i]) for i in batch]
         enc = tokenizer(words, is_split_into_words=True, padding=True, return_tensors="pt")
         outputs = model(
@@ -82,25 +88,30 @@ def compute_layer_features(
         layers = torch.stack(tuple(outputs.hidden_states), dim=1)  # (B, L+1, T, 2P)
         for b, i in enumerate(batch):
             out[i] = layers[b, :, : len(sentences[i])].to(dtype=dtype, device="cpu").clone()
+    bar.close()
     return out  # type: ignore[return-value]
 
 
 # ------------------------------------------------------------------------------------------- perplexity
-def _lm_targets(tokenizer: Any, sentence: Sequence[str]) -> tuple[list[int], list[int]]:
-    """Forward targets w1..wn </S> and backward targets <S> w1..wn, as word ids (OOV -> <UNK>)."""
-    ids = list(tokenizer.word_ids_of(list(sentence)))
-    return ids + [EOS_ID], [BOS_ID] + ids
+def fit_unigram_baseline(tokenizer: Any, sentences: Sequence[Sequence[str]], *, fitted_on: str, smoothing: float = 1.0,
+                         progress: bool = True) -> UnigramBaseline:
+    """The unigram baseline of `modeling_elmo.lm_scoring` fitted on ``sentences`` (words outside the tokenizer's
+    vocabulary count as ``<UNK>``). Fitted on the evaluation sentences themselves it is an optimistic "oracle"."""
+    word_ids = (tokenizer.word_ids_of(list(s)) for s in tqdm(sentences, desc="unigram fit", unit="sentence",
+                                                               disable=not progress, dynamic_ncols=True))
+    return UnigramBaseline.fit(target_counts(word_ids, int(tokenizer.vocab_size)), fitted_on=fitted_on,
+                               smoothing=smoothing)
 
 
 @torch.no_grad()
-def lm_perplexity(lm: torch.nn.Module, tokenizer: Any, sentences: Sequence[Sequence[str]], batch_size: int = 32) -> dict:
-    """Forward, backward and averaged perplexity of an `ElmoForBidirectionalLM` with the exact full softmax.
+def lm_perplexity(lm: torch.nn.Module, tokenizer: Any, sentences: Sequence[Sequence[str]], *, dataset: str,
+                  split: str = "held-out", baseline: UnigramBaseline | None = None, batch_size: int = 32,
+                  progress: bool = True) -> PerplexityResult:
+    """Forward, backward and averaged perplexity of an `ElmoForBidirectionalLM` with the exact full softmax, and
+    the unigram ``baseline``'s on the same targets (see `modeling_elmo.lm_scoring`).
 
-    Each sentence is scored on its own (stateless, boundaries added by the model): the forward LM predicts
-    w1..wn and </S>, the backward LM <S> and w1..wn, so each direction has n+1 targets per sentence.
-    Words outside the model's vocabulary are targets as <UNK> (counted, as bilm-tf does), and the fraction
-    of such targets is reported. ``perplexity`` = exp of the mean of the two directions' mean NLLs.
-    """
+    Each sentence is scored on its own (stateless, boundaries added by the model): n + 1 targets per direction.
+    Words outside the model's vocabulary are targets as ``<UNK>``; the result's ``unk_rate`` says how many."""
     config = lm.config
     if getattr(config, "vocab_size", 4) <= 4 or not hasattr(lm, "softmax"):
         raise ValueError(
@@ -112,92 +123,30 @@ def lm_perplexity(lm: torch.nn.Module, tokenizer: Any, sentences: Sequence[Seque
             f"the tokenizer's vocabulary has {getattr(tokenizer, 'vocab_size', None)} words but the model's softmax has "
             f"{config.vocab_size}: save the tokenizer (vocab.txt) with the model"
         )
-    if getattr(config, "stateful", False):
-        raise ValueError("the model is stateful (config.stateful=True); perplexity is measured per sentence, statelessly")
     lm.eval()
     device = _device_of(lm)
+    accumulator = PerplexityAccumulator(layout="sentences", baseline=baseline)
     order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
-    nll = {"forward": 0.0, "backward": 0.0}
-    count = {"forward": 0, "backward": 0}
-    unk = 0
+    bar = tqdm(total=len(sentences), desc="perplexity", unit="sentence", disable=not progress, dynamic_ncols=True)
     for batch in _batches(order, batch_size):
         words = [list(sentences[i]) for i in batch]
         enc = tokenizer(words, is_split_into_words=True, padding=True, return_tensors="pt", return_word_ids=True)
-        labels = enc["word_ids"].clone()
-        labels[enc["attention_mask"] == 0] = -100
-        unk += int((labels == UNK_ID).sum())
-        # In eval mode ElmoForBidirectionalLM always uses the exact full softmax (chunked over the vocabulary)
-        # and returns the summed NLL and the number of targets of each direction.
-        res = lm(input_ids=enc["input_ids"].to(device), attention_mask=enc["attention_mask"].to(device),
-                 labels=labels.to(device), return_dict=True)
-        for direction in ("forward", "backward"):
-            nll[direction] += float(getattr(res, f"{direction}_nll_sum"))
-            count[direction] += int(getattr(res, f"num_{direction}_targets"))
-    expected = sum(len(s) + 1 for s in sentences)
-    for direction in ("forward", "backward"):
-        if count[direction] != expected:
-            raise RuntimeError(f"{direction} LM scored {count[direction]} targets, expected {expected} (n+1 per sentence)")
-    mean_f = nll["forward"] / count["forward"]
-    mean_b = nll["backward"] / count["backward"]
-    return {
-        "perplexity_forward": math.exp(mean_f),
-        "perplexity_backward": math.exp(mean_b),
-        "perplexity": math.exp(0.5 * (mean_f + mean_b)),
-        "nll_forward": mean_f,
-        "nll_backward": mean_b,
-        "sentences": len(sentences),
-        "targets_per_direction": expected,
-        "unk_targets": unk,
-        "unk_rate": unk / expected,
-    }
-
-
-def unigram_perplexity(
-    tokenizer: Any,
-    eval_sentences: Sequence[Sequence[str]],
-    fit_sentences: Sequence[Sequence[str]] | None = None,
-    smoothing: float = 1.0,
-) -> dict:
-    """Context-free word-frequency baseline on the same targets and vocabulary as `lm_perplexity`.
-
-    The unigram is fitted on ``fit_sentences`` (the eval sentences themselves when None, which is an
-    optimistic, "oracle" baseline) over the forward targets (word ids, OOV as <UNK>, plus </S>) with
-    add-``smoothing`` over every vocabulary id except <pad> (as the pretraining code's baseline). The
-    backward targets (<S> w1..wn) give exactly the same perplexity (one boundary symbol per sentence
-    either way, the two boundary ids swap roles), so one number serves both directions.
-    """
-    if smoothing < 0:
-        raise ValueError(f"smoothing must be >= 0, got {smoothing}")
-    vocab_size = int(tokenizer.vocab_size)
-    fit = eval_sentences if fit_sentences is None else fit_sentences
-    counts = np.zeros(vocab_size, dtype=np.float64)
-    for s in fit:
-        fwd, _ = _lm_targets(tokenizer, s)
-        np.add.at(counts, np.asarray(fwd), 1.0)
-    support = np.ones(vocab_size, dtype=bool)
-    support[PAD_ID] = False
-    probs = np.where(support, counts + smoothing, 0.0)
-    probs /= probs.sum()
-    total, n = 0.0, 0
-    for s in eval_sentences:
-        fwd, _ = _lm_targets(tokenizer, s)
-        p = probs[np.asarray(fwd)]
-        if np.any(p == 0):
-            raise ValueError("a target has zero unigram probability: use smoothing > 0 or fit on text covering it")
-        total -= float(np.log(p).sum())
-        n += len(fwd)
-    return {
-        "unigram_perplexity": perplexity_from_nll(total, n),
-        "unigram_fitted_on": "evaluation text (oracle)" if fit_sentences is None else "given fit text",
-        "unigram_smoothing": smoothing,
-    }
+        labels = enc["word_ids"].masked_fill(enc["attention_mask"] == 0, -100)
+        # In eval mode ElmoForBidirectionalLM scores with the exact full softmax (chunked over the vocabulary).
+        output = lm(input_ids=enc["input_ids"].to(device), attention_mask=enc["attention_mask"].to(device),
+                    labels=labels.to(device), return_dict=True)
+        accumulator.update(output, labels)
+        bar.update(len(batch))
+    bar.close()
+    return accumulator.result(dataset=dataset, split=split)
 
 
 # ------------------------------------------------------------------------------------------- WSD probe
 def wsd_probe(model: torch.nn.Module, tokenizer: Any, occurrences: Sequence[WsdOccurrence], batch_size: int = 32,
-              tie_tolerance: float = 1e-6) -> dict:
+              tie_tolerance: float = 1e-6, progress: bool = True) -> dict:
     """Nearest-neighbour sense probe per layer (see `modeling_elmo.evaluation.wsd`)."""
-    feats = compute_layer_features(model, tokenizer, [o.tokens for o in occurrences], batch_size, dtype=torch.float32)
+    feats = compute_layer_features(model, tokenizer, [o.tokens for o in occurrences], batch_size, dtype=torch.float32,
+                                   progress=progress, desc="features wsd-probe")
     words = [o.word for o in occurrences]
     senses = [o.sense for o in occurrences]
     layers = {}
@@ -348,6 +297,8 @@ def probe_task(
     layers: Sequence[int | str] | None = None,
     layer_norm: bool = True,
     standardize: bool = True,
+    progress: bool = True,
+    desc: str = "probes",
     **train_kwargs: Any,
 ) -> dict:
     """Train one linear probe per layer (0..L, scalar mix fixed to that layer) and one on the learned
@@ -374,7 +325,7 @@ def probe_task(
     else:
         majority = Counter(labels_train).most_common(1)[0][0]
         results["majority_baseline"] = float(np.mean([y == majority for y in labels_dev]))
-    for layer in layers:
+    for layer in tqdm(layers, desc=desc, unit="probe", disable=not progress, dynamic_ncols=True):
         cfg = config.__class__.from_dict(config.to_dict())
         cfg.num_labels = num_labels
         cfg.scalar_mix_layer_norm = layer_norm

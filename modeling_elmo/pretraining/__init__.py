@@ -16,8 +16,6 @@ from .data import (
     load_raw_splits,
     tokenize_batch,
     tokenize_splits,
-    unigram_log_probs,
-    unigram_target_counts,
 )
 from .trainer import evaluate, main, read_metrics, train, train_losses_by_step
 
@@ -40,6 +38,4 @@ __all__ = [
     "tokenize_splits",
     "train",
     "train_losses_by_step",
-    "unigram_log_probs",
-    "unigram_target_counts",
 ]

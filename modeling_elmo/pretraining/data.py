@@ -41,13 +41,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..configuration_elmo import BOS_ID, EOS_ID, SPECIAL_WORDS, UNK_ID
 from ..io_utils import atomic_write_text
-from ..tokenization_elmo import BOS_CHAR_IDS, EOS_CHAR_IDS, SPECIAL_WORDS, encode_words
+from ..lm_scoring import LAYOUTS as BATCHING_MODES
+from ..tokenization_elmo import BOS_CHAR_IDS, EOS_CHAR_IDS, encode_words
 
 logger = logging.getLogger(__name__)
 
-PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
-BATCHING_MODES = ("sentences", "windows")
 #: Bump when the tokenised layout changes, so stale caches are not reused.
 _TOKENIZATION_VERSION = "1"
 
@@ -437,82 +437,6 @@ def example_lengths(dataset: Any) -> np.ndarray:
     """The ``length`` column as an int64 numpy array."""
     column = dataset.with_format("arrow")["length"]  # a pyarrow array: no per-row Python work
     return np.asarray(column.to_numpy() if hasattr(column, "to_numpy") else column, dtype=np.int64)
-
-
-# ----------------------------------------------------------------------------------------------- unigram baseline
-def unigram_target_counts(dataset: Any, vocab_size: int, mode: str, max_examples: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Counts of the forward and backward LM *targets* in a tokenised dataset, each of shape ``(vocab_size,)``.
-
-    ``sentences``: forward targets are ``w1..wn </S>``, backward ``<S> w1..wn``; ``windows``: forward targets
-    are tokens 2..N of each window, backward tokens 1..N-1 (the targets the stateless model can score).
-    Out-of-vocabulary words count as ``<UNK>``, exactly as for the LM.
-    """
-    import datasets
-    import pyarrow.compute as pc
-
-    all_counts = np.zeros(vocab_size, dtype=np.int64)
-    first_counts = np.zeros(vocab_size, dtype=np.int64)
-    last_counts = np.zeros(vocab_size, dtype=np.int64)
-    n_examples = 0
-
-    def add(flat: np.ndarray, firsts: np.ndarray, lasts: np.ndarray) -> None:
-        all_counts[:] += np.bincount(flat, minlength=vocab_size)[:vocab_size]
-        first_counts[:] += np.bincount(firsts, minlength=vocab_size)[:vocab_size]
-        last_counts[:] += np.bincount(lasts, minlength=vocab_size)[:vocab_size]
-
-    if isinstance(dataset, datasets.IterableDataset):
-        rows = []
-        for i, ex in enumerate(dataset):
-            if max_examples is not None and i >= max_examples:
-                break
-            if ex["word_ids"]:
-                rows.append(np.asarray(ex["word_ids"], dtype=np.int64))
-        if rows:
-            add(np.concatenate(rows), np.array([r[0] for r in rows]), np.array([r[-1] for r in rows]))
-        n_examples = len(rows)
-    else:
-        column = dataset.with_format("arrow")["word_ids"]
-        for chunk in getattr(column, "chunks", [column]):  # chunk by chunk: bounded memory on a billion words
-            flat = np.asarray(pc.list_flatten(chunk), dtype=np.int64)
-            lengths = np.asarray(pc.list_value_length(chunk).fill_null(0), dtype=np.int64)
-            ends = np.cumsum(lengths)
-            starts = ends - lengths
-            nonempty = lengths > 0
-            add(flat, flat[starts[nonempty]], flat[ends[nonempty] - 1])
-            n_examples += int(nonempty.sum())
-    if mode == "sentences":
-        forward = all_counts.copy()
-        forward[EOS_ID] += n_examples
-        backward = all_counts.copy()
-        backward[BOS_ID] += n_examples
-    else:
-        forward = all_counts - first_counts
-        backward = all_counts - last_counts
-    return forward, backward
-
-
-def unigram_log_probs(counts: np.ndarray) -> np.ndarray:
-    """Add-one smoothed unigram log-probabilities over the ``V - 1`` non-padding classes (``<pad>`` gets -inf)."""
-    smoothed = counts.astype(np.float64) + 1.0
-    smoothed[PAD_ID] = 0.0
-    with np.errstate(divide="ignore"):
-        return np.log(smoothed) - math.log(smoothed.sum())
-
-
-def batch_targets(word_ids: torch.Tensor, lengths: torch.Tensor, mode: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """The forward and backward target ids (flattened) that the LM scores for a batch, as in `unigram_target_counts`."""
-    forward, backward = [], []
-    for row, n in zip(word_ids.tolist(), lengths.tolist()):
-        row = row[:n]
-        if not row:
-            continue
-        if mode == "sentences":
-            forward.extend(row + [EOS_ID])
-            backward.extend([BOS_ID] + row)
-        else:
-            forward.extend(row[1:])
-            backward.extend(row[:-1])
-    return torch.tensor(forward, dtype=torch.long), torch.tensor(backward, dtype=torch.long)
 
 
 # ----------------------------------------------------------------------------------------------- batching

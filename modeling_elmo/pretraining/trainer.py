@@ -21,7 +21,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from .arguments import PretrainingArguments, check_init_model_folder, model_config_path, parse_args
@@ -32,16 +31,15 @@ from .data import (
     FixedBatches,
     IndexedDataset,
     Vocabulary,
-    atomic_write_text,
-    batch_targets,
     build_vocabulary,
     example_lengths,
     iter_stream_batches,
     load_raw_splits,
     tokenize_splits,
-    unigram_log_probs,
-    unigram_target_counts,
 )
+from ..lm_scoring import UNK_HANDLING, PerplexityAccumulator, UnigramBaseline, dataset_target_counts
+from ..results import EvaluationResults, PerplexityResult, write_results
+from ..run_folder import RunFolder
 
 logger = logging.getLogger("modeling_elmo.pretraining")
 
@@ -49,12 +47,6 @@ logger = logging.getLogger("modeling_elmo.pretraining")
 _ARCHITECTURE_KEYS = (
     "vocab_size", "hidden_size", "cell_size", "num_hidden_layers", "char_embedding_dim", "char_cnn_filters",
     "num_highway_layers", "char_cnn_activation", "max_characters_per_token", "num_characters", "use_skip_connections",
-)
-UNK_NOTE = (
-    "Out-of-vocabulary words are targets of the single class <UNK> (id 3) for the LM and for the unigram baseline "
-    "alike; <UNK> predictions are included in every perplexity. The unigram baseline is add-one smoothed over the "
-    "non-padding classes, estimated on the training targets of each direction (words plus </S> forward, <S> "
-    "plus words backward)."
 )
 
 
@@ -167,6 +159,17 @@ def _limit(ds: Any, n: int | None) -> Any:
     return ds.select(range(min(n, len(ds))))
 
 
+def _dataset_description(args: PretrainingArguments, split: str) -> str:
+    """What the ``split`` data is, for the results file: its file names, the Hub dataset, or the held-out share."""
+    files = {"validation": args.validation_file, "test": args.test_file}.get(split)
+    if files:
+        return ", ".join(Path(f).name for f in files)
+    if args.dataset_name:
+        return " ".join(filter(None, (Path(args.dataset_name).name, args.dataset_config_name)))
+    names = ", ".join(Path(f).name for f in args.train_file or [])
+    return f"{names} ({args.validation_split_percentage:g}% of the lines held out)"
+
+
 @torch.no_grad()
 def evaluate(
     model: torch.nn.Module,
@@ -174,21 +177,16 @@ def evaluate(
     collator: Collator,
     accelerator: Any,
     args: PretrainingArguments,
-    log_probs: tuple[np.ndarray, np.ndarray] | None = None,
-) -> dict[str, float]:
-    """Exact full-softmax perplexity of ``dataset`` (each process scores its share; sums are reduced).
-
-    Returns per-direction and averaged perplexity (exp of the mean of the two mean NLLs, the original's geometric
-    mean) and, with ``log_probs``, the unigram baseline's on the same targets.
-    """
+    baseline: UnigramBaseline | None = None,
+    split: str = "validation",
+) -> PerplexityResult:
+    """Exact full-softmax perplexity of ``dataset`` (each process scores its share; the totals are reduced), with the
+    unigram ``baseline``'s on the same targets when given (`modeling_elmo.lm_scoring`)."""
     import datasets
 
     was_training = model.training
     model.eval()
-    add_boundaries = args.batching == "sentences"
-    sums = torch.zeros(8, dtype=torch.float64)
-    uni_fwd = torch.as_tensor(log_probs[0]) if log_probs is not None else None
-    uni_bwd = torch.as_tensor(log_probs[1]) if log_probs is not None else None
+    accumulator = PerplexityAccumulator(layout=args.batching, baseline=baseline)
     if isinstance(dataset, datasets.IterableDataset):
         batches: Iterator = (
             collator(examples)
@@ -211,41 +209,23 @@ def evaluate(
     for batch in batches:
         inputs = {k: batch[k].to(accelerator.device) for k in ("input_ids", "attention_mask", "labels")}
         with accelerator.autocast():
-            out = model(**inputs, add_sentence_boundaries=add_boundaries)
-        sums[0] += float(out.forward_nll_sum)
-        sums[1] += float(out.backward_nll_sum)
-        sums[2] += float(out.num_forward_targets)
-        sums[3] += float(out.num_backward_targets)
-        if uni_fwd is not None:
-            fwd_t, bwd_t = batch_targets(batch["labels"].clamp_min(0), batch["lengths"], args.batching)
-            sums[4] -= float(uni_fwd[fwd_t].sum())
-            sums[5] -= float(uni_bwd[bwd_t].sum())
-            sums[6] += fwd_t.numel()
-            sums[7] += bwd_t.numel()
+            out = model(**inputs, add_sentence_boundaries=args.batching == "sentences")
+        accumulator.update(out, batch["labels"])
     if accelerator.num_processes > 1:
-        sums = accelerator.reduce(sums.to(accelerator.device), reduction="sum").cpu()
+        accumulator = accumulator.from_tensor(
+            accelerator.reduce(accumulator.to_tensor(accelerator.device), reduction="sum").cpu())
     if was_training:
         model.train()
-    f_nll, b_nll, f_n, b_n, uf_nll, ub_nll, uf_n, ub_n = sums.tolist()
-    if f_n == 0 or b_n == 0:
-        raise ValueError("evaluation data has no targets.")
-    f, b = f_nll / f_n, b_nll / b_n
-    result = {
-        "perplexity": math.exp(0.5 * (f + b)),
-        "perplexity_forward": math.exp(f),
-        "perplexity_backward": math.exp(b),
-        "nll_forward": f,
-        "nll_backward": b,
-        "num_targets_forward": int(f_n),
-        "num_targets_backward": int(b_n),
-    }
-    if uni_fwd is not None:
-        if (uf_n, ub_n) != (f_n, b_n):
-            logger.warning("unigram baseline scored %d/%d targets but the LM %d/%d.", uf_n, ub_n, f_n, b_n)
-        result["unigram_perplexity"] = math.exp(0.5 * (uf_nll / uf_n + ub_nll / ub_n))
-        result["unigram_perplexity_forward"] = math.exp(uf_nll / uf_n)
-        result["unigram_perplexity_backward"] = math.exp(ub_nll / ub_n)
-    return result
+    return accumulator.result(dataset=_dataset_description(args, split), split=split)
+
+
+def _metrics_record(result: PerplexityResult) -> dict[str, float]:
+    """The perplexities of ``result`` as a flat ``metrics.jsonl`` record."""
+    record = {"perplexity": result.average, "perplexity_forward": result.forward,
+              "perplexity_backward": result.backward}
+    if result.unigram is not None:
+        record["unigram_perplexity"] = result.unigram.average
+    return record
 
 
 def plot_perplexity(metrics_path: Path, out_path: Path) -> None:
@@ -336,10 +316,11 @@ def train(args: PretrainingArguments) -> int:
     logging.getLogger("accelerate").setLevel(logging.WARNING)
     set_seed(args.seed)
     output_dir = Path(args.output_dir)
+    run = RunFolder(output_dir)
     if accelerator.is_main_process:
         output_dir.mkdir(parents=True, exist_ok=True)
     accelerator.wait_for_everyone()
-    checkpoints = CheckpointManager(output_dir / "checkpoints", keep_last=args.checkpoints_total_limit)
+    checkpoints = CheckpointManager(run.checkpoints_dir, keep_last=args.checkpoints_total_limit)
     resume_path = checkpoints.resolve(args.resume_from_checkpoint) if args.resume_from_checkpoint else None
     resume_state = CheckpointManager.read_state(resume_path) if resume_path else None
 
@@ -356,7 +337,7 @@ def train(args: PretrainingArguments) -> int:
         if split in raw:
             raw[split] = _limit(raw[split], args.max_eval_examples)
 
-    vocab_path = output_dir / "vocab.txt"
+    vocab_path = run.vocab_file
     # A checkpoint's or a starting model's vocabulary is fixed (its softmax rows belong to its words).
     if resume_path is not None and (resume_path / "vocab.txt").is_file():
         fixed_vocab, fixed_by = resume_path / "vocab.txt", f"checkpoint {str(resume_path)!r}"
@@ -438,8 +419,9 @@ def train(args: PretrainingArguments) -> int:
     # The scheduler is stepped by hand once per update (accelerate's wrapper would step it once per process).
     accelerator.register_for_checkpointing(scheduler)
 
-    counts_fwd, counts_bwd = unigram_target_counts(train_data, len(vocab), args.batching, max_examples=100_000 if args.streaming else None)
-    log_probs = (unigram_log_probs(counts_fwd), unigram_log_probs(counts_bwd))
+    counted = 100_000 if args.streaming else None
+    baseline = UnigramBaseline.fit(dataset_target_counts(train_data, len(vocab), args.batching, max_examples=counted),
+                                   fitted_on="training data" + (f" (first {counted:,} examples)" if counted else ""))
     collator = Collator(vocab.char_table(config.max_characters_per_token))
 
     # ---------------------------------------------------------------- resume
@@ -465,7 +447,7 @@ def train(args: PretrainingArguments) -> int:
         logger.info("resumed from %s at update %d (epoch %d, batch %d)", resume_path, global_step, epoch, batch_in_epoch)
 
     if args.report_to != "none":
-        accelerator.init_trackers("elmo-pretraining", config={k: (v if isinstance(v, (int, float, str, bool)) else str(v)) for k, v in vars(args).items()})
+        accelerator.init_trackers(RunFolder.TRACKER_LOGS, config={k: (v if isinstance(v, (int, float, str, bool)) else str(v)) for k, v in vars(args).items()})
 
     n_params = sum(p.numel() for p in accelerator.unwrap_model(model).parameters())
     logger.info("***** Running ELMo pretraining *****")
@@ -515,8 +497,8 @@ def train(args: PretrainingArguments) -> int:
         previous_handler = signal.signal(signal.SIGTERM, stop)
     except ValueError:  # not in the main thread
         pass
-    metrics = MetricsLog(output_dir / "metrics.jsonl", accelerator.is_main_process)
-    examples_log = open(output_dir / f"examples_rank{accelerator.process_index}.jsonl", "a", encoding="utf-8") if args.log_example_ids else None
+    metrics = MetricsLog(run.metrics_file, accelerator.is_main_process)
+    examples_log = open(run.examples_log_file(accelerator.process_index), "a", encoding="utf-8") if args.log_example_ids else None
     add_boundaries = args.batching == "sentences"
     fp16 = accelerator.mixed_precision == "fp16"
     progress = tqdm(total=total_updates, initial=global_step, disable=not accelerator.is_local_main_process, desc="updates", dynamic_ncols=True)
@@ -633,10 +615,10 @@ def train(args: PretrainingArguments) -> int:
 
             if args.eval_steps and global_step % args.eval_steps == 0 and "validation" in data:
                 result = evaluate(accelerator.unwrap_model(model), data["validation"], collator, accelerator, args)
-                metrics.write({"step": global_step, "split": "validation", **result})
-                logger.info("update %d: validation perplexity %.2f", global_step, result["perplexity"])
+                metrics.write({"step": global_step, "split": "validation", **_metrics_record(result)})
+                logger.info("update %d: validation perplexity %.2f", global_step, result.average)
                 if args.report_to != "none":
-                    accelerator.log({"validation_perplexity": result["perplexity"]}, step=global_step)
+                    accelerator.log({"validation_perplexity": result.average}, step=global_step)
 
             if args.checkpointing_steps and global_step % args.checkpointing_steps == 0:
                 if consecutive_bad:
@@ -679,16 +661,14 @@ def train(args: PretrainingArguments) -> int:
         logger.info("stopped at update %d: %s.", global_step, stop_reason)
 
     # ---------------------------------------------------------------- final evaluation and saving
-    results: dict[str, Any] = {"unk_handling": UNK_NOTE, "vocab_size": len(vocab), "global_step": global_step}
+    perplexities = []
     for split in ("validation", "test"):
         if split in data:
-            results[split] = evaluate(accelerator.unwrap_model(model), data[split], collator, accelerator, args, log_probs)
-            metrics.write({"step": global_step, "split": split, **results[split]})
-            logger.info(
-                "%s: perplexity %.2f (forward %.2f, backward %.2f); unigram baseline %.2f",
-                split, results[split]["perplexity"], results[split]["perplexity_forward"],
-                results[split]["perplexity_backward"], results[split]["unigram_perplexity"],
-            )
+            result = evaluate(accelerator.unwrap_model(model), data[split], collator, accelerator, args, baseline, split)
+            perplexities.append(result)
+            metrics.write({"step": global_step, "split": split, **_metrics_record(result)})
+            logger.info("%s: perplexity %.2f (forward %.2f, backward %.2f); unigram baseline %.2f",
+                        split, result.average, result.forward, result.backward, result.unigram.average)
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         try:
@@ -702,10 +682,12 @@ def train(args: PretrainingArguments) -> int:
                 "args": dataclasses.asdict(args),
                 "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "datasets": datasets.__version__},
             }
-            atomic_write_text(output_dir / "training_metadata.json", json.dumps(metadata, indent=1, sort_keys=True))
-            atomic_write_text(output_dir / "eval_results.json", json.dumps(results, indent=1, sort_keys=True))
+            run.write_training_metadata(metadata)
+            write_results(run.eval_results_file, EvaluationResults.now(
+                model=output_dir.name, source="elmo pretrain", perplexity=perplexities,
+                details={"global_step": global_step, "vocab_size": len(vocab), "unk_handling": UNK_HANDLING}))
             if args.plot:
-                plot_perplexity(output_dir / "metrics.jsonl", output_dir / "perplexity.png")
+                plot_perplexity(run.metrics_file, run.perplexity_plot_file)
         except OSError as exc:
             raise SystemExit(
                 f"could not save the final model into {str(output_dir)!r} ({exc}); nothing is lost: the training state is "

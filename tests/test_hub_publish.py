@@ -1,4 +1,6 @@
-"""Tests of the Hub publishing path (`modeling_elmo.hub`, ``scripts/push_to_hub.py``).
+"""`modeling_elmo.hub.publish` and `modeling_elmo.hub.cli` (``elmo push``, ``scripts/push_to_hub.py``): input
+checks, the allow-listed repository folder, the card of a real model folder, the upload, and loading the published
+folder elsewhere.
 
 Everything runs offline. The network call itself is replaced by mocks of ``HfApi.create_repo`` /
 ``create_branch`` / ``create_commit`` (and the YAML validation and xet checks that ``upload_folder`` would do
@@ -33,8 +35,18 @@ from modeling_elmo import (
     save_model_folder,
 )
 from modeling_elmo import hub
+from modeling_elmo.results import (
+    EvaluationResults,
+    PerplexityResult,
+    ScoreResult,
+    UnigramBaselineResult,
+    UntrainedComparison,
+    write_results,
+)
+from modeling_elmo.run_folder import CODE_FILES, RunFolder
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+PACKAGE_DIR = REPO_ROOT / "modeling_elmo"
 FAKE_TOKEN = "hf_" + "Q" * 34  # the token of the environment in the upload tests
 FOLDER_TOKEN = "hf_" + "Z" * 34  # a token planted in the model folder: it must never be used
 SENTENCES = [["The", "cat", "sat", "on", "the", "mat", "."], ["A", "naïve", "café", "!"], ["Short"]]
@@ -62,17 +74,26 @@ def write_png(path: Path) -> None:
     plt.close(figure)
 
 
-#: ``eval_results.json`` in the layout of ``elmo pretrain``.
-PRETRAIN_EVAL_RESULTS = {
-    "unk_handling": "Out-of-vocabulary words are targets of the single class <UNK> ...",
-    "vocab_size": 12, "global_step": 100,
-    "validation": {"perplexity": 81.37, "perplexity_forward": 80.5, "perplexity_backward": 82.25,
-                   "nll_forward": 4.388, "nll_backward": 4.41, "num_targets_forward": 1234,
-                   "num_targets_backward": 1234, "unigram_perplexity": 640.0, "unigram_perplexity_forward": 630.0,
-                   "unigram_perplexity_backward": 650.0},
-    "test": {"perplexity": 79.99, "perplexity_forward": 79.0, "perplexity_backward": 81.0, "nll_forward": 4.37,
-             "nll_backward": 4.39, "num_targets_forward": 999, "num_targets_backward": 999},
-}
+#: What ``elmo pretrain`` writes at the end of a run (``eval_results.json``).
+PRETRAIN_RESULTS = EvaluationResults(
+    model="elmo-tiny-lm", source="elmo pretrain", created="2026-12-01T10:00:00+00:00",
+    perplexity=[PerplexityResult(dataset="tiny_corpus", split="validation", forward=80.5, backward=82.25, average=81.37,
+                                 targets_per_direction=1234, examples=100, unk_rate=0.01,
+                                 unigram=UnigramBaselineResult(forward=630.0, backward=650.0, average=640.0,
+                                                               fitted_on="training data", smoothing=1.0)),
+                PerplexityResult(dataset="tiny_corpus", split="test", forward=79.0, backward=81.0, average=79.99,
+                                 targets_per_direction=999, examples=80, unk_rate=0.01)],
+    details={"global_step": 100})
+#: What ``elmo evaluate`` writes into ``evaluation/eval_results.json`` (here of the classifier).
+SUITE_RESULTS = EvaluationResults(
+    model="elmo-tiny-sst", source="elmo evaluate", created="2026-12-01T11:00:00+00:00", untrained_seed=0,
+    scores=[ScoreResult(task="probe-sentiment", dataset="sentiment-sst2 dev", split="validation", representation="mix",
+                        metric="accuracy", value=0.78, examples=872, baseline=0.509,
+                        untrained=UntrainedComparison(value=0.55, trained_only_correct=250, untrained_only_correct=50,
+                                                      mcnemar_p_value=1e-30)),
+            ScoreResult(task="wsd-probe", dataset="wsd_small", split="all", representation="layer 2",
+                        metric="accuracy", value=0.71, examples=300, baseline=0.33)],
+    details={"settings": {"probe_epochs": 3}})
 
 
 # --------------------------------------------------------------------------------------------- fixtures
@@ -89,13 +110,13 @@ def model_folders(tmp_path_factory):
     lm_dir = root / "elmo-tiny-lm"
     save_model_folder(lm, tokenizer, lm_dir)
     # The two JSON files as `elmo pretrain` writes them (modeling_elmo/pretraining/trainer.py).
-    (lm_dir / "eval_results.json").write_text(json.dumps(PRETRAIN_EVAL_RESULTS))
-    (lm_dir / "training_metadata.json").write_text(json.dumps({
+    write_results(RunFolder(lm_dir).eval_results_file, PRETRAIN_RESULTS)
+    RunFolder(lm_dir).write_training_metadata({
         "global_step": 100, "tokens_seen": 51200, "parameters": 22533, "num_processes": 1,
         "args": {"dataset_name": "tiny_corpus", "train_file": ["/home/someone/private/train.txt"],
                  "learning_rate": 0.2, "optimizer": "adagrad", "hub_token": FOLDER_TOKEN},
         "versions": {"torch": "2.13.0"},
-    }))
+    })
     write_png(lm_dir / "perplexity.png")
     # Clutter of a training run and secrets that must never be published or read.
     (lm_dir / "optimizer.pt").write_bytes(b"not really an optimizer")
@@ -117,8 +138,7 @@ def model_folders(tmp_path_factory):
     save_model_folder(classifier, tokenizer, clf_dir)
     (clf_dir / "training_metadata.json").write_text(json.dumps({"datasets": ["sst2"], "base_model": "me/elmo-tiny",
                                                                 "epochs": 3}))
-    (clf_dir / "evaluation").mkdir()
-    (clf_dir / "evaluation" / "eval_results.json").write_text(json.dumps(SUITE_PAYLOAD))
+    write_results(RunFolder(clf_dir).evaluation.results_file, SUITE_RESULTS)
     (clf_dir / "evaluation" / "predictions.json").write_text(json.dumps({"predictions": [0, 1, 1]}))  # not results
     return {"root": root, "lm": lm_dir, "classifier": clf_dir, "lm_model": lm, "classifier_model": classifier,
             "tokenizer": tokenizer}
@@ -205,6 +225,12 @@ def test_valid_repo_ids_pass_the_validator(repo_id):
 def test_folder_that_is_not_a_model_is_rejected(tmp_path):
     with pytest.raises(ValueError, match="does not exist"):
         hub.check_model_folder(tmp_path / "missing")
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "elmo"}))
+    (tmp_path / "model.safetensors.index.json").write_text("{}")
+    (tmp_path / "tokenizer_config.json").write_text("{}")
+    assert hub.check_model_folder(tmp_path).root == tmp_path  # a sharded model
+    for name in ("config.json", "model.safetensors.index.json", "tokenizer_config.json"):
+        (tmp_path / name).unlink()
     with pytest.raises(ValueError, match="no config.json"):
         hub.check_model_folder(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert"}))
@@ -228,14 +254,11 @@ def test_missing_tokenizer_is_rejected_before_any_upload(model_folders, tmp_path
     assert hub_recorder.calls == []
 
 
-def test_pickled_weights_are_refused_with_an_explanation(model_folders, tmp_path):
+def test_pickled_weights_stop_the_push_before_anything_is_written(model_folders, tmp_path):
     folder = tmp_path / "pickled"
     shutil.copytree(model_folders["lm"], folder)
-    hub.refuse_pickled_weights(folder)  # the optimizer/training-args pickles of a run are not weights: accepted
     (folder / "pytorch_model.bin").write_bytes(b"\x80\x04pickle")
-    with pytest.raises(ValueError, match=r"pickled weights \['pytorch_model.bin'\].*arbitrary code"):
-        hub.refuse_pickled_weights(folder)
-    with pytest.raises(SystemExit, match="pytorch_model.bin"):
+    with pytest.raises(SystemExit, match="pickled weights .*pytorch_model.bin"):
         hub.main([str(folder), "--repo-id", "me/x", "--dry-run", "--output-dir", str(tmp_path / "out")])
     assert not (tmp_path / "out").exists()
 
@@ -268,12 +291,6 @@ def test_output_folder_with_foreign_files_is_not_overwritten(model_folders, tmp_
                   "--output-dir", str(model_folders["lm"] / "hub")])
 
 
-def test_secret_in_a_file_to_publish_is_refused(tmp_path):
-    (tmp_path / "README.md").write_text(f"my token is {FOLDER_TOKEN}")
-    with pytest.raises(ValueError, match="README.md contains what looks like a Hugging Face access token"):
-        hub.scan_for_secrets(tmp_path, ["README.md"])
-
-
 def test_upload_plan_refuses_files_outside_the_allow_list(published, tmp_path):
     folder = tmp_path / "copy"
     shutil.copytree(published["lm"], folder)
@@ -286,273 +303,18 @@ def test_upload_plan_refuses_files_outside_the_allow_list(published, tmp_path):
         hub.plan_upload(folder)
 
 
-# --------------------------------------------------------------------------------------------- evaluation readers
-@pytest.mark.parametrize("payload, expected", [
-    ({"validation_perplexity_forward": 80.1, "validation_perplexity_backward": 82.0, "validation_perplexity": 81.0},
-     {"validation": {"forward": 80.1, "backward": 82.0, "average": 81.0}}),
-    ({"test": {"perplexity": {"fwd": 70, "bwd": 72, "avg": 71}}, "eval_ppl": 75},
-     {"test": {"forward": 70.0, "backward": 72.0, "average": 71.0}, "validation": {"average": 75.0}}),
-    ({"dev/PerplexityForward": 90, "heldout perplexity backward": 95, "unigramPerplexity": 800,
-      "untrained": {"validation_perplexity": 262.0}, "config": {"perplexity_target": 3}},
-     {"validation": {"forward": 90.0, "unigram": 800.0}, "test": {"backward": 95.0}}),
-])
-def test_lm_eval_reader_reads_every_documented_layout(payload, expected, tmp_path):
-    path = tmp_path / "eval_results.json"
-    path.write_text(json.dumps(payload))
-    assert hub.read_lm_eval_results(path).perplexity == expected
-
-
-def test_lm_eval_reader_reads_the_file_written_by_pretraining(tmp_path):
-    path = tmp_path / "eval_results.json"
-    path.write_text(json.dumps(PRETRAIN_EVAL_RESULTS))
-    results = hub.read_lm_eval_results(path)
-    assert results.perplexity == {
-        "validation": {"average": 81.37, "forward": 80.5, "backward": 82.25, "unigram": 640.0,
-                       "unigram_forward": 630.0, "unigram_backward": 650.0},
-        "test": {"average": 79.99, "forward": 79.0, "backward": 81.0},
-    }
-    assert results.num_tokens == {"validation": 1234, "test": 999}
-
-
-def test_lm_eval_reader_rejects_conflicts_bad_values_and_files_without_perplexity(tmp_path):
-    path = tmp_path / "eval_results.json"
-    path.write_text(json.dumps({"validation_ppl": 80.0, "validation": {"perplexity": 81.0}}))
-    with pytest.raises(ValueError, match="different average perplexities of the validation split"):
-        hub.read_lm_eval_results(path)
-    path.write_text(json.dumps({"test_perplexity": "low"}))
-    with pytest.raises(ValueError, match="'test_perplexity' must be a finite number"):
-        hub.read_lm_eval_results(path)
-    path.write_text(json.dumps({"loss": 3.2}))
-    with pytest.raises(ValueError, match="holds no perplexity"):
-        hub.read_lm_eval_results(path)
-    with pytest.raises(ValueError, match="does not exist"):
-        hub.read_lm_eval_results(tmp_path / "missing.json")
-
-
-#: The layout written by ``elmo evaluate`` (modeling_elmo/evaluation/report.py): a flat ``results`` list plus the
-#: same numbers nested under ``tasks`` and an untrained model's numbers that must not be reported.
-SUITE_PAYLOAD = {
-    "format_version": 1,
-    "model": "elmo-tiny-sst",
-    "settings": {"probe_epochs": 3, "accuracy_target": 0.5},
-    "datasets": {"probe-sentiment": "sentiment-sst2 dev", "wsd-probe": "wsd_small"},
-    "results": [
-        {"task": "perplexity", "dataset": "lm-corpus heldout", "metric": "perplexity", "value": 120.5, "layer": None},
-        {"task": "perplexity", "dataset": "lm-corpus heldout", "metric": "perplexity_forward", "value": 118.0,
-         "layer": None},
-        {"task": "perplexity", "dataset": "lm-corpus heldout", "metric": "unigram_perplexity", "value": 700.0,
-         "layer": None},
-        {"task": "wsd-probe", "dataset": "wsd_small", "metric": "nn_sense_accuracy", "value": 0.71, "layer": 2},
-        {"task": "wsd-probe", "dataset": "wsd_small", "metric": "nn_sense_accuracy", "value": None, "layer": 0},
-        {"task": "wsd-probe", "dataset": "wsd_small", "metric": "nn_sense_ties", "value": 12, "layer": 2},
-        {"task": "probe-sentiment", "dataset": "sentiment-sst2 dev", "metric": "accuracy", "value": 0.78,
-         "layer": "mix"},
-    ],
-    "tasks": {"probe-sentiment": {"layers": {"mix": {"accuracy": 0.78}}, "seconds": 3.0}},
-    "untrained": {"tasks": {"probe-sentiment": {"layers": {"mix": {"accuracy": 0.55}}}}},
-    "untrained_results": [{"task": "probe-sentiment", "dataset": "x", "metric": "accuracy", "value": 0.55}],
-}
-
-
-def test_suite_reader_reads_the_results_list_and_skips_counts_and_untrained_models(tmp_path):
-    path = tmp_path / "eval_results.json"
-    path.write_text(json.dumps(SUITE_PAYLOAD))
-    rows = {(r.task, r.metric, r.detail, r.value) for r in hub.read_suite_results(path)}
-    assert rows == {
-        ("perplexity", "perplexity", "average", 120.5),
-        ("perplexity", "perplexity", "forward", 118.0),
-        ("perplexity", "perplexity", "unigram", 700.0),
-        ("wsd-probe", "accuracy", "layer 2, nn_sense_accuracy", 0.71),
-        ("probe-sentiment", "accuracy", "layer mix", 0.78),
-    }
-
-
-def test_suite_reader_reads_nested_and_record_layouts(tmp_path):
-    path = tmp_path / "suite.json"
-    path.write_text(json.dumps({
-        "pos": {"ud-ewt": {"dev": {"layer_1": {"accuracy": 0.95, "num_examples": 2000}}}},
-        "runs": [{"task": "sentiment", "dataset": "sst2", "split": "validation", "acc": 0.81, "seconds": 4.0},
-                 {"probe": "chunking", "metric": "f1", "score": 0.9}],
-        "timings": {"pos": {"accuracy": 1.0}},
-    }))
-    rows = sorted((r.task, r.dataset, r.split, r.metric, r.detail, r.value, r.task_type)
-                  for r in hub.read_suite_results(path))
-    assert rows == [
-        ("chunking", "chunking", None, "f1", "", 0.9, "token-classification"),
-        ("pos", "ud-ewt", "validation", "accuracy", "layer_1", 0.95, "token-classification"),
-        ("sentiment", "sst2", "validation", "accuracy", "", 0.81, "text-classification"),
-    ]
-    path.write_text(json.dumps({"pos": {"num_examples": 3}}))
-    with pytest.raises(ValueError, match="holds no evaluation result"):
-        hub.read_suite_results(path)
-    path.write_text(json.dumps({"pos": {"accuracy": "high"}}))
-    with pytest.raises(ValueError, match="'pos/accuracy' must be a finite number"):
-        hub.read_suite_results(path)
-
-
-# --------------------------------------------------------------------------------------------- model cards
-def card_inputs(**kwargs) -> hub.CardInputs:
-    return hub.CardInputs(**kwargs)
-
-
-def test_template_missing_a_required_field_is_an_error_naming_it(tmp_path):
-    template = tmp_path / "card.md"
-    template.write_text("---\n{{ card_data }}\n---\n# {{ model_id }}\n{{ training_section }}\n")
-    with pytest.raises(ValueError, match=r"missing the field\(s\) \{\{ evaluation_section \}\}"):
-        hub.build_model_card(make_config(), "me/x", card_inputs(template=str(template)), num_parameters=10)
-
-
-def test_template_using_a_field_nobody_fills_is_an_error_naming_it(tmp_path):
-    template = tmp_path / "card.md"
-    template.write_text("---\n{{ card_data }}\n---\n# {{ model_id }}\n{{ evaluation_section }}\n"
-                        "{{ training_section }}\n{{ favourite_colour }}\n")
-    with pytest.raises(ValueError, match="uses the field\\(s\\) favourite_colour"):
-        hub.build_model_card(make_config(), "me/x", card_inputs(template=str(template)), num_parameters=10)
-
-
-def test_card_kind_is_detected_from_the_head_the_metadata_or_a_bare_bilm():
-    assert hub.detect_card_kind(make_config(architectures=["ElmoForTokenClassification"]), None) == "classifier"
-    assert hub.detect_card_kind(make_config(architectures=["ElmoForBidirectionalLM"], vocab_size=50), None) == "pretrained"
-    assert hub.detect_card_kind(make_config(architectures=["ElmoModel"]), None) == "converted"  # vocab_size 4
-    assert hub.detect_card_kind(make_config(architectures=["ElmoForBidirectionalLM"], vocab_size=50),
-                                {"weights_file": "elmo_weights.hdf5"}) == "converted"
-
-
-def test_token_classifier_card_uses_the_token_classification_pipeline_tag():
-    config = make_config(architectures=["ElmoForTokenClassification"], id2label={0: "NOUN", 1: "VERB"})
-    card, kind = hub.build_model_card(config, "me/elmo-pos", card_inputs(), num_parameters=10)
-    assert kind == "classifier" and card.data.pipeline_tag == "token-classification"
-    assert "`ElmoForTokenClassification`" in card.text and "0: NOUN, 1: VERB" in card.text
-
-
-def test_card_kind_must_be_known():
-    with pytest.raises(ValueError, match="card kind must be"):
-        hub.build_model_card(make_config(), "me/x", card_inputs(kind="poem"), num_parameters=10)
-
-
-def test_card_without_evaluation_results_says_so_and_has_no_model_index(tmp_path):
-    config = make_config(architectures=["ElmoForBidirectionalLM"], vocab_size=40)
-    card, kind = hub.build_model_card(config, "me/elmo-none", card_inputs(), num_parameters=123)
-    assert kind == "pretrained"
-    assert "No evaluation results were supplied" in card.text
-    assert card.data.eval_results is None and "model-index" not in card.data.to_yaml()
-    assert "perplexity" not in card.data.to_yaml()
-
-
-@pytest.mark.parametrize("kind", hub.CARD_KINDS)
-def test_every_template_renders_a_card_with_valid_metadata(kind, tmp_path):
-    config = make_config(architectures=["ElmoForSequenceClassification" if kind == "classifier" else "ElmoModel"],
-                         id2label={0: "neg", 1: "pos"}, label2id={"neg": 0, "pos": 1})
-    card, _ = hub.build_model_card(config, "me/elmo-card", card_inputs(kind=kind, base_model="me/elmo-base"),
-                                   num_parameters=1000)
-    path = tmp_path / "README.md"
-    card.save(path)
-    loaded = ModelCard.load(path)
-    assert loaded.data.library_name == "transformers"
-    assert "custom_code" in loaded.data.tags and loaded.data.license == "apache-2.0"
-    assert loaded.data.language == ["en"]
-    assert loaded.data.pipeline_tag == ("text-classification" if kind == "classifier" else "feature-extraction")
-    assert loaded.data.base_model == "me/elmo-base"
-    for section in ("## How to use", "## Limitations", "Shallow bidirectionality", "Sentence-level context",
-                    "Recurrence", "trust_remote_code", "@inproceedings{peters-etal-2018-deep", "## Evaluation"):
-        assert section in loaded.text, section
-    assert "{{" not in loaded.content and "}}" not in loaded.content
-
-
-# --------------------------------------------------------------------------------------------- shipped code
-def test_shipped_code_imports_only_torch_transformers_numpy_tokenizers_and_each_other():
-    problems = hub.audit_shipped_code(hub.PACKAGE_DIR / name for name in hub.SHIPPED_CODE_FILES)
-    assert problems == []
-
-
-def test_code_audit_catches_network_pickle_foreign_and_file_access(tmp_path):
-    bad = tmp_path / "modeling_elmo.py"
-    bad.write_text(textwrap.dedent("""
-        import socket
-        import requests
-        from urllib.request import urlopen
-        import pickle
-        from .evaluation import metrics
-        from ..other import x
-        import torch
-        CONFIG = open("settings.txt").read()
-        def later():
-            return torch.load("weights.bin")
-    """))
-    problems = "\n".join(hub.audit_shipped_code([bad]))
-    for expected in ("imports socket", "imports requests", "imports urllib.request", "imports pickle",
-                     "relative import of .evaluation", "relative import of ..other", "opens a file at import time",
-                     "calls torch.load"):
-        assert expected in problems, expected
-
-
-IMPORT_GUARD = textwrap.dedent("""
-    import ast, builtins, importlib, io, socket, sys
-    from pathlib import Path
-
-    package = Path(sys.argv[1])
-    # The allowed third-party libraries may do what they like when imported: import every module the shipped
-    # files name (and the names they take from it) before the guard goes up.
-    for path in package.glob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                module = importlib.import_module(node.module)
-                for alias in node.names:
-                    getattr(module, alias.name, None)
-            elif isinstance(node, ast.Import):
-                for alias in node.names:
-                    importlib.import_module(alias.name)
-
-    def refuse(*args, **kwargs):
-        raise AssertionError(f"blocked at import time: {args[:1]}")
-
-    class NoSocket(socket.socket):
-        def __init__(self, *args, **kwargs):
-            refuse("socket.socket")
-
-    builtins.open = io.open = refuse
-    socket.socket = NoSocket
-    socket.create_connection = refuse
-    sys.dont_write_bytecode = True
-    sys.path.insert(0, str(package.parent))
-    for name in ("configuration_elmo", "tokenization_elmo", "modeling_elmo"):
-        importlib.import_module(f"{package.name}.{name}")
-    if sys.argv[2:] == ["--build-model"]:  # building a model opens nothing either
-        config = sys.modules[f"{package.name}.configuration_elmo"].ElmoConfig(hidden_size=8, cell_size=16,
-            char_cnn_filters=[[1, 4]], num_highway_layers=0)
-        sys.modules[f"{package.name}.modeling_elmo"].ElmoModel(config)
-    print("IMPORT-OK")
-""")
-
-
-def test_shipped_code_opens_no_file_and_no_socket_at_import(tmp_path):
-    package = tmp_path / "hub_code_under_test"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    for name in hub.SHIPPED_CODE_FILES:
-        shutil.copyfile(hub.PACKAGE_DIR / name, package / name)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
-    result = subprocess.run([sys.executable, "-c", IMPORT_GUARD, str(package), "--build-model"], cwd=tmp_path,
-                            env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0 and "IMPORT-OK" in result.stdout, result.stderr[-3000:]
-
-
-@pytest.mark.parametrize("sneaky", ["_SNEAKY = open(__file__).read()",
-                                    "import socket\n_SNEAKY = socket.socket()",
-                                    "import pathlib\n_SNEAKY = pathlib.Path(__file__).read_text()"])
-def test_import_guard_catches_a_file_or_socket_opened_at_import(sneaky, tmp_path):
-    package = tmp_path / "hub_code_bad"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "configuration_elmo.py").write_text("import math\n" + sneaky + "\n")
-    (package / "tokenization_elmo.py").write_text("import re\n")
-    (package / "modeling_elmo.py").write_text("from .configuration_elmo import math\n")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
-    result = subprocess.run([sys.executable, "-c", IMPORT_GUARD, str(package)], cwd=tmp_path, env=env,
-                            capture_output=True, text=True, timeout=300)
-    assert result.returncode != 0 and "blocked at import time" in result.stderr, result.stderr[-2000:]
+def test_results_that_do_not_follow_the_schema_stop_the_push_naming_the_file_and_field(model_folders, tmp_path):
+    folder = tmp_path / "old-results"
+    shutil.copytree(model_folders["lm"], folder)
+    (folder / "eval_results.json").write_text(json.dumps({"validation": {"perplexity": 81.0}}))
+    with pytest.raises(SystemExit, match=r"results file .*eval_results.json: missing field 'schema_version'"):
+        hub.main([str(folder), "--repo-id", "me/x", "--dry-run", "--output-dir", str(tmp_path / "out")])
+    data = PRETRAIN_RESULTS.to_dict()
+    data["perplexity"][0]["forward"] = "80.5"
+    (folder / "eval_results.json").write_text(json.dumps(data))
+    with pytest.raises(SystemExit, match=r"'perplexity\[0\].forward' must be a number, got '80.5'"):
+        hub.main([str(folder), "--repo-id", "me/x", "--dry-run", "--output-dir", str(tmp_path / "out")])
+    assert not (tmp_path / "out").exists()
 
 
 # --------------------------------------------------------------------------------------------- dry run
@@ -561,8 +323,8 @@ def test_dry_run_writes_exactly_the_allow_list(published):
     assert hub.list_folder(published["classifier"]) == [
         "README.md", "config.json", "configuration_elmo.py", "lstm_kernels.py", "model.safetensors", "modeling_elmo.py",
         "tokenization_elmo.py", "tokenizer_config.json", "vocab.txt"]
-    for name in hub.SHIPPED_CODE_FILES:  # the code is this package's, byte for byte
-        assert (published["lm"] / name).read_bytes() == (hub.PACKAGE_DIR / name).read_bytes()
+    for name in CODE_FILES:  # the code is this package's, byte for byte
+        assert (published["lm"] / name).read_bytes() == (PACKAGE_DIR / name).read_bytes()
     auto_map = json.loads((published["lm"] / "config.json").read_text())["auto_map"]
     assert auto_map == {
         "AutoConfig": "configuration_elmo.ElmoConfig",
@@ -632,8 +394,8 @@ def test_card_metadata_round_trips_and_its_model_index_holds_the_json_numbers(pu
         ("test", "Perplexity (backward)"): 81.0, ("test", "Perplexity (average)"): 79.99,
     }
     assert all(r.metric_type == "perplexity" and r.dataset_name == "tiny_corpus" for r in data.eval_results)
-    assert "| tiny_corpus | test | 79 | 81 | 79.99 | — | 999 |" in card.text
-    assert "| tiny_corpus | validation | 80.5 | 82.25 | 81.37 | 640 | 1234 |" in card.text  # unigram: text only
+    assert "| tiny_corpus | test | 79 | 81 | 79.99 | — | — | 999 | 1.0% |" in card.text
+    assert "| tiny_corpus | validation | 80.5 | 82.25 | 81.37 | 640 (fitted on training data) | — | 1234 | 1.0% |" in card.text
     assert "| args.optimizer | adagrad |" in card.text and "| args.train_file | train.txt |" in card.text
     assert "| global_step | 100 |" in card.text
     assert "hub_token" not in card.text
@@ -646,13 +408,12 @@ def test_classifier_card_names_its_base_model_labels_and_probe_results(published
     assert data.pipeline_tag == "text-classification" and data.base_model == "me/elmo-tiny"
     assert data.datasets == ["sst2"]
     assert "0: negative, 1: positive" in card.text
-    results = {(r.task_name, r.metric_type, r.metric_name, r.metric_value) for r in data.eval_results}
+    results = {(r.task_type, r.dataset_name, r.metric_type, r.metric_name, r.metric_value) for r in data.eval_results}
     assert results == {
-        ("Bidirectional language modeling", "perplexity", "Perplexity (average)", 120.5),
-        ("Bidirectional language modeling", "perplexity", "Perplexity (forward)", 118.0),
-        ("wsd-probe", "accuracy", "Accuracy (layer 2, nn_sense_accuracy)", 0.71),
-        ("probe-sentiment", "accuracy", "Accuracy (layer mix)", 0.78),
+        ("token-classification", "wsd_small", "accuracy", "Accuracy (layer 2)", 0.71),
+        ("text-classification", "sentiment-sst2 dev", "accuracy", "Accuracy (mix)", 0.78),
     }
+    assert "| probe-sentiment | sentiment-sst2 dev | validation | mix | accuracy | 0.78 | 0.509 | 0.55 | 1e-30 |" in card.text
 
 
 # --------------------------------------------------------------------------------------------- upload (mocked)

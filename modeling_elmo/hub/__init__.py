@@ -1,0 +1,35 @@
+"""Publishing an ELMo model folder to the Hugging Face Hub (``elmo push``, ``scripts/push_to_hub.py``).
+
+One job per module:
+
+* `modeling_elmo.hub.safety`: pickled weights are refused (`refuse_pickled_weights`, also used by the loaders),
+  tokens are never published nor read from the published folders, the shipped code is audited;
+* `modeling_elmo.hub.card`: the model card, from the results schema (docs/results.md) and the run's metadata;
+* `modeling_elmo.hub.publish`: the repository folder (allow-listed files only) and the upload;
+* `modeling_elmo.hub.cli`: the command line.
+
+See docs/hub.md.
+"""
+
+from .card import CARD_KINDS, CardInputs, build_model_card, default_template_path, detect_card_kind
+from .cli import main
+from .publish import (
+    ALLOWED_FILES,
+    assemble_repo_folder,
+    check_auto_map,
+    check_model_folder,
+    is_allowed_file,
+    list_folder,
+    plan_upload,
+    save_for_hub,
+    upload_repo_folder,
+    validate_repo_id,
+)
+from .safety import audit_shipped_code, refuse_pickled_weights, resolve_token, scan_for_secrets
+
+__all__ = [
+    "ALLOWED_FILES", "CARD_KINDS", "CardInputs", "assemble_repo_folder", "audit_shipped_code", "build_model_card",
+    "check_auto_map", "check_model_folder", "default_template_path", "detect_card_kind", "is_allowed_file",
+    "list_folder", "main", "plan_upload", "refuse_pickled_weights", "resolve_token", "save_for_hub",
+    "scan_for_secrets", "upload_repo_folder", "validate_repo_id",
+]

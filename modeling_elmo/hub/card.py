@@ -1,0 +1,363 @@
+"""The model card of a published model: a Jinja template from ``model_cards/`` filled with the model's numbers.
+
+`build_model_card` renders one of three templates (`CARD_KINDS`) and the YAML metadata (``ModelCardData`` with
+an ``EvalResult`` per number in the ``model-index``) from:
+
+* the results files of the model folder, read strictly (`modeling_elmo.results`, docs/results.md): perplexity
+  records and probe scores;
+* the training metadata of a run or the conversion metadata of a converted release (`modeling_elmo.run_folder`).
+  Besides listing its scalar entries, the card reads these keys: ``datasets`` (or the run's
+  ``args.dataset_name``), ``base_model``, ``license`` and ``language``; for a conversion, ``converted_from``,
+  ``options_file`` and ``weights_file``.
+
+A model without results gets a card that says so and no ``model-index``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..results import EvaluationResults, PerplexityResult, ScoreResult
+from .safety import HF_TOKEN_PATTERN
+
+__all__ = [
+    "CARD_KINDS", "REQUIRED_TEMPLATE_FIELDS", "TEMPLATE_DIR", "CardInputs", "build_model_card", "default_template_path",
+    "detect_card_kind", "eval_results_for_hub", "render_model_card",
+]
+
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+#: Model-card templates: ``model_cards/<kind>.md`` next to the package in a source tree; a wheel ships the same
+#: files as ``modeling_elmo/model_cards/``.
+TEMPLATE_DIR = next(
+    (d for d in (PACKAGE_DIR.parent / "model_cards", PACKAGE_DIR / "model_cards") if (d / "pretrained.md").is_file()),
+    PACKAGE_DIR.parent / "model_cards",
+)
+CARD_KINDS = ("pretrained", "converted", "classifier")
+#: Placeholders every template must use (a card without them would lose its metadata or its numbers).
+REQUIRED_TEMPLATE_FIELDS = ("card_data", "model_id", "evaluation_section", "training_section")
+#: The Hub task type of each evaluation task (the ``model-index`` groups results by it).
+TASK_TYPES = {"probe-sentiment": "text-classification", "probe-pos": "token-classification",
+              "wsd-probe": "token-classification"}
+TASK_NAMES = {"probe-sentiment": "Sentiment probe (frozen features)", "probe-pos": "Part-of-speech probe (frozen features)",
+              "wsd-probe": "Word-sense nearest-neighbour probe"}
+METRIC_NAMES = {"accuracy": "Accuracy", "accuracy_ties_half": "Accuracy, ties as half"}
+
+PAPER_CITATION = """@inproceedings{peters-etal-2018-deep,
+    title = "Deep Contextualized Word Representations",
+    author = "Peters, Matthew E.  and
+      Neumann, Mark  and
+      Iyyer, Mohit  and
+      Gardner, Matt  and
+      Clark, Christopher  and
+      Lee, Kenton  and
+      Zettlemoyer, Luke",
+    booktitle = "Proceedings of the 2018 Conference of the North {A}merican Chapter of the Association for Computational Linguistics: Human Language Technologies, Volume 1 (Long Papers)",
+    month = jun,
+    year = "2018",
+    address = "New Orleans, Louisiana",
+    publisher = "Association for Computational Linguistics",
+    url = "https://aclanthology.org/N18-1202",
+    doi = "10.18653/v1/N18-1202",
+    pages = "2227--2237",
+}"""
+
+
+@dataclasses.dataclass
+class CardInputs:
+    """What a model card is built from, beyond the model itself (all optional)."""
+
+    kind: str = "auto"
+    license: str | None = None
+    language: list[str] | None = None
+    datasets: list[str] | None = None
+    base_model: str | None = None
+    results: list[EvaluationResults] = dataclasses.field(default_factory=list)
+    metadata: dict[str, Any] | None = None  # training or conversion metadata
+    converted: bool = False  # the metadata is a conversion's
+    template: str | None = None
+
+
+# ----------------------------------------------------------------------------------------------- small helpers
+def _words(key: str) -> list[str]:
+    return [w for w in re.split(r"[^a-z0-9]+", re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", str(key)).lower()) if w]
+
+
+def _slug(text: str) -> str:
+    return "-".join(_words(text)) or "unknown"
+
+
+def _scrub(value: Any) -> Any:
+    """A value safe to print in a public card: absolute paths become their last part, tokens are masked."""
+    if isinstance(value, str):
+        value = HF_TOKEN_PATTERN.sub("hf_***", value)
+        if os.path.isabs(value) or re.match(r"^[A-Za-z]:[\\/]", value) or value.startswith("~"):
+            value = Path(value).name or value
+    return value
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        text = f"{value:.6g}"
+    elif isinstance(value, (list, tuple)):
+        text = ", ".join(str(_scrub(v)) for v in value)
+    else:
+        text = str(_scrub(value))
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _flatten(obj: Any, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+    if isinstance(obj, Mapping):
+        return [item for key, value in obj.items() for item in _flatten(value, prefix + (str(key),))]
+    return [(prefix, obj)]
+
+
+def _as_list(value: Any) -> list[str]:
+    if isinstance(value, str) and value:
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [str(_scrub(v)) for v in value if isinstance(v, (str, int, float))]
+    return []
+
+
+def _split_for_hub(split: str) -> str | None:
+    """The model-index split: None for text that is not a named split of a dataset."""
+    return None if split in ("held-out", "all") else split
+
+
+# ----------------------------------------------------------------------------------------------- sections
+def eval_results_for_hub(results: Sequence[EvaluationResults]) -> list:
+    """`huggingface_hub.EvalResult` entries of the model's own numbers: the LM's perplexities (not the unigram
+    baseline's, not the untrained model's) and the defined probe scores."""
+    from huggingface_hub import EvalResult
+
+    entries = []
+    for result in results:
+        for p in result.perplexity:
+            for column in ("forward", "backward", "average"):
+                entries.append(EvalResult(
+                    task_type="text-generation", task_name="Bidirectional language modeling",
+                    dataset_type=_slug(p.dataset), dataset_name=p.dataset, dataset_split=_split_for_hub(p.split),
+                    metric_type="perplexity", metric_name=f"Perplexity ({column})",
+                    metric_value=round(getattr(p, column), 4)))
+        for s in result.scores:
+            if s.value is None:
+                continue
+            entries.append(EvalResult(
+                task_type=TASK_TYPES.get(s.task, "other"), task_name=TASK_NAMES.get(s.task, s.task),
+                dataset_type=_slug(s.dataset), dataset_name=s.dataset, dataset_split=_split_for_hub(s.split),
+                metric_type="accuracy" if s.metric.startswith("accuracy") else s.metric,
+                metric_name=f"{METRIC_NAMES.get(s.metric, s.metric)} ({s.representation})",
+                metric_value=round(s.value, 6)))
+    return entries
+
+
+def _perplexity_rows(records: Sequence[PerplexityResult]) -> list[str]:
+    rows = ["| data | split | forward | backward | average | unigram baseline | untrained model | targets per "
+            "direction | `<UNK>` targets |", "|---|---|---|---|---|---|---|---|---|"]
+    for p in records:
+        unigram = f"{_cell(p.unigram.average)} (fitted on {_cell(p.unigram.fitted_on)})" if p.unigram else "—"
+        rows.append("| " + " | ".join([_cell(p.dataset), p.split, _cell(p.forward), _cell(p.backward), _cell(p.average),
+                                       unigram, _cell(p.untrained_average), str(p.targets_per_direction),
+                                       f"{100 * p.unk_rate:.1f}%"]) + " |")
+    return rows
+
+
+def _score_rows(records: Sequence[ScoreResult]) -> list[str]:
+    rows = ["| task | dataset | split | representation | metric | value | trivial baseline | untrained model | "
+            "McNemar p |", "|---|---|---|---|---|---|---|---|---|"]
+    for s in records:
+        u = s.untrained
+        rows.append("| " + " | ".join([s.task, _cell(s.dataset), s.split, s.representation, s.metric,
+                                       _cell(s.value) if s.value is not None else "undefined (all tied)",
+                                       _cell(s.baseline), _cell(u.value) if u else "—",
+                                       f"{u.mcnemar_p_value:.2g}" if u and u.mcnemar_p_value is not None else "—"])
+                    + " |")
+    return rows
+
+
+def _evaluation_section(results: Sequence[EvaluationResults]) -> str:
+    perplexity = [p for r in results for p in r.perplexity]
+    scores = [s for r in results for s in r.scores]
+    if not perplexity and not scores:
+        return ("No evaluation results were supplied when this card was written, so it reports no numbers "
+                "(and no `model-index`). Evaluate the model before relying on it.")
+    parts = []
+    if perplexity:
+        parts += ["Language-model perplexity (exact full softmax; lower is better). Each direction's perplexity is "
+                  "exp of its mean negative log-likelihood per target (`</S>`, `<S>` and `<UNK>` included); the average "
+                  "is their geometric mean. The unigram baseline is the perplexity of word frequencies alone, for "
+                  "scale; it is not in the `model-index`.", "", *_perplexity_rows(perplexity), ""]
+    if scores:
+        parts += ["Probes of the frozen representations (the trivial baseline is the majority class, or a random "
+                  "neighbour for the sense probe; McNemar's exact test compares the trained and an untrained model "
+                  "of the same shape on the same examples):", "", *_score_rows(scores), ""]
+    return "\n".join(parts).rstrip() + "\n"
+
+
+def _training_section(metadata: Mapping[str, Any] | None, kind: str) -> str:
+    if not metadata:
+        if kind == "converted":
+            return "No conversion metadata was supplied; see the source release for its training details."
+        return "No training metadata was supplied when this card was written."
+    rows = []
+    for key_path, value in _flatten(metadata):
+        if isinstance(value, (list, tuple)) and all(isinstance(v, (str, int, float, bool)) for v in value):
+            pass
+        elif not isinstance(value, (str, int, float, bool)) or value is None:
+            continue
+        if any(set(_words(part)) & {"token", "secret", "password", "key"} for part in key_path):
+            continue  # never print credentials, even masked
+        rows.append(f"| {_cell('.'.join(key_path))} | {_cell(value)} |")
+    if not rows:
+        return "The metadata holds no scalar entries."
+    return "| setting | value |\n|---|---|\n" + "\n".join(rows[:80]) + "\n"
+
+
+def _architecture_table(config: Any, num_parameters: int) -> str:
+    rows = [
+        ("LSTM layers per direction (L)", config.num_hidden_layers),
+        ("LSTM cell size (H)", config.cell_size),
+        ("projection size (P)", config.hidden_size),
+        ("output size per layer (2P)", config.output_size),
+        ("representation layers (L+1)", config.num_representation_layers),
+        ("character CNN filters [width, count]", json.dumps(config.char_cnn_filters)),
+        ("character CNN output (F)", config.num_char_cnn_filters),
+        ("highway layers", config.num_highway_layers),
+        ("cell clip / projection clip", f"{config.cell_clip} / {config.proj_clip}"),
+        ("skip connections", config.use_skip_connections),
+        ("word vocabulary of the LM softmax", config.vocab_size),
+        ("parameters", f"{num_parameters:,}"),
+    ]
+    return "| | |\n|---|---|\n" + "\n".join(f"| {a} | {_cell(b)} |" for a, b in rows) + "\n"
+
+
+def _plots_section(plot_names: Sequence[str]) -> str:
+    if not plot_names:
+        return "No plots were supplied."
+    return "\n".join(f"![{Path(name).stem}]({name})" for name in plot_names) + "\n"
+
+
+# ----------------------------------------------------------------------------------------------- rendering
+def default_template_path(kind: str) -> Path:
+    if kind not in CARD_KINDS:
+        raise ValueError(f"card kind must be one of {', '.join(CARD_KINDS)}; got {kind!r}.")
+    return TEMPLATE_DIR / f"{kind}.md"
+
+
+def render_model_card(template: str | os.PathLike, card_data: Any, context: Mapping[str, Any]):
+    """Render a Jinja template into a `huggingface_hub.ModelCard` (the same rendering as
+    ``ModelCard.from_template``, but strict).
+
+    Raises `ValueError` naming the field when the template lacks one of `REQUIRED_TEMPLATE_FIELDS` or uses a
+    field that neither ``context`` nor ``card_data`` provides.
+    """
+    import jinja2
+    from huggingface_hub import ModelCard
+    from jinja2 import meta
+
+    template_path = Path(template)
+    if not template_path.is_file():
+        raise ValueError(f"model-card template {str(template)!r} does not exist.")
+    source = template_path.read_text(encoding="utf-8")
+    environment = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    try:
+        parsed = environment.parse(source)
+    except jinja2.TemplateSyntaxError as error:
+        raise ValueError(f"model-card template {template_path} has a syntax error on line {error.lineno}: "
+                         f"{error.message}.") from None
+    used = meta.find_undeclared_variables(parsed)
+    missing_required = [name for name in REQUIRED_TEMPLATE_FIELDS if name not in used]
+    if missing_required:
+        raise ValueError(f"model-card template {template_path} is missing the field(s) "
+                         f"{', '.join('{{ ' + n + ' }}' for n in missing_required)}.")
+    values = dict(card_data.to_dict())
+    values.update(context)
+    values["card_data"] = card_data.to_yaml()
+    unknown = sorted(used - set(values))
+    if unknown:
+        raise ValueError(f"model-card template {template_path} uses the field(s) {', '.join(unknown)}, which no "
+                         f"value fills (known fields: {', '.join(sorted(values))}).")
+    try:
+        content = environment.from_string(source).render(**values)
+    except jinja2.UndefinedError as error:
+        raise ValueError(f"model-card template {template_path}: {error.message}.") from None
+    if not content.lstrip().startswith("---"):
+        raise ValueError(f"model-card template {template_path} must start with the YAML block "
+                         "'---\\n{{ card_data }}\\n---'.")
+    return ModelCard(content)
+
+
+def detect_card_kind(config: Any, converted: bool = False) -> str:
+    """``classifier`` for a classification head; ``converted`` for a converted release (its conversion metadata,
+    or a bare ``ElmoModel`` without a word vocabulary, which is what ``elmo convert`` writes); else
+    ``pretrained``."""
+    architectures = list(getattr(config, "architectures", None) or [])
+    if any(a.endswith("Classification") for a in architectures):
+        return "classifier"
+    if converted or (architectures == ["ElmoModel"] and getattr(config, "vocab_size", None) == 4):
+        return "converted"
+    return "pretrained"
+
+
+def build_model_card(config: Any, repo_id: str, inputs: CardInputs, *, num_parameters: int,
+                     plot_names: Sequence[str] = ()):
+    """The `ModelCard` (metadata + text) of a model with ``config`` published as ``repo_id``, and its kind."""
+    from huggingface_hub import ModelCardData
+
+    metadata = inputs.metadata or {}
+    kind = detect_card_kind(config, inputs.converted) if inputs.kind == "auto" else inputs.kind
+    if kind not in CARD_KINDS:
+        raise ValueError(f"card kind must be 'auto' or one of {', '.join(CARD_KINDS)}; got {inputs.kind!r}.")
+    args = metadata.get("args") if isinstance(metadata.get("args"), Mapping) else {}
+    datasets = inputs.datasets or _as_list(metadata.get("datasets")) or _as_list(args.get("dataset_name"))
+    eval_results = eval_results_for_hub(inputs.results)
+
+    architectures = list(getattr(config, "architectures", None) or [])
+    token_head = any(a.endswith("TokenClassification") for a in architectures)
+    pipeline_tag = ("token-classification" if token_head else "text-classification") if kind == "classifier" \
+        else "feature-extraction"
+    # a biLM is its own base unless the user says otherwise
+    base_model = inputs.base_model or (metadata.get("base_model") if kind == "classifier" else None)
+    language = inputs.language or _as_list(metadata.get("language")) or ["en"]
+    license_ = inputs.license or metadata.get("license") or "apache-2.0"
+    tags = ["elmo", "bilm", "custom_code", "character-cnn", "lstm", "contextual-embeddings"]
+    tags.append({"pretrained": "language-model", "converted": "converted", "classifier": pipeline_tag}[kind])
+    model_name = repo_id.split("/")[-1]
+    card_data = ModelCardData(
+        language=language, license=str(license_), library_name="transformers", tags=tags,
+        datasets=datasets or None, pipeline_tag=pipeline_tag, base_model=base_model or None,
+        metrics=sorted({e.metric_type for e in eval_results}) or None,
+        model_name=model_name if eval_results else None, eval_results=eval_results or None,
+    )
+    id2label = getattr(config, "id2label", None) or {}
+    labels = ", ".join(f"{k}: {v}" for k, v in sorted(id2label.items(), key=lambda kv: int(kv[0])))
+    source = next((metadata[k] for k in ("converted_from", "weights_file", "options_file") if metadata.get(k)), None)
+    context = {
+        "model_id": repo_id,
+        "model_name": model_name,
+        "kind": kind,
+        "architecture_table": _architecture_table(config, num_parameters),
+        "num_parameters": f"{num_parameters:,}",
+        "output_size": config.output_size,
+        "num_layers": config.num_representation_layers,
+        "evaluation_section": _evaluation_section(inputs.results),
+        "training_section": _training_section(metadata, kind),
+        "training_data": ", ".join(datasets) if datasets else "not recorded",
+        "plots_section": _plots_section(plot_names),
+        "base_model_text": base_model or "not recorded",
+        "labels": labels or "not recorded",
+        "num_labels": len(id2label),
+        "head_class": next((a for a in architectures if a.endswith("Classification")), "ElmoForSequenceClassification"),
+        "source": _cell(source) if source else "the original AllenNLP/bilm-tf release",
+        "citation": PAPER_CITATION,
+    }
+    template = inputs.template or default_template_path(kind)
+    return render_model_card(template, card_data, context), kind

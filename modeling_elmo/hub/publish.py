@@ -1,0 +1,328 @@
+"""Assembling the Hub repository folder of a model folder, and uploading exactly its files.
+
+`assemble_repo_folder` checks the model folder, loads the model and tokenizer with this package's classes
+(safetensors only) and saves them again with the three custom-code files and a ``config.json`` whose ``auto_map``
+lists every auto class, renders the model card (`modeling_elmo.hub.card`) from the folder's results and metadata
+(found through `modeling_elmo.run_folder.RunFolder`), copies the plots, audits the code, and moves the complete
+folder into place. Only the files of the allow-list (`is_allowed_file`) are written. `upload_repo_folder` sends
+that file list in one commit.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..io_utils import atomic_write_text
+from ..run_folder import CODE_FILES, RunFolder
+from .card import CardInputs, build_model_card
+from .safety import audit_shipped_code, is_within, refuse_pickled_weights, scan_for_secrets
+
+__all__ = [
+    "ALLOWED_FILES", "MODEL_ARCHITECTURES", "assemble_repo_folder", "check_auto_map", "check_model_folder",
+    "is_allowed_file", "list_folder", "plan_upload", "save_for_hub", "upload_repo_folder", "validate_repo_id",
+]
+
+logger = logging.getLogger(__name__)
+
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+MODEL_ARCHITECTURES = ("ElmoModel", "ElmoForBidirectionalLM", "ElmoForSequenceClassification",
+                       "ElmoForTokenClassification")
+#: The allow-list: exact names, plus safetensors shards and plots.
+ALLOWED_FILES = frozenset({
+    RunFolder.README, RunFolder.CONFIG, RunFolder.WEIGHTS, RunFolder.WEIGHTS_INDEX, *CODE_FILES,
+    *RunFolder.TOKENIZER_FILES,
+})
+_SHARD = re.compile(r"model-\d{5}-of-\d{5}\.safetensors")
+_PLOT = re.compile(r"plots/[A-Za-z0-9][A-Za-z0-9._-]*\.(png|svg|jpg|jpeg)")
+PLOT_SUFFIXES = (".png", ".svg", ".jpg", ".jpeg")
+MAX_PLOT_BYTES = 5 * 2**20
+
+
+# ----------------------------------------------------------------------------------------------- input checks
+def validate_repo_id(repo_id: str) -> str:
+    """Return ``repo_id`` if huggingface_hub accepts it as a model repository id, else raise `ValueError`."""
+    from huggingface_hub.utils import HFValidationError
+    from huggingface_hub.utils import validate_repo_id as hub_validate
+
+    if not isinstance(repo_id, str) or not repo_id:
+        raise ValueError(f"invalid repository id {repo_id!r}: expected 'name' or 'namespace/name'.")
+    try:
+        hub_validate(repo_id)
+    except HFValidationError as error:
+        raise ValueError(f"invalid repository id {repo_id!r}: {error}") from None
+    return repo_id
+
+
+def check_model_folder(model_dir: str | os.PathLike) -> RunFolder:
+    """Check that ``model_dir`` is an ELMo model folder that can be published.
+
+    Raises `ValueError` naming what is wrong: not a folder, no ``config.json`` or one of another model type,
+    pickled weights, no safetensors weights, no tokenizer (``tokenizer_config.json``).
+    """
+    path = Path(model_dir)
+    if not path.is_dir():
+        raise ValueError(f"model folder {str(model_dir)!r} does not exist or is not a folder.")
+    refuse_pickled_weights(path)
+    run = RunFolder(path)
+    if not run.config_file.is_file():
+        raise ValueError(f"{path} is not a model folder: it has no {RunFolder.CONFIG}.")
+    model_type = run.model_type()
+    if model_type != "elmo":
+        raise ValueError(f"{run.config_file} is not an ELMo config: model_type is {model_type!r}, expected 'elmo'.")
+    if not run.has_weights():
+        raise ValueError(f"{path} has no {RunFolder.WEIGHTS} (nor a sharded {RunFolder.WEIGHTS_INDEX}).")
+    if not run.has_tokenizer():
+        raise ValueError(
+            f"{path} has no tokenizer ({RunFolder.TOKENIZER_CONFIG} is missing): save the tokenizer into the model "
+            "folder (`tokenizer.save_pretrained(model_dir)`) before publishing."
+        )
+    return run
+
+
+# ----------------------------------------------------------------------------------------------- the allow-list
+def is_allowed_file(relative_path: str) -> bool:
+    """Whether ``relative_path`` (POSIX, relative to the repository root) is on the upload allow-list."""
+    return relative_path in ALLOWED_FILES or bool(_SHARD.fullmatch(relative_path) or _PLOT.fullmatch(relative_path))
+
+
+def list_folder(folder: str | os.PathLike) -> list[str]:
+    """Every file under ``folder`` as sorted POSIX paths relative to it."""
+    folder = Path(folder)
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+
+
+def plan_upload(folder: str | os.PathLike) -> list[str]:
+    """The exact list of files to upload from an assembled ``folder``.
+
+    Raises `ValueError` if the folder holds a file outside the allow-list, pickled weights, a token, or a plot
+    over `MAX_PLOT_BYTES`, or lacks one of the files every published model needs.
+    """
+    folder = Path(folder)
+    refuse_pickled_weights(folder)
+    files = list_folder(folder)
+    stray = [name for name in files if not is_allowed_file(name)]
+    if stray:
+        raise ValueError(f"{folder} holds files outside the upload allow-list: {stray}.")
+    needed = [RunFolder.README, RunFolder.CONFIG, RunFolder.TOKENIZER_CONFIG, *CODE_FILES]
+    missing = [name for name in needed if name not in files]
+    if not any(name == RunFolder.WEIGHTS or _SHARD.fullmatch(name) for name in files):
+        missing.append(RunFolder.WEIGHTS)
+    if missing:
+        raise ValueError(f"{folder} lacks {missing}, which every published model needs.")
+    for name in files:
+        if name.startswith("plots/") and (folder / name).stat().st_size > MAX_PLOT_BYTES:
+            raise ValueError(f"plot {name} is larger than {MAX_PLOT_BYTES // 2**20} MiB.")
+    scan_for_secrets(folder, files)
+    return files
+
+
+def _plot_name(path: Path) -> str:
+    """The name of a plot inside ``plots/``: only letters, digits and ``._-``, starting with a letter or digit."""
+    stem = re.sub(r"[^A-Za-z0-9._-]", "_", path.stem).lstrip("._-") or "plot"
+    return f"plots/{stem}{path.suffix.lower()}"
+
+
+def _plots(run: RunFolder, extra: Sequence[str]) -> list[Path]:
+    """The plots to publish: ``extra`` (checked), then the folder's own (`RunFolder.plot_files`), one per name."""
+    plots = [Path(p) for p in extra]
+    for path in plots:
+        if not path.is_file() or path.suffix.lower() not in PLOT_SUFFIXES:
+            raise ValueError(f"plot {str(path)!r} is not an existing {'/'.join(PLOT_SUFFIXES)} file.")
+    unique, names = [], set()
+    for path in plots + run.plot_files():
+        name = _plot_name(path)
+        if name not in names:
+            names.add(name)
+            unique.append(path)
+    return sorted(unique, key=_plot_name)
+
+
+# ----------------------------------------------------------------------------------------------- saving
+def _load_model_and_tokenizer(run: RunFolder):
+    from .. import modeling_elmo
+    from ..configuration_elmo import ElmoConfig
+    from ..tokenization_elmo import ElmoTokenizer
+
+    config = ElmoConfig.from_pretrained(run.root)
+    architectures = list(config.architectures or ["ElmoModel"])
+    if architectures[0] not in MODEL_ARCHITECTURES:
+        raise ValueError(f"{run.config_file} names the architecture {architectures[0]!r}; expected one of "
+                         f"{', '.join(MODEL_ARCHITECTURES)}.")
+    model_class = getattr(modeling_elmo, architectures[0])
+    model, info = model_class.from_pretrained(run.root, use_safetensors=True, output_loading_info=True)
+    problems = {k: v for k, v in info.items() if k in ("missing_keys", "unexpected_keys", "mismatched_keys") and v}
+    if problems:
+        raise ValueError(f"the weights in {run.root} do not match {architectures[0]}: {problems}.")
+    try:
+        tokenizer = ElmoTokenizer.from_pretrained(run.root)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"the tokenizer in {run.root} cannot be loaded: {error}") from None
+    if tokenizer.vocab_size != config.vocab_size and config.vocab_size != 4:
+        logger.warning("the tokenizer has %d words but config.vocab_size is %d", tokenizer.vocab_size,
+                       config.vocab_size)
+    return model.eval(), tokenizer
+
+
+def save_for_hub(model: Any, tokenizer: Any, folder: str | os.PathLike) -> None:
+    """Save ``model`` and ``tokenizer`` into ``folder`` as a self-contained remote-code repository.
+
+    The package's `save_model_folder` writes the weights (safetensors), the code files and ``config.json`` with the
+    full ``auto_map`` (`modeling_elmo.AUTO_MAP`); this also makes sure that ``tokenizer_config.json`` carries
+    ``modeling_elmo.TOKENIZER_AUTO_MAP`` and that all three code files come from this package.
+    """
+    from .. import TOKENIZER_AUTO_MAP, save_model_folder
+
+    run = RunFolder(folder)
+    run.root.mkdir(parents=True, exist_ok=True)
+    previous = getattr(model.config, "auto_map", None)
+    try:
+        save_model_folder(model, tokenizer, run.root)
+    finally:
+        model.config.auto_map = previous
+    data = json.loads(run.tokenizer_config_file.read_text(encoding="utf-8"))
+    if data.get("auto_map") != TOKENIZER_AUTO_MAP:
+        data["auto_map"] = TOKENIZER_AUTO_MAP
+        atomic_write_text(run.tokenizer_config_file, json.dumps(data, indent=2, sort_keys=True) + "\n")
+    for name in CODE_FILES:
+        shutil.copyfile(PACKAGE_DIR / name, run.root / name)
+
+
+def check_auto_map(folder: str | os.PathLike) -> None:
+    """Raise `ValueError` unless ``config.json``'s ``auto_map`` names every auto class of `modeling_elmo.AUTO_MAP`
+    and each entry (and the tokenizer's) points to a class defined in a code file of the folder."""
+    from .. import AUTO_MAP
+
+    run = RunFolder(folder)
+    auto_map = json.loads(run.config_file.read_text(encoding="utf-8")).get("auto_map") or {}
+    missing = sorted(set(AUTO_MAP) - set(auto_map))
+    if missing:
+        raise ValueError(f"{run.config_file} auto_map lacks {missing}.")
+    tokenizer_map = json.loads(run.tokenizer_config_file.read_text(encoding="utf-8")).get("auto_map") or {}
+    references = list(auto_map.values()) + [tokenizer_map.get("AutoTokenizer", [None])[0]]
+    for reference in references:
+        if not isinstance(reference, str) or "." not in reference:
+            raise ValueError(f"{run.root}: invalid auto_map entry {reference!r}.")
+        module, class_name = reference.split(".", 1)
+        code = run.root / f"{module}.py"
+        if not code.is_file():
+            raise ValueError(f"{run.root}: auto_map entry {reference!r} needs {code.name}, which is missing.")
+        defined = {n.name for n in ast.parse(code.read_text(encoding="utf-8")).body if isinstance(n, ast.ClassDef)}
+        if class_name not in defined:
+            raise ValueError(f"{run.root}: auto_map entry {reference!r}: {code.name} defines no class {class_name}.")
+
+
+# ----------------------------------------------------------------------------------------------- assembling
+def _prepare_output_dir(output_dir: Path, model_dir: Path) -> None:
+    if is_within(output_dir, model_dir) or is_within(model_dir, output_dir):
+        raise ValueError(f"the output folder {output_dir} must lie outside the model folder {model_dir} (and not "
+                         "contain it).")
+    if output_dir.exists():
+        if not output_dir.is_dir():
+            raise ValueError(f"output folder {output_dir} exists and is not a folder.")
+        foreign = [name for name in list_folder(output_dir) if not is_allowed_file(name)]
+        if foreign:
+            raise ValueError(f"output folder {output_dir} already holds files that this tool did not write "
+                             f"({foreign[:5]}); choose another --output-dir.")
+
+
+def card_inputs_of(run: RunFolder, card: CardInputs | None = None) -> CardInputs:
+    """``card`` completed from the model folder: its results files when ``card`` names none, and its training
+    metadata (or, for a converted release, its conversion metadata) when ``card`` has none."""
+    card = dataclasses.replace(card) if card is not None else CardInputs()
+    if not card.results:
+        card.results = run.read_results()
+    if card.metadata is None:
+        training = run.read_training_metadata()
+        conversion = run.read_conversion_metadata() if training is None else None
+        card.metadata = training if training is not None else conversion
+        card.converted = card.converted or conversion is not None
+    return card
+
+
+def assemble_repo_folder(model_dir: str | os.PathLike, output_dir: str | os.PathLike, repo_id: str,
+                         card: CardInputs | None = None, plots: Sequence[str] = ()) -> list[str]:
+    """Write the repository folder of ``model_dir`` to ``output_dir`` and return the upload plan (file list).
+
+    The model and tokenizer are loaded with this package's classes (safetensors only) and saved with
+    `save_for_hub`; the card is rendered by `build_model_card` from `card_inputs_of`; the plots (``plots`` and the
+    folder's own) go to ``plots/``. The folder is built under a temporary name next to ``output_dir`` and moved
+    into place when complete; an existing ``output_dir`` is replaced only if it holds nothing but allow-listed
+    files (a previous run's output).
+    """
+    validate_repo_id(repo_id)
+    run = check_model_folder(model_dir)
+    output_dir = Path(output_dir)
+    _prepare_output_dir(output_dir, run.root)
+    card = card_inputs_of(run, card)
+    plot_paths = _plots(run, plots)
+
+    model, tokenizer = _load_model_and_tokenizer(run)
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
+    os.chmod(staging, 0o755)  # mkdtemp makes it private; the published folder is meant to be read
+    try:
+        with tempfile.TemporaryDirectory(dir=output_dir.parent, prefix=".save.") as saved:
+            save_for_hub(model, tokenizer, saved)
+            for name in list_folder(saved):
+                if is_allowed_file(name):
+                    shutil.copyfile(Path(saved) / name, staging / name)
+                else:
+                    logger.info("not published (not on the allow-list): %s", name)
+        plot_names = []
+        if plot_paths:
+            (staging / "plots").mkdir()
+            for path in plot_paths:
+                name = _plot_name(path)
+                shutil.copyfile(path, staging / name)
+                plot_names.append(name)
+        model_card, _ = build_model_card(model.config, repo_id, card, num_parameters=model.num_parameters(),
+                                         plot_names=plot_names)
+        model_card.save(staging / RunFolder.README)
+        check_auto_map(staging)
+        problems = audit_shipped_code(staging / name for name in CODE_FILES)
+        if problems:
+            raise ValueError("the custom code to publish fails the audit:\n  " + "\n  ".join(problems))
+        files = plan_upload(staging)
+        if output_dir.exists():
+            trash = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.old.", dir=output_dir.parent))
+            os.replace(output_dir, trash / "old")
+            os.replace(staging, output_dir)
+            shutil.rmtree(trash)
+        else:
+            os.replace(staging, output_dir)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+    return files
+
+
+# ----------------------------------------------------------------------------------------------- upload
+def upload_repo_folder(folder: str | os.PathLike, repo_id: str, *, token: str, files: Sequence[str],
+                       private: bool = False, revision: str | None = None,
+                       commit_message: str | None = None) -> str:
+    """Create ``repo_id`` if needed and upload exactly ``files`` of ``folder`` in one commit; return its URL.
+
+    Uses ``HfApi.create_repo(exist_ok=True)`` (``private`` applies to a new repository), ``create_branch`` for a
+    ``revision`` other than ``main``, then ``upload_folder`` with ``allow_patterns`` set to the file list.
+    """
+    from huggingface_hub import HfApi
+
+    api = HfApi(token=token)
+    api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
+    if revision and revision != "main":
+        api.create_branch(repo_id, branch=revision, exist_ok=True, repo_type="model")
+    commit = api.upload_folder(
+        repo_id=repo_id, folder_path=str(folder), repo_type="model", revision=revision,
+        commit_message=commit_message or "Upload ELMo model", allow_patterns=list(files),
+    )
+    return str(getattr(commit, "commit_url", commit))

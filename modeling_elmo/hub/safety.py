@@ -1,0 +1,180 @@
+"""Safety checks of publishing (and loading): pickled weights are refused, Hub tokens never leak into published
+files nor come from the folders being published, and the custom code shipped with a model passes an audit.
+
+`refuse_pickled_weights` is the package's one guard against unpickling a model folder; every loader of folders
+from elsewhere calls it.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+from ..run_folder import CODE_FILES
+
+__all__ = [
+    "ALLOWED_CODE_IMPORTS",
+    "FORBIDDEN_CALLS",
+    "FORBIDDEN_STDLIB_IMPORTS",
+    "HF_TOKEN_PATTERN",
+    "audit_shipped_code",
+    "is_within",
+    "refuse_pickled_weights",
+    "resolve_token",
+    "scan_for_secrets",
+]
+
+#: Third-party modules the shipped code files may import.
+ALLOWED_CODE_IMPORTS = frozenset({"torch", "transformers", "numpy", "tokenizers"})
+#: Standard-library modules the shipped code must not import: network, processes, pickling, native code,
+#: dynamic imports.
+FORBIDDEN_STDLIB_IMPORTS = frozenset({
+    "socket", "ssl", "http", "urllib", "ftplib", "smtplib", "poplib", "imaplib", "telnetlib", "xmlrpc",
+    "socketserver", "asyncio", "selectors", "webbrowser", "subprocess", "multiprocessing", "pty",
+    "pickle", "cPickle", "shelve", "marshal", "dill", "ctypes", "importlib", "runpy", "code", "codeop",
+    "zipimport", "tempfile", "shutil",
+})
+#: Calls the shipped code must not contain anywhere (not only at import time).
+FORBIDDEN_CALLS = frozenset({"eval", "exec", "compile", "__import__", "torch.load", "torch.hub.load",
+                             "pickle.load", "pickle.loads", "numpy.load", "np.load"})
+
+#: Weight files that would be unpickled by a loader (arbitrary code execution): refused everywhere.
+_PICKLED_WEIGHTS = re.compile(r"(pytorch_model.*\.bin|.*\.(pt|pth|ckpt)|pytorch_model\.bin\.index\.json)")
+#: Files of a training run that are pickles but are never loaded nor uploaded here.
+_TRAINING_STATE = re.compile(r"(optimizer|scheduler|scaler|rng_state.*|training_args|random_states_\d+)\.(pt|pth|bin|pkl)")
+#: A Hugging Face access token (user or organisation).
+HF_TOKEN_PATTERN = re.compile(r"\bhf_[A-Za-z0-9]{30,}\b")
+
+
+# ----------------------------------------------------------------------------------------------- pickles
+def refuse_pickled_weights(folder: str | os.PathLike) -> None:
+    """Raise `ValueError` if ``folder`` holds weights that only a pickle loader can read.
+
+    ``pytorch_model.bin`` (and ``*.pt``/``*.pth``/``*.ckpt`` files other than a training run's optimizer,
+    scheduler and RNG states) are pickles: loading one runs whatever code its author put in it. This package
+    loads and publishes ``model.safetensors`` only. A path that is not a folder (a Hub id) passes.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        return
+    found = sorted(p.name for p in folder.iterdir()
+                   if p.is_file() and _PICKLED_WEIGHTS.fullmatch(p.name) and not _TRAINING_STATE.fullmatch(p.name))
+    if found:
+        raise ValueError(
+            f"{folder} holds pickled weights {found}: loading a pickle can run arbitrary code, so this package "
+            "refuses it and loads safetensors only. If you trust the file, convert it once in a trusted "
+            "environment (load it, then `model.save_pretrained(folder)` writes model.safetensors) and remove the "
+            "pickle."
+        )
+
+
+# ----------------------------------------------------------------------------------------------- secrets
+def scan_for_secrets(folder: str | os.PathLike, files: Iterable[str]) -> None:
+    """Raise `ValueError` naming the file if a text file of ``files`` (relative to ``folder``) contains a Hugging
+    Face token."""
+    for name in files:
+        if name.endswith((".json", ".md", ".py", ".txt")):
+            text = (Path(folder) / name).read_text(encoding="utf-8", errors="replace")
+            if HF_TOKEN_PATTERN.search(text):
+                raise ValueError(f"{name} contains what looks like a Hugging Face access token (hf_...); "
+                                 "refusing to publish it.")
+
+
+def is_within(path: Path, folder: Path) -> bool:
+    """Whether ``path`` lies inside ``folder`` (both resolved)."""
+    try:
+        Path(path).resolve().relative_to(Path(folder).resolve())
+        return True
+    except ValueError:
+        return False
+
+
+def resolve_token(forbidden_dirs: Iterable[str | os.PathLike] = ()) -> str:
+    """The Hub token from ``HF_TOKEN`` or the stored login (``hf auth login``); raise `ValueError` if none.
+
+    The token is never read from the folders being published: if the stored-login file
+    (``huggingface_hub.constants.HF_TOKEN_PATH``) lies inside one of ``forbidden_dirs``, this raises instead.
+    """
+    from huggingface_hub import constants, get_token
+
+    token_file = Path(constants.HF_TOKEN_PATH)
+    for folder in forbidden_dirs:
+        if is_within(token_file, Path(folder)):
+            raise ValueError(
+                f"the token file {token_file} lies inside {folder}, a folder being published; refusing to read a "
+                "token from it. Set HF_TOKEN or log in with `hf auth login` (stored outside the folder)."
+            )
+    token = get_token()
+    if not token:
+        raise ValueError(
+            "no Hugging Face token: set the HF_TOKEN environment variable or run `hf auth login` "
+            "(or use --dry-run to only write the folder)."
+        )
+    return token
+
+
+# ----------------------------------------------------------------------------------------------- code audit
+def _dotted(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = _dotted(node.value)
+        return f"{base}.{node.attr}" if base else None
+    return None
+
+
+def audit_shipped_code(paths: Iterable[str | os.PathLike]) -> list[str]:
+    """Problems in the custom-code files shipped to the Hub (an empty list means they pass).
+
+    A shipped file may import torch, transformers, numpy, tokenizers, the other shipped files (relative
+    imports) and standard-library modules other than `FORBIDDEN_STDLIB_IMPORTS` (network, processes,
+    pickling, native code, dynamic imports); it may not call any of `FORBIDDEN_CALLS` (``eval``, ``exec``,
+    ``torch.load``, ...), and its module level (outside functions and classes) may not call ``open``.
+    """
+    paths = [Path(p) for p in paths]
+    shipped_modules = {Path(name).stem for name in CODE_FILES}
+    stdlib = set(sys.stdlib_module_names)
+    problems = []
+    for path in paths:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+                relative = False
+            elif isinstance(node, ast.ImportFrom):
+                relative = node.level > 0
+                if relative:
+                    names = [node.module] if node.module else [alias.name for alias in node.names]
+                else:
+                    names = [node.module or ""]
+            else:
+                if isinstance(node, ast.Call):
+                    called = _dotted(node.func)
+                    if called in FORBIDDEN_CALLS:
+                        problems.append(f"{path.name}:{node.lineno}: calls {called}")
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                if relative:
+                    if node.level != 1 or top not in shipped_modules:
+                        problems.append(f"{path.name}:{node.lineno}: relative import of {'.' * node.level}{name}, "
+                                        f"not one of the shipped files {sorted(shipped_modules)}")
+                elif top == "__future__" or top in ALLOWED_CODE_IMPORTS:
+                    continue
+                elif top in FORBIDDEN_STDLIB_IMPORTS:
+                    problems.append(f"{path.name}:{node.lineno}: imports {name} (network, process, pickle or "
+                                    "dynamic-import module)")
+                elif top not in stdlib:
+                    problems.append(f"{path.name}:{node.lineno}: imports {name}, which is not torch, transformers, "
+                                    "numpy, tokenizers nor the standard library")
+        for statement in tree.body:  # module level only; function bodies run later
+            if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                continue
+            for node in ast.walk(statement):
+                if isinstance(node, ast.Call) and _dotted(node.func) in ("open", "io.open", "builtins.open"):
+                    problems.append(f"{path.name}:{node.lineno}: opens a file at import time")
+    return problems

@@ -1,0 +1,240 @@
+"""The layout of a model folder: the only place that names the files a run, a conversion and an evaluation leave.
+
+A folder written by ``elmo pretrain --output-dir RUN``::
+
+    config.json, model.safetensors        the model (save_pretrained; a large model may be sharded:
+                                          model.safetensors.index.json + model-0000N-of-0000M.safetensors)
+    tokenizer_config.json, vocab.txt      the tokenizer (special_tokens_map.json, added_tokens.json when written)
+    configuration_elmo.py, lstm_kernels.py, modeling_elmo.py, tokenization_elmo.py
+                                          the code files (trust_remote_code loading)
+    checkpoints/                          training state: step_NNNNNNNN/ folders and ``latest`` naming the newest
+                                          (see modeling_elmo.pretraining.checkpoint)
+    metrics.jsonl                         one JSON object per line: per logged update {step, epoch, train_loss,
+                                          train_ppl, lr, tokens_per_s, tokens_seen[, grad_norm]}; per
+                                          evaluation {step, split, perplexity, perplexity_forward,
+                                          perplexity_backward[, unigram_perplexity]}
+    examples_rank<R>.jsonl                the example ids process R trained on (--log-example-ids)
+    elmo-pretraining/                     tracker logs (--report-to tensorboard, ...)
+    training_metadata.json                the run's arguments, data and vocabulary fingerprints, counters
+    eval_results.json                     the final perplexities (docs/results.md)
+    perplexity.png                        the training curve
+    evaluation/                           what ``elmo evaluate RUN`` writes (`EvaluationFolder`)
+
+A folder written by ``elmo convert`` holds the model, tokenizer and code files, a ``README.md`` and
+``conversion_metadata.json`` (the source files, their checksums, the numerical check).
+
+``RunFolder(path).has_model()`` says whether a finished model can be loaded from it, ``is_run()`` whether a
+training run wrote it; the ``*_file`` properties name each artefact, present or not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from .io_utils import atomic_write_text
+from .results import EvaluationResults, read_results
+
+__all__ = ["CODE_FILES", "EvaluationFolder", "RunFolder", "read_json_object"]
+
+#: The custom-code files saved with every model (``trust_remote_code`` loads them).
+CODE_FILES = ("configuration_elmo.py", "lstm_kernels.py", "modeling_elmo.py", "tokenization_elmo.py")
+
+
+def read_json_object(path: str | os.PathLike, what: str) -> dict[str, Any] | None:
+    """The JSON object in ``path`` (None when there is no such file); raises `ValueError` naming ``what`` and the
+    file when it is not valid JSON or not an object."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{what} file {path} is not valid JSON: {error}.") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{what} file {path} must hold a JSON object, got {type(data).__name__}.")
+    return data
+
+
+class EvaluationFolder:
+    """What ``elmo evaluate`` writes: ``eval_results.json`` (docs/results.md), ``eval_results.md`` (the same numbers
+    as Markdown tables) and the plots of `PLOTS`, each present only when it applies."""
+
+    RESULTS = "eval_results.json"
+    REPORT = "eval_results.md"
+    #: Plot name -> file: probe accuracy per representation, the learned scalar-mix weights, the training curve.
+    PLOTS = {"probe_accuracy": "probe_accuracy.png", "layer_weights": "layer_weights.png",
+             "training_perplexity": "training_perplexity.png"}
+
+    def __init__(self, root: str | os.PathLike):
+        self.root = Path(root)
+
+    @property
+    def results_file(self) -> Path:
+        return self.root / self.RESULTS
+
+    @property
+    def report_file(self) -> Path:
+        return self.root / self.REPORT
+
+    def plot_file(self, name: str) -> Path:
+        """The file of plot ``name`` (a key of `PLOTS`)."""
+        if name not in self.PLOTS:
+            raise ValueError(f"unknown evaluation plot {name!r}; known: {', '.join(self.PLOTS)}.")
+        return self.root / self.PLOTS[name]
+
+    def plot_files(self) -> list[Path]:
+        """The plots that exist, in the order of `PLOTS`."""
+        return [path for path in (self.root / f for f in self.PLOTS.values()) if path.is_file()]
+
+
+class RunFolder:
+    """A model folder: a training run's output, a conversion's, or any ``save_pretrained`` folder of this package."""
+
+    CONFIG = "config.json"
+    WEIGHTS = "model.safetensors"
+    WEIGHTS_INDEX = "model.safetensors.index.json"
+    TOKENIZER_CONFIG = "tokenizer_config.json"
+    VOCAB = "vocab.txt"
+    TOKENIZER_FILES = (TOKENIZER_CONFIG, VOCAB, "special_tokens_map.json", "added_tokens.json")
+    CODE_FILES = CODE_FILES
+    README = "README.md"
+    CHECKPOINTS = "checkpoints"
+    METRICS = "metrics.jsonl"
+    TRACKER_LOGS = "elmo-pretraining"
+    TRAINING_METADATA = "training_metadata.json"
+    CONVERSION_METADATA = "conversion_metadata.json"
+    EVAL_RESULTS = "eval_results.json"
+    PERPLEXITY_PLOT = "perplexity.png"
+    EVALUATION = "evaluation"
+
+    def __init__(self, root: str | os.PathLike):
+        self.root = Path(root)
+
+    def __repr__(self) -> str:
+        return f"RunFolder({str(self.root)!r})"
+
+    # ------------------------------------------------------------------ names
+    @property
+    def config_file(self) -> Path:
+        return self.root / self.CONFIG
+
+    @property
+    def weights_file(self) -> Path:
+        return self.root / self.WEIGHTS
+
+    @property
+    def weights_index_file(self) -> Path:
+        return self.root / self.WEIGHTS_INDEX
+
+    @property
+    def tokenizer_config_file(self) -> Path:
+        return self.root / self.TOKENIZER_CONFIG
+
+    @property
+    def vocab_file(self) -> Path:
+        return self.root / self.VOCAB
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.root / self.CHECKPOINTS
+
+    @property
+    def metrics_file(self) -> Path:
+        return self.root / self.METRICS
+
+    def examples_log_file(self, rank: int) -> Path:
+        """The ids of the examples process ``rank`` trained on, one JSON record per batch."""
+        return self.root / f"examples_rank{rank}.jsonl"
+
+    @property
+    def training_metadata_file(self) -> Path:
+        return self.root / self.TRAINING_METADATA
+
+    @property
+    def conversion_metadata_file(self) -> Path:
+        return self.root / self.CONVERSION_METADATA
+
+    @property
+    def eval_results_file(self) -> Path:
+        """The perplexities written at the end of a training run."""
+        return self.root / self.EVAL_RESULTS
+
+    @property
+    def perplexity_plot_file(self) -> Path:
+        return self.root / self.PERPLEXITY_PLOT
+
+    @property
+    def evaluation(self) -> EvaluationFolder:
+        """Where ``elmo evaluate`` writes by default."""
+        return EvaluationFolder(self.root / self.EVALUATION)
+
+    # ------------------------------------------------------------------ what the folder holds
+    def has_weights(self) -> bool:
+        return self.weights_file.is_file() or self.weights_index_file.is_file()
+
+    def has_model(self) -> bool:
+        """Whether a finished model can be loaded: ``config.json`` and safetensors weights."""
+        return self.config_file.is_file() and self.has_weights()
+
+    def has_tokenizer(self) -> bool:
+        return self.tokenizer_config_file.is_file()
+
+    def is_run(self) -> bool:
+        """Whether a training run wrote the folder (its metadata, checkpoints or metrics), finished or not."""
+        return self.training_metadata_file.is_file() or self.checkpoints_dir.is_dir() or self.metrics_file.is_file()
+
+    def is_conversion(self) -> bool:
+        """Whether ``elmo convert`` wrote the folder."""
+        return self.conversion_metadata_file.is_file()
+
+    def model_type(self) -> str | None:
+        """``model_type`` of ``config.json`` (None when there is no config); raises `ValueError` on a config that is
+        not a JSON object."""
+        config = read_json_object(self.config_file, "config")
+        if config is None:
+            return None
+        return config.get("model_type")
+
+    # ------------------------------------------------------------------ metadata and results
+    def read_training_metadata(self) -> dict[str, Any] | None:
+        return read_json_object(self.training_metadata_file, "training metadata")
+
+    def write_training_metadata(self, metadata: dict[str, Any]) -> None:
+        atomic_write_text(self.training_metadata_file, json.dumps(metadata, indent=1, sort_keys=True) + "\n")
+
+    def read_conversion_metadata(self) -> dict[str, Any] | None:
+        return read_json_object(self.conversion_metadata_file, "conversion metadata")
+
+    def results_files(self) -> list[Path]:
+        """The results files present: the run's ``eval_results.json``, then the evaluation suite's."""
+        return [path for path in (self.eval_results_file, self.evaluation.results_file) if path.is_file()]
+
+    def read_results(self) -> list[EvaluationResults]:
+        """Every results file of the folder, read strictly (`modeling_elmo.results.read_results`)."""
+        return [read_results(path) for path in self.results_files()]
+
+    def read_metrics(self) -> list[dict[str, Any]]:
+        """The records of ``metrics.jsonl`` (empty when there is none); raises `ValueError` naming the line of a
+        record that is not a JSON object."""
+        records = []
+        if self.metrics_file.is_file():
+            with open(self.metrics_file, encoding="utf-8") as handle:
+                for number, line in enumerate(handle, start=1):
+                    if not line.strip():
+                        continue
+                    try:
+                        record = json.loads(line)
+                    except json.JSONDecodeError as error:
+                        raise ValueError(f"{self.metrics_file}:{number}: not valid JSON ({error.msg}).") from None
+                    if not isinstance(record, dict):
+                        raise ValueError(f"{self.metrics_file}:{number}: expected a JSON object.")
+                    records.append(record)
+        return records
+
+    def plot_files(self) -> list[Path]:
+        """The plots present: the training curve, then the evaluation suite's plots."""
+        own = [self.perplexity_plot_file] if self.perplexity_plot_file.is_file() else []
+        return own + self.evaluation.plot_files()
