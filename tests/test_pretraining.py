@@ -275,8 +275,8 @@ def test_time_budget_counts_the_training_minutes_of_the_runs_before_a_resume(tmp
     assert pretrain_main(_run_args(corpus_files, out, *common, "--stop-after-steps", "3")) == 0
     state_file = CheckpointManager(out / "checkpoints").latest() / "trainer_state.json"
     state = json.loads(state_file.read_text())
-    assert 0 < state["train_seconds"] < 600
-    state["train_seconds"] = 30 * 60.0  # as if the first stage had used all of the 30 minutes
+    assert 0 < state["state"]["train_seconds"] < 600
+    state["state"]["train_seconds"] = 30 * 60.0  # as if the first stage had used all of the 30 minutes
     state_file.write_text(json.dumps(state))
     _fresh_accelerate_state_now()
     assert pretrain_main(_run_args(corpus_files, out, *common, "--resume-from-checkpoint", "latest")) == 0
@@ -375,18 +375,18 @@ def test_nonfinite_loss_skips_the_update_and_repeated_ones_stop_the_run(tmp_path
 
 
 def test_full_disk_during_checkpoint_keeps_the_previous_checkpoint(tmp_path, corpus_files, monkeypatch, caplog):
-    import accelerate.checkpointing
+    from modeling_elmo.pretraining import checkpoint
 
-    real_save = accelerate.checkpointing.save
+    real_save = checkpoint._save_tensors
     state = {"saves": 0}
 
-    def save(obj, path, *args, **kwargs):
+    def save(tensors, path):
         if "step_00000008" in str(path):
             state["saves"] += 1
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
-        return real_save(obj, path, *args, **kwargs)
+        return real_save(tensors, path)
 
-    monkeypatch.setattr(accelerate.checkpointing, "save", save)
+    monkeypatch.setattr(checkpoint, "_save_tensors", save)
     out = tmp_path / "disk-full"
     with caplog.at_level("ERROR"):
         assert pretrain_main(_run_args(corpus_files, out, "--max-steps", "10")) == 0
@@ -397,7 +397,7 @@ def test_full_disk_during_checkpoint_keeps_the_previous_checkpoint(tmp_path, cor
     assert names == ["latest", "step_00000004", "step_00000010"]  # no partial step_8, no temp folder
     # the surviving checkpoint is complete and resumable
     manager = CheckpointManager(out / "checkpoints")
-    assert manager.read_state(out / "checkpoints" / "step_00000004")["global_step"] == 4
+    assert manager.read_state(out / "checkpoints" / "step_00000004")["state"]["global_step"] == 4
 
 
 def test_vocabulary_that_does_not_match_the_checkpoint_is_rejected(tmp_path, corpus_files):
@@ -462,7 +462,7 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path, corpus_files):
     assert proc.returncode == 0, output[-2000:]
     assert "signal SIGTERM" in output
     latest = CheckpointManager(out / "checkpoints").latest()
-    assert latest is not None and CheckpointManager.read_state(latest)["global_step"] >= 2
+    assert latest is not None and CheckpointManager.read_state(latest)["state"]["global_step"] >= 2
 
 
 def _launch_two_processes(files: dict[str, Path], out: Path, *extra: str) -> subprocess.CompletedProcess:
