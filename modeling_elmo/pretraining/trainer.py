@@ -71,14 +71,24 @@ def model_config_dict(args: PretrainingArguments) -> dict[str, Any]:
     return config
 
 
+def _negative_samples(model_config: dict[str, Any]) -> int:
+    import inspect
+
+    from ..configuration_elmo import ElmoConfig
+
+    default = inspect.signature(ElmoConfig.__init__).parameters["num_negative_samples"].default
+    return model_config.get("num_negative_samples", default)
+
+
 def build_config(model_config: dict[str, Any], vocab_size: int):
     """The run's `ElmoConfig`, built once, validated by its construction; errors name the flags to change."""
     from ..configuration_elmo import ElmoConfig
 
-    if model_config.get("lm_softmax") == "sampled" and model_config.get("num_negative_samples", 8192) >= vocab_size:
+    negatives = _negative_samples(model_config)
+    if model_config.get("lm_softmax") == "sampled" and isinstance(negatives, int) and negatives >= vocab_size:
         raise ValueError(
-            f"--lm-softmax sampled draws {model_config.get('num_negative_samples', 8192)} negative samples per batch, but the "
-            f"vocabulary has {vocab_size} words: pass --num-negative-samples below {vocab_size}, or --lm-softmax full.")
+            f"--lm-softmax sampled draws {negatives} negative samples per batch, but the vocabulary has {vocab_size} "
+            f"words: pass --num-negative-samples below {vocab_size}, or --lm-softmax full.")
     try:
         return ElmoConfig.from_dict({**model_config, "vocab_size": vocab_size})
     except (TypeError, ValueError) as error:
@@ -95,7 +105,8 @@ def _planned_vocab_size(args: PretrainingArguments, model_config: dict[str, Any]
     if model_config.get("vocab_size", 4) > 4:
         return model_config["vocab_size"]
     # not known before the data are counted: check everything else now, the softmax size once the vocabulary exists
-    return max(5, model_config.get("num_negative_samples", 0) + 1 if model_config.get("lm_softmax") == "sampled" else 5)
+    sampled = model_config.get("lm_softmax") == "sampled" and isinstance(_negative_samples(model_config), int)
+    return max(5, _negative_samples(model_config) + 1) if sampled else 5
 
 
 def check_inputs(args: PretrainingArguments) -> RunPlan:
