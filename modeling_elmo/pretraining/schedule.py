@@ -60,8 +60,8 @@ class BudgetScheduler:
 
     def observe(self, step: int, seconds: float) -> None:
         """Anchor the progress at a host sync: ``seconds`` of training after ``step`` updates (the same numbers on
-        every process)."""
-        progress = self.progress_at(step, seconds)
+        every process). The progress never goes back (the learning rate of a decaying schedule never rises)."""
+        progress = max(self.progress_at(step, seconds), self.current_progress())
         if step > self.anchor_step:
             self.progress_per_update = max(0.0, (progress - self.anchor_progress) / (step - self.anchor_step))
         self.anchor_step, self.anchor_progress = step, progress
