@@ -68,6 +68,7 @@ class Session:
     best: BestModel | None = None
     guard: NonfiniteGuard | None = None
     last_saved_step: int = -1
+    last_evaluated_step: int = -1
     stop_requested: str = ""
     examples_log: Any = None
     progress: Any = None
@@ -268,6 +269,7 @@ def evaluate_and_track(s: Session, state: TrainingState) -> str:
     """Validation perplexity at ``state.global_step``: log it, keep the best (and its weights with
     --load-best-model-at-end); returns ``"early stopping ..."`` once the patience is spent."""
     result = evaluate(s.unwrapped(), s.splits["validation"], s.collator, s.accelerator, s.args)
+    s.last_evaluated_step = state.global_step
     s.metrics.write({"step": state.global_step, "split": "validation", **metrics_record(result)})
     logger.info("update %d: validation perplexity %.2f", state.global_step, result.average)
     if s.args.report_to != "none":

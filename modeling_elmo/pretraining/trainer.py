@@ -352,7 +352,7 @@ def finish(s: Session, state: TrainingState, stop_reason: str, preempted: bool, 
     model = s.unwrapped()
     chosen_step = state.global_step
     if "validation" in s.splits and (s.args.load_best_model_at_end or s.args.early_stopping_patience):
-        if state.best_step != state.global_step:
+        if s.last_evaluated_step != state.global_step:
             evaluate_and_track(s, state)
         if s.args.load_best_model_at_end and state.best_step != state.global_step:
             s.best.load_into(model, state.best_step)
