@@ -14,6 +14,7 @@ import importlib.resources
 import json
 import math
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -212,12 +213,18 @@ def load_recipe(path: str | os.PathLike) -> dict[str, Any]:
     return out
 
 
+def _one_line_error(message: str) -> None:
+    print(f"pretrain: error: {message} (`pretrain --help` lists the options).", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def parse_args(argv: list[str] | None = None) -> PretrainingArguments:
     """Parse ``[--config recipe] [flags]``: recipe values become defaults, flags override them, and a data source
     on the command line replaces the recipe's data sources."""
     from transformers import HfArgumentParser
 
     parser = HfArgumentParser(PretrainingArguments, prog="pretrain", description="Pretrain an ELMo biLM with accelerate.")
+    parser.error = _one_line_error  # argparse would print a usage of some fifty lines first
     parser.add_argument("--config", default=None, help="A YAML recipe: a file, or a packaged recipe name (quickstart, ...); flags override it.")
     pre, _ = parser.parse_known_args(argv)
     if pre.config:
