@@ -185,3 +185,21 @@ def test_bad_input_is_one_line_on_stderr_in_a_real_process(tmp_path):
                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 2 and done.stderr.strip() == ("pretrain: error: argument --max_steps/--max-steps: invalid int "
                                                             "value: 'abc' (`pretrain --help` lists the options).")
+
+
+def test_unreachable_hub_outside_offline_mode_is_refused_in_seconds_before_anything_is_written(tmp_path, monkeypatch):
+    import huggingface_hub
+
+    from modeling_elmo.pretraining import data
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    probes = []
+    monkeypatch.setattr(data, "hub_reachable", lambda: probes.append(1) or False)  # as on a machine without a network
+    with pytest.raises(SystemExit) as exit_info:
+        pretrain_main(["--dataset-name", "wikitext", "--dataset-config-name", "wikitext-2-raw-v1", "--output-dir",
+                       str(tmp_path / "out")])
+    assert probes == [1]
+    assert __import__("re").match(
+        r"pretrain: error: --dataset-name wikitext: the Hugging Face Hub \(\S+\) cannot be reached; train offline on the "
+        r"packaged corpus \(--train-file builtin:austen-emma, the quick-start default\)", str(exit_info.value.code))
+    assert not (tmp_path / "out").exists()

@@ -224,6 +224,14 @@ def test_token_budget_batches_carry_similar_token_counts_sharded_and_determinist
     again = BucketBatchSampler(lengths, max_tokens=budget, seed=7, rank=1, num_replicas=2, bucket_size=20).rank_batches(1)
     assert again == shards[1]  # a resumed run (or process) computes the same batches
     assert BucketBatchSampler(lengths, max_tokens=budget, seed=7, rank=1, num_replicas=2, bucket_size=20).rank_batches(2) != again
+    import datasets
+
+    stream = datasets.IterableDataset.from_generator(
+        lambda: ({"word_ids": [4] * int(n), "oov": []} for n in lengths[:600]))
+    streamed = list(pdata_batching.iter_stream_batches(stream, 8, seed=1, epoch=0, rank=0, num_replicas=1, shuffle=True,
+                                                       buffer_batches=20, max_tokens=budget))
+    assert sum(len(b) for b in streamed) == 600  # every example once, each batch within the budget
+    assert max(len(b) * max(len(e["word_ids"]) for e in b) for b in streamed) <= budget
     lone = pdata_batching.cut_batches(np.array([1, 0]), np.array([500, 3]), None, budget)
     assert [b.tolist() for b in lone] == [[1], [0]]  # a sentence longer than the budget is a batch of its own
 
