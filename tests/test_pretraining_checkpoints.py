@@ -105,6 +105,18 @@ def test_resuming_never_unpickles_a_crafted_pickle_in_the_checkpoint(tmp_path, c
     assert not marker.exists() and RunFolder(out).has_model()
 
 
+def test_a_checkpoint_of_the_earlier_pickled_format_is_named_as_such(tmp_path, corpus):
+    out = tmp_path / "run"
+    assert _run(*_args(corpus, out, "--max-steps", "8", "--stop-after-steps", "4")) == 0
+    step = out / "checkpoints" / "step_00000004"
+    state = json.loads((step / ckpt.STATE_FILE).read_text())
+    (step / ckpt.STATE_FILE).write_text(json.dumps({"global_step": 4, **state["state"]}))  # the earlier layout
+    (step / "optimizer.bin").write_bytes(b"\x80\x04K\x01.")
+    with pytest.raises(SystemExit, match="has format None, not 1 .a checkpoint of an earlier version cannot be resumed; "
+                                         "start from a saved model with --init-from-model"):
+        _run(*_args(corpus, out, "--max-steps", "8", "--resume-from-checkpoint", "latest"))
+
+
 def test_optimizer_and_random_states_survive_the_safetensors_json_round_trip_exactly():
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 3)

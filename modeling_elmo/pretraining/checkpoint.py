@@ -191,8 +191,8 @@ def load_checkpoint(folder: Path, *, model: torch.nn.Module, optimizer: torch.op
     """Restore the model, optimiser, schedule, scaler and this process's random generators from ``folder``; returns
     its checked ``trainer_state.json``. Only safetensors and JSON are read."""
     folder = Path(folder)
-    check_checkpoint_files(folder)
     saved = read_trainer_state(folder)
+    check_checkpoint_files(folder)
     weights = _load_tensors(folder / MODEL_FILE)
     own = model.state_dict()
     if set(weights) != set(own) or any(weights[k].shape != own[k].shape for k in own):

@@ -136,8 +136,8 @@ def check_inputs(args: PretrainingArguments) -> RunPlan:
     resume_path = resume_state = None
     if args.resume_from_checkpoint:
         resume_path = CheckpointManager(run.checkpoints_dir).resolve(args.resume_from_checkpoint)
+        resume_state = read_trainer_state(resume_path)  # JSON only; an earlier version's checkpoint is named as such
         check_checkpoint_files(resume_path)
-        resume_state = read_trainer_state(resume_path)
         fixed = (resume_path / "vocab.txt", f"checkpoint {str(resume_path)!r}")
     if fixed is not None and args.vocab_file and Vocabulary.from_file(args.vocab_file) != Vocabulary.from_file(fixed[0]):
         given, vocab = Vocabulary.from_file(args.vocab_file), Vocabulary.from_file(fixed[0])
