@@ -198,6 +198,8 @@ def test_kill_during_a_checkpoint_write_resumes_exactly_without_duplicate_metric
     assert CheckpointManager(split / "checkpoints").latest().name == "step_00000004"
     assert (split / "checkpoints" / ".tmp-step_00000008").is_dir() and not RunFolder(split).has_model()
     monkeypatch.setattr("modeling_elmo.pretraining.loop.write_training_files", real_write)
+    with open(split / "metrics.jsonl", "a") as metrics:
+        metrics.write('{"step": 9, "train_lo')  # a record cut short by the kill
     assert _run(*_args(corpus, split, "--max-steps", "12", "--resume-from-checkpoint", "latest")) == 0
     steps = [r["step"] for r in map(json.loads, (split / "metrics.jsonl").read_text().splitlines()) if "train_loss" in r]
     assert steps == list(range(1, 13)), "records after the checkpoint are dropped, then written once"

@@ -152,10 +152,17 @@ class MetricsLog:
         self.enabled = enabled
 
     def truncate_after(self, step: int) -> None:
+        """Keep the records up to ``step``; a line cut short by a kill is dropped too."""
         if not self.enabled or not self.path.is_file():
             return
-        kept = [line for line in self.path.read_text(encoding="utf-8").splitlines()
-                if line.strip() and json.loads(line).get("step", 0) <= step]
+        kept = []
+        for line in self.path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(record, dict) and record.get("step", 0) <= step:
+                kept.append(line)
         atomic_write_text(self.path, "".join(line + "\n" for line in kept))
 
     def write(self, record: dict[str, Any]) -> None:
