@@ -8,7 +8,8 @@ A folder written by ``elmo pretrain --output-dir RUN``::
     configuration_elmo.py, lstm_kernels.py, modeling_elmo.py, tokenization_elmo.py
                                           the code files (trust_remote_code loading)
     checkpoints/                          training state: step_NNNNNNNN/ folders and ``latest`` naming the newest
-                                          (see modeling_elmo.pretraining.checkpoint)
+                                          (see modeling_elmo.pretraining.checkpoint); best/ holds the best validated
+                                          weights so far (--load-best-model-at-end)
     metrics.jsonl                         one JSON object per line: per logged update {step, epoch, train_loss,
                                           train_ppl, lr, tokens_per_s, tokens_seen[, grad_norm]}; per
                                           evaluation {step, split, perplexity, perplexity_forward,
@@ -144,6 +145,11 @@ class RunFolder:
     @property
     def checkpoints_dir(self) -> Path:
         return self.root / self.CHECKPOINTS
+
+    @property
+    def best_model_dir(self) -> Path:
+        """The best validated weights of a run so far (``elmo pretrain --load-best-model-at-end``)."""
+        return self.checkpoints_dir / "best"
 
     @property
     def metrics_file(self) -> Path:

@@ -100,11 +100,11 @@ def open_output_folder(run: RunFolder, mode: str, identity: dict[str, Any]) -> N
 
 # ----------------------------------------------------------------------------------------------- best model
 class BestModel:
-    """The best validated weights so far (``checkpoints/best/``): ``model.safetensors`` and ``best.json`` (step,
-    perplexity), each replaced atomically; every checkpoint links to the weights, so a resume restores them."""
+    """The best validated weights so far (`RunFolder.best_model_dir`): ``model.safetensors`` and ``best.json``
+    (step, perplexity), each replaced atomically; every checkpoint links to the weights, so a resume restores them."""
 
-    def __init__(self, checkpoints_dir: Path):
-        self.folder = Path(checkpoints_dir) / "best"
+    def __init__(self, folder: Path):
+        self.folder = Path(folder)
         self.weights = self.folder / "model.safetensors"
         self.info = self.folder / "best.json"
 

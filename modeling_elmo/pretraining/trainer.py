@@ -320,6 +320,34 @@ def resume(s: Session, plan: RunPlan) -> TrainingState:
     return state
 
 
+def fit_unigram_baseline(args: PretrainingArguments, data: PreparedData) -> UnigramBaseline:
+    """The add-one unigram model of the training targets every perplexity is compared with."""
+    counted = 100_000 if args.streaming else None
+    counts = dataset_target_counts(data.splits["train"], len(data.vocab), args.batching, max_examples=counted)
+    return UnigramBaseline.fit(counts, fitted_on="training data" + (f" (first {counted:,} examples)" if counted else ""))
+
+
+def start_logging(s: Session, state: TrainingState, data: PreparedData, config: Any) -> None:
+    """Trackers, the "Running" summary, the progress bar and the example-id log."""
+    args, accelerator = s.args, s.accelerator
+    if args.report_to != "none":
+        accelerator.init_trackers(RunFolder.TRACKER_LOGS, config={k: v if isinstance(v, (int, float, str, bool)) else str(v)
+                                                                  for k, v in vars(args).items()})
+    log_summary(s, data, config)
+    from tqdm.auto import tqdm
+
+    s.progress = tqdm(total=s.total_updates, initial=state.global_step, disable=not accelerator.is_local_main_process,
+                      desc="updates", dynamic_ncols=True)
+    if args.log_example_ids:
+        s.examples_log = open(s.run.examples_log_file(accelerator.process_index), "a", encoding="utf-8")
+
+
+def stop_logging(s: Session) -> None:
+    s.progress.close()
+    if s.examples_log is not None:
+        s.examples_log.close()
+
+
 def log_summary(s: Session, data: PreparedData, config: Any) -> None:
     args = s.args
     batch = f"{args.max_tokens_per_batch} tokens" if args.max_tokens_per_batch else f"{args.per_device_train_batch_size} sequences"
@@ -401,7 +429,6 @@ def finish(s: Session, state: TrainingState, stop_reason: str, preempted: bool, 
 def train(args: PretrainingArguments) -> int:
     """Pretrain an ELMo biLM as ``args`` say; returns the exit status."""
     from accelerate.utils import set_seed
-    from tqdm.auto import tqdm
 
     started = time.time()
     plan = check_inputs(args)  # bad input fails here, in seconds, before anything is written
@@ -425,25 +452,15 @@ def train(args: PretrainingArguments) -> int:
         checkpoints=CheckpointManager(plan.run.checkpoints_dir, keep_last=args.checkpoints_total_limit),
         metrics=MetricsLog(plan.run.metrics_file, accelerator.is_main_process), identity=identity,
         vocab_text="".join(w + "\n" for w in data.vocab.words), total_updates=total_updates,
-        best=BestModel(plan.run.checkpoints_dir) if args.load_best_model_at_end else None, guard=NonfiniteGuard(optimizer),
+        best=BestModel(plan.run.best_model_dir) if args.load_best_model_at_end else None, guard=NonfiniteGuard(optimizer),
     )
     state = resume(s, plan)
-    counted = 100_000 if args.streaming else None
-    baseline = UnigramBaseline.fit(dataset_target_counts(data.splits["train"], len(data.vocab), args.batching, max_examples=counted),
-                                   fitted_on="training data" + (f" (first {counted:,} examples)" if counted else ""))
-    if args.report_to != "none":
-        accelerator.init_trackers(RunFolder.TRACKER_LOGS, config={k: v if isinstance(v, (int, float, str, bool)) else str(v)
-                                                                  for k, v in vars(args).items()})
-    log_summary(s, data, config)
-    s.progress = tqdm(total=total_updates, initial=state.global_step, disable=not accelerator.is_local_main_process,
-                      desc="updates", dynamic_ncols=True)
-    s.examples_log = open(plan.run.examples_log_file(accelerator.process_index), "a", encoding="utf-8") if args.log_example_ids else None
+    baseline = fit_unigram_baseline(args, data)
+    start_logging(s, state, data, config)
     try:
         stop_reason, preempted = train_loop(s, state)
     finally:
-        s.progress.close()
-        if s.examples_log is not None:
-            s.examples_log.close()
+        stop_logging(s)
     return finish(s, state, stop_reason, preempted, baseline, started)
 
 
