@@ -64,6 +64,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .inference import DTYPES, ElmoEmbedder, load_elmo_tokenizer, make_batches
+from .launch import LaunchError, check_process_count, launched_processes, use_cpu_backend
 
 
 logger = logging.getLogger(__name__)
@@ -351,17 +352,14 @@ class _Processes:
 
     def __init__(self) -> None:
         self.state = None
-        launched = int(os.environ.get("WORLD_SIZE", "1"))
-        if launched > 1:
+        if launched_processes() > 1:
             from accelerate import PartialState
-            from accelerate.utils import parse_flag_from_env
 
-            # PartialState (unlike Accelerator) does not read ACCELERATE_USE_CPU itself.
-            self.state = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))
-            if self.state.num_processes != launched:  # e.g. `--multi_gpu` on a machine without GPUs
-                raise SystemExit(f"elmo embed: error: launched as {launched} processes but accelerate set up "
-                                 f"{self.state.num_processes} ({self.state.distributed_type}); on CPUs set "
-                                 "ACCELERATE_USE_CPU=1.")
+            self.state = PartialState(cpu=use_cpu_backend())
+            try:
+                check_process_count(self.state.num_processes, self.state.distributed_type)
+            except LaunchError as error:
+                raise SystemExit(f"elmo embed: error: {error}") from None
         self.index = self.state.process_index if self.state else 0
         self.count = self.state.num_processes if self.state else 1
 

@@ -1,8 +1,9 @@
-"""Small file helpers shared by the tools (not part of the Hub code files)."""
+"""Small file and network helpers shared by the tools (not part of the Hub code files)."""
 
 from __future__ import annotations
 
 import os
+import socket
 import tempfile
 from pathlib import Path
 
@@ -31,3 +32,18 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     """`atomic_write_bytes` for UTF-8 text."""
     atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether a TCP connection to the Hub endpoint (``HF_ENDPOINT``) opens within ``timeout`` seconds."""
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    url = urlparse(constants.ENDPOINT)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        with socket.create_connection((url.hostname, port), timeout=timeout):
+            return True
+    except OSError:
+        return False

@@ -8,7 +8,8 @@ A folder written by ``elmo pretrain --output-dir RUN``::
     configuration_elmo.py, lstm_kernels.py, modeling_elmo.py, tokenization_elmo.py
                                           the code files (trust_remote_code loading)
     checkpoints/                          training state: step_NNNNNNNN/ folders and ``latest`` naming the newest
-                                          (see modeling_elmo.pretraining.checkpoint)
+                                          (see modeling_elmo.pretraining.checkpoint); best/ holds the best validated
+                                          weights so far (--load-best-model-at-end)
     metrics.jsonl                         one JSON object per line: per logged update {step, epoch, train_loss,
                                           train_ppl, lr, tokens_per_s, tokens_seen[, grad_norm]}; per
                                           evaluation {step, split, perplexity, perplexity_forward,
@@ -16,6 +17,8 @@ A folder written by ``elmo pretrain --output-dir RUN``::
     examples_rank<R>.jsonl                the example ids process R trained on (--log-example-ids)
     elmo-pretraining/                     tracker logs (--report-to tensorboard, ...)
     training_metadata.json                the run's arguments, data and vocabulary fingerprints, counters
+    run.json                              what defines the run (arguments, model, data and vocabulary fingerprints):
+                                          written when it starts; one run per folder
     eval_results.json                     the final perplexities (docs/results.md)
     perplexity.png                        the training curve
     evaluation/                           what ``elmo evaluate RUN`` writes (`EvaluationFolder`)
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +109,7 @@ class RunFolder:
     METRICS = "metrics.jsonl"
     TRACKER_LOGS = "elmo-pretraining"
     TRAINING_METADATA = "training_metadata.json"
+    RUN_IDENTITY = "run.json"
     CONVERSION_METADATA = "conversion_metadata.json"
     EVAL_RESULTS = "eval_results.json"
     PERPLEXITY_PLOT = "perplexity.png"
@@ -142,6 +147,11 @@ class RunFolder:
         return self.root / self.CHECKPOINTS
 
     @property
+    def best_model_dir(self) -> Path:
+        """The best validated weights of a run so far (``elmo pretrain --load-best-model-at-end``)."""
+        return self.checkpoints_dir / "best"
+
+    @property
     def metrics_file(self) -> Path:
         return self.root / self.METRICS
 
@@ -152,6 +162,11 @@ class RunFolder:
     @property
     def training_metadata_file(self) -> Path:
         return self.root / self.TRAINING_METADATA
+
+    @property
+    def run_identity_file(self) -> Path:
+        """What defines the training run that writes the folder (``elmo pretrain``)."""
+        return self.root / self.RUN_IDENTITY
 
     @property
     def conversion_metadata_file(self) -> Path:
@@ -183,8 +198,22 @@ class RunFolder:
         return self.tokenizer_config_file.is_file()
 
     def is_run(self) -> bool:
-        """Whether a training run wrote the folder (its metadata, checkpoints or metrics), finished or not."""
-        return self.training_metadata_file.is_file() or self.checkpoints_dir.is_dir() or self.metrics_file.is_file()
+        """Whether a training run wrote the folder (its identity, metadata, checkpoints or metrics), finished or not."""
+        return (self.run_identity_file.is_file() or self.training_metadata_file.is_file() or self.checkpoints_dir.is_dir()
+                or self.metrics_file.is_file())
+
+    def is_run_artefact(self, name: str) -> bool:
+        """Whether a top-level entry ``name`` is one a training run writes (model, tokenizer, code, logs, results,
+        checkpoints, the evaluation folder, temporary files of an interrupted save)."""
+        fixed = {self.CONFIG, self.WEIGHTS, self.WEIGHTS_INDEX, *self.TOKENIZER_FILES, *self.CODE_FILES, self.CHECKPOINTS,
+                 self.METRICS, self.TRACKER_LOGS, self.TRAINING_METADATA, self.RUN_IDENTITY, self.EVAL_RESULTS,
+                 self.PERPLEXITY_PLOT, self.EVALUATION}
+        return (name in fixed or bool(re.fullmatch(r"model-\d+-of-\d+\.safetensors|examples_rank\d+\.jsonl", name))
+                or name.startswith(".tmp-") or bool(re.fullmatch(r"\..+\.tmp", name)))
+
+    def entries(self) -> list[Path]:
+        """The folder's top-level entries (none when it does not exist)."""
+        return sorted(self.root.iterdir()) if self.root.is_dir() else []
 
     def is_conversion(self) -> bool:
         """Whether ``elmo convert`` wrote the folder."""

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -43,3 +46,23 @@ def tiny_config():
     from modeling_elmo import ElmoConfig
 
     return ElmoConfig.from_json_file(str(REPO_ROOT / "configuration" / "elmo-tiny.json"))
+
+
+@pytest.fixture(scope="session")
+def installed_wheel(tmp_path_factory) -> Path:
+    """The package as a user gets it: a wheel built from a clean copy of the checkout, installed without
+    dependencies into a fresh ``--target`` folder (put it first on ``PYTHONPATH``; the dependencies are this
+    environment's). Built once per test session."""
+    root = tmp_path_factory.mktemp("wheel")
+    wheel_dir, site, source = root / "wheel", root / "site", root / "source"
+    # a copy without build outputs: setuptools would reuse a stale build/lib of the working tree
+    shutil.copytree(REPO_ROOT, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", "runs", "outputs", "results", ".pytest_cache"))
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]
+    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-q", str(source), "-w", str(wheel_dir)],
+                   check=True, capture_output=True, cwd=root)
+    (wheel,) = wheel_dir.glob("modeling_elmo-*.whl")
+    subprocess.run([*pip, "install", "--no-deps", "--no-index", "-q", "--target", str(site), str(wheel)],
+                   check=True, capture_output=True, cwd=root)
+    shutil.rmtree(source)
+    return site

@@ -556,18 +556,9 @@ def test_extra_plots_are_published_under_safe_names(model_folders, tmp_path):
 
 
 @pytest.mark.slow
-def test_wheel_ships_the_card_templates_and_the_installed_package_finds_them(tmp_path):
+def test_wheel_ships_the_card_templates_and_the_installed_package_finds_them(tmp_path, installed_wheel):
     """A wheel install (no source tree next to the package) still has the templates `elmo push` renders."""
-    wheel_dir, site, source = tmp_path / "wheel", tmp_path / "site", tmp_path / "source"
-    # a copy without build outputs: setuptools would reuse a stale build/lib of the working tree
-    shutil.copytree(REPO_ROOT, source, ignore=shutil.ignore_patterns(
-        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", "runs", "outputs", "results", ".pytest_cache"))
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]
-    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-q", str(source), "-w", str(wheel_dir)],
-                   check=True, capture_output=True, cwd=tmp_path)
-    (wheel,) = wheel_dir.glob("modeling_elmo-*.whl")
-    subprocess.run([*pip, "install", "--no-deps", "--no-index", "-q", "--target", str(site), str(wheel)],
-                   check=True, capture_output=True, cwd=tmp_path)
+    site = installed_wheel
     probe = ("import modeling_elmo.hub as h; print(h.__file__); "
              "print(*[h.default_template_path(k) for k in h.CARD_KINDS], sep='\\n')")
     env = {**os.environ, "PYTHONPATH": str(site)}

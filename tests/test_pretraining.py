@@ -40,6 +40,7 @@ from modeling_elmo.pretraining import (
     tokenize_batch,
     train_losses_by_step,
 )
+from modeling_elmo.pretraining import batching as pdata_batching
 from modeling_elmo.pretraining import data as pdata
 from modeling_elmo.pretraining import main as pretrain_main
 from modeling_elmo.results import read_results
@@ -207,6 +208,34 @@ def test_bucket_sampler_shards_are_disjoint_equal_and_deterministic():
     assert sorted(i for shard in evaluation for b in shard for i in b) == list(range(1003))
 
 
+def test_token_budget_batches_carry_similar_token_counts_sharded_and_deterministic():
+    lengths = np.random.default_rng(0).integers(1, 60, size=3000)
+    budget = 400
+    shards = [BucketBatchSampler(lengths, max_tokens=budget, seed=7, rank=r, num_replicas=2, bucket_size=20).rank_batches(1)
+              for r in range(2)]
+    flat = [i for shard in shards for batch in shard for i in batch]
+    assert len(flat) == len(set(flat)) and len(shards[0]) == len(shards[1])  # disjoint, equal counts (DDP)
+    padded = np.array([len(b) * lengths[b].max() for shard in shards for b in shard])
+    assert padded.max() <= budget
+    assert np.median(padded) >= 0.9 * budget  # full batches: as many sentences as the budget holds
+    fixed = BucketBatchSampler(lengths, int(budget / lengths.mean()), seed=7, bucket_size=20).rank_batches(1)
+    fixed_padded = np.array([len(b) * lengths[b].max() for b in fixed])
+    assert padded.std() / padded.mean() < 0.5 * fixed_padded.std() / fixed_padded.mean()  # steadier than a sentence count
+    again = BucketBatchSampler(lengths, max_tokens=budget, seed=7, rank=1, num_replicas=2, bucket_size=20).rank_batches(1)
+    assert again == shards[1]  # a resumed run (or process) computes the same batches
+    assert BucketBatchSampler(lengths, max_tokens=budget, seed=7, rank=1, num_replicas=2, bucket_size=20).rank_batches(2) != again
+    import datasets
+
+    stream = datasets.IterableDataset.from_generator(
+        lambda: ({"word_ids": [4] * int(n), "oov": []} for n in lengths[:600]))
+    streamed = list(pdata_batching.iter_stream_batches(stream, 8, seed=1, epoch=0, rank=0, num_replicas=1, shuffle=True,
+                                                       buffer_batches=20, max_tokens=budget))
+    assert sum(len(b) for b in streamed) == 600  # every example once, each batch within the budget
+    assert max(len(b) * max(len(e["word_ids"]) for e in b) for b in streamed) <= budget
+    lone = pdata_batching.cut_batches(np.array([1, 0]), np.array([500, 3]), None, budget)
+    assert [b.tolist() for b in lone] == [[1], [0]]  # a sentence longer than the budget is a batch of its own
+
+
 # ----------------------------------------------------------------------------------------------- recipes and flags
 def test_recipe_with_unknown_key_is_an_error_naming_the_key(tmp_path):
     recipe = tmp_path / "r.yaml"
@@ -275,8 +304,8 @@ def test_time_budget_counts_the_training_minutes_of_the_runs_before_a_resume(tmp
     assert pretrain_main(_run_args(corpus_files, out, *common, "--stop-after-steps", "3")) == 0
     state_file = CheckpointManager(out / "checkpoints").latest() / "trainer_state.json"
     state = json.loads(state_file.read_text())
-    assert 0 < state["train_seconds"] < 600
-    state["train_seconds"] = 30 * 60.0  # as if the first stage had used all of the 30 minutes
+    assert 0 < state["state"]["train_seconds"] < 600
+    state["state"]["train_seconds"] = 30 * 60.0  # as if the first stage had used all of the 30 minutes
     state_file.write_text(json.dumps(state))
     _fresh_accelerate_state_now()
     assert pretrain_main(_run_args(corpus_files, out, *common, "--resume-from-checkpoint", "latest")) == 0
@@ -374,19 +403,69 @@ def test_nonfinite_loss_skips_the_update_and_repeated_ones_stop_the_run(tmp_path
     assert not (out / "model.safetensors").exists()
 
 
-def test_full_disk_during_checkpoint_keeps_the_previous_checkpoint(tmp_path, corpus_files, monkeypatch, caplog):
-    import accelerate.checkpointing
+def test_a_nan_update_between_host_syncs_leaves_the_weights_untouched(tmp_path, corpus_files, monkeypatch):
+    original = ElmoForBidirectionalLM.forward
+    calls = {"n": 0}
 
-    real_save = accelerate.checkpointing.save
+    def forward(self, *args, **kwargs):
+        out = original(self, *args, **kwargs)
+        if self.training:
+            calls["n"] += 1
+            if calls["n"] == 3:
+                out.loss = out.loss * float("nan")
+        return out
+
+    monkeypatch.setattr(ElmoForBidirectionalLM, "forward", forward)
+    # logging every 10 updates: update 3's loss is never read on the host before the guard acts on it
+    poisoned, clean = tmp_path / "poisoned", tmp_path / "clean"
+    assert pretrain_main(_run_args(corpus_files, poisoned, "--max-steps", "3", "--logging-steps", "10", "--optimizer", "adamw")) == 0
+    _fresh_accelerate_state_now()
+    calls["n"] = -100  # no NaN in this run
+    assert pretrain_main(_run_args(corpus_files, clean, "--max-steps", "2", "--logging-steps", "10", "--optimizer", "adamw")) == 0
+    assert (poisoned / "model.safetensors").read_bytes() == (clean / "model.safetensors").read_bytes()
+    assert json.loads((poisoned / "training_metadata.json").read_text())["skipped_updates"] == 1
+
+
+@pytest.mark.parametrize("optimizer,fused,mode", [("adamw", True, "found_inf"), ("adagrad", True, "found_inf"),
+                                                  ("adagrad", False, "zero_gradients"), ("adamw", False, "host")])
+def test_nonfinite_guard_leaves_weights_and_optimizer_state_untouched_in_every_mode(optimizer, fused, mode):
+    from modeling_elmo.pretraining.loop import NonfiniteGuard
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(5, 3)
+    opt = (torch.optim.AdamW(model.parameters(), lr=0.1, weight_decay=0.1, fused=fused or None) if optimizer == "adamw"
+           else torch.optim.Adagrad(model.parameters(), lr=0.1, fused=fused or None))
+    guard = NonfiniteGuard(opt)
+    assert guard.mode == mode
+    model(torch.randn(4, 5)).pow(2).sum().backward()
+    guard.step(opt, torch.tensor(False))
+    before = [p.detach().clone() for p in model.parameters()]
+    state = {(i, k): v.clone() for i, p in enumerate(model.parameters()) for k, v in opt.state[p].items() if k != "step"}
+    opt.zero_grad()
+    (model(torch.randn(4, 5)).sum() * float("nan")).backward()
+    guard.step(opt, torch.tensor(True))
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    after = {(i, k): v for i, p in enumerate(model.parameters()) for k, v in opt.state[p].items() if k != "step"}
+    assert len(state) >= 2 and state.keys() == after.keys() and all(torch.equal(state[k], after[k]) for k in state)
+    opt.zero_grad()
+    model(torch.randn(4, 5)).pow(2).sum().backward()
+    guard.step(opt, torch.tensor(False))
+    assert not all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_full_disk_during_checkpoint_keeps_the_previous_checkpoint(tmp_path, corpus_files, monkeypatch, caplog):
+    from modeling_elmo.pretraining import checkpoint
+
+    real_save = checkpoint._save_tensors
     state = {"saves": 0}
 
-    def save(obj, path, *args, **kwargs):
+    def save(tensors, path):
         if "step_00000008" in str(path):
             state["saves"] += 1
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
-        return real_save(obj, path, *args, **kwargs)
+        return real_save(tensors, path)
 
-    monkeypatch.setattr(accelerate.checkpointing, "save", save)
+    monkeypatch.setattr(checkpoint, "_save_tensors", save)
     out = tmp_path / "disk-full"
     with caplog.at_level("ERROR"):
         assert pretrain_main(_run_args(corpus_files, out, "--max-steps", "10")) == 0
@@ -397,7 +476,7 @@ def test_full_disk_during_checkpoint_keeps_the_previous_checkpoint(tmp_path, cor
     assert names == ["latest", "step_00000004", "step_00000010"]  # no partial step_8, no temp folder
     # the surviving checkpoint is complete and resumable
     manager = CheckpointManager(out / "checkpoints")
-    assert manager.read_state(out / "checkpoints" / "step_00000004")["global_step"] == 4
+    assert manager.read_state(out / "checkpoints" / "step_00000004")["state"]["global_step"] == 4
 
 
 def test_vocabulary_that_does_not_match_the_checkpoint_is_rejected(tmp_path, corpus_files):
@@ -462,7 +541,7 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path, corpus_files):
     assert proc.returncode == 0, output[-2000:]
     assert "signal SIGTERM" in output
     latest = CheckpointManager(out / "checkpoints").latest()
-    assert latest is not None and CheckpointManager.read_state(latest)["global_step"] >= 2
+    assert latest is not None and CheckpointManager.read_state(latest)["state"]["global_step"] >= 2
 
 
 def _launch_two_processes(files: dict[str, Path], out: Path, *extra: str) -> subprocess.CompletedProcess:

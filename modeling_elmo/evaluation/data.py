@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlparse
+
+from ..io_utils import hub_reachable  # one probe for every command (re-exported here)
 
 __all__ = [
     "SENSE_LABEL_PATTERN",
@@ -301,19 +301,6 @@ def parse_wsd_record(obj: object, where: str = "<record>", lineno: int = 0) -> W
 # --------------------------------------------------------------------------------------------------
 class HubUnreachableError(ValueError):
     """A Hub dataset was needed but the Hub cannot be reached (and the dataset is not in the local cache)."""
-
-
-def hub_reachable(timeout: float = 3.0) -> bool:
-    """Whether a TCP connection to the Hub endpoint (``HF_ENDPOINT``) opens within ``timeout`` seconds."""
-    from huggingface_hub import constants
-
-    url = urlparse(constants.ENDPOINT)
-    port = url.port or (443 if url.scheme == "https" else 80)
-    try:
-        with socket.create_connection((url.hostname, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
 
 
 def _load_from_hub(path: str, **kwargs):

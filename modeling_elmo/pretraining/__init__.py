@@ -1,14 +1,18 @@
 """ELMo pretraining with accelerate: data, vocabulary, batching, checkpoints and the training loop.
 
-Launch with ``accelerate launch scripts/pretrain.py --config configuration/recipes/quickstart.yaml`` (or
-``elmo pretrain ...``); see the README section "Pretraining an ELMo biLM".
+Launch with ``accelerate launch scripts/pretrain.py --config quickstart`` (or ``elmo pretrain ...``); see
+docs/pretraining.md.
+
+Modules: `arguments` (options, presets, recipes, packaged corpora), `data` (reading, vocabulary, tokenisation),
+`batching` (samplers, collator), `state` (`TrainingState`, run identity, metrics), `schedule`, `checkpoint` (the
+safe checkpoint format), `output` (one run per folder, the final model), `evaluation`, `loop` (the training loop and
+its steps) and `trainer` (`train`, the skeleton, and `main`).
 """
 
 from .arguments import PretrainingArguments, load_recipe, parse_args
+from .batching import BucketBatchSampler, Collator
 from .checkpoint import CheckpointManager
 from .data import (
-    BucketBatchSampler,
-    Collator,
     Vocabulary,
     build_vocabulary,
     expand_text_files,
@@ -17,14 +21,19 @@ from .data import (
     tokenize_batch,
     tokenize_splits,
 )
-from .trainer import evaluate, main, read_metrics, train, train_losses_by_step
+from .evaluation import evaluate
+from .state import TrainingState, read_metrics, train_losses_by_step
+from .trainer import build_config, build_optimizer, main, train
 
 __all__ = [
     "BucketBatchSampler",
     "CheckpointManager",
     "Collator",
     "PretrainingArguments",
+    "TrainingState",
     "Vocabulary",
+    "build_config",
+    "build_optimizer",
     "build_vocabulary",
     "evaluate",
     "expand_text_files",

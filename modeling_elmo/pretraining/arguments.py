@@ -1,20 +1,29 @@
-"""Pretraining options: one dataclass, parsed from a YAML recipe plus command-line flags (flags win).
+"""Pretraining options: one dataclass, parsed from a YAML recipe plus command-line flags (flags win), every value
+range-checked before anything runs.
 
 Every field is a flag (``--train-file`` and ``--train_file`` both work) and a recipe key (``train_file`` or
-``train-file``); an unknown recipe key is an error naming the key.
+``train-file``); an unknown recipe key is an error naming the key. Presets (``--model-config elmo-tiny``), recipes
+(``--config quickstart``) and the quick-start corpus (``--train-file builtin:austen-emma``) are package data, found
+with `importlib.resources` wherever the package is installed.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib.resources
+import json
+import math
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+#: ``--train-file builtin:NAME`` (or ``builtin:NAME/SPLIT``) names a corpus shipped in `modeling_elmo.corpora`.
+BUILTIN_PREFIX = "builtin:"
+BUILTIN_SPLITS = ("train", "validation", "test")
 
 
 def _f(default: Any, help: str, **kwargs: Any) -> Any:
@@ -26,11 +35,11 @@ def _f(default: Any, help: str, **kwargs: Any) -> Any:
 @dataclass
 class PretrainingArguments:
     # ------------------------------------------------------------------ data
-    train_file: list[str] | None = _f(None, "Training text: files, globs or directories (one sentence or paragraph per line).", nargs="+")
-    validation_file: list[str] | None = _f(None, "Validation text (files, globs or directories).", nargs="+")
-    test_file: list[str] | None = _f(None, "Test text (files, globs or directories).", nargs="+")
-    dataset_name: str | None = _f(None, "A `datasets` dataset, e.g. `wikitext` (loaded with `datasets.load_dataset`).")
-    dataset_config_name: str | None = _f(None, "Its configuration, e.g. `wikitext-103-raw-v1`.")
+    train_file: list[str] | None = _f(None, "Training text: files, globs, directories or a packaged corpus (`builtin:austen-emma`); one sentence or paragraph per line.", nargs="+")
+    validation_file: list[str] | None = _f(None, "Validation text (files, globs, directories, `builtin:NAME`).", nargs="+")
+    test_file: list[str] | None = _f(None, "Test text (files, globs, directories, `builtin:NAME`).", nargs="+")
+    dataset_name: str | None = _f(None, "A `datasets` dataset, e.g. `wikitext` (loaded with `datasets.load_dataset`; replaces the recipe's files).")
+    dataset_config_name: str | None = _f(None, "Its configuration, e.g. `wikitext-2-raw-v1`.")
     text_column: str = _f("text", "Column holding the text in a Hub dataset.")
     streaming: bool = _f(False, "Stream the data instead of loading it (corpora larger than memory); needs --max-steps.")
     validation_split_percentage: float = _f(1.0, "Percent of training lines held out when there is no validation split (0 = none).")
@@ -48,6 +57,8 @@ class PretrainingArguments:
     max_sentence_length: int = _f(100, "Longer lines are cut into pieces of at most this many words.")
     per_device_train_batch_size: int = _f(64, "Sentences (or windows) per batch per process.")
     per_device_eval_batch_size: int = _f(64, "Sentences (or windows) per evaluation batch per process.")
+    max_tokens_per_batch: int | None = _f(None, "Batch by a token budget instead of a sentence count: each training batch holds as many "
+                                                "length-sorted sentences as fit in N padded tokens (replaces --per-device-train-batch-size).")
     bucket_size: int = _f(100, "Length bucketing: sort inside pools of this many batches (1 = no bucketing).")
     dataloader_num_workers: int = _f(0, "DataLoader worker processes.")
     # ------------------------------------------------------------------ model
@@ -57,10 +68,11 @@ class PretrainingArguments:
                                            "pretraining): its architecture and vocabulary are used; optimiser, schedule and "
                                            "data position start afresh. A resumed checkpoint's weights take precedence.")
     lm_softmax: str | None = _f(None, "Override the preset's training softmax: `full` or `sampled`.")
-    num_negative_samples: int | None = _f(None, "Override the number of negative samples of the sampled softmax.")
-    dropout: float | None = _f(None, "Override hidden_dropout_prob.")
+    num_negative_samples: int | None = _f(None, "Override the number of negative samples of the sampled softmax (fewer than the vocabulary's words).")
+    dropout: float | None = _f(None, "Override hidden_dropout_prob, in [0, 1).")
     # ------------------------------------------------------------------ optimisation
-    output_dir: str = _f("outputs/elmo-pretrained", "Where the model, checkpoints, metrics and plots go.")
+    output_dir: str = _f("outputs/elmo-pretrained", "The run's folder: model, checkpoints, metrics and plots. One run per folder.")
+    overwrite: bool = _f(False, "Clear --output-dir first when it holds another run (only the files a run writes are removed).")
     seed: int = _f(42, "Random seed (data order, initialisation, dropout, sampling).")
     optimizer: str = _f("adagrad", "`adagrad` (original: lr 0.2, initial accumulator 1.0) or `adamw`.")
     learning_rate: float | None = _f(None, "Peak learning rate (default 0.2 for adagrad, 1e-3 for adamw).")
@@ -68,8 +80,9 @@ class PretrainingArguments:
     weight_decay: float = _f(0.0, "AdamW weight decay (applied to matrices only).")
     adam_beta1: float = _f(0.9, "AdamW beta1.")
     adam_beta2: float = _f(0.999, "AdamW beta2.")
-    lr_scheduler_type: str = _f("constant", "transformers `get_scheduler` name: constant, constant_with_warmup, linear, cosine, ...")
-    warmup_steps: int = _f(0, "Warm-up updates.")
+    lr_scheduler_type: str = _f("constant", "transformers `get_scheduler` name: constant, constant_with_warmup, linear, cosine, ... "
+                                            "With --max-train-minutes: constant, constant_with_warmup, linear or cosine over the time budget.")
+    warmup_steps: float = _f(0, "Warm-up: a number of updates, or a fraction of the run in (0, 1) (of the time budget with --max-train-minutes).")
     num_train_epochs: float = _f(1.0, "Epochs (ignored when --max-steps is set).")
     max_steps: int | None = _f(None, "Total optimiser updates (overrides --num-train-epochs).")
     gradient_accumulation_steps: int = _f(1, "Micro-batches per update.")
@@ -80,12 +93,14 @@ class PretrainingArguments:
     # ------------------------------------------------------------------ checkpoints, logging, evaluation
     checkpointing_steps: int = _f(1000, "Save the training state every N updates (0 = only at the end).")
     checkpoints_total_limit: int = _f(2, "Keep the last K checkpoints.")
-    resume_from_checkpoint: str | None = _f(None, "`latest` or a checkpoint folder to continue from.")
+    resume_from_checkpoint: str | None = _f(None, "`latest` or a checkpoint folder to continue from (the run in --output-dir, same arguments).")
     stop_after_steps: int | None = _f(None, "Save a checkpoint and exit after this many updates without changing the schedule (time-sliced jobs).")
     max_train_minutes: float | None = _f(None, "Stop training after this many minutes of training in total, counting the runs a resumed checkpoint "
-                                       "came from (checkpoint, evaluation and final save still happen).")
-    logging_steps: int = _f(50, "Log train loss every N updates.")
+                                       "came from (checkpoint, evaluation and final save still happen); schedules run over this budget.")
+    logging_steps: int = _f(50, "Log the train loss every N updates; the trainer reads device values (loss, non-finite updates, stop requests) only then.")
     eval_steps: int = _f(0, "Evaluate on the validation split every N updates (0 = only at the end).")
+    early_stopping_patience: int | None = _f(None, "Stop after this many evaluations (--eval-steps) without a better validation perplexity.")
+    load_best_model_at_end: bool = _f(False, "Save the model of the best validation perplexity (evaluated every --eval-steps and at the end), not the last one.")
     report_to: str = _f("none", "accelerate trackers: `none`, `tensorboard`, `all`, ...")
     log_example_ids: bool = _f(False, "Write the ids of the examples each process trained on to examples_rank<R>.jsonl.")
     plot: bool = _f(True, "Write perplexity.png (train and validation perplexity) at the end.")
@@ -93,20 +108,98 @@ class PretrainingArguments:
 
 ARGUMENT_NAMES = {f.name for f in dataclasses.fields(PretrainingArguments)}
 _DEFAULTS = {f.name: (None if f.default is dataclasses.MISSING else f.default) for f in dataclasses.fields(PretrainingArguments)}
+#: The data sources: a source given on the command line replaces the recipe's (a recipe's files do not linger
+#: beside a --dataset-name, nor a recipe's dataset beside --train-file).
+DATA_SOURCE_FIELDS = ("train_file", "validation_file", "test_file", "dataset_name", "dataset_config_name")
 VALID_CHOICES = {
     "batching": ("sentences", "windows"),
     "optimizer": ("adagrad", "adamw"),
     "lm_softmax": (None, "full", "sampled"),
     "mixed_precision": (None, "no", "fp16", "bf16"),
 }
+#: Schedules that run over the elapsed fraction of a --max-train-minutes budget (see `schedule.py`).
+BUDGET_SCHEDULES = ("constant", "constant_with_warmup", "linear", "cosine")
 
 
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+# ----------------------------------------------------------------------------------------------- packaged files
+def _package_files(package: str) -> Any:
+    try:
+        return importlib.resources.files(package)
+    except ModuleNotFoundError:
+        raise ValueError(f"the package data {package} is not installed: install the package (`pip install -e .` in a "
+                         "checkout, or the wheel).") from None
+
+
+def configuration_files() -> Any:
+    """The packaged ``configuration/`` folder (presets, ``recipes/``, ``accelerate/``) as an importlib Traversable."""
+    return _package_files("modeling_elmo.configuration")
+
+
+def preset_names() -> list[str]:
+    return sorted(p.name[:-5] for p in configuration_files().iterdir() if p.name.startswith("elmo-") and p.name.endswith(".json"))
+
+
+def recipe_names() -> list[str]:
+    return sorted(p.name[:-5] for p in (configuration_files() / "recipes").iterdir() if p.name.endswith(".yaml"))
+
+
+def read_model_preset(name_or_path: str) -> dict[str, Any]:
+    """The config dict of a preset name (``elmo-tiny`` or ``tiny``) or of a ``config.json`` path."""
+    if os.path.isfile(name_or_path):
+        text = Path(name_or_path).read_text(encoding="utf-8")
+    else:
+        stem = name_or_path[:-5] if name_or_path.endswith(".json") else name_or_path
+        found = [configuration_files() / f"{n}.json" for n in (stem, f"elmo-{stem}")]
+        found = [p for p in found if p.is_file()]
+        if not found:
+            raise ValueError(f"--model-config {name_or_path!r} is neither a file nor a preset ({', '.join(preset_names())}).")
+        text = found[0].read_text(encoding="utf-8")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"--model-config {name_or_path!r} is not valid JSON ({error}).") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"--model-config {name_or_path!r} must hold a JSON object.")
+    return data
+
+
+def recipe_path(name_or_path: str) -> Any:
+    """A recipe file path, or the packaged recipe of that name (``quickstart``)."""
+    if os.path.isfile(name_or_path):
+        return Path(name_or_path)
+    stem = name_or_path[:-5] if name_or_path.endswith(".yaml") else name_or_path
+    packaged = configuration_files() / "recipes" / f"{stem}.yaml"
+    if os.sep not in name_or_path and packaged.is_file():
+        return packaged
+    raise ValueError(f"--config: recipe {name_or_path!r} is neither a file nor a packaged recipe ({', '.join(recipe_names())}).")
+
+
+def builtin_corpus_file(spec: str, default_split: str) -> str:
+    """The file of ``builtin:NAME`` (split ``default_split``) or ``builtin:NAME/SPLIT``."""
+    name, _, split = spec[len(BUILTIN_PREFIX):].partition("/")
+    split = split or default_split
+    corpora = _package_files("modeling_elmo.corpora")
+    available = sorted(p.name for p in corpora.iterdir() if (p / "README.md").is_file())
+    if name not in available:
+        raise ValueError(f"{spec!r}: no packaged corpus {name!r} (packaged: {', '.join(available)}).")
+    if split not in BUILTIN_SPLITS:
+        raise ValueError(f"{spec!r}: unknown split {split!r} (one of {', '.join(BUILTIN_SPLITS)}).")
+    return str(corpora / name / f"{split}.txt")
+
+
+# ----------------------------------------------------------------------------------------------- parsing
 def load_recipe(path: str | os.PathLike) -> dict[str, Any]:
-    """Read a YAML recipe; keys may use ``-`` or ``_``. Raises `ValueError` naming an unknown key."""
-    if not os.path.isfile(path):
-        raise ValueError(f"--config: recipe {os.fspath(path)!r} does not exist.")
-    with open(path, encoding="utf-8") as handle:
-        data = yaml.safe_load(handle) or {}
+    """Read a YAML recipe (a path or a packaged recipe name); keys may use ``-`` or ``_``. Raises `ValueError`
+    naming an unknown key."""
+    source = recipe_path(os.fspath(path))
+    try:
+        data = yaml.safe_load(source.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as error:
+        raise ValueError(f"recipe {os.fspath(path)!r} is not valid YAML ({error}).") from None
     if not isinstance(data, dict):
         raise ValueError(f"recipe {os.fspath(path)!r} must be a mapping of option names to values.")
     out = {}
@@ -120,15 +213,26 @@ def load_recipe(path: str | os.PathLike) -> dict[str, Any]:
     return out
 
 
+def _one_line_error(message: str) -> None:
+    print(f"elmo pretrain: error: {message} (`elmo pretrain --help` lists the options).", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def parse_args(argv: list[str] | None = None) -> PretrainingArguments:
-    """Parse ``[--config recipe.yaml] [flags]``: recipe values become defaults, flags override them."""
+    """Parse ``[--config recipe] [flags]``: recipe values become defaults, flags override them, and a data source
+    on the command line replaces the recipe's data sources."""
     from transformers import HfArgumentParser
 
-    parser = HfArgumentParser(PretrainingArguments, description="Pretrain an ELMo biLM with accelerate.")
-    parser.add_argument("--config", default=None, help="A YAML recipe (configuration/recipes/*.yaml); flags override it.")
+    parser = HfArgumentParser(PretrainingArguments, prog="pretrain", description="Pretrain an ELMo biLM with accelerate.")
+    parser.error = _one_line_error  # argparse would print a usage of some fifty lines first
+    parser.add_argument("--config", default=None, help="A YAML recipe: a file, or a packaged recipe name (quickstart, ...); flags override it.")
     pre, _ = parser.parse_known_args(argv)
     if pre.config:
         recipe = load_recipe(pre.config)
+        bare = parser.parse_args(argv)  # what the command line itself says, before the recipe's defaults
+        given = {k for k in DATA_SOURCE_FIELDS if getattr(bare, k) != _DEFAULTS[k]}
+        if given:
+            recipe = {k: v for k, v in recipe.items() if k not in DATA_SOURCE_FIELDS}
         parser.set_defaults(**recipe)
     namespace = parser.parse_args(argv)
     values = {k: v for k, v in vars(namespace).items() if k in ARGUMENT_NAMES}
@@ -142,56 +246,73 @@ def parse_args(argv: list[str] | None = None) -> PretrainingArguments:
 
 
 def validate(args: PretrainingArguments) -> None:
+    """Raise `ValueError` naming the flag and its value for any value out of range or any impossible combination."""
     for name, choices in VALID_CHOICES.items():
         if getattr(args, name) not in choices:
-            raise ValueError(f"--{name.replace('_', '-')} must be one of {[c for c in choices if c]}, got {getattr(args, name)!r}.")
-    positive = ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps", "window_size",
-                "max_sentence_length", "checkpoints_total_limit", "logging_steps", "max_consecutive_nonfinite")
-    for name in positive:
-        if getattr(args, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}.")
-    for name in ("max_steps", "stop_after_steps", "max_train_examples", "max_eval_examples"):
+            raise ValueError(f"{flag(name)} must be one of {[c for c in choices if c]}, got {getattr(args, name)!r}.")
+
+    def integer(name: str, minimum: int, optional: bool = False) -> None:
         value = getattr(args, name)
-        if value is not None and value < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}.")
+        if value is None and optional:
+            return
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ValueError(f"{flag(name)} must be an integer >= {minimum}, got {value!r}.")
+
+    def number(name: str, low: float, high: float = math.inf, *, low_open: bool = False, high_open: bool = True,
+               optional: bool = False) -> None:
+        value = getattr(args, name)
+        if value is None and optional:
+            return
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        ok = ok and (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
+        if not ok:
+            interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+            raise ValueError(f"{flag(name)} must be a number in {interval}, got {value!r}.")
+
+    for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
+                 "max_sentence_length", "checkpoints_total_limit", "logging_steps", "max_consecutive_nonfinite",
+                 "bucket_size", "min_count"):
+        integer(name, 1)
+    integer("window_size", 2)
+    for name in ("checkpointing_steps", "eval_steps", "dataloader_num_workers", "seed"):
+        integer(name, 0)
+    for name in ("max_steps", "stop_after_steps", "max_train_examples", "max_eval_examples", "num_negative_samples",
+                 "max_tokens_per_batch", "preprocessing_num_workers", "early_stopping_patience"):
+        integer(name, 1, optional=True)
+    integer("vocab_size", 5, optional=True)
+    number("learning_rate", 0, optional=True)
+    for name in ("adagrad_initial_accumulator", "weight_decay", "warmup_steps"):
+        number(name, 0)
+    for name in ("adam_beta1", "adam_beta2"):
+        number(name, 0, 1)
+    number("dropout", 0, 1, optional=True)
+    number("max_grad_norm", 0, optional=True)
+    number("validation_split_percentage", 0, 100)
+    for name in ("loss_multiplier", "num_train_epochs", "max_train_minutes"):
+        number(name, 0, low_open=True, optional=name == "max_train_minutes")
+    if args.warmup_steps >= 1 and args.warmup_steps != int(args.warmup_steps):
+        raise ValueError(f"--warmup-steps must be a whole number of updates or a fraction in (0, 1), got {args.warmup_steps!r}.")
+
+    from transformers import SchedulerType
+
+    schedulers = [s.value for s in SchedulerType if s.value not in ("reduce_lr_on_plateau", "greedy")]
+    if args.lr_scheduler_type not in schedulers:
+        raise ValueError(f"--lr-scheduler-type must be one of {schedulers}, got {args.lr_scheduler_type!r}.")
+    if args.max_train_minutes is not None and args.lr_scheduler_type not in BUDGET_SCHEDULES:
+        raise ValueError(f"--lr-scheduler-type {args.lr_scheduler_type} cannot run over a --max-train-minutes budget; "
+                         f"use one of {list(BUDGET_SCHEDULES)}.")
     if args.streaming and not args.max_steps:
         raise ValueError("--streaming needs --max-steps (a stream has no known length).")
     if not args.train_file and not args.dataset_name:
         raise ValueError("no training data: pass --train-file or --dataset-name (or a --config recipe that sets one).")
-
-
-INIT_MODEL_FILES = ("config.json", "model.safetensors", "vocab.txt")
-DEFAULT_MODEL_CONFIG = "elmo-tiny"
-
-
-def check_init_model_folder(args: PretrainingArguments) -> None:
-    """--init-from-model must name a complete saved language model (checked when a run starts, not when a recipe
-    is parsed: the folder may be the output of an earlier stage)."""
-    if args.init_from_model is None:
-        return
-    folder = Path(args.init_from_model)
-    missing = [name for name in INIT_MODEL_FILES if not (folder / name).is_file()]
-    if missing:
-        raise ValueError(f"--init-from-model {args.init_from_model!r} is not a saved ELMo language model folder: "
-                         f"{', '.join(missing)} missing (a folder written by pretraining or `save_pretrained` is needed).")
-
-
-def model_config_path(args: PretrainingArguments) -> Path:
-    """The config.json the run's architecture comes from: --model-config, else --init-from-model's, else elmo-tiny."""
-    if args.model_config is not None:
-        return resolve_model_config(args.model_config)
-    if args.init_from_model is not None:
-        return Path(args.init_from_model) / "config.json"
-    return resolve_model_config(DEFAULT_MODEL_CONFIG)
-
-
-def resolve_model_config(name_or_path: str) -> Path:
-    """A preset name (``elmo-tiny``) or a path to a ``config.json``."""
-    candidates = [Path(name_or_path)]
-    stem = name_or_path[:-5] if name_or_path.endswith(".json") else name_or_path
-    candidates += [REPO_ROOT / "configuration" / f"{stem}.json", REPO_ROOT / "configuration" / f"elmo-{stem}.json"]
-    for candidate in candidates:
-        if candidate.is_file():
-            return candidate
-    presets = sorted(p.stem for p in (REPO_ROOT / "configuration").glob("elmo-*.json"))
-    raise ValueError(f"--model-config {name_or_path!r} is neither a file nor a preset ({', '.join(presets) or 'none found'}).")
+    if args.overwrite and args.resume_from_checkpoint:
+        raise ValueError("--overwrite (start the run afresh) and --resume-from-checkpoint (continue it) exclude each other.")
+    for name in ("early_stopping_patience", "load_best_model_at_end"):
+        if getattr(args, name) and not args.eval_steps:
+            raise ValueError(f"{flag(name)} needs --eval-steps N (the validation perplexity every N updates).")
+    if args.max_tokens_per_batch is not None:
+        longest = args.max_sentence_length if args.batching == "sentences" else args.window_size
+        if args.max_tokens_per_batch < longest:
+            what = "--max-sentence-length" if args.batching == "sentences" else "--window-size"
+            raise ValueError(f"--max-tokens-per-batch ({args.max_tokens_per_batch}) must hold at least one example of "
+                             f"{what} ({longest}) tokens.")

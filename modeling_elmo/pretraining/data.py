@@ -19,9 +19,7 @@ The pipeline (every stage is a plain function, tested on its own):
    Each example stores ``word_ids`` (int32, ``<UNK>`` = 3 for out-of-vocabulary words), the out-of-vocabulary
    words themselves in ``oov`` (inputs always use the full character encoding of the word, as in the original),
    and ``length``.
-4. `BucketBatchSampler` shuffles (deterministically from ``seed`` and the epoch), groups sentences of similar
-   length, and gives every process a disjoint share of the batches; `Collator` builds the character ids from a
-   cached table of the vocabulary's words (``(V, 50)``) plus the out-of-vocabulary words.
+Batching (`BucketBatchSampler`, `Collator`) is in `batching.py`.
 """
 
 from __future__ import annotations
@@ -39,12 +37,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from ..configuration_elmo import BOS_ID, EOS_ID, SPECIAL_WORDS, UNK_ID
-from ..io_utils import atomic_write_text
+from ..io_utils import atomic_write_text, hub_reachable
 from ..lm_scoring import LAYOUTS as BATCHING_MODES
 from ..tokenization_elmo import BOS_CHAR_IDS, EOS_CHAR_IDS, encode_words
+from .arguments import BUILTIN_PREFIX, builtin_corpus_file
+from .batching import example_lengths  # noqa: F401  (re-exported: part of the data pipeline's API)
 
 logger = logging.getLogger(__name__)
 
@@ -53,18 +52,38 @@ _TOKENIZATION_VERSION = "1"
 
 
 # ----------------------------------------------------------------------------------------------- reading text
+_SPLIT_OF_FLAG = {"--train-file": "train", "--validation-file": "validation", "--test-file": "test"}
+#: Bytes read from the start of each file to tell text from binary data.
+_SNIFF_BYTES = 8192
+
+
+def check_is_text(path: str, what: str) -> None:
+    """Raise `ValueError` when ``path`` starts like a binary file (a NUL byte in its first 8 KB): a compressed or
+    binary file would otherwise train on garbage. Invalid UTF-8 alone is not refused (see `iter_text_lines`)."""
+    with open(path, "rb") as handle:
+        head = handle.read(_SNIFF_BYTES)
+    if b"\x00" in head:
+        raise ValueError(f"{what}: {path!r} is not text (a NUL byte at offset {head.index(bytes(1))}); pass UTF-8 text, "
+                         "one sentence per line (decompress .gz/.bz2 files first).")
+
+
 def expand_text_files(patterns: str | Sequence[str], what: str = "--train-file") -> list[str]:
-    """Expand files, globs and directories into a sorted list of non-empty files.
+    """Expand files, globs, directories and packaged corpora (``builtin:NAME``) into a sorted list of non-empty
+    text files.
 
     A directory contributes every non-hidden regular file under it (recursively): the 1B Word Benchmark's shards
-    have no extension. Raises `ValueError` naming the pattern when it matches nothing, a named file is missing or
-    empty, or everything it matches is empty.
+    have no extension. ``builtin:NAME`` is the split of the packaged corpus that ``what`` reads (``--train-file``:
+    train, ``--validation-file``: validation, ``--test-file``: test) or ``builtin:NAME/SPLIT``. Raises `ValueError`
+    naming the pattern when it matches nothing, a named file is missing, empty or binary, or everything it matches is
+    empty.
     """
     if isinstance(patterns, (str, os.PathLike)):
         patterns = [patterns]
     files: list[str] = []
     for pattern in patterns:
         pattern = os.fspath(pattern)
+        if pattern.startswith(BUILTIN_PREFIX):
+            pattern = builtin_corpus_file(pattern, _SPLIT_OF_FLAG.get(what, "train"))
         if os.path.isdir(pattern):
             found = sorted(
                 os.path.join(root, name)
@@ -92,7 +111,41 @@ def expand_text_files(patterns: str | Sequence[str], what: str = "--train-file")
         files.extend(f for f in found if os.path.getsize(f) > 0)
     if not files:
         raise ValueError(f"{what}: no text files given.")
+    for path in files:
+        check_is_text(path, what)
     return files
+
+
+class HubUnreachableError(ValueError):
+    """A Hub dataset was asked for, but the Hub cannot be reached and no local copy is cached."""
+
+
+_OFFLINE_ALTERNATIVE = ("train offline on the packaged corpus (--train-file builtin:austen-emma, the quick-start "
+                        "default) or on your own text (--train-file FILES)")
+
+
+def check_hub_dataset(dataset_name: str) -> None:
+    """Raise `HubUnreachableError` within seconds when ``dataset_name`` must come from the Hub but the Hub cannot be
+    reached (a local dataset folder passes; in offline mode the cache is tried when the data are loaded)."""
+    from huggingface_hub import constants, is_offline_mode
+
+    if os.path.exists(dataset_name) or is_offline_mode():
+        return
+    if not hub_reachable():
+        raise HubUnreachableError(f"--dataset-name {dataset_name}: the Hugging Face Hub ({constants.ENDPOINT}) cannot be "
+                                  f"reached; {_OFFLINE_ALTERNATIVE}, or set HF_HUB_OFFLINE=1 to use a cached copy.")
+
+
+def load_hub_dataset(dataset_name: str, config_name: str | None, **kwargs: Any) -> Any:
+    """``datasets.load_dataset``, with one clear error when the Hub is needed and cannot be reached."""
+    import datasets
+
+    check_hub_dataset(dataset_name)
+    try:
+        return datasets.load_dataset(dataset_name, config_name, **kwargs)
+    except ConnectionError as error:  # offline mode and nothing cached
+        raise HubUnreachableError(f"--dataset-name {dataset_name}: not in the local datasets cache and the Hub cannot be "
+                                  f"reached ({error}); {_OFFLINE_ALTERNATIVE}.") from None
 
 
 @dataclass
@@ -182,7 +235,7 @@ def load_raw_splits(
         raise ValueError("no training data: pass --train-file (files, globs or directories) or --dataset-name.")
     splits: dict[str, Any] = {}
     if dataset_name:
-        hub = datasets.load_dataset(dataset_name, dataset_config_name, cache_dir=cache_dir, streaming=streaming)
+        hub = load_hub_dataset(dataset_name, dataset_config_name, cache_dir=cache_dir, streaming=streaming)
         for split in ("train", "validation", "test"):
             if split in hub:
                 ds = hub[split]
@@ -205,6 +258,12 @@ def load_raw_splits(
         else:
             if not 0 < validation_split_percentage < 100:
                 raise ValueError(f"--validation-split-percentage must be in (0, 100), got {validation_split_percentage}.")
+            lines = len(splits["train"])
+            held_out = math.ceil(lines * validation_split_percentage / 100.0)
+            if held_out >= lines:
+                raise ValueError(
+                    f"the training data has {lines} line(s): too few to hold out {validation_split_percentage:g}% for "
+                    "validation; pass --validation-file, or --validation-split-percentage 0 for no validation.")
             held = splits["train"].train_test_split(test_size=validation_split_percentage / 100.0, seed=seed, shuffle=True)
             splits["train"], splits["validation"] = held["train"].flatten_indices(), held["test"].flatten_indices()
     return splits
@@ -431,192 +490,3 @@ def tokenize_splits(
         if len(out[split]) == 0:
             raise ValueError(f"the {split} split contains no words after tokenisation.")
     return out
-
-
-def example_lengths(dataset: Any) -> np.ndarray:
-    """The ``length`` column as an int64 numpy array."""
-    column = dataset.with_format("arrow")["length"]  # a pyarrow array: no per-row Python work
-    return np.asarray(column.to_numpy() if hasattr(column, "to_numpy") else column, dtype=np.int64)
-
-
-# ----------------------------------------------------------------------------------------------- batching
-class BucketBatchSampler:
-    """Deterministic, length-bucketed, sharded batches.
-
-    For epoch ``e`` the examples are permuted with ``numpy.random.default_rng([seed, e])`` (or kept in order when
-    ``shuffle`` is false), cut into pools of ``bucket_size`` batches, sorted by length inside each pool, cut into
-    batches of ``batch_size`` examples, and the batch order is shuffled again. Process ``rank`` of
-    ``num_replicas`` takes batches ``rank, rank + num_replicas, ...``; with ``drop_last`` every process gets the
-    same number of batches (needed by DDP), otherwise the remainder goes to the first processes.
-    """
-
-    def __init__(
-        self,
-        lengths: Sequence[int] | np.ndarray,
-        batch_size: int,
-        *,
-        shuffle: bool = True,
-        seed: int = 0,
-        rank: int = 0,
-        num_replicas: int = 1,
-        bucket_size: int = 100,
-        drop_last: bool = True,
-    ):
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
-        if not 0 <= rank < num_replicas:
-            raise ValueError(f"rank {rank} is not in [0, {num_replicas}).")
-        self.lengths = np.asarray(lengths, dtype=np.int64)
-        self.batch_size = batch_size
-        self.shuffle = shuffle
-        self.seed = seed
-        self.rank = rank
-        self.num_replicas = num_replicas
-        self.bucket_size = max(1, bucket_size)
-        self.drop_last = drop_last
-
-    def global_batches(self, epoch: int) -> list[np.ndarray]:
-        n = len(self.lengths)
-        rng = np.random.default_rng([self.seed, epoch])
-        order = rng.permutation(n) if self.shuffle else np.arange(n)
-        pool = self.batch_size * self.bucket_size
-        batches: list[np.ndarray] = []
-        for start in range(0, n, pool):
-            chunk = order[start : start + pool]
-            if self.bucket_size > 1:
-                chunk = chunk[np.argsort(self.lengths[chunk], kind="stable")]
-            batches.extend(chunk[i : i + self.batch_size] for i in range(0, len(chunk), self.batch_size))
-        if self.drop_last and batches and len(batches[-1]) < self.batch_size:
-            # Pools are full except the last, so only the very last batch can be short.
-            batches.pop()
-        if self.shuffle:
-            batches = [batches[i] for i in rng.permutation(len(batches))]
-        return batches
-
-    def rank_batches(self, epoch: int) -> list[list[int]]:
-        batches = self.global_batches(epoch)
-        if self.drop_last:
-            batches = batches[: len(batches) - len(batches) % self.num_replicas]
-        return [b.tolist() for b in batches[self.rank :: self.num_replicas]]
-
-    def num_batches(self) -> int:
-        """Batches per epoch for this process (with ``drop_last``: the same on every process)."""
-        full = len(self.lengths) // self.batch_size if self.drop_last else math.ceil(len(self.lengths) / self.batch_size)
-        if self.drop_last:
-            return full // self.num_replicas
-        return len(range(self.rank, full, self.num_replicas))
-
-
-class FixedBatches:
-    """A batch sampler over a precomputed list of batches (the remainder of an epoch after a resume)."""
-
-    def __init__(self, batches: list[list[int]]):
-        self.batches = batches
-
-    def __iter__(self):
-        return iter(self.batches)
-
-    def __len__(self) -> int:
-        return len(self.batches)
-
-
-@dataclass
-class Collator:
-    """Pad a list of tokenised examples into model inputs.
-
-    Returns ``input_ids`` (B, T, 50) character ids (vocabulary rows from ``char_table``; out-of-vocabulary words
-    encoded from their characters), ``attention_mask`` (B, T), ``labels`` (B, T) word ids with -100 at padding,
-    ``lengths`` (B,) and ``example_ids`` when the examples carry an ``index``.
-    """
-
-    char_table: np.ndarray
-    pad_to_multiple_of: int | None = None
-    _width: int = field(init=False)
-
-    def __post_init__(self):
-        self._width = self.char_table.shape[1]
-
-    def __call__(self, examples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
-        lengths = [len(ex["word_ids"]) for ex in examples]
-        T = max(max(lengths), 1)
-        if self.pad_to_multiple_of:
-            T = -(-T // self.pad_to_multiple_of) * self.pad_to_multiple_of
-        B = len(examples)
-        word_ids = np.zeros((B, T), dtype=np.int64)
-        for b, ex in enumerate(examples):
-            word_ids[b, : lengths[b]] = ex["word_ids"]
-        chars = self.char_table[word_ids]  # (B, T, 50); <pad> rows are zeros
-        unknown = np.argwhere(word_ids == UNK_ID)
-        if len(unknown):
-            oov_words = [w for ex in examples for w in ex["oov"]]
-            if len(oov_words) != len(unknown):
-                raise ValueError(f"corrupt example: {len(unknown)} <UNK> ids but {len(oov_words)} stored out-of-vocabulary words.")
-            chars[unknown[:, 0], unknown[:, 1]] = encode_words(oov_words, self._width)
-        mask = np.arange(T)[None, :] < np.asarray(lengths)[:, None]
-        labels = np.where(mask, word_ids, -100)
-        batch = {
-            "input_ids": torch.from_numpy(chars),
-            "attention_mask": torch.from_numpy(mask.astype(np.int64)),
-            "labels": torch.from_numpy(labels),
-            "lengths": torch.tensor(lengths, dtype=torch.long),
-        }
-        if examples and "index" in examples[0]:
-            batch["example_ids"] = torch.tensor([ex["index"] for ex in examples], dtype=torch.long)
-        return batch
-
-
-class IndexedDataset(torch.utils.data.Dataset):
-    """A map-style ``datasets.Dataset`` whose items also carry their ``index`` (for logging who saw what)."""
-
-    def __init__(self, dataset: Any):
-        self.dataset = dataset
-
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def __getitem__(self, index: int) -> dict[str, Any]:
-        item = dict(self.dataset[int(index)])
-        item["index"] = int(index)
-        return item
-
-    def __getitems__(self, indices: list[int]) -> list[dict[str, Any]]:
-        rows = self.dataset[[int(i) for i in indices]]
-        return [
-            {"word_ids": ids, "oov": oov, "index": int(i)}
-            for ids, oov, i in zip(rows["word_ids"], rows["oov"], indices)
-        ]
-
-
-def iter_stream_batches(
-    dataset: Any, batch_size: int, *, seed: int, epoch: int, rank: int, num_replicas: int, shuffle: bool, buffer_batches: int = 100, drop_last: bool = True
-) -> Iterator[list[dict[str, Any]]]:
-    """Batches of examples from an ``IterableDataset`` (streaming): this process's shard
-    (``split_dataset_by_node``), a seeded shuffle buffer, then length bucketing inside pools of ``buffer_batches``
-    batches. Deterministic given ``seed`` and ``epoch``."""
-    from datasets.distributed import split_dataset_by_node
-
-    ds = split_dataset_by_node(dataset, rank=rank, world_size=num_replicas) if num_replicas > 1 else dataset
-    if shuffle:
-        ds = ds.shuffle(seed=seed, buffer_size=max(batch_size * buffer_batches, 1000))
-        ds.set_epoch(epoch)
-    rng = np.random.default_rng([seed, epoch, rank])
-    pool: list[dict[str, Any]] = []
-
-    def flush(pool: list[dict[str, Any]], final: bool) -> Iterator[list[dict[str, Any]]]:
-        pool = sorted(pool, key=lambda ex: len(ex["word_ids"]))
-        batches = [pool[i : i + batch_size] for i in range(0, len(pool), batch_size)]
-        if final and drop_last and batches and len(batches[-1]) < batch_size:
-            batches.pop()
-        order = rng.permutation(len(batches)) if shuffle else range(len(batches))
-        for i in order:
-            yield batches[i]
-
-    for example in ds:
-        if not example["word_ids"]:
-            continue
-        pool.append({"word_ids": example["word_ids"], "oov": example["oov"]})
-        if len(pool) >= batch_size * buffer_batches:
-            yield from flush(pool, final=False)
-            pool = []
-    if pool:
-        yield from flush(pool, final=True)

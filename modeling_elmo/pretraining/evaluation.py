@@ -1,0 +1,116 @@
+"""Evaluation during and after pretraining: exact full-softmax perplexity with the unigram baseline
+(`modeling_elmo.lm_scoring`), its ``metrics.jsonl`` record, and the perplexity plot.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..lm_scoring import PerplexityAccumulator, UnigramBaseline
+from ..results import PerplexityResult
+from .arguments import BUILTIN_PREFIX, PretrainingArguments
+from .batching import BucketBatchSampler, Collator, FixedBatches, IndexedDataset, example_lengths, iter_stream_batches
+from .state import read_metrics
+
+
+def dataset_description(args: PretrainingArguments, split: str) -> str:
+    """What the ``split`` data is, for the results file: its file names, the Hub dataset, or the held-out share."""
+    files = {"validation": args.validation_file, "test": args.test_file}.get(split)
+    if files:
+        return ", ".join(f if f.startswith(BUILTIN_PREFIX) else Path(f).name for f in files)
+    if args.dataset_name:
+        return " ".join(filter(None, (Path(args.dataset_name).name, args.dataset_config_name)))
+    names = ", ".join(f if f.startswith(BUILTIN_PREFIX) else Path(f).name for f in args.train_file or [])
+    return f"{names} ({args.validation_split_percentage:g}% of the lines held out)"
+
+
+@torch.no_grad()
+def evaluate(
+    model: torch.nn.Module,
+    dataset: Any,
+    collator: Collator,
+    accelerator: Any,
+    args: PretrainingArguments,
+    baseline: UnigramBaseline | None = None,
+    split: str = "validation",
+) -> PerplexityResult:
+    """Exact full-softmax perplexity of ``dataset`` (each process scores its share; the totals are reduced), with the
+    unigram ``baseline``'s on the same targets when given (`modeling_elmo.lm_scoring`)."""
+    import datasets
+
+    was_training = model.training
+    model.eval()
+    accumulator = PerplexityAccumulator(layout=args.batching, baseline=baseline)
+    if isinstance(dataset, datasets.IterableDataset):
+        batches: Iterator = (
+            collator(examples)
+            for examples in iter_stream_batches(
+                dataset, args.per_device_eval_batch_size, seed=args.seed, epoch=0, rank=accelerator.process_index,
+                num_replicas=accelerator.num_processes, shuffle=False, drop_last=False,
+            )
+        )
+    else:
+        sampler = BucketBatchSampler(
+            example_lengths(dataset), args.per_device_eval_batch_size, shuffle=False, rank=accelerator.process_index,
+            num_replicas=accelerator.num_processes, bucket_size=args.bucket_size, drop_last=False,
+        )
+        batches = iter(
+            torch.utils.data.DataLoader(
+                IndexedDataset(dataset), batch_sampler=FixedBatches(sampler.rank_batches(0)), collate_fn=collator,
+                num_workers=args.dataloader_num_workers,
+            )
+        )
+    for batch in batches:
+        inputs = {k: batch[k].to(accelerator.device) for k in ("input_ids", "attention_mask", "labels")}
+        with accelerator.autocast():
+            out = model(**inputs, add_sentence_boundaries=args.batching == "sentences")
+        accumulator.update(out, batch["labels"])
+    if accelerator.num_processes > 1:
+        accumulator = accumulator.from_tensor(
+            accelerator.reduce(accumulator.to_tensor(accelerator.device), reduction="sum").cpu())
+    if was_training:
+        model.train()
+    return accumulator.result(dataset=dataset_description(args, split), split=split)
+
+
+def metrics_record(result: PerplexityResult) -> dict[str, float]:
+    """The perplexities of ``result`` as a flat ``metrics.jsonl`` record."""
+    record = {"perplexity": result.average, "perplexity_forward": result.forward,
+              "perplexity_backward": result.backward}
+    if result.unigram is not None:
+        record["unigram_perplexity"] = result.unigram.average
+    return record
+
+
+def plot_perplexity(metrics_path: Path, out_path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = read_metrics(metrics_path)
+    train = {r["step"]: r["train_ppl"] for r in records if "train_ppl" in r}
+    valid = {r["step"]: r["perplexity"] for r in records if r.get("split") == "validation"}
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    if train:
+        steps = sorted(train)
+        ax.plot(steps, [train[s] for s in steps], label="train (training loss)")
+    if valid:
+        steps = sorted(valid)
+        ax.plot(steps, [valid[s] for s in steps], "o-", label="validation (exact)")
+    ax.set_xlabel("update")
+    ax.set_ylabel("perplexity (geometric mean of directions)")
+    ax.set_yscale("log")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    ax.set_title("ELMo pretraining")
+    fig.tight_layout()
+    tmp = out_path.with_name(out_path.name + ".tmp.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, out_path)

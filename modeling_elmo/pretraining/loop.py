@@ -1,0 +1,379 @@
+"""The training loop and its steps: micro-batches, one optimiser update, host syncs, evaluation, checkpoints.
+
+Host syncs. Reading a device value on the host (``loss.item()``, ``bool(torch.isfinite(...))``) makes the CPU wait
+for the GPU. The loop keeps its running numbers on the device (`DeviceCounters`) and reads them only at a *sync
+point*: every ``--logging-steps`` updates, before an evaluation or a checkpoint, and at the end. Stop requests
+(SIGTERM, the time budget) are honoured at sync points too.
+
+Non-finite updates. A NaN/inf loss or gradient must never reach the weights, yet checking it on the host would be a
+sync per update. The guard decides on the device, from the global gradient norm that clipping computes anyway: it is
+the norm of the all-reduced gradients, so every process sees the same value and takes the same decision without a
+collective (the loss flag is all-reduced on the device as well, for a non-finite loss whose gradient is finite). How
+the update is skipped depends on the optimiser (`NonfiniteGuard`):
+
+* fused optimisers (AdamW on CPU/CUDA, Adagrad on CPU) take a ``found_inf`` tensor, the mechanism torch's
+  GradScaler uses: the kernel leaves the weights and the optimiser state (step counts included) untouched;
+* the unfused Adagrad (CUDA) gets zero gradients instead: with no learning-rate decay and no weight decay (as built
+  here), a zero gradient leaves its weights and accumulators exactly as they were;
+* any other optimiser falls back to one host read of the flag per update.
+
+The schedule advances on every update, applied or not. Skipped updates and runs of them are counted on the device;
+``--max-consecutive-nonfinite`` in a row stop the run at the next sync point, with its weights untouched meanwhile.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..run_folder import RunFolder
+from .arguments import PretrainingArguments
+from .batching import BucketBatchSampler, Collator, FixedBatches, IndexedDataset, iter_stream_batches
+from .checkpoint import CheckpointManager, write_training_files
+from .evaluation import evaluate, metrics_record
+from .output import BestModel
+from .schedule import BudgetScheduler
+from .state import MetricsLog, TrainingState
+
+logger = logging.getLogger("modeling_elmo.pretraining")
+
+
+@dataclass
+class Session:
+    """Everything the loop works with, built by the steps of `modeling_elmo.pretraining.trainer.train`."""
+
+    args: PretrainingArguments
+    accelerator: Any
+    model: torch.nn.Module
+    optimizer: Any
+    scheduler: Any
+    splits: dict[str, Any]
+    sampler: BucketBatchSampler | None
+    collator: Collator
+    run: RunFolder
+    checkpoints: CheckpointManager
+    metrics: MetricsLog
+    identity: dict[str, Any]
+    vocab_text: str
+    total_updates: int
+    best: BestModel | None = None
+    guard: NonfiniteGuard | None = None
+    last_saved_step: int = -1
+    last_evaluated_step: int = -1
+    stop_requested: str = ""
+    examples_log: Any = None
+    progress: Any = None
+    window_tokens: int = 0
+    window_started: float = field(default_factory=time.time)
+
+    @property
+    def world(self) -> int:
+        return self.accelerator.num_processes
+
+    def unwrapped(self) -> torch.nn.Module:
+        return self.accelerator.unwrap_model(self.model)
+
+
+class NonfiniteGuard:
+    """Skip the optimiser step on the device when ``bad`` is true (see the module docstring)."""
+
+    def __init__(self, optimizer: Any):
+        inner = getattr(optimizer, "optimizer", optimizer)
+        self.inner = inner
+        if inner.defaults.get("fused"):
+            self.mode = "found_inf"
+        elif isinstance(inner, torch.optim.Adagrad) and all(g["lr_decay"] == 0 and g["weight_decay"] == 0 for g in inner.param_groups):
+            self.mode = "zero_gradients"
+        else:
+            self.mode = "host"
+
+    def step(self, optimizer: Any, bad: torch.Tensor) -> None:
+        if self.mode == "found_inf":
+            self.inner.found_inf = bad.to(torch.float32).reshape(())
+            optimizer.step()
+        elif self.mode == "zero_gradients":
+            grads = [p.grad for group in self.inner.param_groups for p in group["params"] if p.grad is not None]
+            for grad in grads:
+                torch.nan_to_num_(grad, nan=0.0, posinf=0.0, neginf=0.0)
+            torch._foreach_mul_(grads, (~bad).to(grads[0].dtype))
+            optimizer.step()
+        elif not bool(bad):  # one host read per update
+            optimizer.step()
+
+
+class DeviceCounters:
+    """The window's numbers, kept on the device between two host syncs."""
+
+    def __init__(self, device: torch.device, consecutive: int = 0):
+        self.device = device
+        self.consecutive = torch.tensor(float(consecutive), dtype=torch.float64, device=device)
+        self.last_bad = torch.zeros((), dtype=torch.float64, device=device)
+        self.grad_norm = torch.zeros((), dtype=torch.float64, device=device)
+        self.reset()
+
+    def reset(self) -> None:
+        self.loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        self.applied = torch.zeros((), dtype=torch.float64, device=self.device)
+        self.skipped = torch.zeros((), dtype=torch.float64, device=self.device)
+
+    def add(self, loss: torch.Tensor, bad: torch.Tensor, step: int, grad_norm: torch.Tensor) -> None:
+        bad64 = bad.to(torch.float64)
+        self.loss_sum += torch.where(bad, torch.zeros_like(loss), loss).to(torch.float64)
+        self.applied += 1.0 - bad64
+        self.skipped += bad64
+        self.consecutive = (self.consecutive + 1.0) * bad64
+        self.last_bad = torch.where(bad, torch.full_like(self.last_bad, float(step)), self.last_bad)
+        self.grad_norm = grad_norm.detach().to(torch.float64)
+
+    def read(self) -> dict[str, float]:
+        """One host sync: every number at once."""
+        values = torch.stack([self.loss_sum, self.applied, self.skipped, self.consecutive, self.last_bad, self.grad_norm]).tolist()
+        return dict(zip(("loss_sum", "applied", "skipped", "consecutive", "last_bad", "grad_norm"), values))
+
+
+class StopFlag:
+    """SIGTERM handler: remember the request; the loop honours it at the next sync point."""
+
+    def __init__(self) -> None:
+        self.reason = ""
+        self.previous = None
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        self.reason = f"signal {signal.Signals(signum).name}"
+
+    def __enter__(self) -> StopFlag:
+        try:
+            self.previous = signal.signal(signal.SIGTERM, self)
+        except ValueError:  # not in the main thread
+            pass
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGTERM, self.previous)
+
+
+# ----------------------------------------------------------------------------------------------- the steps
+def micro_batches(s: Session, start_epoch: int, start_batch: int) -> Iterator[tuple[int, int, dict[str, torch.Tensor]]]:
+    """(epoch, position in the epoch, batch) from ``start_batch`` of ``start_epoch`` on, epoch after epoch. The
+    remaining batches of an epoch are given to the DataLoader directly (what `skip_first_batches` does, without
+    reading the skipped ones)."""
+    args, ep, skip = s.args, start_epoch, start_batch
+    while True:
+        produced = False
+        if args.streaming:
+            stream = iter_stream_batches(
+                s.splits["train"], args.per_device_train_batch_size, seed=args.seed, epoch=ep,
+                rank=s.accelerator.process_index, num_replicas=s.world, shuffle=True, buffer_batches=args.bucket_size,
+                max_tokens=args.max_tokens_per_batch,
+            )
+            for position, examples in enumerate(stream, start=1):
+                produced = True
+                if position > skip:
+                    yield ep, position, s.collator(examples)
+        else:
+            rank_batches = s.sampler.rank_batches(ep)
+            loader = torch.utils.data.DataLoader(
+                IndexedDataset(s.splits["train"]), batch_sampler=FixedBatches(rank_batches[skip:]), collate_fn=s.collator,
+                num_workers=args.dataloader_num_workers, pin_memory=s.accelerator.device.type == "cuda",
+                # a private generator: creating the iterator must not consume the global RNG (exact resume)
+                generator=torch.Generator().manual_seed(args.seed + ep),
+            )
+            produced = len(rank_batches) > 0
+            for position, batch in enumerate(loader, start=skip + 1):
+                yield ep, position, batch
+        if not produced:
+            raise ValueError("the training data produced no batch in an epoch (too little data for the batch size and process count).")
+        ep, skip = ep + 1, 0
+
+
+def apply_update(s: Session, loss: torch.Tensor, counters: DeviceCounters, step: int) -> None:
+    """Clip, decide on the device whether the update is finite, step (or skip), schedule, zero the gradients."""
+    args, accelerator = s.args, s.accelerator
+    if args.max_grad_norm:
+        norm = accelerator.clip_grad_norm_(s.model.parameters(), args.max_grad_norm)
+    else:
+        norm = torch.nn.utils.get_total_norm([p.grad for p in s.model.parameters() if p.grad is not None])
+    norm = torch.as_tensor(norm, device=accelerator.device)
+    loss_bad = ~torch.isfinite(loss)
+    if s.world > 1:
+        loss_bad = accelerator.reduce(loss_bad.to(torch.float32), reduction="sum") > 0
+    bad = loss_bad | ~torch.isfinite(norm)
+    if accelerator.mixed_precision == "fp16":
+        s.optimizer.step()  # the scaler skips non-finite gradients (reading its flag on the host) and lowers its scale
+        bad = bad | torch.tensor(bool(accelerator.optimizer_step_was_skipped), device=accelerator.device)
+    else:
+        s.guard.step(s.optimizer, bad)
+    s.scheduler.step()
+    s.optimizer.zero_grad(set_to_none=True)
+    counters.add(loss, bad, step, norm)
+
+
+def host_sync(s: Session, state: TrainingState, counters: DeviceCounters, clock: TrainClock, *, log: bool) -> None:
+    """Read the device counters into ``state``, stop a run of non-finite updates, log the window, and take the stop
+    decisions (the same on every process)."""
+    args, accelerator = s.args, s.accelerator
+    numbers = counters.read()
+    stats = torch.tensor([numbers["loss_sum"], numbers["applied"], float(s.window_tokens), clock.seconds(),
+                          float(bool(s.stop_requested))], dtype=torch.float64, device=accelerator.device)
+    if s.world > 1:
+        seconds = accelerator.reduce(stats[3:4].clone(), reduction="max")  # one clock for all: the slowest process's
+        stats = accelerator.reduce(stats, reduction="sum")
+        stats[3] = seconds[0]
+    loss_sum, applied, tokens, seconds, stop_votes = stats.tolist()
+    state.tokens_seen += int(tokens)
+    state.train_seconds = seconds
+    state.skipped_updates += int(numbers["skipped"])
+    state.consecutive_nonfinite = int(numbers["consecutive"])
+    if numbers["skipped"]:
+        logger.warning("update %d skipped: non-finite loss or gradient%s.", int(numbers["last_bad"]),
+                       "" if numbers["skipped"] == 1 else f" ({int(numbers['skipped'])} skipped since update {state.global_step - args.logging_steps})")
+    if state.consecutive_nonfinite >= args.max_consecutive_nonfinite:
+        latest = s.checkpoints.latest()
+        raise SystemExit(
+            f"elmo pretrain: error: stopping: {state.consecutive_nonfinite} consecutive updates had a non-finite loss or gradient "
+            f"(last at update {int(numbers['last_bad'])}); their updates were not applied. The last good checkpoint is "
+            f"{latest if latest else '(none was saved)'}; lower the learning rate or check the data, then resume with "
+            "--resume-from-checkpoint.")
+    if isinstance(s.scheduler, BudgetScheduler):
+        s.scheduler.observe(state.global_step, state.train_seconds)
+    if log and applied > 0:
+        now = time.time()
+        mean_loss = loss_sum / applied
+        record = {"step": state.global_step, "epoch": state.epoch, "train_loss": mean_loss,
+                  "train_ppl": math.exp(min(mean_loss, 50.0)), "lr": s.scheduler.get_last_lr()[0],
+                  "tokens_per_s": tokens / max(now - s.window_started, 1e-9), "tokens_seen": state.tokens_seen,
+                  "grad_norm": numbers["grad_norm"]}
+        s.metrics.write(record)
+        s.progress.set_postfix(loss=f"{mean_loss:.3f}", ppl=f"{record['train_ppl']:.1f}", tok_s=f"{record['tokens_per_s']:.0f}")
+        if args.report_to != "none":
+            accelerator.log({k: v for k, v in record.items() if k != "step"}, step=state.global_step)
+    counters.reset()
+    s.window_tokens, s.window_started = 0, time.time()
+    if stop_votes > 0:
+        s.stop_requested = s.stop_requested or "stop requested on another process"
+    elif args.max_train_minutes is not None and seconds > 60 * args.max_train_minutes:
+        s.stop_requested = f"time budget of {args.max_train_minutes:g} minutes"
+
+
+def evaluate_and_track(s: Session, state: TrainingState) -> str:
+    """Validation perplexity at ``state.global_step``: log it, keep the best (and its weights with
+    --load-best-model-at-end); returns ``"early stopping ..."`` once the patience is spent."""
+    result = evaluate(s.unwrapped(), s.splits["validation"], s.collator, s.accelerator, s.args)
+    s.last_evaluated_step = state.global_step
+    s.metrics.write({"step": state.global_step, "split": "validation", **metrics_record(result)})
+    logger.info("update %d: validation perplexity %.2f", state.global_step, result.average)
+    if s.args.report_to != "none":
+        s.accelerator.log({"validation_perplexity": result.average}, step=state.global_step)
+    improved = state.record_evaluation(result.average)
+    if improved and s.best is not None:
+        if s.accelerator.is_main_process:
+            s.best.save(s.unwrapped(), state.global_step, result.average)
+        s.accelerator.wait_for_everyone()
+    patience = s.args.early_stopping_patience
+    if patience and state.evaluations_since_best >= patience:
+        return (f"early stopping: {patience} evaluations without a better validation perplexity than "
+                f"{state.best_perplexity:.2f} (update {state.best_step})")
+    return ""
+
+
+def save_checkpoint(s: Session, state: TrainingState) -> Path | None:
+    """A checkpoint of ``state`` (collective; the counters must have been synced)."""
+    if state.consecutive_nonfinite:
+        logger.warning("update %d: no checkpoint during a run of non-finite updates.", state.global_step)
+        return None
+    positions = [[state.epoch, state.batch_in_epoch]]
+    if s.world > 1:
+        gathered = s.accelerator.gather(torch.tensor([positions[0]], device=s.accelerator.device))
+        positions = gathered.cpu().tolist()
+    trainer_state = {"format": 1, "state": state.to_dict(), "run": s.identity, "num_processes": s.world,
+                     "positions": positions}
+    best = s.best.weights if s.best is not None and state.best_step is not None and s.best.weights.is_file() else None
+
+    def write(folder: Path) -> None:
+        write_training_files(folder, model=s.unwrapped(), optimizer=s.optimizer, scheduler=s.scheduler,
+                             scaler=s.accelerator.scaler, rank=s.accelerator.process_index,
+                             is_main=s.accelerator.is_main_process, trainer_state=trainer_state,
+                             vocab_text=s.vocab_text, best_model=best)
+
+    path = s.checkpoints.save(s.accelerator, state.global_step, write)
+    if path is not None:
+        s.last_saved_step = state.global_step
+        logger.info("saved checkpoint %s", path)
+    return path
+
+
+class TrainClock:
+    """Training seconds of this run plus those of the runs it resumed."""
+
+    def __init__(self, before: float):
+        self.before, self.started = before, time.time()
+
+    def seconds(self) -> float:
+        return self.before + time.time() - self.started
+
+
+# ----------------------------------------------------------------------------------------------- the loop
+def train_loop(s: Session, state: TrainingState) -> tuple[str, bool]:
+    """Train from ``state`` until ``total_updates``, a stop request, the time budget or early stopping. Returns why
+    it stopped before ``total_updates`` (``""`` if it did not) and whether the run was pre-empted (a signal or
+    ``--stop-after-steps``: checkpoint and exit) rather than finished early (time budget, early stopping)."""
+    args, accelerator = s.args, s.accelerator
+    counters = DeviceCounters(accelerator.device, state.consecutive_nonfinite)
+    clock = TrainClock(state.train_seconds)
+    add_boundaries = args.batching == "sentences"
+    update_loss, micro = torch.zeros((), device=accelerator.device), 0
+    preempted, synced = False, True
+    s.model.train()
+    if state.global_step >= s.total_updates:
+        return "", False
+    with StopFlag() as flag:
+        for epoch, position, batch in micro_batches(s, state.epoch, state.batch_in_epoch):
+            if s.examples_log is not None and "example_ids" in batch:
+                s.examples_log.write(json.dumps({"epoch": epoch, "ids": batch["example_ids"].tolist()}) + "\n")
+            inputs = {k: batch[k].to(accelerator.device, non_blocking=True) for k in ("input_ids", "attention_mask", "labels")}
+            with accelerator.accumulate(s.model):
+                loss = s.model(**inputs, add_sentence_boundaries=add_boundaries).loss
+                accelerator.backward(loss * args.loss_multiplier if args.loss_multiplier != 1.0 else loss)
+                update_loss, micro = update_loss + loss.detach(), micro + 1
+                s.window_tokens += int(batch["lengths"].sum())  # a host tensor: no device sync
+                state.epoch, state.batch_in_epoch = epoch, position
+                if not accelerator.sync_gradients:
+                    continue
+                apply_update(s, update_loss / micro, counters, state.global_step + 1)
+                update_loss, micro = torch.zeros((), device=accelerator.device), 0
+            state.global_step += 1
+            s.progress.update(1)
+            step, done = state.global_step, state.global_step >= s.total_updates
+            evaluating = bool(args.eval_steps) and step % args.eval_steps == 0 and "validation" in s.splits
+            checkpointing = bool(args.checkpointing_steps) and step % args.checkpointing_steps == 0
+            logging_point = step % args.logging_steps == 0 or done
+            synced = logging_point or evaluating or checkpointing
+            if flag.reason and not s.stop_requested:
+                s.stop_requested, preempted = flag.reason, True
+            if synced:  # after this, every process has the same stop_requested
+                host_sync(s, state, counters, clock, log=logging_point)
+                preempted = preempted or s.stop_requested == "stop requested on another process"
+            if evaluating and not s.stop_requested:
+                s.stop_requested = evaluate_and_track(s, state)
+            if checkpointing:
+                save_checkpoint(s, state)
+            if args.stop_after_steps is not None and step >= args.stop_after_steps and not done and not s.stop_requested:
+                s.stop_requested, preempted = f"--stop-after-steps {args.stop_after_steps}", True
+                if not synced:
+                    host_sync(s, state, counters, clock, log=False)
+                    synced = True
+            if done or (s.stop_requested and synced):
+                break
+        if not synced:
+            host_sync(s, state, counters, clock, log=False)
+    return s.stop_requested, preempted

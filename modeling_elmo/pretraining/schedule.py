@@ -1,0 +1,112 @@
+"""Learning-rate schedules: transformers' `get_scheduler` over a number of updates, or the same shapes over a time
+budget (``--max-train-minutes``), so that a fixed-minute run ends annealed.
+
+Over a budget the schedule's position is the run's progress ``max(updates / max_steps, seconds / budget)``: the
+training seconds count the runs a resumed checkpoint came from, so a budget spent in stages follows one curve. The
+seconds are read at the trainer's host syncs (every ``--logging-steps`` updates, on the main process, shared with
+every process); between two syncs the progress advances by the last measured seconds per update, so all processes
+use the same learning rate without reading a clock at every update.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+
+def schedule_factor(kind: str, progress: float, warmup: float = 0.0) -> float:
+    """The learning-rate multiplier at ``progress`` in [0, 1] of a run whose warm-up is its first ``warmup``
+    fraction: transformers' ``constant``, ``constant_with_warmup``, ``linear`` and ``cosine`` shapes (``constant``
+    ignores the warm-up, as there)."""
+    progress = min(max(progress, 0.0), 1.0)
+    if kind == "constant":
+        return 1.0
+    if progress < warmup:
+        return progress / warmup
+    if kind == "constant_with_warmup":
+        return 1.0
+    rest = (progress - warmup) / (1.0 - warmup) if warmup < 1.0 else 1.0
+    if kind == "linear":
+        return max(0.0, 1.0 - rest)
+    if kind == "cosine":
+        return max(0.0, 0.5 * (1.0 + math.cos(math.pi * rest)))
+    raise ValueError(f"no time-budget form of the {kind!r} schedule.")
+
+
+class BudgetScheduler:
+    """A schedule over the run's progress (see the module docstring), with the interface of a torch scheduler
+    (``step``, ``get_last_lr``, ``state_dict``/``load_state_dict``; the state is plain numbers)."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, kind: str, warmup_steps: float, budget_seconds: float,
+                 max_steps: int | None = None):
+        self.optimizer = optimizer
+        self.kind = kind
+        # a fraction warms up over that share of the progress; a whole number over that many updates
+        self.warmup_fraction = warmup_steps if 0 < warmup_steps < 1 else 0.0
+        self.warmup_updates = int(warmup_steps) if warmup_steps >= 1 else 0
+        self.budget_seconds = budget_seconds
+        self.max_steps = max_steps
+        self.base_lrs = [group["lr"] for group in optimizer.param_groups]
+        self.last_step = 0  # updates done
+        self.anchor_step, self.anchor_progress, self.progress_per_update = 0, 0.0, 0.0
+        self._apply()
+
+    def progress_at(self, step: int, seconds: float) -> float:
+        by_time = seconds / self.budget_seconds
+        by_steps = step / self.max_steps if self.max_steps else 0.0
+        return min(1.0, max(by_time, by_steps))
+
+    def observe(self, step: int, seconds: float) -> None:
+        """Anchor the progress at a host sync: ``seconds`` of training after ``step`` updates (the same numbers on
+        every process). The progress never goes back (the learning rate of a decaying schedule never rises)."""
+        progress = max(self.progress_at(step, seconds), self.current_progress())
+        if step > self.anchor_step:
+            self.progress_per_update = max(0.0, (progress - self.anchor_progress) / (step - self.anchor_step))
+        self.anchor_step, self.anchor_progress = step, progress
+        self._apply()
+
+    def current_progress(self) -> float:
+        estimate = self.anchor_progress + self.progress_per_update * (self.last_step - self.anchor_step)
+        by_steps = self.last_step / self.max_steps if self.max_steps else 0.0
+        return min(1.0, max(estimate, by_steps))
+
+    def _factor(self) -> float:
+        factor = schedule_factor(self.kind, self.current_progress(), self.warmup_fraction)
+        if self.warmup_updates and self.kind != "constant":
+            factor *= min(1.0, self.last_step / self.warmup_updates)
+        return factor
+
+    def _apply(self) -> None:
+        factor = self._factor()
+        for group, base in zip(self.optimizer.param_groups, self.base_lrs):
+            group["lr"] = base * factor
+
+    def step(self) -> None:
+        self.last_step += 1
+        self._apply()
+
+    def get_last_lr(self) -> list[float]:
+        return [group["lr"] for group in self.optimizer.param_groups]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"last_step": self.last_step, "anchor_step": self.anchor_step, "anchor_progress": self.anchor_progress,
+                "progress_per_update": self.progress_per_update, "base_lrs": self.base_lrs}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for key in ("last_step", "anchor_step", "anchor_progress", "progress_per_update", "base_lrs"):
+            setattr(self, key, state[key])
+        self._apply()
+
+
+def build_scheduler(args: Any, optimizer: torch.optim.Optimizer, total_updates: int) -> Any:
+    """`BudgetScheduler` with ``--max-train-minutes``, else transformers' `get_scheduler` over ``total_updates``
+    (a fractional ``--warmup-steps`` is that share of them)."""
+    if args.max_train_minutes is not None:
+        return BudgetScheduler(optimizer, args.lr_scheduler_type, args.warmup_steps, 60.0 * args.max_train_minutes,
+                               max_steps=args.max_steps)
+    from transformers import get_scheduler
+
+    warmup = round(args.warmup_steps * total_updates) if 0 < args.warmup_steps < 1 else int(args.warmup_steps)
+    return get_scheduler(args.lr_scheduler_type, optimizer, num_warmup_steps=warmup, num_training_steps=total_updates)

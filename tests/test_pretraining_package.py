@@ -1,0 +1,174 @@
+"""The product as a user gets it: packaged presets, recipes and corpus found through importlib.resources, the
+installed wheel running pretrain -> embed -> evaluate outside the checkout, the quick-start recipe offline, the
+launch check shared with ``elmo embed``, and the benchmark script's imports."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from modeling_elmo import launch
+from modeling_elmo.pretraining import arguments, parse_args
+from modeling_elmo.pretraining import main as pretrain_main
+from modeling_elmo.pretraining.data import expand_text_files
+
+REPO = Path(__file__).resolve().parents[1]
+CORPUS = REPO / "modeling_elmo" / "corpora" / "austen-emma"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_accelerate_state():
+    yield
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+
+
+def _offline_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "HF_TOKEN")}
+    env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", **extra)
+    return env
+
+
+# ----------------------------------------------------------------------------------------------- packaged files
+def test_presets_recipes_and_accelerate_configs_are_package_data_equal_to_the_checkout():
+    files = arguments.configuration_files()
+    assert arguments.preset_names() == sorted(p.stem for p in (REPO / "configuration").glob("elmo-*.json"))
+    assert arguments.recipe_names() == sorted(p.stem for p in (REPO / "configuration" / "recipes").glob("*.yaml"))
+    for path in (REPO / "configuration" / "accelerate").glob("*.yaml"):
+        assert (files / "accelerate" / path.name).read_text() == path.read_text()
+    assert arguments.read_model_preset("tiny") == json.loads((REPO / "configuration" / "elmo-tiny.json").read_text())
+    with pytest.raises(ValueError, match="neither a file nor a preset.*elmo-tiny"):
+        arguments.read_model_preset("elmo-huge")
+
+
+def test_builtin_corpus_names_resolve_to_the_split_of_the_flag_and_are_small_public_domain_text():
+    assert expand_text_files(["builtin:austen-emma"], "--train-file") == [arguments.builtin_corpus_file("builtin:austen-emma", "train")]
+    assert Path(expand_text_files(["builtin:austen-emma"], "--validation-file")[0]).name == "validation.txt"
+    assert Path(expand_text_files(["builtin:austen-emma/test"], "--train-file")[0]).name == "test.txt"
+    with pytest.raises(ValueError, match="no packaged corpus 'dickens'.*austen-emma"):
+        expand_text_files(["builtin:dickens"])
+    with pytest.raises(ValueError, match="unknown split 'dev'"):
+        expand_text_files(["builtin:austen-emma/dev"])
+    sizes = {p.name: p.stat().st_size for p in CORPUS.glob("*.txt")}
+    assert sum(sizes.values()) < 2_000_000 and set(sizes) == {"train.txt", "validation.txt", "test.txt"}
+    assert "public domain" in (CORPUS / "README.md").read_text().lower()
+    train = set((CORPUS / "train.txt").read_text().splitlines())
+    for split in ("validation.txt", "test.txt"):  # held-out chapters: only short stock phrases ('" Yes . "') recur
+        long_lines = [line for line in (CORPUS / split).read_text().splitlines() if len(line.split()) >= 10]
+        assert len(long_lines) > 100 and not train & set(long_lines)
+
+
+def test_a_data_source_on_the_command_line_replaces_the_recipes():
+    recipe = parse_args(["--config", "quickstart"])
+    assert recipe.train_file == recipe.validation_file == recipe.test_file == ["builtin:austen-emma"]
+    hub = parse_args(["--config", "quickstart", "--dataset-name", "wikitext", "--dataset-config-name", "wikitext-2-raw-v1"])
+    assert (hub.dataset_name, hub.train_file, hub.validation_file, hub.test_file) == ("wikitext", None, None, None)
+    own = parse_args(["--config", "quickstart", "--train-file", "mine.txt"])
+    assert (own.train_file, own.validation_file) == (["mine.txt"], None)
+    assert own.max_steps == recipe.max_steps  # the rest of the recipe stays
+
+
+def test_quickstart_recipe_trains_offline_on_the_packaged_corpus(tmp_path):
+    out = tmp_path / "quick"
+    assert pretrain_main(["--config", "quickstart", "--output-dir", str(out), "--max-steps", "3", "--eval-steps", "0",
+                          "--max-eval-examples", "30", "--no-plot", "--cache-dir", str(tmp_path / "cache")]) == 0
+    results = json.loads((out / "eval_results.json").read_text())
+    assert [p["dataset"] for p in results["perplexity"]] == ["builtin:austen-emma"] * 2
+
+
+def test_unreachable_hub_dataset_is_one_line_naming_the_offline_alternative_within_seconds(tmp_path):
+    out = tmp_path / "wikitext"
+    started = time.time()
+    done = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "pretrain.py"), "--config", "quickstart", "--dataset-name", "wikitext",
+         "--dataset-config-name", "wikitext-2-raw-v1", "--output-dir", str(out)],
+        env=_offline_env(HF_DATASETS_CACHE=str(tmp_path / "empty-cache")), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and time.time() - started < 60
+    (line,) = [line for line in done.stderr.splitlines() if line.strip()]
+    assert line.startswith("elmo pretrain: error: --dataset-name wikitext") and "builtin:austen-emma" in line
+    assert not out.exists()
+
+
+# ----------------------------------------------------------------------------------------------- the wheel
+@pytest.mark.slow
+def test_installed_wheel_pretrains_embeds_and_evaluates_outside_the_checkout(tmp_path, installed_wheel):
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    env = _offline_env(PYTHONPATH=str(installed_wheel), HF_MODULES_CACHE=str(tmp_path / "modules"),
+                       HF_DATASETS_CACHE=str(tmp_path / "datasets"), HF_HOME=str(tmp_path / "hf-home"))
+
+    def elmo(*argv: str) -> subprocess.CompletedProcess:
+        done = subprocess.run([sys.executable, "-m", "modeling_elmo.cli", *argv], cwd=work, env=env, capture_output=True,
+                              text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done
+
+    probe = subprocess.run([sys.executable, "-c", "import modeling_elmo.pretraining.arguments as a; print(a.__file__); "
+                            "print(a.builtin_corpus_file('builtin:austen-emma', 'test'))"],
+                           cwd=work, env=env, capture_output=True, text=True, check=True)
+    module_file, test_text = probe.stdout.split()
+    assert Path(module_file).is_relative_to(installed_wheel) and Path(test_text).is_relative_to(installed_wheel)
+    elmo("pretrain", "--model-config", "elmo-tiny", "--train-file", "builtin:austen-emma", "--validation-file",
+         "builtin:austen-emma", "--max-steps", "3", "--vocab-size", "500", "--per-device-train-batch-size", "8",
+         "--max-eval-examples", "20", "--no-plot", "--output-dir", "run")
+    (work / "sentences.txt").write_text("Emma was happy .\nMr. Knightley came in .\n", encoding="utf-8")
+    elmo("embed", "--model", "run", "--top", "--no-progress", "sentences.txt", "vectors.hdf5")
+    import h5py
+
+    with h5py.File(work / "vectors.hdf5") as vectors:
+        assert vectors["0"].shape == (4, 32) and vectors["1"].shape == (5, 32)
+    elmo("evaluate", "run", "--task", "perplexity", "--text", test_text, "--max-sentences", "20", "--no-progress")
+    (ppl,) = json.loads((work / "run" / "evaluation" / "eval_results.json").read_text())["perplexity"]
+    assert 1 < ppl["average"] < 500 * 2
+
+
+# ----------------------------------------------------------------------------------------------- launch and bench
+def test_launch_check_refuses_a_state_with_another_process_count(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert launch.launched_processes() == 2
+    with pytest.raises(launch.LaunchError, match="launched as 2 processes but accelerate set up 1 .NO.; .*ACCELERATE_USE_CPU=1"):
+        launch.check_process_count(1, "NO")
+    launch.check_process_count(2, "MULTI_CPU")
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    monkeypatch.delenv("ACCELERATE_USE_CPU", raising=False)
+    assert launch.use_cpu_backend()  # several processes, no GPU: gloo
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert not launch.use_cpu_backend()
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "1")
+    assert launch.use_cpu_backend()
+    monkeypatch.setenv("WORLD_SIZE", "zero")
+    with pytest.raises(launch.LaunchError, match="WORLD_SIZE must be a positive integer, got 'zero'"):
+        launch.launched_processes()
+
+
+def test_embed_uses_the_shared_launch_check(monkeypatch):
+    from modeling_elmo import embed
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+
+    class OneProcess:
+        def __init__(self, cpu: bool):
+            self.num_processes, self.distributed_type, self.process_index = 1, "NO", 0
+
+    monkeypatch.setattr("accelerate.PartialState", OneProcess)
+    with pytest.raises(SystemExit, match="elmo embed: error: launched as 2 processes but accelerate set up 1"):
+        embed._Processes()
+
+
+def test_cpu_benchmark_imports_the_public_api_and_runs_two_steps():
+    script = REPO / "scripts" / "bench" / "bench_pretrain_cpu.py"
+    env = _offline_env()
+    assert "--presets" in subprocess.run([sys.executable, str(script), "--help"], env=env, capture_output=True, text=True, check=True).stdout
+    done = subprocess.run([sys.executable, str(script), "--presets", "elmo-tiny", "--steps", "2", "--no-ddp", "--text",
+                           str(CORPUS / "train.txt")], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    record = json.loads(done.stdout.strip().splitlines()[-1])
+    assert record["preset"] == "elmo-tiny" and record["tokens_per_s"] > 0
