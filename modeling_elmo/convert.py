@@ -61,6 +61,7 @@ import numpy as np
 import torch
 
 from .configuration_elmo import ElmoConfig
+from .io_utils import read_json_object
 
 if TYPE_CHECKING:
     from .releases import Release
@@ -83,16 +84,7 @@ _DIRECTIONS = ("forward", "backward")
 # --------------------------------------------------------------------------------------------------- reading
 def read_options(path: str | os.PathLike) -> dict[str, Any]:
     """Load an ``options.json``; a missing file, invalid JSON or a non-object is a `ValueError`."""
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"options file {str(path)!r} does not exist.")
-    try:
-        options = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ValueError(f"options file {str(path)!r} is not valid JSON: {error}") from None
-    if not isinstance(options, dict):
-        raise ValueError(f"options file {str(path)!r} must hold a JSON object, got {type(options).__name__}.")
-    return options
+    return read_json_object(path, "options", required=True)
 
 
 def convert_config(options: dict[str, Any]) -> ElmoConfig:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import tempfile
 from pathlib import Path
+from typing import Any
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
@@ -47,3 +49,20 @@ def hub_reachable(timeout: float = 3.0) -> bool:
             return True
     except OSError:
         return False
+
+
+def read_json_object(path: str | os.PathLike, what: str, *, required: bool = False) -> dict[str, Any] | None:
+    """The JSON object in ``path``: `None` when there is no such file (a `ValueError` with ``required``); a
+    `ValueError` naming ``what`` and the file when it is not valid JSON or not an object."""
+    path = Path(path)
+    if not path.is_file():
+        if required:
+            raise ValueError(f"{what} file {str(path)!r} does not exist.")
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{what} file {str(path)!r} is not valid JSON: {error}.") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{what} file {str(path)!r} must hold a JSON object, got {type(data).__name__}.")
+    return data

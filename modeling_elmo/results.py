@@ -21,7 +21,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from .io_utils import atomic_write_text
+from .io_utils import atomic_write_text, read_json_object
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -168,16 +168,11 @@ def write_results(path: str | os.PathLike, results: EvaluationResults) -> Path:
 def read_results(path: str | os.PathLike) -> EvaluationResults:
     """Read a results file; raises `ValueError` naming the file and the first bad field."""
     path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"results file {str(path)!r} does not exist.")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ValueError(f"results file {path} is not valid JSON: {error}.") from None
-    if isinstance(data, dict) and "schema_version" not in data:
+    data = read_json_object(path, "results", required=True)
+    if "schema_version" not in data:
         raise ValueError(f"results file {path}: missing field 'schema_version' (a file written before the results "
                          "schema existed; run the evaluation again).")
-    if isinstance(data, dict) and data.get("schema_version") != SCHEMA_VERSION:
+    if data.get("schema_version") != SCHEMA_VERSION:
         raise ValueError(f"results file {path}: unknown schema_version {data.get('schema_version')!r} (this version "
                          f"reads {SCHEMA_VERSION}).")
     try:

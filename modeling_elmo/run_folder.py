@@ -38,28 +38,13 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .io_utils import atomic_write_text
+from .io_utils import atomic_write_text, read_json_object
 from .results import EvaluationResults, read_results
 
 __all__ = ["CODE_FILES", "EvaluationFolder", "RunFolder", "read_json_object"]
 
 #: The custom-code files saved with every model (``trust_remote_code`` loads them).
 CODE_FILES = ("configuration_elmo.py", "lstm_kernels.py", "modeling_elmo.py", "tokenization_elmo.py")
-
-
-def read_json_object(path: str | os.PathLike, what: str) -> dict[str, Any] | None:
-    """The JSON object in ``path`` (None when there is no such file); raises `ValueError` naming ``what`` and the
-    file when it is not valid JSON or not an object."""
-    path = Path(path)
-    if not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ValueError(f"{what} file {path} is not valid JSON: {error}.") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{what} file {path} must hold a JSON object, got {type(data).__name__}.")
-    return data
 
 
 class EvaluationFolder:
@@ -196,6 +181,25 @@ class RunFolder:
 
     def has_tokenizer(self) -> bool:
         return self.tokenizer_config_file.is_file()
+
+    def require_elmo_model(self, *, tokenizer: bool = False) -> None:
+        """Raise `ValueError` unless the folder holds a saved ELMo model: the message names what is missing (the
+        folder, ``config.json``), a config of another model type, or no safetensors weights (and, with ``tokenizer``,
+        no tokenizer)."""
+        if not self.root.is_dir():
+            raise ValueError(f"model folder {str(self.root)!r} does not exist or is not a folder.")
+        if not self.config_file.is_file():
+            what = "is empty" if not any(self.root.iterdir()) else f"has no {self.CONFIG}"
+            raise ValueError(f"{self.root} is not a model folder: it {what}.")
+        model_type = self.model_type()
+        if model_type != "elmo":
+            raise ValueError(f"{self.root} holds a model of type {model_type!r} ({self.CONFIG}), not an ELMo model.")
+        if not self.has_weights():
+            raise ValueError(f"{self.root} has no {self.WEIGHTS} (nor a sharded {self.WEIGHTS_INDEX}): this package "
+                             "loads safetensors weights only.")
+        if tokenizer and not self.has_tokenizer():
+            raise ValueError(f"{self.root} has no tokenizer ({self.TOKENIZER_CONFIG} is missing): save it into the "
+                             "model folder (`tokenizer.save_pretrained(folder)`).")
 
     def is_run(self) -> bool:
         """Whether a training run wrote the folder (its identity, metadata, checkpoints or metrics), finished or not."""

@@ -136,10 +136,10 @@ ROWS = [
         ["embed", "text.txt", "out.h5", "--model", "mismatch", "--top"]),
     # ------------------------------------------------------------------ elmo evaluate
     Row("elmo evaluate", "`elmo evaluate empty --task perplexity --text text.txt`",
-        "elmo evaluate: error: empty is not a model folder: it is empty",
+        "elmo evaluate: error: empty is not a model folder: it is empty.",
         ["evaluate", "empty", "--task", "perplexity", "--text", "text.txt"]),
     Row("elmo evaluate", "`elmo evaluate bert --task perplexity --text text.txt`",
-        "elmo evaluate: error: bert holds a model of type 'bert' (config.json), not an ELMo model",
+        "elmo evaluate: error: bert holds a model of type 'bert' (config.json), not an ELMo model.",
         ["evaluate", "bert", "--task", "perplexity", "--text", "text.txt"]),
     Row("elmo evaluate", "`elmo evaluate lm --task perplexity --text binary.bin`",
         "elmo evaluate: error: text file 'binary.bin' is not text: line 1 holds a NUL byte (a binary file?)",

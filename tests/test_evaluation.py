@@ -593,9 +593,12 @@ def _bad_model(kind: str, root: Path) -> Path:
 
 
 @pytest.mark.parametrize("kind, message", [
-    ("empty", "{path} is not a model folder: it is empty"),
-    ("bert", "{path} holds a model of type 'bert' (config.json), not an ELMo model"),
-    ("pickled", "{path} has no model.safetensors: this package loads safetensors weights only"),
+    ("empty", "{path} is not a model folder: it is empty."),
+    ("bert", "{path} holds a model of type 'bert' (config.json), not an ELMo model."),
+    ("pickled", "{path} holds pickled weights ['pytorch_model.bin']: loading a pickle can run arbitrary code, so this "
+                "package refuses it and loads safetensors only. If you trust the file, convert it once in a trusted "
+                "environment (load it, then `model.save_pretrained(folder)` writes model.safetensors) and remove the "
+                "pickle."),
     ("missing", "model '{path}' does not exist (no such folder)"),
 ])
 def test_a_folder_that_is_not_an_elmo_model_is_one_line_naming_it(kind, message, tmp_path, capsys):

@@ -231,10 +231,13 @@ def test_folder_that_is_not_a_model_is_rejected(tmp_path):
     assert hub.check_model_folder(tmp_path).root == tmp_path  # a sharded model
     for name in ("config.json", "model.safetensors.index.json", "tokenizer_config.json"):
         (tmp_path / name).unlink()
-    with pytest.raises(ValueError, match="no config.json"):
+    with pytest.raises(ValueError, match="is not a model folder: it is empty"):
+        hub.check_model_folder(tmp_path)
+    (tmp_path / "notes.txt").write_text("not a model")
+    with pytest.raises(ValueError, match="is not a model folder: it has no config.json"):
         hub.check_model_folder(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert"}))
-    with pytest.raises(ValueError, match="model_type is 'bert'"):
+    with pytest.raises(ValueError, match="holds a model of type 'bert'"):
         hub.check_model_folder(tmp_path)
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(ValueError, match="not valid JSON"):
@@ -537,7 +540,7 @@ def test_script_reports_bad_input_as_a_clear_error(tmp_path):
                              "--repo-id", "me/x", "--dry-run"], cwd=tmp_path, env=env, capture_output=True, text=True,
                             timeout=300)
     assert result.returncode == 1
-    assert result.stderr.strip().splitlines()[-1] == f"elmo push: error: {tmp_path} is not a model folder: it has no config.json."
+    assert result.stderr.strip().splitlines()[-1] == f"elmo push: error: {tmp_path} is not a model folder: it is empty."
 
 
 def test_extra_plots_are_published_under_safe_names(model_folders, tmp_path):

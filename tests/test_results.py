@@ -74,7 +74,7 @@ def test_reader_refuses_a_missing_file_and_a_file_that_is_not_json(tmp_path):
     with pytest.raises(ValueError, match="does not exist"):
         read_results(tmp_path / "missing.json")
     (tmp_path / "bad.json").write_bytes(b"\x89PNG\x00")
-    with pytest.raises(ValueError, match="bad.json is not valid JSON"):
+    with pytest.raises(ValueError, match="bad.json' is not valid JSON"):
         read_results(tmp_path / "bad.json")
 
 

@@ -18,7 +18,7 @@ def test_a_folder_holds_a_model_only_with_a_config_and_safetensors_weights(tmp_p
     run.weights_index_file.write_text("{}")  # a sharded model
     assert run.has_model()
     run.config_file.write_text("[1, 2]")
-    with pytest.raises(ValueError, match="config file .*config.json must hold a JSON object"):
+    with pytest.raises(ValueError, match="config file .*config.json' must hold a JSON object"):
         run.model_type()
 
 

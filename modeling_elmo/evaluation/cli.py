@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from ..hub.safety import refuse_pickled_weights
 from ..io_utils import atomic_write_text
 from ..results import EvaluationResults, write_results
 from ..run_folder import EvaluationFolder, RunFolder
@@ -90,17 +91,10 @@ def resolve_model(model: str) -> tuple[str, RunFolder | None]:
 
     path = Path(model)
     if path.exists():
-        if not path.is_dir():
-            raise ValueError(f"model {model!r} is a file, not a model folder")
         run = RunFolder(path)
-        if not run.config_file.is_file():
-            empty = not any(path.iterdir())
-            raise ValueError(f"{model} is not a model folder: it {'is empty' if empty else 'has no config.json'}")
-        model_type = run.model_type()
-        if model_type != "elmo":
-            raise ValueError(f"{model} holds a model of type {model_type!r} (config.json), not an ELMo model")
-        if not run.has_weights():
-            raise ValueError(f"{model} has no {RunFolder.WEIGHTS}: this package loads safetensors weights only")
+        if path.is_dir():
+            refuse_pickled_weights(path)
+        run.require_elmo_model()
         return str(path), run
     try:
         looks_like_path = model.startswith((".", "/", "~")) or "\\" in model or model.count("/") > 1

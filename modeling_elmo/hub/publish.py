@@ -74,18 +74,7 @@ def check_model_folder(model_dir: str | os.PathLike) -> RunFolder:
         raise ValueError(f"model folder {str(model_dir)!r} does not exist or is not a folder.")
     refuse_pickled_weights(path)
     run = RunFolder(path)
-    if not run.config_file.is_file():
-        raise ValueError(f"{path} is not a model folder: it has no {RunFolder.CONFIG}.")
-    model_type = run.model_type()
-    if model_type != "elmo":
-        raise ValueError(f"{run.config_file} is not an ELMo config: model_type is {model_type!r}, expected 'elmo'.")
-    if not run.has_weights():
-        raise ValueError(f"{path} has no {RunFolder.WEIGHTS} (nor a sharded {RunFolder.WEIGHTS_INDEX}).")
-    if not run.has_tokenizer():
-        raise ValueError(
-            f"{path} has no tokenizer ({RunFolder.TOKENIZER_CONFIG} is missing): save the tokenizer into the model "
-            "folder (`tokenizer.save_pretrained(model_dir)`) before publishing."
-        )
+    run.require_elmo_model(tokenizer=True)
     return run
 
 

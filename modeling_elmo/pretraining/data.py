@@ -32,7 +32,7 @@ import multiprocessing
 import os
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,6 @@ from ..io_utils import atomic_write_text, hub_reachable
 from ..lm_scoring import LAYOUTS as BATCHING_MODES
 from ..tokenization_elmo import BOS_CHAR_IDS, EOS_CHAR_IDS, encode_words
 from .arguments import BUILTIN_PREFIX, builtin_corpus_file
-from .batching import example_lengths  # noqa: F401  (re-exported: part of the data pipeline's API)
 
 logger = logging.getLogger(__name__)
 
@@ -229,8 +228,6 @@ def load_raw_splits(
     Local files take precedence per split over the Hub dataset. Without a validation split, ``validation_split
     _percentage`` percent of the training lines (a seeded random choice) is held out (not in streaming mode).
     """
-    import datasets
-
     if not train_file and not dataset_name:
         raise ValueError("no training data: pass --train-file (files, globs or directories) or --dataset-name.")
     splits: dict[str, Any] = {}

@@ -27,7 +27,7 @@ from .checkpoint import CheckpointManager, check_checkpoint_files, load_checkpoi
 from .data import Vocabulary, build_vocabulary, check_hub_dataset, expand_text_files, load_raw_splits, tokenize_splits
 from .evaluation import evaluate, metrics_record, plot_perplexity
 from .loop import NonfiniteGuard, Session, evaluate_and_track, save_checkpoint, train_loop
-from .output import RESUME, BestModel, check_output_folder, open_output_folder, save_final_model
+from .output import BestModel, check_output_folder, open_output_folder, save_final_model
 from .schedule import build_scheduler
 from .state import MetricsLog, TrainingState, data_fingerprint, identity_differences, run_identity
 
