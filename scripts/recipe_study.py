@@ -63,8 +63,10 @@ def run_variant(name: str, args: argparse.Namespace, compare_untrained: bool) ->
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     log = args.output_dir / f"{name}.log"
     with open(log, "a", encoding="utf-8") as out:
-        if not run.has_model():
-            subprocess.run(pretrain_command(name, VARIANTS[name], args), check=True, env=env, stdout=out, stderr=out)
+        if not run.has_model():  # an interrupted run starts afresh: every run gets the same minutes in one stage
+            restart = ["--overwrite"] if run.is_run() else []
+            subprocess.run(pretrain_command(name, VARIANTS[name], args) + restart, check=True, env=env, stdout=out,
+                           stderr=out)
         if not run.evaluation.results_file.is_file():
             subprocess.run(evaluate_command(name, args, compare_untrained), check=True, env=env, stdout=out, stderr=out)
 
