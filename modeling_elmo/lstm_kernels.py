@@ -210,28 +210,29 @@ def stacked_backward_step(grad_y, grad_h, grad_c, valid, acts, cell, projected, 
 
 
 class _CompiledSteps:
-    """`stacked_forward_step` and `stacked_backward_step` through ``torch.compile``, made once per process.
+    """`stacked_forward_step` and `stacked_backward_step` through ``torch.compile`` with one backend.
 
-    Kept (one instance, see `compiled_steps`) because dynamo keys compiled code by the compile wrapper: a wrapper
-    made per call would compile again on every call. ``failed`` records a compilation error, after which the plain
-    steps are used without retrying.
+    Kept (see `compiled_steps`) because dynamo keys compiled code by the compile wrapper: a wrapper made per call
+    would compile again on every call. ``failed`` records a compilation error, after which the plain steps are used
+    without retrying.
     """
 
-    def __init__(self):
-        self.forward = torch.compile(stacked_forward_step, dynamic=None, fullgraph=True)
-        self.backward = torch.compile(stacked_backward_step, dynamic=None, fullgraph=True)
+    def __init__(self, backend: str | Callable):
+        self.forward = torch.compile(stacked_forward_step, backend=backend, dynamic=None, fullgraph=True)
+        self.backward = torch.compile(stacked_backward_step, backend=backend, dynamic=None, fullgraph=True)
         self.failed: str | None = None
 
 
-@functools.lru_cache(maxsize=1)
-def compiled_steps() -> _CompiledSteps:
-    """The process's compiled step functions (bounded: one entry; see `_CompiledSteps`)."""
-    return _CompiledSteps()
+@functools.lru_cache(maxsize=2)
+def compiled_steps(backend: str | Callable = "inductor") -> _CompiledSteps:
+    """The process's compiled step functions for ``backend`` (bounded: the two most recent backends; in practice
+    one, ``"inductor"``; see `_CompiledSteps`)."""
+    return _CompiledSteps(backend)
 
 
-def compile_failure() -> str | None:
-    """Why compiling the steps failed in this process, or `None` (also when it was never tried)."""
-    return compiled_steps().failed if compiled_steps.cache_info().currsize else None
+def compile_failure(backend: str | Callable = "inductor") -> str | None:
+    """Why compiling the steps with ``backend`` failed in this process, or `None` (also when never tried)."""
+    return compiled_steps(backend).failed if compiled_steps.cache_info().currsize else None
 
 
 def compiler_available(device: torch.device) -> bool:
@@ -250,13 +251,14 @@ def compiler_available(device: torch.device) -> bool:
 # ---------------------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class RecurrencePlan:
-    """How `clipped_lstm` runs: ``per_direction`` (CPU: one direction at a time, MKL-packed ``mm``) or all
-    directions stacked (``bmm``); ``parallel`` (the directions on their own threads, one core each); ``compiled``
-    (the stacked steps through ``torch.compile``)."""
+    """How `clipped_lstm` runs: ``per_direction`` (CPU: one direction at a time, products on packed weights) or
+    all directions stacked (``bmm``); ``parallel`` (the directions on their own threads, one core each);
+    ``compiled`` (the stacked steps through ``torch.compile`` with ``backend``)."""
 
     per_direction: bool = False
     parallel: bool = False
     compiled: bool = False
+    backend: str | Callable = "inductor"
 
     @classmethod
     def for_device(cls, device: torch.device, directions: int, compile_steps: bool = True) -> RecurrencePlan:
@@ -317,7 +319,7 @@ def _direction_backward_step(weight_hh, weight_hr, rows: int):
     return step
 
 
-def _with_fallback(compiled: Callable, plain: Callable) -> Callable:
+def _with_fallback(compiled: Callable, plain: Callable, steps: _CompiledSteps) -> Callable:
     """``compiled``, or from its first call on ``plain`` where compiling fails (recorded once per process in
     `compiled_steps`, so later calls do not try again). All steps of one call have the same shapes: only the first
     step can compile."""
@@ -331,7 +333,7 @@ def _with_fallback(compiled: Callable, plain: Callable) -> Callable:
         except torch.OutOfMemoryError:
             raise
         except Exception as error:  # noqa: BLE001 - any compiler failure: the plain step computes the same
-            compiled_steps().failed = f"{type(error).__name__}: {error}".splitlines()[0][:300]
+            steps.failed = " ".join(f"{type(error).__name__}: {error}".split())[:300]
             chosen.append(plain)
             return plain(*args)
         chosen.append(compiled)
@@ -342,10 +344,10 @@ def _with_fallback(compiled: Callable, plain: Callable) -> Callable:
 
 def _stacked_steps(plan: RecurrencePlan) -> tuple[Callable, Callable]:
     """(forward step, backward step) for stacked directions: compiled where planned and not failed before."""
-    if plan.compiled and compiled_steps().failed is None:
-        steps = compiled_steps()
-        return (_with_fallback(steps.forward, stacked_forward_step),
-                _with_fallback(steps.backward, stacked_backward_step))
+    steps = compiled_steps(plan.backend) if plan.compiled else None
+    if steps is not None and steps.failed is None:
+        return (_with_fallback(steps.forward, stacked_forward_step, steps),
+                _with_fallback(steps.backward, stacked_backward_step, steps))
     return stacked_forward_step, stacked_backward_step
 
 

@@ -73,6 +73,12 @@ def _check_values(bad: torch.Tensor, message: str) -> None:
         raise ValueError(message)
 
 
+def _host_waits_for_nothing(device: torch.device) -> bool:
+    """Whether a size known only from tensor values (a boolean selection, ``unique``) is free to read: on the CPU.
+    Elsewhere the host would wait for the device, so the model computes on all rows and masks instead."""
+    return device.type == "cpu"
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # 1. Building blocks
 # ---------------------------------------------------------------------------------------------------------------
@@ -686,7 +692,7 @@ class ElmoModel(ElmoPreTrainedModel):
         On the CPU each distinct present word is encoded once. Elsewhere every position is encoded and padding
         zeroed: selecting present or distinct words has a size known only on the device, so the host would wait."""
         batch, steps, width = input_ids.shape
-        if input_ids.device.type != "cpu":
+        if not _host_waits_for_nothing(input_ids.device):
             encoded = self.char_encoder.encode(input_ids.reshape(batch * steps, width)).view(batch, steps, -1)
             return encoded * mask.unsqueeze(-1).to(encoded.dtype)
         encoded = self.char_encoder(input_ids[mask])
@@ -827,7 +833,7 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
                 (top[:, 1:, P:], targets[:, :-1], full_mask[:, 1:]),  # backward: position t predicts t - 1
             ):
                 keep = (target != IGNORE_INDEX) & source
-                if top.device.type == "cpu":  # exactly the predicted rows
+                if _host_waits_for_nothing(top.device):  # exactly the predicted rows
                     selected.append((hidden[keep], target[keep], None))
                 else:  # every row, the others weighted 0: selecting rows would make the host wait for the device
                     selected.append((hidden.reshape(-1, P), target.masked_fill(~keep, 0).reshape(-1), keep.reshape(-1)))
