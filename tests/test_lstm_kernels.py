@@ -40,9 +40,23 @@ def gradients(model) -> dict[str, torch.Tensor]:
     return {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
 
 
+@pytest.fixture(params=["stacked", "threads"])
+def cpu_form(request, monkeypatch):
+    """The fused path as it runs for small models on the CPU (both directions stacked), or as for large ones (one
+    direction per thread on packed weights), forced on the tiny test model."""
+    if request.param == "threads":
+        monkeypatch.setattr(RecurrencePlan, "PER_DIRECTION_FROM", 0)
+        before = torch.get_num_threads()
+        torch.set_num_threads(2)
+        yield request.param
+        torch.set_num_threads(before)
+    else:
+        yield request.param
+
+
 @pytest.mark.parametrize("stateful", [False, True], ids=["stateless", "stateful"])
 @pytest.mark.parametrize("batching", ["sentences", "windows"])
-def test_fused_model_equals_the_loop_in_outputs_states_and_every_gradient_with_both_clips_active(batching, stateful):
+def test_fused_model_equals_the_loop_in_outputs_states_and_every_gradient_with_both_clips_active(batching, stateful, cpu_form):
     tester, (loop, fused) = clipping_pair()
     enc = tester.encode(SENTENCES)  # lengths 6, 3, 2, 5: padded rows of different lengths
     options = {} if batching == "sentences" else {"add_sentence_boundaries": False}
@@ -125,7 +139,7 @@ def test_every_form_of_clipped_lstm_equals_the_reference_layer_loop(plan, grad):
         assert compile_failure("aot_eager") is None  # the compiled steps really ran
 
 
-def test_fused_dropout_drops_the_same_units_as_the_loop_when_seeded_alike():
+def test_fused_dropout_drops_the_same_units_as_the_loop_when_seeded_alike(cpu_form):
     tester, (loop, fused) = clipping_pair()
     enc = tester.encode(SENTENCES)
     outputs = []
@@ -209,12 +223,13 @@ def test_directions_on_two_threads_leave_the_callers_thread_count():
             clipped_lstm(torch.randn(2, 3, 2, 4), torch.ones(3, 2, dtype=torch.bool), layers,
                          plan=RecurrencePlan(per_direction=True, parallel=True))
         assert torch.get_num_threads() == 2
-        assert RecurrencePlan.for_device(torch.device("cpu"), 2) == RecurrencePlan(per_direction=True, parallel=True)
+        assert RecurrencePlan.for_device(torch.device("cpu"), 2, 4096 * 1024) == RecurrencePlan(per_direction=True, parallel=True)
     finally:
         torch.set_num_threads(before)
     torch.set_num_threads(1)
     try:
-        assert RecurrencePlan.for_device(torch.device("cpu"), 2) == RecurrencePlan(per_direction=True)
+        assert RecurrencePlan.for_device(torch.device("cpu"), 2, 4096 * 1024) == RecurrencePlan(per_direction=True)
+        assert RecurrencePlan.for_device(torch.device("cpu"), 2, 128 * 16) == RecurrencePlan()  # small: stacked
     finally:
         torch.set_num_threads(before)
 
@@ -269,3 +284,32 @@ def test_auto_runs_the_fused_recurrence_when_clipping_or_carrying_state_and_torc
         unclipped(**enc)
         unclipped(**enc, return_lstm_state=True)
     assert calls == ["fused_forward", "torch_forward", "fused_forward"]
+
+
+@pytest.mark.slow
+def test_gpu_check_script_runs_every_step_in_cpu_smoke_mode(tmp_path):
+    """The one-shot GPU script's plumbing (every step, its time limits, the summary), on tiny CPU settings: about a
+    minute, so that the GPU session it is written for does not spend its device time on a broken script."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHON=sys.executable, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TMPDIR=str(tmp_path))
+    result = subprocess.run(["bash", str(repo / "scripts" / "bench" / "gpu_checks.sh"), "--cpu-smoke", str(tmp_path / "out")],
+                            env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = tmp_path / "out"
+    assert len(list(out.iterdir())) <= 8  # what the device tool brings back
+    summary = json.loads((out / "summary.json").read_text())
+    failed = [s for s in summary["steps"] if s["exit"] != 0]
+    assert not failed, (failed, (out / "stderr.log").read_text()[-3000:])
+    assert [s["step"] for s in summary["steps"]] == ["environment", "correctness", "pretrain_gpu", "trainer", "embed_gpu"]
+    assert summary["correctness"]["fp32_parity_ok"] is True
+    assert summary["correctness"]["bf16_max_abs_difference"] < 0.1
+    assert set(summary["pretrain_gpu"]) >= {"loop@8", "fused@8", "loop@16", "fused@16", "fused_over_loop"}
+    assert summary["trainer"]["windows"] > 0 and summary["trainer"]["sentences"] > 0
+    assert summary["embed_gpu"]["tiny"]["sentences_per_second"] > 0
+    assert not list(tmp_path.glob("elmo-gpu-checks.*"))  # the trainer runs' folder is removed
