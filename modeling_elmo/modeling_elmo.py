@@ -680,8 +680,11 @@ class ElmoModel(ElmoPreTrainedModel):
         batch, steps, width = input_ids.shape
         ids = input_ids.new_zeros(batch, steps + 2, width)
         ids[:, 1:-1] = input_ids * mask.unsqueeze(-1).to(input_ids.dtype)
-        bos = torch.as_tensor(sentence_marker_char_ids(BEGINNING_OF_SENTENCE_CHARACTER, width), dtype=ids.dtype, device=ids.device)
-        eos = torch.as_tensor(sentence_marker_char_ids(END_OF_SENTENCE_CHARACTER, width), dtype=ids.dtype, device=ids.device)
+        # built on the device from scalars: copying a host list there would make the host wait for the device
+        bos, eos = (ids.new_empty(width) for _ in range(2))
+        for row, marker in ((bos, BEGINNING_OF_SENTENCE_CHARACTER), (eos, END_OF_SENTENCE_CHARACTER)):
+            for position, value in enumerate(sentence_marker_char_ids(marker, width)[:4]):  # the rest is padding
+                row[position:] = value
         ids[:, 0] = bos
         ids.scatter_(1, (lengths + 1).view(batch, 1, 1).expand(batch, 1, width), eos.expand(batch, 1, width))
         return ids, torch.arange(steps + 2, device=ids.device).unsqueeze(0) < (lengths + 2).unsqueeze(1)
