@@ -72,6 +72,15 @@ def packed_linear(weight: torch.Tensor, rows: int, bias: torch.Tensor | None = N
     return None
 
 
+def dense_linear(weight: torch.Tensor, bias: torch.Tensor | None = None) -> Linear:
+    """``x -> x @ weight.T (+ bias)`` for many rows: oneDNN's kernel on the unpacked weight where it applies (fp32 on
+    an x86 CPU; faster than MKL's on AMD CPUs), else ``F.linear``."""
+    if weight.device.type == "cpu" and weight.dtype == torch.float32 and onednn_packing_available():
+        weight, bias = weight.detach(), None if bias is None else bias.detach()
+        return lambda x: torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+    return lambda x: F.linear(x, weight, bias)
+
+
 def plain_linear(weight: torch.Tensor) -> Linear:
     """``x -> x @ weight.T`` on an (in, out) copy of ``weight`` made once: small per-step products run faster on
     the CPU untransposed."""
@@ -274,24 +283,26 @@ class RecurrencePlan:
         return cls(compiled=compiler_available(device))
 
 
-def _for_each_direction(run: Callable[[int], object], directions: int, parallel: bool) -> list:
-    """``[run(d) for d in range(directions)]``, on one thread per direction when ``parallel``.
+def on_threads(run: Callable[[int], object], count: int, parallel: bool = True) -> list:
+    """``[run(i) for i in range(count)]``, when ``parallel`` on one thread per item, each with one intra-op thread.
 
-    Each worker runs single-threaded (``torch.set_num_threads(1)``) without autograd; the caller's thread count is
-    restored afterwards (the setting of MKL is per process).
+    For independent pieces of CPU work (the two directions; halves of a batch of words): two cores each running one
+    single-threaded piece beat both cores splitting every small product, and a neighbour's load on one core then
+    slows one piece instead of every product. Workers run in the caller's grad mode; the caller's thread count is
+    restored afterwards (torch's setting of MKL is per process).
     """
-    if not parallel:
-        return [run(d) for d in range(directions)]
-    threads = torch.get_num_threads()
+    if not parallel or count < 2:
+        return [run(i) for i in range(count)]
+    threads, grad = torch.get_num_threads(), torch.is_grad_enabled()
 
-    def work(d: int):
+    def work(i: int):
         torch.set_num_threads(1)
-        with torch.no_grad():
-            return run(d)
+        with torch.set_grad_enabled(grad):
+            return run(i)
 
     try:
-        with ThreadPoolExecutor(max_workers=directions, thread_name_prefix="elmo-lstm") as pool:
-            return list(pool.map(work, range(directions)))
+        with ThreadPoolExecutor(max_workers=count, thread_name_prefix="elmo") as pool:
+            return list(pool.map(work, range(count)))
     finally:
         torch.set_num_threads(threads)
 
@@ -425,7 +436,7 @@ def _run_forward(gates_x, valid, h0, c0, weight_hh, weight_hr, clips, plan: Recu
         y, final, saved = _forward_loop(gates_x, valid, h0, c0, weight_hh, weight_hr, clips, plan, save)
         return y, final, list(saved or ())
     one = lambda x, d: x[d : d + 1]  # noqa: E731
-    parts = _for_each_direction(
+    parts = on_threads(
         lambda d: _forward_loop(one(gates_x, d), valid, one(h0, d), one(c0, d), one(weight_hh, d), one(weight_hr, d),
                                 clips, plan, save),
         gates_x.shape[0], plan.parallel)
@@ -443,12 +454,12 @@ def _direction_inference(inputs, valid, h0, c0, layers, dtype, clips, plan: Recu
         steps, rows, width = inputs[d].shape
         flat = inputs[d].reshape(steps * rows, width)
         weight_ih, bias = layer.weight_ih.to(dtype), layer.bias.to(dtype)
-        input_products = packed_linear(weight_ih, steps * rows, bias) or (lambda x: F.linear(x, weight_ih, bias))
+        input_products = dense_linear(weight_ih, bias)  # unpacked: for T * B rows packing costs more than it saves
         gates_x = input_products(flat).view(1, steps, rows, -1)  # (1, T, B, 4H)
         weights = (layer.weight_hh.to(dtype).unsqueeze(0), layer.weight_hr.to(dtype).unsqueeze(0))
         return _forward_loop(gates_x, valid, h0[d : d + 1], c0[d : d + 1], *weights, clips, plan, save=False)
 
-    parts = _for_each_direction(run, inputs.shape[0], plan.parallel)
+    parts = on_threads(run, inputs.shape[0], plan.parallel)
     return torch.cat([part[0] for part in parts]), (torch.cat([part[1][0] for part in parts]),
                                                    torch.cat([part[1][1] for part in parts]))
 
@@ -483,7 +494,7 @@ class ClippedLstmRecurrence(torch.autograd.Function):
             grads = _backward_loop(grad_y, grad_h, grad_c, valid, saved, weight_hh, weight_hr, clips, plan)
         else:
             one = lambda x, d: x[d : d + 1]  # noqa: E731
-            parts = _for_each_direction(
+            parts = on_threads(
                 lambda d: _backward_loop(one(grad_y, d), one(grad_h, d), one(grad_c, d), valid, saved[5 * d : 5 * d + 5],
                                          one(weight_hh, d), one(weight_hr, d), clips, plan),
                 directions, plan.parallel)
@@ -544,6 +555,7 @@ def clipped_lstm(
 
 __all__ = [
     "ClippedLstmRecurrence",
+    "dense_linear",
     "dropout_noise",
     "loop_step_products",
     "reverse_each_row",
@@ -556,6 +568,7 @@ __all__ = [
     "compiler_available",
     "mkl_packed_products",
     "mkl_packing_available",
+    "on_threads",
     "onednn_packing_available",
     "packed_linear",
     "stacked_backward_step",

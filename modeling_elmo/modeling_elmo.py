@@ -42,6 +42,7 @@ from .lstm_kernels import (
     compile_failure,
     dropout_noise,
     loop_step_products,
+    on_threads,
     reverse_each_row,
     torch_lstm,
 )
@@ -692,13 +693,20 @@ class ElmoModel(ElmoPreTrainedModel):
     def _embed_tokens(self, input_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Context-insensitive vectors (B, T, P) of the present tokens; padding stays zero.
 
-        On the CPU each distinct present word is encoded once. Elsewhere every position is encoded and padding
-        zeroed: selecting present or distinct words has a size known only on the device, so the host would wait."""
+        On the CPU each distinct present word is encoded once (in inference with several threads, a share of the
+        words per thread: `lstm_kernels.on_threads`). Elsewhere every position is encoded and padding zeroed:
+        selecting present or distinct words has a size known only on the device, so the host would wait."""
         batch, steps, width = input_ids.shape
         if not _host_waits_for_nothing(input_ids.device):
             encoded = self.char_encoder.encode(input_ids.reshape(batch * steps, width)).view(batch, steps, -1)
             return encoded * mask.unsqueeze(-1).to(encoded.dtype)
-        encoded = self.char_encoder(input_ids[mask])
+        words, threads = input_ids[mask], torch.get_num_threads()
+        if threads > 1 and not torch.is_grad_enabled() and not torch.is_autocast_enabled("cpu") and len(words) >= 256:
+            unique, inverse = torch.unique(words, dim=0, return_inverse=True)
+            shares = unique.chunk(threads)
+            encoded = torch.cat(on_threads(lambda i: self.char_encoder.encode(shares[i]), len(shares)))[inverse]
+        else:
+            encoded = self.char_encoder(words)
         embeddings = encoded.new_zeros(batch, steps, self.config.hidden_size)  # encoder's dtype (autocast: bf16)
         embeddings[mask] = encoded
         return embeddings

@@ -234,6 +234,24 @@ def test_directions_on_two_threads_leave_the_callers_thread_count():
         torch.set_num_threads(before)
 
 
+def test_words_embedded_on_two_threads_equal_the_one_thread_embedding():
+    tester = ElmoModelTester()
+    model = tester.model(seed=1)
+    words = [[f"w{i}x{j}" for j in range(30)] for i in range(12)]  # 360 distinct words: enough to share out
+    enc = tester.encode(words)
+    before = torch.get_num_threads()
+    outputs = []
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            with torch.no_grad():
+                outputs.append(model(**enc, output_hidden_states=True).hidden_states[0])
+            assert torch.get_num_threads() == threads
+    finally:
+        torch.set_num_threads(before)
+    assert_same_numbers(outputs[1], outputs[0], what="layer 0 from two threads")
+
+
 @pytest.mark.parametrize("training", [True, False], ids=["sampled-training", "full-eval"])
 def test_the_mask_weighted_accelerator_forms_give_the_cpu_selections_numbers(monkeypatch, training):
     """On an accelerator the model encodes every position and weights the LM loss instead of selecting rows (which
