@@ -222,14 +222,15 @@ class _CompiledSteps:
     """`stacked_forward_step` and `stacked_backward_step` through ``torch.compile`` with one backend.
 
     Kept (see `compiled_steps`) because dynamo keys compiled code by the compile wrapper: a wrapper made per call
-    would compile again on every call. ``failed`` records a compilation error, after which the plain steps are used
-    without retrying.
+    would compile again on every call. ``failed`` records, per step function, a compilation error, after which that
+    function runs uncompiled without retrying (the backward runs on autograd's device thread on a GPU: it may fail
+    where the forward does not).
     """
 
     def __init__(self, backend: str | Callable):
         self.forward = torch.compile(stacked_forward_step, backend=backend, dynamic=True, fullgraph=True)
         self.backward = torch.compile(stacked_backward_step, backend=backend, dynamic=True, fullgraph=True)
-        self.failed: str | None = None
+        self.failed: dict[str, str] = {}
 
 
 @functools.lru_cache(maxsize=2)
@@ -240,8 +241,11 @@ def compiled_steps(backend: str | Callable = "inductor") -> _CompiledSteps:
 
 
 def compile_failure(backend: str | Callable = "inductor") -> str | None:
-    """Why compiling the steps with ``backend`` failed in this process, or `None` (also when never tried)."""
-    return compiled_steps(backend).failed if compiled_steps.cache_info().currsize else None
+    """Why compiling a step with ``backend`` failed in this process, or `None` (also when never tried)."""
+    if not compiled_steps.cache_info().currsize:
+        return None
+    failed = compiled_steps(backend).failed
+    return "; ".join(f"{name} step: {why}" for name, why in failed.items()) or None
 
 
 def compiler_available(device: torch.device) -> bool:
@@ -337,11 +341,13 @@ def _direction_backward_step(weight_hh, weight_hr, rows: int):
     return step
 
 
-def _with_fallback(compiled: Callable, plain: Callable, steps: _CompiledSteps) -> Callable:
-    """``compiled``, or from its first call on ``plain`` where compiling fails (recorded once per process in
-    `compiled_steps`, so later calls do not try again). All steps of one call have the same shapes: only the first
+def _with_fallback(steps: _CompiledSteps, name: str, plain: Callable) -> Callable:
+    """``steps.<name>``, or ``plain`` from the first call on where compiling it fails (recorded once per process in
+    ``steps.failed``, so later calls do not try again). All steps of one call have the same shapes: only the first
     step can compile."""
-    chosen: list[Callable] = []
+    if name in steps.failed:
+        return plain
+    compiled, chosen = getattr(steps, name), []
 
     def call(*args):
         if chosen:
@@ -351,7 +357,7 @@ def _with_fallback(compiled: Callable, plain: Callable, steps: _CompiledSteps) -
         except torch.OutOfMemoryError:
             raise
         except Exception as error:  # noqa: BLE001 - any compiler failure: the plain step computes the same
-            steps.failed = " ".join(f"{type(error).__name__}: {error}".split())[:300]
+            steps.failed[name] = " ".join(f"{type(error).__name__}: {error}".split())[:300]
             chosen.append(plain)
             return plain(*args)
         chosen.append(compiled)
@@ -362,11 +368,10 @@ def _with_fallback(compiled: Callable, plain: Callable, steps: _CompiledSteps) -
 
 def _stacked_steps(plan: RecurrencePlan) -> tuple[Callable, Callable]:
     """(forward step, backward step) for stacked directions: compiled where planned and not failed before."""
-    steps = compiled_steps(plan.backend) if plan.compiled else None
-    if steps is not None and steps.failed is None:
-        return (_with_fallback(steps.forward, stacked_forward_step, steps),
-                _with_fallback(steps.backward, stacked_backward_step, steps))
-    return stacked_forward_step, stacked_backward_step
+    if not plan.compiled:
+        return stacked_forward_step, stacked_backward_step
+    steps = compiled_steps(plan.backend)
+    return _with_fallback(steps, "forward", stacked_forward_step), _with_fallback(steps, "backward", stacked_backward_step)
 
 
 def _forward_loop(gates_x, valid, h0, c0, weight_hh, weight_hr, clips, plan: RecurrencePlan, save: bool):
