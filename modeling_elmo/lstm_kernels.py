@@ -14,11 +14,13 @@ torch and the standard library; the optional compiler (``torch.compile``) is use
     stacked weights per step; with ``torch.compile`` available, each step (its two products and the element-wise
     gate, clip and mask work around them) is one compiled function, so a step is a handful of kernels. No host
     synchronisation: lengths and masks stay on the device, the number of steps is the padded length.
-  - on the CPU: one direction at a time with matrix products on MKL-packed weights (fp32, x86), and with two or
-    more intra-op threads the two directions on two threads at once, one core each (small per-step products do not
-    scale over cores, two independent recurrences do).
+  - on the CPU, for models of some size (`RecurrencePlan.PER_DIRECTION_FROM`): one direction at a time, its per-step
+    products on weights packed once per call for oneDNN (x86; MKL's packed GEMM where oneDNN is missing), and with
+    two or more intra-op threads the two directions on two threads at once, one core each (small per-step products
+    do not scale over cores, two independent recurrences do). Smaller models run stacked, as on a GPU.
 
-* `mkl_packed_products`: the reference loop's two per-step products on MKL-packed recurrent weights (CPU inference).
+* `mkl_packed_products`, `loop_step_products`: the reference loop's per-step products (MKL-packed recurrent
+  weights for CPU inference). `reverse_each_row`, `dropout_noise`, `torch_lstm`, `on_threads`: shared helpers.
 
 Conventions: recurrence tensors are direction-major and time-major, ``(D, T, B, width)``: ``[:, t]`` is one step
 of every direction, ``[d]`` one direction's ``(T * B, width)`` matrix for the weight gradients. ``valid`` is
@@ -28,7 +30,6 @@ of every direction, ``[d]`` one direction's ``(T * B, width)`` matrix for the we
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -312,7 +313,8 @@ def on_threads(run: Callable[[int], object], count: int, parallel: bool = True) 
 
 
 def _direction_forward_step(weight_hh, weight_hr, rows: int):
-    """The forward step of one direction (D = 1) with MKL-packed products where available."""
+    """The forward step of one direction (D = 1), its products on weights packed for this call (`packed_linear`)
+    where that applies (fp32 on an x86 CPU), else on transposed copies."""
     recurrent = packed_linear(weight_hh[0], rows) or plain_linear(weight_hh[0])
     project = packed_linear(weight_hr[0], rows) or plain_linear(weight_hr[0])
 
@@ -560,22 +562,22 @@ def clipped_lstm(
 
 __all__ = [
     "ClippedLstmRecurrence",
-    "dense_linear",
-    "dropout_noise",
-    "loop_step_products",
-    "reverse_each_row",
-    "torch_lstm",
     "RecurrencePlan",
     "StepProducts",
     "clipped_lstm",
     "compile_failure",
     "compiled_steps",
     "compiler_available",
+    "dense_linear",
+    "dropout_noise",
+    "loop_step_products",
     "mkl_packed_products",
     "mkl_packing_available",
     "on_threads",
     "onednn_packing_available",
     "packed_linear",
+    "reverse_each_row",
     "stacked_backward_step",
     "stacked_forward_step",
+    "torch_lstm",
 ]
