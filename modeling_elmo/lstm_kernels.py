@@ -201,22 +201,50 @@ def _cell_backward(grad_m, grad_c, valid, acts, cell, c, cell_clip: float | None
     return grad_gates, grad_cell * f + grad_c * (1 - valid)
 
 
-def stacked_forward_step(gates_x, h, c, valid, weight_hh_t, weight_hr_t, cell_clip, proj_clip):
-    """One step of D directions at once: ``bmm`` over the stacked weights (D, P, 4H) and (D, H, P).
-    Returns (activations, unclipped cell, unclipped projection, next h, next c, output)."""
-    acts, cell, c_next, m = _cell(torch.baddbmm(gates_x, h, weight_hh_t), c, valid, cell_clip)
-    projected = torch.bmm(m, weight_hr_t)
+def _at(x: torch.Tensor, t, dim: int) -> torch.Tensor:
+    """Step ``t`` of ``x`` along ``dim``: ``t`` an int (a view), or a one-element index tensor (`index_select`)."""
+    return x.select(dim, t) if isinstance(t, int) else x.index_select(dim, t).squeeze(dim)
+
+
+def stacked_forward_step(gates_x, t, h, c, valid, weight_hh, weight_hr, cell_clip, proj_clip):
+    """Step ``t`` of D directions at once: ``bmm`` over the stacked weights (D, 4H, P) and (D, P, H); ``gates_x``
+    (D, T, B, 4H) and ``valid`` (T, B, 1) whole, indexed here. ``t`` is an int, or, compiled, a one-element index
+    tensor: dynamo specialises on an int's value (one graph per step) and on the storage offset of a step's slice,
+    but not on a tensor's values, so one graph serves every step. Returns (activations, unclipped cell, unclipped projection,
+    next h, next c, output)."""
+    valid = _at(valid, t, 0)
+    acts, cell, c_next, m = _cell(torch.baddbmm(_at(gates_x, t, 1), h, weight_hh.transpose(1, 2)), c, valid, cell_clip)
+    projected = torch.bmm(m, weight_hr.transpose(1, 2))
     h_next, y = _output(projected, h, valid, proj_clip)
     return acts, cell, projected, h_next, c_next, y
 
 
-def stacked_backward_step(grad_y, grad_h, grad_c, valid, acts, cell, projected, c, weight_hh, weight_hr,
+def stacked_backward_step(grad_y, t, grad_h, grad_c, valid, acts, cells, projections, cs, weight_hh, weight_hr,
                           cell_clip, proj_clip):
-    """The backward of `stacked_forward_step`: -> (gate gradients, projection gradient, grad h, grad c) of the
-    previous carried state."""
-    grad_projected, grad_h_kept = _output_backward(grad_y, grad_h, valid, projected, proj_clip)
-    grad_gates, grad_c_prev = _cell_backward(torch.bmm(grad_projected, weight_hr), grad_c, valid, acts, cell, c, cell_clip)
+    """The backward of `stacked_forward_step` at step ``t`` (an int or an index tensor; the saved tensors whole,
+    as ``_forward_loop`` keeps them): -> (gate gradients, projection gradient, grad h, grad c) of the state step
+    ``t`` started from."""
+    valid = _at(valid, t, 0)
+    grad_projected, grad_h_kept = _output_backward(_at(grad_y, t, 1), grad_h, valid, _at(projections, t, 1), proj_clip)
+    grad_m = torch.bmm(grad_projected, weight_hr)
+    grad_gates, grad_c_prev = _cell_backward(grad_m, grad_c, valid, _at(acts, t, 1), _at(cells, t, 1), _at(cs, t, 1),
+                                             cell_clip)
     return grad_gates, grad_projected, torch.baddbmm(grad_h_kept, grad_gates, weight_hh), grad_c_prev
+
+
+def _step_indices(plan: RecurrencePlan, steps: int, device: torch.device) -> list:
+    """What the stacked steps get as ``t``: ints, or for compiled steps one-element index tensors made on the device
+    (fills: no copy from the host, which would wait for the device)."""
+    if not plan.compiled:
+        return list(range(steps))
+    return [torch.full((1,), t, dtype=torch.long, device=device) for t in range(steps)]
+
+
+def _fresh(x: torch.Tensor) -> torch.Tensor:
+    """``x`` detached, copied when it is not a contiguous tensor at the start of its storage: compiled steps guard
+    on strides and storage offsets, so that the loops' inputs look alike from call to call."""
+    x = x.detach()
+    return x if x.is_contiguous() and x.storage_offset() == 0 else x.clone(memory_format=torch.contiguous_format)
 
 
 class _CompiledSteps:
@@ -344,26 +372,24 @@ def _direction_backward_step(weight_hh, weight_hr, rows: int):
 
 
 def _with_fallback(steps: _CompiledSteps, name: str, plain: Callable) -> Callable:
-    """``steps.<name>``, or ``plain`` from the first call on where compiling it fails (recorded once per process in
-    ``steps.failed``, so later calls do not try again). All steps of one call have the same shapes: only the first
-    step can compile."""
+    """``steps.<name>``, or ``plain`` from the first call that fails on (compiling it, or recompiling it for new
+    shapes beyond dynamo's limit); the failure is recorded once per process in ``steps.failed``, so later calls do not
+    try again. Steps are pure functions: the failed step is simply computed again by ``plain``."""
     if name in steps.failed:
         return plain
-    compiled, chosen = getattr(steps, name), []
+    chosen = [getattr(steps, name)]
 
     def call(*args):
-        if chosen:
-            return chosen[0](*args)
         try:
-            out = compiled(*args)
+            return chosen[0](*args)
         except torch.OutOfMemoryError:
             raise
         except Exception as error:  # noqa: BLE001 - any compiler failure: the plain step computes the same
+            if chosen[0] is plain:
+                raise
             steps.failed[name] = " ".join(f"{type(error).__name__}: {error}".split())[:300]
-            chosen.append(plain)
+            chosen[0] = plain
             return plain(*args)
-        chosen.append(compiled)
-        return out
 
     return call
 
@@ -388,10 +414,9 @@ def _forward_loop(gates_x, valid, h0, c0, weight_hh, weight_hr, clips, plan: Rec
         step = _direction_forward_step(weight_hh, weight_hr, gates_x.shape[2])
         call = lambda t, h, c: step(gates_x[:, t], h, c, valid[t], cell_clip, proj_clip)  # noqa: E731
     else:
-        forward_step = _stacked_steps(plan)[0]
-        weight_hh_t, weight_hr_t = weight_hh.transpose(1, 2), weight_hr.transpose(1, 2)
-        call = lambda t, h, c: forward_step(gates_x[:, t], h, c, valid[t], weight_hh_t, weight_hr_t,  # noqa: E731
-                                            cell_clip, proj_clip)
+        forward_step, index = _stacked_steps(plan)[0], _step_indices(plan, gates_x.shape[1], gates_x.device)
+        call = lambda t, h, c: forward_step(gates_x, index[t], h, c, valid, weight_hh, weight_hr, cell_clip, proj_clip)  # noqa: E731
+        h0, c0 = _fresh(h0), _fresh(c0)
     h, c = h0, c0
     outputs, hs, cs, acts, cells, projections = [], [h0], [c0], [], [], []
     for t in range(gates_x.shape[1]):
@@ -419,9 +444,10 @@ def _backward_loop(grad_y, grad_h, grad_c, valid, saved, weight_hh, weight_hr, c
         call = lambda t, gh, gc: step(grad_y[:, t], gh, gc, valid[t], acts[:, t], cells[:, t], projections[:, t],  # noqa: E731
                                       cs[:, t], cell_clip, proj_clip)
     else:
-        backward_step = _stacked_steps(plan)[1]
-        call = lambda t, gh, gc: backward_step(grad_y[:, t], gh, gc, valid[t], acts[:, t], cells[:, t],  # noqa: E731
-                                               projections[:, t], cs[:, t], weight_hh, weight_hr, cell_clip, proj_clip)
+        backward_step, index = _stacked_steps(plan)[1], _step_indices(plan, steps, acts.device)
+        grad_y, grad_h, grad_c = _fresh(grad_y), _fresh(grad_h), _fresh(grad_c)
+        call = lambda t, gh, gc: backward_step(grad_y, index[t], gh, gc, valid, acts, cells, projections, cs,  # noqa: E731
+                                               weight_hh, weight_hr, cell_clip, proj_clip)
     grad_gates, grad_projections = [None] * steps, [None] * steps
     for t in reversed(range(steps)):
         grad_gates[t], grad_projections[t], grad_h, grad_c = call(t, grad_h, grad_c)

@@ -221,6 +221,27 @@ def test_compiled_steps_that_fail_to_build_fall_back_to_plain_steps_and_are_not_
     assert_same_numbers(grads[0], grads[1], rtol=TOLERANCE)
 
 
+def test_compiled_steps_build_one_graph_for_every_step_length_and_batch_size():
+    """Dynamo specialises on ints and on slice offsets: a graph per time step would recompile until its limit and
+    fall back to uncompiled steps; the steps get whole tensors and an index tensor instead."""
+    graphs = []
+
+    def counting_backend(graph, example_inputs):
+        graphs.append(graph)
+        return graph.forward
+
+    torch.manual_seed(0)
+    layers = [ElmoLstmLayer(3, 5, 3, CELL_CLIP, PROJ_CLIP) for _ in range(2)]
+    plan = RecurrencePlan(compiled=True, backend=counting_backend)
+    # sizes that never coincide (dynamo also specialises on two sizes that happen to be equal: one more graph)
+    for steps, rows in ((9, 6), (13, 7), (11, 17)):
+        x = torch.randn(2, steps, rows, 3, requires_grad=True)
+        y, (h, c) = clipped_lstm(x, torch.ones(steps, rows, dtype=torch.bool), layers, plan=plan)
+        (y.sum() + h.sum() + c.sum()).backward()
+    assert compile_failure(counting_backend) is None
+    assert len(graphs) == 2  # one forward step, one backward step
+
+
 def test_directions_on_two_threads_leave_the_callers_thread_count():
     before = torch.get_num_threads()
     torch.set_num_threads(2)
