@@ -84,6 +84,18 @@ def test_fused_model_equals_the_loop_in_outputs_states_and_every_gradient_with_b
     assert (expected.lstm_state.cell.abs() >= CELL_CLIP - 1e-6).float().mean() > 0.05
 
 
+def test_fused_model_under_bf16_autocast_is_as_close_to_fp32_as_the_loop(cpu_form):
+    tester, (loop, fused) = clipping_pair()
+    enc = tester.encode(SENTENCES)
+    exact = loop(**enc, output_hidden_states=True).hidden_states
+    errors = {}
+    for name, model in (("loop", loop), ("fused", fused)):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            layers = model(**enc, output_hidden_states=True).hidden_states  # autograd on: the training path
+        errors[name] = max(float((a.float() - e).abs().max()) for a, e in zip(layers[1:], exact[1:]))
+    assert 0 < errors["fused"] <= 2 * errors["loop"], errors
+
+
 def reference_directions(layers, x, mask, h0, c0):
     """`ElmoLstmLayer.forward` (the loop) per direction: x (D, T, B, P) -> y (D, T, B, P), h, c."""
     ys, hs, cs = [], [], []
