@@ -106,11 +106,12 @@ def mkl_packed_products(weight_hh: torch.Tensor, weight_hr: torch.Tensor, batch:
         (lambda u: linear(u, packed_hr, hr, None, batch))
 
 
-def loop_step_products(weight_hh: torch.Tensor, weight_hr: torch.Tensor, batch: int) -> StepProducts:
+def loop_step_products(weight_hh: torch.Tensor, weight_hr: torch.Tensor, batch: int, like: torch.Tensor) -> StepProducts:
     """The reference loop's two per-step products, ``recurrent(h, gates_x_t) = gates_x_t + h W_hh^T`` and
-    ``project(u) = u W_hr^T``: on MKL-packed weights where `mkl_packed_products` applies (inference on an x86 CPU
-    in fp32), else ``addmm``/``mm`` on (in, out) copies made once per call (faster untransposed on a CPU)."""
-    packed = mkl_packed_products(weight_hh, weight_hr, batch)
+    ``project(u) = u W_hr^T`` for states like ``like``: on MKL-packed weights where `mkl_packed_products` applies
+    (inference on an x86 CPU in fp32, also for the states: not under autocast), else ``addmm``/``mm`` on (in, out)
+    copies made once per call (faster untransposed on a CPU)."""
+    packed = mkl_packed_products(weight_hh, weight_hr, batch) if like.dtype == torch.float32 else None
     if packed is not None:
         return packed
     weight_hh_t, weight_hr_t = weight_hh.t().contiguous(), weight_hr.t().contiguous()  # (P, 4H), (H, P)

@@ -186,7 +186,7 @@ class ElmoLstmLayer(nn.Module):
         # a preallocated output) would cost a zero-filled tensor of every step's size per step in the backward pass.
         gates_x = F.linear(inputs.transpose(0, 1), self.weight_ih, self.bias).unbind(0)  # T x (B, 4H)
         valid = mask.t().unsqueeze(-1).unbind(0)  # T x (B, 1)
-        recurrent, project = loop_step_products(self.weight_hh, self.weight_hr, batch)  # MKL-packed on a CPU
+        recurrent, project = loop_step_products(self.weight_hh, self.weight_hr, batch, gates_x[0] if steps else inputs)
         outputs = []
         for t in range(steps):
             i, f, g, o = recurrent(h, gates_x[t]).chunk(4, dim=1)

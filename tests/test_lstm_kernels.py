@@ -96,6 +96,19 @@ def test_fused_model_under_bf16_autocast_is_as_close_to_fp32_as_the_loop(cpu_for
     assert 0 < errors["fused"] <= 2 * errors["loop"], errors
 
 
+@pytest.mark.parametrize("implementation", ["loop", "fused"])
+def test_inference_under_bf16_autocast_runs_and_stays_close_to_fp32(implementation, cpu_form):
+    tester = ElmoModelTester()
+    model = tester.model(seed=2, lstm_implementation=implementation)
+    enc = tester.encode(SENTENCES)
+    with torch.no_grad():
+        exact = model(**enc).last_hidden_state
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            approximate = model(**enc).last_hidden_state  # packed fp32 weights must not meet bf16 states
+    assert approximate.dtype == torch.bfloat16
+    assert (approximate.float() - exact).abs().max() < 0.05 * exact.abs().max()
+
+
 def reference_directions(layers, x, mask, h0, c0):
     """`ElmoLstmLayer.forward` (the loop) per direction: x (D, T, B, P) -> y (D, T, B, P), h, c."""
     ys, hs, cs = [], [], []
