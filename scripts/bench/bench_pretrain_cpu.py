@@ -207,6 +207,10 @@ def main(argv: list[str] | None = None) -> int:
             achieved = run["positions_per_s"] * flops_per_position(config, run["positions_per_target"])
             record[name] = {"tokens_per_s": round(run["tokens_per_s"], 1), "achieved_flop_per_s": achieved,
                             "fraction_of_matmul_peak": achieved / peak, "final_loss": round(run["final_loss"], 4)}
+        # the last implementation's figures also at the top level (the record's layout before the comparison)
+        record.update({k: record[args.lstm_implementations[-1]][k]
+                       for k in ("tokens_per_s", "achieved_flop_per_s", "fraction_of_matmul_peak")})
+        record["lstm_implementation"] = args.lstm_implementations[-1]
         first, last = args.lstm_implementations[0], args.lstm_implementations[-1]
         if first != last:
             record[f"{last}_over_{first}"] = runs[last]["tokens_per_s"] / runs[first]["tokens_per_s"]
