@@ -61,7 +61,7 @@ AUTO_MAP = {
 }
 
 CHAR_CNN_ACTIVATIONS = ("relu", "tanh")
-LSTM_IMPLEMENTATIONS = ("auto", "loop", "torch")
+LSTM_IMPLEMENTATIONS = ("auto", "loop", "fused", "torch")
 CLASSIFIER_POOLINGS = ("mean", "max", "mean_max", "first", "last")
 LM_SOFTMAX_KINDS = ("full", "sampled")
 
@@ -145,9 +145,12 @@ class ElmoConfig(PretrainedConfig):
             Dropout on the input of every LSTM layer and on the top layer before the softmax, as in the
             original training (``dropout``). Active only in training mode.
         lstm_implementation (`str`, *optional*, defaults to `"auto"`):
-            `"loop"`: the explicit time loop that clips (needed for the released models); `"torch"`:
-            `torch.nn.LSTM(proj_size=...)` (cuDNN on a GPU), only valid when both clips are off; `"auto"`:
-            `"torch"` when both clips are off, else `"loop"`.
+            How the LSTM stacks run; all give the same numbers with the same parameters. `"loop"`: the explicit
+            time loop of `ElmoLstmLayer.forward` (the readable reference); `"fused"`: the same recurrence with both
+            directions advanced together, an explicit backward pass and, on a GPU, compiled steps
+            (`ElmoBiLstm.fused_forward`); `"torch"`: `torch.nn.LSTM(proj_size=...)` (cuDNN on a GPU), only valid
+            when both clips are off; `"auto"`: `"torch"` when both clips are off and no state is carried, else
+            `"fused"`, falling back to `"loop"` (with one logged line) where the fused form cannot run.
         num_output_representations (`int`, *optional*, defaults to 1):
             Number of independent scalar mixes a head computes (the paper uses 2 for some tasks).
         scalar_mix_layer_norm (`bool`, *optional*, defaults to `False`):

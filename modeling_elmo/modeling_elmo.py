@@ -31,14 +31,21 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from torch.func import functional_call
 from torch.nn import functional as F
 from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassifierOutput
 from transformers.utils import ModelOutput, logging
 
-from .lstm_kernels import StepProducts, mkl_packed_products
+from .lstm_kernels import (
+    clipped_lstm,
+    compile_failure,
+    dropout_noise,
+    loop_step_products,
+    on_threads,
+    reverse_each_row,
+    torch_lstm,
+)
 from .configuration_elmo import (
     BEGINNING_OF_SENTENCE_CHARACTER,
     END_OF_SENTENCE_CHARACTER,
@@ -65,6 +72,12 @@ def _check_values(bad: torch.Tensor, message: str) -> None:
         return
     if bool(bad.any()):
         raise ValueError(message)
+
+
+def _host_waits_for_nothing(device: torch.device) -> bool:
+    """Whether a size known only from tensor values (a boolean selection, ``unique``) is free to read: on the CPU.
+    Elsewhere the host would wait for the device, so the model computes on all rows and masks instead."""
+    return device.type == "cpu"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -156,18 +169,6 @@ class ElmoLstmLayer(nn.Module):
         self.bias = nn.Parameter(torch.empty(4 * cell_size))
         self.weight_hr = nn.Parameter(torch.empty(hidden_size, cell_size))
 
-    def step_products(self, batch: int, like: torch.Tensor) -> StepProducts:
-        """The loop's two per-step products as functions, ``recurrent(h, gates_x_t) = gates_x_t + h W_hh^T`` and
-        ``project(u) = u W_hr^T``: MKL-packed weights where `lstm_kernels.mkl_packed_products` applies (inference on
-        an x86 CPU in fp32), else ``addmm``/``mm`` on (in, out) copies made once per call."""
-        if like.device.type == "cpu" and like.dtype == torch.float32:
-            packed = mkl_packed_products(self.weight_hh, self.weight_hr, batch)
-            if packed is not None:
-                return packed
-        weight_hh_t = self.weight_hh.t().contiguous()  # (P, 4H): the per-step products run faster untransposed
-        weight_hr_t = self.weight_hr.t().contiguous()  # (H, P)
-        return (lambda h, gates_x: torch.addmm(gates_x, h, weight_hh_t)), (lambda u: torch.mm(u, weight_hr_t))
-
     def forward(
         self,
         inputs: torch.Tensor,
@@ -185,7 +186,7 @@ class ElmoLstmLayer(nn.Module):
         # a preallocated output) would cost a zero-filled tensor of every step's size per step in the backward pass.
         gates_x = F.linear(inputs.transpose(0, 1), self.weight_ih, self.bias).unbind(0)  # T x (B, 4H)
         valid = mask.t().unsqueeze(-1).unbind(0)  # T x (B, 1)
-        recurrent, project = self.step_products(batch, inputs)
+        recurrent, project = loop_step_products(self.weight_hh, self.weight_hr, batch, gates_x[0] if steps else inputs)
         outputs = []
         for t in range(steps):
             i, f, g, o = recurrent(h, gates_x[t]).chunk(4, dim=1)
@@ -200,15 +201,6 @@ class ElmoLstmLayer(nn.Module):
         if not outputs:
             return inputs.new_zeros(batch, 0, self.hidden_size), (h, c)
         return torch.stack(outputs, dim=1), (h, c)
-
-
-def _reverse_each_row(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """Reverse the first ``lengths[b]`` steps of every row of ``x`` (B, T, ...), leaving the padding in place."""
-    steps = x.shape[1]
-    positions = torch.arange(steps, device=x.device).unsqueeze(0)  # (1, T)
-    index = torch.where(positions < lengths.unsqueeze(1), lengths.unsqueeze(1) - 1 - positions, positions)  # (B, T)
-    index = index.view(index.shape + (1,) * (x.dim() - 2)).expand_as(x)
-    return x.gather(1, index)
 
 
 @dataclass
@@ -254,8 +246,11 @@ class ElmoBiLstm(nn.Module):
     the residual). Dropout, when asked for (pretraining), acts on every layer's input and the residual adds the
     dropped-out input, as in the original training. The backward stack reads each row reversed over its own length.
 
-    Implementations, all with the same parameters: `loop_forward` (the reference; clips), and `torch_forward`
-    (``torch.nn.LSTM`` with ``proj_size``, cuDNN on a GPU), which cannot clip and is used only without clipping.
+    Implementations, all with the same parameters (``config.lstm_implementation``): `loop_forward` (the reference:
+    `ElmoLstmLayer.forward` per layer and direction), `fused_forward` (the same numbers, both directions at once
+    through `lstm_kernels.clipped_lstm`; ``"auto"`` uses it wherever something clips or a state is carried, and
+    falls back to the loop, with one logged line, where it cannot run), and `torch_forward` (``torch.nn.LSTM``
+    with ``proj_size``, cuDNN on a GPU), which cannot clip and is used only without clipping.
     """
 
     def __init__(self, config: ElmoConfig):
@@ -278,16 +273,28 @@ class ElmoBiLstm(nn.Module):
     ) -> tuple[list[torch.Tensor], tuple[torch.Tensor, torch.Tensor] | None]:
         """embeddings (B, T, P), mask (B, T) bool valid prefix, initial (h (2, L, B, P), c (2, L, B, H)) ->
         one (B, T, 2P) tensor per layer, and the final states (as the initial ones) when ``need_final_state``."""
+        implementation = self.config.lstm_implementation
         if self.config.uses_torch_lstm and initial_state is None and not need_final_state:
             return self.torch_forward(embeddings, mask, dropout), None
+        if implementation == "fused":
+            return self.fused_forward(embeddings, mask, initial_state, dropout)
+        if implementation == "auto":
+            try:
+                return self.fused_forward(embeddings, mask, initial_state, dropout)
+            except (NotImplementedError, RuntimeError) as error:  # an operation missing on this device or dtype
+                if isinstance(error, torch.OutOfMemoryError):
+                    raise
+                logger.warning_once(f"The fused LSTM recurrence cannot run on {embeddings.device.type} in "
+                                    f"{embeddings.dtype} ({type(error).__name__}: {str(error).splitlines()[0][:200]}); "
+                                    "using the reference loop.")
         return self.loop_forward(embeddings, mask, initial_state, dropout)
 
     def _stacks(self, embeddings: torch.Tensor, lengths: torch.Tensor):
         """(layers, input) per direction: the backward stack reads each row reversed."""
-        return (self.forward_layers, embeddings), (self.backward_layers, _reverse_each_row(embeddings, lengths))
+        return (self.forward_layers, embeddings), (self.backward_layers, reverse_each_row(embeddings, lengths))
 
     def _merge(self, forward_out: list[torch.Tensor], backward_out: list[torch.Tensor], lengths: torch.Tensor):
-        return [torch.cat([f, _reverse_each_row(b, lengths)], dim=-1) for f, b in zip(forward_out, backward_out)]
+        return [torch.cat([f, reverse_each_row(b, lengths)], dim=-1) for f, b in zip(forward_out, backward_out)]
 
     def loop_forward(self, embeddings, mask, initial_state=None, dropout: float = 0.0):
         """The reference: each layer of each direction runs `ElmoLstmLayer.forward` (explicit loop, clipping)."""
@@ -310,22 +317,43 @@ class ElmoBiLstm(nn.Module):
         final = (torch.stack([finals[0][0], finals[1][0]]), torch.stack([finals[0][1], finals[1][1]]))
         return self._merge(outputs[0], outputs[1], lengths), final
 
+    def fused_forward(self, embeddings, mask, initial_state=None, dropout: float = 0.0):
+        """`loop_forward`'s numbers, faster: each layer advances both directions at once through
+        `lstm_kernels.clipped_lstm` (batched products, an explicit backward, no host synchronisation), in time-major
+        layout (2, T, B, P). With the same seed, dropout drops the same units as the loop."""
+        lengths = mask.sum(dim=1)
+        noise = dropout_noise(embeddings, dropout, len(self.forward_layers))  # drawn as the loop draws
+        x = torch.stack([embeddings, reverse_each_row(embeddings, lengths)]).transpose(1, 2)  # (2, T, B, P)
+        valid = mask.t()  # (T, B)
+        outputs, final_h, final_c = [], [], []
+        for index, layers in enumerate(zip(self.forward_layers, self.backward_layers)):
+            layer_input = x if noise is None else x * noise[index]
+            state = None if initial_state is None else (initial_state[0][:, index], initial_state[1][:, index])
+            y, (h, c) = clipped_lstm(layer_input, valid, layers, state)
+            if index > 0 and self.config.use_skip_connections:
+                y = y + layer_input * valid.unsqueeze(-1)
+            outputs.append(y.transpose(1, 2))  # (2, B, T, P)
+            final_h.append(h)
+            final_c.append(c)
+            x = y
+        if embeddings.device.type != "cpu" and compile_failure():
+            logger.warning_once(f"torch.compile could not build the LSTM step ({compile_failure()}); "
+                                "running it uncompiled.")
+        final = (torch.stack(final_h, dim=1), torch.stack(final_c, dim=1))  # (2, L, B, *)
+        return self._merge([y[0] for y in outputs], [y[1] for y in outputs], lengths), final
+
     def torch_forward(self, embeddings, mask, dropout: float = 0.0) -> list[torch.Tensor]:
         """``torch.nn.LSTM(proj_size=P)`` per layer and direction (cuDNN on a GPU), run on this module's parameters
         with `torch.func.functional_call`; no clipping, no carried state. Right padding needs no packing here: valid
         positions never see padded ones, and padded outputs are zeroed."""
         lengths = mask.sum(dim=1)
         keep = mask.unsqueeze(-1).to(embeddings.dtype)
-        P, H = self.config.hidden_size, self.config.cell_size
-        cell = nn.LSTM(P, H, proj_size=P, batch_first=True, device="meta")  # a shape only: weights are passed in
         outputs = []
         for layers, x in self._stacks(embeddings, lengths):
             per_layer = []
             for index, layer in enumerate(layers):
                 layer_input = F.dropout(x, dropout, training=dropout > 0)
-                weights = {"weight_ih_l0": layer.weight_ih, "weight_hh_l0": layer.weight_hh, "bias_ih_l0": layer.bias,
-                           "bias_hh_l0": torch.zeros_like(layer.bias), "weight_hr_l0": layer.weight_hr}
-                y = functional_call(cell, weights, (layer_input,))[0] * keep
+                y = torch_lstm(layer_input, layer) * keep
                 if index > 0 and self.config.use_skip_connections:
                     y = y + layer_input * keep
                 per_layer.append(y)
@@ -653,16 +681,32 @@ class ElmoModel(ElmoPreTrainedModel):
         batch, steps, width = input_ids.shape
         ids = input_ids.new_zeros(batch, steps + 2, width)
         ids[:, 1:-1] = input_ids * mask.unsqueeze(-1).to(input_ids.dtype)
-        bos = torch.as_tensor(sentence_marker_char_ids(BEGINNING_OF_SENTENCE_CHARACTER, width), dtype=ids.dtype, device=ids.device)
-        eos = torch.as_tensor(sentence_marker_char_ids(END_OF_SENTENCE_CHARACTER, width), dtype=ids.dtype, device=ids.device)
+        # built on the device from scalars: copying a host list there would make the host wait for the device
+        bos, eos = (ids.new_empty(width) for _ in range(2))
+        for row, marker in ((bos, BEGINNING_OF_SENTENCE_CHARACTER), (eos, END_OF_SENTENCE_CHARACTER)):
+            for position, value in enumerate(sentence_marker_char_ids(marker, width)[:4]):  # the rest is padding
+                row[position:] = value
         ids[:, 0] = bos
         ids.scatter_(1, (lengths + 1).view(batch, 1, 1).expand(batch, 1, width), eos.expand(batch, 1, width))
         return ids, torch.arange(steps + 2, device=ids.device).unsqueeze(0) < (lengths + 2).unsqueeze(1)
 
     def _embed_tokens(self, input_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Context-insensitive vectors (B, T, P) of the present tokens; padding stays zero."""
-        batch, steps, _ = input_ids.shape
-        encoded = self.char_encoder(input_ids[mask])
+        """Context-insensitive vectors (B, T, P) of the present tokens; padding stays zero.
+
+        On the CPU each distinct present word is encoded once (in inference with several threads, a share of the
+        words per thread: `lstm_kernels.on_threads`). Elsewhere every position is encoded and padding zeroed:
+        selecting present or distinct words has a size known only on the device, so the host would wait."""
+        batch, steps, width = input_ids.shape
+        if not _host_waits_for_nothing(input_ids.device):
+            encoded = self.char_encoder.encode(input_ids.reshape(batch * steps, width)).view(batch, steps, -1)
+            return encoded * mask.unsqueeze(-1).to(encoded.dtype)
+        words, threads = input_ids[mask], torch.get_num_threads()
+        if threads > 1 and not torch.is_grad_enabled() and not torch.is_autocast_enabled("cpu") and len(words) >= 256:
+            unique, inverse = torch.unique(words, dim=0, return_inverse=True)
+            shares = unique.chunk(threads)
+            encoded = torch.cat(on_threads(lambda i: self.char_encoder.encode(shares[i]), len(shares)))[inverse]
+        else:
+            encoded = self.char_encoder(words)
         embeddings = encoded.new_zeros(batch, steps, self.config.hidden_size)  # encoder's dtype (autocast: bf16)
         embeddings[mask] = encoded
         return embeddings
@@ -800,13 +844,16 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
                 (top[:, 1:, P:], targets[:, :-1], full_mask[:, 1:]),  # backward: position t predicts t - 1
             ):
                 keep = (target != IGNORE_INDEX) & source
-                selected.append((hidden[keep], target[keep]))
+                if _host_waits_for_nothing(top.device):  # exactly the predicted rows
+                    selected.append((hidden[keep], target[keep], None))
+                else:  # every row, the others weighted 0: selecting rows would make the host wait for the device
+                    selected.append((hidden.reshape(-1, P), target.masked_fill(~keep, 0).reshape(-1), keep.reshape(-1)))
             if self.training and self.config.lm_softmax == "sampled":
-                nlls = self.sampled_softmax_nll([h for h, _ in selected], [t for _, t in selected])
+                nlls = self.sampled_softmax_nll([h for h, _, _ in selected], [t for _, t, _ in selected])
             else:
-                nlls = [self.full_softmax_nll(h, t) for h, t in selected]
-            counts = [torch.tensor(t.numel(), device=top.device) for _, t in selected]
-            sums = [nll.sum() for nll in nlls]
+                nlls = [self.full_softmax_nll(h, t) for h, t, _ in selected]
+            counts = [torch.tensor(t.numel(), device=top.device) if w is None else w.sum() for _, t, w in selected]
+            sums = [nll.sum() if w is None else torch.where(w, nll, 0.0).sum() for nll, (_, _, w) in zip(nlls, selected)]
             means = [s / c.clamp_min(1) for s, c in zip(sums, counts)]
             output.loss = 0.5 * (means[0] + means[1])
             output.forward_loss, output.backward_loss = means

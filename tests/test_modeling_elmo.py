@@ -250,10 +250,11 @@ def test_character_encoder_matches_numpy(tester):
     np.testing.assert_allclose(ours, numpy_char_encoder(model, words), atol=1e-5)
 
 
+@pytest.mark.parametrize("implementation", ["loop", "fused"])
 @pytest.mark.parametrize("grad", [False, True], ids=["inference-path", "autograd-path"])
-def test_every_layer_matches_a_numpy_step_by_step_computation(grad):
+def test_every_layer_matches_a_numpy_step_by_step_computation(grad, implementation):
     tester = ElmoModelTester(cell_clip=0.5, proj_clip=0.4)  # small clips so that clipping really happens
-    model = tester.model(seed=3)
+    model = tester.model(seed=3, lstm_implementation=implementation)
     with torch.no_grad():  # larger weights than the initialisation so that both clips trigger
         for name, parameter in model.encoder.named_parameters():
             parameter.mul_(6.0)
@@ -278,8 +279,9 @@ def test_every_layer_matches_a_numpy_step_by_step_computation(grad):
     assert clipped > 0, "the clip must trigger in this test"
 
 
-def test_inference_path_follows_in_place_weight_updates_and_batch_sizes(tester):
-    model = tester.model(seed=4)
+@pytest.mark.parametrize("implementation", ["loop", "fused"])
+def test_inference_path_follows_in_place_weight_updates_and_batch_sizes(tester, implementation):
+    model = tester.model(seed=4, lstm_implementation=implementation)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
     for sentences in (SENTENCES, SENTENCES[:3], SENTENCES[:1], SENTENCES):  # several batch sizes, then back
         before = run(model, sentences).last_hidden_state
@@ -553,3 +555,15 @@ def test_bfloat16_autocast_trains_and_stays_close_to_float32(tester):
     assert loss.dtype == torch.float32 and torch.isfinite(loss)
     assert abs(loss.item() - exact.item()) < 0.05 * exact.item()
     assert model.elmo.char_encoder.projection.weight.grad is not None
+
+
+def test_added_sentence_boundaries_are_the_tokenizers_boundary_rows(tester):
+    from modeling_elmo import BOS_CHAR_IDS, EOS_CHAR_IDS
+
+    enc = tester.encode(SENTENCES)
+    mask = enc["attention_mask"].bool()
+    ids, new_mask = tester.model()._add_sentence_boundaries(enc["input_ids"], mask, mask.sum(1))
+    for row, sentence in enumerate(SENTENCES):
+        assert ids[row, 0].tolist() == list(BOS_CHAR_IDS) and ids[row, len(sentence) + 1].tolist() == list(EOS_CHAR_IDS)
+        assert torch.equal(ids[row, 1 : len(sentence) + 1], enc["input_ids"][row, : len(sentence)])
+        assert new_mask[row].sum() == len(sentence) + 2

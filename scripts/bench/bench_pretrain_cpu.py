@@ -9,7 +9,11 @@ Batches are real text (../shared/data/lm-corpus, or --text FILE) through the pre
 targets of one direction: words + </S>), the unit of the training log. FLOPs are counted analytically per biLM
 position (words + <S> + </S>): 2 x multiply-adds for the forward pass, x3 for forward + backward (char CNN,
 highways, projection, both LSTM stacks with projections, and the softmax: full V or sampled S + 1 rows per target
-and direction).
+and direction). Each LSTM implementation of ``--lstm-implementations`` (default: the reference ``loop`` and the
+``fused`` recurrence) trains its own model from the same initial weights, one step of each in turns, and the record
+gives their tokens/s and the ratio of the last to the first.
+
+    OMP_NUM_THREADS=1 python scripts/bench/bench_pretrain_cpu.py --presets elmo-27m --steps 10 --no-ddp
 """
 
 from __future__ import annotations
@@ -28,13 +32,12 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
 from modeling_elmo import ElmoConfig, ElmoForBidirectionalLM  # noqa: E402
-from modeling_elmo.pretraining import (  # noqa: E402
-    Collator,
-    PretrainingArguments,
-    Vocabulary,
-    build_optimizer,
-    tokenize_batch,
-)
+from modeling_elmo.pretraining import Collator, PretrainingArguments, Vocabulary, tokenize_batch  # noqa: E402
+
+try:
+    from modeling_elmo.pretraining import build_optimizer  # noqa: E402
+except ImportError:  # older checkouts export it from the trainer module only
+    from modeling_elmo.pretraining.trainer import build_optimizer  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_forward import cpu_name  # noqa: E402
@@ -92,26 +95,37 @@ def make_batches(lines: list[str], vocab: Vocabulary, batch_size: int, n: int) -
     return [collate(c) for c in chosen if len(c) == batch_size]
 
 
-def train_throughput(config: ElmoConfig, batches, steps: int, warmup: int = 2) -> dict[str, float]:
-    torch.manual_seed(0)
-    model = ElmoForBidirectionalLM(config)
-    model.train()
-    optimizer = build_optimizer(model, ADAGRAD, "cpu")
-    tokens = positions = 0
-    elapsed = 0.0
+def train_throughput(config: ElmoConfig, batches, steps: int, warmup: int = 2,
+                     implementations: tuple[str, ...] = ("auto",)) -> dict[str, dict[str, float]]:
+    """Training steps of one model per LSTM implementation (same initial weights), taken in turns (one step of
+    each, ``warmup + steps`` rounds), so that a shared machine's load hits them alike. Per implementation: tokens/s,
+    positions/s, positions per target, seconds, and the final loss."""
+    models, optimizers = {}, {}
+    for name in implementations:
+        torch.manual_seed(0)
+        config.lstm_implementation = name
+        models[name] = ElmoForBidirectionalLM(ElmoConfig.from_dict(config.to_dict())).train()
+        optimizers[name] = build_optimizer(models[name], ADAGRAD, "cpu")
+    totals = {name: {"tokens": 0, "positions": 0, "seconds": 0.0} for name in implementations}
     for step in range(warmup + steps):
         batch = batches[step % len(batches)]
-        t0 = time.perf_counter()
-        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"])
-        out.loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        if step >= warmup:
-            elapsed += time.perf_counter() - t0
-            tokens += int(out.num_forward_targets)
-            positions += int(batch["attention_mask"].sum()) + 2 * batch["attention_mask"].shape[0]
-    return {"tokens_per_s": tokens / elapsed, "positions_per_s": positions / elapsed, "positions_per_target": positions / tokens, "seconds": elapsed}
+        for name, model in models.items():
+            torch.manual_seed(step)  # the same dropout and negative samples for every implementation
+            t0 = time.perf_counter()
+            out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"])
+            out.loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
+            optimizers[name].step()
+            optimizers[name].zero_grad(set_to_none=True)
+            if step >= warmup:
+                total = totals[name]
+                total["seconds"] += time.perf_counter() - t0
+                total["tokens"] += int(out.num_forward_targets)
+                total["positions"] += int(batch["attention_mask"].sum()) + 2 * batch["attention_mask"].shape[0]
+                total["loss"] = float(out.loss.detach())
+    return {name: {"tokens_per_s": t["tokens"] / t["seconds"], "positions_per_s": t["positions"] / t["seconds"],
+                   "positions_per_target": t["positions"] / t["tokens"], "seconds": t["seconds"], "final_loss": t["loss"]}
+            for name, t in totals.items()}
 
 
 def _ddp_worker(rank: int, world: int, config_dict: dict, batches, steps: int, port: int, queue) -> None:
@@ -165,6 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--vocab-size", type=int, default=None, help="default: the preset's (tiny: 10,000)")
     parser.add_argument("--no-ddp", action="store_true", help="skip the 2-process scaling measurement")
+    parser.add_argument("--lstm-implementations", nargs="+", default=["loop", "fused"],
+                        choices=["auto", "loop", "fused", "torch"],
+                        help="timed in turns in one process; the last one is also used for the DDP measurement")
     args = parser.parse_args(argv)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     peak = matmul_flops()
@@ -179,14 +196,24 @@ def main(argv: list[str] | None = None) -> int:
         if config.lm_softmax == "sampled" and config.num_negative_samples >= config.vocab_size:
             config.num_negative_samples = config.vocab_size // 2
         batches = make_batches(lines, vocab, args.batch_size, max(args.steps, 4))
-        single = train_throughput(config, batches, args.steps)
-        achieved = single["positions_per_s"] * flops_per_position(config, single["positions_per_target"])
+        runs = train_throughput(config, batches, args.steps, implementations=tuple(args.lstm_implementations))
+        config.lstm_implementation = args.lstm_implementations[-1]
+        single = runs[args.lstm_implementations[-1]]
         record = {
             "bench": "cpu_train", "preset": preset, "vocab_size": config.vocab_size, "lm_softmax": config.lm_softmax,
             "batch_size": args.batch_size, "steps": args.steps, "threads": torch.get_num_threads(),
-            "tokens_per_s": round(single["tokens_per_s"], 1), "achieved_flop_per_s": achieved,
-            "fraction_of_matmul_peak": achieved / peak,
         }
+        for name, run in runs.items():
+            achieved = run["positions_per_s"] * flops_per_position(config, run["positions_per_target"])
+            record[name] = {"tokens_per_s": round(run["tokens_per_s"], 1), "achieved_flop_per_s": achieved,
+                            "fraction_of_matmul_peak": achieved / peak, "final_loss": round(run["final_loss"], 4)}
+        # the last implementation's figures also at the top level (the record's layout before the comparison)
+        record.update({k: record[args.lstm_implementations[-1]][k]
+                       for k in ("tokens_per_s", "achieved_flop_per_s", "fraction_of_matmul_peak")})
+        record["lstm_implementation"] = args.lstm_implementations[-1]
+        first, last = args.lstm_implementations[0], args.lstm_implementations[-1]
+        if first != last:
+            record[f"{last}_over_{first}"] = runs[last]["tokens_per_s"] / runs[first]["tokens_per_s"]
         if not args.no_ddp:
             two = ddp_throughput(config, batches, args.steps)
             record["ddp2_tokens_per_s"] = round(two, 1)

@@ -1,0 +1,388 @@
+"""The fused LSTM recurrence (`lstm_kernels.clipped_lstm`, `ElmoBiLstm.fused_forward`) against the reference loop:
+outputs, final states and every gradient with both clips active, in every form it runs in (stacked, one direction at
+a time, two threads, compiled), dropout, the fallbacks, and the model's mask-weighted forms for accelerators."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from support import assert_same_numbers
+from test_modeling_elmo import SENTENCES, ElmoModelTester
+
+from modeling_elmo import ElmoForBidirectionalLM
+from modeling_elmo import lstm_kernels
+from modeling_elmo import modeling_elmo as modeling
+from modeling_elmo.lstm_kernels import RecurrencePlan, clipped_lstm, compile_failure, dropout_noise
+from modeling_elmo.modeling_elmo import ElmoLstmLayer
+
+#: Relative tolerance of fast against reference (fp32): the issue's 1e-5.
+TOLERANCE = 1e-5
+CELL_CLIP, PROJ_CLIP = 0.5, 0.4
+
+
+def clipping_pair(cls=None, **overrides):
+    """The same tiny model twice (reference loop, fused), weights scaled so that both clips trigger often."""
+    tester = ElmoModelTester(cell_clip=CELL_CLIP, proj_clip=PROJ_CLIP, **overrides)
+    models = []
+    for implementation in ("loop", "fused"):
+        model = tester.model(cls, seed=3, lstm_implementation=implementation) if cls else tester.model(seed=3, lstm_implementation=implementation)
+        with torch.no_grad():
+            for parameter in (model.encoder if cls is None else model.elmo.encoder).parameters():
+                parameter.mul_(3.0)
+        models.append(model)
+    return tester, models
+
+
+def gradients(model) -> dict[str, torch.Tensor]:
+    return {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.fixture(params=["stacked", "threads"])
+def cpu_form(request, monkeypatch):
+    """The fused path as it runs for small models on the CPU (both directions stacked), or as for large ones (one
+    direction per thread on packed weights), forced on the tiny test model."""
+    if request.param == "threads":
+        monkeypatch.setattr(RecurrencePlan, "PER_DIRECTION_FROM", 0)
+        before = torch.get_num_threads()
+        torch.set_num_threads(2)
+        yield request.param
+        torch.set_num_threads(before)
+    else:
+        yield request.param
+
+
+@pytest.mark.parametrize("stateful", [False, True], ids=["stateless", "stateful"])
+@pytest.mark.parametrize("batching", ["sentences", "windows"])
+def test_fused_model_equals_the_loop_in_outputs_states_and_every_gradient_with_both_clips_active(batching, stateful, cpu_form):
+    tester, (loop, fused) = clipping_pair()
+    enc = tester.encode(SENTENCES)  # lengths 6, 3, 2, 5: padded rows of different lengths
+    options = {} if batching == "sentences" else {"add_sentence_boundaries": False}
+    weights = torch.randn(4, 3, enc["input_ids"].shape[1], 16, generator=torch.Generator().manual_seed(1))
+    results = []
+    for model in (loop, fused):
+        state = None
+        if stateful:  # start from the states another batch left
+            with torch.no_grad():
+                state = model(**tester.encode(SENTENCES[::-1]), return_lstm_state=True, **options).lstm_state
+        out = model(**enc, output_hidden_states=True, lstm_state=state, return_lstm_state=True, **options)
+        (torch.stack(out.hidden_states, dim=1) * weights).sum().backward()
+        out.hidden_states = tuple(h.detach() for h in out.hidden_states)
+        results.append((out, gradients(model)))
+    (expected, expected_grads), (actual, actual_grads) = results
+    for layer, (a, e) in enumerate(zip(actual.hidden_states, expected.hidden_states)):
+        assert_same_numbers(a, e, rtol=TOLERANCE, what=f"layer {layer}")
+    assert_same_numbers(actual.lstm_state.hidden, expected.lstm_state.hidden, rtol=TOLERANCE, what="final h")
+    assert_same_numbers(actual.lstm_state.cell, expected.lstm_state.cell, rtol=TOLERANCE, what="final c")
+    assert expected_grads.keys() == actual_grads.keys() and sum(n.startswith("encoder.") for n in actual_grads) == 16
+    for name, grad in expected_grads.items():
+        assert_same_numbers(actual_grads[name], grad, rtol=TOLERANCE, what=name)
+    # both clips really act here
+    assert (expected.hidden_states[1].abs() >= PROJ_CLIP - 1e-6).float().mean() > 0.05
+    assert (expected.lstm_state.cell.abs() >= CELL_CLIP - 1e-6).float().mean() > 0.05
+
+
+def test_fused_model_under_bf16_autocast_is_as_close_to_fp32_as_the_loop(cpu_form):
+    tester, (loop, fused) = clipping_pair()
+    enc = tester.encode(SENTENCES)
+    exact = loop(**enc, output_hidden_states=True).hidden_states
+    errors = {}
+    for name, model in (("loop", loop), ("fused", fused)):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            layers = model(**enc, output_hidden_states=True).hidden_states  # autograd on: the training path
+        errors[name] = max(float((a.detach().float() - e.detach()).abs().max()) for a, e in zip(layers[1:], exact[1:]))
+    assert 0 < errors["fused"] <= 2 * errors["loop"], errors
+
+
+@pytest.mark.parametrize("implementation", ["loop", "fused"])
+def test_inference_under_bf16_autocast_runs_and_stays_close_to_fp32(implementation, cpu_form):
+    tester = ElmoModelTester()
+    model = tester.model(seed=2, lstm_implementation=implementation)
+    enc = tester.encode(SENTENCES)
+    with torch.no_grad():
+        exact = model(**enc).last_hidden_state
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            approximate = model(**enc).last_hidden_state  # packed fp32 weights must not meet bf16 states
+    assert approximate.dtype == torch.bfloat16
+    assert (approximate.float() - exact).abs().max() < 0.05 * exact.abs().max()
+
+
+def reference_directions(layers, x, mask, h0, c0):
+    """`ElmoLstmLayer.forward` (the loop) per direction: x (D, T, B, P) -> y (D, T, B, P), h, c."""
+    ys, hs, cs = [], [], []
+    for d, layer in enumerate(layers):
+        y, (h, c) = layer(x[d].transpose(0, 1), mask, (h0[d], c0[d]))
+        ys.append(y.transpose(0, 1))
+        hs.append(h)
+        cs.append(c)
+    return torch.stack(ys), torch.stack(hs), torch.stack(cs)
+
+
+PLANS = {
+    "stacked": RecurrencePlan(),
+    "per-direction": RecurrencePlan(per_direction=True),
+    "two-threads": RecurrencePlan(per_direction=True, parallel=True),
+    "compiled": RecurrencePlan(compiled=True, backend="aot_eager"),
+}
+
+
+@pytest.mark.parametrize("grad", [True, False], ids=["training", "inference"])
+@pytest.mark.parametrize("plan", list(PLANS), ids=list(PLANS))
+def test_every_form_of_clipped_lstm_equals_the_reference_layer_loop(plan, grad):
+    torch.manual_seed(0)
+    P, H, B, T = 8, 16, 5, 7
+    layers = [ElmoLstmLayer(P, H, P, CELL_CLIP, PROJ_CLIP) for _ in range(2)]
+    for layer in layers:
+        for parameter in layer.parameters():
+            torch.nn.init.uniform_(parameter, -1.0, 1.0)
+    x = torch.randn(2, T, B, P, requires_grad=grad)
+    lengths = torch.tensor([7, 3, 0, 5, 1])  # an empty row too: it keeps its state
+    valid = torch.arange(T)[:, None] < lengths[None]  # (T, B)
+    h0 = torch.randn(2, B, P, requires_grad=grad)
+    c0 = torch.randn(2, B, H, requires_grad=grad)
+    upstream = [torch.randn(2, T, B, P), torch.randn(2, B, P), torch.randn(2, B, H)]
+    inputs = [x, h0, c0] + [p for layer in layers for p in layer.parameters()]
+
+    def run(fn):
+        with torch.set_grad_enabled(grad):
+            outputs = fn()
+        if not grad:
+            return list(outputs)
+        loss = sum((out * g).sum() for out, g in zip(outputs, upstream))
+        return [out.detach() for out in outputs] + list(torch.autograd.grad(loss, inputs))
+
+    expected = run(lambda: reference_directions(layers, x, valid.t(), h0, c0))
+    actual = run(lambda: (lambda y, hc: (y, *hc))(*clipped_lstm(x, valid, layers, (h0, c0), plan=PLANS[plan])))
+    names = ["y", "h", "c", "x", "h0", "c0"] + [f"{d}.{n}" for d in (0, 1) for n, _ in layers[d].named_parameters()]
+    assert len(actual) == len(expected) == (len(names) if grad else 3)
+    for name, a, e in zip(names, actual, expected):
+        assert_same_numbers(a, e, rtol=TOLERANCE, what=name)
+    assert (expected[0].abs() >= PROJ_CLIP - 1e-6).any()
+    if plan == "compiled":
+        assert compile_failure("aot_eager") is None  # the compiled steps really ran
+
+
+def test_fused_dropout_drops_the_same_units_as_the_loop_when_seeded_alike(cpu_form):
+    tester, (loop, fused) = clipping_pair()
+    enc = tester.encode(SENTENCES)
+    outputs = []
+    for model in (loop, fused):
+        model.train()
+        torch.manual_seed(11)
+        hidden = model(**enc, output_hidden_states=True, lstm_dropout=0.4).hidden_states  # training: autograd on
+        outputs.append([h.detach() for h in hidden])
+    with torch.no_grad():
+        plain = fused.eval()(**enc, output_hidden_states=True).hidden_states
+    for layer in (1, 2):
+        assert_same_numbers(outputs[1][layer], outputs[0][layer], rtol=TOLERANCE, what=f"layer {layer}")
+        assert (outputs[1][layer] - plain[layer]).abs().max() > 1e-2  # dropout did act
+
+
+def test_dropout_noise_keeps_each_unit_with_probability_one_minus_p_and_rescales_it():
+    torch.manual_seed(0)
+    noise = dropout_noise(torch.empty(64, 50, 32), 0.25, num_layers=2)
+    assert len(noise) == 2 and all(tuple(n.shape) == (2, 50, 64, 32) for n in noise)
+    values = torch.cat([n.flatten() for n in noise])
+    kept = values.unique()
+    assert len(kept) == 2 and kept[0] == 0 and abs(kept[1].item() - 1 / 0.75) < 1e-6
+    assert abs((values == 0).float().mean().item() - 0.25) < 0.01  # 409,600 draws: the standard error is 0.0007
+    masks = [n[d] for n in noise for d in (0, 1)]
+    assert all(not torch.equal(a, b) for i, a in enumerate(masks) for b in masks[i + 1 :])  # independent draws
+    assert dropout_noise(torch.empty(2, 3, 4), 0.0, 2) is None
+
+
+def test_auto_falls_back_to_the_loop_with_one_logged_line_where_the_fused_path_cannot_run(monkeypatch, caplog):
+    def missing(*args, **kwargs):
+        raise NotImplementedError("no such kernel on this device (fallback test)")
+
+    tester, (loop, fused) = clipping_pair()
+    auto = tester.model(seed=3, lstm_implementation="auto")
+    auto.load_state_dict(fused.state_dict())
+    enc = tester.encode(SENTENCES)
+    monkeypatch.setattr(modeling, "clipped_lstm", missing)
+    with caplog.at_level(logging.WARNING), torch.no_grad():
+        first, second = auto(**enc).last_hidden_state, auto(**enc).last_hidden_state
+        expected = loop(**enc).last_hidden_state
+    assert torch.equal(first, expected) and torch.equal(second, expected)
+    lines = [r.getMessage() for r in caplog.records if "fallback test" in r.getMessage()]
+    assert len(lines) == 1 and "reference loop" in lines[0]
+    with pytest.raises(NotImplementedError):  # asked for explicitly, the fused path does not hide its failure
+        fused(**enc)
+
+
+def test_compiled_steps_that_fail_to_build_fall_back_to_plain_steps_and_are_not_retried():
+    attempts = []
+
+    def broken_backend(graph, example_inputs):
+        attempts.append(1)
+        raise RuntimeError("no compiler on this machine")
+
+    torch.manual_seed(0)
+    layers = [ElmoLstmLayer(4, 8, 4, CELL_CLIP, PROJ_CLIP) for _ in range(2)]
+    for layer in layers:
+        for parameter in layer.parameters():
+            torch.nn.init.uniform_(parameter, -1.0, 1.0)
+    x, valid = torch.randn(2, 3, 2, 4), torch.ones(3, 2, dtype=torch.bool)
+    plan = RecurrencePlan(compiled=True, backend=broken_backend)
+    with torch.no_grad():
+        y, _ = clipped_lstm(x, valid, layers, plan=plan)
+        tried = len(attempts)
+        again, _ = clipped_lstm(x, valid, layers, plan=plan)
+        expected, _ = clipped_lstm(x, valid, layers, plan=RecurrencePlan())
+    assert tried >= 1 and len(attempts) == tried  # one failure, then no new attempt
+    assert "forward step" in compile_failure(broken_backend) and "no compiler on this machine" in compile_failure(broken_backend)
+    assert_same_numbers(y, expected, rtol=TOLERANCE)
+    assert_same_numbers(again, expected, rtol=TOLERANCE)
+    # in training the backward step's compilation fails on its own, and the gradients are still right
+    grads = []
+    for each in (plan, RecurrencePlan()):
+        x.grad = None
+        x.requires_grad_(True)
+        clipped_lstm(x, valid, layers, plan=each)[0].square().sum().backward()
+        grads.append(x.grad.clone())
+    assert "backward step" in compile_failure(broken_backend)
+    assert_same_numbers(grads[0], grads[1], rtol=TOLERANCE)
+
+
+def test_compiled_steps_build_one_graph_for_every_step_length_and_batch_size():
+    """Dynamo specialises on ints and on slice offsets: a graph per time step would recompile until its limit and
+    fall back to uncompiled steps; the steps get whole tensors and an index tensor instead."""
+    graphs = []
+
+    def counting_backend(graph, example_inputs):
+        graphs.append(graph)
+        return graph.forward
+
+    torch.manual_seed(0)
+    layers = [ElmoLstmLayer(3, 5, 3, CELL_CLIP, PROJ_CLIP) for _ in range(2)]
+    plan = RecurrencePlan(compiled=True, backend=counting_backend)
+    # sizes that never coincide (dynamo also specialises on two sizes that happen to be equal: one more graph)
+    for steps, rows in ((9, 6), (13, 7), (11, 17)):
+        x = torch.randn(2, steps, rows, 3, requires_grad=True)
+        y, (h, c) = clipped_lstm(x, torch.ones(steps, rows, dtype=torch.bool), layers, plan=plan)
+        (y.sum() + h.sum() + c.sum()).backward()
+    assert compile_failure(counting_backend) is None
+    assert len(graphs) == 2  # one forward step, one backward step
+
+
+def test_directions_on_two_threads_leave_the_callers_thread_count():
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        layers = [ElmoLstmLayer(4, 8, 4, CELL_CLIP, PROJ_CLIP) for _ in range(2)]
+        for layer in layers:
+            torch.nn.init.uniform_(layer.weight_hh, -1.0, 1.0)
+        with torch.no_grad():
+            clipped_lstm(torch.randn(2, 3, 2, 4), torch.ones(3, 2, dtype=torch.bool), layers,
+                         plan=RecurrencePlan(per_direction=True, parallel=True))
+        assert torch.get_num_threads() == 2
+        assert RecurrencePlan.for_device(torch.device("cpu"), 2, 4096 * 1024) == RecurrencePlan(per_direction=True, parallel=True)
+    finally:
+        torch.set_num_threads(before)
+    torch.set_num_threads(1)
+    try:
+        assert RecurrencePlan.for_device(torch.device("cpu"), 2, 4096 * 1024) == RecurrencePlan(per_direction=True)
+        assert RecurrencePlan.for_device(torch.device("cpu"), 2, 128 * 16) == RecurrencePlan()  # small: stacked
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_words_embedded_on_two_threads_equal_the_one_thread_embedding():
+    tester = ElmoModelTester()
+    model = tester.model(seed=1)
+    words = [[f"w{i}x{j}" for j in range(30)] for i in range(12)]  # 360 distinct words: enough to share out
+    enc = tester.encode(words)
+    before = torch.get_num_threads()
+    outputs = []
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            with torch.no_grad():
+                outputs.append(model(**enc, output_hidden_states=True).hidden_states[0])
+            assert torch.get_num_threads() == threads
+    finally:
+        torch.set_num_threads(before)
+    assert_same_numbers(outputs[1], outputs[0], what="layer 0 from two threads")
+
+
+@pytest.mark.parametrize("training", [True, False], ids=["sampled-training", "full-eval"])
+def test_the_mask_weighted_accelerator_forms_give_the_cpu_selections_numbers(monkeypatch, training):
+    """On an accelerator the model encodes every position and weights the LM loss instead of selecting rows (which
+    would make the host wait); the numbers must be those of the selecting form."""
+    tester, (_, model) = clipping_pair(ElmoForBidirectionalLM)
+    enc = tester.encode(SENTENCES)
+    labels = torch.randint(4, 40, enc["attention_mask"].shape).masked_fill(enc["attention_mask"] == 0, -100)
+    labels[0, 2] = -100  # an ignored word inside a sentence
+    model.train(training)
+    results = []
+    for host_selects in (True, False):
+        monkeypatch.setattr(modeling, "_host_waits_for_nothing", lambda device, value=host_selects: value)
+        model.zero_grad()
+        torch.manual_seed(2)  # the same negative sample
+        out = model(**enc, labels=labels)
+        out.loss.backward()
+        results.append(({k: v.detach() for k, v in out.items() if k != "last_hidden_state"}, gradients(model)))
+    (expected, expected_grads), (actual, actual_grads) = results
+    for field in ("loss", "forward_nll_sum", "backward_nll_sum"):
+        assert_same_numbers(actual[field], expected[field], rtol=TOLERANCE, what=field)
+    assert int(actual["num_forward_targets"]) == int(expected["num_forward_targets"]) == 16 + 4 - 1
+    assert int(actual["num_backward_targets"]) == int(expected["num_backward_targets"])
+    for name, grad in expected_grads.items():
+        assert_same_numbers(actual_grads[name], grad, rtol=TOLERANCE, what=name)
+
+
+def test_shipped_kernels_module_imports_nothing_optional_at_import_time():
+    source = lstm_kernels.__file__
+    with open(source, encoding="utf-8") as handle:
+        text = handle.read()
+    assert "import triton" not in text  # the compiler is reached through torch.compile only
+    from modeling_elmo.hub import audit_shipped_code
+
+    assert audit_shipped_code([source]) == []
+
+
+def test_auto_runs_the_fused_recurrence_when_clipping_or_carrying_state_and_torch_lstm_otherwise(monkeypatch):
+    calls = []
+    for name in ("loop_forward", "fused_forward", "torch_forward"):
+        original = getattr(modeling.ElmoBiLstm, name)
+        monkeypatch.setattr(modeling.ElmoBiLstm, name,
+                            lambda self, *a, _name=name, _original=original, **k: calls.append(_name) or _original(self, *a, **k))
+    clipped = ElmoModelTester(cell_clip=CELL_CLIP, proj_clip=PROJ_CLIP).model()
+    unclipped = ElmoModelTester(cell_clip=None, proj_clip=None).model()
+    enc = ElmoModelTester().encode(SENTENCES)
+    with torch.no_grad():
+        clipped(**enc)
+        unclipped(**enc)
+        unclipped(**enc, return_lstm_state=True)
+    assert calls == ["fused_forward", "torch_forward", "fused_forward"]
+
+
+@pytest.mark.slow
+def test_gpu_check_script_runs_every_step_in_cpu_smoke_mode(tmp_path):
+    """The one-shot GPU script's plumbing (every step, its time limits, the summary), on tiny CPU settings: about a
+    minute, so that the GPU session it is written for does not spend its device time on a broken script."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHON=sys.executable, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TMPDIR=str(tmp_path))
+    result = subprocess.run(["bash", str(repo / "scripts" / "bench" / "gpu_checks.sh"), "--cpu-smoke", str(tmp_path / "out")],
+                            env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = tmp_path / "out"
+    assert len(list(out.iterdir())) <= 8  # what the device tool brings back
+    summary = json.loads((out / "summary.json").read_text())
+    failed = [s for s in summary["steps"] if s["exit"] != 0]
+    assert not failed, (failed, (out / "stderr.log").read_text()[-3000:])
+    assert [s["step"] for s in summary["steps"]] == ["environment", "correctness", "pretrain_gpu", "trainer", "embed_gpu"]
+    assert summary["correctness"]["fp32_parity_ok"] is True
+    assert summary["correctness"]["bf16_max_abs_difference"] < 0.1
+    assert set(summary["pretrain_gpu"]) >= {"loop@8", "fused@8", "loop@16", "fused@16", "fused_over_loop"}
+    assert summary["trainer"]["windows"] > 0 and summary["trainer"]["sentences"] > 0
+    assert summary["embed_gpu"]["tiny"]["sentences_per_second"] > 0
+    assert not list(tmp_path.glob("elmo-gpu-checks.*"))  # the trainer runs' folder is removed
