@@ -37,15 +37,6 @@ from transformers import initialization as init
 from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassifierOutput
 from transformers.utils import ModelOutput, logging
 
-from .lstm_kernels import (
-    clipped_lstm,
-    compile_failure,
-    dropout_noise,
-    loop_step_products,
-    on_threads,
-    reverse_each_row,
-    torch_lstm,
-)
 from .configuration_elmo import (
     BEGINNING_OF_SENTENCE_CHARACTER,
     END_OF_SENTENCE_CHARACTER,
@@ -53,6 +44,8 @@ from .configuration_elmo import (
     ElmoConfig,
     sentence_marker_char_ids,
 )
+from .lstm_kernels import clipped_lstm, compile_failure, dropout_noise, loop_step_products, on_threads
+from .lstm_kernels import reverse_each_row, torch_lstm
 
 logger = logging.get_logger(__name__)
 
@@ -72,6 +65,18 @@ def _check_values(bad: torch.Tensor, message: str) -> None:
         return
     if bool(bad.any()):
         raise ValueError(message)
+
+
+def _integer_labels(labels, upper: int, what: str, device: torch.device, counted: torch.Tensor | None = None) -> torch.Tensor:
+    """``labels`` as int64, checked: integers in [0, ``upper``) or -100 (ignored), where ``counted`` (a mask) is set."""
+    labels = torch.as_tensor(labels, device=device)
+    if labels.dtype.is_floating_point or labels.dtype == torch.bool or labels.is_complex():
+        raise ValueError(f"labels must be integer {what}, got dtype {labels.dtype}.")
+    labels = labels.long()
+    bad = ((labels < 0) | (labels >= upper)) & (labels != IGNORE_INDEX)
+    _check_values(bad if counted is None else bad & counted, f"labels hold a {what[:-1]} outside [0, {upper})"
+                  + (" (only -100 marks a position to ignore)." if what == "word ids" else "."))
+    return labels
 
 
 def _host_waits_for_nothing(device: torch.device) -> bool:
@@ -296,26 +301,35 @@ class ElmoBiLstm(nn.Module):
     def _merge(self, forward_out: list[torch.Tensor], backward_out: list[torch.Tensor], lengths: torch.Tensor):
         return [torch.cat([f, reverse_each_row(b, lengths)], dim=-1) for f, b in zip(forward_out, backward_out)]
 
-    def loop_forward(self, embeddings, mask, initial_state=None, dropout: float = 0.0):
-        """The reference: each layer of each direction runs `ElmoLstmLayer.forward` (explicit loop, clipping)."""
+    def _run_stacks(self, embeddings, mask, run_layer, dropout: float):
+        """Each direction's layers in turn: ``run_layer(direction, index, layer, input) -> (output, final state)``,
+        with dropout on every layer's input and the residual from layer 1 on."""
         lengths = mask.sum(dim=1)
         outputs, finals = [], []
         for direction, (layers, x) in enumerate(self._stacks(embeddings, lengths)):
-            per_layer, final_h, final_c = [], [], []
+            per_layer, states = [], []
             for index, layer in enumerate(layers):
                 layer_input = F.dropout(x, dropout, training=dropout > 0)
-                state = None if initial_state is None else (initial_state[0][direction, index], initial_state[1][direction, index])
-                y, (h, c) = layer(layer_input, mask, state)
+                y, state = run_layer(direction, index, layer, layer_input)
                 if index > 0 and self.config.use_skip_connections:
                     y = y + layer_input * mask.unsqueeze(-1)
                 per_layer.append(y)
-                final_h.append(h)
-                final_c.append(c)
+                states.append(state)
                 x = y
             outputs.append(per_layer)
-            finals.append((torch.stack(final_h), torch.stack(final_c)))
-        final = (torch.stack([finals[0][0], finals[1][0]]), torch.stack([finals[0][1], finals[1][1]]))
-        return self._merge(outputs[0], outputs[1], lengths), final
+            finals.append(states)
+        return self._merge(outputs[0], outputs[1], lengths), finals
+
+    def loop_forward(self, embeddings, mask, initial_state=None, dropout: float = 0.0):
+        """The reference: each layer of each direction runs `ElmoLstmLayer.forward` (explicit loop, clipping)."""
+
+        def run_layer(direction, index, layer, x):
+            state = None if initial_state is None else (initial_state[0][direction, index], initial_state[1][direction, index])
+            return layer(x, mask, state)
+
+        layers, finals = self._run_stacks(embeddings, mask, run_layer, dropout)
+        final = tuple(torch.stack([torch.stack([s[k] for s in direction]) for direction in finals]) for k in (0, 1))
+        return layers, final  # final states (2, L, B, *)
 
     def fused_forward(self, embeddings, mask, initial_state=None, dropout: float = 0.0):
         """`loop_forward`'s numbers, faster: each layer advances both directions at once through
@@ -344,22 +358,11 @@ class ElmoBiLstm(nn.Module):
 
     def torch_forward(self, embeddings, mask, dropout: float = 0.0) -> list[torch.Tensor]:
         """``torch.nn.LSTM(proj_size=P)`` per layer and direction (cuDNN on a GPU), run on this module's parameters
-        with `torch.func.functional_call`; no clipping, no carried state. Right padding needs no packing here: valid
+        (`lstm_kernels.torch_lstm`); no clipping, no carried state. Right padding needs no packing here: valid
         positions never see padded ones, and padded outputs are zeroed."""
-        lengths = mask.sum(dim=1)
         keep = mask.unsqueeze(-1).to(embeddings.dtype)
-        outputs = []
-        for layers, x in self._stacks(embeddings, lengths):
-            per_layer = []
-            for index, layer in enumerate(layers):
-                layer_input = F.dropout(x, dropout, training=dropout > 0)
-                y = torch_lstm(layer_input, layer) * keep
-                if index > 0 and self.config.use_skip_connections:
-                    y = y + layer_input * keep
-                per_layer.append(y)
-                x = y
-            outputs.append(per_layer)
-        return self._merge(outputs[0], outputs[1], lengths)
+        return self._run_stacks(embeddings, mask, lambda direction, index, layer, x: (torch_lstm(x, layer) * keep, None),
+                                dropout)[0]
 
 
 class ElmoScalarMix(nn.Module):
@@ -824,16 +827,9 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
             # (B, T): the word positions. With boundaries, position p (1..T) holds a word iff p <= length, i.e. iff
             # position p + 1 (a word or </S>) is inside the row.
             tokens = full_mask[:, 2:] if add_sentence_boundaries else full_mask
-            if not isinstance(labels, torch.Tensor):
-                labels = torch.as_tensor(labels, device=top.device)
+            labels = _integer_labels(labels, self.config.vocab_size, "word ids", top.device, counted=tokens)
             if tuple(labels.shape) != tuple(tokens.shape):
                 raise ValueError(f"labels must have shape {tuple(tokens.shape)} (batch, tokens), got {tuple(labels.shape)}.")
-            if labels.dtype.is_floating_point or labels.dtype == torch.bool or labels.is_complex():
-                raise ValueError(f"labels must be integer word ids, got dtype {labels.dtype}.")
-            labels = labels.long()
-            _check_values(tokens & (labels != IGNORE_INDEX) & ((labels < 0) | (labels >= self.config.vocab_size)),
-                          f"labels hold a word id outside [0, {self.config.vocab_size}) (only -100 marks a position "
-                          "to ignore).")
             targets = self._targets(labels, tokens, add_sentence_boundaries)
             P = self.config.hidden_size
             top = self.dropout(top)
@@ -910,15 +906,6 @@ class ElmoTaskHeadMixin:
             out = self.elmo(input_ids, attention_mask=attention_mask, output_hidden_states=True, return_dict=True)
         return torch.stack(out.hidden_states, dim=1), out.attention_mask.bool()
 
-    @staticmethod
-    def _class_ids(labels, num_labels: int, what: str) -> torch.Tensor:
-        """Integer class labels in [0, num_labels) (or -100 for token labels to ignore), as int64."""
-        if labels.dtype.is_floating_point or labels.dtype == torch.bool or labels.is_complex():
-            raise ValueError(f"{what} must be integer class ids, got dtype {labels.dtype}.")
-        labels = labels.long()
-        _check_values(((labels < 0) | (labels >= num_labels)) & (labels != IGNORE_INDEX),
-                      f"{what} hold a class id outside [0, {num_labels}).")
-        return labels
 
 
 class ElmoForSequenceClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
@@ -984,7 +971,7 @@ class ElmoForSequenceClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
         if self.config.problem_type == "regression":
             return F.mse_loss(logits.squeeze(-1), labels.to(logits.dtype).view(-1)) if self.num_labels == 1 else F.mse_loss(logits, labels.to(logits.dtype))
         if self.config.problem_type == "single_label_classification":
-            labels = self._class_ids(labels.view(-1), self.num_labels, "labels")
+            labels = _integer_labels(labels.view(-1), self.num_labels, "class ids", logits.device)
             return F.cross_entropy(logits.view(-1, self.num_labels), labels)
         return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
 
@@ -1019,7 +1006,7 @@ class ElmoForTokenClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
             labels = torch.as_tensor(labels, device=logits.device)
             if tuple(labels.shape) != tuple(mask.shape):
                 raise ValueError(f"labels must have shape {tuple(mask.shape)} (batch, tokens), got {tuple(labels.shape)}.")
-            labels = self._class_ids(labels, self.num_labels, "labels").masked_fill(~mask, IGNORE_INDEX)
+            labels = _integer_labels(labels, self.num_labels, "class ids", logits.device).masked_fill(~mask, IGNORE_INDEX)
             loss = F.cross_entropy(logits.reshape(-1, self.num_labels), labels.reshape(-1), ignore_index=IGNORE_INDEX)
         hidden_states = tuple(layers.unbind(1)) if output_hidden_states else None
         if not return_dict:
