@@ -66,3 +66,12 @@ def installed_wheel(tmp_path_factory) -> Path:
                    check=True, capture_output=True, cwd=root)
     shutil.rmtree(source)
     return site
+
+
+@pytest.fixture(autouse=True)
+def fresh_accelerate_state():
+    """Every test ends with accelerate's process-wide state forgotten (training runs in this process leave it set)."""
+    yield
+    from support import reset_accelerate_state
+
+    reset_accelerate_state()

@@ -56,3 +56,12 @@ def run_without_package(script: str, *argv: Any, workdir: Path, timeout: float =
     lines = result.stdout.strip().splitlines()
     assert lines, f"the script printed nothing; stderr: {result.stderr[-2000:]}"
     return json.loads(lines[-1])
+
+
+def reset_accelerate_state() -> None:
+    """Forget accelerate's process-wide state, so that the next `Accelerator` of this process starts afresh (several
+    training runs in one test process)."""
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()

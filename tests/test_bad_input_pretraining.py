@@ -16,18 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from support import reset_accelerate_state
+
 from modeling_elmo.pretraining import main as pretrain_main
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(autouse=True)
-def _fresh_accelerate_state():
-    yield
-    from accelerate.state import AcceleratorState, GradientState
-
-    AcceleratorState._reset_state(reset_partial_state=True)
-    GradientState._reset_state()
 
 
 def _text(path: Path, lines: int = 200) -> str:
@@ -45,10 +38,7 @@ def _finished_run(tmp: Path) -> Path:
     out = tmp / "run"
     assert pretrain_main(["--train-file", _text(tmp / "done.txt"), "--output-dir", str(out), "--max-steps", "1",
                           "--per-device-train-batch-size", "8", "--no-plot", "--cache-dir", str(tmp / "cache")]) == 0
-    from accelerate.state import AcceleratorState, GradientState
-
-    AcceleratorState._reset_state(reset_partial_state=True)
-    GradientState._reset_state()
+    reset_accelerate_state()
     return out
 
 
@@ -64,10 +54,7 @@ def _pickled_checkpoint(tmp: Path) -> Path:
                           "--stop-after-steps", "2", "--checkpointing-steps", "2", "--per-device-train-batch-size", "8",
                           "--no-plot", "--cache-dir", str(tmp / "cache")]) == 0
     (out / "checkpoints" / "step_00000002" / "custom_checkpoint_0.pkl").write_bytes(b"\x80\x04K\x01.")
-    from accelerate.state import AcceleratorState, GradientState
-
-    AcceleratorState._reset_state(reset_partial_state=True)
-    GradientState._reset_state()
+    reset_accelerate_state()
     return out
 
 

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 import torch
 
-from support import run_without_package
+from support import reset_accelerate_state, run_without_package
 
 from modeling_elmo import ElmoConfig, ElmoForBidirectionalLM, ElmoTokenizer
 from modeling_elmo.pretraining import (
@@ -69,16 +69,6 @@ def corpus_files(tmp_path, corpus_lines) -> dict[str, Path]:
         files[name] = tmp_path / f"{name}.txt"
         files[name].write_text("\n".join(lines) + "\n", encoding="utf-8")
     return files
-
-
-@pytest.fixture(autouse=True)
-def _fresh_accelerate_state():
-    """Each in-process run builds its own Accelerator: forget the singleton state in between."""
-    yield
-    from accelerate.state import AcceleratorState, GradientState
-
-    AcceleratorState._reset_state(reset_partial_state=True)
-    GradientState._reset_state()
 
 
 def _run_args(files: dict[str, Path], out: Path, *extra: str) -> list[str]:
@@ -286,11 +276,11 @@ def test_resumed_run_matches_uninterrupted_run(tmp_path, corpus_files):
               "--warmup-steps", "2", "--learning-rate", "0.01")
     full_dir, split_dir = tmp_path / "full", tmp_path / "split"
     assert pretrain_main(_run_args(corpus_files, full_dir, *common)) == 0
-    _fresh_accelerate_state_now()
+    reset_accelerate_state()
     assert pretrain_main(_run_args(corpus_files, split_dir, *common, "--stop-after-steps", "3")) == 0
     assert not (split_dir / "model.safetensors").exists()  # stopped, not finished
     assert CheckpointManager(split_dir / "checkpoints").latest().name == "step_00000003"
-    _fresh_accelerate_state_now()
+    reset_accelerate_state()
     assert pretrain_main(_run_args(corpus_files, split_dir, *common, "--resume-from-checkpoint", "latest")) == 0
     full, split = train_losses_by_step(full_dir / "metrics.jsonl"), train_losses_by_step(split_dir / "metrics.jsonl")
     assert sorted(full) == list(range(1, 9))
@@ -307,7 +297,7 @@ def test_time_budget_counts_the_training_minutes_of_the_runs_before_a_resume(tmp
     assert 0 < state["state"]["train_seconds"] < 600
     state["state"]["train_seconds"] = 30 * 60.0  # as if the first stage had used all of the 30 minutes
     state_file.write_text(json.dumps(state))
-    _fresh_accelerate_state_now()
+    reset_accelerate_state()
     assert pretrain_main(_run_args(corpus_files, out, *common, "--resume-from-checkpoint", "latest")) == 0
     meta = json.loads((out / "training_metadata.json").read_text())
     assert meta["global_step"] == 4, "one update, then the budget of 30 minutes in total is spent"
@@ -336,13 +326,6 @@ def test_fused_cpu_optimizers_take_the_same_steps_as_the_reference_ones(optimize
     for p, r, p0 in zip(fused_model.parameters(), reference_model.parameters(), start):
         torch.testing.assert_close(p, r, atol=1e-6, rtol=1e-5)
         assert not torch.equal(p, p0)  # every parameter moved
-
-
-def _fresh_accelerate_state_now():
-    from accelerate.state import AcceleratorState, GradientState
-
-    AcceleratorState._reset_state(reset_partial_state=True)
-    GradientState._reset_state()
 
 
 def test_saved_folder_loads_with_automodel_and_reports_perplexities(tmp_path, corpus_files):
@@ -394,7 +377,7 @@ def test_nonfinite_loss_skips_the_update_and_repeated_ones_stop_the_run(tmp_path
     assert sorted(train_losses_by_step(out / "metrics.jsonl")) == [1, 2, 4, 5, 6]
     assert json.loads((out / "training_metadata.json").read_text())["skipped_updates"] == 1
 
-    _fresh_accelerate_state_now()
+    reset_accelerate_state()
     calls["n"], poisoned = 0, {-1}
     out = tmp_path / "many-nans"
     with pytest.raises(SystemExit, match="5 consecutive updates had a non-finite loss.*step_00000004"):
@@ -419,7 +402,7 @@ def test_a_nan_update_between_host_syncs_leaves_the_weights_untouched(tmp_path, 
     # logging every 10 updates: update 3's loss is never read on the host before the guard acts on it
     poisoned, clean = tmp_path / "poisoned", tmp_path / "clean"
     assert pretrain_main(_run_args(corpus_files, poisoned, "--max-steps", "3", "--logging-steps", "10", "--optimizer", "adamw")) == 0
-    _fresh_accelerate_state_now()
+    reset_accelerate_state()
     calls["n"] = -100  # no NaN in this run
     assert pretrain_main(_run_args(corpus_files, clean, "--max-steps", "2", "--logging-steps", "10", "--optimizer", "adamw")) == 0
     assert (poisoned / "model.safetensors").read_bytes() == (clean / "model.safetensors").read_bytes()
@@ -482,7 +465,7 @@ def test_full_disk_during_checkpoint_keeps_the_previous_checkpoint(tmp_path, cor
 def test_vocabulary_that_does_not_match_the_checkpoint_is_rejected(tmp_path, corpus_files):
     out = tmp_path / "run"
     assert pretrain_main(_run_args(corpus_files, out, "--max-steps", "4", "--stop-after-steps", "2")) == 0
-    _fresh_accelerate_state_now()
+    reset_accelerate_state()
     other = tmp_path / "other-vocab.txt"
     Vocabulary(["completely", "different"]).save(other)
     with pytest.raises(SystemExit, match="does not match the vocabulary of checkpoint"):
@@ -494,7 +477,7 @@ def test_init_from_model_continues_from_its_weights_vocabulary_and_architecture(
 
     first = tmp_path / "first"
     assert pretrain_main(_run_args(corpus_files, first, "--max-steps", "40", "--optimizer", "adamw", "--learning-rate", "0.01")) == 0
-    _fresh_accelerate_state_now()
+    reset_accelerate_state()
     # other text (whose own vocabulary would differ), no --model-config / --vocab-size: both come from the model;
     # a learning rate of 0 leaves the loaded weights exactly as they were
     other = {"train": tmp_path / "other.txt", "valid": corpus_files["valid"]}
@@ -508,7 +491,7 @@ def test_init_from_model_continues_from_its_weights_vocabulary_and_architecture(
     assert sorted(before) == sorted(after) and all(torch.equal(before[k], after[k]) for k in before)
     # a fresh model on the same text starts far worse than the continued one
     first_loss = train_losses_by_step(second / "metrics.jsonl")[1]
-    _fresh_accelerate_state_now()
+    reset_accelerate_state()
     assert pretrain_main([*_run_args(other, tmp_path / "fresh"), "--max-steps", "1", "--vocab-file", str(first / "vocab.txt")]) == 0
     assert train_losses_by_step(tmp_path / "fresh" / "metrics.jsonl")[1] > first_loss + 0.1
 
@@ -516,10 +499,10 @@ def test_init_from_model_continues_from_its_weights_vocabulary_and_architecture(
 def test_init_from_model_rejects_incomplete_folders_and_other_architectures(tmp_path, corpus_files):
     first = tmp_path / "first"
     assert pretrain_main(_run_args(corpus_files, first, "--max-steps", "1")) == 0
-    _fresh_accelerate_state_now()
+    reset_accelerate_state()
     with pytest.raises(SystemExit, match="differs from --init-from-model .* in: .*hidden_size"):
         pretrain_main([*_run_args(corpus_files, tmp_path / "b"), "--init-from-model", str(first), "--model-config", "elmo-27m"])
-    _fresh_accelerate_state_now()
+    reset_accelerate_state()
     (first / "model.safetensors").unlink()
     with pytest.raises(SystemExit, match="model.safetensors missing"):
         pretrain_main([*_run_args(corpus_files, tmp_path / "c"), "--init-from-model", str(first)])

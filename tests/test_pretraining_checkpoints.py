@@ -20,6 +20,8 @@ import numpy as np
 import pytest
 import torch
 
+from support import reset_accelerate_state
+
 from modeling_elmo.pretraining import CheckpointManager, train_losses_by_step
 from modeling_elmo.pretraining import checkpoint as ckpt
 from modeling_elmo.pretraining import main as pretrain_main
@@ -27,19 +29,6 @@ from modeling_elmo.pretraining import output
 from modeling_elmo.run_folder import RunFolder
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(autouse=True)
-def _fresh_accelerate_state():
-    yield
-    _reset()
-
-
-def _reset() -> None:
-    from accelerate.state import AcceleratorState, GradientState
-
-    AcceleratorState._reset_state(reset_partial_state=True)
-    GradientState._reset_state()
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +51,7 @@ def _run(*argv: str) -> int:
     try:
         return pretrain_main(list(argv))
     finally:
-        _reset()
+        reset_accelerate_state()
 
 
 class Killed(BaseException):

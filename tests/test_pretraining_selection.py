@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 import torch
 
+from support import reset_accelerate_state
+
 from modeling_elmo.pretraining import CheckpointManager, TrainingState
 from modeling_elmo.pretraining import checkpoint as ckpt
 from modeling_elmo.pretraining import loop
@@ -19,24 +21,11 @@ from modeling_elmo.pretraining import main as pretrain_main
 from modeling_elmo.pretraining.schedule import BudgetScheduler, schedule_factor
 
 
-@pytest.fixture(autouse=True)
-def _fresh_accelerate_state():
-    yield
-    _reset()
-
-
-def _reset() -> None:
-    from accelerate.state import AcceleratorState, GradientState
-
-    AcceleratorState._reset_state(reset_partial_state=True)
-    GradientState._reset_state()
-
-
 def _run(*argv: str) -> int:
     try:
         return pretrain_main(list(argv))
     finally:
-        _reset()
+        reset_accelerate_state()
 
 
 @pytest.fixture(scope="module")
