@@ -35,6 +35,11 @@ VARIANTS: dict[str, list[str]] = {
     "windows": ["--batching", "windows"],
     "cosine-budget": ["--lr-scheduler-type", "cosine"],        # annealed over the minutes of the budget
     "early-stopping": ["--eval-steps", "150", "--early-stopping-patience", "3", "--load-best-model-at-end"],
+    # second round: the learning rate with each schedule, on the better batching; seeds for the noise
+    "windows-lr-0.004": ["--batching", "windows", "--learning-rate", "0.004"],
+    "windows-cosine-lr-0.004": ["--batching", "windows", "--lr-scheduler-type", "cosine", "--learning-rate", "0.004"],
+    "baseline-seed-2": ["--seed", "2"],
+    "windows-seed-2": ["--batching", "windows", "--seed", "2"],
 }
 PROBE_TASKS = ("probe-sentiment", "probe-pos")
 
