@@ -26,7 +26,7 @@ HDF5 dataset                                    ``ElmoModel`` parameter
 ``d`` = 0 is the forward stack, 1 the backward stack. The file must contain exactly the datasets the options
 imply, with exactly these shapes; anything else is a `ValueError` that lists every problem.
 
-`validate_converted_model` then runs a few sentences through the converted model and through a small numpy
+`modeling_elmo.parity.validate_converted_model` then runs a few sentences through the converted model and through a small numpy
 forward pass computed straight from the HDF5 tensors (TF semantics, one sentence at a time, float64), and
 raises with the largest difference if they disagree. `convert` does check the output location -> read ->
 convert -> validate -> save (safetensors, tokenizer, custom code with the full ``auto_map``, model card,
@@ -66,15 +66,7 @@ from .io_utils import read_json_object
 if TYPE_CHECKING:
     from .releases import Release
 
-#: Sentences run through both the converted model and the numpy forward by `validate_converted_model`:
-#: mixed lengths (so the batch is padded), punctuation, multi-byte UTF-8, a word over 48 bytes, and literal
-#: boundary tokens.
-VALIDATION_SENTENCES: list[list[str]] = [
-    ["The", "cat", "sat", "on", "the", "mat", "."],
-    ["ELMo", "reads", "UTF-8", "bytes", ":", "naïve", "café", "—", "東京", "!"],
-    ["Short"],
-    ["Pneumonoultramicroscopicsilicovolcanoconiosis-and-then-some-more-text", "<S>", "</S>", "?"],
-]
+#: The largest difference to the numpy reference forward that `convert` accepts (`modeling_elmo.parity`).
 DEFAULT_ATOL = 1e-4
 
 _LSTM_CELL = "RNN_{d}/RNN/MultiRNNCell/Cell{l}/LSTMCell"
@@ -256,102 +248,6 @@ def load_converted_state_dict(model: torch.nn.Module, state_dict: dict[str, torc
     model.load_state_dict(state_dict, strict=False)
 
 
-# ------------------------------------------------------------------------------------------------ validation
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-x))
-
-
-def _numpy_sentence_layers(config: ElmoConfig, w: dict[str, np.ndarray], char_ids: np.ndarray) -> np.ndarray:
-    """Reference forward of ONE sentence (T', 50) ids with boundaries, TF semantics, float64: (L+1, T', 2P)."""
-    table = np.concatenate([np.zeros((1, config.char_embedding_dim)), w["char_embed"]])
-    chars = table[char_ids]  # (T', C, d_c)
-    pooled = []
-    for i, (width, _) in enumerate(config.char_cnn_filters):
-        kernel = w[f"CNN/W_cnn_{i}"][0]  # (w, d_c, n)
-        windows = np.stack([chars[:, k : chars.shape[1] - width + 1 + k] for k in range(width)], axis=2)
-        pooled.append((np.einsum("tpkc,kcn->tpn", windows, kernel) + w[f"CNN/b_cnn_{i}"]).max(axis=1))
-    x = np.concatenate(pooled, axis=-1)
-    x = np.maximum(x, 0) if config.char_cnn_activation == "relu" else np.tanh(x)
-    for k in range(config.num_highway_layers):
-        carry = _sigmoid(x @ w[f"CNN_high_{k}/W_carry"] + w[f"CNN_high_{k}/b_carry"])
-        x = carry * np.maximum(x @ w[f"CNN_high_{k}/W_transform"] + w[f"CNN_high_{k}/b_transform"], 0) + (1 - carry) * x
-    tokens = x @ w["CNN_proj/W_proj"] + w["CNN_proj/b_proj"]
-    H = config.cell_size
-    layers = [np.concatenate([tokens, tokens], axis=-1)]
-    directions = []
-    for d in range(2):
-        inputs = tokens if d == 0 else tokens[::-1]
-        outputs = []
-        for l in range(config.num_hidden_layers):
-            cell = _LSTM_CELL.format(d=d, l=l)
-            c, h = np.zeros(H), np.zeros(config.hidden_size)
-            ys = []
-            for x_t in inputs:
-                i, j, f, o = np.split(np.concatenate([x_t, h]) @ w[f"{cell}/W_0"] + w[f"{cell}/B"], 4)
-                c = _sigmoid(f + 1.0) * c + _sigmoid(i) * np.tanh(j)
-                if config.cell_clip is not None:
-                    c = np.clip(c, -config.cell_clip, config.cell_clip)
-                h = (_sigmoid(o) * np.tanh(c)) @ w[f"{cell}/W_P_0"]
-                if config.proj_clip is not None:
-                    h = np.clip(h, -config.proj_clip, config.proj_clip)
-                ys.append(h + x_t if (l >= 1 and config.use_skip_connections) else h)
-            inputs = np.stack(ys)
-            outputs.append(inputs if d == 0 else inputs[::-1])
-        directions.append(outputs)
-    for l in range(config.num_hidden_layers):
-        layers.append(np.concatenate([directions[0][l], directions[1][l]], axis=-1))
-    return np.stack(layers)
-
-
-def validate_converted_model(
-    model: torch.nn.Module,
-    options: dict[str, Any],
-    weights: h5py.Group | str | os.PathLike,
-    sentences: list[list[str]] | None = None,
-    atol: float = DEFAULT_ATOL,
-) -> float:
-    """Compare every layer of ``model`` with a numpy forward computed from the original tensors.
-
-    The sentences (default `VALIDATION_SENTENCES`) go through the model as one padded batch, stateless, and
-    through the numpy forward one at a time. Returns the max absolute difference; raises `ValueError` naming it
-    (and the worst layer) when it exceeds ``atol``.
-    """
-    from .tokenization_elmo import BOS_CHAR_IDS, EOS_CHAR_IDS, ElmoTokenizer, encode_words
-
-    if not isinstance(weights, h5py.Group):
-        with _open_hdf5(weights) as h5:
-            return validate_converted_model(model, options, h5, sentences, atol)
-    config = convert_config(options)
-    w = {name: array.astype(np.float64) for name, array in _read_checked(weights, config).items()}
-    sentences = sentences or VALIDATION_SENTENCES
-    tokenizer = ElmoTokenizer()
-    batch = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            output = model(batch["input_ids"], attention_mask=batch["attention_mask"], output_hidden_states=True)
-    finally:
-        model.train(was_training)
-    got = torch.stack(output.hidden_states).double().numpy()  # (L+1, B, T, 2P)
-    worst, worst_layer = 0.0, 0
-    for b, words in enumerate(sentences):
-        ids = np.concatenate([BOS_CHAR_IDS[None], encode_words(words), EOS_CHAR_IDS[None]])
-        expected = _numpy_sentence_layers(config, w, ids)[:, 1:-1]
-        n = len(words)
-        diff = np.abs(got[:, b, :n] - expected).max(axis=(1, 2))
-        padding = np.abs(got[:, b, n:]).max(axis=(1, 2)) if got.shape[2] > n else np.zeros_like(diff)
-        diff = np.maximum(diff, padding)  # padded positions must be exactly 0
-        if diff.max() > worst:
-            worst, worst_layer = float(diff.max()), int(diff.argmax())
-    if not worst <= atol:
-        raise ValueError(
-            f"the converted model does not reproduce the original computation: max abs difference {worst:.3g} "
-            f"(layer {worst_layer}) exceeds atol={atol:g}."
-        )
-    return worst
-
-
 # ------------------------------------------------------------------------------------------------ saving
 def _sha256(path: str | os.PathLike) -> str:
     digest = hashlib.sha256()
@@ -484,6 +380,7 @@ def convert(
     card and ``conversion_metadata.json``; ``sources`` maps ``options``/``weights`` to where the files came from.
     """
     from . import ElmoModel, ElmoTokenizer, save_model_folder
+    from .parity import validate_converted_model  # it reads the release with this module's readers
 
     output_dir = check_output_dir(output_dir, overwrite)
     # 1. Options -> config.
@@ -643,7 +540,6 @@ __all__ = [
     "convert_config",
     "expected_dataset_shapes",
     "convert_state_dict",
-    "validate_converted_model",
     "check_output_dir",
     "convert",
     "convert_release",

@@ -28,8 +28,8 @@ from modeling_elmo.convert import (  # noqa: E402
     convert_state_dict,
     main,
     read_options,
-    validate_converted_model,
 )
+from modeling_elmo.parity import validate_converted_model  # noqa: E402
 from modeling_elmo.tokenization_elmo import ElmoTokenizer  # noqa: E402
 
 ATOL = 1e-5
