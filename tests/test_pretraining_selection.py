@@ -86,6 +86,30 @@ def test_budget_scheduler_follows_the_elapsed_fraction_between_and_across_syncs(
     assert schedule.get_last_lr()[0] == 0.0  # the budget is spent: annealed
 
 
+def test_budget_schedule_is_not_spent_early_after_a_slow_stretch():
+    """A slow first stretch (3 s per update, then 1 s) must not make the extrapolated progress run ahead of the
+    clock for the rest of the run: the cosine reaches zero when the budget is spent, not before."""
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    schedule = BudgetScheduler(optimizer, "cosine", 0, budget_seconds=100.0)
+    seconds, step, lrs, progress = 0.0, 0, [], []
+    while seconds < 100.0:
+        step += 1
+        seconds += 3.0 if step <= 10 else 1.0
+        schedule.step()
+        if step % 10 == 0:
+            schedule.observe(step, seconds)
+        lrs.append(optimizer.param_groups[0]["lr"])
+        progress.append(schedule.current_progress())
+    assert step == 80  # 30 s for the first 10 updates, 70 s for the next 70
+    assert all(b >= a for a, b in zip(progress, progress[1:]))  # never back
+    clock = [min(1.0, (3.0 * min(k, 10) + max(0, k - 10)) / 100.0) for k in range(1, step + 1)]
+    ahead = [p - c for p, c in zip(progress, clock)]
+    assert max(ahead) < 0.2 + 1e-9  # ahead by the slow stretch's extrapolation at most ...
+    assert all(b <= a + 1e-12 for a, b in zip(ahead[19:], ahead[20:])) and ahead[-10] < 0.05  # ... and catching up
+    assert all(lr > 0.0 for lr in lrs[:-1]) and lrs[-1] == 0.0  # annealed to zero at the budget's end, not before
+    assert lrs[-5] > 1e-4
+
+
 def test_fixed_minute_run_ends_annealed_and_a_resumed_stage_continues_the_schedule(tmp_path, corpus):
     out = tmp_path / "budget"
     common = ("--max-train-minutes", "0.08", "--lr-scheduler-type", "linear", "--optimizer", "adamw", "--learning-rate",

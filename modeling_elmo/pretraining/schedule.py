@@ -4,8 +4,13 @@ budget (``--max-train-minutes``), so that a fixed-minute run ends annealed.
 Over a budget the schedule's position is the run's progress ``max(updates / max_steps, seconds / budget)``: the
 training seconds count the runs a resumed checkpoint came from, so a budget spent in stages follows one curve. The
 seconds are read at the trainer's host syncs (every ``--logging-steps`` updates, on the main process, shared with
-every process); between two syncs the progress advances by the last measured seconds per update, so all processes
+every process); between two syncs the progress advances at the last measured seconds per update, so all processes
 use the same learning rate without reading a clock at every update.
+
+The progress never goes back (the learning rate of a decaying schedule never rises), so after a slow stretch (an
+evaluation, another job on the machine) the extrapolated progress can be ahead of the clock. It is then advanced
+more slowly, by ``(1 - estimate) / (1 - clock)`` of the measured rate, so that it reaches 1 when the clock does
+instead of annealing to zero before the budget is spent.
 """
 
 from __future__ import annotations
@@ -50,7 +55,8 @@ class BudgetScheduler:
         self.max_steps = max_steps
         self.base_lrs = [group["lr"] for group in optimizer.param_groups]
         self.last_step = 0  # updates done
-        self.anchor_step, self.anchor_progress, self.progress_per_update = 0, 0.0, 0.0
+        # at the last sync: its update, the progress used then, the clock's progress then, the rate used since
+        self.anchor_step, self.anchor_progress, self.anchor_clock, self.progress_per_update = 0, 0.0, 0.0, 0.0
         self._apply()
 
     def progress_at(self, step: int, seconds: float) -> float:
@@ -60,11 +66,15 @@ class BudgetScheduler:
 
     def observe(self, step: int, seconds: float) -> None:
         """Anchor the progress at a host sync: ``seconds`` of training after ``step`` updates (the same numbers on
-        every process). The progress never goes back (the learning rate of a decaying schedule never rises)."""
-        progress = max(self.progress_at(step, seconds), self.current_progress())
+        every process). The progress never goes back; where it is ahead of the clock it advances more slowly until
+        the clock catches up (see the module docstring)."""
+        clock = self.progress_at(step, seconds)
+        progress = max(clock, self.current_progress())
         if step > self.anchor_step:
-            self.progress_per_update = max(0.0, (progress - self.anchor_progress) / (step - self.anchor_step))
-        self.anchor_step, self.anchor_progress = step, progress
+            measured = max(0.0, (clock - self.anchor_clock) / (step - self.anchor_step))  # the clock's, per update
+            ahead = (1.0 - progress) / (1.0 - clock) if clock < 1.0 else 0.0
+            self.progress_per_update = measured * min(1.0, ahead)
+        self.anchor_step, self.anchor_progress, self.anchor_clock = step, progress, clock
         self._apply()
 
     def current_progress(self) -> float:
@@ -92,11 +102,13 @@ class BudgetScheduler:
 
     def state_dict(self) -> dict[str, Any]:
         return {"last_step": self.last_step, "anchor_step": self.anchor_step, "anchor_progress": self.anchor_progress,
-                "progress_per_update": self.progress_per_update, "base_lrs": self.base_lrs}
+                "anchor_clock": self.anchor_clock, "progress_per_update": self.progress_per_update,
+                "base_lrs": self.base_lrs}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for key in ("last_step", "anchor_step", "anchor_progress", "progress_per_update", "base_lrs"):
             setattr(self, key, state[key])
+        self.anchor_clock = state.get("anchor_clock", self.anchor_progress)  # checkpoints that predate the field
         self._apply()
 
 
