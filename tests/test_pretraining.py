@@ -245,6 +245,48 @@ def test_flags_override_recipe_values_and_every_shipped_recipe_parses(tmp_path):
         parse_args(["--train-file", "a.txt", "--batching", "paragraphs"])
 
 
+
+STUDIED = ("vocab_size", "batching", "optimizer", "learning_rate", "lr_scheduler_type",
+           "warmup_steps", "per_device_train_batch_size", "early_stopping_patience", "load_best_model_at_end")
+
+
+def _recipe_study():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("recipe_study", REPO / "scripts" / "recipe_study.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _studied(args) -> dict:
+    values = {name: getattr(args, name) for name in STUDIED}
+    return {**values, "dropout": 0.1 if args.dropout is None else args.dropout}  # the presets' hidden_dropout_prob
+
+
+def test_every_recipe_study_variant_parses_and_the_lm_corpus_recipes_use_its_winner(tmp_path):
+    study = _recipe_study()
+    options = study.argparse.Namespace(data_dir=tmp_path, minutes=10.0, output_dir=tmp_path / "study", seed=1)
+    parsed = {name: parse_args(study.pretrain_command(name, flags, options)[4:])
+              for name, flags in study.VARIANTS.items()}
+    baseline = _studied(parsed["baseline"])  # what the lm-corpus recipes said before the study, whatever they say now
+    assert baseline == {"vocab_size": 20000, "batching": "sentences", "optimizer": "adamw", "learning_rate": 0.002,
+                        "lr_scheduler_type": "constant_with_warmup", "warmup_steps": 100.0,
+                        "per_device_train_batch_size": 64, "early_stopping_patience": None,
+                        "load_best_model_at_end": False, "dropout": 0.1}
+    for name, args in parsed.items():  # each variant changes what its name says, the rest is the baseline's
+        assert args.max_train_minutes == 10.0 and args.output_dir == str(tmp_path / "study" / name)
+        changed = {k for k, v in _studied(args).items() if v != baseline[k]}
+        assert changed <= {"dropout", "vocab_size", "batching", "learning_rate", "lr_scheduler_type",
+                           "early_stopping_patience", "load_best_model_at_end"}, (name, changed)
+    winner = _studied(parsed[study.WINNER])
+    recipe = _studied(parse_args(["--config", "cpu-lm-corpus"]))
+    assert recipe == winner, {k: (recipe[k], winner[k]) for k in recipe if recipe[k] != winner[k]}
+    big = _studied(parse_args(["--config", "27m-lm-corpus"]))
+    for name in ("batching", "optimizer", "learning_rate", "lr_scheduler_type", "dropout"):
+        assert big[name] == winner[name], name
+
+
 # ----------------------------------------------------------------------------------------------- sampled softmax
 def test_sampled_softmax_loss_is_close_to_full_softmax_loss_on_average():
     torch.manual_seed(0)
