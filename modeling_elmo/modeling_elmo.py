@@ -19,8 +19,9 @@ multiplies the transformed branch.
 The model is stateless: a sentence's vectors depend only on that sentence. Passing one call's ``lstm_state`` into
 the next reproduces the original stateful inference (AllenNLP's ``Elmo``, bilm-tf), row by row.
 
-Fast forms of the recurrence live beside the plain loop in ``lstm_kernels.py`` and are used only where they apply.
-This file is shipped to the Hub as custom code: it imports only torch, transformers and its sibling files.
+Fast forms of the recurrence live beside the plain loop in ``lstm_kernels.py`` and are used only where they apply;
+the checks of the inputs and the sentence boundaries added to them, in ``inputs_elmo.py``. This file is shipped to
+the Hub as custom code: it imports only torch, transformers and its sibling files.
 """
 
 from __future__ import annotations
@@ -37,47 +38,13 @@ from transformers import initialization as init
 from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassifierOutput
 from transformers.utils import ModelOutput, logging
 
-from .configuration_elmo import (
-    BEGINNING_OF_SENTENCE_CHARACTER,
-    END_OF_SENTENCE_CHARACTER,
-    MAX_CHARACTER_ID,
-    ElmoConfig,
-    sentence_marker_char_ids,
-)
+from .configuration_elmo import ElmoConfig
+from .inputs_elmo import IGNORE_INDEX, check_values, integer_labels, validated_features, validated_inputs
+from .inputs_elmo import with_sentence_boundaries
 from .lstm_kernels import clipped_lstm, compile_failure, dropout_noise, loop_step_products, on_threads
 from .lstm_kernels import reverse_each_row, torch_lstm
 
 logger = logging.get_logger(__name__)
-
-IGNORE_INDEX = -100  # labels that predict nothing (padding), as everywhere in transformers
-
-
-def _check_values(bad: torch.Tensor, message: str) -> None:
-    """Raise ``ValueError(message)`` if any element of the boolean tensor ``bad`` is set.
-
-    On the CPU the check is exact and cheap. On an accelerator, reading the flag would wait for the device, so in
-    a training step (autograd on) the check is queued on the device instead (`torch._assert_async`): the error then
-    surfaces at the next synchronisation.
-    """
-    if bad.device.type != "cpu" and torch.is_grad_enabled():
-        if hasattr(torch, "_assert_async"):
-            torch._assert_async(~bad.any(), message)
-        return
-    if bool(bad.any()):
-        raise ValueError(message)
-
-
-def _integer_labels(labels, upper: int, what: str, device: torch.device, counted: torch.Tensor | None = None) -> torch.Tensor:
-    """``labels`` as int64, checked: integers in [0, ``upper``) or -100 (ignored), where ``counted`` (a mask) is set."""
-    labels = torch.as_tensor(labels, device=device)
-    if labels.dtype.is_floating_point or labels.dtype == torch.bool or labels.is_complex():
-        raise ValueError(f"labels must be integer {what}, got dtype {labels.dtype}.")
-    labels = labels.long()
-    bad = ((labels < 0) | (labels >= upper)) & (labels != IGNORE_INDEX)
-    _check_values(bad if counted is None else bad & counted, f"labels hold a {what[:-1]} outside [0, {upper})"
-                  + (" (only -100 marks a position to ignore)." if what == "word ids" else "."))
-    return labels
-
 
 def _host_waits_for_nothing(device: torch.device) -> bool:
     """Whether a size known only from tensor values (a boolean selection, ``unique``) is free to read: on the CPU.
@@ -562,40 +529,6 @@ class ElmoModel(ElmoPreTrainedModel):
         self.encoder = ElmoBiLstm(config)
         self.post_init()
 
-    def _validated(self, input_ids, attention_mask) -> tuple[torch.Tensor, torch.Tensor]:
-        """The character ids (B, T, C) and the token mask (B, T) bool, after checking shapes, dtypes and values."""
-        width = self.config.max_characters_per_token
-        if input_ids is None:
-            raise ValueError(f"ElmoModel needs input_ids (character ids of shape (batch, tokens, {width})).")
-        if not isinstance(input_ids, torch.Tensor):
-            input_ids = torch.as_tensor(input_ids)
-        if input_ids.dim() != 3 or input_ids.shape[-1] != width:
-            raise ValueError(
-                f"input_ids must have shape (batch, tokens, {width}) (character ids from ElmoTokenizer), "
-                f"got {tuple(input_ids.shape)}."
-            )
-        if input_ids.dtype not in (torch.int16, torch.int32, torch.int64):
-            raise ValueError(
-                f"input_ids must hold integer character ids in [0, {MAX_CHARACTER_ID}] (int16, int32 or int64), "
-                f"got dtype {input_ids.dtype}."
-            )
-        if input_ids.shape[0] == 0:
-            raise ValueError("empty batch: input_ids has batch size 0.")
-        _check_values((input_ids < 0) | (input_ids > MAX_CHARACTER_ID),
-                      f"input_ids hold a character id outside [0, {MAX_CHARACTER_ID}].")
-        present = (input_ids > 0).any(dim=-1)  # (B, T)
-        if attention_mask is None:
-            return input_ids, present
-        if not isinstance(attention_mask, torch.Tensor):
-            attention_mask = torch.as_tensor(attention_mask, device=input_ids.device)
-        if tuple(attention_mask.shape) != tuple(present.shape):
-            raise ValueError(
-                f"attention_mask has shape {tuple(attention_mask.shape)} but input_ids has {tuple(present.shape)} tokens."
-            )
-        mask = attention_mask.bool()
-        _check_values(mask & ~present, "attention_mask marks a token as present whose character ids are all 0.")
-        return input_ids, mask
-
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -629,13 +562,13 @@ class ElmoModel(ElmoPreTrainedModel):
                 raise TypeError(f"ElmoModel.forward() got an unexpected keyword argument {key!r}.")
         output_hidden_states = output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         return_dict = return_dict if return_dict is not None else self.config.return_dict
-        input_ids, mask = self._validated(input_ids, attention_mask)
+        input_ids, mask = validated_inputs(input_ids, attention_mask, self.config.max_characters_per_token)
         batch, steps = mask.shape
         lengths = mask.sum(dim=1)
         positions = torch.arange(steps, device=mask.device).unsqueeze(0)
         left_aligned = positions < lengths.unsqueeze(1)  # (B, T): where each row's tokens go when moved to the front
         if keep_sentence_boundaries:
-            _check_values(mask != left_aligned, "keep_sentence_boundaries needs right-padded input (tokens first).")
+            check_values(mask != left_aligned, "keep_sentence_boundaries needs right-padded input (tokens first).")
             order = None
         else:
             # Left padding or holes: move each row's tokens to the front (keeping their order), and back at the end.
@@ -644,7 +577,7 @@ class ElmoModel(ElmoPreTrainedModel):
         mask = left_aligned
 
         if add_sentence_boundaries:
-            input_ids, mask = self._add_sentence_boundaries(input_ids, mask, lengths)
+            input_ids, mask = with_sentence_boundaries(input_ids, mask, lengths)
         embeddings = self._embed_tokens(input_ids, mask)  # (B, T', P)
         initial = None if lstm_state is None else lstm_state.initial(batch, embeddings)
         want_state = return_lstm_state or lstm_state is not None
@@ -673,25 +606,6 @@ class ElmoModel(ElmoPreTrainedModel):
             return tuple(v for v in (all_layers[-1], hidden_states, out_mask.long(), new_state) if v is not None)
         return ElmoModelOutput(last_hidden_state=all_layers[-1], hidden_states=hidden_states,
                                attention_mask=out_mask.long(), lstm_state=new_state)
-
-    def _add_sentence_boundaries(self, input_ids: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor):
-        """Left-aligned ids (B, T, C) -> (B, T + 2, C) with ``<S>`` at 0 and ``</S>`` after each row's last token.
-
-        Every row gets both, an empty one too (as AllenNLP does: it matters for the carried state). The boundary
-        rows are built here, not kept in buffers: transformers creates models on the meta device and would leave
-        non-persistent buffers uninitialised.
-        """
-        batch, steps, width = input_ids.shape
-        ids = input_ids.new_zeros(batch, steps + 2, width)
-        ids[:, 1:-1] = input_ids * mask.unsqueeze(-1).to(input_ids.dtype)
-        # built on the device from scalars: copying a host list there would make the host wait for the device
-        bos, eos = (ids.new_empty(width) for _ in range(2))
-        for row, marker in ((bos, BEGINNING_OF_SENTENCE_CHARACTER), (eos, END_OF_SENTENCE_CHARACTER)):
-            for position, value in enumerate(sentence_marker_char_ids(marker, width)[:4]):  # the rest is padding
-                row[position:] = value
-        ids[:, 0] = bos
-        ids.scatter_(1, (lengths + 1).view(batch, 1, 1).expand(batch, 1, width), eos.expand(batch, 1, width))
-        return ids, torch.arange(steps + 2, device=ids.device).unsqueeze(0) < (lengths + 2).unsqueeze(1)
 
     def _embed_tokens(self, input_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Context-insensitive vectors (B, T, P) of the present tokens; padding stays zero.
@@ -827,7 +741,7 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
             # (B, T): the word positions. With boundaries, position p (1..T) holds a word iff p <= length, i.e. iff
             # position p + 1 (a word or </S>) is inside the row.
             tokens = full_mask[:, 2:] if add_sentence_boundaries else full_mask
-            labels = _integer_labels(labels, self.config.vocab_size, "word ids", top.device, counted=tokens)
+            labels = integer_labels(labels, self.config.vocab_size, "word ids", top.device, counted=tokens)
             if tuple(labels.shape) != tuple(tokens.shape):
                 raise ValueError(f"labels must have shape {tuple(tokens.shape)} (batch, tokens), got {tuple(labels.shape)}.")
             targets = self._targets(labels, tokens, add_sentence_boundaries)
@@ -885,21 +799,7 @@ class ElmoTaskHeadMixin:
     def _layers(self, input_ids, attention_mask, elmo_hidden_states):
         """All L + 1 layers (B, L + 1, T, 2P) and the mask (B, T), from the biLM or from cached features."""
         if elmo_hidden_states is not None:
-            expected = (self.config.num_representation_layers, self.config.output_size)
-            if elmo_hidden_states.dim() != 4 or (elmo_hidden_states.shape[1], elmo_hidden_states.shape[3]) != expected:
-                raise ValueError(
-                    f"elmo_hidden_states must have shape (batch, {expected[0]}, tokens, {expected[1]}), "
-                    f"got {tuple(elmo_hidden_states.shape)}."
-                )
-            if attention_mask is None:
-                raise ValueError("cached elmo_hidden_states need their attention_mask.")
-            attention_mask = torch.as_tensor(attention_mask, device=elmo_hidden_states.device)
-            if tuple(attention_mask.shape) != (elmo_hidden_states.shape[0], elmo_hidden_states.shape[2]):
-                raise ValueError(
-                    f"attention_mask has shape {tuple(attention_mask.shape)}, but the cached features have "
-                    f"{elmo_hidden_states.shape[0]} sentences of {elmo_hidden_states.shape[2]} tokens."
-                )
-            return elmo_hidden_states.to(self.scalar_mix.gamma.dtype), attention_mask.bool()
+            return validated_features(elmo_hidden_states, attention_mask, self.config, self.scalar_mix.gamma.dtype)
         if input_ids is None:
             raise ValueError("pass input_ids (character ids) or cached elmo_hidden_states.")
         with torch.no_grad() if self.config.freeze_elmo else nullcontext():
@@ -971,7 +871,7 @@ class ElmoForSequenceClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
         if self.config.problem_type == "regression":
             return F.mse_loss(logits.squeeze(-1), labels.to(logits.dtype).view(-1)) if self.num_labels == 1 else F.mse_loss(logits, labels.to(logits.dtype))
         if self.config.problem_type == "single_label_classification":
-            labels = _integer_labels(labels.view(-1), self.num_labels, "class ids", logits.device)
+            labels = integer_labels(labels.view(-1), self.num_labels, "class ids", logits.device)
             return F.cross_entropy(logits.view(-1, self.num_labels), labels)
         return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
 
@@ -1006,7 +906,7 @@ class ElmoForTokenClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
             labels = torch.as_tensor(labels, device=logits.device)
             if tuple(labels.shape) != tuple(mask.shape):
                 raise ValueError(f"labels must have shape {tuple(mask.shape)} (batch, tokens), got {tuple(labels.shape)}.")
-            labels = _integer_labels(labels, self.num_labels, "class ids", logits.device).masked_fill(~mask, IGNORE_INDEX)
+            labels = integer_labels(labels, self.num_labels, "class ids", logits.device).masked_fill(~mask, IGNORE_INDEX)
             loss = F.cross_entropy(logits.reshape(-1, self.num_labels), labels.reshape(-1), ignore_index=IGNORE_INDEX)
         hidden_states = tuple(layers.unbind(1)) if output_hidden_states else None
         if not return_dict:

@@ -5,7 +5,7 @@ A folder written by ``elmo pretrain --output-dir RUN``::
     config.json, model.safetensors        the model (save_pretrained; a large model may be sharded:
                                           model.safetensors.index.json + model-0000N-of-0000M.safetensors)
     tokenizer_config.json, vocab.txt      the tokenizer (special_tokens_map.json, added_tokens.json when written)
-    configuration_elmo.py, lstm_kernels.py, modeling_elmo.py, tokenization_elmo.py
+    configuration_elmo.py, inputs_elmo.py, lstm_kernels.py, modeling_elmo.py, tokenization_elmo.py
                                           the code files (trust_remote_code loading)
     checkpoints/                          training state: step_NNNNNNNN/ folders and ``latest`` naming the newest
                                           (see modeling_elmo.pretraining.checkpoint); best/ holds the best validated
@@ -44,7 +44,7 @@ from .results import EvaluationResults, read_results
 __all__ = ["CODE_FILES", "EvaluationFolder", "RunFolder", "read_json_object"]
 
 #: The custom-code files saved with every model (``trust_remote_code`` loads them).
-CODE_FILES = ("configuration_elmo.py", "lstm_kernels.py", "modeling_elmo.py", "tokenization_elmo.py")
+CODE_FILES = ("configuration_elmo.py", "inputs_elmo.py", "lstm_kernels.py", "modeling_elmo.py", "tokenization_elmo.py")
 
 
 class EvaluationFolder:

@@ -50,7 +50,7 @@ PACKAGE_DIR = REPO_ROOT / "modeling_elmo"
 FAKE_TOKEN = "hf_" + "Q" * 34  # the token of the environment in the upload tests
 FOLDER_TOKEN = "hf_" + "Z" * 34  # a token planted in the model folder: it must never be used
 SENTENCES = [["The", "cat", "sat", "on", "the", "mat", "."], ["A", "naïve", "café", "!"], ["Short"]]
-EXPECTED_LM_FILES = ["README.md", "config.json", "configuration_elmo.py", "lstm_kernels.py", "model.safetensors",
+EXPECTED_LM_FILES = ["README.md", "config.json", "configuration_elmo.py", "inputs_elmo.py", "lstm_kernels.py", "model.safetensors",
                      "modeling_elmo.py", "plots/perplexity.png", "tokenization_elmo.py", "tokenizer_config.json",
                      "vocab.txt"]
 
@@ -324,7 +324,8 @@ def test_results_that_do_not_follow_the_schema_stop_the_push_naming_the_file_and
 def test_dry_run_writes_exactly_the_allow_list(published):
     assert hub.list_folder(published["lm"]) == EXPECTED_LM_FILES
     assert hub.list_folder(published["classifier"]) == [
-        "README.md", "config.json", "configuration_elmo.py", "lstm_kernels.py", "model.safetensors", "modeling_elmo.py",
+        "README.md", "config.json", "configuration_elmo.py", "inputs_elmo.py", "lstm_kernels.py", "model.safetensors",
+        "modeling_elmo.py",
         "tokenization_elmo.py", "tokenizer_config.json", "vocab.txt"]
     for name in CODE_FILES:  # the code is this package's, byte for byte
         assert (published["lm"] / name).read_bytes() == (PACKAGE_DIR / name).read_bytes()
@@ -447,7 +448,8 @@ def test_upload_uses_the_stored_login_when_no_environment_token(model_folders, t
     monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(login))
     assert hub.main([str(model_folders["classifier"]), "--repo-id", "me/elmo-tiny-sst"]) == 0
     assert hub_recorder.committed == [
-        "README.md", "config.json", "configuration_elmo.py", "lstm_kernels.py", "model.safetensors", "modeling_elmo.py",
+        "README.md", "config.json", "configuration_elmo.py", "inputs_elmo.py", "lstm_kernels.py", "model.safetensors",
+        "modeling_elmo.py",
         "tokenization_elmo.py", "tokenizer_config.json", "vocab.txt"]
     assert [call[0] for call in hub_recorder.calls] == ["create_repo", "create_commit"]
     assert {call[3] for call in hub_recorder.calls} == {FAKE_TOKEN}

@@ -559,10 +559,11 @@ def test_bfloat16_autocast_trains_and_stays_close_to_float32(tester):
 
 def test_added_sentence_boundaries_are_the_tokenizers_boundary_rows(tester):
     from modeling_elmo import BOS_CHAR_IDS, EOS_CHAR_IDS
+    from modeling_elmo.inputs_elmo import with_sentence_boundaries
 
     enc = tester.encode(SENTENCES)
     mask = enc["attention_mask"].bool()
-    ids, new_mask = tester.model()._add_sentence_boundaries(enc["input_ids"], mask, mask.sum(1))
+    ids, new_mask = with_sentence_boundaries(enc["input_ids"], mask, mask.sum(1))
     for row, sentence in enumerate(SENTENCES):
         assert ids[row, 0].tolist() == list(BOS_CHAR_IDS) and ids[row, len(sentence) + 1].tolist() == list(EOS_CHAR_IDS)
         assert torch.equal(ids[row, 1 : len(sentence) + 1], enc["input_ids"][row, : len(sentence)])
