@@ -6,12 +6,12 @@ with `elmo evaluate` on held-out Brown perplexity and the sentiment and POS prob
     python scripts/recipe_study.py --data-dir ../shared/data --output-dir runs/study --table-only   # the table again
 
 Every variant is the `cpu-lm-corpus` recipe (the `elmo-cpu` preset on `lm-corpus`, Brown held out) with the
-settings under study pinned to the study's baseline (`BASELINE`: the recipe's settings before the study) and a few
-flags changed (`VARIANTS`), so the study reproduces whatever the recipe's defaults are now. Each run is trained for the same number of minutes on one thread; `--parallel 2` runs two at a time (one
-per core). Runs that already have their results are not repeated, so the script can be stopped and started again.
-The untrained comparison (`--compare-untrained`) is computed once, with the first variant: the probes read the biLM
-only, and every variant's biLM has the same shape and the same seed. Prints a Markdown table and writes it to
-`OUTPUT_DIR/study.md` and `study.json`.
+settings under study pinned to the baseline's (`BASELINE`) and a few flags changed (`VARIANTS`), so the study
+reproduces whatever the recipe's defaults are now. Each run is trained for the same number of minutes on one
+thread; `--parallel 2` runs two at a time (one per core). Runs that already have their results are not repeated,
+so the script can be stopped and started again. The untrained comparison (`--compare-untrained`) is computed once,
+with the first variant: the probes read the biLM only, and every variant's biLM has the same shape and the same
+seed. Prints a Markdown table and writes it to `OUTPUT_DIR/study.md` and `study.json`.
 """
 
 from __future__ import annotations
