@@ -14,7 +14,7 @@ A folder written by ``elmo pretrain --output-dir RUN``::
                                           train_ppl, lr, tokens_per_s, tokens_seen[, grad_norm]}; per
                                           evaluation {step, split, perplexity, perplexity_forward,
                                           perplexity_backward[, unigram_perplexity]}
-    examples_rank<R>.jsonl                the example ids process R trained on (--log-example-ids)
+    examples_rank<R>.jsonl                the example ids process R trained on, per batch (--log-example-ids)
     elmo-pretraining/                     tracker logs (--report-to tensorboard, ...)
     training_metadata.json                the run's arguments, data and vocabulary fingerprints, counters
     run.json                              what defines the run (arguments, model, data and vocabulary fingerprints):

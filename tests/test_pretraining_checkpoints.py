@@ -171,7 +171,7 @@ def test_a_second_run_into_a_folder_that_holds_a_run_is_refused_and_overwrite_st
 
 def test_kill_during_a_checkpoint_write_resumes_exactly_without_duplicate_metrics(tmp_path, corpus, monkeypatch):
     full = tmp_path / "full"
-    assert _run(*_args(corpus, full, "--max-steps", "12")) == 0
+    assert _run(*_args(corpus, full, "--max-steps", "12", "--log-example-ids")) == 0
     real_write = ckpt.write_training_files
 
     def dies_at_step_8(folder, **kwargs):
@@ -183,15 +183,19 @@ def test_kill_during_a_checkpoint_write_resumes_exactly_without_duplicate_metric
     monkeypatch.setattr("modeling_elmo.pretraining.loop.write_training_files", dies_at_step_8)
     split = tmp_path / "split"
     with pytest.raises(Killed):
-        _run(*_args(corpus, split, "--max-steps", "12"))
+        _run(*_args(corpus, split, "--max-steps", "12", "--log-example-ids"))
     assert CheckpointManager(split / "checkpoints").latest().name == "step_00000004"
     assert (split / "checkpoints" / ".tmp-step_00000008").is_dir() and not RunFolder(split).has_model()
     monkeypatch.setattr("modeling_elmo.pretraining.loop.write_training_files", real_write)
     with open(split / "metrics.jsonl", "a") as metrics:
         metrics.write('{"step": 9, "train_lo')  # a record cut short by the kill
-    assert _run(*_args(corpus, split, "--max-steps", "12", "--resume-from-checkpoint", "latest")) == 0
+    logged = [json.loads(line)["step"] for line in (split / "examples_rank0.jsonl").read_text().splitlines()]
+    assert logged == list(range(1, 9)), "the batches of updates 5..8 were logged before the kill"
+    assert _run(*_args(corpus, split, "--max-steps", "12", "--resume-from-checkpoint", "latest", "--log-example-ids")) == 0
     steps = [r["step"] for r in map(json.loads, (split / "metrics.jsonl").read_text().splitlines()) if "train_loss" in r]
     assert steps == list(range(1, 13)), "records after the checkpoint are dropped, then written once"
+    examples = (split / "examples_rank0.jsonl").read_text()
+    assert examples == (full / "examples_rank0.jsonl").read_text(), "each batch logged once, in the uninterrupted order"
     assert train_losses_by_step(split / "metrics.jsonl") == train_losses_by_step(full / "metrics.jsonl")
     assert (split / "model.safetensors").read_bytes() == (full / "model.safetensors").read_bytes()
 

@@ -339,7 +339,8 @@ def train_loop(s: Session, state: TrainingState) -> tuple[str, bool]:
     with StopFlag() as flag:
         for epoch, position, batch in micro_batches(s, state.epoch, state.batch_in_epoch):
             if s.examples_log is not None and "example_ids" in batch:
-                s.examples_log.write(json.dumps({"epoch": epoch, "ids": batch["example_ids"].tolist()}) + "\n")
+                record = {"step": state.global_step + 1, "epoch": epoch, "ids": batch["example_ids"].tolist()}
+                s.examples_log.write(json.dumps(record) + "\n")  # "step": the update this batch goes into
             inputs = {k: batch[k].to(accelerator.device, non_blocking=True) for k in ("input_ids", "attention_mask", "labels")}
             with accelerator.accumulate(s.model):
                 loss = s.model(**inputs, add_sentence_boundaries=add_boundaries).loss

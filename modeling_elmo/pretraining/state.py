@@ -145,7 +145,8 @@ def write_run_identity(run: RunFolder, identity: dict[str, Any]) -> None:
 # ----------------------------------------------------------------------------------------------- metrics
 class MetricsLog:
     """``metrics.jsonl``, appended to by the main process only; a resumed run first drops the records written after
-    its checkpoint (they belong to the interrupted continuation), so every step is logged once."""
+    its checkpoint (they belong to the interrupted continuation), so every step is logged once. The example-id logs
+    (``--log-example-ids``) are truncated the same way on resume, each by its own process."""
 
     def __init__(self, path: Path, enabled: bool):
         self.path = path

@@ -313,6 +313,8 @@ def resume(s: Session, plan: RunPlan) -> TrainingState:
         state.batch_in_epoch = state.batch_in_epoch * saved_world // s.world
         logger.warning("resuming with %d processes instead of %d: the data position is converted, RNG streams differ.", s.world, saved_world)
     s.metrics.truncate_after(state.global_step)
+    # each process's example-id log, likewise: the batches of the interrupted continuation are trained again
+    MetricsLog(s.run.examples_log_file(s.accelerator.process_index), s.args.log_example_ids).truncate_after(state.global_step)
     if s.best is not None and state.best_step is not None and s.accelerator.is_main_process:
         s.best.restore(plan.resume_path, state.best_step, state.best_perplexity)
     s.last_saved_step = state.global_step
