@@ -50,6 +50,7 @@ import argparse
 import contextlib
 import hashlib
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -164,6 +165,8 @@ def _read_checked(h5: h5py.Group, config: ElmoConfig) -> dict[str, np.ndarray]:
         raise ValueError(
             "the weights file does not match the options (" + config_summary(config) + "): " + "; ".join(problems)
         )
+    for name in expected:
+        _check_storage(h5, name, found[name][0])
     arrays = {}
     for name in expected:
         try:
@@ -177,6 +180,26 @@ def _read_checked(h5: h5py.Group, config: ElmoConfig) -> dict[str, np.ndarray]:
         arrays["CNN_proj/W_proj"] = np.eye(F, dtype=np.float32)
         arrays["CNN_proj/b_proj"] = np.zeros(P, dtype=np.float32)
     return arrays
+
+
+#: The most a compressed HDF5 dataset may expand: deflate, the usual filter, cannot exceed about 1032 to 1.
+MAX_COMPRESSION_RATIO = 1032
+
+
+def _check_storage(h5: h5py.Group, name: str, dataset: h5py.Dataset) -> None:
+    """Refuse a dataset whose declared size the file cannot hold, before its values are read (and memory is
+    allocated for them): an uncompressed dataset needs storage for every byte, a compressed one at least
+    1/`MAX_COMPRESSION_RATIO` of them; unwritten chunks would read as the fill value, not as weights."""
+    declared = dataset.size * dataset.dtype.itemsize
+    try:
+        stored = dataset.id.get_storage_size()
+        compressed = dataset.id.get_create_plist().get_nfilters() > 0
+    except (OSError, RuntimeError) as error:
+        raise _damaged(h5, f"the storage of dataset {name!r} cannot be read: {error}") from None
+    needed = math.ceil(declared / MAX_COMPRESSION_RATIO) if compressed else declared
+    if stored < needed:
+        raise _damaged(h5, f"dataset {name!r} declares {declared:,} bytes of values but the file stores "
+                           f"{stored:,} for it")
 
 
 def config_summary(config: ElmoConfig) -> str:
@@ -350,6 +373,14 @@ def check_output_dir(output_dir: str | os.PathLike, overwrite: bool = False) -> 
     return output_dir
 
 
+def check_atol(atol: float) -> None:
+    """Raise `ValueError` unless ``atol`` (the largest accepted difference to the reference) is a finite number > 0:
+    NaN would fail every comparison, and a negative one could never be met."""
+    if isinstance(atol, bool) or not isinstance(atol, (int, float)) or not (math.isfinite(atol) and atol > 0):
+        raise ValueError(f"--atol must be a finite number > 0 (the largest accepted difference to the reference), "
+                         f"got {atol!r}.")
+
+
 def _make_parents(folder: Path) -> list[Path]:
     """Create ``folder`` and its missing parents; return the ones created, deepest last."""
     missing = []
@@ -382,6 +413,7 @@ def convert(
     from . import ElmoModel, ElmoTokenizer, save_model_folder
     from .parity import validate_converted_model  # it reads the release with this module's readers
 
+    check_atol(atol)
     output_dir = check_output_dir(output_dir, overwrite)
     # 1. Options -> config.
     options = read_options(options_path)
@@ -467,6 +499,7 @@ def convert_release(
     from .releases import DEFAULT_ATTEMPTS, fetch_release, get_release
 
     release = get_release(release) if isinstance(release, str) else release
+    check_atol(atol)
     check_output_dir(output_dir, overwrite)
     fetched = fetch_release(release, cache_dir, base_url=base_url, force_download=force_download,
                             use_mirror=use_mirror, attempts=attempts or DEFAULT_ATTEMPTS, retry_wait=retry_wait,
@@ -510,6 +543,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+
     if args.release and (args.options or args.weights):
         parser.error("--release downloads its own files; do not combine it with --options/--weights.")
     if not args.release and not (args.options and args.weights):
