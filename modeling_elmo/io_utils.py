@@ -10,16 +10,39 @@ from pathlib import Path
 from typing import Any
 
 
+def current_umask() -> int:
+    """The process's file-mode creation mask (read from ``/proc`` where it can be, so that it is never changed)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def follow_umask(path: str | os.PathLike, *, folder: bool = False) -> None:
+    """Give ``path`` the mode a new file (``folder``: a new folder) gets under the umask: `tempfile` makes its files
+    0600 and its folders 0700, which would hide a shared model folder's weights from the users who can read the
+    rest of it."""
+    os.chmod(path, (0o777 if folder else 0o666) & ~current_umask())
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to ``path`` so that ``path`` is either the old file or the complete new one, never a part.
 
-    The data go to a unique temporary file in the same folder, are flushed to disk, and replace ``path`` with
-    `os.replace` (atomic on one file system). On any error the temporary file is removed and the error raised.
+    The data go to a unique temporary file in the same folder (mode as the umask says, like any new file), are
+    flushed to disk, and replace ``path`` with `os.replace` (atomic on one file system). On any error the temporary
+    file is removed and the error raised.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -48,6 +71,15 @@ def hub_reachable(timeout: float = 3.0) -> bool:
         with socket.create_connection((url.hostname, port), timeout=timeout):
             return True
     except OSError:
+        return False
+
+
+def is_within(path: str | os.PathLike, folder: str | os.PathLike) -> bool:
+    """Whether ``path`` lies inside ``folder`` or is it (both resolved: links followed)."""
+    try:
+        Path(path).resolve().relative_to(Path(folder).resolve())
+        return True
+    except ValueError:
         return False
 
 
