@@ -82,7 +82,9 @@ CARD_SETTINGS = frozenset({
     "converted_from", "options_file", "weights_file", "validation_max_abs_difference", "validation_atol",
     "num_parameters", "release",
 })
-_CONVERSION_GROUPS = ("sha256", "published")
+#: The figures a release's authors published (`modeling_elmo.releases.Release.published_figures`).
+_PUBLISHED_FIGURES = ("parameters", "parameters_in_weight_file", "srl_f1", "constituency_parsing_f1", "lm_perplexity",
+                      "lm_perplexity_note", "training_data")
 #: What the YAML metadata accepts: Hub ids (``name`` or ``owner/name``), language codes, license ids.
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?")
 _LANGUAGE = re.compile(r"[a-zA-Z]{2,3}([-_][A-Za-z0-9]{2,8})*")
@@ -273,13 +275,15 @@ def _evaluation_section(results: Sequence[EvaluationResults]) -> str:
     return "\n".join(parts).rstrip() + "\n"
 
 
-def _is_card_setting(key_path: tuple[str, ...]) -> bool:
-    """Whether the metadata entry at ``key_path`` is one a card lists (`CARD_SETTINGS`, or a conversion's
-    ``sha256.<file>`` / ``published.<figure>``)."""
+def _is_card_setting(key_path: tuple[str, ...], value: Any) -> bool:
+    """Whether the metadata entry at ``key_path`` is one a card lists: `CARD_SETTINGS`, a released figure
+    (``published.<figure>``) or a conversion's checksum (``sha256.<file>``, a sha256 digest)."""
     if ".".join(key_path) in CARD_SETTINGS:
         return True
-    return len(key_path) == 2 and key_path[0] in _CONVERSION_GROUPS and not (
-        set(_words(key_path[1])) & {"token", "secret", "password", "passwd", "key", "credentials", "auth"})
+    if len(key_path) == 2 and key_path[0] == "published":
+        return key_path[1] in _PUBLISHED_FIGURES
+    return (len(key_path) == 2 and key_path[0] == "sha256" and isinstance(value, str)
+            and re.fullmatch(r"[0-9a-f]{64}", value) is not None)
 
 
 def _training_section(metadata: Mapping[str, Any] | None, kind: str) -> str:
@@ -293,7 +297,7 @@ def _training_section(metadata: Mapping[str, Any] | None, kind: str) -> str:
             pass
         elif not isinstance(value, (str, int, float, bool)) or value is None:
             continue
-        if not _is_card_setting(key_path):
+        if not _is_card_setting(key_path, value):
             continue  # an allow-list: only the settings this package writes (never a credential, even masked)
         rows.append(f"| {_cell('.'.join(key_path))} | {_cell(value)} |")
     if not rows:

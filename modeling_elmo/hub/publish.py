@@ -208,7 +208,7 @@ def _check_plot(path: Path) -> None:
     """Raise `ValueError` unless ``path`` is a regular PNG or JPEG file (by its first bytes, not only its name) of at
     most `MAX_PLOT_BYTES`."""
     signature = PLOT_SIGNATURES.get(path.suffix.lower())
-    if signature is None or path.is_symlink() or not path.is_file():
+    if signature is None or not path.is_file():
         raise ValueError(f"plot {str(path)!r} is not an existing {'/'.join(PLOT_SUFFIXES)} file.")
     if path.stat().st_size > MAX_PLOT_BYTES:
         raise ValueError(f"plot {str(path)!r} is larger than {MAX_PLOT_BYTES // 2**20} MiB.")
