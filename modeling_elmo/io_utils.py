@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +59,44 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     """`atomic_write_bytes` for UTF-8 text."""
     atomic_write_bytes(path, text.encode("utf-8"))
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: str | os.PathLike, busy: str) -> Iterator[None]:
+    """Hold an exclusive `fcntl.flock` on the file ``path`` while the block runs; raise `ValueError` with the
+    message ``busy`` at once if another process holds it.
+
+    The operating system releases the lock when its process dies, so a killed run never leaves a stale lock. The
+    file is removed when the block ends. A process that opened the file just before an earlier holder removed it
+    would lock a deleted file: the lock is only taken once it is on the file at the path.
+    """
+    import fcntl
+
+    path = Path(path)
+    while True:
+        try:
+            handle = open(path, "ab")
+        except OSError as error:
+            raise ValueError(f"cannot create the lock file {str(path)!r}: {error.strerror}.") from None
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            raise ValueError(busy) from None
+        try:
+            current = os.stat(path)
+        except FileNotFoundError:
+            current = None
+        if current is not None and os.path.samestat(current, os.fstat(handle.fileno())):
+            break
+        handle.close()  # removed (and maybe re-created) by the process that held it: lock the file at the path
+    try:
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            if os.path.samestat(os.stat(path), os.fstat(handle.fileno())):
+                path.unlink()  # while still locked, so no other process can be holding this file
+        handle.close()
 
 
 def hub_reachable(timeout: float = 3.0) -> bool:
