@@ -54,7 +54,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import h5py
 import numpy as np
@@ -63,131 +63,23 @@ import torch
 from .configuration_elmo import ElmoConfig
 from .io_utils import follow_umask, is_within, read_json_object
 from .manifest import check_replaceable, remove_stale_temporaries, temporary_prefix, write_manifest
+from .original_format import (
+    LSTM_CELL,
+    config_summary,
+    convert_config,
+    expected_dataset_shapes,
+    open_hdf5,
+    read_checked,
+    read_options,
+)
+from .parity import DEFAULT_ATOL, validate_converted_model
+from .releases import BASE_URL_ENV, DEFAULT_ATTEMPTS, RELEASES, Release, fetch_release, get_release
 
-if TYPE_CHECKING:
-    from .releases import Release
-
-#: The largest difference to the numpy reference forward that `convert` accepts (`modeling_elmo.parity`).
-DEFAULT_ATOL = 1e-4
 COMMAND = "elmo convert"
 #: Temporary folders next to the output: the conversion being written, the output it replaces.
 _TEMPORARY_KINDS = ("converting", "old")
 
-_LSTM_CELL = "RNN_{d}/RNN/MultiRNNCell/Cell{l}/LSTMCell"
 _DIRECTIONS = ("forward", "backward")
-
-
-# --------------------------------------------------------------------------------------------------- reading
-def read_options(path: str | os.PathLike) -> dict[str, Any]:
-    """Load an ``options.json``; a missing file, invalid JSON or a non-object is a `ValueError`."""
-    return read_json_object(path, "options", required=True)
-
-
-def convert_config(options: dict[str, Any]) -> ElmoConfig:
-    """The `ElmoConfig` of an original options dict (unknown or missing keys raise `ValueError`)."""
-    return ElmoConfig.from_options(options)
-
-
-def expected_dataset_shapes(config: ElmoConfig) -> dict[str, tuple[int, ...]]:
-    """Every dataset an original ``weights.hdf5`` for ``config`` holds, with its shape."""
-    d_c, P, H, F = config.char_embedding_dim, config.hidden_size, config.cell_size, config.num_char_cnn_filters
-    shapes: dict[str, tuple[int, ...]] = {"char_embed": (config.num_characters - 1, d_c)}
-    for i, (width, count) in enumerate(config.char_cnn_filters):
-        shapes[f"CNN/W_cnn_{i}"] = (1, width, d_c, count)
-        shapes[f"CNN/b_cnn_{i}"] = (count,)
-    for k in range(config.num_highway_layers):
-        for name, shape in (("W_carry", (F, F)), ("W_transform", (F, F)), ("b_carry", (F,)), ("b_transform", (F,))):
-            shapes[f"CNN_high_{k}/{name}"] = shape
-    shapes["CNN_proj/W_proj"] = (F, P)
-    shapes["CNN_proj/b_proj"] = (P,)
-    for d in range(2):
-        for l in range(config.num_hidden_layers):
-            cell = _LSTM_CELL.format(d=d, l=l)
-            shapes[f"{cell}/W_0"] = (2 * P, 4 * H)
-            shapes[f"{cell}/B"] = (4 * H,)
-            shapes[f"{cell}/W_P_0"] = (H, P)
-    return shapes
-
-
-def _open_hdf5(path: str | os.PathLike) -> h5py.File:
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"weights file {str(path)!r} does not exist.")
-    try:
-        return h5py.File(path, "r")
-    except OSError as error:
-        raise ValueError(
-            f"weights file {str(path)!r} cannot be read as HDF5 (truncated or corrupt download?): {error}"
-        ) from None
-
-
-def _damaged(h5: h5py.Group, detail: str) -> ValueError:
-    return ValueError(
-        f"weights file {h5.file.filename!r} is damaged or truncated ({detail}); download it again "
-        "(`elmo convert --release NAME --force-download` fetches a fresh copy of a release)."
-    )
-
-
-def _datasets(h5: h5py.Group) -> dict[str, tuple[h5py.Dataset, tuple[int, ...], np.dtype]]:
-    """Every dataset of the file with its shape and dtype; an unreadable index is a `ValueError` naming the file."""
-    found: dict[str, tuple[h5py.Dataset, tuple[int, ...], np.dtype]] = {}
-
-    def visit(name: str, obj: Any) -> None:
-        if isinstance(obj, h5py.Dataset):
-            found[name] = (obj, tuple(obj.shape), obj.dtype)
-
-    try:
-        h5.visititems(visit)
-    except (RuntimeError, OSError, KeyError, ValueError) as error:  # h5py's errors for a broken object index
-        raise _damaged(h5, f"its table of datasets cannot be read: {error}") from None
-    return found
-
-
-def _read_checked(h5: h5py.Group, config: ElmoConfig) -> dict[str, np.ndarray]:
-    """Read every dataset as float32 after checking names, shapes, dtype and finiteness against ``config``."""
-    expected = expected_dataset_shapes(config)
-    found = _datasets(h5)
-    F, P = config.num_char_cnn_filters, config.hidden_size
-    # bilm-tf creates no projection when the CNN width already equals P; the identity reproduces it.
-    implicit_projection = F == P and "CNN_proj/W_proj" not in found and "CNN_proj/b_proj" not in found
-    if implicit_projection:
-        del expected["CNN_proj/W_proj"], expected["CNN_proj/b_proj"]
-    problems = []
-    missing = [name for name in expected if name not in found]
-    unexpected = sorted(name for name in found if name not in expected)
-    if missing:
-        problems.append(f"missing datasets: {missing}")
-    if unexpected:
-        problems.append(f"unexpected datasets: {unexpected}")
-    for name, shape in expected.items():
-        if name in found and found[name][1] != shape:
-            problems.append(f"dataset {name!r} has shape {found[name][1]}, the options imply {shape}")
-        elif name in found and found[name][2].kind != "f":
-            problems.append(f"dataset {name!r} has dtype {found[name][2]}, expected floating point")
-    if problems:
-        raise ValueError(
-            "the weights file does not match the options (" + config_summary(config) + "): " + "; ".join(problems)
-        )
-    arrays = {}
-    for name in expected:
-        try:
-            array = np.asarray(found[name][0][()], dtype=np.float32)
-        except (OSError, RuntimeError) as error:  # a file cut inside a dataset's data
-            raise _damaged(h5, f"dataset {name!r} cannot be read: {error}") from None
-        if not np.isfinite(array).all():
-            raise _damaged(h5, f"dataset {name!r} contains NaN or infinite values")
-        arrays[name] = array
-    if implicit_projection:
-        arrays["CNN_proj/W_proj"] = np.eye(F, dtype=np.float32)
-        arrays["CNN_proj/b_proj"] = np.zeros(P, dtype=np.float32)
-    return arrays
-
-
-def config_summary(config: ElmoConfig) -> str:
-    return (
-        f"n_layers={config.num_hidden_layers}, dim={config.cell_size}, projection_dim={config.hidden_size}, "
-        f"char dim={config.char_embedding_dim}, filters={config.char_cnn_filters}, n_highway={config.num_highway_layers}"
-    )
 
 
 # ------------------------------------------------------------------------------------------------ conversion
@@ -200,9 +92,9 @@ def _tf_gates_to_torch(blocks: np.ndarray, cell_size: int) -> np.ndarray:
 def convert_state_dict(h5file: h5py.Group | str | os.PathLike, config: ElmoConfig) -> dict[str, torch.Tensor]:
     """The `ElmoModel` state dict (float32) of an original ``weights.hdf5`` (an open file or a path)."""
     if not isinstance(h5file, h5py.Group):
-        with _open_hdf5(h5file) as h5:
+        with open_hdf5(h5file) as h5:
             return convert_state_dict(h5, config)
-    w = _read_checked(h5file, config)
+    w = read_checked(h5file, config)
     H, P = config.cell_size, config.hidden_size
     sd: dict[str, np.ndarray] = {}
     # 1. Character table: row 0 (absent token) is all zeros; the file holds the 261 training rows.
@@ -224,7 +116,7 @@ def convert_state_dict(h5file: h5py.Group | str | os.PathLike, config: ElmoConfi
     # 5. LSTM cells: split [input; recurrent] rows, transpose, reorder gates, fold in the forget bias.
     for d, direction in enumerate(_DIRECTIONS):
         for l in range(config.num_hidden_layers):
-            cell = _LSTM_CELL.format(d=d, l=l)
+            cell = LSTM_CELL.format(d=d, l=l)
             kernel, bias = w[f"{cell}/W_0"], w[f"{cell}/B"].copy()
             bias[2 * H : 3 * H] += np.float32(1.0)  # TF LSTMCell forget_bias, added at run time in TF
             prefix = f"encoder.{direction}_layers.{l}"
@@ -394,7 +286,6 @@ def convert(
     card and ``conversion_metadata.json``; ``sources`` maps ``options``/``weights`` to where the files came from.
     """
     from . import ElmoModel, ElmoTokenizer, save_model_folder
-    from .parity import validate_converted_model  # it reads the release with this module's readers
 
     output_dir = check_output_dir(output_dir, overwrite, inputs=(options_path, weights_path))
     remove_stale_temporaries(output_dir, _TEMPORARY_KINDS)  # left by a run that was killed
@@ -402,7 +293,7 @@ def convert(
     options = read_options(options_path)
     config = convert_config(options)
     # 2. HDF5 -> state dict -> model.
-    with _open_hdf5(weights_path) as h5:
+    with open_hdf5(weights_path) as h5:
         state_dict = convert_state_dict(h5, config)
         model = ElmoModel(config)
         load_converted_state_dict(model, state_dict)
@@ -478,8 +369,6 @@ def convert_release(
     mirror), then `convert` it with its published figures in the card. The output location is checked before
     anything is downloaded. Returns the output folder; raises `ValueError` or `~modeling_elmo.releases.DownloadError`.
     """
-    from .releases import DEFAULT_ATTEMPTS, fetch_release, get_release
-
     release = get_release(release) if isinstance(release, str) else release
     check_output_dir(output_dir, overwrite, inputs=(cache_dir,) if cache_dir else ())
     fetched = fetch_release(release, cache_dir, base_url=base_url, force_download=force_download,
@@ -491,8 +380,6 @@ def convert_release(
 
 # ------------------------------------------------------------------------------------------------ CLI
 def build_parser() -> argparse.ArgumentParser:
-    from .releases import BASE_URL_ENV, RELEASES
-
     parser = argparse.ArgumentParser(
         prog="elmo convert",
         description="Convert an original ELMo release into a transformers model folder: either a published release "

@@ -18,7 +18,10 @@ import numpy as np
 import torch
 
 from .configuration_elmo import ElmoConfig
-from .convert import _LSTM_CELL, DEFAULT_ATOL, _open_hdf5, _read_checked, convert_config
+from .original_format import LSTM_CELL, convert_config, open_hdf5, read_checked
+
+#: The largest difference to the numpy reference forward that a conversion accepts.
+DEFAULT_ATOL = 1e-4
 
 #: Sentences run through both the converted model and the numpy forward by `validate_converted_model`:
 #: mixed lengths (so the batch is padded), punctuation, multi-byte UTF-8, a word over 48 bytes, and literal
@@ -56,7 +59,7 @@ def _numpy_sentence_layers(config: ElmoConfig, w: dict[str, np.ndarray], char_id
         inputs = tokens if d == 0 else tokens[::-1]
         outputs = []
         for l in range(config.num_hidden_layers):
-            cell = _LSTM_CELL.format(d=d, l=l)
+            cell = LSTM_CELL.format(d=d, l=l)
             c, h = np.zeros(H), np.zeros(config.hidden_size)
             ys = []
             for x_t in inputs:
@@ -92,10 +95,10 @@ def validate_converted_model(
     from .tokenization_elmo import BOS_CHAR_IDS, EOS_CHAR_IDS, ElmoTokenizer, encode_words
 
     if not isinstance(weights, h5py.Group):
-        with _open_hdf5(weights) as h5:
+        with open_hdf5(weights) as h5:
             return validate_converted_model(model, options, h5, sentences, atol)
     config = convert_config(options)
-    w = {name: array.astype(np.float64) for name, array in _read_checked(weights, config).items()}
+    w = {name: array.astype(np.float64) for name, array in read_checked(weights, config).items()}
     sentences = sentences or VALIDATION_SENTENCES
     tokenizer = ElmoTokenizer()
     batch = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
@@ -125,4 +128,4 @@ def validate_converted_model(
     return worst
 
 
-__all__ = ["VALIDATION_SENTENCES", "validate_converted_model"]
+__all__ = ["DEFAULT_ATOL", "VALIDATION_SENTENCES", "validate_converted_model"]

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from .io_utils import atomic_write_text
+from .original_format import config_summary, convert_config, expected_dataset_shapes
 
 logger = logging.getLogger(__name__)
 
@@ -138,8 +139,6 @@ def released_options(dim: int, projection_dim: int, n_highway: int) -> dict[str,
 
 def count_parameters(options: Mapping[str, Any]) -> int:
     """How many values a ``weights.hdf5`` matching ``options`` stores (the released models' parameter count)."""
-    from .convert import convert_config, expected_dataset_shapes
-
     return sum(math.prod(shape) for shape in expected_dataset_shapes(convert_config(dict(options))).values())
 
 
@@ -253,8 +252,6 @@ def sha256_of(path: str | os.PathLike) -> str:
 
 def options_problem(release: Release, data: bytes) -> str | None:
     """Why ``data`` is not ``release``'s ``options.json`` (not JSON, unreadable options, another model's sizes)."""
-    from .convert import config_summary, convert_config, expected_dataset_shapes
-
     try:
         options = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:

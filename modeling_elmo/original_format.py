@@ -1,0 +1,146 @@
+"""The original ELMo release format (bilm-tf ``dump_weights``, also read by AllenNLP): reading ``options.json`` and
+``weights.hdf5``, and the dataset names and shapes the options imply.
+
+A leaf module: it imports only the configuration and file helpers, and `modeling_elmo.convert` (the conversion),
+`modeling_elmo.parity` (the numpy reference forward) and `modeling_elmo.releases` (the download checks) all read the
+release through it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+
+from .configuration_elmo import ElmoConfig
+from .io_utils import read_json_object
+
+#: The HDF5 group of one LSTM cell: ``d`` = 0 is the forward stack, 1 the backward stack; ``l`` the layer.
+LSTM_CELL = "RNN_{d}/RNN/MultiRNNCell/Cell{l}/LSTMCell"
+
+
+def read_options(path: str | os.PathLike) -> dict[str, Any]:
+    """Load an ``options.json``; a missing file, invalid JSON or a non-object is a `ValueError`."""
+    return read_json_object(path, "options", required=True)
+
+
+def convert_config(options: dict[str, Any]) -> ElmoConfig:
+    """The `ElmoConfig` of an original options dict (unknown or missing keys raise `ValueError`)."""
+    return ElmoConfig.from_options(options)
+
+
+def expected_dataset_shapes(config: ElmoConfig) -> dict[str, tuple[int, ...]]:
+    """Every dataset an original ``weights.hdf5`` for ``config`` holds, with its shape."""
+    d_c, P, H, F = config.char_embedding_dim, config.hidden_size, config.cell_size, config.num_char_cnn_filters
+    shapes: dict[str, tuple[int, ...]] = {"char_embed": (config.num_characters - 1, d_c)}
+    for i, (width, count) in enumerate(config.char_cnn_filters):
+        shapes[f"CNN/W_cnn_{i}"] = (1, width, d_c, count)
+        shapes[f"CNN/b_cnn_{i}"] = (count,)
+    for k in range(config.num_highway_layers):
+        for name, shape in (("W_carry", (F, F)), ("W_transform", (F, F)), ("b_carry", (F,)), ("b_transform", (F,))):
+            shapes[f"CNN_high_{k}/{name}"] = shape
+    shapes["CNN_proj/W_proj"] = (F, P)
+    shapes["CNN_proj/b_proj"] = (P,)
+    for d in range(2):
+        for l in range(config.num_hidden_layers):
+            cell = LSTM_CELL.format(d=d, l=l)
+            shapes[f"{cell}/W_0"] = (2 * P, 4 * H)
+            shapes[f"{cell}/B"] = (4 * H,)
+            shapes[f"{cell}/W_P_0"] = (H, P)
+    return shapes
+
+
+def open_hdf5(path: str | os.PathLike) -> h5py.File:
+    """Open a ``weights.hdf5`` for reading; a missing or unreadable file is a `ValueError` naming it."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"weights file {str(path)!r} does not exist.")
+    try:
+        return h5py.File(path, "r")
+    except OSError as error:
+        raise ValueError(
+            f"weights file {str(path)!r} cannot be read as HDF5 (truncated or corrupt download?): {error}"
+        ) from None
+
+
+def _damaged(h5: h5py.Group, detail: str) -> ValueError:
+    return ValueError(
+        f"weights file {h5.file.filename!r} is damaged or truncated ({detail}); download it again "
+        "(`elmo convert --release NAME --force-download` fetches a fresh copy of a release)."
+    )
+
+
+def _datasets(h5: h5py.Group) -> dict[str, tuple[h5py.Dataset, tuple[int, ...], np.dtype]]:
+    """Every dataset of the file with its shape and dtype; an unreadable index is a `ValueError` naming the file."""
+    found: dict[str, tuple[h5py.Dataset, tuple[int, ...], np.dtype]] = {}
+
+    def visit(name: str, obj: Any) -> None:
+        if isinstance(obj, h5py.Dataset):
+            found[name] = (obj, tuple(obj.shape), obj.dtype)
+
+    try:
+        h5.visititems(visit)
+    except (RuntimeError, OSError, KeyError, ValueError) as error:  # h5py's errors for a broken object index
+        raise _damaged(h5, f"its table of datasets cannot be read: {error}") from None
+    return found
+
+
+def read_checked(h5: h5py.Group, config: ElmoConfig) -> dict[str, np.ndarray]:
+    """Read every dataset as float32 after checking names, shapes, dtype and finiteness against ``config``."""
+    expected = expected_dataset_shapes(config)
+    found = _datasets(h5)
+    F, P = config.num_char_cnn_filters, config.hidden_size
+    # bilm-tf creates no projection when the CNN width already equals P; the identity reproduces it.
+    implicit_projection = F == P and "CNN_proj/W_proj" not in found and "CNN_proj/b_proj" not in found
+    if implicit_projection:
+        del expected["CNN_proj/W_proj"], expected["CNN_proj/b_proj"]
+    problems = []
+    missing = [name for name in expected if name not in found]
+    unexpected = sorted(name for name in found if name not in expected)
+    if missing:
+        problems.append(f"missing datasets: {missing}")
+    if unexpected:
+        problems.append(f"unexpected datasets: {unexpected}")
+    for name, shape in expected.items():
+        if name in found and found[name][1] != shape:
+            problems.append(f"dataset {name!r} has shape {found[name][1]}, the options imply {shape}")
+        elif name in found and found[name][2].kind != "f":
+            problems.append(f"dataset {name!r} has dtype {found[name][2]}, expected floating point")
+    if problems:
+        raise ValueError(
+            "the weights file does not match the options (" + config_summary(config) + "): " + "; ".join(problems)
+        )
+    arrays = {}
+    for name in expected:
+        try:
+            array = np.asarray(found[name][0][()], dtype=np.float32)
+        except (OSError, RuntimeError) as error:  # a file cut inside a dataset's data
+            raise _damaged(h5, f"dataset {name!r} cannot be read: {error}") from None
+        if not np.isfinite(array).all():
+            raise _damaged(h5, f"dataset {name!r} contains NaN or infinite values")
+        arrays[name] = array
+    if implicit_projection:
+        arrays["CNN_proj/W_proj"] = np.eye(F, dtype=np.float32)
+        arrays["CNN_proj/b_proj"] = np.zeros(P, dtype=np.float32)
+    return arrays
+
+
+def config_summary(config: ElmoConfig) -> str:
+    return (
+        f"n_layers={config.num_hidden_layers}, dim={config.cell_size}, projection_dim={config.hidden_size}, "
+        f"char dim={config.char_embedding_dim}, filters={config.char_cnn_filters}, n_highway={config.num_highway_layers}"
+    )
+
+
+__all__ = [
+    "LSTM_CELL",
+    "config_summary",
+    "convert_config",
+    "expected_dataset_shapes",
+    "open_hdf5",
+    "read_checked",
+    "read_options",
+]

@@ -1,0 +1,122 @@
+"""The package's structure: no import circles, counted over every import statement of every module (at the top of a
+module, inside a function, under ``TYPE_CHECKING``), so a circle hidden behind a deferred import is found too."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = "modeling_elmo"
+
+
+def package_modules(root: Path, package: str) -> dict[str, tuple[Path, bool]]:
+    """``dotted name -> (file, is a package __init__)`` for every ``.py`` file of ``root/package``."""
+    modules = {}
+    for path in sorted((root / package).rglob("*.py")):
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        is_package = parts[-1] == "__init__"
+        modules[".".join(parts[:-1] if is_package else parts)] = (path, is_package)
+    return modules
+
+
+def import_graph(root: Path, package: str) -> dict[str, set[str]]:
+    """``module -> the package's modules it imports``. ``from . import name`` is an edge to the submodule ``name``
+    when there is one (the package itself is already being imported), else to the package."""
+    modules = package_modules(root, package)
+    graph: dict[str, set[str]] = {}
+    for name, (path, is_package) in modules.items():
+        edges: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Import):
+                edges |= {alias.name for alias in node.names if alias.name in modules}
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = name.split(".") if is_package else name.split(".")[:-1]
+                    base = base[: len(base) - (node.level - 1)]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                if target not in modules:
+                    continue
+                submodules = {f"{target}.{alias.name}" for alias in node.names} & modules.keys()
+                edges |= submodules
+                if len(submodules) < len(node.names):
+                    edges.add(target)
+        edges.discard(name)
+        graph[name] = edges
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in sorted(graph.get(node, ())):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return circles
+
+
+def test_the_package_has_no_import_circle():
+    graph = import_graph(REPO_ROOT, PACKAGE)
+    assert "modeling_elmo.convert" in graph and "modeling_elmo.original_format" in graph
+    assert import_circles(graph) == []
+
+
+def test_nothing_that_convert_imports_imports_convert_back():
+    graph = import_graph(REPO_ROOT, PACKAGE)
+    reached, todo = set(), ["modeling_elmo.convert"]
+    while todo:
+        for other in graph[todo.pop()] - reached:
+            reached.add(other)
+            todo.append(other)
+    assert "modeling_elmo.convert" not in reached
+    assert {"modeling_elmo.parity", "modeling_elmo.releases", "modeling_elmo.original_format"} <= reached
+
+
+def test_the_original_format_module_is_a_leaf_of_the_conversion_modules():
+    graph = import_graph(REPO_ROOT, PACKAGE)
+    assert graph["modeling_elmo.original_format"].isdisjoint(
+        {"modeling_elmo.convert", "modeling_elmo.parity", "modeling_elmo.releases"})
+    for user in ("modeling_elmo.convert", "modeling_elmo.parity", "modeling_elmo.releases"):
+        assert "modeling_elmo.original_format" in graph[user], user
+
+
+def test_the_circle_finder_finds_a_circle_behind_a_deferred_import(tmp_path):
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("from . import a\n")
+    (package / "a.py").write_text("from .sub import b\n")
+    (package / "sub" / "__init__.py").write_text("")
+    (package / "sub" / "b.py").write_text("def f():\n    from ..c import x\n")
+    (package / "c.py").write_text("import typing\nif typing.TYPE_CHECKING:\n    from .a import y\n")
+    (package / "d.py").write_text("from . import a\n")
+    graph = import_graph(tmp_path, "pkg")
+    assert graph["pkg"] == {"pkg.a"} and graph["pkg.d"] == {"pkg.a"}
+    assert import_circles(graph) == [["pkg.a", "pkg.c", "pkg.sub.b"]]
