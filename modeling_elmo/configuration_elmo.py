@@ -62,7 +62,6 @@ AUTO_MAP = {
 }
 
 
-
 def own_auto_map(auto_map: Any) -> dict[str, str]:
     """The ``auto_map`` an ELMo config carries: always `AUTO_MAP`, whatever a loaded ``config.json`` said.
 
@@ -80,6 +79,12 @@ def own_auto_map(auto_map: Any) -> dict[str, str]:
                 "carries its own auto_map.", ", ".join(f"{key}: {value!r}" for key, value in sorted(foreign.items())))
     return dict(AUTO_MAP)
 
+
+#: Bounds on what a config may declare, checked before anything is allocated: a word of more than this many
+#: characters is no word (the released models read 50), and a model of more parameters than this (40 GB of float32;
+#: the largest released model has 94 M) cannot be what a config file was meant to describe.
+MAX_CHARACTERS_PER_TOKEN_LIMIT = 1024
+MAX_PARAMETERS_LIMIT = 10**10
 
 CHAR_CNN_ACTIVATIONS = ("relu", "tanh")
 LSTM_IMPLEMENTATIONS = ("auto", "loop", "fused", "torch")
@@ -328,6 +333,15 @@ class ElmoConfig(PretrainedConfig):
             return self.cell_clip is None and self.proj_clip is None
         return self.lstm_implementation == "torch"
 
+    def implied_num_parameters(self) -> int:
+        """How many parameters the model this config describes would have (the language model's softmax
+        included), computed from the sizes alone: nothing is allocated."""
+        d_c, F, P, H = self.char_embedding_dim, self.num_char_cnn_filters, self.hidden_size, self.cell_size
+        characters = self.num_characters * d_c + sum(w * d_c * n + n for w, n in self.char_cnn_filters)
+        highways = self.num_highway_layers * 2 * (F * F + F)
+        lstms = 2 * self.num_hidden_layers * (8 * H * P + 4 * H + H * P)
+        return characters + highways + F * P + P + lstms + self.vocab_size * (P + 1)
+
     # ------------------------------------------------------------------ validation
     def validate_elmo(self) -> None:
         """Raise a `ValueError` naming the first field whose value cannot build a model."""
@@ -386,6 +400,15 @@ class ElmoConfig(PretrainedConfig):
             ):
                 raise ValueError(f"every `char_cnn_filters` entry must be [width, count] with positive integers, got {pair!r}.")
         positive_int("max_characters_per_token", minimum=3)
+        if self.max_characters_per_token > MAX_CHARACTERS_PER_TOKEN_LIMIT:
+            raise ValueError(f"`max_characters_per_token` must be at most {MAX_CHARACTERS_PER_TOKEN_LIMIT} (characters "
+                             f"per word), got {self.max_characters_per_token}.")
+        implied = self.implied_num_parameters()
+        if implied > MAX_PARAMETERS_LIMIT:
+            raise ValueError(f"this config describes a model of {implied:.3g} parameters (char_cnn_filters: "
+                             f"{self.num_char_cnn_filters:,} filters, hidden_size {self.hidden_size}, cell_size "
+                             f"{self.cell_size}, vocab_size {self.vocab_size}), more than the {MAX_PARAMETERS_LIMIT:.0e} "
+                             "this package builds; the file is damaged or not meant for it.")
         widest = max(width for width, _ in self.char_cnn_filters)
         if widest > self.max_characters_per_token:
             raise ValueError(

@@ -50,6 +50,7 @@ import argparse
 import contextlib
 import hashlib
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -256,6 +257,14 @@ def check_output_dir(output_dir: str | os.PathLike, overwrite: bool = False,
     return output_dir
 
 
+def check_atol(atol: float) -> None:
+    """Raise `ValueError` unless ``atol`` (the largest accepted difference to the reference) is a finite number > 0:
+    NaN would fail every comparison, and a negative one could never be met."""
+    if isinstance(atol, bool) or not isinstance(atol, (int, float)) or not (math.isfinite(atol) and atol > 0):
+        raise ValueError(f"--atol must be a finite number > 0 (the largest accepted difference to the reference), "
+                         f"got {atol!r}.")
+
+
 def _make_parents(folder: Path) -> list[Path]:
     """Create ``folder`` and its missing parents; return the ones created, deepest last."""
     missing = []
@@ -287,6 +296,7 @@ def convert(
     """
     from . import ElmoModel, ElmoTokenizer, save_model_folder
 
+    check_atol(atol)
     output_dir = check_output_dir(output_dir, overwrite, inputs=(options_path, weights_path))
     remove_stale_temporaries(output_dir, _TEMPORARY_KINDS)  # left by a run that was killed
     # 1. Options -> config.
@@ -370,6 +380,7 @@ def convert_release(
     anything is downloaded. Returns the output folder; raises `ValueError` or `~modeling_elmo.releases.DownloadError`.
     """
     release = get_release(release) if isinstance(release, str) else release
+    check_atol(atol)
     check_output_dir(output_dir, overwrite, inputs=(cache_dir,) if cache_dir else ())
     fetched = fetch_release(release, cache_dir, base_url=base_url, force_download=force_download,
                             use_mirror=use_mirror, attempts=attempts or DEFAULT_ATTEMPTS, retry_wait=retry_wait,
@@ -411,6 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+
     if args.release and (args.options or args.weights):
         parser.error("--release downloads its own files; do not combine it with --options/--weights.")
     if not args.release and not (args.options and args.weights):

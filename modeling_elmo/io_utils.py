@@ -5,11 +5,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 
 def current_umask() -> int:
@@ -138,3 +139,111 @@ def read_json_object(path: str | os.PathLike, what: str, *, required: bool = Fal
     if not isinstance(data, dict):
         raise ValueError(f"{what} file {str(path)!r} must hold a JSON object, got {type(data).__name__}.")
     return data
+
+
+#: A line break in a text file: ``\n`` (Unix), ``\r\n`` (Windows) or a lone ``\r`` (old Mac OS).
+_LINE_BREAK = re.compile(rb"\r\n|\r|\n")
+
+
+def iter_lines(handle: BinaryIO, block_size: int = 1 << 20) -> Iterator[bytes]:
+    """The lines of a binary file, without their line breaks, streamed in blocks of ``block_size`` bytes.
+
+    ``\\n``, ``\\r\\n`` and a lone ``\\r`` all end a line (a ``\\r\\n`` split across two blocks counts once); a
+    last line without a line break counts, an empty file has no lines. Memory holds one block and one line.
+    """
+    pieces: list[bytes] = []
+    after_cr = False  # the previous block ended with "\r": a "\n" starting this block belongs to it
+    while block := handle.read(block_size):
+        if after_cr and block.startswith(b"\n"):
+            block = block[1:]
+        after_cr = False
+        start = 0
+        for match in _LINE_BREAK.finditer(block):
+            pieces.append(block[start:match.start()])
+            yield b"".join(pieces)
+            pieces = []
+            start = match.end()
+            after_cr = start == len(block) and match.group() == b"\r"
+        if start < len(block):
+            pieces.append(block[start:])
+    if pieces:
+        yield b"".join(pieces)
+
+
+def scan_lines(path: str | os.PathLike, block_size: int = 1 << 20) -> tuple[int, str]:
+    """``(number of lines, sha256 of the bytes)`` of a file in one streamed pass; lines as `iter_lines` counts
+    them."""
+    import hashlib
+
+    digest, count, after_cr, last = hashlib.sha256(), 0, False, b""
+    with open(path, "rb") as handle:
+        while block := handle.read(block_size):
+            digest.update(block)
+            count += len(_LINE_BREAK.findall(block))
+            if after_cr and block.startswith(b"\n"):
+                count -= 1  # "\r" | "\n" across the blocks: one break, already counted with the "\r"
+            after_cr = block.endswith(b"\r")
+            last = block[-1:]
+    return count + (last not in (b"", b"\n", b"\r")), digest.hexdigest()
+
+
+#: Bytes per value of the dtypes a safetensors header may name.
+_SAFETENSORS_ITEMSIZE = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "U16": 2, "I16": 2, "F16": 2,
+                         "BF16": 2, "U32": 4, "I32": 4, "F32": 4, "U64": 8, "I64": 8, "F64": 8}
+#: The largest header the safetensors format allows.
+SAFETENSORS_MAX_HEADER = 100_000_000
+
+
+def check_safetensors_header(path: str | os.PathLike) -> dict[str, Any]:
+    """Raise `ValueError` unless ``path`` is a complete safetensors file: an 8-byte header length within the file
+    and the format's bound, a JSON header, and tensors whose declared dtype x shape fill exactly their byte ranges,
+    which lie inside the file and cover its data section. Nothing but the header is read; returns the header.
+
+    This catches a truncated download, a damaged file and a header that declares more than the file holds before
+    any memory is allocated for the tensors.
+    """
+    import math
+
+    shown = str(path)
+    size = os.path.getsize(path)
+    with open(path, "rb") as handle:
+        head = handle.read(8)
+        if len(head) < 8:
+            raise ValueError(f"weights file {shown!r} is not a safetensors file: it has {size} bytes (truncated?).")
+        length = int.from_bytes(head, "little")
+        if length > min(SAFETENSORS_MAX_HEADER, size - 8):
+            raise ValueError(f"weights file {shown!r} is damaged or truncated: its header claims {length:,} bytes, "
+                             f"the file has {size:,}.")
+        raw = handle.read(length)
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        header = None
+    if not isinstance(header, dict):
+        raise ValueError(f"weights file {shown!r} is damaged: its header is not a JSON object.")
+    data_size = size - 8 - length
+    end_of_data = 0
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            itemsize = _SAFETENSORS_ITEMSIZE[entry["dtype"]]
+            shape = [int(n) for n in entry["shape"]]
+            begin, end = (int(n) for n in entry["data_offsets"])
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"weights file {shown!r} is damaged: tensor {name!r} has a malformed entry "
+                             f"{str(entry)[:80]}.") from None
+        if any(n < 0 for n in shape) or not 0 <= begin <= end:
+            raise ValueError(f"weights file {shown!r} is damaged: tensor {name!r} has shape {shape} at bytes "
+                             f"{begin}-{end}.")
+        if math.prod(shape) * itemsize != end - begin:
+            raise ValueError(f"weights file {shown!r} is damaged: tensor {name!r} declares shape {shape} "
+                             f"({entry['dtype']}) but {end - begin:,} bytes.")
+        if end > data_size:
+            raise ValueError(f"weights file {shown!r} is truncated: tensor {name!r} ends at byte {end:,} of the data, "
+                             f"the file holds {data_size:,} bytes of data.")
+        end_of_data = max(end_of_data, end)
+    if end_of_data != data_size:
+        raise ValueError(f"weights file {shown!r} is damaged: {data_size - end_of_data:,} bytes after the last "
+                         "tensor belong to none.")
+    return header

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..io_utils import atomic_write_text, follow_umask, is_within
+from ..io_utils import atomic_write_text, check_safetensors_header, follow_umask, is_within
 from ..manifest import MANIFEST, check_replaceable, remove_stale_temporaries, temporary_prefix, write_manifest
 from ..run_folder import CODE_FILES, EvaluationFolder, RunFolder
 from .card import CardInputs, build_model_card
@@ -134,6 +134,7 @@ def check_weights(run: RunFolder) -> str:
         else [run.weights_file]
     dtypes = set()
     for path in files:
+        check_safetensors_header(path)  # a damaged or truncated file, a header declaring more than the file holds
         try:
             with safe_open(str(path), framework="pt") as handle:
                 for name in handle.keys():
