@@ -176,7 +176,8 @@ def test_embed_batch_refuses_an_empty_sentence(tmp_path):
 
 def test_non_finite_vectors_are_refused_where_they_leave_the_model_not_in_its_forward(tmp_path, monkeypatch):
     """The forward pass returns what it computed (it makes the host wait for no check); the embedder, the feature
-    cache and `elmo embed`, where the vectors leave the device, refuse NaN with one line."""
+    cache and `elmo embed`, where the vectors leave the device, refuse NaN with one line. The weights are finite
+    (so no check of the weights at load time catches them) but overflow float32 in the token projection."""
     import datasets
 
     from modeling_elmo.embed import main as embed_main
@@ -184,7 +185,7 @@ def test_non_finite_vectors_are_refused_where_they_leave_the_model_not_in_its_fo
 
     model = save(tmp_path / "m")
     with torch.no_grad():
-        model.char_encoder.projection.bias[3] = float("nan")
+        model.char_encoder.projection.weight.fill_(1e38)
     model.save_pretrained(tmp_path / "m")
     enc = ElmoTokenizer()([["a", "b"]], is_split_into_words=True, return_tensors="pt")
     with torch.no_grad():
