@@ -303,7 +303,7 @@ def compiler_available(device: torch.device) -> bool:
 # ---------------------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class RecurrencePlan:
-    """How `clipped_lstm` runs: ``per_direction`` (CPU: one direction at a time, products on packed weights) or
+    """How `clipped_lstm` runs: ``per_direction`` (CPU: one direction at a time, products in the CPU kernels' form) or
     all directions stacked (``bmm``); ``parallel`` (the directions on their own threads, one core each);
     ``compiled`` (the stacked steps through ``torch.compile`` with ``backend``)."""
 

@@ -113,3 +113,29 @@ def test_onnx_export_through_dynamo_runs_in_onnxruntime_with_the_eager_outputs(t
             eager = model(ids, mask)
         assert_same_numbers(hidden, eager.last_hidden_state, rtol=TOLERANCE, what="ONNX last_hidden_state")
         assert (out_mask == eager.attention_mask.numpy()).all()
+
+
+def test_a_model_loaded_as_remote_code_without_the_package_exports_and_runs_the_public_form(tmp_path):
+    """The files shipped with a model, alone (the package unimportable): they run the public-API CPU form and
+    export to a program equal to the eager model."""
+    from support import run_without_package
+
+    tester = ElmoModelTester()
+    tester.model(ElmoModel, seed=4, cell_clip=3.0, proj_clip=3.0).save_pretrained(tmp_path / "m")
+    ids, mask = inputs(tester, SENTENCES)
+    torch.save({"ids": ids, "mask": mask}, tmp_path / "inputs.pt")
+    report = run_without_package("""
+        import json, sys, torch
+        from transformers import AutoModel
+        model = AutoModel.from_pretrained(sys.argv[1], trust_remote_code=True).eval()
+        shipped = sys.modules[type(model).__module__.rsplit(".", 1)[0] + ".lstm_kernels"]
+        batch = torch.load(sys.argv[2], weights_only=True)
+        program = torch.export.export(model, (batch["ids"], batch["mask"]))
+        with torch.no_grad():
+            exported = program.module()(batch["ids"], batch["mask"]).last_hidden_state
+            eager = model(batch["ids"], batch["mask"]).last_hidden_state
+        print(json.dumps({"module": type(model).__module__, "kernels": shipped.cpu_kernels().name,
+                          "difference": float((exported - eager).abs().max()), "scale": float(eager.abs().max())}))
+    """, tmp_path / "m", tmp_path / "inputs.pt", workdir=tmp_path / "work")
+    assert report["module"].startswith("transformers_modules.") and report["kernels"] == "public"
+    assert report["difference"] <= TOLERANCE * report["scale"] and report["scale"] > 0

@@ -427,3 +427,31 @@ def test_gpu_check_script_runs_every_step_in_cpu_smoke_mode(tmp_path):
     assert summary["trainer"]["windows"] > 0 and summary["trainer"]["sentences"] > 0
     assert summary["embed_gpu"]["tiny"]["sentences_per_second"] > 0
     assert not list(tmp_path.glob("elmo-gpu-checks.*"))  # the trainer runs' folder is removed
+
+
+def test_the_packed_form_can_be_given_to_a_model_loaded_as_remote_code_and_computes_the_same(tmp_path, monkeypatch):
+    from transformers.dynamic_module_utils import get_class_from_dynamic_module
+
+    if not packed_kernels.available():
+        pytest.skip("this torch build has neither oneDNN's nor MKL's packed products (not an x86 build)")
+    monkeypatch.setattr(RecurrencePlan, "PER_DIRECTION_FROM", 0)  # the per-direction form, where the kernels act
+    tester = ElmoModelTester(cell_clip=CELL_CLIP, proj_clip=PROJ_CLIP)
+    tester.model(seed=5).save_pretrained(tmp_path / "m")
+    # the folder's own code, as trust_remote_code loads it where the package is not installed
+    remote_class = get_class_from_dynamic_module("modeling_elmo.ElmoModel", str(tmp_path / "m"))
+    remote = remote_class.from_pretrained(tmp_path / "m").eval()
+    assert type(remote).__module__.startswith("transformers_modules.")
+    shipped = __import__("sys").modules[type(remote).__module__.rsplit(".", 1)[0] + ".lstm_kernels"]
+    monkeypatch.setattr(shipped.RecurrencePlan, "PER_DIRECTION_FROM", 0)
+    enc = tester.encode(SENTENCES)
+    assert shipped.cpu_kernels().name == "public"
+    try:
+        with torch.no_grad():
+            public = remote(**enc).last_hidden_state
+            assert packed_kernels.install(remote) and shipped.cpu_kernels().name == "packed"
+            packed = remote(**enc).last_hidden_state
+    finally:
+        shipped.use_cpu_kernels(None)
+    assert_same_numbers(packed, public, rtol=TOLERANCE, what="packed against public form")
+    with pytest.raises(ValueError, match="does not run an ELMo lstm_kernels.py"):
+        packed_kernels.install(torch.nn.Linear(2, 2))
