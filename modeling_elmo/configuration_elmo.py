@@ -61,6 +61,25 @@ AUTO_MAP = {
     "AutoModelForTokenClassification": "modeling_elmo.ElmoForTokenClassification",
 }
 
+
+def own_auto_map(auto_map: Any) -> dict[str, str]:
+    """The ``auto_map`` an ELMo config carries: always `AUTO_MAP`, whatever a loaded ``config.json`` said.
+
+    An entry naming code in another Hub repository (``owner/name--module.Class``, which ``trust_remote_code=True``
+    would fetch and run) or another module or class is never carried into a folder this config is saved to; it is
+    dropped with a warning. (transformers itself prefixes the entries of a config loaded from a Hub repository with
+    that repository; those entries name this package's classes and are dropped silently: the folder a config is
+    saved to ships the code files.)"""
+    if isinstance(auto_map, dict):
+        foreign = {key: value for key, value in auto_map.items()
+                   if not (isinstance(value, str) and value.split("--")[-1] == AUTO_MAP.get(key))}
+        if foreign:
+            logger.warning(
+                "ElmoConfig: ignoring auto_map entries that do not name this package's classes (%s); the config "
+                "carries its own auto_map.", ", ".join(f"{key}: {value!r}" for key, value in sorted(foreign.items())))
+    return dict(AUTO_MAP)
+
+
 #: Bounds on what a config may declare, checked before anything is allocated: a word of more than this many
 #: characters is no word (the released models read 50), and a model of more parameters than this (40 GB of float32;
 #: the largest released model has 94 M) cannot be what a config file was meant to describe.
@@ -274,7 +293,7 @@ class ElmoConfig(PretrainedConfig):
         self.initializer_range = initializer_range
         self.unk_token_id = unk_token_id
         _check_inherited_kwargs(kwargs)
-        kwargs.setdefault("auto_map", dict(AUTO_MAP))
+        kwargs["auto_map"] = own_auto_map(kwargs.get("auto_map"))
         super().__init__(pad_token_id=pad_token_id, bos_token_id=bos_token_id, eos_token_id=eos_token_id, **kwargs)
         self.validate_elmo()
 
@@ -488,4 +507,4 @@ class ElmoConfig(PretrainedConfig):
         }
 
 
-__all__ = ["AUTO_MAP", "ElmoConfig"]
+__all__ = ["AUTO_MAP", "ElmoConfig", "own_auto_map"]
