@@ -14,8 +14,8 @@ torch and the standard library; the optional compiler (``torch.compile``) is use
     stacked weights per step; with ``torch.compile`` available, each step (its two products and the element-wise
     gate, clip and mask work around them) is one compiled function, so a step is a handful of kernels. No host
     synchronisation: lengths and masks stay on the device, the number of steps is the padded length.
-  - on the CPU, for models of some size (`RecurrencePlan.PER_DIRECTION_FROM`): one direction at a time, its per-step
-    products on transposed copies of the weights made once per call; smaller models run stacked, as on a GPU.
+  - on the CPU, stacked too in the public form below; in the package's form, models of some size
+    (`RecurrencePlan.PER_DIRECTION_FROM`) run one direction at a time, each on its own thread.
 
 * `CpuKernels`: how the CPU forms compute their products and run the two directions. This file holds the public-API
   form (`PUBLIC_CPU_KERNELS`); the installed package puts a faster one in place (``modeling_elmo.packed_kernels``:
@@ -66,6 +66,10 @@ class CpuKernels:
     name = "public"
     #: Whether `map` runs its pieces at the same time (the plans then run the two directions side by side).
     concurrent = False
+    #: Whether large models run one direction at a time (`RecurrencePlan.PER_DIRECTION_FROM`). In public operators
+    #: the two directions stacked are faster: one batched product (``bmm``) per step spreads both directions over
+    #: the intra-op threads, where two separate products would each be split.
+    per_direction = False
 
     def step_linear(self, weight: torch.Tensor, rows: int) -> Linear:
         """``x -> x @ weight.T`` for ``x`` of ``rows`` rows, called once per time step on the same weight."""
@@ -320,10 +324,10 @@ class RecurrencePlan:
     def for_device(cls, device: torch.device, directions: int, recurrent_size: int = PER_DIRECTION_FROM) -> RecurrencePlan:
         """The plan for ``directions`` directions whose recurrent matrices have ``recurrent_size`` entries."""
         if device.type == "cpu":
-            if recurrent_size < cls.PER_DIRECTION_FROM:
+            kernels = cpu_kernels()
+            if recurrent_size < cls.PER_DIRECTION_FROM or not kernels.per_direction:
                 return cls()
-            concurrent = cpu_kernels().concurrent and torch.get_num_threads() > 1
-            return cls(per_direction=True, parallel=directions > 1 and concurrent)
+            return cls(per_direction=True, parallel=directions > 1 and kernels.concurrent and torch.get_num_threads() > 1)
         return cls(compiled=compiler_available(device))
 
 

@@ -75,6 +75,7 @@ class PackedCpuKernels(CpuKernels):
 
     name = "packed"
     concurrent = True
+    per_direction = True
 
     def step_linear(self, weight: torch.Tensor, rows: int) -> Linear:
         """``x -> x @ weight.T`` on a copy of ``weight`` packed for ``rows`` rows, oneDNN first (x86: its kernels for

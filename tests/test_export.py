@@ -82,9 +82,9 @@ def test_exported_language_model_computes_the_eager_loss_from_labels():
         assert int(exported["num_forward_targets"]) == int(eager["num_forward_targets"]) == int(args[1].sum()) + 4
 
 
-def test_export_of_the_per_direction_cpu_form_traces_public_operators_while_the_package_runs_packed_ones(monkeypatch):
-    """Large models run one direction at a time on the CPU, in the package with packed oneDNN/MKL products; a traced
-    program gets the public products instead (it must run wherever torch runs) and the same numbers."""
+def test_export_of_a_large_model_traces_public_operators_while_the_package_runs_packed_ones(monkeypatch):
+    """Large models run one direction at a time on the CPU in the package, on packed oneDNN/MKL products; a traced
+    program gets the public form instead (it must run wherever torch runs), with the same numbers."""
     monkeypatch.setattr(RecurrencePlan, "PER_DIRECTION_FROM", 0)  # the large-model form on the tiny model
     if packed_kernels.available():
         assert cpu_kernels().name == "packed"  # what eager runs here

@@ -60,16 +60,16 @@ def kernels():
     use_cpu_kernels(installed)
 
 
-@pytest.fixture(params=["stacked", "public", "threads"])
+@pytest.fixture(params=["stacked", "threads"])
 def cpu_form(request, monkeypatch, kernels):
-    """The fused path as it runs for small models on the CPU (both directions stacked), or as for large ones, forced
-    on the tiny test model: one direction at a time with the shipped public-API products (one thread), or with the
-    package's packed products, one direction per thread."""
+    """The fused path as it runs for small models on the CPU and for every model in the shipped public-API form
+    (both directions stacked), or as the package runs large ones, forced on the tiny test model: one direction per
+    thread on packed products."""
     if request.param == "stacked":
         yield request.param
         return
     monkeypatch.setattr(RecurrencePlan, "PER_DIRECTION_FROM", 0)
-    kernels("public" if request.param == "public" else "packed")
+    kernels("packed")
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     yield request.param
@@ -316,8 +316,8 @@ def test_directions_on_two_threads_leave_the_callers_thread_count_and_only_the_p
                          plan=RecurrencePlan(per_direction=True, parallel=True))
         assert torch.get_num_threads() == 2
         assert RecurrencePlan.for_device(torch.device("cpu"), 2, 4096 * 1024) == RecurrencePlan(per_direction=True, parallel=True)
-        kernels("public")  # the shipped form runs the directions one after the other, on the caller's thread
-        assert RecurrencePlan.for_device(torch.device("cpu"), 2, 4096 * 1024) == RecurrencePlan(per_direction=True)
+        kernels("public")  # the shipped form runs the directions stacked (one bmm per step), on the caller's thread
+        assert RecurrencePlan.for_device(torch.device("cpu"), 2, 4096 * 1024) == RecurrencePlan()
         kernels("packed")
     finally:
         torch.set_num_threads(before)

@@ -9,7 +9,7 @@ For each shape (batch x tokens) it measures:
     installed package's CPU form (``modeling_elmo.packed_kernels``): each direction on its own thread when there are
     two or more threads, per-step products on weights packed for oneDNN/MKL (private torch operators);
   * ``fused_public``: the same model in the public-API form the files shipped with a model run (a model loaded with
-    ``trust_remote_code=True``, or an exported one): ``torch.mm`` per step, the directions one after the other;
+    ``trust_remote_code=True``, or an exported one): both directions stacked, one ``bmm`` per step;
   * ``torch``: the ``torch.lstm(proj_size=...)`` path (the same model with both clips off);
   * ``baseline``: a straightforward per-time-step implementation of the same model, as the original PyTorch port
     computes it (input and recurrent products inside the time loop, Conv1d character CNN, every token encoded);
