@@ -146,6 +146,9 @@ def load_model_and_tokenizer(model: str, device: torch.device, need_lm: bool):
         tokenizer = ElmoTokenizer()  # character ids need no files; word ids (perplexity) do
     else:
         tokenizer = ElmoTokenizer.from_pretrained(model)
+    if need_lm and lm is not None and tokenizer.vocab_size != config.vocab_size:
+        raise ValueError(f"the vocabulary of model {model!r} has {tokenizer.vocab_size} words but its softmax has "
+                         f"{config.vocab_size} rows (config.json vocab_size): the perplexity would score other words.")
     return lm, base, tokenizer, config
 
 
