@@ -25,6 +25,13 @@ from typing import Any
 import torch
 
 from ..hub.safety import refuse_pickled_weights
+from ..inference import (
+    HEAD_WEIGHT_PREFIXES,
+    check_loading_info,
+    check_safetensors_files,
+    quiet_load_report,
+    refuse_nonfinite_weights,
+)
 from ..io_utils import atomic_write_text
 from ..results import EvaluationResults, read_results, write_results
 from ..run_folder import EvaluationFolder, RunFolder
@@ -124,10 +131,12 @@ def load_model_and_tokenizer(model: str, device: torch.device, need_lm: bool):
     except OSError as error:  # a Hub id that cannot be fetched
         raise ValueError(f"model {model!r} is not a local folder and cannot be loaded from the Hub "
                          f"({str(error).splitlines()[0]})") from None
+    if Path(model).is_dir():
+        check_safetensors_files(model)  # a truncated or damaged file: one line, before anything is allocated
     lm = None
     if config.vocab_size > 4:
-        lm, info = ElmoForBidirectionalLM.from_pretrained(model, config=config, output_loading_info=True,
-                                                          use_safetensors=True)
+        lm, info = _load_checked(ElmoForBidirectionalLM, model, config, ignore_missing=("softmax.",),
+                                 ignore_unexpected=HEAD_WEIGHT_PREFIXES)
         if any(k.startswith("softmax.") for k in info.get("missing_keys", ())):
             lm = None  # a vocabulary in the config but no trained softmax in the weights
     if lm is not None:
@@ -140,16 +149,38 @@ def load_model_and_tokenizer(model: str, device: torch.device, need_lm: bool):
             "the perplexity task needs a model pretrained with a word vocabulary"
         )
     else:
-        base = ElmoModel.from_pretrained(model, config=config, use_safetensors=True).to(device).eval()
+        base, _ = _load_checked(ElmoModel, model, config, ignore_unexpected=HEAD_WEIGHT_PREFIXES)
+        base = base.to(device).eval()
+    refuse_nonfinite_weights(lm if lm is not None else base, model)
     path = Path(model)
     if path.is_dir() and not RunFolder(path).has_tokenizer() and not RunFolder(path).vocab_file.exists():
         tokenizer = ElmoTokenizer()  # character ids need no files; word ids (perplexity) do
     else:
         tokenizer = ElmoTokenizer.from_pretrained(model)
+    if tokenizer.max_characters_per_token != config.max_characters_per_token:
+        raise ValueError(f"the tokenizer of model {model!r} writes {tokenizer.max_characters_per_token} characters "
+                         f"per word but the model reads {config.max_characters_per_token} (config.json); the two files "
+                         "belong to different models")
     if need_lm and lm is not None and tokenizer.vocab_size != config.vocab_size:
         raise ValueError(f"the vocabulary of model {model!r} has {tokenizer.vocab_size} words but its softmax has "
                          f"{config.vocab_size} rows (config.json vocab_size): the perplexity would score other words.")
     return lm, base, tokenizer, config
+
+
+def _load_checked(model_class, model: str, config, **ignore):
+    """``model_class.from_pretrained`` with every mismatch between the weights and ``config.json`` (missing,
+    unexpected or misshaped tensors) and every unreadable file turned into one `ValueError`; returns (model, info)."""
+    try:
+        with quiet_load_report():
+            loaded, info = model_class.from_pretrained(model, config=config, output_loading_info=True,
+                                                       use_safetensors=True, ignore_mismatched_sizes=True)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"cannot load the weights of model {model!r}: {str(error).strip().splitlines()[0]}") from None
+    except Exception as error:  # safetensors' SafetensorError, torch's size errors
+        raise ValueError(f"cannot load the weights of model {model!r}: {type(error).__name__}: "
+                         f"{str(error).strip().splitlines()[0] if str(error).strip() else ''}") from None
+    check_loading_info(model, info, **ignore)
+    return loaded, info
 
 
 def untrained_models(config, seed: int, device: torch.device, need_lm: bool):
