@@ -21,7 +21,7 @@ from ..launch import check_process_count, use_cpu_backend
 from ..lm_scoring import UNK_HANDLING, UnigramBaseline, dataset_target_counts
 from ..results import EvaluationResults, write_results
 from ..run_folder import RunFolder
-from .arguments import PretrainingArguments, read_model_preset, parse_args, validate
+from .arguments import DEFAULT_LEARNING_RATES, PretrainingArguments, parse_args, read_model_preset, validate
 from .batching import BucketBatchSampler, Collator, example_lengths
 from .checkpoint import CheckpointManager, check_checkpoint_files, load_checkpoint, read_trainer_state
 from .data import Vocabulary, build_vocabulary, check_hub_dataset, expand_text_files, load_raw_splits, tokenize_splits
@@ -264,10 +264,10 @@ def build_optimizer(model: torch.nn.Module, args: PretrainingArguments, device_t
     AdamW on CPU and CUDA, Adagrad on CPU, neither for sharded parameters."""
     params = [p for p in model.parameters() if p.requires_grad]
     if args.optimizer == "adagrad":
-        lr = args.learning_rate if args.learning_rate is not None else 0.2
+        lr = args.learning_rate if args.learning_rate is not None else DEFAULT_LEARNING_RATES["adagrad"]
         return torch.optim.Adagrad(params, lr=lr, initial_accumulator_value=args.adagrad_initial_accumulator,
                                    fused=True if device_type == "cpu" and not sharded else None)
-    lr = args.learning_rate if args.learning_rate is not None else 1e-3
+    lr = args.learning_rate if args.learning_rate is not None else DEFAULT_LEARNING_RATES["adamw"]
     groups = [  # decay matrices only (chosen by dimension, not by name)
         {"params": [p for p in params if p.dim() >= 2], "weight_decay": args.weight_decay},
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
