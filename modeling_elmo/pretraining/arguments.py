@@ -31,7 +31,7 @@ BUILTIN_SPLITS = ("train", "validation", "test")
 
 
 #: The learning rate of each optimiser when --learning-rate is not given.
-DEFAULT_LEARNING_RATES = {"adamw": 1e-2, "adagrad": 0.2}
+DEFAULT_LEARNING_RATES = {"adamw": 2e-2, "adagrad": 0.2}
 
 
 def _f(default: Any, help: str, **kwargs: Any) -> Any:
@@ -83,8 +83,8 @@ class PretrainingArguments:
     overwrite: bool = _f(False, "Clear --output-dir first when it holds another run (only the files a run writes are removed).")
     seed: int = _f(42, "Random seed (data order, initialisation, dropout, sampling).")
     optimizer: str = _f("adamw", "`adamw` (the recipes') or `adagrad` (the original's: lr 0.2, initial accumulator 1.0).")
-    learning_rate: float | None = _f(None, f"Peak learning rate (default {DEFAULT_LEARNING_RATES['adamw']:g} for adamw, "
-                                           f"{DEFAULT_LEARNING_RATES['adagrad']:g} for adagrad).")
+    learning_rate: float | None = _f(None, f"Peak learning rate (default {DEFAULT_LEARNING_RATES['adamw']:g} for adamw, right for "
+                                           f"elmo-tiny; the recipes of larger models use 4e-3; {DEFAULT_LEARNING_RATES['adagrad']:g} for adagrad).")
     adagrad_initial_accumulator: float = _f(1.0, "Adagrad's initial accumulator value.")
     weight_decay: float = _f(0.0, "AdamW weight decay (applied to matrices only).")
     adam_beta1: float = _f(0.9, "AdamW beta1.")

@@ -113,7 +113,7 @@ def check_inputs(args: PretrainingArguments) -> RunPlan:
     """Everything that can be checked before any file is written or any data are read: every flag, the final model
     configuration, the starting model, the data sources, the checkpoint to resume and the output folder."""
     validate(args)
-    from ..hub.safety import refuse_pickled_weights
+    from ..loading import refuse_pickled_weights
 
     fixed = None
     if args.init_from_model is not None:
