@@ -10,13 +10,14 @@ This file is shipped to the Hub as custom code: it imports only transformers.
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
 import inspect
 import math
 from typing import Any
 
-from transformers import GenerationConfig, PretrainedConfig
+from transformers import PretrainedConfig
+from transformers.utils import logging
+
+logger = logging.get_logger(__name__)
 
 # ----------------------------------------------------------------------------------------------------------------
 # Ids shared by the tokenizer, the model and the pretraining code
@@ -60,25 +61,67 @@ AUTO_MAP = {
     "AutoModelForTokenClassification": "modeling_elmo.ElmoForTokenClassification",
 }
 
+
+def own_auto_map(auto_map: Any) -> dict[str, str]:
+    """The ``auto_map`` an ELMo config carries: always `AUTO_MAP`, whatever a loaded ``config.json`` said.
+
+    An entry naming code in another Hub repository (``owner/name--module.Class``, which ``trust_remote_code=True``
+    would fetch and run) or another module or class is never carried into a folder this config is saved to; it is
+    dropped with a warning. (transformers itself prefixes the entries of a config loaded from a Hub repository with
+    that repository; those entries name this package's classes and are dropped silently: the folder a config is
+    saved to ships the code files.)"""
+    if isinstance(auto_map, dict):
+        foreign = {key: value for key, value in auto_map.items()
+                   if not (isinstance(value, str) and value.split("--")[-1] == AUTO_MAP.get(key))}
+        if foreign:
+            logger.warning(
+                "ElmoConfig: ignoring auto_map entries that do not name this package's classes (%s); the config "
+                "carries its own auto_map.", ", ".join(f"{key}: {value!r}" for key, value in sorted(foreign.items())))
+    return dict(AUTO_MAP)
+
+
+#: Bounds on what a config may declare, checked before anything is allocated: a word of more than this many
+#: characters is no word (the released models read 50), and a model of more parameters than this (40 GB of float32;
+#: the largest released model has 94 M) cannot be what a config file was meant to describe.
+MAX_CHARACTERS_PER_TOKEN_LIMIT = 1024
+MAX_PARAMETERS_LIMIT = 10**10
+
 CHAR_CNN_ACTIVATIONS = ("relu", "tanh")
 LSTM_IMPLEMENTATIONS = ("auto", "loop", "fused", "torch")
 CLASSIFIER_POOLINGS = ("mean", "max", "mean_max", "first", "last")
 LM_SOFTMAX_KINDS = ("full", "sampled")
 
 
-def _inherited_config_keys() -> frozenset[str]:
-    """Keys that transformers' own configuration accepts (fields, load-time arguments, legacy generation keys)."""
-    keys = {field.name for field in dataclasses.fields(PretrainedConfig)} if dataclasses.is_dataclass(PretrainedConfig) else set()
-    keys |= set(inspect.signature(PretrainedConfig.__init__).parameters) - {"self", "kwargs"}
-    keys |= {"num_labels", "auto_map", "model_type", "name_or_path", "torch_dtype", "dtype", "output_attentions",
-             "attn_implementation", "experts_implementation", "tie_word_embeddings", "transformers_version",
-             "architectures", "id2label", "label2id", "problem_type", "return_dict", "output_hidden_states"}
-    keys |= set(GenerationConfig._get_default_generation_params())
-    return frozenset(keys)
+def _edit_distance(a: str, b: str) -> int:
+    """Levenshtein distance, with a swap of two neighbouring characters counted as one edit."""
+    previous2, previous = None, list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        current = [i]
+        for j, y in enumerate(b, 1):
+            cost = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (x != y))
+            if previous2 is not None and i > 1 and j > 1 and x == b[j - 2] and a[i - 2] == y:
+                cost = min(cost, previous2[j - 2] + 1)
+            current.append(cost)
+        previous2, previous = previous, current
+    return previous[-1]
+
+
+def _close_field(key: str, fields: list[str]) -> str | None:
+    """The ELMo field ``key`` is most likely a misspelling of: at most 2 edits away (1 for names of up to 6
+    characters), or the same words in another order; `None` when no field is that close."""
+    allowed = 1 if len(key) <= 6 else 2
+    best = min(fields, key=lambda name: (_edit_distance(key.lower(), name), name))
+    if _edit_distance(key.lower(), best) <= allowed:
+        return best
+    words = sorted(key.lower().split("_"))
+    return next((name for name in fields if sorted(name.split("_")) == words), None)
 
 
 def _check_inherited_kwargs(kwargs: dict[str, Any]) -> None:
-    """Refuse keys neither ElmoConfig nor transformers knows (a misspelt field would otherwise be kept silently)."""
+    """Refuse the retired ``stateful=True``; warn about keys that look like a misspelt ELMo field.
+
+    Any other key neither ElmoConfig nor this transformers release knows is kept as an attribute, as transformers
+    keeps it: a config written by a newer release (or with a user's own key) loads, and is saved back with it."""
     if kwargs.get("stateful"):
         raise ValueError(
             "`stateful=True` is not a configuration field any more: pass the `lstm_state` of one call to the next "
@@ -89,15 +132,14 @@ def _check_inherited_kwargs(kwargs: dict[str, Any]) -> None:
         count = kwargs["num_labels"]
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise ValueError(f"`num_labels` must be an integer >= 1, got {count!r}.")
-    known = _inherited_config_keys()
-    own = set(inspect.signature(ElmoConfig.__init__).parameters)
-    unknown = sorted(k for k in kwargs if k not in known and not k.startswith("_"))
-    if unknown:
-        hints = []
-        for key in unknown:
-            close = difflib.get_close_matches(key, sorted(own | known), n=1, cutoff=0.75)
-            hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-        raise ValueError(f"ElmoConfig got unknown field(s) {', '.join(hints)}.")
+    own = sorted(set(inspect.signature(ElmoConfig.__init__).parameters) - {"self", "kwargs"})
+    for key in kwargs:
+        if key.startswith("_") or key in own:
+            continue
+        close = _close_field(key, own)
+        if close is not None:
+            logger.warning(f"ElmoConfig got the unknown field {key!r}: did you mean {close!r}? It is kept as an "
+                           f"attribute and does not set {close!r}.")
 
 
 class ElmoConfig(PretrainedConfig):
@@ -251,7 +293,7 @@ class ElmoConfig(PretrainedConfig):
         self.initializer_range = initializer_range
         self.unk_token_id = unk_token_id
         _check_inherited_kwargs(kwargs)
-        kwargs.setdefault("auto_map", dict(AUTO_MAP))
+        kwargs["auto_map"] = own_auto_map(kwargs.get("auto_map"))
         super().__init__(pad_token_id=pad_token_id, bos_token_id=bos_token_id, eos_token_id=eos_token_id, **kwargs)
         self.validate_elmo()
 
@@ -290,6 +332,15 @@ class ElmoConfig(PretrainedConfig):
         if self.lstm_implementation == "auto":
             return self.cell_clip is None and self.proj_clip is None
         return self.lstm_implementation == "torch"
+
+    def implied_num_parameters(self) -> int:
+        """How many parameters the model this config describes would have (the language model's softmax
+        included), computed from the sizes alone: nothing is allocated."""
+        d_c, F, P, H = self.char_embedding_dim, self.num_char_cnn_filters, self.hidden_size, self.cell_size
+        characters = self.num_characters * d_c + sum(w * d_c * n + n for w, n in self.char_cnn_filters)
+        highways = self.num_highway_layers * 2 * (F * F + F)
+        lstms = 2 * self.num_hidden_layers * (8 * H * P + 4 * H + H * P)
+        return characters + highways + F * P + P + lstms + self.vocab_size * (P + 1)
 
     # ------------------------------------------------------------------ validation
     def validate_elmo(self) -> None:
@@ -349,6 +400,15 @@ class ElmoConfig(PretrainedConfig):
             ):
                 raise ValueError(f"every `char_cnn_filters` entry must be [width, count] with positive integers, got {pair!r}.")
         positive_int("max_characters_per_token", minimum=3)
+        if self.max_characters_per_token > MAX_CHARACTERS_PER_TOKEN_LIMIT:
+            raise ValueError(f"`max_characters_per_token` must be at most {MAX_CHARACTERS_PER_TOKEN_LIMIT} (characters "
+                             f"per word), got {self.max_characters_per_token}.")
+        implied = self.implied_num_parameters()
+        if implied > MAX_PARAMETERS_LIMIT:
+            raise ValueError(f"this config describes a model of {implied:.3g} parameters (char_cnn_filters: "
+                             f"{self.num_char_cnn_filters:,} filters, hidden_size {self.hidden_size}, cell_size "
+                             f"{self.cell_size}, vocab_size {self.vocab_size}), more than the {MAX_PARAMETERS_LIMIT:.0e} "
+                             "this package builds; the file is damaged or not meant for it.")
         widest = max(width for width, _ in self.char_cnn_filters)
         if widest > self.max_characters_per_token:
             raise ValueError(
@@ -447,4 +507,4 @@ class ElmoConfig(PretrainedConfig):
         }
 
 
-__all__ = ["AUTO_MAP", "ElmoConfig"]
+__all__ = ["AUTO_MAP", "ElmoConfig", "own_auto_map"]

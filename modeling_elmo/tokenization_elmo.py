@@ -36,6 +36,7 @@ from .configuration_elmo import (
     END_OF_WORD_CHARACTER,
     EOS_WORD,
     INFERENCE_SHIFT,
+    MAX_CHARACTERS_PER_TOKEN_LIMIT,
     PAD_WORD,
     PADDING_CHARACTER,
     SPECIAL_WORDS,
@@ -170,8 +171,10 @@ class ElmoTokenizer(PreTrainedTokenizer):
     ):
         if split_pattern not in _WORD_PATTERNS:
             raise ValueError(f"`split_pattern` must be one of {sorted(_WORD_PATTERNS)}, got {split_pattern!r}.")
-        if not isinstance(max_characters_per_token, int) or max_characters_per_token < 3:
-            raise ValueError(f"`max_characters_per_token` must be an integer >= 3, got {max_characters_per_token!r}.")
+        if (isinstance(max_characters_per_token, bool) or not isinstance(max_characters_per_token, int)
+                or not 3 <= max_characters_per_token <= MAX_CHARACTERS_PER_TOKEN_LIMIT):
+            raise ValueError(f"`max_characters_per_token` must be an integer in [3, {MAX_CHARACTERS_PER_TOKEN_LIMIT}], "
+                             f"got {max_characters_per_token!r}.")
         words = list(SPECIAL_WORDS)
         if vocab_file is not None:
             if not os.path.isfile(vocab_file):
@@ -205,7 +208,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
         return len(self.vocab)
 
     def get_vocab(self) -> dict[str, int]:
-        return dict(self.vocab)
+        """The word vocabulary and the tokens added with `add_tokens` / `add_special_tokens`."""
+        return {**self.vocab, **self._added_tokens_encoder}
 
     def _tokenize(self, text: str, **kwargs: Any) -> list[str]:
         # A lone surrogate cannot be encoded as UTF-8 (nor handed to the Rust pre-tokenizer): it is dropped, as the
@@ -234,16 +238,17 @@ class ElmoTokenizer(PreTrainedTokenizer):
         return (path,)
 
     def word_ids_of(self, words: Sequence[str]) -> list[int]:
-        """Word-vocabulary ids of ``words`` (``<UNK>`` for unknown words)."""
-        unk = self.vocab[UNK_TOKEN]
-        return [self.vocab.get(w, unk) for w in words]
+        """Word-vocabulary ids of ``words`` (``<UNK>`` for unknown words; added tokens have their added ids)."""
+        unk, added = self.vocab[UNK_TOKEN], self._added_tokens_encoder
+        return [added[w] if w in added else self.vocab.get(w, unk) for w in words]
 
     # ------------------------------------------------------------------ encoding
     def split_words(self, text: str) -> list[str]:
-        """Split a raw string into words with the configured pre-tokenizer."""
+        """Split a raw string into words with the configured pre-tokenizer; tokens added with `add_tokens` (and the
+        special words) stay whole, as in `tokenize`."""
         if not isinstance(text, str):
             raise ValueError(f"text must be a string, got {type(text).__name__}: {text!r}.")
-        return self._tokenize(text)
+        return self.tokenize(text)
 
     def encode_words(self, words: Sequence[str]) -> np.ndarray:
         """Character ids of a list of words, shape (len(words), max_characters_per_token)."""
@@ -298,7 +303,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
             raise ValueError("ElmoTokenizer encodes single sentences; text pairs are not supported.")
         _check_length_option("max_length", max_length)
         _check_length_option("pad_to_multiple_of", pad_to_multiple_of)
-        for flag in ("return_overflowing_tokens", "return_offsets_mapping", "return_special_tokens_mask"):
+        for flag in ("return_overflowing_tokens", "return_offsets_mapping"):
             if kwargs.get(flag):
                 raise ValueError(f"ElmoTokenizer does not support {flag}=True.")
         sentences, batched = self._as_word_lists(text, is_split_into_words)
@@ -307,8 +312,14 @@ class ElmoTokenizer(PreTrainedTokenizer):
             "False",
         )
         if truncate and max_length is not None:
-            sentences = [s[:max_length] for s in sentences]
+            side = kwargs.get("truncation_side") or self.truncation_side
+            if side not in ("left", "right"):
+                raise ValueError(f"truncation_side must be 'left' or 'right', got {side!r}.")
+            sentences = [s[:max_length] if side == "right" else s[max(len(s) - max_length, 0):] for s in sentences]
         features: dict[str, list] = {"input_ids": [self.encode_words(s) for s in sentences]}
+        if kwargs.get("return_special_tokens_mask"):  # the tokenizer adds none: 1 marks special words in the text
+            specials = set(self.all_special_tokens)
+            features["special_tokens_mask"] = [[int(w in specials) for w in s] for s in sentences]
         if return_word_ids:
             features["word_ids"] = [self.word_ids_of(s) for s in sentences]
         if return_length:
@@ -384,6 +395,9 @@ class ElmoTokenizer(PreTrainedTokenizer):
             masks = [np.asarray(_to_numpy(m), dtype=np.int64).reshape(-1) for m in _batch_items(encoded_inputs["attention_mask"], None, single)]
         else:
             masks = [np.ones(n, dtype=np.int64) for n in lengths]
+        special = None
+        if "special_tokens_mask" in encoded_inputs:
+            special = [np.asarray(_to_numpy(m), dtype=np.int64).reshape(-1) for m in _batch_items(encoded_inputs["special_tokens_mask"], None, single)]
         word_ids = None
         if "word_ids" in encoded_inputs:
             word_ids = [np.asarray(_to_numpy(w), dtype=np.int64).reshape(-1) for w in _batch_items(encoded_inputs["word_ids"], None, single)]
@@ -401,13 +415,17 @@ class ElmoTokenizer(PreTrainedTokenizer):
             masks = [place(m, target, 0) for m in masks]
             if word_ids is not None:
                 word_ids = [place(w, target, self.vocab[PAD_TOKEN]) for w in word_ids]
+            if special is not None:
+                special = [place(m, target, 1) for m in special]
         out: dict[str, Any] = {"input_ids": rows}
         if return_attention_mask is not False:
             out["attention_mask"] = masks
         if word_ids is not None:
             out["word_ids"] = word_ids
+        if special is not None:
+            out["special_tokens_mask"] = special
         for key, value in encoded_inputs.items():
-            if key not in ("input_ids", "attention_mask", "word_ids"):
+            if key not in _PADDED_KEYS:
                 out[key] = value
         same_length = len(set(r.shape[0] for r in rows)) <= 1
         if return_tensors is not None:
@@ -415,12 +433,12 @@ class ElmoTokenizer(PreTrainedTokenizer):
                 raise ValueError(
                     "sentences have different lengths; pass padding=True (or 'max_length') to build a tensor."
                 )
-            stacked = {k: np.stack(out[k]) for k in ("input_ids", "attention_mask", "word_ids") if k in out}
+            stacked = {k: np.stack(out[k]) for k in _PADDED_KEYS if k in out}
             out.update(stacked)
         else:
-            out = {k: ([x.tolist() for x in v] if k in ("input_ids", "attention_mask", "word_ids") else v) for k, v in out.items()}
+            out = {k: ([x.tolist() for x in v] if k in _PADDED_KEYS else v) for k, v in out.items()}
         if single:
-            out = {k: (v[0] if k in ("input_ids", "attention_mask", "word_ids") else v) for k, v in out.items()}
+            out = {k: (v[0] if k in _PADDED_KEYS else v) for k, v in out.items()}
         return BatchEncoding(out, tensor_type=return_tensors, prepend_batch_axis=False)
 
     # ------------------------------------------------------------------ decoding
@@ -446,6 +464,10 @@ class ElmoTokenizer(PreTrainedTokenizer):
 
     def batch_decode(self, sequences: Any, skip_special_tokens: bool = False, **kwargs: Any) -> list[str]:
         return [self.decode(s, skip_special_tokens=skip_special_tokens, **kwargs) for s in sequences]
+
+
+#: The per-token entries `ElmoTokenizer.pad` pads (the others pass through unchanged).
+_PADDED_KEYS = ("input_ids", "attention_mask", "word_ids", "special_tokens_mask")
 
 
 def _check_length_option(name: str, value: Any) -> None:
