@@ -23,7 +23,8 @@ _LAZY_NAMES = {
     "AUTO_MAP": "configuration_elmo",
     "ElmoConfig": "configuration_elmo",
     **dict.fromkeys(
-        ["ElmoBidirectionalLMOutput", "ElmoBiLstm", "ElmoCharacterEncoder", "ElmoForBidirectionalLM",
+        ["ElmoBidirectionalLMOutput", "ElmoBiLstm", "ElmoCharConvolution", "ElmoCharacterEncoder",
+         "ElmoForBidirectionalLM",
          "ElmoForSequenceClassification", "ElmoForTokenClassification", "ElmoHighway", "ElmoLstmLayer",
          "ElmoLstmState", "ElmoModel", "ElmoModelOutput", "ElmoPreTrainedModel", "ElmoScalarMix"],
         "modeling_elmo"),
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from .modeling_elmo import (
         ElmoBidirectionalLMOutput,
         ElmoBiLstm,
+        ElmoCharConvolution,
         ElmoCharacterEncoder,
         ElmoForBidirectionalLM,
         ElmoForSequenceClassification,
@@ -71,8 +73,10 @@ def __dir__() -> list[str]:
 
 
 def register_auto_classes() -> None:
-    """Register the ELMo classes with transformers' Auto factories and mark them for ``save_pretrained``'s code
-    files. Runs once; the first name taken from the package calls it."""
+    """Register the ELMo classes with transformers' Auto factories, mark them for ``save_pretrained``'s code files,
+    and let the package's own classes run the fast CPU form of the recurrence (packed weights, directions on threads)
+    where this torch build has it (the files shipped with a model use public operators only, docs/model.md). Runs
+    once; the first name taken from the package calls it."""
     global _registered
     if not _registered:
         _register()
@@ -123,6 +127,9 @@ def _register() -> None:
     ElmoForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
     ElmoForTokenClassification.register_for_auto_class("AutoModelForTokenClassification")
     ElmoTokenizer.register_for_auto_class("AutoTokenizer")
+    from . import packed_kernels
+
+    packed_kernels.install()
 
 
 def save_model_folder(
@@ -152,6 +159,7 @@ __all__ = [
     "EOS_CHAR_IDS",
     "ElmoBiLstm",
     "ElmoBidirectionalLMOutput",
+    "ElmoCharConvolution",
     "ElmoCharacterEncoder",
     "ElmoConfig",
     "ElmoEmbedder",

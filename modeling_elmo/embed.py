@@ -676,7 +676,7 @@ def main(argv: list[str] | None = None) -> int:
                             forget_sentences=args.forget_sentences, use_sentence_keys=args.use_sentence_keys,
                             overwrite=args.overwrite, resume=args.resume, show_progress=not args.no_progress,
                             processes=processes)
-    except ValueError as err:
+    except (ValueError, FloatingPointError) as err:  # bad input, or a model whose vectors are not finite
         raise SystemExit(f"elmo embed: error: {err}") from None
     except OSError as err:  # e.g. the disk filled up: finished chunks stay in OUTPUT.partial
         partial = _partial_dir(Path(args.output_file))
