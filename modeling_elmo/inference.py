@@ -55,7 +55,7 @@ def _listed(names: Sequence[str]) -> str:
 
 
 @contextlib.contextmanager
-def _quiet_load_report() -> Iterator[None]:
+def quiet_load_report() -> Iterator[None]:
     """Drop transformers' LOAD REPORT table: `load_elmo_model` raises its own error for what the table shows.
 
     A filter, not a logger level: transformers runs extra checks (and warns) when that logger has a level set.
@@ -136,7 +136,7 @@ def load_elmo_model(model_name_or_path: str | os.PathLike, **kwargs: Any) -> tor
         refuse_pickled_weights(location)
         check_safetensors_files(location)
     try:
-        with _quiet_load_report():
+        with quiet_load_report():
             # ignore_mismatched_sizes: report wrong shapes in loading_info (checked below) instead of a RuntimeError
             # that points at the table.
             model, info = ElmoModel.from_pretrained(location, output_loading_info=True, use_safetensors=True,
@@ -146,8 +146,18 @@ def load_elmo_model(model_name_or_path: str | os.PathLike, **kwargs: Any) -> tor
     except Exception as error:  # safetensors' SafetensorError (a damaged file on the Hub), torch's size errors
         raise ValueError(f"cannot load the weights of model {location!r}: {type(error).__name__}: "
                          f"{_one_line(error)}") from None
-    missing = sorted(info.get("missing_keys") or ())
-    unexpected = sorted(k for k in info.get("unexpected_keys") or () if not k.startswith(HEAD_WEIGHT_PREFIXES))
+    check_loading_info(location, info, ignore_unexpected=HEAD_WEIGHT_PREFIXES)
+    refuse_nonfinite_weights(model, location)
+    return model.eval()
+
+
+def check_loading_info(location: str, info: dict[str, Any], *, ignore_missing: tuple[str, ...] = (),
+                       ignore_unexpected: tuple[str, ...] = ()) -> None:
+    """Raise `ValueError` naming the tensors when ``from_pretrained``'s loading info (with
+    ``ignore_mismatched_sizes=True``) shows missing weights, unexpected ones or other shapes than the config implies
+    (weights whose names start with ``ignore_missing`` / ``ignore_unexpected`` aside)."""
+    missing = sorted(k for k in info.get("missing_keys") or () if not k.startswith(ignore_missing))
+    unexpected = sorted(k for k in info.get("unexpected_keys") or () if not k.startswith(ignore_unexpected))
     mismatched = sorted(info.get("mismatched_keys") or ())
     problems = []
     if missing:
@@ -161,8 +171,6 @@ def load_elmo_model(model_name_or_path: str | os.PathLike, **kwargs: Any) -> tor
     if problems:
         raise ValueError(f"the weights of model {location!r} do not match its config.json: {'; '.join(problems)}. "
                          "Refusing to run a partly random model.")
-    refuse_nonfinite_weights(model, location)
-    return model.eval()
 
 
 def check_safetensors_files(folder: str | os.PathLike) -> None:
@@ -347,5 +355,5 @@ def _check_word_lists(sentences: Sequence[Any]) -> None:
                 raise ValueError(f"word {j} of sentence {i} must be a string, got {type(word).__name__} {word!r:.40}.")
 
 
-__all__ = ["DTYPES", "HEAD_WEIGHT_PREFIXES", "HUB_KWARGS", "ElmoEmbedder", "check_safetensors_files", "load_elmo_model",
+__all__ = ["DTYPES", "HEAD_WEIGHT_PREFIXES", "HUB_KWARGS", "ElmoEmbedder", "check_loading_info", "check_safetensors_files", "load_elmo_model",
            "load_elmo_tokenizer", "make_batches", "refuse_nonfinite_weights", "weights_fingerprint"]

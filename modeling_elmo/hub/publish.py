@@ -116,8 +116,8 @@ def check_published_inputs(run: RunFolder) -> None:
         if not os.path.lexists(path):
             continue
         if path.is_symlink() and not any(is_within(path, allowed) for allowed in roots):
-            raise ValueError(f"{path} is a link to {os.path.realpath(path)}, outside the model folder; publishing "
-                             "never follows a link out of the folder. Copy the file in if it belongs to the model.")
+            raise ValueError(f"{path} links outside the model folder (to {os.path.realpath(path)}); publishing never "
+                             "follows a link out of the folder. Copy the file in if it belongs to the model.")
         if name == RunFolder.EVALUATION:
             if not path.is_dir():
                 raise ValueError(f"{path} is not a folder.")
@@ -141,13 +141,13 @@ def check_weights(run: RunFolder) -> str:
                 for name in handle.keys():
                     dtype = handle.get_slice(name).get_dtype()
                     if dtype not in FLOAT_DTYPES:
-                        raise ValueError(f"{path.name}: tensor {name!r} has dtype {dtype}, not a floating-point "
+                        raise ValueError(f"{path}: tensor {name!r} has dtype {dtype}, not a floating-point "
                                          f"dtype ({', '.join(FLOAT_DTYPES.values())}): refusing to publish it.")
                     dtypes.add(FLOAT_DTYPES[dtype])
                     tensor = handle.get_tensor(name)
                     if not bool(tensor.isfinite().all()):
                         bad = int((~tensor.isfinite()).sum())
-                        raise ValueError(f"{path.name}: tensor {name!r} holds {bad} non-finite value(s) (NaN or "
+                        raise ValueError(f"{path}: tensor {name!r} holds {bad} non-finite value(s) (NaN or "
                                          "infinity): refusing to publish a broken model.")
         except ValueError:
             raise
@@ -243,6 +243,7 @@ def _load_model_and_tokenizer(run: RunFolder, dtype: str = "float32"):
 
     from .. import modeling_elmo
     from ..configuration_elmo import ElmoConfig
+    from ..inference import check_loading_info, quiet_load_report
     from ..tokenization_elmo import ElmoTokenizer
 
     config = ElmoConfig.from_pretrained(run.root)
@@ -251,11 +252,14 @@ def _load_model_and_tokenizer(run: RunFolder, dtype: str = "float32"):
         raise ValueError(f"{run.config_file} names the architecture {architectures[0]!r}; expected one of "
                          f"{', '.join(MODEL_ARCHITECTURES)}.")
     model_class = getattr(modeling_elmo, architectures[0])
-    model, info = model_class.from_pretrained(run.root, use_safetensors=True, output_loading_info=True,
-                                              dtype=getattr(torch, dtype))
-    problems = {k: v for k, v in info.items() if k in ("missing_keys", "unexpected_keys", "mismatched_keys") and v}
-    if problems:
-        raise ValueError(f"the weights in {run.root} do not match {architectures[0]}: {problems}.")
+    try:
+        with quiet_load_report():  # ignore_mismatched_sizes: wrong shapes come back in the info, checked below
+            model, info = model_class.from_pretrained(run.root, use_safetensors=True, output_loading_info=True,
+                                                      ignore_mismatched_sizes=True, dtype=getattr(torch, dtype))
+    except Exception as error:  # a damaged file: safetensors' and torch's own error types
+        text = " ".join(str(error).split())[:300]
+        raise ValueError(f"cannot load the weights in {run.root}: {type(error).__name__}: {text}") from None
+    check_loading_info(str(run.root), info)
     try:
         tokenizer = ElmoTokenizer.from_pretrained(run.root)
     except (OSError, ValueError) as error:
@@ -410,14 +414,19 @@ def upload_repo_folder(folder: str | os.PathLike, repo_id: str, *, token: str, f
     Uses ``HfApi.create_repo(exist_ok=True)`` (``private`` applies to a new repository), ``create_branch`` for a
     ``revision`` other than ``main``, then ``upload_folder`` with ``allow_patterns`` set to the file list.
     """
-    from huggingface_hub import HfApi
+    from huggingface_hub import HfApi, constants
 
     api = HfApi(token=token)
-    api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
-    if revision and revision != "main":
-        api.create_branch(repo_id, branch=revision, exist_ok=True, repo_type="model")
-    commit = api.upload_folder(
-        repo_id=repo_id, folder_path=str(folder), repo_type="model", revision=revision,
-        commit_message=commit_message or "Upload ELMo model", allow_patterns=list(files),
-    )
+    try:
+        api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
+        if revision and revision != "main":
+            api.create_branch(repo_id, branch=revision, exist_ok=True, repo_type="model")
+        commit = api.upload_folder(
+            repo_id=repo_id, folder_path=str(folder), repo_type="model", revision=revision,
+            commit_message=commit_message or "Upload ELMo model", allow_patterns=list(files),
+        )
+    except Exception as error:  # offline mode, no connection, HTTP errors: the Hub client raises many kinds
+        text = " ".join(str(error).split())[:300] or type(error).__name__
+        raise ValueError(f"cannot upload to {repo_id} on the Hugging Face Hub ({constants.ENDPOINT}): "
+                         f"{type(error).__name__}: {text}") from None
     return str(getattr(commit, "commit_url", commit))
