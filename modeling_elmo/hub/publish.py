@@ -26,7 +26,8 @@ from ..io_utils import atomic_write_text, check_safetensors_header, follow_umask
 from ..manifest import MANIFEST, check_replaceable, remove_stale_temporaries, temporary_prefix, write_manifest
 from ..run_folder import CODE_FILES, EvaluationFolder, RunFolder
 from .card import CardInputs, build_model_card
-from .safety import audit_shipped_code, refuse_pickled_weights, scan_for_secrets
+from ..loading import refuse_pickled_weights
+from .safety import audit_shipped_code, scan_for_secrets
 
 __all__ = [
     "ALLOWED_FILES", "COMMAND", "MODEL_ARCHITECTURES", "assemble_repo_folder", "check_auto_map", "check_model_folder",
