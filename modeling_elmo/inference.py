@@ -77,24 +77,20 @@ def _hub_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 def _check_location(location: str, hub_kwargs: dict[str, Any]) -> None:
-    """Raise `ValueError` unless ``location`` is a folder or Hub id whose ``config.json`` describes an ELMo model."""
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
+    """Raise `ValueError` unless ``location`` is a folder or Hub id whose ``config.json`` describes an ELMo model.
+    A path that looks local and does not exist, or a Hub id that cannot be reached, fails at once
+    (`modeling_elmo.loading.check_model_location`)."""
     from transformers import PretrainedConfig
 
     from .configuration_elmo import ElmoConfig
+    from .loading import check_model_location
 
-    if os.path.exists(location):
+    if check_model_location(location):
         if not os.path.isdir(location):
             raise ValueError(f"model {location!r} is a file; give the folder that holds config.json and "
                              "model.safetensors.")
         if not os.path.isfile(os.path.join(location, "config.json")):
             raise ValueError(f"{location!r} is not an ELMo model folder: it has no config.json.")
-    else:
-        try:
-            validate_repo_id(location)
-        except HFValidationError:
-            raise ValueError(f"model {location!r} is neither an existing folder nor a valid Hub id "
-                             "(namespace/name).") from None
     try:
         config, _ = PretrainedConfig.get_config_dict(location, **hub_kwargs)
     except (OSError, ValueError) as error:
@@ -135,7 +131,7 @@ def load_elmo_model(model_name_or_path: str | os.PathLike, **kwargs: Any) -> tor
     location = os.fspath(model_name_or_path)
     _check_location(location, _hub_kwargs(kwargs))
     if os.path.isdir(location):
-        from .hub.safety import refuse_pickled_weights
+        from .loading import refuse_pickled_weights
 
         refuse_pickled_weights(location)
         check_safetensors_files(location)

@@ -15,16 +15,18 @@ A folder written by ``elmo pretrain --output-dir RUN``::
                                           evaluation {step, split, perplexity, perplexity_forward,
                                           perplexity_backward[, unigram_perplexity]}
     examples_rank<R>.jsonl                the example ids process R trained on, per batch (--log-example-ids)
-    elmo-pretraining/                     tracker logs (--report-to tensorboard, ...)
+    elmo-pretraining/                     tracker logs (--report-to tensorboard: its event files and hparams.yml)
     training_metadata.json                the run's arguments, data and vocabulary fingerprints, counters
-    run.json                              what defines the run (arguments, model, data and vocabulary fingerprints):
-                                          written when it starts; one run per folder
+    run.json                              what defines the run (arguments, model, data and vocabulary fingerprints,
+                                          and the data files it was given): written when it starts; one run per
+                                          folder (RUN.lock, beside the folder, while a run writes it)
     eval_results.json                     the final perplexities (docs/results.md)
     perplexity.png                        the training curve
     evaluation/                           what ``elmo evaluate RUN`` writes (`EvaluationFolder`)
 
-A folder written by ``elmo convert`` holds the model, tokenizer and code files, a ``README.md`` and
-``conversion_metadata.json`` (the source files, their checksums, the numerical check).
+A folder written by ``elmo convert`` holds the model, tokenizer and code files, a ``README.md``,
+``conversion_metadata.json`` (the source files, their checksums, the numerical check) and ``.elmo-manifest.json``,
+the list of the files it wrote (`modeling_elmo.manifest`).
 
 ``RunFolder(path).has_model()`` says whether a finished model can be loaded from it, ``is_run()`` whether a
 training run wrote it; the ``*_file`` properties name each artefact, present or not. ``run_entries()`` sorts every

@@ -24,7 +24,6 @@ from typing import Any
 
 import torch
 
-from ..hub.safety import refuse_pickled_weights
 from ..inference import (
     HEAD_WEIGHT_PREFIXES,
     check_loading_info,
@@ -33,6 +32,7 @@ from ..inference import (
     refuse_nonfinite_weights,
 )
 from ..io_utils import atomic_write_text
+from ..loading import check_model_location, refuse_pickled_weights
 from ..results import EvaluationResults, read_results, write_results
 from ..run_folder import EvaluationFolder, RunFolder
 from . import data as ev_data
@@ -95,23 +95,13 @@ def resolve_model(model: str) -> tuple[str, RunFolder | None]:
 
     Raises `ValueError` naming the problem: a path that does not exist, a file, a folder without ``config.json``
     (an empty folder, say), a config of another model type, no safetensors weights."""
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
-
     path = Path(model)
-    if path.exists():
+    if check_model_location(model):
         run = RunFolder(path)
         if path.is_dir():
             refuse_pickled_weights(path)
         run.require_elmo_model()
         return str(path), run
-    try:
-        looks_like_path = model.startswith((".", "/", "~")) or "\\" in model or model.count("/") > 1
-        if not looks_like_path:
-            validate_repo_id(model)
-    except HFValidationError:
-        looks_like_path = True
-    if looks_like_path:
-        raise ValueError(f"model {model!r} does not exist (no such folder)")
     return model, None
 
 
@@ -119,13 +109,9 @@ def load_model_and_tokenizer(model: str, device: torch.device, need_lm: bool):
     """Load the trained model (`ElmoForBidirectionalLM` when it has a word vocabulary, else `ElmoModel`)
     and its tokenizer from a folder or Hub id `resolve_model` accepted. Returns (lm or None, base ElmoModel,
     tokenizer, config)."""
-    from huggingface_hub import constants, is_offline_mode
-
     from modeling_elmo import ElmoConfig, ElmoForBidirectionalLM, ElmoModel, ElmoTokenizer
 
-    if not Path(model).is_dir() and not is_offline_mode() and not ev_data.hub_reachable():
-        raise ValueError(f"model {model!r} is not a local folder and the Hugging Face Hub ({constants.ENDPOINT}) cannot "
-                         "be reached to download it (set HF_HUB_OFFLINE=1 to use a copy in the local cache)")
+    check_model_location(model)
     try:
         config = ElmoConfig.from_pretrained(model)
     except OSError as error:  # a Hub id that cannot be fetched

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..io_utils import hub_reachable, iter_lines  # hub_reachable: one probe for every command (re-exported here)
+from ..loading import HubUnreachableError
 
 __all__ = [
     "SENSE_LABEL_PATTERN",
@@ -309,10 +310,6 @@ def parse_wsd_record(obj: object, where: str = "<record>", lineno: int = 0) -> W
 # --------------------------------------------------------------------------------------------------
 # Hub loaders. Written against the public dataset layouts; the tests replace `datasets.load_dataset`.
 # --------------------------------------------------------------------------------------------------
-class HubUnreachableError(ValueError):
-    """A Hub dataset was needed but the Hub cannot be reached (and the dataset is not in the local cache)."""
-
-
 def _load_from_hub(path: str, **kwargs):
     """`datasets.load_dataset(path, **kwargs)`, or `HubUnreachableError` within seconds (no retries) when the Hub
     cannot be reached: offline mode without a cached copy, or no connection to the endpoint."""
