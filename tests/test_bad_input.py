@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy_reference as ref  # noqa: E402
@@ -32,6 +33,8 @@ from modeling_elmo import (  # noqa: E402
     load_elmo_model,
     save_model_folder,
 )
+from modeling_elmo.inference import ElmoEmbedder  # noqa: E402
+from modeling_elmo.results import EvaluationResults, write_results  # noqa: E402
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "bad-input.md"
 SECTIONS = ("library", "elmo embed", "elmo evaluate", "elmo convert", "elmo push")
@@ -113,6 +116,25 @@ ROWS = [
     Row("library", "`load_elmo_model('pickled')` (only a `pytorch_model.bin`)",
         "pickled holds pickled weights ['pytorch_model.bin']: loading a pickle can run arbitrary code, so this "
         "package refuses it and loads safetensors only. ...", lambda: load_elmo_model("pickled")),
+    Row("library", "`ElmoTokenizer(vocab_file='dup.txt')` (a word listed twice)",
+        "vocabulary file 'dup.txt': line 3 repeats the word 'w1' of line 2 (a repeated word would shift the id of every "
+        "later word).", lambda: ElmoTokenizer(vocab_file="dup.txt")),
+    Row("library", "`ElmoConfig(max_characters_per_token=10**6)` (also from a `config.json`)",
+        "`max_characters_per_token` must be at most 1024 (characters per word), got 1000000.",
+        lambda: ElmoConfig(max_characters_per_token=10**6)),
+    Row("library", "`ElmoConfig(char_cnn_filters=[[1, 10**9]])` (also from a `config.json` or an `options.json`)",
+        "this config describes a model of 4e+18 parameters (char_cnn_filters: 1,000,000,000 filters, hidden_size 512, "
+        "cell_size 4096, vocab_size 4), more than the 1e+10 this package builds; the file is damaged or not meant for "
+        "it.", lambda: ElmoConfig(char_cnn_filters=[[1, 10**9]])),
+    Row("library", "`load_elmo_model('truncated')` (its `model.safetensors` cut short)",
+        "weights file 'truncated/model.safetensors' is truncated: tensor ...", lambda: load_elmo_model("truncated")),
+    Row("library", "`load_elmo_model('nan')` (a NaN in `model.safetensors`)",
+        "the weights of model 'nan' hold NaN or infinite values in 1 tensor(s) (char_encoder.char_embeddings.weight); "
+        "every vector computed from them would be NaN. Refusing to run it.", lambda: load_elmo_model("nan")),
+    Row("library", "`embedder.embed_sentences(['hello world', 'x'])` (strings, not word lists)",
+        "sentence 0 is a str ('hello world'), not a list of words; split it first (text.split(), or the tokenizer's "
+        "split_words).", lambda: ElmoEmbedder(ElmoModel(_tiny_config()), ElmoTokenizer()).embed_sentences(
+            ["hello world", "x"])),
     # ------------------------------------------------------------------ elmo embed
     Row("elmo embed", "`elmo embed text.txt text.txt --model lm --top --overwrite`",
         "elmo embed: error: output 'text.txt' is the input file 'text.txt'; writing it would destroy the input. "
@@ -131,6 +153,22 @@ ROWS = [
         "elmo embed: error: the weights of model 'mismatch' do not match its config.json: 14 tensor(s) with another "
         "shape than config.json implies, saved vs expected ...",
         ["embed", "text.txt", "out.h5", "--model", "mismatch", "--top"]),
+    Row("elmo embed", "`elmo embed text.txt notes.txt --model lm --top --overwrite` (a file elmo embed did not write)",
+        "elmo embed: error: output 'notes.txt' exists and is not an HDF5 file written by elmo embed; --overwrite "
+        "replaces only those. Choose another output.",
+        ["embed", "text.txt", "notes.txt", "--model", "lm", "--top", "--overwrite"]),
+    Row("elmo embed", "`elmo embed text.txt out.h5 --model truncated --top` (its `model.safetensors` cut short)",
+        "elmo embed: error: weights file 'truncated/model.safetensors' is truncated: tensor ...",
+        ["embed", "text.txt", "out.h5", "--model", "truncated", "--top"]),
+    Row("elmo embed", "`elmo embed text.txt out.h5 --model nan --top` (a NaN in `model.safetensors`)",
+        "elmo embed: error: the weights of model 'nan' hold NaN or infinite values in 1 tensor(s) "
+        "(char_encoder.char_embeddings.weight); every vector computed from them would be NaN. Refusing to run it.",
+        ["embed", "text.txt", "out.h5", "--model", "nan", "--top"]),
+    Row("elmo embed", "`elmo embed text.txt out.h5 --model widetok --top` (`tokenizer_config.json` says 60 characters "
+        "per word, `config.json` 50)",
+        "elmo embed: error: the tokenizer writes 60 characters per word (max_characters_per_token in "
+        "tokenizer_config.json) but the model reads 50 (config.json); the two files belong to different models.",
+        ["embed", "text.txt", "out.h5", "--model", "widetok", "--top"]),
     # ------------------------------------------------------------------ elmo evaluate
     Row("elmo evaluate", "`elmo evaluate empty --task perplexity --text text.txt`",
         "elmo evaluate: error: empty is not a model folder: it is empty.",
@@ -141,6 +179,18 @@ ROWS = [
     Row("elmo evaluate", "`elmo evaluate lm --task perplexity --text binary.bin`",
         "elmo evaluate: error: text file 'binary.bin' is not text: line 1 holds a NUL byte (a binary file?)",
         ["evaluate", "lm", "--task", "perplexity", "--text", "binary.bin"]),
+    Row("elmo evaluate", "`elmo evaluate evaluated --task perplexity --text text.txt` (its `evaluation/eval_results.json` "
+        "holds another model's results)",
+        "elmo evaluate: error: evaluated/evaluation/eval_results.json holds the results of model 'other', not "
+        "'evaluated'; choose another --output-dir.",
+        ["evaluate", "evaluated", "--task", "perplexity", "--text", "text.txt"]),
+    Row("elmo evaluate", "`elmo evaluate mismatch --task perplexity --text text.txt`",
+        "elmo evaluate: error: the weights of model 'mismatch' do not match its config.json: ...",
+        ["evaluate", "mismatch", "--task", "perplexity", "--text", "text.txt"]),
+    Row("elmo evaluate", "`elmo evaluate nan --task perplexity --text text.txt`",
+        "elmo evaluate: error: the weights of model 'nan' hold NaN or infinite values in 1 tensor(s) "
+        "(elmo.char_encoder.char_embeddings.weight); every vector computed from them would be NaN. Refusing to run "
+        "it.", ["evaluate", "nan", "--task", "perplexity", "--text", "text.txt"]),
     # ------------------------------------------------------------------ elmo convert
     Row("elmo convert", "`elmo convert --options missing.json --weights weights.hdf5 --output out`",
         "elmo convert: error: options file 'missing.json' does not exist.",
@@ -152,6 +202,27 @@ ROWS = [
         "elmo convert: error: output folder 'text.txt/out' cannot be created: ...",
         ["convert", "--options", "release/options.json", "--weights", "release/weights.hdf5", "--output",
          "text.txt/out"]),
+    Row("elmo convert", "`elmo convert --options release/options.json --weights release/weights.hdf5 --output release "
+        "--overwrite`",
+        "elmo convert: error: output folder 'release' holds the input file 'release/options.json'; writing the output "
+        "would delete it. Choose another output folder.",
+        ["convert", "--options", "release/options.json", "--weights", "release/weights.hdf5", "--output", "release",
+         "--overwrite"]),
+    Row("elmo convert", "`elmo convert ... --output converted --overwrite` (`converted` holds the user's `notes.txt` "
+        "beside an earlier conversion)",
+        "elmo convert: error: output folder 'converted' holds files that are not elmo convert's (elmo convert did not "
+        "write 'notes.txt'); nothing was deleted. Choose another folder, or move those files away.",
+        ["convert", "--options", "release/options.json", "--weights", "release/weights.hdf5", "--output", "converted",
+         "--overwrite"]),
+    Row("elmo convert", "`elmo convert ... --atol nan` (or -1)",
+        "elmo convert: error: --atol must be a finite number > 0 (the largest accepted difference to the reference), "
+        "got nan.",
+        ["convert", "--options", "release/options.json", "--weights", "release/weights.hdf5", "--output", "out",
+         "--atol", "nan"]),
+    Row("elmo convert", "`elmo convert --options hollow/options.json --weights hollow/weights.hdf5 --output out` (15,000 "
+        "filters declared in a file of 24 KB)",
+        "elmo convert: error: weights file 'hollow/weights.hdf5' is damaged or truncated (dataset ...",
+        ["convert", "--options", "hollow/options.json", "--weights", "hollow/weights.hdf5", "--output", "out"]),
     # ------------------------------------------------------------------ elmo push
     Row("elmo push", "`elmo push missing --repo-id me/elmo --dry-run`",
         "elmo push: error: model folder 'missing' does not exist or is not a folder.",
@@ -163,6 +234,23 @@ ROWS = [
         "elmo push: error: pickled holds pickled weights ['pytorch_model.bin']: loading a pickle can run arbitrary "
         "code ...",
         ["push", "pickled", "--repo-id", "me/elmo", "--dry-run"]),
+    Row("elmo push", "`elmo push linked --repo-id me/elmo --dry-run` (its `perplexity.png` a link to a file outside it)",
+        "elmo push: error: linked/perplexity.png links outside the model folder (to ...",
+        ["push", "linked", "--repo-id", "me/elmo", "--dry-run"]),
+    Row("elmo push", "`elmo push nan --repo-id me/elmo --dry-run` (a NaN in `model.safetensors`)",
+        "elmo push: error: nan/model.safetensors: tensor 'elmo.char_encoder.char_embeddings.weight' holds 1 non-finite "
+        "value(s) (NaN or infinity): refusing to publish a broken model.",
+        ["push", "nan", "--repo-id", "me/elmo", "--dry-run"]),
+    Row("elmo push", "`elmo push shortvocab --repo-id me/elmo --dry-run` (a `vocab.txt` of 5 words beside a softmax of "
+        "34 rows)",
+        "elmo push: error: the tokenizer's vocabulary (vocab.txt) has 9 words but the model's softmax has 34 rows "
+        "(config.json vocab_size): word ids would point at other words' rows. Publish the vocabulary the model was "
+        "trained with.",
+        ["push", "shortvocab", "--repo-id", "me/elmo", "--dry-run"]),
+    Row("elmo push", "`elmo push lm --repo-id me/elmo --dry-run --output-dir proj` (`proj` holds the user's `README.md`)",
+        "elmo push: error: output folder 'proj' holds files that are not elmo push's (elmo push did not write "
+        "'README.md'); nothing was deleted. Choose another folder, or move those files away.",
+        ["push", "lm", "--repo-id", "me/elmo", "--dry-run", "--output-dir", "proj"]),
 ]
 
 
@@ -190,7 +278,47 @@ def template(tmp_path_factory) -> Path:
     ref.write_original_files(root / "release", ref.tiny_options(), seed=0)
     data = (root / "release" / "weights.hdf5").read_bytes()
     (root / "damaged.hdf5").write_bytes(data[: len(data) // 2] + b"\xff" * (len(data) - len(data) // 2))
+    (root / "dup.txt").write_text("w0\nw1\nw1\nw2\n")
+    (root / "notes.txt").write_text("my notes\n")
+    shutil.copytree(root / "lm", root / "evaluated")
+    (root / "evaluated" / "evaluation").mkdir()
+    write_results(root / "evaluated" / "evaluation" / "eval_results.json",
+                  EvaluationResults.now(model="other", source="elmo evaluate"))
+    assert cli.main(["convert", "--options", str(root / "release" / "options.json"), "--weights",
+                     str(root / "release" / "weights.hdf5"), "--output", str(root / "converted")]) == 0
+    (root / "converted" / "notes.txt").write_text("mine\n")
+    shutil.copytree(root / "lm", root / "linked")
+    (root / "linked" / "perplexity.png").symlink_to(Path("..") / "text.txt")
+    shutil.copytree(root / "lm", root / "nan")
+    weights = load_file(root / "nan" / "model.safetensors")
+    weights["elmo.char_encoder.char_embeddings.weight"][1, 0] = float("nan")
+    save_file(weights, root / "nan" / "model.safetensors", metadata={"format": "pt"})
+    shutil.copytree(root / "lm", root / "shortvocab")
+    (root / "shortvocab" / "vocab.txt").write_text("".join(f"w{i}\n" for i in range(5)))
+    (root / "proj").mkdir()
+    (root / "proj" / "README.md").write_text("my project\n")
+    shutil.copytree(root / "lm", root / "truncated")
+    data = (root / "truncated" / "model.safetensors").read_bytes()
+    (root / "truncated" / "model.safetensors").write_bytes(data[:-100])
+    shutil.copytree(root / "lm", root / "widetok")
+    config = json.loads((root / "widetok" / "tokenizer_config.json").read_text())
+    (root / "widetok" / "tokenizer_config.json").write_text(json.dumps({**config, "max_characters_per_token": 60}))
+    _hollow_release(root / "hollow", [[1, 15_000]])
     return root
+
+
+def _hollow_release(folder: Path, filters: list[list[int]]) -> None:
+    """``options.json`` with ``filters`` and a ``weights.hdf5`` declaring every dataset they imply, none written."""
+    import h5py
+
+    from modeling_elmo.convert import convert_config, expected_dataset_shapes
+
+    options = ref.tiny_options(filters=filters, n_highway=1)
+    folder.mkdir()
+    (folder / "options.json").write_text(json.dumps(options))
+    with h5py.File(folder / "weights.hdf5", "w") as h5:
+        for name, shape in expected_dataset_shapes(convert_config(options)).items():
+            h5.create_dataset(name, shape=shape, dtype="f4", chunks=tuple(min(n, 64) for n in shape))
 
 
 def _snapshot(folder: Path) -> dict[str, tuple[int, int]]:
@@ -216,7 +344,7 @@ def _message_of(row: Row, capsys) -> str:
 @pytest.mark.parametrize("row", ROWS, ids=[f"{r.where}: {r.given}" for r in ROWS])
 def test_each_bad_input_gives_the_documented_line_and_writes_nothing(row, template, tmp_path, monkeypatch, capsys):
     work = tmp_path / "work"
-    shutil.copytree(template, work)
+    shutil.copytree(template, work, symlinks=True)
     monkeypatch.chdir(work)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     before = _snapshot(work)

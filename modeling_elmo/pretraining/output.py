@@ -134,6 +134,9 @@ def open_output_folder(run: RunFolder, mode: str, identity: dict[str, Any], data
     """Main process, once the inputs are known good: clear (`OVERWRITE`: the run's own files, after checking again
     that nothing else is there), create, and record or check the run's identity (arguments, model, data and
     vocabulary; ``data_files``, the data files it was given, are recorded beside it)."""
+    if mode == NEW and any(run.is_run_artefact(p.name) for p in run.entries()):
+        raise ValueError(f"--output-dir {str(run.root)!r} was written by another run since this one started; "
+                         f"{_ADVICE}.")
     if mode == OVERWRITE:
         _, foreign = run.run_entries()
         if foreign:
