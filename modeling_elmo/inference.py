@@ -124,6 +124,9 @@ def load_elmo_model(model_name_or_path: str | os.PathLike, **kwargs: Any) -> tor
             message names the tensors.
     """
     from .modeling_elmo import ElmoModel
+    from .packed_kernels import install
+
+    install()  # the package's fast CPU form of the recurrence, where this torch build has it (docs/model.md)
 
     for reserved in ("output_loading_info", "ignore_mismatched_sizes", "use_safetensors"):
         if reserved in kwargs:

@@ -216,3 +216,19 @@ def test_embed_sentences_shows_a_progress_bar_unless_asked_for_silence(capsys):
     embedder.embed_sentences(sentences, batch_size=4)
     err = capsys.readouterr().err
     assert "ELMo" in err and "12/12" in err
+
+
+def test_the_package_loader_runs_the_packed_cpu_form_where_torch_has_it(tmp_path):
+    """Models the package loads run its fast CPU form (packed products, directions on threads), however the package
+    was imported; the shipped files alone run the public form (tests/test_export.py)."""
+    from modeling_elmo import packed_kernels
+
+    save(tmp_path / "m")
+    script = ("import sys; import modeling_elmo.inference as inference; from modeling_elmo import lstm_kernels; "
+              "before = lstm_kernels.cpu_kernels().name; inference.load_elmo_model(sys.argv[1]); "
+              "print(before, lstm_kernels.cpu_kernels().name)")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "m")], capture_output=True, text=True,
+                          timeout=300, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    expected = "packed" if packed_kernels.available() else "public"
+    assert done.stdout.split() == ["public", expected]

@@ -327,7 +327,9 @@ def build_model(args: PretrainingArguments, config: Any, plan: RunPlan) -> torch
     from safetensors.torch import load_file
 
     from ..modeling_elmo import ElmoForBidirectionalLM
+    from ..packed_kernels import install
 
+    install()  # the package's fast CPU form of the recurrence, where this torch build has it (docs/model.md)
     model = ElmoForBidirectionalLM(config)
     if args.init_from_model is not None and plan.resume_path is None:
         folder = Path(args.init_from_model)
