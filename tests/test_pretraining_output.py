@@ -171,3 +171,17 @@ def test_a_runs_files_follow_the_umask(corpus, tmp_path):
     modes = {p.relative_to(tmp_path / "run").as_posix(): p.stat().st_mode & 0o777
              for p in (tmp_path / "run").rglob("*") if p.is_file()}
     assert {name for name, mode in modes.items() if mode != 0o644} == set(), modes
+
+
+def test_a_starting_model_whose_vocabulary_does_not_fit_its_softmax_is_refused(corpus, finished, tmp_path):
+    start = tmp_path / "start"
+    start.mkdir()
+    for path in finished.iterdir():
+        if path.is_file():
+            (start / path.name).write_bytes(path.read_bytes())
+    words = (start / "vocab.txt").read_text().splitlines()
+    (start / "vocab.txt").write_text("\n".join(words[:-5]) + "\n")
+    with pytest.raises(SystemExit, match=rf"its vocab.txt has {len(words) - 5} words but its softmax has {len(words)} rows"):
+        _run("--train-file", str(corpus), "--output-dir", str(tmp_path / "continued"), "--init-from-model", str(start),
+             "--max-steps", "1")
+    assert not (tmp_path / "continued").exists()
