@@ -146,6 +146,28 @@ def test_a_run_that_finds_its_new_folder_written_meanwhile_writes_nothing(corpus
     assert _snapshot(out) == before
 
 
+def test_two_runs_started_at_once_into_one_new_folder_give_one_run(corpus, tmp_path):
+    """The report: both exited 0, metrics.jsonl interleaved both runs and the first model was replaced."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    script = Path(__file__).resolve().parents[1] / "scripts" / "pretrain.py"
+    argv = [sys.executable, str(script), *_args(corpus, out)[:-3], "--max-steps", "30", "--no-plot"]
+    runs = [subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            for _ in range(2)]
+    results = sorted((run.wait(timeout=600), run.stderr.read().strip().splitlines()[-1:]) for run in runs)
+    assert [code for code, _ in results] == [0, 1], results
+    (refusal,) = results[1][1]
+    assert refusal.startswith("elmo pretrain: error: ") and ("another elmo pretrain run is writing" in refusal
+                                                             or "already holds" in refusal
+                                                             or "was written by another run" in refusal), refusal
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()
+             if "train_loss" in json.loads(line)]
+    assert steps == list(range(1, 31)), "one run's records, each update once"
+
+
 # ----------------------------------------------------------------------------------------------- what is carried
 def test_a_starting_models_foreign_auto_map_is_not_carried(corpus, finished, tmp_path):
     start = tmp_path / "start"
