@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from .io_utils import atomic_write_text, read_json_object
+from .manifest import MANIFEST
 from .results import EvaluationResults, read_results
 
 __all__ = ["CHECKPOINT_FILE", "CODE_FILES", "EvaluationFolder", "RunFolder", "read_json_object"]
@@ -69,7 +70,8 @@ def _written(name: str, is_ours) -> bool:
 
 class EvaluationFolder:
     """What ``elmo evaluate`` writes: ``eval_results.json`` (docs/results.md), ``eval_results.md`` (the same numbers
-    as Markdown tables) and the plots of `PLOTS`, each present only when it applies."""
+    as Markdown tables) and the plots of `PLOTS`, each present only when it applies, and ``.elmo-manifest.json``,
+    the list of the files it wrote (it never replaces a file it did not write)."""
 
     RESULTS = "eval_results.json"
     REPORT = "eval_results.md"
@@ -100,8 +102,11 @@ class EvaluationFolder:
 
     @classmethod
     def is_own_file(cls, name: str) -> bool:
-        """Whether a file ``name`` in the folder is one ``elmo evaluate`` writes (or is writing)."""
-        return _written(name, lambda n: n in (cls.RESULTS, cls.REPORT, *cls.PLOTS.values()))
+        """Whether a file ``name`` in the folder is one ``elmo evaluate`` writes (or is writing): its results, report,
+        plots (``.NAME.tmp.png`` while one is saved) and its manifest of them (`modeling_elmo.manifest`)."""
+        plot = re.fullmatch(r"\.(?P<stem>.+)\.tmp\.png", name)
+        return (_written(name, lambda n: n in (cls.RESULTS, cls.REPORT, MANIFEST, *cls.PLOTS.values()))
+                or bool(plot and f"{plot.group('stem')}.png" in cls.PLOTS.values()))
 
 
 class RunFolder:
