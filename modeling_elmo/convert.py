@@ -50,6 +50,7 @@ import argparse
 import contextlib
 import hashlib
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -61,6 +62,8 @@ import numpy as np
 import torch
 
 from .configuration_elmo import ElmoConfig
+from .io_utils import follow_umask, is_within, read_json_object
+from .manifest import check_replaceable, remove_stale_temporaries, temporary_prefix, write_manifest
 from .original_format import (
     LSTM_CELL,
     config_summary,
@@ -72,6 +75,10 @@ from .original_format import (
 )
 from .parity import DEFAULT_ATOL, validate_converted_model
 from .releases import BASE_URL_ENV, DEFAULT_ATTEMPTS, RELEASES, Release, fetch_release, get_release
+
+COMMAND = "elmo convert"
+#: Temporary folders next to the output: the conversion being written, the output it replaces.
+_TEMPORARY_KINDS = ("converting", "old")
 
 _DIRECTIONS = ("forward", "backward")
 
@@ -212,19 +219,29 @@ did, pass each call's `lstm_state` to the next: `out = model(**batch, lstm_state
 """
 
 
-def check_output_dir(output_dir: str | os.PathLike, overwrite: bool = False) -> Path:
+def check_output_dir(output_dir: str | os.PathLike, overwrite: bool = False,
+                     inputs: tuple[str | os.PathLike, ...] = ()) -> Path:
     """Raise `ValueError` unless a conversion can write ``output_dir``; return it as a `Path`. Writes nothing.
 
-    Refused: an existing file; an existing non-empty folder unless ``overwrite``; a path under a file; a location
-    where the nearest existing folder does not let us create anything (tried with a temporary folder that is
-    removed at once, so read-only folders and file systems are caught however permissions are set up).
+    Refused: an output folder that holds one of ``inputs`` (replacing it would delete them); an existing file; an
+    existing non-empty folder unless ``overwrite``, and with ``overwrite`` a folder holding anything but the files of
+    an earlier conversion (its manifest, `modeling_elmo.manifest`; the error names the first other file); a path
+    under a file; a location where the nearest existing folder does not let us create anything (tried with a
+    temporary folder that is removed at once, so read-only folders and file systems are caught however permissions
+    are set up).
     """
     output_dir = Path(output_dir)
     shown = str(output_dir)
+    for source in inputs:
+        if is_within(Path(source), output_dir):
+            raise ValueError(f"output folder {shown!r} holds the input file {str(source)!r}; writing the output would "
+                             "delete it. Choose another output folder.")
     if output_dir.exists() and not output_dir.is_dir():
         raise ValueError(f"output {shown!r} exists and is not a folder.")
-    if output_dir.is_dir() and any(output_dir.iterdir()) and not overwrite:
-        raise ValueError(f"output folder {shown!r} exists and is not empty; pass overwrite=True (--overwrite).")
+    if output_dir.is_dir() and any(output_dir.iterdir()):
+        if not overwrite:
+            raise ValueError(f"output folder {shown!r} exists and is not empty; pass overwrite=True (--overwrite).")
+        check_replaceable(output_dir, COMMAND, f"output folder {shown!r}")
     ancestor = output_dir.absolute().parent
     while not ancestor.exists() and not ancestor.is_symlink() and ancestor != ancestor.parent:
         ancestor = ancestor.parent
@@ -238,6 +255,14 @@ def check_output_dir(output_dir: str | os.PathLike, overwrite: bool = False) -> 
             f"({error.strerror or error})."
         ) from None
     return output_dir
+
+
+def check_atol(atol: float) -> None:
+    """Raise `ValueError` unless ``atol`` (the largest accepted difference to the reference) is a finite number > 0:
+    NaN would fail every comparison, and a negative one could never be met."""
+    if isinstance(atol, bool) or not isinstance(atol, (int, float)) or not (math.isfinite(atol) and atol > 0):
+        raise ValueError(f"--atol must be a finite number > 0 (the largest accepted difference to the reference), "
+                         f"got {atol!r}.")
 
 
 def _make_parents(folder: Path) -> list[Path]:
@@ -271,7 +296,9 @@ def convert(
     """
     from . import ElmoModel, ElmoTokenizer, save_model_folder
 
-    output_dir = check_output_dir(output_dir, overwrite)
+    check_atol(atol)
+    output_dir = check_output_dir(output_dir, overwrite, inputs=(options_path, weights_path))
+    remove_stale_temporaries(output_dir, _TEMPORARY_KINDS)  # left by a run that was killed
     # 1. Options -> config.
     options = read_options(options_path)
     config = convert_config(options)
@@ -308,16 +335,15 @@ def convert(
     staging: Path | None = None
     try:
         created = _make_parents(parent)
-        staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.converting-", dir=parent))
-        umask = os.umask(0)
-        os.umask(umask)
-        staging.chmod(0o777 & ~umask)  # mkdtemp makes it private; the result should look like any new folder
+        staging = Path(tempfile.mkdtemp(prefix=temporary_prefix(output_dir, "converting"), dir=parent))
+        follow_umask(staging, folder=True)  # mkdtemp makes it private; the result should look like any new folder
         save_model_folder(model, ElmoTokenizer(), staging)  # safetensors, tokenizer, code files, full auto_map
         readme = _model_card(config, described, max_diff, num_parameters, release)
         (staging / "README.md").write_text(readme, encoding="utf-8")
         (staging / "conversion_metadata.json").write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
-        if output_dir.exists():
-            retired = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.old-", dir=parent))
+        write_manifest(staging, COMMAND, (p.relative_to(staging).as_posix() for p in staging.rglob("*") if p.is_file()))
+        if output_dir.exists():  # only an earlier conversion's files (check_output_dir)
+            retired = Path(tempfile.mkdtemp(prefix=temporary_prefix(output_dir, "old"), dir=parent))
             os.replace(output_dir, retired / "old")
             os.replace(staging, output_dir)
             shutil.rmtree(retired, ignore_errors=True)
@@ -354,7 +380,8 @@ def convert_release(
     anything is downloaded. Returns the output folder; raises `ValueError` or `~modeling_elmo.releases.DownloadError`.
     """
     release = get_release(release) if isinstance(release, str) else release
-    check_output_dir(output_dir, overwrite)
+    check_atol(atol)
+    check_output_dir(output_dir, overwrite, inputs=(cache_dir,) if cache_dir else ())
     fetched = fetch_release(release, cache_dir, base_url=base_url, force_download=force_download,
                             use_mirror=use_mirror, attempts=attempts or DEFAULT_ATTEMPTS, retry_wait=retry_wait,
                             progress=progress)
@@ -395,6 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+
     if args.release and (args.options or args.weights):
         parser.error("--release downloads its own files; do not combine it with --options/--weights.")
     if not args.release and not (args.options and args.weights):

@@ -7,6 +7,7 @@ model, optimiser and schedule, ``prepare``, resume, the loop, finish. Each step 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import sys
@@ -27,7 +28,14 @@ from .checkpoint import CheckpointManager, check_checkpoint_files, load_checkpoi
 from .data import Vocabulary, build_vocabulary, check_hub_dataset, expand_text_files, load_raw_splits, tokenize_splits
 from .evaluation import evaluate, metrics_record, plot_perplexity
 from .loop import NonfiniteGuard, Session, evaluate_and_track, save_checkpoint, train_loop
-from .output import BestModel, check_output_folder, open_output_folder, save_final_model
+from .output import (
+    BestModel,
+    check_output_folder,
+    data_file_arguments,
+    open_output_folder,
+    run_lock,
+    save_final_model,
+)
 from .schedule import build_scheduler
 from .state import MetricsLog, TrainingState, data_fingerprint, identity_differences, run_identity
 
@@ -435,6 +443,13 @@ def train(args: PretrainingArguments) -> int:
     started = time.time()
     plan = check_inputs(args)  # bad input fails here, in seconds, before anything is written
     accelerator = build_accelerator(args)
+    with run_lock(plan.run) if accelerator.is_main_process else contextlib.nullcontext():  # one run per folder
+        return _train(args, plan, accelerator, started)
+
+
+def _train(args: PretrainingArguments, plan: Any, accelerator: Any, started: float) -> int:
+    from accelerate.utils import set_seed
+
     set_seed(args.seed)
     data = prepare_data(args, accelerator, plan)
     config = build_config(plan.model_config, len(data.vocab))
@@ -444,7 +459,7 @@ def train(args: PretrainingArguments) -> int:
     scheduler = build_scheduler(args, optimizer, total_updates)  # stepped once per update by the loop
     identity = run_identity(args, config, data.fingerprint, data.vocab.fingerprint())
     if accelerator.is_main_process:
-        open_output_folder(plan.run, plan.folder_mode, identity)  # the inputs are known good: now the folder
+        open_output_folder(plan.run, plan.folder_mode, identity, data_file_arguments(args))  # inputs good: the folder
         data.vocab.save(plan.run.vocab_file)
     accelerator.wait_for_everyone()
     model, optimizer = accelerator.prepare(model, optimizer)
