@@ -84,3 +84,8 @@ def test_readme_examples_run_as_written(reader_folder):
     assert (reader_folder / "outputs" / "elmo-original" / "model.safetensors").is_file()
     assert (reader_folder / "outputs" / "features.h5").is_file()
     assert (reader_folder / "outputs" / "sentiment" / "config.json").is_file()
+    # the classifier step trains real numbers: the new head starts from its initialisation, not from memory
+    losses = [entry["train_loss"] for entry in namespace["trainer"].state.log_history if "train_loss" in entry]
+    head = namespace["classifier"].classifier
+    assert losses and all(0 < loss < 10 for loss in losses), losses
+    assert torch.isfinite(head.weight).all() and head.weight.abs().max() < 1.0
