@@ -26,6 +26,7 @@ from .configuration_elmo import AUTO_MAP, ElmoConfig
 from .modeling_elmo import (
     ElmoBidirectionalLMOutput,
     ElmoBiLstm,
+    ElmoCharConvolution,
     ElmoCharacterEncoder,
     ElmoForBidirectionalLM,
     ElmoForSequenceClassification,
@@ -40,6 +41,11 @@ from .modeling_elmo import (
 )
 from .tokenization_elmo import BOS_CHAR_IDS, EOS_CHAR_IDS, ElmoTokenizer, decode_char_ids, encode_words
 from .inference import ElmoEmbedder, load_elmo_model, load_elmo_tokenizer  # noqa: E402  (needs the classes above)
+from . import packed_kernels  # noqa: E402
+
+# The package's own classes run the fast CPU form of the recurrence (packed weights, directions on threads) where
+# this torch build has it; the files shipped with a model use public operators only (docs/model.md).
+packed_kernels.install()
 
 __version__ = "0.1.0"
 
@@ -103,6 +109,7 @@ __all__ = [
     "EOS_CHAR_IDS",
     "ElmoBiLstm",
     "ElmoBidirectionalLMOutput",
+    "ElmoCharConvolution",
     "ElmoCharacterEncoder",
     "ElmoConfig",
     "ElmoEmbedder",

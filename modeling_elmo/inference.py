@@ -291,7 +291,8 @@ class ElmoEmbedder:
     def embed_batch(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
         """All layers of each sentence of one batch: float32 arrays ``(num_layers, len(sentence), output_size)``.
 
-        Every sentence must have at least one word (`embed_sentences` accepts empty ones).
+        Every sentence must have at least one word (`embed_sentences` accepts empty ones). Non-finite vectors (a
+        model with corrupt weights) raise `FloatingPointError` instead of being returned.
         """
         _check_word_lists(sentences)
         if any(len(s) == 0 for s in sentences):
@@ -302,6 +303,10 @@ class ElmoEmbedder:
             out = self.model(input_ids=encoded["input_ids"].to(self.device),
                              attention_mask=encoded["attention_mask"].to(self.device), output_hidden_states=True)
             layers = torch.stack(tuple(out.hidden_states), dim=1).float().cpu().numpy()  # (B, L+1, T, 2P)
+        # checked here, where the vectors have left the device anyway (the model's forward makes the host wait for
+        # no check): every export and cache of vectors (`elmo embed`, `add_elmo_features`) goes through this
+        if not np.isfinite(layers).all():
+            raise FloatingPointError("the ELMo model produced NaN or infinite vectors: its weights are probably corrupt.")
         return [layers[i, :, : len(s)] for i, s in enumerate(sentences)]
 
     def embed_sentences(self, sentences: Iterable[Sequence[str]], batch_size: int = 64,

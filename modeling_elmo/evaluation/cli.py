@@ -16,6 +16,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -25,7 +26,7 @@ import torch
 
 from ..hub.safety import refuse_pickled_weights
 from ..io_utils import atomic_write_text
-from ..results import EvaluationResults, write_results
+from ..results import EvaluationResults, read_results, write_results
 from ..run_folder import EvaluationFolder, RunFolder
 from . import data as ev_data
 from .metrics import mcnemar_exact
@@ -145,6 +146,9 @@ def load_model_and_tokenizer(model: str, device: torch.device, need_lm: bool):
         tokenizer = ElmoTokenizer()  # character ids need no files; word ids (perplexity) do
     else:
         tokenizer = ElmoTokenizer.from_pretrained(model)
+    if need_lm and lm is not None and tokenizer.vocab_size != config.vocab_size:
+        raise ValueError(f"the vocabulary of model {model!r} has {tokenizer.vocab_size} words but its softmax has "
+                         f"{config.vocab_size} rows (config.json vocab_size): the perplexity would score other words.")
     return lm, base, tokenizer, config
 
 
@@ -294,6 +298,47 @@ def _check_numbers(args) -> None:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
 
 
+def previous_results(out: EvaluationFolder, model_name: str) -> EvaluationResults | None:
+    """The results already in ``out`` (None when there are none), which the new ones are merged into; raises
+    `ValueError` for a file that cannot be read or holds another model's results (it is never replaced)."""
+    if not os.path.lexists(out.results_file):
+        return None
+    if out.results_file.is_symlink() or not out.results_file.is_file():
+        raise ValueError(f"{out.results_file} is not a regular file; elmo evaluate never replaces one. Choose another "
+                         "--output-dir.")
+    try:
+        previous = read_results(out.results_file)
+    except ValueError as error:
+        raise ValueError(f"the results already in {out.results_file} cannot be read, so the new ones cannot be "
+                         f"merged into them ({error}); move the file away or choose another --output-dir.") from None
+    if previous.model != model_name:
+        raise ValueError(f"{out.results_file} holds the results of model {previous.model!r}, not {model_name!r}; choose "
+                         "another --output-dir.")
+    return previous
+
+
+#: The per-task entries of ``details`` (task name -> value), merged task by task.
+_PER_TASK_DETAILS = ("datasets", "tasks", "untrained_tasks", "timings_seconds", "untrained_timings_seconds")
+
+
+def merge_task_results(previous: EvaluationResults | None, new: EvaluationResults,
+                       tasks: list[str]) -> EvaluationResults:
+    """``new`` (the results of ``tasks``) with the records of the other tasks kept from ``previous``: evaluating one
+    task never removes another task's results. The per-task details are merged the same way; the rest of
+    ``details`` (settings, model) is the new run's."""
+    if previous is None:
+        return new
+    perplexity = ([] if "perplexity" in tasks else list(previous.perplexity)) + list(new.perplexity)
+    scores = [s for s in previous.scores if s.task not in tasks] + list(new.scores)
+    details = {**previous.details, **new.details}
+    for key in _PER_TASK_DETAILS:
+        old = previous.details.get(key)
+        if isinstance(old, dict):
+            details[key] = {**{t: v for t, v in old.items() if t not in tasks}, **(new.details.get(key) or {})}
+    seed = new.untrained_seed if new.untrained_seed is not None else previous.untrained_seed
+    return dataclasses.replace(new, perplexity=perplexity, scores=scores, details=details, untrained_seed=seed)
+
+
 def evaluate(args) -> EvaluationResults:
     """Run the requested evaluation and write the result files; returns what was written."""
     tasks = list(TASKS) if "all" in args.task else list(dict.fromkeys(args.task))
@@ -306,6 +351,8 @@ def evaluate(args) -> EvaluationResults:
         out = run.evaluation
     else:
         raise ValueError(f"model {args.model!r} is a Hub id: pass --output-dir for the results")
+    model_name = Path(model).name if run is not None else model
+    previous = previous_results(out, model_name)  # checked before any work: a file that cannot be merged stops here
     data_dir = Path(args.data_dir) if args.data_dir is not None else None
     if data_dir is not None and not data_dir.is_dir():
         raise ValueError(f"--data-dir {str(data_dir)!r} is not a folder")
@@ -352,7 +399,7 @@ def evaluate(args) -> EvaluationResults:
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
                 if k not in ("model", "output_dir", "text", "wsd_file", "unigram_fit", "data_dir")}
     results = EvaluationResults.now(
-        model=Path(model).name if run is not None else model, source="elmo evaluate", perplexity=perplexity,
+        model=model_name, source="elmo evaluate", perplexity=perplexity,
         scores=score_records(trained, datasets, untrained, comparison),
         untrained_seed=args.seed if args.compare_untrained else None,
         details={
@@ -365,6 +412,7 @@ def evaluate(args) -> EvaluationResults:
             "timings_seconds": timings, "untrained_timings_seconds": untrained_timings,
         },
     )
+    results = merge_task_results(previous, results, tasks)
     results.details["plots"] = write_plots(results, out, run)
     write_results(out.results_file, results)
     atomic_write_text(out.report_file, markdown_report(results))

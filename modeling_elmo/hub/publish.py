@@ -115,8 +115,8 @@ def check_published_inputs(run: RunFolder) -> None:
         if not os.path.lexists(path):
             continue
         if path.is_symlink() and not any(is_within(path, allowed) for allowed in roots):
-            raise ValueError(f"{path} is a link to {os.path.realpath(path)}, outside the model folder; publishing "
-                             "never follows a link out of the folder. Copy the file in if it belongs to the model.")
+            raise ValueError(f"{path} links outside the model folder (to {os.path.realpath(path)}); publishing never "
+                             "follows a link out of the folder. Copy the file in if it belongs to the model.")
         if name == RunFolder.EVALUATION:
             if not path.is_dir():
                 raise ValueError(f"{path} is not a folder.")
@@ -140,13 +140,13 @@ def check_weights(run: RunFolder) -> str:
                 for name in handle.keys():
                     dtype = handle.get_slice(name).get_dtype()
                     if dtype not in FLOAT_DTYPES:
-                        raise ValueError(f"{path.name}: tensor {name!r} has dtype {dtype}, not a floating-point "
+                        raise ValueError(f"{path}: tensor {name!r} has dtype {dtype}, not a floating-point "
                                          f"dtype ({', '.join(FLOAT_DTYPES.values())}): refusing to publish it.")
                     dtypes.add(FLOAT_DTYPES[dtype])
                     tensor = handle.get_tensor(name)
                     if not bool(tensor.isfinite().all()):
                         bad = int((~tensor.isfinite()).sum())
-                        raise ValueError(f"{path.name}: tensor {name!r} holds {bad} non-finite value(s) (NaN or "
+                        raise ValueError(f"{path}: tensor {name!r} holds {bad} non-finite value(s) (NaN or "
                                          "infinity): refusing to publish a broken model.")
         except ValueError:
             raise

@@ -22,6 +22,7 @@ __all__ = [
     "FORBIDDEN_CALLS",
     "FORBIDDEN_STDLIB_IMPORTS",
     "HF_TOKEN_PATTERN",
+    "PRIVATE_TORCH",
     "audit_shipped_code",
     "is_within",
     "refuse_pickled_weights",
@@ -42,6 +43,10 @@ FORBIDDEN_STDLIB_IMPORTS = frozenset({
 #: Calls the shipped code must not contain anywhere (not only at import time).
 FORBIDDEN_CALLS = frozenset({"eval", "exec", "compile", "__import__", "torch.load", "torch.hub.load",
                              "pickle.load", "pickle.loads", "numpy.load", "np.load"})
+
+#: Why a private part of torch is refused in shipped code: a model's code must keep working with the torch releases
+#: its users have, and torch changes its internals (``torch.ops.*`` operators, underscored names) without notice.
+PRIVATE_TORCH = "a private torch API (torch.ops.* or an underscored name), which changes between releases"
 
 #: Weight files that would be unpickled by a loader (arbitrary code execution): refused everywhere.
 _PICKLED_WEIGHTS = re.compile(r"(pytorch_model.*\.bin|.*\.(pt|pth|ckpt)|pytorch_model\.bin\.index\.json)")
@@ -119,13 +124,24 @@ def _dotted(node: ast.AST) -> str | None:
     return None
 
 
+def _private_torch(dotted: str | None) -> bool:
+    """Whether the dotted name (``torch.ops.mkl._mkl_linear``, ``torch.utils._triton``) reaches into torch's
+    internals: its operator namespaces or a name with a leading underscore (dunders such as ``__version__`` are
+    public)."""
+    parts = (dotted or "").split(".")
+    if parts[0] != "torch" or len(parts) < 2:
+        return False
+    return parts[1] == "ops" or any(part.startswith("_") and not part.endswith("__") for part in parts[1:])
+
+
 def audit_shipped_code(paths: Iterable[str | os.PathLike]) -> list[str]:
     """Problems in the custom-code files shipped to the Hub (an empty list means they pass).
 
     A shipped file may import torch, transformers, numpy, tokenizers, the other shipped files (relative
     imports) and standard-library modules other than `FORBIDDEN_STDLIB_IMPORTS` (network, processes,
     pickling, native code, dynamic imports); it may not call any of `FORBIDDEN_CALLS` (``eval``, ``exec``,
-    ``torch.load``, ...), and its module level (outside functions and classes) may not call ``open``.
+    ``torch.load``, ...) nor use torch's private APIs (`PRIVATE_TORCH`: ``torch.ops.*``, ``torch._assert_async``,
+    ``torch.utils._triton``, ...), and its module level (outside functions and classes) may not call ``open``.
     """
     paths = [Path(p) for p in paths]
     shipped_modules = {Path(name).stem for name in CODE_FILES}
@@ -133,7 +149,18 @@ def audit_shipped_code(paths: Iterable[str | os.PathLike]) -> list[str]:
     problems = []
     for path in paths:
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        private_lines: set[int] = set()
         for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.lineno not in private_lines and _private_torch(_dotted(node)):
+                private_lines.add(node.lineno)  # the outermost chain of a line is met first: one problem per line
+                problems.append(f"{path.name}:{node.lineno}: uses {_dotted(node)}, {PRIVATE_TORCH}")
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                imported = ([alias.name for alias in node.names] if isinstance(node, ast.Import) else
+                            [f"{node.module}.{alias.name}" for alias in node.names] if node.module and not node.level
+                            else [])
+                for name in imported:
+                    if _private_torch(name):
+                        problems.append(f"{path.name}:{node.lineno}: imports {name}, {PRIVATE_TORCH}")
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
                 relative = False

@@ -211,6 +211,16 @@ def load_checkpoint(folder: Path, *, model: torch.nn.Module, optimizer: torch.op
 
 
 # ----------------------------------------------------------------------------------------------- the folder
+def _write_errors() -> tuple[type[BaseException], ...]:
+    from safetensors import SafetensorError
+
+    return (OSError, SafetensorError)
+
+
+#: What a failed write raises: `OSError`, or safetensors' `SafetensorError` (e.g. "No space left on device").
+WRITE_ERRORS = _write_errors()
+
+
 class CheckpointManager:
     def __init__(self, root: str | os.PathLike, keep_last: int = 2):
         self.root = Path(root)
@@ -271,7 +281,7 @@ class CheckpointManager:
         if not error:
             try:
                 write(tmp)
-            except OSError as exc:
+            except WRITE_ERRORS as exc:  # safetensors reports a full disk as its own error type
                 error = f"{type(exc).__name__}: {exc}"
         failed = torch.tensor([1.0 if error else 0.0], device=accelerator.device)
         failed = accelerator.reduce(failed, reduction="sum") if accelerator.num_processes > 1 else failed

@@ -270,8 +270,8 @@ def load_raw_splits(
 class Vocabulary:
     """Word vocabulary of the LM softmax: ``<pad>``, ``<S>``, ``</S>``, ``<UNK>`` (ids 0-3), then words.
 
-    Same file format and reading rules as `ElmoTokenizer` (one word per line, specials may be listed or not,
-    empty lines and bilm-tf's ``!!!MAXTERMID`` skipped).
+    Same file format and reading rules as `ElmoTokenizer` (one word per line, specials may be listed first or not,
+    bilm-tf's ``!!!MAXTERMID`` skipped; empty lines and repeated words refused).
     """
 
     def __init__(self, words: Iterable[str]):
@@ -294,10 +294,11 @@ class Vocabulary:
 
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> Vocabulary:
-        if not os.path.isfile(path):
-            raise ValueError(f"vocabulary file {os.fspath(path)!r} does not exist.")
-        with open(path, encoding="utf-8") as handle:
-            return cls(line.rstrip("\n") for line in handle)
+        """The vocabulary of a file, read as `ElmoTokenizer` reads it (`read_vocabulary_file`: an empty line, a
+        repeated word or a misplaced special word is refused naming the line)."""
+        from ..tokenization_elmo import read_vocabulary_file
+
+        return cls(read_vocabulary_file(path))
 
     def save(self, path: str | os.PathLike) -> None:
         atomic_write_text(path, "".join(w + "\n" for w in self.words))

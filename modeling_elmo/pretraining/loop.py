@@ -141,25 +141,34 @@ class DeviceCounters:
 
 
 class StopFlag:
-    """SIGTERM handler: remember the request; the loop honours it at the next sync point."""
+    """SIGTERM and SIGINT (Ctrl-C) handler: remember the request; the loop honours it at the next sync point (a
+    checkpoint, then exit). A second SIGINT is not caught: it raises `KeyboardInterrupt` at once."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
     def __init__(self) -> None:
         self.reason = ""
-        self.previous = None
+        self.signum: int | None = None
+        self.previous: dict[int, Any] = {}
 
     def __call__(self, signum: int, frame: Any) -> None:
-        self.reason = f"signal {signal.Signals(signum).name}"
+        self.reason, self.signum = f"signal {signal.Signals(signum).name}", signum
+        if signum == signal.SIGINT:  # the next Ctrl-C stops at once
+            signal.signal(signal.SIGINT, self.previous.get(signal.SIGINT, signal.default_int_handler))
+            logger.warning("Ctrl-C: saving a checkpoint at the next update, then stopping (press Ctrl-C again to stop "
+                           "at once, without it).")
 
     def __enter__(self) -> StopFlag:
-        try:
-            self.previous = signal.signal(signal.SIGTERM, self)
-        except ValueError:  # not in the main thread
-            pass
+        for signum in self.SIGNALS:
+            try:
+                self.previous[signum] = signal.signal(signum, self)
+            except ValueError:  # not in the main thread
+                pass
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        if self.previous is not None:
-            signal.signal(signal.SIGTERM, self.previous)
+        for signum, previous in self.previous.items():
+            signal.signal(signum, previous)
 
 
 # ----------------------------------------------------------------------------------------------- the steps

@@ -24,7 +24,7 @@ from ..results import EvaluationResults, write_results
 from ..run_folder import RunFolder
 from .arguments import PretrainingArguments, read_model_preset, parse_args, validate
 from .batching import BucketBatchSampler, Collator, example_lengths
-from .checkpoint import CheckpointManager, check_checkpoint_files, load_checkpoint, read_trainer_state
+from .checkpoint import WRITE_ERRORS, CheckpointManager, check_checkpoint_files, load_checkpoint, read_trainer_state
 from .data import Vocabulary, build_vocabulary, check_hub_dataset, expand_text_files, load_raw_splits, tokenize_splits
 from .evaluation import evaluate, metrics_record, plot_perplexity
 from .loop import NonfiniteGuard, Session, evaluate_and_track, save_checkpoint, train_loop
@@ -384,6 +384,11 @@ def finish(s: Session, state: TrainingState, stop_reason: str, preempted: bool, 
     if preempted:
         logger.info("stopped at update %d (%s); resume with --resume-from-checkpoint latest.", state.global_step, stop_reason)
         s.accelerator.end_training()
+        if stop_reason == "signal SIGINT":  # Ctrl-C: one line, and the shell's status for an interrupted command
+            if s.accelerator.is_main_process:
+                print(f"elmo pretrain: interrupted (Ctrl-C) at update {state.global_step}; the checkpoint "
+                      f"{s.checkpoints.latest()} holds it: resume with --resume-from-checkpoint latest.", file=sys.stderr)
+            return 130
         return 0
     if stop_reason:
         logger.info("stopped at update %d: %s.", state.global_step, stop_reason)
@@ -425,14 +430,27 @@ def finish(s: Session, state: TrainingState, stop_reason: str, preempted: bool, 
                          "unk_handling": UNK_HANDLING}))
             if s.args.plot:
                 plot_perplexity(s.run.metrics_file, s.run.perplexity_plot_file)
-        except OSError as exc:
-            raise SystemExit(f"elmo pretrain: error: could not save the final model into {str(s.run.root)!r} ({exc}); nothing is "
-                             f"lost: the training state is in {s.checkpoints.latest()} (resume with --resume-from-checkpoint "
-                             "latest once there is space).") from exc
+        except WRITE_ERRORS as exc:  # a full disk: say what the kept checkpoint holds
+            raise SystemExit(f"elmo pretrain: error: could not save the final model into {str(s.run.root)!r} "
+                             f"({' '.join(str(exc).split())}); {_kept_checkpoint(s, state)}") from None
         logger.info("saved the model into %s", s.run.root)
     s.accelerator.wait_for_everyone()
     s.accelerator.end_training()
     return 0
+
+
+def _kept_checkpoint(s: Session, state: TrainingState) -> str:
+    """What is kept when the final model cannot be written: the latest checkpoint and the updates it holds."""
+    latest = s.checkpoints.latest()
+    if latest is None:
+        return (f"no checkpoint could be written either: the {state.global_step} updates of this run are lost "
+                "(free some space and run the command again).")
+    step = int(CheckpointManager.read_state(latest)["state"]["global_step"])
+    advice = "resume with --resume-from-checkpoint latest once there is space"
+    if step >= state.global_step:
+        return f"nothing is lost: the checkpoint {latest} holds all {step} updates ({advice}: it writes the model)."
+    return (f"the latest checkpoint, {latest}, holds update {step}: the {state.global_step - step} updates after it are "
+            f"lost ({advice}).")
 
 
 # ----------------------------------------------------------------------------------------------- the skeleton
@@ -487,3 +505,7 @@ def main(argv: list[str] | None = None) -> int:
         return train(parse_args(argv))
     except (ValueError, OSError) as error:
         raise SystemExit(f"elmo pretrain: error: {error}") from None
+    except KeyboardInterrupt:  # Ctrl-C before training started, or a second Ctrl-C while the first was handled
+        raise SystemExit("elmo pretrain: error: interrupted (Ctrl-C) at once, without saving a checkpoint; rerun the "
+                         "command to start again, or resume an earlier checkpoint with --resume-from-checkpoint "
+                         "latest.") from None
