@@ -193,7 +193,7 @@ def test_bad_input_is_one_line_on_stderr_in_a_real_process(tmp_path):
         assert not (tmp_path / "o").exists()
     done = subprocess.run([sys.executable, str(REPO / "scripts" / "pretrain.py"), "--max-steps", "abc"], env=env,
                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert done.returncode == 2 and done.stderr.strip() == ("elmo pretrain: error: argument --max_steps/--max-steps: invalid int "
+    assert done.returncode == 2 and done.stderr.strip() == ("elmo pretrain: error: argument --max-steps: invalid int "
                                                             "value: 'abc' (`elmo pretrain --help` lists the options).")
 
 

@@ -469,8 +469,7 @@ def test_a_single_100000_character_word_is_cut_by_the_tokenizer(tmp_path, tiny_m
 
 def test_cli_reports_a_missing_model_clearly(tmp_path):
     src = write_lines(tmp_path / "in.txt", ["a"])
-    with pytest.raises(SystemExit, match=r"^elmo embed: error: model '.*nope' is neither an existing folder nor a "
-                                         r"valid Hub id"):
+    with pytest.raises(SystemExit, match=r"^elmo embed: error: model '.*nope' does not exist \(no such folder\)"):
         embed_mod.main([str(src), str(tmp_path / "o.h5"), "--model", str(tmp_path / "nope"), "--all", "--no-progress"])
     assert not (tmp_path / "o.h5").exists()
 
@@ -541,7 +540,7 @@ def test_bench_embed_reports_throughput_against_a_baseline_and_the_matmul_peak(t
     tiny = result["models"]["tiny"]
     assert tiny["sentences_per_second"] > 0 and tiny["baseline"]["lines"] == 20
     assert tiny["speedup_over_baseline"] == pytest.approx(
-        tiny["sentences_per_second"] / tiny["baseline"]["sentences_per_second"], rel=0.01)
+        tiny["sentences_per_second"] / tiny["baseline"]["sentences_per_second"], rel=0.01, abs=0.006)  # 2 decimals
     assert result["matmul_peak_gflops"] > 0 and 0 < tiny["fraction_of_matmul_peak"] < 1
 
 

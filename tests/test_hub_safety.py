@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from huggingface_hub import constants
 
-from modeling_elmo.hub.safety import audit_shipped_code, refuse_pickled_weights, resolve_token, scan_for_secrets
+from modeling_elmo.hub.safety import audit_shipped_code, resolve_token, scan_for_secrets
+from modeling_elmo.loading import refuse_pickled_weights
 from modeling_elmo.run_folder import CODE_FILES
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1] / "modeling_elmo"

@@ -110,8 +110,9 @@ def test_loader_refuses_pickled_weights(tmp_path):
 
 
 @pytest.mark.parametrize("where, match", [
-    ("missing-folder/elmo/x", "is neither an existing folder nor a valid Hub id"),
-    ("someone/elmo-that-is-not-cached", "cannot read the config of model 'someone/elmo-that-is-not-cached'"),
+    ("missing-folder/elmo/x", "model 'missing-folder/elmo/x' does not exist \\(no such folder\\)"),
+    ("someone/elmo-that-is-not-cached", "model 'someone/elmo-that-is-not-cached' does not exist: no such folder, and no "
+                                        "Hub model of that name in the local cache"),
     ("no-config", "is not an ELMo model folder: it has no config.json"),
     ("bert", "is not an ELMo model: its config.json has model_type 'bert'"),
     ("file.txt", "is a file; give the folder"),

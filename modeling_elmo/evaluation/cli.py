@@ -24,8 +24,16 @@ from typing import Any
 
 import torch
 
-from ..hub.safety import refuse_pickled_weights
+from ..inference import (
+    HEAD_WEIGHT_PREFIXES,
+    check_loading_info,
+    check_safetensors_files,
+    quiet_load_report,
+    refuse_nonfinite_weights,
+)
 from ..io_utils import atomic_write_text
+from ..manifest import read_manifest, write_manifest
+from ..loading import check_model_location, refuse_pickled_weights
 from ..results import EvaluationResults, read_results, write_results
 from ..run_folder import EvaluationFolder, RunFolder
 from . import data as ev_data
@@ -88,23 +96,13 @@ def resolve_model(model: str) -> tuple[str, RunFolder | None]:
 
     Raises `ValueError` naming the problem: a path that does not exist, a file, a folder without ``config.json``
     (an empty folder, say), a config of another model type, no safetensors weights."""
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
-
     path = Path(model)
-    if path.exists():
+    if check_model_location(model):
         run = RunFolder(path)
         if path.is_dir():
             refuse_pickled_weights(path)
         run.require_elmo_model()
         return str(path), run
-    try:
-        looks_like_path = model.startswith((".", "/", "~")) or "\\" in model or model.count("/") > 1
-        if not looks_like_path:
-            validate_repo_id(model)
-    except HFValidationError:
-        looks_like_path = True
-    if looks_like_path:
-        raise ValueError(f"model {model!r} does not exist (no such folder)")
     return model, None
 
 
@@ -112,22 +110,20 @@ def load_model_and_tokenizer(model: str, device: torch.device, need_lm: bool):
     """Load the trained model (`ElmoForBidirectionalLM` when it has a word vocabulary, else `ElmoModel`)
     and its tokenizer from a folder or Hub id `resolve_model` accepted. Returns (lm or None, base ElmoModel,
     tokenizer, config)."""
-    from huggingface_hub import constants, is_offline_mode
-
     from modeling_elmo import ElmoConfig, ElmoForBidirectionalLM, ElmoModel, ElmoTokenizer
 
-    if not Path(model).is_dir() and not is_offline_mode() and not ev_data.hub_reachable():
-        raise ValueError(f"model {model!r} is not a local folder and the Hugging Face Hub ({constants.ENDPOINT}) cannot "
-                         "be reached to download it (set HF_HUB_OFFLINE=1 to use a copy in the local cache)")
+    check_model_location(model)
     try:
         config = ElmoConfig.from_pretrained(model)
     except OSError as error:  # a Hub id that cannot be fetched
         raise ValueError(f"model {model!r} is not a local folder and cannot be loaded from the Hub "
                          f"({str(error).splitlines()[0]})") from None
+    if Path(model).is_dir():
+        check_safetensors_files(model)  # a truncated or damaged file: one line, before anything is allocated
     lm = None
     if config.vocab_size > 4:
-        lm, info = ElmoForBidirectionalLM.from_pretrained(model, config=config, output_loading_info=True,
-                                                          use_safetensors=True)
+        lm, info = _load_checked(ElmoForBidirectionalLM, model, config, ignore_missing=("softmax.",),
+                                 ignore_unexpected=HEAD_WEIGHT_PREFIXES)
         if any(k.startswith("softmax.") for k in info.get("missing_keys", ())):
             lm = None  # a vocabulary in the config but no trained softmax in the weights
     if lm is not None:
@@ -140,16 +136,38 @@ def load_model_and_tokenizer(model: str, device: torch.device, need_lm: bool):
             "the perplexity task needs a model pretrained with a word vocabulary"
         )
     else:
-        base = ElmoModel.from_pretrained(model, config=config, use_safetensors=True).to(device).eval()
+        base, _ = _load_checked(ElmoModel, model, config, ignore_unexpected=HEAD_WEIGHT_PREFIXES)
+        base = base.to(device).eval()
+    refuse_nonfinite_weights(lm if lm is not None else base, model)
     path = Path(model)
     if path.is_dir() and not RunFolder(path).has_tokenizer() and not RunFolder(path).vocab_file.exists():
         tokenizer = ElmoTokenizer()  # character ids need no files; word ids (perplexity) do
     else:
         tokenizer = ElmoTokenizer.from_pretrained(model)
+    if tokenizer.max_characters_per_token != config.max_characters_per_token:
+        raise ValueError(f"the tokenizer of model {model!r} writes {tokenizer.max_characters_per_token} characters "
+                         f"per word but the model reads {config.max_characters_per_token} (config.json); the two files "
+                         "belong to different models")
     if need_lm and lm is not None and tokenizer.vocab_size != config.vocab_size:
         raise ValueError(f"the vocabulary of model {model!r} has {tokenizer.vocab_size} words but its softmax has "
                          f"{config.vocab_size} rows (config.json vocab_size): the perplexity would score other words.")
     return lm, base, tokenizer, config
+
+
+def _load_checked(model_class, model: str, config, **ignore):
+    """``model_class.from_pretrained`` with every mismatch between the weights and ``config.json`` (missing,
+    unexpected or misshaped tensors) and every unreadable file turned into one `ValueError`; returns (model, info)."""
+    try:
+        with quiet_load_report():
+            loaded, info = model_class.from_pretrained(model, config=config, output_loading_info=True,
+                                                       use_safetensors=True, ignore_mismatched_sizes=True)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"cannot load the weights of model {model!r}: {str(error).strip().splitlines()[0]}") from None
+    except Exception as error:  # safetensors' SafetensorError, torch's size errors
+        raise ValueError(f"cannot load the weights of model {model!r}: {type(error).__name__}: "
+                         f"{str(error).strip().splitlines()[0] if str(error).strip() else ''}") from None
+    check_loading_info(model, info, **ignore)
+    return loaded, info
 
 
 def untrained_models(config, seed: int, device: torch.device, need_lm: bool):
@@ -298,6 +316,26 @@ def _check_numbers(args) -> None:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
 
 
+COMMAND = "elmo evaluate"
+
+
+def _own_manifest(out: EvaluationFolder) -> bool:
+    manifest = read_manifest(out.root)
+    return manifest is not None and manifest["command"] == COMMAND
+
+
+def check_own_outputs(out: EvaluationFolder, previous: EvaluationResults | None) -> None:
+    """Raise `ValueError` naming the file if one that ``elmo evaluate`` would replace in ``out`` (the report, a plot)
+    was not written by it: recorded in the folder's manifest, or (a folder of an earlier version, without one) beside
+    a results file that elmo evaluate wrote."""
+    recorded = set((read_manifest(out.root) or {}).get("files", [])) if _own_manifest(out) else set()
+    legacy = not _own_manifest(out) and previous is not None and previous.source == COMMAND
+    for path in (out.report_file, *(out.root / name for name in EvaluationFolder.PLOTS.values())):
+        if os.path.lexists(path) and not (path.name in recorded or legacy):
+            raise ValueError(f"{path} was not written by elmo evaluate, which would replace it; move it away or "
+                             "choose another --output-dir.")
+
+
 def previous_results(out: EvaluationFolder, model_name: str) -> EvaluationResults | None:
     """The results already in ``out`` (None when there are none), which the new ones are merged into; raises
     `ValueError` for a file that cannot be read or holds another model's results (it is never replaced)."""
@@ -353,6 +391,7 @@ def evaluate(args) -> EvaluationResults:
         raise ValueError(f"model {args.model!r} is a Hub id: pass --output-dir for the results")
     model_name = Path(model).name if run is not None else model
     previous = previous_results(out, model_name)  # checked before any work: a file that cannot be merged stops here
+    check_own_outputs(out, previous)
     data_dir = Path(args.data_dir) if args.data_dir is not None else None
     if data_dir is not None and not data_dir.is_dir():
         raise ValueError(f"--data-dir {str(data_dir)!r} is not a folder")
@@ -416,6 +455,9 @@ def evaluate(args) -> EvaluationResults:
     results.details["plots"] = write_plots(results, out, run)
     write_results(out.results_file, results)
     atomic_write_text(out.report_file, markdown_report(results))
+    recorded = (read_manifest(out.root) or {}).get("files", []) if _own_manifest(out) else []
+    written = [path.name for path in (out.results_file, out.report_file, *out.plot_files())]
+    write_manifest(out.root, COMMAND, [*recorded, *written])
     logger.info("wrote %s", out.results_file)
     return results
 

@@ -1,8 +1,6 @@
-"""Safety checks of publishing (and loading): pickled weights are refused, Hub tokens never leak into published
-files nor come from the folders being published, and the custom code shipped with a model passes an audit.
-
-`refuse_pickled_weights` is the package's one guard against unpickling a model folder; every loader of folders
-from elsewhere calls it.
+"""Safety checks of publishing: pickled weights are refused (`modeling_elmo.loading.refuse_pickled_weights`, the
+guard every loader applies), Hub tokens never leak into published files nor come from the folders being published,
+and the custom code shipped with a model passes an audit.
 """
 
 from __future__ import annotations
@@ -15,6 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ..io_utils import is_within
+from ..loading import refuse_pickled_weights
 from ..run_folder import CODE_FILES
 
 __all__ = [
@@ -48,34 +47,8 @@ FORBIDDEN_CALLS = frozenset({"eval", "exec", "compile", "__import__", "torch.loa
 #: its users have, and torch changes its internals (``torch.ops.*`` operators, underscored names) without notice.
 PRIVATE_TORCH = "a private torch API (torch.ops.* or an underscored name), which changes between releases"
 
-#: Weight files that would be unpickled by a loader (arbitrary code execution): refused everywhere.
-_PICKLED_WEIGHTS = re.compile(r"(pytorch_model.*\.bin|.*\.(pt|pth|ckpt)|pytorch_model\.bin\.index\.json)")
-#: Files of a training run that are pickles but are never loaded nor uploaded here.
-_TRAINING_STATE = re.compile(r"(optimizer|scheduler|scaler|rng_state.*|training_args|random_states_\d+)\.(pt|pth|bin|pkl)")
 #: A Hugging Face access token (user or organisation).
 HF_TOKEN_PATTERN = re.compile(r"\bhf_[A-Za-z0-9]{30,}\b")
-
-
-# ----------------------------------------------------------------------------------------------- pickles
-def refuse_pickled_weights(folder: str | os.PathLike) -> None:
-    """Raise `ValueError` if ``folder`` holds weights that only a pickle loader can read.
-
-    ``pytorch_model.bin`` (and ``*.pt``/``*.pth``/``*.ckpt`` files other than a training run's optimizer,
-    scheduler and RNG states) are pickles: loading one runs whatever code its author put in it. This package
-    loads and publishes ``model.safetensors`` only. A path that is not a folder (a Hub id) passes.
-    """
-    folder = Path(folder)
-    if not folder.is_dir():
-        return
-    found = sorted(p.name for p in folder.iterdir()
-                   if p.is_file() and _PICKLED_WEIGHTS.fullmatch(p.name) and not _TRAINING_STATE.fullmatch(p.name))
-    if found:
-        raise ValueError(
-            f"{folder} holds pickled weights {found}: loading a pickle can run arbitrary code, so this package "
-            "refuses it and loads safetensors only. If you trust the file, convert it once in a trusted "
-            "environment (load it, then `model.save_pretrained(folder)` writes model.safetensors) and remove the "
-            "pickle."
-        )
 
 
 # ----------------------------------------------------------------------------------------------- secrets

@@ -40,6 +40,7 @@ import numpy as np
 
 from ..configuration_elmo import BOS_ID, EOS_ID, SPECIAL_WORDS, UNK_ID
 from ..io_utils import atomic_write_text, hub_reachable
+from ..loading import HubUnreachableError
 from ..lm_scoring import LAYOUTS as BATCHING_MODES
 from ..tokenization_elmo import BOS_CHAR_IDS, EOS_CHAR_IDS, encode_words
 from .arguments import BUILTIN_PREFIX, builtin_corpus_file
@@ -113,10 +114,6 @@ def expand_text_files(patterns: str | Sequence[str], what: str = "--train-file")
     for path in files:
         check_is_text(path, what)
     return files
-
-
-class HubUnreachableError(ValueError):
-    """A Hub dataset was asked for, but the Hub cannot be reached and no local copy is cached."""
 
 
 _OFFLINE_ALTERNATIVE = ("train offline on the packaged corpus (--train-file builtin:austen-emma, the quick-start "

@@ -14,6 +14,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -22,12 +23,12 @@ from ..launch import check_process_count, use_cpu_backend
 from ..lm_scoring import UNK_HANDLING, UnigramBaseline, dataset_target_counts
 from ..results import EvaluationResults, write_results
 from ..run_folder import RunFolder
-from .arguments import PretrainingArguments, read_model_preset, parse_args, validate
+from .arguments import DEFAULT_LEARNING_RATES, PretrainingArguments, parse_args, read_model_preset, validate
 from .batching import BucketBatchSampler, Collator, example_lengths
 from .checkpoint import WRITE_ERRORS, CheckpointManager, check_checkpoint_files, load_checkpoint, read_trainer_state
 from .data import Vocabulary, build_vocabulary, check_hub_dataset, expand_text_files, load_raw_splits, tokenize_splits
 from .evaluation import evaluate, metrics_record, plot_perplexity
-from .loop import NonfiniteGuard, Session, evaluate_and_track, save_checkpoint, train_loop
+from .loop import NonfiniteGuard, ProgressBar, Session, evaluate_and_track, save_checkpoint, train_loop
 from .output import (
     BestModel,
     check_output_folder,
@@ -121,7 +122,7 @@ def check_inputs(args: PretrainingArguments) -> RunPlan:
     """Everything that can be checked before any file is written or any data are read: every flag, the final model
     configuration, the starting model, the data sources, the checkpoint to resume and the output folder."""
     validate(args)
-    from ..hub.safety import refuse_pickled_weights
+    from ..loading import refuse_pickled_weights
 
     fixed = None
     if args.init_from_model is not None:
@@ -132,6 +133,10 @@ def check_inputs(args: PretrainingArguments) -> RunPlan:
                              f"{', '.join(missing)} missing (a folder written by pretraining or `save_pretrained` is needed).")
         refuse_pickled_weights(folder)
         fixed = (folder / "vocab.txt", f"--init-from-model {args.init_from_model!r}")
+        words, rows = len(Vocabulary.from_file(fixed[0])), read_model_preset(str(folder / "config.json")).get("vocab_size")
+        if words != rows:
+            raise ValueError(f"--init-from-model {args.init_from_model!r}: its vocab.txt has {words} words but its softmax "
+                             f"has {rows} rows (config.json vocab_size); word ids would point at other words' rows.")
         if args.model_config is not None:
             own = read_model_preset(str(folder / "config.json"))
             given = read_model_preset(args.model_config)
@@ -206,10 +211,45 @@ def _limit(ds: Any, n: int | None) -> Any:
     return ds.take(n) if isinstance(ds, datasets.IterableDataset) else ds.select(range(min(n, len(ds))))
 
 
+@contextlib.contextmanager
+def preprocessing_progress(enabled: bool) -> Iterator[Any]:
+    """One progress bar for the whole preparation of the data (reading, vocabulary, tokenising), with the
+    `datasets` library's own bars (one per split and per pass) switched off meanwhile through its public API and
+    switched back on afterwards if they were on."""
+    import datasets
+    from tqdm.auto import tqdm
+
+    were_enabled = datasets.is_progress_bar_enabled()
+    datasets.disable_progress_bars()
+    bar = tqdm(total=len(PREPROCESSING_STAGES), desc="preparing data", unit="stage", disable=not enabled,
+               bar_format="{desc}: {n}/{total} stages [{elapsed}{postfix}]")
+    try:
+        yield bar
+    finally:
+        bar.close()
+        if were_enabled:
+            datasets.enable_progress_bars()
+
+
+#: The stages of `prepare_data`, as its progress bar names them.
+PREPROCESSING_STAGES = ("reading the text", "building the vocabulary", "tokenising")
+
+
 def prepare_data(args: PretrainingArguments, accelerator: Any, plan: RunPlan) -> PreparedData:
-    """Read the splits, fix or build the vocabulary (main process; shared with the others), tokenise."""
+    """Read the splits, fix or build the vocabulary (main process; shared with the others), tokenise; one progress
+    bar for all of it (`preprocessing_progress`)."""
+    with preprocessing_progress(accelerator.is_local_main_process) as bar:
+        return _prepare_data(args, accelerator, plan, bar)
+
+
+def _prepare_data(args: PretrainingArguments, accelerator: Any, plan: RunPlan, bar: Any) -> PreparedData:
     from accelerate.utils import broadcast_object_list
 
+    def stage(index: int) -> None:
+        bar.n = index
+        bar.set_postfix_str(PREPROCESSING_STAGES[index] if index < len(PREPROCESSING_STAGES) else "done")
+
+    stage(0)
     with accelerator.main_process_first():
         raw = load_raw_splits(
             train_file=args.train_file, validation_file=args.validation_file, test_file=args.test_file,
@@ -221,6 +261,7 @@ def prepare_data(args: PretrainingArguments, accelerator: Any, plan: RunPlan) ->
     for split in ("validation", "test"):
         if split in raw:
             raw[split] = _limit(raw[split], args.max_eval_examples)
+    stage(1)
     if plan.fixed_vocab is not None:  # a checkpoint's or a starting model's (its softmax rows belong to its words)
         vocab = Vocabulary.from_file(plan.fixed_vocab[0])
     elif args.vocab_file:
@@ -238,10 +279,12 @@ def prepare_data(args: PretrainingArguments, accelerator: Any, plan: RunPlan) ->
         vocab = Vocabulary(words[0])
     if len(vocab) <= 4:
         raise ValueError("the vocabulary has no words besides the 4 special ones.")
+    stage(2)
     with accelerator.main_process_first():
         splits = tokenize_splits(raw, vocab, mode=args.batching, max_sentence_length=args.max_sentence_length,
                                  window_size=args.window_size, num_proc=args.preprocessing_num_workers,
                                  overwrite_cache=args.overwrite_cache)
+    stage(3)
     files = {k: v for k, v in plan.split_files.items() if k in ("train", "validation")}
     dataset = " ".join(filter(None, (args.dataset_name, args.dataset_config_name))) or None
     return PreparedData(splits, vocab, data_fingerprint(files, dataset))
@@ -272,10 +315,10 @@ def build_optimizer(model: torch.nn.Module, args: PretrainingArguments, device_t
     AdamW on CPU and CUDA, Adagrad on CPU, neither for sharded parameters."""
     params = [p for p in model.parameters() if p.requires_grad]
     if args.optimizer == "adagrad":
-        lr = args.learning_rate if args.learning_rate is not None else 0.2
+        lr = args.learning_rate if args.learning_rate is not None else DEFAULT_LEARNING_RATES["adagrad"]
         return torch.optim.Adagrad(params, lr=lr, initial_accumulator_value=args.adagrad_initial_accumulator,
                                    fused=True if device_type == "cpu" and not sharded else None)
-    lr = args.learning_rate if args.learning_rate is not None else 1e-3
+    lr = args.learning_rate if args.learning_rate is not None else DEFAULT_LEARNING_RATES["adamw"]
     groups = [  # decay matrices only (chosen by dimension, not by name)
         {"params": [p for p in params if p.dim() >= 2], "weight_decay": args.weight_decay},
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
@@ -344,10 +387,9 @@ def start_logging(s: Session, state: TrainingState, data: PreparedData, config: 
         accelerator.init_trackers(RunFolder.TRACKER_LOGS, config={k: v if isinstance(v, (int, float, str, bool)) else str(v)
                                                                   for k, v in vars(args).items()})
     log_summary(s, data, config)
-    from tqdm.auto import tqdm
-
-    s.progress = tqdm(total=s.total_updates, initial=state.global_step, disable=not accelerator.is_local_main_process,
-                      desc="updates", dynamic_ncols=True)
+    budget = 60.0 * args.max_train_minutes if args.max_train_minutes is not None else None
+    s.progress = ProgressBar(s.total_updates, state.global_step, budget, state.train_seconds,
+                             enabled=accelerator.is_local_main_process)
     if args.log_example_ids:
         s.examples_log = open(s.run.examples_log_file(accelerator.process_index), "a", encoding="utf-8")
 
