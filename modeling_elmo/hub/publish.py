@@ -271,12 +271,42 @@ def _load_model_and_tokenizer(run: RunFolder, dtype: str = "float32"):
     return model.eval(), tokenizer
 
 
+#: The keys a published ``tokenizer_config.json`` may hold: what `ElmoTokenizer` writes and the tokenizer settings
+#: of transformers. Any other key (a loaded file may hold anything: ``apikey``, ``db_url``) is not published.
+TOKENIZER_CONFIG_KEYS = frozenset({
+    "added_tokens_decoder", "additional_special_tokens", "auto_map", "backend", "bos_token", "clean_up_tokenization_spaces",
+    "do_lower_case", "eos_token", "extra_special_tokens", "max_characters_per_token", "model_input_names",
+    "model_max_length", "pad_token", "padding_side", "split_pattern", "tokenizer_class", "truncation_side", "unk_token",
+})
+
+
+def config_keys() -> frozenset[str]:
+    """The keys a published ``config.json`` may hold: the fields of `ElmoConfig` and transformers' own (not the
+    local path it was loaded from). A key a loaded config merely carried along is not published."""
+    from ..configuration_elmo import ElmoConfig
+
+    return frozenset(ElmoConfig().to_dict()) - {"_name_or_path"} | {"torch_dtype"}
+
+
+def _keep_known_keys(path: Path, allowed: frozenset[str]) -> dict[str, Any]:
+    """Rewrite the JSON object in ``path`` without the keys outside ``allowed`` (their names are logged); return it."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    dropped = sorted(set(data) - allowed)
+    if dropped:
+        logger.warning("not published (not a setting of this package or of transformers): %s of %s",
+                       ", ".join(dropped), path.name)
+        data = {key: value for key, value in data.items() if key in allowed}
+        atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+    return data
+
+
 def save_for_hub(model: Any, tokenizer: Any, folder: str | os.PathLike) -> None:
     """Save ``model`` and ``tokenizer`` into ``folder`` as a self-contained remote-code repository.
 
     The package's `save_model_folder` writes the weights (safetensors), the code files and ``config.json`` with the
     full ``auto_map`` (`modeling_elmo.AUTO_MAP`); this also makes sure that ``tokenizer_config.json`` carries
-    ``modeling_elmo.TOKENIZER_AUTO_MAP`` and that all three code files come from this package.
+    ``modeling_elmo.TOKENIZER_AUTO_MAP``, that both JSON files hold only known keys (`config_keys`,
+    `TOKENIZER_CONFIG_KEYS`) and that all the code files come from this package.
     """
     from .. import TOKENIZER_AUTO_MAP, save_model_folder
 
@@ -287,7 +317,8 @@ def save_for_hub(model: Any, tokenizer: Any, folder: str | os.PathLike) -> None:
         save_model_folder(model, tokenizer, run.root)
     finally:
         model.config.auto_map = previous
-    data = json.loads(run.tokenizer_config_file.read_text(encoding="utf-8"))
+    _keep_known_keys(run.config_file, config_keys())
+    data = _keep_known_keys(run.tokenizer_config_file, TOKENIZER_CONFIG_KEYS)
     if data.get("auto_map") != TOKENIZER_AUTO_MAP:
         data["auto_map"] = TOKENIZER_AUTO_MAP
         atomic_write_text(run.tokenizer_config_file, json.dumps(data, indent=2, sort_keys=True) + "\n")
