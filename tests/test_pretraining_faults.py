@@ -141,19 +141,24 @@ def test_second_ctrl_c_ends_the_command_with_one_line(monkeypatch):
     assert "\n" not in message
 
 
-def test_ctrl_c_saves_a_checkpoint_and_exits_with_one_line(tmp_path, corpus):
+@pytest.mark.parametrize("how", ["to the process", "from a terminal, with DataLoader workers"])
+def test_ctrl_c_saves_a_checkpoint_and_exits_with_one_line(tmp_path, corpus, how):
     out = tmp_path / "run"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    extra = ["--dataloader-num-workers", "2", "--gradient-accumulation-steps", "2"] if "workers" in how else []
     proc = subprocess.Popen(
         [sys.executable, str(REPO / "scripts" / "pretrain.py"),
-         *_args(corpus, out, "--max-steps", "100000", "--checkpointing-steps", "0")],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+         *_args(corpus, out, "--max-steps", "100000", "--checkpointing-steps", "0", *extra)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )
     metrics = out / "metrics.jsonl"
     deadline = time.time() + 120
     while time.time() < deadline and not (metrics.is_file() and metrics.read_text().count("\n") >= 2):
         time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
+    if "terminal" in how:  # a terminal's Ctrl-C reaches every process of the foreground group, workers included
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr[-3000:]
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr[-3000:]
@@ -180,3 +185,23 @@ def test_run_stopped_before_its_first_checkpoint_is_rerun_without_overwrite(tmp_
     assert sorted(train_losses_by_step(out / "metrics.jsonl")) == list(range(1, 7))
     with pytest.raises(SystemExit, match="already holds the finished model of a run with these arguments"):
         _run(*_args(corpus, out, "--max-steps", "6"))  # a finished run is still refused
+
+
+def test_truncated_weights_to_start_from_or_resume_are_one_line(tmp_path, corpus):
+    first = tmp_path / "first"
+    assert _run(*_args(corpus, first, "--max-steps", "8", "--stop-after-steps", "4")) == 0
+    checkpoint = first / "checkpoints" / "step_00000004" / "model.safetensors"
+    data = checkpoint.read_bytes()
+    checkpoint.write_bytes(data[:-40])
+    with pytest.raises(SystemExit) as exit_:
+        _run(*_args(corpus, first, "--max-steps", "8", "--resume-from-checkpoint", "latest"))
+    assert str(exit_.value.code).startswith(f"elmo pretrain: error: weights file {str(checkpoint)!r} is truncated: ")
+    checkpoint.write_bytes(data)
+    assert _run(*_args(corpus, first, "--max-steps", "8", "--resume-from-checkpoint", "latest")) == 0
+    weights = first / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-40])
+    second = tmp_path / "second"
+    with pytest.raises(SystemExit) as exit_:
+        _run(*_args(corpus, second, "--max-steps", "2", "--init-from-model", str(first)))
+    assert str(exit_.value.code).startswith(f"elmo pretrain: error: weights file {str(weights)!r} is truncated: ")
+    assert not second.exists()

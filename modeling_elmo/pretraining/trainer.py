@@ -22,6 +22,7 @@ import torch
 from ..launch import check_process_count, use_cpu_backend
 from ..lm_scoring import UNK_HANDLING, UnigramBaseline, dataset_target_counts
 from ..results import EvaluationResults, write_results
+from ..io_utils import check_safetensors_header
 from ..run_folder import RunFolder
 from .arguments import DEFAULT_LEARNING_RATES, PretrainingArguments, parse_args, read_model_preset, validate
 from .batching import BucketBatchSampler, Collator, example_lengths
@@ -132,7 +133,12 @@ def check_inputs(args: PretrainingArguments) -> RunPlan:
             raise ValueError(f"--init-from-model {args.init_from_model!r} is not a saved ELMo language model folder: "
                              f"{', '.join(missing)} missing (a folder written by pretraining or `save_pretrained` is needed).")
         refuse_pickled_weights(folder)
+        check_safetensors_header(folder / "model.safetensors")  # a truncated or damaged file: one line, now
         fixed = (folder / "vocab.txt", f"--init-from-model {args.init_from_model!r}")
+        words, rows = len(Vocabulary.from_file(fixed[0])), read_model_preset(str(folder / "config.json")).get("vocab_size")
+        if words != rows:
+            raise ValueError(f"--init-from-model {args.init_from_model!r}: its vocab.txt has {words} words but its softmax "
+                             f"has {rows} rows (config.json vocab_size); word ids would point at other words' rows.")
         if args.model_config is not None:
             own = read_model_preset(str(folder / "config.json"))
             given = read_model_preset(args.model_config)
