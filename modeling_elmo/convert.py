@@ -47,12 +47,8 @@ User documentation: ``docs/conversion.md``.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import hashlib
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +66,7 @@ from .original_format import (
     read_checked,
     read_options,
 )
+from .output_folder import check_output_dir, sha256_of_file as _sha256, write_folder_atomically
 from .parity import DEFAULT_ATOL, validate_converted_model
 from .releases import BASE_URL_ENV, DEFAULT_ATTEMPTS, RELEASES, Release, fetch_release, get_release
 
@@ -139,14 +136,6 @@ def load_converted_state_dict(model: torch.nn.Module, state_dict: dict[str, torc
 
 
 # ------------------------------------------------------------------------------------------------ saving
-def _sha256(path: str | os.PathLike) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _published_section(release: Release) -> str:
     figures = release.published_figures()
     perplexity = (f"{release.perplexity:g}, {release.perplexity_note}" if release.perplexity is not None
@@ -212,45 +201,6 @@ did, pass each call's `lstm_state` to the next: `out = model(**batch, lstm_state
 """
 
 
-def check_output_dir(output_dir: str | os.PathLike, overwrite: bool = False) -> Path:
-    """Raise `ValueError` unless a conversion can write ``output_dir``; return it as a `Path`. Writes nothing.
-
-    Refused: an existing file; an existing non-empty folder unless ``overwrite``; a path under a file; a location
-    where the nearest existing folder does not let us create anything (tried with a temporary folder that is
-    removed at once, so read-only folders and file systems are caught however permissions are set up).
-    """
-    output_dir = Path(output_dir)
-    shown = str(output_dir)
-    if output_dir.exists() and not output_dir.is_dir():
-        raise ValueError(f"output {shown!r} exists and is not a folder.")
-    if output_dir.is_dir() and any(output_dir.iterdir()) and not overwrite:
-        raise ValueError(f"output folder {shown!r} exists and is not empty; pass overwrite=True (--overwrite).")
-    ancestor = output_dir.absolute().parent
-    while not ancestor.exists() and not ancestor.is_symlink() and ancestor != ancestor.parent:
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        raise ValueError(f"output folder {shown!r} cannot be created: {str(ancestor)!r} is a file, not a folder.")
-    try:
-        os.rmdir(tempfile.mkdtemp(prefix=".elmo-convert-check-", dir=ancestor))
-    except OSError as error:
-        raise ValueError(
-            f"output folder {shown!r} cannot be written: nothing can be created in {str(ancestor)!r} "
-            f"({error.strerror or error})."
-        ) from None
-    return output_dir
-
-
-def _make_parents(folder: Path) -> list[Path]:
-    """Create ``folder`` and its missing parents; return the ones created, deepest last."""
-    missing = []
-    while not folder.exists():
-        missing.append(folder)
-        folder = folder.parent
-    for path in reversed(missing):
-        path.mkdir()
-    return list(reversed(missing))
-
-
 def convert(
     options_path: str | os.PathLike,
     weights_path: str | os.PathLike,
@@ -303,35 +253,13 @@ def convert(
         metadata["published"] = release.published_figures()
     if sources:
         metadata["sources"] = dict(sources)
-    parent = output_dir.resolve().parent
-    created: list[Path] = []
-    staging: Path | None = None
-    try:
-        created = _make_parents(parent)
-        staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.converting-", dir=parent))
-        umask = os.umask(0)
-        os.umask(umask)
-        staging.chmod(0o777 & ~umask)  # mkdtemp makes it private; the result should look like any new folder
+    def fill(staging: Path) -> None:
         save_model_folder(model, ElmoTokenizer(), staging)  # safetensors, tokenizer, code files, full auto_map
         readme = _model_card(config, described, max_diff, num_parameters, release)
         (staging / "README.md").write_text(readme, encoding="utf-8")
         (staging / "conversion_metadata.json").write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
-        if output_dir.exists():
-            retired = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.old-", dir=parent))
-            os.replace(output_dir, retired / "old")
-            os.replace(staging, output_dir)
-            shutil.rmtree(retired, ignore_errors=True)
-        else:
-            os.replace(staging, output_dir)
-    except BaseException as error:
-        if staging is not None:
-            shutil.rmtree(staging, ignore_errors=True)
-        for folder in reversed(created):  # deepest first; only the empty folders this call made
-            with contextlib.suppress(OSError):
-                folder.rmdir()
-        if isinstance(error, OSError):
-            raise ValueError(f"cannot write the output folder {str(output_dir)!r}: {error}") from None
-        raise
+
+    write_folder_atomically(output_dir, fill)
     return output_dir
 
 
