@@ -295,14 +295,24 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="elmo convert",
         description="Convert an original ELMo release into a transformers model folder: either a published release "
-                    "(--release, downloaded and cached) or local files (--options and --weights). The converted "
+                    "(--release, downloaded and cached), local files (--options and --weights), or an "
+                    "ELMoForManyLangs model (--efml FOLDER_OR_ZIP, or --release efml-LANG). The converted "
                     "model is checked against a numpy implementation of the original computation before it is "
                     "written.",
     )
-    parser.add_argument("--release", choices=list(RELEASES),
-                        help="download and convert this published English model")
+    parser.add_argument("--release", metavar="NAME",
+                        help=f"download and convert a published model: an English one ({', '.join(RELEASES)}) or an "
+                             "ELMoForManyLangs one, efml-LANG (efml-de, efml-zh...; the table is in docs/conversion.md)")
     parser.add_argument("--options", help="a local options.json (with --weights)")
     parser.add_argument("--weights", help="a local weights.hdf5 (with --options)")
+    parser.add_argument("--efml", metavar="FOLDER_OR_ZIP", help="a local ELMoForManyLangs model (its folder or zip)")
+    parser.add_argument("--architecture", metavar="JSON",
+                        help="ELMoForManyLangs only: the architecture json to use instead of the published "
+                             "cnn_50_100_512_4096_sample.json")
+    parser.add_argument("--language", help="--efml only: the model's language, for the model card")
+    parser.add_argument("--mirror", metavar="REPO_ID",
+                        help="efml-LANG only: a Hugging Face Hub repository holding the zips as <id>.zip, tried when "
+                             "the NLPL repository fails (default $ELMO_EFML_HUB_MIRROR)")
     parser.add_argument("--output", required=True, help="folder to write (safetensors, config, tokenizer, code, card)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing non-empty output folder")
     parser.add_argument("--cache-dir", help="download cache (default $HF_HOME/modeling_elmo/releases; one folder "
@@ -314,8 +324,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-mirror", action="store_true",
                         help="do not fall back to the Hugging Face Hub mirror when the primary server fails")
     parser.add_argument(
-        "--atol", type=float, default=DEFAULT_ATOL,
-        help=f"largest accepted difference to the numpy reference forward (default {DEFAULT_ATOL:g})",
+        "--atol", type=float, default=None,
+        help=f"largest accepted difference to the numpy reference forward (default {DEFAULT_ATOL:g}; "
+             "1e-5 for ELMoForManyLangs models, checked on every layer in float64)",
     )
     return parser
 
@@ -323,22 +334,44 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.release and (args.options or args.weights):
-        parser.error("--release downloads its own files; do not combine it with --options/--weights.")
-    if not args.release and not (args.options and args.weights):
-        parser.error("give --release NAME, or both --options and --weights.")
+    efml_release = bool(args.release and args.release.startswith("efml-"))
+    if sum(map(bool, (args.release, args.options or args.weights, args.efml))) > 1:
+        parser.error("give one source: --release NAME, --options with --weights, or --efml FOLDER_OR_ZIP.")
+    if not (args.release or args.efml) and not (args.options and args.weights):
+        parser.error("give --release NAME, both --options and --weights, or --efml FOLDER_OR_ZIP.")
+    if args.release and not efml_release and args.release not in RELEASES:
+        parser.error(f"unknown release {args.release!r}; the English releases are {', '.join(RELEASES)}, the "
+                     "ELMoForManyLangs ones efml-LANG (see docs/conversion.md).")
+    misplaced = [flag for flag, used, allowed in (
+        ("--architecture", args.architecture, args.efml or efml_release), ("--language", args.language, args.efml),
+        ("--mirror", args.mirror, efml_release), ("--no-mirror", args.no_mirror, args.release and not efml_release))
+        if used and not allowed]
+    if misplaced:
+        parser.error(f"{', '.join(misplaced)} do(es) not apply to this source (see --help).")
     local_only = [flag for flag, used in (("--cache-dir", args.cache_dir), ("--base-url", args.base_url),
                                           ("--force-download", args.force_download), ("--no-mirror", args.no_mirror))
                   if used and not args.release]
     if local_only:
         parser.error(f"{', '.join(local_only)} only apply with --release.")
     try:
-        if args.release:
+        if args.efml or efml_release:
+            from .convert_efml import EFML_ATOL, convert_efml, convert_efml_release
+
+            atol = EFML_ATOL if args.atol is None else args.atol
+            if args.efml:
+                folder = convert_efml(args.efml, args.output, overwrite=args.overwrite, atol=atol,
+                                      architecture=args.architecture, language=args.language)
+            else:
+                folder = convert_efml_release(args.release, args.output, cache_dir=args.cache_dir,
+                                              base_url=args.base_url, mirror=args.mirror, overwrite=args.overwrite,
+                                              force_download=args.force_download, atol=atol)
+        elif args.release:
             folder = convert_release(args.release, args.output, cache_dir=args.cache_dir, base_url=args.base_url,
                                      overwrite=args.overwrite, force_download=args.force_download,
-                                     use_mirror=not args.no_mirror, atol=args.atol)
+                                     use_mirror=not args.no_mirror, atol=DEFAULT_ATOL if args.atol is None else args.atol)
         else:
-            folder = convert(args.options, args.weights, args.output, overwrite=args.overwrite, atol=args.atol)
+            folder = convert(args.options, args.weights, args.output, overwrite=args.overwrite,
+                             atol=DEFAULT_ATOL if args.atol is None else args.atol)
     except (ValueError, OSError) as error:  # bad input, a failed download, a file system refusing a write
         raise SystemExit(f"elmo convert: error: {' '.join(str(error).split())}") from None
     metadata = json.loads((folder / "conversion_metadata.json").read_text(encoding="utf-8"))

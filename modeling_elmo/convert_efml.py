@@ -384,5 +384,36 @@ def convert_efml(
     return write_folder_atomically(output_dir, fill)
 
 
-__all__ = ["EFML_ATOL", "convert_efml", "efml_config", "efml_state_dict", "efml_tokenizer",
+
+
+def convert_efml_release(
+    release,
+    output_dir: str | os.PathLike,
+    *,
+    cache_dir: str | os.PathLike | None = None,
+    base_url: str | None = None,
+    mirror: str | None = None,
+    overwrite: bool = False,
+    force_download: bool = False,
+    atol: float = EFML_ATOL,
+    progress: bool = True,
+    attempts: int | None = None,
+    retry_wait: float = 1.0,
+) -> Path:
+    """Fetch one of the 44 published models (`modeling_elmo.efml_releases.fetch_efml_release`: cache, resumable
+    download, size checks, Hub mirror) and `convert_efml` it with its language and repository id in the card. The
+    output location is checked before anything is downloaded."""
+    from .efml_releases import fetch_efml_release, get_efml_release
+    from .releases import DEFAULT_ATTEMPTS
+
+    release = get_efml_release(release) if isinstance(release, str) else release
+    check_output_dir(output_dir, overwrite)
+    archive, where = fetch_efml_release(release, cache_dir, base_url=base_url, mirror=mirror,
+                                        force_download=force_download, attempts=attempts or DEFAULT_ATTEMPTS,
+                                        retry_wait=retry_wait, progress=progress)
+    return convert_efml(archive, output_dir, overwrite=overwrite, atol=atol, language=release.language,
+                        repository_id=release.repository_id, sources={"zip": where})
+
+
+__all__ = ["EFML_ATOL", "convert_efml", "convert_efml_release", "efml_config", "efml_state_dict", "efml_tokenizer",
            "validate_efml_conversion", "validation_sentences"]
