@@ -10,13 +10,14 @@ This file is shipped to the Hub as custom code: it imports only transformers.
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
 import inspect
 import math
 from typing import Any
 
-from transformers import GenerationConfig, PretrainedConfig
+from transformers import PretrainedConfig
+from transformers.utils import logging
+
+logger = logging.get_logger(__name__)
 
 # ----------------------------------------------------------------------------------------------------------------
 # Ids shared by the tokenizer, the model and the pretraining code
@@ -93,19 +94,36 @@ CLASSIFIER_POOLINGS = ("mean", "max", "mean_max", "first", "last")
 LM_SOFTMAX_KINDS = ("full", "sampled")
 
 
-def _inherited_config_keys() -> frozenset[str]:
-    """Keys that transformers' own configuration accepts (fields, load-time arguments, legacy generation keys)."""
-    keys = {field.name for field in dataclasses.fields(PretrainedConfig)} if dataclasses.is_dataclass(PretrainedConfig) else set()
-    keys |= set(inspect.signature(PretrainedConfig.__init__).parameters) - {"self", "kwargs"}
-    keys |= {"num_labels", "auto_map", "model_type", "name_or_path", "torch_dtype", "dtype", "output_attentions",
-             "attn_implementation", "experts_implementation", "tie_word_embeddings", "transformers_version",
-             "architectures", "id2label", "label2id", "problem_type", "return_dict", "output_hidden_states"}
-    keys |= set(GenerationConfig._get_default_generation_params())
-    return frozenset(keys)
+def _edit_distance(a: str, b: str) -> int:
+    """Levenshtein distance, with a swap of two neighbouring characters counted as one edit."""
+    previous2, previous = None, list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        current = [i]
+        for j, y in enumerate(b, 1):
+            cost = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (x != y))
+            if previous2 is not None and i > 1 and j > 1 and x == b[j - 2] and a[i - 2] == y:
+                cost = min(cost, previous2[j - 2] + 1)
+            current.append(cost)
+        previous2, previous = previous, current
+    return previous[-1]
+
+
+def _close_field(key: str, fields: list[str]) -> str | None:
+    """The ELMo field ``key`` is most likely a misspelling of: at most 2 edits away (1 for names of up to 6
+    characters), or the same words in another order; `None` when no field is that close."""
+    allowed = 1 if len(key) <= 6 else 2
+    best = min(fields, key=lambda name: (_edit_distance(key.lower(), name), name))
+    if _edit_distance(key.lower(), best) <= allowed:
+        return best
+    words = sorted(key.lower().split("_"))
+    return next((name for name in fields if sorted(name.split("_")) == words), None)
 
 
 def _check_inherited_kwargs(kwargs: dict[str, Any]) -> None:
-    """Refuse keys neither ElmoConfig nor transformers knows (a misspelt field would otherwise be kept silently)."""
+    """Refuse the retired ``stateful=True``; warn about keys that look like a misspelt ELMo field.
+
+    Any other key neither ElmoConfig nor this transformers release knows is kept as an attribute, as transformers
+    keeps it: a config written by a newer release (or with a user's own key) loads, and is saved back with it."""
     if kwargs.get("stateful"):
         raise ValueError(
             "`stateful=True` is not a configuration field any more: pass the `lstm_state` of one call to the next "
@@ -116,15 +134,14 @@ def _check_inherited_kwargs(kwargs: dict[str, Any]) -> None:
         count = kwargs["num_labels"]
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise ValueError(f"`num_labels` must be an integer >= 1, got {count!r}.")
-    known = _inherited_config_keys()
-    own = set(inspect.signature(ElmoConfig.__init__).parameters)
-    unknown = sorted(k for k in kwargs if k not in known and not k.startswith("_"))
-    if unknown:
-        hints = []
-        for key in unknown:
-            close = difflib.get_close_matches(key, sorted(own | known), n=1, cutoff=0.75)
-            hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-        raise ValueError(f"ElmoConfig got unknown field(s) {', '.join(hints)}.")
+    own = sorted(set(inspect.signature(ElmoConfig.__init__).parameters) - {"self", "kwargs"})
+    for key in kwargs:
+        if key.startswith("_") or key in own:
+            continue
+        close = _close_field(key, own)
+        if close is not None:
+            logger.warning(f"ElmoConfig got the unknown field {key!r}: did you mean {close!r}? It is kept as an "
+                           f"attribute and does not set {close!r}.")
 
 
 class ElmoConfig(PretrainedConfig):

@@ -72,7 +72,7 @@ BOS_TOKEN, EOS_TOKEN, UNK_TOKEN, PAD_TOKEN = BOS_WORD, EOS_WORD, UNK_WORD, PAD_W
 VOCAB_FILES_NAMES = {"vocab_file": "vocab.txt", "char_vocab_file": "char_vocab.json",
                      "word_input_vocab_file": "word_input_vocab.json"}
 #: Per-token entries `ElmoTokenizer.pad` pads, and the value it pads them with.
-_TOKEN_LEVEL_KEYS = ("attention_mask", "word_ids", "word_input_ids")
+_TOKEN_LEVEL_KEYS = ("attention_mask", "word_ids", "word_input_ids", "special_tokens_mask")
 _WORD_PATTERNS = {
     # Word characters run together, punctuation runs together; <S> and </S> stay whole.
     "words": r"</?S>|\w+|[^\w\s]+",
@@ -305,7 +305,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
         return len(self.vocab)
 
     def get_vocab(self) -> dict[str, int]:
-        return dict(self.vocab)
+        """The word vocabulary and the tokens added with `add_tokens` / `add_special_tokens`."""
+        return {**self.vocab, **self._added_tokens_encoder}
 
     def _tokenize(self, text: str, **kwargs: Any) -> list[str]:
         # A lone surrogate cannot be encoded as UTF-8 (nor handed to the Rust pre-tokenizer): it is dropped, as the
@@ -341,16 +342,17 @@ class ElmoTokenizer(PreTrainedTokenizer):
         return tuple(written)
 
     def word_ids_of(self, words: Sequence[str]) -> list[int]:
-        """Word-vocabulary ids of ``words`` (``<UNK>`` for unknown words)."""
-        unk = self.vocab[UNK_TOKEN]
-        return [self.vocab.get(w, unk) for w in words]
+        """Word-vocabulary ids of ``words`` (``<UNK>`` for unknown words; added tokens have their added ids)."""
+        unk, added = self.vocab[UNK_TOKEN], self._added_tokens_encoder
+        return [added[w] if w in added else self.vocab.get(w, unk) for w in words]
 
     # ------------------------------------------------------------------ encoding
     def split_words(self, text: str) -> list[str]:
-        """Split a raw string into words with the configured pre-tokenizer."""
+        """Split a raw string into words with the configured pre-tokenizer; tokens added with `add_tokens` (and the
+        special words) stay whole, as in `tokenize`."""
         if not isinstance(text, str):
             raise ValueError(f"text must be a string, got {type(text).__name__}: {text!r}.")
-        return self._tokenize(text)
+        return self.tokenize(text)
 
     def encode_words(self, words: Sequence[str]) -> np.ndarray:
         """Character ids of a list of words, shape (len(words), max_characters_per_token)."""
@@ -407,7 +409,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
             raise ValueError("ElmoTokenizer encodes single sentences; text pairs are not supported.")
         _check_length_option("max_length", max_length)
         _check_length_option("pad_to_multiple_of", pad_to_multiple_of)
-        for flag in ("return_overflowing_tokens", "return_offsets_mapping", "return_special_tokens_mask"):
+        for flag in ("return_overflowing_tokens", "return_offsets_mapping"):
             if kwargs.get(flag):
                 raise ValueError(f"ElmoTokenizer does not support {flag}=True.")
         sentences, batched = self._as_word_lists(text, is_split_into_words)
@@ -416,8 +418,14 @@ class ElmoTokenizer(PreTrainedTokenizer):
             "False",
         )
         if truncate and max_length is not None:
-            sentences = [s[:max_length] for s in sentences]
+            side = kwargs.get("truncation_side") or self.truncation_side
+            if side not in ("left", "right"):
+                raise ValueError(f"truncation_side must be 'left' or 'right', got {side!r}.")
+            sentences = [s[:max_length] if side == "right" else s[max(len(s) - max_length, 0):] for s in sentences]
         features: dict[str, list] = {"input_ids": [self.encode_words(s) for s in sentences]}
+        if kwargs.get("return_special_tokens_mask"):  # the tokenizer adds none: 1 marks special words in the text
+            specials = set(self.all_special_tokens)
+            features["special_tokens_mask"] = [[int(w in specials) for w in s] for s in sentences]
         if return_word_ids:
             features["word_ids"] = [self.word_ids_of(s) for s in sentences]
         if self.input_words is not None:
@@ -509,14 +517,15 @@ class ElmoTokenizer(PreTrainedTokenizer):
         if target is not None:
             rows = [place(r, target, 0) for r in rows]
             masks = [place(m, target, 0) for m in masks]
-            fills = {"word_ids": self.vocab[PAD_TOKEN], "word_input_ids": SPECIAL_WORDS.index(PAD_WORD)}
+            fills = {"word_ids": self.vocab[PAD_TOKEN], "word_input_ids": SPECIAL_WORDS.index(PAD_WORD),
+                     "special_tokens_mask": 1}
             per_token = {key: [place(w, target, fills[key]) for w in values] for key, values in per_token.items()}
         out: dict[str, Any] = {"input_ids": rows}
         if return_attention_mask is not False:
             out["attention_mask"] = masks
         out.update(per_token)
         for key, value in encoded_inputs.items():
-            if key not in ("input_ids",) + _TOKEN_LEVEL_KEYS:
+            if key not in _PADDED_KEYS:
                 out[key] = value
         same_length = len(set(r.shape[0] for r in rows)) <= 1
         if return_tensors is not None:
@@ -524,12 +533,12 @@ class ElmoTokenizer(PreTrainedTokenizer):
                 raise ValueError(
                     "sentences have different lengths; pass padding=True (or 'max_length') to build a tensor."
                 )
-            stacked = {k: np.stack(out[k]) for k in ("input_ids",) + _TOKEN_LEVEL_KEYS if k in out}
+            stacked = {k: np.stack(out[k]) for k in _PADDED_KEYS if k in out}
             out.update(stacked)
         else:
-            out = {k: ([x.tolist() for x in v] if k in ("input_ids",) + _TOKEN_LEVEL_KEYS else v) for k, v in out.items()}
+            out = {k: ([x.tolist() for x in v] if k in _PADDED_KEYS else v) for k, v in out.items()}
         if single:
-            out = {k: (v[0] if k in ("input_ids",) + _TOKEN_LEVEL_KEYS else v) for k, v in out.items()}
+            out = {k: (v[0] if k in _PADDED_KEYS else v) for k, v in out.items()}
         return BatchEncoding(out, tensor_type=return_tensors, prepend_batch_axis=False)
 
     # ------------------------------------------------------------------ decoding
@@ -616,6 +625,10 @@ def _checked_input_words(words: Sequence[str]) -> list[str]:
     if clash:
         raise ValueError(f"the word-input vocabulary lists the special word(s) {clash}: they have the fixed ids 0-3.")
     return words
+
+
+#: The per-token entries `ElmoTokenizer.pad` pads (the others pass through unchanged).
+_PADDED_KEYS = ("input_ids",) + _TOKEN_LEVEL_KEYS
 
 
 def _check_length_option(name: str, value: Any) -> None:

@@ -78,9 +78,6 @@ def _float_class_labels():
 
 ROWS = [
     # ------------------------------------------------------------------ library
-    Row("library", "`ElmoConfig(hiden_size=16)`",
-        "ElmoConfig got unknown field(s) 'hiden_size' (did you mean 'hidden_size'?).",
-        lambda: ElmoConfig(hiden_size=16)),
     Row("library", "`ElmoConfig(cell_clip=float('nan'))`",
         "`cell_clip` must be a finite positive number or None (no clipping), got nan.",
         lambda: ElmoConfig(cell_clip=float("nan"))),

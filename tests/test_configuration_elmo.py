@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 import torch
@@ -52,13 +53,48 @@ def test_config_rejects_unknown_activation():
         ({"proj_clip": float("inf")}, "proj_clip.*inf"),
         ({"num_labels": -3}, "num_labels.*-3"),
         ({"num_labels": 0}, "num_labels"),
-        ({"hiden_size": 16}, "unknown field.*'hiden_size' \\(did you mean 'hidden_size'\\?\\)"),
         ({"lm_softmax_chunk_size": 0}, "lm_softmax_chunk_size"),
     ],
 )
 def test_config_rejects_bad_values_and_names_them(kwargs, message):
     with pytest.raises(ValueError, match=message):
         ElmoConfig(**kwargs)
+
+
+def test_unknown_keys_are_kept_as_transformers_keeps_them_and_survive_a_save(tmp_path, caplog):
+    with caplog.at_level(logging.WARNING):
+        config = ElmoConfig(hidden_size=16, written_by_a_newer_release={"a": 1})
+    assert config.written_by_a_newer_release == {"a": 1}
+    assert not caplog.records  # nothing close to an ELMo field: kept silently
+    config.save_pretrained(tmp_path)
+    assert ElmoConfig.from_pretrained(tmp_path).written_by_a_newer_release == {"a": 1}
+
+
+@pytest.mark.parametrize(("key", "field"), [("hiden_size", "hidden_size"), ("cel_size", "cell_size"),
+                                            ("num_hidden_layer", "num_hidden_layers"), ("clip_cell", "cell_clip"),
+                                            ("Hidden_Size", "hidden_size"), ("char_cnn_filter", "char_cnn_filters")])
+def test_a_key_close_to_an_elmo_field_warns_naming_the_field(key, field, caplog):
+    with caplog.at_level(logging.WARNING):
+        config = ElmoConfig(**{key: 7})
+    assert getattr(config, key) == 7 and getattr(config, field) == getattr(ElmoConfig(), field)  # not taken as the field
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [f"ElmoConfig got the unknown field {key!r}: did you mean {field!r}? It is kept as an attribute "
+                        f"and does not set {field!r}."]
+
+
+def test_keys_transformers_knows_give_no_misspelling_warning(caplog):
+    from transformers import GenerationConfig, PretrainedConfig
+
+    keys = set(PretrainedConfig().to_dict()) | set(GenerationConfig._get_default_generation_params())
+    keys -= {"transformers_version", "model_type", "auto_map", "dtype", "tie_word_embeddings"}
+    with caplog.at_level(logging.WARNING):
+        ElmoConfig(**{k: getattr(PretrainedConfig(), k, None) for k in keys if not k.startswith("_")}, num_labels=3)
+    assert not [r for r in caplog.records if "did you mean" in r.getMessage()]
+
+
+def test_values_are_still_validated_next_to_unknown_keys():
+    with pytest.raises(ValueError, match="`hidden_size` must be an integer >= 1, got 0"):
+        ElmoConfig(hidden_size=0, hiden_size=16)
 
 
 def test_configs_saved_by_transformers_and_earlier_versions_still_load(tmp_path):

@@ -195,3 +195,36 @@ def test_bad_constructor_arguments_are_named(tmp_path):
         ElmoTokenizer(split_pattern="bpe")
     with pytest.raises(ValueError, match="does not exist"):
         ElmoTokenizer(vocab_file=str(tmp_path / "missing.txt"))
+
+
+def test_left_truncation_keeps_the_last_words_and_right_truncation_the_first():
+    words = ["one", "two", "three", "four", "five"]
+    right = ElmoTokenizer()(words, is_split_into_words=True, truncation=True, max_length=2)
+    left = ElmoTokenizer(truncation_side="left")(words, is_split_into_words=True, truncation=True, max_length=2)
+    call_time = ElmoTokenizer()("one two three four five", truncation=True, max_length=3, truncation_side="left")
+    assert ElmoTokenizer().decode(right["input_ids"]) == "one two"
+    assert ElmoTokenizer().decode(left["input_ids"]) == "four five"
+    assert ElmoTokenizer().decode(call_time["input_ids"]) == "three four five"
+
+
+def test_added_tokens_are_in_the_vocabulary_its_length_and_stay_whole_when_encoding(tmp_path):
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("<pad>\n<S>\n</S>\n<UNK>\nriver\n")
+    tok = ElmoTokenizer(vocab_file=str(vocab))
+    assert (len(tok), tok.vocab_size) == (5, 5)
+    assert tok.add_tokens(["<city>", "river"]) == 1  # "river" is already a word
+    assert (len(tok), tok.vocab_size, tok.get_vocab()["<city>"], tok.get_vocab()["river"]) == (6, 5, 5, 4)
+    text = "the <city> river"
+    assert tok.tokenize(text) == ["the", "<city>", "river"]
+    enc = tok(text, return_word_ids=True)
+    assert tok.decode(enc["input_ids"]) == "the <city> river"  # one row of characters for the added token
+    assert enc["word_ids"] == [3, 5, 4]
+    assert np.array_equal(enc["input_ids"][1], encode_words(["<city>"])[0])
+    tok.save_pretrained(tmp_path / "saved")
+    again = ElmoTokenizer.from_pretrained(tmp_path / "saved")
+    assert again.get_vocab() == tok.get_vocab() and again(text)["input_ids"] == enc["input_ids"]
+
+
+def test_special_tokens_mask_marks_the_special_words_of_the_text_and_the_padding():
+    enc = ElmoTokenizer()(["a </S> b", "c"], padding=True, return_special_tokens_mask=True)
+    assert enc["special_tokens_mask"] == [[0, 1, 0], [0, 1, 1]]
