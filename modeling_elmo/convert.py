@@ -335,8 +335,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     efml_release = bool(args.release and args.release.startswith("efml-"))
-    if sum(map(bool, (args.release, args.options or args.weights, args.efml))) > 1:
-        parser.error("give one source: --release NAME, --options with --weights, or --efml FOLDER_OR_ZIP.")
+    if args.release and (args.options or args.weights or args.efml):
+        parser.error("--release downloads its own files; do not combine it with --options/--weights or --efml.")
+    if args.efml and (args.options or args.weights):
+        parser.error("give one source: --efml FOLDER_OR_ZIP, or --options with --weights.")
     if not (args.release or args.efml) and not (args.options and args.weights):
         parser.error("give --release NAME, both --options and --weights, or --efml FOLDER_OR_ZIP.")
     if args.release and not efml_release and args.release not in RELEASES:
