@@ -4,7 +4,8 @@ A folder written by ``elmo pretrain --output-dir RUN``::
 
     config.json, model.safetensors        the model (save_pretrained; a large model may be sharded:
                                           model.safetensors.index.json + model-0000N-of-0000M.safetensors)
-    tokenizer_config.json, vocab.txt      the tokenizer (special_tokens_map.json, added_tokens.json when written)
+    tokenizer_config.json, vocab.txt      the tokenizer (special_tokens_map.json, added_tokens.json when written;
+                                          char_vocab.json with --char-vocabulary unicode)
     configuration_elmo.py, inputs_elmo.py, lstm_kernels.py, modeling_elmo.py, tokenization_elmo.py
                                           the code files (trust_remote_code loading)
     checkpoints/                          training state: step_NNNNNNNN/ folders and ``latest`` naming the newest
@@ -87,7 +88,9 @@ class RunFolder:
     WEIGHTS_INDEX = "model.safetensors.index.json"
     TOKENIZER_CONFIG = "tokenizer_config.json"
     VOCAB = "vocab.txt"
-    TOKENIZER_FILES = (TOKENIZER_CONFIG, VOCAB, "special_tokens_map.json", "added_tokens.json")
+    CHAR_VOCAB = "char_vocab.json"  # a Unicode character vocabulary (--char-vocabulary unicode)
+    TOKENIZER_FILES = (TOKENIZER_CONFIG, VOCAB, CHAR_VOCAB, "word_input_vocab.json", "special_tokens_map.json",
+                       "added_tokens.json")
     CODE_FILES = CODE_FILES
     README = "README.md"
     CHECKPOINTS = "checkpoints"
@@ -126,6 +129,10 @@ class RunFolder:
     @property
     def vocab_file(self) -> Path:
         return self.root / self.VOCAB
+
+    @property
+    def char_vocab_file(self) -> Path:
+        return self.root / self.CHAR_VOCAB
 
     @property
     def checkpoints_dir(self) -> Path:
