@@ -295,3 +295,68 @@ def test_unicode_tokenizer_and_word_input_are_off_by_default():
     model = ElmoModel(ce.ElmoConfig(hidden_size=8, cell_size=16, char_cnn_filters=[[1, 4]], num_highway_layers=1))
     assert model.char_encoder.word_embeddings is None and model.config.num_characters == 262
     assert np.array_equal(tokenizer([["x"]], is_split_into_words=True)["input_ids"][0][0][:3], [259, 121, 260])
+
+
+# --------------------------------------------------------------------------------------------------- the tools
+def test_embed_command_writes_the_original_computation_of_each_line(converted, efml_folder, tmp_path):
+    import h5py
+
+    (tmp_path / "in.txt").write_text("\n".join(" ".join(s) for s in SENTENCES) + "\n", encoding="utf-8")
+    assert cli.main(["embed", str(tmp_path / "in.txt"), str(tmp_path / "out.h5"), "--model", str(converted), "--all",
+                     "--device", "cpu"]) == 0
+    efml = read_efml_model(efml_folder)
+    with h5py.File(tmp_path / "out.h5", "r") as h5:
+        for index, sentence in enumerate(SENTENCES):
+            expected = efml_forward(sentence, efml.chars.ids, efml.words.ids, efml.token_embedder, efml.encoder,
+                                    efml.architecture)
+            assert_same_numbers(h5[str(index)][()], expected, rtol=1e-5, what=f"line {index}")
+
+
+def test_evaluate_runs_the_wsd_probe_on_the_converted_model(converted, tmp_path):
+    from modeling_elmo.evaluation import main as evaluate_main
+
+    occurrences = [(["日本", "abc", "Жы"], 0, "A"), (["日本", "ab"], 0, "A"), (["ca", "日本"], 1, "B"),
+                   (["ü", "日本", "ca"], 1, "B"), (["abc", "ü"], 1, "C"), (["ü", "Жы"], 0, "D")]
+    lines = [json.dumps({"tokens": t, "index": i, "word": t[i], "sense": s}, ensure_ascii=False) for t, i, s in occurrences]
+    (tmp_path / "wsd.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert evaluate_main([str(converted), "--task", "wsd-probe", "--wsd-file", str(tmp_path / "wsd.jsonl"),
+                          "--output-dir", str(tmp_path / "eval"), "--no-progress", "--device", "cpu"]) == 0
+    results = json.loads((tmp_path / "eval" / "eval_results.json").read_text(encoding="utf-8"))
+    scores = [r for r in results["scores"] if r["task"] == "wsd-probe" and r["metric"] == "accuracy"]
+    assert {r["representation"] for r in scores} >= {"layer 0", "layer 1", "layer 2"}
+    assert all(0.0 <= r["value"] <= 1.0 and r["examples"] > 0 for r in scores)
+
+
+def test_trainer_fine_tunes_a_tagging_head_on_the_converted_model(converted, tmp_path):
+    from datasets import Dataset
+    from transformers import DataCollatorForTokenClassification, Trainer, TrainingArguments
+
+    from modeling_elmo import ElmoForTokenClassification
+
+    tokenizer = ElmoTokenizer.from_pretrained(converted)
+    base = ElmoModel.from_pretrained(converted)
+    config = base.config.__class__.from_pretrained(converted, num_labels=2, freeze_elmo=False, classifier_dropout=0.0)
+    torch.manual_seed(0)
+    model = ElmoForTokenClassification(config)
+    model.elmo.load_state_dict(base.state_dict())
+    sentences = SENTENCES * 4
+    labels = [[int(w in WORDS) for w in s] for s in sentences]  # tag the words of the word list
+
+    def encode(batch):
+        encoded = tokenizer(batch["tokens"], is_split_into_words=True)
+        return {**encoded, "labels": batch["tags"]}
+
+    data = Dataset.from_dict({"tokens": sentences, "tags": labels}).map(encode, batched=True, remove_columns=["tokens", "tags"])
+    assert "word_input_ids" in data.column_names
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, num_train_epochs=2,
+                             learning_rate=1e-2, report_to=[], save_strategy="no", use_cpu=True, seed=0)
+    trainer = Trainer(model=model, args=args, train_dataset=data, processing_class=tokenizer,
+                      data_collator=DataCollatorForTokenClassification(tokenizer))
+    result = trainer.train()
+    assert np.isfinite(result.training_loss)
+    assert not torch.equal(model.elmo.char_encoder.word_embeddings.weight, base.char_encoder.word_embeddings.weight)
+    trainer.save_model(str(tmp_path / "tagger"))
+    again = ElmoForTokenClassification.from_pretrained(tmp_path / "tagger").eval()
+    encoding = tokenizer(SENTENCES, is_split_into_words=True, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        assert torch.equal(again(**encoding).logits, model.eval()(**encoding).logits)
