@@ -85,10 +85,15 @@ def save_model_folder(
 ) -> str:
     """``model.save_pretrained`` (safetensors, code files, full ``auto_map``) and ``tokenizer.save_pretrained`` into
     ``folder``: the folder loads through every Auto class, with or without this package installed."""
+    from .io_utils import follow_umask
+
     folder = os.fspath(folder)
     model.save_pretrained(folder, **save_kwargs)
     if tokenizer is not None:
         tokenizer.save_pretrained(folder)
+    for entry in os.scandir(folder):  # transformers writes the weights through a private (0600) temporary file
+        if entry.name.endswith(".safetensors") and entry.is_file(follow_symlinks=False):
+            follow_umask(entry.path)
     return folder
 
 

@@ -88,6 +88,31 @@ AUTO_MAP = {
     "AutoModelForTokenClassification": "modeling_elmo.ElmoForTokenClassification",
 }
 
+
+def own_auto_map(auto_map: Any) -> dict[str, str]:
+    """The ``auto_map`` an ELMo config carries: always `AUTO_MAP`, whatever a loaded ``config.json`` said.
+
+    An entry naming code in another Hub repository (``owner/name--module.Class``, which ``trust_remote_code=True``
+    would fetch and run) or another module or class is never carried into a folder this config is saved to; it is
+    dropped with a warning. (transformers itself prefixes the entries of a config loaded from a Hub repository with
+    that repository; those entries name this package's classes and are dropped silently: the folder a config is
+    saved to ships the code files.)"""
+    if isinstance(auto_map, dict):
+        foreign = {key: value for key, value in auto_map.items()
+                   if not (isinstance(value, str) and value.split("--")[-1] == AUTO_MAP.get(key))}
+        if foreign:
+            logger.warning(
+                "ElmoConfig: ignoring auto_map entries that do not name this package's classes (%s); the config "
+                "carries its own auto_map.", ", ".join(f"{key}: {value!r}" for key, value in sorted(foreign.items())))
+    return dict(AUTO_MAP)
+
+
+#: Bounds on what a config may declare, checked before anything is allocated: a word of more than this many
+#: characters is no word (the released models read 50), and a model of more parameters than this (40 GB of float32;
+#: the largest released model has 94 M) cannot be what a config file was meant to describe.
+MAX_CHARACTERS_PER_TOKEN_LIMIT = 1024
+MAX_PARAMETERS_LIMIT = 10**10
+
 CHAR_CNN_ACTIVATIONS = ("relu", "tanh")
 LSTM_IMPLEMENTATIONS = ("auto", "loop", "fused", "torch")
 CLASSIFIER_POOLINGS = ("mean", "max", "mean_max", "first", "last")
@@ -313,7 +338,7 @@ class ElmoConfig(PretrainedConfig):
         self.initializer_range = initializer_range
         self.unk_token_id = unk_token_id
         _check_inherited_kwargs(kwargs)
-        kwargs.setdefault("auto_map", dict(AUTO_MAP))
+        kwargs["auto_map"] = own_auto_map(kwargs.get("auto_map"))
         super().__init__(pad_token_id=pad_token_id, bos_token_id=bos_token_id, eos_token_id=eos_token_id, **kwargs)
         self.validate_elmo()
 
@@ -362,6 +387,16 @@ class ElmoConfig(PretrainedConfig):
         if self.lstm_implementation == "auto":
             return self.cell_clip is None and self.proj_clip is None
         return self.lstm_implementation == "torch"
+
+    def implied_num_parameters(self) -> int:
+        """How many parameters the model this config describes would have (the language model's softmax
+        included), computed from the sizes alone: nothing is allocated."""
+        d_c, F, P, H = self.char_embedding_dim, self.num_char_cnn_filters, self.hidden_size, self.cell_size
+        characters = self.num_characters * d_c + sum(w * d_c * n + n for w, n in self.char_cnn_filters)
+        highways = self.num_highway_layers * 2 * (F * F + F)
+        lstms = 2 * self.num_hidden_layers * (8 * H * P + 4 * H + H * P)
+        words = self.word_input_vocab_size * self.word_input_dim if self.word_input_vocab_size else 0
+        return characters + words + highways + self.token_features_size * P + P + lstms + self.vocab_size * (P + 1)
 
     # ------------------------------------------------------------------ validation
     def validate_elmo(self) -> None:
@@ -421,6 +456,15 @@ class ElmoConfig(PretrainedConfig):
             ):
                 raise ValueError(f"every `char_cnn_filters` entry must be [width, count] with positive integers, got {pair!r}.")
         positive_int("max_characters_per_token", minimum=3)
+        if self.max_characters_per_token > MAX_CHARACTERS_PER_TOKEN_LIMIT:
+            raise ValueError(f"`max_characters_per_token` must be at most {MAX_CHARACTERS_PER_TOKEN_LIMIT} (characters "
+                             f"per word), got {self.max_characters_per_token}.")
+        implied = self.implied_num_parameters()
+        if implied > MAX_PARAMETERS_LIMIT:
+            raise ValueError(f"this config describes a model of {implied:.3g} parameters (char_cnn_filters: "
+                             f"{self.num_char_cnn_filters:,} filters, hidden_size {self.hidden_size}, cell_size "
+                             f"{self.cell_size}, vocab_size {self.vocab_size}), more than the {MAX_PARAMETERS_LIMIT:.0e} "
+                             "this package builds; the file is damaged or not meant for it.")
         widest = max(width for width, _ in self.char_cnn_filters)
         if widest > self.max_characters_per_token:
             raise ValueError(
@@ -528,4 +572,4 @@ class ElmoConfig(PretrainedConfig):
         }
 
 
-__all__ = ["AUTO_MAP", "CHAR_VOCABULARIES", "ElmoConfig", "sentence_boundary_char_ids"]
+__all__ = ["AUTO_MAP", "CHAR_VOCABULARIES", "ElmoConfig", "own_auto_map", "sentence_boundary_char_ids"]

@@ -57,6 +57,8 @@ import numpy as np
 import torch
 
 from .configuration_elmo import ElmoConfig
+from .io_utils import read_json_object
+from .manifest import remove_stale_temporaries
 from .original_format import (
     LSTM_CELL,
     config_summary,
@@ -66,7 +68,8 @@ from .original_format import (
     read_checked,
     read_options,
 )
-from .output_folder import check_output_dir, sha256_of_file as _sha256, write_folder_atomically
+from .output_folder import COMMAND, TEMPORARY_KINDS, check_atol, check_output_dir, write_folder_atomically
+from .output_folder import sha256_of_file as _sha256
 from .parity import DEFAULT_ATOL, validate_converted_model
 from .releases import BASE_URL_ENV, DEFAULT_ATTEMPTS, RELEASES, Release, fetch_release, get_release
 
@@ -221,7 +224,9 @@ def convert(
     """
     from . import ElmoModel, ElmoTokenizer, save_model_folder
 
-    output_dir = check_output_dir(output_dir, overwrite)
+    check_atol(atol)
+    output_dir = check_output_dir(output_dir, overwrite, inputs=(options_path, weights_path))
+    remove_stale_temporaries(output_dir, TEMPORARY_KINDS)  # left by a run that was killed
     # 1. Options -> config.
     options = read_options(options_path)
     config = convert_config(options)
@@ -282,7 +287,8 @@ def convert_release(
     anything is downloaded. Returns the output folder; raises `ValueError` or `~modeling_elmo.releases.DownloadError`.
     """
     release = get_release(release) if isinstance(release, str) else release
-    check_output_dir(output_dir, overwrite)
+    check_atol(atol)
+    check_output_dir(output_dir, overwrite, inputs=(cache_dir,) if cache_dir else ())
     fetched = fetch_release(release, cache_dir, base_url=base_url, force_download=force_download,
                             use_mirror=use_mirror, attempts=attempts or DEFAULT_ATTEMPTS, retry_wait=retry_wait,
                             progress=progress)
@@ -334,6 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+
     efml_release = bool(args.release and args.release.startswith("efml-"))
     if args.release and (args.options or args.weights or args.efml):
         parser.error("--release downloads its own files; do not combine it with --options/--weights or --efml.")

@@ -46,7 +46,8 @@ import torch
 from .configuration_elmo import SPECIAL_WORDS, ElmoConfig
 from .efml_format import CHAR_SYMBOLS, WORD_SYMBOLS, EfmlModel, read_efml_model, safe_extract_zip
 from .efml_reference import efml_forward
-from .output_folder import check_output_dir, sha256_of_file, write_folder_atomically
+from .manifest import remove_stale_temporaries
+from .output_folder import TEMPORARY_KINDS, check_atol, check_output_dir, sha256_of_file, write_folder_atomically
 
 logger = logging.getLogger(__name__)
 
@@ -338,7 +339,9 @@ def convert_efml(
     then."""
     from . import ElmoModel, save_model_folder
 
-    output_dir = check_output_dir(output_dir, overwrite)
+    check_atol(atol)
+    output_dir = check_output_dir(output_dir, overwrite, inputs=(source, architecture) if architecture else (source,))
+    remove_stale_temporaries(output_dir, TEMPORARY_KINDS)  # left by a run that was killed
     source = Path(source)
     if not source.exists():
         raise ValueError(f"{str(source)!r} does not exist.")
@@ -407,7 +410,8 @@ def convert_efml_release(
     from .releases import DEFAULT_ATTEMPTS
 
     release = get_efml_release(release) if isinstance(release, str) else release
-    check_output_dir(output_dir, overwrite)
+    check_atol(atol)
+    check_output_dir(output_dir, overwrite, inputs=(cache_dir,) if cache_dir else ())
     archive, where = fetch_efml_release(release, cache_dir, base_url=base_url, mirror=mirror,
                                         force_download=force_download, attempts=attempts or DEFAULT_ATTEMPTS,
                                         retry_wait=retry_wait, progress=progress)

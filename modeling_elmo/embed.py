@@ -46,7 +46,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import hashlib
 import json
 import logging
 import math
@@ -64,6 +63,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .inference import DTYPES, ElmoEmbedder, load_elmo_tokenizer, make_batches
+from .io_utils import iter_lines, scan_lines
 from .launch import LaunchError, check_process_count, launched_processes, use_cpu_backend
 
 
@@ -75,8 +75,10 @@ RUN_FILE = "run.json"
 DEFAULT_BATCH_SIZE = 64
 DEFAULT_CHUNK_SIZE = 10_000
 #: Settings that must not change between a killed run and its resumption (they change the chunks' contents).
-RESUME_KEYS = ("input_size", "input_head_sha256", "mode", "model", "chunk_size", "raw_text", "forget_sentences",
-               "use_sentence_keys", "num_layers", "output_size")
+#: ``input_sha256`` hashes the whole input; ``model_weights_sha256`` the weights the model runs with (`ElmoEmbedder.
+#: weights_fingerprint`: a model whose weights were replaced under the same path is another model).
+RESUME_KEYS = ("input_size", "input_sha256", "mode", "model", "model_weights_sha256", "chunk_size", "raw_text",
+               "forget_sentences", "use_sentence_keys", "num_layers", "output_size")
 
 
 class Embedder(Protocol):
@@ -113,19 +115,9 @@ class EmbedReport:
 
 
 def count_lines(path: str | os.PathLike) -> int:
-    """Number of lines of a file (a last line without newline counts), read in binary blocks."""
-    count, last = 0, b"\n"
-    with open(path, "rb") as handle:
-        while block := handle.read(1 << 24):
-            count += block.count(b"\n")
-            last = block[-1:]
-    return count + (last != b"\n")
-
-
-def _file_fingerprint(path: Path) -> dict[str, Any]:
-    with open(path, "rb") as handle:
-        head = hashlib.sha256(handle.read(1 << 20)).hexdigest()
-    return {"input_size": path.stat().st_size, "input_head_sha256": head}
+    """Number of lines of a file, read in binary blocks: ``\n``, ``\r\n`` and a lone ``\r`` end a line, and a last
+    line without a line break counts (`modeling_elmo.io_utils.iter_lines`)."""
+    return scan_lines(path)[0]
 
 
 def _decode(raw: bytes, index: int) -> tuple[str, bool]:
@@ -150,7 +142,7 @@ def iter_chunks(path: Path, chunk_size: int, wanted: Callable[[int], bool]) -> I
         chunk: list[Line] = []
         chunk_index = 0
         take = wanted(0)
-        for index, raw in enumerate(handle):
+        for index, raw in enumerate(iter_lines(handle)):
             k = index // chunk_size
             if k != chunk_index:
                 if take:
@@ -275,15 +267,110 @@ def _chunk_path(partial: Path, chunk_index: int) -> Path:
     return partial / f"chunk-{chunk_index:08d}.h5"
 
 
+class _GuardedFile:
+    """A binary file for h5py's file-object driver that survives a failed write.
+
+    When the HDF5 library's write fails inside its own calls (a full disk), h5py cannot close the file any more:
+    every later flush fails again, and the objects' clean-up at exit crashes the interpreter. Through this wrapper
+    the first failed write is recorded and every later one is dropped as if it had succeeded, so the file always
+    closes; `check` raises the recorded error (the file is then deleted by its owner: its content is incomplete).
+    """
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.handle = open(path, "w+b")
+        self.error: OSError | None = None
+
+    def check(self, doing: str) -> None:
+        if self.error is not None:
+            code = self.error.errno
+            detail = os.strerror(code) if code else str(self.error)
+            raise OSError(code or 0, f"{doing} {str(self.path)!r} failed: {detail}")
+
+    def write(self, data: Any) -> int:
+        size = memoryview(data).nbytes
+        if self.error is None:
+            try:
+                self.handle.write(data)
+            except OSError as error:
+                self.error = error
+        return size
+
+    def flush(self) -> None:
+        if self.error is None:
+            try:
+                self.handle.flush()
+            except OSError as error:
+                self.error = error
+
+    def truncate(self, size: int | None = None) -> int:
+        if self.error is None:
+            try:
+                return self.handle.truncate(size)
+            except OSError as error:
+                self.error = error
+        return size if size is not None else self.handle.tell()
+
+    def read(self, size: int = -1) -> bytes:
+        return self.handle.read(size)
+
+    def readinto(self, buffer: Any) -> int:
+        return self.handle.readinto(buffer)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self.handle.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self.handle.tell()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.handle.close()
+
+
+@contextlib.contextmanager
+def _hdf5_writer(path: Path, doing: str) -> Iterator[tuple[h5py.File, _GuardedFile]]:
+    """A new HDF5 file at ``path`` written through a `_GuardedFile`; removed again unless the block completes and
+    every byte reached the disk. A failed write is raised as one `OSError` (with its errno: 28 for a full disk) that
+    names ``path``."""
+    guard = _GuardedFile(path)
+    try:
+        try:
+            h5 = h5py.File(guard, "w")
+            try:
+                yield h5, guard
+            finally:
+                h5.close()
+            guard.flush()
+            if guard.error is None:
+                os.fsync(guard.handle.fileno())
+        except Exception as error:  # after a dropped write, HDF5 may fail reading back what it wrote: report the write
+            if guard.error is None:
+                if not isinstance(error, OSError):
+                    raise
+                guard.error = error
+        guard.check(doing)
+    except BaseException:
+        guard.close()
+        path.unlink(missing_ok=True)
+        raise
+    guard.close()
+
+
 def write_chunk(path: Path, lines: list[Line], embedder: Embedder, *, mode: str,
                 tokenize: Callable[[str], list[str]], batch_size: int, max_batch_tokens: int | None,
                 use_sentence_keys: bool, forget_sentences: bool, progress: Any = None) -> int:
-    """Embed one chunk of lines into the HDF5 file ``path`` (atomically); return its number of tokens."""
+    """Embed one chunk of lines into the HDF5 file ``path`` (atomically); return its number of tokens.
+
+    A failed write (a full disk: ``OSError`` with errno ``ENOSPC``) removes the unfinished chunk file and raises a
+    one-line `OSError`; the chunks finished before it stay.
+    """
     tokens = [tokenize(text) for _, text, _ in lines]
     keys = [text if use_sentence_keys else str(index) for index, text, _ in lines]
     empty_shape = (embedder.num_layers, 0, embedder.output_size) if mode == "all" else (0, embedder.output_size)
     tmp = path.with_name(path.name + ".tmp")
-    with h5py.File(tmp, "w") as h5:
+    doing = "writing the chunk"
+    with _hdf5_writer(tmp, doing) as (h5, guard):
         for j, t in enumerate(tokens):
             if not t:
                 h5.create_dataset(keys[j], data=np.zeros(empty_shape, dtype=np.float32))
@@ -297,18 +384,19 @@ def write_chunk(path: Path, lines: list[Line], embedder: Embedder, *, mode: str,
                     raise RuntimeError(f"embedder returned shape {layers.shape} for line {lines[j][0]}, "
                                        f"expected {expected}.")
                 h5.create_dataset(keys[j], data=_select_layers(layers, mode).astype(np.float32, copy=False))
+            guard.check(doing)  # stop at the first failed write, not at the end of the chunk
             if progress is not None:
                 progress.update(len(batch))
         if not forget_sentences and not use_sentence_keys:
             mapping = {text: key for (_, text, _), key in zip(lines, keys)}  # later lines win, as in AllenNLP
             h5.create_dataset(SENTENCE_TO_INDEX, data=[json.dumps(mapping)], dtype=h5py.string_dtype())
         invalid = [index for index, _, bad in lines if bad]
+        num_tokens = sum(len(t) for t in tokens)
         h5.attrs["num_lines"] = len(lines)
         h5.attrs["blank_lines"] = sum(1 for t in tokens if not t)
         h5.attrs["invalid_utf8_lines"] = len(invalid)
         h5.attrs["first_invalid_utf8_line"] = invalid[0] if invalid else -1
-        h5.attrs["num_tokens"] = sum(len(t) for t in tokens)
-        num_tokens = int(h5.attrs["num_tokens"])
+        h5.attrs["num_tokens"] = num_tokens
     os.replace(tmp, path)
     return num_tokens
 
@@ -320,7 +408,8 @@ def merge_chunks(partial: Path, output: Path, num_chunks: int, *, settings: dict
     mapping: dict[str, str] = {}
     write_mapping = not settings["forget_sentences"] and not settings["use_sentence_keys"]
     first_invalid = None
-    with h5py.File(tmp, "w") as dst:
+    doing = "merging the chunks into"
+    with _hdf5_writer(tmp, doing) as (dst, guard):
         for k in range(num_chunks):
             with h5py.File(_chunk_path(partial, k), "r") as src:
                 for key in src:
@@ -335,6 +424,7 @@ def merge_chunks(partial: Path, output: Path, num_chunks: int, *, settings: dict
                 report.invalid_utf8_lines += int(src.attrs["invalid_utf8_lines"])
                 if first_invalid is None and int(src.attrs["first_invalid_utf8_line"]) >= 0:
                     first_invalid = int(src.attrs["first_invalid_utf8_line"])
+            guard.check(doing)
         if write_mapping:
             dst.create_dataset(SENTENCE_TO_INDEX, data=[json.dumps(mapping)], dtype=h5py.string_dtype())
         dst.attrs["layers"] = settings["mode"]
@@ -437,10 +527,12 @@ def _embed_locked(input_path: Path, output: Path, embedder: Embedder | Callable[
 
     if callable(embedder) and not hasattr(embedder, "embed_batch"):
         embedder = embedder()
-    settings = {**_file_fingerprint(input_path), "mode": mode, "model": model_name, "chunk_size": chunk_size,
-                "raw_text": raw_text, "forget_sentences": forget_sentences, "use_sentence_keys": use_sentence_keys,
-                "num_layers": embedder.num_layers, "output_size": embedder.output_size}
-    num_lines = count_lines(input_path)
+    num_lines, input_sha256 = scan_lines(input_path)  # one streamed pass: the line count and a hash of every byte
+    settings = {"input_size": input_path.stat().st_size, "input_sha256": input_sha256, "mode": mode,
+                "model": model_name, "model_weights_sha256": getattr(embedder, "weights_fingerprint", None),
+                "chunk_size": chunk_size, "raw_text": raw_text, "forget_sentences": forget_sentences,
+                "use_sentence_keys": use_sentence_keys, "num_layers": embedder.num_layers,
+                "output_size": embedder.output_size}
     num_chunks = math.ceil(num_lines / chunk_size)
     report = EmbedReport(output_file=str(output), num_lines=num_lines)
 
@@ -504,7 +596,15 @@ def _check_resumable(partial: Path, settings: dict[str, Any]) -> None:
     recorded = json.loads(run_file.read_text())
     changed = [k for k in RESUME_KEYS if recorded.get(k) != settings[k]]
     if changed:
-        detail = ", ".join(f"{k}: {recorded.get(k)!r} -> {settings[k]!r}" for k in changed)
+        def describe(key: str) -> str:
+            if key in ("input_size", "input_sha256"):
+                return f"the input file changed ({key}: {recorded.get(key)!r} -> {settings[key]!r})"
+            if key == "model_weights_sha256":
+                return (f"the model's weights changed (sha256 {str(recorded.get(key))[:16]}... -> "
+                        f"{str(settings[key])[:16]}...)")
+            return f"{key}: {recorded.get(key)!r} -> {settings[key]!r}"
+
+        detail = ", ".join(describe(k) for k in changed if not (k == "input_size" and "input_sha256" in changed))
         raise ValueError(f"cannot resume {str(partial)!r}: settings differ from the interrupted run ({detail}). "
                          "Pass --overwrite to start again.")
 
@@ -579,7 +679,11 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         raise SystemExit(f"elmo embed: error: {err}") from None
     except OSError as err:  # e.g. the disk filled up: finished chunks stay in OUTPUT.partial
-        raise SystemExit(f"elmo embed: error: {err}; rerun with --resume to keep the finished chunks.") from None
+        partial = _partial_dir(Path(args.output_file))
+        kept = len(list(partial.glob("chunk-*.h5"))) if partial.is_dir() else 0
+        hint = (f"; {kept} finished chunk(s) are kept in {str(partial)!r}: rerun with --resume to continue from them"
+                if kept else "")
+        raise SystemExit(f"elmo embed: error: {' '.join(str(err).split())}{hint}.") from None
     if report.merged:
         print(f"elmo embed: wrote {report.num_lines} sentences to {report.output_file} "
               f"({report.embedded_lines} embedded now at {report.sentences_per_second:.1f} sentences/s on this "

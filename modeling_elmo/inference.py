@@ -17,9 +17,11 @@ them.
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
 import logging
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -147,14 +149,18 @@ def load_elmo_model(model_name_or_path: str | os.PathLike, **kwargs: Any) -> tor
         from .hub.safety import refuse_pickled_weights
 
         refuse_pickled_weights(location)
+        check_safetensors_files(location)
     try:
         with _quiet_load_report():
             # ignore_mismatched_sizes: report wrong shapes in loading_info (checked below) instead of a RuntimeError
             # that points at the table.
             model, info = ElmoModel.from_pretrained(location, output_loading_info=True, use_safetensors=True,
                                                     ignore_mismatched_sizes=True, **kwargs)
-    except OSError as error:
+    except (OSError, ValueError) as error:
         raise ValueError(f"cannot load the weights of model {location!r}: {_one_line(error)}") from None
+    except Exception as error:  # safetensors' SafetensorError (a damaged file on the Hub), torch's size errors
+        raise ValueError(f"cannot load the weights of model {location!r}: {type(error).__name__}: "
+                         f"{_one_line(error)}") from None
     missing = sorted(info.get("missing_keys") or ())
     unexpected = sorted(k for k in info.get("unexpected_keys") or () if not k.startswith(HEAD_WEIGHT_PREFIXES))
     mismatched = sorted(info.get("mismatched_keys") or ())
@@ -170,7 +176,38 @@ def load_elmo_model(model_name_or_path: str | os.PathLike, **kwargs: Any) -> tor
     if problems:
         raise ValueError(f"the weights of model {location!r} do not match its config.json: {'; '.join(problems)}. "
                          "Refusing to run a partly random model.")
+    refuse_nonfinite_weights(model, location)
     return model.eval()
+
+
+def check_safetensors_files(folder: str | os.PathLike) -> None:
+    """`modeling_elmo.io_utils.check_safetensors_header` for every ``*.safetensors`` file of ``folder``: a truncated
+    or damaged file is a one-line `ValueError` before anything is allocated for it."""
+    from .io_utils import check_safetensors_header
+
+    for name in sorted(os.listdir(folder)):
+        path = os.path.join(folder, name)
+        if name.endswith(".safetensors") and os.path.isfile(path):
+            check_safetensors_header(path)
+
+
+def refuse_nonfinite_weights(model: torch.nn.Module, location: str) -> None:
+    """Raise `ValueError` naming the tensors of ``model`` that hold NaN or an infinity (every output would be NaN)."""
+    bad = [name for name, tensor in model.state_dict().items()
+           if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all())]
+    if bad:
+        raise ValueError(f"the weights of model {location!r} hold NaN or infinite values in {len(bad)} tensor(s) "
+                         f"({_listed(bad)}); every vector computed from them would be NaN. Refusing to run it.")
+
+
+def weights_fingerprint(model: torch.nn.Module) -> str:
+    """The sha256 of a model's state (names, dtypes, shapes and values, as the model holds them)."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
+        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+                      if tensor.numel() else b"")
+    return digest.hexdigest()
 
 
 def load_elmo_tokenizer(model_name_or_path: str | os.PathLike, **kwargs: Any) -> Any:
@@ -233,11 +270,23 @@ class ElmoEmbedder:
             raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}.")
         if dtype != torch.float32 and device.type == "cpu":
             raise ValueError(f"dtype {dtype} needs a GPU; on the CPU use float32.")
+        model_width = int(base.config.max_characters_per_token)
+        tokenizer_width = getattr(tokenizer, "max_characters_per_token", model_width)
+        if tokenizer_width != model_width:
+            raise ValueError(f"the tokenizer writes {tokenizer_width} characters per word "
+                             f"(max_characters_per_token in tokenizer_config.json) but the model reads "
+                             f"{model_width} (config.json); the two files belong to different models.")
         self.model = base.to(device=device, dtype=dtype).eval()
         self.tokenizer = tokenizer
         self.device = device
         self.num_layers = int(base.config.num_representation_layers)  # L + 1
         self.output_size = int(base.config.output_size)  # 2P
+
+    @functools.cached_property
+    def weights_fingerprint(self) -> str:
+        """The sha256 of the weights the model runs with (`weights_fingerprint`; its dtype included): recorded by
+        ``elmo embed`` so that a resumed run refuses a model whose weights changed."""
+        return weights_fingerprint(self.model)
 
     @classmethod
     def from_pretrained(cls, model_name_or_path: str | os.PathLike, device: str | torch.device | None = None,
@@ -255,6 +304,7 @@ class ElmoEmbedder:
 
         Every sentence must have at least one word (`embed_sentences` accepts empty ones).
         """
+        _check_word_lists(sentences)
         if any(len(s) == 0 for s in sentences):
             raise ValueError("embed_batch got an empty sentence; use embed_sentences for lists that may hold some.")
         encoded = self.tokenizer([list(s) for s in sentences], is_split_into_words=True, padding=True,
@@ -274,6 +324,11 @@ class ElmoEmbedder:
         """
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
+        if isinstance(sentences, (str, bytes, Mapping)):
+            raise ValueError(f"sentences must be a list of word lists, got a {type(sentences).__name__} "
+                             f"({sentences!r:.60}).")
+        sentences = list(sentences)
+        _check_word_lists(sentences)
         sentences = [list(s) for s in sentences]
         results = [np.zeros((self.num_layers, 0, self.output_size), dtype=np.float32) for _ in sentences]
         batches = make_batches([len(s) for s in sentences], batch_size, max_batch_tokens)
@@ -286,5 +341,21 @@ class ElmoEmbedder:
         return results
 
 
-__all__ = ["DTYPES", "HEAD_WEIGHT_PREFIXES", "HUB_KWARGS", "MODEL_INPUT_KEYS", "ElmoEmbedder", "load_elmo_model",
-           "load_elmo_tokenizer", "make_batches", "model_inputs"]
+def _check_word_lists(sentences: Sequence[Any]) -> None:
+    """Refuse anything but a sequence of word lists: a string (each character would become a word), a dict (its
+    keys would), words that are not strings."""
+    for i, sentence in enumerate(sentences):
+        if isinstance(sentence, (str, bytes)):
+            raise ValueError(f"sentence {i} is a {type(sentence).__name__} ({sentence!r:.60}), not a list of words; "
+                             "split it first (text.split(), or the tokenizer's split_words).")
+        if isinstance(sentence, Mapping) or not isinstance(sentence, Sequence):
+            raise ValueError(f"sentence {i} must be a list of words, got a {type(sentence).__name__} "
+                             f"({sentence!r:.60}).")
+        for j, word in enumerate(sentence):
+            if not isinstance(word, str):
+                raise ValueError(f"word {j} of sentence {i} must be a string, got {type(word).__name__} {word!r:.40}.")
+
+
+__all__ = ["DTYPES", "HEAD_WEIGHT_PREFIXES", "HUB_KWARGS", "MODEL_INPUT_KEYS", "ElmoEmbedder", "check_safetensors_files",
+           "load_elmo_model", "load_elmo_tokenizer", "make_batches", "model_inputs", "refuse_nonfinite_weights",
+           "weights_fingerprint"]

@@ -2,24 +2,50 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import socket
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
+
+
+def current_umask() -> int:
+    """The process's file-mode creation mask (read from ``/proc`` where it can be, so that it is never changed)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def follow_umask(path: str | os.PathLike, *, folder: bool = False) -> None:
+    """Give ``path`` the mode a new file (``folder``: a new folder) gets under the umask: `tempfile` makes its files
+    0600 and its folders 0700, which would hide a shared model folder's weights from the users who can read the
+    rest of it."""
+    os.chmod(path, (0o777 if folder else 0o666) & ~current_umask())
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to ``path`` so that ``path`` is either the old file or the complete new one, never a part.
 
-    The data go to a unique temporary file in the same folder, are flushed to disk, and replace ``path`` with
-    `os.replace` (atomic on one file system). On any error the temporary file is removed and the error raised.
+    The data go to a unique temporary file in the same folder (mode as the umask says, like any new file), are
+    flushed to disk, and replace ``path`` with `os.replace` (atomic on one file system). On any error the temporary
+    file is removed and the error raised.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -36,6 +62,44 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
+@contextlib.contextmanager
+def exclusive_lock(path: str | os.PathLike, busy: str) -> Iterator[None]:
+    """Hold an exclusive `fcntl.flock` on the file ``path`` while the block runs; raise `ValueError` with the
+    message ``busy`` at once if another process holds it.
+
+    The operating system releases the lock when its process dies, so a killed run never leaves a stale lock. The
+    file is removed when the block ends. A process that opened the file just before an earlier holder removed it
+    would lock a deleted file: the lock is only taken once it is on the file at the path.
+    """
+    import fcntl
+
+    path = Path(path)
+    while True:
+        try:
+            handle = open(path, "ab")
+        except OSError as error:
+            raise ValueError(f"cannot create the lock file {str(path)!r}: {error.strerror}.") from None
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            raise ValueError(busy) from None
+        try:
+            current = os.stat(path)
+        except FileNotFoundError:
+            current = None
+        if current is not None and os.path.samestat(current, os.fstat(handle.fileno())):
+            break
+        handle.close()  # removed (and maybe re-created) by the process that held it: lock the file at the path
+    try:
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            if os.path.samestat(os.stat(path), os.fstat(handle.fileno())):
+                path.unlink()  # while still locked, so no other process can be holding this file
+        handle.close()
+
+
 def hub_reachable(timeout: float = 3.0) -> bool:
     """Whether a TCP connection to the Hub endpoint (``HF_ENDPOINT``) opens within ``timeout`` seconds."""
     from urllib.parse import urlparse
@@ -48,6 +112,15 @@ def hub_reachable(timeout: float = 3.0) -> bool:
         with socket.create_connection((url.hostname, port), timeout=timeout):
             return True
     except OSError:
+        return False
+
+
+def is_within(path: str | os.PathLike, folder: str | os.PathLike) -> bool:
+    """Whether ``path`` lies inside ``folder`` or is it (both resolved: links followed)."""
+    try:
+        Path(path).resolve().relative_to(Path(folder).resolve())
+        return True
+    except ValueError:
         return False
 
 
@@ -66,3 +139,111 @@ def read_json_object(path: str | os.PathLike, what: str, *, required: bool = Fal
     if not isinstance(data, dict):
         raise ValueError(f"{what} file {str(path)!r} must hold a JSON object, got {type(data).__name__}.")
     return data
+
+
+#: A line break in a text file: ``\n`` (Unix), ``\r\n`` (Windows) or a lone ``\r`` (old Mac OS).
+_LINE_BREAK = re.compile(rb"\r\n|\r|\n")
+
+
+def iter_lines(handle: BinaryIO, block_size: int = 1 << 20) -> Iterator[bytes]:
+    """The lines of a binary file, without their line breaks, streamed in blocks of ``block_size`` bytes.
+
+    ``\\n``, ``\\r\\n`` and a lone ``\\r`` all end a line (a ``\\r\\n`` split across two blocks counts once); a
+    last line without a line break counts, an empty file has no lines. Memory holds one block and one line.
+    """
+    pieces: list[bytes] = []
+    after_cr = False  # the previous block ended with "\r": a "\n" starting this block belongs to it
+    while block := handle.read(block_size):
+        if after_cr and block.startswith(b"\n"):
+            block = block[1:]
+        after_cr = False
+        start = 0
+        for match in _LINE_BREAK.finditer(block):
+            pieces.append(block[start:match.start()])
+            yield b"".join(pieces)
+            pieces = []
+            start = match.end()
+            after_cr = start == len(block) and match.group() == b"\r"
+        if start < len(block):
+            pieces.append(block[start:])
+    if pieces:
+        yield b"".join(pieces)
+
+
+def scan_lines(path: str | os.PathLike, block_size: int = 1 << 20) -> tuple[int, str]:
+    """``(number of lines, sha256 of the bytes)`` of a file in one streamed pass; lines as `iter_lines` counts
+    them."""
+    import hashlib
+
+    digest, count, after_cr, last = hashlib.sha256(), 0, False, b""
+    with open(path, "rb") as handle:
+        while block := handle.read(block_size):
+            digest.update(block)
+            count += len(_LINE_BREAK.findall(block))
+            if after_cr and block.startswith(b"\n"):
+                count -= 1  # "\r" | "\n" across the blocks: one break, already counted with the "\r"
+            after_cr = block.endswith(b"\r")
+            last = block[-1:]
+    return count + (last not in (b"", b"\n", b"\r")), digest.hexdigest()
+
+
+#: Bytes per value of the dtypes a safetensors header may name.
+_SAFETENSORS_ITEMSIZE = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "U16": 2, "I16": 2, "F16": 2,
+                         "BF16": 2, "U32": 4, "I32": 4, "F32": 4, "U64": 8, "I64": 8, "F64": 8}
+#: The largest header the safetensors format allows.
+SAFETENSORS_MAX_HEADER = 100_000_000
+
+
+def check_safetensors_header(path: str | os.PathLike) -> dict[str, Any]:
+    """Raise `ValueError` unless ``path`` is a complete safetensors file: an 8-byte header length within the file
+    and the format's bound, a JSON header, and tensors whose declared dtype x shape fill exactly their byte ranges,
+    which lie inside the file and cover its data section. Nothing but the header is read; returns the header.
+
+    This catches a truncated download, a damaged file and a header that declares more than the file holds before
+    any memory is allocated for the tensors.
+    """
+    import math
+
+    shown = str(path)
+    size = os.path.getsize(path)
+    with open(path, "rb") as handle:
+        head = handle.read(8)
+        if len(head) < 8:
+            raise ValueError(f"weights file {shown!r} is not a safetensors file: it has {size} bytes (truncated?).")
+        length = int.from_bytes(head, "little")
+        if length > min(SAFETENSORS_MAX_HEADER, size - 8):
+            raise ValueError(f"weights file {shown!r} is damaged or truncated: its header claims {length:,} bytes, "
+                             f"the file has {size:,}.")
+        raw = handle.read(length)
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        header = None
+    if not isinstance(header, dict):
+        raise ValueError(f"weights file {shown!r} is damaged: its header is not a JSON object.")
+    data_size = size - 8 - length
+    end_of_data = 0
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            itemsize = _SAFETENSORS_ITEMSIZE[entry["dtype"]]
+            shape = [int(n) for n in entry["shape"]]
+            begin, end = (int(n) for n in entry["data_offsets"])
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"weights file {shown!r} is damaged: tensor {name!r} has a malformed entry "
+                             f"{str(entry)[:80]}.") from None
+        if any(n < 0 for n in shape) or not 0 <= begin <= end:
+            raise ValueError(f"weights file {shown!r} is damaged: tensor {name!r} has shape {shape} at bytes "
+                             f"{begin}-{end}.")
+        if math.prod(shape) * itemsize != end - begin:
+            raise ValueError(f"weights file {shown!r} is damaged: tensor {name!r} declares shape {shape} "
+                             f"({entry['dtype']}) but {end - begin:,} bytes.")
+        if end > data_size:
+            raise ValueError(f"weights file {shown!r} is truncated: tensor {name!r} ends at byte {end:,} of the data, "
+                             f"the file holds {data_size:,} bytes of data.")
+        end_of_data = max(end_of_data, end)
+    if end_of_data != data_size:
+        raise ValueError(f"weights file {shown!r} is damaged: {data_size - end_of_data:,} bytes after the last "
+                         "tensor belong to none.")
+    return header

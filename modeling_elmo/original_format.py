@@ -8,6 +8,7 @@ release through it.
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -113,6 +114,8 @@ def read_checked(h5: h5py.Group, config: ElmoConfig) -> dict[str, np.ndarray]:
         raise ValueError(
             "the weights file does not match the options (" + config_summary(config) + "): " + "; ".join(problems)
         )
+    for name in expected:
+        _check_storage(h5, name, found[name][0])
     arrays = {}
     for name in expected:
         try:
@@ -126,6 +129,26 @@ def read_checked(h5: h5py.Group, config: ElmoConfig) -> dict[str, np.ndarray]:
         arrays["CNN_proj/W_proj"] = np.eye(F, dtype=np.float32)
         arrays["CNN_proj/b_proj"] = np.zeros(P, dtype=np.float32)
     return arrays
+
+
+#: The most a compressed HDF5 dataset may expand: deflate, the usual filter, cannot exceed about 1032 to 1.
+MAX_COMPRESSION_RATIO = 1032
+
+
+def _check_storage(h5: h5py.Group, name: str, dataset: h5py.Dataset) -> None:
+    """Refuse a dataset whose declared size the file cannot hold, before its values are read (and memory is
+    allocated for them): an uncompressed dataset needs storage for every byte, a compressed one at least
+    1/`MAX_COMPRESSION_RATIO` of them; unwritten chunks would read as the fill value, not as weights."""
+    declared = dataset.size * dataset.dtype.itemsize
+    try:
+        stored = dataset.id.get_storage_size()
+        compressed = dataset.id.get_create_plist().get_nfilters() > 0
+    except (OSError, RuntimeError) as error:
+        raise _damaged(h5, f"the storage of dataset {name!r} cannot be read: {error}") from None
+    needed = math.ceil(declared / MAX_COMPRESSION_RATIO) if compressed else declared
+    if stored < needed:
+        raise _damaged(h5, f"dataset {name!r} declares {declared:,} bytes of values but the file stores "
+                           f"{stored:,} for it")
 
 
 def config_summary(config: ElmoConfig) -> str:

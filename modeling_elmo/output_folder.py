@@ -1,4 +1,6 @@
-"""Writing a model folder safely: check the location first, fill a temporary sibling, rename it into place.
+"""Writing a converted model folder safely: check the location first (never over the inputs, never over files
+another command wrote), fill a temporary sibling, record what was written (`modeling_elmo.manifest`), rename it into
+place.
 
 Shared by the converters (`modeling_elmo.convert`, `modeling_elmo.convert_efml`): a folder with the final name is
 always complete, and a failure leaves nothing behind.
@@ -8,11 +10,20 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 import os
 import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+
+from .io_utils import follow_umask, is_within
+from .manifest import check_replaceable, temporary_prefix, write_manifest
+
+#: The command whose manifest a converted folder carries (`modeling_elmo.manifest`).
+COMMAND = "elmo convert"
+#: Temporary folders next to the output: the conversion being written, the output it replaces.
+TEMPORARY_KINDS = ("converting", "old")
 
 
 def sha256_of_file(path: str | os.PathLike) -> str:
@@ -24,19 +35,29 @@ def sha256_of_file(path: str | os.PathLike) -> str:
     return digest.hexdigest()
 
 
-def check_output_dir(output_dir: str | os.PathLike, overwrite: bool = False) -> Path:
+def check_output_dir(output_dir: str | os.PathLike, overwrite: bool = False,
+                     inputs: tuple[str | os.PathLike, ...] = ()) -> Path:
     """Raise `ValueError` unless a conversion can write ``output_dir``; return it as a `Path`. Writes nothing.
 
-    Refused: an existing file; an existing non-empty folder unless ``overwrite``; a path under a file; a location
-    where the nearest existing folder does not let us create anything (tried with a temporary folder that is
-    removed at once, so read-only folders and file systems are caught however permissions are set up).
+    Refused: an output folder that holds one of ``inputs`` (replacing it would delete them); an existing file; an
+    existing non-empty folder unless ``overwrite``, and with ``overwrite`` a folder holding anything but the files of
+    an earlier conversion (its manifest, `modeling_elmo.manifest`; the error names the first other file); a path
+    under a file; a location where the nearest existing folder does not let us create anything (tried with a
+    temporary folder that is removed at once, so read-only folders and file systems are caught however permissions
+    are set up).
     """
     output_dir = Path(output_dir)
     shown = str(output_dir)
+    for source in inputs:
+        if is_within(Path(source), output_dir):
+            raise ValueError(f"output folder {shown!r} holds the input file {str(source)!r}; writing the output would "
+                             "delete it. Choose another output folder.")
     if output_dir.exists() and not output_dir.is_dir():
         raise ValueError(f"output {shown!r} exists and is not a folder.")
-    if output_dir.is_dir() and any(output_dir.iterdir()) and not overwrite:
-        raise ValueError(f"output folder {shown!r} exists and is not empty; pass overwrite=True (--overwrite).")
+    if output_dir.is_dir() and any(output_dir.iterdir()):
+        if not overwrite:
+            raise ValueError(f"output folder {shown!r} exists and is not empty; pass overwrite=True (--overwrite).")
+        check_replaceable(output_dir, COMMAND, f"output folder {shown!r}")
     ancestor = output_dir.absolute().parent
     while not ancestor.exists() and not ancestor.is_symlink() and ancestor != ancestor.parent:
         ancestor = ancestor.parent
@@ -52,6 +73,14 @@ def check_output_dir(output_dir: str | os.PathLike, overwrite: bool = False) -> 
     return output_dir
 
 
+def check_atol(atol: float) -> None:
+    """Raise `ValueError` unless ``atol`` (the largest accepted difference to the reference) is a finite number > 0:
+    NaN would fail every comparison, and a negative one could never be met."""
+    if isinstance(atol, bool) or not isinstance(atol, (int, float)) or not (math.isfinite(atol) and atol > 0):
+        raise ValueError(f"--atol must be a finite number > 0 (the largest accepted difference to the reference), "
+                         f"got {atol!r}.")
+
+
 def _make_parents(folder: Path) -> list[Path]:
     """Create ``folder`` and its missing parents; return the ones created, deepest last."""
     missing = []
@@ -64,22 +93,21 @@ def _make_parents(folder: Path) -> list[Path]:
 
 
 def write_folder_atomically(output_dir: Path, fill: Callable[[Path], None]) -> Path:
-    """Let ``fill(folder)`` write a fresh temporary folder next to ``output_dir``, then rename it into place
-    (replacing an existing ``output_dir``), so a folder with the final name is always complete. On any failure the
-    temporary folder and any parent folders this call created are removed, and a file-system error becomes a
-    `ValueError` naming ``output_dir``."""
+    """Let ``fill(folder)`` write a fresh temporary folder next to ``output_dir``, record its files in a manifest,
+    then rename it into place (replacing an earlier conversion's ``output_dir``, which `check_output_dir` allowed),
+    so a folder with the final name is always complete. On any failure the temporary folder and any parent folders
+    this call created are removed, and a file-system error becomes a `ValueError` naming ``output_dir``."""
     parent = output_dir.resolve().parent
     created: list[Path] = []
     staging: Path | None = None
     try:
         created = _make_parents(parent)
-        staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.converting-", dir=parent))
-        umask = os.umask(0)
-        os.umask(umask)
-        staging.chmod(0o777 & ~umask)  # mkdtemp makes it private; the result should look like any new folder
+        staging = Path(tempfile.mkdtemp(prefix=temporary_prefix(output_dir, "converting"), dir=parent))
+        follow_umask(staging, folder=True)  # mkdtemp makes it private; the result should look like any new folder
         fill(staging)
-        if output_dir.exists():
-            retired = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.old-", dir=parent))
+        write_manifest(staging, COMMAND, (p.relative_to(staging).as_posix() for p in staging.rglob("*") if p.is_file()))
+        if output_dir.exists():  # only an earlier conversion's files (check_output_dir)
+            retired = Path(tempfile.mkdtemp(prefix=temporary_prefix(output_dir, "old"), dir=parent))
             os.replace(output_dir, retired / "old")
             os.replace(staging, output_dir)
             shutil.rmtree(retired, ignore_errors=True)
@@ -97,4 +125,4 @@ def write_folder_atomically(output_dir: Path, fill: Callable[[Path], None]) -> P
     return output_dir
 
 
-__all__ = ["check_output_dir", "sha256_of_file", "write_folder_atomically"]
+__all__ = ["COMMAND", "TEMPORARY_KINDS", "check_atol", "check_output_dir", "sha256_of_file", "write_folder_atomically"]

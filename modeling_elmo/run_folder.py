@@ -28,11 +28,14 @@ A folder written by ``elmo convert`` holds the model, tokenizer and code files, 
 ``conversion_metadata.json`` (the source files, their checksums, the numerical check).
 
 ``RunFolder(path).has_model()`` says whether a finished model can be loaded from it, ``is_run()`` whether a
-training run wrote it; the ``*_file`` properties name each artefact, present or not.
+training run wrote it; the ``*_file`` properties name each artefact, present or not. ``run_entries()`` sorts every
+entry of the folder (recursively) into the files a run writes and the others: ``elmo pretrain --overwrite`` deletes
+the first kind only, and refuses a folder holding any of the second.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -42,10 +45,25 @@ from typing import Any
 from .io_utils import atomic_write_text, read_json_object
 from .results import EvaluationResults, read_results
 
-__all__ = ["CODE_FILES", "EvaluationFolder", "RunFolder", "read_json_object"]
+__all__ = ["CHECKPOINT_FILE", "CODE_FILES", "EvaluationFolder", "RunFolder", "read_json_object"]
 
 #: The custom-code files saved with every model (``trust_remote_code`` loads them).
 CODE_FILES = ("configuration_elmo.py", "inputs_elmo.py", "lstm_kernels.py", "modeling_elmo.py", "tokenization_elmo.py")
+#: The files of a training checkpoint (``checkpoints/step_NNNNNNNN/``; docs/security.md lists them).
+CHECKPOINT_FILE = re.compile(r"trainer_state\.json|model\.safetensors|best_model\.safetensors|optimizer\.(safetensors|json)|"
+                             r"scheduler\.json|scaler\.json|vocab\.txt|char_vocab\.json|rng_state_\d+\.(safetensors|json)")
+#: A file being written atomically (`modeling_elmo.io_utils.atomic_write_bytes`): ``.NAME.XXXXXXXX.tmp``.
+_ATOMIC_TEMPORARY = re.compile(r"\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp")
+#: What tensorboard (``--report-to tensorboard``) writes into the tracker folder.
+_TRACKER_FILE = re.compile(r"events\.out\.tfevents\..+|hparams\.yml")
+
+
+def _written(name: str, is_ours) -> bool:
+    """Whether file ``name`` is one ``is_ours`` accepts, or the temporary file of an atomic write of one."""
+    if is_ours(name):
+        return True
+    match = _ATOMIC_TEMPORARY.fullmatch(name)
+    return bool(match and is_ours(match.group("name")))
 
 
 class EvaluationFolder:
@@ -78,6 +96,11 @@ class EvaluationFolder:
     def plot_files(self) -> list[Path]:
         """The plots that exist, in the order of `PLOTS`."""
         return [path for path in (self.root / f for f in self.PLOTS.values()) if path.is_file()]
+
+    @classmethod
+    def is_own_file(cls, name: str) -> bool:
+        """Whether a file ``name`` in the folder is one ``elmo evaluate`` writes (or is writing)."""
+        return _written(name, lambda n: n in (cls.RESULTS, cls.REPORT, *cls.PLOTS.values()))
 
 
 class RunFolder:
@@ -215,16 +238,93 @@ class RunFolder:
 
     def is_run_artefact(self, name: str) -> bool:
         """Whether a top-level entry ``name`` is one a training run writes (model, tokenizer, code, logs, results,
-        checkpoints, the evaluation folder, temporary files of an interrupted save)."""
-        fixed = {self.CONFIG, self.WEIGHTS, self.WEIGHTS_INDEX, *self.TOKENIZER_FILES, *self.CODE_FILES, self.CHECKPOINTS,
-                 self.METRICS, self.TRACKER_LOGS, self.TRAINING_METADATA, self.RUN_IDENTITY, self.EVAL_RESULTS,
-                 self.PERPLEXITY_PLOT, self.EVALUATION}
-        return (name in fixed or bool(re.fullmatch(r"model-\d+-of-\d+\.safetensors|examples_rank\d+\.jsonl", name))
-                or name.startswith(".tmp-") or bool(re.fullmatch(r"\..+\.tmp", name)))
+        checkpoints, the evaluation folder, temporary files of an interrupted save); `run_entries` looks inside."""
+        path = self.root / name
+        return self._is_run_entry((name,), path.is_dir() and not path.is_symlink())
 
     def entries(self) -> list[Path]:
         """The folder's top-level entries (none when it does not exist)."""
         return sorted(self.root.iterdir()) if self.root.is_dir() else []
+
+    def _model_file(self, name: str) -> bool:
+        return (name in {self.CONFIG, self.WEIGHTS, self.WEIGHTS_INDEX, *self.TOKENIZER_FILES, *self.CODE_FILES}
+                or bool(re.fullmatch(r"model-\d+-of-\d+\.safetensors", name)))
+
+    def _run_file(self, name: str) -> bool:
+        return (self._model_file(name) or name in {self.METRICS, self.TRAINING_METADATA, self.RUN_IDENTITY,
+                                                   self.EVAL_RESULTS, self.PERPLEXITY_PLOT}
+                or bool(re.fullmatch(r"examples_rank\d+\.jsonl", name)))
+
+    def _is_run_entry(self, parts: tuple[str, ...], is_dir: bool) -> bool:
+        """Whether the entry at ``parts`` (relative to the folder; a folder when ``is_dir``) is one a training run
+        writes: the files of `is_run_artefact`, the checkpoint folders and their files, the best model, the
+        evaluation files, tensorboard's logs, and the temporary files and folders of an interrupted save."""
+        top, rest = parts[0], parts[1:]
+        if not rest:
+            if is_dir:
+                return top in (self.CHECKPOINTS, self.EVALUATION, self.TRACKER_LOGS, ".tmp-final-model")
+            return _written(top, self._run_file)
+        if top == ".tmp-final-model":  # the final model being saved
+            return len(rest) == 1 and not is_dir and self._model_file(rest[0])
+        if top == self.EVALUATION:
+            return len(rest) == 1 and not is_dir and EvaluationFolder.is_own_file(rest[0])
+        if top == self.TRACKER_LOGS:
+            return is_dir or bool(_TRACKER_FILE.fullmatch(rest[-1]))
+        if top == self.CHECKPOINTS:
+            step = re.fullmatch(r"(\.tmp-|\.old-)?step_\d+", rest[0])
+            if len(rest) == 1:
+                if is_dir:
+                    return bool(step) or rest[0] == "best"
+                return _written(rest[0], lambda n: n == "latest")
+            if len(rest) == 2 and not is_dir:
+                if step:
+                    return _written(rest[1], lambda n: bool(CHECKPOINT_FILE.fullmatch(n)))
+                if rest[0] == "best":
+                    return rest[1] == ".model.safetensors.tmp" or _written(
+                        rest[1], lambda n: n in ("model.safetensors", "best.json"))
+        return False
+
+    def run_entries(self) -> tuple[list[Path], list[str]]:
+        """The entries of the folder that a training run writes (files, then their folders, deepest first), and
+        the others (sorted POSIX paths relative to the folder). A link is never followed: a link named like a
+        run's file is the run's (removing it leaves its target alone); a link to a folder is never the run's."""
+        ours_files, ours_dirs, foreign = [], [], []
+        if not self.root.is_dir():
+            return [], []
+        for top, dirs, files in os.walk(self.root):
+            base = Path(top)
+            for name in sorted(dirs):
+                path = base / name
+                parts = path.relative_to(self.root).parts
+                if path.is_symlink():  # the link itself, as a file: its target is never looked into
+                    if self._is_run_entry(parts, False):
+                        ours_files.append(path)
+                    else:
+                        foreign.append("/".join(parts))
+                elif self._is_run_entry(parts, True):
+                    ours_dirs.append(path)
+                else:
+                    foreign.append("/".join(parts) + "/")
+            dirs[:] = [d for d in dirs if (base / d) in ours_dirs]  # a foreign folder is not looked into
+            for name in sorted(files):
+                path = base / name
+                parts = path.relative_to(self.root).parts
+                if self._is_run_entry(parts, False):
+                    ours_files.append(path)
+                else:
+                    foreign.append("/".join(parts))
+        ours_dirs.sort(key=lambda p: len(p.parts), reverse=True)
+        return ours_files + ours_dirs, sorted(foreign)
+
+    def remove_run_files(self) -> None:
+        """Delete the entries of `run_entries` that a run writes (its folders only once they are empty)."""
+        ours, _ = self.run_entries()
+        for path in ours:
+            if path.is_dir() and not path.is_symlink():
+                with contextlib.suppress(OSError):
+                    path.rmdir()  # a folder that still holds something that is not the run's stays
+            else:
+                path.unlink(missing_ok=True)
 
     def is_conversion(self) -> bool:
         """Whether ``elmo convert`` wrote the folder."""

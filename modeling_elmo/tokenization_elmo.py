@@ -48,6 +48,7 @@ from .configuration_elmo import (
     END_OF_WORD_CHARACTER,
     EOS_WORD,
     INFERENCE_SHIFT,
+    MAX_CHARACTERS_PER_TOKEN_LIMIT,
     PAD_WORD,
     PADDING_CHARACTER,
     SPECIAL_WORDS,
@@ -230,8 +231,10 @@ class ElmoTokenizer(PreTrainedTokenizer):
     ):
         if split_pattern not in _WORD_PATTERNS:
             raise ValueError(f"`split_pattern` must be one of {sorted(_WORD_PATTERNS)}, got {split_pattern!r}.")
-        if not isinstance(max_characters_per_token, int) or max_characters_per_token < 3:
-            raise ValueError(f"`max_characters_per_token` must be an integer >= 3, got {max_characters_per_token!r}.")
+        if (isinstance(max_characters_per_token, bool) or not isinstance(max_characters_per_token, int)
+                or not 3 <= max_characters_per_token <= MAX_CHARACTERS_PER_TOKEN_LIMIT):
+            raise ValueError(f"`max_characters_per_token` must be an integer in [3, {MAX_CHARACTERS_PER_TOKEN_LIMIT}], "
+                             f"got {max_characters_per_token!r}.")
         words = list(SPECIAL_WORDS)
         if vocab_file is not None:
             if not os.path.isfile(vocab_file):

@@ -36,7 +36,7 @@ def _file(path: Path, data: bytes) -> str:
 
 def _finished_run(tmp: Path) -> Path:
     out = tmp / "run"
-    assert pretrain_main(["--train-file", _text(tmp / "done.txt"), "--output-dir", str(out), "--max-steps", "1",
+    assert pretrain_main(["--train-file", _text(tmp / "a.txt"), "--output-dir", str(out), "--max-steps", "1",
                           "--per-device-train-batch-size", "8", "--no-plot", "--cache-dir", str(tmp / "cache")]) == 0
     reset_accelerate_state()
     return out
@@ -85,7 +85,8 @@ ROWS = [
      r"--resume-from-checkpoint latest, start it afresh with --overwrite, or choose another --output-dir\."),
     ("output folder holds other files", lambda t: ["--train-file", _text(t / "a.txt"), "--output-dir",
                                                    str(Path(_file(t / "mine" / "notes.md", b"x")).parent)],
-     r"--output-dir '[^']*' holds files that pretraining does not write \(notes\.md\); choose a new or empty folder\."),
+     r"--output-dir '[^']*' holds files that pretraining does not write \(notes\.md\); nothing was deleted: choose a new "
+     r"or empty folder, or move those files away\."),
     ("sampled softmax larger than the vocabulary", lambda t: ["--train-file", _text(t / "a.txt"), "--lm-softmax", "sampled",
                                                              "--vocab-size", "300"],
      r"--lm-softmax sampled draws 8192 negative samples per batch, but the vocabulary has 300 words: pass "

@@ -120,8 +120,11 @@ def test_every_config_carries_the_full_auto_map():
     from modeling_elmo import AUTO_MAP
 
     assert ElmoConfig().auto_map == AUTO_MAP
-    assert ElmoConfig(auto_map={"AutoConfig": "x--configuration_elmo.ElmoConfig"}).auto_map == {
-        "AutoConfig": "x--configuration_elmo.ElmoConfig"}  # a loaded mapping (e.g. into another repository) is kept
+    # a mapping into another repository is never carried: trust_remote_code=True would fetch and run that
+    # repository's code; a saved folder ships its own code files, which the plain entries name
+    assert ElmoConfig(auto_map={"AutoConfig": "x--configuration_elmo.ElmoConfig"}).auto_map == AUTO_MAP
+    assert ElmoConfig(auto_map={"AutoModel": "attacker/helpers--modeling_evil.ElmoModel",
+                                "AutoModelForCausalLM": "modeling_evil.Backdoor"}).auto_map == AUTO_MAP
 
 
 def test_options_json_round_trip_keeps_every_value():

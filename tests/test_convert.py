@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -336,9 +337,47 @@ def test_existing_output_folder_is_refused_without_overwrite(release, tmp_path):
     with pytest.raises(SystemExit, match="not empty.*--overwrite"):
         main(args)
     assert (out / "keep.txt").read_text() == "user data"
-    assert main(args + ["--overwrite"]) == 0
-    assert (out / "model.safetensors").is_file() and not (out / "keep.txt").exists()
+    with pytest.raises(SystemExit, match="elmo convert did not write 'keep.txt'"):
+        main(args + ["--overwrite"])
+    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+    (out / "keep.txt").unlink()
+    assert main(args) == 0
+    assert main(args + ["--overwrite"]) == 0  # an earlier conversion's files (its manifest) may be replaced
+    assert (out / "model.safetensors").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_overwrite_never_deletes_the_inputs_nor_the_users_files(release, tmp_path):
+    _, options_path, weights_path = release
+    folder = tmp_path / "d"
+    folder.mkdir()
+    shutil.copyfile(options_path, folder / "options.json")
+    shutil.copyfile(weights_path, folder / "weights.hdf5")
+    (folder / "notes.txt").write_text("mine")
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    with pytest.raises(SystemExit, match=f"output folder '{folder}' holds the input file '{folder}/options.json'"):
+        main(["--options", str(folder / "options.json"), "--weights", str(folder / "weights.hdf5"),
+              "--output", str(folder), "--overwrite"])
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+    out = tmp_path / "out"
+    args = ["--options", options_path, "--weights", weights_path, "--output", str(out)]
+    assert main(args) == 0
+    (out / "evaluation").mkdir()
+    (out / "evaluation" / "my_analysis.md").write_text("mine")
+    with pytest.raises(SystemExit, match="elmo convert did not write 'evaluation/my_analysis.md'"):
+        main(args + ["--overwrite"])
+    assert (out / "evaluation" / "my_analysis.md").read_text() == "mine"
+
+
+def test_a_killed_conversions_temporary_folder_is_removed_by_the_next_run(release, tmp_path):
+    _, options_path, weights_path = release
+    killed = tmp_path / ".out.converting-999999999-x1y2"  # its process no longer exists
+    (killed / "model.safetensors").parent.mkdir()
+    (killed / "model.safetensors").write_bytes(b"\0" * 1000)
+    running = tmp_path / f".out.converting-{os.getppid()}-x1y2"  # another run at work: left alone
+    running.mkdir()
+    assert main(["--options", options_path, "--weights", weights_path, "--output", str(tmp_path / "out")]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == [running.name, "out"]
 
 
 def test_script_converts_from_the_command_line(release, tmp_path, monkeypatch):

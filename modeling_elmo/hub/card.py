@@ -6,9 +6,13 @@ an ``EvalResult`` per number in the ``model-index``) from:
 * the results files of the model folder, read strictly (`modeling_elmo.results`, docs/results.md): perplexity
   records and probe scores;
 * the training metadata of a run or the conversion metadata of a converted release (`modeling_elmo.run_folder`).
-  Besides listing its scalar entries, the card reads these keys: ``datasets`` (or the run's
-  ``args.dataset_name``), ``base_model``, ``license`` and ``language``; for a conversion, ``converted_from``,
-  ``options_file`` and ``weights_file``.
+  The card lists only the settings of `CARD_SETTINGS` (an allow-list: any other key, a credential above all, is
+  left out), and reads these keys: ``datasets`` (or the run's ``args.dataset_name``), ``base_model``, ``license``
+  and ``language``; for a conversion, ``converted_from``, ``options_file`` and ``weights_file``.
+
+Every string that comes from the user (metadata, results files, labels, command-line values) is escaped for
+Markdown and HTML before it goes into the text (`escape_markdown`); the YAML metadata holds only dataset and model
+ids that are valid Hub ids, language codes and license ids of the Hub's form, and names without markup.
 
 A model without results gets a card that says so and no ``model-index``.
 """
@@ -16,7 +20,9 @@ A model without results gets a card that says so and no ``model-index``.
 from __future__ import annotations
 
 import dataclasses
+import html
 import json
+import logging
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -27,9 +33,11 @@ from ..results import EvaluationResults, PerplexityResult, ScoreResult
 from .safety import HF_TOKEN_PATTERN
 
 __all__ = [
-    "CARD_KINDS", "REQUIRED_TEMPLATE_FIELDS", "TEMPLATE_DIR", "CardInputs", "build_model_card", "default_template_path",
-    "detect_card_kind", "eval_results_for_hub", "render_model_card",
+    "CARD_KINDS", "CARD_SETTINGS", "REQUIRED_TEMPLATE_FIELDS", "TEMPLATE_DIR", "CardInputs", "build_model_card",
+    "default_template_path", "detect_card_kind", "escape_markdown", "eval_results_for_hub", "render_model_card",
 ]
+
+logger = logging.getLogger(__name__)
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 #: Model-card templates: ``model_cards/<kind>.md`` next to the package in a source tree; a wheel ships the same
@@ -47,6 +55,40 @@ TASK_TYPES = {"probe-sentiment": "text-classification", "probe-pos": "token-clas
 TASK_NAMES = {"probe-sentiment": "Sentiment probe (frozen features)", "probe-pos": "Part-of-speech probe (frozen features)",
               "wsd-probe": "Word-sense nearest-neighbour probe"}
 METRIC_NAMES = {"accuracy": "Accuracy", "accuracy_ties_half": "Accuracy, ties as half"}
+
+#: The settings a card lists (dotted key paths of the training or conversion metadata): an allow-list, so that a
+#: key this package does not write (``apikey``, ``credentials``, ``db_url``, ...) never reaches a public card.
+#: ``sha256.<file>`` and ``published.<figure>`` of a conversion are listed too (`_is_card_setting`).
+_RUN_ARGUMENTS = (
+    "train_file", "validation_file", "test_file", "dataset_name", "dataset_config_name", "validation_split_percentage",
+    "max_train_examples", "max_eval_examples", "vocab_file", "vocab_size", "min_count", "batching", "window_size",
+    "max_sentence_length", "per_device_train_batch_size", "per_device_eval_batch_size", "max_tokens_per_batch",
+    "bucket_size", "model_config", "init_from_model", "lm_softmax", "num_negative_samples", "dropout", "seed",
+    "optimizer", "learning_rate", "adagrad_initial_accumulator", "weight_decay", "adam_beta1", "adam_beta2",
+    "lr_scheduler_type", "warmup_steps", "num_train_epochs", "max_steps", "gradient_accumulation_steps",
+    "max_grad_norm", "loss_multiplier", "mixed_precision", "checkpointing_steps", "max_train_minutes", "eval_steps",
+    "early_stopping_patience", "load_best_model_at_end",
+)
+CARD_SETTINGS = frozenset({
+    # elmo pretrain (training_metadata.json)
+    "global_step", "model_step", "tokens_seen", "skipped_updates", "train_seconds", "wall_seconds", "num_processes",
+    "mixed_precision", "vocab_size", "vocab_fingerprint", "data_fingerprint", "parameters", "stopped_early",
+    "best_validation_perplexity", "best_step", "versions.torch", "versions.transformers", "versions.datasets",
+    *(f"args.{name}" for name in _RUN_ARGUMENTS),
+    # a classifier's training metadata (written by the user's own training script)
+    "datasets", "base_model", "epochs", "num_train_epochs", "learning_rate", "batch_size", "per_device_train_batch_size",
+    "seed", "weight_decay", "warmup_steps", "max_steps", "optimizer", "lr_scheduler_type", "freeze_elmo",
+    # elmo convert (conversion_metadata.json)
+    "converted_from", "options_file", "weights_file", "validation_max_abs_difference", "validation_atol",
+    "num_parameters", "release",
+})
+#: The figures a release's authors published (`modeling_elmo.releases.Release.published_figures`).
+_PUBLISHED_FIGURES = ("parameters", "parameters_in_weight_file", "srl_f1", "constituency_parsing_f1", "lm_perplexity",
+                      "lm_perplexity_note", "training_data")
+#: What the YAML metadata accepts: Hub ids (``name`` or ``owner/name``), language codes, license ids.
+_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?")
+_LANGUAGE = re.compile(r"[a-zA-Z]{2,3}([-_][A-Za-z0-9]{2,8})*")
+_LICENSE = re.compile(r"[a-z0-9][a-z0-9.+-]{0,63}")
 
 PAPER_CITATION = """@inproceedings{peters-etal-2018-deep,
     title = "Deep Contextualized Word Representations",
@@ -93,12 +135,41 @@ def _slug(text: str) -> str:
 
 
 def _scrub(value: Any) -> Any:
-    """A value safe to print in a public card: absolute paths become their last part, tokens are masked."""
+    """A value safe to print in a public card: absolute paths become their last part, tokens and the user and
+    password of a URL are masked."""
     if isinstance(value, str):
         value = HF_TOKEN_PATTERN.sub("hf_***", value)
+        value = re.sub(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s]*@", r"\1***@", value)
         if os.path.isabs(value) or re.match(r"^[A-Za-z]:[\\/]", value) or value.startswith("~"):
             value = Path(value).name or value
     return value
+
+
+#: Markdown punctuation that could start markup mid-line; ``_`` only where it could open or close emphasis (not
+#: between two letters or digits, as in ``tiny_corpus``).
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*{}\[\]()!|~]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9]))")
+
+
+def escape_markdown(text: Any) -> str:
+    """``text`` as literal characters in Markdown and HTML: no tag, link, image, emphasis, code span or table
+    cell boundary can come out of it (Markdown punctuation is backslash-escaped, ``& < > " '`` become entities,
+    line breaks become spaces)."""
+    text = " ".join(str(text).split())
+    return html.escape(_MARKDOWN_SPECIAL.sub(r"\\\1", text), quote=True)
+
+
+def _plain(text: Any) -> str:
+    """A name for the YAML metadata: one line, no markup characters."""
+    return " ".join(re.sub(r"[<>&\"'`\\{}\[\]]", "", str(_scrub(text))).split())[:200]
+
+
+def _valid(values: Sequence[str], pattern: re.Pattern, what: str) -> list[str]:
+    """The values that match ``pattern``; the others are left out of the YAML metadata (with a warning)."""
+    kept = [v for v in values if isinstance(v, str) and pattern.fullmatch(v)]
+    for value in values:
+        if value not in kept:
+            logger.warning("not a valid %s, left out of the card's metadata: %r", what, value)
+    return kept
 
 
 def _cell(value: Any) -> str:
@@ -110,7 +181,7 @@ def _cell(value: Any) -> str:
         text = ", ".join(str(_scrub(v)) for v in value)
     else:
         text = str(_scrub(value))
-    return text.replace("|", "\\|").replace("\n", " ")
+    return escape_markdown(text)
 
 
 def _flatten(obj: Any, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
@@ -144,17 +215,18 @@ def eval_results_for_hub(results: Sequence[EvaluationResults]) -> list:
             for column in ("forward", "backward", "average"):
                 entries.append(EvalResult(
                     task_type="text-generation", task_name="Bidirectional language modeling",
-                    dataset_type=_slug(p.dataset), dataset_name=p.dataset, dataset_split=_split_for_hub(p.split),
+                    dataset_type=_slug(p.dataset), dataset_name=_plain(p.dataset),
+                    dataset_split=_split_for_hub(_plain(p.split)),
                     metric_type="perplexity", metric_name=f"Perplexity ({column})",
                     metric_value=round(getattr(p, column), 4)))
         for s in result.scores:
             if s.value is None:
                 continue
             entries.append(EvalResult(
-                task_type=TASK_TYPES.get(s.task, "other"), task_name=TASK_NAMES.get(s.task, s.task),
-                dataset_type=_slug(s.dataset), dataset_name=s.dataset, dataset_split=_split_for_hub(s.split),
-                metric_type="accuracy" if s.metric.startswith("accuracy") else s.metric,
-                metric_name=f"{METRIC_NAMES.get(s.metric, s.metric)} ({s.representation})",
+                task_type=TASK_TYPES.get(s.task, "other"), task_name=TASK_NAMES.get(s.task, _plain(s.task)),
+                dataset_type=_slug(s.dataset), dataset_name=_plain(s.dataset), dataset_split=_split_for_hub(_plain(s.split)),
+                metric_type="accuracy" if s.metric.startswith("accuracy") else _slug(s.metric),
+                metric_name=f"{METRIC_NAMES.get(s.metric, _plain(s.metric))} ({_plain(s.representation)})",
                 metric_value=round(s.value, 6)))
     return entries
 
@@ -164,7 +236,7 @@ def _perplexity_rows(records: Sequence[PerplexityResult]) -> list[str]:
             "direction | `<UNK>` targets |", "|---|---|---|---|---|---|---|---|---|"]
     for p in records:
         unigram = f"{_cell(p.unigram.average)} (fitted on {_cell(p.unigram.fitted_on)})" if p.unigram else "—"
-        rows.append("| " + " | ".join([_cell(p.dataset), p.split, _cell(p.forward), _cell(p.backward), _cell(p.average),
+        rows.append("| " + " | ".join([_cell(p.dataset), _cell(p.split), _cell(p.forward), _cell(p.backward), _cell(p.average),
                                        unigram, _cell(p.untrained_average), str(p.targets_per_direction),
                                        f"{100 * p.unk_rate:.1f}%"]) + " |")
     return rows
@@ -175,7 +247,8 @@ def _score_rows(records: Sequence[ScoreResult]) -> list[str]:
             "McNemar p |", "|---|---|---|---|---|---|---|---|---|"]
     for s in records:
         u = s.untrained
-        rows.append("| " + " | ".join([s.task, _cell(s.dataset), s.split, s.representation, s.metric,
+        rows.append("| " + " | ".join([_cell(s.task), _cell(s.dataset), _cell(s.split), _cell(s.representation),
+                                       _cell(s.metric),
                                        _cell(s.value) if s.value is not None else "undefined (all tied)",
                                        _cell(s.baseline), _cell(u.value) if u else "—",
                                        f"{u.mcnemar_p_value:.2g}" if u and u.mcnemar_p_value is not None else "—"])
@@ -202,6 +275,17 @@ def _evaluation_section(results: Sequence[EvaluationResults]) -> str:
     return "\n".join(parts).rstrip() + "\n"
 
 
+def _is_card_setting(key_path: tuple[str, ...], value: Any) -> bool:
+    """Whether the metadata entry at ``key_path`` is one a card lists: `CARD_SETTINGS`, a released figure
+    (``published.<figure>``) or a conversion's checksum (``sha256.<file>``, a sha256 digest)."""
+    if ".".join(key_path) in CARD_SETTINGS:
+        return True
+    if len(key_path) == 2 and key_path[0] == "published":
+        return key_path[1] in _PUBLISHED_FIGURES
+    return (len(key_path) == 2 and key_path[0] == "sha256" and isinstance(value, str)
+            and re.fullmatch(r"[0-9a-f]{64}", value) is not None)
+
+
 def _training_section(metadata: Mapping[str, Any] | None, kind: str) -> str:
     if not metadata:
         if kind == "converted":
@@ -213,15 +297,15 @@ def _training_section(metadata: Mapping[str, Any] | None, kind: str) -> str:
             pass
         elif not isinstance(value, (str, int, float, bool)) or value is None:
             continue
-        if any(set(_words(part)) & {"token", "secret", "password", "key"} for part in key_path):
-            continue  # never print credentials, even masked
+        if not _is_card_setting(key_path, value):
+            continue  # an allow-list: only the settings this package writes (never a credential, even masked)
         rows.append(f"| {_cell('.'.join(key_path))} | {_cell(value)} |")
     if not rows:
         return "The metadata holds no scalar entries."
     return "| setting | value |\n|---|---|\n" + "\n".join(rows[:80]) + "\n"
 
 
-def _architecture_table(config: Any, num_parameters: int) -> str:
+def _architecture_table(config: Any, num_parameters: int, dtype: str) -> str:
     rows = [
         ("LSTM layers per direction (L)", config.num_hidden_layers),
         ("LSTM cell size (H)", config.cell_size),
@@ -235,6 +319,7 @@ def _architecture_table(config: Any, num_parameters: int) -> str:
         ("skip connections", config.use_skip_connections),
         ("word vocabulary of the LM softmax", config.vocab_size),
         ("parameters", f"{num_parameters:,}"),
+        ("weights dtype", dtype),
     ]
     return "| | |\n|---|---|\n" + "\n".join(f"| {a} | {_cell(b)} |" for a, b in rows) + "\n"
 
@@ -308,8 +393,9 @@ def detect_card_kind(config: Any, converted: bool = False) -> str:
 
 
 def build_model_card(config: Any, repo_id: str, inputs: CardInputs, *, num_parameters: int,
-                     plot_names: Sequence[str] = ()):
-    """The `ModelCard` (metadata + text) of a model with ``config`` published as ``repo_id``, and its kind."""
+                     plot_names: Sequence[str] = (), dtype: str = "float32"):
+    """The `ModelCard` (metadata + text) of a model with ``config`` and weights of ``dtype`` published as
+    ``repo_id``, and its kind."""
     from huggingface_hub import ModelCardData
 
     metadata = inputs.metadata or {}
@@ -326,36 +412,41 @@ def build_model_card(config: Any, repo_id: str, inputs: CardInputs, *, num_param
         else "feature-extraction"
     # a biLM is its own base unless the user says otherwise
     base_model = inputs.base_model or (metadata.get("base_model") if kind == "classifier" else None)
-    language = inputs.language or _as_list(metadata.get("language")) or ["en"]
-    license_ = inputs.license or metadata.get("license") or "apache-2.0"
+    base_model = base_model if isinstance(base_model, str) else None
+    language = _valid(inputs.language or _as_list(metadata.get("language")), _LANGUAGE, "language code") or ["en"]
+    license_ = (_valid([inputs.license or metadata.get("license") or "apache-2.0"], _LICENSE, "license id")
+                or ["other"])[0]
+    hub_datasets = _valid(datasets, _HUB_ID, "Hub dataset id")
     tags = ["elmo", "bilm", "custom_code", "character-cnn", "lstm", "contextual-embeddings"]
     tags.append({"pretrained": "language-model", "converted": "converted", "classifier": pipeline_tag}[kind])
     model_name = repo_id.split("/")[-1]
     card_data = ModelCardData(
         language=language, license=str(license_), library_name="transformers", tags=tags,
-        datasets=datasets or None, pipeline_tag=pipeline_tag, base_model=base_model or None,
+        datasets=hub_datasets or None, pipeline_tag=pipeline_tag,
+        base_model=(_valid([base_model], _HUB_ID, "Hub model id") or [None])[0] if base_model else None,
         metrics=sorted({e.metric_type for e in eval_results}) or None,
         model_name=model_name if eval_results else None, eval_results=eval_results or None,
     )
     id2label = getattr(config, "id2label", None) or {}
-    labels = ", ".join(f"{k}: {v}" for k, v in sorted(id2label.items(), key=lambda kv: int(kv[0])))
+    labels = ", ".join(f"{k}: {escape_markdown(v)}" for k, v in sorted(id2label.items(), key=lambda kv: int(kv[0])))
     source = next((metadata[k] for k in ("converted_from", "weights_file", "options_file") if metadata.get(k)), None)
     context = {
         "model_id": repo_id,
         "model_name": model_name,
         "kind": kind,
-        "architecture_table": _architecture_table(config, num_parameters),
+        "architecture_table": _architecture_table(config, num_parameters, dtype),
         "num_parameters": f"{num_parameters:,}",
         "output_size": config.output_size,
         "num_layers": config.num_representation_layers,
         "evaluation_section": _evaluation_section(inputs.results),
         "training_section": _training_section(metadata, kind),
-        "training_data": ", ".join(datasets) if datasets else "not recorded",
+        "training_data": ", ".join(escape_markdown(_scrub(d)) for d in datasets) if datasets else "not recorded",
         "plots_section": _plots_section(plot_names),
-        "base_model_text": base_model or "not recorded",
+        "base_model_text": escape_markdown(base_model) if base_model else "not recorded",
         "labels": labels or "not recorded",
         "num_labels": len(id2label),
-        "head_class": next((a for a in architectures if a.endswith("Classification")), "ElmoForSequenceClassification"),
+        "head_class": escape_markdown(next((a for a in architectures if a.endswith("Classification")),
+                                           "ElmoForSequenceClassification")),
         "source": _cell(source) if source else "the original AllenNLP/bilm-tf release",
         "citation": PAPER_CITATION,
     }

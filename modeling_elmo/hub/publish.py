@@ -22,14 +22,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..io_utils import atomic_write_text
-from ..run_folder import CODE_FILES, RunFolder
+from ..io_utils import atomic_write_text, check_safetensors_header, follow_umask, is_within
+from ..manifest import MANIFEST, check_replaceable, remove_stale_temporaries, temporary_prefix, write_manifest
+from ..run_folder import CODE_FILES, EvaluationFolder, RunFolder
 from .card import CardInputs, build_model_card
-from .safety import audit_shipped_code, is_within, refuse_pickled_weights, scan_for_secrets
+from .safety import audit_shipped_code, refuse_pickled_weights, scan_for_secrets
 
 __all__ = [
-    "ALLOWED_FILES", "MODEL_ARCHITECTURES", "assemble_repo_folder", "check_auto_map", "check_model_folder",
-    "is_allowed_file", "list_folder", "plan_upload", "save_for_hub", "upload_repo_folder", "validate_repo_id",
+    "ALLOWED_FILES", "COMMAND", "MODEL_ARCHITECTURES", "assemble_repo_folder", "check_auto_map", "check_model_folder",
+    "check_published_inputs", "check_weights", "is_allowed_file", "list_folder", "plan_upload", "save_for_hub",
+    "upload_repo_folder", "validate_repo_id",
 ]
 
 logger = logging.getLogger(__name__)
@@ -43,9 +45,17 @@ ALLOWED_FILES = frozenset({
     *RunFolder.TOKENIZER_FILES,
 })
 _SHARD = re.compile(r"model-\d{5}-of-\d{5}\.safetensors")
-_PLOT = re.compile(r"plots/[A-Za-z0-9][A-Za-z0-9._-]*\.(png|svg|jpg|jpeg)")
-PLOT_SUFFIXES = (".png", ".svg", ".jpg", ".jpeg")
+_PLOT = re.compile(r"plots/[A-Za-z0-9][A-Za-z0-9._-]*\.(png|jpg|jpeg)")
+#: The image formats a plot may have, and the bytes each file of the format starts with (an SVG may carry script,
+#: so it is not one of them).
+PLOT_SIGNATURES = {".png": b"\x89PNG\r\n\x1a\n", ".jpg": b"\xff\xd8\xff", ".jpeg": b"\xff\xd8\xff"}
+PLOT_SUFFIXES = tuple(PLOT_SIGNATURES)
 MAX_PLOT_BYTES = 5 * 2**20
+COMMAND = "elmo push"
+#: Temporary folders next to the output folder: the folder being assembled, the saved model, the folder replaced.
+_TEMPORARY_KINDS = ("staging", "saving", "old")
+#: The weight dtypes a published model may have (safetensors names): floating point only.
+FLOAT_DTYPES = {"F16": "float16", "BF16": "bfloat16", "F32": "float32", "F64": "float64"}
 
 
 # ----------------------------------------------------------------------------------------------- input checks
@@ -74,8 +84,78 @@ def check_model_folder(model_dir: str | os.PathLike) -> RunFolder:
         raise ValueError(f"model folder {str(model_dir)!r} does not exist or is not a folder.")
     refuse_pickled_weights(path)
     run = RunFolder(path)
+    check_published_inputs(run)
     run.require_elmo_model(tokenizer=True)
     return run
+
+
+def _allowed_roots(root: Path) -> list[Path]:
+    """Where the files of a model folder may lie: in it, or, for a snapshot of the Hugging Face cache
+    (``models--owner--name/snapshots/REV``), in its repository's ``blobs`` folder that the snapshot links to."""
+    roots = [root]
+    if root.parent.name == "snapshots" and root.parent.parent.name.startswith("models--"):
+        roots.append(root.parent.parent / "blobs")
+    return roots
+
+
+def check_published_inputs(run: RunFolder) -> None:
+    """Raise `ValueError` naming the file if one that publishing reads from the model folder (config, weights,
+    tokenizer files, metadata, results, plots) is a link that leads out of the folder, or is not a regular file
+    (a FIFO, a device): publishing never follows a link to a file elsewhere (``perplexity.png`` -> ``/etc/passwd``)."""
+    root = run.root
+    roots = _allowed_roots(root)
+    names = [RunFolder.CONFIG, RunFolder.WEIGHTS, RunFolder.WEIGHTS_INDEX, *RunFolder.TOKENIZER_FILES,
+             RunFolder.TRAINING_METADATA, RunFolder.CONVERSION_METADATA, RunFolder.EVAL_RESULTS,
+             RunFolder.PERPLEXITY_PLOT, RunFolder.EVALUATION]
+    names += [f"{RunFolder.EVALUATION}/{name}" for name in (EvaluationFolder.RESULTS,
+                                                           *EvaluationFolder.PLOTS.values())]
+    names += sorted(p.name for p in root.iterdir() if _SHARD.fullmatch(p.name))
+    for name in names:
+        path = root / name
+        if not os.path.lexists(path):
+            continue
+        if path.is_symlink() and not any(is_within(path, allowed) for allowed in roots):
+            raise ValueError(f"{path} is a link to {os.path.realpath(path)}, outside the model folder; publishing "
+                             "never follows a link out of the folder. Copy the file in if it belongs to the model.")
+        if name == RunFolder.EVALUATION:
+            if not path.is_dir():
+                raise ValueError(f"{path} is not a folder.")
+        elif not path.is_file():
+            raise ValueError(f"{path} is not a regular file; publishing reads regular files only.")
+
+
+def check_weights(run: RunFolder) -> str:
+    """Check the weights before anything is published and return their dtype (``float32``, ...): every tensor must
+    be of a floating-point dtype (integer weights would be truncated values) and hold only finite numbers (a NaN
+    or an infinity makes every output NaN). Raises `ValueError` naming the file and the tensor."""
+    from safetensors import safe_open
+
+    files = sorted(p for p in run.root.iterdir() if _SHARD.fullmatch(p.name)) if not run.weights_file.is_file() \
+        else [run.weights_file]
+    dtypes = set()
+    for path in files:
+        check_safetensors_header(path)  # a damaged or truncated file, a header declaring more than the file holds
+        try:
+            with safe_open(str(path), framework="pt") as handle:
+                for name in handle.keys():
+                    dtype = handle.get_slice(name).get_dtype()
+                    if dtype not in FLOAT_DTYPES:
+                        raise ValueError(f"{path.name}: tensor {name!r} has dtype {dtype}, not a floating-point "
+                                         f"dtype ({', '.join(FLOAT_DTYPES.values())}): refusing to publish it.")
+                    dtypes.add(FLOAT_DTYPES[dtype])
+                    tensor = handle.get_tensor(name)
+                    if not bool(tensor.isfinite().all()):
+                        bad = int((~tensor.isfinite()).sum())
+                        raise ValueError(f"{path.name}: tensor {name!r} holds {bad} non-finite value(s) (NaN or "
+                                         "infinity): refusing to publish a broken model.")
+        except ValueError:
+            raise
+        except Exception as error:  # safetensors' own errors: a truncated or malformed file
+            raise ValueError(f"{path} cannot be read as safetensors: {error}") from None
+    if len(dtypes) > 1:
+        raise ValueError(f"the weights of {run.root} mix the dtypes {', '.join(sorted(dtypes))}; save them in one "
+                         "dtype before publishing.")
+    return dtypes.pop() if dtypes else "float32"
 
 
 # ----------------------------------------------------------------------------------------------- the allow-list
@@ -85,9 +165,11 @@ def is_allowed_file(relative_path: str) -> bool:
 
 
 def list_folder(folder: str | os.PathLike) -> list[str]:
-    """Every file under ``folder`` as sorted POSIX paths relative to it."""
+    """Every file under ``folder`` as sorted POSIX paths relative to it (not the folder's manifest, which records
+    what ``elmo push`` wrote and is never uploaded)."""
     folder = Path(folder)
-    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+    return sorted(name for name in (p.relative_to(folder).as_posix() for p in folder.rglob("*")
+                                    if p.is_file() or p.is_symlink()) if name != MANIFEST)
 
 
 def plan_upload(folder: str | os.PathLike) -> list[str]:
@@ -109,8 +191,10 @@ def plan_upload(folder: str | os.PathLike) -> list[str]:
     if missing:
         raise ValueError(f"{folder} lacks {missing}, which every published model needs.")
     for name in files:
-        if name.startswith("plots/") and (folder / name).stat().st_size > MAX_PLOT_BYTES:
-            raise ValueError(f"plot {name} is larger than {MAX_PLOT_BYTES // 2**20} MiB.")
+        if (folder / name).is_symlink() or not (folder / name).is_file():
+            raise ValueError(f"{folder / name} is not a regular file; only regular files are uploaded.")
+        if name.startswith("plots/"):
+            _check_plot(folder / name)
     scan_for_secrets(folder, files)
     return files
 
@@ -121,12 +205,26 @@ def _plot_name(path: Path) -> str:
     return f"plots/{stem}{path.suffix.lower()}"
 
 
+def _check_plot(path: Path) -> None:
+    """Raise `ValueError` unless ``path`` is a regular PNG or JPEG file (by its first bytes, not only its name) of at
+    most `MAX_PLOT_BYTES`."""
+    signature = PLOT_SIGNATURES.get(path.suffix.lower())
+    if signature is None or not path.is_file():
+        raise ValueError(f"plot {str(path)!r} is not an existing {'/'.join(PLOT_SUFFIXES)} file.")
+    if path.stat().st_size > MAX_PLOT_BYTES:
+        raise ValueError(f"plot {str(path)!r} is larger than {MAX_PLOT_BYTES // 2**20} MiB.")
+    with open(path, "rb") as handle:
+        if handle.read(len(signature)) != signature:
+            raise ValueError(f"plot {str(path)!r} is not a {path.suffix.lower()[1:].upper()} image (its first bytes "
+                             "say otherwise); refusing to publish it.")
+
+
 def _plots(run: RunFolder, extra: Sequence[str]) -> list[Path]:
-    """The plots to publish: ``extra`` (checked), then the folder's own (`RunFolder.plot_files`), one per name."""
+    """The plots to publish: ``extra`` (checked), then the folder's own (`RunFolder.plot_files`), one per name;
+    each must be a PNG or JPEG file (`_check_plot`)."""
     plots = [Path(p) for p in extra]
-    for path in plots:
-        if not path.is_file() or path.suffix.lower() not in PLOT_SUFFIXES:
-            raise ValueError(f"plot {str(path)!r} is not an existing {'/'.join(PLOT_SUFFIXES)} file.")
+    for path in plots + run.plot_files():
+        _check_plot(path)
     unique, names = [], set()
     for path in plots + run.plot_files():
         name = _plot_name(path)
@@ -137,7 +235,11 @@ def _plots(run: RunFolder, extra: Sequence[str]) -> list[Path]:
 
 
 # ----------------------------------------------------------------------------------------------- saving
-def _load_model_and_tokenizer(run: RunFolder):
+def _load_model_and_tokenizer(run: RunFolder, dtype: str = "float32"):
+    """The model (in ``dtype``, the weights' own) and the tokenizer of a checked folder; a word vocabulary whose
+    size is not the softmax's is refused (every word id would point at another word's row)."""
+    import torch
+
     from .. import modeling_elmo
     from ..configuration_elmo import ElmoConfig
     from ..tokenization_elmo import ElmoTokenizer
@@ -148,7 +250,8 @@ def _load_model_and_tokenizer(run: RunFolder):
         raise ValueError(f"{run.config_file} names the architecture {architectures[0]!r}; expected one of "
                          f"{', '.join(MODEL_ARCHITECTURES)}.")
     model_class = getattr(modeling_elmo, architectures[0])
-    model, info = model_class.from_pretrained(run.root, use_safetensors=True, output_loading_info=True)
+    model, info = model_class.from_pretrained(run.root, use_safetensors=True, output_loading_info=True,
+                                              dtype=getattr(torch, dtype))
     problems = {k: v for k, v in info.items() if k in ("missing_keys", "unexpected_keys", "mismatched_keys") and v}
     if problems:
         raise ValueError(f"the weights in {run.root} do not match {architectures[0]}: {problems}.")
@@ -157,8 +260,9 @@ def _load_model_and_tokenizer(run: RunFolder):
     except (OSError, ValueError) as error:
         raise ValueError(f"the tokenizer in {run.root} cannot be loaded: {error}") from None
     if tokenizer.vocab_size != config.vocab_size and config.vocab_size != 4:
-        logger.warning("the tokenizer has %d words but config.vocab_size is %d", tokenizer.vocab_size,
-                       config.vocab_size)
+        raise ValueError(f"the tokenizer's vocabulary ({run.vocab_file.name}) has {tokenizer.vocab_size} words but the "
+                         f"model's softmax has {config.vocab_size} rows (config.json vocab_size): word ids would point "
+                         "at other words' rows. Publish the vocabulary the model was trained with.")
     return model.eval(), tokenizer
 
 
@@ -212,16 +316,12 @@ def check_auto_map(folder: str | os.PathLike) -> None:
 
 # ----------------------------------------------------------------------------------------------- assembling
 def _prepare_output_dir(output_dir: Path, model_dir: Path) -> None:
+    """Refuse an output folder inside the model folder (or holding it), and one that holds anything but an earlier
+    ``elmo push``'s files (its manifest): a user's files or another saved model are never replaced."""
     if is_within(output_dir, model_dir) or is_within(model_dir, output_dir):
         raise ValueError(f"the output folder {output_dir} must lie outside the model folder {model_dir} (and not "
                          "contain it).")
-    if output_dir.exists():
-        if not output_dir.is_dir():
-            raise ValueError(f"output folder {output_dir} exists and is not a folder.")
-        foreign = [name for name in list_folder(output_dir) if not is_allowed_file(name)]
-        if foreign:
-            raise ValueError(f"output folder {output_dir} already holds files that this tool did not write "
-                             f"({foreign[:5]}); choose another --output-dir.")
+    check_replaceable(output_dir, COMMAND, f"output folder {str(output_dir)!r}")
 
 
 def card_inputs_of(run: RunFolder, card: CardInputs | None = None) -> CardInputs:
@@ -254,13 +354,15 @@ def assemble_repo_folder(model_dir: str | os.PathLike, output_dir: str | os.Path
     _prepare_output_dir(output_dir, run.root)
     card = card_inputs_of(run, card)
     plot_paths = _plots(run, plots)
+    dtype = check_weights(run)
 
-    model, tokenizer = _load_model_and_tokenizer(run)
+    model, tokenizer = _load_model_and_tokenizer(run, dtype)
     output_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
-    os.chmod(staging, 0o755)  # mkdtemp makes it private; the published folder is meant to be read
+    remove_stale_temporaries(output_dir, _TEMPORARY_KINDS)  # left by a run that was killed
+    staging = Path(tempfile.mkdtemp(prefix=temporary_prefix(output_dir, "staging"), dir=output_dir.parent))
+    follow_umask(staging, folder=True)  # mkdtemp makes it private; the published folder is meant to be read
     try:
-        with tempfile.TemporaryDirectory(dir=output_dir.parent, prefix=".save.") as saved:
+        with tempfile.TemporaryDirectory(dir=output_dir.parent, prefix=temporary_prefix(output_dir, "saving")) as saved:
             save_for_hub(model, tokenizer, saved)
             for name in list_folder(saved):
                 if is_allowed_file(name):
@@ -275,15 +377,18 @@ def assemble_repo_folder(model_dir: str | os.PathLike, output_dir: str | os.Path
                 shutil.copyfile(path, staging / name)
                 plot_names.append(name)
         model_card, _ = build_model_card(model.config, repo_id, card, num_parameters=model.num_parameters(),
-                                         plot_names=plot_names)
+                                         plot_names=plot_names, dtype=dtype)
         model_card.save(staging / RunFolder.README)
         check_auto_map(staging)
         problems = audit_shipped_code(staging / name for name in CODE_FILES)
         if problems:
             raise ValueError("the custom code to publish fails the audit:\n  " + "\n  ".join(problems))
         files = plan_upload(staging)
-        if output_dir.exists():
-            trash = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.old.", dir=output_dir.parent))
+        for name in files:
+            follow_umask(staging / name)
+        write_manifest(staging, COMMAND, files)
+        if output_dir.exists():  # only an earlier push's files (`_prepare_output_dir`)
+            trash = Path(tempfile.mkdtemp(prefix=temporary_prefix(output_dir, "old"), dir=output_dir.parent))
             os.replace(output_dir, trash / "old")
             os.replace(staging, output_dir)
             shutil.rmtree(trash)

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
+from ..io_utils import is_within
 from ..run_folder import CODE_FILES
 
 __all__ = [
@@ -82,15 +83,6 @@ def scan_for_secrets(folder: str | os.PathLike, files: Iterable[str]) -> None:
             if HF_TOKEN_PATTERN.search(text):
                 raise ValueError(f"{name} contains what looks like a Hugging Face access token (hf_...); "
                                  "refusing to publish it.")
-
-
-def is_within(path: Path, folder: Path) -> bool:
-    """Whether ``path`` lies inside ``folder`` (both resolved)."""
-    try:
-        Path(path).resolve().relative_to(Path(folder).resolve())
-        return True
-    except ValueError:
-        return False
 
 
 def resolve_token(forbidden_dirs: Iterable[str | os.PathLike] = ()) -> str:

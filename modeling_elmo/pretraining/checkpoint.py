@@ -38,8 +38,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..io_utils import atomic_write_text
-from ..run_folder import read_json_object
+from ..io_utils import atomic_write_text, follow_umask
+from ..run_folder import CHECKPOINT_FILE, read_json_object
 from .state import TrainingState
 
 logger = logging.getLogger(__name__)
@@ -52,8 +52,7 @@ VOCAB_FILE = "vocab.txt"
 CHAR_VOCAB_FILE = "char_vocab.json"
 FORMAT_VERSION = 1
 _STEP_DIR = re.compile(r"^step_(\d+)$")
-_KNOWN_FILE = re.compile(r"trainer_state\.json|model\.safetensors|best_model\.safetensors|optimizer\.(safetensors|json)|"
-                         r"scheduler\.json|scaler\.json|vocab\.txt|char_vocab\.json|rng_state_\d+\.(safetensors|json)")
+_KNOWN_FILE = CHECKPOINT_FILE  # the layout lives in run_folder, which also knows what --overwrite may delete
 
 
 class CheckpointError(ValueError):
@@ -65,6 +64,7 @@ def _save_tensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
     from safetensors.torch import save_file
 
     save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(path))
+    follow_umask(path)  # safetensors writes 0600
 
 
 def _load_tensors(path: Path) -> dict[str, torch.Tensor]:
@@ -141,6 +141,7 @@ def write_training_files(folder: Path, *, model: torch.nn.Module, optimizer: tor
     from safetensors.torch import save_model
 
     save_model(model, str(folder / MODEL_FILE))
+    follow_umask(folder / MODEL_FILE)
     tensors, meta = optimizer_to_files(optimizer.state_dict())
     _save_tensors(tensors, folder / "optimizer.safetensors")
     atomic_write_text(folder / "optimizer.json", json.dumps(meta))

@@ -2,27 +2,32 @@
 
 * `check_output_folder` runs before anything is written: the path must be a folder that can be created and
   written, and a folder that already holds a run is refused unless the run is resumed (with the same arguments) or
-  ``--overwrite`` is given, which clears the run's files (and only those: a folder holding files that pretraining
-  does not write is never cleared).
+  ``--overwrite`` is given, which clears the run's files (and only those: a folder holding anything that
+  pretraining does not write, at any depth, is never cleared; `modeling_elmo.run_folder.RunFolder.run_entries`).
+* `run_lock` is held by the main process for the whole run: a second ``elmo pretrain`` on the same
+  ``--output-dir`` stops at once instead of writing into the same files.
 * `open_output_folder` runs once the inputs are known good: it clears (``--overwrite``), creates the folder and
-  records the run's identity in ``run.json``.
+  records the run's identity in ``run.json`` (with the data files it was given, so that a run on other files is
+  told apart from a rerun).
 * `save_final_model` writes the model folder so that it becomes loadable at once: ``config.json``, the file every
   loader looks for first, is removed before and moved in last.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..io_utils import atomic_write_text
+from ..io_utils import atomic_write_text, exclusive_lock, follow_umask
 from ..run_folder import RunFolder, read_json_object
 from .state import argument_identity, identity_differences, read_run_identity, write_run_identity
 
@@ -32,6 +37,43 @@ NEW, OVERWRITE, RESUME = "new", "overwrite", "resume"
 _TMP_FINAL = ".tmp-final-model"
 _ADVICE = ("resume it with --resume-from-checkpoint latest, start it afresh with --overwrite, or choose another "
            "--output-dir")
+#: The data files a run was given: recorded in ``run.json`` to tell a run on other files from a rerun (they are not
+#: part of the identity a resume checks: the data fingerprint is, so that a moved corpus can be resumed).
+DATA_FILE_ARGUMENTS = ("train_file", "validation_file", "test_file")
+
+
+def data_file_arguments(args: Any) -> dict[str, Any]:
+    return {name: getattr(args, name, None) for name in DATA_FILE_ARGUMENTS}
+
+
+def _data_file_differences(saved: dict[str, Any], args: Any) -> list[str]:
+    recorded = saved.get("data_files")
+    if not isinstance(recorded, dict):
+        return []
+    return [f"--{name.replace('_', '-')} {value!r} (the run's: {recorded.get(name)!r})"
+            for name, value in data_file_arguments(args).items() if value != recorded.get(name)]
+
+
+@contextlib.contextmanager
+def run_lock(run: RunFolder) -> Iterator[None]:
+    """Held by the main process while a run writes ``run.root``: an exclusive lock on ``RUN.lock`` beside the folder
+    (as ``elmo embed``'s), so that a second run on the same folder is refused at once with one line. Missing parent
+    folders are created for it, and removed again if the run leaves them empty."""
+    created, parent = [], run.root.absolute().parent
+    while not parent.exists():
+        created.append(parent)
+        parent = parent.parent
+    for folder in reversed(created):
+        folder.mkdir()
+    try:
+        with exclusive_lock(run.root.with_name(run.root.name + ".lock"),
+                            f"another elmo pretrain run is writing {str(run.root)!r}; wait for it to end, or choose "
+                            "another --output-dir."):
+            yield
+    finally:
+        for folder in created:  # deepest first
+            with contextlib.suppress(OSError):
+                folder.rmdir()
 
 
 def check_output_folder(args: Any, run: RunFolder) -> str:
@@ -50,7 +92,7 @@ def check_output_folder(args: Any, run: RunFolder) -> str:
     except OSError as error:
         raise ValueError(f"--output-dir {str(root)!r} cannot be written ({error.strerror or error}).") from None
     entries = run.entries()
-    foreign = [p.name for p in entries if not run.is_run_artefact(p.name)]
+    _, foreign = run.run_entries()
     holds_run = any(run.is_run_artefact(p.name) for p in entries)
     if args.resume_from_checkpoint:
         saved = read_run_identity(run)
@@ -62,7 +104,8 @@ def check_output_folder(args: Any, run: RunFolder) -> str:
         return RESUME
     if foreign:
         raise ValueError(f"--output-dir {str(root)!r} holds files that pretraining does not write "
-                         f"({', '.join(foreign[:5])}{' ...' if len(foreign) > 5 else ''}); choose a new or empty folder.")
+                         f"({', '.join(foreign[:5])}{' ...' if len(foreign) > 5 else ''}); nothing was deleted: choose "
+                         "a new or empty folder, or move those files away.")
     if not holds_run:
         return NEW
     if args.overwrite:
@@ -70,8 +113,9 @@ def check_output_folder(args: Any, run: RunFolder) -> str:
     saved = read_run_identity(run)
     if saved is None:
         what = "a run of an earlier version (no run.json)"
-    elif identity_differences(saved, {"arguments": argument_identity(args)}):
-        what = f"another run ({'; '.join(identity_differences(saved, {'arguments': argument_identity(args)}))})"
+    elif identity_differences(saved, {"arguments": argument_identity(args)}) or _data_file_differences(saved, args):
+        differences = identity_differences(saved, {"arguments": argument_identity(args)}) + _data_file_differences(saved, args)
+        what = f"another run ({'; '.join(differences)})"
     elif run.has_model():
         what = "the finished model of a run with these arguments"
     else:
@@ -79,13 +123,16 @@ def check_output_folder(args: Any, run: RunFolder) -> str:
     raise ValueError(f"--output-dir {str(root)!r} already holds {what}: {_ADVICE}.")
 
 
-def open_output_folder(run: RunFolder, mode: str, identity: dict[str, Any]) -> None:
-    """Main process, once the inputs are known good: clear (`OVERWRITE`), create, and record or check the run's
-    identity (arguments, model, data and vocabulary)."""
+def open_output_folder(run: RunFolder, mode: str, identity: dict[str, Any], data_files: dict[str, Any] | None = None) -> None:
+    """Main process, once the inputs are known good: clear (`OVERWRITE`: the run's own files, after checking again
+    that nothing else is there), create, and record or check the run's identity (arguments, model, data and
+    vocabulary; ``data_files``, the data files it was given, are recorded beside it)."""
     if mode == OVERWRITE:
-        for path in run.entries():
-            if run.is_run_artefact(path.name):
-                shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+        _, foreign = run.run_entries()
+        if foreign:
+            raise ValueError(f"--output-dir {str(run.root)!r} holds files that pretraining does not write "
+                             f"({', '.join(foreign[:5])}); nothing was deleted.")
+        run.remove_run_files()
         logger.info("--overwrite: cleared the previous run from %s", run.root)
     run.root.mkdir(parents=True, exist_ok=True)
     saved = read_run_identity(run) if mode == RESUME else None
@@ -94,7 +141,7 @@ def open_output_folder(run: RunFolder, mode: str, identity: dict[str, Any]) -> N
         if differences:
             raise ValueError(f"cannot resume the run in {str(run.root)!r}: {'; '.join(differences)}.")
     else:
-        write_run_identity(run, identity)
+        write_run_identity(run, {**identity, "data_files": data_files} if data_files is not None else identity)
     shutil.rmtree(run.root / _TMP_FINAL, ignore_errors=True)
 
 
@@ -114,6 +161,7 @@ class BestModel:
         self.folder.mkdir(parents=True, exist_ok=True)
         tmp = self.folder / ".model.safetensors.tmp"
         save_model(model, str(tmp))
+        follow_umask(tmp)
         os.replace(tmp, self.weights)
         atomic_write_text(self.info, json.dumps({"step": step, "perplexity": perplexity}) + "\n")
 
@@ -127,6 +175,7 @@ class BestModel:
         self.folder.mkdir(parents=True, exist_ok=True)
         tmp = self.folder / ".model.safetensors.tmp"
         shutil.copyfile(source, tmp)
+        follow_umask(tmp)
         os.replace(tmp, self.weights)
         atomic_write_text(self.info, json.dumps({"step": step, "perplexity": perplexity}) + "\n")
 

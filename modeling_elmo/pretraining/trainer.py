@@ -7,6 +7,7 @@ model, optimiser and schedule, ``prepare``, resume, the loop, finish. Each step 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -29,7 +30,14 @@ from .checkpoint import CheckpointManager, check_checkpoint_files, load_checkpoi
 from .data import Vocabulary, build_char_vocabulary, build_vocabulary, check_hub_dataset, expand_text_files, load_raw_splits, tokenize_splits
 from .evaluation import evaluate, metrics_record, plot_perplexity
 from .loop import NonfiniteGuard, Session, evaluate_and_track, save_checkpoint, train_loop
-from .output import BestModel, check_output_folder, open_output_folder, save_final_model
+from .output import (
+    BestModel,
+    check_output_folder,
+    data_file_arguments,
+    open_output_folder,
+    run_lock,
+    save_final_model,
+)
 from .schedule import build_scheduler
 from .state import MetricsLog, TrainingState, data_fingerprint, identity_differences, run_identity
 
@@ -484,6 +492,13 @@ def train(args: PretrainingArguments) -> int:
     started = time.time()
     plan = check_inputs(args)  # bad input fails here, in seconds, before anything is written
     accelerator = build_accelerator(args)
+    with run_lock(plan.run) if accelerator.is_main_process else contextlib.nullcontext():  # one run per folder
+        return _train(args, plan, accelerator, started)
+
+
+def _train(args: PretrainingArguments, plan: Any, accelerator: Any, started: float) -> int:
+    from accelerate.utils import set_seed
+
     set_seed(args.seed)
     data = prepare_data(args, accelerator, plan)
     config = build_config(plan.model_config, len(data.vocab), None if data.characters is None else len(data.characters))
@@ -494,7 +509,7 @@ def train(args: PretrainingArguments) -> int:
     identity = run_identity(args, config, data.fingerprint, data.vocabulary_fingerprint)
     char_vocab_text = None if data.characters is None else json.dumps(data.characters, ensure_ascii=False) + "\n"
     if accelerator.is_main_process:
-        open_output_folder(plan.run, plan.folder_mode, identity)  # the inputs are known good: now the folder
+        open_output_folder(plan.run, plan.folder_mode, identity, data_file_arguments(args))  # inputs good: the folder
         data.vocab.save(plan.run.vocab_file)
         if char_vocab_text is not None:
             atomic_write_text(plan.run.char_vocab_file, char_vocab_text)
