@@ -315,7 +315,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--architecture", metavar="JSON",
                         help="ELMoForManyLangs only: the architecture json to use instead of the published "
                              "cnn_50_100_512_4096_sample.json")
-    parser.add_argument("--language", help="--efml only: the model's language, for the model card")
+    parser.add_argument("--language", metavar="CODE", help="--efml only: the model's language code (de, zh...), for the "
+                                                             "model card")
     parser.add_argument("--mirror", metavar="REPO_ID",
                         help="efml-LANG only: a Hugging Face Hub repository holding the zips as <id>.zip, tried when "
                              "the NLPL repository fails (default $ELMO_EFML_HUB_MIRROR)")

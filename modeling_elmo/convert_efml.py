@@ -321,6 +321,13 @@ did, pass each call's `lstm_state` to the next.
 
 
 # --------------------------------------------------------------------------------------------------- conversion
+def _language_name(language: str | None) -> str | None:
+    """The name of a language code of the release table (``de`` -> German); other values as given."""
+    from .efml_releases import EFML_RELEASES
+
+    return next((r.language for r in EFML_RELEASES.values() if r.code == language), language)
+
+
 def convert_efml(
     source: str | os.PathLike,
     output_dir: str | os.PathLike,
@@ -335,7 +342,8 @@ def convert_efml(
     """Convert the ELMoForManyLangs model in ``source`` (a folder, or a zip unpacked with `safe_extract_zip` into a
     temporary folder), check it against the float64 reference, and write ``output_dir`` atomically (safetensors,
     tokenizer with its vocabularies, code files, model card, ``conversion_metadata.json``). Returns the folder.
-    ``architecture`` overrides the architecture json. Raises `ValueError` naming the problem; nothing is written
+    ``architecture`` overrides the architecture json; ``language`` is the model's language code (``de``; a code of
+    the release table gets its name in the card). Raises `ValueError` naming the problem; nothing is written
     then."""
     from . import ElmoModel, save_model_folder
 
@@ -361,9 +369,13 @@ def convert_efml(
                  for p in sorted(efml.folder.iterdir()) if p.is_file()]
         if source.is_file():
             files.insert(0, {"name": source.name, "bytes": source.stat().st_size, "sha256": sha256_of_file(source)})
+    name = _language_name(language)
     metadata = {
-        "converted_from": "ELMoForManyLangs model" + (f" ({language})" if language else ""),
+        "converted_from": "ELMoForManyLangs model" + (f" ({name})" if name else ""),
+        "source_format": "elmoformanylangs",
         "language": language,
+        "language_name": name,
+        "license": "unknown",
         "nlpl_repository_id": repository_id,
         "architecture": efml.architecture_source,
         "training_config": efml.training_config,
@@ -379,7 +391,7 @@ def convert_efml(
 
     def fill(staging: Path) -> None:
         save_model_folder(model, tokenizer, staging)
-        card = _model_card(config, language, str(sources or source), files, differences, repository_id)
+        card = _model_card(config, name, str(sources or source), files, differences, repository_id)
         (staging / "README.md").write_text(card, encoding="utf-8")
         (staging / "conversion_metadata.json").write_text(json.dumps(metadata, indent=2, ensure_ascii=False) + "\n",
                                                           encoding="utf-8")
@@ -415,7 +427,7 @@ def convert_efml_release(
     archive, where = fetch_efml_release(release, cache_dir, base_url=base_url, mirror=mirror,
                                         force_download=force_download, attempts=attempts or DEFAULT_ATTEMPTS,
                                         retry_wait=retry_wait, progress=progress)
-    return convert_efml(archive, output_dir, overwrite=overwrite, atol=atol, language=release.language,
+    return convert_efml(archive, output_dir, overwrite=overwrite, atol=atol, language=release.code,
                         repository_id=release.repository_id, sources={"zip": where})
 
 

@@ -4,6 +4,7 @@ combining and whitespace characters, a zip, served by the local HTTP server for 
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import os
@@ -36,7 +37,7 @@ def efml_folder(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def converted(efml_folder, tmp_path_factory) -> Path:
-    return ce.convert_efml(efml_folder, tmp_path_factory.mktemp("converted") / "out", language="Synthetic")
+    return ce.convert_efml(efml_folder, tmp_path_factory.mktemp("converted") / "out", language="de")
 
 
 def _listing(folder: Path) -> list[str]:
@@ -81,7 +82,8 @@ def test_conversion_matches_the_float64_reference_on_every_layer(converted):
     metadata = json.loads((converted / "conversion_metadata.json").read_text(encoding="utf-8"))
     differences = metadata["validation_max_abs_difference_per_layer"]
     assert len(differences) == 3 and max(differences) <= 1e-5
-    assert metadata["language"] == "Synthetic" and metadata["architecture"].startswith("cnn_50_100_512_4096_sample.json")
+    assert metadata["language"] == "de" and metadata["language_name"] == "German" and metadata["license"] == "unknown"
+    assert metadata["architecture"].startswith("cnn_50_100_512_4096_sample.json")
 
 
 def test_saved_model_in_float32_matches_the_reference_on_new_sentences(converted, efml_folder):
@@ -184,19 +186,24 @@ def test_lstm_state_still_gives_the_stateful_behaviour_when_asked(converted):
 
 
 # --------------------------------------------------------------------------------------------------- bad input
-def test_pickle_referencing_a_function_is_refused_naming_the_file_and_nothing_is_written(efml_folder, tmp_path):
+@pytest.mark.parametrize("foreign, named", [(os.system, "system"), (argparse.Namespace(a=1), "argparse.Namespace")],
+                         ids=["a function", "a class"])
+def test_pickle_referencing_anything_but_tensors_is_refused_naming_the_file_before_loading(efml_folder, tmp_path,
+                                                                                           monkeypatch, foreign, named):
     bad = tmp_path / "bad.model"
     bad.mkdir()
     for path in efml_folder.iterdir():
         (bad / path.name).write_bytes(path.read_bytes())
     import collections
 
-    (bad / "encoder.pkl").write_bytes(legacy_cuda_bytes(collections.OrderedDict(weight=torch.zeros(2), hook=os.system)))
+    (bad / "token_embedder.pkl").write_bytes(legacy_cuda_bytes(collections.OrderedDict(weight=torch.zeros(2), x=foreign)))
+    loads = []
+    monkeypatch.setattr(torch, "load", lambda *a, **k: loads.append(a))  # the refusal comes before any unpickling
     with pytest.raises(SystemExit) as excinfo:
         cli.main(["convert", "--efml", str(bad), "--output", str(tmp_path / "out")])
     message = _error_line(excinfo)
-    assert "encoder.pkl references" in message and "system" in message
-    assert not (tmp_path / "out").exists()
+    assert "token_embedder.pkl references" in message and named in message
+    assert not (tmp_path / "out").exists() and loads == []
 
 
 def test_zip_with_a_path_outside_its_folder_is_refused_and_nothing_is_unpacked(efml_folder, tmp_path):
@@ -360,3 +367,39 @@ def test_trainer_fine_tunes_a_tagging_head_on_the_converted_model(converted, tmp
     encoding = tokenizer(SENTENCES, is_split_into_words=True, padding=True, return_tensors="pt")
     with torch.no_grad():
         assert torch.equal(again(**encoding).logits, model.eval()(**encoding).logits)
+
+
+def test_push_writes_a_card_naming_the_language_the_source_and_no_licence(converted, tmp_path):
+    import shutil
+
+    folder = tmp_path / "elmo-efml-de"
+    shutil.copytree(converted, folder)
+    assert cli.main(["push", str(folder), "--repo-id", "me/elmo-efml-de", "--dry-run"]) == 0
+    card = (tmp_path / "elmo-efml-de-hub" / "README.md").read_text(encoding="utf-8")
+    header = card.split("---")[1]
+    assert "license: unknown" in header and "- de" in header and "apache" not in header
+    assert "ELMoForManyLangs model" in card and "CoNLL 2018 shared task" in card and "none is stated" in card
+    assert "UTF-8 bytes" not in card and "1B Word Benchmark" not in card
+    for name in ("char_vocab.json", "word_input_vocab.json", "model.safetensors"):
+        assert (tmp_path / "elmo-efml-de-hub" / name).is_file(), name
+
+
+def test_hub_mirror_serves_the_zip_when_the_repository_fails(efml_served, server, tmp_path, monkeypatch):  # noqa: F811
+    import huggingface_hub
+
+    base_url, path, data = efml_served
+    server.status[path] = 404
+    calls = []
+
+    def from_mirror(repo_id, filename, local_dir, **kwargs):
+        calls.append((repo_id, filename))
+        Path(local_dir).mkdir(parents=True, exist_ok=True)
+        (Path(local_dir) / filename).write_bytes(data)
+        return str(Path(local_dir) / filename)
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", from_mirror)
+    archive, where = efml_releases.fetch_efml_release("efml-de", tmp_path / "cache", base_url=base_url,
+                                                      mirror="someone/efml-zips", progress=False)
+    assert calls == [("someone/efml-zips", "142.zip")] and where == "hf://someone/efml-zips/142.zip"
+    assert archive.read_bytes() == data
+    assert sorted(p.name for p in archive.parent.iterdir()) == ["142.zip", "142.zip.source"]
