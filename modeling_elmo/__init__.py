@@ -1,52 +1,107 @@
 """ELMo for the Hugging Face ecosystem.
 
-Importing the package registers the ELMo classes with transformers' Auto factories (``AutoConfig``,
-``AutoModel``, ``AutoModelForSequenceClassification``, ``AutoModelForTokenClassification``,
-``AutoModelForPreTraining``, ``AutoTokenizer``), and marks them so that ``save_pretrained`` writes the code files.
-Every `ElmoConfig` carries the full ``auto_map`` (`AUTO_MAP`), so a folder written by any ``save_pretrained`` (a
-`Trainer`'s ``save_model`` and ``push_to_hub`` included) loads through every Auto class with
+The package loads lazily: ``import modeling_elmo`` (and the ``elmo`` command's help) imports neither torch nor
+transformers. The first name taken from it (``from modeling_elmo import ElmoModel``, ``modeling_elmo.ElmoConfig``)
+imports the classes and registers them with transformers' Auto factories (``AutoConfig``, ``AutoModel``,
+``AutoModelForSequenceClassification``, ``AutoModelForTokenClassification``, ``AutoModelForPreTraining``,
+``AutoTokenizer``), and marks them so that ``save_pretrained`` writes the code files; `register_auto_classes` does it
+explicitly. Every `ElmoConfig` carries the full ``auto_map`` (`AUTO_MAP`), so a folder written by any
+``save_pretrained`` (a `Trainer`'s ``save_model`` and ``push_to_hub`` included) loads through every Auto class with
 ``trust_remote_code=True`` where this package is not installed.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
-from typing import Any
-
-from transformers import (
-    AutoConfig,
-    AutoModel,
-    AutoModelForPreTraining,
-    AutoModelForSequenceClassification,
-    AutoModelForTokenClassification,
-    AutoTokenizer,
-)
-
-from .configuration_elmo import AUTO_MAP, ElmoConfig
-from .modeling_elmo import (
-    ElmoBidirectionalLMOutput,
-    ElmoBiLstm,
-    ElmoCharacterEncoder,
-    ElmoForBidirectionalLM,
-    ElmoForSequenceClassification,
-    ElmoForTokenClassification,
-    ElmoHighway,
-    ElmoLstmLayer,
-    ElmoLstmState,
-    ElmoModel,
-    ElmoModelOutput,
-    ElmoPreTrainedModel,
-    ElmoScalarMix,
-)
-from .tokenization_elmo import BOS_CHAR_IDS, EOS_CHAR_IDS, ElmoTokenizer, decode_char_ids, encode_words
-from .inference import ElmoEmbedder, load_elmo_model, load_elmo_tokenizer  # noqa: E402  (needs the classes above)
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+#: Public name -> the submodule that defines it; imported on first use (`__getattr__`).
+_LAZY_NAMES = {
+    "AUTO_MAP": "configuration_elmo",
+    "ElmoConfig": "configuration_elmo",
+    **dict.fromkeys(
+        ["ElmoBidirectionalLMOutput", "ElmoBiLstm", "ElmoCharConvolution", "ElmoCharacterEncoder",
+         "ElmoForBidirectionalLM",
+         "ElmoForSequenceClassification", "ElmoForTokenClassification", "ElmoHighway", "ElmoLstmLayer",
+         "ElmoLstmState", "ElmoModel", "ElmoModelOutput", "ElmoPreTrainedModel", "ElmoScalarMix"],
+        "modeling_elmo"),
+    **dict.fromkeys(["BOS_CHAR_IDS", "EOS_CHAR_IDS", "ElmoTokenizer", "decode_char_ids", "encode_words"],
+                    "tokenization_elmo"),
+    **dict.fromkeys(["ElmoEmbedder", "load_elmo_model", "load_elmo_tokenizer"], "inference"),
+}
+
+if TYPE_CHECKING:
+    from .configuration_elmo import AUTO_MAP, ElmoConfig
+    from .inference import ElmoEmbedder, load_elmo_model, load_elmo_tokenizer
+    from .modeling_elmo import (
+        ElmoBidirectionalLMOutput,
+        ElmoBiLstm,
+        ElmoCharConvolution,
+        ElmoCharacterEncoder,
+        ElmoForBidirectionalLM,
+        ElmoForSequenceClassification,
+        ElmoForTokenClassification,
+        ElmoHighway,
+        ElmoLstmLayer,
+        ElmoLstmState,
+        ElmoModel,
+        ElmoModelOutput,
+        ElmoPreTrainedModel,
+        ElmoScalarMix,
+    )
+    from .tokenization_elmo import BOS_CHAR_IDS, EOS_CHAR_IDS, ElmoTokenizer, decode_char_ids, encode_words
+
 TOKENIZER_AUTO_MAP = {"AutoTokenizer": ["tokenization_elmo.ElmoTokenizer", None]}
+
+_registered = False
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY_NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    register_auto_classes()
+    value = getattr(importlib.import_module(f".{_LAZY_NAMES[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY_NAMES))
+
+
+def register_auto_classes() -> None:
+    """Register the ELMo classes with transformers' Auto factories, mark them for ``save_pretrained``'s code files,
+    and let the package's own classes run the fast CPU form of the recurrence (packed weights, directions on threads)
+    where this torch build has it (the files shipped with a model use public operators only, docs/model.md). Runs
+    once; the first name taken from the package calls it."""
+    global _registered
+    if not _registered:
+        _register()
+        _registered = True
 
 
 def _register() -> None:
+    from transformers import (
+        AutoConfig,
+        AutoModel,
+        AutoModelForPreTraining,
+        AutoModelForSequenceClassification,
+        AutoModelForTokenClassification,
+        AutoTokenizer,
+    )
+
+    from .configuration_elmo import ElmoConfig
+    from .modeling_elmo import (
+        ElmoForBidirectionalLM,
+        ElmoForSequenceClassification,
+        ElmoForTokenClassification,
+        ElmoModel,
+    )
+    from .tokenization_elmo import ElmoTokenizer
+
     try:
         AutoConfig.register(ElmoConfig.model_type, ElmoConfig)
     except ValueError:  # already registered (module reloaded)
@@ -72,9 +127,9 @@ def _register() -> None:
     ElmoForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
     ElmoForTokenClassification.register_for_auto_class("AutoModelForTokenClassification")
     ElmoTokenizer.register_for_auto_class("AutoTokenizer")
+    from . import packed_kernels
 
-
-_register()
+    packed_kernels.install()
 
 
 def save_model_folder(
@@ -85,6 +140,7 @@ def save_model_folder(
 ) -> str:
     """``model.save_pretrained`` (safetensors, code files, full ``auto_map``) and ``tokenizer.save_pretrained`` into
     ``folder``: the folder loads through every Auto class, with or without this package installed."""
+    register_auto_classes()
     from .io_utils import follow_umask
 
     folder = os.fspath(folder)
@@ -103,6 +159,7 @@ __all__ = [
     "EOS_CHAR_IDS",
     "ElmoBiLstm",
     "ElmoBidirectionalLMOutput",
+    "ElmoCharConvolution",
     "ElmoCharacterEncoder",
     "ElmoConfig",
     "ElmoEmbedder",
@@ -121,5 +178,6 @@ __all__ = [
     "encode_words",
     "load_elmo_model",
     "load_elmo_tokenizer",
+    "register_auto_classes",
     "save_model_folder",
 ]

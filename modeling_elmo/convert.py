@@ -56,6 +56,7 @@ import h5py
 import numpy as np
 import torch
 
+from . import io_utils
 from .configuration_elmo import ElmoConfig
 from .io_utils import read_json_object
 from .manifest import remove_stale_temporaries
@@ -71,7 +72,18 @@ from .original_format import (
 from .output_folder import COMMAND, TEMPORARY_KINDS, check_atol, check_output_dir, write_folder_atomically
 from .output_folder import sha256_of_file as _sha256
 from .parity import DEFAULT_ATOL, validate_converted_model
-from .releases import BASE_URL_ENV, DEFAULT_ATTEMPTS, RELEASES, Release, fetch_release, get_release
+from .releases import (
+    BASE_URL_ENV,
+    DEFAULT_ATTEMPTS,
+    FILE_ROLES,
+    RELEASES,
+    DownloadError,
+    Release,
+    fetch_release,
+    get_release,
+    release_cache_dir,
+    resolve_base_url,
+)
 
 _DIRECTIONS = ("forward", "backward")
 
@@ -268,6 +280,41 @@ def convert(
     return output_dir
 
 
+def check_release_reachable(
+    release: Release,
+    cache_dir: str | os.PathLike | None = None,
+    *,
+    base_url: str | None = None,
+    force_download: bool = False,
+    use_mirror: bool = True,
+) -> None:
+    """Raise `~modeling_elmo.releases.DownloadError` at once when files of ``release`` must be downloaded and
+    neither the release server nor (where there is one) its Hub mirror can be reached: one connection attempt each,
+    within seconds, instead of every download's retries. The message names what works offline."""
+    from huggingface_hub import is_offline_mode
+
+    folder = release_cache_dir(release, cache_dir)
+    missing = [release.filename(role) for role in FILE_ROLES
+               if force_download or not (folder / release.filename(role)).is_file()]
+    primary = resolve_base_url(base_url)
+    if not missing or io_utils.host_reachable(primary):
+        return
+    has_mirror = use_mirror and release.mirror is not None
+    if has_mirror and not is_offline_mode() and io_utils.hub_reachable():
+        return
+    if not has_mirror:
+        mirror = ""
+    elif is_offline_mode():
+        mirror = f", and the Hub mirror {release.mirror.repo_id} is off in offline mode (HF_HUB_OFFLINE=1)"
+    else:
+        mirror = f", nor the Hub mirror {release.mirror.repo_id}"
+    raise DownloadError(
+        f"cannot download release {release.name!r}: {primary} cannot be reached{mirror}. Offline, convert local "
+        f"copies with --options OPTIONS.json --weights WEIGHTS.hdf5, pass --base-url URL of a server you can reach, "
+        f"or put {' and '.join(missing)} into the cache folder {folder}."
+    )
+
+
 def convert_release(
     release: Release | str,
     output_dir: str | os.PathLike,
@@ -289,6 +336,7 @@ def convert_release(
     release = get_release(release) if isinstance(release, str) else release
     check_atol(atol)
     check_output_dir(output_dir, overwrite, inputs=(cache_dir,) if cache_dir else ())
+    check_release_reachable(release, cache_dir, base_url=base_url, force_download=force_download, use_mirror=use_mirror)
     fetched = fetch_release(release, cache_dir, base_url=base_url, force_download=force_download,
                             use_mirror=use_mirror, attempts=attempts or DEFAULT_ATTEMPTS, retry_wait=retry_wait,
                             progress=progress)
@@ -398,6 +446,7 @@ __all__ = [
     "convert_state_dict",
     "check_output_dir",
     "convert",
+    "check_release_reachable",
     "convert_release",
     "main",
 ]

@@ -50,6 +50,7 @@ import json
 import logging
 import math
 import os
+import re
 import shutil
 import sys
 import time
@@ -519,6 +520,8 @@ def _embed_locked(input_path: Path, output: Path, embedder: Embedder | Callable[
     partial = _partial_dir(output)
     if output.exists() and not overwrite:
         raise ValueError(f"output file {str(output)!r} already exists; pass --overwrite to replace it.")
+    if overwrite:
+        _check_replaceable(output, partial)
     if partial.exists() and not (overwrite or resume):
         raise ValueError(f"{str(partial)!r} holds an interrupted run; pass --resume to continue it or --overwrite "
                          "to start again.")
@@ -572,6 +575,37 @@ def _embed_locked(input_path: Path, output: Path, embedder: Embedder | Callable[
             logger.warning("%d line(s) of %s held invalid UTF-8 (replaced by U+FFFD), the first is line %d.",
                            report.invalid_utf8_lines, input_path, report.first_invalid_utf8_line)
     return report
+
+
+def _is_embed_output(path: Path) -> bool:
+    """Whether ``path`` is an HDF5 file that `merge_chunks` wrote (its root carries the run's attributes)."""
+    with open(path, "rb") as handle:
+        if handle.read(8) != b"\x89HDF\r\n\x1a\n":
+            return False
+    try:
+        with h5py.File(path, "r") as h5:
+            return {"layers", "model", "num_lines"} <= set(h5.attrs)
+    except (OSError, ValueError):
+        return False
+
+
+def _check_replaceable(output: Path, partial: Path) -> None:
+    """``--overwrite`` replaces only what an earlier ``elmo embed`` wrote: an output that is not a regular file (a
+    device such as ``/dev/null``, a FIFO) or not an HDF5 file of elmo embed, and a ``.partial`` folder that is not an
+    interrupted run's (its record, chunk files), are refused naming them."""
+    if os.path.lexists(output) and not output.is_symlink() and not output.is_file():
+        raise ValueError(f"output {str(output)!r} exists and is not a regular file (a device or a FIFO); elmo embed "
+                         "never replaces one. Choose another output.")
+    if output.is_file() and not _is_embed_output(output):
+        raise ValueError(f"output {str(output)!r} exists and is not an HDF5 file written by elmo embed; --overwrite "
+                         "replaces only those. Choose another output.")
+    if os.path.lexists(partial):
+        foreign = ([partial.name] if partial.is_symlink() or not partial.is_dir() else
+                   sorted(p.name for p in partial.iterdir() if not (p.is_file() and re.fullmatch(
+                       rf"{re.escape(RUN_FILE)}(\.tmp)?|chunk-\d{{8}}\.h5(\.tmp)?", p.name))))
+        if foreign:
+            raise ValueError(f"{str(partial)!r} holds what an interrupted elmo embed run does not write "
+                             f"({', '.join(foreign[:5])}); --overwrite never deletes it. Move it away.")
 
 
 def _prepare_partial(partial: Path, settings: dict[str, Any], *, resume: bool) -> None:
@@ -676,7 +710,7 @@ def main(argv: list[str] | None = None) -> int:
                             forget_sentences=args.forget_sentences, use_sentence_keys=args.use_sentence_keys,
                             overwrite=args.overwrite, resume=args.resume, show_progress=not args.no_progress,
                             processes=processes)
-    except ValueError as err:
+    except (ValueError, FloatingPointError) as err:  # bad input, or a model whose vectors are not finite
         raise SystemExit(f"elmo embed: error: {err}") from None
     except OSError as err:  # e.g. the disk filled up: finished chunks stay in OUTPUT.partial
         partial = _partial_dir(Path(args.output_file))

@@ -55,7 +55,7 @@ def _listed(names: Sequence[str]) -> str:
 
 
 @contextlib.contextmanager
-def _quiet_load_report() -> Iterator[None]:
+def quiet_load_report() -> Iterator[None]:
     """Drop transformers' LOAD REPORT table: `load_elmo_model` raises its own error for what the table shows.
 
     A filter, not a logger level: transformers runs extra checks (and warns) when that logger has a level set.
@@ -77,24 +77,20 @@ def _hub_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 def _check_location(location: str, hub_kwargs: dict[str, Any]) -> None:
-    """Raise `ValueError` unless ``location`` is a folder or Hub id whose ``config.json`` describes an ELMo model."""
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
+    """Raise `ValueError` unless ``location`` is a folder or Hub id whose ``config.json`` describes an ELMo model.
+    A path that looks local and does not exist, or a Hub id that cannot be reached, fails at once
+    (`modeling_elmo.loading.check_model_location`)."""
     from transformers import PretrainedConfig
 
     from .configuration_elmo import ElmoConfig
+    from .loading import check_model_location
 
-    if os.path.exists(location):
+    if check_model_location(location):
         if not os.path.isdir(location):
             raise ValueError(f"model {location!r} is a file; give the folder that holds config.json and "
                              "model.safetensors.")
         if not os.path.isfile(os.path.join(location, "config.json")):
             raise ValueError(f"{location!r} is not an ELMo model folder: it has no config.json.")
-    else:
-        try:
-            validate_repo_id(location)
-        except HFValidationError:
-            raise ValueError(f"model {location!r} is neither an existing folder nor a valid Hub id "
-                             "(namespace/name).") from None
     try:
         config, _ = PretrainedConfig.get_config_dict(location, **hub_kwargs)
     except (OSError, ValueError) as error:
@@ -146,12 +142,12 @@ def load_elmo_model(model_name_or_path: str | os.PathLike, **kwargs: Any) -> tor
     location = os.fspath(model_name_or_path)
     _check_location(location, _hub_kwargs(kwargs))
     if os.path.isdir(location):
-        from .hub.safety import refuse_pickled_weights
+        from .loading import refuse_pickled_weights
 
         refuse_pickled_weights(location)
         check_safetensors_files(location)
     try:
-        with _quiet_load_report():
+        with quiet_load_report():
             # ignore_mismatched_sizes: report wrong shapes in loading_info (checked below) instead of a RuntimeError
             # that points at the table.
             model, info = ElmoModel.from_pretrained(location, output_loading_info=True, use_safetensors=True,
@@ -161,8 +157,18 @@ def load_elmo_model(model_name_or_path: str | os.PathLike, **kwargs: Any) -> tor
     except Exception as error:  # safetensors' SafetensorError (a damaged file on the Hub), torch's size errors
         raise ValueError(f"cannot load the weights of model {location!r}: {type(error).__name__}: "
                          f"{_one_line(error)}") from None
-    missing = sorted(info.get("missing_keys") or ())
-    unexpected = sorted(k for k in info.get("unexpected_keys") or () if not k.startswith(HEAD_WEIGHT_PREFIXES))
+    check_loading_info(location, info, ignore_unexpected=HEAD_WEIGHT_PREFIXES)
+    refuse_nonfinite_weights(model, location)
+    return model.eval()
+
+
+def check_loading_info(location: str, info: dict[str, Any], *, ignore_missing: tuple[str, ...] = (),
+                       ignore_unexpected: tuple[str, ...] = ()) -> None:
+    """Raise `ValueError` naming the tensors when ``from_pretrained``'s loading info (with
+    ``ignore_mismatched_sizes=True``) shows missing weights, unexpected ones or other shapes than the config implies
+    (weights whose names start with ``ignore_missing`` / ``ignore_unexpected`` aside)."""
+    missing = sorted(k for k in info.get("missing_keys") or () if not k.startswith(ignore_missing))
+    unexpected = sorted(k for k in info.get("unexpected_keys") or () if not k.startswith(ignore_unexpected))
     mismatched = sorted(info.get("mismatched_keys") or ())
     problems = []
     if missing:
@@ -176,8 +182,6 @@ def load_elmo_model(model_name_or_path: str | os.PathLike, **kwargs: Any) -> tor
     if problems:
         raise ValueError(f"the weights of model {location!r} do not match its config.json: {'; '.join(problems)}. "
                          "Refusing to run a partly random model.")
-    refuse_nonfinite_weights(model, location)
-    return model.eval()
 
 
 def check_safetensors_files(folder: str | os.PathLike) -> None:
@@ -302,7 +306,8 @@ class ElmoEmbedder:
     def embed_batch(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
         """All layers of each sentence of one batch: float32 arrays ``(num_layers, len(sentence), output_size)``.
 
-        Every sentence must have at least one word (`embed_sentences` accepts empty ones).
+        Every sentence must have at least one word (`embed_sentences` accepts empty ones). Non-finite vectors (a
+        model with corrupt weights) raise `FloatingPointError` instead of being returned.
         """
         _check_word_lists(sentences)
         if any(len(s) == 0 for s in sentences):
@@ -312,6 +317,10 @@ class ElmoEmbedder:
         with torch.inference_mode():
             out = self.model(**model_inputs(encoded, self.device), output_hidden_states=True)
             layers = torch.stack(tuple(out.hidden_states), dim=1).float().cpu().numpy()  # (B, L+1, T, 2P)
+        # checked here, where the vectors have left the device anyway (the model's forward makes the host wait for
+        # no check): every export and cache of vectors (`elmo embed`, `add_elmo_features`) goes through this
+        if not np.isfinite(layers).all():
+            raise FloatingPointError("the ELMo model produced NaN or infinite vectors: its weights are probably corrupt.")
         return [layers[i, :, : len(s)] for i, s in enumerate(sentences)]
 
     def embed_sentences(self, sentences: Iterable[Sequence[str]], batch_size: int = 64,
@@ -356,6 +365,6 @@ def _check_word_lists(sentences: Sequence[Any]) -> None:
                 raise ValueError(f"word {j} of sentence {i} must be a string, got {type(word).__name__} {word!r:.40}.")
 
 
-__all__ = ["DTYPES", "HEAD_WEIGHT_PREFIXES", "HUB_KWARGS", "MODEL_INPUT_KEYS", "ElmoEmbedder", "check_safetensors_files",
-           "load_elmo_model", "load_elmo_tokenizer", "make_batches", "model_inputs", "refuse_nonfinite_weights",
-           "weights_fingerprint"]
+__all__ = ["DTYPES", "HEAD_WEIGHT_PREFIXES", "HUB_KWARGS", "MODEL_INPUT_KEYS", "ElmoEmbedder", "check_loading_info",
+           "check_safetensors_files", "load_elmo_model", "load_elmo_tokenizer", "make_batches", "model_inputs",
+           "refuse_nonfinite_weights", "weights_fingerprint"]

@@ -1,7 +1,7 @@
 """What ELMo's models accept, checked, and the sentence boundaries they add: the input side of `modeling_elmo.py`.
 
-Every check names the bad value. On an accelerator, a check of tensor values in a training step is queued on the
-device (`check_values`) instead of making the host wait for it. This file is shipped to the Hub with
+Every check names the bad value. Checks of tensor values run in eager mode, and on an accelerator outside training
+steps only (`check_values`): the host never waits for the device in a training step. This file is shipped to the Hub with
 `modeling_elmo.py` as custom code: it imports only torch and its sibling `configuration_elmo.py`.
 """
 
@@ -15,15 +15,16 @@ IGNORE_INDEX = -100  # labels that predict nothing (padding), as everywhere in t
 
 
 def check_values(bad: torch.Tensor, message: str) -> None:
-    """Raise ``ValueError(message)`` if any element of the boolean tensor ``bad`` is set.
+    """Raise ``ValueError(message)`` if any element of the boolean tensor ``bad`` is set, in eager mode.
 
-    On the CPU the check is exact and cheap. On an accelerator, reading the flag would wait for the device, so in
-    a training step (autograd on) the check is queued on the device instead (`torch._assert_async`): the error then
-    surfaces at the next synchronisation.
+    On the CPU the check is exact and cheap, and so it is on an accelerator in inference. In a training step on an
+    accelerator (autograd on) it is left out: reading the flag would make the host wait for the device at every
+    step (an out-of-range character or label id still stops the step there, in the embedding or loss kernel). In a
+    graph traced by ``torch.compile`` or ``torch.export`` (`torch.compiler.is_compiling`) there is no value check:
+    a traced graph cannot branch on values, so inputs are checked before they reach it (the tokenizer's ids are
+    valid by construction).
     """
-    if bad.device.type != "cpu" and torch.is_grad_enabled():
-        if hasattr(torch, "_assert_async"):
-            torch._assert_async(~bad.any(), message)
+    if torch.compiler.is_compiling() or (bad.device.type != "cpu" and torch.is_grad_enabled()):
         return
     if bool(bad.any()):
         raise ValueError(message)

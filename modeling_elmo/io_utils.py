@@ -100,19 +100,26 @@ def exclusive_lock(path: str | os.PathLike, busy: str) -> Iterator[None]:
         handle.close()
 
 
-def hub_reachable(timeout: float = 3.0) -> bool:
-    """Whether a TCP connection to the Hub endpoint (``HF_ENDPOINT``) opens within ``timeout`` seconds."""
+def host_reachable(url: str, timeout: float = 3.0) -> bool:
+    """Whether a TCP connection to the host of ``url`` opens within ``timeout`` seconds (one attempt, no retries)."""
     from urllib.parse import urlparse
 
+    parsed = urlparse(url)
+    if not parsed.hostname:
+        return False
+    try:
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        with socket.create_connection((parsed.hostname, port), timeout=timeout):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether a TCP connection to the Hub endpoint (``HF_ENDPOINT``) opens within ``timeout`` seconds."""
     from huggingface_hub import constants
 
-    url = urlparse(constants.ENDPOINT)
-    port = url.port or (443 if url.scheme == "https" else 80)
-    try:
-        with socket.create_connection((url.hostname, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
+    return host_reachable(constants.ENDPOINT, timeout)
 
 
 def is_within(path: str | os.PathLike, folder: str | os.PathLike) -> bool:

@@ -15,12 +15,14 @@ torch and the standard library; the optional compiler (``torch.compile``) is use
     gate, clip and mask work around them) is one compiled function, so a step is a handful of kernels. No host
     synchronisation: lengths and masks stay on the device, the number of steps is the padded length.
   - on the CPU, for models of some size (`RecurrencePlan.PER_DIRECTION_FROM`): one direction at a time, its per-step
-    products on weights packed once per call for oneDNN (x86; MKL's packed GEMM where oneDNN is missing), and with
-    two or more intra-op threads the two directions on two threads at once, one core each (small per-step products
-    do not scale over cores, two independent recurrences do). Smaller models run stacked, as on a GPU.
+    products on transposed copies of the weights made once per call; smaller models run stacked, as on a GPU.
 
-* `mkl_packed_products`, `loop_step_products`: the reference loop's per-step products (MKL-packed recurrent
-  weights for CPU inference). `reverse_each_row`, `dropout_noise`, `torch_lstm`, `on_threads`: shared helpers.
+* `CpuKernels`: how the CPU forms compute their products and run the two directions. This file holds the public-API
+  form (`PUBLIC_CPU_KERNELS`); the installed package puts a faster one in place (``modeling_elmo.packed_kernels``:
+  weights packed for oneDNN or MKL, the two directions on two threads), never used while a model is traced by
+  ``torch.compile`` or ``torch.export`` (`cpu_kernels`).
+* `loop_step_products`: the reference loop's per-step products. `reverse_each_row`, `dropout_noise`, `torch_lstm`:
+  shared helpers.
 
 Conventions: recurrence tensors are direction-major and time-major, ``(D, T, B, width)``: ``[:, t]`` is one step
 of every direction, ``[d]`` one direction's ``(T * B, width)`` matrix for the weight gradients. ``valid`` is
@@ -31,7 +33,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import torch
@@ -42,46 +43,8 @@ Linear = Callable[[torch.Tensor], torch.Tensor]
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Matrix products on packed weights (x86 CPU, fp32)
+# CPU kernels: how the CPU forms compute their products and spread independent work
 # ---------------------------------------------------------------------------------------------------------------
-def mkl_packing_available() -> bool:
-    """Whether this torch build has MKL's packed-weight GEMM (x86 CPU builds)."""
-    return torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_reorder_linear_weight")
-
-
-def onednn_packing_available() -> bool:
-    """Whether this torch build and CPU have oneDNN's prepacked linear (x86 CPUs with AVX2 or AVX-512)."""
-    return (torch.backends.mkldnn.is_available() and torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
-            and hasattr(torch.ops.mkldnn, "_reorder_linear_weight") and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
-
-
-def packed_linear(weight: torch.Tensor, rows: int, bias: torch.Tensor | None = None) -> Linear | None:
-    """``x -> x @ weight.T (+ bias)`` for ``x`` of ``rows`` rows, on a copy of ``weight`` (out, in) packed for oneDNN
-    (x86: its kernels for few rows are faster than MKL's, on AMD CPUs by far) or else for MKL's small-batch GEMM;
-    `None` where neither applies (not fp32 on the CPU). The copy is made for this call only: in-place weight updates
-    are always seen. Packing costs one pass over the matrix; T products on it then save T - 1."""
-    if weight.device.type != "cpu" or weight.dtype != torch.float32:
-        return None
-    weight = weight.detach().contiguous()
-    bias = None if bias is None else bias.detach()
-    if onednn_packing_available():
-        packed = torch.ops.mkldnn._reorder_linear_weight(weight, rows)
-        return lambda x: torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
-    if mkl_packing_available():
-        packed = torch.ops.mkl._mkl_reorder_linear_weight(weight, rows)
-        return lambda x: torch.ops.mkl._mkl_linear(x, packed, weight, bias, rows)
-    return None
-
-
-def dense_linear(weight: torch.Tensor, bias: torch.Tensor | None = None) -> Linear:
-    """``x -> x @ weight.T (+ bias)`` for many rows: oneDNN's kernel on the unpacked weight where it applies (fp32 on
-    an x86 CPU; faster than MKL's on AMD CPUs), else ``F.linear``."""
-    if weight.device.type == "cpu" and weight.dtype == torch.float32 and onednn_packing_available():
-        weight, bias = weight.detach(), None if bias is None else bias.detach()
-        return lambda x: torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
-    return lambda x: F.linear(x, weight, bias)
-
-
 def plain_linear(weight: torch.Tensor) -> Linear:
     """``x -> x @ weight.T`` on an (in, out) copy of ``weight`` made once: small per-step products run faster on
     the CPU untransposed."""
@@ -89,33 +52,74 @@ def plain_linear(weight: torch.Tensor) -> Linear:
     return lambda x: torch.mm(x, weight_t)
 
 
-def mkl_packed_products(weight_hh: torch.Tensor, weight_hr: torch.Tensor, batch: int) -> StepProducts | None:
-    """``(recurrent, project)`` with ``recurrent(h, gates_x) = gates_x + h @ weight_hh.T`` and
-    ``project(u) = u @ weight_hr.T`` for ``batch`` rows, on MKL-packed copies of the weights made for this call;
-    `None` where packing does not apply (no MKL, not fp32 on the CPU, autograd on). The reference loop's CPU
-    inference products."""
-    usable = (mkl_packing_available() and not torch.is_grad_enabled() and weight_hh.device.type == "cpu"
-              and weight_hh.dtype == torch.float32 and weight_hr.dtype == torch.float32)
-    if not usable:
+class CpuKernels:
+    """The CPU recurrence's matrix products and its way of running independent pieces of work, in public torch APIs.
+
+    This form is what the file shipped with a model uses: ``torch.mm`` on transposed copies for the per-step
+    products, ``F.linear`` for the products over all steps, the pieces one after another on the caller's thread
+    (no thread pool, no change of the process's thread count). An installed package may put a faster form in place
+    with `use_cpu_kernels` (``modeling_elmo.packed_kernels``: weights packed for oneDNN or MKL, the two directions on
+    two threads); every form computes the same numbers.
+    """
+
+    #: A short name for reports and benchmarks.
+    name = "public"
+    #: Whether `map` runs its pieces at the same time (the plans then run the two directions side by side).
+    concurrent = False
+
+    def step_linear(self, weight: torch.Tensor, rows: int) -> Linear:
+        """``x -> x @ weight.T`` for ``x`` of ``rows`` rows, called once per time step on the same weight."""
+        return plain_linear(weight)
+
+    def dense_linear(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> Linear:
+        """``x -> x @ weight.T (+ bias)`` for many rows (the input products of all steps)."""
+        return lambda x: F.linear(x, weight, bias)
+
+    def loop_products(self, weight_hh: torch.Tensor, weight_hr: torch.Tensor, batch: int) -> StepProducts | None:
+        """The reference loop's per-step products in fp32 inference, or `None` for the loop's own ``addmm``/``mm``."""
         return None
-    hh, hr = weight_hh.detach(), weight_hr.detach()
-    packed_hh = torch.ops.mkl._mkl_reorder_linear_weight(hh, batch)
-    packed_hr = torch.ops.mkl._mkl_reorder_linear_weight(hr, batch)
-    linear = torch.ops.mkl._mkl_linear
-    return (lambda h, gates_x: linear(h, packed_hh, hh, None, batch).add_(gates_x)), \
-        (lambda u: linear(u, packed_hr, hr, None, batch))
+
+    def map(self, run: Callable[[int], object], count: int) -> list:
+        """``[run(i) for i in range(count)]``."""
+        return [run(i) for i in range(count)]
+
+
+PUBLIC_CPU_KERNELS = CpuKernels()
+_installed: list[CpuKernels] = [PUBLIC_CPU_KERNELS]
+
+
+def use_cpu_kernels(kernels: CpuKernels | None) -> CpuKernels:
+    """Make ``kernels`` (a `CpuKernels`; `None`: the public form) the CPU form of this module's recurrences, and
+    return the form used until now (to restore it)."""
+    previous = _installed[0]
+    _installed[0] = kernels or PUBLIC_CPU_KERNELS
+    return previous
+
+
+def cpu_kernels() -> CpuKernels:
+    """The CPU form in use: the installed one, except while ``torch.compile`` or ``torch.export`` trace the model,
+    where the public form is used (a traced graph holds standard operators only)."""
+    return PUBLIC_CPU_KERNELS if torch.compiler.is_compiling() else _installed[0]
 
 
 def loop_step_products(weight_hh: torch.Tensor, weight_hr: torch.Tensor, batch: int, like: torch.Tensor) -> StepProducts:
     """The reference loop's two per-step products, ``recurrent(h, gates_x_t) = gates_x_t + h W_hh^T`` and
-    ``project(u) = u W_hr^T`` for states like ``like``: on MKL-packed weights where `mkl_packed_products` applies
-    (inference on an x86 CPU in fp32, also for the states: not under autocast), else ``addmm``/``mm`` on (in, out)
-    copies made once per call (faster untransposed on a CPU)."""
-    packed = mkl_packed_products(weight_hh, weight_hr, batch) if like.dtype == torch.float32 else None
-    if packed is not None:
-        return packed
+    ``project(u) = u W_hr^T`` for states like ``like``: the CPU kernels' form where one applies (inference on the CPU
+    in fp32, also for the states: not under autocast), else ``addmm``/``mm`` on (in, out) copies made once per call
+    (faster untransposed on a CPU)."""
+    usable = (not torch.is_grad_enabled() and weight_hh.device.type == "cpu" and like.dtype == torch.float32
+              and weight_hh.dtype == torch.float32 and weight_hr.dtype == torch.float32)
+    products = cpu_kernels().loop_products(weight_hh, weight_hr, batch) if usable else None
+    if products is not None:
+        return products
     weight_hh_t, weight_hr_t = weight_hh.t().contiguous(), weight_hr.t().contiguous()  # (P, 4H), (H, P)
     return (lambda h, gates_x: torch.addmm(gates_x, h, weight_hh_t)), (lambda u: torch.mm(u, weight_hr_t))
+
+
+def fused_applies(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether `clipped_lstm` runs for inputs on ``device`` in ``dtype``: the CPU and CUDA (ROCm included), in a
+    floating-point dtype; elsewhere (MPS, XLA, ...) the model uses the reference loop."""
+    return device.type in ("cpu", "cuda") and dtype.is_floating_point
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -289,14 +293,9 @@ def compile_failure(backend: str | Callable = "inductor") -> str | None:
 
 
 def compiler_available(device: torch.device) -> bool:
-    """Whether ``torch.compile`` can build kernels for ``device`` here (Triton for a GPU)."""
-    if device.type != "cuda":
-        return False
-    try:
-        from torch.utils._triton import has_triton
-    except ImportError:
-        return False
-    return has_triton()
+    """Whether the steps are compiled for ``device``: on CUDA (ROCm included), whose torch builds bring the Triton
+    compiler. Where compiling fails all the same, the plain steps run (`compile_failure` says why, once)."""
+    return device.type == "cuda"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -304,7 +303,7 @@ def compiler_available(device: torch.device) -> bool:
 # ---------------------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class RecurrencePlan:
-    """How `clipped_lstm` runs: ``per_direction`` (CPU: one direction at a time, products on packed weights) or
+    """How `clipped_lstm` runs: ``per_direction`` (CPU: one direction at a time, products in the CPU kernels' form) or
     all directions stacked (``bmm``); ``parallel`` (the directions on their own threads, one core each);
     ``compiled`` (the stacked steps through ``torch.compile`` with ``backend``)."""
 
@@ -314,7 +313,7 @@ class RecurrencePlan:
     backend: str | Callable = "inductor"
 
     #: Recurrent matrices (4H x P) from this many entries on run per direction on the CPU: below it, the Python work
-    #: of a step outweighs what packed products and threads save (elmo-tiny: 2,048; elmo-27m: 1,048,576).
+    #: of a step outweighs what per-direction products and threads save (elmo-tiny: 2,048; elmo-27m: 1,048,576).
     PER_DIRECTION_FROM = 65536
 
     @classmethod
@@ -323,39 +322,15 @@ class RecurrencePlan:
         if device.type == "cpu":
             if recurrent_size < cls.PER_DIRECTION_FROM:
                 return cls()
-            return cls(per_direction=True, parallel=directions > 1 and torch.get_num_threads() > 1)
+            concurrent = cpu_kernels().concurrent and torch.get_num_threads() > 1
+            return cls(per_direction=True, parallel=directions > 1 and concurrent)
         return cls(compiled=compiler_available(device))
 
 
-def on_threads(run: Callable[[int], object], count: int, parallel: bool = True) -> list:
-    """``[run(i) for i in range(count)]``, when ``parallel`` on one thread per item, each with one intra-op thread.
-
-    For independent pieces of CPU work (the two directions; halves of a batch of words): two cores each running one
-    single-threaded piece beat both cores splitting every small product, and a neighbour's load on one core then
-    slows one piece instead of every product. Workers run in the caller's grad mode; the caller's thread count is
-    restored afterwards (torch's setting of MKL is per process).
-    """
-    if not parallel or count < 2:
-        return [run(i) for i in range(count)]
-    threads, grad = torch.get_num_threads(), torch.is_grad_enabled()
-
-    def work(i: int):
-        torch.set_num_threads(1)
-        with torch.set_grad_enabled(grad):
-            return run(i)
-
-    try:
-        with ThreadPoolExecutor(max_workers=count, thread_name_prefix="elmo") as pool:
-            return list(pool.map(work, range(count)))
-    finally:
-        torch.set_num_threads(threads)
-
-
 def _direction_forward_step(weight_hh, weight_hr, rows: int):
-    """The forward step of one direction (D = 1), its products on weights packed for this call (`packed_linear`)
-    where that applies (fp32 on an x86 CPU), else on transposed copies."""
-    recurrent = packed_linear(weight_hh[0], rows) or plain_linear(weight_hh[0])
-    project = packed_linear(weight_hr[0], rows) or plain_linear(weight_hr[0])
+    """The forward step of one direction (D = 1), its products in the CPU kernels' form (`CpuKernels.step_linear`)."""
+    kernels = cpu_kernels()
+    recurrent, project = kernels.step_linear(weight_hh[0], rows), kernels.step_linear(weight_hr[0], rows)
 
     def step(gates_x, h, c, valid, cell_clip, proj_clip):
         gates = recurrent(h[0]).add_(gates_x[0]).unsqueeze(0)
@@ -368,10 +343,11 @@ def _direction_forward_step(weight_hh, weight_hr, rows: int):
 
 
 def _direction_backward_step(weight_hh, weight_hr, rows: int):
-    """The backward step of one direction (D = 1): the transposed products on packed copies where available."""
+    """The backward step of one direction (D = 1): the transposed products in the CPU kernels' form."""
+    kernels = cpu_kernels()
     weight_hh_t, weight_hr_t = weight_hh[0].t().contiguous(), weight_hr[0].t().contiguous()
-    recurrent = packed_linear(weight_hh_t, rows) or plain_linear(weight_hh_t)  # grad_gates @ W_hh
-    project = packed_linear(weight_hr_t, rows) or plain_linear(weight_hr_t)  # grad_projected @ W_hr
+    recurrent = kernels.step_linear(weight_hh_t, rows)  # grad_gates @ W_hh
+    project = kernels.step_linear(weight_hr_t, rows)  # grad_projected @ W_hr
 
     def step(grad_y, grad_h, grad_c, valid, acts, cell, projected, c, cell_clip, proj_clip):
         grad_projected, grad_h_kept = _output_backward(grad_y, grad_h, valid, projected, proj_clip)
@@ -473,6 +449,11 @@ def _backward_loop(grad_y, grad_h, grad_c, valid, saved, weight_hh, weight_hr, c
     return grad_gates, grad_h, grad_c, grad_weight_hh, grad_weight_hr
 
 
+def _each_direction(run: Callable[[int], object], count: int, parallel: bool) -> list:
+    """``[run(d) for d in range(count)]``, at the same time where planned (the CPU kernels' `CpuKernels.map`)."""
+    return cpu_kernels().map(run, count) if parallel else [run(d) for d in range(count)]
+
+
 def _run_forward(gates_x, valid, h0, c0, weight_hh, weight_hr, clips, plan: RecurrencePlan, save: bool):
     """`_forward_loop` over all directions: stacked, or one direction at a time (on threads when planned).
     Returns y, (h, c) and the saved tensors as a flat list (per direction when ``per_direction``)."""
@@ -480,7 +461,7 @@ def _run_forward(gates_x, valid, h0, c0, weight_hh, weight_hr, clips, plan: Recu
         y, final, saved = _forward_loop(gates_x, valid, h0, c0, weight_hh, weight_hr, clips, plan, save)
         return y, final, list(saved or ())
     one = lambda x, d: x[d : d + 1]  # noqa: E731
-    parts = on_threads(
+    parts = _each_direction(
         lambda d: _forward_loop(one(gates_x, d), valid, one(h0, d), one(c0, d), one(weight_hh, d), one(weight_hr, d),
                                 clips, plan, save),
         gates_x.shape[0], plan.parallel)
@@ -498,12 +479,12 @@ def _direction_inference(inputs, valid, h0, c0, layers, dtype, clips, plan: Recu
         steps, rows, width = inputs[d].shape
         flat = inputs[d].reshape(steps * rows, width)
         weight_ih, bias = layer.weight_ih.to(dtype), layer.bias.to(dtype)
-        input_products = dense_linear(weight_ih, bias)  # unpacked: for T * B rows packing costs more than it saves
+        input_products = cpu_kernels().dense_linear(weight_ih, bias)
         gates_x = input_products(flat).view(1, steps, rows, -1)  # (1, T, B, 4H)
         weights = (layer.weight_hh.to(dtype).unsqueeze(0), layer.weight_hr.to(dtype).unsqueeze(0))
         return _forward_loop(gates_x, valid, h0[d : d + 1], c0[d : d + 1], *weights, clips, plan, save=False)
 
-    parts = on_threads(run, inputs.shape[0], plan.parallel)
+    parts = _each_direction(run, inputs.shape[0], plan.parallel)
     return torch.cat([part[0] for part in parts]), (torch.cat([part[1][0] for part in parts]),
                                                    torch.cat([part[1][1] for part in parts]))
 
@@ -538,7 +519,7 @@ class ClippedLstmRecurrence(torch.autograd.Function):
             grads = _backward_loop(grad_y, grad_h, grad_c, valid, saved, weight_hh, weight_hr, clips, plan)
         else:
             one = lambda x, d: x[d : d + 1]  # noqa: E731
-            parts = on_threads(
+            parts = _each_direction(
                 lambda d: _backward_loop(one(grad_y, d), one(grad_h, d), one(grad_c, d), valid, saved[5 * d : 5 * d + 5],
                                          one(weight_hh, d), one(weight_hr, d), clips, plan),
                 directions, plan.parallel)
@@ -598,23 +579,23 @@ def clipped_lstm(
 
 
 __all__ = [
+    "PUBLIC_CPU_KERNELS",
     "ClippedLstmRecurrence",
+    "CpuKernels",
     "RecurrencePlan",
     "StepProducts",
     "clipped_lstm",
     "compile_failure",
     "compiled_steps",
     "compiler_available",
-    "dense_linear",
+    "cpu_kernels",
+    "fused_applies",
     "dropout_noise",
     "loop_step_products",
-    "mkl_packed_products",
-    "mkl_packing_available",
-    "on_threads",
-    "onednn_packing_available",
-    "packed_linear",
+    "plain_linear",
     "reverse_each_row",
     "stacked_backward_step",
     "stacked_forward_step",
     "torch_lstm",
+    "use_cpu_kernels",
 ]

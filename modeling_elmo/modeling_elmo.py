@@ -2,7 +2,8 @@
 
 Read top to bottom:
 
-1. building blocks: `ElmoHighway`, `ElmoCharacterEncoder` (character CNN -> highway -> projection),
+1. building blocks: `ElmoHighway`, `ElmoCharConvolution`, `ElmoCharacterEncoder` (character CNN -> highway ->
+   projection),
    `ElmoLstmLayer` (LSTM with a clipped projection: the reference loop), `ElmoLstmState` (LSTM states carried from
    one call to the next), `ElmoBiLstm` (separate forward and backward stacks), `ElmoScalarMix`;
 2. `ElmoPreTrainedModel` with the initialisation of the original training code;
@@ -41,15 +42,17 @@ from transformers.utils import ModelOutput, logging
 from .configuration_elmo import ElmoConfig
 from .inputs_elmo import IGNORE_INDEX, check_values, integer_labels, validated_features, validated_inputs
 from .inputs_elmo import validated_word_inputs, with_sentence_boundaries, with_word_boundaries
-from .lstm_kernels import clipped_lstm, compile_failure, dropout_noise, loop_step_products, on_threads
+from .lstm_kernels import clipped_lstm, compile_failure, cpu_kernels, dropout_noise, fused_applies, loop_step_products
 from .lstm_kernels import reverse_each_row, torch_lstm
 
 logger = logging.get_logger(__name__)
 
 def _host_waits_for_nothing(device: torch.device) -> bool:
-    """Whether a size known only from tensor values (a boolean selection, ``unique``) is free to read: on the CPU.
-    Elsewhere the host would wait for the device, so the model computes on all rows and masks instead."""
-    return device.type == "cpu"
+    """Whether a size known only from tensor values (a boolean selection, ``unique``) is free to read: on the CPU,
+    in eager mode. Elsewhere the host would wait for the device, and in a graph traced by ``torch.compile`` or
+    ``torch.export`` every size must follow from the input shapes, so the model computes on all rows and masks
+    instead (the same numbers)."""
+    return device.type == "cpu" and not torch.compiler.is_compiling()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -69,6 +72,24 @@ class ElmoHighway(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate = torch.sigmoid(self.gate(x))
         return gate * F.relu(self.transform(x)) + (1.0 - gate) * x
+
+
+class ElmoCharConvolution(nn.Conv1d):
+    """One filter width of the character CNN: a ``Conv1d`` (valid cross-correlation, stride 1, no padding), (N, d_c,
+    C) -> (N, filters, C - w + 1), computed as one matrix product over all windows (``unfold``), about twice as fast
+    on a CPU as the convolution kernel for 16 input channels. It is called as a module, so hooks and adapters that
+    wrap ``Conv1d`` layers (PEFT's LoRA) see it."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int):
+        super().__init__(in_channels, out_channels, kernel_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n, dim, length = x.shape
+        width = self.kernel_size[0]
+        # (N, d_c, C - w + 1, w) -> (N, C - w + 1, d_c, w): the window layout of the weight (filters, d_c, w)
+        windows = x.unfold(2, width, 1).permute(0, 2, 1, 3).reshape(n * (length - width + 1), dim * width)
+        scores = F.linear(windows, self.weight.reshape(self.out_channels, dim * width), self.bias)
+        return scores.view(n, length - width + 1, self.out_channels).transpose(1, 2)
 
 
 class ElmoWordEmbedding(nn.Embedding):
@@ -91,28 +112,17 @@ class ElmoCharacterEncoder(nn.Module):
         self.word_embeddings = (ElmoWordEmbedding(config.word_input_vocab_size, config.word_input_dim)
                                 if config.word_input_vocab_size else None)
         self.convolutions = nn.ModuleList(
-            nn.Conv1d(config.char_embedding_dim, count, kernel_size=width) for width, count in config.char_cnn_filters
+            ElmoCharConvolution(config.char_embedding_dim, count, width) for width, count in config.char_cnn_filters
         )
         self.activation = torch.relu if config.char_cnn_activation == "relu" else torch.tanh
         self.highways = nn.ModuleList(ElmoHighway(config.num_char_cnn_filters) for _ in range(config.num_highway_layers))
         self.projection = nn.Linear(config.token_features_size, config.hidden_size)
 
     def convolve(self, char_ids: torch.Tensor) -> torch.Tensor:
-        """(N, C) character ids -> (N, F): every filter's maximum over the word's positions, then the activation.
-
-        Each convolution is computed as one matrix product over all windows (unfold), which is about twice as fast
-        on a CPU as ``Conv1d`` with 16 input channels; the result is the same valid cross-correlation.
-        """
-        x = self.char_embeddings(char_ids)  # (N, C, d_c)
-        n, length, dim = x.shape
-        pooled = []
-        for conv in self.convolutions:
-            width = conv.kernel_size[0]
-            windows = x.unfold(1, width, 1).reshape(n * (length - width + 1), dim * width)  # (N * (C-w+1), d_c * w)
-            scores = torch.addmm(conv.bias, windows, conv.weight.reshape(conv.out_channels, dim * width).t())
-            # bias -> max over all positions -> activation (equal to activation -> max: both are monotone)
-            pooled.append(self.activation(scores.view(n, length - width + 1, -1).amax(dim=1)))
-        return torch.cat(pooled, dim=-1)  # (N, F)
+        """(N, C) character ids -> (N, F): every filter's maximum over the word's positions, then the activation
+        (max, then activation: equal to activation, then max, both being monotone)."""
+        x = self.char_embeddings(char_ids).transpose(1, 2)  # (N, d_c, C)
+        return torch.cat([self.activation(conv(x).amax(dim=-1)) for conv in self.convolutions], dim=-1)  # (N, F)
 
     def encode(self, char_ids: torch.Tensor, word_ids: torch.Tensor | None = None) -> torch.Tensor:
         """(N, max_characters_per_token) character ids (and (N,) word ids with a word input) -> (N, hidden_size),
@@ -126,6 +136,11 @@ class ElmoCharacterEncoder(nn.Module):
         return self.projection(x)  # (N, P)
 
     def forward(self, char_ids: torch.Tensor, word_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """(N, max_characters_per_token) (and (N,) word ids with a word input) -> (N, hidden_size), each distinct
+        word encoded once (in eager mode on the CPU; elsewhere every row, as the number of distinct words is known
+        only from the values)."""
+        if not _host_waits_for_nothing(char_ids.device):
+            return self.encode(char_ids, word_ids)
         if self.word_embeddings is None:
             unique, inverse = torch.unique(char_ids, dim=0, return_inverse=True)
             return self.encode(unique)[inverse]
@@ -235,8 +250,8 @@ class ElmoBiLstm(nn.Module):
 
     Implementations, all with the same parameters (``config.lstm_implementation``): `loop_forward` (the reference:
     `ElmoLstmLayer.forward` per layer and direction), `fused_forward` (the same numbers, both directions at once
-    through `lstm_kernels.clipped_lstm`; ``"auto"`` uses it wherever something clips or a state is carried, and
-    falls back to the loop, with one logged line, where it cannot run), and `torch_forward` (``torch.nn.LSTM``
+    through `lstm_kernels.clipped_lstm`; ``"auto"`` uses it wherever something clips or a state is carried, on the
+    devices and dtypes it supports (`lstm_kernels.fused_applies`), else the loop), and `torch_forward` (``torch.nn.LSTM``
     with ``proj_size``, cuDNN on a GPU), which cannot clip and is used only without clipping.
     """
 
@@ -263,17 +278,8 @@ class ElmoBiLstm(nn.Module):
         implementation = self.config.lstm_implementation
         if self.config.uses_torch_lstm and initial_state is None and not need_final_state:
             return self.torch_forward(embeddings, mask, dropout), None
-        if implementation == "fused":
+        if implementation == "fused" or (implementation == "auto" and fused_applies(embeddings.device, embeddings.dtype)):
             return self.fused_forward(embeddings, mask, initial_state, dropout)
-        if implementation == "auto":
-            try:
-                return self.fused_forward(embeddings, mask, initial_state, dropout)
-            except (NotImplementedError, RuntimeError) as error:  # an operation missing on this device or dtype
-                if isinstance(error, torch.OutOfMemoryError):
-                    raise
-                logger.warning_once(f"The fused LSTM recurrence cannot run on {embeddings.device.type} in "
-                                    f"{embeddings.dtype} ({type(error).__name__}: {str(error).splitlines()[0][:200]}); "
-                                    "using the reference loop.")
         return self.loop_forward(embeddings, mask, initial_state, dropout)
 
     def _stacks(self, embeddings: torch.Tensor, lengths: torch.Tensor):
@@ -593,10 +599,14 @@ class ElmoModel(ElmoPreTrainedModel):
         left_aligned = positions < lengths.unsqueeze(1)  # (B, T): where each row's tokens go when moved to the front
         if keep_sentence_boundaries:
             check_values(mask != left_aligned, "keep_sentence_boundaries needs right-padded input (tokens first).")
-            order = None
+            destination = None
         else:
             # Left padding or holes: move each row's tokens to the front (keeping their order), and back at the end.
-            order = torch.argsort((~mask).to(torch.int8), dim=1, stable=True)  # (B, T) valid positions first
+            # Position t goes to `destination[b, t]`: tokens to their rank among the row's tokens, padding after them
+            # (a stable partition; counted, not sorted, so that exporters without a stable sort handle it).
+            tokens_before = mask.long().cumsum(dim=1)
+            destination = torch.where(mask, tokens_before - 1, lengths.unsqueeze(1) + positions - tokens_before)
+            order = torch.empty_like(destination).scatter_(1, destination, positions.expand_as(destination))
             input_ids = input_ids.gather(1, order.unsqueeze(-1).expand_as(input_ids))
             word_ids = None if word_ids is None else word_ids.gather(1, order)
         mask = left_aligned
@@ -617,12 +627,9 @@ class ElmoModel(ElmoPreTrainedModel):
             out_mask = left_aligned
         keep = out_mask.unsqueeze(-1).to(all_layers[0].dtype)
         all_layers = [layer * keep for layer in all_layers]
-        if order is not None:  # back to the caller's positions
-            inverse = torch.argsort(order, dim=1)
-            all_layers = [layer.gather(1, inverse.unsqueeze(-1).expand_as(layer)) for layer in all_layers]
-            out_mask = out_mask.gather(1, inverse)
-        if not self.training and not torch.isfinite(all_layers[-1]).all():
-            raise FloatingPointError("ElmoModel produced NaN or infinite values: the weights are probably corrupt.")
+        if destination is not None:  # back to the caller's positions
+            all_layers = [layer.gather(1, destination.unsqueeze(-1).expand_as(layer)) for layer in all_layers]
+            out_mask = out_mask.gather(1, destination)
         new_state = None
         if want_state:
             start = lstm_state or ElmoLstmState(final[0].new_zeros(final[0].shape[:2] + (0, final[0].shape[3])),
@@ -638,21 +645,23 @@ class ElmoModel(ElmoPreTrainedModel):
         """Context-insensitive vectors (B, T, P) of the present tokens; padding stays zero. ``word_ids`` (B, T): the
         word ids of a model with a word-embedding input.
 
-        On the CPU each distinct present word is encoded once (in inference with several threads, a share of the
-        words per thread: `lstm_kernels.on_threads`). Elsewhere every position is encoded and padding zeroed:
-        selecting present or distinct words has a size known only on the device, so the host would wait."""
+        On the CPU in eager mode each distinct present word is encoded once (in inference, where the CPU kernels run
+        pieces of work at the same time, a share of the words per thread: `lstm_kernels.CpuKernels.map`). Elsewhere
+        every position is encoded and padding zeroed: selecting present or distinct words has a size known only from
+        the values, so the host would wait for the device (or a traced graph would depend on the values)."""
         batch, steps, width = input_ids.shape
         if not _host_waits_for_nothing(input_ids.device):
             flat_word_ids = None if word_ids is None else word_ids.reshape(batch * steps)
             encoded = self.char_encoder.encode(input_ids.reshape(batch * steps, width), flat_word_ids).view(batch, steps, -1)
             return encoded * mask.unsqueeze(-1).to(encoded.dtype)
-        words, threads = input_ids[mask], torch.get_num_threads()
+        words, kernels, threads = input_ids[mask], cpu_kernels(), torch.get_num_threads()
         if word_ids is not None:
             encoded = self.char_encoder(words, word_ids[mask])
-        elif threads > 1 and not torch.is_grad_enabled() and not torch.is_autocast_enabled("cpu") and len(words) >= 256:
+        elif (kernels.concurrent and threads > 1 and not torch.is_grad_enabled() and not torch.is_autocast_enabled("cpu")
+                and len(words) >= 256):
             unique, inverse = torch.unique(words, dim=0, return_inverse=True)
             shares = unique.chunk(threads)
-            encoded = torch.cat(on_threads(lambda i: self.char_encoder.encode(shares[i]), len(shares)))[inverse]
+            encoded = torch.cat(kernels.map(lambda i: self.char_encoder.encode(shares[i]), len(shares)))[inverse]
         else:
             encoded = self.char_encoder(words)
         embeddings = encoded.new_zeros(batch, steps, self.config.hidden_size)  # encoder's dtype (autocast: bf16)
@@ -950,6 +959,7 @@ class ElmoForTokenClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
 
 __all__ = [
     "ElmoHighway",
+    "ElmoCharConvolution",
     "ElmoWordEmbedding",
     "ElmoCharacterEncoder",
     "ElmoLstmLayer",

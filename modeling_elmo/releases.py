@@ -29,6 +29,7 @@ wrong.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -38,7 +39,7 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -305,26 +306,106 @@ def _total_from_content_range(value: str | None) -> tuple[int | None, int | None
     return start, total
 
 
+@dataclasses.dataclass
+class Download:
+    """A finished download: where the file is, the URL asked for, and the URL that answered after redirects."""
+
+    path: Path
+    url: str
+    final_url: str
+
+    @property
+    def source(self) -> str:
+        """The URL that served the file, with the one asked for when a redirect led elsewhere."""
+        return self.url if self.final_url == self.url else f"{self.final_url} (redirected from {self.url})"
+
+
+def _record_path(part: Path) -> Path:
+    """The record of what a ``.part`` file holds: its URL and the server's validator (``<name>.part.json``)."""
+    return part.with_name(part.name + ".json")
+
+
+def _validator(headers: Mapping[str, str]) -> dict[str, str]:
+    """The headers that identify one version of a resource: a strong ``ETag`` and ``Last-Modified``."""
+    found = {}
+    etag = headers.get("ETag")
+    if etag and not etag.startswith("W/"):  # a weak ETag cannot be used with If-Range
+        found["etag"] = etag
+    if headers.get("Last-Modified"):
+        found["last_modified"] = headers["Last-Modified"]
+    return found
+
+
+def _resumable_offset(part: Path, url: str) -> tuple[int, dict[str, str]]:
+    """How many bytes of ``part`` may be resumed from ``url``, and the validator to send with ``If-Range``.
+
+    A ``.part`` counts only when its record names the same URL and a validator of the server's file: a ``.part``
+    from another URL (another ``--base-url``) or from a server that gave no validator is discarded, since splicing
+    two files of the same size would pass every size check.
+    """
+    record_path = _record_path(part)
+    if not part.exists():
+        record_path.unlink(missing_ok=True)
+        return 0, {}
+    try:
+        record = json.loads(record_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        record = None
+    if not isinstance(record, dict) or record.get("url") != url or not (record.get("etag") or record.get("last_modified")):
+        why = ("it has no record of its source" if not isinstance(record, dict) else
+               f"it came from {record.get('url')}" if record.get("url") != url else
+               "its server gave no ETag or Last-Modified to check it against")
+        logger.info("discarding %s (%s); downloading %s from the start", part, why, url)
+        part.unlink()
+        record_path.unlink(missing_ok=True)
+        return 0, {}
+    return part.stat().st_size, {k: record[k] for k in ("etag", "last_modified") if record.get(k)}
+
+
+def _discard_part(part: Path) -> None:
+    part.unlink(missing_ok=True)
+    _record_path(part).unlink(missing_ok=True)
+
+
+#: Slowest average transfer rate a download may keep up (bytes/s); with `DEADLINE_GRACE_SECONDS` it sets the deadline
+#: of a file from its largest plausible size.
+MIN_AVERAGE_RATE = 100_000
+DEADLINE_GRACE_SECONDS = 120.0
+READ_TIMEOUT_SECONDS = 120.0
+
+
 def download_file(
     url: str,
     destination: str | os.PathLike,
     *,
     check_size: Callable[[int], str | None] | None = None,
     check_complete: Callable[[Path], None] | None = None,
+    max_bytes: int | None = None,
+    deadline: float | None = None,
+    read_timeout: float = READ_TIMEOUT_SECONDS,
     attempts: int = DEFAULT_ATTEMPTS,
     retry_wait: float = 1.0,
     progress: bool = True,
     session: Any = None,
-) -> Path:
+) -> Download:
     """Download ``url`` to ``destination`` through ``<destination>.part``, resuming a ``.part`` left by an earlier
     attempt with an HTTP ``Range`` request.
 
+    A ``.part`` is resumed only from the URL it came from, and only with ``If-Range`` and the ``ETag`` (or
+    ``Last-Modified``) the server gave for it: a server whose file changed answers with the whole new file, which
+    then replaces the ``.part``; a ``.part`` without such a record is started over. Redirects are followed and the
+    URL that finally answered is returned (`Download.final_url`).
+
     ``check_size(total)`` returns why a file of ``total`` bytes cannot be the right one (or ``None``); it is asked
-    about the size the server announces (before the body is read) and about the finished file.
-    ``check_complete(part)`` may raise for a finished file (a sha256 check). A dropped connection, a body shorter
-    than announced and HTTP 5xx/429 answers lead to another attempt, up to ``attempts`` in all (waiting
-    ``retry_wait * attempt`` seconds in between); the ``.part`` file is kept for the next call when all fail. A
-    file that fails a check is deleted. Raises `DownloadError` naming the file and the URL.
+    about the size the server announces (before the body is read) and about the finished file. ``max_bytes``
+    bounds the file while it streams (a server that sends more, with or without a ``Content-Length``, is cut off
+    at once). ``deadline`` is the most seconds the whole file may take, over all attempts (default: from
+    ``max_bytes`` at `MIN_AVERAGE_RATE`, plus `DEADLINE_GRACE_SECONDS`; none without ``max_bytes``); a server that
+    sends nothing for ``read_timeout`` seconds times out the attempt. ``check_complete(part)`` may raise for a
+    finished file (a sha256 check). A dropped connection, a body shorter than announced, a timeout and HTTP 5xx/429
+    answers lead to another attempt, up to ``attempts`` in all (waiting ``retry_wait * attempt`` seconds in
+    between); the ``.part`` file is kept for the next call when all fail. A file that fails a check is deleted.
+    Raises `DownloadError` naming the file and the URL.
     """
     import requests
     import urllib3
@@ -334,35 +415,60 @@ def download_file(
     part = part_path(destination)
     name = destination.name
     session = session or requests.Session()
+    if deadline is None and max_bytes is not None:
+        deadline = DEADLINE_GRACE_SECONDS + max_bytes / MIN_AVERAGE_RATE
+    started = time.monotonic()
+
+    def remaining() -> float:
+        return math.inf if deadline is None else deadline - (time.monotonic() - started)
+
+    def past_deadline() -> DownloadError:
+        kept = part.stat().st_size if part.exists() else 0
+        resume = f"; {kept:,} bytes are kept in {part} and the next run resumes from there" if kept else ""
+        return DownloadError(f"cannot download {name} from {url}: timed out, the file did not arrive within its "
+                             f"deadline of {deadline:,.0f} s{resume}.")
+
     last_problem = "no attempt was made"
+    final_url = url
     for attempt in range(1, max(1, attempts) + 1):
-        offset = part.stat().st_size if part.exists() else 0
+        if remaining() <= 0:
+            raise past_deadline()
+        offset, validator = _resumable_offset(part, url)
         headers = {"Accept-Encoding": "identity", "User-Agent": "modeling_elmo"}
         if offset:
             headers["Range"] = f"bytes={offset}-"
+            headers["If-Range"] = validator.get("etag") or validator["last_modified"]
         total: int | None = None
         try:
-            with session.get(url, headers=headers, stream=True, timeout=(30, 120)) as response:
+            timeout = (min(30.0, remaining()), min(read_timeout, remaining()))
+            with session.get(url, headers=headers, stream=True, timeout=timeout) as response:
                 status = response.status_code
+                final_url = response.url or url
+                if response.history:
+                    hops = " -> ".join([r.url for r in response.history] + [final_url])
+                    logger.warning("%s: redirected: %s", name, hops)
                 if status == 416 and offset:  # the .part already holds everything the server has (or more)
                     _, total = _total_from_content_range(response.headers.get("Content-Range"))
                     if total == offset:
                         break
-                    part.unlink()
+                    _discard_part(part)
                     raise _Transient(f"the server refused to resume at byte {offset:,}; starting again")
                 if status in (429,) or status >= 500:
                     raise _Transient(f"HTTP {status} {response.reason}")
                 if status not in (200, 206):
                     raise DownloadError(f"cannot download {name} from {url}: HTTP {status} {response.reason}.")
+                served = _validator(response.headers)
                 if status == 206:
                     start, total = _total_from_content_range(response.headers.get("Content-Range"))
-                    if start != offset:
-                        part.unlink()
-                        raise _Transient(f"the server resumed at byte {start} instead of {offset:,}; starting again")
+                    if start != offset or (served and any(validator.get(k) not in (None, v) for k, v in served.items())):
+                        _discard_part(part)  # another version of the file (a server that ignored If-Range)
+                        raise _Transient(f"the server's file changed or it resumed at byte {start} instead of "
+                                         f"{offset:,}; starting again")
                     mode = "ab"
                 else:
                     if offset:
-                        logger.info("%s: the server ignored the Range request; downloading from the start", url)
+                        logger.info("%s: the file changed on the server or it cannot resume; downloading from the "
+                                    "start", url)
                     offset, mode = 0, "wb"
                     length = response.headers.get("Content-Length")
                     total = int(length) if length and length.isdigit() else None
@@ -370,34 +476,48 @@ def download_file(
                     problem = check_size(total)
                     if problem:
                         raise DownloadError(f"{name} at {url}: the server announces {problem}.")
+                if mode == "wb":  # what the .part will hold: the next attempt resumes only the same file
+                    atomic_write_text(_record_path(part), json.dumps({"url": url, "final_url": final_url, **served}))
+                limit = min(total if total is not None else math.inf, max_bytes if max_bytes is not None else math.inf)
+                received = offset
                 with open(part, mode) as handle, tqdm(
                     total=total, initial=offset, unit="B", unit_scale=True, unit_divisor=1024, desc=name,
                     disable=not progress,
                 ) as bar:
                     for block in _body_blocks(response):
+                        received += len(block)
+                        if received > limit:
+                            handle.close()
+                            _discard_part(part)
+                            bound = (f"more than the {total:,} announced" if total is not None and total <= limit
+                                     else f"more than {max_bytes:,}, the most this file can have")
+                            raise DownloadError(f"{name} from {url}: the server sent {bound}; the partial file was "
+                                                "deleted.")
                         handle.write(block)
                         bar.update(len(block))
+                        if remaining() <= 0:
+                            handle.flush()
+                            raise past_deadline()
                     handle.flush()
                     os.fsync(handle.fileno())
             received = part.stat().st_size
             if total is not None and received < total:
                 raise _Transient(f"the connection closed after {received:,} of {total:,} bytes")
-            if total is not None and received > total:
-                part.unlink()
-                raise DownloadError(f"{name} from {url}: received {received:,} bytes, more than the {total:,} "
-                                    "announced; the partial file was deleted.")
             break
         except (_Transient, requests.RequestException, urllib3.exceptions.HTTPError) as error:
             received = part.stat().st_size if part.exists() else 0
             if isinstance(error, _Transient):
                 last_problem = str(error)
+            elif _is_timeout(error):
+                last_problem = (f"timed out: the server sent nothing for {read_timeout:g} s (after {received:,} "
+                                f"bytes)")
             elif total is not None and received < total:  # the body stopped short: a dropped connection
                 last_problem = f"the connection broke after {received:,} of {total:,} bytes"
             else:
                 last_problem = _one_line(error)
             logger.info("%s: attempt %d of %d failed: %s", url, attempt, attempts, last_problem)
             if attempt < attempts and retry_wait > 0:
-                time.sleep(retry_wait * attempt)
+                time.sleep(min(retry_wait * attempt, max(0.0, remaining())))
     else:
         kept = part.stat().st_size if part.exists() else 0
         resume = f"; {kept:,} bytes are kept in {part} and the next run resumes from there" if kept else ""
@@ -410,10 +530,28 @@ def download_file(
         if check_complete is not None:
             check_complete(part)
     except DownloadError:
-        part.unlink(missing_ok=True)
+        _discard_part(part)
         raise
     os.replace(part, destination)
-    return destination
+    _record_path(part).unlink(missing_ok=True)
+    return Download(path=destination, url=url, final_url=final_url)
+
+
+def _is_timeout(error: BaseException) -> bool:
+    """Whether a requests/urllib3 error (or one it wraps) is a timeout."""
+    import requests
+    import urllib3
+
+    seen = set()
+    while isinstance(error, BaseException) and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, (requests.Timeout, urllib3.exceptions.TimeoutError, TimeoutError)):
+            return True
+        if error.args and isinstance(error.args[0], BaseException):
+            error = error.args[0]
+        else:
+            error = getattr(error, "reason", None) or error.__context__
+    return False
 
 
 def _body_blocks(response: Any):
@@ -483,6 +621,7 @@ def fetch_release(
     attempts: int = DEFAULT_ATTEMPTS,
     retry_wait: float = 1.0,
     progress: bool = True,
+    deadlines: Mapping[str, float] | None = None,
 ) -> FetchedRelease:
     """Make sure ``release``'s ``options.json`` and ``weights.hdf5`` are in the cache, checked; return where.
 
@@ -490,8 +629,11 @@ def fetch_release(
     without any request, unless ``force_download`` (which also discards a ``.part`` file; the cached file is
     replaced only once the new download is complete). Otherwise the file is downloaded from
     ``release.url(role, base_url)`` with `download_file`; if that fails and ``use_mirror`` and the release has a
-    Hub mirror, from the mirror. Where each file came from is kept next to it (``<name>.source``). Raises
-    `DownloadError` (one line: file, source, problem).
+    Hub mirror, from the mirror. Where each file came from is kept next to it (``<name>.source``; the URL that
+    answered, with the one asked for when a redirect led elsewhere). While it works, the call holds a lock on the
+    release's cache folder: a second call for the same cache waits for it. A file may take at most
+    ``deadlines[role]`` seconds (default: see `download_file`). Raises `DownloadError` (one line: file, source,
+    problem).
     """
     release = get_release(release) if isinstance(release, str) else release
     folder = release_cache_dir(release, cache_dir)
@@ -499,12 +641,55 @@ def fetch_release(
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise DownloadError(f"cannot create the release cache folder {folder}: {error.strerror or error}.") from None
+    with _cache_lock(folder):
+        return _fetch_locked(release, folder, base_url=base_url, force_download=force_download,
+                             use_mirror=use_mirror, attempts=attempts, retry_wait=retry_wait, progress=progress,
+                             deadlines=deadlines or {})
+
+
+@contextlib.contextmanager
+def _cache_lock(folder: Path) -> Iterator[None]:
+    """Hold an exclusive `fcntl.flock` on ``.<release>.lock`` beside the release's cache folder (the file stays; a
+    lock dies with its process).
+
+    A second download of the same release into the same cache waits for the first one and then finds its files
+    complete in the cache, instead of writing the same ``.part`` at the same time.
+    """
+    import fcntl
+
+    path = folder.with_name(f".{folder.name}.lock")
+    try:
+        handle = open(path, "ab")
+    except OSError as error:
+        raise DownloadError(f"cannot write in the release cache folder {folder}: {error.strerror or error}.") from None
+    with handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            logger.warning("another process is downloading into %s; waiting for it to finish", folder)
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def max_size(release: Release, role: str) -> int:
+    """The most bytes ``release``'s ``role`` file can have (its known size, else the plausibility bound)."""
+    known = release.sizes.get(role)
+    if known is not None:
+        return known
+    return OPTIONS_MAX_BYTES if role == "options" else weights_size_bounds(release.num_parameters)[1]
+
+
+def _fetch_locked(release: Release, folder: Path, *, base_url: str | None, force_download: bool, use_mirror: bool,
+                  attempts: int, retry_wait: float, progress: bool, deadlines: Mapping[str, float]) -> FetchedRelease:
     paths, sources, cached = {}, {}, {}
     for role in FILE_ROLES:
         destination = folder / release.filename(role)
         url = release.url(role, base_url)
         if force_download:  # the cached file stays until the new one replaces it
-            part_path(destination).unlink(missing_ok=True)
+            _discard_part(part_path(destination))
         elif destination.is_file():
             try:
                 check_file(release, role, destination, f"the cache ({destination})")
@@ -516,12 +701,13 @@ def fetch_release(
             logger.info("using the cached %s", destination)
             continue
         try:
-            download_file(
+            downloaded = download_file(
                 url, destination, attempts=attempts, retry_wait=retry_wait, progress=progress,
                 check_size=lambda size, role=role: size_problem(release, role, size),
                 check_complete=lambda path, role=role, url=url: check_file(release, role, path, url),
+                max_bytes=max_size(release, role), deadline=deadlines.get(role),
             )
-            sources[role] = url
+            sources[role] = downloaded.source
         except DownloadError as error:
             if not (use_mirror and release.mirror is not None and role in release.mirror.filenames):
                 raise
@@ -530,7 +716,7 @@ def fetch_release(
                 sources[role] = _fetch_from_mirror(release, role, destination)
             except DownloadError as mirror_error:
                 raise DownloadError(f"{str(error).rstrip('.')}; {mirror_error}") from None
-            part_path(destination).unlink(missing_ok=True)  # an unfinished primary download is of no use now
+            _discard_part(part_path(destination))  # an unfinished primary download is of no use now
         atomic_write_text(_origin_path(destination), sources[role] + "\n")
         paths[role], cached[role] = destination, False
     return FetchedRelease(release=release, paths=paths, sources=sources, cached=cached)
@@ -538,6 +724,6 @@ def fetch_release(
 
 __all__ = [
     "BASE_URL_ENV", "DEFAULT_BASE_URL", "DownloadError", "FetchedRelease", "HubMirror", "RELEASES", "Release",
-    "count_parameters", "default_cache_dir", "download_file", "fetch_release", "get_release", "release_cache_dir",
+    "count_parameters", "default_cache_dir", "Download", "download_file", "fetch_release", "get_release", "release_cache_dir",
     "released_options", "resolve_base_url", "size_problem", "weights_size_bounds",
 ]

@@ -152,6 +152,40 @@ def encode_words_unicode(words: Sequence[str], char_to_id: Mapping[str, int],
     return out
 
 
+def read_vocabulary_file(path: str | os.PathLike) -> list[str]:
+    """The words of a vocabulary file, one per line, in order (bilm-tf's ``!!!MAXTERMID`` line skipped).
+
+    A word's id is its position, so a line that would shift the ids of the words after it is refused, with a
+    `ValueError` naming the file and the line: an empty line, a word listed twice, a special word (``<pad>``,
+    ``<S>``, ``</S>``, ``<UNK>``, which always take ids 0-3) listed after other words. ``\r\n`` line ends are
+    read as line ends.
+    """
+    shown = os.fspath(path)
+    if not os.path.isfile(path):
+        raise ValueError(f"vocabulary file {shown!r} does not exist.")
+    words: list[str] = []
+    first_line: dict[str, int] = {}
+    after_words = False  # a word other than a special one was listed
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            word = line.rstrip("\n").rstrip("\r")
+            if word == "!!!MAXTERMID":
+                continue
+            if not word.strip():
+                raise ValueError(f"vocabulary file {shown!r}: line {number} is empty; every line must hold one word "
+                                 "(an empty line would shift the id of every later word).")
+            if word in first_line:
+                raise ValueError(f"vocabulary file {shown!r}: line {number} repeats the word {word!r} of line "
+                                 f"{first_line[word]} (a repeated word would shift the id of every later word).")
+            if word in SPECIAL_WORDS and after_words:
+                raise ValueError(f"vocabulary file {shown!r}: line {number} lists the special word {word!r} after other "
+                                 "words; the special words come first (they take ids 0-3).")
+            first_line[word] = number
+            after_words = after_words or word not in SPECIAL_WORDS
+            words.append(word)
+    return words
+
+
 def decode_char_ids(row: Sequence[int]) -> str | None:
     """The word of one row of character ids (inverse of `encode_words`); `None` for an all-zero (absent) row."""
     ids = np.asarray(row, dtype=np.int64) - INFERENCE_SHIFT
@@ -237,12 +271,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
                              f"got {max_characters_per_token!r}.")
         words = list(SPECIAL_WORDS)
         if vocab_file is not None:
-            if not os.path.isfile(vocab_file):
-                raise ValueError(f"vocabulary file {vocab_file!r} does not exist.")
-            with open(vocab_file, encoding="utf-8") as handle:
-                listed = [line.rstrip("\n") for line in handle]
-            listed = [w for w in listed if w and w != "!!!MAXTERMID"]  # bilm-tf vocabularies may carry this line
-            words += [w for w in listed if w not in SPECIAL_WORDS]
+            words += [w for w in read_vocabulary_file(vocab_file) if w not in SPECIAL_WORDS]
         self.vocab: dict[str, int] = {}
         for word in words:
             self.vocab.setdefault(word, len(self.vocab))
@@ -669,4 +698,5 @@ def _batch_items(value: Any, width: int | None, single: bool | None = None) -> l
     return list(value)
 
 
-__all__ = ["ElmoTokenizer", "encode_words", "encode_words_unicode", "decode_char_ids", "BOS_CHAR_IDS", "EOS_CHAR_IDS"]
+__all__ = ["ElmoTokenizer", "encode_words", "encode_words_unicode", "decode_char_ids", "read_vocabulary_file",
+           "BOS_CHAR_IDS", "EOS_CHAR_IDS"]

@@ -8,11 +8,14 @@ blank lines, resuming, multi-process runs and the errors it refuses with.
 """
 
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-
-from modeling_elmo.embed import main  # noqa: E402
+try:
+    from modeling_elmo.embed import main
+except ModuleNotFoundError as error:  # the package is not installed (scripts never import the clone's folder)
+    if not (error.name or "").startswith("modeling_elmo"):
+        raise
+    sys.exit("scripts/embed.py: the modeling_elmo package is not installed: run `pip install .` in the clone "
+             "(or `bash scripts/install.sh` for a virtual environment with the test tools).")
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -12,7 +12,13 @@ from __future__ import annotations
 
 import sys
 
-from modeling_elmo.evaluation.cli import main
+try:
+    from modeling_elmo.evaluation.cli import main
+except ModuleNotFoundError as error:  # the package is not installed (scripts never import the clone's folder)
+    if not (error.name or "").startswith("modeling_elmo"):
+        raise
+    sys.exit("scripts/evaluate.py: the modeling_elmo package is not installed: run `pip install .` in the clone "
+             "(or `bash scripts/install.sh` for a virtual environment with the test tools).")
 
 if __name__ == "__main__":
     sys.exit(main())

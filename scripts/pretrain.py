@@ -13,11 +13,14 @@ options. The package must be installed (`bash scripts/install.sh`): presets, rec
 """
 
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from modeling_elmo.pretraining import main  # noqa: E402
+try:
+    from modeling_elmo.pretraining import main
+except ModuleNotFoundError as error:  # the package is not installed (scripts never import the clone's folder)
+    if not (error.name or "").startswith("modeling_elmo"):
+        raise
+    sys.exit("scripts/pretrain.py: the modeling_elmo package is not installed: run `pip install .` in the clone "
+             "(or `bash scripts/install.sh` for a virtual environment with the test tools).")
 
 if __name__ == "__main__":
     sys.exit(main())

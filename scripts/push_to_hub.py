@@ -5,11 +5,14 @@
 """
 
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a source checkout without installing
-
-from modeling_elmo.hub import main  # noqa: E402
+try:
+    from modeling_elmo.hub import main
+except ModuleNotFoundError as error:  # the package is not installed (scripts never import the clone's folder)
+    if not (error.name or "").startswith("modeling_elmo"):
+        raise
+    sys.exit("scripts/push_to_hub.py: the modeling_elmo package is not installed: run `pip install .` in the clone "
+             "(or `bash scripts/install.sh` for a virtual environment with the test tools).")
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -25,8 +25,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from modeling_elmo.results import read_results
-from modeling_elmo.run_folder import RunFolder
+try:
+    from modeling_elmo.results import read_results
+    from modeling_elmo.run_folder import RunFolder
+except ModuleNotFoundError as error:  # the package is not installed (scripts never import the clone's folder)
+    if not (error.name or "").startswith("modeling_elmo"):
+        raise
+    sys.exit("scripts/recipe_study.py: the modeling_elmo package is not installed: run `pip install .` in the clone "
+             "(or `bash scripts/install.sh` for a virtual environment with the test tools).")
 
 #: The settings under study as the lm-corpus recipes had them before the study; every run starts from these.
 BASELINE = ["--dropout", "0.1", "--vocab-size", "20000", "--batching", "sentences", "--optimizer", "adamw",

@@ -3,17 +3,21 @@ conversion example.
 
 The server (stdlib ``http.server`` in a thread) serves tiny random files in the original layout
 (``numpy_reference.write_original_files``) under the real release's names; the release table's ``original`` entry is
-swapped for one whose options and parameter count fit them. It can drop a connection mid-body, answer with an error
-status, or ignore ``Range``; every request it receives is recorded. Import the fixtures into a test module to use
+swapped for one whose options and parameter count fit them. Like S3 it sends an ``ETag`` and a ``Last-Modified`` and
+honours ``If-Range``. It can drop a connection mid-body, answer with an error status, ignore ``Range``, redirect,
+send a body without end (and no ``Content-Length``), trickle a byte at a time, or stall; every request it receives is
+recorded. Import the fixtures into a test module to use
 them (``from release_server import release, served, server, synthetic_files``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import re
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -34,10 +38,24 @@ class ReleaseServer:
         self.status: dict[str, int] = {}  # path -> status to answer instead of the file
         self.drops: dict[str, list[int]] = {}  # path -> per request, how many body bytes to send before hanging up
         self.ignore_range = False
+        self.validators = True  # send ETag and Last-Modified (and honour If-Range)
+        self.redirects: dict[str, str] = {}  # path -> URL to answer 302 with
+        self.endless: set[str] = set()  # paths answered with an endless body and no Content-Length
+        self.trickle: dict[str, float] = {}  # path -> seconds to wait before each byte of the body
+        self.stall: set[str] = set()  # paths whose body never comes (the headers do)
+        self.if_range: list[str | None] = []  # the If-Range header of each request
+        self.stopping = threading.Event()
         self.url = ""
+
+    @staticmethod
+    def etag(data: bytes) -> str:
+        return '"' + hashlib.sha256(data).hexdigest()[:32] + '"'
 
     def requests_for(self, path: str) -> list[str | None]:
         return [rng for p, rng in self.requests if p == path]
+
+
+LAST_MODIFIED = "Wed, 01 Feb 2018 00:00:00 GMT"
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -50,6 +68,24 @@ class _Handler(BaseHTTPRequestHandler):
         state: ReleaseServer = self.server.state  # type: ignore[attr-defined]
         path, range_header = self.path, self.headers.get("Range")
         state.requests.append((path, range_header))
+        state.if_range.append(self.headers.get("If-Range"))
+        if path in state.redirects:
+            self.send_response(302)
+            self.send_header("Location", state.redirects[path])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        if path in state.endless:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            block = b" " * 65536
+            try:
+                while not state.stopping.is_set():
+                    self.wfile.write(block)
+            except OSError:  # the client hung up
+                pass
+            return
         if path in state.status:
             self.send_response(state.status[path])
             self.send_header("Content-Length", "0")
@@ -63,6 +99,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         match = re.fullmatch(r"bytes=(\d+)-", range_header or "")
         start = 0
+        if_range = self.headers.get("If-Range")
+        if if_range is not None and (not state.validators or if_range not in (state.etag(data), LAST_MODIFIED)):
+            match = None  # the file changed since the validator: send all of it (RFC 9110, If-Range)
         if match and not state.ignore_range:
             start = int(match.group(1))
             if start >= len(data):
@@ -78,7 +117,23 @@ class _Handler(BaseHTTPRequestHandler):
         body = data[start:]
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Content-Type", "application/octet-stream")
+        if state.validators:
+            self.send_header("ETag", state.etag(data))
+            self.send_header("Last-Modified", LAST_MODIFIED)
         self.end_headers()
+        if path in state.stall:
+            state.stopping.wait(600)
+            return
+        if path in state.trickle:
+            try:
+                for i in range(len(body)):
+                    if state.stopping.wait(state.trickle[path]):
+                        return
+                    self.wfile.write(body[i:i + 1])
+                    self.wfile.flush()
+            except OSError:
+                pass
+            return
         drops = state.drops.get(path)
         if drops:
             self.wfile.write(body[: drops.pop(0)])  # then hang up: the client sees a short body
@@ -100,6 +155,7 @@ def server(monkeypatch):
     try:
         yield state
     finally:
+        state.stopping.set()
         httpd.shutdown()
         httpd.server_close()
         thread.join(timeout=10)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy_reference as ref  # noqa: E402
@@ -35,6 +36,7 @@ from modeling_elmo import (  # noqa: E402
     load_elmo_model,
     save_model_folder,
 )
+from modeling_elmo.results import EvaluationResults, write_results  # noqa: E402
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "bad-input.md"
 SECTIONS = ("library", "elmo embed", "elmo evaluate", "elmo convert", "elmo push")
@@ -116,6 +118,9 @@ ROWS = [
     Row("library", "`load_elmo_model('pickled')` (only a `pytorch_model.bin`)",
         "pickled holds pickled weights ['pytorch_model.bin']: loading a pickle can run arbitrary code, so this "
         "package refuses it and loads safetensors only. ...", lambda: load_elmo_model("pickled")),
+    Row("library", "`ElmoTokenizer(vocab_file='dup.txt')` (a word listed twice)",
+        "vocabulary file 'dup.txt': line 3 repeats the word 'w1' of line 2 (a repeated word would shift the id of every "
+        "later word).", lambda: ElmoTokenizer(vocab_file="dup.txt")),
     # ------------------------------------------------------------------ elmo embed
     Row("elmo embed", "`elmo embed text.txt text.txt --model lm --top --overwrite`",
         "elmo embed: error: output 'text.txt' is the input file 'text.txt'; writing it would destroy the input. "
@@ -134,6 +139,10 @@ ROWS = [
         "elmo embed: error: the weights of model 'mismatch' do not match its config.json: 14 tensor(s) with another "
         "shape than config.json implies, saved vs expected ...",
         ["embed", "text.txt", "out.h5", "--model", "mismatch", "--top"]),
+    Row("elmo embed", "`elmo embed text.txt notes.txt --model lm --top --overwrite` (a file elmo embed did not write)",
+        "elmo embed: error: output 'notes.txt' exists and is not an HDF5 file written by elmo embed; --overwrite "
+        "replaces only those. Choose another output.",
+        ["embed", "text.txt", "notes.txt", "--model", "lm", "--top", "--overwrite"]),
     # ------------------------------------------------------------------ elmo evaluate
     Row("elmo evaluate", "`elmo evaluate empty --task perplexity --text text.txt`",
         "elmo evaluate: error: empty is not a model folder: it is empty.",
@@ -144,6 +153,11 @@ ROWS = [
     Row("elmo evaluate", "`elmo evaluate lm --task perplexity --text binary.bin`",
         "elmo evaluate: error: text file 'binary.bin' is not text: line 1 holds a NUL byte (a binary file?)",
         ["evaluate", "lm", "--task", "perplexity", "--text", "binary.bin"]),
+    Row("elmo evaluate", "`elmo evaluate evaluated --task perplexity --text text.txt` (its `evaluation/eval_results.json` "
+        "holds another model's results)",
+        "elmo evaluate: error: evaluated/evaluation/eval_results.json holds the results of model 'other', not "
+        "'evaluated'; choose another --output-dir.",
+        ["evaluate", "evaluated", "--task", "perplexity", "--text", "text.txt"]),
     # ------------------------------------------------------------------ elmo convert
     Row("elmo convert", "`elmo convert --options missing.json --weights weights.hdf5 --output out`",
         "elmo convert: error: options file 'missing.json' does not exist.",
@@ -155,6 +169,18 @@ ROWS = [
         "elmo convert: error: output folder 'text.txt/out' cannot be created: ...",
         ["convert", "--options", "release/options.json", "--weights", "release/weights.hdf5", "--output",
          "text.txt/out"]),
+    Row("elmo convert", "`elmo convert --options release/options.json --weights release/weights.hdf5 --output release "
+        "--overwrite`",
+        "elmo convert: error: output folder 'release' holds the input file 'release/options.json'; writing the output "
+        "would delete it. Choose another output folder.",
+        ["convert", "--options", "release/options.json", "--weights", "release/weights.hdf5", "--output", "release",
+         "--overwrite"]),
+    Row("elmo convert", "`elmo convert ... --output converted --overwrite` (`converted` holds the user's `notes.txt` "
+        "beside an earlier conversion)",
+        "elmo convert: error: output folder 'converted' holds files that are not elmo convert's (elmo convert did not "
+        "write 'notes.txt'); nothing was deleted. Choose another folder, or move those files away.",
+        ["convert", "--options", "release/options.json", "--weights", "release/weights.hdf5", "--output", "converted",
+         "--overwrite"]),
     Row("elmo convert", "`elmo convert --efml hooked.model --output out` (a pickle naming a function)",
         "elmo convert: error: encoder.pkl references posix.system: a weight file holds only tensors and ordered dicts ...",
         ["convert", "--efml", "hooked.model", "--output", "out"]),
@@ -173,6 +199,23 @@ ROWS = [
         "elmo push: error: pickled holds pickled weights ['pytorch_model.bin']: loading a pickle can run arbitrary "
         "code ...",
         ["push", "pickled", "--repo-id", "me/elmo", "--dry-run"]),
+    Row("elmo push", "`elmo push linked --repo-id me/elmo --dry-run` (its `perplexity.png` a link to a file outside it)",
+        "elmo push: error: linked/perplexity.png links outside the model folder (to ...",
+        ["push", "linked", "--repo-id", "me/elmo", "--dry-run"]),
+    Row("elmo push", "`elmo push nan --repo-id me/elmo --dry-run` (a NaN in `model.safetensors`)",
+        "elmo push: error: nan/model.safetensors: tensor 'elmo.char_encoder.char_embeddings.weight' holds 1 non-finite "
+        "value(s) (NaN or infinity): refusing to publish a broken model.",
+        ["push", "nan", "--repo-id", "me/elmo", "--dry-run"]),
+    Row("elmo push", "`elmo push shortvocab --repo-id me/elmo --dry-run` (a `vocab.txt` of 5 words beside a softmax of "
+        "34 rows)",
+        "elmo push: error: the tokenizer's vocabulary (vocab.txt) has 9 words but the model's softmax has 34 rows "
+        "(config.json vocab_size): word ids would point at other words' rows. Publish the vocabulary the model was "
+        "trained with.",
+        ["push", "shortvocab", "--repo-id", "me/elmo", "--dry-run"]),
+    Row("elmo push", "`elmo push lm --repo-id me/elmo --dry-run --output-dir proj` (`proj` holds the user's `README.md`)",
+        "elmo push: error: output folder 'proj' holds files that are not elmo push's (elmo push did not write "
+        "'README.md'); nothing was deleted. Choose another folder, or move those files away.",
+        ["push", "lm", "--repo-id", "me/elmo", "--dry-run", "--output-dir", "proj"]),
 ]
 
 
@@ -200,6 +243,25 @@ def template(tmp_path_factory) -> Path:
     ref.write_original_files(root / "release", ref.tiny_options(), seed=0)
     data = (root / "release" / "weights.hdf5").read_bytes()
     (root / "damaged.hdf5").write_bytes(data[: len(data) // 2] + b"\xff" * (len(data) - len(data) // 2))
+    (root / "dup.txt").write_text("w0\nw1\nw1\nw2\n")
+    (root / "notes.txt").write_text("my notes\n")
+    shutil.copytree(root / "lm", root / "evaluated")
+    (root / "evaluated" / "evaluation").mkdir()
+    write_results(root / "evaluated" / "evaluation" / "eval_results.json",
+                  EvaluationResults.now(model="other", source="elmo evaluate"))
+    assert cli.main(["convert", "--options", str(root / "release" / "options.json"), "--weights",
+                     str(root / "release" / "weights.hdf5"), "--output", str(root / "converted")]) == 0
+    (root / "converted" / "notes.txt").write_text("mine\n")
+    shutil.copytree(root / "lm", root / "linked")
+    (root / "linked" / "perplexity.png").symlink_to(Path("..") / "text.txt")
+    shutil.copytree(root / "lm", root / "nan")
+    weights = load_file(root / "nan" / "model.safetensors")
+    weights["elmo.char_encoder.char_embeddings.weight"][1, 0] = float("nan")
+    save_file(weights, root / "nan" / "model.safetensors", metadata={"format": "pt"})
+    shutil.copytree(root / "lm", root / "shortvocab")
+    (root / "shortvocab" / "vocab.txt").write_text("".join(f"w{i}\n" for i in range(5)))
+    (root / "proj").mkdir()
+    (root / "proj" / "README.md").write_text("my project\n")
     efml = write_efml_model(root / "efml" / "model")
     shutil.copytree(efml, root / "hooked.model")
     (root / "hooked.model" / "encoder.pkl").write_bytes(legacy_cuda_bytes({"weight": torch.zeros(1), "hook": os.system}))
@@ -233,7 +295,7 @@ def _message_of(row: Row, capsys) -> str:
 @pytest.mark.parametrize("row", ROWS, ids=[f"{r.where}: {r.given}" for r in ROWS])
 def test_each_bad_input_gives_the_documented_line_and_writes_nothing(row, template, tmp_path, monkeypatch, capsys):
     work = tmp_path / "work"
-    shutil.copytree(template, work)
+    shutil.copytree(template, work, symlinks=True)
     monkeypatch.chdir(work)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     before = _snapshot(work)

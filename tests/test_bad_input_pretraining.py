@@ -42,6 +42,12 @@ def _finished_run(tmp: Path) -> Path:
     return out
 
 
+def _finished_run_with(tmp: Path, name: str) -> Path:
+    folder = _finished_run(tmp)
+    _file(folder / name, b"mine")
+    return folder
+
+
 def _pickled_model(tmp: Path) -> Path:
     folder = _finished_run(tmp)
     (folder / "pytorch_model.bin").write_bytes(b"\x80\x04K\x01.")
@@ -87,6 +93,22 @@ ROWS = [
                                                    str(Path(_file(t / "mine" / "notes.md", b"x")).parent)],
      r"--output-dir '[^']*' holds files that pretraining does not write \(notes\.md\); nothing was deleted: choose a new "
      r"or empty folder, or move those files away\."),
+    ("output folder holds the user's files below the run's", lambda t: ["--train-file", _text(t / "a.txt"), "--output-dir",
+                                                                       str(_finished_run_with(t, "checkpoints/README-mine.txt")),
+                                                                       "--overwrite"],
+     r"--output-dir '[^']*' holds files that pretraining does not write \(checkpoints/README-mine\.txt\); nothing was "
+     r"deleted: choose a new or empty folder, or move those files away\."),
+    ("output folder holds a run on other data files", lambda t: ["--train-file", _text(t / "b.txt"), "--output-dir",
+                                                                 str(_finished_run(t)), "--per-device-train-batch-size", "8"],
+     r"--output-dir '[^']*' already holds another run \(--train-file \['[^']*b\.txt'\] \(the run's: \['[^']*a\.txt'\]\)\)"),
+    ("vocabulary file with a repeated word", lambda t: ["--train-file", _text(t / "a.txt"), "--vocab-file",
+                                                       _file(t / "vocab.txt", b"the\ncat\nthe\n")],
+     r"vocabulary file '[^']*vocab\.txt': line 3 repeats the word 'the' of line 1 \(a repeated word would shift the id "
+     r"of every later word\)\."),
+    ("vocabulary file with an empty line", lambda t: ["--train-file", _text(t / "a.txt"), "--vocab-file",
+                                                     _file(t / "vocab.txt", b"the\n\ncat\n")],
+     r"vocabulary file '[^']*vocab\.txt': line 2 is empty; every line must hold one word \(an empty line would shift the "
+     r"id of every later word\)\."),
     ("sampled softmax larger than the vocabulary", lambda t: ["--train-file", _text(t / "a.txt"), "--lm-softmax", "sampled",
                                                              "--vocab-size", "300"],
      r"--lm-softmax sampled draws 8192 negative samples per batch, but the vocabulary has 300 words: pass "
@@ -171,7 +193,7 @@ def test_bad_input_is_one_line_on_stderr_in_a_real_process(tmp_path):
         assert not (tmp_path / "o").exists()
     done = subprocess.run([sys.executable, str(REPO / "scripts" / "pretrain.py"), "--max-steps", "abc"], env=env,
                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert done.returncode == 2 and done.stderr.strip() == ("elmo pretrain: error: argument --max_steps/--max-steps: invalid int "
+    assert done.returncode == 2 and done.stderr.strip() == ("elmo pretrain: error: argument --max-steps: invalid int "
                                                             "value: 'abc' (`elmo pretrain --help` lists the options).")
 
 

@@ -369,6 +369,36 @@ def test_overwrite_never_deletes_the_inputs_nor_the_users_files(release, tmp_pat
     assert (out / "evaluation" / "my_analysis.md").read_text() == "mine"
 
 
+def test_kill_9_during_a_conversion_leaves_a_temporary_folder_that_the_next_run_removes(release, tmp_path):
+    """The report: `kill -9` during `elmo convert` left a hidden `.OUT.converting-XXXX/` that was never cleaned."""
+    import signal
+    import subprocess
+
+    _, options_path, weights_path = release
+    out = tmp_path / "out"
+    stalls_after_saving = (  # the real command, held still once the model is in its temporary folder
+        "import sys, time, modeling_elmo\n"
+        "real = modeling_elmo.save_model_folder\n"
+        "def save_then_stall(*args, **kwargs):\n"
+        "    real(*args, **kwargs)\n"
+        "    print('saved', flush=True)\n"
+        "    time.sleep(600)\n"
+        "modeling_elmo.save_model_folder = save_then_stall\n"
+        "from modeling_elmo.convert import main\n"
+        "sys.exit(main(sys.argv[1:]))\n")
+    proc = subprocess.Popen([sys.executable, "-c", stalls_after_saving, "--options", options_path, "--weights",
+                             weights_path, "--output", str(out)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "saved"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+    (left,) = [p for p in tmp_path.iterdir() if p.name.startswith(".out.converting-")]
+    assert (left / "model.safetensors").is_file() and not out.exists()
+    assert main(["--options", options_path, "--weights", weights_path, "--output", str(out)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
 def test_a_killed_conversions_temporary_folder_is_removed_by_the_next_run(release, tmp_path):
     _, options_path, weights_path = release
     killed = tmp_path / ".out.converting-999999999-x1y2"  # its process no longer exists

@@ -78,8 +78,8 @@ def test_a_link_to_a_file_outside_the_model_folder_is_refused_naming_it(model, t
     target.parent.mkdir(exist_ok=True)
     target.unlink(missing_ok=True)
     target.symlink_to(tmp_path / "outside.txt")
-    message = _refused(model, tmp_path / "out", f"{target} is a link to")
-    assert "outside the model folder" in message
+    message = _refused(model, tmp_path / "out", f"{target} links outside the model folder (to ")
+    assert str(tmp_path / "outside.txt") in message
 
 
 def test_a_link_inside_the_model_folder_is_followed(model, tmp_path):
@@ -113,6 +113,20 @@ def test_the_card_lists_only_allow_listed_settings(model, tmp_path):
     assert "| args.learning\\_rate | 0.2 |" in text or "| args.learning_rate | 0.2 |" in text
     for value in [*secrets.values(), "nested-secret", "in-a-group", "apikey", "passwd", "db_url", "admin:pw"]:
         assert value not in text, value
+
+
+def test_unknown_keys_of_the_config_and_tokenizer_config_are_not_published(model, tmp_path):
+    for name in ("config.json", "tokenizer_config.json"):
+        data = json.loads((model / name).read_text())
+        data.update(apikey="sk-live-0123456789", db_url="postgres://admin:pw@dbhost/db", _name_or_path="/home/me/x")
+        (model / name).write_text(json.dumps(data))
+    assert _push(model, tmp_path / "out") == 0
+    text = _published_text(tmp_path / "out")
+    for value in ("sk-live", "admin:pw", "apikey", "db_url", "/home/me"):
+        assert value not in text, value
+    published = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert published["hidden_size"] == 8 and published["model_type"] == "elmo"
+    assert json.loads((tmp_path / "out" / "tokenizer_config.json").read_text())["split_pattern"] == "words"
 
 
 def test_an_html_dataset_name_is_escaped_in_the_text_and_left_out_of_the_yaml(model, tmp_path):

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from huggingface_hub import constants
 
-from modeling_elmo.hub.safety import audit_shipped_code, refuse_pickled_weights, resolve_token, scan_for_secrets
+from modeling_elmo.hub.safety import audit_shipped_code, resolve_token, scan_for_secrets
+from modeling_elmo.loading import refuse_pickled_weights
 from modeling_elmo.run_folder import CODE_FILES
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1] / "modeling_elmo"
@@ -86,6 +87,37 @@ def test_code_audit_catches_network_pickle_foreign_and_file_access(tmp_path):
                      "relative import of .evaluation", "relative import of ..other", "opens a file at import time",
                      "calls torch.load"):
         assert expected in problems, expected
+
+
+def test_shipped_files_contain_no_private_torch_operator():
+    """The files the audit ships (`CODE_FILES`) name no private torch API anywhere, comments and docstrings included:
+    the packed oneDNN/MKL products live in the package-only ``packed_kernels.py``."""
+    assert "lstm_kernels.py" in CODE_FILES and "packed_kernels.py" not in CODE_FILES
+    for name in CODE_FILES:
+        text = (PACKAGE_DIR / name).read_text(encoding="utf-8")
+        assert "torch.ops." not in text and "torch._" not in text and "._triton" not in text, name
+        assert "set_num_threads" not in text, name  # no process-wide setting changed by a forward
+    assert audit_shipped_code([PACKAGE_DIR / "packed_kernels.py"])  # the audit does see the package's fast form
+
+
+def test_code_audit_refuses_private_torch_operators_and_modules(tmp_path):
+    bad = tmp_path / "lstm_kernels.py"
+    bad.write_text(textwrap.dedent("""
+        import torch
+        import torch._dynamo
+        from torch.utils._triton import has_triton
+        from torch import _assert_async
+        def fast(x, w):
+            packed = torch.ops.mkldnn._reorder_linear_weight(w, 8)
+            torch._assert_async(x.isfinite().all())
+            return torch.ops.aten.mm(x, w), torch.__version__, torch.nn.functional.linear(x, w)
+    """))
+    problems = audit_shipped_code([bad])
+    found = {problem.split(": ", 1)[1].split(",")[0] for problem in problems}
+    assert found == {"imports torch._dynamo", "imports torch.utils._triton.has_triton", "imports torch._assert_async",
+                     "uses torch.ops.mkldnn._reorder_linear_weight", "uses torch._assert_async",
+                     "uses torch.ops.aten.mm"}, problems
+    assert len(problems) == 6 and all("private torch API" in problem for problem in problems)
 
 
 IMPORT_GUARD = textwrap.dedent("""

@@ -110,8 +110,9 @@ def test_loader_refuses_pickled_weights(tmp_path):
 
 
 @pytest.mark.parametrize("where, match", [
-    ("missing-folder/elmo/x", "is neither an existing folder nor a valid Hub id"),
-    ("someone/elmo-that-is-not-cached", "cannot read the config of model 'someone/elmo-that-is-not-cached'"),
+    ("missing-folder/elmo/x", "model 'missing-folder/elmo/x' does not exist \\(no such folder\\)"),
+    ("someone/elmo-that-is-not-cached", "model 'someone/elmo-that-is-not-cached' does not exist: no such folder, and no "
+                                        "Hub model of that name in the local cache"),
     ("no-config", "is not an ELMo model folder: it has no config.json"),
     ("bert", "is not an ELMo model: its config.json has model_type 'bert'"),
     ("file.txt", "is a file; give the folder"),
@@ -172,6 +173,34 @@ def test_embed_batch_refuses_an_empty_sentence(tmp_path):
     embedder = ElmoEmbedder(ElmoModel(ElmoConfig(**TINY)), ElmoTokenizer())
     with pytest.raises(ValueError, match="empty sentence"):
         embedder.embed_batch([["a"], []])
+
+
+def test_non_finite_vectors_are_refused_where_they_leave_the_model_not_in_its_forward(tmp_path, monkeypatch):
+    """The forward pass returns what it computed (it makes the host wait for no check); the embedder, the feature
+    cache and `elmo embed`, where the vectors leave the device, refuse NaN with one line. The weights are finite
+    (so no check of the weights at load time catches them) but overflow float32 in the token projection."""
+    import datasets
+
+    from modeling_elmo.embed import main as embed_main
+    from modeling_elmo.features import add_elmo_features
+
+    model = save(tmp_path / "m")
+    with torch.no_grad():
+        model.char_encoder.projection.weight.fill_(1e38)
+    model.save_pretrained(tmp_path / "m")
+    enc = ElmoTokenizer()([["a", "b"]], is_split_into_words=True, return_tensors="pt")
+    with torch.no_grad():
+        assert torch.isnan(model(**enc).last_hidden_state).any()  # returned, not checked in the forward
+    with pytest.raises(FloatingPointError, match="NaN or infinite vectors"):
+        ElmoEmbedder(model, ElmoTokenizer()).embed_sentences([["a", "b"]])
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(FloatingPointError, match="NaN or infinite vectors"):
+        add_elmo_features(datasets.Dataset.from_dict({"words": [["a", "b"]]}), model, ElmoTokenizer(),
+                          words_column="words")
+    (tmp_path / "in.txt").write_text("a b\n")
+    with pytest.raises(SystemExit, match=r"^elmo embed: error: the ELMo model produced NaN or infinite vectors"):
+        embed_main([str(tmp_path / "in.txt"), str(tmp_path / "out.hdf5"), "--model", str(tmp_path / "m"),
+                    "--top", "--no-progress"])
 
 
 def test_embedder_refuses_half_precision_on_cpu():

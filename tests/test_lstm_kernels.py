@@ -1,6 +1,7 @@
 """The fused LSTM recurrence (`lstm_kernels.clipped_lstm`, `ElmoBiLstm.fused_forward`) against the reference loop:
 outputs, final states and every gradient with both clips active, in every form it runs in (stacked, one direction at
-a time, two threads, compiled), dropout, the fallbacks, and the model's mask-weighted forms for accelerators."""
+a time with the shipped public-API products or the package's packed ones, two threads, compiled), dropout, the
+choice of implementation, and the model's mask-weighted forms for accelerators."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ from support import assert_same_numbers
 from test_modeling_elmo import SENTENCES, ElmoModelTester
 
 from modeling_elmo import ElmoForBidirectionalLM
-from modeling_elmo import lstm_kernels
+from modeling_elmo import lstm_kernels, packed_kernels
 from modeling_elmo import modeling_elmo as modeling
-from modeling_elmo.lstm_kernels import RecurrencePlan, clipped_lstm, compile_failure, dropout_noise
+from modeling_elmo.lstm_kernels import PUBLIC_CPU_KERNELS, RecurrencePlan, clipped_lstm, compile_failure, dropout_noise
+from modeling_elmo.lstm_kernels import use_cpu_kernels
 from modeling_elmo.modeling_elmo import ElmoLstmLayer
 
 #: Relative tolerance of fast against reference (fp32): the issue's 1e-5.
@@ -40,18 +42,38 @@ def gradients(model) -> dict[str, torch.Tensor]:
     return {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
 
 
-@pytest.fixture(params=["stacked", "threads"])
-def cpu_form(request, monkeypatch):
-    """The fused path as it runs for small models on the CPU (both directions stacked), or as for large ones (one
-    direction per thread on packed weights), forced on the tiny test model."""
-    if request.param == "threads":
-        monkeypatch.setattr(RecurrencePlan, "PER_DIRECTION_FROM", 0)
-        before = torch.get_num_threads()
-        torch.set_num_threads(2)
+def kernels_named(name: str) -> lstm_kernels.CpuKernels:
+    """The CPU kernels of a test's form: the shipped public-API ones, or the package's packed ones."""
+    if name == "public":
+        return PUBLIC_CPU_KERNELS
+    if not packed_kernels.available():
+        pytest.skip("this torch build has neither oneDNN's nor MKL's packed products (not an x86 build)")
+    return packed_kernels.PackedCpuKernels()
+
+
+@pytest.fixture
+def kernels():
+    """Runs the test under the CPU kernels it is given (`with_kernels(name)`), restoring the installed ones."""
+    installed = use_cpu_kernels(None)
+    use_cpu_kernels(installed)
+    yield lambda name: use_cpu_kernels(kernels_named(name))
+    use_cpu_kernels(installed)
+
+
+@pytest.fixture(params=["stacked", "public", "threads"])
+def cpu_form(request, monkeypatch, kernels):
+    """The fused path as it runs for small models on the CPU (both directions stacked), or as for large ones, forced
+    on the tiny test model: one direction at a time with the shipped public-API products (one thread), or with the
+    package's packed products, one direction per thread."""
+    if request.param == "stacked":
         yield request.param
-        torch.set_num_threads(before)
-    else:
-        yield request.param
+        return
+    monkeypatch.setattr(RecurrencePlan, "PER_DIRECTION_FROM", 0)
+    kernels("public" if request.param == "public" else "packed")
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield request.param
+    torch.set_num_threads(before)
 
 
 @pytest.mark.parametrize("stateful", [False, True], ids=["stateless", "stateful"])
@@ -128,9 +150,14 @@ PLANS = {
 }
 
 
+#: (plan, CPU kernels): the packed kernels change the per-direction forms only (the stacked ones use ``bmm``).
+FORMS = [(plan, "public") for plan in PLANS] + [("per-direction", "packed"), ("two-threads", "packed")]
+
+
 @pytest.mark.parametrize("grad", [True, False], ids=["training", "inference"])
-@pytest.mark.parametrize("plan", list(PLANS), ids=list(PLANS))
-def test_every_form_of_clipped_lstm_equals_the_reference_layer_loop(plan, grad):
+@pytest.mark.parametrize(("plan", "form"), FORMS, ids=[f"{plan}-{form}" for plan, form in FORMS])
+def test_every_form_of_clipped_lstm_equals_the_reference_layer_loop(plan, form, grad, kernels):
+    kernels(form)
     torch.manual_seed(0)
     P, H, B, T = 8, 16, 5, 7
     layers = [ElmoLstmLayer(P, H, P, CELL_CLIP, PROJ_CLIP) for _ in range(2)]
@@ -193,23 +220,32 @@ def test_dropout_noise_keeps_each_unit_with_probability_one_minus_p_and_rescales
     assert dropout_noise(torch.empty(2, 3, 4), 0.0, 2) is None
 
 
-def test_auto_falls_back_to_the_loop_with_one_logged_line_where_the_fused_path_cannot_run(monkeypatch, caplog):
-    def missing(*args, **kwargs):
-        raise NotImplementedError("no such kernel on this device (fallback test)")
+def test_auto_uses_the_loop_where_the_fused_recurrence_does_not_apply_and_hides_no_error(monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug in the fused recurrence (test)")
 
     tester, (loop, fused) = clipping_pair()
     auto = tester.model(seed=3, lstm_implementation="auto")
     auto.load_state_dict(fused.state_dict())
     enc = tester.encode(SENTENCES)
-    monkeypatch.setattr(modeling, "clipped_lstm", missing)
-    with caplog.at_level(logging.WARNING), torch.no_grad():
-        first, second = auto(**enc).last_hidden_state, auto(**enc).last_hidden_state
+    with torch.no_grad():
         expected = loop(**enc).last_hidden_state
-    assert torch.equal(first, expected) and torch.equal(second, expected)
-    lines = [r.getMessage() for r in caplog.records if "fallback test" in r.getMessage()]
-    assert len(lines) == 1 and "reference loop" in lines[0]
-    with pytest.raises(NotImplementedError):  # asked for explicitly, the fused path does not hide its failure
-        fused(**enc)
+        monkeypatch.setattr(modeling, "fused_applies", lambda device, dtype: False)  # say, an MPS device
+        monkeypatch.setattr(modeling, "clipped_lstm", broken)
+        assert torch.equal(auto(**enc).last_hidden_state, expected)  # the loop, chosen before running anything
+        monkeypatch.setattr(modeling, "fused_applies", lambda device, dtype: True)
+        with pytest.raises(RuntimeError, match="a bug in the fused recurrence"):  # a failure is not a fallback
+            auto(**enc)
+        with pytest.raises(RuntimeError, match="a bug in the fused recurrence"):
+            fused(**enc)
+
+
+def test_the_fused_recurrence_applies_to_floating_point_inputs_on_the_cpu_and_cuda_only():
+    applies = lstm_kernels.fused_applies
+    assert applies(torch.device("cpu"), torch.float32) and applies(torch.device("cpu"), torch.bfloat16)
+    assert applies(torch.device("cuda", 0), torch.float16)
+    assert not applies(torch.device("mps"), torch.float32) and not applies(torch.device("xla"), torch.float32)
+    assert not applies(torch.device("cpu"), torch.int64)
 
 
 def test_compiled_steps_that_fail_to_build_fall_back_to_plain_steps_and_are_not_retried():
@@ -267,7 +303,8 @@ def test_compiled_steps_build_one_graph_for_every_step_length_and_batch_size():
     assert len(graphs) == 2  # one forward step, one backward step
 
 
-def test_directions_on_two_threads_leave_the_callers_thread_count():
+def test_directions_on_two_threads_leave_the_callers_thread_count_and_only_the_package_form_uses_threads(kernels):
+    kernels("packed")
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
@@ -279,6 +316,9 @@ def test_directions_on_two_threads_leave_the_callers_thread_count():
                          plan=RecurrencePlan(per_direction=True, parallel=True))
         assert torch.get_num_threads() == 2
         assert RecurrencePlan.for_device(torch.device("cpu"), 2, 4096 * 1024) == RecurrencePlan(per_direction=True, parallel=True)
+        kernels("public")  # the shipped form runs the directions one after the other, on the caller's thread
+        assert RecurrencePlan.for_device(torch.device("cpu"), 2, 4096 * 1024) == RecurrencePlan(per_direction=True)
+        kernels("packed")
     finally:
         torch.set_num_threads(before)
     torch.set_num_threads(1)
@@ -289,7 +329,8 @@ def test_directions_on_two_threads_leave_the_callers_thread_count():
         torch.set_num_threads(before)
 
 
-def test_words_embedded_on_two_threads_equal_the_one_thread_embedding():
+def test_words_embedded_on_two_threads_equal_the_one_thread_embedding(kernels):
+    kernels("packed")
     tester = ElmoModelTester()
     model = tester.model(seed=1)
     words = [[f"w{i}x{j}" for j in range(30)] for i in range(12)]  # 360 distinct words: enough to share out
@@ -386,3 +427,31 @@ def test_gpu_check_script_runs_every_step_in_cpu_smoke_mode(tmp_path):
     assert summary["trainer"]["windows"] > 0 and summary["trainer"]["sentences"] > 0
     assert summary["embed_gpu"]["tiny"]["sentences_per_second"] > 0
     assert not list(tmp_path.glob("elmo-gpu-checks.*"))  # the trainer runs' folder is removed
+
+
+def test_the_packed_form_can_be_given_to_a_model_loaded_as_remote_code_and_computes_the_same(tmp_path, monkeypatch):
+    from transformers.dynamic_module_utils import get_class_from_dynamic_module
+
+    if not packed_kernels.available():
+        pytest.skip("this torch build has neither oneDNN's nor MKL's packed products (not an x86 build)")
+    monkeypatch.setattr(RecurrencePlan, "PER_DIRECTION_FROM", 0)  # the per-direction form, where the kernels act
+    tester = ElmoModelTester(cell_clip=CELL_CLIP, proj_clip=PROJ_CLIP)
+    tester.model(seed=5).save_pretrained(tmp_path / "m")
+    # the folder's own code, as trust_remote_code loads it where the package is not installed
+    remote_class = get_class_from_dynamic_module("modeling_elmo.ElmoModel", str(tmp_path / "m"))
+    remote = remote_class.from_pretrained(tmp_path / "m").eval()
+    assert type(remote).__module__.startswith("transformers_modules.")
+    shipped = __import__("sys").modules[type(remote).__module__.rsplit(".", 1)[0] + ".lstm_kernels"]
+    monkeypatch.setattr(shipped.RecurrencePlan, "PER_DIRECTION_FROM", 0)
+    enc = tester.encode(SENTENCES)
+    assert shipped.cpu_kernels().name == "public"
+    try:
+        with torch.no_grad():
+            public = remote(**enc).last_hidden_state
+            assert packed_kernels.install(remote) and shipped.cpu_kernels().name == "packed"
+            packed = remote(**enc).last_hidden_state
+    finally:
+        shipped.use_cpu_kernels(None)
+    assert_same_numbers(packed, public, rtol=TOLERANCE, what="packed against public form")
+    with pytest.raises(ValueError, match="does not run an ELMo lstm_kernels.py"):
+        packed_kernels.install(torch.nn.Linear(2, 2))

@@ -16,6 +16,7 @@ from support import reset_accelerate_state
 
 from modeling_elmo import AUTO_MAP
 from modeling_elmo.pretraining import main as pretrain_main
+from modeling_elmo.pretraining.arguments import parse_args as pretrain_args
 from modeling_elmo.pretraining.output import run_lock
 from modeling_elmo.run_folder import RunFolder
 
@@ -129,6 +130,20 @@ def test_a_second_run_on_a_folder_in_use_is_refused_at_once(corpus, tmp_path):
     assert not (tmp_path / "new").exists(), "the parent made for the lock was removed again"
     assert _run(*_args(corpus, out)) == 0  # the lock was released
     assert not (out.parent / "run.lock").exists(), "the lock file is removed at the end"
+
+
+def test_a_run_that_finds_its_new_folder_written_meanwhile_writes_nothing(corpus, tmp_path):
+    from modeling_elmo.pretraining import output
+
+    out = tmp_path / "run"
+    run = RunFolder(out)
+    args = pretrain_args(_args(corpus, out))
+    assert output.check_output_folder(args, run) == output.NEW  # decided before the lock was taken ...
+    assert _run(*_args(corpus, out)) == 0  # ... while another run wrote the folder and ended
+    before = _snapshot(out)
+    with pytest.raises(ValueError, match="was written by another run since this one started"):
+        output.open_output_folder(run, output.NEW, {"arguments": {}})
+    assert _snapshot(out) == before
 
 
 # ----------------------------------------------------------------------------------------------- what is carried

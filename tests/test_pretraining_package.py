@@ -5,6 +5,7 @@ launch check shared with ``elmo embed``, and the benchmark script's imports."""
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -119,6 +120,59 @@ def test_installed_wheel_pretrains_embeds_and_evaluates_outside_the_checkout(tmp
     elmo("evaluate", "run", "--task", "perplexity", "--text", test_text, "--max-sentences", "20", "--no-progress")
     (ppl,) = json.loads((work / "run" / "evaluation" / "eval_results.json").read_text())["perplexity"]
     assert 1 < ppl["average"] < 500 * 2
+
+
+# ----------------------------------------------------------------------------------------------- the scripts
+#: The scripts that import the package (make_builtin_corpus.py and fetch_transformers_tests.py need none of it).
+SCRIPTS = sorted(p for p in (REPO / "scripts").glob("*.py") if "from modeling_elmo" in p.read_text(encoding="utf-8"))
+
+
+def python_without_the_checkout(folder: Path, *first: Path) -> Path:
+    """A new virtual environment's interpreter that sees ``first`` and then this environment's installed libraries
+    (listed in a ``.pth`` file: the editable install's finder is not among them, nor is the checkout)."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True, capture_output=True)
+    (site,) = folder.glob("lib/python*/site-packages")
+    libraries = [p for p in sys.path if p and Path(p).is_dir() and not Path(p).resolve().is_relative_to(REPO)]
+    (site / "elmo_test_libraries.pth").write_text("\n".join([*map(str, first), *libraries]) + "\n", encoding="utf-8")
+    return folder / "bin" / "python"
+
+
+def test_scripts_edit_no_import_path_and_say_in_one_line_how_to_install_when_the_package_is_missing(tmp_path):
+    assert len(SCRIPTS) >= 7
+    python = python_without_the_checkout(tmp_path / "venv")
+    probe = subprocess.run([str(python), "-c", "import torch, accelerate; import modeling_elmo"], capture_output=True,
+                           text=True, env=_offline_env(), cwd=tmp_path)
+    assert "No module named 'modeling_elmo'" in probe.stderr  # the libraries are there, the package is not
+    for script in (REPO / "scripts").glob("*.py"):
+        assert not re.search(r"sys\.path\.(insert|append)|sys\.path\s*[+]?=", script.read_text(encoding="utf-8")), script.name
+    for script in SCRIPTS:
+        done = subprocess.run([str(python), str(script), "--help"], capture_output=True, text=True,
+                              env=_offline_env(), cwd=tmp_path, timeout=120)
+        assert done.returncode == 1 and done.stdout == "", (script.name, done.stderr[-2000:])
+        assert done.stderr.splitlines() == [f"scripts/{script.name}: the modeling_elmo package is not installed: run "
+                                            "`pip install .` in the clone (or `bash scripts/install.sh` for a virtual "
+                                            "environment with the test tools)."], script.name
+
+
+@pytest.mark.slow
+def test_accelerate_launch_of_the_clones_pretrain_script_trains_with_a_non_editable_install(tmp_path, installed_wheel):
+    """`pip install .` (not editable), then `accelerate launch scripts/pretrain.py --config quickstart` from the
+    clone's scripts folder: the script imports the installed package, whose package data (recipes, presets, corpus)
+    the clone's folder does not have."""
+    python = python_without_the_checkout(tmp_path / "venv", installed_wheel)
+    env = _offline_env(HF_HOME=str(tmp_path / "hf-home"), HF_DATASETS_CACHE=str(tmp_path / "datasets"))
+    where = subprocess.run([str(python), "-c", "import modeling_elmo; print(modeling_elmo.__file__)"], cwd=REPO / "scripts",
+                           env=env, capture_output=True, text=True, check=True).stdout.strip()
+    assert Path(where).is_relative_to(installed_wheel)
+    out = tmp_path / "quick"
+    done = subprocess.run([str(python), "-m", "accelerate.commands.launch", "--num_processes", "1", "--num_machines", "1",
+                           "--mixed_precision", "no", "--dynamo_backend", "no", "pretrain.py", "--config", "quickstart",
+                           "--max-steps", "2", "--eval-steps", "0", "--max-eval-examples", "20", "--no-plot",
+                           "--output-dir", str(out)], cwd=REPO / "scripts", env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads((out / "training_metadata.json").read_text())["global_step"] == 2
+    assert [p["dataset"] for p in json.loads((out / "eval_results.json").read_text())["perplexity"]] == ["builtin:austen-emma"] * 2
 
 
 # ----------------------------------------------------------------------------------------------- launch and bench

@@ -343,9 +343,20 @@ def test_release_cannot_be_combined_with_local_files(tmp_path, capsys):
 
 def test_complete_part_file_is_finished_after_a_416_answer(server, served, release, tmp_path, synthetic_files):
     """A run stopped between the last byte and the rename: the server has nothing more to send (HTTP 416)."""
-    cache = _cache(tmp_path, release)
-    cache.mkdir(parents=True)
-    (cache / (release.filename("weights") + ".part")).write_bytes(synthetic_files[2])
+    real_replace = os.replace
+
+    def killed_before_the_rename(src, dst):
+        if str(src).endswith("weights.hdf5.part"):
+            raise KeyboardInterrupt("killed")
+        real_replace(src, dst)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(releases.os, "replace", killed_before_the_rename)
+        with pytest.raises(KeyboardInterrupt):
+            fetch_release(release, tmp_path / "cache", base_url=server.url, progress=False)
+    part = _cache(tmp_path, release) / (release.filename("weights") + ".part")
+    assert part.read_bytes() == synthetic_files[2]
+    server.requests.clear()
     fetched = fetch_release(release, tmp_path / "cache", base_url=server.url, progress=False)
     assert server.requests_for(served["weights"]) == [f"bytes={len(synthetic_files[2])}-"]
     assert fetched.paths["weights"].read_bytes() == synthetic_files[2]

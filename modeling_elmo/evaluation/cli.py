@@ -16,6 +16,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -23,9 +24,16 @@ from typing import Any
 
 import torch
 
-from ..hub.safety import refuse_pickled_weights
+from ..inference import (
+    HEAD_WEIGHT_PREFIXES,
+    check_loading_info,
+    check_safetensors_files,
+    quiet_load_report,
+    refuse_nonfinite_weights,
+)
 from ..io_utils import atomic_write_text
-from ..results import EvaluationResults, write_results
+from ..loading import check_model_location, refuse_pickled_weights
+from ..results import EvaluationResults, read_results, write_results
 from ..run_folder import EvaluationFolder, RunFolder
 from . import data as ev_data
 from .metrics import mcnemar_exact
@@ -87,23 +95,13 @@ def resolve_model(model: str) -> tuple[str, RunFolder | None]:
 
     Raises `ValueError` naming the problem: a path that does not exist, a file, a folder without ``config.json``
     (an empty folder, say), a config of another model type, no safetensors weights."""
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
-
     path = Path(model)
-    if path.exists():
+    if check_model_location(model):
         run = RunFolder(path)
         if path.is_dir():
             refuse_pickled_weights(path)
         run.require_elmo_model()
         return str(path), run
-    try:
-        looks_like_path = model.startswith((".", "/", "~")) or "\\" in model or model.count("/") > 1
-        if not looks_like_path:
-            validate_repo_id(model)
-    except HFValidationError:
-        looks_like_path = True
-    if looks_like_path:
-        raise ValueError(f"model {model!r} does not exist (no such folder)")
     return model, None
 
 
@@ -111,22 +109,20 @@ def load_model_and_tokenizer(model: str, device: torch.device, need_lm: bool):
     """Load the trained model (`ElmoForBidirectionalLM` when it has a word vocabulary, else `ElmoModel`)
     and its tokenizer from a folder or Hub id `resolve_model` accepted. Returns (lm or None, base ElmoModel,
     tokenizer, config)."""
-    from huggingface_hub import constants, is_offline_mode
-
     from modeling_elmo import ElmoConfig, ElmoForBidirectionalLM, ElmoModel, ElmoTokenizer
 
-    if not Path(model).is_dir() and not is_offline_mode() and not ev_data.hub_reachable():
-        raise ValueError(f"model {model!r} is not a local folder and the Hugging Face Hub ({constants.ENDPOINT}) cannot "
-                         "be reached to download it (set HF_HUB_OFFLINE=1 to use a copy in the local cache)")
+    check_model_location(model)
     try:
         config = ElmoConfig.from_pretrained(model)
     except OSError as error:  # a Hub id that cannot be fetched
         raise ValueError(f"model {model!r} is not a local folder and cannot be loaded from the Hub "
                          f"({str(error).splitlines()[0]})") from None
+    if Path(model).is_dir():
+        check_safetensors_files(model)  # a truncated or damaged file: one line, before anything is allocated
     lm = None
     if config.vocab_size > 4:
-        lm, info = ElmoForBidirectionalLM.from_pretrained(model, config=config, output_loading_info=True,
-                                                          use_safetensors=True)
+        lm, info = _load_checked(ElmoForBidirectionalLM, model, config, ignore_missing=("softmax.",),
+                                 ignore_unexpected=HEAD_WEIGHT_PREFIXES)
         if any(k.startswith("softmax.") for k in info.get("missing_keys", ())):
             lm = None  # a vocabulary in the config but no trained softmax in the weights
     if lm is not None:
@@ -139,13 +135,38 @@ def load_model_and_tokenizer(model: str, device: torch.device, need_lm: bool):
             "the perplexity task needs a model pretrained with a word vocabulary"
         )
     else:
-        base = ElmoModel.from_pretrained(model, config=config, use_safetensors=True).to(device).eval()
+        base, _ = _load_checked(ElmoModel, model, config, ignore_unexpected=HEAD_WEIGHT_PREFIXES)
+        base = base.to(device).eval()
+    refuse_nonfinite_weights(lm if lm is not None else base, model)
     path = Path(model)
     if path.is_dir() and not RunFolder(path).has_tokenizer() and not RunFolder(path).vocab_file.exists():
         tokenizer = ElmoTokenizer()  # character ids need no files; word ids (perplexity) do
     else:
         tokenizer = ElmoTokenizer.from_pretrained(model)
+    if tokenizer.max_characters_per_token != config.max_characters_per_token:
+        raise ValueError(f"the tokenizer of model {model!r} writes {tokenizer.max_characters_per_token} characters "
+                         f"per word but the model reads {config.max_characters_per_token} (config.json); the two files "
+                         "belong to different models")
+    if need_lm and lm is not None and tokenizer.vocab_size != config.vocab_size:
+        raise ValueError(f"the vocabulary of model {model!r} has {tokenizer.vocab_size} words but its softmax has "
+                         f"{config.vocab_size} rows (config.json vocab_size): the perplexity would score other words.")
     return lm, base, tokenizer, config
+
+
+def _load_checked(model_class, model: str, config, **ignore):
+    """``model_class.from_pretrained`` with every mismatch between the weights and ``config.json`` (missing,
+    unexpected or misshaped tensors) and every unreadable file turned into one `ValueError`; returns (model, info)."""
+    try:
+        with quiet_load_report():
+            loaded, info = model_class.from_pretrained(model, config=config, output_loading_info=True,
+                                                       use_safetensors=True, ignore_mismatched_sizes=True)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"cannot load the weights of model {model!r}: {str(error).strip().splitlines()[0]}") from None
+    except Exception as error:  # safetensors' SafetensorError, torch's size errors
+        raise ValueError(f"cannot load the weights of model {model!r}: {type(error).__name__}: "
+                         f"{str(error).strip().splitlines()[0] if str(error).strip() else ''}") from None
+    check_loading_info(model, info, **ignore)
+    return loaded, info
 
 
 def untrained_models(config, seed: int, device: torch.device, need_lm: bool):
@@ -294,6 +315,47 @@ def _check_numbers(args) -> None:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
 
 
+def previous_results(out: EvaluationFolder, model_name: str) -> EvaluationResults | None:
+    """The results already in ``out`` (None when there are none), which the new ones are merged into; raises
+    `ValueError` for a file that cannot be read or holds another model's results (it is never replaced)."""
+    if not os.path.lexists(out.results_file):
+        return None
+    if out.results_file.is_symlink() or not out.results_file.is_file():
+        raise ValueError(f"{out.results_file} is not a regular file; elmo evaluate never replaces one. Choose another "
+                         "--output-dir.")
+    try:
+        previous = read_results(out.results_file)
+    except ValueError as error:
+        raise ValueError(f"the results already in {out.results_file} cannot be read, so the new ones cannot be "
+                         f"merged into them ({error}); move the file away or choose another --output-dir.") from None
+    if previous.model != model_name:
+        raise ValueError(f"{out.results_file} holds the results of model {previous.model!r}, not {model_name!r}; choose "
+                         "another --output-dir.")
+    return previous
+
+
+#: The per-task entries of ``details`` (task name -> value), merged task by task.
+_PER_TASK_DETAILS = ("datasets", "tasks", "untrained_tasks", "timings_seconds", "untrained_timings_seconds")
+
+
+def merge_task_results(previous: EvaluationResults | None, new: EvaluationResults,
+                       tasks: list[str]) -> EvaluationResults:
+    """``new`` (the results of ``tasks``) with the records of the other tasks kept from ``previous``: evaluating one
+    task never removes another task's results. The per-task details are merged the same way; the rest of
+    ``details`` (settings, model) is the new run's."""
+    if previous is None:
+        return new
+    perplexity = ([] if "perplexity" in tasks else list(previous.perplexity)) + list(new.perplexity)
+    scores = [s for s in previous.scores if s.task not in tasks] + list(new.scores)
+    details = {**previous.details, **new.details}
+    for key in _PER_TASK_DETAILS:
+        old = previous.details.get(key)
+        if isinstance(old, dict):
+            details[key] = {**{t: v for t, v in old.items() if t not in tasks}, **(new.details.get(key) or {})}
+    seed = new.untrained_seed if new.untrained_seed is not None else previous.untrained_seed
+    return dataclasses.replace(new, perplexity=perplexity, scores=scores, details=details, untrained_seed=seed)
+
+
 def evaluate(args) -> EvaluationResults:
     """Run the requested evaluation and write the result files; returns what was written."""
     tasks = list(TASKS) if "all" in args.task else list(dict.fromkeys(args.task))
@@ -306,6 +368,8 @@ def evaluate(args) -> EvaluationResults:
         out = run.evaluation
     else:
         raise ValueError(f"model {args.model!r} is a Hub id: pass --output-dir for the results")
+    model_name = Path(model).name if run is not None else model
+    previous = previous_results(out, model_name)  # checked before any work: a file that cannot be merged stops here
     data_dir = Path(args.data_dir) if args.data_dir is not None else None
     if data_dir is not None and not data_dir.is_dir():
         raise ValueError(f"--data-dir {str(data_dir)!r} is not a folder")
@@ -352,7 +416,7 @@ def evaluate(args) -> EvaluationResults:
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
                 if k not in ("model", "output_dir", "text", "wsd_file", "unigram_fit", "data_dir")}
     results = EvaluationResults.now(
-        model=Path(model).name if run is not None else model, source="elmo evaluate", perplexity=perplexity,
+        model=model_name, source="elmo evaluate", perplexity=perplexity,
         scores=score_records(trained, datasets, untrained, comparison),
         untrained_seed=args.seed if args.compare_untrained else None,
         details={
@@ -365,6 +429,7 @@ def evaluate(args) -> EvaluationResults:
             "timings_seconds": timings, "untrained_timings_seconds": untrained_timings,
         },
     )
+    results = merge_task_results(previous, results, tasks)
     results.details["plots"] = write_plots(results, out, run)
     write_results(out.results_file, results)
     atomic_write_text(out.report_file, markdown_report(results))

@@ -3,7 +3,8 @@ sense-labelled JSONL.
 
 Every reader returns plain Python lists (tokens are whitespace-split words) and raises `ValueError`
 naming the file, the line and the bad value when the input does not have the expected form (a file that is not
-UTF-8 text, e.g. a binary file, included). The file readers read local copies (``elmo evaluate --data-dir``);
+text, e.g. a binary file, included). Invalid UTF-8 is replaced by U+FFFD and counted, as by every command of the
+package. The file readers read local copies (``elmo evaluate --data-dir``);
 `load_sst2_from_hub` and `load_ud_pos_from_hub` are the Hub equivalents built on `datasets.load_dataset`: they fail
 within seconds with `HubUnreachableError` when the Hub cannot be reached.
 """
@@ -11,12 +12,14 @@ within seconds with `HubUnreachableError` when the Hub cannot be reached.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..io_utils import hub_reachable  # one probe for every command (re-exported here)
+from ..io_utils import hub_reachable, iter_lines  # hub_reachable: one probe for every command (re-exported here)
+from ..loading import HubUnreachableError
 
 __all__ = [
     "SENSE_LABEL_PATTERN",
@@ -34,6 +37,8 @@ __all__ = [
     "load_sst2_from_hub",
     "load_ud_pos_from_hub",
 ]
+
+logger = logging.getLogger(__name__)
 
 #: Accepted sense labels: one "word" of letters, digits and ``_ . : % - / ' +``. This admits the
 #: Senseval lexical-sample labels (``HARD1``, ``interest_6``, ``product``) and WordNet sense keys
@@ -77,24 +82,30 @@ def _require_nonempty(items: list, what: str, path: Path | str) -> list:
 
 
 def _text_lines(path: Path, what: str) -> Iterator[tuple[int, str]]:
-    """(line number, line without its line break) of a UTF-8 text file (a byte-order mark is dropped).
+    """(line number, line without its line break) of a UTF-8 text file (a byte-order mark is dropped; ``\n``,
+    ``\r\n`` and a lone ``\r`` end a line).
 
-    Raises `ValueError` naming the file and the line when the file is missing or is not UTF-8 text (undecodable
-    bytes or NUL bytes: most likely a binary file)."""
+    The rule of every command: invalid UTF-8 bytes are replaced by U+FFFD, and the lines that held some are counted
+    and reported in one warning per file. Raises `ValueError` naming the file and the line when the file is missing
+    or holds a NUL byte (not text: most likely a binary file)."""
     if not path.is_file():
         raise ValueError(f"{what} {str(path)!r} {'is not a file' if path.exists() else 'does not exist'}")
+    invalid, first_invalid = 0, 0
     with open(path, "rb") as handle:
-        for lineno, raw in enumerate(handle, start=1):
+        for lineno, raw in enumerate(iter_lines(handle), start=1):
             if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
                 raw = raw[3:]
+            if b"\x00" in raw:
+                raise ValueError(f"{what} {str(path)!r} is not text: line {lineno} holds a NUL byte (a binary file?)")
             try:
                 line = raw.decode("utf-8")
-            except UnicodeDecodeError as error:
-                raise ValueError(f"{what} {str(path)!r} is not UTF-8 text: line {lineno} has the byte "
-                                 f"0x{raw[error.start]:02x} at position {error.start} (a binary file?)") from None
-            if "\x00" in line:
-                raise ValueError(f"{what} {str(path)!r} is not text: line {lineno} holds a NUL byte (a binary file?)")
-            yield lineno, line.rstrip("\r\n")
+            except UnicodeDecodeError:
+                line = raw.decode("utf-8", errors="replace")
+                invalid, first_invalid = invalid + 1, first_invalid or lineno
+            yield lineno, line
+    if invalid:
+        logger.warning("%s %s: %d line(s) held invalid UTF-8 (replaced by U+FFFD); the first is line %d.", what,
+                       path, invalid, first_invalid)
 
 
 def read_text_sentences(path: str | Path, max_sentences: int | None = None) -> list[list[str]]:
@@ -299,10 +310,6 @@ def parse_wsd_record(obj: object, where: str = "<record>", lineno: int = 0) -> W
 # --------------------------------------------------------------------------------------------------
 # Hub loaders. Written against the public dataset layouts; the tests replace `datasets.load_dataset`.
 # --------------------------------------------------------------------------------------------------
-class HubUnreachableError(ValueError):
-    """A Hub dataset was needed but the Hub cannot be reached (and the dataset is not in the local cache)."""
-
-
 def _load_from_hub(path: str, **kwargs):
     """`datasets.load_dataset(path, **kwargs)`, or `HubUnreachableError` within seconds (no retries) when the Hub
     cannot be reached: offline mode without a cached copy, or no connection to the endpoint."""

@@ -2,10 +2,11 @@
 
 One job per module:
 
-* `modeling_elmo.hub.safety`: pickled weights are refused (`refuse_pickled_weights`, also used by the loaders),
+* `modeling_elmo.hub.safety`: pickled weights are refused (`modeling_elmo.loading.refuse_pickled_weights`, the loaders' guard),
   tokens are never published nor read from the published folders, the shipped code is audited;
 * `modeling_elmo.hub.card`: the model card, from the results schema (docs/results.md) and the run's metadata;
-* `modeling_elmo.hub.publish`: the repository folder (allow-listed files only) and the upload;
+* `modeling_elmo.hub.publish`: the checks of the model folder (no link out of it, finite float weights), the
+  repository folder (allow-listed files only; an earlier push's folder is replaced, nothing else) and the upload;
 * `modeling_elmo.hub.cli`: the command line.
 
 See docs/hub.md.
@@ -18,6 +19,8 @@ from .publish import (
     assemble_repo_folder,
     check_auto_map,
     check_model_folder,
+    check_published_inputs,
+    check_weights,
     is_allowed_file,
     list_folder,
     plan_upload,
@@ -29,7 +32,7 @@ from .safety import audit_shipped_code, refuse_pickled_weights, resolve_token, s
 
 __all__ = [
     "ALLOWED_FILES", "CARD_KINDS", "CardInputs", "assemble_repo_folder", "audit_shipped_code", "build_model_card",
-    "check_auto_map", "check_model_folder", "default_template_path", "detect_card_kind", "is_allowed_file",
-    "list_folder", "main", "plan_upload", "refuse_pickled_weights", "resolve_token", "save_for_hub",
-    "scan_for_secrets", "upload_repo_folder", "validate_repo_id",
+    "check_auto_map", "check_model_folder", "check_published_inputs", "check_weights", "default_template_path",
+    "detect_card_kind", "is_allowed_file", "list_folder", "main", "plan_upload", "refuse_pickled_weights",
+    "resolve_token", "save_for_hub", "scan_for_secrets", "upload_repo_folder", "validate_repo_id",
 ]

@@ -156,10 +156,10 @@ _MARKDOWN_SPECIAL = re.compile(r"([\\`*{}\[\]()!|~]|(?<![A-Za-z0-9])_|_(?![A-Za-
 
 def escape_markdown(text: Any) -> str:
     """``text`` as literal characters in Markdown and HTML: no tag, link, image, emphasis, code span or table
-    cell boundary can come out of it (Markdown punctuation is backslash-escaped, ``& < > " '`` become entities,
-    line breaks become spaces)."""
+    cell boundary can come out of it (Markdown punctuation is backslash-escaped, ``& < >`` become entities, line
+    breaks become spaces; quotes stay, as no tag can be opened to put them in)."""
     text = " ".join(str(text).split())
-    return html.escape(_MARKDOWN_SPECIAL.sub(r"\\\1", text), quote=True)
+    return html.escape(_MARKDOWN_SPECIAL.sub(r"\\\1", text), quote=False)
 
 
 def _plain(text: Any) -> str:

@@ -26,7 +26,8 @@ from ..io_utils import atomic_write_text, check_safetensors_header, follow_umask
 from ..manifest import MANIFEST, check_replaceable, remove_stale_temporaries, temporary_prefix, write_manifest
 from ..run_folder import CODE_FILES, EvaluationFolder, RunFolder
 from .card import CardInputs, build_model_card
-from .safety import audit_shipped_code, refuse_pickled_weights, scan_for_secrets
+from ..loading import refuse_pickled_weights
+from .safety import audit_shipped_code, scan_for_secrets
 
 __all__ = [
     "ALLOWED_FILES", "COMMAND", "MODEL_ARCHITECTURES", "assemble_repo_folder", "check_auto_map", "check_model_folder",
@@ -115,8 +116,8 @@ def check_published_inputs(run: RunFolder) -> None:
         if not os.path.lexists(path):
             continue
         if path.is_symlink() and not any(is_within(path, allowed) for allowed in roots):
-            raise ValueError(f"{path} is a link to {os.path.realpath(path)}, outside the model folder; publishing "
-                             "never follows a link out of the folder. Copy the file in if it belongs to the model.")
+            raise ValueError(f"{path} links outside the model folder (to {os.path.realpath(path)}); publishing never "
+                             "follows a link out of the folder. Copy the file in if it belongs to the model.")
         if name == RunFolder.EVALUATION:
             if not path.is_dir():
                 raise ValueError(f"{path} is not a folder.")
@@ -140,13 +141,13 @@ def check_weights(run: RunFolder) -> str:
                 for name in handle.keys():
                     dtype = handle.get_slice(name).get_dtype()
                     if dtype not in FLOAT_DTYPES:
-                        raise ValueError(f"{path.name}: tensor {name!r} has dtype {dtype}, not a floating-point "
+                        raise ValueError(f"{path}: tensor {name!r} has dtype {dtype}, not a floating-point "
                                          f"dtype ({', '.join(FLOAT_DTYPES.values())}): refusing to publish it.")
                     dtypes.add(FLOAT_DTYPES[dtype])
                     tensor = handle.get_tensor(name)
                     if not bool(tensor.isfinite().all()):
                         bad = int((~tensor.isfinite()).sum())
-                        raise ValueError(f"{path.name}: tensor {name!r} holds {bad} non-finite value(s) (NaN or "
+                        raise ValueError(f"{path}: tensor {name!r} holds {bad} non-finite value(s) (NaN or "
                                          "infinity): refusing to publish a broken model.")
         except ValueError:
             raise
@@ -242,6 +243,7 @@ def _load_model_and_tokenizer(run: RunFolder, dtype: str = "float32"):
 
     from .. import modeling_elmo
     from ..configuration_elmo import ElmoConfig
+    from ..inference import check_loading_info, quiet_load_report
     from ..tokenization_elmo import ElmoTokenizer
 
     config = ElmoConfig.from_pretrained(run.root)
@@ -250,11 +252,14 @@ def _load_model_and_tokenizer(run: RunFolder, dtype: str = "float32"):
         raise ValueError(f"{run.config_file} names the architecture {architectures[0]!r}; expected one of "
                          f"{', '.join(MODEL_ARCHITECTURES)}.")
     model_class = getattr(modeling_elmo, architectures[0])
-    model, info = model_class.from_pretrained(run.root, use_safetensors=True, output_loading_info=True,
-                                              dtype=getattr(torch, dtype))
-    problems = {k: v for k, v in info.items() if k in ("missing_keys", "unexpected_keys", "mismatched_keys") and v}
-    if problems:
-        raise ValueError(f"the weights in {run.root} do not match {architectures[0]}: {problems}.")
+    try:
+        with quiet_load_report():  # ignore_mismatched_sizes: wrong shapes come back in the info, checked below
+            model, info = model_class.from_pretrained(run.root, use_safetensors=True, output_loading_info=True,
+                                                      ignore_mismatched_sizes=True, dtype=getattr(torch, dtype))
+    except Exception as error:  # a damaged file: safetensors' and torch's own error types
+        text = " ".join(str(error).split())[:300]
+        raise ValueError(f"cannot load the weights in {run.root}: {type(error).__name__}: {text}") from None
+    check_loading_info(str(run.root), info)
     try:
         tokenizer = ElmoTokenizer.from_pretrained(run.root)
     except (OSError, ValueError) as error:
@@ -266,12 +271,42 @@ def _load_model_and_tokenizer(run: RunFolder, dtype: str = "float32"):
     return model.eval(), tokenizer
 
 
+#: The keys a published ``tokenizer_config.json`` may hold: what `ElmoTokenizer` writes and the tokenizer settings
+#: of transformers. Any other key (a loaded file may hold anything: ``apikey``, ``db_url``) is not published.
+TOKENIZER_CONFIG_KEYS = frozenset({
+    "added_tokens_decoder", "additional_special_tokens", "auto_map", "backend", "bos_token", "clean_up_tokenization_spaces",
+    "do_lower_case", "eos_token", "extra_special_tokens", "max_characters_per_token", "model_input_names",
+    "model_max_length", "pad_token", "padding_side", "split_pattern", "tokenizer_class", "truncation_side", "unk_token",
+})
+
+
+def config_keys() -> frozenset[str]:
+    """The keys a published ``config.json`` may hold: the fields of `ElmoConfig` and transformers' own (not the
+    local path it was loaded from). A key a loaded config merely carried along is not published."""
+    from ..configuration_elmo import ElmoConfig
+
+    return frozenset(ElmoConfig().to_dict()) - {"_name_or_path"} | {"torch_dtype"}
+
+
+def _keep_known_keys(path: Path, allowed: frozenset[str]) -> dict[str, Any]:
+    """Rewrite the JSON object in ``path`` without the keys outside ``allowed`` (their names are logged); return it."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    dropped = sorted(set(data) - allowed)
+    if dropped:
+        logger.warning("not published (not a setting of this package or of transformers): %s of %s",
+                       ", ".join(dropped), path.name)
+        data = {key: value for key, value in data.items() if key in allowed}
+        atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+    return data
+
+
 def save_for_hub(model: Any, tokenizer: Any, folder: str | os.PathLike) -> None:
     """Save ``model`` and ``tokenizer`` into ``folder`` as a self-contained remote-code repository.
 
     The package's `save_model_folder` writes the weights (safetensors), the code files and ``config.json`` with the
     full ``auto_map`` (`modeling_elmo.AUTO_MAP`); this also makes sure that ``tokenizer_config.json`` carries
-    ``modeling_elmo.TOKENIZER_AUTO_MAP`` and that all three code files come from this package.
+    ``modeling_elmo.TOKENIZER_AUTO_MAP``, that both JSON files hold only known keys (`config_keys`,
+    `TOKENIZER_CONFIG_KEYS`) and that all the code files come from this package.
     """
     from .. import TOKENIZER_AUTO_MAP, save_model_folder
 
@@ -282,7 +317,8 @@ def save_for_hub(model: Any, tokenizer: Any, folder: str | os.PathLike) -> None:
         save_model_folder(model, tokenizer, run.root)
     finally:
         model.config.auto_map = previous
-    data = json.loads(run.tokenizer_config_file.read_text(encoding="utf-8"))
+    _keep_known_keys(run.config_file, config_keys())
+    data = _keep_known_keys(run.tokenizer_config_file, TOKENIZER_CONFIG_KEYS)
     if data.get("auto_map") != TOKENIZER_AUTO_MAP:
         data["auto_map"] = TOKENIZER_AUTO_MAP
         atomic_write_text(run.tokenizer_config_file, json.dumps(data, indent=2, sort_keys=True) + "\n")
@@ -409,14 +445,19 @@ def upload_repo_folder(folder: str | os.PathLike, repo_id: str, *, token: str, f
     Uses ``HfApi.create_repo(exist_ok=True)`` (``private`` applies to a new repository), ``create_branch`` for a
     ``revision`` other than ``main``, then ``upload_folder`` with ``allow_patterns`` set to the file list.
     """
-    from huggingface_hub import HfApi
+    from huggingface_hub import HfApi, constants
 
     api = HfApi(token=token)
-    api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
-    if revision and revision != "main":
-        api.create_branch(repo_id, branch=revision, exist_ok=True, repo_type="model")
-    commit = api.upload_folder(
-        repo_id=repo_id, folder_path=str(folder), repo_type="model", revision=revision,
-        commit_message=commit_message or "Upload ELMo model", allow_patterns=list(files),
-    )
+    try:
+        api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
+        if revision and revision != "main":
+            api.create_branch(repo_id, branch=revision, exist_ok=True, repo_type="model")
+        commit = api.upload_folder(
+            repo_id=repo_id, folder_path=str(folder), repo_type="model", revision=revision,
+            commit_message=commit_message or "Upload ELMo model", allow_patterns=list(files),
+        )
+    except Exception as error:  # offline mode, no connection, HTTP errors: the Hub client raises many kinds
+        text = " ".join(str(error).split())[:300] or type(error).__name__
+        raise ValueError(f"cannot upload to {repo_id} on the Hugging Face Hub ({constants.ENDPOINT}): "
+                         f"{type(error).__name__}: {text}") from None
     return str(getattr(commit, "commit_url", commit))

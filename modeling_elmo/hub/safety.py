@@ -1,8 +1,6 @@
-"""Safety checks of publishing (and loading): pickled weights are refused, Hub tokens never leak into published
-files nor come from the folders being published, and the custom code shipped with a model passes an audit.
-
-`refuse_pickled_weights` is the package's one guard against unpickling a model folder; every loader of folders
-from elsewhere calls it.
+"""Safety checks of publishing: pickled weights are refused (`modeling_elmo.loading.refuse_pickled_weights`, the
+guard every loader applies), Hub tokens never leak into published files nor come from the folders being published,
+and the custom code shipped with a model passes an audit.
 """
 
 from __future__ import annotations
@@ -15,6 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ..io_utils import is_within
+from ..loading import refuse_pickled_weights
 from ..run_folder import CODE_FILES
 
 __all__ = [
@@ -22,6 +21,7 @@ __all__ = [
     "FORBIDDEN_CALLS",
     "FORBIDDEN_STDLIB_IMPORTS",
     "HF_TOKEN_PATTERN",
+    "PRIVATE_TORCH",
     "audit_shipped_code",
     "is_within",
     "refuse_pickled_weights",
@@ -43,34 +43,12 @@ FORBIDDEN_STDLIB_IMPORTS = frozenset({
 FORBIDDEN_CALLS = frozenset({"eval", "exec", "compile", "__import__", "torch.load", "torch.hub.load",
                              "pickle.load", "pickle.loads", "numpy.load", "np.load"})
 
-#: Weight files that would be unpickled by a loader (arbitrary code execution): refused everywhere.
-_PICKLED_WEIGHTS = re.compile(r"(pytorch_model.*\.bin|.*\.(pt|pth|ckpt)|pytorch_model\.bin\.index\.json)")
-#: Files of a training run that are pickles but are never loaded nor uploaded here.
-_TRAINING_STATE = re.compile(r"(optimizer|scheduler|scaler|rng_state.*|training_args|random_states_\d+)\.(pt|pth|bin|pkl)")
+#: Why a private part of torch is refused in shipped code: a model's code must keep working with the torch releases
+#: its users have, and torch changes its internals (``torch.ops.*`` operators, underscored names) without notice.
+PRIVATE_TORCH = "a private torch API (torch.ops.* or an underscored name), which changes between releases"
+
 #: A Hugging Face access token (user or organisation).
 HF_TOKEN_PATTERN = re.compile(r"\bhf_[A-Za-z0-9]{30,}\b")
-
-
-# ----------------------------------------------------------------------------------------------- pickles
-def refuse_pickled_weights(folder: str | os.PathLike) -> None:
-    """Raise `ValueError` if ``folder`` holds weights that only a pickle loader can read.
-
-    ``pytorch_model.bin`` (and ``*.pt``/``*.pth``/``*.ckpt`` files other than a training run's optimizer,
-    scheduler and RNG states) are pickles: loading one runs whatever code its author put in it. This package
-    loads and publishes ``model.safetensors`` only. A path that is not a folder (a Hub id) passes.
-    """
-    folder = Path(folder)
-    if not folder.is_dir():
-        return
-    found = sorted(p.name for p in folder.iterdir()
-                   if p.is_file() and _PICKLED_WEIGHTS.fullmatch(p.name) and not _TRAINING_STATE.fullmatch(p.name))
-    if found:
-        raise ValueError(
-            f"{folder} holds pickled weights {found}: loading a pickle can run arbitrary code, so this package "
-            "refuses it and loads safetensors only. If you trust the file, convert it once in a trusted "
-            "environment (load it, then `model.save_pretrained(folder)` writes model.safetensors) and remove the "
-            "pickle."
-        )
 
 
 # ----------------------------------------------------------------------------------------------- secrets
@@ -119,13 +97,24 @@ def _dotted(node: ast.AST) -> str | None:
     return None
 
 
+def _private_torch(dotted: str | None) -> bool:
+    """Whether the dotted name (``torch.ops.mkl._mkl_linear``, ``torch.utils._triton``) reaches into torch's
+    internals: its operator namespaces or a name with a leading underscore (dunders such as ``__version__`` are
+    public)."""
+    parts = (dotted or "").split(".")
+    if parts[0] != "torch" or len(parts) < 2:
+        return False
+    return parts[1] == "ops" or any(part.startswith("_") and not part.endswith("__") for part in parts[1:])
+
+
 def audit_shipped_code(paths: Iterable[str | os.PathLike]) -> list[str]:
     """Problems in the custom-code files shipped to the Hub (an empty list means they pass).
 
     A shipped file may import torch, transformers, numpy, tokenizers, the other shipped files (relative
     imports) and standard-library modules other than `FORBIDDEN_STDLIB_IMPORTS` (network, processes,
     pickling, native code, dynamic imports); it may not call any of `FORBIDDEN_CALLS` (``eval``, ``exec``,
-    ``torch.load``, ...), and its module level (outside functions and classes) may not call ``open``.
+    ``torch.load``, ...) nor use torch's private APIs (`PRIVATE_TORCH`: ``torch.ops.*``, ``torch._assert_async``,
+    ``torch.utils._triton``, ...), and its module level (outside functions and classes) may not call ``open``.
     """
     paths = [Path(p) for p in paths]
     shipped_modules = {Path(name).stem for name in CODE_FILES}
@@ -133,7 +122,18 @@ def audit_shipped_code(paths: Iterable[str | os.PathLike]) -> list[str]:
     problems = []
     for path in paths:
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        private_lines: set[int] = set()
         for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.lineno not in private_lines and _private_torch(_dotted(node)):
+                private_lines.add(node.lineno)  # the outermost chain of a line is met first: one problem per line
+                problems.append(f"{path.name}:{node.lineno}: uses {_dotted(node)}, {PRIVATE_TORCH}")
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                imported = ([alias.name for alias in node.names] if isinstance(node, ast.Import) else
+                            [f"{node.module}.{alias.name}" for alias in node.names] if node.module and not node.level
+                            else [])
+                for name in imported:
+                    if _private_torch(name):
+                        problems.append(f"{path.name}:{node.lineno}: imports {name}, {PRIVATE_TORCH}")
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
                 relative = False

@@ -1,15 +1,19 @@
 """Pretraining options: one dataclass, parsed from a YAML recipe plus command-line flags (flags win), every value
 range-checked before anything runs.
 
-Every field is a flag (``--train-file`` and ``--train_file`` both work) and a recipe key (``train_file`` or
-``train-file``); an unknown recipe key is an error naming the key. Presets (``--model-config elmo-tiny``), recipes
+Every field is a flag (``--train-file``; the underscore spelling ``--train_file`` is accepted too) and a recipe key
+(``train_file`` or ``train-file``); an unknown recipe key is an error naming the key. Flags are never abbreviated
+(``--max-step`` is an error suggesting ``--max-steps``), and ``elmo pretrain --help`` lists them in groups
+(`OPTION_GROUPS`) with their real defaults. Presets (``--model-config elmo-tiny``), recipes
 (``--config quickstart``) and the quick-start corpus (``--train-file builtin:austen-emma``) are package data, found
 with `importlib.resources` wherever the package is installed.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import difflib
 import importlib.resources
 import json
 import math
@@ -24,6 +28,10 @@ import yaml
 #: ``--train-file builtin:NAME`` (or ``builtin:NAME/SPLIT``) names a corpus shipped in `modeling_elmo.corpora`.
 BUILTIN_PREFIX = "builtin:"
 BUILTIN_SPLITS = ("train", "validation", "test")
+
+
+#: The learning rate of each optimiser when --learning-rate is not given.
+DEFAULT_LEARNING_RATES = {"adamw": 2e-2, "adagrad": 0.2}
 
 
 def _f(default: Any, help: str, **kwargs: Any) -> Any:
@@ -77,8 +85,9 @@ class PretrainingArguments:
     output_dir: str = _f("outputs/elmo-pretrained", "The run's folder: model, checkpoints, metrics and plots. One run per folder.")
     overwrite: bool = _f(False, "Clear --output-dir first when it holds another run (only the files a run writes are removed).")
     seed: int = _f(42, "Random seed (data order, initialisation, dropout, sampling).")
-    optimizer: str = _f("adagrad", "`adagrad` (original: lr 0.2, initial accumulator 1.0) or `adamw`.")
-    learning_rate: float | None = _f(None, "Peak learning rate (default 0.2 for adagrad, 1e-3 for adamw).")
+    optimizer: str = _f("adamw", "`adamw` (the recipes') or `adagrad` (the original's: lr 0.2, initial accumulator 1.0).")
+    learning_rate: float | None = _f(None, f"Peak learning rate (default {DEFAULT_LEARNING_RATES['adamw']:g} for adamw, right for "
+                                           f"elmo-tiny; the recipes of larger models use 4e-3; {DEFAULT_LEARNING_RATES['adagrad']:g} for adagrad).")
     adagrad_initial_accumulator: float = _f(1.0, "Adagrad's initial accumulator value.")
     weight_decay: float = _f(0.0, "AdamW weight decay (applied to matrices only).")
     adam_beta1: float = _f(0.9, "AdamW beta1.")
@@ -123,6 +132,29 @@ VALID_CHOICES = {
 }
 #: Schedules that run over the elapsed fraction of a --max-train-minutes budget (see `schedule.py`).
 BUDGET_SCHEDULES = ("constant", "constant_with_warmup", "linear", "cosine")
+
+
+#: How ``elmo pretrain --help`` groups the options (every field in exactly one group).
+OPTION_GROUPS: dict[str, tuple[str, ...]] = {
+    "data": ("train_file", "validation_file", "test_file", "dataset_name", "dataset_config_name", "text_column",
+             "streaming", "validation_split_percentage", "max_train_examples", "max_eval_examples", "vocab_file",
+             "vocab_size", "min_count", "batching", "window_size", "max_sentence_length", "per_device_train_batch_size",
+             "per_device_eval_batch_size", "max_tokens_per_batch", "bucket_size", "preprocessing_num_workers",
+             "dataloader_num_workers", "cache_dir", "overwrite_cache"),
+    "model": ("model_config", "init_from_model", "lm_softmax", "num_negative_samples", "dropout"),
+    "optimisation": ("optimizer", "learning_rate", "weight_decay", "adam_beta1", "adam_beta2",
+                     "adagrad_initial_accumulator", "gradient_accumulation_steps", "max_grad_norm", "loss_multiplier",
+                     "mixed_precision", "max_consecutive_nonfinite", "seed"),
+    "schedule and budget": ("lr_scheduler_type", "warmup_steps", "num_train_epochs", "max_steps", "max_train_minutes",
+                            "stop_after_steps", "eval_steps", "early_stopping_patience", "load_best_model_at_end"),
+    "checkpoints and output": ("output_dir", "overwrite", "checkpointing_steps", "checkpoints_total_limit",
+                               "resume_from_checkpoint", "plot"),
+    "logging": ("logging_steps", "report_to", "log_example_ids"),
+}
+
+
+_METAVARS = {"report_to": "TRACKERS", "lr_scheduler_type": "NAME", "resume_from_checkpoint": "latest|DIR",
+             "text_column": "NAME", "model_config": "PRESET|FILE", "init_from_model": "DIR"}
 
 
 def flag(name: str) -> str:
@@ -222,23 +254,118 @@ def _one_line_error(message: str) -> None:
     raise SystemExit(2)
 
 
+def _to_bool(value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("true", "yes", "1", "on"):
+        return True
+    if lowered in ("false", "no", "0", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
+
+
+def _optional(kind: type) -> Any:
+    """``kind``, or ``None`` for ``null``/``none`` (switching off a value a recipe set)."""
+
+    def convert(value: str) -> Any:
+        return None if value.strip().lower() in ("null", "none") else kind(value)
+
+    convert.__name__ = kind.__name__  # argparse names the type in "invalid int value: 'abc'"
+    return convert
+
+
+def _show_default(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+class _Parser(argparse.ArgumentParser):
+    """One error line (no fifty-line usage first), and a suggestion for a mistyped flag."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        _one_line_error(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``elmo pretrain`` parser: the fields of `PretrainingArguments` in the groups of `OPTION_GROUPS`, with
+    dash spellings, their real defaults, and no abbreviations."""
+    parser = _Parser(
+        prog="elmo pretrain", allow_abbrev=False, usage="elmo pretrain [--config RECIPE] [options]",
+        description="Pretrain an ELMo biLM on your text (one process as it is; several processes or machines under "
+                    "`accelerate launch`). Flags override the values of a --config recipe. See docs/pretraining.md.",
+        formatter_class=lambda prog: argparse.HelpFormatter(prog, max_help_position=34, width=110))
+    parser.add_argument("--config", default=None, metavar="RECIPE",
+                        help="A YAML recipe: a file, or a packaged recipe name "
+                             f"({', '.join(recipe_names())}); flags override it.")
+    fields = {f.name: f for f in dataclasses.fields(PretrainingArguments)}
+    for title, names in OPTION_GROUPS.items():
+        group = parser.add_argument_group(title)
+        for name in names:
+            spec, default = fields[name], _DEFAULTS[name]
+            annotation, meta = str(spec.type), dict(spec.metadata)
+            help_text = meta.pop("help")
+            if "bool" in annotation:
+                if default:
+                    help_text += f" (default: on; {flag('no_' + name)} turns it off)"
+                group.add_argument(flag(name), dest=name, nargs="?", const=True, type=_to_bool, metavar="true|false",
+                                   help=help_text)
+                if default:
+                    group.add_argument(flag("no_" + name), dest=name, action="store_false", help=argparse.SUPPRESS)
+                continue
+            kind = int if annotation.startswith("int") else float if annotation.startswith("float") else str
+            if default is not None:
+                help_text += f" (default: {_show_default(default)})"
+            if name in VALID_CHOICES:
+                metavar = "{" + ",".join(c for c in VALID_CHOICES[name] if c) + "}"
+            else:
+                metavar = _METAVARS.get(name) or (name.upper().split("_")[-1] if kind is str else
+                                                  "N" if kind is int else "X")
+            convert = _optional(kind) if "None" in annotation and kind is not str else kind
+            group.add_argument(flag(name), dest=name, type=convert, metavar=metavar, help=help_text, **meta)
+    parser.set_defaults(**_DEFAULTS)
+    return parser
+
+
+def _dash_spellings(argv: list[str]) -> list[str]:
+    """``--train_file`` -> ``--train-file`` for the known options (values and anything after ``--`` untouched)."""
+    known = {"--" + name for name in ARGUMENT_NAMES} | {"--no_" + name for name in ARGUMENT_NAMES}
+    out = []
+    for position, token in enumerate(argv):
+        if token == "--":
+            return out + argv[position:]
+        option, equals, value = token.partition("=")
+        out.append(option.replace("_", "-") + equals + value if option in known else token)
+    return out
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    namespace, unknown = parser.parse_known_args(argv)
+    if unknown:
+        first = unknown[0]
+        if first.startswith("-"):
+            options = sorted({o for action in parser._actions for o in action.option_strings if o.startswith("--")})
+            typed = first.partition("=")[0]
+            extensions = [o for o in options if o.startswith(typed)]  # an abbreviation: never taken, but named
+            close = extensions[:1] if len(extensions) == 1 else difflib.get_close_matches(typed, options, n=1, cutoff=0.75)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            _one_line_error(f"unknown option {first}{hint}")
+        _one_line_error(f"unexpected argument {first!r}")
+    return namespace
+
+
 def parse_args(argv: list[str] | None = None) -> PretrainingArguments:
     """Parse ``[--config recipe] [flags]``: recipe values become defaults, flags override them, and a data source
     on the command line replaces the recipe's data sources."""
-    from transformers import HfArgumentParser
-
-    parser = HfArgumentParser(PretrainingArguments, prog="pretrain", description="Pretrain an ELMo biLM with accelerate.")
-    parser.error = _one_line_error  # argparse would print a usage of some fifty lines first
-    parser.add_argument("--config", default=None, help="A YAML recipe: a file, or a packaged recipe name (quickstart, ...); flags override it.")
-    pre, _ = parser.parse_known_args(argv)
+    argv = _dash_spellings(list(sys.argv[1:] if argv is None else argv))
+    parser = build_parser()
+    pre = _parse(parser, argv)
     if pre.config:
         recipe = load_recipe(pre.config)
-        bare = parser.parse_args(argv)  # what the command line itself says, before the recipe's defaults
-        given = {k for k in DATA_SOURCE_FIELDS if getattr(bare, k) != _DEFAULTS[k]}
+        given = {k for k in DATA_SOURCE_FIELDS if getattr(pre, k) != _DEFAULTS[k]}
         if given:
             recipe = {k: v for k, v in recipe.items() if k not in DATA_SOURCE_FIELDS}
         parser.set_defaults(**recipe)
-    namespace = parser.parse_args(argv)
+    namespace = _parse(parser, argv)
     values = {k: v for k, v in vars(namespace).items() if k in ARGUMENT_NAMES}
     for name, value in values.items():
         # `--dataset-name null` (or none / an empty string) switches off an option set by a recipe

@@ -17,7 +17,7 @@ Layout under ``<output_dir>/checkpoints/``::
 
 Checkpoints from elsewhere are untrusted input: `load_checkpoint` reads safetensors and JSON only, and refuses a
 folder holding any other file (a pickle such as accelerate's ``custom_checkpoint_0.pkl`` or ``optimizer.bin``,
-pickled weights through `modeling_elmo.hub.safety.refuse_pickled_weights`), naming the files. A checkpoint is written
+pickled weights through `modeling_elmo.loading.refuse_pickled_weights`), naming the files. A checkpoint is written
 into ``.tmp-step_N`` and renamed when every process has finished; only then is ``latest`` replaced (`os.replace`)
 and old checkpoints deleted, so a kill or a full disk at any moment leaves ``latest`` naming a complete checkpoint.
 A checkpoint of the same step already present is replaced, never silently kept.
@@ -162,7 +162,7 @@ def write_training_files(folder: Path, *, model: torch.nn.Module, optimizer: tor
 def check_checkpoint_files(folder: Path) -> None:
     """Refuse a checkpoint folder holding anything but the files `write_training_files` writes (pickles above all:
     loading one runs whatever code its author put in it)."""
-    from ..hub.safety import refuse_pickled_weights
+    from ..loading import refuse_pickled_weights
 
     refuse_pickled_weights(folder)
     unknown = sorted(p.name for p in folder.iterdir() if not (p.is_file() and _KNOWN_FILE.fullmatch(p.name)))
@@ -214,6 +214,16 @@ def load_checkpoint(folder: Path, *, model: torch.nn.Module, optimizer: torch.op
 
 
 # ----------------------------------------------------------------------------------------------- the folder
+def _write_errors() -> tuple[type[BaseException], ...]:
+    from safetensors import SafetensorError
+
+    return (OSError, SafetensorError)
+
+
+#: What a failed write raises: `OSError`, or safetensors' `SafetensorError` (e.g. "No space left on device").
+WRITE_ERRORS = _write_errors()
+
+
 class CheckpointManager:
     def __init__(self, root: str | os.PathLike, keep_last: int = 2):
         self.root = Path(root)
@@ -274,7 +284,7 @@ class CheckpointManager:
         if not error:
             try:
                 write(tmp)
-            except OSError as exc:
+            except WRITE_ERRORS as exc:  # safetensors reports a full disk as its own error type
                 error = f"{type(exc).__name__}: {exc}"
         failed = torch.tensor([1.0 if error else 0.0], device=accelerator.device)
         failed = accelerator.reduce(failed, reduction="sum") if accelerator.num_processes > 1 else failed

@@ -40,6 +40,7 @@ import numpy as np
 
 from ..configuration_elmo import BOS_ID, EOS_ID, SPECIAL_WORDS, UNK_ID
 from ..io_utils import atomic_write_text, hub_reachable
+from ..loading import HubUnreachableError
 from ..lm_scoring import LAYOUTS as BATCHING_MODES
 from ..tokenization_elmo import encode_words, encode_words_unicode
 from .arguments import BUILTIN_PREFIX, builtin_corpus_file
@@ -113,10 +114,6 @@ def expand_text_files(patterns: str | Sequence[str], what: str = "--train-file")
     for path in files:
         check_is_text(path, what)
     return files
-
-
-class HubUnreachableError(ValueError):
-    """A Hub dataset was asked for, but the Hub cannot be reached and no local copy is cached."""
 
 
 _OFFLINE_ALTERNATIVE = ("train offline on the packaged corpus (--train-file builtin:austen-emma, the quick-start "
@@ -270,8 +267,8 @@ def load_raw_splits(
 class Vocabulary:
     """Word vocabulary of the LM softmax: ``<pad>``, ``<S>``, ``</S>``, ``<UNK>`` (ids 0-3), then words.
 
-    Same file format and reading rules as `ElmoTokenizer` (one word per line, specials may be listed or not,
-    empty lines and bilm-tf's ``!!!MAXTERMID`` skipped).
+    Same file format and reading rules as `ElmoTokenizer` (one word per line, specials may be listed first or not,
+    bilm-tf's ``!!!MAXTERMID`` skipped; empty lines and repeated words refused).
     """
 
     def __init__(self, words: Iterable[str]):
@@ -294,10 +291,11 @@ class Vocabulary:
 
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> Vocabulary:
-        if not os.path.isfile(path):
-            raise ValueError(f"vocabulary file {os.fspath(path)!r} does not exist.")
-        with open(path, encoding="utf-8") as handle:
-            return cls(line.rstrip("\n") for line in handle)
+        """The vocabulary of a file, read as `ElmoTokenizer` reads it (`read_vocabulary_file`: an empty line, a
+        repeated word or a misplaced special word is refused naming the line)."""
+        from ..tokenization_elmo import read_vocabulary_file
+
+        return cls(read_vocabulary_file(path))
 
     def save(self, path: str | os.PathLike) -> None:
         atomic_write_text(path, "".join(w + "\n" for w in self.words))

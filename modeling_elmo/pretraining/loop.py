@@ -142,25 +142,34 @@ class DeviceCounters:
 
 
 class StopFlag:
-    """SIGTERM handler: remember the request; the loop honours it at the next sync point."""
+    """SIGTERM and SIGINT (Ctrl-C) handler: remember the request; the loop honours it at the next sync point (a
+    checkpoint, then exit). A second SIGINT is not caught: it raises `KeyboardInterrupt` at once."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
     def __init__(self) -> None:
         self.reason = ""
-        self.previous = None
+        self.signum: int | None = None
+        self.previous: dict[int, Any] = {}
 
     def __call__(self, signum: int, frame: Any) -> None:
-        self.reason = f"signal {signal.Signals(signum).name}"
+        self.reason, self.signum = f"signal {signal.Signals(signum).name}", signum
+        if signum == signal.SIGINT:  # the next Ctrl-C stops at once
+            signal.signal(signal.SIGINT, self.previous.get(signal.SIGINT, signal.default_int_handler))
+            logger.warning("Ctrl-C: saving a checkpoint at the next update, then stopping (press Ctrl-C again to stop "
+                           "at once, without it).")
 
     def __enter__(self) -> StopFlag:
-        try:
-            self.previous = signal.signal(signal.SIGTERM, self)
-        except ValueError:  # not in the main thread
-            pass
+        for signum in self.SIGNALS:
+            try:
+                self.previous[signum] = signal.signal(signum, self)
+            except ValueError:  # not in the main thread
+                pass
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        if self.previous is not None:
-            signal.signal(signal.SIGTERM, self.previous)
+        for signum, previous in self.previous.items():
+            signal.signal(signum, previous)
 
 
 # ----------------------------------------------------------------------------------------------- the steps
@@ -313,6 +322,54 @@ def save_checkpoint(s: Session, state: TrainingState) -> Path | None:
     return path
 
 
+class ProgressBar:
+    """The training progress bar: updates out of the planned total, or, under a time budget
+    (``--max-train-minutes``), training minutes out of the budget (counting the runs a resumed checkpoint came
+    from), so that its length and its time left are those of the budget; the updates are then in its postfix.
+    Under a budget the bar shows the run's progress ``max(minutes / budget, updates / total)``, the one that ends it.
+    """
+
+    def __init__(self, total_updates: int, step: int, budget_seconds: float | None, seconds: float, enabled: bool = True):
+        from tqdm.auto import tqdm
+
+        self.total_updates, self.budget, self.step, self.postfix = total_updates, budget_seconds, step, {}
+        if budget_seconds is None:
+            self.total, self.position = float(total_updates), float(step)
+            self.bar = tqdm(total=total_updates, initial=step, desc="updates", disable=not enabled, dynamic_ncols=True)
+        else:
+            self.total, self.position = budget_seconds, self._position(step, seconds)
+            self.bar = tqdm(total=budget_seconds, initial=self.position, desc="training minutes",
+                            unit="min", unit_scale=1 / 60, disable=not enabled, dynamic_ncols=True,
+                            bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total:.1f} min "
+                                       "[{elapsed}<{remaining}{postfix}]")
+            self.bar.set_postfix(updates=step, refresh=False)
+
+    def _position(self, step: int, seconds: float) -> float:
+        fraction = max(seconds / self.budget, step / self.total_updates if self.total_updates else 0.0)
+        return min(1.0, fraction) * self.budget
+
+    def advance(self, step: int, seconds: float) -> None:
+        """Update ``step`` is done, after ``seconds`` of training in all."""
+        self.step = step
+        if self.budget is None:
+            position = float(step)
+        else:
+            position = max(self.position, self._position(step, seconds))
+            self.bar.set_postfix(updates=step, **self.postfix, refresh=False)
+        self.bar.update(position - self.position)
+        self.position = position
+
+    def set_postfix(self, **values: Any) -> None:
+        self.postfix = values
+        if self.budget is None:
+            self.bar.set_postfix(**values)
+        else:
+            self.bar.set_postfix(updates=self.step, **values)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
 class TrainClock:
     """Training seconds of this run plus those of the runs it resumed."""
 
@@ -354,7 +411,7 @@ def train_loop(s: Session, state: TrainingState) -> tuple[str, bool]:
                 apply_update(s, update_loss / micro, counters, state.global_step + 1)
                 update_loss, micro = torch.zeros((), device=accelerator.device), 0
             state.global_step += 1
-            s.progress.update(1)
+            s.progress.advance(state.global_step, clock.seconds())
             step, done = state.global_step, state.global_step >= s.total_updates
             evaluating = bool(args.eval_steps) and step % args.eval_steps == 0 and "validation" in s.splits
             checkpointing = bool(args.checkpointing_steps) and step % args.checkpointing_steps == 0

@@ -3,7 +3,9 @@
 * `check_output_folder` runs before anything is written: the path must be a folder that can be created and
   written, and a folder that already holds a run is refused unless the run is resumed (with the same arguments) or
   ``--overwrite`` is given, which clears the run's files (and only those: a folder holding anything that
-  pretraining does not write, at any depth, is never cleared; `modeling_elmo.run_folder.RunFolder.run_entries`).
+  pretraining does not write, at any depth, is never cleared; `modeling_elmo.run_folder.RunFolder.run_entries`). A
+  run with the same arguments that stopped before its first checkpoint holds nothing to resume: it is started again
+  without ``--overwrite``.
 * `run_lock` is held by the main process for the whole run: a second ``elmo pretrain`` on the same
   ``--output-dir`` stops at once instead of writing into the same files.
 * `open_output_folder` runs once the inputs are known good: it clears (``--overwrite``), creates the folder and
@@ -29,6 +31,7 @@ import torch
 
 from ..io_utils import atomic_write_text, exclusive_lock, follow_umask
 from ..run_folder import RunFolder, read_json_object
+from .checkpoint import CheckpointManager
 from .state import argument_identity, identity_differences, read_run_identity, write_run_identity
 
 logger = logging.getLogger(__name__)
@@ -118,6 +121,10 @@ def check_output_folder(args: Any, run: RunFolder) -> str:
         what = f"another run ({'; '.join(differences)})"
     elif run.has_model():
         what = "the finished model of a run with these arguments"
+    elif CheckpointManager(run.checkpoints_dir).latest() is None:
+        # stopped before its first checkpoint: nothing to resume, and only this run's own files to replace
+        logger.info("%s holds a run with these arguments stopped before its first checkpoint; starting it again.", root)
+        return OVERWRITE
     else:
         what = "an unfinished run with these arguments"
     raise ValueError(f"--output-dir {str(root)!r} already holds {what}: {_ADVICE}.")
@@ -127,6 +134,9 @@ def open_output_folder(run: RunFolder, mode: str, identity: dict[str, Any], data
     """Main process, once the inputs are known good: clear (`OVERWRITE`: the run's own files, after checking again
     that nothing else is there), create, and record or check the run's identity (arguments, model, data and
     vocabulary; ``data_files``, the data files it was given, are recorded beside it)."""
+    if mode == NEW and any(run.is_run_artefact(p.name) for p in run.entries()):
+        raise ValueError(f"--output-dir {str(run.root)!r} was written by another run since this one started; "
+                         f"{_ADVICE}.")
     if mode == OVERWRITE:
         _, foreign = run.run_entries()
         if foreign:

@@ -15,6 +15,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -24,12 +25,12 @@ from ..launch import check_process_count, use_cpu_backend
 from ..lm_scoring import UNK_HANDLING, UnigramBaseline, dataset_target_counts
 from ..results import EvaluationResults, write_results
 from ..run_folder import RunFolder
-from .arguments import PretrainingArguments, read_model_preset, parse_args, validate
+from .arguments import DEFAULT_LEARNING_RATES, PretrainingArguments, parse_args, read_model_preset, validate
 from .batching import BucketBatchSampler, Collator, example_lengths
-from .checkpoint import CheckpointManager, check_checkpoint_files, load_checkpoint, read_trainer_state
+from .checkpoint import WRITE_ERRORS, CheckpointManager, check_checkpoint_files, load_checkpoint, read_trainer_state
 from .data import Vocabulary, build_char_vocabulary, build_vocabulary, check_hub_dataset, expand_text_files, load_raw_splits, tokenize_splits
 from .evaluation import evaluate, metrics_record, plot_perplexity
-from .loop import NonfiniteGuard, Session, evaluate_and_track, save_checkpoint, train_loop
+from .loop import NonfiniteGuard, ProgressBar, Session, evaluate_and_track, save_checkpoint, train_loop
 from .output import (
     BestModel,
     check_output_folder,
@@ -130,7 +131,7 @@ def check_inputs(args: PretrainingArguments) -> RunPlan:
     """Everything that can be checked before any file is written or any data are read: every flag, the final model
     configuration, the starting model, the data sources, the checkpoint to resume and the output folder."""
     validate(args)
-    from ..hub.safety import refuse_pickled_weights
+    from ..loading import refuse_pickled_weights
 
     fixed = fixed_characters = None
     if args.init_from_model is not None:
@@ -242,10 +243,45 @@ def _limit(ds: Any, n: int | None) -> Any:
     return ds.take(n) if isinstance(ds, datasets.IterableDataset) else ds.select(range(min(n, len(ds))))
 
 
+@contextlib.contextmanager
+def preprocessing_progress(enabled: bool) -> Iterator[Any]:
+    """One progress bar for the whole preparation of the data (reading, vocabulary, tokenising), with the
+    `datasets` library's own bars (one per split and per pass) switched off meanwhile through its public API and
+    switched back on afterwards if they were on."""
+    import datasets
+    from tqdm.auto import tqdm
+
+    were_enabled = datasets.is_progress_bar_enabled()
+    datasets.disable_progress_bars()
+    bar = tqdm(total=len(PREPROCESSING_STAGES), desc="preparing data", unit="stage", disable=not enabled,
+               bar_format="{desc}: {n}/{total} stages [{elapsed}{postfix}]")
+    try:
+        yield bar
+    finally:
+        bar.close()
+        if were_enabled:
+            datasets.enable_progress_bars()
+
+
+#: The stages of `prepare_data`, as its progress bar names them.
+PREPROCESSING_STAGES = ("reading the text", "building the vocabulary", "tokenising")
+
+
 def prepare_data(args: PretrainingArguments, accelerator: Any, plan: RunPlan) -> PreparedData:
-    """Read the splits, fix or build the vocabulary (main process; shared with the others), tokenise."""
+    """Read the splits, fix or build the vocabulary (main process; shared with the others), tokenise; one progress
+    bar for all of it (`preprocessing_progress`)."""
+    with preprocessing_progress(accelerator.is_local_main_process) as bar:
+        return _prepare_data(args, accelerator, plan, bar)
+
+
+def _prepare_data(args: PretrainingArguments, accelerator: Any, plan: RunPlan, bar: Any) -> PreparedData:
     from accelerate.utils import broadcast_object_list
 
+    def stage(index: int) -> None:
+        bar.n = index
+        bar.set_postfix_str(PREPROCESSING_STAGES[index] if index < len(PREPROCESSING_STAGES) else "done")
+
+    stage(0)
     with accelerator.main_process_first():
         raw = load_raw_splits(
             train_file=args.train_file, validation_file=args.validation_file, test_file=args.test_file,
@@ -257,6 +293,7 @@ def prepare_data(args: PretrainingArguments, accelerator: Any, plan: RunPlan) ->
     for split in ("validation", "test"):
         if split in raw:
             raw[split] = _limit(raw[split], args.max_eval_examples)
+    stage(1)
     if plan.fixed_vocab is not None:  # a checkpoint's or a starting model's (its softmax rows belong to its words)
         vocab = Vocabulary.from_file(plan.fixed_vocab[0])
     elif args.vocab_file:
@@ -286,10 +323,12 @@ def prepare_data(args: PretrainingArguments, accelerator: Any, plan: RunPlan) ->
             if accelerator.num_processes > 1:
                 broadcast_object_list(listed)
             characters = listed[0]
+    stage(2)
     with accelerator.main_process_first():
         splits = tokenize_splits(raw, vocab, mode=args.batching, max_sentence_length=args.max_sentence_length,
                                  window_size=args.window_size, num_proc=args.preprocessing_num_workers,
                                  overwrite_cache=args.overwrite_cache)
+    stage(3)
     files = {k: v for k, v in plan.split_files.items() if k in ("train", "validation")}
     dataset = " ".join(filter(None, (args.dataset_name, args.dataset_config_name))) or None
     return PreparedData(splits, vocab, data_fingerprint(files, dataset), characters)
@@ -320,10 +359,10 @@ def build_optimizer(model: torch.nn.Module, args: PretrainingArguments, device_t
     AdamW on CPU and CUDA, Adagrad on CPU, neither for sharded parameters."""
     params = [p for p in model.parameters() if p.requires_grad]
     if args.optimizer == "adagrad":
-        lr = args.learning_rate if args.learning_rate is not None else 0.2
+        lr = args.learning_rate if args.learning_rate is not None else DEFAULT_LEARNING_RATES["adagrad"]
         return torch.optim.Adagrad(params, lr=lr, initial_accumulator_value=args.adagrad_initial_accumulator,
                                    fused=True if device_type == "cpu" and not sharded else None)
-    lr = args.learning_rate if args.learning_rate is not None else 1e-3
+    lr = args.learning_rate if args.learning_rate is not None else DEFAULT_LEARNING_RATES["adamw"]
     groups = [  # decay matrices only (chosen by dimension, not by name)
         {"params": [p for p in params if p.dim() >= 2], "weight_decay": args.weight_decay},
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
@@ -392,10 +431,9 @@ def start_logging(s: Session, state: TrainingState, data: PreparedData, config: 
         accelerator.init_trackers(RunFolder.TRACKER_LOGS, config={k: v if isinstance(v, (int, float, str, bool)) else str(v)
                                                                   for k, v in vars(args).items()})
     log_summary(s, data, config)
-    from tqdm.auto import tqdm
-
-    s.progress = tqdm(total=s.total_updates, initial=state.global_step, disable=not accelerator.is_local_main_process,
-                      desc="updates", dynamic_ncols=True)
+    budget = 60.0 * args.max_train_minutes if args.max_train_minutes is not None else None
+    s.progress = ProgressBar(s.total_updates, state.global_step, budget, state.train_seconds,
+                             enabled=accelerator.is_local_main_process)
     if args.log_example_ids:
         s.examples_log = open(s.run.examples_log_file(accelerator.process_index), "a", encoding="utf-8")
 
@@ -432,6 +470,11 @@ def finish(s: Session, state: TrainingState, stop_reason: str, preempted: bool, 
     if preempted:
         logger.info("stopped at update %d (%s); resume with --resume-from-checkpoint latest.", state.global_step, stop_reason)
         s.accelerator.end_training()
+        if stop_reason == "signal SIGINT":  # Ctrl-C: one line, and the shell's status for an interrupted command
+            if s.accelerator.is_main_process:
+                print(f"elmo pretrain: interrupted (Ctrl-C) at update {state.global_step}; the checkpoint "
+                      f"{s.checkpoints.latest()} holds it: resume with --resume-from-checkpoint latest.", file=sys.stderr)
+            return 130
         return 0
     if stop_reason:
         logger.info("stopped at update %d: %s.", state.global_step, stop_reason)
@@ -474,14 +517,27 @@ def finish(s: Session, state: TrainingState, stop_reason: str, preempted: bool, 
                          "unk_handling": UNK_HANDLING}))
             if s.args.plot:
                 plot_perplexity(s.run.metrics_file, s.run.perplexity_plot_file)
-        except OSError as exc:
-            raise SystemExit(f"elmo pretrain: error: could not save the final model into {str(s.run.root)!r} ({exc}); nothing is "
-                             f"lost: the training state is in {s.checkpoints.latest()} (resume with --resume-from-checkpoint "
-                             "latest once there is space).") from exc
+        except WRITE_ERRORS as exc:  # a full disk: say what the kept checkpoint holds
+            raise SystemExit(f"elmo pretrain: error: could not save the final model into {str(s.run.root)!r} "
+                             f"({' '.join(str(exc).split())}); {_kept_checkpoint(s, state)}") from None
         logger.info("saved the model into %s", s.run.root)
     s.accelerator.wait_for_everyone()
     s.accelerator.end_training()
     return 0
+
+
+def _kept_checkpoint(s: Session, state: TrainingState) -> str:
+    """What is kept when the final model cannot be written: the latest checkpoint and the updates it holds."""
+    latest = s.checkpoints.latest()
+    if latest is None:
+        return (f"no checkpoint could be written either: the {state.global_step} updates of this run are lost "
+                "(free some space and run the command again).")
+    step = int(CheckpointManager.read_state(latest)["state"]["global_step"])
+    advice = "resume with --resume-from-checkpoint latest once there is space"
+    if step >= state.global_step:
+        return f"nothing is lost: the checkpoint {latest} holds all {step} updates ({advice}: it writes the model)."
+    return (f"the latest checkpoint, {latest}, holds update {step}: the {state.global_step - step} updates after it are "
+            f"lost ({advice}).")
 
 
 # ----------------------------------------------------------------------------------------------- the skeleton
@@ -541,3 +597,7 @@ def main(argv: list[str] | None = None) -> int:
         return train(parse_args(argv))
     except (ValueError, OSError) as error:
         raise SystemExit(f"elmo pretrain: error: {error}") from None
+    except KeyboardInterrupt:  # Ctrl-C before training started, or a second Ctrl-C while the first was handled
+        raise SystemExit("elmo pretrain: error: interrupted (Ctrl-C) at once, without saving a checkpoint; rerun the "
+                         "command to start again, or resume an earlier checkpoint with --resume-from-checkpoint "
+                         "latest.") from None

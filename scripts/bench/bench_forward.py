@@ -5,8 +5,11 @@
 For each shape (batch x tokens) it measures:
   * ``loop``: the reference explicit-loop LSTM (``lstm_implementation="loop"``, clipping on as in every released
     model);
-  * ``fused``: the fast recurrence (``lstm_implementation="fused"``, what ``"auto"`` picks when clipping): on the CPU
-    each direction on its own thread when there are two or more threads, MKL-packed per-step products;
+  * ``fused``: the fast recurrence (``lstm_implementation="fused"``, what ``"auto"`` picks when clipping) in the
+    installed package's CPU form (``modeling_elmo.packed_kernels``): each direction on its own thread when there are
+    two or more threads, per-step products on weights packed for oneDNN/MKL (private torch operators);
+  * ``fused_public``: the same model in the public-API form the files shipped with a model run (a model loaded with
+    ``trust_remote_code=True``, or an exported one): ``torch.mm`` per step, the directions one after the other;
   * ``torch``: the ``torch.lstm(proj_size=...)`` path (the same model with both clips off);
   * ``baseline``: a straightforward per-time-step implementation of the same model, as the original PyTorch port
     computes it (input and recurrent products inside the time loop, Conv1d character CNN, every token encoded);
@@ -40,6 +43,20 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
 from modeling_elmo import BOS_CHAR_IDS, EOS_CHAR_IDS, ElmoConfig, ElmoModel, encode_words  # noqa: E402
+from modeling_elmo.lstm_kernels import PUBLIC_CPU_KERNELS, cpu_kernels, use_cpu_kernels  # noqa: E402
+
+
+def in_public_form(fn):
+    """``fn`` run with the public-API CPU kernels (the shipped files' form), the installed ones restored after."""
+
+    def run():
+        installed = use_cpu_kernels(PUBLIC_CPU_KERNELS)
+        try:
+            return fn()
+        finally:
+            use_cpu_kernels(installed)
+
+    return run
 
 
 
@@ -220,7 +237,7 @@ def main(argv=None) -> int:
         other.load_state_dict(model.state_dict())
     a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
     report = {"preset": args.preset, "threads": args.threads, "torch": torch.__version__, "cpu": cpu_name(), "cpu_cores": os.cpu_count(),
-              "shapes": {}}
+              "cpu_kernels": cpu_kernels().name, "shapes": {}}
     peaks = []
     for shape in args.shapes.split(","):
         batch, tokens = map(int, shape.split("x"))
@@ -228,6 +245,8 @@ def main(argv=None) -> int:
         flops = forward_flops(config, batch, tokens)
         with torch.inference_mode():
             runs = {name: (lambda m=m: m(input_ids=ids)) for name, m in models.items()}
+            if cpu_kernels() is not PUBLIC_CPU_KERNELS:  # the package's fast form is installed: time both forms
+                runs["fused_public"] = in_public_form(runs["fused"])
             if not args.skip_baseline:
                 runs["baseline"] = lambda: baseline_forward(model, ids)
             runs["matmul_2048"] = lambda: a @ b
@@ -238,14 +257,18 @@ def main(argv=None) -> int:
                               "fraction_of_matmul_peak": flops / s / peak} for name, s in seconds.items()}
             reference = model(input_ids=ids).last_hidden_state
             torch.testing.assert_close(models["fused"](input_ids=ids).last_hidden_state, reference, atol=1e-4, rtol=1e-4)
+            if "fused_public" in results:
+                torch.testing.assert_close(runs["fused_public"]().last_hidden_state, reference, atol=1e-4, rtol=1e-4)
+                results["fused_public"]["speedup_over_loop"] = results["loop"]["seconds"] / results["fused_public"]["seconds"]
+                results["fused"]["speedup_over_public_form"] = results["fused_public"]["seconds"] / results["fused"]["seconds"]
             if "baseline" in results:
                 torch.testing.assert_close(baseline_forward(model, ids)[-1][:, 1:-1], reference, atol=1e-4, rtol=1e-4)
-                for name in models:
+                for name in [n for n in results if n != "baseline"]:
                     results[name]["speedup_over_baseline"] = results["baseline"]["seconds"] / results[name]["seconds"]
             results["fused"]["speedup_over_loop"] = results["loop"]["seconds"] / results["fused"]["seconds"]
         floor = matrix_product_floor(config, batch, tokens, args.repeats)
         floor["fraction_of_matmul_peak"] = flops / floor["seconds"] / peak
-        for name in models:
+        for name in results:
             results[name]["fraction_of_product_floor"] = floor["seconds"] / results[name]["seconds"]
         report["shapes"][shape] = {"gflop_per_call": flops / 1e9, "matmul_peak_gflops": peak / 1e9,
                                    "matrix_product_floor": floor, **results}

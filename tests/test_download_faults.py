@@ -1,0 +1,185 @@
+"""Downloads from misbehaving servers (a local HTTP server on 127.0.0.1, `release_server`): a ``.part`` resumed from
+another server or another version of the file, redirects, endless and trickling bodies, a stalled server, and two
+downloads into one cache at once. Each test reproduces a reported failure."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from modeling_elmo import cli, releases
+from modeling_elmo.releases import DownloadError, download_file, fetch_release
+
+
+@pytest.fixture(autouse=True)
+def no_hub(monkeypatch):
+    import huggingface_hub
+
+    def offline(*args, **kwargs):
+        raise OSError("offline (test)")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", offline)
+
+
+def _host(server) -> str:
+    return server.url.split("/models")[0]
+
+
+def _cache(tmp_path, release) -> Path:
+    return tmp_path / "cache" / release.name
+
+
+def _interrupt(server, served, release, tmp_path, nbytes: int) -> Path:
+    """A first run cut off after ``nbytes`` of the weights (every attempt); returns the ``.part`` it left."""
+    server.drops[served["weights"]] = [nbytes]
+    with pytest.raises(DownloadError):
+        fetch_release(release, tmp_path / "cache", base_url=server.url, attempts=1, progress=False)
+    part = _cache(tmp_path, release) / (release.filename("weights") + ".part")
+    assert part.stat().st_size == nbytes
+    return part
+
+
+# ----------------------------------------------------------------------------------------------- resuming
+
+
+def test_part_from_another_server_is_not_spliced_into_a_file_of_the_same_size(server, served, release, tmp_path,
+                                                                              synthetic_files):
+    _interrupt(server, served, release, tmp_path, 15_000)
+    other = bytes(b ^ 0xFF for b in synthetic_files[2])  # another file of the same size
+    mirror = "/mirror/models/elmo"
+    server.files[mirror + served["weights"].split("/models/elmo")[1]] = other
+    server.files[mirror + served["options"].split("/models/elmo")[1]] = synthetic_files[1]
+    server.requests.clear()
+    fetched = fetch_release(release, tmp_path / "cache", base_url=_host(server) + mirror, progress=False)
+    assert [r for p, r in server.requests if p.endswith("weights.hdf5")] == [None]  # started over, no Range
+    assert fetched.paths["weights"].read_bytes() == other  # the other server's file whole, not a splice
+
+
+def test_part_of_a_file_that_changed_on_the_server_is_replaced_not_continued(server, served, release, tmp_path,
+                                                                             synthetic_files):
+    _interrupt(server, served, release, tmp_path, 15_000)
+    changed = bytearray(synthetic_files[2])
+    changed[20_000] ^= 0x01  # same size, one bit beyond the part: a splice would pass every size check
+    server.files[served["weights"]] = bytes(changed)
+    server.requests.clear()
+    server.if_range.clear()
+    download_file(release.url("weights", server.url), _cache(tmp_path, release) / release.filename("weights"),
+                  progress=False, attempts=1)
+    assert server.requests == [(served["weights"], "bytes=15000-")]
+    assert server.if_range == [server.etag(synthetic_files[2])]  # the old version's ETag: the server sends it all
+    assert (_cache(tmp_path, release) / release.filename("weights")).read_bytes() == bytes(changed)
+
+
+def test_part_without_a_validator_is_started_over(server, served, release, tmp_path, synthetic_files):
+    server.validators = False
+    _interrupt(server, served, release, tmp_path, 15_000)
+    server.requests.clear()
+    fetched = fetch_release(release, tmp_path / "cache", base_url=server.url, progress=False)
+    assert server.requests_for(served["weights"]) == [None]
+    assert fetched.paths["weights"].read_bytes() == synthetic_files[2]
+
+
+def test_part_with_its_validator_resumes_with_if_range(server, served, release, tmp_path, synthetic_files):
+    part = _interrupt(server, served, release, tmp_path, 15_000)
+    record = json.loads(Path(str(part) + ".json").read_text())
+    assert record["url"] == release.url("weights", server.url) and record["etag"] == server.etag(synthetic_files[2])
+    server.requests.clear()
+    server.if_range.clear()
+    fetched = fetch_release(release, tmp_path / "cache", base_url=server.url, progress=False)
+    assert server.requests_for(served["weights"]) == ["bytes=15000-"]
+    assert server.if_range == [server.etag(synthetic_files[2])]
+    assert fetched.paths["weights"].read_bytes() == synthetic_files[2]
+    assert sorted(p.name for p in _cache(tmp_path, release).iterdir()) == sorted(
+        [release.filename("options"), release.filename("options") + ".source", release.filename("weights"),
+         release.filename("weights") + ".source"])
+
+
+# ----------------------------------------------------------------------------------------------- redirects
+
+
+def test_redirect_is_followed_and_recorded_with_the_url_that_served_the_file(server, served, release, tmp_path,
+                                                                            synthetic_files, caplog):
+    elsewhere = "/elsewhere/weights.hdf5"
+    server.files[elsewhere] = synthetic_files[2]
+    server.redirects[served["weights"]] = _host(server) + elsewhere
+    with caplog.at_level(logging.WARNING, logger="modeling_elmo.releases"):
+        assert cli.main(["convert", "--release", "original", "--base-url", server.url, "--cache-dir",
+                         str(tmp_path / "cache"), "--output", str(tmp_path / "out")]) == 0
+    asked = release.url("weights", server.url)
+    recorded = f"{_host(server)}{elsewhere} (redirected from {asked})"
+    metadata = json.loads((tmp_path / "out" / "conversion_metadata.json").read_text())
+    assert metadata["sources"]["weights"] == recorded
+    assert (_cache(tmp_path, release) / (release.filename("weights") + ".source")).read_text().strip() == recorded
+    assert f"redirected: {asked} -> {_host(server)}{elsewhere}" in caplog.text
+
+
+# ----------------------------------------------------------------------------------------------- bounds and deadlines
+
+
+def test_endless_body_without_content_length_is_cut_off_at_the_size_bound(server, served, release, tmp_path):
+    server.endless.add(served["options"])
+    started = time.monotonic()
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["convert", "--release", "original", "--base-url", server.url, "--cache-dir",
+                  str(tmp_path / "cache"), "--output", str(tmp_path / "out"), "--no-mirror"])
+    message = str(exit_.value.code)
+    assert message == (f"elmo convert: error: {release.filename('options')} from {release.url('options', server.url)}: "
+                       "the server sent more than 65,536, the most this file can have; the partial file was deleted.")
+    assert time.monotonic() - started < 30
+    assert sorted(p.name for p in _cache(tmp_path, release).iterdir()) == []
+
+
+def test_trickling_server_meets_the_deadline_of_the_file(server, served, release, tmp_path, monkeypatch):
+    server.trickle[served["options"]] = 0.2  # one byte every 0.2 s: each read arrives in time, the file never does
+    monkeypatch.setattr(releases, "DEADLINE_GRACE_SECONDS", 1.0)  # options.json: 1 s + 65,536 B at 100 kB/s
+    started = time.monotonic()
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["convert", "--release", "original", "--base-url", server.url, "--cache-dir",
+                  str(tmp_path / "cache"), "--output", str(tmp_path / "out")])
+    elapsed = time.monotonic() - started
+    message = str(exit_.value.code)
+    assert message.startswith(f"elmo convert: error: cannot download {release.filename('options')} from "
+                              f"{release.url('options', server.url)}: timed out, the file did not arrive within its "
+                              "deadline of 2 s; ") and "\n" not in message, message
+    assert "bytes are kept in" in message and elapsed < 10
+
+
+def test_stalled_server_is_reported_as_a_timeout(server, served, release, tmp_path):
+    server.stall.add(served["options"])
+    url = release.url("options", server.url)
+    started = time.monotonic()
+    with pytest.raises(DownloadError) as raised:
+        download_file(url, tmp_path / "options.json", read_timeout=1.0, attempts=2, retry_wait=0, progress=False)
+    assert str(raised.value) == (f"cannot download options.json from {url} (2 attempts): timed out: the server sent "
+                                 "nothing for 1 s (after 0 bytes).")
+    assert time.monotonic() - started < 10
+
+
+# ----------------------------------------------------------------------------------------------- one writer
+
+
+def test_two_downloads_into_one_cache_take_turns_and_both_succeed(server, served, release, tmp_path, synthetic_files):
+    server.trickle[served["weights"]] = 0.0  # sent byte by byte: the first download takes a while
+    results, errors = [], []
+
+    def fetch():
+        try:
+            results.append(fetch_release(release, tmp_path / "cache", base_url=server.url, progress=False))
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=fetch) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+        time.sleep(0.2)
+    for thread in threads:
+        thread.join(timeout=120)
+    assert errors == [] and len(results) == 2
+    assert sorted(r.cached["weights"] for r in results) == [False, True]  # the second found the first's file
+    assert len(server.requests_for(served["weights"])) == 1
+    assert all(r.paths["weights"].read_bytes() == synthetic_files[2] for r in results)

@@ -1,0 +1,50 @@
+"""``elmo embed --overwrite`` replaces only what an earlier ``elmo embed`` wrote: never a device or a FIFO (``elmo
+embed in.txt /dev/null --overwrite`` as root used to replace ``/dev/null`` by a regular file), never a file of
+another kind, never a ``.partial`` folder holding anything but an interrupted run's record and chunks."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+from test_embed import FakeEmbedder, SENTENCES, read_h5, run
+
+from modeling_elmo.embed import embed_file
+
+
+def test_overwrite_never_replaces_a_fifo(tmp_path):
+    fifo = tmp_path / "out.h5"
+    os.mkfifo(fifo)
+    (tmp_path / "in.txt").write_text("\n".join(" ".join(s) for s in SENTENCES) + "\n")
+    with pytest.raises(ValueError, match=f"output '{fifo}' exists and is not a regular file"):
+        embed_file(tmp_path / "in.txt", fifo, FakeEmbedder(), mode="all", overwrite=True, show_progress=False)
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "out.h5"]
+
+
+def test_overwrite_never_replaces_a_file_that_elmo_embed_did_not_write(tmp_path):
+    (tmp_path / "notes.txt").write_text("my notes")
+    with pytest.raises(ValueError, match="is not an HDF5 file written by elmo embed"):
+        run(tmp_path, name="notes.txt", overwrite=True)
+    assert (tmp_path / "notes.txt").read_text() == "my notes"
+    import h5py
+
+    with h5py.File(tmp_path / "other.h5", "w") as h5:  # an HDF5 file of someone else
+        h5["x"] = [1, 2, 3]
+    with pytest.raises(ValueError, match="is not an HDF5 file written by elmo embed"):
+        run(tmp_path, name="other.h5", overwrite=True)
+    _, out = run(tmp_path, name="mine.h5")
+    run(tmp_path, name="mine.h5", overwrite=True, mode="top")  # its own output is replaced
+    assert read_h5(out)["0"].ndim == 2
+
+
+def test_overwrite_never_deletes_a_partial_folder_holding_other_files(tmp_path):
+    partial = tmp_path / "out.h5.partial"
+    partial.mkdir()
+    (partial / "chunk-00000000.h5").write_bytes(b"")
+    (partial / "my_results.csv").write_text("mine")
+    with pytest.raises(ValueError, match=r"holds what an interrupted elmo embed run does not write \(my_results.csv\)"):
+        run(tmp_path, overwrite=True)
+    assert (partial / "my_results.csv").read_text() == "mine"
+    assert not (tmp_path / "out.h5").exists()

@@ -1,0 +1,118 @@
+"""`elmo evaluate` under hostile model folders and text files: damaged or non-finite weights, a config whose shapes
+do not match the weights, tokenizer and model of different widths (each one line ``elmo evaluate: error: ...``), and
+text with invalid UTF-8 or old-Mac line ends (read as `elmo embed` and `elmo pretrain` read them)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import struct
+
+import pytest
+import torch
+
+from modeling_elmo.evaluation import data as ev_data
+from modeling_elmo.evaluation.cli import main
+
+from test_evaluation import TINY, WORDS
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    from modeling_elmo import ElmoConfig, ElmoForBidirectionalLM, ElmoTokenizer, save_model_folder
+
+    root = tmp_path_factory.mktemp("lm")
+    (root / "vocab.txt").write_text("\n".join(WORDS) + "\n")
+    tok = ElmoTokenizer(vocab_file=str(root / "vocab.txt"))
+    torch.manual_seed(7)
+    save_model_folder(ElmoForBidirectionalLM(ElmoConfig(vocab_size=tok.vocab_size, **TINY)).eval(), tok, root / "m")
+    return root / "m"
+
+
+def _error_line(model, tmp_path, capsys) -> str:
+    (tmp_path / "t.txt").write_text("the bank\na good film\n")
+    with pytest.raises(SystemExit) as err:
+        main([str(model), "--task", "perplexity", "--text", str(tmp_path / "t.txt"), "--output-dir",
+              str(tmp_path / "results"), "--no-progress"])
+    assert err.value.code == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.strip().splitlines() if not line.startswith("Loading weights")]  # progress bar
+    assert len(lines) == 1 and lines[0].startswith("elmo evaluate: error: ") and "Traceback" not in err, lines
+    assert not (tmp_path / "results").exists()
+    return lines[0]
+
+
+def _copy(model_dir, tmp_path):
+    target = tmp_path / "model"
+    shutil.copytree(model_dir, target)
+    return target
+
+
+def test_truncated_weights_are_one_line(model_dir, tmp_path, capsys):
+    model = _copy(model_dir, tmp_path)
+    weights = model / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-64])
+    line = _error_line(model, tmp_path, capsys)
+    assert f"weights file {str(weights)!r} is truncated: tensor" in line, line
+
+
+def test_bomb_header_is_one_line(model_dir, tmp_path, capsys):
+    model = _copy(model_dir, tmp_path)
+    weights = model / "model.safetensors"
+    weights.write_bytes(struct.pack("<Q", 10**15) + weights.read_bytes()[8:])
+    assert "its header claims 1,000,000,000,000,000 bytes" in _error_line(model, tmp_path, capsys)
+
+
+def test_config_whose_shapes_do_not_match_the_weights_is_one_line(model_dir, tmp_path, capsys):
+    model = _copy(model_dir, tmp_path)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "cell_size": config["cell_size"] * 2}))
+    line = _error_line(model, tmp_path, capsys)
+    assert "do not match its config.json" in line and "with another shape than config.json implies" in line, line
+
+
+def test_nonfinite_weights_are_one_line(model_dir, tmp_path, capsys):
+    from safetensors.torch import load_file, save_file
+
+    model = _copy(model_dir, tmp_path)
+    tensors = load_file(model / "model.safetensors")
+    name = next(k for k in sorted(tensors) if k.startswith("softmax."))
+    tensors[name].view(-1)[0] = float("inf")
+    save_file(tensors, model / "model.safetensors", metadata={"format": "pt"})
+    line = _error_line(model, tmp_path, capsys)
+    assert f"hold NaN or infinite values in 1 tensor(s) ({name})" in line, line
+
+
+def test_tokenizer_of_another_width_is_one_line(model_dir, tmp_path, capsys):
+    model = _copy(model_dir, tmp_path)
+    config = json.loads((model / "tokenizer_config.json").read_text())
+    (model / "tokenizer_config.json").write_text(json.dumps({**config, "max_characters_per_token": 60}))
+    assert "writes 60 characters per word but the model reads 50" in _error_line(model, tmp_path, capsys)
+
+
+def test_invalid_utf8_is_replaced_and_counted_as_embed_and_pretrain_do(tmp_path, caplog):
+    path = tmp_path / "latin1.txt"
+    path.write_bytes(b"the caf\xe9 bank\nriver\n\xff\xfe money\n")
+    with caplog.at_level(logging.WARNING, logger="modeling_elmo.evaluation.data"):
+        sentences = ev_data.read_text_sentences(path)
+    assert sentences == [["the", "caf\ufffd", "bank"], ["river"], ["\ufffd\ufffd", "money"]]
+    assert f"text file {path}: 2 line(s) held invalid UTF-8 (replaced by U+FFFD); the first is line 1." in caplog.text
+    tsv = tmp_path / "train.tsv"
+    tsv.write_bytes(b"label\tsentence\n1\t\xe9t\xe9 good\n")  # Latin-1, not UTF-8
+    assert [s.tokens for s in ev_data.read_sst2(tsv)] == [["\ufffdt\ufffd", "good"]]
+
+
+def test_old_mac_line_ends_are_line_ends(tmp_path):
+    path = tmp_path / "mac.txt"
+    path.write_bytes(b"the bank\ra river\r\rgood film\r\nmoney")
+    assert ev_data.read_text_sentences(path) == [["the", "bank"], ["a", "river"], ["good", "film"], ["money"]]
+
+
+def test_evaluate_reads_invalid_utf8_text_end_to_end(model_dir, tmp_path, capsys):
+    text = tmp_path / "t.txt"
+    text.write_bytes(b"the bank\rthe caf\xe9 film\r")
+    assert main([str(model_dir), "--task", "perplexity", "--text", str(text), "--output-dir",
+                 str(tmp_path / "out"), "--no-progress"]) == 0
+    results = json.loads((tmp_path / "out" / "eval_results.json").read_text())
+    assert "perplexity" in json.dumps(results)

@@ -1,0 +1,141 @@
+"""`torch.export` and ONNX (through the dynamo exporter) of every ELMo class in eval mode at a fixed shape: the
+exported program computes what the eager model computes, on the example inputs and on other inputs of the same
+shape (other words, other lengths, left padding), and holds only standard operators."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from support import assert_same_numbers
+from test_modeling_elmo import SENTENCES, ElmoModelTester
+
+from modeling_elmo import (ElmoForBidirectionalLM, ElmoForSequenceClassification, ElmoForTokenClassification,
+                           ElmoModel, packed_kernels)
+from modeling_elmo.lstm_kernels import RecurrencePlan, cpu_kernels
+
+#: The tolerance the exported program must meet against the eager model (relative to the largest value).
+TOLERANCE = 1e-5
+#: The outputs compared per class (the heads' logits, the biLM's layers).
+OUTPUTS = {ElmoModel: "last_hidden_state", ElmoForBidirectionalLM: "last_hidden_state",
+           ElmoForSequenceClassification: "logits", ElmoForTokenClassification: "logits"}
+#: Four sentences padded to 6 tokens, as `SENTENCES`, with other words and lengths (one row left-padded).
+OTHER_SENTENCES = [["Rivers", "rise"], ["Seeds", "grow", "in", "the", "warm", "soil"], ["Yes"], ["A", "b", "c", "d"]]
+
+
+def inputs(tester: ElmoModelTester, sentences, left_padded_row: int | None = None):
+    enc = tester.encode(sentences)
+    ids, mask = enc["input_ids"], enc["attention_mask"]
+    if left_padded_row is not None:  # move a row's tokens to the end: padding first
+        shift = int(mask.shape[1] - mask[left_padded_row].sum())
+        ids[left_padded_row] = ids[left_padded_row].roll(shift, dims=0)
+        mask[left_padded_row] = mask[left_padded_row].roll(shift, dims=0)
+    return ids, mask
+
+
+def exported_and_eager(cls, tester, example, others, **kwargs):
+    """(outputs of the exported program, outputs of the eager model) on ``example`` and each of ``others``."""
+    model = tester.model(cls, seed=4, cell_clip=3.0, proj_clip=3.0).eval()
+    program = torch.export.export(model, example, kwargs=kwargs)
+    results = []
+    for args in (example, *others):
+        with torch.no_grad():
+            results.append((program.module()(*args, **kwargs), model(*args, **kwargs)))
+    return program, results
+
+
+def standard_operators_only(program: torch.export.ExportedProgram) -> None:
+    targets = {str(node.target) for node in program.graph.nodes if node.op == "call_function"}
+    assert targets and not [t for t in targets if "mkl" in t or "mkldnn" in t], targets
+
+
+@pytest.mark.parametrize("cls", list(OUTPUTS), ids=lambda c: c.__name__)
+def test_exported_program_of_every_class_equals_the_eager_model_at_its_shape(cls):
+    tester = ElmoModelTester(num_labels=3)
+    example = inputs(tester, SENTENCES)
+    # the biLM head reads right-padded input (its predictions sit at the boundary positions); the others any padding
+    other = inputs(tester, OTHER_SENTENCES, left_padded_row=None if cls is ElmoForBidirectionalLM else 3)
+    program, results = exported_and_eager(cls, tester, example, [other])
+    standard_operators_only(program)
+    for run, (exported, eager) in enumerate(results):
+        name = OUTPUTS[cls]
+        assert_same_numbers(exported[name], eager[name], rtol=TOLERANCE, what=f"{cls.__name__} {name}, input {run}")
+        if "attention_mask" in eager:
+            assert torch.equal(exported["attention_mask"], eager["attention_mask"])
+    # the two inputs differ, and so do the outputs: nothing was frozen into the program from the example
+    assert not torch.allclose(results[0][0][OUTPUTS[cls]], results[1][0][OUTPUTS[cls]])
+
+
+def test_exported_language_model_computes_the_eager_loss_from_labels():
+    tester = ElmoModelTester()
+    example, other = inputs(tester, SENTENCES), inputs(tester, OTHER_SENTENCES)
+    words = torch.arange(24).view(4, 6) % 30 + 5
+    labels = words.masked_fill(example[1] == 0, -100)
+    model = tester.model(ElmoForBidirectionalLM, seed=4, cell_clip=3.0, proj_clip=3.0).eval()
+    program = torch.export.export(model, example, kwargs={"labels": labels})
+    for args in (example, other):
+        run_labels = words.masked_fill(args[1] == 0, -100)
+        with torch.no_grad():
+            exported, eager = program.module()(*args, labels=run_labels), model(*args, labels=run_labels)
+        for field in ("loss", "forward_nll_sum", "backward_nll_sum"):
+            assert_same_numbers(exported[field], eager[field], rtol=TOLERANCE, what=field)
+        assert int(exported["num_forward_targets"]) == int(eager["num_forward_targets"]) == int(args[1].sum()) + 4
+
+
+def test_export_of_the_per_direction_cpu_form_traces_public_operators_while_the_package_runs_packed_ones(monkeypatch):
+    """Large models run one direction at a time on the CPU, in the package with packed oneDNN/MKL products; a traced
+    program gets the public products instead (it must run wherever torch runs) and the same numbers."""
+    monkeypatch.setattr(RecurrencePlan, "PER_DIRECTION_FROM", 0)  # the large-model form on the tiny model
+    if packed_kernels.available():
+        assert cpu_kernels().name == "packed"  # what eager runs here
+    tester = ElmoModelTester()
+    example = inputs(tester, SENTENCES)
+    program, results = exported_and_eager(ElmoModel, tester, example, [inputs(tester, OTHER_SENTENCES, 1)])
+    standard_operators_only(program)
+    for exported, eager in results:
+        assert_same_numbers(exported.last_hidden_state, eager.last_hidden_state, rtol=TOLERANCE)
+
+
+def test_onnx_export_through_dynamo_runs_in_onnxruntime_with_the_eager_outputs(tmp_path):
+    pytest.importorskip("onnxscript", reason="ONNX export needs the optional packages onnx and onnxscript")
+    onnxruntime = pytest.importorskip("onnxruntime", reason="running the ONNX model needs the optional onnxruntime")
+    tester = ElmoModelTester()
+    model = tester.model(ElmoModel, seed=4, cell_clip=3.0, proj_clip=3.0).eval()
+    example = inputs(tester, SENTENCES)
+    onnx_program = torch.onnx.export(model, example, dynamo=True, verbose=False,
+                                     input_names=["input_ids", "attention_mask"],
+                                     output_names=["last_hidden_state", "attention_mask_out"])
+    onnx_program.save(str(tmp_path / "elmo.onnx"))
+    session = onnxruntime.InferenceSession(str(tmp_path / "elmo.onnx"), providers=["CPUExecutionProvider"])
+    for ids, mask in (example, inputs(tester, OTHER_SENTENCES, left_padded_row=3)):
+        hidden, out_mask = session.run(None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
+        with torch.no_grad():
+            eager = model(ids, mask)
+        assert_same_numbers(hidden, eager.last_hidden_state, rtol=TOLERANCE, what="ONNX last_hidden_state")
+        assert (out_mask == eager.attention_mask.numpy()).all()
+
+
+def test_a_model_loaded_as_remote_code_without_the_package_exports_and_runs_the_public_form(tmp_path):
+    """The files shipped with a model, alone (the package unimportable): they run the public-API CPU form and
+    export to a program equal to the eager model."""
+    from support import run_without_package
+
+    tester = ElmoModelTester()
+    tester.model(ElmoModel, seed=4, cell_clip=3.0, proj_clip=3.0).save_pretrained(tmp_path / "m")
+    ids, mask = inputs(tester, SENTENCES)
+    torch.save({"ids": ids, "mask": mask}, tmp_path / "inputs.pt")
+    report = run_without_package("""
+        import json, sys, torch
+        from transformers import AutoModel
+        model = AutoModel.from_pretrained(sys.argv[1], trust_remote_code=True).eval()
+        shipped = sys.modules[type(model).__module__.rsplit(".", 1)[0] + ".lstm_kernels"]
+        batch = torch.load(sys.argv[2], weights_only=True)
+        program = torch.export.export(model, (batch["ids"], batch["mask"]))
+        with torch.no_grad():
+            exported = program.module()(batch["ids"], batch["mask"]).last_hidden_state
+            eager = model(batch["ids"], batch["mask"]).last_hidden_state
+        print(json.dumps({"module": type(model).__module__, "kernels": shipped.cpu_kernels().name,
+                          "difference": float((exported - eager).abs().max()), "scale": float(eager.abs().max())}))
+    """, tmp_path / "m", tmp_path / "inputs.pt", workdir=tmp_path / "work")
+    assert report["module"].startswith("transformers_modules.") and report["kernels"] == "public"
+    assert report["difference"] <= TOLERANCE * report["scale"] and report["scale"] > 0

@@ -1,0 +1,73 @@
+"""A vocabulary file gives each word the id of its line, so a line that would shift the ids of the words after it
+(an empty line, a repeated word, a special word after other words) is refused naming the line, by the tokenizer,
+by pretraining (``--vocab-file``) and when a model is loaded for scoring or publishing; a vocabulary of another size
+than the model's softmax is refused too. (They used to be dropped silently: every later word id shifted by one
+against the softmax.)"""
+
+from __future__ import annotations
+
+
+import pytest
+import torch
+
+from modeling_elmo import ElmoConfig, ElmoForBidirectionalLM, ElmoTokenizer, save_model_folder
+from modeling_elmo.evaluation.cli import main as evaluate_main
+from modeling_elmo.pretraining import main as pretrain_main
+from modeling_elmo.pretraining.data import Vocabulary
+from modeling_elmo.tokenization_elmo import read_vocabulary_file
+
+BAD = [
+    ("a\nb\n\nc\n", "line 3 is empty"),
+    ("a\nb\nc\n\n", "line 4 is empty"),
+    ("a\n   \nb\n", "line 2 is empty"),
+    ("a\nb\nc\nb\n", "line 4 repeats the word 'b' of line 2"),
+    ("<S>\n</S>\n<UNK>\nthe\n<S>\n", "line 5 repeats the word '<S>' of line 1"),
+    ("the\ncat\n<UNK>\n", "line 3 lists the special word '<UNK>' after other words"),
+]
+
+
+@pytest.mark.parametrize("text,message", BAD)
+def test_a_line_that_would_shift_the_word_ids_is_refused_naming_it(tmp_path, text, message):
+    path = tmp_path / "vocab.txt"
+    path.write_text(text)
+    for read in (read_vocabulary_file, lambda p: ElmoTokenizer(vocab_file=str(p)), Vocabulary.from_file):
+        with pytest.raises(ValueError, match=f"vocabulary file '{path}': {message}"):
+            read(path)
+
+
+def test_the_files_this_package_and_bilm_tf_write_are_read_in_line_order(tmp_path):
+    (tmp_path / "bilm.txt").write_text("<S>\n</S>\n<UNK>\nthe\ncat\n!!!MAXTERMID\n")
+    tokenizer = ElmoTokenizer(vocab_file=str(tmp_path / "bilm.txt"))
+    assert [tokenizer.vocab[w] for w in ("<pad>", "<S>", "</S>", "<UNK>", "the", "cat")] == [0, 1, 2, 3, 4, 5]
+    tokenizer.save_pretrained(tmp_path / "saved")
+    assert read_vocabulary_file(tmp_path / "saved" / "vocab.txt") == ["<pad>", "<S>", "</S>", "<UNK>", "the", "cat"]
+    assert Vocabulary.from_file(tmp_path / "saved" / "vocab.txt").words == ["<pad>", "<S>", "</S>", "<UNK>", "the", "cat"]
+    (tmp_path / "crlf.txt").write_bytes(b"the\r\ncat\r\n")
+    assert read_vocabulary_file(tmp_path / "crlf.txt") == ["the", "cat"]
+
+
+def test_pretrain_refuses_a_vocabulary_file_with_a_repeated_word_in_one_line(tmp_path):
+    (tmp_path / "train.txt").write_text("the cat sat\n" * 50)
+    (tmp_path / "vocab.txt").write_text("the\ncat\nthe\nsat\n")
+    with pytest.raises(SystemExit) as error:
+        pretrain_main(["--train-file", str(tmp_path / "train.txt"), "--vocab-file", str(tmp_path / "vocab.txt"),
+                       "--output-dir", str(tmp_path / "run"), "--max-steps", "1"])
+    assert str(error.value.code) == (f"elmo pretrain: error: vocabulary file '{tmp_path / 'vocab.txt'}': line 3 repeats "
+                                     "the word 'the' of line 1 (a repeated word would shift the id of every later word).")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_vocabulary_of_another_size_than_the_softmax_is_refused_when_scoring(tmp_path, capsys):
+    (tmp_path / "words.txt").write_text("\n".join(f"w{i}" for i in range(20)) + "\n")
+    tokenizer = ElmoTokenizer(vocab_file=str(tmp_path / "words.txt"))
+    config = ElmoConfig(vocab_size=tokenizer.vocab_size, hidden_size=8, cell_size=16, char_embedding_dim=4,
+                        char_cnn_filters=[[1, 4], [2, 8]], num_highway_layers=1)
+    torch.manual_seed(0)
+    save_model_folder(ElmoForBidirectionalLM(config), tokenizer, tmp_path / "lm")
+    (tmp_path / "lm" / "vocab.txt").write_text("\n".join(f"w{i}" for i in range(5)) + "\n")  # 9 of 24 words
+    (tmp_path / "text.txt").write_text("w1 w2\n")
+    with pytest.raises(SystemExit):
+        evaluate_main([str(tmp_path / "lm"), "--task", "perplexity", "--text", str(tmp_path / "text.txt"),
+                       "--no-progress"])
+    assert "its softmax has 24 rows" in capsys.readouterr().err
+    assert not (tmp_path / "lm" / "evaluation").exists()
