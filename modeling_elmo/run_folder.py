@@ -16,16 +16,18 @@ A folder written by ``elmo pretrain --output-dir RUN``::
                                           evaluation {step, split, perplexity, perplexity_forward,
                                           perplexity_backward[, unigram_perplexity]}
     examples_rank<R>.jsonl                the example ids process R trained on, per batch (--log-example-ids)
-    elmo-pretraining/                     tracker logs (--report-to tensorboard, ...)
+    elmo-pretraining/                     tracker logs (--report-to tensorboard: its event files and hparams.yml)
     training_metadata.json                the run's arguments, data and vocabulary fingerprints, counters
-    run.json                              what defines the run (arguments, model, data and vocabulary fingerprints):
-                                          written when it starts; one run per folder
+    run.json                              what defines the run (arguments, model, data and vocabulary fingerprints,
+                                          and the data files it was given): written when it starts; one run per
+                                          folder (RUN.lock, beside the folder, while a run writes it)
     eval_results.json                     the final perplexities (docs/results.md)
     perplexity.png                        the training curve
     evaluation/                           what ``elmo evaluate RUN`` writes (`EvaluationFolder`)
 
-A folder written by ``elmo convert`` holds the model, tokenizer and code files, a ``README.md`` and
-``conversion_metadata.json`` (the source files, their checksums, the numerical check).
+A folder written by ``elmo convert`` holds the model, tokenizer and code files, a ``README.md``,
+``conversion_metadata.json`` (the source files, their checksums, the numerical check) and ``.elmo-manifest.json``,
+the list of the files it wrote (`modeling_elmo.manifest`).
 
 ``RunFolder(path).has_model()`` says whether a finished model can be loaded from it, ``is_run()`` whether a
 training run wrote it; the ``*_file`` properties name each artefact, present or not. ``run_entries()`` sorts every
@@ -43,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from .io_utils import atomic_write_text, read_json_object
+from .manifest import MANIFEST
 from .results import EvaluationResults, read_results
 
 __all__ = ["CHECKPOINT_FILE", "CODE_FILES", "EvaluationFolder", "RunFolder", "read_json_object"]
@@ -68,7 +71,8 @@ def _written(name: str, is_ours) -> bool:
 
 class EvaluationFolder:
     """What ``elmo evaluate`` writes: ``eval_results.json`` (docs/results.md), ``eval_results.md`` (the same numbers
-    as Markdown tables) and the plots of `PLOTS`, each present only when it applies."""
+    as Markdown tables) and the plots of `PLOTS`, each present only when it applies, and ``.elmo-manifest.json``,
+    the list of the files it wrote (it never replaces a file it did not write)."""
 
     RESULTS = "eval_results.json"
     REPORT = "eval_results.md"
@@ -99,8 +103,11 @@ class EvaluationFolder:
 
     @classmethod
     def is_own_file(cls, name: str) -> bool:
-        """Whether a file ``name`` in the folder is one ``elmo evaluate`` writes (or is writing)."""
-        return _written(name, lambda n: n in (cls.RESULTS, cls.REPORT, *cls.PLOTS.values()))
+        """Whether a file ``name`` in the folder is one ``elmo evaluate`` writes (or is writing): its results, report,
+        plots (``.NAME.tmp.png`` while one is saved) and its manifest of them (`modeling_elmo.manifest`)."""
+        plot = re.fullmatch(r"\.(?P<stem>.+)\.tmp\.png", name)
+        return (_written(name, lambda n: n in (cls.RESULTS, cls.REPORT, MANIFEST, *cls.PLOTS.values()))
+                or bool(plot and f"{plot.group('stem')}.png" in cls.PLOTS.values()))
 
 
 class RunFolder:

@@ -36,6 +36,7 @@ from modeling_elmo import (  # noqa: E402
     load_elmo_model,
     save_model_folder,
 )
+from modeling_elmo.inference import ElmoEmbedder  # noqa: E402
 from modeling_elmo.results import EvaluationResults, write_results  # noqa: E402
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "bad-input.md"
@@ -121,6 +122,22 @@ ROWS = [
     Row("library", "`ElmoTokenizer(vocab_file='dup.txt')` (a word listed twice)",
         "vocabulary file 'dup.txt': line 3 repeats the word 'w1' of line 2 (a repeated word would shift the id of every "
         "later word).", lambda: ElmoTokenizer(vocab_file="dup.txt")),
+    Row("library", "`ElmoConfig(max_characters_per_token=10**6)` (also from a `config.json`)",
+        "`max_characters_per_token` must be at most 1024 (characters per word), got 1000000.",
+        lambda: ElmoConfig(max_characters_per_token=10**6)),
+    Row("library", "`ElmoConfig(char_cnn_filters=[[1, 10**9]])` (also from a `config.json` or an `options.json`)",
+        "this config describes a model of 4e+18 parameters (char_cnn_filters: 1,000,000,000 filters, hidden_size 512, "
+        "cell_size 4096, vocab_size 4), more than the 1e+10 this package builds; the file is damaged or not meant for "
+        "it.", lambda: ElmoConfig(char_cnn_filters=[[1, 10**9]])),
+    Row("library", "`load_elmo_model('truncated')` (its `model.safetensors` cut short)",
+        "weights file 'truncated/model.safetensors' is truncated: tensor ...", lambda: load_elmo_model("truncated")),
+    Row("library", "`load_elmo_model('nan')` (a NaN in `model.safetensors`)",
+        "the weights of model 'nan' hold NaN or infinite values in 1 tensor(s) (char_encoder.char_embeddings.weight); "
+        "every vector computed from them would be NaN. Refusing to run it.", lambda: load_elmo_model("nan")),
+    Row("library", "`embedder.embed_sentences(['hello world', 'x'])` (strings, not word lists)",
+        "sentence 0 is a str ('hello world'), not a list of words; split it first (text.split(), or the tokenizer's "
+        "split_words).", lambda: ElmoEmbedder(ElmoModel(_tiny_config()), ElmoTokenizer()).embed_sentences(
+            ["hello world", "x"])),
     # ------------------------------------------------------------------ elmo embed
     Row("elmo embed", "`elmo embed text.txt text.txt --model lm --top --overwrite`",
         "elmo embed: error: output 'text.txt' is the input file 'text.txt'; writing it would destroy the input. "
@@ -143,6 +160,18 @@ ROWS = [
         "elmo embed: error: output 'notes.txt' exists and is not an HDF5 file written by elmo embed; --overwrite "
         "replaces only those. Choose another output.",
         ["embed", "text.txt", "notes.txt", "--model", "lm", "--top", "--overwrite"]),
+    Row("elmo embed", "`elmo embed text.txt out.h5 --model truncated --top` (its `model.safetensors` cut short)",
+        "elmo embed: error: weights file 'truncated/model.safetensors' is truncated: tensor ...",
+        ["embed", "text.txt", "out.h5", "--model", "truncated", "--top"]),
+    Row("elmo embed", "`elmo embed text.txt out.h5 --model nan --top` (a NaN in `model.safetensors`)",
+        "elmo embed: error: the weights of model 'nan' hold NaN or infinite values in 1 tensor(s) "
+        "(char_encoder.char_embeddings.weight); every vector computed from them would be NaN. Refusing to run it.",
+        ["embed", "text.txt", "out.h5", "--model", "nan", "--top"]),
+    Row("elmo embed", "`elmo embed text.txt out.h5 --model widetok --top` (`tokenizer_config.json` says 60 characters "
+        "per word, `config.json` 50)",
+        "elmo embed: error: the tokenizer writes 60 characters per word (max_characters_per_token in "
+        "tokenizer_config.json) but the model reads 50 (config.json); the two files belong to different models.",
+        ["embed", "text.txt", "out.h5", "--model", "widetok", "--top"]),
     # ------------------------------------------------------------------ elmo evaluate
     Row("elmo evaluate", "`elmo evaluate empty --task perplexity --text text.txt`",
         "elmo evaluate: error: empty is not a model folder: it is empty.",
@@ -158,6 +187,13 @@ ROWS = [
         "elmo evaluate: error: evaluated/evaluation/eval_results.json holds the results of model 'other', not "
         "'evaluated'; choose another --output-dir.",
         ["evaluate", "evaluated", "--task", "perplexity", "--text", "text.txt"]),
+    Row("elmo evaluate", "`elmo evaluate mismatch --task perplexity --text text.txt`",
+        "elmo evaluate: error: the weights of model 'mismatch' do not match its config.json: ...",
+        ["evaluate", "mismatch", "--task", "perplexity", "--text", "text.txt"]),
+    Row("elmo evaluate", "`elmo evaluate nan --task perplexity --text text.txt`",
+        "elmo evaluate: error: the weights of model 'nan' hold NaN or infinite values in 1 tensor(s) "
+        "(elmo.char_encoder.char_embeddings.weight); every vector computed from them would be NaN. Refusing to run "
+        "it.", ["evaluate", "nan", "--task", "perplexity", "--text", "text.txt"]),
     # ------------------------------------------------------------------ elmo convert
     Row("elmo convert", "`elmo convert --options missing.json --weights weights.hdf5 --output out`",
         "elmo convert: error: options file 'missing.json' does not exist.",
@@ -181,6 +217,15 @@ ROWS = [
         "write 'notes.txt'); nothing was deleted. Choose another folder, or move those files away.",
         ["convert", "--options", "release/options.json", "--weights", "release/weights.hdf5", "--output", "converted",
          "--overwrite"]),
+    Row("elmo convert", "`elmo convert ... --atol nan` (or -1)",
+        "elmo convert: error: --atol must be a finite number > 0 (the largest accepted difference to the reference), "
+        "got nan.",
+        ["convert", "--options", "release/options.json", "--weights", "release/weights.hdf5", "--output", "out",
+         "--atol", "nan"]),
+    Row("elmo convert", "`elmo convert --options hollow/options.json --weights hollow/weights.hdf5 --output out` (15,000 "
+        "filters declared in a file of 24 KB)",
+        "elmo convert: error: weights file 'hollow/weights.hdf5' is damaged or truncated (dataset ...",
+        ["convert", "--options", "hollow/options.json", "--weights", "hollow/weights.hdf5", "--output", "out"]),
     Row("elmo convert", "`elmo convert --efml hooked.model --output out` (a pickle naming a function)",
         "elmo convert: error: encoder.pkl references posix.system: a weight file holds only tensors and ordered dicts ...",
         ["convert", "--efml", "hooked.model", "--output", "out"]),
@@ -262,6 +307,13 @@ def template(tmp_path_factory) -> Path:
     (root / "shortvocab" / "vocab.txt").write_text("".join(f"w{i}\n" for i in range(5)))
     (root / "proj").mkdir()
     (root / "proj" / "README.md").write_text("my project\n")
+    shutil.copytree(root / "lm", root / "truncated")
+    data = (root / "truncated" / "model.safetensors").read_bytes()
+    (root / "truncated" / "model.safetensors").write_bytes(data[:-100])
+    shutil.copytree(root / "lm", root / "widetok")
+    config = json.loads((root / "widetok" / "tokenizer_config.json").read_text())
+    (root / "widetok" / "tokenizer_config.json").write_text(json.dumps({**config, "max_characters_per_token": 60}))
+    _hollow_release(root / "hollow", [[1, 15_000]])
     efml = write_efml_model(root / "efml" / "model")
     shutil.copytree(efml, root / "hooked.model")
     (root / "hooked.model" / "encoder.pkl").write_bytes(legacy_cuda_bytes({"weight": torch.zeros(1), "hook": os.system}))
@@ -270,6 +322,20 @@ def template(tmp_path_factory) -> Path:
         handle.writestr("../escaped.txt", "outside")
     shutil.rmtree(root / "efml")
     return root
+
+
+def _hollow_release(folder: Path, filters: list[list[int]]) -> None:
+    """``options.json`` with ``filters`` and a ``weights.hdf5`` declaring every dataset they imply, none written."""
+    import h5py
+
+    from modeling_elmo.convert import convert_config, expected_dataset_shapes
+
+    options = ref.tiny_options(filters=filters, n_highway=1)
+    folder.mkdir()
+    (folder / "options.json").write_text(json.dumps(options))
+    with h5py.File(folder / "weights.hdf5", "w") as h5:
+        for name, shape in expected_dataset_shapes(convert_config(options)).items():
+            h5.create_dataset(name, shape=shape, dtype="f4", chunks=tuple(min(n, 64) for n in shape))
 
 
 def _snapshot(folder: Path) -> dict[str, tuple[int, int]]:

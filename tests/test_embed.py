@@ -540,7 +540,7 @@ def test_bench_embed_reports_throughput_against_a_baseline_and_the_matmul_peak(t
     tiny = result["models"]["tiny"]
     assert tiny["sentences_per_second"] > 0 and tiny["baseline"]["lines"] == 20
     assert tiny["speedup_over_baseline"] == pytest.approx(
-        tiny["sentences_per_second"] / tiny["baseline"]["sentences_per_second"], rel=0.01)
+        tiny["sentences_per_second"] / tiny["baseline"]["sentences_per_second"], rel=0.01, abs=0.006)  # 2 decimals
     assert result["matmul_peak_gflops"] > 0 and 0 < tiny["fraction_of_matmul_peak"] < 1
 
 

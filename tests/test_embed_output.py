@@ -13,13 +13,22 @@ from test_embed import FakeEmbedder, SENTENCES, read_h5, run
 from modeling_elmo.embed import embed_file
 
 
-def test_overwrite_never_replaces_a_fifo(tmp_path):
-    fifo = tmp_path / "out.h5"
-    os.mkfifo(fifo)
+def _device_like_dev_null(path):
+    try:  # the report's /dev/null, recreated in the test's folder (character device 1:3); needs root
+        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    except PermissionError:
+        pytest.skip("creating a device file needs root (the FIFO case runs everywhere)")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_overwrite_never_replaces_a_fifo_or_a_device(tmp_path, kind):
+    special = tmp_path / "out.h5"
+    os.mkfifo(special) if kind == "fifo" else _device_like_dev_null(special)
     (tmp_path / "in.txt").write_text("\n".join(" ".join(s) for s in SENTENCES) + "\n")
-    with pytest.raises(ValueError, match=f"output '{fifo}' exists and is not a regular file"):
-        embed_file(tmp_path / "in.txt", fifo, FakeEmbedder(), mode="all", overwrite=True, show_progress=False)
-    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    with pytest.raises(ValueError, match=f"output '{special}' exists and is not a regular file"):
+        embed_file(tmp_path / "in.txt", special, FakeEmbedder(), mode="all", overwrite=True, show_progress=False)
+    mode = os.lstat(special).st_mode
+    assert stat.S_ISFIFO(mode) if kind == "fifo" else stat.S_ISCHR(mode)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "out.h5"]
 
 

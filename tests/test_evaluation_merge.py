@@ -60,3 +60,19 @@ def test_results_that_cannot_be_merged_are_refused_and_kept(model, tmp_path, cap
     assert message in capsys.readouterr().err
     assert results_file.read_text() == content
     assert sorted(p.name for p in results_file.parent.iterdir()) == ["eval_results.json"]
+
+
+def test_a_report_or_plot_that_elmo_evaluate_did_not_write_is_never_replaced(model, tmp_path, capsys):
+    evaluation = RunFolder(model).evaluation
+    evaluation.root.mkdir()
+    evaluation.report_file.write_text("my own report")
+    with pytest.raises(SystemExit):
+        main([str(model), "--task", "wsd-probe", "--no-progress"])
+    assert f"{evaluation.report_file} was not written by elmo evaluate" in capsys.readouterr().err
+    assert sorted(p.name for p in evaluation.root.iterdir()) == ["eval_results.md"]
+    evaluation.report_file.unlink()
+    assert main([str(model), "--task", "wsd-probe", "--no-progress"]) == 0
+    assert main([str(model), "--task", "wsd-probe", "--no-progress"]) == 0  # its own files: replaced
+    recorded = json.loads((evaluation.root / ".elmo-manifest.json").read_text())
+    assert recorded["command"] == "elmo evaluate" and "eval_results.md" in recorded["files"]
+    assert RunFolder(model).run_entries()[1] == [], "all of it is the run folder's (elmo pretrain --overwrite)"

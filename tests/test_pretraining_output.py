@@ -146,6 +146,28 @@ def test_a_run_that_finds_its_new_folder_written_meanwhile_writes_nothing(corpus
     assert _snapshot(out) == before
 
 
+def test_two_runs_started_at_once_into_one_new_folder_give_one_run(corpus, tmp_path):
+    """The report: both exited 0, metrics.jsonl interleaved both runs and the first model was replaced."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    script = Path(__file__).resolve().parents[1] / "scripts" / "pretrain.py"
+    argv = [sys.executable, str(script), *_args(corpus, out)[:-3], "--max-steps", "30", "--no-plot"]
+    runs = [subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            for _ in range(2)]
+    results = sorted((run.wait(timeout=600), run.stderr.read().strip().splitlines()[-1:]) for run in runs)
+    assert [code for code, _ in results] == [0, 1], results
+    (refusal,) = results[1][1]
+    assert refusal.startswith("elmo pretrain: error: ") and ("another elmo pretrain run is writing" in refusal
+                                                             or "already holds" in refusal
+                                                             or "was written by another run" in refusal), refusal
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()
+             if "train_loss" in json.loads(line)]
+    assert steps == list(range(1, 31)), "one run's records, each update once"
+
+
 # ----------------------------------------------------------------------------------------------- what is carried
 def test_a_starting_models_foreign_auto_map_is_not_carried(corpus, finished, tmp_path):
     start = tmp_path / "start"
@@ -171,3 +193,17 @@ def test_a_runs_files_follow_the_umask(corpus, tmp_path):
     modes = {p.relative_to(tmp_path / "run").as_posix(): p.stat().st_mode & 0o777
              for p in (tmp_path / "run").rglob("*") if p.is_file()}
     assert {name for name, mode in modes.items() if mode != 0o644} == set(), modes
+
+
+def test_a_starting_model_whose_vocabulary_does_not_fit_its_softmax_is_refused(corpus, finished, tmp_path):
+    start = tmp_path / "start"
+    start.mkdir()
+    for path in finished.iterdir():
+        if path.is_file():
+            (start / path.name).write_bytes(path.read_bytes())
+    words = (start / "vocab.txt").read_text().splitlines()
+    (start / "vocab.txt").write_text("\n".join(words[:-5]) + "\n")
+    with pytest.raises(SystemExit, match=rf"its vocab.txt has {len(words) - 5} words but its softmax has {len(words)} rows"):
+        _run("--train-file", str(corpus), "--output-dir", str(tmp_path / "continued"), "--init-from-model", str(start),
+             "--max-steps", "1")
+    assert not (tmp_path / "continued").exists()

@@ -32,6 +32,7 @@ from ..inference import (
     refuse_nonfinite_weights,
 )
 from ..io_utils import atomic_write_text
+from ..manifest import read_manifest, write_manifest
 from ..loading import check_model_location, refuse_pickled_weights
 from ..results import EvaluationResults, read_results, write_results
 from ..run_folder import EvaluationFolder, RunFolder
@@ -315,6 +316,26 @@ def _check_numbers(args) -> None:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
 
 
+COMMAND = "elmo evaluate"
+
+
+def _own_manifest(out: EvaluationFolder) -> bool:
+    manifest = read_manifest(out.root)
+    return manifest is not None and manifest["command"] == COMMAND
+
+
+def check_own_outputs(out: EvaluationFolder, previous: EvaluationResults | None) -> None:
+    """Raise `ValueError` naming the file if one that ``elmo evaluate`` would replace in ``out`` (the report, a plot)
+    was not written by it: recorded in the folder's manifest, or (a folder of an earlier version, without one) beside
+    a results file that elmo evaluate wrote."""
+    recorded = set((read_manifest(out.root) or {}).get("files", [])) if _own_manifest(out) else set()
+    legacy = not _own_manifest(out) and previous is not None and previous.source == COMMAND
+    for path in (out.report_file, *(out.root / name for name in EvaluationFolder.PLOTS.values())):
+        if os.path.lexists(path) and not (path.name in recorded or legacy):
+            raise ValueError(f"{path} was not written by elmo evaluate, which would replace it; move it away or "
+                             "choose another --output-dir.")
+
+
 def previous_results(out: EvaluationFolder, model_name: str) -> EvaluationResults | None:
     """The results already in ``out`` (None when there are none), which the new ones are merged into; raises
     `ValueError` for a file that cannot be read or holds another model's results (it is never replaced)."""
@@ -370,6 +391,7 @@ def evaluate(args) -> EvaluationResults:
         raise ValueError(f"model {args.model!r} is a Hub id: pass --output-dir for the results")
     model_name = Path(model).name if run is not None else model
     previous = previous_results(out, model_name)  # checked before any work: a file that cannot be merged stops here
+    check_own_outputs(out, previous)
     data_dir = Path(args.data_dir) if args.data_dir is not None else None
     if data_dir is not None and not data_dir.is_dir():
         raise ValueError(f"--data-dir {str(data_dir)!r} is not a folder")
@@ -433,6 +455,9 @@ def evaluate(args) -> EvaluationResults:
     results.details["plots"] = write_plots(results, out, run)
     write_results(out.results_file, results)
     atomic_write_text(out.report_file, markdown_report(results))
+    recorded = (read_manifest(out.root) or {}).get("files", []) if _own_manifest(out) else []
+    written = [path.name for path in (out.results_file, out.report_file, *out.plot_files())]
+    write_manifest(out.root, COMMAND, [*recorded, *written])
     logger.info("wrote %s", out.results_file)
     return results
 

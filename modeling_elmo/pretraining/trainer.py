@@ -142,6 +142,10 @@ def check_inputs(args: PretrainingArguments) -> RunPlan:
                              f"{', '.join(missing)} missing (a folder written by pretraining or `save_pretrained` is needed).")
         refuse_pickled_weights(folder)
         fixed = (folder / "vocab.txt", f"--init-from-model {args.init_from_model!r}")
+        words, rows = len(Vocabulary.from_file(fixed[0])), read_model_preset(str(folder / "config.json")).get("vocab_size")
+        if words != rows:
+            raise ValueError(f"--init-from-model {args.init_from_model!r}: its vocab.txt has {words} words but its softmax "
+                             f"has {rows} rows (config.json vocab_size); word ids would point at other words' rows.")
         if (folder / "char_vocab.json").is_file():
             fixed_characters = (folder / "char_vocab.json", f"--init-from-model {args.init_from_model!r}")
         if args.model_config is not None:
