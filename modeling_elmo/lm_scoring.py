@@ -17,22 +17,25 @@ Unigram baseline. Add-k smoothed word frequencies (`unigram_log_probs`) of the t
 some examples (`target_counts`, `dataset_target_counts`) and scored on exactly the LM's targets: the perplexity of
 word frequencies alone, to put the LM's numbers on a scale.
 
+Scoring. `score_batches` is the one loop that scores an LM on batches (``input_ids``, ``attention_mask``,
+``labels``), for pretraining's evaluation and for ``elmo evaluate`` alike; `score_batch` scores one batch with memory
+bounded by ``max_positions`` whatever the lengths: rows are scored a few at a time, and a sentence longer than
+``max_positions`` is scored in chunks of positions, each direction carrying its LSTM state from chunk to chunk
+(forward chunks left to right, backward chunks right to left), which gives the numbers of the whole sentence at once.
 `PerplexityAccumulator` sums everything over batches (and processes) and turns it into a
 `modeling_elmo.results.PerplexityResult`::
 
-    accumulator = PerplexityAccumulator(layout="sentences", baseline=baseline)
-    for batch in batches:
-        output = model(input_ids=..., attention_mask=..., labels=batch["labels"])
-        accumulator.update(output, batch["labels"])
+    accumulator = score_batches(model, batches, layout="sentences", baseline=baseline)
     total = accumulator.from_tensor(accelerator.reduce(accumulator.to_tensor(accelerator.device), "sum"))
     result = total.result(dataset="1B Word heldout", split="test")
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -43,12 +46,16 @@ from .results import PerplexityResult, UnigramBaselineResult
 
 __all__ = [
     "LAYOUTS",
+    "MAX_SCORED_POSITIONS",
+    "BatchScores",
     "UNK_HANDLING",
     "PerplexityAccumulator",
     "UnigramBaseline",
     "batch_targets",
     "dataset_target_counts",
     "example_targets",
+    "score_batch",
+    "score_batches",
     "target_counts",
     "unigram_log_probs",
 ]
@@ -310,3 +317,115 @@ def _perplexities(forward_nll: float, backward_nll: float, n: int, what: str) ->
         raise ValueError(f"the {what}'s mean negative log-likelihood is not finite (forward {mean_f}, backward "
                          f"{mean_b}): no perplexity can be reported.")
     return values
+
+
+# ----------------------------------------------------------------------------------------------- scoring
+#: The most biLM positions `score_batch` runs (and puts through the softmax) at once: scoring memory is bounded by
+#: this, not by the length of a line.
+MAX_SCORED_POSITIONS = 4096
+
+
+@dataclasses.dataclass
+class BatchScores:
+    """Summed NLLs and target counts of one batch, as `PerplexityAccumulator.update` reads them."""
+
+    forward_nll_sum: float = 0.0
+    backward_nll_sum: float = 0.0
+    num_forward_targets: int = 0
+    num_backward_targets: int = 0
+
+    def add(self, forward_nll: Any, backward_nll: Any, forward_targets: Any, backward_targets: Any) -> None:
+        self.forward_nll_sum += float(forward_nll)
+        self.backward_nll_sum += float(backward_nll)
+        self.num_forward_targets += int(forward_targets)
+        self.num_backward_targets += int(backward_targets)
+
+
+def _score_long_sentence(lm: Any, char_ids: torch.Tensor, word_ids: torch.Tensor, max_positions: int) -> BatchScores:
+    """One sentence (``char_ids`` (n, C), ``word_ids`` (n,)) scored in chunks of ``max_positions`` positions: the
+    forward LM over chunks left to right, the backward LM right to left, each carrying its LSTM state."""
+    from .inputs_elmo import with_sentence_boundaries
+
+    n = char_ids.shape[0]
+    device = char_ids.device
+    ids, _ = with_sentence_boundaries(char_ids[None], torch.ones(1, n, dtype=torch.bool, device=device),
+                                      torch.tensor([n], device=device))
+    config = lm.config
+    targets = torch.cat([word_ids.new_tensor([config.bos_token_id]), word_ids, word_ids.new_tensor([config.eos_token_id])])
+    steps, half = n + 2, config.hidden_size
+    starts = list(range(0, steps, max_positions))
+    scores = BatchScores()
+    for direction, order, shift in (("forward", starts, 1), ("backward", starts[::-1], -1)):
+        state, nll, count = None, 0.0, 0
+        for start in order:
+            end = min(start + max_positions, steps)
+            out = lm.elmo(ids[:, start:end], attention_mask=torch.ones(1, end - start, dtype=torch.long, device=device),
+                          add_sentence_boundaries=False, lstm_state=state, return_lstm_state=True, return_dict=True)
+            state = out.lstm_state
+            top = out.last_hidden_state[0]
+            hidden = top[:, :half] if direction == "forward" else top[:, half:]
+            predicted = torch.arange(start, end, device=device) + shift  # the position each position predicts
+            keep = (predicted >= 0) & (predicted < steps)
+            chosen = targets[predicted.clamp(0, steps - 1)]
+            keep &= chosen != IGNORE_INDEX
+            if bool(keep.any()):
+                nll += float(lm.full_softmax_nll(hidden[keep], chosen[keep]).sum())
+                count += int(keep.sum())
+        if direction == "forward":
+            scores.add(nll, 0.0, count, 0)
+        else:
+            scores.add(0.0, nll, 0, count)
+    return scores
+
+
+@torch.no_grad()
+def score_batch(lm: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor, *,
+                layout: str = "sentences", max_positions: int = MAX_SCORED_POSITIONS) -> BatchScores:
+    """Summed forward/backward NLLs of an `ElmoForBidirectionalLM` (exact full softmax) on one right-padded batch
+    in ``layout``, with at most ``max_positions`` biLM positions at a time: rows a few at a time, and each
+    ``"sentences"`` row longer than that in chunks (`_score_long_sentence`; the same numbers as at once)."""
+    _check_layout(layout)
+    if max_positions < 2:
+        raise ValueError(f"max_positions must be at least 2, got {max_positions}.")
+    sentences = layout == "sentences"
+    steps = input_ids.shape[1] + (2 if sentences else 0)
+    rows = max(1, max_positions // max(steps, 1))
+    scores = BatchScores()
+    for first in range(0, input_ids.shape[0], rows):
+        part = slice(first, first + rows)
+        if sentences and steps > max_positions:  # one row per part here
+            mask = attention_mask[part][0].bool()
+            scores.add(*dataclasses.astuple(_score_long_sentence(lm, input_ids[part][0][mask], labels[part][0][mask],
+                                                                  max_positions)))
+            continue
+        out = lm(input_ids=input_ids[part], attention_mask=attention_mask[part], labels=labels[part],
+                 add_sentence_boundaries=sentences, return_dict=True)
+        scores.add(out.forward_nll_sum, out.backward_nll_sum, out.num_forward_targets, out.num_backward_targets)
+    return scores
+
+
+@torch.no_grad()
+def score_batches(lm: Any, batches: Iterable[dict[str, torch.Tensor]], *, layout: str = "sentences",
+                  baseline: UnigramBaseline | None = None, device: torch.device | str | None = None,
+                  autocast: Callable[[], Any] | None = None, max_positions: int = MAX_SCORED_POSITIONS,
+                  on_batch: Callable[[dict[str, torch.Tensor]], None] | None = None) -> PerplexityAccumulator:
+    """Score ``lm`` (in eval mode: exact full softmax, no dropout) on every batch (``input_ids``,
+    ``attention_mask``, ``labels`` with -100 at padding) with `score_batch`, and return the accumulated totals.
+    ``autocast`` (e.g. ``accelerator.autocast``) wraps each batch; ``on_batch`` is called after each (a progress
+    bar)."""
+    was_training = lm.training
+    lm.eval()
+    accumulator = PerplexityAccumulator(layout=layout, baseline=baseline)
+    try:
+        for batch in batches:
+            inputs = {k: batch[k].to(device) if device is not None else batch[k]
+                      for k in ("input_ids", "attention_mask", "labels")}
+            with (autocast() if autocast is not None else contextlib.nullcontext()):
+                scores = score_batch(lm, inputs["input_ids"], inputs["attention_mask"], inputs["labels"],
+                                     layout=layout, max_positions=max_positions)
+            accumulator.update(scores, batch["labels"].cpu())
+            if on_batch is not None:
+                on_batch(batch)
+    finally:
+        lm.train(was_training)
+    return accumulator

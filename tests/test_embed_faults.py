@@ -99,6 +99,26 @@ def test_old_mac_line_ends_are_line_ends(tmp_path):
     assert embed_mod.count_lines(tmp_path / "in.txt") == 6
 
 
+def test_line_reader_splits_as_a_regular_expression_does_at_every_block_boundary(tmp_path):
+    import io
+    import random
+    import re
+
+    from modeling_elmo.io_utils import iter_lines, scan_lines
+
+    rng = random.Random(1)
+    path = tmp_path / "lines.bin"
+    for _ in range(3000):
+        data = bytes(rng.choice(b"ab\r\n") for _ in range(rng.randint(0, 30)))
+        block_size = rng.randint(1, 6)
+        expected = re.split(rb"\r\n|\r|\n", data)
+        if expected[-1] == b"":  # the break after the last line ends it; it starts no new line
+            expected.pop()
+        assert list(iter_lines(io.BytesIO(data), block_size)) == expected, (data, block_size)
+        path.write_bytes(data)
+        assert scan_lines(path, block_size)[0] == len(expected), (data, block_size)
+
+
 # ---------------------------------------------------------------------------------------------------- a full disk
 
 

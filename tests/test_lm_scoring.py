@@ -219,3 +219,58 @@ def test_a_non_finite_loss_is_an_error_not_a_nan_perplexity():
     accumulator = PerplexityAccumulator(forward_nll=1e6, backward_nll=3.0, forward_targets=2, backward_targets=2)
     with pytest.raises(ValueError, match="not finite"):
         accumulator.result(dataset="d", split="s")
+
+
+# ----------------------------------------------------------------------------------------------- bounded scoring
+def test_a_long_line_is_scored_in_chunks_with_the_numbers_of_the_whole_line(lm_and_tokenizer, monkeypatch):
+    """A 300-word sentence scored with at most 37 positions at a time (forward chunks left to right, backward chunks
+    right to left, each carrying its LSTM state) gives the summed NLLs of an explicit log-softmax over the whole
+    sentence at once; neither the biLM nor the softmax ever sees more than 37 positions."""
+    from modeling_elmo.lm_scoring import score_batch, score_batches
+
+    lm, tokenizer = lm_and_tokenizer
+    rng = np.random.default_rng(0)
+    words = [WORDS[i] if i < len(WORDS) else "oov" for i in rng.integers(0, len(WORDS) + 2, size=300)]
+    nll_f, nll_b = _log_softmax_nll(lm, tokenizer, words, boundaries=True)
+    seen = {"elmo": [], "softmax": []}
+    elmo_forward, softmax_nll = type(lm.elmo).forward, type(lm).full_softmax_nll
+    monkeypatch.setattr(type(lm.elmo), "forward", lambda self, ids, *a, **k: seen["elmo"].append(ids.shape[0] * ids.shape[1])
+                        or elmo_forward(self, ids, *a, **k))
+    monkeypatch.setattr(type(lm), "full_softmax_nll", lambda self, h, t: seen["softmax"].append(h.shape[0])
+                        or softmax_nll(self, h, t))
+    input_ids, mask, labels = _encode(tokenizer, [words])
+    scores = score_batch(lm, input_ids, mask, labels, max_positions=37)
+    assert max(seen["elmo"]) <= 37 and max(seen["softmax"]) <= 37 and len(seen["elmo"]) == 2 * math.ceil(302 / 37)
+    assert (scores.num_forward_targets, scores.num_backward_targets) == (301, 301)
+    assert_same_numbers(scores.forward_nll_sum, nll_f, rtol=1e-5, what="forward")
+    assert_same_numbers(scores.backward_nll_sum, nll_b, rtol=1e-5, what="backward")
+    # through the scoring loop, in a batch with short sentences: the same perplexity as unbounded
+    batches = [dict(zip(("input_ids", "attention_mask", "labels"), _encode(tokenizer, [words, ["the", "bank"]])))]
+    bounded = score_batches(lm, batches, max_positions=37).result(dataset="d", split="s")
+    whole = score_batches(lm, batches, max_positions=10_000).result(dataset="d", split="s")
+    assert bounded.targets_per_direction == whole.targets_per_direction == 301 + 3
+    assert_same_numbers(bounded.average, whole.average, rtol=1e-5, what="average")
+
+
+def test_rows_are_scored_a_few_at_a_time_when_the_batch_is_large(lm_and_tokenizer):
+    from modeling_elmo.lm_scoring import score_batch
+
+    lm, tokenizer = lm_and_tokenizer
+    input_ids, mask, labels = _encode(tokenizer, SENTENCES)
+    at_once = score_batch(lm, input_ids, mask, labels, max_positions=1000)
+    by_rows = score_batch(lm, input_ids, mask, labels, max_positions=8)  # 7 positions a row: one row per call
+    assert (at_once.num_forward_targets, at_once.num_backward_targets) == (by_rows.num_forward_targets,
+                                                                            by_rows.num_backward_targets)
+    assert_same_numbers(by_rows.forward_nll_sum, at_once.forward_nll_sum, rtol=1e-5, what="forward")
+    assert_same_numbers(by_rows.backward_nll_sum, at_once.backward_nll_sum, rtol=1e-5, what="backward")
+
+
+def test_pretraining_and_elmo_evaluate_score_through_the_one_loop():
+    import inspect
+
+    from modeling_elmo.evaluation import tasks
+    from modeling_elmo.pretraining import evaluation
+
+    for module in (tasks, evaluation):
+        source = inspect.getsource(module)
+        assert "score_batches(" in source and "PerplexityAccumulator(" not in source, module.__name__

@@ -180,3 +180,23 @@ def test_run_stopped_before_its_first_checkpoint_is_rerun_without_overwrite(tmp_
     assert sorted(train_losses_by_step(out / "metrics.jsonl")) == list(range(1, 7))
     with pytest.raises(SystemExit, match="already holds the finished model of a run with these arguments"):
         _run(*_args(corpus, out, "--max-steps", "6"))  # a finished run is still refused
+
+
+def test_truncated_weights_to_start_from_or_resume_are_one_line(tmp_path, corpus):
+    first = tmp_path / "first"
+    assert _run(*_args(corpus, first, "--max-steps", "8", "--stop-after-steps", "4")) == 0
+    checkpoint = first / "checkpoints" / "step_00000004" / "model.safetensors"
+    data = checkpoint.read_bytes()
+    checkpoint.write_bytes(data[:-40])
+    with pytest.raises(SystemExit) as exit_:
+        _run(*_args(corpus, first, "--max-steps", "8", "--resume-from-checkpoint", "latest"))
+    assert str(exit_.value.code).startswith(f"elmo pretrain: error: weights file {str(checkpoint)!r} is truncated: ")
+    checkpoint.write_bytes(data)
+    assert _run(*_args(corpus, first, "--max-steps", "8", "--resume-from-checkpoint", "latest")) == 0
+    weights = first / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-40])
+    second = tmp_path / "second"
+    with pytest.raises(SystemExit) as exit_:
+        _run(*_args(corpus, second, "--max-steps", "2", "--init-from-model", str(first)))
+    assert str(exit_.value.code).startswith(f"elmo pretrain: error: weights file {str(weights)!r} is truncated: ")
+    assert not second.exists()

@@ -166,6 +166,46 @@ def read_training_curves(run: RunFolder) -> dict[str, list[tuple[int, float]]]:
     return {name: sorted(points.items()) for name, points in series.items()}
 
 
+def probe_y_range(panels: list[tuple[str, list[ScoreResult]]], margin: float = 0.05) -> tuple[float, float]:
+    """One accuracy range for every panel of the probe plot: all trained, untrained and baseline values with a
+    margin, within [0, 1], and at least 0.1 wide (so that noise between close values does not look large)."""
+    values = [v for _, scores in panels for s in scores
+              for v in (s.value, s.baseline, s.untrained.value if s.untrained else None) if v is not None]
+    if not values:
+        return 0.0, 1.0
+    low, high = min(values), max(values)
+    if high - low < 0.1:
+        middle = (low + high) / 2
+        low, high = middle - 0.05, middle + 0.05
+    low, high = max(0.0, low - margin), min(1.0, high + margin)
+    return low, high
+
+
+def probe_figure(panels: list[tuple[str, list[ScoreResult]]], plt: Any) -> Any:
+    """The probe accuracies, one panel per task over the representations, on a common y-range (`probe_y_range`),
+    with the task's baseline (majority class for the linear probes, random neighbour for the WSD probe) as a line."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
+    low, high = probe_y_range(panels)
+    for ax, (title, scores) in zip(axes[0], panels):
+        xs = range(len(scores))
+        ax.plot(xs, [s.value if s.value is not None else float("nan") for s in scores], "o-", label="trained")
+        if any(s.untrained for s in scores):
+            ax.plot(xs, [s.untrained.value if s.untrained and s.untrained.value is not None else float("nan")
+                         for s in scores], "s--", label="untrained")
+        baselines = {s.baseline for s in scores if s.baseline is not None}
+        if baselines:
+            name = "chance (random neighbour)" if scores[0].task == "wsd-probe" else "majority class"
+            ax.axhline(max(baselines), color="gray", linestyle=":", label=name)
+        ax.set_xticks(list(xs), [s.representation for s in scores])
+        ax.set_ylim(low, high)
+        ax.set_title(title)
+        ax.set_ylabel("dev accuracy")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    return fig
+
+
 def write_plots(results: EvaluationResults, folder: EvaluationFolder, run: RunFolder | None = None) -> dict[str, str]:
     """Write the plots that apply into ``folder``; returns {plot name: file name, or why it was skipped}."""
     import matplotlib
@@ -185,20 +225,7 @@ def write_plots(results: EvaluationResults, folder: EvaluationFolder, run: RunFo
     if wsd:
         panels.append(("wsd-probe (ties as half)", wsd))
     if panels:
-        fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
-        for ax, (title, scores) in zip(axes[0], panels):
-            xs = range(len(scores))
-            ax.plot(xs, [s.value if s.value is not None else float("nan") for s in scores], "o-", label="trained")
-            if any(s.untrained for s in scores):
-                ax.plot(xs, [s.untrained.value if s.untrained and s.untrained.value is not None else float("nan")
-                             for s in scores], "s--", label="untrained")
-            ax.set_xticks(list(xs), [s.representation for s in scores])
-            ax.set_title(title)
-            ax.set_ylabel("dev accuracy")
-            ax.grid(alpha=0.3)
-            ax.legend()
-        fig.tight_layout()
-        written["probe_accuracy"] = _save(fig, folder.plot_file("probe_accuracy"), plt)
+        written["probe_accuracy"] = _save(probe_figure(panels, plt), folder.plot_file("probe_accuracy"), plt)
 
     mixes = [(t, tasks[t]["layers"]["mix"]["mixture"]["weights"]) for t in PROBE_TASKS
              if tasks.get(t, {}).get("layers", {}).get("mix", {}).get("mixture")]

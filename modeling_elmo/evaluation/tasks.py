@@ -21,7 +21,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..inference import model_inputs
-from ..lm_scoring import PerplexityAccumulator, UnigramBaseline, target_counts
+from ..lm_scoring import MAX_SCORED_POSITIONS, UnigramBaseline, score_batches, target_counts
 from ..results import PerplexityResult
 from .data import WsdOccurrence
 from .metrics import accuracy, correctness, masked_token_accuracy
@@ -102,12 +102,14 @@ def fit_unigram_baseline(tokenizer: Any, sentences: Sequence[Sequence[str]], *, 
 @torch.no_grad()
 def lm_perplexity(lm: torch.nn.Module, tokenizer: Any, sentences: Sequence[Sequence[str]], *, dataset: str,
                   split: str = "held-out", baseline: UnigramBaseline | None = None, batch_size: int = 32,
-                  progress: bool = True) -> PerplexityResult:
+                  progress: bool = True, max_positions: int = MAX_SCORED_POSITIONS) -> PerplexityResult:
     """Forward, backward and averaged perplexity of an `ElmoForBidirectionalLM` with the exact full softmax, and
     the unigram ``baseline``'s on the same targets (see `modeling_elmo.lm_scoring`).
 
     Each sentence is scored on its own (stateless, boundaries added by the model): n + 1 targets per direction.
-    Words outside the model's vocabulary are targets as ``<UNK>``; the result's ``unk_rate`` says how many."""
+    Words outside the model's vocabulary are targets as ``<UNK>``; the result's ``unk_rate`` says how many. Scoring
+    runs through `modeling_elmo.lm_scoring.score_batches`: memory is bounded by ``max_positions``, not by the
+    length of a line (a long line is scored in chunks, with the same result)."""
     config = lm.config
     if getattr(config, "vocab_size", 4) <= 4 or not hasattr(lm, "softmax"):
         raise ValueError(
@@ -119,19 +121,18 @@ def lm_perplexity(lm: torch.nn.Module, tokenizer: Any, sentences: Sequence[Seque
             f"the tokenizer's vocabulary has {getattr(tokenizer, 'vocab_size', None)} words but the model's softmax has "
             f"{config.vocab_size}: save the tokenizer (vocab.txt) with the model"
         )
-    lm.eval()
-    device = _device_of(lm)
-    accumulator = PerplexityAccumulator(layout="sentences", baseline=baseline)
     order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
     bar = tqdm(total=len(sentences), desc="perplexity", unit="sentence", disable=not progress, dynamic_ncols=True)
-    for batch in _batches(order, batch_size):
-        words = [list(sentences[i]) for i in batch]
-        enc = tokenizer(words, is_split_into_words=True, padding=True, return_tensors="pt", return_word_ids=True)
-        labels = enc["word_ids"].masked_fill(enc["attention_mask"] == 0, -100)
-        # In eval mode ElmoForBidirectionalLM scores with the exact full softmax (chunked over the vocabulary).
-        output = lm(**model_inputs(enc, device), labels=labels.to(device), return_dict=True)
-        accumulator.update(output, labels)
-        bar.update(len(batch))
+
+    def batches():
+        for batch in _batches(order, batch_size):
+            enc = tokenizer([list(sentences[i]) for i in batch], is_split_into_words=True, padding=True,
+                            return_tensors="pt", return_word_ids=True)
+            labels = enc["word_ids"].masked_fill(enc["attention_mask"] == 0, -100)
+            yield {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"], "labels": labels}
+
+    accumulator = score_batches(lm, batches(), layout="sentences", baseline=baseline, device=_device_of(lm),
+                                max_positions=max_positions, on_batch=lambda b: bar.update(len(b["labels"])))
     bar.close()
     return accumulator.result(dataset=dataset, split=split)
 

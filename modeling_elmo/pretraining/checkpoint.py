@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..io_utils import atomic_write_text, follow_umask
+from ..io_utils import atomic_write_text, check_safetensors_header, follow_umask
 from ..run_folder import CHECKPOINT_FILE, read_json_object
 from .state import TrainingState
 
@@ -72,6 +72,10 @@ def _load_tensors(path: Path) -> dict[str, torch.Tensor]:
 
     if not path.is_file():
         raise CheckpointError(f"checkpoint file {path} is missing.")
+    try:
+        check_safetensors_header(path)
+    except ValueError as error:
+        raise CheckpointError(str(error)) from None
     return load_file(str(path))
 
 

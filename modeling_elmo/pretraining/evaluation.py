@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from ..lm_scoring import PerplexityAccumulator, UnigramBaseline
+from ..lm_scoring import UnigramBaseline, score_batches
 from ..results import PerplexityResult
 from .arguments import BUILTIN_PREFIX, PretrainingArguments
 from .batching import BucketBatchSampler, Collator, FixedBatches, IndexedDataset, example_lengths, iter_stream_batches
@@ -40,12 +40,10 @@ def evaluate(
     split: str = "validation",
 ) -> PerplexityResult:
     """Exact full-softmax perplexity of ``dataset`` (each process scores its share; the totals are reduced), with the
-    unigram ``baseline``'s on the same targets when given (`modeling_elmo.lm_scoring`)."""
+    unigram ``baseline``'s on the same targets when given, through `modeling_elmo.lm_scoring.score_batches` (the
+    scoring loop ``elmo evaluate`` uses too)."""
     import datasets
 
-    was_training = model.training
-    model.eval()
-    accumulator = PerplexityAccumulator(layout=args.batching, baseline=baseline)
     if isinstance(dataset, datasets.IterableDataset):
         batches: Iterator = (
             collator(examples)
@@ -65,16 +63,11 @@ def evaluate(
                 num_workers=args.dataloader_num_workers,
             )
         )
-    for batch in batches:
-        inputs = {k: batch[k].to(accelerator.device) for k in ("input_ids", "attention_mask", "labels")}
-        with accelerator.autocast():
-            out = model(**inputs, add_sentence_boundaries=args.batching == "sentences")
-        accumulator.update(out, batch["labels"])
+    accumulator = score_batches(model, batches, layout=args.batching, baseline=baseline, device=accelerator.device,
+                                autocast=accelerator.autocast)
     if accelerator.num_processes > 1:
         accumulator = accumulator.from_tensor(
             accelerator.reduce(accumulator.to_tensor(accelerator.device), reduction="sum").cpu())
-    if was_training:
-        model.train()
     return accumulator.result(dataset=dataset_description(args, split), split=split)
 
 

@@ -24,6 +24,7 @@ from ..io_utils import atomic_write_text
 from ..launch import check_process_count, use_cpu_backend
 from ..lm_scoring import UNK_HANDLING, UnigramBaseline, dataset_target_counts
 from ..results import EvaluationResults, write_results
+from ..io_utils import check_safetensors_header
 from ..run_folder import RunFolder
 from .arguments import DEFAULT_LEARNING_RATES, PretrainingArguments, parse_args, read_model_preset, validate
 from .batching import BucketBatchSampler, Collator, example_lengths
@@ -141,6 +142,7 @@ def check_inputs(args: PretrainingArguments) -> RunPlan:
             raise ValueError(f"--init-from-model {args.init_from_model!r} is not a saved ELMo language model folder: "
                              f"{', '.join(missing)} missing (a folder written by pretraining or `save_pretrained` is needed).")
         refuse_pickled_weights(folder)
+        check_safetensors_header(folder / "model.safetensors")  # a truncated or damaged file: one line, now
         fixed = (folder / "vocab.txt", f"--init-from-model {args.init_from_model!r}")
         words, rows = len(Vocabulary.from_file(fixed[0])), read_model_preset(str(folder / "config.json")).get("vocab_size")
         if words != rows:
