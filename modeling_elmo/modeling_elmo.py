@@ -414,7 +414,15 @@ class ElmoPreTrainedModel(PreTrainedModel):
     `_init_weights` follows the original training code (bilm-tf): char table U(-1, 1) with a zero padding row;
     relu convolutions U(-0.05, 0.05) (tanh: N(0, 1/(w d_c))); highway and projection N(0, 1/F) with the highway
     gate bias -2 (leaning towards passing x through); LSTM matrices Glorot-uniform, bias 0 except the forget
-    block at +1; softmax N(0, 1/P). The transformers default (N(0, 0.02) everywhere) gives vanishing activations.
+    block at +1; softmax N(0, 1/P); a task head's classifier Glorot-uniform with a zero bias; the optional word
+    vectors N(0, 1/d_w) (rows of about unit norm). The transformers
+    default (N(0, 0.02) everywhere) gives vanishing activations.
+
+    transformers calls `_init_weights` once per module whose own parameters are not loaded yet (``from_pretrained``
+    initialises only the missing ones, such as a new head's), so every branch initialises the parameters of the
+    module it is given, never those of its children. Which `nn.Linear` is which is read off the model's structure:
+    the highway gates are those of ``char_encoder.highways``, the head's is ``classifier``; every other Linear
+    (highway transform, projection, softmax) is N(0, 1/fan_in), with a zero bias.
     """
 
     config_class = ElmoConfig
@@ -425,29 +433,32 @@ class ElmoPreTrainedModel(PreTrainedModel):
     # One checkpoint serves every class: the biLM alone ignores the softmax or a task head's layers silently.
     _keys_to_ignore_on_load_unexpected = [r"^softmax\.", r"^classifier\.", r"^scalar_mix\."]
 
+    def _is_highway_gate(self, module: nn.Module) -> bool:
+        encoder = getattr(self.base_model, "char_encoder", None)
+        return encoder is not None and any(module is highway.gate for highway in encoder.highways)
+
+    @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
         config = self.config
-        if isinstance(module, ElmoCharacterEncoder):
-            table = torch.empty_like(module.char_embeddings.weight).uniform_(-1.0, 1.0)
-            table[0] = 0.0
-            init.copy_(module.char_embeddings.weight, table)
-            for conv in module.convolutions:
-                width = conv.kernel_size[0]
-                if config.char_cnn_activation == "relu":
-                    init.uniform_(conv.weight, -0.05, 0.05)
-                else:
-                    init.normal_(conv.weight, 0.0, math.sqrt(1.0 / (width * config.char_embedding_dim)))
-                init.zeros_(conv.bias)
-            std = math.sqrt(1.0 / config.num_char_cnn_filters)
-            for highway in module.highways:
-                init.normal_(highway.transform.weight, 0.0, std)
-                init.zeros_(highway.transform.bias)
-                init.normal_(highway.gate.weight, 0.0, std)
-                init.constant_(highway.gate.bias, -2.0)
-            init.normal_(module.projection.weight, 0.0, math.sqrt(1.0 / config.token_features_size))
-            init.zeros_(module.projection.bias)
-            if module.word_embeddings is not None:  # rows of about unit norm, as the character features' scale
-                init.normal_(module.word_embeddings.weight, 0.0, 1.0 / math.sqrt(config.word_input_dim))
+        if isinstance(module, ElmoWordEmbedding):  # the word-embedding input: rows of about unit norm
+            init.normal_(module.weight, 0.0, 1.0 / math.sqrt(module.embedding_dim))
+        elif isinstance(module, nn.Embedding):  # the character table
+            table = torch.empty_like(module.weight).uniform_(-1.0, 1.0)
+            if module.padding_idx is not None:
+                table[module.padding_idx] = 0.0
+            init.copy_(module.weight, table)
+        elif isinstance(module, nn.Conv1d):  # one character convolution
+            if config.char_cnn_activation == "relu":
+                init.uniform_(module.weight, -0.05, 0.05)
+            else:
+                init.normal_(module.weight, 0.0, math.sqrt(1.0 / (module.kernel_size[0] * module.in_channels)))
+            init.zeros_(module.bias)
+        elif isinstance(module, nn.Linear) and module is getattr(self, "classifier", None):  # a task head's layer
+            init.xavier_uniform_(module.weight)
+            init.zeros_(module.bias)
+        elif isinstance(module, nn.Linear):  # highway transform or gate, projection, softmax
+            init.normal_(module.weight, 0.0, math.sqrt(1.0 / module.in_features))
+            init.constant_(module.bias, -2.0 if self._is_highway_gate(module) else 0.0)
         elif isinstance(module, ElmoLstmLayer):
             H, P = module.cell_size, module.hidden_size
             # Glorot-uniform over the original stacked [x; h] -> 4H matrix, and over the projection
@@ -455,22 +466,16 @@ class ElmoPreTrainedModel(PreTrainedModel):
             init.uniform_(module.weight_ih, -limit, limit)
             init.uniform_(module.weight_hh, -limit, limit)
             init.xavier_uniform_(module.weight_hr)
-            bias = torch.zeros(4 * H)
+            bias = torch.zeros_like(module.bias)
             bias[H : 2 * H] = 1.0  # forget gate
             init.copy_(module.bias, bias)
         elif isinstance(module, ElmoScalarMix):
             if module.scalar_parameters.requires_grad:
                 init.zeros_(module.scalar_parameters)
             else:
-                fixed = torch.tensor([config.scalar_mix_parameters] * module.scalar_parameters.shape[0], dtype=torch.float)
-                init.copy_(module.scalar_parameters, fixed)
+                fixed = torch.tensor([config.scalar_mix_parameters] * module.scalar_parameters.shape[0])
+                init.copy_(module.scalar_parameters, fixed.to(module.scalar_parameters))
             init.ones_(module.gamma)
-        elif isinstance(module, ElmoForBidirectionalLM):
-            init.normal_(module.softmax.weight, 0.0, 1.0 / math.sqrt(config.hidden_size))
-            init.zeros_(module.softmax.bias)
-        elif isinstance(module, (ElmoForSequenceClassification, ElmoForTokenClassification)):
-            init.xavier_uniform_(module.classifier.weight)
-            init.zeros_(module.classifier.bias)
 
     def get_input_embeddings(self) -> nn.Module:
         return self.base_model.char_encoder.char_embeddings
@@ -510,6 +515,7 @@ class ElmoBidirectionalLMOutput(ModelOutput):
         forward_nll_sum / backward_nll_sum: summed negative log-likelihoods (for exact perplexity over many batches).
         num_forward_targets / num_backward_targets: number of predicted words of each direction.
         last_hidden_state: top biLM layer (batch, positions, 2 * hidden_size), boundary positions included.
+        hidden_states: with ``output_hidden_states``, all L + 1 layers at the same positions.
     """
 
     loss: torch.FloatTensor | None = None
@@ -520,6 +526,7 @@ class ElmoBidirectionalLMOutput(ModelOutput):
     num_forward_targets: torch.LongTensor | None = None
     num_backward_targets: torch.LongTensor | None = None
     last_hidden_state: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -672,6 +679,28 @@ class ElmoModel(ElmoPreTrainedModel):
 # ---------------------------------------------------------------------------------------------------------------
 # 5. Heads
 # ---------------------------------------------------------------------------------------------------------------
+def _loss_kwargs(kwargs: dict, owner: str):
+    """``num_items_in_batch`` (what `Trainer` passes to a model whose ``forward`` takes ``**kwargs``) out of
+    ``kwargs``; the inputs other models take and ELMo has no use for (``token_type_ids``, ``position_ids``) are
+    dropped; anything else is a `TypeError`, as for a Python function."""
+    num_items_in_batch = kwargs.pop("num_items_in_batch", None)
+    for key in kwargs:
+        if key not in ("token_type_ids", "position_ids"):
+            raise TypeError(f"{owner}.forward() got an unexpected keyword argument {key!r}.")
+    return num_items_in_batch
+
+
+def _normalised(total: torch.Tensor, mean: torch.Tensor, num_items_in_batch) -> torch.Tensor:
+    """The loss: ``mean``, or with ``num_items_in_batch`` (the labelled items of all the batches one optimizer step
+    accumulates, counted by `Trainer`) ``total / num_items_in_batch``, as transformers' own losses do, so that
+    gradient accumulation gives the gradient of one large batch."""
+    if num_items_in_batch is None:
+        return mean
+    if torch.is_tensor(num_items_in_batch):
+        num_items_in_batch = num_items_in_batch.to(total.device)
+    return total / num_items_in_batch
+
+
 def _log_uniform_sample(vocab_size: int, num_samples: int, device: torch.device, generator=None):
     """Sample word ids from the log-uniform (Zipfian) distribution P(k) = log((k+2)/(k+1)) / log(V+1), with replacement.
 
@@ -758,6 +787,7 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
         attention_mask: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         add_sentence_boundaries: bool = True,
+        output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
         **kwargs,
     ) -> ElmoBidirectionalLMOutput | tuple:
@@ -769,14 +799,20 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
                 w_1..w_n, ``</S>`` and the backward LM ``<S>``, w_1..w_n.
             add_sentence_boundaries: see `ElmoModel.forward`; `False` for fixed windows of a token stream, where the
                 forward LM predicts position t+1 and the backward LM position t-1 within the window.
+            output_hidden_states: also return all L + 1 layers (default: ``config.output_hidden_states``).
+            num_items_in_batch (keyword, passed by `Trainer`): the loss is then the summed negative log-likelihood
+                of both directions' predictions, halved, divided by it (instead of the mean of the two directions'
+                means), so that gradient accumulation matches one large batch.
         """
+        num_items_in_batch = _loss_kwargs(kwargs, type(self).__name__)
         return_dict = return_dict if return_dict is not None else self.config.return_dict
+        output_hidden_states = output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         outputs = self.elmo(input_ids, attention_mask=attention_mask, add_sentence_boundaries=add_sentence_boundaries,
-                            keep_sentence_boundaries=True, lstm_dropout=self.config.hidden_dropout_prob, return_dict=True,
-                            **kwargs)
+                            keep_sentence_boundaries=True, lstm_dropout=self.config.hidden_dropout_prob,
+                            output_hidden_states=output_hidden_states, return_dict=True)
         top = outputs.last_hidden_state  # (B, T', 2P), boundary positions included
         full_mask = outputs.attention_mask.bool()  # (B, T')
-        output = ElmoBidirectionalLMOutput(last_hidden_state=top)
+        output = ElmoBidirectionalLMOutput(last_hidden_state=top, hidden_states=outputs.hidden_states)
         if labels is not None:
             # (B, T): the word positions. With boundaries, position p (1..T) holds a word iff p <= length, i.e. iff
             # position p + 1 (a word or </S>) is inside the row.
@@ -805,7 +841,7 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
             counts = [torch.tensor(t.numel(), device=top.device) if w is None else w.sum() for _, t, w in selected]
             sums = [nll.sum() if w is None else torch.where(w, nll, 0.0).sum() for nll, (_, _, w) in zip(nlls, selected)]
             means = [s / c.clamp_min(1) for s, c in zip(sums, counts)]
-            output.loss = 0.5 * (means[0] + means[1])
+            output.loss = _normalised(0.5 * (sums[0] + sums[1]), 0.5 * (means[0] + means[1]), num_items_in_batch)
             output.forward_loss, output.backward_loss = means
             output.forward_nll_sum, output.backward_nll_sum = sums
             output.num_forward_targets, output.num_backward_targets = counts
@@ -846,6 +882,12 @@ class ElmoTaskHeadMixin:
             out = self.elmo(input_ids, attention_mask=attention_mask, word_input_ids=word_input_ids,
                             output_hidden_states=True, return_dict=True)
         return torch.stack(out.hidden_states, dim=1), out.attention_mask.bool()
+
+    def _forward_options(self, kwargs: dict, output_hidden_states, return_dict):
+        """``num_items_in_batch``, and the two output switches resolved against the config."""
+        num_items_in_batch = _loss_kwargs(kwargs, type(self).__name__)
+        output_hidden_states = output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
+        return num_items_in_batch, output_hidden_states, return_dict if return_dict is not None else self.config.return_dict
 
 
 
@@ -892,17 +934,27 @@ class ElmoForSequenceClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
         word_input_ids: torch.Tensor | None = None,
         **kwargs,
     ) -> SequenceClassifierOutput | tuple:
-        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        r"""
+        Args:
+            input_ids / attention_mask: as for `ElmoModel`; or ``elmo_hidden_states``: cached biLM layers
+                (batch, L + 1, tokens, 2P) with their ``attention_mask``.
+            labels: (batch,) class ids, or floats for regression / (batch, num_labels) for multi-label.
+            output_hidden_states: also return the L + 1 biLM layers (default: ``config.output_hidden_states``).
+            num_items_in_batch (keyword, passed by `Trainer`): the summed loss is divided by it instead of averaged.
+        """
+        num_items_in_batch, output_hidden_states, return_dict = self._forward_options(kwargs, output_hidden_states, return_dict)
         layers, mask = self._layers(input_ids, attention_mask, elmo_hidden_states, word_input_ids)
         mixed = self.scalar_mix(layers, mask)[0]
         logits = self.classifier(self.dropout(self.pool(mixed, mask)))
-        loss = None if labels is None else self._loss(logits, torch.as_tensor(labels, device=logits.device))
+        loss = None
+        if labels is not None:
+            loss = self._loss(logits, torch.as_tensor(labels, device=logits.device), num_items_in_batch)
         hidden_states = tuple(layers.unbind(1)) if output_hidden_states else None
         if not return_dict:
             return tuple(v for v in (loss, logits, hidden_states) if v is not None)
         return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
 
-    def _loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    def _loss(self, logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch=None) -> torch.Tensor:
         if self.config.problem_type is None:
             if self.num_labels == 1:
                 self.config.problem_type = "regression"
@@ -911,11 +963,15 @@ class ElmoForSequenceClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
             else:
                 self.config.problem_type = "multi_label_classification"
         if self.config.problem_type == "regression":
-            return F.mse_loss(logits.squeeze(-1), labels.to(logits.dtype).view(-1)) if self.num_labels == 1 else F.mse_loss(logits, labels.to(logits.dtype))
-        if self.config.problem_type == "single_label_classification":
+            if self.num_labels == 1:
+                logits, labels = logits.squeeze(-1), labels.view(-1)
+            per_item = F.mse_loss(logits, labels.to(logits.dtype), reduction="none")
+        elif self.config.problem_type == "single_label_classification":
             labels = integer_labels(labels.view(-1), self.num_labels, "class ids", logits.device)
-            return F.cross_entropy(logits.view(-1, self.num_labels), labels)
-        return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
+            per_item = F.cross_entropy(logits.view(-1, self.num_labels), labels, reduction="none")
+        else:
+            per_item = F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype), reduction="none")
+        return _normalised(per_item.sum(), per_item.mean(), num_items_in_batch)
 
 
 class ElmoForTokenClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
@@ -940,7 +996,14 @@ class ElmoForTokenClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
         word_input_ids: torch.Tensor | None = None,
         **kwargs,
     ) -> TokenClassifierOutput | tuple:
-        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        r"""
+        Args:
+            input_ids / attention_mask / elmo_hidden_states: as for `ElmoForSequenceClassification`.
+            labels: (batch, tokens) class ids, -100 where nothing is to be predicted (padding is never predicted).
+            output_hidden_states: also return the L + 1 biLM layers (default: ``config.output_hidden_states``).
+            num_items_in_batch (keyword, passed by `Trainer`): the summed loss is divided by it instead of averaged.
+        """
+        num_items_in_batch, output_hidden_states, return_dict = self._forward_options(kwargs, output_hidden_states, return_dict)
         layers, mask = self._layers(input_ids, attention_mask, elmo_hidden_states, word_input_ids)
         mixed = self.scalar_mix(layers, mask)[0]
         logits = self.classifier(self.dropout(mixed))  # (B, T, num_labels)
@@ -950,7 +1013,9 @@ class ElmoForTokenClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
             if tuple(labels.shape) != tuple(mask.shape):
                 raise ValueError(f"labels must have shape {tuple(mask.shape)} (batch, tokens), got {tuple(labels.shape)}.")
             labels = integer_labels(labels, self.num_labels, "class ids", logits.device).masked_fill(~mask, IGNORE_INDEX)
-            loss = F.cross_entropy(logits.reshape(-1, self.num_labels), labels.reshape(-1), ignore_index=IGNORE_INDEX)
+            flat = labels.reshape(-1)
+            total = F.cross_entropy(logits.reshape(-1, self.num_labels), flat, ignore_index=IGNORE_INDEX, reduction="sum")
+            loss = _normalised(total, total / (flat != IGNORE_INDEX).sum().clamp_min(1), num_items_in_batch)
         hidden_states = tuple(layers.unbind(1)) if output_hidden_states else None
         if not return_dict:
             return tuple(v for v in (loss, logits, hidden_states) if v is not None)

@@ -351,7 +351,9 @@ def test_initialisation_gives_healthy_activations():
     torch.manual_seed(0)
     out = run(ElmoModel(config).eval(), SENTENCES)
     stds = [h[out.attention_mask.bool()].std().item() for h in out.hidden_states]
-    assert all(0.05 < s < 10 for s in stds), stds
+    # the bilm-tf initialisation gives about 0.19 (tokens), 0.048 and 0.050 (LSTM layers) here; transformers' default
+    # N(0, 0.02) everywhere gives 0.0017 and 0.00016: vanishing
+    assert all(0.02 < s < 10 for s in stds), stds
 
 
 # ------------------------------------------------------------------ language-model head

@@ -83,9 +83,11 @@ def reader_folder(tmp_path, monkeypatch, server, served):
 
 
 def test_readme_examples_run_as_written(reader_folder):
+    namespaces = []
     for language, block in _blocks():
         if language == "python":
-            exec(compile(block, str(README), "exec"), {"__name__": "__readme__"})  # noqa: S102 (the README's own code)
+            namespaces.append({"__name__": "__readme__"})
+            exec(compile(block, str(README), "exec"), namespaces[-1])  # noqa: S102 (the README's own code)
             continue
         for command in _commands(block):
             if command not in NOT_RUN:
@@ -96,6 +98,12 @@ def test_readme_examples_run_as_written(reader_folder):
     assert (reader_folder / "outputs" / "elmo-efml-zh" / "char_vocab.json").is_file()
     assert (reader_folder / "outputs" / "features.h5").is_file()
     assert (reader_folder / "outputs" / "sentiment" / "config.json").is_file()
+    # the classifier step trains real numbers: the new head starts from its initialisation, not from memory
+    [namespace] = [n for n in namespaces if "classifier" in n and "trainer" in n]
+    losses = [entry["train_loss"] for entry in namespace["trainer"].state.log_history if "train_loss" in entry]
+    head = namespace["classifier"].classifier
+    assert losses and all(0 < loss < 10 for loss in losses), losses
+    assert torch.isfinite(head.weight).all() and head.weight.abs().max() < 1.0
 
 
 def test_the_readme_pretraining_command_beats_the_unigram_baseline(tmp_path, monkeypatch):

@@ -36,7 +36,10 @@ from modeling_elmo import ElmoConfig, ElmoForBidirectionalLM, ElmoModel, ElmoTok
 from modeling_elmo import lstm_kernels  # noqa: E402
 from modeling_elmo.pretraining import Collator  # noqa: E402
 
-TOLERANCE = 1e-5
+# Relative to each tensor's largest magnitude. The two forms sum in different orders; through two layers of up to 13
+# steps with both clips active and the recurrent weights doubled, fp32 rounding alone reaches 3e-6 to 2.1e-5 here
+# (six seeds, on a CPU, with the documented initialisation).
+TOLERANCE = 5e-5
 
 
 def relative_difference(actual: torch.Tensor, expected: torch.Tensor) -> float:
