@@ -403,3 +403,12 @@ def test_hub_mirror_serves_the_zip_when_the_repository_fails(efml_served, server
     assert calls == [("someone/efml-zips", "142.zip")] and where == "hf://someone/efml-zips/142.zip"
     assert archive.read_bytes() == data
     assert sorted(p.name for p in archive.parent.iterdir()) == ["142.zip", "142.zip.source"]
+
+
+def test_word_embedding_input_is_initialised_with_rows_of_about_unit_norm():
+    config = ce.ElmoConfig(hidden_size=8, cell_size=16, char_cnn_filters=[[1, 4]], num_highway_layers=1,
+                           word_input_vocab_size=4000, word_input_dim=50)
+    torch.manual_seed(0)
+    table = ElmoModel(config).char_encoder.word_embeddings.weight.detach()
+    assert abs(float(table.std()) - 50 ** -0.5) < 0.01 and abs(float(table.norm(dim=1).mean()) - 1.0) < 0.05
+    assert config.token_features_size == 50 + 4  # the projection reads [word vector; character features]
