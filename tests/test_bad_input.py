@@ -172,6 +172,9 @@ ROWS = [
         "elmo embed: error: the tokenizer writes 60 characters per word (max_characters_per_token in "
         "tokenizer_config.json) but the model reads 50 (config.json); the two files belong to different models.",
         ["embed", "text.txt", "out.h5", "--model", "widetok", "--top"]),
+    Row("elmo embed", "`elmo embed text.txt out.h5 --model ./lm-typo --top` (a mistyped path: never sent to the Hub)",
+        "elmo embed: error: model './lm-typo' does not exist (no such folder)",
+        ["embed", "text.txt", "out.h5", "--model", "./lm-typo", "--top"]),
     # ------------------------------------------------------------------ elmo evaluate
     Row("elmo evaluate", "`elmo evaluate empty --task perplexity --text text.txt`",
         "elmo evaluate: error: empty is not a model folder: it is empty.",
@@ -194,6 +197,9 @@ ROWS = [
         "elmo evaluate: error: the weights of model 'nan' hold NaN or infinite values in 1 tensor(s) "
         "(elmo.char_encoder.char_embeddings.weight); every vector computed from them would be NaN. Refusing to run "
         "it.", ["evaluate", "nan", "--task", "perplexity", "--text", "text.txt"]),
+    Row("elmo evaluate", "`elmo evaluate lm/nope --task perplexity --text text.txt` (`lm/` is a local folder: a path, "
+        "not a Hub id)", "elmo evaluate: error: model 'lm/nope' does not exist (no such folder)",
+        ["evaluate", "lm/nope", "--task", "perplexity", "--text", "text.txt"]),
     # ------------------------------------------------------------------ elmo convert
     Row("elmo convert", "`elmo convert --options missing.json --weights weights.hdf5 --output out`",
         "elmo convert: error: options file 'missing.json' does not exist.",
