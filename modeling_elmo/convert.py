@@ -440,7 +440,7 @@ def convert_release(
 # ------------------------------------------------------------------------------------------------ CLI
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="elmo convert",
+        prog="elmo convert", allow_abbrev=False,
         description="Convert an original ELMo release into a transformers model folder: either a published release "
                     "(--release, downloaded and cached) or local files (--options and --weights). The converted "
                     "model is checked against a numpy implementation of the original computation before it is "
