@@ -631,6 +631,8 @@ def _check_resumable(partial: Path, settings: dict[str, Any]) -> None:
     changed = [k for k in RESUME_KEYS if recorded.get(k) != settings[k]]
     if changed:
         def describe(key: str) -> str:
+            if key in ("input_sha256", "model_weights_sha256") and key not in recorded:
+                return f"{key} was not recorded (a run of an earlier version)"
             if key in ("input_size", "input_sha256"):
                 return f"the input file changed ({key}: {recorded.get(key)!r} -> {settings[key]!r})"
             if key == "model_weights_sha256":

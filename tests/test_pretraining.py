@@ -107,6 +107,12 @@ def test_invalid_utf8_is_replaced_and_counted_not_fatal(tmp_path, caplog):
     assert "2 line(s) were not valid UTF-8" in caplog.text
 
 
+def test_old_mac_line_ends_are_line_ends(tmp_path):
+    path = tmp_path / "mac.txt"
+    path.write_bytes(b"one two\rthree\r\rfour\r\nfive")
+    assert list(iter_text_lines([str(path)])) == ["one two", "three", "", "four", "five"]
+
+
 def test_missing_empty_and_textless_inputs_raise_errors_naming_them(tmp_path):
     with pytest.raises(ValueError, match="does not exist"):
         expand_text_files([str(tmp_path / "nope.txt")])

@@ -141,19 +141,24 @@ def test_second_ctrl_c_ends_the_command_with_one_line(monkeypatch):
     assert "\n" not in message
 
 
-def test_ctrl_c_saves_a_checkpoint_and_exits_with_one_line(tmp_path, corpus):
+@pytest.mark.parametrize("how", ["to the process", "from a terminal, with DataLoader workers"])
+def test_ctrl_c_saves_a_checkpoint_and_exits_with_one_line(tmp_path, corpus, how):
     out = tmp_path / "run"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    extra = ["--dataloader-num-workers", "2", "--gradient-accumulation-steps", "2"] if "workers" in how else []
     proc = subprocess.Popen(
         [sys.executable, str(REPO / "scripts" / "pretrain.py"),
-         *_args(corpus, out, "--max-steps", "100000", "--checkpointing-steps", "0")],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+         *_args(corpus, out, "--max-steps", "100000", "--checkpointing-steps", "0", *extra)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )
     metrics = out / "metrics.jsonl"
     deadline = time.time() + 120
     while time.time() < deadline and not (metrics.is_file() and metrics.read_text().count("\n") >= 2):
         time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
+    if "terminal" in how:  # a terminal's Ctrl-C reaches every process of the foreground group, workers included
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr[-3000:]
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr[-3000:]

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from ..configuration_elmo import BOS_ID, EOS_ID, SPECIAL_WORDS, UNK_ID
-from ..io_utils import atomic_write_text, hub_reachable
+from ..io_utils import atomic_write_text, hub_reachable, iter_lines
 from ..loading import HubUnreachableError
 from ..lm_scoring import LAYOUTS as BATCHING_MODES
 from ..tokenization_elmo import BOS_CHAR_IDS, EOS_CHAR_IDS, encode_words
@@ -157,14 +157,16 @@ def iter_text_lines(paths: Sequence[str], stats: ReadStats | None = None) -> Ite
     """Yield the lines of ``paths`` (without the line break), reading bytes and decoding UTF-8.
 
     Invalid UTF-8 is replaced by U+FFFD and counted (a warning per file says how many lines were affected);
-    a UTF-8 byte-order mark at the start of a file is dropped. Line length is not limited here: long lines are cut
-    into pieces by the tokenisation step.
+    a UTF-8 byte-order mark at the start of a file is dropped; ``\\n``, ``\\r\\n`` and a lone ``\\r`` end a line
+    (`modeling_elmo.io_utils.iter_lines`, as in ``elmo embed`` and ``elmo evaluate``). Line length is not limited
+    here: long lines are cut into pieces by the tokenisation step. ``stats.bytes`` counts the bytes of the lines,
+    line breaks left out.
     """
     stats = stats if stats is not None else ReadStats()
     for path in paths:
         invalid = 0
         with open(path, "rb") as handle:
-            for number, raw in enumerate(handle):
+            for number, raw in enumerate(iter_lines(handle)):
                 if number == 0 and raw.startswith(b"\xef\xbb\xbf"):
                     raw = raw[3:]
                 stats.bytes += len(raw)
@@ -174,7 +176,7 @@ def iter_text_lines(paths: Sequence[str], stats: ReadStats | None = None) -> Ite
                     line = raw.decode("utf-8", errors="replace")
                     invalid += 1
                 stats.lines += 1
-                yield line.rstrip("\r\n")
+                yield line
         if invalid:
             logger.warning("%s: %d line(s) were not valid UTF-8; bad bytes were replaced by U+FFFD.", path, invalid)
         stats.invalid_utf8_lines += invalid
