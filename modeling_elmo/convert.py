@@ -347,7 +347,7 @@ def convert_release(
 # ------------------------------------------------------------------------------------------------ CLI
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="elmo convert",
+        prog="elmo convert", allow_abbrev=False,
         description="Convert an original ELMo release into a transformers model folder: either a published release "
                     "(--release, downloaded and cached), local files (--options and --weights), or an "
                     "ELMoForManyLangs model (--efml FOLDER_OR_ZIP, or --release efml-LANG). The converted "

@@ -650,7 +650,7 @@ def _check_resumable(partial: Path, settings: dict[str, Any]) -> None:
 
 def build_parser(prog: str = "elmo embed") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog=prog,
+        prog=prog, allow_abbrev=False,
         description="Write ELMo layer activations for every line of a text file to an HDF5 file (the layout of "
                     "the old `allennlp elmo` command). Run under `accelerate launch` to use several GPUs/nodes.")
     parser.add_argument("input_file", help="text file, one sentence per line (whitespace-tokenised unless --raw-text)")
