@@ -10,6 +10,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -95,3 +96,23 @@ def test_unicode_run_resumes_from_its_checkpoint_with_its_character_vocabulary(t
                                "--resume-from-checkpoint", "latest")) == 0
     assert json.loads((out / "training_metadata.json").read_text())["global_step"] == 4
     assert ElmoTokenizer.from_pretrained(out).characters == json.loads(saved[-1].read_text(encoding="utf-8"))
+
+
+def test_continued_pretraining_keeps_the_starting_models_characters_and_a_byte_model_refuses_unicode(tmp_path):
+    first = tmp_path / "first"
+    assert pretrain_main(_args(tmp_path, first, "--max-steps", "2")) == 0
+    reset_accelerate_state()
+    args = [a for a in _args(tmp_path, tmp_path / "second", "--max-steps", "2") if a not in ("--model-config", "elmo-tiny")]
+    args = [a for a in args if a not in ("--char-vocabulary", "unicode", "--max-characters", "30")]
+    assert pretrain_main([*args, "--init-from-model", str(first)]) == 0
+    assert (json.loads((tmp_path / "second" / "char_vocab.json").read_text(encoding="utf-8"))
+            == json.loads((first / "char_vocab.json").read_text(encoding="utf-8")))
+    reset_accelerate_state()
+    bytes_model = tmp_path / "bytes"
+    assert pretrain_main([*args[: args.index("--output-dir")], "--output-dir", str(bytes_model),
+                          *args[args.index("--output-dir") + 2:], "--model-config", "elmo-tiny"]) == 0
+    assert not (bytes_model / "char_vocab.json").exists()
+    reset_accelerate_state()
+    with pytest.raises(SystemExit, match="--char-vocabulary unicode does not fit --init-from-model"):
+        pretrain_main([*_args(tmp_path, tmp_path / "third", "--max-steps", "1"), "--init-from-model", str(bytes_model)])
+    assert not (tmp_path / "third").exists()
