@@ -47,6 +47,33 @@ def sentence_marker_char_ids(marker: int, max_characters_per_token: int) -> list
     row += [PADDING_CHARACTER] * (max_characters_per_token - len(row))
     return [value + INFERENCE_SHIFT for value in row]
 
+#: The Unicode character vocabulary (``char_vocabulary="unicode"``): characters are code points looked up in a
+#: vocabulary saved with the tokenizer. Its ids are used as they are (no shift): 0 marks an absent token, then the
+#: within-word padding, the word and sentence markers and the unknown character; the listed characters follow.
+UNICODE_PADDING_CHARACTER = 1
+UNICODE_BEGINNING_OF_WORD_CHARACTER = 2
+UNICODE_END_OF_WORD_CHARACTER = 3
+UNICODE_BEGINNING_OF_SENTENCE_CHARACTER = 4
+UNICODE_END_OF_SENTENCE_CHARACTER = 5
+UNICODE_UNKNOWN_CHARACTER = 6
+#: The id of the first listed character of a Unicode vocabulary (the table has this many rows before it).
+UNICODE_FIRST_CHARACTER = 7
+CHAR_VOCABULARIES = ("bytes", "unicode")
+
+
+def sentence_boundary_char_ids(char_vocabulary: str, max_characters_per_token: int) -> tuple[list[int], list[int]]:
+    """The character-id rows of ``<S>`` and ``</S>`` as the model sees them, for either character vocabulary:
+    begin-of-word, the sentence marker, end-of-word, then within-word padding."""
+    if char_vocabulary == "bytes":
+        return (sentence_marker_char_ids(BEGINNING_OF_SENTENCE_CHARACTER, max_characters_per_token),
+                sentence_marker_char_ids(END_OF_SENTENCE_CHARACTER, max_characters_per_token))
+    rows = []
+    for marker in (UNICODE_BEGINNING_OF_SENTENCE_CHARACTER, UNICODE_END_OF_SENTENCE_CHARACTER):
+        row = [UNICODE_BEGINNING_OF_WORD_CHARACTER, marker, UNICODE_END_OF_WORD_CHARACTER]
+        rows.append(row + [UNICODE_PADDING_CHARACTER] * (max_characters_per_token - len(row)))
+    return rows[0], rows[1]
+
+
 #: Filters of every released model: ``[width, number of filters]``; 2048 filters in all.
 ORIGINAL_CHAR_CNN_FILTERS = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
 
@@ -181,8 +208,20 @@ class ElmoConfig(PretrainedConfig):
         max_characters_per_token (`int`, *optional*, defaults to 50):
             Character slots per token, begin/end-of-word included (``char_cnn.max_characters_per_token``).
         num_characters (`int`, *optional*, defaults to 262):
-            Rows of the character table (``char_cnn.n_characters``): 256 bytes, 5 markers and the padding
-            id 0.
+            Rows of the character table (``char_cnn.n_characters``). With ``char_vocabulary="bytes"`` always 262:
+            256 bytes, 5 markers and the padding id 0. With ``"unicode"``: 7 reserved rows (absent token, padding,
+            word and sentence markers, unknown character) plus one per character of the tokenizer's vocabulary.
+        char_vocabulary (`str`, *optional*, defaults to `"bytes"`):
+            What a character id means. `"bytes"`: the UTF-8 bytes of a word, the fixed table of the released
+            English models. `"unicode"`: code points looked up in the character vocabulary saved with the tokenizer
+            (``char_vocab.json``), so a word of any script keeps ``max_characters_per_token - 2`` characters.
+        word_input_vocab_size (`int`, *optional*, defaults to 0):
+            Rows of an optional word-embedding input (0: none, the default). When set, every token also gets the
+            vector of its word (``word_input_ids`` from the tokenizer's ``word_input_vocab.json``; unknown words
+            use row 3, ``<UNK>``), concatenated *before* the character features and projected with them, as
+            ELMoForManyLangs does.
+        word_input_dim (`int`, *optional*, defaults to 0):
+            Size of those word vectors (needed when ``word_input_vocab_size`` is set).
         hidden_dropout_prob (`float`, *optional*, defaults to 0.1):
             Dropout on the input of every LSTM layer and on the top layer before the softmax, as in the
             original training (``dropout``). Active only in training mode.
@@ -245,6 +284,9 @@ class ElmoConfig(PretrainedConfig):
         char_cnn_activation: str = "relu",
         max_characters_per_token: int = 50,
         num_characters: int = 262,
+        char_vocabulary: str = "bytes",
+        word_input_vocab_size: int = 0,
+        word_input_dim: int = 0,
         hidden_dropout_prob: float = 0.1,
         lstm_implementation: str = "auto",
         num_output_representations: int = 1,
@@ -279,6 +321,9 @@ class ElmoConfig(PretrainedConfig):
         self.char_cnn_activation = char_cnn_activation
         self.max_characters_per_token = max_characters_per_token
         self.num_characters = num_characters
+        self.char_vocabulary = char_vocabulary
+        self.word_input_vocab_size = word_input_vocab_size
+        self.word_input_dim = word_input_dim
         self.hidden_dropout_prob = hidden_dropout_prob
         self.lstm_implementation = lstm_implementation
         self.num_output_representations = num_output_representations
@@ -317,6 +362,16 @@ class ElmoConfig(PretrainedConfig):
         return sum(n for _, n in self.char_cnn_filters)
 
     @property
+    def token_features_size(self) -> int:
+        """The input width of the token projection: the word vector (if any) then the F character features."""
+        return self.word_input_dim * bool(self.word_input_vocab_size) + self.num_char_cnn_filters
+
+    @property
+    def max_character_id(self) -> int:
+        """The highest character id an input may hold."""
+        return self.num_characters - 1
+
+    @property
     def output_size(self) -> int:
         """Width of every output layer: forward and backward halves concatenated (2P)."""
         return 2 * self.hidden_size
@@ -340,7 +395,8 @@ class ElmoConfig(PretrainedConfig):
         characters = self.num_characters * d_c + sum(w * d_c * n + n for w, n in self.char_cnn_filters)
         highways = self.num_highway_layers * 2 * (F * F + F)
         lstms = 2 * self.num_hidden_layers * (8 * H * P + 4 * H + H * P)
-        return characters + highways + F * P + P + lstms + self.vocab_size * (P + 1)
+        words = self.word_input_vocab_size * self.word_input_dim if self.word_input_vocab_size else 0
+        return characters + words + highways + self.token_features_size * P + P + lstms + self.vocab_size * (P + 1)
 
     # ------------------------------------------------------------------ validation
     def validate_elmo(self) -> None:
@@ -415,10 +471,19 @@ class ElmoConfig(PretrainedConfig):
                 f"a char_cnn filter of width {widest} is wider than max_characters_per_token="
                 f"{self.max_characters_per_token}."
             )
-        if self.num_characters != 262:
+        choice("char_vocabulary", CHAR_VOCABULARIES)
+        if self.char_vocabulary == "bytes" and self.num_characters != 262:
             raise ValueError(
                 f"`num_characters` must be 262 (256 bytes + 5 markers + the padding id 0), got {self.num_characters!r}."
             )
+        if self.char_vocabulary == "unicode":
+            positive_int("num_characters", minimum=UNICODE_FIRST_CHARACTER)
+        positive_int("word_input_vocab_size", minimum=0)
+        positive_int("word_input_dim", minimum=0)
+        if self.word_input_vocab_size:
+            positive_int("word_input_vocab_size", minimum=4)  # the four special words come first
+            if not self.word_input_dim:
+                raise ValueError(f"`word_input_dim` must be >= 1 with word_input_vocab_size={self.word_input_vocab_size}.")
         if self.scalar_mix_parameters is not None and len(self.scalar_mix_parameters) != self.num_representation_layers:
             raise ValueError(
                 f"`scalar_mix_parameters` needs one weight per layer ({self.num_representation_layers}), "
@@ -507,4 +572,4 @@ class ElmoConfig(PretrainedConfig):
         }
 
 
-__all__ = ["AUTO_MAP", "ElmoConfig", "own_auto_map"]
+__all__ = ["AUTO_MAP", "CHAR_VOCABULARIES", "ElmoConfig", "own_auto_map", "sentence_boundary_char_ids"]

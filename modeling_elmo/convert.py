@@ -47,13 +47,8 @@ User documentation: ``docs/conversion.md``.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import hashlib
 import json
-import math
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -63,8 +58,8 @@ import torch
 
 from . import io_utils
 from .configuration_elmo import ElmoConfig
-from .io_utils import follow_umask, is_within, read_json_object
-from .manifest import check_replaceable, remove_stale_temporaries, temporary_prefix, write_manifest
+from .io_utils import read_json_object
+from .manifest import remove_stale_temporaries
 from .original_format import (
     LSTM_CELL,
     config_summary,
@@ -74,6 +69,8 @@ from .original_format import (
     read_checked,
     read_options,
 )
+from .output_folder import COMMAND, TEMPORARY_KINDS, check_atol, check_output_dir, write_folder_atomically
+from .output_folder import sha256_of_file as _sha256
 from .parity import DEFAULT_ATOL, validate_converted_model
 from .releases import (
     BASE_URL_ENV,
@@ -87,10 +84,6 @@ from .releases import (
     release_cache_dir,
     resolve_base_url,
 )
-
-COMMAND = "elmo convert"
-#: Temporary folders next to the output: the conversion being written, the output it replaces.
-_TEMPORARY_KINDS = ("converting", "old")
 
 _DIRECTIONS = ("forward", "backward")
 
@@ -158,14 +151,6 @@ def load_converted_state_dict(model: torch.nn.Module, state_dict: dict[str, torc
 
 
 # ------------------------------------------------------------------------------------------------ saving
-def _sha256(path: str | os.PathLike) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _published_section(release: Release) -> str:
     figures = release.published_figures()
     perplexity = (f"{release.perplexity:g}, {release.perplexity_note}" if release.perplexity is not None
@@ -231,63 +216,6 @@ did, pass each call's `lstm_state` to the next: `out = model(**batch, lstm_state
 """
 
 
-def check_output_dir(output_dir: str | os.PathLike, overwrite: bool = False,
-                     inputs: tuple[str | os.PathLike, ...] = ()) -> Path:
-    """Raise `ValueError` unless a conversion can write ``output_dir``; return it as a `Path`. Writes nothing.
-
-    Refused: an output folder that holds one of ``inputs`` (replacing it would delete them); an existing file; an
-    existing non-empty folder unless ``overwrite``, and with ``overwrite`` a folder holding anything but the files of
-    an earlier conversion (its manifest, `modeling_elmo.manifest`; the error names the first other file); a path
-    under a file; a location where the nearest existing folder does not let us create anything (tried with a
-    temporary folder that is removed at once, so read-only folders and file systems are caught however permissions
-    are set up).
-    """
-    output_dir = Path(output_dir)
-    shown = str(output_dir)
-    for source in inputs:
-        if is_within(Path(source), output_dir):
-            raise ValueError(f"output folder {shown!r} holds the input file {str(source)!r}; writing the output would "
-                             "delete it. Choose another output folder.")
-    if output_dir.exists() and not output_dir.is_dir():
-        raise ValueError(f"output {shown!r} exists and is not a folder.")
-    if output_dir.is_dir() and any(output_dir.iterdir()):
-        if not overwrite:
-            raise ValueError(f"output folder {shown!r} exists and is not empty; pass overwrite=True (--overwrite).")
-        check_replaceable(output_dir, COMMAND, f"output folder {shown!r}")
-    ancestor = output_dir.absolute().parent
-    while not ancestor.exists() and not ancestor.is_symlink() and ancestor != ancestor.parent:
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        raise ValueError(f"output folder {shown!r} cannot be created: {str(ancestor)!r} is a file, not a folder.")
-    try:
-        os.rmdir(tempfile.mkdtemp(prefix=".elmo-convert-check-", dir=ancestor))
-    except OSError as error:
-        raise ValueError(
-            f"output folder {shown!r} cannot be written: nothing can be created in {str(ancestor)!r} "
-            f"({error.strerror or error})."
-        ) from None
-    return output_dir
-
-
-def check_atol(atol: float) -> None:
-    """Raise `ValueError` unless ``atol`` (the largest accepted difference to the reference) is a finite number > 0:
-    NaN would fail every comparison, and a negative one could never be met."""
-    if isinstance(atol, bool) or not isinstance(atol, (int, float)) or not (math.isfinite(atol) and atol > 0):
-        raise ValueError(f"--atol must be a finite number > 0 (the largest accepted difference to the reference), "
-                         f"got {atol!r}.")
-
-
-def _make_parents(folder: Path) -> list[Path]:
-    """Create ``folder`` and its missing parents; return the ones created, deepest last."""
-    missing = []
-    while not folder.exists():
-        missing.append(folder)
-        folder = folder.parent
-    for path in reversed(missing):
-        path.mkdir()
-    return list(reversed(missing))
-
-
 def convert(
     options_path: str | os.PathLike,
     weights_path: str | os.PathLike,
@@ -310,7 +238,7 @@ def convert(
 
     check_atol(atol)
     output_dir = check_output_dir(output_dir, overwrite, inputs=(options_path, weights_path))
-    remove_stale_temporaries(output_dir, _TEMPORARY_KINDS)  # left by a run that was killed
+    remove_stale_temporaries(output_dir, TEMPORARY_KINDS)  # left by a run that was killed
     # 1. Options -> config.
     options = read_options(options_path)
     config = convert_config(options)
@@ -342,34 +270,13 @@ def convert(
         metadata["published"] = release.published_figures()
     if sources:
         metadata["sources"] = dict(sources)
-    parent = output_dir.resolve().parent
-    created: list[Path] = []
-    staging: Path | None = None
-    try:
-        created = _make_parents(parent)
-        staging = Path(tempfile.mkdtemp(prefix=temporary_prefix(output_dir, "converting"), dir=parent))
-        follow_umask(staging, folder=True)  # mkdtemp makes it private; the result should look like any new folder
+    def fill(staging: Path) -> None:
         save_model_folder(model, ElmoTokenizer(), staging)  # safetensors, tokenizer, code files, full auto_map
         readme = _model_card(config, described, max_diff, num_parameters, release)
         (staging / "README.md").write_text(readme, encoding="utf-8")
         (staging / "conversion_metadata.json").write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
-        write_manifest(staging, COMMAND, (p.relative_to(staging).as_posix() for p in staging.rglob("*") if p.is_file()))
-        if output_dir.exists():  # only an earlier conversion's files (check_output_dir)
-            retired = Path(tempfile.mkdtemp(prefix=temporary_prefix(output_dir, "old"), dir=parent))
-            os.replace(output_dir, retired / "old")
-            os.replace(staging, output_dir)
-            shutil.rmtree(retired, ignore_errors=True)
-        else:
-            os.replace(staging, output_dir)
-    except BaseException as error:
-        if staging is not None:
-            shutil.rmtree(staging, ignore_errors=True)
-        for folder in reversed(created):  # deepest first; only the empty folders this call made
-            with contextlib.suppress(OSError):
-                folder.rmdir()
-        if isinstance(error, OSError):
-            raise ValueError(f"cannot write the output folder {str(output_dir)!r}: {error}") from None
-        raise
+
+    write_folder_atomically(output_dir, fill)
     return output_dir
 
 
@@ -440,16 +347,27 @@ def convert_release(
 # ------------------------------------------------------------------------------------------------ CLI
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="elmo convert",
+        prog="elmo convert", allow_abbrev=False,
         description="Convert an original ELMo release into a transformers model folder: either a published release "
-                    "(--release, downloaded and cached) or local files (--options and --weights). The converted "
+                    "(--release, downloaded and cached), local files (--options and --weights), or an "
+                    "ELMoForManyLangs model (--efml FOLDER_OR_ZIP, or --release efml-LANG). The converted "
                     "model is checked against a numpy implementation of the original computation before it is "
                     "written.",
     )
-    parser.add_argument("--release", choices=list(RELEASES),
-                        help="download and convert this published English model")
+    parser.add_argument("--release", metavar="NAME",
+                        help=f"download and convert a published model: an English one ({', '.join(RELEASES)}) or an "
+                             "ELMoForManyLangs one, efml-LANG (efml-de, efml-zh...; the table is in docs/conversion.md)")
     parser.add_argument("--options", help="a local options.json (with --weights)")
     parser.add_argument("--weights", help="a local weights.hdf5 (with --options)")
+    parser.add_argument("--efml", metavar="FOLDER_OR_ZIP", help="a local ELMoForManyLangs model (its folder or zip)")
+    parser.add_argument("--architecture", metavar="JSON",
+                        help="ELMoForManyLangs only: the architecture json to use instead of the published "
+                             "cnn_50_100_512_4096_sample.json")
+    parser.add_argument("--language", metavar="CODE", help="--efml only: the model's language code (de, zh...), for the "
+                                                             "model card")
+    parser.add_argument("--mirror", metavar="REPO_ID",
+                        help="efml-LANG only: a Hugging Face Hub repository holding the zips as <id>.zip, tried when "
+                             "the NLPL repository fails (default $ELMO_EFML_HUB_MIRROR)")
     parser.add_argument("--output", required=True, help="folder to write (safetensors, config, tokenizer, code, card)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing non-empty output folder")
     parser.add_argument("--cache-dir", help="download cache (default $HF_HOME/modeling_elmo/releases; one folder "
@@ -461,8 +379,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-mirror", action="store_true",
                         help="do not fall back to the Hugging Face Hub mirror when the primary server fails")
     parser.add_argument(
-        "--atol", type=float, default=DEFAULT_ATOL,
-        help=f"largest accepted difference to the numpy reference forward (default {DEFAULT_ATOL:g})",
+        "--atol", type=float, default=None,
+        help=f"largest accepted difference to the numpy reference forward (default {DEFAULT_ATOL:g}; "
+             "1e-5 for ELMoForManyLangs models, checked on every layer in float64)",
     )
     return parser
 
@@ -471,22 +390,46 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
 
-    if args.release and (args.options or args.weights):
-        parser.error("--release downloads its own files; do not combine it with --options/--weights.")
-    if not args.release and not (args.options and args.weights):
-        parser.error("give --release NAME, or both --options and --weights.")
+    efml_release = bool(args.release and args.release.startswith("efml-"))
+    if args.release and (args.options or args.weights or args.efml):
+        parser.error("--release downloads its own files; do not combine it with --options/--weights or --efml.")
+    if args.efml and (args.options or args.weights):
+        parser.error("give one source: --efml FOLDER_OR_ZIP, or --options with --weights.")
+    if not (args.release or args.efml) and not (args.options and args.weights):
+        parser.error("give --release NAME, both --options and --weights, or --efml FOLDER_OR_ZIP.")
+    if args.release and not efml_release and args.release not in RELEASES:
+        parser.error(f"unknown release {args.release!r}; the English releases are {', '.join(RELEASES)}, the "
+                     "ELMoForManyLangs ones efml-LANG (see docs/conversion.md).")
+    misplaced = [flag for flag, used, allowed in (
+        ("--architecture", args.architecture, args.efml or efml_release), ("--language", args.language, args.efml),
+        ("--mirror", args.mirror, efml_release), ("--no-mirror", args.no_mirror, args.release and not efml_release))
+        if used and not allowed]
+    if misplaced:
+        parser.error(f"{', '.join(misplaced)} do(es) not apply to this source (see --help).")
     local_only = [flag for flag, used in (("--cache-dir", args.cache_dir), ("--base-url", args.base_url),
                                           ("--force-download", args.force_download), ("--no-mirror", args.no_mirror))
                   if used and not args.release]
     if local_only:
         parser.error(f"{', '.join(local_only)} only apply with --release.")
     try:
-        if args.release:
+        if args.efml or efml_release:
+            from .convert_efml import EFML_ATOL, convert_efml, convert_efml_release
+
+            atol = EFML_ATOL if args.atol is None else args.atol
+            if args.efml:
+                folder = convert_efml(args.efml, args.output, overwrite=args.overwrite, atol=atol,
+                                      architecture=args.architecture, language=args.language)
+            else:
+                folder = convert_efml_release(args.release, args.output, cache_dir=args.cache_dir,
+                                              base_url=args.base_url, mirror=args.mirror, overwrite=args.overwrite,
+                                              force_download=args.force_download, atol=atol)
+        elif args.release:
             folder = convert_release(args.release, args.output, cache_dir=args.cache_dir, base_url=args.base_url,
                                      overwrite=args.overwrite, force_download=args.force_download,
-                                     use_mirror=not args.no_mirror, atol=args.atol)
+                                     use_mirror=not args.no_mirror, atol=DEFAULT_ATOL if args.atol is None else args.atol)
         else:
-            folder = convert(args.options, args.weights, args.output, overwrite=args.overwrite, atol=args.atol)
+            folder = convert(args.options, args.weights, args.output, overwrite=args.overwrite,
+                             atol=DEFAULT_ATOL if args.atol is None else args.atol)
     except (ValueError, OSError) as error:  # bad input, a failed download, a file system refusing a write
         raise SystemExit(f"elmo convert: error: {' '.join(str(error).split())}") from None
     metadata = json.loads((folder / "conversion_metadata.json").read_text(encoding="utf-8"))

@@ -631,6 +631,8 @@ def _check_resumable(partial: Path, settings: dict[str, Any]) -> None:
     changed = [k for k in RESUME_KEYS if recorded.get(k) != settings[k]]
     if changed:
         def describe(key: str) -> str:
+            if key in ("input_sha256", "model_weights_sha256") and key not in recorded:
+                return f"{key} was not recorded (a run of an earlier version)"
             if key in ("input_size", "input_sha256"):
                 return f"the input file changed ({key}: {recorded.get(key)!r} -> {settings[key]!r})"
             if key == "model_weights_sha256":
@@ -648,7 +650,7 @@ def _check_resumable(partial: Path, settings: dict[str, Any]) -> None:
 
 def build_parser(prog: str = "elmo embed") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog=prog,
+        prog=prog, allow_abbrev=False,
         description="Write ELMo layer activations for every line of a text file to an HDF5 file (the layout of "
                     "the old `allennlp elmo` command). Run under `accelerate launch` to use several GPUs/nodes.")
     parser.add_argument("input_file", help="text file, one sentence per line (whitespace-tokenised unless --raw-text)")

@@ -102,6 +102,17 @@ def _check_location(location: str, hub_kwargs: dict[str, Any]) -> None:
                          f"not {ElmoConfig.model_type!r}.")
 
 
+#: What an ELMo model takes from its tokenizer's output: the character ids, the mask and, for a model with a
+#: word-embedding input, the word ids.
+MODEL_INPUT_KEYS = ("input_ids", "attention_mask", "word_input_ids")
+
+
+def model_inputs(encoding: Any, device: torch.device | str | None = None) -> dict[str, torch.Tensor]:
+    """The entries of a tokenizer's output an ELMo model takes (`MODEL_INPUT_KEYS`), on ``device``."""
+    return {key: (encoding[key].to(device) if device is not None else encoding[key])
+            for key in MODEL_INPUT_KEYS if key in encoding}
+
+
 def load_elmo_model(model_name_or_path: str | os.PathLike, **kwargs: Any) -> torch.nn.Module:
     """Load the `ElmoModel` (the biLM) of a saved folder or Hub id for inference, refusing any mismatch.
 
@@ -307,8 +318,7 @@ class ElmoEmbedder:
         encoded = self.tokenizer([list(s) for s in sentences], is_split_into_words=True, padding=True,
                                  return_tensors="pt")
         with torch.inference_mode():
-            out = self.model(input_ids=encoded["input_ids"].to(self.device),
-                             attention_mask=encoded["attention_mask"].to(self.device), output_hidden_states=True)
+            out = self.model(**model_inputs(encoded, self.device), output_hidden_states=True)
             layers = torch.stack(tuple(out.hidden_states), dim=1).float().cpu().numpy()  # (B, L+1, T, 2P)
         # checked here, where the vectors have left the device anyway (the model's forward makes the host wait for
         # no check): every export and cache of vectors (`elmo embed`, `add_elmo_features`) goes through this
@@ -358,5 +368,6 @@ def _check_word_lists(sentences: Sequence[Any]) -> None:
                 raise ValueError(f"word {j} of sentence {i} must be a string, got {type(word).__name__} {word!r:.40}.")
 
 
-__all__ = ["DTYPES", "HEAD_WEIGHT_PREFIXES", "HUB_KWARGS", "ElmoEmbedder", "check_loading_info", "check_safetensors_files", "load_elmo_model",
-           "load_elmo_tokenizer", "make_batches", "refuse_nonfinite_weights", "weights_fingerprint"]
+__all__ = ["DTYPES", "HEAD_WEIGHT_PREFIXES", "HUB_KWARGS", "MODEL_INPUT_KEYS", "ElmoEmbedder", "check_loading_info",
+           "check_safetensors_files", "load_elmo_model", "load_elmo_tokenizer", "make_batches", "model_inputs",
+           "refuse_nonfinite_weights", "weights_fingerprint"]

@@ -9,12 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from .configuration_elmo import (
-    BEGINNING_OF_SENTENCE_CHARACTER,
-    END_OF_SENTENCE_CHARACTER,
-    MAX_CHARACTER_ID,
-    sentence_marker_char_ids,
-)
+from .configuration_elmo import BOS_ID, EOS_ID, MAX_CHARACTER_ID, PAD_ID, sentence_boundary_char_ids
 
 IGNORE_INDEX = -100  # labels that predict nothing (padding), as everywhere in transformers
 
@@ -47,9 +42,9 @@ def integer_labels(labels, upper: int, what: str, device: torch.device, counted:
     return labels
 
 
-def validated_inputs(input_ids, attention_mask, width: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The character ids (B, T, ``width``) and the token mask (B, T) bool, after checking shapes, dtypes and values;
-    without a mask, a token is present where its character ids are not all 0."""
+def validated_inputs(input_ids, attention_mask, width: int, max_id: int = MAX_CHARACTER_ID) -> tuple[torch.Tensor, torch.Tensor]:
+    """The character ids (B, T, ``width``) and the token mask (B, T) bool, after checking shapes, dtypes and values
+    (ids in [0, ``max_id``]); without a mask, a token is present where its character ids are not all 0."""
     if input_ids is None:
         raise ValueError(f"ElmoModel needs input_ids (character ids of shape (batch, tokens, {width})).")
     if not isinstance(input_ids, torch.Tensor):
@@ -61,13 +56,13 @@ def validated_inputs(input_ids, attention_mask, width: int) -> tuple[torch.Tenso
         )
     if input_ids.dtype not in (torch.int16, torch.int32, torch.int64):
         raise ValueError(
-            f"input_ids must hold integer character ids in [0, {MAX_CHARACTER_ID}] (int16, int32 or int64), "
+            f"input_ids must hold integer character ids in [0, {max_id}] (int16, int32 or int64), "
             f"got dtype {input_ids.dtype}."
         )
     if input_ids.shape[0] == 0:
         raise ValueError("empty batch: input_ids has batch size 0.")
-    check_values((input_ids < 0) | (input_ids > MAX_CHARACTER_ID),
-                 f"input_ids hold a character id outside [0, {MAX_CHARACTER_ID}].")
+    check_values((input_ids < 0) | (input_ids > max_id),
+                 f"input_ids hold a character id outside [0, {max_id}].")
     present = (input_ids > 0).any(dim=-1)  # (B, T)
     if attention_mask is None:
         return input_ids, present
@@ -102,7 +97,35 @@ def validated_features(features: torch.Tensor, attention_mask, config, dtype: to
     return features.to(dtype), attention_mask.bool()
 
 
-def with_sentence_boundaries(input_ids: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor):
+def validated_word_inputs(word_input_ids, input_ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """The word ids (B, T) of a model with a word-embedding input, checked: one per token of ``input_ids``, integers
+    in [0, ``vocab_size``)."""
+    if word_input_ids is None:
+        raise ValueError("this model has a word-embedding input: pass word_input_ids (from its tokenizer) too.")
+    word_input_ids = torch.as_tensor(word_input_ids, device=input_ids.device)
+    if tuple(word_input_ids.shape) != tuple(input_ids.shape[:2]):
+        raise ValueError(f"word_input_ids has shape {tuple(word_input_ids.shape)} but input_ids has "
+                         f"{tuple(input_ids.shape[:2])} tokens.")
+    if word_input_ids.dtype.is_floating_point or word_input_ids.dtype == torch.bool or word_input_ids.is_complex():
+        raise ValueError(f"word_input_ids must hold integer word ids, got dtype {word_input_ids.dtype}.")
+    word_input_ids = word_input_ids.long()
+    check_values((word_input_ids < 0) | (word_input_ids >= vocab_size),
+                 f"word_input_ids hold a word id outside [0, {vocab_size}).")
+    return word_input_ids
+
+
+def with_word_boundaries(word_ids: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Left-aligned word ids (B, T) -> (B, T + 2) with the ``<S>`` id at 0 and the ``</S>`` id after each row's last
+    word, as `with_sentence_boundaries` does for the character ids."""
+    batch, steps = word_ids.shape
+    ids = word_ids.new_full((batch, steps + 2), PAD_ID)
+    ids[:, 1:-1] = torch.where(mask, word_ids, PAD_ID)
+    ids[:, 0] = BOS_ID
+    return ids.scatter(1, (lengths + 1).view(batch, 1), EOS_ID)
+
+
+def with_sentence_boundaries(input_ids: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor,
+                             char_vocabulary: str = "bytes"):
     """Left-aligned ids (B, T, C) -> (B, T + 2, C) with ``<S>`` at 0 and ``</S>`` after each row's last token, and
     the mask of the result.
 
@@ -115,8 +138,8 @@ def with_sentence_boundaries(input_ids: torch.Tensor, mask: torch.Tensor, length
     ids[:, 1:-1] = input_ids * mask.unsqueeze(-1).to(input_ids.dtype)
     # built on the device from scalars: copying a host list there would make the host wait for the device
     bos, eos = (ids.new_empty(width) for _ in range(2))
-    for row, marker in ((bos, BEGINNING_OF_SENTENCE_CHARACTER), (eos, END_OF_SENTENCE_CHARACTER)):
-        for position, value in enumerate(sentence_marker_char_ids(marker, width)[:4]):  # the rest is padding
+    for row, values in zip((bos, eos), sentence_boundary_char_ids(char_vocabulary, width)):
+        for position, value in enumerate(values[:4]):  # the rest is padding
             row[position:] = value
     ids[:, 0] = bos
     ids.scatter_(1, (lengths + 1).view(batch, 1, 1).expand(batch, 1, width), eos.expand(batch, 1, width))

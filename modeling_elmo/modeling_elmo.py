@@ -41,7 +41,7 @@ from transformers.utils import ModelOutput, logging
 
 from .configuration_elmo import ElmoConfig
 from .inputs_elmo import IGNORE_INDEX, check_values, integer_labels, validated_features, validated_inputs
-from .inputs_elmo import with_sentence_boundaries
+from .inputs_elmo import validated_word_inputs, with_sentence_boundaries, with_word_boundaries
 from .lstm_kernels import clipped_lstm, compile_failure, cpu_kernels, dropout_noise, fused_applies, loop_step_products
 from .lstm_kernels import reverse_each_row, torch_lstm
 
@@ -92,23 +92,31 @@ class ElmoCharConvolution(nn.Conv1d):
         return scores.view(n, length - width + 1, self.out_channels).transpose(1, 2)
 
 
+class ElmoWordEmbedding(nn.Embedding):
+    """The optional word-embedding input (``config.word_input_vocab_size`` rows of ``config.word_input_dim``): one
+    vector per word of the tokenizer's word-input vocabulary, row 3 (``<UNK>``) for unknown words."""
+
+
 class ElmoCharacterEncoder(nn.Module):
-    """Context-insensitive token representation from character ids.
+    """Context-insensitive token representation from character ids (and, optionally, word ids).
 
     char ids (N, 50) -> embedding (N, 50, d_c) -> one valid convolution per filter width, max over positions,
-    activation -> concatenation (N, F) -> highway layers -> linear projection (N, P).
+    activation -> concatenation (N, F) -> highway layers -> [word vector; features] when the model has a
+    word-embedding input -> linear projection (N, P).
     Each distinct word of a call is encoded once (duplicates in a batch share the computation).
     """
 
     def __init__(self, config: ElmoConfig):
         super().__init__()
         self.char_embeddings = nn.Embedding(config.num_characters, config.char_embedding_dim, padding_idx=0)
+        self.word_embeddings = (ElmoWordEmbedding(config.word_input_vocab_size, config.word_input_dim)
+                                if config.word_input_vocab_size else None)
         self.convolutions = nn.ModuleList(
             ElmoCharConvolution(config.char_embedding_dim, count, width) for width, count in config.char_cnn_filters
         )
         self.activation = torch.relu if config.char_cnn_activation == "relu" else torch.tanh
         self.highways = nn.ModuleList(ElmoHighway(config.num_char_cnn_filters) for _ in range(config.num_highway_layers))
-        self.projection = nn.Linear(config.num_char_cnn_filters, config.hidden_size)
+        self.projection = nn.Linear(config.token_features_size, config.hidden_size)
 
     def convolve(self, char_ids: torch.Tensor) -> torch.Tensor:
         """(N, C) character ids -> (N, F): every filter's maximum over the word's positions, then the activation
@@ -116,21 +124,29 @@ class ElmoCharacterEncoder(nn.Module):
         x = self.char_embeddings(char_ids).transpose(1, 2)  # (N, d_c, C)
         return torch.cat([self.activation(conv(x).amax(dim=-1)) for conv in self.convolutions], dim=-1)  # (N, F)
 
-    def encode(self, char_ids: torch.Tensor) -> torch.Tensor:
-        """(N, max_characters_per_token) character ids -> (N, hidden_size), no de-duplication."""
+    def encode(self, char_ids: torch.Tensor, word_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """(N, max_characters_per_token) character ids (and (N,) word ids with a word input) -> (N, hidden_size),
+        no de-duplication."""
         # chunks bound the memory of the unfolded windows on long inputs
         x = torch.cat([self.convolve(chunk) for chunk in char_ids.split(4096)]) if char_ids.shape[0] else self.convolve(char_ids)
         for highway in self.highways:
             x = highway(x)
+        if self.word_embeddings is not None:
+            x = torch.cat([self.word_embeddings(word_ids).to(x.dtype), x], dim=-1)  # the word vector first
         return self.projection(x)  # (N, P)
 
-    def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
-        """(N, max_characters_per_token) -> (N, hidden_size), each distinct word encoded once (in eager mode on the
-        CPU; elsewhere every row, as the number of distinct words is known only from the values)."""
+    def forward(self, char_ids: torch.Tensor, word_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """(N, max_characters_per_token) (and (N,) word ids with a word input) -> (N, hidden_size), each distinct
+        word encoded once (in eager mode on the CPU; elsewhere every row, as the number of distinct words is known
+        only from the values)."""
         if not _host_waits_for_nothing(char_ids.device):
-            return self.encode(char_ids)
-        unique, inverse = torch.unique(char_ids, dim=0, return_inverse=True)
-        return self.encode(unique)[inverse]
+            return self.encode(char_ids, word_ids)
+        if self.word_embeddings is None:
+            unique, inverse = torch.unique(char_ids, dim=0, return_inverse=True)
+            return self.encode(unique)[inverse]
+        keys = torch.cat([char_ids, word_ids.unsqueeze(-1).to(char_ids.dtype)], dim=-1)  # a word: its characters and id
+        unique, inverse = torch.unique(keys, dim=0, return_inverse=True)
+        return self.encode(unique[:, :-1], unique[:, -1].long())[inverse]
 
 
 class ElmoLstmLayer(nn.Module):
@@ -398,7 +414,8 @@ class ElmoPreTrainedModel(PreTrainedModel):
     `_init_weights` follows the original training code (bilm-tf): char table U(-1, 1) with a zero padding row;
     relu convolutions U(-0.05, 0.05) (tanh: N(0, 1/(w d_c))); highway and projection N(0, 1/F) with the highway
     gate bias -2 (leaning towards passing x through); LSTM matrices Glorot-uniform, bias 0 except the forget
-    block at +1; softmax N(0, 1/P); a task head's classifier Glorot-uniform with a zero bias. The transformers
+    block at +1; softmax N(0, 1/P); a task head's classifier Glorot-uniform with a zero bias; the optional word
+    vectors N(0, 1/d_w) (rows of about unit norm). The transformers
     default (N(0, 0.02) everywhere) gives vanishing activations.
 
     transformers calls `_init_weights` once per module whose own parameters are not loaded yet (``from_pretrained``
@@ -423,7 +440,9 @@ class ElmoPreTrainedModel(PreTrainedModel):
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
         config = self.config
-        if isinstance(module, nn.Embedding):  # the character table
+        if isinstance(module, ElmoWordEmbedding):  # the word-embedding input: rows of about unit norm
+            init.normal_(module.weight, 0.0, 1.0 / math.sqrt(module.embedding_dim))
+        elif isinstance(module, nn.Embedding):  # the character table
             table = torch.empty_like(module.weight).uniform_(-1.0, 1.0)
             if module.padding_idx is not None:
                 table[module.padding_idx] = 0.0
@@ -544,6 +563,7 @@ class ElmoModel(ElmoPreTrainedModel):
         self,
         input_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
+        word_input_ids: torch.Tensor | None = None,
         lstm_state: ElmoLstmState | None = None,
         return_lstm_state: bool = False,
         output_hidden_states: bool | None = None,
@@ -557,6 +577,8 @@ class ElmoModel(ElmoPreTrainedModel):
         Args:
             input_ids: character ids (batch, tokens, 50) from `ElmoTokenizer` (0 rows = no token).
             attention_mask: (batch, tokens) 1 for tokens, 0 for padding; derived from ``input_ids`` when omitted.
+            word_input_ids: (batch, tokens) word ids, for a model with a word-embedding input
+                (``config.word_input_vocab_size``); its tokenizer returns them. Ignored by a model without one.
             lstm_state: states to start the LSTMs from (the ``lstm_state`` of a previous call), for stateful use.
             return_lstm_state: also return the states to continue from (always done when ``lstm_state`` is given).
             output_hidden_states: also return all L + 1 layers.
@@ -573,7 +595,11 @@ class ElmoModel(ElmoPreTrainedModel):
                 raise TypeError(f"ElmoModel.forward() got an unexpected keyword argument {key!r}.")
         output_hidden_states = output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         return_dict = return_dict if return_dict is not None else self.config.return_dict
-        input_ids, mask = validated_inputs(input_ids, attention_mask, self.config.max_characters_per_token)
+        input_ids, mask = validated_inputs(input_ids, attention_mask, self.config.max_characters_per_token,
+                                           self.config.max_character_id)
+        word_ids = None
+        if self.config.word_input_vocab_size:
+            word_ids = validated_word_inputs(word_input_ids, input_ids, self.config.word_input_vocab_size)
         batch, steps = mask.shape
         lengths = mask.sum(dim=1)
         positions = torch.arange(steps, device=mask.device).unsqueeze(0)
@@ -589,11 +615,14 @@ class ElmoModel(ElmoPreTrainedModel):
             destination = torch.where(mask, tokens_before - 1, lengths.unsqueeze(1) + positions - tokens_before)
             order = torch.empty_like(destination).scatter_(1, destination, positions.expand_as(destination))
             input_ids = input_ids.gather(1, order.unsqueeze(-1).expand_as(input_ids))
+            word_ids = None if word_ids is None else word_ids.gather(1, order)
         mask = left_aligned
 
         if add_sentence_boundaries:
-            input_ids, mask = with_sentence_boundaries(input_ids, mask, lengths)
-        embeddings = self._embed_tokens(input_ids, mask)  # (B, T', P)
+            if word_ids is not None:
+                word_ids = with_word_boundaries(word_ids, mask, lengths)
+            input_ids, mask = with_sentence_boundaries(input_ids, mask, lengths, self.config.char_vocabulary)
+        embeddings = self._embed_tokens(input_ids, mask, word_ids)  # (B, T', P)
         initial = None if lstm_state is None else lstm_state.initial(batch, embeddings)
         want_state = return_lstm_state or lstm_state is not None
         layers, final = self.encoder(embeddings, mask, initial, dropout=lstm_dropout if self.training else 0.0,
@@ -619,8 +648,9 @@ class ElmoModel(ElmoPreTrainedModel):
         return ElmoModelOutput(last_hidden_state=all_layers[-1], hidden_states=hidden_states,
                                attention_mask=out_mask.long(), lstm_state=new_state)
 
-    def _embed_tokens(self, input_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Context-insensitive vectors (B, T, P) of the present tokens; padding stays zero.
+    def _embed_tokens(self, input_ids: torch.Tensor, mask: torch.Tensor, word_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Context-insensitive vectors (B, T, P) of the present tokens; padding stays zero. ``word_ids`` (B, T): the
+        word ids of a model with a word-embedding input.
 
         On the CPU in eager mode each distinct present word is encoded once (in inference, where the CPU kernels run
         pieces of work at the same time, a share of the words per thread: `lstm_kernels.CpuKernels.map`). Elsewhere
@@ -628,10 +658,13 @@ class ElmoModel(ElmoPreTrainedModel):
         the values, so the host would wait for the device (or a traced graph would depend on the values)."""
         batch, steps, width = input_ids.shape
         if not _host_waits_for_nothing(input_ids.device):
-            encoded = self.char_encoder.encode(input_ids.reshape(batch * steps, width)).view(batch, steps, -1)
+            flat_word_ids = None if word_ids is None else word_ids.reshape(batch * steps)
+            encoded = self.char_encoder.encode(input_ids.reshape(batch * steps, width), flat_word_ids).view(batch, steps, -1)
             return encoded * mask.unsqueeze(-1).to(encoded.dtype)
         words, kernels, threads = input_ids[mask], cpu_kernels(), torch.get_num_threads()
-        if (kernels.concurrent and threads > 1 and not torch.is_grad_enabled() and not torch.is_autocast_enabled("cpu")
+        if word_ids is not None:
+            encoded = self.char_encoder(words, word_ids[mask])
+        elif (kernels.concurrent and threads > 1 and not torch.is_grad_enabled() and not torch.is_autocast_enabled("cpu")
                 and len(words) >= 256):
             unique, inverse = torch.unique(words, dim=0, return_inverse=True)
             shares = unique.chunk(threads)
@@ -839,14 +872,15 @@ class ElmoTaskHeadMixin:
         """Fine-tune (``True``) or freeze (``False``) the biLM from the next forward pass on."""
         self.config.freeze_elmo = not trainable
 
-    def _layers(self, input_ids, attention_mask, elmo_hidden_states):
+    def _layers(self, input_ids, attention_mask, elmo_hidden_states, word_input_ids=None):
         """All L + 1 layers (B, L + 1, T, 2P) and the mask (B, T), from the biLM or from cached features."""
         if elmo_hidden_states is not None:
             return validated_features(elmo_hidden_states, attention_mask, self.config, self.scalar_mix.gamma.dtype)
         if input_ids is None:
             raise ValueError("pass input_ids (character ids) or cached elmo_hidden_states.")
         with torch.no_grad() if self.config.freeze_elmo else nullcontext():
-            out = self.elmo(input_ids, attention_mask=attention_mask, output_hidden_states=True, return_dict=True)
+            out = self.elmo(input_ids, attention_mask=attention_mask, word_input_ids=word_input_ids,
+                            output_hidden_states=True, return_dict=True)
         return torch.stack(out.hidden_states, dim=1), out.attention_mask.bool()
 
     def _forward_options(self, kwargs: dict, output_hidden_states, return_dict):
@@ -897,6 +931,7 @@ class ElmoForSequenceClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
         labels: torch.Tensor | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        word_input_ids: torch.Tensor | None = None,
         **kwargs,
     ) -> SequenceClassifierOutput | tuple:
         r"""
@@ -908,7 +943,7 @@ class ElmoForSequenceClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
             num_items_in_batch (keyword, passed by `Trainer`): the summed loss is divided by it instead of averaged.
         """
         num_items_in_batch, output_hidden_states, return_dict = self._forward_options(kwargs, output_hidden_states, return_dict)
-        layers, mask = self._layers(input_ids, attention_mask, elmo_hidden_states)
+        layers, mask = self._layers(input_ids, attention_mask, elmo_hidden_states, word_input_ids)
         mixed = self.scalar_mix(layers, mask)[0]
         logits = self.classifier(self.dropout(self.pool(mixed, mask)))
         loss = None
@@ -958,6 +993,7 @@ class ElmoForTokenClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
         labels: torch.Tensor | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        word_input_ids: torch.Tensor | None = None,
         **kwargs,
     ) -> TokenClassifierOutput | tuple:
         r"""
@@ -968,7 +1004,7 @@ class ElmoForTokenClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
             num_items_in_batch (keyword, passed by `Trainer`): the summed loss is divided by it instead of averaged.
         """
         num_items_in_batch, output_hidden_states, return_dict = self._forward_options(kwargs, output_hidden_states, return_dict)
-        layers, mask = self._layers(input_ids, attention_mask, elmo_hidden_states)
+        layers, mask = self._layers(input_ids, attention_mask, elmo_hidden_states, word_input_ids)
         mixed = self.scalar_mix(layers, mask)[0]
         logits = self.classifier(self.dropout(mixed))  # (B, T, num_labels)
         loss = None
@@ -989,6 +1025,7 @@ class ElmoForTokenClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
 __all__ = [
     "ElmoHighway",
     "ElmoCharConvolution",
+    "ElmoWordEmbedding",
     "ElmoCharacterEncoder",
     "ElmoLstmLayer",
     "ElmoLstmState",

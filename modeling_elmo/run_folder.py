@@ -4,7 +4,8 @@ A folder written by ``elmo pretrain --output-dir RUN``::
 
     config.json, model.safetensors        the model (save_pretrained; a large model may be sharded:
                                           model.safetensors.index.json + model-0000N-of-0000M.safetensors)
-    tokenizer_config.json, vocab.txt      the tokenizer (special_tokens_map.json, added_tokens.json when written)
+    tokenizer_config.json, vocab.txt      the tokenizer (special_tokens_map.json, added_tokens.json when written;
+                                          char_vocab.json with --char-vocabulary unicode)
     configuration_elmo.py, inputs_elmo.py, lstm_kernels.py, modeling_elmo.py, tokenization_elmo.py
                                           the code files (trust_remote_code loading)
     checkpoints/                          training state: step_NNNNNNNN/ folders and ``latest`` naming the newest
@@ -53,7 +54,7 @@ __all__ = ["CHECKPOINT_FILE", "CODE_FILES", "EvaluationFolder", "RunFolder", "re
 CODE_FILES = ("configuration_elmo.py", "inputs_elmo.py", "lstm_kernels.py", "modeling_elmo.py", "tokenization_elmo.py")
 #: The files of a training checkpoint (``checkpoints/step_NNNNNNNN/``; docs/security.md lists them).
 CHECKPOINT_FILE = re.compile(r"trainer_state\.json|model\.safetensors|best_model\.safetensors|optimizer\.(safetensors|json)|"
-                             r"scheduler\.json|scaler\.json|vocab\.txt|rng_state_\d+\.(safetensors|json)")
+                             r"scheduler\.json|scaler\.json|vocab\.txt|char_vocab\.json|rng_state_\d+\.(safetensors|json)")
 #: A file being written atomically (`modeling_elmo.io_utils.atomic_write_bytes`): ``.NAME.XXXXXXXX.tmp``.
 _ATOMIC_TEMPORARY = re.compile(r"\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp")
 #: What tensorboard (``--report-to tensorboard``) writes into the tracker folder.
@@ -117,7 +118,9 @@ class RunFolder:
     WEIGHTS_INDEX = "model.safetensors.index.json"
     TOKENIZER_CONFIG = "tokenizer_config.json"
     VOCAB = "vocab.txt"
-    TOKENIZER_FILES = (TOKENIZER_CONFIG, VOCAB, "special_tokens_map.json", "added_tokens.json")
+    CHAR_VOCAB = "char_vocab.json"  # a Unicode character vocabulary (--char-vocabulary unicode)
+    TOKENIZER_FILES = (TOKENIZER_CONFIG, VOCAB, CHAR_VOCAB, "word_input_vocab.json", "special_tokens_map.json",
+                       "added_tokens.json")
     CODE_FILES = CODE_FILES
     README = "README.md"
     CHECKPOINTS = "checkpoints"
@@ -156,6 +159,10 @@ class RunFolder:
     @property
     def vocab_file(self) -> Path:
         return self.root / self.VOCAB
+
+    @property
+    def char_vocab_file(self) -> Path:
+        return self.root / self.CHAR_VOCAB
 
     @property
     def checkpoints_dir(self) -> Path:

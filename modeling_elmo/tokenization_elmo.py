@@ -13,11 +13,23 @@ The tokenizer returns ``input_ids`` of shape (batch, tokens, 50) *without* the s
 model adds ``<S>``/``</S>`` itself (as AllenNLP's ``batch_to_ids``/``Elmo`` pair does). A word vocabulary
 (optional, ``vocab.txt``) gives word ids for language-model labels.
 
+Two options, each a file saved with the tokenizer:
+
+* a Unicode character vocabulary (``char_vocab.json``, a JSON list of characters): words are then read as code
+  points, not bytes. Ids are used as they are: 0 no token, 1 within-word padding, 2/3 begin/end of word, 4/5 the
+  ``<S>``/``</S>`` markers, 6 an unknown character, 7 on the listed characters. A word keeps its first
+  ``max_characters_per_token - 2`` characters;
+* a word-input vocabulary (``word_input_vocab.json``, a JSON list of words after the four special words) for a
+  model with a word-embedding input: the tokenizer then also returns ``word_input_ids`` (batch, tokens), exact
+  (case-sensitive) matches of the word as cut to its characters, ``<UNK>`` (3) otherwise. (Not ``word_ids``:
+  that name is taken, by the language-model labels here and by `BatchEncoding.word_ids()`.)
+
 This file is shipped to the Hub as custom code: it imports only numpy, tokenizers and transformers.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -40,7 +52,16 @@ from .configuration_elmo import (
     PAD_WORD,
     PADDING_CHARACTER,
     SPECIAL_WORDS,
+    UNICODE_BEGINNING_OF_SENTENCE_CHARACTER,
+    UNICODE_BEGINNING_OF_WORD_CHARACTER,
+    UNICODE_END_OF_SENTENCE_CHARACTER,
+    UNICODE_END_OF_WORD_CHARACTER,
+    UNICODE_FIRST_CHARACTER,
+    UNICODE_PADDING_CHARACTER,
+    UNICODE_UNKNOWN_CHARACTER,
+    UNK_ID,
     UNK_WORD,
+    sentence_boundary_char_ids,
     sentence_marker_char_ids,
 )
 
@@ -49,7 +70,10 @@ logger = logging.get_logger(__name__)
 MAX_CHARACTERS_PER_TOKEN = 50
 BOS_TOKEN, EOS_TOKEN, UNK_TOKEN, PAD_TOKEN = BOS_WORD, EOS_WORD, UNK_WORD, PAD_WORD
 
-VOCAB_FILES_NAMES = {"vocab_file": "vocab.txt"}
+VOCAB_FILES_NAMES = {"vocab_file": "vocab.txt", "char_vocab_file": "char_vocab.json",
+                     "word_input_vocab_file": "word_input_vocab.json"}
+#: Per-token entries `ElmoTokenizer.pad` pads, and the value it pads them with.
+_TOKEN_LEVEL_KEYS = ("attention_mask", "word_ids", "word_input_ids", "special_tokens_mask")
 _WORD_PATTERNS = {
     # Word characters run together, punctuation runs together; <S> and </S> stay whole.
     "words": r"</?S>|\w+|[^\w\s]+",
@@ -102,6 +126,29 @@ def encode_words(words: Sequence[str], max_characters_per_token: int = MAX_CHARA
         for position, word in enumerate(words):
             if word in specials:
                 out[position] = _special_row(specials[word], width)
+    return out
+
+
+def encode_words_unicode(words: Sequence[str], char_to_id: Mapping[str, int],
+                         max_characters_per_token: int = MAX_CHARACTERS_PER_TOKEN) -> np.ndarray:
+    """Character ids of ``words`` in a Unicode character vocabulary (``char_to_id``: character -> id >= 7), shape
+    ``(len(words), max_characters_per_token)``: begin-of-word, the first ``max_characters_per_token - 2`` code
+    points (unknown ones 6), end-of-word, padding. ``"<S>"`` and ``"</S>"`` get the sentence-marker rows."""
+    width = max_characters_per_token
+    out = np.full((len(words), width), UNICODE_PADDING_CHARACTER, dtype=np.int64)
+    bos, eos = (np.asarray(row, dtype=np.int64) for row in sentence_boundary_char_ids("unicode", width))
+    for position, word in enumerate(words):
+        if not isinstance(word, str):
+            raise ValueError(f"words must be strings, got {type(word).__name__} {word!r} at position {position}.")
+        if word in (BOS_TOKEN, EOS_TOKEN):
+            out[position] = bos if word == BOS_TOKEN else eos
+            continue
+        if not word:
+            raise ValueError(f"empty word at position {position}: words must contain at least one character.")
+        characters = word[: width - 2]
+        out[position, 0] = UNICODE_BEGINNING_OF_WORD_CHARACTER
+        out[position, 1 : len(characters) + 1] = [char_to_id.get(c, UNICODE_UNKNOWN_CHARACTER) for c in characters]
+        out[position, len(characters) + 1] = UNICODE_END_OF_WORD_CHARACTER
     return out
 
 
@@ -176,6 +223,15 @@ class ElmoTokenizer(PreTrainedTokenizer):
             is used as given.
         do_lower_case (`bool`, *optional*, defaults to `False`):
             Lower-case words before encoding (the released models are cased: leave it off for them).
+        char_vocab_file (`str`, *optional*):
+            A Unicode character vocabulary (a JSON list of distinct characters, ids 7 on): words are read as code
+            points through it instead of as UTF-8 bytes. The model needs ``char_vocabulary="unicode"`` and
+            ``num_characters = 7 + len(list)``.
+        word_input_vocab_file (`str`, *optional*):
+            The vocabulary of a model's word-embedding input (a JSON list of words, ids 4 on after the four
+            special words): the tokenizer then also returns ``word_input_ids``.
+        characters (`list[str]`, *optional*), input_words (`list[str]`, *optional*):
+            The same two vocabularies given as lists instead of files (they are written as files on save).
 
     Example:
 
@@ -201,6 +257,10 @@ class ElmoTokenizer(PreTrainedTokenizer):
         bos_token: str = BOS_TOKEN,
         eos_token: str = EOS_TOKEN,
         unk_token: str = UNK_TOKEN,
+        char_vocab_file: str | None = None,
+        word_input_vocab_file: str | None = None,
+        characters: Sequence[str] | None = None,
+        input_words: Sequence[str] | None = None,
         **kwargs: Any,
     ):
         if split_pattern not in _WORD_PATTERNS:
@@ -220,6 +280,20 @@ class ElmoTokenizer(PreTrainedTokenizer):
         self.split_pattern = split_pattern
         self.do_lower_case = do_lower_case
         self._splitter = hf_pre_tokenizers.Split(Regex(_WORD_PATTERNS[split_pattern]), behavior="removed", invert=True)
+        if char_vocab_file is not None and characters is None:
+            characters = _read_string_list(char_vocab_file, "character vocabulary")
+        if word_input_vocab_file is not None and input_words is None:
+            input_words = _read_string_list(word_input_vocab_file, "word-input vocabulary")
+        self.characters: list[str] | None = None
+        self.char_to_id: dict[str, int] = {}
+        if characters is not None:
+            self.characters = _checked_characters(characters)
+            self.char_to_id = {c: UNICODE_FIRST_CHARACTER + i for i, c in enumerate(self.characters)}
+        self.input_words: list[str] | None = None
+        self.input_word_to_id: dict[str, int] = {}
+        if input_words is not None:
+            self.input_words = _checked_input_words(input_words)
+            self.input_word_to_id = {w: i for i, w in enumerate(SPECIAL_WORDS + tuple(self.input_words))}
         super().__init__(
             pad_token=pad_token,
             bos_token=bos_token,
@@ -230,6 +304,32 @@ class ElmoTokenizer(PreTrainedTokenizer):
             do_lower_case=do_lower_case,
             **kwargs,
         )
+        if self.input_words is not None and "word_input_ids" not in self.model_input_names:
+            self.model_input_names = [*self.model_input_names, "word_input_ids"]
+
+    # ------------------------------------------------------------------ optional vocabularies
+    @property
+    def char_vocabulary(self) -> str:
+        """``"unicode"`` with a character vocabulary, else ``"bytes"`` (the config's ``char_vocabulary``)."""
+        return "bytes" if self.characters is None else "unicode"
+
+    @property
+    def num_characters(self) -> int:
+        """Rows of the character table a model needs for this tokenizer (the config's ``num_characters``)."""
+        return 262 if self.characters is None else UNICODE_FIRST_CHARACTER + len(self.characters)
+
+    @property
+    def word_input_vocab_size(self) -> int:
+        """Rows of the word-embedding input a model needs for this tokenizer (0: no word input)."""
+        return 0 if self.input_words is None else len(SPECIAL_WORDS) + len(self.input_words)
+
+    def word_input_ids_of(self, words: Sequence[str]) -> list[int]:
+        """Word-input ids of ``words``: the word as cut to ``max_characters_per_token - 2`` characters, matched
+        exactly; ``<UNK>`` (3) otherwise."""
+        cut = self.max_characters_per_token - 2
+        if self.do_lower_case:
+            words = [w if w in (BOS_TOKEN, EOS_TOKEN) else w.lower() for w in words]
+        return [self.input_word_to_id.get(w[:cut], UNK_ID) for w in words]
 
     # ------------------------------------------------------------------ word vocabulary
     @property
@@ -259,12 +359,19 @@ class ElmoTokenizer(PreTrainedTokenizer):
     def save_vocabulary(self, save_directory: str, filename_prefix: str | None = None) -> tuple[str, ...]:
         if not os.path.isdir(save_directory):
             raise ValueError(f"vocabulary directory {save_directory!r} does not exist.")
-        name = (filename_prefix + "-" if filename_prefix else "") + VOCAB_FILES_NAMES["vocab_file"]
-        path = os.path.join(save_directory, name)
+        prefix = filename_prefix + "-" if filename_prefix else ""
+        path = os.path.join(save_directory, prefix + VOCAB_FILES_NAMES["vocab_file"])
         with open(path, "w", encoding="utf-8") as handle:
             for index in range(len(self.ids_to_words)):
                 handle.write(self.ids_to_words[index] + "\n")
-        return (path,)
+        written = [path]
+        for key, listed in (("char_vocab_file", self.characters), ("word_input_vocab_file", self.input_words)):
+            if listed is not None:
+                written.append(os.path.join(save_directory, prefix + VOCAB_FILES_NAMES[key]))
+                with open(written[-1], "w", encoding="utf-8") as handle:  # JSON: any character, whitespace too
+                    json.dump(listed, handle, ensure_ascii=False, indent=0)
+                    handle.write("\n")
+        return tuple(written)
 
     def word_ids_of(self, words: Sequence[str]) -> list[int]:
         """Word-vocabulary ids of ``words`` (``<UNK>`` for unknown words; added tokens have their added ids)."""
@@ -283,6 +390,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
         """Character ids of a list of words, shape (len(words), max_characters_per_token)."""
         if self.do_lower_case:
             words = [w if w in (BOS_TOKEN, EOS_TOKEN) else w.lower() for w in words]
+        if self.characters is not None:
+            return encode_words_unicode(words, self.char_to_id, self.max_characters_per_token)
         return encode_words(words, self.max_characters_per_token)
 
     def _as_word_lists(self, text: Any, is_split_into_words: bool) -> tuple[list[list[str]], bool]:
@@ -351,6 +460,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
             features["special_tokens_mask"] = [[int(w in specials) for w in s] for s in sentences]
         if return_word_ids:
             features["word_ids"] = [self.word_ids_of(s) for s in sentences]
+        if self.input_words is not None:
+            features["word_input_ids"] = [self.word_input_ids_of(s) for s in sentences]
         if return_length:
             features["length"] = [len(s) for s in sentences]
         encoding = self.pad(
@@ -424,12 +535,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
             masks = [np.asarray(_to_numpy(m), dtype=np.int64).reshape(-1) for m in _batch_items(encoded_inputs["attention_mask"], None, single)]
         else:
             masks = [np.ones(n, dtype=np.int64) for n in lengths]
-        special = None
-        if "special_tokens_mask" in encoded_inputs:
-            special = [np.asarray(_to_numpy(m), dtype=np.int64).reshape(-1) for m in _batch_items(encoded_inputs["special_tokens_mask"], None, single)]
-        word_ids = None
-        if "word_ids" in encoded_inputs:
-            word_ids = [np.asarray(_to_numpy(w), dtype=np.int64).reshape(-1) for w in _batch_items(encoded_inputs["word_ids"], None, single)]
+        per_token = {key: [np.asarray(_to_numpy(w), dtype=np.int64).reshape(-1) for w in _batch_items(encoded_inputs[key], None, single)]
+                     for key in _TOKEN_LEVEL_KEYS[1:] if key in encoded_inputs}
 
         def place(array: np.ndarray, length: int, fill: int) -> np.ndarray:
             missing = length - array.shape[0]
@@ -442,17 +549,13 @@ class ElmoTokenizer(PreTrainedTokenizer):
         if target is not None:
             rows = [place(r, target, 0) for r in rows]
             masks = [place(m, target, 0) for m in masks]
-            if word_ids is not None:
-                word_ids = [place(w, target, self.vocab[PAD_TOKEN]) for w in word_ids]
-            if special is not None:
-                special = [place(m, target, 1) for m in special]
+            fills = {"word_ids": self.vocab[PAD_TOKEN], "word_input_ids": SPECIAL_WORDS.index(PAD_WORD),
+                     "special_tokens_mask": 1}
+            per_token = {key: [place(w, target, fills[key]) for w in values] for key, values in per_token.items()}
         out: dict[str, Any] = {"input_ids": rows}
         if return_attention_mask is not False:
             out["attention_mask"] = masks
-        if word_ids is not None:
-            out["word_ids"] = word_ids
-        if special is not None:
-            out["special_tokens_mask"] = special
+        out.update(per_token)
         for key, value in encoded_inputs.items():
             if key not in _PADDED_KEYS:
                 out[key] = value
@@ -482,7 +585,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
         if array.ndim >= 2 and array.shape[-1] == self.max_characters_per_token and array.dtype != object:
             if array.ndim == 3:
                 return [self.decode(sentence, skip_special_tokens=skip_special_tokens) for sentence in array]
-            words = [decode_char_ids(row) for row in array]
+            words = [self._decode_row(row) for row in array]
             words = [w for w in words if w is not None]
             if skip_special_tokens:
                 words = [w for w in words if w not in (BOS_TOKEN, EOS_TOKEN)]
@@ -491,12 +594,73 @@ class ElmoTokenizer(PreTrainedTokenizer):
             return [self.decode(row, skip_special_tokens=skip_special_tokens, **kwargs) for row in array]
         return super().decode(array.tolist(), skip_special_tokens=skip_special_tokens, **kwargs)
 
+    def _decode_row(self, row: np.ndarray) -> str | None:
+        """The word of one row of character ids; `None` for an absent token."""
+        if self.characters is None:
+            return decode_char_ids(row)
+        row = np.asarray(row, dtype=np.int64)
+        if not row.any():
+            return None
+        bos, eos = sentence_boundary_char_ids("unicode", len(row))
+        if row[:3].tolist() == bos[:3]:
+            return BOS_TOKEN
+        if row[:3].tolist() == eos[:3]:
+            return EOS_TOKEN
+        characters = []
+        for value in row[1:].tolist():
+            if value in (UNICODE_END_OF_WORD_CHARACTER, 0):
+                break
+            if value >= UNICODE_FIRST_CHARACTER and value - UNICODE_FIRST_CHARACTER < len(self.characters):
+                characters.append(self.characters[value - UNICODE_FIRST_CHARACTER])
+            elif value == UNICODE_UNKNOWN_CHARACTER:
+                characters.append("\ufffd")
+        return "".join(characters)
+
     def batch_decode(self, sequences: Any, skip_special_tokens: bool = False, **kwargs: Any) -> list[str]:
         return [self.decode(s, skip_special_tokens=skip_special_tokens, **kwargs) for s in sequences]
 
 
+def _read_string_list(path: str, what: str) -> list[str]:
+    """A JSON list of strings from ``path``; anything else is a `ValueError` naming the file."""
+    if not os.path.isfile(path):
+        raise ValueError(f"{what} file {path!r} does not exist.")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            listed = json.load(handle)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{what} file {path!r} is not valid JSON ({error}).") from None
+    if not isinstance(listed, list) or not all(isinstance(v, str) for v in listed):
+        raise ValueError(f"{what} file {path!r} must hold a JSON list of strings.")
+    return listed
+
+
+def _checked_characters(characters: Sequence[str]) -> list[str]:
+    characters = list(characters)
+    for position, character in enumerate(characters):
+        if not isinstance(character, str) or len(character) != 1:
+            raise ValueError(f"a character vocabulary lists single characters, got {character!r} at position {position}.")
+    if len(set(characters)) != len(characters):
+        repeated = next(c for i, c in enumerate(characters) if c in characters[:i])
+        raise ValueError(f"the character vocabulary lists {repeated!r} twice.")
+    return characters
+
+
+def _checked_input_words(words: Sequence[str]) -> list[str]:
+    words = list(words)
+    for position, word in enumerate(words):
+        if not isinstance(word, str) or not word:
+            raise ValueError(f"a word-input vocabulary lists non-empty words, got {word!r} at position {position}.")
+    if len(set(words)) != len(words):
+        repeated = next(w for i, w in enumerate(words) if w in words[:i])
+        raise ValueError(f"the word-input vocabulary lists {repeated!r} twice.")
+    clash = sorted(set(words) & set(SPECIAL_WORDS))
+    if clash:
+        raise ValueError(f"the word-input vocabulary lists the special word(s) {clash}: they have the fixed ids 0-3.")
+    return words
+
+
 #: The per-token entries `ElmoTokenizer.pad` pads (the others pass through unchanged).
-_PADDED_KEYS = ("input_ids", "attention_mask", "word_ids", "special_tokens_mask")
+_PADDED_KEYS = ("input_ids",) + _TOKEN_LEVEL_KEYS
 
 
 def _check_length_option(name: str, value: Any) -> None:
@@ -534,4 +698,5 @@ def _batch_items(value: Any, width: int | None, single: bool | None = None) -> l
     return list(value)
 
 
-__all__ = ["ElmoTokenizer", "encode_words", "decode_char_ids", "read_vocabulary_file", "BOS_CHAR_IDS", "EOS_CHAR_IDS"]
+__all__ = ["ElmoTokenizer", "encode_words", "encode_words_unicode", "decode_char_ids", "read_vocabulary_file",
+           "BOS_CHAR_IDS", "EOS_CHAR_IDS"]

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import shutil
 import sys
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,6 +25,7 @@ from safetensors.torch import load_file, save_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy_reference as ref  # noqa: E402
+from efml_fixtures import legacy_cuda_bytes, write_efml_model, zip_folder  # noqa: E402
 from modeling_elmo import (  # noqa: E402
     ElmoConfig,
     ElmoForBidirectionalLM,
@@ -229,6 +232,13 @@ ROWS = [
         "filters declared in a file of 24 KB)",
         "elmo convert: error: weights file 'hollow/weights.hdf5' is damaged or truncated (dataset ...",
         ["convert", "--options", "hollow/options.json", "--weights", "hollow/weights.hdf5", "--output", "out"]),
+    Row("elmo convert", "`elmo convert --efml hooked.model --output out` (a pickle naming a function)",
+        "elmo convert: error: encoder.pkl references posix.system: a weight file holds only tensors and ordered dicts ...",
+        ["convert", "--efml", "hooked.model", "--output", "out"]),
+    Row("elmo convert", "`elmo convert --efml evil.zip --output out` (a member `../escaped.txt`)",
+        "elmo convert: error: evil.zip holds '../escaped.txt', a path outside the folder it unpacks into; nothing was "
+        "unpacked.",
+        ["convert", "--efml", "evil.zip", "--output", "out"]),
     # ------------------------------------------------------------------ elmo push
     Row("elmo push", "`elmo push missing --repo-id me/elmo --dry-run`",
         "elmo push: error: model folder 'missing' does not exist or is not a folder.",
@@ -310,6 +320,13 @@ def template(tmp_path_factory) -> Path:
     config = json.loads((root / "widetok" / "tokenizer_config.json").read_text())
     (root / "widetok" / "tokenizer_config.json").write_text(json.dumps({**config, "max_characters_per_token": 60}))
     _hollow_release(root / "hollow", [[1, 15_000]])
+    efml = write_efml_model(root / "efml" / "model")
+    shutil.copytree(efml, root / "hooked.model")
+    (root / "hooked.model" / "encoder.pkl").write_bytes(legacy_cuda_bytes({"weight": torch.zeros(1), "hook": os.system}))
+    zip_folder(efml, root / "evil.zip")
+    with zipfile.ZipFile(root / "evil.zip", "a") as handle:
+        handle.writestr("../escaped.txt", "outside")
+    shutil.rmtree(root / "efml")
     return root
 
 

@@ -110,3 +110,18 @@ def test_the_default_optimiser_is_adamw_like_the_recipes(tmp_path):
     optimizer = build_optimizer(torch.nn.Linear(2, 2), args)
     assert isinstance(optimizer, torch.optim.AdamW)
     assert optimizer.param_groups[0]["lr"] == arguments.DEFAULT_LEARNING_RATES["adamw"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["embed", "in.txt", "out.h5", "--mod", "m", "--top"], "the following arguments are required: --model"),
+    (["evaluate", "m", "--tas", "perplexity"], "unrecognized arguments: --tas"),
+    (["convert", "--releas", "small", "--output", "o"], "unrecognized arguments: --releas"),
+    (["push", "m", "--repo", "me/x", "--dry-run"], "the following arguments are required: --repo-id"),
+])
+def test_no_command_takes_an_abbreviated_flag(argv, message, capsys):
+    from modeling_elmo.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err

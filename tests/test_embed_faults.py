@@ -60,7 +60,7 @@ def test_resume_refuses_a_model_whose_weights_changed_under_the_same_path(tmp_pa
 
 
 def test_resume_refuses_an_input_edited_in_place_beyond_its_first_mebibyte(tmp_path):
-    filler = ["x " * 400] * 3000  # 2.4 MB before the edited line
+    filler = ["x" * 800] * 3000  # 2.4 MB before the edited line
     lines = [*filler, "the old sentence", "end"]
     src = write_lines(tmp_path / "in.txt", lines)
     with pytest.raises(KeyboardInterrupt):
@@ -108,7 +108,7 @@ def test_line_reader_splits_as_a_regular_expression_does_at_every_block_boundary
 
     rng = random.Random(1)
     path = tmp_path / "lines.bin"
-    for _ in range(3000):
+    for _ in range(800):
         data = bytes(rng.choice(b"ab\r\n") for _ in range(rng.randint(0, 30)))
         block_size = rng.randint(1, 6)
         expected = re.split(rb"\r\n|\r|\n", data)
@@ -335,3 +335,16 @@ def test_chunk_files_hold_what_they_should_after_a_guarded_write(tmp_path):
     with h5py.File(tmp_path / "out.h5", "r") as h5:
         assert h5.attrs["num_lines"] == len(LINES)
         np.testing.assert_array_equal(h5["4"][()], FakeEmbedder().one(LINES[4].split()))
+
+
+def test_resume_of_a_run_recorded_without_the_fingerprints_says_so(tmp_path):
+    write_lines(tmp_path / "in.txt", LINES)
+    with pytest.raises(KeyboardInterrupt):
+        _embed(tmp_path, WeightedFake(1.0, fail_after_batches=2), batch_size=3)
+    run_file = tmp_path / "out.h5.partial" / "run.json"
+    recorded = json.loads(run_file.read_text())
+    del recorded["input_sha256"], recorded["model_weights_sha256"]  # as an earlier version wrote it
+    run_file.write_text(json.dumps(recorded))
+    with pytest.raises(ValueError, match=r"input_sha256 was not recorded \(a run of an earlier version\), "
+                                         r"model_weights_sha256 was not recorded"):
+        _embed(tmp_path, WeightedFake(1.0), resume=True)

@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import re
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from modeling_elmo import ElmoConfig, ElmoForBidirectionalLM, ElmoTokenizer, cli, save_model_folder
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from efml_fixtures import write_efml_model, zip_folder  # noqa: E402
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 #: Shell lines of the README that this test does not run, and why.
@@ -61,6 +65,10 @@ def reader_folder(tmp_path, monkeypatch, server, served):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
     monkeypatch.setenv("ELMO_RELEASES_BASE_URL", server.url)
+    # the ELMoForManyLangs release: a synthetic model in the published layout, at the Chinese model's address
+    monkeypatch.setenv("ELMO_EFML_BASE_URL", server.url.replace("/models/elmo", "/repository/11"))
+    efml = write_efml_model(tmp_path / "efml-source" / "zh.model")
+    server.files["/repository/11/179.zip"] = zip_folder(efml, tmp_path / "efml-source" / "179.zip").read_bytes()
     torch.manual_seed(0)
     words = "the bank closed early a river film great acting mess warm funny dull tired story".split()
     (tmp_path / "vocab.txt").write_text("\n".join(words) + "\n")
@@ -87,6 +95,7 @@ def test_readme_examples_run_as_written(reader_folder):
                 assert status in (0, None), f"{command!r} exited with {status}"
     assert (reader_folder / "outputs" / "my-elmo" / "model.safetensors").is_file()
     assert (reader_folder / "outputs" / "elmo-original" / "model.safetensors").is_file()
+    assert (reader_folder / "outputs" / "elmo-efml-zh" / "char_vocab.json").is_file()
     assert (reader_folder / "outputs" / "features.h5").is_file()
     assert (reader_folder / "outputs" / "sentiment" / "config.json").is_file()
     # the classifier step trains real numbers: the new head starts from its initialisation, not from memory

@@ -48,7 +48,7 @@ TASKS = ("perplexity", "wsd-probe", "probe-sentiment", "probe-pos")
 
 
 def build_parser(prog: str = "elmo evaluate") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description="Evaluate an ELMo model: perplexity, word-sense "
+    p = argparse.ArgumentParser(prog=prog, allow_abbrev=False, description="Evaluate an ELMo model: perplexity, word-sense "
                                 "nearest-neighbour probe, linear probes (sentiment, POS) on frozen features.")
     p.add_argument("model", help="model folder (save_pretrained output) or Hub id")
     p.add_argument("--task", nargs="+", default=["all"], choices=[*TASKS, "all"], metavar="TASK",

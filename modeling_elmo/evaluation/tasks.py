@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from ..inference import model_inputs
 from ..lm_scoring import MAX_SCORED_POSITIONS, UnigramBaseline, score_batches, target_counts
 from ..results import PerplexityResult
 from .data import WsdOccurrence
@@ -79,12 +80,7 @@ def compute_layer_features(
         bar.update(len(batch))
         words = [list(sentences[i]) for i in batch]
         enc = tokenizer(words, is_split_into_words=True, padding=True, return_tensors="pt")
-        outputs = model(
-            input_ids=enc["input_ids"].to(device),
-            attention_mask=enc["attention_mask"].to(device),
-            output_hidden_states=True,
-            return_dict=True,
-        )
+        outputs = model(**model_inputs(enc, device), output_hidden_states=True, return_dict=True)
         layers = torch.stack(tuple(outputs.hidden_states), dim=1)  # (B, L+1, T, 2P)
         for b, i in enumerate(batch):
             out[i] = layers[b, :, : len(sentences[i])].to(dtype=dtype, device="cpu").clone()

@@ -81,7 +81,11 @@ CARD_SETTINGS = frozenset({
     # elmo convert (conversion_metadata.json)
     "converted_from", "options_file", "weights_file", "validation_max_abs_difference", "validation_atol",
     "num_parameters", "release",
+    # elmo convert --efml / --release efml-LANG
+    "language_name", "nlpl_repository_id", "architecture",
 })
+#: ``conversion_metadata.json``'s ``source_format`` of an ELMoForManyLangs conversion: its card has its own template.
+EFML_SOURCE_FORMAT = "elmoformanylangs"
 #: The figures a release's authors published (`modeling_elmo.releases.Release.published_figures`).
 _PUBLISHED_FIGURES = ("parameters", "parameters_in_weight_file", "srl_f1", "constituency_parsing_f1", "lm_perplexity",
                       "lm_perplexity_note", "training_data")
@@ -451,4 +455,6 @@ def build_model_card(config: Any, repo_id: str, inputs: CardInputs, *, num_param
         "citation": PAPER_CITATION,
     }
     template = inputs.template or default_template_path(kind)
+    if inputs.template is None and kind == "converted" and metadata.get("source_format") == EFML_SOURCE_FORMAT:
+        template = TEMPLATE_DIR / "converted_efml.md"
     return render_model_card(template, card_data, context), kind

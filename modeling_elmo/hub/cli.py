@@ -27,7 +27,7 @@ __all__ = ["build_parser", "main"]
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="elmo push",
+        prog="elmo push", allow_abbrev=False,
         description="Assemble the Hub repository folder of an ELMo model (weights, custom code, tokenizer, model "
                     "card, plots) and upload it. With --dry-run only the folder is written and the upload plan "
                     "printed; nothing touches the network.",

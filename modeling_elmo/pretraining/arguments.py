@@ -60,6 +60,9 @@ class PretrainingArguments:
     vocab_file: str | None = _f(None, "Use this vocabulary (one word per line) instead of building one from the training data.")
     vocab_size: int | None = _f(None, "Keep at most this many words, the 4 special words included (most frequent first).")
     min_count: int = _f(1, "Keep only words seen at least this many times in the training data.")
+    char_vocabulary: str = _f("bytes", "`bytes`: words are read as UTF-8 bytes (the released English models' table); `unicode`: as characters, "
+                                       "through a character vocabulary built from the training text (any script; saved with the tokenizer).")
+    max_characters: int = _f(2000, "With --char-vocabulary unicode: keep this many of the most frequent characters; rarer ones are read as unknown.")
     batching: str = _f("sentences", "`sentences`: length-bucketed sentences, boundaries added by the model; `windows`: fixed windows of the <S> w.. </S> stream (original).")
     window_size: int = _f(20, "Tokens per window with --batching windows (the original's unroll_steps).")
     max_sentence_length: int = _f(100, "Longer lines are cut into pieces of at most this many words.")
@@ -122,6 +125,7 @@ _DEFAULTS = {f.name: (None if f.default is dataclasses.MISSING else f.default) f
 DATA_SOURCE_FIELDS = ("train_file", "validation_file", "test_file", "dataset_name", "dataset_config_name")
 VALID_CHOICES = {
     "batching": ("sentences", "windows"),
+    "char_vocabulary": ("bytes", "unicode"),
     "optimizer": ("adagrad", "adamw"),
     "lm_softmax": (None, "full", "sampled"),
     "mixed_precision": (None, "no", "fp16", "bf16"),
@@ -134,7 +138,7 @@ BUDGET_SCHEDULES = ("constant", "constant_with_warmup", "linear", "cosine")
 OPTION_GROUPS: dict[str, tuple[str, ...]] = {
     "data": ("train_file", "validation_file", "test_file", "dataset_name", "dataset_config_name", "text_column",
              "streaming", "validation_split_percentage", "max_train_examples", "max_eval_examples", "vocab_file",
-             "vocab_size", "min_count", "batching", "window_size", "max_sentence_length", "per_device_train_batch_size",
+             "vocab_size", "min_count", "char_vocabulary", "max_characters", "batching", "window_size", "max_sentence_length", "per_device_train_batch_size",
              "per_device_eval_batch_size", "max_tokens_per_batch", "bucket_size", "preprocessing_num_workers",
              "dataloader_num_workers", "cache_dir", "overwrite_cache"),
     "model": ("model_config", "init_from_model", "lm_softmax", "num_negative_samples", "dropout"),
@@ -398,7 +402,7 @@ def validate(args: PretrainingArguments) -> None:
 
     for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
                  "max_sentence_length", "checkpoints_total_limit", "logging_steps", "max_consecutive_nonfinite",
-                 "bucket_size", "min_count"):
+                 "bucket_size", "min_count", "max_characters"):
         integer(name, 1)
     integer("window_size", 2)
     for name in ("checkpointing_steps", "eval_steps", "dataloader_num_workers", "seed"):

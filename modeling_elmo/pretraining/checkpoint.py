@@ -11,7 +11,7 @@ Layout under ``<output_dir>/checkpoints/``::
         scaler.json                          the fp16 gradient scaler's state (fp16 runs only)
         rng_state_<R>.safetensors, rng_state_<R>.json   process R's torch/CUDA and Python/numpy random generators
         best_model.safetensors               the best validated weights so far (--load-best-model-at-end only)
-        vocab.txt
+        vocab.txt, char_vocab.json            the word vocabulary; the character vocabulary (--char-vocabulary unicode)
     step_00002000/
     latest                                   text file naming the newest complete checkpoint folder
 
@@ -49,6 +49,7 @@ LATEST = "latest"
 MODEL_FILE = "model.safetensors"
 BEST_MODEL_FILE = "best_model.safetensors"
 VOCAB_FILE = "vocab.txt"
+CHAR_VOCAB_FILE = "char_vocab.json"
 FORMAT_VERSION = 1
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 _KNOWN_FILE = CHECKPOINT_FILE  # the layout lives in run_folder, which also knows what --overwrite may delete
@@ -133,7 +134,7 @@ def set_rng_state(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> Non
 
 def write_training_files(folder: Path, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
                          scaler: Any, rank: int, is_main: bool, trainer_state: dict[str, Any], vocab_text: str,
-                         best_model: Path | None = None) -> None:
+                         best_model: Path | None = None, char_vocab_text: str | None = None) -> None:
     """Write one process's share of a checkpoint into ``folder``: the main process writes the shared files, every
     process its random generators."""
     tensors, meta = rng_state()
@@ -157,6 +158,8 @@ def write_training_files(folder: Path, *, model: torch.nn.Module, optimizer: tor
         except OSError:
             shutil.copyfile(best_model, folder / BEST_MODEL_FILE)
     atomic_write_text(folder / VOCAB_FILE, vocab_text)
+    if char_vocab_text is not None:
+        atomic_write_text(folder / CHAR_VOCAB_FILE, char_vocab_text)
     atomic_write_text(folder / STATE_FILE, json.dumps(trainer_state, indent=1, sort_keys=True))
 
 

@@ -42,7 +42,7 @@ from ..configuration_elmo import BOS_ID, EOS_ID, SPECIAL_WORDS, UNK_ID
 from ..io_utils import atomic_write_text, hub_reachable, iter_lines
 from ..loading import HubUnreachableError
 from ..lm_scoring import LAYOUTS as BATCHING_MODES
-from ..tokenization_elmo import BOS_CHAR_IDS, EOS_CHAR_IDS, encode_words
+from ..tokenization_elmo import encode_words, encode_words_unicode
 from .arguments import BUILTIN_PREFIX, builtin_corpus_file
 
 logger = logging.getLogger(__name__)
@@ -309,18 +309,53 @@ class Vocabulary:
         get = self.index.get
         return [get(w, UNK_ID) for w in words]
 
-    def char_table(self, max_characters_per_token: int = 50) -> np.ndarray:
+    def char_table(self, max_characters_per_token: int = 50, characters: Sequence[str] | None = None) -> np.ndarray:
         """Character ids of every vocabulary word, ``(V, max_characters_per_token)``; row 0 (``<pad>``) is zeros.
+        ``characters``: a Unicode character vocabulary (ids 7 on), instead of the bytes.
 
         Row 3 (``<UNK>``) is never used for inputs: out-of-vocabulary words are encoded from their own characters.
         """
+        encode = word_encoder(characters)
         table = np.zeros((len(self.words), max_characters_per_token), dtype=np.int64)
         if len(self.words) > 4:
-            table[4:] = encode_words(self.words[4:], max_characters_per_token)
-        table[BOS_ID] = BOS_CHAR_IDS[:max_characters_per_token]
-        table[EOS_ID] = EOS_CHAR_IDS[:max_characters_per_token]
-        table[UNK_ID] = encode_words([SPECIAL_WORDS[UNK_ID]], max_characters_per_token)[0]
+            table[4:] = encode(self.words[4:], max_characters_per_token)
+        table[BOS_ID], table[EOS_ID], table[UNK_ID] = encode(list(SPECIAL_WORDS[1:]), max_characters_per_token)
         return table
+
+
+def word_encoder(characters: Sequence[str] | None):
+    """``encode(words, width)``: character ids of words as bytes, or through the Unicode ``characters`` (ids 7 on)."""
+    if characters is None:
+        return encode_words
+    char_to_id = {c: 7 + i for i, c in enumerate(characters)}
+    return lambda words, width: encode_words_unicode(words, char_to_id, width)
+
+
+def characters_from_counts(word_counts: Counter, max_size: int) -> list[str]:
+    """The ``max_size`` most frequent characters of the counted words (each occurrence of a word counts its
+    characters; ties by the character itself, so the result does not depend on counting order)."""
+    counts: Counter = Counter()
+    for word, count in word_counts.items():
+        if word not in SPECIAL_WORDS:
+            for character in word:
+                counts[character] += count
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    return [c for c, _ in ranked[:max_size]]
+
+
+def build_char_vocabulary(dataset: Any, *, max_size: int, num_proc: int | None = None) -> list[str]:
+    """The character vocabulary of ``--char-vocabulary unicode``: the training text's ``max_size`` most frequent
+    characters."""
+    counts = count_dataset_words(dataset, num_proc=num_proc)
+    characters = characters_from_counts(counts, max_size)
+    if not characters:
+        raise ValueError("the training data contains no characters: cannot build a character vocabulary.")
+    total = sum(c * len(w) for w, c in counts.items())
+    kept = set(characters)
+    covered = sum(c * sum(ch in kept for ch in w) for w, c in counts.items())
+    logger.info("character vocabulary: %d characters; coverage of training characters %.2f%%", len(characters),
+                100.0 * covered / max(total, 1))
+    return characters
 
 
 def count_words(texts: Iterable[Sequence[str]]) -> Counter:

@@ -65,6 +65,7 @@ class Session:
     identity: dict[str, Any]
     vocab_text: str
     total_updates: int
+    char_vocab_text: str | None = None  # the Unicode character vocabulary (JSON), saved in every checkpoint
     best: BestModel | None = None
     guard: NonfiniteGuard | None = None
     last_saved_step: int = -1
@@ -312,7 +313,7 @@ def save_checkpoint(s: Session, state: TrainingState) -> Path | None:
         write_training_files(folder, model=s.unwrapped(), optimizer=s.optimizer, scheduler=s.scheduler,
                              scaler=s.accelerator.scaler, rank=s.accelerator.process_index,
                              is_main=s.accelerator.is_main_process, trainer_state=trainer_state,
-                             vocab_text=s.vocab_text, best_model=best)
+                             vocab_text=s.vocab_text, best_model=best, char_vocab_text=s.char_vocab_text)
 
     path = s.checkpoints.save(s.accelerator, state.global_step, write)
     if path is not None:

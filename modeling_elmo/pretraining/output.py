@@ -199,7 +199,7 @@ class BestModel:
 
 
 # ----------------------------------------------------------------------------------------------- final model
-def save_final_model(model: torch.nn.Module, vocab_path: Path, run: RunFolder) -> None:
+def save_final_model(model: torch.nn.Module, vocab_path: Path, run: RunFolder, characters: list[str] | None = None) -> None:
     """``save_pretrained`` (model, tokenizer with vocab.txt, code files, full auto_map) into the run folder so that
     the model appears at once: the files are written into a temporary folder, the old ``config.json`` is removed,
     every other file is moved in with `os.replace`, and ``config.json`` comes last. A kill at any moment leaves
@@ -209,7 +209,8 @@ def save_final_model(model: torch.nn.Module, vocab_path: Path, run: RunFolder) -
     tmp = run.root / _TMP_FINAL
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        tokenizer = ElmoTokenizer(vocab_file=str(vocab_path), split_pattern="whitespace")
+        tokenizer = ElmoTokenizer(vocab_file=str(vocab_path), split_pattern="whitespace", characters=characters,
+                                  max_characters_per_token=model.config.max_characters_per_token)
         save_model_folder(model, tokenizer, tmp)
         run.config_file.unlink(missing_ok=True)
         for item in sorted(tmp.iterdir()):

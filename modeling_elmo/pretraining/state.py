@@ -20,7 +20,7 @@ from ..run_folder import RunFolder
 #: the vocabulary and the model are compared by their fingerprints and configuration instead of their paths.
 IDENTITY_ARGUMENTS = (
     "dataset_name", "dataset_config_name", "text_column", "streaming", "validation_split_percentage", "max_train_examples",
-    "vocab_size", "min_count", "batching", "window_size", "max_sentence_length", "per_device_train_batch_size",
+    "vocab_size", "min_count", "char_vocabulary", "max_characters", "batching", "window_size", "max_sentence_length", "per_device_train_batch_size",
     "max_tokens_per_batch", "bucket_size", "seed", "optimizer", "learning_rate", "adagrad_initial_accumulator",
     "weight_decay", "adam_beta1", "adam_beta2", "lr_scheduler_type", "warmup_steps", "gradient_accumulation_steps",
     "max_grad_norm", "loss_multiplier",
@@ -28,7 +28,8 @@ IDENTITY_ARGUMENTS = (
 #: Config fields that define the model a run trains.
 MODEL_KEYS = (
     "vocab_size", "hidden_size", "cell_size", "num_hidden_layers", "char_embedding_dim", "char_cnn_filters",
-    "num_highway_layers", "char_cnn_activation", "max_characters_per_token", "num_characters", "use_skip_connections",
+    "num_highway_layers", "char_cnn_activation", "max_characters_per_token", "num_characters", "char_vocabulary",
+    "use_skip_connections",
     "cell_clip", "proj_clip", "lm_softmax", "num_negative_samples", "hidden_dropout_prob",
 )
 #: Bytes of each data file that enter the data fingerprint (with its name and size).

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import logging
 import sys
 import time
@@ -19,6 +20,7 @@ from typing import Any
 
 import torch
 
+from ..io_utils import atomic_write_text
 from ..launch import check_process_count, use_cpu_backend
 from ..lm_scoring import UNK_HANDLING, UnigramBaseline, dataset_target_counts
 from ..results import EvaluationResults, write_results
@@ -27,7 +29,7 @@ from ..run_folder import RunFolder
 from .arguments import DEFAULT_LEARNING_RATES, PretrainingArguments, parse_args, read_model_preset, validate
 from .batching import BucketBatchSampler, Collator, example_lengths
 from .checkpoint import WRITE_ERRORS, CheckpointManager, check_checkpoint_files, load_checkpoint, read_trainer_state
-from .data import Vocabulary, build_vocabulary, check_hub_dataset, expand_text_files, load_raw_splits, tokenize_splits
+from .data import Vocabulary, build_char_vocabulary, build_vocabulary, check_hub_dataset, expand_text_files, load_raw_splits, tokenize_splits
 from .evaluation import evaluate, metrics_record, plot_perplexity
 from .loop import NonfiniteGuard, ProgressBar, Session, evaluate_and_track, save_checkpoint, train_loop
 from .output import (
@@ -49,6 +51,7 @@ INIT_MODEL_FILES = ("config.json", "model.safetensors", "vocab.txt")
 CONFIG_OVERRIDES = {"lm_softmax": "lm_softmax", "num_negative_samples": "num_negative_samples", "dropout": "hidden_dropout_prob"}
 _ARCHITECTURE_KEYS = ("hidden_size", "cell_size", "num_hidden_layers", "char_embedding_dim", "char_cnn_filters",
                       "num_highway_layers", "char_cnn_activation", "max_characters_per_token", "num_characters",
+                      "char_vocabulary",
                       "use_skip_connections")
 
 
@@ -64,6 +67,8 @@ class RunPlan:
     resume_path: Path | None = None
     resume_state: dict[str, Any] | None = None
     fixed_vocab: tuple[Path, str] | None = None  # a vocabulary the run must use, and who fixes it
+    unicode: bool = False  # a Unicode character vocabulary (--char-vocabulary unicode, or the starting model's)
+    fixed_characters: tuple[Path, str] | None = None  # a character vocabulary the run must use, and who fixes it
 
 
 def model_config_dict(args: PretrainingArguments) -> dict[str, Any]:
@@ -90,9 +95,13 @@ def _negative_samples(model_config: dict[str, Any]) -> int:
     return model_config.get("num_negative_samples", default)
 
 
-def build_config(model_config: dict[str, Any], vocab_size: int):
-    """The run's `ElmoConfig`, built once, validated by its construction; errors name the flags to change."""
-    from ..configuration_elmo import ElmoConfig
+def build_config(model_config: dict[str, Any], vocab_size: int, characters: int | None = None):
+    """The run's `ElmoConfig`, built once, validated by its construction; errors name the flags to change.
+    ``characters``: the size of a Unicode character vocabulary (None: bytes)."""
+    from ..configuration_elmo import UNICODE_FIRST_CHARACTER, ElmoConfig
+
+    if characters is not None:
+        model_config = {**model_config, "char_vocabulary": "unicode", "num_characters": UNICODE_FIRST_CHARACTER + characters}
 
     negatives = _negative_samples(model_config)
     if model_config.get("lm_softmax") == "sampled" and isinstance(negatives, int) and negatives >= vocab_size:
@@ -125,7 +134,7 @@ def check_inputs(args: PretrainingArguments) -> RunPlan:
     validate(args)
     from ..loading import refuse_pickled_weights
 
-    fixed = None
+    fixed = fixed_characters = None
     if args.init_from_model is not None:
         folder = Path(args.init_from_model)
         missing = [name for name in INIT_MODEL_FILES if not (folder / name).is_file()]
@@ -139,6 +148,8 @@ def check_inputs(args: PretrainingArguments) -> RunPlan:
         if words != rows:
             raise ValueError(f"--init-from-model {args.init_from_model!r}: its vocab.txt has {words} words but its softmax "
                              f"has {rows} rows (config.json vocab_size); word ids would point at other words' rows.")
+        if (folder / "char_vocab.json").is_file():
+            fixed_characters = (folder / "char_vocab.json", f"--init-from-model {args.init_from_model!r}")
         if args.model_config is not None:
             own = read_model_preset(str(folder / "config.json"))
             given = read_model_preset(args.model_config)
@@ -154,11 +165,19 @@ def check_inputs(args: PretrainingArguments) -> RunPlan:
         resume_state = read_trainer_state(resume_path)  # JSON only; an earlier version's checkpoint is named as such
         check_checkpoint_files(resume_path)
         fixed = (resume_path / "vocab.txt", f"checkpoint {str(resume_path)!r}")
+        fixed_characters = ((resume_path / "char_vocab.json", f"checkpoint {str(resume_path)!r}")
+                            if (resume_path / "char_vocab.json").is_file() else None)
     if fixed is not None and args.vocab_file and Vocabulary.from_file(args.vocab_file) != Vocabulary.from_file(fixed[0]):
         given, vocab = Vocabulary.from_file(args.vocab_file), Vocabulary.from_file(fixed[0])
         raise ValueError(f"--vocab-file {args.vocab_file!r} ({len(given)} words, fingerprint {given.fingerprint()}) does not "
                          f"match the vocabulary of {fixed[1]} ({len(vocab)} words, fingerprint {vocab.fingerprint()}).")
-    build_config(model_config, _planned_vocab_size(args, model_config, fixed))
+    unicode = args.char_vocabulary == "unicode" or model_config.get("char_vocabulary") == "unicode"
+    if args.init_from_model is not None and unicode != (fixed_characters is not None):
+        raise ValueError(f"--char-vocabulary {args.char_vocabulary} does not fit --init-from-model {args.init_from_model!r}, "
+                         f"whose model reads {'characters' if fixed_characters else 'bytes'} (leave --char-vocabulary out "
+                         "to use the model's own).")
+    planned_characters = len(_read_characters(fixed_characters[0])) if fixed_characters else args.max_characters
+    build_config(model_config, _planned_vocab_size(args, model_config, fixed), planned_characters if unicode else None)
     split_files = {}
     for split, given, name in (("train", args.train_file, "--train-file"), ("validation", args.validation_file, "--validation-file"),
                                ("test", args.test_file, "--test-file")):
@@ -167,7 +186,14 @@ def check_inputs(args: PretrainingArguments) -> RunPlan:
     if args.dataset_name:
         check_hub_dataset(args.dataset_name)
     folder_mode = check_output_folder(args, run)
-    return RunPlan(run, folder_mode, model_config, split_files, resume_path, resume_state, fixed)
+    return RunPlan(run, folder_mode, model_config, split_files, resume_path, resume_state, fixed, unicode, fixed_characters)
+
+
+def _read_characters(path: Path) -> list[str]:
+    """A saved character vocabulary (``char_vocab.json``), checked as the tokenizer checks it."""
+    from ..tokenization_elmo import ElmoTokenizer
+
+    return ElmoTokenizer(char_vocab_file=str(path)).characters
 
 
 # ----------------------------------------------------------------------------------------------- building
@@ -203,6 +229,16 @@ class PreparedData:
     splits: dict[str, Any]  # tokenised train / validation / test
     vocab: Vocabulary
     fingerprint: str
+    characters: list[str] | None = None  # the Unicode character vocabulary (None: bytes)
+
+    @property
+    def vocabulary_fingerprint(self) -> str:
+        """The word vocabulary's fingerprint, and the character vocabulary's when there is one."""
+        if self.characters is None:
+            return self.vocab.fingerprint()
+        import hashlib
+
+        return f"{self.vocab.fingerprint()}+{hashlib.sha256(''.join(self.characters).encode('utf-8')).hexdigest()[:16]}"
 
 
 def _limit(ds: Any, n: int | None) -> Any:
@@ -281,6 +317,18 @@ def _prepare_data(args: PretrainingArguments, accelerator: Any, plan: RunPlan, b
         vocab = Vocabulary(words[0])
     if len(vocab) <= 4:
         raise ValueError("the vocabulary has no words besides the 4 special ones.")
+    characters = None
+    if plan.unicode:
+        if plan.fixed_characters is not None:
+            characters = _read_characters(plan.fixed_characters[0])
+        else:
+            listed = [None]
+            if accelerator.is_main_process:
+                listed = [build_char_vocabulary(raw["train"], max_size=args.max_characters,
+                                                num_proc=args.preprocessing_num_workers)]
+            if accelerator.num_processes > 1:
+                broadcast_object_list(listed)
+            characters = listed[0]
     stage(2)
     with accelerator.main_process_first():
         splits = tokenize_splits(raw, vocab, mode=args.batching, max_sentence_length=args.max_sentence_length,
@@ -289,7 +337,7 @@ def _prepare_data(args: PretrainingArguments, accelerator: Any, plan: RunPlan, b
     stage(3)
     files = {k: v for k, v in plan.split_files.items() if k in ("train", "validation")}
     dataset = " ".join(filter(None, (args.dataset_name, args.dataset_config_name))) or None
-    return PreparedData(splits, vocab, data_fingerprint(files, dataset))
+    return PreparedData(splits, vocab, data_fingerprint(files, dataset), characters)
 
 
 def build_sampler(args: PretrainingArguments, accelerator: Any, data: PreparedData) -> tuple[BucketBatchSampler | None, int]:
@@ -458,7 +506,8 @@ def finish(s: Session, state: TrainingState, stop_reason: str, preempted: bool, 
     s.accelerator.wait_for_everyone()
     if s.accelerator.is_main_process:
         try:
-            save_final_model(model, s.run.vocab_file, s.run)
+            characters = None if s.char_vocab_text is None else json.loads(s.char_vocab_text)
+            save_final_model(model, s.run.vocab_file, s.run, characters)
             s.run.write_training_metadata({
                 "global_step": state.global_step, "model_step": chosen_step, "tokens_seen": state.tokens_seen,
                 "skipped_updates": state.skipped_updates, "train_seconds": state.train_seconds,
@@ -516,24 +565,29 @@ def _train(args: PretrainingArguments, plan: Any, accelerator: Any, started: flo
 
     set_seed(args.seed)
     data = prepare_data(args, accelerator, plan)
-    config = build_config(plan.model_config, len(data.vocab))
+    config = build_config(plan.model_config, len(data.vocab), None if data.characters is None else len(data.characters))
     sampler, total_updates = build_sampler(args, accelerator, data)
     model = build_model(args, config, plan)
     optimizer = build_optimizer(model, args, accelerator.device.type)
     scheduler = build_scheduler(args, optimizer, total_updates)  # stepped once per update by the loop
-    identity = run_identity(args, config, data.fingerprint, data.vocab.fingerprint())
+    identity = run_identity(args, config, data.fingerprint, data.vocabulary_fingerprint)
+    char_vocab_text = None if data.characters is None else json.dumps(data.characters, ensure_ascii=False) + "\n"
     if accelerator.is_main_process:
         open_output_folder(plan.run, plan.folder_mode, identity, data_file_arguments(args))  # inputs good: the folder
         data.vocab.save(plan.run.vocab_file)
+        if char_vocab_text is not None:
+            atomic_write_text(plan.run.char_vocab_file, char_vocab_text)
     accelerator.wait_for_everyone()
     model, optimizer = accelerator.prepare(model, optimizer)
     s = Session(
         args=args, accelerator=accelerator, model=model, optimizer=optimizer, scheduler=scheduler, splits=data.splits,
-        sampler=sampler, collator=Collator(data.vocab.char_table(config.max_characters_per_token)), run=plan.run,
+        sampler=sampler, collator=Collator(data.vocab.char_table(config.max_characters_per_token, data.characters),
+                                           characters=data.characters), run=plan.run,
         checkpoints=CheckpointManager(plan.run.checkpoints_dir, keep_last=args.checkpoints_total_limit),
         metrics=MetricsLog(plan.run.metrics_file, accelerator.is_main_process), identity=identity,
         vocab_text="".join(w + "\n" for w in data.vocab.words), total_updates=total_updates,
         best=BestModel(plan.run.best_model_dir) if args.load_best_model_at_end else None, guard=NonfiniteGuard(optimizer),
+        char_vocab_text=char_vocab_text,
     )
     state = resume(s, plan)
     baseline = fit_unigram_baseline(args, data)

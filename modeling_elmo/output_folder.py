@@ -1,0 +1,128 @@
+"""Writing a converted model folder safely: check the location first (never over the inputs, never over files
+another command wrote), fill a temporary sibling, record what was written (`modeling_elmo.manifest`), rename it into
+place.
+
+Shared by the converters (`modeling_elmo.convert`, `modeling_elmo.convert_efml`): a folder with the final name is
+always complete, and a failure leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import math
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from .io_utils import follow_umask, is_within
+from .manifest import check_replaceable, temporary_prefix, write_manifest
+
+#: The command whose manifest a converted folder carries (`modeling_elmo.manifest`).
+COMMAND = "elmo convert"
+#: Temporary folders next to the output: the conversion being written, the output it replaces.
+TEMPORARY_KINDS = ("converting", "old")
+
+
+def sha256_of_file(path: str | os.PathLike) -> str:
+    """The hex sha256 of a file, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def check_output_dir(output_dir: str | os.PathLike, overwrite: bool = False,
+                     inputs: tuple[str | os.PathLike, ...] = ()) -> Path:
+    """Raise `ValueError` unless a conversion can write ``output_dir``; return it as a `Path`. Writes nothing.
+
+    Refused: an output folder that holds one of ``inputs`` (replacing it would delete them); an existing file; an
+    existing non-empty folder unless ``overwrite``, and with ``overwrite`` a folder holding anything but the files of
+    an earlier conversion (its manifest, `modeling_elmo.manifest`; the error names the first other file); a path
+    under a file; a location where the nearest existing folder does not let us create anything (tried with a
+    temporary folder that is removed at once, so read-only folders and file systems are caught however permissions
+    are set up).
+    """
+    output_dir = Path(output_dir)
+    shown = str(output_dir)
+    for source in inputs:
+        if is_within(Path(source), output_dir):
+            raise ValueError(f"output folder {shown!r} holds the input file {str(source)!r}; writing the output would "
+                             "delete it. Choose another output folder.")
+    if output_dir.exists() and not output_dir.is_dir():
+        raise ValueError(f"output {shown!r} exists and is not a folder.")
+    if output_dir.is_dir() and any(output_dir.iterdir()):
+        if not overwrite:
+            raise ValueError(f"output folder {shown!r} exists and is not empty; pass overwrite=True (--overwrite).")
+        check_replaceable(output_dir, COMMAND, f"output folder {shown!r}")
+    ancestor = output_dir.absolute().parent
+    while not ancestor.exists() and not ancestor.is_symlink() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ValueError(f"output folder {shown!r} cannot be created: {str(ancestor)!r} is a file, not a folder.")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".elmo-convert-check-", dir=ancestor))
+    except OSError as error:
+        raise ValueError(
+            f"output folder {shown!r} cannot be written: nothing can be created in {str(ancestor)!r} "
+            f"({error.strerror or error})."
+        ) from None
+    return output_dir
+
+
+def check_atol(atol: float) -> None:
+    """Raise `ValueError` unless ``atol`` (the largest accepted difference to the reference) is a finite number > 0:
+    NaN would fail every comparison, and a negative one could never be met."""
+    if isinstance(atol, bool) or not isinstance(atol, (int, float)) or not (math.isfinite(atol) and atol > 0):
+        raise ValueError(f"--atol must be a finite number > 0 (the largest accepted difference to the reference), "
+                         f"got {atol!r}.")
+
+
+def _make_parents(folder: Path) -> list[Path]:
+    """Create ``folder`` and its missing parents; return the ones created, deepest last."""
+    missing = []
+    while not folder.exists():
+        missing.append(folder)
+        folder = folder.parent
+    for path in reversed(missing):
+        path.mkdir()
+    return list(reversed(missing))
+
+
+def write_folder_atomically(output_dir: Path, fill: Callable[[Path], None]) -> Path:
+    """Let ``fill(folder)`` write a fresh temporary folder next to ``output_dir``, record its files in a manifest,
+    then rename it into place (replacing an earlier conversion's ``output_dir``, which `check_output_dir` allowed),
+    so a folder with the final name is always complete. On any failure the temporary folder and any parent folders
+    this call created are removed, and a file-system error becomes a `ValueError` naming ``output_dir``."""
+    parent = output_dir.resolve().parent
+    created: list[Path] = []
+    staging: Path | None = None
+    try:
+        created = _make_parents(parent)
+        staging = Path(tempfile.mkdtemp(prefix=temporary_prefix(output_dir, "converting"), dir=parent))
+        follow_umask(staging, folder=True)  # mkdtemp makes it private; the result should look like any new folder
+        fill(staging)
+        write_manifest(staging, COMMAND, (p.relative_to(staging).as_posix() for p in staging.rglob("*") if p.is_file()))
+        if output_dir.exists():  # only an earlier conversion's files (check_output_dir)
+            retired = Path(tempfile.mkdtemp(prefix=temporary_prefix(output_dir, "old"), dir=parent))
+            os.replace(output_dir, retired / "old")
+            os.replace(staging, output_dir)
+            shutil.rmtree(retired, ignore_errors=True)
+        else:
+            os.replace(staging, output_dir)
+    except BaseException as error:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+        for folder in reversed(created):  # deepest first; only the empty folders this call made
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        if isinstance(error, OSError):
+            raise ValueError(f"cannot write the output folder {str(output_dir)!r}: {error}") from None
+        raise
+    return output_dir
+
+
+__all__ = ["COMMAND", "TEMPORARY_KINDS", "check_atol", "check_output_dir", "sha256_of_file", "write_folder_atomically"]

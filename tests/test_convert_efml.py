@@ -1,0 +1,414 @@
+"""Converting ELMoForManyLangs models (`elmo convert --efml`, `--release efml-LANG`) on small synthetic models in
+the exact published layout (`efml_fixtures`): legacy pickles with CUDA storages, ``.dic`` files with multi-byte,
+combining and whitespace characters, a zip, served by the local HTTP server for the download path."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from efml_fixtures import CHARACTERS, WORDS, efml_weights, legacy_cuda_bytes, write_efml_model, zip_folder  # noqa: E402
+from release_server import server  # noqa: E402,F401  (the fixture)
+from support import assert_same_numbers, run_without_package  # noqa: E402
+
+from modeling_elmo import ElmoModel, ElmoTokenizer, cli  # noqa: E402
+from modeling_elmo import convert_efml as ce  # noqa: E402
+from modeling_elmo import efml_releases  # noqa: E402
+from modeling_elmo.efml_format import load_state_dict, pickle_references, read_dic, read_efml_model, safe_extract_zip  # noqa: E402
+from modeling_elmo.efml_reference import efml_forward, efml_inputs  # noqa: E402
+
+SENTENCES = [["日本語", "abc", "Жы"], ["e\u0301", "ü", "unknownword", "ب"], ["ca"], ["日本", "ab", "d" * 60, "語", "ы"]]
+
+
+@pytest.fixture(scope="module")
+def efml_folder(tmp_path_factory) -> Path:
+    return write_efml_model(tmp_path_factory.mktemp("efml") / "syn.model", seed=3)
+
+
+@pytest.fixture(scope="module")
+def converted(efml_folder, tmp_path_factory) -> Path:
+    return ce.convert_efml(efml_folder, tmp_path_factory.mktemp("converted") / "out", language="de")
+
+
+def _listing(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+def _error_line(excinfo) -> str:
+    message = str(excinfo.value.code)
+    assert message.startswith("elmo convert: error: ") and "\n" not in message, message
+    return message
+
+
+# --------------------------------------------------------------------------------------------------- the format
+def test_fixture_pickles_are_legacy_format_with_cuda_storages_and_load_on_the_cpu(efml_folder):
+    data = (efml_folder / "encoder.pkl").read_bytes()
+    assert not zipfile.is_zipfile(efml_folder / "encoder.pkl") and b"cuda:0" in data
+    assert ("torch.cuda", "FloatStorage") in pickle_references(data)
+    state = load_state_dict(efml_folder / "encoder.pkl")
+    assert all(t.device.type == "cpu" and t.dtype == torch.float32 for t in state.values())
+    assert torch.equal(state["forward_layer_0.state_projection.weight"], efml_weights(3)[1]["forward_layer_0.state_projection.weight"])
+
+
+def test_dic_reader_reads_a_whitespace_character_as_ideographic_space_and_keeps_combining_characters(efml_folder):
+    chars = read_dic(efml_folder / "char.dic")
+    assert chars.lines == len(CHARACTERS) + 6
+    assert chars.ids["\u3000"] == CHARACTERS.index(" ") and " " not in chars.ids
+    assert chars.ids["\u0301"] == CHARACTERS.index("\u0301") and chars.ids["語"] == CHARACTERS.index("語")
+    assert read_dic(efml_folder / "word.dic").ids["e\u0301"] == 4 + WORDS.index("e\u0301")
+
+
+def test_reference_inputs_put_eow_first_and_bow_last_as_the_original_does(efml_folder):
+    ids = read_dic(efml_folder / "char.dic").ids
+    chars, words = efml_inputs(["ab", "x" * 70], ids, {"<oov>": 0, "<bos>": 1, "<eos>": 2, "ab": 7}, 50)
+    assert chars[1, :4].tolist() == [ids["<eow>"], ids["a"], ids["b"], ids["<bow>"]]
+    assert chars[0, :3].tolist() == [ids["<eow>"], ids["<bos>"], ids["<bow>"]] and chars[0, 3] == ids["<pad>"]
+    assert chars[2, 49] == ids["<bow>"] and (chars[2, 1:49] == ids["<oov>"]).all()  # cut to 48 characters
+    assert words.tolist() == [1, 7, 0, 2]
+
+
+# --------------------------------------------------------------------------------------------------- conversion
+def test_conversion_matches_the_float64_reference_on_every_layer(converted):
+    metadata = json.loads((converted / "conversion_metadata.json").read_text(encoding="utf-8"))
+    differences = metadata["validation_max_abs_difference_per_layer"]
+    assert len(differences) == 3 and max(differences) <= 1e-5
+    assert metadata["language"] == "de" and metadata["language_name"] == "German" and metadata["license"] == "unknown"
+    assert metadata["architecture"].startswith("cnn_50_100_512_4096_sample.json")
+
+
+def test_saved_model_in_float32_matches_the_reference_on_new_sentences(converted, efml_folder):
+    efml = read_efml_model(efml_folder)
+    model = ElmoModel.from_pretrained(converted).eval()
+    tokenizer = ElmoTokenizer.from_pretrained(converted)
+    encoding = tokenizer(SENTENCES, is_split_into_words=True, padding=True, return_tensors="pt")
+    assert "word_input_ids" in encoding and tokenizer.characters[CHARACTERS.index(" ")] == "\u3000"
+    with torch.no_grad():
+        layers = model(**encoding, output_hidden_states=True).hidden_states
+    for row, sentence in enumerate(SENTENCES):
+        expected = efml_forward(sentence, efml.chars.ids, efml.words.ids, efml.token_embedder, efml.encoder,
+                                efml.architecture)
+        for index in range(3):
+            assert_same_numbers(layers[index][row, : len(sentence)], expected[index], rtol=1e-5,
+                                what=f"sentence {row} layer {index}")
+
+
+def test_parity_check_catches_a_wrong_layout(efml_folder, tmp_path, monkeypatch):
+    right = ce.efml_state_dict
+
+    def highway_gate_not_negated(efml, config):
+        state = right(efml, config)
+        state["char_encoder.highways.0.gate.weight"] = -state["char_encoder.highways.0.gate.weight"]
+        state["char_encoder.highways.0.gate.bias"] = -state["char_encoder.highways.0.gate.bias"]
+        return state
+
+    monkeypatch.setattr(ce, "efml_state_dict", highway_gate_not_negated)
+    with pytest.raises(ValueError, match="differs from the original computation: layer 0"):
+        ce.convert_efml(efml_folder, tmp_path / "out")
+    assert _listing(tmp_path) == []
+
+
+def test_zip_converts_like_the_folder(efml_folder, converted, tmp_path):
+    archive = zip_folder(efml_folder, tmp_path / "999.zip", inside="syn.model")
+    out = ce.convert_efml(archive, tmp_path / "from-zip")
+    for name in ("model.safetensors", "char_vocab.json", "word_input_vocab.json"):
+        assert (out / name).read_bytes() == (converted / name).read_bytes(), name
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["999.zip", "from-zip"]
+
+
+def test_converted_folder_loads_through_the_auto_classes_without_the_package(converted, tmp_path):
+    model = ElmoModel.from_pretrained(converted).eval()
+    tokenizer = ElmoTokenizer.from_pretrained(converted)
+    encoding = tokenizer(SENTENCES, is_split_into_words=True, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        expected = model(**encoding).last_hidden_state
+    got = run_without_package(
+        """
+        import json, sys
+        import numpy as np, torch
+        from transformers import AutoModel, AutoTokenizer, pipeline
+        folder, sentences = sys.argv[1], json.loads(sys.argv[2])
+        tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+        model = AutoModel.from_pretrained(folder, trust_remote_code=True).eval()
+        enc = tok(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
+        with torch.no_grad():
+            features = model(**enc).last_hidden_state
+        extractor = pipeline("feature-extraction", model=folder, trust_remote_code=True)
+        print(json.dumps({"module": type(tok).__module__, "inputs": sorted(enc.keys()), "features": features.tolist(),
+                          "pipeline": np.array(extractor(" ".join(sentences[0])))[0].tolist()}))
+        """,
+        converted, json.dumps(SENTENCES, ensure_ascii=False), workdir=tmp_path / "fresh")
+    assert got["module"].startswith("transformers_modules")
+    assert got["inputs"] == ["attention_mask", "input_ids", "word_input_ids"]
+    assert_same_numbers(got["features"], expected, what="features without the package")
+    assert_same_numbers(got["pipeline"], expected[0, : len(SENTENCES[0])], what="feature-extraction pipeline")
+
+
+@pytest.mark.parametrize("dtype, rtol", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
+def test_same_sentence_gives_the_same_vectors_in_any_batch_and_order(converted, dtype, rtol):
+    # In float64 the vectors agree to 1e-12: only rounding differs between batch shapes (in float32, BLAS sums in
+    # an order that depends on the shape, and the LSTM carries those last-bit differences a little further).
+    model = ElmoModel.from_pretrained(converted).to(dtype).eval()
+    tokenizer = ElmoTokenizer.from_pretrained(converted)
+
+    def vectors(batch):
+        encoding = tokenizer(batch, is_split_into_words=True, padding=True, return_tensors="pt")
+        with torch.no_grad():
+            layers = model(**encoding, output_hidden_states=True).hidden_states
+        return {tuple(s): torch.stack(layers)[:, row, : len(s)] for row, s in enumerate(batch)}
+
+    alone = {tuple(s): vectors([s])[tuple(s)] for s in SENTENCES}
+    for batch in (SENTENCES, SENTENCES[::-1], [SENTENCES[3], SENTENCES[0]], SENTENCES + SENTENCES[:2]):
+        for sentence, got in vectors(batch).items():
+            assert_same_numbers(got, alone[sentence], rtol=rtol, what=f"{sentence} in a batch of {len(batch)}")
+    again = vectors(SENTENCES)  # a stateless model: calling twice changes nothing
+    for sentence in SENTENCES:
+        assert_same_numbers(again[tuple(sentence)], vectors(SENTENCES)[tuple(sentence)], rtol=0.0)
+
+
+def test_lstm_state_still_gives_the_stateful_behaviour_when_asked(converted):
+    model = ElmoModel.from_pretrained(converted).eval()
+    tokenizer = ElmoTokenizer.from_pretrained(converted)
+    encoding = tokenizer(SENTENCES[:2], is_split_into_words=True, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        first = model(**encoding, return_lstm_state=True)
+        carried = model(**encoding, lstm_state=first.lstm_state).last_hidden_state
+    assert not torch.allclose(carried, first.last_hidden_state)
+
+
+# --------------------------------------------------------------------------------------------------- bad input
+@pytest.mark.parametrize("foreign, named", [(os.system, "system"), (argparse.Namespace(a=1), "argparse.Namespace")],
+                         ids=["a function", "a class"])
+def test_pickle_referencing_anything_but_tensors_is_refused_naming_the_file_before_loading(efml_folder, tmp_path,
+                                                                                           monkeypatch, foreign, named):
+    bad = tmp_path / "bad.model"
+    bad.mkdir()
+    for path in efml_folder.iterdir():
+        (bad / path.name).write_bytes(path.read_bytes())
+    import collections
+
+    (bad / "token_embedder.pkl").write_bytes(legacy_cuda_bytes(collections.OrderedDict(weight=torch.zeros(2), x=foreign)))
+    loads = []
+    monkeypatch.setattr(torch, "load", lambda *a, **k: loads.append(a))  # the refusal comes before any unpickling
+    with pytest.raises(SystemExit) as excinfo:
+        cli.main(["convert", "--efml", str(bad), "--output", str(tmp_path / "out")])
+    message = _error_line(excinfo)
+    assert "token_embedder.pkl references" in message and named in message
+    assert not (tmp_path / "out").exists() and loads == []
+
+
+def test_zip_with_a_path_outside_its_folder_is_refused_and_nothing_is_unpacked(efml_folder, tmp_path):
+    archive = zip_folder(efml_folder, tmp_path / "evil.zip")
+    with zipfile.ZipFile(archive, "a") as handle:
+        handle.writestr("../escaped.txt", "outside")
+    with pytest.raises(SystemExit) as excinfo:
+        cli.main(["convert", "--efml", str(archive), "--output", str(tmp_path / "out")])
+    assert "'../escaped.txt', a path outside the folder" in _error_line(excinfo)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["evil.zip"]
+    with pytest.raises(ValueError, match="outside"):
+        safe_extract_zip(archive, tmp_path / "target")
+    assert not (tmp_path / "target").exists() and not (tmp_path / "escaped.txt").exists()
+
+
+def test_vocabulary_that_does_not_match_its_table_is_refused(efml_folder, tmp_path):
+    bad = tmp_path / "bad.model"
+    bad.mkdir()
+    for path in efml_folder.iterdir():
+        (bad / path.name).write_bytes(path.read_bytes())
+    lines = (bad / "word.dic").read_text(encoding="utf-8").splitlines()
+    (bad / "word.dic").write_text("\n".join(lines[:-1]) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"word.dic has 12 entries but the word table of the weights has 13 rows"):
+        ce.convert_efml(bad, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+# --------------------------------------------------------------------------------------------------- releases
+def test_release_table_lists_the_44_languages_with_their_nlpl_ids():
+    table = efml_releases.EFML_RELEASES
+    assert len(table) == 44 and sorted(r.repository_id for r in table.values()) == list(range(136, 180))
+    assert table["efml-zh"].repository_id == 179 and table["efml-en"].url() == "http://vectors.nlpl.eu/repository/11/144.zip"
+    assert table["efml-nl"].repository_id == 164 and table["efml-nb"].repository_id == 165  # as the README has them
+
+
+@pytest.fixture
+def efml_served(server, efml_folder, tmp_path_factory, monkeypatch):  # noqa: F811
+    """The server holding the synthetic model as the German release's zip (its size in the table)."""
+    data = zip_folder(efml_folder, tmp_path_factory.mktemp("zip") / "142.zip").read_bytes()
+    release = dataclasses.replace(efml_releases.EFML_RELEASES["efml-de"], size=len(data))
+    monkeypatch.setitem(efml_releases.EFML_RELEASES, "efml-de", release)
+    server.files["/repository/11/142.zip"] = data
+    return server.url.replace("/models/elmo", "/repository/11"), "/repository/11/142.zip", data
+
+
+def _convert_release(base_url, tmp_path, output="out"):
+    return cli.main(["convert", "--release", "efml-de", "--base-url", base_url, "--cache-dir", str(tmp_path / "cache"),
+                     "--output", str(tmp_path / output)])
+
+
+def test_release_downloads_converts_and_names_language_and_source(efml_served, converted, tmp_path, capsys):
+    base_url, path, _ = efml_served
+    assert _convert_release(base_url, tmp_path) == 0
+    out = tmp_path / "out"
+    assert (out / "model.safetensors").read_bytes() == (converted / "model.safetensors").read_bytes()
+    card = (out / "README.md").read_text(encoding="utf-8")
+    assert "ELMo for German" in card and "repository, model 142" in card and "none is stated" in card
+    assert "CoNLL 2018 shared task" in card
+    assert f"zip: {base_url}/142.zip" in capsys.readouterr().out
+    assert sorted(p.name for p in (tmp_path / "cache" / "efml-de").iterdir()) == ["142.zip", "142.zip.source"]
+
+
+def test_interrupted_download_keeps_its_part_and_the_next_run_resumes(efml_served, server, tmp_path):  # noqa: F811
+    base_url, path, data = efml_served
+    assert len(data) > 9000
+    server.drops[path] = [3000, 3000, 3000]
+    with pytest.raises(efml_releases.DownloadError, match="3 attempts.*kept in"):
+        efml_releases.fetch_efml_release("efml-de", tmp_path / "cache", base_url=base_url, retry_wait=0, progress=False)
+    cache = tmp_path / "cache" / "efml-de"
+    assert "142.zip.part" in [p.name for p in cache.iterdir()] and not (cache / "142.zip").exists()
+    server.requests.clear()
+    archive, _ = efml_releases.fetch_efml_release("efml-de", tmp_path / "cache", base_url=base_url, progress=False)
+    assert archive.read_bytes() == data
+    assert server.requests_for(path) == ["bytes=9000-"]  # the three cut attempts kept 3 x 3000 bytes
+
+
+def test_wrong_size_is_refused_before_the_body_and_nothing_is_kept(efml_served, server, tmp_path, monkeypatch):  # noqa: F811
+    base_url, path, data = efml_served
+    server.files[path] = data + b"extra bytes"
+    with pytest.raises(SystemExit) as excinfo:
+        _convert_release(base_url, tmp_path)
+    assert f"where the published zip has {len(data):,}" in _error_line(excinfo)
+    assert not (tmp_path / "out").exists() and list((tmp_path / "cache" / "efml-de").iterdir()) == []
+
+
+def test_unknown_efml_language_is_one_clear_error(tmp_path):
+    with pytest.raises(SystemExit) as excinfo:
+        cli.main(["convert", "--release", "efml-xx", "--output", str(tmp_path / "out")])
+    assert "unknown release 'efml-xx'" in _error_line(excinfo) and "zh" in str(excinfo.value.code)
+    assert not (tmp_path / "out").exists()
+
+
+def test_unicode_tokenizer_and_word_input_are_off_by_default():
+    tokenizer = ElmoTokenizer()
+    assert tokenizer.char_vocabulary == "bytes" and tokenizer.model_input_names == ["input_ids", "attention_mask"]
+    model = ElmoModel(ce.ElmoConfig(hidden_size=8, cell_size=16, char_cnn_filters=[[1, 4]], num_highway_layers=1))
+    assert model.char_encoder.word_embeddings is None and model.config.num_characters == 262
+    assert np.array_equal(tokenizer([["x"]], is_split_into_words=True)["input_ids"][0][0][:3], [259, 121, 260])
+
+
+# --------------------------------------------------------------------------------------------------- the tools
+def test_embed_command_writes_the_original_computation_of_each_line(converted, efml_folder, tmp_path):
+    import h5py
+
+    (tmp_path / "in.txt").write_text("\n".join(" ".join(s) for s in SENTENCES) + "\n", encoding="utf-8")
+    assert cli.main(["embed", str(tmp_path / "in.txt"), str(tmp_path / "out.h5"), "--model", str(converted), "--all",
+                     "--device", "cpu"]) == 0
+    efml = read_efml_model(efml_folder)
+    with h5py.File(tmp_path / "out.h5", "r") as h5:
+        for index, sentence in enumerate(SENTENCES):
+            expected = efml_forward(sentence, efml.chars.ids, efml.words.ids, efml.token_embedder, efml.encoder,
+                                    efml.architecture)
+            assert_same_numbers(h5[str(index)][()], expected, rtol=1e-5, what=f"line {index}")
+
+
+def test_evaluate_runs_the_wsd_probe_on_the_converted_model(converted, tmp_path):
+    from modeling_elmo.evaluation import main as evaluate_main
+
+    occurrences = [(["日本", "abc", "Жы"], 0, "A"), (["日本", "ab"], 0, "A"), (["ca", "日本"], 1, "B"),
+                   (["ü", "日本", "ca"], 1, "B"), (["abc", "ü"], 1, "C"), (["ü", "Жы"], 0, "D")]
+    lines = [json.dumps({"tokens": t, "index": i, "word": t[i], "sense": s}, ensure_ascii=False) for t, i, s in occurrences]
+    (tmp_path / "wsd.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert evaluate_main([str(converted), "--task", "wsd-probe", "--wsd-file", str(tmp_path / "wsd.jsonl"),
+                          "--output-dir", str(tmp_path / "eval"), "--no-progress", "--device", "cpu"]) == 0
+    results = json.loads((tmp_path / "eval" / "eval_results.json").read_text(encoding="utf-8"))
+    scores = [r for r in results["scores"] if r["task"] == "wsd-probe" and r["metric"] == "accuracy"]
+    assert {r["representation"] for r in scores} >= {"layer 0", "layer 1", "layer 2"}
+    assert all(0.0 <= r["value"] <= 1.0 and r["examples"] > 0 for r in scores)
+
+
+def test_trainer_fine_tunes_a_tagging_head_on_the_converted_model(converted, tmp_path):
+    from datasets import Dataset
+    from transformers import DataCollatorForTokenClassification, Trainer, TrainingArguments
+
+    from modeling_elmo import ElmoForTokenClassification
+
+    tokenizer = ElmoTokenizer.from_pretrained(converted)
+    base = ElmoModel.from_pretrained(converted)
+    config = base.config.__class__.from_pretrained(converted, num_labels=2, freeze_elmo=False, classifier_dropout=0.0)
+    torch.manual_seed(0)
+    model = ElmoForTokenClassification(config)
+    model.elmo.load_state_dict(base.state_dict())
+    sentences = SENTENCES * 4
+    labels = [[int(w in WORDS) for w in s] for s in sentences]  # tag the words of the word list
+
+    def encode(batch):
+        encoded = tokenizer(batch["tokens"], is_split_into_words=True)
+        return {**encoded, "labels": batch["tags"]}
+
+    data = Dataset.from_dict({"tokens": sentences, "tags": labels}).map(encode, batched=True, remove_columns=["tokens", "tags"])
+    assert "word_input_ids" in data.column_names
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, num_train_epochs=2,
+                             learning_rate=1e-2, report_to=[], save_strategy="no", use_cpu=True, seed=0)
+    trainer = Trainer(model=model, args=args, train_dataset=data, processing_class=tokenizer,
+                      data_collator=DataCollatorForTokenClassification(tokenizer))
+    result = trainer.train()
+    assert np.isfinite(result.training_loss)
+    assert not torch.equal(model.elmo.char_encoder.word_embeddings.weight, base.char_encoder.word_embeddings.weight)
+    trainer.save_model(str(tmp_path / "tagger"))
+    again = ElmoForTokenClassification.from_pretrained(tmp_path / "tagger").eval()
+    encoding = tokenizer(SENTENCES, is_split_into_words=True, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        assert torch.equal(again(**encoding).logits, model.eval()(**encoding).logits)
+
+
+def test_push_writes_a_card_naming_the_language_the_source_and_no_licence(converted, tmp_path):
+    import shutil
+
+    folder = tmp_path / "elmo-efml-de"
+    shutil.copytree(converted, folder)
+    assert cli.main(["push", str(folder), "--repo-id", "me/elmo-efml-de", "--dry-run"]) == 0
+    card = (tmp_path / "elmo-efml-de-hub" / "README.md").read_text(encoding="utf-8")
+    header = card.split("---")[1]
+    assert "license: unknown" in header and "- de" in header and "apache" not in header
+    assert "ELMoForManyLangs model" in card and "CoNLL 2018 shared task" in card and "none is stated" in card
+    assert "UTF-8 bytes" not in card and "1B Word Benchmark" not in card
+    for name in ("char_vocab.json", "word_input_vocab.json", "model.safetensors"):
+        assert (tmp_path / "elmo-efml-de-hub" / name).is_file(), name
+
+
+def test_hub_mirror_serves_the_zip_when_the_repository_fails(efml_served, server, tmp_path, monkeypatch):  # noqa: F811
+    import huggingface_hub
+
+    base_url, path, data = efml_served
+    server.status[path] = 404
+    calls = []
+
+    def from_mirror(repo_id, filename, local_dir, **kwargs):
+        calls.append((repo_id, filename))
+        Path(local_dir).mkdir(parents=True, exist_ok=True)
+        (Path(local_dir) / filename).write_bytes(data)
+        return str(Path(local_dir) / filename)
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", from_mirror)
+    archive, where = efml_releases.fetch_efml_release("efml-de", tmp_path / "cache", base_url=base_url,
+                                                      mirror="someone/efml-zips", progress=False)
+    assert calls == [("someone/efml-zips", "142.zip")] and where == "hf://someone/efml-zips/142.zip"
+    assert archive.read_bytes() == data
+    assert sorted(p.name for p in archive.parent.iterdir()) == ["142.zip", "142.zip.source"]
+
+
+def test_word_embedding_input_is_initialised_with_rows_of_about_unit_norm():
+    config = ce.ElmoConfig(hidden_size=8, cell_size=16, char_cnn_filters=[[1, 4]], num_highway_layers=1,
+                           word_input_vocab_size=4000, word_input_dim=50)
+    torch.manual_seed(0)
+    table = ElmoModel(config).char_encoder.word_embeddings.weight.detach()
+    assert abs(float(table.std()) - 50 ** -0.5) < 0.01 and abs(float(table.norm(dim=1).mean()) - 1.0) < 0.05
+    assert config.token_features_size == 50 + 4  # the projection reads [word vector; character features]
