@@ -22,7 +22,11 @@ WORDS = ["good", "bad", "fine", "awful", "the", "a", "movie", "plot", "was", "is
 @pytest.fixture(autouse=True)
 def _datasets_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "ds-cache"))
+    were_enabled = datasets.is_progress_bar_enabled()
     datasets.disable_progress_bars()
+    yield
+    if were_enabled:  # process-wide: later test files see the bars as they were
+        datasets.enable_progress_bars()
 
 
 def make_dataset(n: int = 24, seed: int = 0) -> datasets.Dataset:

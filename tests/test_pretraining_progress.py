@@ -35,8 +35,12 @@ def test_under_a_time_budget_the_bar_is_the_budget_and_shows_what_ends_the_run_f
     bar.close()
 
 
-def test_a_budgeted_run_shows_one_preparation_bar_and_a_bar_in_minutes(tmp_path, capsys):
+def test_a_budgeted_run_shows_one_preparation_bar_and_a_bar_in_minutes(tmp_path, capsys, monkeypatch):
+    import sys
+
     import datasets
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # the preparation bar is drawn on terminals only
 
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("".join(f"the cat number {i % 17} sat on the mat .\n" for i in range(300)), encoding="utf-8")

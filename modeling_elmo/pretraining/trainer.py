@@ -253,16 +253,21 @@ def _limit(ds: Any, n: int | None) -> Any:
 def preprocessing_progress(enabled: bool) -> Iterator[Any]:
     """One progress bar for the whole preparation of the data (reading, vocabulary, tokenising), with the
     `datasets` library's own bars (one per split and per pass) switched off meanwhile through its public API and
-    switched back on afterwards if they were on."""
+    switched back on afterwards if they were on. The bar is drawn on a terminal only (never into a log file), and a
+    preparation that fails erases it before its one line."""
     import datasets
     from tqdm.auto import tqdm
 
     were_enabled = datasets.is_progress_bar_enabled()
     datasets.disable_progress_bars()
-    bar = tqdm(total=len(PREPROCESSING_STAGES), desc="preparing data", unit="stage", disable=not enabled,
+    bar = tqdm(total=len(PREPROCESSING_STAGES), desc="preparing data", unit="stage",
+               disable=None if enabled else True,  # None: shown on a terminal only, never in a log file
                bar_format="{desc}: {n}/{total} stages [{elapsed}{postfix}]")
     try:
         yield bar
+    except BaseException:
+        bar.leave = False  # a preparation that fails says so in one line, not under a half-drawn bar
+        raise
     finally:
         bar.close()
         if were_enabled:
