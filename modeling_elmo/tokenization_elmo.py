@@ -230,7 +230,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
         word_input_vocab_file (`str`, *optional*):
             The vocabulary of a model's word-embedding input (a JSON list of words, ids 4 on after the four
             special words): the tokenizer then also returns ``word_input_ids``.
-        characters (`list[str]`, *optional*), input_words (`list[str]`, *optional*):
+        characters (`list[str]`, *optional*, keyword only), input_words (`list[str]`, *optional*, keyword only):
             The same two vocabularies given as lists instead of files (they are written as files on save).
 
     Example:
@@ -259,10 +259,12 @@ class ElmoTokenizer(PreTrainedTokenizer):
         unk_token: str = UNK_TOKEN,
         char_vocab_file: str | None = None,
         word_input_vocab_file: str | None = None,
-        characters: Sequence[str] | None = None,
-        input_words: Sequence[str] | None = None,
         **kwargs: Any,
     ):
+        # Keyword-only, outside the signature: the lists are saved as their vocabulary files, never in
+        # tokenizer_config.json (every parameter of the signature is kept in init_kwargs, as transformers expects).
+        characters: Sequence[str] | None = kwargs.pop("characters", None)
+        input_words: Sequence[str] | None = kwargs.pop("input_words", None)
         if split_pattern not in _WORD_PATTERNS:
             raise ValueError(f"`split_pattern` must be one of {sorted(_WORD_PATTERNS)}, got {split_pattern!r}.")
         if (isinstance(max_characters_per_token, bool) or not isinstance(max_characters_per_token, int)
@@ -302,6 +304,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
             max_characters_per_token=max_characters_per_token,
             split_pattern=split_pattern,
             do_lower_case=do_lower_case,
+            char_vocab_file=char_vocab_file,  # file paths: never written into tokenizer_config.json
+            word_input_vocab_file=word_input_vocab_file,
             **kwargs,
         )
         if self.input_words is not None and "word_input_ids" not in self.model_input_names:
