@@ -132,7 +132,8 @@ def python_without_the_checkout(folder: Path, *first: Path) -> Path:
     (listed in a ``.pth`` file: the editable install's finder is not among them, nor is the checkout)."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True, capture_output=True)
     (site,) = folder.glob("lib/python*/site-packages")
-    libraries = [p for p in sys.path if p and Path(p).is_dir() and not Path(p).resolve().is_relative_to(REPO)]
+    libraries = [p for p in sys.path if p and Path(p).is_dir()
+                 and ("site-packages" in Path(p).parts or not Path(p).resolve().is_relative_to(REPO))]  # .venv may be in the clone
     (site / "elmo_test_libraries.pth").write_text("\n".join([*map(str, first), *libraries]) + "\n", encoding="utf-8")
     return folder / "bin" / "python"
 
