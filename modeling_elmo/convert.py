@@ -58,7 +58,6 @@ import torch
 
 from . import io_utils
 from .configuration_elmo import ElmoConfig
-from .io_utils import read_json_object
 from .manifest import remove_stale_temporaries
 from .original_format import (
     LSTM_CELL,
@@ -69,7 +68,7 @@ from .original_format import (
     read_checked,
     read_options,
 )
-from .output_folder import COMMAND, TEMPORARY_KINDS, check_atol, check_output_dir, write_folder_atomically
+from .output_folder import TEMPORARY_KINDS, check_atol, check_output_dir, write_folder_atomically
 from .output_folder import sha256_of_file as _sha256
 from .parity import DEFAULT_ATOL, validate_converted_model
 from .releases import (

@@ -24,7 +24,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import io
-import json
 import logging
 import os
 import pickletools
@@ -36,6 +35,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from .io_utils import read_json_object
 
 logger = logging.getLogger(__name__)
 
@@ -269,15 +270,8 @@ class EfmlModel:
 
 
 def _json_file(path: Path) -> dict[str, Any] | None:
-    if not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path.name} is not valid JSON ({error}).") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path.name} must hold a JSON object.")
-    return data
+    """The JSON object in ``path``, `None` where there is no such file (`io_utils.read_json_object`)."""
+    return read_json_object(path, path.stem)
 
 
 def resolve_architecture(folder: Path, training_config: dict[str, Any] | None,

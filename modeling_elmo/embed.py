@@ -64,7 +64,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .inference import DTYPES, ElmoEmbedder, load_elmo_tokenizer, make_batches
-from .io_utils import iter_lines, scan_lines
+from .io_utils import exclusive_lock, iter_lines, scan_lines
 from .launch import LaunchError, check_process_count, launched_processes, use_cpu_backend
 
 
@@ -225,43 +225,13 @@ def _check_text_file(path: Path, block_size: int = 1 << 16) -> None:
                          "file, or UTF-16 text; elmo embed reads UTF-8 text, one sentence per line).")
 
 
-@contextlib.contextmanager
-def _output_lock(output: Path) -> Iterator[None]:
-    """Hold an exclusive lock on ``OUTPUT.lock`` while the block runs; refuse at once if another run holds it.
-
-    `fcntl.flock` locks are released by the operating system when their process dies, so a killed run never
-    leaves a stale lock. The lock file is removed when the block ends. A run that opened the file just before an
-    earlier run removed it would lock a deleted file: the lock is only taken once it is on the file at the path.
-    """
-    import fcntl
-
+def _output_lock(output: Path) -> contextlib.AbstractContextManager[None]:
+    """An exclusive lock on ``OUTPUT.lock`` while the block runs (`io_utils.exclusive_lock`): another run writing
+    the same output is refused at once, and a killed run leaves no stale lock."""
     path = _lock_path(output)
-    while True:
-        try:
-            handle = open(path, "ab")
-        except OSError as error:
-            raise ValueError(f"cannot write next to the output {str(output)!r}: {error.strerror} "
-                             f"({str(path)!r}).") from None
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.close()
-            raise ValueError(f"another elmo embed run is writing {str(output)!r} (it holds {str(path)!r}); wait for "
-                             "it to end, or choose another output.") from None
-        try:
-            current = os.stat(path)
-        except FileNotFoundError:
-            current = None
-        if current is not None and os.path.samestat(current, os.fstat(handle.fileno())):
-            break
-        handle.close()  # the file was removed (and maybe re-created) by the run that held it: lock the new one
-    try:
-        yield
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            if os.path.samestat(os.stat(path), os.fstat(handle.fileno())):
-                path.unlink()  # while still locked, so no other run can be holding this file
-        handle.close()
+    return exclusive_lock(path, busy=f"another elmo embed run is writing {str(output)!r} (it holds {str(path)!r}); "
+                                     "wait for it to end, or choose another output.",
+                          unwritable=f"cannot write next to the output {str(output)!r}")
 
 
 def _chunk_path(partial: Path, chunk_index: int) -> Path:

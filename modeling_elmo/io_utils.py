@@ -63,9 +63,10 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 
 
 @contextlib.contextmanager
-def exclusive_lock(path: str | os.PathLike, busy: str) -> Iterator[None]:
+def exclusive_lock(path: str | os.PathLike, busy: str, unwritable: str | None = None) -> Iterator[None]:
     """Hold an exclusive `fcntl.flock` on the file ``path`` while the block runs; raise `ValueError` with the
-    message ``busy`` at once if another process holds it.
+    message ``busy`` at once if another process holds it (and, when the file cannot be created, one starting with
+    ``unwritable``).
 
     The operating system releases the lock when its process dies, so a killed run never leaves a stale lock. The
     file is removed when the block ends. A process that opened the file just before an earlier holder removed it
@@ -78,7 +79,9 @@ def exclusive_lock(path: str | os.PathLike, busy: str) -> Iterator[None]:
         try:
             handle = open(path, "ab")
         except OSError as error:
-            raise ValueError(f"cannot create the lock file {str(path)!r}: {error.strerror}.") from None
+            if unwritable is None:
+                raise ValueError(f"cannot create the lock file {str(path)!r}: {error.strerror}.") from None
+            raise ValueError(f"{unwritable}: {error.strerror} ({str(path)!r}).") from None
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

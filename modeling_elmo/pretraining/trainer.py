@@ -556,8 +556,6 @@ def _kept_checkpoint(s: Session, state: TrainingState) -> str:
 # ----------------------------------------------------------------------------------------------- the skeleton
 def train(args: PretrainingArguments) -> int:
     """Pretrain an ELMo biLM as ``args`` say; returns the exit status."""
-    from accelerate.utils import set_seed
-
     started = time.time()
     plan = check_inputs(args)  # bad input fails here, in seconds, before anything is written
     accelerator = build_accelerator(args)
