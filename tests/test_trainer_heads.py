@@ -59,7 +59,8 @@ def lm_tokenizer(tmp_path):
     return ElmoTokenizer(vocab_file=str(tmp_path / "vocab.txt"), split_pattern="whitespace")
 
 
-def lm_collator(tokenizer: ElmoTokenizer):
+def label_padding_collator(tokenizer: ElmoTokenizer):
+    """Pads the words and the per-word labels (word ids or tags) to the batch's length, labels with -100."""
     def collate(features):
         labels = [f.pop("labels") for f in features]
         batch = tokenizer.pad(features, padding=True, return_tensors="pt")
@@ -78,7 +79,7 @@ def test_trainer_pretrains_the_bilm_head_and_its_loss_falls(lm_tokenizer, tmp_pa
     model = ElmoForBidirectionalLM(tiny_config(vocab_size=len(lm_tokenizer)))
     trainer = Trainer(model=model, args=training_args(tmp_path, max_steps=24, learning_rate=3e-2,
                                                       gradient_accumulation_steps=2, per_device_eval_batch_size=64),
-                      train_dataset=data, eval_dataset=data, data_collator=lm_collator(lm_tokenizer))
+                      train_dataset=data, eval_dataset=data, data_collator=label_padding_collator(lm_tokenizer))
     assert trainer.model_accepts_loss_kwargs  # so Trainer passes num_items_in_batch, and the model normalises by it
     before = trainer.evaluate()["eval_loss"]
     trainer.train()
@@ -105,17 +106,6 @@ def classification_data(head: str, tokenizer: ElmoTokenizer) -> Dataset:
     return data.map(lambda b: tokenizer(b["text"]), batched=True, remove_columns=["text"])
 
 
-def token_collator(tokenizer: ElmoTokenizer):
-    def collate(features):
-        labels = [f.pop("labels") for f in features]
-        batch = tokenizer.pad(features, padding=True, return_tensors="pt")
-        steps = batch["attention_mask"].shape[1]
-        batch["labels"] = torch.tensor([row + [-100] * (steps - len(row)) for row in labels])
-        return batch
-
-    return collate
-
-
 @pytest.mark.parametrize("freeze", [True, False], ids=["frozen", "fine-tuned"])
 @pytest.mark.parametrize("head", ["sequence", "token"])
 def test_trainer_trains_both_classification_heads_frozen_or_fine_tuned(head, freeze, tmp_path):
@@ -125,7 +115,7 @@ def test_trainer_trains_both_classification_heads_frozen_or_fine_tuned(head, fre
     head_class = ElmoForSequenceClassification if head == "sequence" else ElmoForTokenClassification
     model = head_class(tiny_config(num_labels=2 if head == "sequence" else 3, freeze_elmo=freeze))
     bilm_before = {k: v.clone() for k, v in model.elmo.state_dict().items()}
-    collator = DataCollatorWithPadding(tokenizer) if head == "sequence" else token_collator(tokenizer)
+    collator = DataCollatorWithPadding(tokenizer) if head == "sequence" else label_padding_collator(tokenizer)
     trainer = Trainer(model=model, args=training_args(tmp_path, num_train_epochs=8, learning_rate=5e-2),
                       train_dataset=data, data_collator=collator)
     trainer.train()
