@@ -346,7 +346,11 @@ class ElmoConfig(PretrainedConfig):
     def get_config_dict(cls, pretrained_model_name_or_path: Any, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         """transformers' reader, refusing a folder without ``config.json`` (it would give the default config) and a
         config of another model type (transformers only warns)."""
-        config_dict, kwargs = super().get_config_dict(pretrained_model_name_or_path, **kwargs)
+        try:
+            config_dict, kwargs = super().get_config_dict(pretrained_model_name_or_path, **kwargs)
+        except RecursionError as error:  # a config.json nested deeper than the JSON reader follows
+            raise ValueError(f"the config.json of {str(pretrained_model_name_or_path)!r} is not valid JSON: "
+                             f"{error}.") from None
         if not config_dict:
             raise ValueError(f"{str(pretrained_model_name_or_path)!r} holds no config.json: it is not a saved model.")
         found = config_dict.get("model_type", cls.model_type)

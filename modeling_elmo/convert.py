@@ -55,6 +55,7 @@ from typing import Any
 import h5py
 import numpy as np
 import torch
+from safetensors import SafetensorError
 
 from . import io_utils
 from .configuration_elmo import ElmoConfig
@@ -430,7 +431,10 @@ def main(argv: list[str] | None = None) -> int:
             folder = convert(args.options, args.weights, args.output, overwrite=args.overwrite,
                              atol=DEFAULT_ATOL if args.atol is None else args.atol)
     except (ValueError, OSError) as error:  # bad input, a failed download, a file system refusing a write
-        raise SystemExit(f"elmo convert: error: {' '.join(str(error).split())}") from None
+        raise SystemExit(f"elmo convert: error: {io_utils.error_line(error)}") from None
+    except SafetensorError as error:  # safetensors' own error for a failed write (a full disk)
+        raise SystemExit(f"elmo convert: error: cannot write the model into {args.output!r}: {io_utils.error_line(error)}; "
+                         "the output folder was left as it was.") from None
     metadata = json.loads((folder / "conversion_metadata.json").read_text(encoding="utf-8"))
     for role, origin in metadata.get("sources", {}).items():
         print(f"{role}: {origin}")

@@ -24,7 +24,9 @@ from __future__ import annotations
 import copy
 import dataclasses
 import io
+import json
 import logging
+import math
 import os
 import pickletools
 import shutil
@@ -63,6 +65,13 @@ ALLOWED_PICKLE_GLOBALS = frozenset(
 )
 #: An unpacked model is a few hundred MB; a zip announcing more than this is refused before anything is written.
 MAX_UNPACKED_BYTES = 8 << 30
+#: Weights and vocabularies deflate by a few times at most (float weights barely at all): a member that inflates to
+#: more than this many times its compressed size, beyond `SMALL_MEMBER_BYTES`, is not part of a model.
+MAX_MEMBER_RATIO = 64
+SMALL_MEMBER_BYTES = 1 << 20
+#: The first bytes a weight file of the model may start with: a pickle of protocol 2 (the legacy ``torch.save``
+#: format) or a zip (the current one).
+PICKLE_MAGIC = (b"\x80\x02", b"PK\x03\x04")
 
 
 # --------------------------------------------------------------------------------------------------- the zip
@@ -86,12 +95,15 @@ def safe_extract_zip(archive: str | os.PathLike, target: str | os.PathLike) -> P
         for member in members:
             name = member.filename
             parts = name.replace("\\", "/").split("/")
-            mode = member.external_attr >> 16
             if name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":") or ".." in parts:
-                raise ValueError(f"{archive.name} holds {name!r}, a path outside the folder it unpacks into; "
+                raise ValueError(f"{archive.name} holds {_shown(name)}, a path outside the folder it unpacks into; "
                                  "nothing was unpacked.")
-            if mode and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-                raise ValueError(f"{archive.name} holds {name!r}, which is not a plain file or folder (a link?); "
+            if not _plain_member(member):
+                raise ValueError(f"{archive.name} holds {_shown(name)}, which is not a plain file or folder (a link?); "
+                                 "nothing was unpacked.")
+            if member.file_size > max(SMALL_MEMBER_BYTES, MAX_MEMBER_RATIO * member.compress_size):
+                raise ValueError(f"{archive.name} holds {_shown(name)}, which inflates from {member.compress_size:,} to "
+                                 f"{member.file_size:,} bytes: no file of a model compresses so well (a zip bomb?); "
                                  "nothing was unpacked.")
             total += member.file_size
         if total > MAX_UNPACKED_BYTES:
@@ -109,25 +121,55 @@ def safe_extract_zip(archive: str | os.PathLike, target: str | os.PathLike) -> P
                     destination.mkdir(parents=True, exist_ok=True)
                     continue
                 destination.parent.mkdir(parents=True, exist_ok=True)
-                with handle.open(member) as source, open(destination, "wb") as sink:
-                    shutil.copyfileobj(source, sink, 1 << 20)
+                _extract_member(handle, member, destination, archive.name)
             os.replace(staging, target)
         except BaseException as error:
             shutil.rmtree(staging, ignore_errors=True)
             if isinstance(error, (zipfile.BadZipFile, EOFError, OSError)):
-                raise ValueError(f"cannot unpack {archive.name}: {error}.") from None
+                raise ValueError(f"cannot unpack {archive.name}: {_shown(str(error), 200)}.") from None
             raise
     return target
 
 
-def model_folder_of(root: str | os.PathLike) -> Path:
-    """The folder under ``root`` (``root`` itself or one below it, as zips often nest one) that holds the model."""
+def _shown(text: str, limit: int = 80) -> str:
+    """``repr(text)``, cut to about ``limit`` characters: an error line never quotes a whole hostile value."""
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text):,} characters)"
+
+
+def _plain_member(member: zipfile.ZipInfo) -> bool:
+    """Whether a zip member is a plain file or folder. Its Unix mode (the high 16 bits of ``external_attr``) may
+    hold a file type, or permission bits only (``zipfile.writestr`` and many tools write no type): only a type other
+    than a regular file or a folder (a link, a device, a FIFO) is refused."""
+    mode = member.external_attr >> 16
+    kind = stat.S_IFMT(mode)
+    return kind == 0 or stat.S_ISREG(mode) or stat.S_ISDIR(mode)
+
+
+def _extract_member(handle: zipfile.ZipFile, member: zipfile.ZipInfo, destination: Path, archive: str) -> None:
+    """Stream one member to ``destination``: a weight file (``*.pkl``) must start like one (`PICKLE_MAGIC`), checked
+    on its first block, and no member may yield more bytes than its entry declares (the bound checked above)."""
+    written = 0
+    with handle.open(member) as source, open(destination, "wb") as sink:
+        while block := source.read(1 << 20):
+            if written == 0 and member.filename.endswith(".pkl") and not block.startswith(PICKLE_MAGIC):
+                raise ValueError(f"{archive} holds {_shown(member.filename)}, which does not start like a PyTorch "
+                                 f"weight file (its first bytes are {block[:8]!r}); nothing was unpacked.")
+            written += len(block)
+            if written > member.file_size:
+                raise ValueError(f"{archive} holds {_shown(member.filename)}, which inflates beyond the "
+                                 f"{member.file_size:,} bytes its entry declares; nothing was unpacked.")
+            sink.write(block)
+
+
+def model_folder_of(root: str | os.PathLike, shown: str | None = None) -> Path:
+    """The folder under ``root`` (``root`` itself or one below it, as zips often nest one) that holds the model;
+    errors call ``root`` ``shown`` (the zip it was unpacked from) where given."""
     root = Path(root)
     if (root / "encoder.pkl").is_file():
         return root
     found = sorted(path.parent for path in root.rglob("encoder.pkl") if path.is_file())
     if len(found) != 1:
-        raise ValueError(f"{str(root)!r} is not an ELMoForManyLangs model: "
+        raise ValueError(f"{shown or str(root)!r} is not an ELMoForManyLangs model: "
                          + ("no encoder.pkl in it." if not found else f"{len(found)} folders hold an encoder.pkl."))
     return found[0]
 
@@ -143,10 +185,11 @@ class Dictionary:
     lines: int
 
 
-def read_dic(path: str | os.PathLike) -> Dictionary:
+def read_dic(path: str | os.PathLike, symbols: tuple[str, ...] | None = None) -> Dictionary:
     """Read a ``char.dic``/``word.dic``: ``token<TAB>id`` per line; a line whose token is whitespace is U+3000 (as
-    the original reader has it). A line that is not ``token<TAB>id``, or a repeated or out-of-range id, is a
-    `ValueError` naming the file and the line."""
+    the original reader has it). A line that is not ``token<TAB>id`` (the id in ASCII digits), a repeated or
+    out-of-range id, or, where ``symbols`` is given (``char.dic``: `CHAR_SYMBOLS`), a token that is neither one
+    character nor one of them is a `ValueError` naming the file and the line."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -163,9 +206,14 @@ def read_dic(path: str | os.PathLike) -> Dictionary:
         fields = line.strip().split("\t")  # as the original: strip the line, then split it
         if len(fields) == 1:
             fields.insert(0, "\u3000")  # the token was whitespace, and went with the strip
-        if len(fields) != 2 or not fields[1].isdigit():
-            raise ValueError(f"{path.name} line {number} is not 'token<TAB>id': {line[:60]!r}.")
+        # isdigit() alone would take "²" or "٣"; more than 18 digits is no id of a vocabulary (and int() of
+        # thousands of digits is refused by Python itself)
+        if len(fields) != 2 or not (fields[1].isascii() and fields[1].isdigit() and len(fields[1]) <= 18):
+            raise ValueError(f"{path.name} line {number} is not 'token<TAB>id' (the id a number): {_shown(line, 60)}.")
         token, index = fields[0], int(fields[1])
+        if symbols is not None and len(token) != 1 and token not in symbols:
+            raise ValueError(f"{path.name} line {number} lists {_shown(token, 60)}, which is neither one character "
+                             f"nor one of the symbols {' '.join(symbols)}.")
         if index in seen:
             raise ValueError(f"{path.name} line {number} repeats the id {index}.")
         seen.add(index)
@@ -250,7 +298,51 @@ def load_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
         raise ValueError(f"cannot read {path.name}: {' '.join(str(error).split())[:300]}") from None
     if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
         raise ValueError(f"{path.name} does not hold a state dict (names -> tensors).")
+    check_tensor_storage(state, path.name)
+    for name, tensor in state.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            count = int((~torch.isfinite(tensor)).sum())
+            raise ValueError(f"{path.name}: tensor {_shown(name)} holds {count:,} NaN or infinite value(s); a model "
+                             "converted from it would compute NaN, so it is refused.")
     return dict(state)
+
+
+def _view_problem(tensor: torch.Tensor) -> str | None:
+    """What is wrong with how ``tensor`` lies in its storage, or `None`: a stride of 0 along a dimension of more
+    than one element (one stored value read many times), elements that overlap, or elements beyond the storage."""
+    if tensor.numel() == 0:
+        return None
+    dims = sorted((stride, size) for size, stride in zip(tensor.shape, tensor.stride()) if size > 1)
+    span = 1
+    for stride, size in dims:
+        if stride == 0:
+            return "is a stride-0 view (one stored value repeated)"
+        if stride < span:
+            return "is a view whose elements overlap"
+        span = stride * size
+    last = tensor.storage_offset() + sum((size - 1) * stride for stride, size in dims)
+    if (last + 1) * tensor.element_size() > tensor.untyped_storage().nbytes():
+        return "reaches beyond its storage"
+    return None
+
+
+def check_tensor_storage(state: dict[str, torch.Tensor], name: str) -> None:
+    """Bound what the tensors of a loaded file declare by what the file holds, before anything is computed from
+    them: every tensor is a plain view of its storage (`_view_problem`), and all of them together declare no more
+    bytes than their distinct storages hold (two tensors never share bytes). A `ValueError` names the file and the
+    tensor. A pickle of a few KB could otherwise declare 16384-wide layers of a 34 GB model."""
+    declared, stored = 0, {}
+    for key, tensor in state.items():
+        problem = _view_problem(tensor)
+        if problem:
+            raise ValueError(f"{name}: tensor {_shown(key)} of shape {tuple(tensor.shape)} {problem}: a weight file "
+                             "stores every value of every tensor, so it is refused.")
+        declared += tensor.numel() * tensor.element_size()
+        storage = tensor.untyped_storage()
+        stored[storage.data_ptr(), storage.nbytes()] = storage.nbytes()
+    if declared > sum(stored.values()):
+        raise ValueError(f"{name}: its tensors declare {declared:,} bytes of values but the file stores "
+                         f"{sum(stored.values()):,} (tensors sharing their values); it is refused.")
 
 
 # --------------------------------------------------------------------------------------------------- the model
@@ -292,18 +384,60 @@ def resolve_architecture(folder: Path, training_config: dict[str, Any] | None,
     return copy.deepcopy(PUBLISHED_ARCHITECTURE), "cnn_50_100_512_4096_sample.json (published with ELMoForManyLangs)"
 
 
-def read_efml_model(folder: str | os.PathLike, architecture: str | os.PathLike | None = None) -> EfmlModel:
+def check_architecture(arch: dict[str, Any], source: str) -> None:
+    """Raise a `ValueError` naming the architecture file and the key unless every value the converter reads has
+    its type: ``token_embedder`` and ``encoder`` objects, their ``name`` strings, ``activation`` ``relu``/``tanh``,
+    ``cell_clip``/``proj_clip`` numbers >= 0 or null, ``max_characters_per_token`` an integer."""
+    def bad(key: str, value: Any, wanted: str) -> ValueError:
+        text = json_repr(value)
+        text = text if len(text) <= 60 else f"{text[:60]}... ({len(text):,} characters)"
+        return ValueError(f"architecture file {source!r}: {key} must be {wanted}, got {text}.")
+
+    sections = {}
+    for section in ("token_embedder", "encoder"):
+        value = arch.get(section, {})
+        if not isinstance(value, dict):
+            raise bad(f'"{section}"', value, "an object")
+        sections[section] = value
+        if not isinstance(value.get("name", ""), str):
+            raise bad(f'"{section}"."name"', value["name"], "a string")
+    embedder, encoder = sections["token_embedder"], sections["encoder"]
+    if embedder.get("activation", "relu") not in ("relu", "tanh"):
+        raise bad('"token_embedder"."activation"', embedder["activation"], '"relu" or "tanh"')
+    for key in ("cell_clip", "proj_clip"):
+        value = encoder.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not math.isfinite(value) or value < 0):
+            raise bad(f'"encoder"."{key}"', value, "a number >= 0 (0: no clipping) or null")
+    value = embedder.get("max_characters_per_token", 50)
+    if isinstance(value, bool) or not isinstance(value, int) or not 3 <= value <= 1024:
+        raise bad('"token_embedder"."max_characters_per_token"', value, "an integer from 3 to 1024")
+
+
+def json_repr(value: Any) -> str:
+    """``value`` as JSON writes it (what the user sees in the file)."""
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):
+        return repr(value)
+
+
+def read_efml_model(folder: str | os.PathLike, architecture: str | os.PathLike | None = None,
+                    shown: str | None = None) -> EfmlModel:
     """Read the model in ``folder`` (or the one folder below it that holds it). A missing file, a damaged
-    vocabulary or weight file, or a pickle referencing anything but tensors is a `ValueError` naming the file."""
-    folder = model_folder_of(folder)
+    vocabulary or weight file, a wrongly typed architecture value, or a pickle referencing anything but tensors
+    is a `ValueError` naming the file; messages call ``folder`` ``shown`` where given (the zip it came from)."""
+    folder = model_folder_of(folder, shown)
     missing = [name for name in REQUIRED_FILES if not (folder / name).is_file()]
     if missing:
-        raise ValueError(f"{str(folder)!r} is not a complete ELMoForManyLangs model: {', '.join(missing)} missing.")
+        raise ValueError(f"{shown or str(folder)!r} is not a complete ELMoForManyLangs model: {', '.join(missing)} "
+                         "missing.")
     training_config = _json_file(folder / "config.json")
     arch, source = resolve_architecture(folder, training_config, architecture)
+    check_architecture(arch, source)
     token_embedder = load_state_dict(folder / "token_embedder.pkl")
     encoder = load_state_dict(folder / "encoder.pkl")
-    chars = read_dic(folder / "char.dic")
+    chars = read_dic(folder / "char.dic", CHAR_SYMBOLS)
     words = read_dic(folder / "word.dic") if "word_emb_layer.embedding.weight" in token_embedder else None
     if words is None and (folder / "word.dic").is_file():
         logger.info("word.dic is not used: the model has no word embedding")
@@ -314,5 +448,5 @@ def read_efml_model(folder: str | os.PathLike, architecture: str | os.PathLike |
 
 __all__ = [
     "ALLOWED_PICKLE_GLOBALS", "CHAR_SYMBOLS", "Dictionary", "EfmlModel", "PUBLISHED_ARCHITECTURE", "WORD_SYMBOLS",
-    "load_state_dict", "model_folder_of", "pickle_references", "read_dic", "read_efml_model", "safe_extract_zip",
+    "check_architecture", "check_tensor_storage", "load_state_dict", "model_folder_of", "pickle_references", "read_dic", "read_efml_model", "safe_extract_zip",
 ]

@@ -64,7 +64,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .inference import DTYPES, ElmoEmbedder, load_elmo_tokenizer, make_batches
-from .io_utils import exclusive_lock, iter_lines, scan_lines
+from .io_utils import exclusive_lock, iter_lines, read_json_object, scan_lines
 from .launch import LaunchError, check_process_count, launched_processes, use_cpu_backend
 
 
@@ -597,7 +597,7 @@ def _check_resumable(partial: Path, settings: dict[str, Any]) -> None:
     if not run_file.is_file():
         raise ValueError(f"{str(partial)!r} has no {RUN_FILE}; it is not an interrupted `elmo embed` run. "
                          "Pass --overwrite to start again.")
-    recorded = json.loads(run_file.read_text())
+    recorded = read_json_object(run_file, "run", required=True)
     changed = [k for k in RESUME_KEYS if recorded.get(k) != settings[k]]
     if changed:
         def describe(key: str) -> str:

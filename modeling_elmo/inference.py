@@ -83,6 +83,7 @@ def _check_location(location: str, hub_kwargs: dict[str, Any]) -> None:
     from transformers import PretrainedConfig
 
     from .configuration_elmo import ElmoConfig
+    from .io_utils import check_json_files
     from .loading import check_model_location
 
     if check_model_location(location):
@@ -91,6 +92,7 @@ def _check_location(location: str, hub_kwargs: dict[str, Any]) -> None:
                              "model.safetensors.")
         if not os.path.isfile(os.path.join(location, "config.json")):
             raise ValueError(f"{location!r} is not an ELMo model folder: it has no config.json.")
+        check_json_files(location)
     try:
         config, _ = PretrainedConfig.get_config_dict(location, **hub_kwargs)
     except (OSError, ValueError) as error:
@@ -145,10 +147,12 @@ def load_elmo_model(model_name_or_path: str | os.PathLike, **kwargs: Any) -> tor
     location = os.fspath(model_name_or_path)
     _check_location(location, _hub_kwargs(kwargs))
     if os.path.isdir(location):
+        from .configuration_elmo import ElmoConfig
         from .loading import refuse_pickled_weights
 
         refuse_pickled_weights(location)
-        check_safetensors_files(location)
+        config = kwargs.get("config") or ElmoConfig.from_pretrained(location)
+        check_weights_fit_config(location, ElmoModel, config, ignore_unexpected=HEAD_WEIGHT_PREFIXES)
     try:
         with quiet_load_report():
             # ignore_mismatched_sizes: report wrong shapes in loading_info (checked below) instead of a RuntimeError
@@ -187,15 +191,45 @@ def check_loading_info(location: str, info: dict[str, Any], *, ignore_missing: t
                          "Refusing to run a partly random model.")
 
 
-def check_safetensors_files(folder: str | os.PathLike) -> None:
+def check_safetensors_files(folder: str | os.PathLike) -> dict[str, Any]:
     """`modeling_elmo.io_utils.check_safetensors_header` for every ``*.safetensors`` file of ``folder``: a truncated
-    or damaged file is a one-line `ValueError` before anything is allocated for it."""
+    or damaged file is a one-line `ValueError` before anything is allocated for it. Returns the tensors the files
+    declare (name -> header entry)."""
     from .io_utils import check_safetensors_header
 
+    declared: dict[str, Any] = {}
     for name in sorted(os.listdir(folder)):
         path = os.path.join(folder, name)
         if name.endswith(".safetensors") and os.path.isfile(path):
-            check_safetensors_header(path)
+            declared.update((k, v) for k, v in check_safetensors_header(path).items() if k != "__metadata__")
+    return declared
+
+
+def check_weights_fit_config(folder: str | os.PathLike, model_class: type, config: Any, *,
+                             ignore_missing: tuple[str, ...] = (), ignore_unexpected: tuple[str, ...] = ()) -> None:
+    """Compare the parameter shapes ``config`` implies for ``model_class`` with the tensors the safetensors headers
+    of ``folder`` declare, before anything is allocated: the model is built on the meta device (shapes, no
+    memory). A `config.json` declaring 16384-wide layers beside a small ``model.safetensors`` is then the one-line
+    `ValueError` of `check_loading_info` instead of an allocation of tens of GB."""
+    declared = check_safetensors_files(folder)
+    with torch.device("meta"):
+        model = model_class(config)
+    prefix = f"{model.base_model_prefix}." if model.base_model_prefix else ""
+
+    def key(name: str) -> str:  # transformers adds or strips the base model's prefix as the classes need
+        return name[len(prefix):] if prefix and name.startswith(prefix) else name
+
+    wanted = {key(name): tuple(tensor.shape) for name, tensor in model.state_dict().items()}
+    saved = {key(name): tuple(int(n) for n in entry["shape"]) for name, entry in declared.items()}
+    with_prefix = {name: f"{prefix}{name}" if prefix and f"{prefix}{name}" in model.state_dict() else name
+                   for name in wanted}
+    info = {
+        "missing_keys": [with_prefix[name] for name in wanted if name not in saved],
+        "unexpected_keys": [name for name in saved if name not in wanted],
+        "mismatched_keys": [(with_prefix[name], saved[name], shape) for name, shape in wanted.items()
+                            if name in saved and saved[name] != shape],
+    }
+    check_loading_info(os.fspath(folder), info, ignore_missing=ignore_missing, ignore_unexpected=ignore_unexpected)
 
 
 def refuse_nonfinite_weights(model: torch.nn.Module, location: str) -> None:

@@ -144,11 +144,30 @@ def read_json_object(path: str | os.PathLike, what: str, *, required: bool = Fal
         return None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:  # RecursionError: nested too deep
         raise ValueError(f"{what} file {str(path)!r} is not valid JSON: {error}.") from None
     if not isinstance(data, dict):
         raise ValueError(f"{what} file {str(path)!r} must hold a JSON object, got {type(data).__name__}.")
     return data
+
+
+def check_json_files(folder: str | os.PathLike) -> None:
+    """Raise a `ValueError` naming the file unless every ``*.json`` file directly in ``folder`` is valid JSON, read
+    here before transformers or the tokenizer read them (their readers let a file nested 200,000 deep escape as a
+    `RecursionError`)."""
+    for path in sorted(Path(folder).glob("*.json")):
+        if not path.is_file():
+            continue
+        try:
+            json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:
+            raise ValueError(f"{path.name} in {str(folder)!r} is not valid JSON: {error}.") from None
+
+
+def error_line(error: BaseException, limit: int = 400) -> str:
+    """``error`` as one line of at most about ``limit`` characters (a message quoting a hostile value is cut)."""
+    text = " ".join(str(error).split()) or type(error).__name__
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters in all)"
 
 
 #: A line break in a text file: ``\n`` (Unix), ``\r\n`` (Windows) or a lone ``\r`` (old Mac OS).
@@ -228,7 +247,7 @@ def check_safetensors_header(path: str | os.PathLike) -> dict[str, Any]:
         raw = handle.read(length)
     try:
         header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         header = None
     if not isinstance(header, dict):
         raise ValueError(f"weights file {shown!r} is damaged: its header is not a JSON object.")

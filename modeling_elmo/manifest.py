@@ -36,7 +36,7 @@ def read_manifest(folder: str | os.PathLike) -> dict | None:
         return None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         return None
     if not (isinstance(data, dict) and isinstance(data.get("command"), str) and isinstance(data.get("files"), list)
             and all(isinstance(name, str) for name in data["files"])):

@@ -110,16 +110,16 @@ def validate_converted_model(
     finally:
         model.train(was_training)
     got = torch.stack(output.hidden_states).double().numpy()  # (L+1, B, T, 2P)
-    worst, worst_layer = 0.0, 0
+    per_layer = np.zeros(got.shape[0])
     for b, words in enumerate(sentences):
         ids = np.concatenate([BOS_CHAR_IDS[None], encode_words(words), EOS_CHAR_IDS[None]])
         expected = _numpy_sentence_layers(config, w, ids)[:, 1:-1]
         n = len(words)
         diff = np.abs(got[:, b, :n] - expected).max(axis=(1, 2))
         padding = np.abs(got[:, b, n:]).max(axis=(1, 2)) if got.shape[2] > n else np.zeros_like(diff)
-        diff = np.maximum(diff, padding)  # padded positions must be exactly 0
-        if diff.max() > worst:
-            worst, worst_layer = float(diff.max()), int(diff.argmax())
+        per_layer = np.maximum(per_layer, np.maximum(diff, padding))  # padded positions must be exactly 0; NaN stays
+    worst_layer = int(np.argmax(np.where(np.isnan(per_layer), np.inf, per_layer)))  # a NaN layer is the worst
+    worst = float(per_layer[worst_layer])
     if not worst <= atol:
         raise ValueError(
             f"the converted model does not reproduce the original computation: max abs difference {worst:.3g} "

@@ -255,7 +255,7 @@ def options_problem(release: Release, data: bytes) -> str | None:
     """Why ``data`` is not ``release``'s ``options.json`` (not JSON, unreadable options, another model's sizes)."""
     try:
         options = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
         return f"no valid JSON ({error})"
     try:
         got = convert_config(options)
@@ -349,7 +349,7 @@ def _resumable_offset(part: Path, url: str) -> tuple[int, dict[str, str]]:
         return 0, {}
     try:
         record = json.loads(record_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         record = None
     if not isinstance(record, dict) or record.get("url") != url or not (record.get("etag") or record.get("last_modified")):
         why = ("it has no record of its source" if not isinstance(record, dict) else

@@ -44,7 +44,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .io_utils import atomic_write_text, read_json_object
+from .io_utils import atomic_write_text, check_json_files, read_json_object
 from .manifest import MANIFEST
 from .results import EvaluationResults, read_results
 
@@ -228,6 +228,7 @@ class RunFolder:
         if not self.config_file.is_file():
             what = "is empty" if not any(self.root.iterdir()) else f"has no {self.CONFIG}"
             raise ValueError(f"{self.root} is not a model folder: it {what}.")
+        check_json_files(self.root)
         model_type = self.model_type()
         if model_type != "elmo":
             raise ValueError(f"{self.root} holds a model of type {model_type!r} ({self.CONFIG}), not an ELMo model.")
@@ -374,8 +375,9 @@ class RunFolder:
                         continue
                     try:
                         record = json.loads(line)
-                    except json.JSONDecodeError as error:
-                        raise ValueError(f"{self.metrics_file}:{number}: not valid JSON ({error.msg}).") from None
+                    except (json.JSONDecodeError, RecursionError) as error:
+                        raise ValueError(f"{self.metrics_file}:{number}: not valid JSON "
+                                         f"({getattr(error, 'msg', error)}).") from None
                     if not isinstance(record, dict):
                         raise ValueError(f"{self.metrics_file}:{number}: expected a JSON object.")
                     records.append(record)

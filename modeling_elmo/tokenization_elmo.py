@@ -629,7 +629,7 @@ def _read_string_list(path: str, what: str) -> list[str]:
     try:
         with open(path, encoding="utf-8") as handle:
             listed = json.load(handle)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
         raise ValueError(f"{what} file {path!r} is not valid JSON ({error}).") from None
     if not isinstance(listed, list) or not all(isinstance(v, str) for v in listed):
         raise ValueError(f"{what} file {path!r} must hold a JSON list of strings.")

@@ -579,3 +579,70 @@ def test_unwritable_output_is_one_error_line_and_nothing_is_written(release, tmp
     assert message.startswith(f"elmo convert: error: output folder '{output}'") and expected in message, message
     assert "\n" not in message
     assert sorted(p.name for p in tmp_path.iterdir()) == before and not output.parent.exists()
+
+
+# ------------------------------------------------------------------------------------------ non-finite values
+def test_a_non_finite_dataset_is_refused_naming_the_file_and_the_dataset(release, tmp_path):
+    _, options_path, weights_path = release
+    weights = tmp_path / "nan_weights.hdf5"
+    shutil.copyfile(weights_path, weights)
+    with h5py.File(weights, "r+") as h5:
+        h5["CNN_proj/W_proj"][0, 1] = np.nan
+    with pytest.raises(SystemExit) as excinfo:
+        main(["--options", options_path, "--weights", str(weights), "--output", str(tmp_path / "out")])
+    message = str(excinfo.value.code)
+    assert message.startswith(f"elmo convert: error: weights file {str(weights)!r} is damaged or truncated (dataset "
+                              "'CNN_proj/W_proj' contains NaN or infinite values)") and "\n" not in message, message
+    assert not (tmp_path / "out").exists()
+
+
+def test_parity_check_fails_on_nan_instead_of_reporting_no_difference(model, release):
+    import copy
+
+    options, _, weights_path = release
+    broken = copy.deepcopy(model)
+    with torch.no_grad():
+        broken.encoder.backward_layers[1].weight_hr[0, 0] = float("nan")  # only the last layer computes NaN
+    with pytest.raises(ValueError, match=r"max abs difference nan \(layer 2\) exceeds"):
+        validate_converted_model(broken, options, weights_path)
+
+
+# ------------------------------------------------------------------------------------------ a full disk
+def _full_disk_line(release, output: Path) -> str:
+    _, options_path, weights_path = release
+    with pytest.raises(SystemExit) as excinfo:
+        main(["--options", options_path, "--weights", weights_path, "--output", str(output)])
+    message = str(excinfo.value.code)
+    assert "\n" not in message and len(message) < 500, message
+    return message
+
+
+def test_a_full_disk_while_writing_the_weights_is_one_line_and_leaves_nothing(release, tmp_path, monkeypatch):
+    from safetensors import SafetensorError
+    from transformers import modeling_utils
+
+    def full_disk(*args, **kwargs):
+        raise SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space '
+                              'left on device" })')
+
+    monkeypatch.setattr(modeling_utils, "safe_save_file", full_disk)
+    output = tmp_path / "out"
+    message = _full_disk_line(release, output)
+    assert message.startswith(f"elmo convert: error: cannot write the model into {str(output)!r}: Error while "
+                              "serializing: IoError(") and "No space left on device" in message, message
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_full_tmpfs_is_one_line_and_leaves_nothing(release, tmp_path):
+    import subprocess
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)], capture_output=True).returncode:
+        pytest.skip("mounting a small tmpfs is not permitted here (the monkeypatched test covers the error line)")
+    try:
+        message = _full_disk_line(release, disk / "out")
+        assert message.startswith(f"elmo convert: error: ") and "No space left on device" in message, message
+        assert list(disk.iterdir()) == []
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)

@@ -5,6 +5,8 @@ combining and whitespace characters, a zip, served by the local HTTP server for 
 from __future__ import annotations
 
 import argparse
+import collections
+import copy
 import dataclasses
 import json
 import os
@@ -23,8 +25,10 @@ from support import assert_same_numbers, run_without_package  # noqa: E402
 
 from modeling_elmo import ElmoModel, ElmoTokenizer, cli  # noqa: E402
 from modeling_elmo import convert_efml as ce  # noqa: E402
-from modeling_elmo import efml_releases  # noqa: E402
-from modeling_elmo.efml_format import load_state_dict, pickle_references, read_dic, read_efml_model, safe_extract_zip  # noqa: E402
+from modeling_elmo import efml_format, efml_releases  # noqa: E402
+from modeling_elmo.efml_format import (  # noqa: E402
+    check_tensor_storage, load_state_dict, pickle_references, read_dic, read_efml_model, safe_extract_zip,
+)
 from modeling_elmo.efml_reference import efml_forward, efml_inputs  # noqa: E402
 
 SENTENCES = [["日本語", "abc", "Жы"], ["e\u0301", "ü", "unknownword", "ب"], ["ca"], ["日本", "ab", "d" * 60, "語", "ы"]]
@@ -412,3 +416,197 @@ def test_word_embedding_input_is_initialised_with_rows_of_about_unit_norm():
     table = ElmoModel(config).char_encoder.word_embeddings.weight.detach()
     assert abs(float(table.std()) - 50 ** -0.5) < 0.01 and abs(float(table.norm(dim=1).mean()) - 1.0) < 0.05
     assert config.token_features_size == 50 + 4  # the projection reads [word vector; character features]
+
+
+# --------------------------------------------------------------------------------------------------- hostile files
+def _copy_model(efml_folder: Path, target: Path) -> Path:
+    target.mkdir(parents=True)
+    for path in efml_folder.iterdir():
+        (target / path.name).write_bytes(path.read_bytes())
+    return target
+
+
+def _convert_line(source: Path, output: Path, *extra: str) -> str:
+    with pytest.raises(SystemExit) as excinfo:
+        cli.main(["convert", "--efml", str(source), "--output", str(output), *extra])
+    message = _error_line(excinfo)
+    assert len(message) < 500, message
+    assert not output.exists()
+    return message
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")], ids=["nan", "inf"])
+def test_a_non_finite_source_tensor_is_refused_naming_the_file_and_the_tensor(efml_folder, tmp_path, value):
+    bad = _copy_model(efml_folder, tmp_path / "bad.model")
+    te, en = efml_weights(seed=3)
+    en["backward_layer_1.state_linearity.weight"][2, 3] = value
+    (bad / "encoder.pkl").write_bytes(legacy_cuda_bytes(en))
+    message = _convert_line(bad, tmp_path / "out")
+    assert ("encoder.pkl: tensor 'backward_layer_1.state_linearity.weight' holds 1 NaN or infinite value(s)"
+            in message), message
+
+
+def test_parity_check_fails_when_the_converted_model_computes_nan(converted, efml_folder):
+    efml = read_efml_model(efml_folder)
+    model = ElmoModel.from_pretrained(converted).eval()
+    tokenizer = ElmoTokenizer.from_pretrained(converted)
+    sentences = ce.validation_sentences(efml)
+    assert max(ce.validate_efml_conversion(model, tokenizer, efml, sentences)) <= ce.EFML_ATOL
+    with torch.no_grad():
+        model.encoder.backward_layers[1].bias[0] = float("nan")  # the last layer computes NaN, the others do not
+    with pytest.raises(ValueError, match=r"differs from the original computation: layer 2 by nan"):
+        ce.validate_efml_conversion(model, tokenizer, efml, sentences)
+
+
+def test_stride_zero_views_declaring_huge_layers_are_refused_before_any_model_is_built(efml_folder, tmp_path,
+                                                                                       monkeypatch):
+    """9 KB of pickles whose encoder tensors are views of one stored value declaring 16384-wide LSTMs (an
+    8.6e9-parameter model) are refused from the bytes the file stores, naming the file and the tensor."""
+    bad = _copy_model(efml_folder, tmp_path / "bad.model")
+    _, en = efml_weights(seed=3)
+    wide, width = collections.OrderedDict(), 16384
+    for name, tensor in en.items():
+        shape = {"input_linearity.weight": (4 * width, width), "state_linearity.weight": (4 * width, width),
+                 "state_linearity.bias": (4 * width,), "state_projection.weight": (width, width)}[name.split(".", 1)[1]]
+        wide[name] = torch.zeros(1).expand(*shape)
+    (bad / "encoder.pkl").write_bytes(legacy_cuda_bytes(wide))
+    assert (bad / "encoder.pkl").stat().st_size < 20_000
+    built = []
+    monkeypatch.setattr(ce, "efml_config", lambda *a: built.append(a))
+    message = _convert_line(bad, tmp_path / "out")
+    assert "encoder.pkl: tensor 'forward_layer_0.input_linearity.weight' of shape (65536, 16384) is a stride-0 view" \
+        in message, message
+    assert built == []
+
+
+def test_overlapping_and_shared_views_declare_more_than_the_file_stores_and_are_refused():
+    storage = torch.arange(10.0)
+    overlapping = storage.as_strided((4, 4), (1, 1))  # 16 values read from 7 stored ones
+    with pytest.raises(ValueError, match=r"^x.pkl: tensor 'w' of shape \(4, 4\) is a view whose elements overlap"):
+        check_tensor_storage({"w": overlapping}, "x.pkl")
+    with pytest.raises(ValueError, match=r"^x.pkl: its tensors declare 80 bytes of values but the file stores 40"):
+        check_tensor_storage({"a": storage, "b": storage.view(2, 5)}, "x.pkl")  # two tensors, one storage
+    check_tensor_storage({"a": storage, "t": torch.rand(3, 4).t(), "empty": torch.zeros(0, 5)}, "x.pkl")  # plain
+
+
+@pytest.mark.parametrize("key, value, shown", [
+    ("encoder.cell_clip", [1], '"encoder"."cell_clip" must be a number >= 0 (0: no clipping) or null, got [1]'),
+    ("token_embedder", "cnn", '"token_embedder" must be an object, got "cnn"'),
+    ("token_embedder.max_characters_per_token", "abc",
+     '"token_embedder"."max_characters_per_token" must be an integer from 3 to 1024, got "abc"'),
+    ("token_embedder.activation", 7, '"token_embedder"."activation" must be "relu" or "tanh", got 7'),
+])
+def test_a_wrongly_typed_architecture_value_is_one_line_naming_the_file_and_the_key(efml_folder, tmp_path, key,
+                                                                                    value, shown):
+    architecture = copy.deepcopy(efml_format.PUBLISHED_ARCHITECTURE)
+    section, _, field = key.partition(".")
+    if field:
+        architecture[section][field] = value
+    else:
+        architecture[section] = value
+    path = tmp_path / "arch.json"
+    path.write_text(json.dumps(architecture))
+    message = _convert_line(efml_folder, tmp_path / "out", "--architecture", str(path))
+    assert message == f"elmo convert: error: architecture file {str(path)!r}: {shown}.", message
+
+
+@pytest.mark.parametrize("line, shown", [
+    ("x\t²", "char.dic line 3 is not 'token<TAB>id' (the id a number): 'x\\t²'."),
+    ("x\t" + "7" * 5000, "char.dic line 3 is not 'token<TAB>id' (the id a number): 'x\\t7777777777777777777777777777777"
+                         "777777777777777777777777777'... (5,002 characters)."),
+    ("y" * 5_000_000 + "\t2", "char.dic line 3 lists 'yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy'... "
+                               "(5,000,000 characters), which is neither one character nor one of the symbols"),
+])
+def test_a_bad_char_dic_line_is_one_short_line_naming_the_file_and_the_line(efml_folder, tmp_path, line, shown):
+    bad = _copy_model(efml_folder, tmp_path / "bad.model")
+    lines = (bad / "char.dic").read_text(encoding="utf-8").split("\n")
+    lines[2] = line
+    (bad / "char.dic").write_text("\n".join(lines), encoding="utf-8")
+    message = _convert_line(bad, tmp_path / "out")
+    assert message.startswith(f"elmo convert: error: {shown}"), message
+
+
+@pytest.mark.parametrize("nesting", ["config.json", "architecture"])
+def test_json_nested_200000_deep_is_one_line_naming_the_file(efml_folder, tmp_path, nesting):
+    bad = _copy_model(efml_folder, tmp_path / "bad.model")
+    deep = "[" * 200_000 + "]" * 200_000
+    extra = []
+    if nesting == "config.json":
+        (bad / "config.json").write_text(deep)
+        named = str(bad / "config.json")
+    else:
+        (tmp_path / "arch.json").write_text(deep)
+        extra, named = ["--architecture", str(tmp_path / "arch.json")], str(tmp_path / "arch.json")
+    message = _convert_line(bad, tmp_path / "out", *extra)
+    assert f"file {named!r} is not valid JSON: maximum recursion depth exceeded" in message, message
+
+
+def test_zip_members_written_with_permission_bits_only_convert(efml_folder, converted, tmp_path):
+    archive = tmp_path / "written.zip"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as handle:
+        for path in sorted(efml_folder.iterdir()):
+            handle.writestr(f"model/{path.name}", path.read_bytes())  # mode 0o600 << 16: no file type
+    assert all(info.external_attr >> 16 == 0o600 for info in zipfile.ZipFile(archive).infolist())
+    out = ce.convert_efml(archive, tmp_path / "out")
+    assert_same_numbers(json.loads((out / "conversion_metadata.json").read_text())["num_parameters"],
+                        json.loads((converted / "conversion_metadata.json").read_text())["num_parameters"])
+
+
+def test_zip_member_that_is_a_link_is_refused(efml_folder, tmp_path):
+    archive = zip_folder(efml_folder, tmp_path / "linked.zip")
+    with zipfile.ZipFile(archive, "a") as handle:
+        info = zipfile.ZipInfo("escape")
+        info.external_attr = (0o120777 << 16)  # a symbolic link
+        handle.writestr(info, "/etc/passwd")
+    message = _convert_line(archive, tmp_path / "out")
+    assert "linked.zip holds 'escape', which is not a plain file or folder (a link?)" in message, message
+
+
+def test_zip_member_inflating_far_beyond_its_compressed_size_is_refused_before_anything_is_written(efml_folder,
+                                                                                                 tmp_path):
+    archive = zip_folder(efml_folder, tmp_path / "bomb.zip")
+    with zipfile.ZipFile(archive, "a", zipfile.ZIP_DEFLATED) as handle:
+        handle.writestr("model/encoder.pkl", b"\x80\x02" + bytes(64 << 20))  # 64 MB of zeros in about 64 KB
+    assert archive.stat().st_size < 200_000
+    message = _convert_line(archive, tmp_path / "out")
+    assert "bomb.zip holds 'model/encoder.pkl', which inflates from " in message
+    assert "to 67,108,866 bytes: no file of a model compresses so well (a zip bomb?); nothing was unpacked." in message
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bomb.zip"]
+
+
+def test_zip_weight_file_that_does_not_start_like_one_is_refused_at_its_first_block(efml_folder, tmp_path,
+                                                                                    monkeypatch):
+    archive = tmp_path / "zeros.zip"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_STORED) as handle:  # stored: the ratio is 1
+        for path in sorted(efml_folder.iterdir()):
+            handle.writestr(f"model/{path.name}",
+                            bytes(3 << 20) if path.name == "token_embedder.pkl" else path.read_bytes())
+    read = []
+    real_read = zipfile.ZipExtFile.read
+
+    def counting_read(self, n=-1):
+        data = real_read(self, n)
+        if self.name.endswith("token_embedder.pkl"):
+            read.append(len(data))
+        return data
+
+    monkeypatch.setattr(zipfile.ZipExtFile, "read", counting_read)
+    with pytest.raises(ValueError) as error:
+        safe_extract_zip(archive, tmp_path / "target")
+    assert str(error.value) == ("zeros.zip holds 'model/token_embedder.pkl', which does not start like a PyTorch "
+                                "weight file (its first bytes are b'\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00'); "
+                                "nothing was unpacked.")
+    assert 0 < sum(read) <= 1 << 20  # one block of the member was read, none written
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["zeros.zip"]
+
+
+def test_zip_holding_two_models_is_reported_by_the_zip_name(efml_folder, tmp_path):
+    archive = tmp_path / "two.zip"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as handle:
+        for inside in ("a", "b"):
+            for path in sorted(efml_folder.iterdir()):
+                handle.write(path, f"{inside}/{path.name}")
+    message = _convert_line(archive, tmp_path / "out")
+    assert message == (f"elmo convert: error: {str(archive)!r} is not an ELMoForManyLangs model: 2 folders hold an "
+                       "encoder.pkl."), message
+    assert "elmo-efml-" not in message

@@ -93,3 +93,102 @@ def test_the_pickle_guard_lives_with_loading_not_under_hub():
 
     assert loading.refuse_pickled_weights.__module__ == "modeling_elmo.loading"
     assert safety.refuse_pickled_weights is loading.refuse_pickled_weights  # the publisher applies the same guard
+
+
+# ----------------------------------------------------------------------------------------------- h-io: declared sizes
+DEEP_JSON = "[" * 200_000 + "]" * 200_000
+
+
+@pytest.fixture
+def small_model(tmp_path):
+    """A saved `ElmoForBidirectionalLM` with its tokenizer (a few hundred KB of weights)."""
+    from modeling_elmo import ElmoConfig, ElmoForBidirectionalLM, ElmoTokenizer, save_model_folder
+
+    (tmp_path / "vocab.txt").write_text("".join(f"w{i}\n" for i in range(30)))
+    config = ElmoConfig(hidden_size=8, cell_size=16, char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 8]],
+                        num_highway_layers=1, vocab_size=34)
+    folder = tmp_path / "lm"
+    save_model_folder(ElmoForBidirectionalLM(config), ElmoTokenizer(vocab_file=str(tmp_path / "vocab.txt")), folder)
+    return folder
+
+
+def _declare_wide_lstms(folder):
+    """config.json declaring 65536-wide LSTM cells beside the small model.safetensors."""
+    import json
+
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "cell_size": 65536}))
+
+
+def test_a_config_declaring_far_more_than_the_safetensors_hold_is_refused_before_allocation(small_model,
+                                                                                            monkeypatch):
+    from modeling_elmo import ElmoForBidirectionalLM, ElmoModel, load_elmo_model
+    from modeling_elmo.evaluation.cli import load_model_and_tokenizer
+
+    _declare_wide_lstms(small_model)
+    built = []
+    for cls in (ElmoModel, ElmoForBidirectionalLM):
+        monkeypatch.setattr(cls, "from_pretrained", classmethod(lambda cls, *a, **k: built.append(cls)))
+    expected = (f"the weights of model {str(small_model)!r} do not match its config.json: 8 tensor(s) with another "
+                "shape than config.json implies, saved vs expected (")
+    with pytest.raises(ValueError) as error:
+        load_elmo_model(small_model)
+    assert str(error.value).startswith(expected) and "encoder.backward_layers.0.bias (64,) vs (262144,)" in str(
+        error.value), error.value
+    with pytest.raises(ValueError) as error:
+        load_model_and_tokenizer(str(small_model), "cpu", need_lm=True)
+    assert str(error.value).startswith(expected), error.value
+    assert built == []
+
+
+def test_a_config_declaring_far_more_than_the_safetensors_hold_is_one_line_in_every_command(small_model, tmp_path,
+                                                                                           monkeypatch):
+    from modeling_elmo import cli
+
+    _declare_wide_lstms(small_model)
+    (tmp_path / "text.txt").write_text("w1 w2\n")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for command in (["embed", str(tmp_path / "text.txt"), str(tmp_path / "out.h5"), "--model", str(small_model), "--top"],
+                    ["push", str(small_model), "--repo-id", "me/elmo", "--dry-run", "--output-dir", str(tmp_path / "p")],
+                    ["evaluate", str(small_model), "--task", "perplexity", "--text", str(tmp_path / "text.txt"),
+                     "--output-dir", str(tmp_path / "e")]):
+        with pytest.raises(SystemExit) as exit_:
+            cli.main(command)
+        message = str(exit_.value.code)
+        assert message.startswith(f"elmo {command[0]}: error: the weights of model ") and "\n" not in message, message
+        assert "8 tensor(s) with another shape than config.json implies" in message, message
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lm", "text.txt", "vocab.txt"]
+
+
+@pytest.mark.parametrize("name", ["config.json", "tokenizer_config.json"])
+def test_a_model_json_file_nested_200000_deep_is_one_line_naming_it(small_model, name):
+    from modeling_elmo import load_elmo_model
+
+    (small_model / name).write_text(DEEP_JSON)
+    with pytest.raises(ValueError) as error:
+        load_elmo_model(small_model)
+    assert str(error.value).startswith(f"{name} in {str(small_model)!r} is not valid JSON: maximum recursion depth "
+                                       "exceeded"), error.value
+
+
+def test_json_nested_200000_deep_is_a_value_error_in_every_reader(tmp_path):
+    from modeling_elmo import ElmoConfig
+    from modeling_elmo.io_utils import check_safetensors_header
+    from modeling_elmo.manifest import read_manifest
+    from modeling_elmo.tokenization_elmo import ElmoTokenizer
+
+    path = tmp_path / "deep.json"
+    path.write_text(DEEP_JSON)
+    with pytest.raises(ValueError, match=r"^options file '.*deep.json' is not valid JSON: maximum recursion"):
+        io_utils.read_json_object(path, "options")
+    (tmp_path / "config.json").write_text(DEEP_JSON)
+    with pytest.raises(ValueError, match=r"^the config.json of '.*' is not valid JSON: maximum recursion"):
+        ElmoConfig.from_pretrained(tmp_path)
+    header = DEEP_JSON.encode()
+    (tmp_path / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header)
+    with pytest.raises(ValueError, match=r"its header is not a JSON object"):
+        check_safetensors_header(tmp_path / "model.safetensors")
+    (tmp_path / ".elmo-manifest.json").write_text(DEEP_JSON)
+    assert read_manifest(tmp_path) is None  # no manifest: nothing is deleted on its word
+    with pytest.raises(ValueError, match=r"is not valid JSON \(maximum recursion"):
+        ElmoTokenizer(char_vocab_file=str(path))

@@ -28,6 +28,7 @@ from ..inference import (
     HEAD_WEIGHT_PREFIXES,
     check_loading_info,
     check_safetensors_files,
+    check_weights_fit_config,
     quiet_load_report,
     refuse_nonfinite_weights,
 )
@@ -156,7 +157,10 @@ def load_model_and_tokenizer(model: str, device: torch.device, need_lm: bool):
 
 def _load_checked(model_class, model: str, config, **ignore):
     """``model_class.from_pretrained`` with every mismatch between the weights and ``config.json`` (missing,
-    unexpected or misshaped tensors) and every unreadable file turned into one `ValueError`; returns (model, info)."""
+    unexpected or misshaped tensors) and every unreadable file turned into one `ValueError`; returns (model, info).
+    A local folder's safetensors headers are compared with the config first (no allocation)."""
+    if Path(model).is_dir():
+        check_weights_fit_config(model, model_class, config, **ignore)
     try:
         with quiet_load_report():
             loaded, info = model_class.from_pretrained(model, config=config, output_loading_info=True,

@@ -263,8 +263,8 @@ def read_wsd_jsonl(path: str | Path) -> list[WsdOccurrence]:
         where = f"{path}:{lineno}"
         try:
             obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{where}: not valid JSON ({e.msg})") from None
+        except (json.JSONDecodeError, RecursionError) as e:
+            raise ValueError(f"{where}: not valid JSON ({getattr(e, 'msg', e)})") from None
         out.append(parse_wsd_record(obj, where, lineno))
     return _require_nonempty(out, "WSD file", path)
 

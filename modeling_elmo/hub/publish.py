@@ -243,7 +243,7 @@ def _load_model_and_tokenizer(run: RunFolder, dtype: str = "float32"):
 
     from .. import modeling_elmo
     from ..configuration_elmo import ElmoConfig
-    from ..inference import check_loading_info, quiet_load_report
+    from ..inference import check_loading_info, check_weights_fit_config, quiet_load_report
     from ..tokenization_elmo import ElmoTokenizer
 
     config = ElmoConfig.from_pretrained(run.root)
@@ -252,6 +252,7 @@ def _load_model_and_tokenizer(run: RunFolder, dtype: str = "float32"):
         raise ValueError(f"{run.config_file} names the architecture {architectures[0]!r}; expected one of "
                          f"{', '.join(MODEL_ARCHITECTURES)}.")
     model_class = getattr(modeling_elmo, architectures[0])
+    check_weights_fit_config(run.root, model_class, config)  # before anything is allocated
     try:
         with quiet_load_report():  # ignore_mismatched_sizes: wrong shapes come back in the info, checked below
             model, info = model_class.from_pretrained(run.root, use_safetensors=True, output_loading_info=True,

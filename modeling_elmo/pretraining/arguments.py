@@ -196,7 +196,7 @@ def read_model_preset(name_or_path: str) -> dict[str, Any]:
         text = found[0].read_text(encoding="utf-8")
     try:
         data = json.loads(text)
-    except json.JSONDecodeError as error:
+    except (json.JSONDecodeError, RecursionError) as error:
         raise ValueError(f"--model-config {name_or_path!r} is not valid JSON ({error}).") from None
     if not isinstance(data, dict):
         raise ValueError(f"--model-config {name_or_path!r} must hold a JSON object.")

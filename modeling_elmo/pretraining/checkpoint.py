@@ -265,8 +265,7 @@ class CheckpointManager:
 
     @staticmethod
     def read_state(path: str | os.PathLike) -> dict[str, Any]:
-        with open(Path(path) / STATE_FILE, encoding="utf-8") as handle:
-            return json.load(handle)
+        return _read_json(Path(path) / STATE_FILE)
 
     # ------------------------------------------------------------------ writing
     def save(self, accelerator: Any, step: int, write: Callable[[Path], None]) -> Path | None:

@@ -161,7 +161,7 @@ class MetricsLog:
         for line in self.path.read_text(encoding="utf-8", errors="replace").splitlines():
             try:
                 record = json.loads(line)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 continue
             if isinstance(record, dict) and record.get("step", 0) <= step:
                 kept.append(line)
