@@ -633,16 +633,35 @@ def test_a_full_disk_while_writing_the_weights_is_one_line_and_leaves_nothing(re
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
-def test_a_full_tmpfs_is_one_line_and_leaves_nothing(release, tmp_path):
+def test_a_tmpfs_that_fills_up_as_the_weights_are_written_is_one_line_and_leaves_nothing(release, tmp_path,
+                                                                                         monkeypatch):
+    """A real full disk: a small tmpfs, filled by another file just before safetensors writes the weights."""
     import subprocess
+
+    from transformers import modeling_utils
 
     disk = tmp_path / "disk"
     disk.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)], capture_output=True).returncode:
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True).returncode:
         pytest.skip("mounting a small tmpfs is not permitted here (the monkeypatched test covers the error line)")
+    real_save = modeling_utils.safe_save_file
+
+    def fill_then_save(*args, **kwargs):
+        fd = os.open(disk / "filler", os.O_WRONLY | os.O_CREAT)
+        try:
+            while os.write(fd, bytes(1 << 14)):
+                pass
+        except OSError:
+            pass  # the disk is full
+        finally:
+            os.close(fd)
+        return real_save(*args, **kwargs)
+
+    monkeypatch.setattr(modeling_utils, "safe_save_file", fill_then_save)
     try:
         message = _full_disk_line(release, disk / "out")
-        assert message.startswith(f"elmo convert: error: ") and "No space left on device" in message, message
-        assert list(disk.iterdir()) == []
+        assert message.startswith(f"elmo convert: error: cannot write the model into {str(disk / 'out')!r}: ") \
+            and "No space left on device" in message, message
+        assert sorted(p.name for p in disk.iterdir()) == ["filler"]
     finally:
         subprocess.run(["umount", str(disk)], check=True)
