@@ -175,6 +175,14 @@ ROWS = [
     Row("elmo embed", "`elmo embed text.txt out.h5 --model ./lm-typo --top` (a mistyped path: never sent to the Hub)",
         "elmo embed: error: model './lm-typo' does not exist (no such folder)",
         ["embed", "text.txt", "out.h5", "--model", "./lm-typo", "--top"]),
+    Row("elmo embed", "`elmo embed text.txt out.h5 --model wide --top` (`config.json` declares 65536-wide LSTM cells "
+        "beside a `model.safetensors` of 300 KB: refused before anything is allocated)",
+        "elmo embed: error: the weights of model 'wide' do not match its config.json: 16 tensor(s) with another shape "
+        "than config.json implies, saved vs expected ...",
+        ["embed", "text.txt", "out.h5", "--model", "wide", "--top"]),
+    Row("elmo embed", "`elmo embed text.txt out.h5 --model deep --top` (its `config.json` nested 200,000 deep)",
+        "elmo embed: error: config.json in 'deep' is not valid JSON: maximum recursion depth exceeded ...",
+        ["embed", "text.txt", "out.h5", "--model", "deep", "--top"]),
     # ------------------------------------------------------------------ elmo evaluate
     Row("elmo evaluate", "`elmo evaluate empty --task perplexity --text text.txt`",
         "elmo evaluate: error: empty is not a model folder: it is empty.",
@@ -239,6 +247,28 @@ ROWS = [
         "elmo convert: error: evil.zip holds '../escaped.txt', a path outside the folder it unpacks into; nothing was "
         "unpacked.",
         ["convert", "--efml", "evil.zip", "--output", "out"]),
+    Row("elmo convert", "`elmo convert --efml nan.model --output out` (one NaN in `token_embedder.pkl`)",
+        "elmo convert: error: token_embedder.pkl: tensor 'projection.weight' holds 1 NaN or infinite value(s); a model "
+        "converted from it would compute NaN, so it is refused.",
+        ["convert", "--efml", "nan.model", "--output", "out"]),
+    Row("elmo convert", "`elmo convert --efml strided.model --output out` (9 KB of pickles whose tensors are stride-0 "
+        "views declaring 16384-wide LSTMs)",
+        "elmo convert: error: encoder.pkl: tensor 'forward_layer_0.input_linearity.weight' of shape (65536, 16384) is a "
+        "stride-0 view (one stored value repeated): a weight file stores every value of every tensor, so it is refused.",
+        ["convert", "--efml", "strided.model", "--output", "out"]),
+    Row("elmo convert", "`elmo convert --efml bomb.zip --output out` (its `encoder.pkl` inflates to 64 MB of zeros)",
+        "elmo convert: error: bomb.zip holds 'model/encoder.pkl', which inflates from ...",
+        ["convert", "--efml", "bomb.zip", "--output", "out"]),
+    Row("elmo convert", "`elmo convert --efml two.zip --output out` (a zip holding two models)",
+        "elmo convert: error: 'two.zip' is not an ELMoForManyLangs model: 2 folders hold an encoder.pkl.",
+        ["convert", "--efml", "two.zip", "--output", "out"]),
+    Row("elmo convert", "`elmo convert --efml efml.model --architecture clip.json --output out` (`\"cell_clip\": [1]`)",
+        "elmo convert: error: architecture file 'clip.json': \"encoder\".\"cell_clip\" must be a number >= 0 (0: no "
+        "clipping) or null, got [1].",
+        ["convert", "--efml", "efml.model", "--architecture", "clip.json", "--output", "out"]),
+    Row("elmo convert", "`elmo convert --efml superscript.model --output out` (a `char.dic` line `x<TAB>²`)",
+        "elmo convert: error: char.dic line 3 is not 'token<TAB>id' (the id a number): 'x\\t²'.",
+        ["convert", "--efml", "superscript.model", "--output", "out"]),
     # ------------------------------------------------------------------ elmo push
     Row("elmo push", "`elmo push missing --repo-id me/elmo --dry-run`",
         "elmo push: error: model folder 'missing' does not exist or is not a folder.",
@@ -326,8 +356,49 @@ def template(tmp_path_factory) -> Path:
     zip_folder(efml, root / "evil.zip")
     with zipfile.ZipFile(root / "evil.zip", "a") as handle:
         handle.writestr("../escaped.txt", "outside")
+    _hostile_efml_inputs(root, efml)
     shutil.rmtree(root / "efml")
+    shutil.copytree(root / "lm", root / "wide")
+    config = json.loads((root / "wide" / "config.json").read_text())
+    (root / "wide" / "config.json").write_text(json.dumps({**config, "cell_size": 65536}))
+    shutil.copytree(root / "lm", root / "deep")
+    (root / "deep" / "config.json").write_text("[" * 200_000 + "]" * 200_000)
     return root
+
+
+def _hostile_efml_inputs(root: Path, efml: Path) -> None:
+    """ELMoForManyLangs models with a NaN, with stride-0 views declaring huge layers, a wrongly typed architecture
+    value, a ``char.dic`` id that is not ASCII digits; a zip bomb and a zip of two models."""
+    import collections
+
+    from efml_fixtures import efml_weights
+
+    from modeling_elmo.efml_format import PUBLISHED_ARCHITECTURE
+
+    te, en = efml_weights()
+    shutil.copytree(efml, root / "nan.model")
+    te["projection.weight"][1, 2] = float("nan")
+    (root / "nan.model" / "token_embedder.pkl").write_bytes(legacy_cuda_bytes(te))
+    shutil.copytree(efml, root / "strided.model")
+    width = 16384
+    shapes = {"input_linearity.weight": (4 * width, width), "state_linearity.weight": (4 * width, width),
+              "state_linearity.bias": (4 * width,), "state_projection.weight": (width, width)}
+    strided = collections.OrderedDict((k, torch.zeros(1).expand(*shapes[k.split(".", 1)[1]])) for k in en)
+    (root / "strided.model" / "encoder.pkl").write_bytes(legacy_cuda_bytes(strided))
+    shutil.copytree(efml, root / "efml.model")
+    (root / "clip.json").write_text(json.dumps({**PUBLISHED_ARCHITECTURE,
+                                                "encoder": {**PUBLISHED_ARCHITECTURE["encoder"], "cell_clip": [1]}}))
+    shutil.copytree(efml, root / "superscript.model")
+    lines = (root / "superscript.model" / "char.dic").read_text(encoding="utf-8").split("\n")
+    (root / "superscript.model" / "char.dic").write_text("\n".join(lines[:2] + ["x\t²"] + lines[3:]), encoding="utf-8")
+    with zipfile.ZipFile(root / "bomb.zip", "w", zipfile.ZIP_DEFLATED) as handle:
+        for path in sorted(efml.iterdir()):
+            handle.writestr(f"model/{path.name}",
+                            b"\x80\x02" + bytes(64 << 20) if path.name == "encoder.pkl" else path.read_bytes())
+    with zipfile.ZipFile(root / "two.zip", "w", zipfile.ZIP_DEFLATED) as handle:
+        for inside in ("a", "b"):
+            for path in sorted(efml.iterdir()):
+                handle.write(path, f"{inside}/{path.name}")
 
 
 def _hollow_release(folder: Path, filters: list[list[int]]) -> None:
