@@ -625,12 +625,20 @@ def test_a_full_disk_while_writing_the_weights_is_one_line_and_leaves_nothing(re
         raise SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space '
                               'left on device" })')
 
+    _, options_path, weights_path = release
+    earlier = tmp_path / "earlier"
+    assert main(["--options", options_path, "--weights", weights_path, "--output", str(earlier)]) == 0
+    before = {p.name: p.read_bytes() for p in earlier.iterdir()}
     monkeypatch.setattr(modeling_utils, "safe_save_file", full_disk)
     output = tmp_path / "out"
     message = _full_disk_line(release, output)
     assert message.startswith(f"elmo convert: error: cannot write the model into {str(output)!r}: Error while "
                               "serializing: IoError(") and "No space left on device" in message, message
-    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["earlier"]
+    with pytest.raises(SystemExit):
+        main(["--options", options_path, "--weights", weights_path, "--output", str(earlier), "--overwrite"])
+    assert {p.name: p.read_bytes() for p in earlier.iterdir()} == before  # the earlier conversion is kept
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["earlier"]
 
 
 def test_a_tmpfs_that_fills_up_as_the_weights_are_written_is_one_line_and_leaves_nothing(release, tmp_path,
