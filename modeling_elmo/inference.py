@@ -193,16 +193,22 @@ def check_loading_info(location: str, info: dict[str, Any], *, ignore_missing: t
 
 def check_safetensors_files(folder: str | os.PathLike) -> dict[str, Any]:
     """`modeling_elmo.io_utils.check_safetensors_header` for every ``*.safetensors`` file of ``folder``: a truncated
-    or damaged file is a one-line `ValueError` before anything is allocated for it. Returns the tensors the files
-    declare (name -> header entry)."""
-    from .io_utils import check_safetensors_header
+    or damaged file is a one-line `ValueError` before anything is allocated for it. Returns the tensors that the
+    model's weight files (``model.safetensors``, or the shards its ``model.safetensors.index.json`` lists) declare,
+    name -> header entry."""
+    from .io_utils import check_safetensors_header, read_json_object
 
-    declared: dict[str, Any] = {}
+    headers = {}
     for name in sorted(os.listdir(folder)):
         path = os.path.join(folder, name)
         if name.endswith(".safetensors") and os.path.isfile(path):
-            declared.update((k, v) for k, v in check_safetensors_header(path).items() if k != "__metadata__")
-    return declared
+            headers[name] = check_safetensors_header(path)
+    index = read_json_object(os.path.join(folder, "model.safetensors.index.json"), "weights index")
+    weight_map = (index or {}).get("weight_map")
+    shards = ({v for v in weight_map.values() if isinstance(v, str)} if isinstance(weight_map, dict)
+              else {"model.safetensors"})
+    return {key: entry for shard in sorted(shards) for key, entry in headers.get(shard, {}).items()
+            if key != "__metadata__"}
 
 
 def check_weights_fit_config(folder: str | os.PathLike, model_class: type, config: Any, *,
