@@ -433,8 +433,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as error:  # bad input, a failed download, a file system refusing a write
         raise SystemExit(f"elmo convert: error: {io_utils.error_line(error)}") from None
     except SafetensorError as error:  # safetensors' own error for a failed write (a full disk)
-        raise SystemExit(f"elmo convert: error: cannot write the model into {args.output!r}: {io_utils.error_line(error)}; "
-                         "the output folder was left as it was.") from None
+        raise SystemExit(f"elmo convert: error: cannot write the model into {args.output!r}: "
+                         f"{io_utils.error_line(error)}; the output folder was left as it was.") from None
     metadata = json.loads((folder / "conversion_metadata.json").read_text(encoding="utf-8"))
     for role, origin in metadata.get("sources", {}).items():
         print(f"{role}: {origin}")

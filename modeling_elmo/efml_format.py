@@ -102,8 +102,8 @@ def safe_extract_zip(archive: str | os.PathLike, target: str | os.PathLike) -> P
                 raise ValueError(f"{archive.name} holds {_shown(name)}, which is not a plain file or folder (a link?); "
                                  "nothing was unpacked.")
             if member.file_size > max(SMALL_MEMBER_BYTES, MAX_MEMBER_RATIO * member.compress_size):
-                raise ValueError(f"{archive.name} holds {_shown(name)}, which inflates from {member.compress_size:,} to "
-                                 f"{member.file_size:,} bytes: no file of a model compresses so well (a zip bomb?); "
+                raise ValueError(f"{archive.name} holds {_shown(name)}, which inflates from {member.compress_size:,} "
+                                 f"to {member.file_size:,} bytes: no file of a model compresses so well (a zip bomb?); "
                                  "nothing was unpacked.")
             total += member.file_size
         if total > MAX_UNPACKED_BYTES:
@@ -448,5 +448,6 @@ def read_efml_model(folder: str | os.PathLike, architecture: str | os.PathLike |
 
 __all__ = [
     "ALLOWED_PICKLE_GLOBALS", "CHAR_SYMBOLS", "Dictionary", "EfmlModel", "PUBLISHED_ARCHITECTURE", "WORD_SYMBOLS",
-    "check_architecture", "check_tensor_storage", "load_state_dict", "model_folder_of", "pickle_references", "read_dic", "read_efml_model", "safe_extract_zip",
+    "check_architecture", "check_tensor_storage", "load_state_dict", "model_folder_of", "pickle_references",
+    "read_dic", "read_efml_model", "safe_extract_zip",
 ]

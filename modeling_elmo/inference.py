@@ -218,6 +218,9 @@ def check_weights_fit_config(folder: str | os.PathLike, model_class: type, confi
     memory). A `config.json` declaring 16384-wide layers beside a small ``model.safetensors`` is then the one-line
     `ValueError` of `check_loading_info` instead of an allocation of tens of GB."""
     declared = check_safetensors_files(folder)
+    if not any(os.path.isfile(os.path.join(folder, name))
+               for name in ("model.safetensors", "model.safetensors.index.json")):
+        return  # no weights at all: from_pretrained says so
     with torch.device("meta"):
         model = model_class(config)
     prefix = f"{model.base_model_prefix}." if model.base_model_prefix else ""
@@ -231,7 +234,7 @@ def check_weights_fit_config(folder: str | os.PathLike, model_class: type, confi
                    for name in wanted}
     info = {
         "missing_keys": [with_prefix[name] for name in wanted if name not in saved],
-        "unexpected_keys": [name for name in saved if name not in wanted],
+        "unexpected_keys": [name for name in declared if key(name) not in wanted],  # as the file names them
         "mismatched_keys": [(with_prefix[name], saved[name], shape) for name, shape in wanted.items()
                             if name in saved and saved[name] != shape],
     }

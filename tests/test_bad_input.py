@@ -253,8 +253,9 @@ ROWS = [
         ["convert", "--efml", "nan.model", "--output", "out"]),
     Row("elmo convert", "`elmo convert --efml strided.model --output out` (9 KB of pickles whose tensors are stride-0 "
         "views declaring 16384-wide LSTMs)",
-        "elmo convert: error: encoder.pkl: tensor 'forward_layer_0.input_linearity.weight' of shape (65536, 16384) is a "
-        "stride-0 view (one stored value repeated): a weight file stores every value of every tensor, so it is refused.",
+        "elmo convert: error: encoder.pkl: tensor 'forward_layer_0.input_linearity.weight' of shape (65536, 16384) is "
+        "a stride-0 view (one stored value repeated): a weight file stores every value of every tensor, so it is "
+        "refused.",
         ["convert", "--efml", "strided.model", "--output", "out"]),
     Row("elmo convert", "`elmo convert --efml bomb.zip --output out` (its `encoder.pkl` inflates to 64 MB of zeros)",
         "elmo convert: error: bomb.zip holds 'model/encoder.pkl', which inflates from ...",

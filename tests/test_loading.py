@@ -148,8 +148,10 @@ def test_a_config_declaring_far_more_than_the_safetensors_hold_is_one_line_in_ev
     _declare_wide_lstms(small_model)
     (tmp_path / "text.txt").write_text("w1 w2\n")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    for command in (["embed", str(tmp_path / "text.txt"), str(tmp_path / "out.h5"), "--model", str(small_model), "--top"],
-                    ["push", str(small_model), "--repo-id", "me/elmo", "--dry-run", "--output-dir", str(tmp_path / "p")],
+    text = str(tmp_path / "text.txt")
+    for command in (["embed", text, str(tmp_path / "out.h5"), "--model", str(small_model), "--top"],
+                    ["push", str(small_model), "--repo-id", "me/elmo", "--dry-run", "--output-dir",
+                     str(tmp_path / "p")],
                     ["evaluate", str(small_model), "--task", "perplexity", "--text", str(tmp_path / "text.txt"),
                      "--output-dir", str(tmp_path / "e")]):
         with pytest.raises(SystemExit) as exit_:
