@@ -54,6 +54,16 @@ def _pickled_model(tmp: Path) -> Path:
     return folder
 
 
+def _widened_model(tmp: Path) -> Path:
+    """A finished run whose config.json declares 65536-wide LSTM cells beside its small model.safetensors."""
+    import json
+
+    folder = _finished_run(tmp)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "cell_size": 65536}))
+    return folder
+
+
 def _pickled_checkpoint(tmp: Path) -> Path:
     out = tmp / "ckpt"
     assert pretrain_main(["--train-file", _text(tmp / "c.txt"), "--output-dir", str(out), "--max-steps", "4",
@@ -144,6 +154,10 @@ ROWS = [
      r"checkpoint '.*step_00000002' holds files that are not part of a checkpoint of this package: custom_checkpoint_0\.pkl\."),
     ("starting model with pickled weights", lambda t: ["--train-file", _text(t / "a.txt"), "--init-from-model", str(_pickled_model(t))],
      r"holds pickled weights \['pytorch_model\.bin'\]: loading a pickle can run arbitrary code"),
+    ("starting model whose config.json declares layers its weights do not have",
+     lambda t: ["--train-file", _text(t / "a.txt"), "--init-from-model", str(_widened_model(t))],
+     r"the weights of model '.*' do not match its config\.json: \d+ tensor\(s\) with another shape than "
+     r"config\.json implies"),
     ("unknown recipe", lambda t: ["--config", "nope"], r"--config: recipe 'nope' is neither a file nor a packaged recipe \(.*quickstart"),
     ("unknown preset", lambda t: ["--train-file", "a.txt", "--model-config", "elmo-huge"],
      r"--model-config 'elmo-huge' is neither a file nor a preset \(.*elmo-tiny"),

@@ -24,7 +24,6 @@ from ..io_utils import atomic_write_text
 from ..launch import check_process_count, use_cpu_backend
 from ..lm_scoring import UNK_HANDLING, UnigramBaseline, dataset_target_counts
 from ..results import EvaluationResults, write_results
-from ..io_utils import check_safetensors_header
 from ..run_folder import RunFolder
 from .arguments import DEFAULT_LEARNING_RATES, PretrainingArguments, parse_args, read_model_preset, validate
 from .batching import BucketBatchSampler, Collator, example_lengths
@@ -132,7 +131,10 @@ def check_inputs(args: PretrainingArguments) -> RunPlan:
     """Everything that can be checked before any file is written or any data are read: every flag, the final model
     configuration, the starting model, the data sources, the checkpoint to resume and the output folder."""
     validate(args)
+    from ..configuration_elmo import ElmoConfig
+    from ..inference import check_weights_fit_config
     from ..loading import refuse_pickled_weights
+    from ..modeling_elmo import ElmoForBidirectionalLM
 
     fixed = fixed_characters = None
     if args.init_from_model is not None:
@@ -142,7 +144,9 @@ def check_inputs(args: PretrainingArguments) -> RunPlan:
             raise ValueError(f"--init-from-model {args.init_from_model!r} is not a saved ELMo language model folder: "
                              f"{', '.join(missing)} missing (a folder written by pretraining or `save_pretrained` is needed).")
         refuse_pickled_weights(folder)
-        check_safetensors_header(folder / "model.safetensors")  # a truncated or damaged file: one line, now
+        # a truncated or damaged file, or a config.json whose sizes its weights do not have: one line, before the
+        # model is built
+        check_weights_fit_config(folder, ElmoForBidirectionalLM, ElmoConfig.from_pretrained(folder))
         fixed = (folder / "vocab.txt", f"--init-from-model {args.init_from_model!r}")
         words, rows = len(Vocabulary.from_file(fixed[0])), read_model_preset(str(folder / "config.json")).get("vocab_size")
         if words != rows:
