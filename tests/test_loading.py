@@ -176,8 +176,10 @@ def test_a_model_json_file_nested_200000_deep_is_one_line_naming_it(small_model,
 
 def test_json_nested_200000_deep_is_a_value_error_in_every_reader(tmp_path):
     from modeling_elmo import ElmoConfig
+    from modeling_elmo.evaluation.data import read_wsd_jsonl
     from modeling_elmo.io_utils import check_safetensors_header
     from modeling_elmo.manifest import read_manifest
+    from modeling_elmo.pretraining.arguments import load_recipe, read_model_preset
     from modeling_elmo.tokenization_elmo import ElmoTokenizer
 
     path = tmp_path / "deep.json"
@@ -195,3 +197,11 @@ def test_json_nested_200000_deep_is_a_value_error_in_every_reader(tmp_path):
     assert read_manifest(tmp_path) is None  # no manifest: nothing is deleted on its word
     with pytest.raises(ValueError, match=r"is not valid JSON \(maximum recursion"):
         ElmoTokenizer(char_vocab_file=str(path))
+    with pytest.raises(ValueError, match=r"^--model-config '.*deep.json' is not valid JSON \(maximum recursion"):
+        read_model_preset(str(path))
+    (tmp_path / "deep.yaml").write_text(DEEP_JSON)
+    with pytest.raises(ValueError, match=r"^recipe '.*deep.yaml' is not valid YAML \(maximum recursion"):
+        load_recipe(tmp_path / "deep.yaml")
+    (tmp_path / "wsd.jsonl").write_text(DEEP_JSON + "\n")
+    with pytest.raises(ValueError, match=r"wsd.jsonl:1: not valid JSON \(maximum recursion"):
+        read_wsd_jsonl(tmp_path / "wsd.jsonl")

@@ -234,7 +234,7 @@ def load_recipe(path: str | os.PathLike) -> dict[str, Any]:
     source = recipe_path(os.fspath(path))
     try:
         data = yaml.safe_load(source.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as error:
+    except (yaml.YAMLError, RecursionError) as error:  # RecursionError: nested deeper than the parser follows
         raise ValueError(f"recipe {os.fspath(path)!r} is not valid YAML ({error}).") from None
     if not isinstance(data, dict):
         raise ValueError(f"recipe {os.fspath(path)!r} must be a mapping of option names to values.")
