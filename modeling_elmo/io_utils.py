@@ -151,11 +151,15 @@ def read_json_object(path: str | os.PathLike, what: str, *, required: bool = Fal
     return data
 
 
+#: The JSON files of a model folder that transformers reads when it loads the model or its tokenizer.
+MODEL_JSON_FILES = ("config.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                    "tokenizer.json", "model.safetensors.index.json", "generation_config.json")
+
+
 def check_json_files(folder: str | os.PathLike) -> None:
-    """Raise a `ValueError` naming the file unless every ``*.json`` file directly in ``folder`` is valid JSON, read
-    here before transformers or the tokenizer read them (their readers let a file nested 200,000 deep escape as a
-    `RecursionError`)."""
-    for path in sorted(Path(folder).glob("*.json")):
+    """Raise a `ValueError` naming the file unless each of `MODEL_JSON_FILES` in ``folder`` is valid JSON, read here
+    before transformers reads it (its readers let a file nested 200,000 deep escape as a `RecursionError`)."""
+    for path in (Path(folder) / name for name in MODEL_JSON_FILES):
         if not path.is_file():
             continue
         try:
@@ -164,8 +168,9 @@ def check_json_files(folder: str | os.PathLike) -> None:
             raise ValueError(f"{path.name} in {str(folder)!r} is not valid JSON: {error}.") from None
 
 
-def error_line(error: BaseException, limit: int = 400) -> str:
-    """``error`` as one line of at most about ``limit`` characters (a message quoting a hostile value is cut)."""
+def error_line(error: BaseException, limit: int = 1000) -> str:
+    """``error`` as one line of at most about ``limit`` characters: a safety net for a message quoting a hostile
+    value whole (the messages themselves quote a few dozen characters of a value, paths in full)."""
     text = " ".join(str(error).split()) or type(error).__name__
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters in all)"
 
