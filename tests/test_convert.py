@@ -673,3 +673,18 @@ def test_a_tmpfs_that_fills_up_as_the_weights_are_written_is_one_line_and_leaves
         assert sorted(p.name for p in disk.iterdir()) == ["filler"]
     finally:
         subprocess.run(["umount", str(disk)], check=True)
+
+
+def test_an_error_quoting_a_huge_value_is_cut_to_one_short_line(release, tmp_path, monkeypatch):
+    import modeling_elmo.convert as convert_module
+
+    def quoting(*args, **kwargs):
+        raise ValueError("a token " + "y" * 5_000_000 + " is bad")
+
+    monkeypatch.setattr(convert_module, "convert", quoting)
+    _, options_path, weights_path = release
+    with pytest.raises(SystemExit) as excinfo:
+        main(["--options", options_path, "--weights", weights_path, "--output", str(tmp_path / "out")])
+    message = str(excinfo.value.code)
+    assert message.startswith("elmo convert: error: a token yyy") and len(message) < 1100, len(message)
+    assert message.endswith("... (5,000,015 characters in all)"), message[-60:]
