@@ -1,6 +1,6 @@
 """Writing a converted model folder safely: check the location first (never over the inputs, never over files
-another command wrote), fill a temporary sibling, record what was written (`modeling_elmo.manifest`), rename it into
-place.
+another command wrote), hold a lock beside it for the whole conversion, fill a temporary sibling, record what was
+written (`modeling_elmo.manifest`), rename it into place after checking the output again.
 
 Shared by the converters (`modeling_elmo.convert`, `modeling_elmo.convert_efml`): a folder with the final name is
 always complete, and a failure leaves nothing behind.
@@ -9,16 +9,21 @@ always complete, and a failure leaves nothing behind.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
+import inspect
 import math
 import os
 import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from .io_utils import follow_umask, is_within
-from .manifest import check_replaceable, temporary_prefix, write_manifest
+from .manifest import check_replaceable, install_folder, output_lock, temporary_prefix, write_manifest
+
+_Function = TypeVar("_Function", bound=Callable)
 
 #: The command whose manifest a converted folder carries (`modeling_elmo.manifest`).
 COMMAND = "elmo convert"
@@ -73,6 +78,23 @@ def check_output_dir(output_dir: str | os.PathLike, overwrite: bool = False,
     return output_dir
 
 
+def locks_output(function: _Function) -> _Function:
+    """Run a converter (a function with ``output_dir`` and ``overwrite`` arguments) holding the lock of its output
+    folder (`modeling_elmo.manifest.output_lock`): a second conversion into the same folder is refused at once with
+    one line. The output is checked (`check_output_dir`, writing nothing) before the lock is taken."""
+    signature = inspect.signature(function)
+
+    @functools.wraps(function)
+    def locked(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        output_dir = check_output_dir(bound.arguments["output_dir"], bound.arguments["overwrite"])
+        with output_lock(output_dir, COMMAND):
+            return function(*args, **kwargs)
+
+    return locked  # type: ignore[return-value]
+
+
 def check_atol(atol: float) -> None:
     """Raise `ValueError` unless ``atol`` (the largest accepted difference to the reference) is a finite number > 0:
     NaN would fail every comparison, and a negative one could never be met."""
@@ -92,10 +114,11 @@ def _make_parents(folder: Path) -> list[Path]:
     return list(reversed(missing))
 
 
-def write_folder_atomically(output_dir: Path, fill: Callable[[Path], None]) -> Path:
+def write_folder_atomically(output_dir: Path, fill: Callable[[Path], None], *, overwrite: bool = False) -> Path:
     """Let ``fill(folder)`` write a fresh temporary folder next to ``output_dir``, record its files in a manifest,
-    then rename it into place (replacing an earlier conversion's ``output_dir``, which `check_output_dir` allowed),
-    so a folder with the final name is always complete. On any failure the temporary folder and any parent folders
+    then rename it into place (`modeling_elmo.manifest.install_folder`: an output that appeared meanwhile is never
+    replaced; with ``overwrite``, an earlier conversion's, checked again file by file at that moment), so a folder
+    with the final name is always complete. On any failure the temporary folder and any parent folders
     this call created are removed, and a file-system error becomes a `ValueError` naming ``output_dir``."""
     parent = output_dir.resolve().parent
     created: list[Path] = []
@@ -106,13 +129,7 @@ def write_folder_atomically(output_dir: Path, fill: Callable[[Path], None]) -> P
         follow_umask(staging, folder=True)  # mkdtemp makes it private; the result should look like any new folder
         fill(staging)
         write_manifest(staging, COMMAND, (p.relative_to(staging).as_posix() for p in staging.rglob("*") if p.is_file()))
-        if output_dir.exists():  # only an earlier conversion's files (check_output_dir)
-            retired = Path(tempfile.mkdtemp(prefix=temporary_prefix(output_dir, "old"), dir=parent))
-            os.replace(output_dir, retired / "old")
-            os.replace(staging, output_dir)
-            shutil.rmtree(retired, ignore_errors=True)
-        else:
-            os.replace(staging, output_dir)
+        install_folder(staging, output_dir, COMMAND, overwrite=overwrite)
     except BaseException as error:
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
@@ -125,4 +142,5 @@ def write_folder_atomically(output_dir: Path, fill: Callable[[Path], None]) -> P
     return output_dir
 
 
-__all__ = ["COMMAND", "TEMPORARY_KINDS", "check_atol", "check_output_dir", "sha256_of_file", "write_folder_atomically"]
+__all__ = ["COMMAND", "TEMPORARY_KINDS", "check_atol", "check_output_dir", "locks_output", "sha256_of_file",
+           "write_folder_atomically"]
