@@ -415,6 +415,11 @@ class _Deadline:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
 
+    @property
+    def expired(self) -> bool:
+        """Whether the deadline passed (what a connection returned since may have been cut short by it)."""
+        return self._expired.is_set()
+
     def cancel(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
@@ -532,6 +537,8 @@ def download_file(
             try:
                 timeout = (min(30.0, remaining()), min(read_timeout, remaining()))
                 with session.get(url, headers=headers, stream=True, timeout=timeout) as response:
+                    if guard.expired:  # headers cut short by the deadline: not an answer
+                        raise past_deadline()
                     status = response.status_code
                     final_url = response.url or url
                     if response.history:
@@ -591,6 +598,8 @@ def download_file(
                                 raise past_deadline()
                         handle.flush()
                         os.fsync(handle.fileno())
+                if guard.expired:  # a body cut short by the deadline
+                    raise past_deadline()
                 received = part.stat().st_size
                 if total is not None and received < total:
                     raise _Transient(f"the connection closed after {received:,} of {total:,} bytes")
