@@ -57,12 +57,20 @@ def check_output_dir(output_dir: str | os.PathLike, overwrite: bool = False,
         if is_within(Path(source), output_dir):
             raise ValueError(f"output folder {shown!r} holds the input file {str(source)!r}; writing the output would "
                              "delete it. Choose another output folder.")
-    if output_dir.exists() and not output_dir.is_dir():
-        raise ValueError(f"output {shown!r} exists and is not a folder.")
     if output_dir.is_dir() and any(output_dir.iterdir()):
         if not overwrite:
             raise ValueError(f"output folder {shown!r} exists and is not empty; pass overwrite=True (--overwrite).")
         check_replaceable(output_dir, COMMAND, f"output folder {shown!r}")
+    return check_output_location(output_dir)
+
+
+def check_output_location(output_dir: str | os.PathLike) -> Path:
+    """Raise `ValueError` unless the folder ``output_dir`` (new or not) can be created or written where it is;
+    return it as a `Path`. Writes nothing (see `check_output_dir`)."""
+    output_dir = Path(output_dir)
+    shown = str(output_dir)
+    if output_dir.exists() and not output_dir.is_dir():
+        raise ValueError(f"output {shown!r} exists and is not a folder.")
     ancestor = output_dir.absolute().parent
     while not ancestor.exists() and not ancestor.is_symlink() and ancestor != ancestor.parent:
         ancestor = ancestor.parent
@@ -79,17 +87,16 @@ def check_output_dir(output_dir: str | os.PathLike, overwrite: bool = False,
 
 
 def locks_output(function: _Function) -> _Function:
-    """Run a converter (a function with ``output_dir`` and ``overwrite`` arguments) holding the lock of its output
+    """Run a converter (a function with an ``output_dir`` argument) holding the lock of its output
     folder (`modeling_elmo.manifest.output_lock`): a second conversion into the same folder is refused at once with
-    one line. The output is checked (`check_output_dir`, writing nothing) before the lock is taken."""
+    one line. The output's location is checked (`check_output_location`, writing nothing) before the lock is
+    taken; the function checks the rest (`check_output_dir`)."""
     signature = inspect.signature(function)
 
     @functools.wraps(function)
     def locked(*args, **kwargs):
-        bound = signature.bind(*args, **kwargs)
-        bound.apply_defaults()
-        output_dir = check_output_dir(bound.arguments["output_dir"], bound.arguments["overwrite"])
-        with output_lock(output_dir, COMMAND):
+        output_dir = signature.bind(*args, **kwargs).arguments["output_dir"]
+        with output_lock(check_output_location(output_dir), COMMAND):
             return function(*args, **kwargs)
 
     return locked  # type: ignore[return-value]
@@ -142,5 +149,5 @@ def write_folder_atomically(output_dir: Path, fill: Callable[[Path], None], *, o
     return output_dir
 
 
-__all__ = ["COMMAND", "TEMPORARY_KINDS", "check_atol", "check_output_dir", "locks_output", "sha256_of_file",
-           "write_folder_atomically"]
+__all__ = ["COMMAND", "TEMPORARY_KINDS", "check_atol", "check_output_dir", "check_output_location", "locks_output",
+           "sha256_of_file", "write_folder_atomically"]
