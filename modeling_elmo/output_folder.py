@@ -69,6 +69,8 @@ def check_output_location(output_dir: str | os.PathLike) -> Path:
     return it as a `Path`. Writes nothing (see `check_output_dir`)."""
     output_dir = Path(output_dir)
     shown = str(output_dir)
+    if output_dir.is_symlink():  # replacing it would replace the link, not fill the folder it points to
+        raise ValueError(f"output {shown!r} is a symbolic link; give the folder it points to, or a new name.")
     if output_dir.exists() and not output_dir.is_dir():
         raise ValueError(f"output {shown!r} exists and is not a folder.")
     ancestor = output_dir.absolute().parent

@@ -211,3 +211,15 @@ def test_a_lock_planted_as_a_link_or_fifo_is_refused_in_one_line_and_nothing_is_
     assert os.path.lexists(lock) and not out.exists()
     assert [p.read_text() for p in outside.parent.iterdir()] == (
         ["another user's file"] if planted == "link to a file outside" else [])
+
+
+def test_an_output_replaced_by_a_link_meanwhile_is_refused_and_the_links_folder_untouched(tmp_path):
+    staging = _staging(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "thesis.txt").write_text("another user's work")
+    (tmp_path / "out").symlink_to(elsewhere, target_is_directory=True)
+    for overwrite in (False, True):
+        with pytest.raises(ValueError, match=r"output folder '.*out' is now a link; nothing was replaced"):
+            install_folder(staging, tmp_path / "out", "elmo convert", overwrite=overwrite)
+    assert (tmp_path / "out").is_symlink() and [p.name for p in elsewhere.iterdir()] == ["thesis.txt"]

@@ -396,6 +396,7 @@ def assemble_repo_folder(model_dir: str | os.PathLike, output_dir: str | os.Path
 
 def _assemble_locked(run: RunFolder, output_dir: Path, repo_id: str, card: CardInputs | None,
                      plots: Sequence[str]) -> list[str]:
+    replacing = output_dir.exists()  # an earlier push's output (`_prepare_output_dir`); else one must not appear
     card = card_inputs_of(run, card)
     plot_paths = _plots(run, plots)
     dtype = check_weights(run)
@@ -431,7 +432,7 @@ def _assemble_locked(run: RunFolder, output_dir: Path, repo_id: str, card: CardI
         for name in files:
             follow_umask(staging / name)
         write_manifest(staging, COMMAND, files)
-        install_folder(staging, output_dir, COMMAND, overwrite=True)  # only an earlier push's files, checked again
+        install_folder(staging, output_dir, COMMAND, overwrite=replacing)  # checked again at this moment
     finally:
         if staging.exists():
             shutil.rmtree(staging)
