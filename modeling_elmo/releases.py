@@ -449,6 +449,12 @@ class _Deadline:
                 super().init_poolmanager(*args, **kwargs)
                 self.poolmanager.pool_classes_by_scheme = pools
 
+            def proxy_manager_for(self, proxy: str, **kwargs: Any) -> Any:
+                manager = super().proxy_manager_for(proxy, **kwargs)
+                if not proxy.lower().startswith("socks"):  # a SOCKS proxy brings its own connection classes
+                    manager.pool_classes_by_scheme = pools
+                return manager
+
         session = requests.Session()
         for prefix in ("http://", "https://"):
             session.mount(prefix, Adapter())

@@ -21,6 +21,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -69,7 +70,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
         state: ReleaseServer = self.server.state  # type: ignore[attr-defined]
-        path, range_header = self.path, self.headers.get("Range")
+        # a request through a proxy names the whole URL: this server also serves as that proxy
+        path, range_header = urlsplit(self.path).path if "://" in self.path else self.path, self.headers.get("Range")
         state.requests.append((path, range_header))
         state.if_range.append(self.headers.get("If-Range"))
         if path in state.trickle_head:

@@ -206,6 +206,19 @@ def test_a_server_trickling_its_status_line_or_headers_meets_the_deadline_of_the
     assert not (tmp_path / "out").exists()
 
 
+def test_the_whole_response_deadline_holds_through_an_http_proxy(server, served, release, tmp_path, monkeypatch):
+    host = _host(server)
+    monkeypatch.setenv("HTTP_PROXY", host)  # the test server answers as the proxy
+    monkeypatch.setenv("NO_PROXY", "")
+    server.trickle_head[served["options"]] = (0.3, 0)
+    url = release.url("options", "http://elmo.invalid/models/elmo")
+    started = time.monotonic()
+    with pytest.raises(DownloadError, match="timed out, the file did not arrive within its deadline of 2 s"):
+        download_file(url, tmp_path / "options.json", deadline=2, progress=False)
+    assert time.monotonic() - started < 10
+    assert server.requests_for(served["options"]) == [None]
+
+
 def test_a_download_within_its_deadline_is_not_cut_short_by_the_deadline_guard(server, served, release, tmp_path,
                                                                               synthetic_files):
     server.trickle_head[served["options"]] = (0.01, 0)
