@@ -563,7 +563,8 @@ def download_file(
                     served = _validator(response.headers)
                     if status == 206:
                         start, total = _total_from_content_range(response.headers.get("Content-Range"))
-                        if start != offset or (served and any(validator.get(k) not in (None, v) for k, v in served.items())):
+                        changed = served and any(validator.get(k) not in (None, v) for k, v in served.items())
+                        if start != offset or changed:
                             _discard_part(part)  # another version of the file (a server that ignored If-Range)
                             raise _Transient(f"the server's file changed or it resumed at byte {start} instead of "
                                              f"{offset:,}; starting again")
@@ -580,8 +581,10 @@ def download_file(
                         if problem:
                             raise DownloadError(f"{name} at {url}: the server announces {problem}.")
                     if mode == "wb":  # what the .part will hold: the next attempt resumes only the same file
-                        atomic_write_text(_record_path(part), json.dumps({"url": url, "final_url": final_url, **served}))
-                    limit = min(total if total is not None else math.inf, max_bytes if max_bytes is not None else math.inf)
+                        record = {"url": url, "final_url": final_url, **served}
+                        atomic_write_text(_record_path(part), json.dumps(record))
+                    limit = min(total if total is not None else math.inf,
+                                max_bytes if max_bytes is not None else math.inf)
                     received = offset
                     flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if mode == "ab" else os.O_TRUNC)
                     with os.fdopen(open_regular(part, flags, "the partial download"), mode) as handle, tqdm(

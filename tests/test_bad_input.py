@@ -223,8 +223,8 @@ ROWS = [
         "write 'notes.txt'); nothing was deleted. Choose another folder, or move those files away.",
         ["convert", "--options", "release/options.json", "--weights", "release/weights.hdf5", "--output", "converted",
          "--overwrite"]),
-    Row("elmo convert", "`elmo convert ... --output edited --overwrite` (an earlier conversion whose `README.md` the user "
-        "edited)",
+    Row("elmo convert", "`elmo convert ... --output edited --overwrite` (an earlier conversion whose `README.md` the "
+        "user edited)",
         "elmo convert: error: output folder 'edited' holds files that are not elmo convert's ('README.md' differs from "
         "what elmo convert wrote: changed since); nothing was deleted. Choose another folder, or move those files "
         "away.",

@@ -186,7 +186,7 @@ def test_two_downloads_into_one_cache_take_turns_and_both_succeed(server, served
     assert all(r.paths["weights"].read_bytes() == synthetic_files[2] for r in results)
 
 
-# ----------------------------------------------------------------------------------------------- whole-response deadline
+# ------------------------------------------------------------------------------------------- whole-response deadline
 @pytest.mark.parametrize("at_once", [0, len("HTTP/1.0 200 OK\r\n")], ids=["status line trickled", "headers trickled"])
 def test_a_server_trickling_its_status_line_or_headers_meets_the_deadline_of_the_file(server, served, release,
                                                                                      tmp_path, monkeypatch, at_once):
@@ -286,5 +286,6 @@ def test_links_planted_for_the_record_the_cached_file_the_lock_or_the_release_fo
         cli.main(["convert", "--release", "original", "--base-url", server.url, "--cache-dir",
                   str(tmp_path / "cache"), "--output", str(tmp_path / "out")])
     message = str(exit_.value.code)
-    assert message.startswith(f"elmo convert: error: {what} {str(planted)!r} is a symbolic link") and "\n" not in message
+    assert message.startswith(f"elmo convert: error: {what} {str(planted)!r} is a symbolic link"), message
+    assert "\n" not in message
     assert list(outside.iterdir()) == [] and server.requests == []

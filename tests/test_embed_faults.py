@@ -372,6 +372,6 @@ def test_cli_a_lock_planted_as_a_link_or_fifo_is_one_line_and_nothing_is_created
                        f"'{lock}' is {kind}, not a regular file; refusing to use it (remove it if it is not yours to "
                        "keep).")
     assert time.monotonic() - started < 30
-    assert [p.read_text() for p in outside.parent.iterdir()] == (["another user's file"] if planted.startswith("link to")
-                                                                 else [])
+    kept = ["another user's file"] if planted.startswith("link to") else []
+    assert [p.read_text() for p in outside.parent.iterdir()] == kept
     assert sorted(p.name for p in tmp_path.iterdir()) == ["elsewhere", "in.txt", "out.h5.lock"]

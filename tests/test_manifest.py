@@ -111,7 +111,7 @@ def test_a_manifest_listing_a_file_the_command_did_not_write_never_makes_it_repl
     assert (folder / "notes.txt").read_text() == "the user's notes"
 
 
-# ----------------------------------------------------------------------------------------------- the moment of replacing
+# ------------------------------------------------------------------------------------------- the moment of replacing
 def _staging(tmp_path, command="elmo convert"):
     staging = tmp_path / ".out.converting-1-x"
     staging.mkdir()
@@ -178,7 +178,8 @@ def test_a_second_command_on_a_held_output_is_refused_at_once(tmp_path):
     thread.start()
     try:
         assert held.wait(30)
-        with pytest.raises(ValueError, match=f"another elmo convert run is writing '{out}' \\(it holds '{out}.lock'\\)"):
+        busy = f"another elmo convert run is writing '{out}' \\(it holds '{out}.lock'\\)"
+        with pytest.raises(ValueError, match=busy):
             with output_lock(out, "elmo convert"):
                 pass
     finally:

@@ -150,8 +150,8 @@ def test_a_lock_planted_as_a_link_or_fifo_is_refused_in_one_line_and_nothing_is_
         _run(*_args(corpus, out))
     assert str(exit_.value.code) == (f"elmo pretrain: error: lock file '{lock}' is {kind}, not a regular file; "
                                      "refusing to use it (remove it if it is not yours to keep).")
-    assert [p.read_text() for p in outside.parent.iterdir()] == (["another user's file"] if planted.startswith("link to")
-                                                                 else [])
+    kept = ["another user's file"] if planted.startswith("link to") else []
+    assert [p.read_text() for p in outside.parent.iterdir()] == kept
     assert not out.exists() and os.path.lexists(lock)
 
 
