@@ -19,7 +19,8 @@ import tempfile
 from pathlib import Path
 
 from .io_utils import atomic_write_text, check_regular_or_absent
-from .releases import DEFAULT_ATTEMPTS, DownloadError, default_cache_dir, download_file, make_cache_folder, part_path
+from .releases import (DEFAULT_ATTEMPTS, DownloadError, default_cache_dir, download_file, make_cache_folder, part_path,
+                       read_origin)
 
 logger = logging.getLogger(__name__)
 
@@ -138,7 +139,7 @@ def fetch_efml_release(
             _check_zip(release, destination, f"the cache ({destination})")
         except DownloadError as error:
             raise DownloadError(f"{error} Delete it or rerun with --force-download.") from None
-        return destination, (origin.read_text(encoding="utf-8").strip() if origin.is_file() else url)
+        return destination, read_origin(destination, url)
     try:
         download_file(url, destination, attempts=attempts, retry_wait=retry_wait, progress=progress,
                       check_size=lambda size: zip_size_problem(release, size),

@@ -224,6 +224,16 @@ def make_cache_folder(folder: Path) -> Path:
     return folder
 
 
+def read_origin(path: Path, default: str) -> str:
+    """Where the cached file ``path`` came from, as its ``.source`` record says (at most 4 KB of it), else
+    ``default``. The record must be a regular file: a link or a FIFO planted there is refused, naming it."""
+    origin = _origin_path(path)
+    if not check_regular_or_absent(origin, "the cached file's source record"):
+        return default
+    with os.fdopen(open_regular(origin, os.O_RDONLY, "the cached file's source record"), "rb") as handle:
+        return " ".join(handle.read(4096).decode("utf-8", "replace").split()) or default
+
+
 def part_path(path: str | os.PathLike) -> Path:
     """Where an unfinished download of ``path`` is kept (``<name>.part``, next to it)."""
     path = Path(path)
@@ -806,8 +816,7 @@ def _fetch_locked(release: Release, folder: Path, *, base_url: str | None, force
                 check_file(release, role, destination, f"the cache ({destination})")
             except DownloadError as error:
                 raise DownloadError(f"{error} Delete it or rerun with --force-download.") from None
-            origin = _origin_path(destination)
-            sources[role] = origin.read_text(encoding="utf-8").strip() if origin.is_file() else url
+            sources[role] = read_origin(destination, url)
             paths[role], cached[role] = destination, True
             logger.info("using the cached %s", destination)
             continue

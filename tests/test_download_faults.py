@@ -264,9 +264,9 @@ def test_a_part_planted_in_a_shared_cache_is_refused_and_nothing_is_written_thro
     assert server.requests == [] and not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("where", ["record", "cached file", "cache lock", "release folder"])
+@pytest.mark.parametrize("where", ["record", "cached file", "source record", "cache lock", "release folder"])
 def test_links_planted_for_the_record_the_cached_file_the_lock_or_the_release_folder_are_refused(
-        server, served, release, tmp_path, where):
+        server, served, release, tmp_path, synthetic_files, where):
     folder = _cache(tmp_path, release)
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -279,9 +279,12 @@ def test_links_planted_for_the_record_the_cached_file_the_lock_or_the_release_fo
         planted, what = {
             "record": (folder / (release.filename("options") + ".part.json"), "the download record"),
             "cached file": (folder / release.filename("options"), "the cached file"),
+            "source record": (folder / (release.filename("options") + ".source"), "the cached file's source record"),
             "cache lock": (folder.with_name(f".{folder.name}.lock"), "the cache's lock file"),
         }[where]
         planted.symlink_to(outside / "target")
+        if where == "source record":  # beside a complete cached file, whose origin it would name
+            (folder / release.filename("options")).write_bytes(synthetic_files[1])
     with pytest.raises(SystemExit) as exit_:
         cli.main(["convert", "--release", "original", "--base-url", server.url, "--cache-dir",
                   str(tmp_path / "cache"), "--output", str(tmp_path / "out")])
