@@ -292,3 +292,27 @@ def test_links_planted_for_the_record_the_cached_file_the_lock_or_the_release_fo
     assert message.startswith(f"elmo convert: error: {what} {str(planted)!r} is a symbolic link"), message
     assert "\n" not in message
     assert list(outside.iterdir()) == [] and server.requests == []
+
+
+# ----------------------------------------------------------------------------------------------- the output
+def test_a_file_put_into_the_output_during_the_download_is_kept_and_the_conversion_refused(server, served, release,
+                                                                                          tmp_path, monkeypatch):
+    from modeling_elmo import convert
+
+    out = tmp_path / "out" / "new"
+    original = convert.fetch_release
+
+    def the_user_writes_meanwhile(*args, **kwargs):
+        out.mkdir(parents=True)
+        (out / "notes.txt").write_text("mine")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(convert, "fetch_release", the_user_writes_meanwhile)
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["convert", "--release", "original", "--base-url", server.url, "--cache-dir",
+                  str(tmp_path / "cache"), "--output", str(out)])
+    # checked again once the files are in (and again when the folder is put in place: tests/test_convert.py)
+    assert str(exit_.value.code) == (f"elmo convert: error: output folder '{out}' exists and is not empty; pass "
+                                     "overwrite=True (--overwrite).")
+    assert [p.name for p in out.iterdir()] == ["notes.txt"] and (out / "notes.txt").read_text() == "mine"
+    assert sorted(p.name for p in out.parent.iterdir()) == ["new"], "no temporary folder or lock left"
