@@ -69,7 +69,7 @@ from .original_format import (
     read_checked,
     read_options,
 )
-from .output_folder import TEMPORARY_KINDS, check_atol, check_output_dir, write_folder_atomically
+from .output_folder import TEMPORARY_KINDS, check_atol, check_output_dir, locks_output, write_folder_atomically
 from .output_folder import sha256_of_file as _sha256
 from .parity import DEFAULT_ATOL, validate_converted_model
 from .releases import (
@@ -216,6 +216,7 @@ did, pass each call's `lstm_state` to the next: `out = model(**batch, lstm_state
 """
 
 
+@locks_output
 def convert(
     options_path: str | os.PathLike,
     weights_path: str | os.PathLike,
@@ -276,7 +277,7 @@ def convert(
         (staging / "README.md").write_text(readme, encoding="utf-8")
         (staging / "conversion_metadata.json").write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
 
-    write_folder_atomically(output_dir, fill)
+    write_folder_atomically(output_dir, fill, overwrite=overwrite)
     return output_dir
 
 
@@ -315,6 +316,7 @@ def check_release_reachable(
     )
 
 
+@locks_output
 def convert_release(
     release: Release | str,
     output_dir: str | os.PathLike,

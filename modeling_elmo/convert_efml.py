@@ -47,7 +47,8 @@ from .configuration_elmo import SPECIAL_WORDS, ElmoConfig
 from .efml_format import CHAR_SYMBOLS, WORD_SYMBOLS, EfmlModel, read_efml_model, safe_extract_zip
 from .efml_reference import efml_forward
 from .manifest import remove_stale_temporaries
-from .output_folder import TEMPORARY_KINDS, check_atol, check_output_dir, sha256_of_file, write_folder_atomically
+from .output_folder import (TEMPORARY_KINDS, check_atol, check_output_dir, locks_output, sha256_of_file,
+                            write_folder_atomically)
 
 logger = logging.getLogger(__name__)
 
@@ -325,6 +326,7 @@ def _language_name(language: str | None) -> str | None:
     return next((r.language for r in EFML_RELEASES.values() if r.code == language), language)
 
 
+@locks_output
 def convert_efml(
     source: str | os.PathLike,
     output_dir: str | os.PathLike,
@@ -393,11 +395,12 @@ def convert_efml(
         (staging / "conversion_metadata.json").write_text(json.dumps(metadata, indent=2, ensure_ascii=False) + "\n",
                                                           encoding="utf-8")
 
-    return write_folder_atomically(output_dir, fill)
+    return write_folder_atomically(output_dir, fill, overwrite=overwrite)
 
 
 
 
+@locks_output
 def convert_efml_release(
     release,
     output_dir: str | os.PathLike,

@@ -15,10 +15,12 @@ import logging
 import os
 import re
 import shutil
+import tempfile
 from pathlib import Path
 
-from .io_utils import atomic_write_text
-from .releases import DEFAULT_ATTEMPTS, DownloadError, default_cache_dir, download_file, part_path
+from .io_utils import atomic_write_text, check_regular_or_absent
+from .releases import (DEFAULT_ATTEMPTS, DownloadError, default_cache_dir, download_file, make_cache_folder, part_path,
+                       read_origin)
 
 logger = logging.getLogger(__name__)
 
@@ -126,22 +128,18 @@ def fetch_efml_release(
     ``$ELMO_EFML_HUB_MIRROR``), the zip is fetched from there. Raises `DownloadError`.
     """
     release = get_efml_release(release) if isinstance(release, str) else release
-    folder = Path(cache_dir if cache_dir is not None else default_cache_dir()) / release.name
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise DownloadError(f"cannot create the release cache folder {folder}: {error.strerror or error}.") from None
+    folder = make_cache_folder(Path(cache_dir if cache_dir is not None else default_cache_dir()) / release.name)
     destination = folder / release.filename
     origin = destination.with_name(destination.name + ".source")
     url = release.url(base_url)
     if force_download:
         part_path(destination).unlink(missing_ok=True)
-    elif destination.is_file():
+    elif check_regular_or_absent(destination, "the cached file"):
         try:
             _check_zip(release, destination, f"the cache ({destination})")
         except DownloadError as error:
             raise DownloadError(f"{error} Delete it or rerun with --force-download.") from None
-        return destination, (origin.read_text(encoding="utf-8").strip() if origin.is_file() else url)
+        return destination, read_origin(destination, url)
     try:
         download_file(url, destination, attempts=attempts, retry_wait=retry_wait, progress=progress,
                       check_size=lambda size: zip_size_problem(release, size),
@@ -164,7 +162,7 @@ def _fetch_from_mirror(release: EfmlRelease, repo_id: str, destination: Path) ->
     import huggingface_hub
 
     where = f"hf://{repo_id}/{release.filename}"
-    staging = destination.parent / f".{destination.name}.mirror"
+    staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}.mirror-", dir=destination.parent))
     try:
         fetched = Path(huggingface_hub.hf_hub_download(repo_id, release.filename, local_dir=staging))
     except Exception as error:  # the Hub client raises many kinds (offline, HTTP, auth, file system)

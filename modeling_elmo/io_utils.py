@@ -62,12 +62,62 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def _kind(mode: int) -> str:
+    """What a non-regular file is, in words."""
+    import stat
+
+    for test, name in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def check_regular_or_absent(path: str | os.PathLike, what: str) -> bool:
+    """Whether ``path`` is a regular file (`False` when nothing is there); a link (even to a regular file) or
+    anything else is a `ValueError` naming it, so that the package never writes through, or trusts, a planted
+    link."""
+    import stat
+
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return False
+    if not stat.S_ISREG(mode):
+        raise ValueError(f"{what} {str(path)!r} is {_kind(mode)}, not a regular file; refusing to use it (remove it "
+                         "if it is not yours to keep).")
+    return True
+
+
+def open_regular(path: str | os.PathLike, flags: int, what: str) -> int:
+    """``os.open(path, flags)`` that never follows a link and never blocks (a FIFO, a device), and refuses anything
+    but a regular file with a `ValueError` naming it; returns the file descriptor. ``flags`` may hold ``O_CREAT``
+    (a new file gets the umask's mode). An `OSError` of another kind (no permission...) is raised as it is."""
+    import errno
+    import stat
+
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+    except OSError as error:
+        if error.errno in (errno.ELOOP, errno.ENXIO):  # a link; a FIFO without a reader (write-only open)
+            check_regular_or_absent(path, what)
+        raise
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise ValueError(f"{what} {str(path)!r} is {_kind(mode)}, not a regular file; refusing to use it (remove it "
+                         "if it is not yours to keep).")
+    return fd
+
+
 @contextlib.contextmanager
 def exclusive_lock(path: str | os.PathLike, busy: str, unwritable: str | None = None) -> Iterator[None]:
     """Hold an exclusive `fcntl.flock` on the file ``path`` while the block runs; raise `ValueError` with the
     message ``busy`` at once if another process holds it (and, when the file cannot be created, one starting with
     ``unwritable``).
 
+    The lock file is opened without following a link and without blocking (`open_regular`): a link planted there
+    (to a file outside, or dangling) or a FIFO is refused with one line naming it, nothing is created through it.
     The operating system releases the lock when its process dies, so a killed run never leaves a stale lock. The
     file is removed when the block ends. A process that opened the file just before an earlier holder removed it
     would lock a deleted file: the lock is only taken once it is on the file at the path.
@@ -77,18 +127,21 @@ def exclusive_lock(path: str | os.PathLike, busy: str, unwritable: str | None = 
     path = Path(path)
     while True:
         try:
-            handle = open(path, "ab")
+            fd = open_regular(path, os.O_RDWR | os.O_CREAT, "lock file")
+        except ValueError as error:
+            raise ValueError(f"{unwritable}: {error}" if unwritable else str(error)) from None
         except OSError as error:
             if unwritable is None:
                 raise ValueError(f"cannot create the lock file {str(path)!r}: {error.strerror}.") from None
             raise ValueError(f"{unwritable}: {error.strerror} ({str(path)!r}).") from None
+        handle = os.fdopen(fd, "rb")
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             handle.close()
             raise ValueError(busy) from None
         try:
-            current = os.stat(path)
+            current = os.lstat(path)
         except FileNotFoundError:
             current = None
         if current is not None and os.path.samestat(current, os.fstat(handle.fileno())):
@@ -98,7 +151,7 @@ def exclusive_lock(path: str | os.PathLike, busy: str, unwritable: str | None = 
         yield
     finally:
         with contextlib.suppress(FileNotFoundError):
-            if os.path.samestat(os.stat(path), os.fstat(handle.fileno())):
+            if os.path.samestat(os.lstat(path), os.fstat(handle.fileno())):
                 path.unlink()  # while still locked, so no other process can be holding this file
         handle.close()
 

@@ -1,6 +1,6 @@
 """Writing a converted model folder safely: check the location first (never over the inputs, never over files
-another command wrote), fill a temporary sibling, record what was written (`modeling_elmo.manifest`), rename it into
-place.
+another command wrote), hold a lock beside it for the whole conversion, fill a temporary sibling, record what was
+written (`modeling_elmo.manifest`), rename it into place after checking the output again.
 
 Shared by the converters (`modeling_elmo.convert`, `modeling_elmo.convert_efml`): a folder with the final name is
 always complete, and a failure leaves nothing behind.
@@ -9,16 +9,21 @@ always complete, and a failure leaves nothing behind.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
+import inspect
 import math
 import os
 import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from .io_utils import follow_umask, is_within
-from .manifest import check_replaceable, temporary_prefix, write_manifest
+from .manifest import check_replaceable, install_folder, output_lock, temporary_prefix, write_manifest
+
+_Function = TypeVar("_Function", bound=Callable)
 
 #: The command whose manifest a converted folder carries (`modeling_elmo.manifest`).
 COMMAND = "elmo convert"
@@ -52,12 +57,22 @@ def check_output_dir(output_dir: str | os.PathLike, overwrite: bool = False,
         if is_within(Path(source), output_dir):
             raise ValueError(f"output folder {shown!r} holds the input file {str(source)!r}; writing the output would "
                              "delete it. Choose another output folder.")
-    if output_dir.exists() and not output_dir.is_dir():
-        raise ValueError(f"output {shown!r} exists and is not a folder.")
     if output_dir.is_dir() and any(output_dir.iterdir()):
         if not overwrite:
             raise ValueError(f"output folder {shown!r} exists and is not empty; pass overwrite=True (--overwrite).")
         check_replaceable(output_dir, COMMAND, f"output folder {shown!r}")
+    return check_output_location(output_dir)
+
+
+def check_output_location(output_dir: str | os.PathLike) -> Path:
+    """Raise `ValueError` unless the folder ``output_dir`` (new or not) can be created or written where it is;
+    return it as a `Path`. Writes nothing (see `check_output_dir`)."""
+    output_dir = Path(output_dir)
+    shown = str(output_dir)
+    if output_dir.is_symlink():  # replacing it would replace the link, not fill the folder it points to
+        raise ValueError(f"output {shown!r} is a symbolic link; give the folder it points to, or a new name.")
+    if output_dir.exists() and not output_dir.is_dir():
+        raise ValueError(f"output {shown!r} exists and is not a folder.")
     ancestor = output_dir.absolute().parent
     while not ancestor.exists() and not ancestor.is_symlink() and ancestor != ancestor.parent:
         ancestor = ancestor.parent
@@ -71,6 +86,22 @@ def check_output_dir(output_dir: str | os.PathLike, overwrite: bool = False,
             f"({error.strerror or error})."
         ) from None
     return output_dir
+
+
+def locks_output(function: _Function) -> _Function:
+    """Run a converter (a function with an ``output_dir`` argument) holding the lock of its output
+    folder (`modeling_elmo.manifest.output_lock`): a second conversion into the same folder is refused at once with
+    one line. The output's location is checked (`check_output_location`, writing nothing) before the lock is
+    taken; the function checks the rest (`check_output_dir`)."""
+    signature = inspect.signature(function)
+
+    @functools.wraps(function)
+    def locked(*args, **kwargs):
+        output_dir = signature.bind(*args, **kwargs).arguments["output_dir"]
+        with output_lock(check_output_location(output_dir), COMMAND):
+            return function(*args, **kwargs)
+
+    return locked  # type: ignore[return-value]
 
 
 def check_atol(atol: float) -> None:
@@ -92,10 +123,11 @@ def _make_parents(folder: Path) -> list[Path]:
     return list(reversed(missing))
 
 
-def write_folder_atomically(output_dir: Path, fill: Callable[[Path], None]) -> Path:
+def write_folder_atomically(output_dir: Path, fill: Callable[[Path], None], *, overwrite: bool = False) -> Path:
     """Let ``fill(folder)`` write a fresh temporary folder next to ``output_dir``, record its files in a manifest,
-    then rename it into place (replacing an earlier conversion's ``output_dir``, which `check_output_dir` allowed),
-    so a folder with the final name is always complete. On any failure the temporary folder and any parent folders
+    then rename it into place (`modeling_elmo.manifest.install_folder`: an output that appeared meanwhile is never
+    replaced; with ``overwrite``, an earlier conversion's, checked again file by file at that moment), so a folder
+    with the final name is always complete. On any failure the temporary folder and any parent folders
     this call created are removed, and a file-system error becomes a `ValueError` naming ``output_dir``."""
     parent = output_dir.resolve().parent
     created: list[Path] = []
@@ -106,13 +138,7 @@ def write_folder_atomically(output_dir: Path, fill: Callable[[Path], None]) -> P
         follow_umask(staging, folder=True)  # mkdtemp makes it private; the result should look like any new folder
         fill(staging)
         write_manifest(staging, COMMAND, (p.relative_to(staging).as_posix() for p in staging.rglob("*") if p.is_file()))
-        if output_dir.exists():  # only an earlier conversion's files (check_output_dir)
-            retired = Path(tempfile.mkdtemp(prefix=temporary_prefix(output_dir, "old"), dir=parent))
-            os.replace(output_dir, retired / "old")
-            os.replace(staging, output_dir)
-            shutil.rmtree(retired, ignore_errors=True)
-        else:
-            os.replace(staging, output_dir)
+        install_folder(staging, output_dir, COMMAND, overwrite=overwrite)
     except BaseException as error:
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
@@ -125,4 +151,5 @@ def write_folder_atomically(output_dir: Path, fill: Callable[[Path], None]) -> P
     return output_dir
 
 
-__all__ = ["COMMAND", "TEMPORARY_KINDS", "check_atol", "check_output_dir", "sha256_of_file", "write_folder_atomically"]
+__all__ = ["COMMAND", "TEMPORARY_KINDS", "check_atol", "check_output_dir", "check_output_location", "locks_output",
+           "sha256_of_file", "write_folder_atomically"]

@@ -5,7 +5,8 @@ The server (stdlib ``http.server`` in a thread) serves tiny random files in the 
 (``numpy_reference.write_original_files``) under the real release's names; the release table's ``original`` entry is
 swapped for one whose options and parameter count fit them. Like S3 it sends an ``ETag`` and a ``Last-Modified`` and
 honours ``If-Range``. It can drop a connection mid-body, answer with an error status, ignore ``Range``, redirect,
-send a body without end (and no ``Content-Length``), trickle a byte at a time, or stall; every request it receives is
+send a body without end (and no ``Content-Length``), trickle a byte at a time (of the body, or of the status line
+and headers), or stall; every request it receives is
 recorded. Import the fixtures into a test module to use
 them (``from release_server import release, served, server, synthetic_files``).
 """
@@ -20,6 +21,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -43,6 +45,8 @@ class ReleaseServer:
         self.endless: set[str] = set()  # paths answered with an endless body and no Content-Length
         self.trickle: dict[str, float] = {}  # path -> seconds to wait before each byte of the body
         self.stall: set[str] = set()  # paths whose body never comes (the headers do)
+        # path -> (seconds to wait before each byte of the status line and headers, bytes sent at once before that)
+        self.trickle_head: dict[str, tuple[float, int]] = {}
         self.if_range: list[str | None] = []  # the If-Range header of each request
         self.stopping = threading.Event()
         self.url = ""
@@ -66,9 +70,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
         state: ReleaseServer = self.server.state  # type: ignore[attr-defined]
-        path, range_header = self.path, self.headers.get("Range")
+        # a request through a proxy names the whole URL: this server also serves as that proxy
+        path, range_header = urlsplit(self.path).path if "://" in self.path else self.path, self.headers.get("Range")
         state.requests.append((path, range_header))
         state.if_range.append(self.headers.get("If-Range"))
+        if path in state.trickle_head:
+            self._trickle_head(state, state.files[path], *state.trickle_head[path])
+            return
         if path in state.redirects:
             self.send_response(302)
             self.send_header("Location", state.redirects[path])
@@ -140,6 +148,24 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
             return
         self.wfile.write(body)
+
+
+    def _trickle_head(self, state: ReleaseServer, data: bytes, wait: float, at_once: int) -> None:
+        """Answer with ``data``, its status line and headers sent one byte every ``wait`` seconds after the first
+        ``at_once`` bytes."""
+        head = (f"HTTP/1.0 200 OK\r\nContent-Length: {len(data)}\r\nContent-Type: application/octet-stream\r\n"
+                f"ETag: {state.etag(data)}\r\nLast-Modified: {LAST_MODIFIED}\r\n\r\n").encode("ascii")
+        try:
+            self.wfile.write(head[:at_once])
+            self.wfile.flush()
+            for i in range(at_once, len(head)):
+                if state.stopping.wait(wait):
+                    return
+                self.wfile.write(head[i:i + 1])
+                self.wfile.flush()
+            self.wfile.write(data)
+        except OSError:  # the client hung up
+            pass
 
 
 @pytest.fixture

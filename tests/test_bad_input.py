@@ -231,6 +231,18 @@ ROWS = [
         "write 'notes.txt'); nothing was deleted. Choose another folder, or move those files away.",
         ["convert", "--options", "release/options.json", "--weights", "release/weights.hdf5", "--output", "converted",
          "--overwrite"]),
+    Row("elmo convert", "`elmo convert ... --output edited --overwrite` (an earlier conversion whose `README.md` the "
+        "user edited)",
+        "elmo convert: error: output folder 'edited' holds files that are not elmo convert's ('README.md' differs from "
+        "what elmo convert wrote: changed since); nothing was deleted. Choose another folder, or move those files "
+        "away.",
+        ["convert", "--options", "release/options.json", "--weights", "release/weights.hdf5", "--output", "edited",
+         "--overwrite"]),
+    Row("elmo convert", "`elmo convert ... --output locked` (`locked.lock`, where the lock goes, a link to the user's "
+        "`notes.txt`)",
+        "elmo convert: error: cannot write next to the output folder 'locked': lock file 'locked.lock' is a symbolic "
+        "link, not a regular file; refusing to use it (remove it if it is not yours to keep).",
+        ["convert", "--options", "release/options.json", "--weights", "release/weights.hdf5", "--output", "locked"]),
     Row("elmo convert", "`elmo convert ... --atol nan` (or -1)",
         "elmo convert: error: --atol must be a finite number > 0 (the largest accepted difference to the reference), "
         "got nan.",
@@ -333,7 +345,11 @@ def template(tmp_path_factory) -> Path:
                   EvaluationResults.now(model="other", source="elmo evaluate"))
     assert cli.main(["convert", "--options", str(root / "release" / "options.json"), "--weights",
                      str(root / "release" / "weights.hdf5"), "--output", str(root / "converted")]) == 0
+    shutil.copytree(root / "converted", root / "edited")
+    with open(root / "edited" / "README.md", "a", encoding="utf-8") as card:
+        card.write("My notes on this model.\n")
     (root / "converted" / "notes.txt").write_text("mine\n")
+    (root / "locked.lock").symlink_to("notes.txt")
     shutil.copytree(root / "lm", root / "linked")
     (root / "linked" / "perplexity.png").symlink_to(Path("..") / "text.txt")
     shutil.copytree(root / "lm", root / "nan")

@@ -347,6 +347,77 @@ def test_existing_output_folder_is_refused_without_overwrite(release, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
+def test_a_file_the_user_puts_into_the_new_output_while_it_converts_is_kept_and_the_run_refused(release, tmp_path,
+                                                                                             monkeypatch):
+    import modeling_elmo.convert as convert_module
+
+    _, options_path, weights_path = release
+    out = tmp_path / "out" / "new"
+
+    def the_user_writes_meanwhile(*args, **kwargs):
+        out.mkdir()
+        (out / "notes.txt").write_text("mine")
+        return validate_converted_model(*args, **kwargs)
+
+    monkeypatch.setattr(convert_module, "validate_converted_model", the_user_writes_meanwhile)
+    with pytest.raises(SystemExit) as exit_:
+        main(["--options", options_path, "--weights", weights_path, "--output", str(out)])
+    assert str(exit_.value.code) == (f"elmo convert: error: output folder '{out}' appeared while elmo convert worked "
+                                     "and is not empty (it holds 'notes.txt'); nothing was replaced. Move those files "
+                                     "away, or choose another folder.")
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"] and (out / "notes.txt").read_text() == "mine"
+    assert sorted(p.name for p in out.parent.iterdir()) == ["new"], "no temporary folder or lock left"
+
+
+def test_overwrite_refuses_a_card_the_user_edited_and_a_file_listed_in_the_manifest_that_is_not_its(release,
+                                                                                                  tmp_path):
+    _, options_path, weights_path = release
+    out = tmp_path / "out"
+    args = ["--options", options_path, "--weights", weights_path, "--output", str(out), "--overwrite"]
+    assert main(args) == 0
+    written = (out / "README.md").read_text()
+    (out / "README.md").write_text(written + "\nMy notes on this model.\n")
+    with pytest.raises(SystemExit, match="'README.md' differs from what elmo convert wrote: changed since"):
+        main(args)
+    assert (out / "README.md").read_text() == written + "\nMy notes on this model.\n"
+    (out / "README.md").write_text(written)  # the card as the command wrote it, again
+    (out / "notes.txt").write_text("mine")
+    manifest = json.loads((out / ".elmo-manifest.json").read_text())
+    manifest["files"]["notes.txt"] = manifest["files"]["README.md"]  # listed, but not what the command wrote
+    (out / ".elmo-manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(SystemExit, match="'notes.txt' differs from what elmo convert wrote"):
+        main(args)
+    assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_a_second_conversion_into_a_folder_being_converted_is_refused_in_one_line(release, tmp_path):
+    import threading
+
+    from modeling_elmo.manifest import output_lock
+
+    _, options_path, weights_path = release
+    out = tmp_path / "out"
+    held, done = threading.Event(), threading.Event()
+
+    def first_conversion():
+        with output_lock(out, "elmo convert"):
+            held.set()
+            done.wait(60)
+
+    thread = threading.Thread(target=first_conversion)
+    thread.start()
+    try:
+        assert held.wait(30)
+        with pytest.raises(SystemExit) as exit_:
+            main(["--options", options_path, "--weights", weights_path, "--output", str(out)])
+    finally:
+        done.set()
+        thread.join(30)
+    assert str(exit_.value.code) == (f"elmo convert: error: another elmo convert run is writing '{out}' (it holds "
+                                     f"'{out}.lock'); wait for it to end, or choose another output folder.")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
 def test_overwrite_never_deletes_the_inputs_nor_the_users_files(release, tmp_path):
     _, options_path, weights_path = release
     folder = tmp_path / "d"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 from pathlib import Path
@@ -183,3 +184,135 @@ def test_two_downloads_into_one_cache_take_turns_and_both_succeed(server, served
     assert sorted(r.cached["weights"] for r in results) == [False, True]  # the second found the first's file
     assert len(server.requests_for(served["weights"])) == 1
     assert all(r.paths["weights"].read_bytes() == synthetic_files[2] for r in results)
+
+
+# ------------------------------------------------------------------------------------------- whole-response deadline
+@pytest.mark.parametrize("at_once", [0, len("HTTP/1.0 200 OK\r\n")], ids=["status line trickled", "headers trickled"])
+def test_a_server_trickling_its_status_line_or_headers_meets_the_deadline_of_the_file(server, served, release,
+                                                                                     tmp_path, monkeypatch, at_once):
+    server.trickle_head[served["options"]] = (0.3, at_once)  # ~200 header bytes: a minute, each read in time
+    monkeypatch.setattr(releases, "DEADLINE_GRACE_SECONDS", 1.0)  # options.json: 1 s + 65,536 B at 100 kB/s
+    started = time.monotonic()
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["convert", "--release", "original", "--base-url", server.url, "--cache-dir",
+                  str(tmp_path / "cache"), "--output", str(tmp_path / "out"), "--no-mirror"])
+    elapsed = time.monotonic() - started
+    message = str(exit_.value.code)
+    assert message == (f"elmo convert: error: cannot download {release.filename('options')} from "
+                       f"{release.url('options', server.url)}: timed out, the file did not arrive within its "
+                       "deadline of 2 s."), message
+    assert elapsed < 10, elapsed
+    assert len(server.requests_for(served["options"])) == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_whole_response_deadline_holds_through_an_http_proxy(server, served, release, tmp_path, monkeypatch):
+    host = _host(server)
+    monkeypatch.setenv("HTTP_PROXY", host)  # the test server answers as the proxy
+    monkeypatch.setenv("NO_PROXY", "")
+    server.trickle_head[served["options"]] = (0.3, 0)
+    url = release.url("options", "http://elmo.invalid/models/elmo")
+    started = time.monotonic()
+    with pytest.raises(DownloadError, match="timed out, the file did not arrive within its deadline of 2 s"):
+        download_file(url, tmp_path / "options.json", deadline=2, progress=False)
+    assert time.monotonic() - started < 10
+    assert server.requests_for(served["options"]) == [None]
+
+
+def test_a_download_within_its_deadline_is_not_cut_short_by_the_deadline_guard(server, served, release, tmp_path,
+                                                                              synthetic_files):
+    server.trickle_head[served["options"]] = (0.01, 0)
+    url = release.url("options", server.url)
+    download_file(url, tmp_path / "options.json", deadline=30, progress=False)
+    assert (tmp_path / "options.json").read_bytes() == synthetic_files[1]
+
+
+# ----------------------------------------------------------------------------------------------- planted links
+def _planted_part(tmp_path, release, server, planted: str) -> tuple[Path, Path]:
+    """A ``.part`` of the options planted in the cache as ``planted``, with a record naming the right URL; returns
+    the ``.part`` and the file outside that a link points to."""
+    folder = _cache(tmp_path, release)
+    folder.mkdir(parents=True)
+    part = folder / (release.filename("options") + ".part")
+    victim = tmp_path / "other-user" / "thesis.txt"
+    victim.parent.mkdir()
+    if planted == "FIFO":
+        os.mkfifo(part)
+    else:
+        if planted == "link to another user's file":
+            victim.write_text("another user's file")
+        part.symlink_to(victim)
+    record = {"url": release.url("options", server.url), "etag": '"x"', "last_modified": "x"}
+    (folder / (part.name + ".json")).write_text(json.dumps(record))
+    return part, victim
+
+
+@pytest.mark.parametrize("planted", ["link to another user's file", "dangling link", "FIFO"])
+def test_a_part_planted_in_a_shared_cache_is_refused_and_nothing_is_written_through_it(server, served, release,
+                                                                                      tmp_path, planted):
+    server.ignore_range = True
+    part, victim = _planted_part(tmp_path, release, server, planted)
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["convert", "--release", "original", "--base-url", server.url, "--cache-dir",
+                  str(tmp_path / "cache"), "--output", str(tmp_path / "out")])
+    kind = "a FIFO" if planted == "FIFO" else "a symbolic link"
+    assert str(exit_.value.code) == (f"elmo convert: error: the partial download {str(part)!r} is {kind}, not a "
+                                     "regular file; refusing to use it (remove it if it is not yours to keep).")
+    assert os.path.lexists(part), "the planted entry is left for its owner to look at"
+    assert [p.read_text() for p in victim.parent.iterdir()] == (
+        ["another user's file"] if planted.startswith("link to") else [])
+    assert server.requests == [] and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("where", ["record", "cached file", "source record", "cache lock", "release folder"])
+def test_links_planted_for_the_record_the_cached_file_the_lock_or_the_release_folder_are_refused(
+        server, served, release, tmp_path, synthetic_files, where):
+    folder = _cache(tmp_path, release)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    if where == "release folder":
+        folder.parent.mkdir()
+        folder.symlink_to(outside, target_is_directory=True)
+        planted, what = folder, "the release cache folder"
+    else:
+        folder.mkdir(parents=True)
+        planted, what = {
+            "record": (folder / (release.filename("options") + ".part.json"), "the download record"),
+            "cached file": (folder / release.filename("options"), "the cached file"),
+            "source record": (folder / (release.filename("options") + ".source"), "the cached file's source record"),
+            "cache lock": (folder.with_name(f".{folder.name}.lock"), "the cache's lock file"),
+        }[where]
+        planted.symlink_to(outside / "target")
+        if where == "source record":  # beside a complete cached file, whose origin it would name
+            (folder / release.filename("options")).write_bytes(synthetic_files[1])
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["convert", "--release", "original", "--base-url", server.url, "--cache-dir",
+                  str(tmp_path / "cache"), "--output", str(tmp_path / "out")])
+    message = str(exit_.value.code)
+    assert message.startswith(f"elmo convert: error: {what} {str(planted)!r} is a symbolic link"), message
+    assert "\n" not in message
+    assert list(outside.iterdir()) == [] and server.requests == []
+
+
+# ----------------------------------------------------------------------------------------------- the output
+def test_a_file_put_into_the_output_during_the_download_is_kept_and_the_conversion_refused(server, served, release,
+                                                                                          tmp_path, monkeypatch):
+    from modeling_elmo import convert
+
+    out = tmp_path / "out" / "new"
+    original = convert.fetch_release
+
+    def the_user_writes_meanwhile(*args, **kwargs):
+        out.mkdir(parents=True)
+        (out / "notes.txt").write_text("mine")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(convert, "fetch_release", the_user_writes_meanwhile)
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["convert", "--release", "original", "--base-url", server.url, "--cache-dir",
+                  str(tmp_path / "cache"), "--output", str(out)])
+    # checked again once the files are in (and again when the folder is put in place: tests/test_convert.py)
+    assert str(exit_.value.code) == (f"elmo convert: error: output folder '{out}' exists and is not empty; pass "
+                                     "overwrite=True (--overwrite).")
+    assert [p.name for p in out.iterdir()] == ["notes.txt"] and (out / "notes.txt").read_text() == "mine"
+    assert sorted(p.name for p in out.parent.iterdir()) == ["new"], "no temporary folder or lock left"

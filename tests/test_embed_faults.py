@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import shutil
 import struct
+import time
 from pathlib import Path
 
 import h5py
@@ -348,3 +350,28 @@ def test_resume_of_a_run_recorded_without_the_fingerprints_says_so(tmp_path):
     with pytest.raises(ValueError, match=r"input_sha256 was not recorded \(a run of an earlier version\), "
                                          r"model_weights_sha256 was not recorded"):
         _embed(tmp_path, WeightedFake(1.0), resume=True)
+
+
+# ---------------------------------------------------------------------------------------------------- the lock
+@pytest.mark.parametrize("planted", ["link to a file outside", "dangling link", "FIFO"])
+def test_cli_a_lock_planted_as_a_link_or_fifo_is_one_line_and_nothing_is_created_outside(tmp_path, tiny_model_dir,
+                                                                                         planted):
+    lock = tmp_path / "out.h5.lock"
+    outside = tmp_path / "elsewhere" / "victim"
+    outside.parent.mkdir()
+    if planted == "FIFO":
+        os.mkfifo(lock)  # opening it for writing would block for ever
+    else:
+        if planted.startswith("link to"):
+            outside.write_text("another user's file")
+        lock.symlink_to(outside)
+    started = time.monotonic()
+    message = _cli_error(tmp_path, tiny_model_dir)
+    kind = "a FIFO" if planted == "FIFO" else "a symbolic link"
+    assert message == (f"elmo embed: error: cannot write next to the output '{tmp_path / 'out.h5'}': lock file "
+                       f"'{lock}' is {kind}, not a regular file; refusing to use it (remove it if it is not yours to "
+                       "keep).")
+    assert time.monotonic() - started < 30
+    kept = ["another user's file"] if planted.startswith("link to") else []
+    assert [p.read_text() for p in outside.parent.iterdir()] == kept
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["elsewhere", "in.txt", "out.h5.lock"]

@@ -76,3 +76,9 @@ def test_a_report_or_plot_that_elmo_evaluate_did_not_write_is_never_replaced(mod
     recorded = json.loads((evaluation.root / ".elmo-manifest.json").read_text())
     assert recorded["command"] == "elmo evaluate" and "eval_results.md" in recorded["files"]
     assert RunFolder(model).run_entries()[1] == [], "all of it is the run folder's (elmo pretrain --overwrite)"
+    evaluation.report_file.write_text(evaluation.report_file.read_text() + "\nMy reading of these figures.\n")
+    edited = evaluation.report_file.read_text()
+    with pytest.raises(SystemExit):
+        main([str(model), "--task", "wsd-probe", "--no-progress"])
+    assert f"{evaluation.report_file} differs from what elmo evaluate wrote (changed since)" in capsys.readouterr().err
+    assert evaluation.report_file.read_text() == edited

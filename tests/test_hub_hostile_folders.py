@@ -245,6 +245,56 @@ def test_a_second_push_replaces_its_own_output_and_a_killed_runs_temporaries_are
     assert (out / "notes.txt").read_text() == "mine"
 
 
+@pytest.mark.parametrize("before", ["absent", "an earlier push"])
+def test_a_file_the_user_puts_into_the_output_while_it_is_assembled_is_kept_and_the_push_refused(model, tmp_path,
+                                                                                                monkeypatch, before):
+    from modeling_elmo.hub import publish
+
+    out = tmp_path / "out"
+    if before == "an earlier push":
+        assert _push(model, out) == 0
+    original = publish.build_model_card
+
+    def the_user_writes_meanwhile(*args, **kwargs):
+        out.mkdir(exist_ok=True)
+        (out / "notes.txt").write_text("mine")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(publish, "build_model_card", the_user_writes_meanwhile)
+    expected = ("appeared while elmo push worked and is not empty (it holds 'notes.txt'); nothing was replaced"
+                if before == "absent" else "elmo push did not write 'notes.txt'")
+    with pytest.raises(SystemExit) as error:
+        _push(model, out)
+    message = str(error.value.code)
+    assert message.startswith(f"elmo push: error: output folder '{out}' ") and expected in message, message
+    assert (out / "notes.txt").read_text() == "mine"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith((".", "out."))] == [], "a temporary or lock left"
+
+
+def test_a_second_push_into_an_output_being_assembled_is_refused_in_one_line(model, tmp_path):
+    import threading
+
+    from modeling_elmo.manifest import output_lock
+
+    out = tmp_path / "out"
+    held, done = threading.Event(), threading.Event()
+
+    def first_push():
+        with output_lock(out, "elmo push"):
+            held.set()
+            done.wait(60)
+
+    thread = threading.Thread(target=first_push)
+    thread.start()
+    try:
+        assert held.wait(30)
+        _refused(model, out, f"another elmo push run is writing '{out}' (it holds '{out}.lock'); wait for it to end")
+    finally:
+        done.set()
+        thread.join(30)
+    assert not out.exists()
+
+
 def test_published_files_follow_the_umask(model, tmp_path):
     previous = os.umask(0o022)
     try:

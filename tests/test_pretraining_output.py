@@ -132,6 +132,29 @@ def test_a_second_run_on_a_folder_in_use_is_refused_at_once(corpus, tmp_path):
     assert not (out.parent / "run.lock").exists(), "the lock file is removed at the end"
 
 
+@pytest.mark.parametrize("planted", ["link to a file outside", "dangling link", "FIFO"])
+def test_a_lock_planted_as_a_link_or_fifo_is_refused_in_one_line_and_nothing_is_created_outside(corpus, tmp_path,
+                                                                                             planted):
+    out = tmp_path / "run"
+    lock = tmp_path / "run.lock"
+    outside = tmp_path / "elsewhere" / "victim"
+    outside.parent.mkdir()
+    if planted == "FIFO":
+        os.mkfifo(lock)  # opening it for writing would block for ever
+    else:
+        if planted.startswith("link to"):
+            outside.write_text("another user's file")
+        lock.symlink_to(outside)
+    kind = "a FIFO" if planted == "FIFO" else "a symbolic link"
+    with pytest.raises(SystemExit) as exit_:
+        _run(*_args(corpus, out))
+    assert str(exit_.value.code) == (f"elmo pretrain: error: lock file '{lock}' is {kind}, not a regular file; "
+                                     "refusing to use it (remove it if it is not yours to keep).")
+    kept = ["another user's file"] if planted.startswith("link to") else []
+    assert [p.read_text() for p in outside.parent.iterdir()] == kept
+    assert not out.exists() and os.path.lexists(lock)
+
+
 def test_a_run_that_finds_its_new_folder_written_meanwhile_writes_nothing(corpus, tmp_path):
     from modeling_elmo.pretraining import output
 

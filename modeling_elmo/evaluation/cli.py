@@ -33,7 +33,7 @@ from ..inference import (
     refuse_nonfinite_weights,
 )
 from ..io_utils import atomic_write_text
-from ..manifest import read_manifest, write_manifest
+from ..manifest import file_record, read_manifest, write_manifest
 from ..loading import check_model_location, refuse_pickled_weights
 from ..results import EvaluationResults, read_results, write_results
 from ..run_folder import EvaluationFolder, RunFolder
@@ -330,14 +330,20 @@ def _own_manifest(out: EvaluationFolder) -> bool:
 
 def check_own_outputs(out: EvaluationFolder, previous: EvaluationResults | None) -> None:
     """Raise `ValueError` naming the file if one that ``elmo evaluate`` would replace in ``out`` (the report, a plot)
-    was not written by it: recorded in the folder's manifest, or (a folder of an earlier version, without one) beside
-    a results file that elmo evaluate wrote."""
-    recorded = set((read_manifest(out.root) or {}).get("files", [])) if _own_manifest(out) else set()
+    was not written by it, as it wrote it: recorded in the folder's manifest with its size and sha256 (by name only
+    in a manifest of an earlier version), or (a folder of an earlier version, without one) beside a results file
+    that elmo evaluate wrote."""
+    recorded = (read_manifest(out.root) or {}).get("files", {}) if _own_manifest(out) else {}
     legacy = not _own_manifest(out) and previous is not None and previous.source == COMMAND
     for path in (out.report_file, *(out.root / name for name in EvaluationFolder.PLOTS.values())):
-        if os.path.lexists(path) and not (path.name in recorded or legacy):
+        if not os.path.lexists(path) or legacy:
+            continue
+        if path.name not in recorded:
             raise ValueError(f"{path} was not written by elmo evaluate, which would replace it; move it away or "
                              "choose another --output-dir.")
+        if recorded[path.name] is not None and file_record(path) != recorded[path.name]:
+            raise ValueError(f"{path} differs from what elmo evaluate wrote (changed since), and elmo evaluate would "
+                             "replace it; move it away or choose another --output-dir.")
 
 
 def previous_results(out: EvaluationFolder, model_name: str) -> EvaluationResults | None:

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from ..io_utils import atomic_write_text, check_safetensors_header, follow_umask, is_within
-from ..manifest import MANIFEST, check_replaceable, remove_stale_temporaries, temporary_prefix, write_manifest
+from ..manifest import (MANIFEST, check_replaceable, install_folder, output_lock, remove_stale_temporaries,
+                        temporary_prefix, write_manifest)
 from ..run_folder import CODE_FILES, EvaluationFolder, RunFolder
 from .card import CardInputs, build_model_card
 from ..loading import refuse_pickled_weights
@@ -381,14 +382,22 @@ def assemble_repo_folder(model_dir: str | os.PathLike, output_dir: str | os.Path
 
     The model and tokenizer are loaded with this package's classes (safetensors only) and saved with
     `save_for_hub`; the card is rendered by `build_model_card` from `card_inputs_of`; the plots (``plots`` and the
-    folder's own) go to ``plots/``. The folder is built under a temporary name next to ``output_dir`` and moved
-    into place when complete; an existing ``output_dir`` is replaced only if it holds nothing but allow-listed
-    files (a previous run's output).
+    folder's own) go to ``plots/``. While it works, the call holds a lock beside ``output_dir`` (a second push into
+    the same folder is refused). The folder is built under a temporary name next to ``output_dir`` and moved into
+    place when complete (`modeling_elmo.manifest.install_folder`); an existing ``output_dir`` is replaced only if it
+    holds nothing but a previous push's files, as that push wrote them (checked again at that moment).
     """
     validate_repo_id(repo_id)
     run = check_model_folder(model_dir)
     output_dir = Path(output_dir)
     _prepare_output_dir(output_dir, run.root)
+    with output_lock(output_dir, COMMAND):
+        return _assemble_locked(run, output_dir, repo_id, card, plots)
+
+
+def _assemble_locked(run: RunFolder, output_dir: Path, repo_id: str, card: CardInputs | None,
+                     plots: Sequence[str]) -> list[str]:
+    replacing = output_dir.exists()  # an earlier push's output (`_prepare_output_dir`); else one must not appear
     card = card_inputs_of(run, card)
     plot_paths = _plots(run, plots)
     dtype = check_weights(run)
@@ -424,13 +433,7 @@ def assemble_repo_folder(model_dir: str | os.PathLike, output_dir: str | os.Path
         for name in files:
             follow_umask(staging / name)
         write_manifest(staging, COMMAND, files)
-        if output_dir.exists():  # only an earlier push's files (`_prepare_output_dir`)
-            trash = Path(tempfile.mkdtemp(prefix=temporary_prefix(output_dir, "old"), dir=output_dir.parent))
-            os.replace(output_dir, trash / "old")
-            os.replace(staging, output_dir)
-            shutil.rmtree(trash)
-        else:
-            os.replace(staging, output_dir)
+        install_folder(staging, output_dir, COMMAND, overwrite=replacing)  # checked again at this moment
     finally:
         if staging.exists():
             shutil.rmtree(staging)
