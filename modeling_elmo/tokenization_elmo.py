@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -338,7 +338,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
     def _tokenize(self, text: str, **kwargs: Any) -> list[str]:
         # A lone surrogate cannot reach the Rust pre-tokenizer: it is dropped, as in `CharacterAlphabet.encode`.
         text = text.encode("utf-8", "ignore").decode("utf-8")
-        return [piece for piece, _ in self._splitter.pre_tokenize_str(text)]
+        return self._cased(piece for piece, _ in self._splitter.pre_tokenize_str(text))
 
     def _convert_token_to_id(self, token: str) -> int:
         return self.vocab.get(token, UNK_ID)
@@ -371,7 +371,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
             raise ValueError(f"text must be a string, got {type(text).__name__}: {text!r}.")
         return self.tokenize(text)
 
-    def _cased(self, words: Sequence[str]) -> list[str]:
+    def _cased(self, words: Iterable[str]) -> list[str]:
         if not self.do_lower_case:
             return list(words)
         return [w if w in self.alphabet.boundary_words else w.lower() for w in words]
