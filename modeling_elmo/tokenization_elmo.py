@@ -283,9 +283,9 @@ class ElmoTokenizer(PreTrainedTokenizer):
             input_words = _read_string_list(word_input_vocab_file, "word-input vocabulary")
         self.alphabet = CharacterAlphabet(characters, max_characters_per_token)
         self.input_words = None if input_words is None else _checked_input_words(input_words)
-        self.input_word_to_id = {w: i for i, w in enumerate(SPECIAL_WORDS + tuple(self.input_words or ()))}
-        # A literal boundary word of the text is the boundary word of the word input too (as in ELMoForManyLangs).
-        self.input_word_to_id.update(zip(self.alphabet.boundary_words, (BOS_ID, EOS_ID)))
+        # The text's literal boundary words are the boundary words of the word input too (as in ELMoForManyLangs).
+        specials = {PAD_WORD: PAD_ID, UNK_WORD: UNK_ID, **dict(zip(self.alphabet.boundary_words, (BOS_ID, EOS_ID)))}
+        self.input_word_to_id = {**specials, **{w: i for i, w in enumerate(self.input_words or (), len(SPECIAL_WORDS))}}
         self.max_characters_per_token = max_characters_per_token
         self.split_pattern = split_pattern
         self.do_lower_case = do_lower_case
