@@ -11,21 +11,15 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""ELMo character tokenizer.
+"""ELMo character tokenizer: every word becomes a row of ``max_characters_per_token`` (50) character ids.
 
-ELMo reads every word as a row of ``max_characters_per_token`` (50) character ids. `CharacterAlphabet` is the one
-encoder of words into such rows (the tokenizer and pretraining's batches both use it), for two character vocabularies:
-
-* ``"bytes"`` (the released AllenNLP/bilm-tf models): the word's first 48 UTF-8 bytes between begin- and end-of-word,
-  then padding, every id shifted by +1 so that an all-zero row can mean "no word here";
-* ``"unicode"`` (ELMoForManyLangs models, and models pretrained with a character vocabulary): the word's first 48
-  code points looked up in a saved list of characters (ids 7 on; 6 an unknown character), ids used as they are.
-
-A word that is literally the original's sentence-boundary token gets the boundary row, as in the original:
-``<S>``/``</S>`` in the bytes vocabulary (AllenNLP's ``ELMoCharacterMapper``), ``<bos>``/``<eos>`` in the unicode one
-(ELMoForManyLangs). The tokenizer does not add boundaries itself: the model adds them around every sentence.
-
-This file is shipped to the Hub as custom code: it imports only numpy, tokenizers and transformers.
+`CharacterAlphabet` is the one encoder of words into rows (the tokenizer and pretraining's batches use it), for the
+``"bytes"`` vocabulary of the released AllenNLP/bilm-tf models (a word's first 48 UTF-8 bytes between begin- and
+end-of-word, ids shifted by +1 so that an all-zero row means "no word") and for ``"unicode"`` vocabularies
+(ELMoForManyLangs: a word's first 48 code points looked up in a saved character list, ids used as they are). A word
+that is literally the original's boundary token gets the boundary row, as in each original: ``<S>``/``</S>`` (bytes,
+AllenNLP's ``ELMoCharacterMapper``), ``<bos>``/``<eos>`` (unicode, ELMoForManyLangs). The model adds the sentence
+boundaries itself. Shipped to the Hub as custom code: imports only numpy, tokenizers and transformers.
 """
 
 from __future__ import annotations
@@ -43,26 +37,11 @@ from transformers import BatchEncoding, PreTrainedTokenizer
 from transformers.tokenization_utils_base import TruncationStrategy
 from transformers.utils import PaddingStrategy, TensorType
 
-from .configuration_elmo import (
-    BEGINNING_OF_WORD_CHARACTER,
-    BOS_ID,
-    EOS_ID,
-    END_OF_WORD_CHARACTER,
-    INFERENCE_SHIFT,
-    MAX_CHARACTERS_PER_TOKEN_LIMIT,
-    PAD_ID,
-    PAD_WORD,
-    PADDING_CHARACTER,
-    SPECIAL_WORDS,
-    UNICODE_BEGINNING_OF_WORD_CHARACTER,
-    UNICODE_END_OF_WORD_CHARACTER,
-    UNICODE_FIRST_CHARACTER,
-    UNICODE_PADDING_CHARACTER,
-    UNICODE_UNKNOWN_CHARACTER,
-    UNK_ID,
-    UNK_WORD,
-    sentence_boundary_char_ids,
-)
+from .configuration_elmo import (BEGINNING_OF_WORD_CHARACTER, BOS_ID, END_OF_WORD_CHARACTER, EOS_ID, INFERENCE_SHIFT,
+                                 MAX_CHARACTERS_PER_TOKEN_LIMIT, PAD_ID, PAD_WORD, PADDING_CHARACTER, SPECIAL_WORDS,
+                                 UNICODE_BEGINNING_OF_WORD_CHARACTER, UNICODE_END_OF_WORD_CHARACTER,
+                                 UNICODE_FIRST_CHARACTER, UNICODE_PADDING_CHARACTER, UNICODE_UNKNOWN_CHARACTER, UNK_ID,
+                                 UNK_WORD, sentence_boundary_char_ids)
 
 MAX_CHARACTERS_PER_TOKEN = 50
 VOCAB_FILES_NAMES = {"vocab_file": "vocab.txt", "char_vocab_file": "char_vocab.json",
@@ -76,12 +55,8 @@ _WORD_PATTERNS = {"words": r"\w+|[^\w\s]+", "whitespace": r"\S+"}
 
 
 class CharacterAlphabet:
-    """Words to rows of character ids (and back), for the bytes vocabulary (``characters=None``) or a unicode one.
-
-    Args:
-        characters (`list[str]`, *optional*): the unicode vocabulary's characters, in id order (ids 7 on).
-        max_characters_per_token (`int`, *optional*, defaults to 50): the row width; a word keeps its first
-            ``max_characters_per_token - 2`` bytes (or characters).
+    """Words to rows of ``max_characters_per_token`` character ids and back: UTF-8 bytes (``characters=None``) or the
+    given unicode ``characters`` (ids 7 on). A word keeps its first ``max_characters_per_token - 2`` bytes (characters).
     """
 
     def __init__(self, characters: Sequence[str] | None = None, max_characters_per_token: int = MAX_CHARACTERS_PER_TOKEN):
@@ -207,40 +182,28 @@ def read_vocabulary_file(path: str | os.PathLike) -> list[str]:
 
 
 class ElmoTokenizer(PreTrainedTokenizer):
-    r"""Character tokenizer for ELMo.
-
-    Turns text into ``input_ids`` of shape (batch, words, ``max_characters_per_token``) and ``attention_mask`` of shape
-    (batch, words): one row per word, so word-level labels align with the rows as they are. Sentence boundaries are
-    *not* added: the model adds them.
+    r"""Character tokenizer for ELMo: ``input_ids`` (batch, words, ``max_characters_per_token``) and ``attention_mask``
+    (batch, words), one row per word (word-level labels align with the rows as they are); no boundary is added.
 
     Args:
-        vocab_file (`str`, *optional*):
-            A word vocabulary, one word per line (``<pad>``, ``<S>``, ``</S>``, ``<UNK>`` first; missing ones are put
-            first). It gives the word ids of language-model labels (``return_word_ids=True``); other words get the
-            ``<UNK>`` id 3.
-        max_characters_per_token (`int`, *optional*, defaults to 50):
-            Character slots per word; a word keeps at most ``max_characters_per_token - 2`` bytes (or characters).
-        split_pattern (`str`, *optional*, defaults to `"words"`):
-            How raw strings are split into words: `"words"` separates runs of word characters from runs of punctuation
-            (``"don't!"`` -> ``don ' t !``); `"whitespace"` splits on whitespace only. Pre-split input
+        vocab_file (`str`, *optional*): a word vocabulary, one word per line (``<pad> <S> </S> <UNK>`` first, put
+            there if missing), for language-model label ids (``return_word_ids=True``; unknown words get 3).
+        max_characters_per_token (`int`, *optional*, defaults to 50): character slots per word.
+        split_pattern (`str`, *optional*, defaults to `"words"`): how raw strings are split: `"words"` separates
+            runs of word characters and of punctuation, `"whitespace"` splits on whitespace only. Pre-split input
             (``is_split_into_words=True``) is used as given.
-        do_lower_case (`bool`, *optional*, defaults to `False`):
-            Lower-case words before encoding (the released models are cased).
-        char_vocab_file (`str`, *optional*):
-            A unicode character vocabulary (a JSON list of distinct characters, ids 7 on); without it words are read
-            as UTF-8 bytes. The model needs ``char_vocabulary="unicode"`` and ``num_characters = 7 + len(list)``.
-        word_input_vocab_file (`str`, *optional*):
-            The vocabulary of a model's word-embedding input (a JSON list of words, ids 4 on after the four special
-            words): the tokenizer then also returns ``word_input_ids`` (exact matches, ``<UNK>`` otherwise).
-        characters (`list[str]`, *optional*, keyword only), input_words (`list[str]`, *optional*, keyword only):
-            The same two vocabularies given as lists (they are written as files on save).
+        do_lower_case (`bool`, *optional*, defaults to `False`): lower-case words (the released models are cased).
+        char_vocab_file (`str`, *optional*): a unicode character vocabulary (JSON list of characters, ids 7 on); the
+            model then needs ``char_vocabulary="unicode"`` and ``num_characters = 7 + len(list)``.
+        word_input_vocab_file (`str`, *optional*): the vocabulary of a model's word-embedding input (JSON list of words,
+            ids 4 on): the tokenizer then also returns ``word_input_ids`` (exact matches, ``<UNK>`` otherwise).
+        characters, input_words (`list[str]`, *optional*, keyword only): the same two vocabularies as lists.
 
     Example:
 
     ```python
     >>> from modeling_elmo import ElmoTokenizer
-    >>> tok = ElmoTokenizer()
-    >>> enc = tok([["Hello", "world"], ["Hi"]], is_split_into_words=True, padding=True, return_tensors="pt")
+    >>> enc = ElmoTokenizer()([["Hello", "world"], ["Hi"]], is_split_into_words=True, padding=True, return_tensors="pt")
     >>> tuple(enc["input_ids"].shape), enc["attention_mask"].tolist()
     ((2, 2, 50), [[1, 1], [1, 0]])
     ```
@@ -291,40 +254,18 @@ class ElmoTokenizer(PreTrainedTokenizer):
         self.do_lower_case = do_lower_case
         pattern = "|".join(map(re.escape, self.alphabet.boundary_words)) + "|" + _WORD_PATTERNS[split_pattern]
         self._splitter = hf_pre_tokenizers.Split(Regex(pattern), behavior="removed", invert=True)
-        super().__init__(
-            pad_token=pad_token,
-            bos_token=bos_token,
-            eos_token=eos_token,
-            unk_token=unk_token,
-            max_characters_per_token=max_characters_per_token,
-            split_pattern=split_pattern,
-            do_lower_case=do_lower_case,
-            char_vocab_file=char_vocab_file,  # file paths: never written into tokenizer_config.json
-            word_input_vocab_file=word_input_vocab_file,
-            **kwargs,
-        )
+        super().__init__(pad_token=pad_token, bos_token=bos_token, eos_token=eos_token, unk_token=unk_token,
+                         max_characters_per_token=max_characters_per_token, split_pattern=split_pattern,
+                         do_lower_case=do_lower_case, char_vocab_file=char_vocab_file,
+                         word_input_vocab_file=word_input_vocab_file, **kwargs)
         if self.input_words is not None:
             self.model_input_names = [*self.model_input_names, "word_input_ids"]
 
-    @property
-    def characters(self) -> list[str] | None:
-        """The unicode character vocabulary, `None` for the bytes one."""
-        return self.alphabet.characters
-
-    @property
-    def char_vocabulary(self) -> str:
-        """``"unicode"`` with a character vocabulary, else ``"bytes"`` (the config's ``char_vocabulary``)."""
-        return self.alphabet.char_vocabulary
-
-    @property
-    def num_characters(self) -> int:
-        """Rows of the character table a model needs for this tokenizer (the config's ``num_characters``)."""
-        return self.alphabet.num_characters
-
-    @property
-    def word_input_vocab_size(self) -> int:
-        """Rows of the word-embedding input a model needs for this tokenizer (0: no word input)."""
-        return 0 if self.input_words is None else len(SPECIAL_WORDS) + len(self.input_words)
+    # What a model config needs for this tokenizer: ``char_vocabulary``, ``num_characters``, ``word_input_vocab_size``.
+    characters = property(lambda self: self.alphabet.characters)
+    char_vocabulary = property(lambda self: self.alphabet.char_vocabulary)
+    num_characters = property(lambda self: self.alphabet.num_characters)
+    word_input_vocab_size = property(lambda self: 0 if self.input_words is None else 4 + len(self.input_words))
 
     # ------------------------------------------------------------------ word vocabulary (PreTrainedTokenizer hooks)
     @property
@@ -393,26 +334,22 @@ class ElmoTokenizer(PreTrainedTokenizer):
 
     def _as_word_lists(self, text: Any, is_split_into_words: bool) -> tuple[list[list[str]], bool]:
         """The accepted input forms as a list of word lists, and whether a batch was given."""
-        if isinstance(text, str):
-            if is_split_into_words:
-                raise ValueError("with is_split_into_words=True, pass a list of words (or a batch of lists), not a string.")
+        if isinstance(text, str) and not is_split_into_words:
             return [self.split_words(text)], False
-        if not isinstance(text, (list, tuple)):
-            raise ValueError(f"text must be a string, a list of strings or a list of word lists, got {type(text).__name__}.")
+        if isinstance(text, str) or not isinstance(text, (list, tuple)):
+            raise ValueError(f"text must be a string, a list of strings or a list of word lists, got {type(text).__name__}"
+                             + (" (with is_split_into_words=True, pass a list of words)." if is_split_into_words else "."))
         if len(text) == 0:
             raise ValueError("empty batch: pass at least one sentence.")
-        if is_split_into_words:
-            if all(isinstance(t, str) for t in text):
-                return [list(text)], False
-            for i, sentence in enumerate(text):
-                if not isinstance(sentence, (list, tuple)) or not all(isinstance(w, str) for w in sentence):
-                    raise ValueError(f"sentence {i} must be a list of word strings, got {sentence!r:.80}.")
-            return [list(s) for s in text], True
+        if is_split_into_words and all(isinstance(t, str) for t in text):
+            return [list(text)], False
         for i, sentence in enumerate(text):
-            if not isinstance(sentence, str):
+            if is_split_into_words and not (isinstance(sentence, (list, tuple)) and all(isinstance(w, str) for w in sentence)):
+                raise ValueError(f"sentence {i} must be a list of word strings, got {sentence!r:.80}.")
+            if not is_split_into_words and not isinstance(sentence, str):
                 raise ValueError(f"item {i} of the batch is not a string but {type(sentence).__name__} {sentence!r:.40}; "
                                  "for pre-split words pass is_split_into_words=True.")
-        return [self.split_words(s) for s in text], True
+        return [list(s) if is_split_into_words else self.split_words(s) for s in text], True
 
     # ------------------------------------------------------------------ encoding and padding
     # Why two base-class hooks are overridden: an ELMo token is a row of character ids, not one id. The public path
@@ -421,24 +358,12 @@ class ElmoTokenizer(PreTrainedTokenizer):
     # (words, 50) example would read as a batch. `_encode_plus` is the method every tokenizer backend implements (the
     # base class leaves it abstract); it builds the rows and hands a batch to the base `pad`. `_pad` pads one example
     # (the hook layout tokenizers override for their per-token boxes): a missing word is a row of zeros.
-    def _encode_plus(
-        self,
-        text: Any,
-        text_pair: Any = None,
-        padding_strategy: PaddingStrategy = PaddingStrategy.DO_NOT_PAD,
-        truncation_strategy: Any = None,
-        max_length: int | None = None,
-        is_split_into_words: bool = False,
-        pad_to_multiple_of: int | None = None,
-        padding_side: str | None = None,
-        return_tensors: str | TensorType | None = None,
-        return_attention_mask: bool | None = None,
-        return_special_tokens_mask: bool = False,
-        return_length: bool = False,
-        return_word_ids: bool = False,
-        truncation_side: str | None = None,
-        **kwargs: Any,
-    ) -> BatchEncoding:
+    def _encode_plus(self, text: Any, text_pair: Any = None, padding_strategy: PaddingStrategy = PaddingStrategy.DO_NOT_PAD,
+                     truncation_strategy: Any = None, max_length: int | None = None, is_split_into_words: bool = False,
+                     pad_to_multiple_of: int | None = None, padding_side: str | None = None,
+                     return_tensors: str | TensorType | None = None, return_attention_mask: bool | None = None,
+                     return_special_tokens_mask: bool = False, return_length: bool = False,
+                     return_word_ids: bool = False, truncation_side: str | None = None, **kwargs: Any) -> BatchEncoding:
         if text_pair is not None:
             raise ValueError("ElmoTokenizer encodes single sentences; text pairs are not supported.")
         for flag in ("return_overflowing_tokens", "return_offsets_mapping"):
@@ -469,15 +394,9 @@ class ElmoTokenizer(PreTrainedTokenizer):
             encoding = BatchEncoding({key: value[0] for key, value in encoding.items()})
         return encoding
 
-    def _pad(
-        self,
-        encoded_inputs: dict[str, Any],
-        max_length: int | None = None,
-        padding_strategy: PaddingStrategy = PaddingStrategy.DO_NOT_PAD,
-        pad_to_multiple_of: int | None = None,
-        padding_side: str | None = None,
-        return_attention_mask: bool | None = None,
-    ) -> dict:
+    def _pad(self, encoded_inputs: dict[str, Any], max_length: int | None = None,
+             padding_strategy: PaddingStrategy = PaddingStrategy.DO_NOT_PAD, pad_to_multiple_of: int | None = None,
+             padding_side: str | None = None, return_attention_mask: bool | None = None) -> dict:
         words = len(encoded_inputs["input_ids"])
         if return_attention_mask is None:
             return_attention_mask = "attention_mask" in self.model_input_names
@@ -535,28 +454,24 @@ def _read_string_list(path: str, what: str) -> list[str]:
     return listed
 
 
-def _first_repeated(values: list[str]) -> str | None:
-    seen: set[str] = set()
-    return next((v for v in values if v in seen or seen.add(v)), None)
+def _checked_list(values: Sequence[str], what: str, valid: Any, kind: str) -> list[str]:
+    """``values`` as a list, each ``valid`` and none twice; a `ValueError` naming the first bad one otherwise."""
+    values, seen = list(values), set()
+    for position, value in enumerate(values):
+        if not isinstance(value, str) or not valid(value):
+            raise ValueError(f"a {what} lists {kind}, got {value!r} at position {position}.")
+        if value in seen:
+            raise ValueError(f"the {what} lists {value!r} twice.")
+        seen.add(value)
+    return values
 
 
 def _checked_characters(characters: Sequence[str]) -> list[str]:
-    characters = list(characters)
-    for position, character in enumerate(characters):
-        if not isinstance(character, str) or len(character) != 1:
-            raise ValueError(f"a character vocabulary lists single characters, got {character!r} at position {position}.")
-    if (repeated := _first_repeated(characters)) is not None:
-        raise ValueError(f"the character vocabulary lists {repeated!r} twice.")
-    return characters
+    return _checked_list(characters, "character vocabulary", lambda c: len(c) == 1, "single characters")
 
 
 def _checked_input_words(words: Sequence[str]) -> list[str]:
-    words = list(words)
-    for position, word in enumerate(words):
-        if not isinstance(word, str) or not word:
-            raise ValueError(f"a word-input vocabulary lists non-empty words, got {word!r} at position {position}.")
-    if (repeated := _first_repeated(words)) is not None:
-        raise ValueError(f"the word-input vocabulary lists {repeated!r} twice.")
+    words = _checked_list(words, "word-input vocabulary", bool, "non-empty words")
     clash = sorted(set(words) & set(SPECIAL_WORDS))
     if clash:
         raise ValueError(f"the word-input vocabulary lists the special word(s) {clash}: they have the fixed ids 0-3.")
