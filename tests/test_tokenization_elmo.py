@@ -247,3 +247,18 @@ def test_literal_boundary_words_follow_each_original():
     assert enc["word_input_ids"] == [4, 1, 3, 2]  # x, <bos> -> <S>'s row, <S> -> <UNK>, <eos> -> </S>'s row
     assert tok.decode(enc["input_ids"]) == "x <bos> <S> <eos>"
     assert tok.decode(enc["input_ids"], skip_special_tokens=True) == "x <S>"
+
+
+def test_word_labels_align_with_the_rows_and_the_token_classification_collator_pads_them():
+    """One row per word, no token added: tags line up with the rows as they are (no `word_ids()` needed), and
+    transformers' `DataCollatorForTokenClassification` pads both."""
+    from transformers import DataCollatorForTokenClassification
+
+    tok = ElmoTokenizer()
+    examples = [(["The", "bank", "don't"], [0, 1, 2]), (["A"], [2])]
+    features = [dict(tok(words, is_split_into_words=True), labels=tags) for words, tags in examples]
+    assert [len(f["input_ids"]) for f in features] == [3, 1]
+    batch = DataCollatorForTokenClassification(tok)(features)
+    assert batch["labels"].tolist() == [[0, 1, 2], [2, -100, -100]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
+    assert tok.decode(batch["input_ids"]) == ["The bank don't", "A"]
