@@ -265,7 +265,10 @@ class ElmoTokenizer(PreTrainedTokenizer):
     characters = property(lambda self: self.alphabet.characters)
     char_vocabulary = property(lambda self: self.alphabet.char_vocabulary)
     num_characters = property(lambda self: self.alphabet.num_characters)
-    word_input_vocab_size = property(lambda self: len(SPECIAL_WORDS) + len(self.input_words) if self.input_words else 0)
+
+    @property
+    def word_input_vocab_size(self) -> int:
+        return 0 if self.input_words is None else len(SPECIAL_WORDS) + len(self.input_words)
 
     # ------------------------------------------------------------------ word vocabulary (PreTrainedTokenizer hooks)
     @property
