@@ -380,6 +380,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
             if side not in ("left", "right"):
                 raise ValueError(f"truncation_side must be 'left' or 'right', got {side!r}.")
             sentences = [s[:max_length] if side == "right" else s[-max_length:] for s in sentences]
+        # Lists: arrays would make the base `pad` return arrays where lists were asked for.
         features: dict[str, list] = {"input_ids": [self.encode_words(s).tolist() for s in sentences]}
         if return_special_tokens_mask:  # the tokenizer adds no token: 1 marks the special words of the text
             specials = set(self.all_special_tokens)
@@ -393,14 +394,19 @@ class ElmoTokenizer(PreTrainedTokenizer):
         encoding = self.pad(features, padding=padding_strategy, max_length=max_length,
                             pad_to_multiple_of=pad_to_multiple_of, padding_side=padding_side,
                             return_attention_mask=return_attention_mask, return_tensors=return_tensors)
-        if not batched and return_tensors is None:
-            encoding = BatchEncoding({key: value[0] for key, value in encoding.items()})
+        if return_tensors is None:  # lists, as any tokenizer returns them
+            encoding["input_ids"] = [rows.tolist() for rows in encoding["input_ids"]]
+            if not batched:
+                encoding = BatchEncoding({key: value[0] for key, value in encoding.items()})
         return encoding
 
     def _pad(self, encoded_inputs: dict[str, Any], max_length: int | None = None,
              padding_strategy: PaddingStrategy = PaddingStrategy.DO_NOT_PAD, pad_to_multiple_of: int | None = None,
              padding_side: str | None = None, return_attention_mask: bool | None = None) -> dict:
-        words = len(encoded_inputs["input_ids"])
+        # The rows as an array: a batch of them becomes a tensor without a Python loop over every id.
+        rows = np.asarray(encoded_inputs["input_ids"], dtype=np.int64).reshape(-1, self.max_characters_per_token)
+        encoded_inputs["input_ids"] = rows
+        words = len(rows)
         if return_attention_mask is None:
             return_attention_mask = "attention_mask" in self.model_input_names
         if return_attention_mask and "attention_mask" not in encoded_inputs:
@@ -415,11 +421,13 @@ class ElmoTokenizer(PreTrainedTokenizer):
         if side not in ("left", "right"):
             raise ValueError(f"padding_side must be 'left' or 'right', got {side!r}.")
         missing = max_length - words
-        fills = {"input_ids": [0] * self.max_characters_per_token, **_PAD_VALUES}
-        for key, fill in fills.items():
-            if key in encoded_inputs and missing > 0:
-                values, padding = list(encoded_inputs[key]), [fill] * missing
-                encoded_inputs[key] = values + padding if side == "right" else padding + values
+        if missing > 0:
+            zeros = np.zeros((missing, rows.shape[1]), dtype=np.int64)
+            encoded_inputs["input_ids"] = np.concatenate([rows, zeros] if side == "right" else [zeros, rows])
+            for key, fill in _PAD_VALUES.items():
+                if key in encoded_inputs:
+                    values, padding = list(encoded_inputs[key]), [fill] * missing
+                    encoded_inputs[key] = values + padding if side == "right" else padding + values
         return encoded_inputs
 
     # ------------------------------------------------------------------ decoding
