@@ -24,38 +24,39 @@ from modeling_elmo import (
 )
 
 # --- h-tok: pipelines and sentence-transformers ---
-TEXT = "The river bank, in Paris!"
-LABELS = {0: "O", 1: "B-LOC", 2: "I-LOC"}
+TAGGED_TEXT = "The river bank, in Paris!"
+TAG_LABELS = {0: "O", 1: "B-LOC", 2: "I-LOC"}
 
 
-def _tiny(**overrides) -> ElmoConfig:
+def tiny_config_with(**overrides) -> ElmoConfig:
     config = ElmoConfig.from_json_file(str(Path(__file__).resolve().parents[1] / "configuration" / "elmo-tiny.json"))
     for key, value in overrides.items():
         setattr(config, key, value)
     return config
 
 
-def _saved(model, folder):
+def saved_with_tokenizer(model, folder):
     """``model.save_pretrained`` and the tokenizer's, as any transformers user saves them (no helper of this package)."""
     model.save_pretrained(folder)
     ElmoTokenizer().save_pretrained(folder)
     return folder
 
 
-def _tagger(folder):
+def saved_tagger(folder):
     torch.manual_seed(0)
-    model = ElmoForTokenClassification(_tiny(num_labels=3, id2label=LABELS, label2id={v: k for k, v in LABELS.items()}))
-    return model.eval(), _saved(model.eval(), folder)
+    config = tiny_config_with(num_labels=3, id2label=TAG_LABELS, label2id={v: k for k, v in TAG_LABELS.items()})
+    model = ElmoForTokenClassification(config)
+    return model.eval(), saved_with_tokenizer(model.eval(), folder)
 
 
 def expected_entities(model) -> list[dict]:
-    """One entity per word of `TEXT`: the word, its offsets (found with the split's own pattern), the argmax label and
-    its softmax probability, computed here from the model's logits."""
-    words = [(m.group(), m.start(), m.end()) for m in re.finditer(r"\w+|[^\w\s]+", TEXT)]
+    """One entity per word of `TAGGED_TEXT`: the word, its offsets (found with the split's own pattern), the argmax
+    label and its softmax probability, computed here from the model's logits."""
+    words = [(m.group(), m.start(), m.end()) for m in re.finditer(r"\w+|[^\w\s]+", TAGGED_TEXT)]
     encoding = ElmoTokenizer()([w for w, _, _ in words], is_split_into_words=True, return_tensors="pt")
     with torch.no_grad():
         probabilities = model(**encoding).logits[0].softmax(-1)
-    return [{"entity": LABELS[int(p.argmax())], "score": float(p.max()), "index": i, "word": w, "start": s, "end": e}
+    return [{"entity": TAG_LABELS[int(p.argmax())], "score": float(p.max()), "index": i, "word": w, "start": s, "end": e}
             for i, ((w, s, e), p) in enumerate(zip(words, probabilities))]
 
 
@@ -78,8 +79,8 @@ TOKEN_CLASSIFICATION = """
 
 @pytest.mark.slow
 def test_token_classification_pipeline_gives_one_entity_per_word_without_the_package(tmp_path):
-    model, folder = _tagger(tmp_path / "tagger")
-    got = run_without_package(TOKEN_CLASSIFICATION, folder, TEXT, workdir=tmp_path / "fresh")
+    model, folder = saved_tagger(tmp_path / "tagger")
+    got = run_without_package(TOKEN_CLASSIFICATION, folder, TAGGED_TEXT, workdir=tmp_path / "fresh")
     assert got["class"] == "ElmoTokenClassificationPipeline"
     expected = expected_entities(model)
     assert_same_entities(got["entities"], expected)
@@ -93,7 +94,7 @@ def test_token_classification_pipeline_gives_one_entity_per_word_without_the_pac
         position += len(members)
 
 
-OTHER_PIPELINES = """
+FEATURE_AND_TEXT_PIPELINES = """
     import json, sys
     from transformers import pipeline
     extractor = pipeline("feature-extraction", model=sys.argv[1], trust_remote_code=True)
@@ -105,11 +106,11 @@ OTHER_PIPELINES = """
 @pytest.mark.slow
 def test_feature_extraction_and_text_classification_pipelines_without_the_package(tmp_path):
     torch.manual_seed(0)
-    encoder = ElmoModel(_tiny()).eval()
-    classifier = ElmoForSequenceClassification(_tiny(num_labels=2)).eval()
-    got = run_without_package(OTHER_PIPELINES, _saved(encoder, tmp_path / "encoder"),
-                              _saved(classifier, tmp_path / "classifier"), TEXT, workdir=tmp_path / "fresh")
-    encoding = ElmoTokenizer()(TEXT, return_tensors="pt")
+    encoder = ElmoModel(tiny_config_with()).eval()
+    classifier = ElmoForSequenceClassification(tiny_config_with(num_labels=2)).eval()
+    folders = saved_with_tokenizer(encoder, tmp_path / "encoder"), saved_with_tokenizer(classifier, tmp_path / "classifier")
+    got = run_without_package(FEATURE_AND_TEXT_PIPELINES, *folders, TAGGED_TEXT, workdir=tmp_path / "fresh")
+    encoding = ElmoTokenizer()(TAGGED_TEXT, return_tensors="pt")
     with torch.no_grad():
         features = encoder(**encoding).last_hidden_state[0]
         probabilities = classifier(**encoding).logits[0].softmax(-1)
@@ -125,7 +126,7 @@ SENTENCE_TRANSFORMERS = """
     vectors = model.encode(json.loads(sys.argv[2]))
     print(json.dumps({"vectors": vectors.tolist(), "dimension": model.get_sentence_embedding_dimension()}))
 """
-SENTENCES = ["The river bank .", "A bank", "Ein Haus am See , und ein Boot !"]
+ST_SENTENCES = ["The river bank .", "A bank", "Ein Haus am See , und ein Boot !"]
 
 
 def sentence_vectors(model: ElmoModel, sentences: list[str]) -> torch.Tensor:
@@ -137,14 +138,14 @@ def sentence_vectors(model: ElmoModel, sentences: list[str]) -> torch.Tensor:
     return (top * mask).sum(1) / mask.sum(1)
 
 
-def _output_width(config: ElmoConfig) -> int:
+def output_width(config: ElmoConfig) -> int:
     """The width of ``last_hidden_state``, measured."""
     with torch.no_grad():
         return ElmoModel(config).eval()(**ElmoTokenizer()("a", return_tensors="pt")).last_hidden_state.shape[-1]
 
 
-def _hidden_size_is_the_output_width() -> bool:
-    return _tiny().hidden_size == _output_width(_tiny())
+def hidden_size_is_the_output_width() -> bool:
+    return tiny_config_with().hidden_size == output_width(tiny_config_with())
 
 
 @pytest.fixture(scope="module")
@@ -152,22 +153,22 @@ def sentence_transformer_run(tmp_path_factory):
     """`SENTENCE_TRANSFORMERS` on a folder saved by `save_model_folder`, and the model saved."""
     tmp_path = tmp_path_factory.mktemp("sentence-transformers")
     torch.manual_seed(0)
-    model = ElmoModel(_tiny()).eval()
+    model = ElmoModel(tiny_config_with()).eval()
     save_model_folder(model, ElmoTokenizer(), tmp_path / "encoder")
-    got = run_without_package(SENTENCE_TRANSFORMERS, tmp_path / "encoder", json.dumps(SENTENCES), workdir=tmp_path / "fresh")
+    got = run_without_package(SENTENCE_TRANSFORMERS, tmp_path / "encoder", json.dumps(ST_SENTENCES), workdir=tmp_path / "fresh")
     return model, got
 
 
 @pytest.mark.slow
 def test_sentence_transformer_encodes_the_mean_of_the_top_layer_without_the_package(sentence_transformer_run):
     model, got = sentence_transformer_run
-    assert_same_numbers(got["vectors"], sentence_vectors(model, SENTENCES), what="sentence vectors")
+    assert_same_numbers(got["vectors"], sentence_vectors(model, ST_SENTENCES), what="sentence vectors")
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(not _hidden_size_is_the_output_width(), strict=True,
+@pytest.mark.xfail(not hidden_size_is_the_output_width(), strict=True,
                    reason="sentence-transformers sizes its vectors by config.hidden_size, the per-direction width in "
                           "configs where it is not yet the width of last_hidden_state")
 def test_sentence_transformer_declares_the_dimension_it_returns(sentence_transformer_run):
     model, got = sentence_transformer_run
-    assert got["dimension"] == len(got["vectors"][0]) == _output_width(model.config)
+    assert got["dimension"] == len(got["vectors"][0]) == output_width(model.config)

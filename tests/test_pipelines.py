@@ -10,31 +10,32 @@ import torch
 from transformers import pipeline
 
 from support import assert_same_numbers
-from test_ecosystem_clients import TEXT, _saved, _tagger, _tiny, assert_same_entities, expected_entities
+from test_ecosystem_clients import (TAGGED_TEXT, assert_same_entities, expected_entities, saved_tagger, saved_with_tokenizer,
+                                    tiny_config_with)
 
 from modeling_elmo import ElmoForSequenceClassification, ElmoModel, ElmoTokenizer
 from modeling_elmo.pipeline_elmo import CUSTOM_PIPELINES, ElmoTokenClassificationPipeline
 
 
 def test_saved_tagger_names_its_pipeline_and_every_folder_ships_the_pipeline_file(tmp_path):
-    _, folder = _tagger(tmp_path / "tagger")
+    _, folder = saved_tagger(tmp_path / "tagger")
     assert json.loads((folder / "config.json").read_text())["custom_pipelines"] == CUSTOM_PIPELINES
-    encoder = _saved(ElmoModel(_tiny()), tmp_path / "encoder")
+    encoder = saved_with_tokenizer(ElmoModel(tiny_config_with()), tmp_path / "encoder")
     assert (folder / "pipeline_elmo.py").is_file() and (encoder / "pipeline_elmo.py").is_file()
     assert "custom_pipelines" not in json.loads((encoder / "config.json").read_text())
 
 
 @pytest.mark.parametrize("how", ["trust_remote_code", "pipeline_class"])
 def test_token_classification_pipeline_gives_one_entity_per_word(tmp_path, how):
-    model, folder = _tagger(tmp_path / "tagger")
+    model, folder = saved_tagger(tmp_path / "tagger")
     options = {"trust_remote_code": True} if how == "trust_remote_code" else {"pipeline_class": ElmoTokenClassificationPipeline}
     tagger = pipeline("token-classification", model=str(folder), **options)
     assert type(tagger).__name__ == "ElmoTokenClassificationPipeline"
-    assert_same_entities(tagger(TEXT, ignore_labels=[]), expected_entities(model))
+    assert_same_entities(tagger(TAGGED_TEXT, ignore_labels=[]), expected_entities(model))
 
 
 def test_token_classification_pipeline_on_pre_split_words_and_on_words_the_text_does_not_hold(tmp_path):
-    model, folder = _tagger(tmp_path / "tagger")
+    model, folder = saved_tagger(tmp_path / "tagger")
     tagger = pipeline("token-classification", model=str(folder), pipeline_class=ElmoTokenClassificationPipeline)
     words = ["The", "river", "bank", ",", "in", "Paris", "!"]
     (split,) = tagger([words], is_split_into_words=True, ignore_labels=[])
@@ -49,12 +50,12 @@ def test_token_classification_pipeline_on_pre_split_words_and_on_words_the_text_
 
 def test_feature_extraction_and_text_classification_pipelines(tmp_path):
     torch.manual_seed(0)
-    encoder, classifier = ElmoModel(_tiny()).eval(), ElmoForSequenceClassification(_tiny(num_labels=2)).eval()
-    extractor = pipeline("feature-extraction", model=str(_saved(encoder, tmp_path / "encoder")))
-    scorer = pipeline("text-classification", model=str(_saved(classifier, tmp_path / "classifier")))
-    encoding = ElmoTokenizer()(TEXT, return_tensors="pt")
+    encoder, classifier = ElmoModel(tiny_config_with()).eval(), ElmoForSequenceClassification(tiny_config_with(num_labels=2)).eval()
+    extractor = pipeline("feature-extraction", model=str(saved_with_tokenizer(encoder, tmp_path / "encoder")))
+    scorer = pipeline("text-classification", model=str(saved_with_tokenizer(classifier, tmp_path / "classifier")))
+    encoding = ElmoTokenizer()(TAGGED_TEXT, return_tensors="pt")
     with torch.no_grad():
-        assert_same_numbers(extractor(TEXT)[0], encoder(**encoding).last_hidden_state[0], what="features")
+        assert_same_numbers(extractor(TAGGED_TEXT)[0], encoder(**encoding).last_hidden_state[0], what="features")
         probabilities = classifier(**encoding).logits[0].softmax(-1)
-    scores = {entry["label"]: entry["score"] for entry in scorer(TEXT, top_k=None)}
+    scores = {entry["label"]: entry["score"] for entry in scorer(TAGGED_TEXT, top_k=None)}
     assert_same_numbers([scores[classifier.config.id2label[i]] for i in range(2)], probabilities, what="classifier")
