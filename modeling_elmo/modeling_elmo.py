@@ -985,6 +985,14 @@ class ElmoForTokenClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
         self.classifier = nn.Linear(config.output_size, config.num_labels)
         self.post_init()
 
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """`PreTrainedModel.save_pretrained`; the folder's config also names the tagger's token-classification
+        pipeline (``config.custom_pipelines``: one entity per word), whose file ships beside this one."""
+        from .pipeline_elmo import CUSTOM_PIPELINES  # a relative import: saving copies pipeline_elmo.py too
+
+        self.config.custom_pipelines = CUSTOM_PIPELINES
+        return super().save_pretrained(save_directory, *args, **kwargs)
+
     def forward(
         self,
         input_ids: torch.Tensor | None = None,

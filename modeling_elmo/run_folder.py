@@ -6,8 +6,8 @@ A folder written by ``elmo pretrain --output-dir RUN``::
                                           model.safetensors.index.json + model-0000N-of-0000M.safetensors)
     tokenizer_config.json, vocab.txt      the tokenizer (special_tokens_map.json, added_tokens.json when written;
                                           char_vocab.json with --char-vocabulary unicode)
-    configuration_elmo.py, inputs_elmo.py, lstm_kernels.py, modeling_elmo.py, tokenization_elmo.py
-                                          the code files (trust_remote_code loading)
+    configuration_elmo.py, inputs_elmo.py, lstm_kernels.py, modeling_elmo.py, pipeline_elmo.py,
+    tokenization_elmo.py                  the code files (trust_remote_code loading)
     checkpoints/                          training state: step_NNNNNNNN/ folders and ``latest`` naming the newest
                                           (see modeling_elmo.pretraining.checkpoint); best/ holds the best validated
                                           weights so far (--load-best-model-at-end)
@@ -51,7 +51,8 @@ from .results import EvaluationResults, read_results
 __all__ = ["CHECKPOINT_FILE", "CODE_FILES", "EvaluationFolder", "RunFolder", "read_json_object"]
 
 #: The custom-code files saved with every model (``trust_remote_code`` loads them).
-CODE_FILES = ("configuration_elmo.py", "inputs_elmo.py", "lstm_kernels.py", "modeling_elmo.py", "tokenization_elmo.py")
+CODE_FILES = ("configuration_elmo.py", "inputs_elmo.py", "lstm_kernels.py", "modeling_elmo.py", "pipeline_elmo.py",
+              "tokenization_elmo.py")
 #: The files of a training checkpoint (``checkpoints/step_NNNNNNNN/``; docs/security.md lists them).
 CHECKPOINT_FILE = re.compile(r"trainer_state\.json|model\.safetensors|best_model\.safetensors|optimizer\.(safetensors|json)|"
                              r"scheduler\.json|scaler\.json|vocab\.txt|char_vocab\.json|rng_state_\d+\.(safetensors|json)")

@@ -1,153 +1,151 @@
-"""ELMo character tokenizer.
+# Copyright 2026 The modeling_elmo authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""ELMo character tokenizer: every word becomes a row of ``max_characters_per_token`` (50) character ids.
 
-ELMo reads words as sequences of UTF-8 bytes. Every word becomes a row of ``max_characters_per_token`` (50)
-character ids in the scheme of the released models (bilm-tf ``UnicodeCharsVocabulary`` and AllenNLP
-``ELMoCharacterMapper``):
-
-* raw ids 0-255 are the bytes of the word, 256/257 the sentence begin/end markers (only inside ``<S>`` and
-  ``</S>``), 258/259 begin/end of word, 260 the within-word padding;
-* at inference every id is shifted by +1 so that 0 means "no token here" (an all-zero row pads a sentence);
-* a word keeps at most its first 48 bytes (a multi-byte character may be cut), then BOW, bytes, EOW, padding.
-
-The tokenizer returns ``input_ids`` of shape (batch, tokens, 50) *without* the sentence boundary tokens: the
-model adds ``<S>``/``</S>`` itself (as AllenNLP's ``batch_to_ids``/``Elmo`` pair does). A word vocabulary
-(optional, ``vocab.txt``) gives word ids for language-model labels.
-
-Two options, each a file saved with the tokenizer:
-
-* a Unicode character vocabulary (``char_vocab.json``, a JSON list of characters): words are then read as code
-  points, not bytes. Ids are used as they are: 0 no token, 1 within-word padding, 2/3 begin/end of word, 4/5 the
-  ``<S>``/``</S>`` markers, 6 an unknown character, 7 on the listed characters. A word keeps its first
-  ``max_characters_per_token - 2`` characters;
-* a word-input vocabulary (``word_input_vocab.json``, a JSON list of words after the four special words) for a
-  model with a word-embedding input: the tokenizer then also returns ``word_input_ids`` (batch, tokens), exact
-  (case-sensitive) matches of the word as cut to its characters, ``<UNK>`` (3) otherwise. (Not ``word_ids``:
-  that name is taken, by the language-model labels here and by `BatchEncoding.word_ids()`.)
-
-This file is shipped to the Hub as custom code: it imports only numpy, tokenizers and transformers.
+`CharacterAlphabet` is the one encoder of words into rows (the tokenizer and pretraining's batches use it), for the
+``"bytes"`` vocabulary of the released AllenNLP/bilm-tf models (a word's first 48 UTF-8 bytes between begin- and
+end-of-word, ids shifted by +1 so that an all-zero row means "no word") and for ``"unicode"`` vocabularies
+(ELMoForManyLangs: a word's first 48 code points looked up in a saved character list, ids used as they are). A word
+that is literally the original's boundary token gets the boundary row, as in each original: ``<S>``/``</S>`` (bytes,
+AllenNLP's ``ELMoCharacterMapper``), ``<bos>``/``<eos>`` (unicode, ELMoForManyLangs). The model adds the sentence
+boundaries itself. Shipped to the Hub as custom code: imports only numpy, tokenizers and transformers.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 from tokenizers import Regex
 from tokenizers import pre_tokenizers as hf_pre_tokenizers
 from transformers import BatchEncoding, PreTrainedTokenizer
-from transformers.utils import PaddingStrategy, TensorType, logging
+from transformers.tokenization_utils_base import TruncationStrategy
+from transformers.utils import PaddingStrategy, TensorType
 
-from .configuration_elmo import (
-    BEGINNING_OF_SENTENCE_CHARACTER,
-    BEGINNING_OF_WORD_CHARACTER,
-    BOS_WORD,
-    END_OF_SENTENCE_CHARACTER,
-    END_OF_WORD_CHARACTER,
-    EOS_WORD,
-    INFERENCE_SHIFT,
-    MAX_CHARACTERS_PER_TOKEN_LIMIT,
-    PAD_WORD,
-    PADDING_CHARACTER,
-    SPECIAL_WORDS,
-    UNICODE_BEGINNING_OF_WORD_CHARACTER,
-    UNICODE_END_OF_WORD_CHARACTER,
-    UNICODE_FIRST_CHARACTER,
-    UNICODE_PADDING_CHARACTER,
-    UNICODE_UNKNOWN_CHARACTER,
-    UNK_ID,
-    UNK_WORD,
-    sentence_boundary_char_ids,
-    sentence_marker_char_ids,
-)
-
-logger = logging.get_logger(__name__)
+from .configuration_elmo import (BEGINNING_OF_WORD_CHARACTER, BOS_ID, END_OF_WORD_CHARACTER, EOS_ID, INFERENCE_SHIFT,
+                                 MAX_CHARACTERS_PER_TOKEN_LIMIT, PAD_ID, PAD_WORD, PADDING_CHARACTER, SPECIAL_WORDS,
+                                 UNICODE_BEGINNING_OF_WORD_CHARACTER, UNICODE_END_OF_WORD_CHARACTER,
+                                 UNICODE_FIRST_CHARACTER, UNICODE_PADDING_CHARACTER, UNICODE_UNKNOWN_CHARACTER, UNK_ID,
+                                 UNK_WORD, sentence_boundary_char_ids)
 
 MAX_CHARACTERS_PER_TOKEN = 50
-BOS_TOKEN, EOS_TOKEN, UNK_TOKEN, PAD_TOKEN = BOS_WORD, EOS_WORD, UNK_WORD, PAD_WORD
-
 VOCAB_FILES_NAMES = {"vocab_file": "vocab.txt", "char_vocab_file": "char_vocab.json",
                      "word_input_vocab_file": "word_input_vocab.json"}
-#: Per-token entries `ElmoTokenizer.pad` pads, and the value it pads them with.
-_TOKEN_LEVEL_KEYS = ("attention_mask", "word_ids", "word_input_ids", "special_tokens_mask")
-_WORD_PATTERNS = {
-    # Word characters run together, punctuation runs together; <S> and </S> stay whole.
-    "words": r"</?S>|\w+|[^\w\s]+",
-    # Split on whitespace only (for text that is already tokenised).
-    "whitespace": r"\S+",
-}
+#: The words of the text read as the sentence-boundary tokens, per character vocabulary (as each original does).
+BOUNDARY_WORDS = {"bytes": ("<S>", "</S>"), "unicode": ("<bos>", "<eos>")}
+#: Per-word entries besides ``input_ids`` and the value a padded position gets.
+_PAD_VALUES = {"attention_mask": 0, "word_ids": PAD_ID, "word_input_ids": PAD_ID, "special_tokens_mask": 1}
+#: How raw strings are split into words (the alphabet's boundary words always stay whole).
+_WORD_PATTERNS = {"words": r"\w+|[^\w\s]+", "whitespace": r"\S+"}
 
 
-def _special_row(character: int, max_characters_per_token: int) -> np.ndarray:
-    return np.asarray(sentence_marker_char_ids(character, max_characters_per_token), dtype=np.int64)
+class CharacterAlphabet:
+    """Words to rows of ``max_characters_per_token`` character ids and back: UTF-8 bytes (``characters=None``) or the
+    given unicode ``characters`` (ids 7 on). A word keeps its first ``max_characters_per_token - 2`` bytes (characters).
+    """
+
+    def __init__(self, characters: Sequence[str] | None = None, max_characters_per_token: int = MAX_CHARACTERS_PER_TOKEN):
+        self.characters = None if characters is None else _checked_characters(characters)
+        self.width = max_characters_per_token
+        self.char_vocabulary = "bytes" if characters is None else "unicode"
+        self.char_to_id = {c: UNICODE_FIRST_CHARACTER + i for i, c in enumerate(self.characters or ())}
+        self.boundary_words = BOUNDARY_WORDS[self.char_vocabulary]
+        self.boundary_rows = tuple(np.asarray(row, dtype=np.int64)
+                                   for row in sentence_boundary_char_ids(self.char_vocabulary, self.width))
+
+    @property
+    def num_characters(self) -> int:
+        """Rows of the character table a model needs for this alphabet (the config's ``num_characters``)."""
+        return 262 if self.characters is None else UNICODE_FIRST_CHARACTER + len(self.characters)
+
+    def encode(self, words: Sequence[str]) -> np.ndarray:
+        """Character ids of ``words``, shape ``(len(words), width)``, int64. Raises `ValueError` on an empty word or
+        a non-string. A lone surrogate (not encodable) is dropped, as the originals do."""
+        for position, word in enumerate(words):
+            if not isinstance(word, str):
+                raise ValueError(f"words must be strings, got {type(word).__name__} {word!r} at position {position}.")
+            if not word:
+                raise ValueError(f"empty word at position {position}: words must contain at least one character.")
+        out = self._encode_bytes(words) if self.characters is None else self._encode_unicode(words)
+        for position, word in enumerate(words):
+            if word in self.boundary_words:
+                out[position] = self.boundary_rows[self.boundary_words.index(word)]
+        return out
+
+    def _encode_bytes(self, words: Sequence[str]) -> np.ndarray:
+        # Vectorised: Python touches each word once (for its bytes), numpy fills the rows.
+        n, width = len(words), self.width
+        out = np.full((n, width), PADDING_CHARACTER + INFERENCE_SHIFT, dtype=np.int64)
+        encoded = [word.encode("utf-8", "ignore")[: width - 2] for word in words]
+        lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=n)
+        flat = np.frombuffer(b"".join(encoded), dtype=np.uint8).astype(np.int64) + INFERENCE_SHIFT
+        starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
+        out[:, 0] = BEGINNING_OF_WORD_CHARACTER + INFERENCE_SHIFT
+        out[np.repeat(np.arange(n), lengths), np.arange(flat.size) - starts + 1] = flat
+        out[np.arange(n), lengths + 1] = END_OF_WORD_CHARACTER + INFERENCE_SHIFT
+        return out
+
+    def _encode_unicode(self, words: Sequence[str]) -> np.ndarray:
+        out = np.full((len(words), self.width), UNICODE_PADDING_CHARACTER, dtype=np.int64)
+        for position, word in enumerate(words):
+            characters = word[: self.width - 2]
+            out[position, 0] = UNICODE_BEGINNING_OF_WORD_CHARACTER
+            out[position, 1 : len(characters) + 1] = [self.char_to_id.get(c, UNICODE_UNKNOWN_CHARACTER) for c in characters]
+            out[position, len(characters) + 1] = UNICODE_END_OF_WORD_CHARACTER
+        return out
+
+    def decode(self, row: Sequence[int]) -> str | None:
+        """The word of one row of character ids; `None` for an all-zero (absent) row. Bytes cut inside a character
+        and unknown characters read as U+FFFD."""
+        row = np.asarray(row, dtype=np.int64)
+        if not row.any():
+            return None
+        for word, boundary in zip(self.boundary_words, self.boundary_rows):
+            if np.array_equal(row[:3], boundary[:3]):
+                return word
+        if self.characters is None:
+            body = row[1:] - INFERENCE_SHIFT
+            end = np.flatnonzero(body == END_OF_WORD_CHARACTER)
+            body = body[: end[0]] if end.size else body
+            return bytes(int(b) for b in body if 0 <= b < 256).decode("utf-8", errors="replace")
+        characters = []
+        for value in row[1:].tolist():
+            if value in (UNICODE_END_OF_WORD_CHARACTER, 0):
+                break
+            index = value - UNICODE_FIRST_CHARACTER
+            characters.append(self.characters[index] if 0 <= index < len(self.characters) else "\ufffd")
+        return "".join(characters)
 
 
-#: The character-id rows of ``<S>`` and ``</S>`` at inference (50 ids each).
-BOS_CHAR_IDS = _special_row(BEGINNING_OF_SENTENCE_CHARACTER, MAX_CHARACTERS_PER_TOKEN)
-EOS_CHAR_IDS = _special_row(END_OF_SENTENCE_CHARACTER, MAX_CHARACTERS_PER_TOKEN)
+_BYTES = CharacterAlphabet()
+#: The character-id rows of ``<S>`` and ``</S>`` (bytes vocabulary, 50 ids each).
+BOS_CHAR_IDS, EOS_CHAR_IDS = _BYTES.boundary_rows
 
 
 def encode_words(words: Sequence[str], max_characters_per_token: int = MAX_CHARACTERS_PER_TOKEN) -> np.ndarray:
-    """Character ids of ``words``, shape ``(len(words), max_characters_per_token)``, int64, inference scheme.
-
-    Vectorised: Python touches each word once (to get its UTF-8 bytes); the rows are filled with numpy.
-    ``"<S>"`` and ``"</S>"`` get the sentence-marker rows. Raises `ValueError` on an empty word or a non-string.
-    """
-    n = len(words)
-    width = max_characters_per_token
-    max_bytes = width - 2
-    out = np.full((n, width), PADDING_CHARACTER + INFERENCE_SHIFT, dtype=np.int64)
-    if n == 0:
-        return out
-    try:
-        # A lone surrogate cannot be encoded as UTF-8: it is dropped, as the original encoders do (errors="ignore").
-        encoded = [word.encode("utf-8", "ignore")[:max_bytes] for word in words]
-    except AttributeError:
-        position = next(i for i, w in enumerate(words) if not isinstance(w, str))
-        raise ValueError(f"words must be strings, got {type(words[position]).__name__} {words[position]!r} at position {position}.") from None
-    lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=n)
-    if not lengths.all():
-        position = int(np.flatnonzero(lengths == 0)[0])
-        if words[position] == "":
-            raise ValueError(f"empty word at position {position}: words must contain at least one character.")
-    flat = np.frombuffer(b"".join(encoded), dtype=np.uint8).astype(np.int64) + INFERENCE_SHIFT
-    rows = np.repeat(np.arange(n), lengths)
-    starts = np.cumsum(lengths) - lengths
-    columns = np.arange(flat.size) - np.repeat(starts, lengths) + 1
-    out[:, 0] = BEGINNING_OF_WORD_CHARACTER + INFERENCE_SHIFT
-    out[rows, columns] = flat
-    out[np.arange(n), lengths + 1] = END_OF_WORD_CHARACTER + INFERENCE_SHIFT
-    specials = {BOS_TOKEN: BEGINNING_OF_SENTENCE_CHARACTER, EOS_TOKEN: END_OF_SENTENCE_CHARACTER}
-    if not specials.keys().isdisjoint(words):
-        for position, word in enumerate(words):
-            if word in specials:
-                out[position] = _special_row(specials[word], width)
-    return out
+    """Character ids of ``words`` in the bytes vocabulary, shape ``(len(words), max_characters_per_token)``."""
+    alphabet = _BYTES if max_characters_per_token == MAX_CHARACTERS_PER_TOKEN else CharacterAlphabet(None, max_characters_per_token)
+    return alphabet.encode(words)
 
 
-def encode_words_unicode(words: Sequence[str], char_to_id: Mapping[str, int],
-                         max_characters_per_token: int = MAX_CHARACTERS_PER_TOKEN) -> np.ndarray:
-    """Character ids of ``words`` in a Unicode character vocabulary (``char_to_id``: character -> id >= 7), shape
-    ``(len(words), max_characters_per_token)``: begin-of-word, the first ``max_characters_per_token - 2`` code
-    points (unknown ones 6), end-of-word, padding. ``"<S>"`` and ``"</S>"`` get the sentence-marker rows."""
-    width = max_characters_per_token
-    out = np.full((len(words), width), UNICODE_PADDING_CHARACTER, dtype=np.int64)
-    bos, eos = (np.asarray(row, dtype=np.int64) for row in sentence_boundary_char_ids("unicode", width))
-    for position, word in enumerate(words):
-        if not isinstance(word, str):
-            raise ValueError(f"words must be strings, got {type(word).__name__} {word!r} at position {position}.")
-        if word in (BOS_TOKEN, EOS_TOKEN):
-            out[position] = bos if word == BOS_TOKEN else eos
-            continue
-        if not word:
-            raise ValueError(f"empty word at position {position}: words must contain at least one character.")
-        characters = word[: width - 2]
-        out[position, 0] = UNICODE_BEGINNING_OF_WORD_CHARACTER
-        out[position, 1 : len(characters) + 1] = [char_to_id.get(c, UNICODE_UNKNOWN_CHARACTER) for c in characters]
-        out[position, len(characters) + 1] = UNICODE_END_OF_WORD_CHARACTER
-    return out
+def decode_char_ids(row: Sequence[int]) -> str | None:
+    """The word of one row of bytes-vocabulary character ids (inverse of `encode_words`); `None` for an absent row."""
+    return CharacterAlphabet(None, len(row)).decode(row)
 
 
 def read_vocabulary_file(path: str | os.PathLike) -> list[str]:
@@ -155,8 +153,7 @@ def read_vocabulary_file(path: str | os.PathLike) -> list[str]:
 
     A word's id is its position, so a line that would shift the ids of the words after it is refused, with a
     `ValueError` naming the file and the line: an empty line, a word listed twice, a special word (``<pad>``,
-    ``<S>``, ``</S>``, ``<UNK>``, which always take ids 0-3) listed after other words. ``\r\n`` line ends are
-    read as line ends.
+    ``<S>``, ``</S>``, ``<UNK>``, which always take ids 0-3) listed after other words. ``\\r\\n`` ends are line ends.
     """
     shown = os.fspath(path)
     if not os.path.isfile(path):
@@ -184,59 +181,29 @@ def read_vocabulary_file(path: str | os.PathLike) -> list[str]:
     return words
 
 
-def decode_char_ids(row: Sequence[int]) -> str | None:
-    """The word of one row of character ids (inverse of `encode_words`); `None` for an all-zero (absent) row."""
-    ids = np.asarray(row, dtype=np.int64) - INFERENCE_SHIFT
-    if (ids < 0).all():
-        return None
-    if ids[1] == BEGINNING_OF_SENTENCE_CHARACTER and ids[2] == END_OF_WORD_CHARACTER:
-        return BOS_TOKEN
-    if ids[1] == END_OF_SENTENCE_CHARACTER and ids[2] == END_OF_WORD_CHARACTER:
-        return EOS_TOKEN
-    body = ids[1:]
-    end = np.flatnonzero(body == END_OF_WORD_CHARACTER)
-    body = body[: end[0]] if end.size else body
-    return bytes(int(b) for b in body if 0 <= b < 256).decode("utf-8", errors="replace")
-
-
 class ElmoTokenizer(PreTrainedTokenizer):
-    r"""Character tokenizer for ELMo.
-
-    Turns text into ``input_ids`` of shape (batch, tokens, ``max_characters_per_token``) holding the original
-    character ids, and ``attention_mask`` of shape (batch, tokens). Sentence boundaries are *not* added: the
-    model adds ``<S>``/``</S>``.
+    r"""Character tokenizer for ELMo: ``input_ids`` (batch, words, ``max_characters_per_token``) and ``attention_mask``
+    (batch, words), one row per word (word-level labels align with the rows as they are); no boundary is added.
 
     Args:
-        vocab_file (`str`, *optional*):
-            A word vocabulary, one word per line (the first four lines may be ``<pad>``, ``<S>``, ``</S>``,
-            ``<UNK>``; missing ones are put first). It gives the word ids of language-model labels
-            (``return_word_ids=True``); words not in it get the ``<UNK>`` id 3. Without it only the four special
-            words exist.
-        max_characters_per_token (`int`, *optional*, defaults to 50):
-            Character slots per word; a word keeps at most ``max_characters_per_token - 2`` UTF-8 bytes.
-        split_pattern (`str`, *optional*, defaults to `"words"`):
-            How raw strings are split into words (with a `tokenizers` pre-tokenizer): `"words"` separates runs of
-            word characters from runs of punctuation (``"don't!"`` -> ``don ' t !``); `"whitespace"` splits on
-            whitespace only, for text that is already tokenised. Pre-split input (``is_split_into_words=True``)
-            is used as given.
-        do_lower_case (`bool`, *optional*, defaults to `False`):
-            Lower-case words before encoding (the released models are cased: leave it off for them).
-        char_vocab_file (`str`, *optional*):
-            A Unicode character vocabulary (a JSON list of distinct characters, ids 7 on): words are read as code
-            points through it instead of as UTF-8 bytes. The model needs ``char_vocabulary="unicode"`` and
-            ``num_characters = 7 + len(list)``.
-        word_input_vocab_file (`str`, *optional*):
-            The vocabulary of a model's word-embedding input (a JSON list of words, ids 4 on after the four
-            special words): the tokenizer then also returns ``word_input_ids``.
-        characters (`list[str]`, *optional*, keyword only), input_words (`list[str]`, *optional*, keyword only):
-            The same two vocabularies given as lists instead of files (they are written as files on save).
+        vocab_file (`str`, *optional*): a word vocabulary, one word per line (``<pad> <S> </S> <UNK>`` first, put
+            there if missing), for language-model label ids (``return_word_ids=True``; unknown words get 3).
+        max_characters_per_token (`int`, *optional*, defaults to 50): character slots per word.
+        split_pattern (`str`, *optional*, defaults to `"words"`): how raw strings are split: `"words"` separates
+            runs of word characters and of punctuation, `"whitespace"` splits on whitespace only. Pre-split input
+            (``is_split_into_words=True``) is used as given.
+        do_lower_case (`bool`, *optional*, defaults to `False`): lower-case words (the released models are cased).
+        char_vocab_file (`str`, *optional*): a unicode character vocabulary (JSON list of characters, ids 7 on); the
+            model then needs ``char_vocabulary="unicode"`` and ``num_characters = 7 + len(list)``.
+        word_input_vocab_file (`str`, *optional*): the vocabulary of a model's word-embedding input (JSON list of words,
+            ids 4 on): the tokenizer then also returns ``word_input_ids`` (exact matches, ``<UNK>`` otherwise).
+        characters, input_words (`list[str]`, *optional*, keyword only): the same two vocabularies as lists.
 
     Example:
 
     ```python
     >>> from modeling_elmo import ElmoTokenizer
-    >>> tok = ElmoTokenizer()
-    >>> enc = tok([["Hello", "world"], ["Hi"]], is_split_into_words=True, padding=True, return_tensors="pt")
+    >>> enc = ElmoTokenizer()([["Hello", "world"], ["Hi"]], is_split_into_words=True, padding=True, return_tensors="pt")
     >>> tuple(enc["input_ids"].shape), enc["attention_mask"].tolist()
     ((2, 2, 50), [[1, 1], [1, 0]])
     ```
@@ -251,18 +218,17 @@ class ElmoTokenizer(PreTrainedTokenizer):
         max_characters_per_token: int = MAX_CHARACTERS_PER_TOKEN,
         split_pattern: str = "words",
         do_lower_case: bool = False,
-        pad_token: str = PAD_TOKEN,
-        bos_token: str = BOS_TOKEN,
-        eos_token: str = EOS_TOKEN,
-        unk_token: str = UNK_TOKEN,
+        pad_token: str = PAD_WORD,
+        bos_token: str = SPECIAL_WORDS[BOS_ID],
+        eos_token: str = SPECIAL_WORDS[EOS_ID],
+        unk_token: str = UNK_WORD,
         char_vocab_file: str | None = None,
         word_input_vocab_file: str | None = None,
         **kwargs: Any,
     ):
-        # Keyword-only, outside the signature: the lists are saved as their vocabulary files, never in
-        # tokenizer_config.json (every parameter of the signature is kept in init_kwargs, as transformers expects).
-        characters: Sequence[str] | None = kwargs.pop("characters", None)
-        input_words: Sequence[str] | None = kwargs.pop("input_words", None)
+        # Keyword-only, outside the signature: the lists are saved as their files, never in tokenizer_config.json.
+        characters = kwargs.pop("characters", None)
+        input_words = kwargs.pop("input_words", None)
         if split_pattern not in _WORD_PATTERNS:
             raise ValueError(f"`split_pattern` must be one of {sorted(_WORD_PATTERNS)}, got {split_pattern!r}.")
         if (isinstance(max_characters_per_token, bool) or not isinstance(max_characters_per_token, int)
@@ -272,68 +238,39 @@ class ElmoTokenizer(PreTrainedTokenizer):
         words = list(SPECIAL_WORDS)
         if vocab_file is not None:
             words += [w for w in read_vocabulary_file(vocab_file) if w not in SPECIAL_WORDS]
-        self.vocab: dict[str, int] = {}
-        for word in words:
-            self.vocab.setdefault(word, len(self.vocab))
+        self.vocab = {word: i for i, word in enumerate(dict.fromkeys(words))}
         self.ids_to_words = {i: w for w, i in self.vocab.items()}
-        self.max_characters_per_token = max_characters_per_token
-        self.split_pattern = split_pattern
-        self.do_lower_case = do_lower_case
-        self._splitter = hf_pre_tokenizers.Split(Regex(_WORD_PATTERNS[split_pattern]), behavior="removed", invert=True)
         if char_vocab_file is not None and characters is None:
             characters = _read_string_list(char_vocab_file, "character vocabulary")
         if word_input_vocab_file is not None and input_words is None:
             input_words = _read_string_list(word_input_vocab_file, "word-input vocabulary")
-        self.characters: list[str] | None = None
-        self.char_to_id: dict[str, int] = {}
-        if characters is not None:
-            self.characters = _checked_characters(characters)
-            self.char_to_id = {c: UNICODE_FIRST_CHARACTER + i for i, c in enumerate(self.characters)}
-        self.input_words: list[str] | None = None
-        self.input_word_to_id: dict[str, int] = {}
-        if input_words is not None:
-            self.input_words = _checked_input_words(input_words)
-            self.input_word_to_id = {w: i for i, w in enumerate(SPECIAL_WORDS + tuple(self.input_words))}
-        super().__init__(
-            pad_token=pad_token,
-            bos_token=bos_token,
-            eos_token=eos_token,
-            unk_token=unk_token,
-            max_characters_per_token=max_characters_per_token,
-            split_pattern=split_pattern,
-            do_lower_case=do_lower_case,
-            char_vocab_file=char_vocab_file,  # file paths: never written into tokenizer_config.json
-            word_input_vocab_file=word_input_vocab_file,
-            **kwargs,
-        )
-        if self.input_words is not None and "word_input_ids" not in self.model_input_names:
+        self.alphabet = CharacterAlphabet(characters, max_characters_per_token)
+        self.input_words = None if input_words is None else _checked_input_words(input_words)
+        # The text's literal boundary words are the boundary words of the word input too (as in ELMoForManyLangs).
+        specials = {PAD_WORD: PAD_ID, UNK_WORD: UNK_ID, **dict(zip(self.alphabet.boundary_words, (BOS_ID, EOS_ID)))}
+        self.input_word_to_id = {**specials, **{w: i for i, w in enumerate(self.input_words or (), len(SPECIAL_WORDS))}}
+        self.max_characters_per_token = max_characters_per_token
+        self.split_pattern = split_pattern
+        self.do_lower_case = do_lower_case
+        pattern = "|".join(map(re.escape, self.alphabet.boundary_words)) + "|" + _WORD_PATTERNS[split_pattern]
+        self._splitter = hf_pre_tokenizers.Split(Regex(pattern), behavior="removed", invert=True)
+        super().__init__(pad_token=pad_token, bos_token=bos_token, eos_token=eos_token, unk_token=unk_token,
+                         max_characters_per_token=max_characters_per_token, split_pattern=split_pattern,
+                         do_lower_case=do_lower_case, char_vocab_file=char_vocab_file,
+                         word_input_vocab_file=word_input_vocab_file, **kwargs)
+        if self.input_words is not None:
             self.model_input_names = [*self.model_input_names, "word_input_ids"]
 
-    # ------------------------------------------------------------------ optional vocabularies
-    @property
-    def char_vocabulary(self) -> str:
-        """``"unicode"`` with a character vocabulary, else ``"bytes"`` (the config's ``char_vocabulary``)."""
-        return "bytes" if self.characters is None else "unicode"
-
-    @property
-    def num_characters(self) -> int:
-        """Rows of the character table a model needs for this tokenizer (the config's ``num_characters``)."""
-        return 262 if self.characters is None else UNICODE_FIRST_CHARACTER + len(self.characters)
+    # What a model config needs for this tokenizer: ``char_vocabulary``, ``num_characters``, ``word_input_vocab_size``.
+    characters = property(lambda self: self.alphabet.characters)
+    char_vocabulary = property(lambda self: self.alphabet.char_vocabulary)
+    num_characters = property(lambda self: self.alphabet.num_characters)
 
     @property
     def word_input_vocab_size(self) -> int:
-        """Rows of the word-embedding input a model needs for this tokenizer (0: no word input)."""
         return 0 if self.input_words is None else len(SPECIAL_WORDS) + len(self.input_words)
 
-    def word_input_ids_of(self, words: Sequence[str]) -> list[int]:
-        """Word-input ids of ``words``: the word as cut to ``max_characters_per_token - 2`` characters, matched
-        exactly; ``<UNK>`` (3) otherwise."""
-        cut = self.max_characters_per_token - 2
-        if self.do_lower_case:
-            words = [w if w in (BOS_TOKEN, EOS_TOKEN) else w.lower() for w in words]
-        return [self.input_word_to_id.get(w[:cut], UNK_ID) for w in words]
-
-    # ------------------------------------------------------------------ word vocabulary
+    # ------------------------------------------------------------------ word vocabulary (PreTrainedTokenizer hooks)
     @property
     def vocab_size(self) -> int:
         return len(self.vocab)
@@ -343,17 +280,15 @@ class ElmoTokenizer(PreTrainedTokenizer):
         return {**self.vocab, **self._added_tokens_encoder}
 
     def _tokenize(self, text: str, **kwargs: Any) -> list[str]:
-        # A lone surrogate cannot be encoded as UTF-8 (nor handed to the Rust pre-tokenizer): it is dropped, as the
-        # original encoders do (errors="ignore"), here as in `encode_words`.
+        # A lone surrogate cannot reach the Rust pre-tokenizer: it is dropped, as in `CharacterAlphabet.encode`.
         text = text.encode("utf-8", "ignore").decode("utf-8")
-        words = [piece for piece, _ in self._splitter.pre_tokenize_str(text)]
-        return [w.lower() for w in words] if self.do_lower_case else words
+        return self._cased(piece for piece, _ in self._splitter.pre_tokenize_str(text))
 
     def _convert_token_to_id(self, token: str) -> int:
-        return self.vocab.get(token, self.vocab[UNK_TOKEN])
+        return self.vocab.get(token, UNK_ID)
 
     def _convert_id_to_token(self, index: int) -> str:
-        return self.ids_to_words.get(int(index), UNK_TOKEN)
+        return self.ids_to_words.get(int(index), UNK_WORD)
 
     def convert_tokens_to_string(self, tokens: list[str]) -> str:
         return " ".join(tokens)
@@ -362,11 +297,9 @@ class ElmoTokenizer(PreTrainedTokenizer):
         if not os.path.isdir(save_directory):
             raise ValueError(f"vocabulary directory {save_directory!r} does not exist.")
         prefix = filename_prefix + "-" if filename_prefix else ""
-        path = os.path.join(save_directory, prefix + VOCAB_FILES_NAMES["vocab_file"])
-        with open(path, "w", encoding="utf-8") as handle:
-            for index in range(len(self.ids_to_words)):
-                handle.write(self.ids_to_words[index] + "\n")
-        written = [path]
+        written = [os.path.join(save_directory, prefix + VOCAB_FILES_NAMES["vocab_file"])]
+        with open(written[0], "w", encoding="utf-8") as handle:
+            handle.writelines(self.ids_to_words[i] + "\n" for i in range(len(self.ids_to_words)))
         for key, listed in (("char_vocab_file", self.characters), ("word_input_vocab_file", self.input_words)):
             if listed is not None:
                 written.append(os.path.join(save_directory, prefix + VOCAB_FILES_NAMES[key]))
@@ -375,89 +308,81 @@ class ElmoTokenizer(PreTrainedTokenizer):
                     handle.write("\n")
         return tuple(written)
 
-    def word_ids_of(self, words: Sequence[str]) -> list[int]:
-        """Word-vocabulary ids of ``words`` (``<UNK>`` for unknown words; added tokens have their added ids)."""
-        unk, added = self.vocab[UNK_TOKEN], self._added_tokens_encoder
-        return [added[w] if w in added else self.vocab.get(w, unk) for w in words]
-
-    # ------------------------------------------------------------------ encoding
+    # ------------------------------------------------------------------ words
     def split_words(self, text: str) -> list[str]:
-        """Split a raw string into words with the configured pre-tokenizer; tokens added with `add_tokens` (and the
-        special words) stay whole, as in `tokenize`."""
+        """A raw string's words, as the tokenizer splits them (added and special tokens stay whole)."""
         if not isinstance(text, str):
             raise ValueError(f"text must be a string, got {type(text).__name__}: {text!r}.")
         return self.tokenize(text)
 
+    def _cased(self, words: Iterable[str]) -> list[str]:
+        if not self.do_lower_case:
+            return list(words)
+        return [w if w in self.alphabet.boundary_words else w.lower() for w in words]
+
     def encode_words(self, words: Sequence[str]) -> np.ndarray:
         """Character ids of a list of words, shape (len(words), max_characters_per_token)."""
-        if self.do_lower_case:
-            words = [w if w in (BOS_TOKEN, EOS_TOKEN) else w.lower() for w in words]
-        if self.characters is not None:
-            return encode_words_unicode(words, self.char_to_id, self.max_characters_per_token)
-        return encode_words(words, self.max_characters_per_token)
+        return self.alphabet.encode(self._cased(words))
+
+    def word_ids_of(self, words: Sequence[str]) -> list[int]:
+        """Word-vocabulary ids of ``words`` (``<UNK>`` for unknown words; added tokens have their added ids)."""
+        added = self._added_tokens_encoder
+        return [added[w] if w in added else self.vocab.get(w, UNK_ID) for w in words]
+
+    def word_input_ids_of(self, words: Sequence[str]) -> list[int]:
+        """Word-input ids of ``words``: the word as cut to ``max_characters_per_token - 2`` characters, matched
+        exactly; ``<UNK>`` (3) otherwise."""
+        cut = self.max_characters_per_token - 2
+        return [self.input_word_to_id.get(w[:cut], UNK_ID) for w in self._cased(words)]
 
     def _as_word_lists(self, text: Any, is_split_into_words: bool) -> tuple[list[list[str]], bool]:
-        """Normalise the accepted input forms to a list of word lists; also say whether a batch was given."""
-        if isinstance(text, str):
-            if is_split_into_words:
-                raise ValueError("with is_split_into_words=True, pass a list of words (or a batch of lists), not a string.")
+        """The accepted input forms as a list of word lists, and whether a batch was given."""
+        if isinstance(text, str) and not is_split_into_words:
             return [self.split_words(text)], False
-        if not isinstance(text, (list, tuple)):
-            raise ValueError(f"text must be a string, a list of strings or a list of word lists, got {type(text).__name__}.")
-        if is_split_into_words:
-            if len(text) > 0 and all(isinstance(t, str) for t in text):
-                return [list(text)], False
-            for i, sentence in enumerate(text):
-                if not isinstance(sentence, (list, tuple)) or not all(isinstance(w, str) for w in sentence):
-                    raise ValueError(f"sentence {i} must be a list of word strings, got {sentence!r:.80}.")
-            if len(text) == 0:
-                raise ValueError("empty batch: pass at least one sentence.")
-            return [list(s) for s in text], True
+        if isinstance(text, str) or not isinstance(text, (list, tuple)):
+            raise ValueError(f"text must be a string, a list of strings or a list of word lists, got {type(text).__name__}"
+                             + (" (with is_split_into_words=True, pass a list of words)." if is_split_into_words else "."))
         if len(text) == 0:
             raise ValueError("empty batch: pass at least one sentence.")
+        if is_split_into_words and all(isinstance(t, str) for t in text):
+            return [list(text)], False
         for i, sentence in enumerate(text):
-            if not isinstance(sentence, str):
-                raise ValueError(
-                    f"item {i} of the batch is not a string but {type(sentence).__name__} {sentence!r:.40}; for "
-                    "pre-split words pass is_split_into_words=True."
-                )
-        return [self.split_words(s) for s in text], True
+            if is_split_into_words and not (isinstance(sentence, (list, tuple)) and all(isinstance(w, str) for w in sentence)):
+                raise ValueError(f"sentence {i} must be a list of word strings, got {sentence!r:.80}.")
+            if not is_split_into_words and not isinstance(sentence, str):
+                raise ValueError(f"item {i} of the batch is not a string but {type(sentence).__name__} {sentence!r:.40}; "
+                                 "for pre-split words pass is_split_into_words=True.")
+        return [list(s) if is_split_into_words else self.split_words(s) for s in text], True
 
-    def _encode_plus(  # called by __call__ for single and batched input (transformers 5)
-        self,
-        text: Any,
-        text_pair: Any = None,
-        padding_strategy: PaddingStrategy = PaddingStrategy.DO_NOT_PAD,
-        truncation_strategy: Any = None,
-        max_length: int | None = None,
-        is_split_into_words: bool = False,
-        pad_to_multiple_of: int | None = None,
-        padding_side: str | None = None,
-        return_tensors: str | TensorType | None = None,
-        return_attention_mask: bool | None = None,
-        return_length: bool = False,
-        return_word_ids: bool = False,
-        **kwargs: Any,
-    ) -> BatchEncoding:
+    # ------------------------------------------------------------------ encoding and padding
+    # Why two base-class hooks are overridden: an ELMo token is a row of character ids, not one id. The public path
+    # (`tokenize` -> `convert_tokens_to_ids` -> `prepare_for_model` -> `pad`) carries one integer per token (word ids,
+    # which cannot spell an out-of-vocabulary word), and `pad` tells one example from a batch by list depth, so a
+    # (words, 50) example would read as a batch. `_encode_plus` is the method every tokenizer backend implements (the
+    # base class leaves it abstract); it builds the rows and hands a batch to the base `pad`. `_pad` pads one example
+    # (the hook layout tokenizers override for their per-token boxes): a missing word is a row of zeros.
+    def _encode_plus(self, text: Any, text_pair: Any = None, padding_strategy: PaddingStrategy = PaddingStrategy.DO_NOT_PAD,
+                     truncation_strategy: Any = None, max_length: int | None = None, is_split_into_words: bool = False,
+                     pad_to_multiple_of: int | None = None, padding_side: str | None = None,
+                     return_tensors: str | TensorType | None = None, return_attention_mask: bool | None = None,
+                     return_special_tokens_mask: bool = False, return_length: bool = False,
+                     return_word_ids: bool = False, truncation_side: str | None = None, **kwargs: Any) -> BatchEncoding:
         if text_pair is not None:
             raise ValueError("ElmoTokenizer encodes single sentences; text pairs are not supported.")
-        _check_length_option("max_length", max_length)
-        _check_length_option("pad_to_multiple_of", pad_to_multiple_of)
         for flag in ("return_overflowing_tokens", "return_offsets_mapping"):
             if kwargs.get(flag):
                 raise ValueError(f"ElmoTokenizer does not support {flag}=True.")
+        _check_length_option("max_length", max_length)
+        _check_length_option("pad_to_multiple_of", pad_to_multiple_of)
         sentences, batched = self._as_word_lists(text, is_split_into_words)
-        truncate = truncation_strategy is not None and str(getattr(truncation_strategy, "value", truncation_strategy)) not in (
-            "do_not_truncate",
-            "False",
-        )
-        if truncate and max_length is not None:
-            side = kwargs.get("truncation_side") or self.truncation_side
+        if max_length is not None and truncation_strategy not in (None, TruncationStrategy.DO_NOT_TRUNCATE):
+            side = truncation_side or self.truncation_side
             if side not in ("left", "right"):
                 raise ValueError(f"truncation_side must be 'left' or 'right', got {side!r}.")
-            sentences = [s[:max_length] if side == "right" else s[max(len(s) - max_length, 0):] for s in sentences]
-        features: dict[str, list] = {"input_ids": [self.encode_words(s) for s in sentences]}
-        if kwargs.get("return_special_tokens_mask"):  # the tokenizer adds none: 1 marks special words in the text
+            sentences = [s[:max_length] if side == "right" else s[-max_length:] for s in sentences]
+        # Lists: arrays would make the base `pad` return arrays where lists were asked for.
+        features: dict[str, list] = {"input_ids": [self.encode_words(s).tolist() for s in sentences]}
+        if return_special_tokens_mask:  # the tokenizer adds no token: 1 marks the special words of the text
             specials = set(self.all_special_tokens)
             features["special_tokens_mask"] = [[int(w in specials) for w in s] for s in sentences]
         if return_word_ids:
@@ -466,157 +391,61 @@ class ElmoTokenizer(PreTrainedTokenizer):
             features["word_input_ids"] = [self.word_input_ids_of(s) for s in sentences]
         if return_length:
             features["length"] = [len(s) for s in sentences]
-        encoding = self.pad(
-            features,
-            padding=padding_strategy,
-            max_length=max_length,
-            pad_to_multiple_of=pad_to_multiple_of,
-            padding_side=padding_side,
-            return_attention_mask=return_attention_mask,
-            return_tensors=return_tensors,
-            _keep_input_type=False,
-        )
-        if not batched:
-            if return_tensors is None:
-                encoding = BatchEncoding({k: v[0] for k, v in encoding.items()})
+        encoding = self.pad(features, padding=padding_strategy, max_length=max_length,
+                            pad_to_multiple_of=pad_to_multiple_of, padding_side=padding_side,
+                            return_attention_mask=return_attention_mask, return_tensors=return_tensors)
+        if return_tensors is None:  # lists, as any tokenizer returns them
+            encoding["input_ids"] = [rows.tolist() for rows in encoding["input_ids"]]
+            if not batched:
+                encoding = BatchEncoding({key: value[0] for key, value in encoding.items()})
         return encoding
 
-    # ------------------------------------------------------------------ padding
-    def pad(
-        self,
-        encoded_inputs: Any,
-        padding: bool | str | PaddingStrategy = True,
-        max_length: int | None = None,
-        pad_to_multiple_of: int | None = None,
-        padding_side: str | None = None,
-        return_attention_mask: bool | None = None,
-        return_tensors: str | TensorType | None = None,
-        verbose: bool = True,
-        *,
-        _keep_input_type: bool = True,
-    ) -> BatchEncoding:
-        """Pad character ids (rows of zeros), ``attention_mask`` (0) and ``word_ids`` (0) to a common length.
-
-        Accepts what `DataCollatorWithPadding` passes (a list of feature dicts) or a dict of lists, with lists,
-        numpy arrays or tensors inside. Other keys (``labels``...) are passed through unchanged.
-        """
-        _check_length_option("max_length", max_length)
-        _check_length_option("pad_to_multiple_of", pad_to_multiple_of)
-        if isinstance(encoded_inputs, (list, tuple)) and encoded_inputs and isinstance(encoded_inputs[0], Mapping):
-            encoded_inputs = {key: [example[key] for example in encoded_inputs] for key in encoded_inputs[0].keys()}
-        if not isinstance(encoded_inputs, Mapping) or "input_ids" not in encoded_inputs:
-            raise ValueError("pad() needs features with an 'input_ids' entry.")
-        encoded_inputs = dict(encoded_inputs)
-        width = self.max_characters_per_token
-        ids = encoded_inputs["input_ids"]
-        if return_tensors is None and _keep_input_type:  # tensors in, tensors out (as transformers' pad does)
-            if hasattr(ids, "detach") or (isinstance(ids, (list, tuple)) and ids and hasattr(ids[0], "detach")):
-                return_tensors = "pt"
-            elif isinstance(ids, np.ndarray) or (isinstance(ids, (list, tuple)) and ids and isinstance(ids[0], np.ndarray)):
-                return_tensors = "np"
-        rows = [np.asarray(_to_numpy(x), dtype=np.int64).reshape(-1, width) for x in _batch_items(ids, width)]
-        single = _is_single_example(ids, width)
-        lengths = [r.shape[0] for r in rows]
-        strategy = padding if isinstance(padding, PaddingStrategy) else (
-            PaddingStrategy.LONGEST if padding is True else PaddingStrategy.DO_NOT_PAD if padding is False else PaddingStrategy(padding)
-        )
-        if strategy == PaddingStrategy.LONGEST:
-            target = max(lengths) if lengths else 0
-        elif strategy == PaddingStrategy.MAX_LENGTH:
-            if max_length is None:
-                raise ValueError("padding='max_length' needs max_length.")
-            target = max_length
-        else:
-            target = None
-        if target is not None and pad_to_multiple_of:
-            target = -(-target // pad_to_multiple_of) * pad_to_multiple_of
+    def _pad(self, encoded_inputs: dict[str, Any], max_length: int | None = None,
+             padding_strategy: PaddingStrategy = PaddingStrategy.DO_NOT_PAD, pad_to_multiple_of: int | None = None,
+             padding_side: str | None = None, return_attention_mask: bool | None = None) -> dict:
+        # The rows as an array: a batch of them becomes a tensor without a Python loop over every id.
+        rows = np.asarray(encoded_inputs["input_ids"], dtype=np.int64).reshape(-1, self.max_characters_per_token)
+        encoded_inputs["input_ids"] = rows
+        words = len(rows)
+        if return_attention_mask is None:
+            return_attention_mask = "attention_mask" in self.model_input_names
+        if return_attention_mask and "attention_mask" not in encoded_inputs:
+            encoded_inputs["attention_mask"] = [1] * words
+        if padding_strategy == PaddingStrategy.LONGEST:
+            max_length = words
+        if padding_strategy == PaddingStrategy.DO_NOT_PAD or max_length is None:
+            return encoded_inputs
+        if pad_to_multiple_of:
+            max_length = -(-max_length // pad_to_multiple_of) * pad_to_multiple_of
         side = padding_side or self.padding_side
         if side not in ("left", "right"):
             raise ValueError(f"padding_side must be 'left' or 'right', got {side!r}.")
-        if "attention_mask" in encoded_inputs:
-            masks = [np.asarray(_to_numpy(m), dtype=np.int64).reshape(-1) for m in _batch_items(encoded_inputs["attention_mask"], None, single)]
-        else:
-            masks = [np.ones(n, dtype=np.int64) for n in lengths]
-        per_token = {key: [np.asarray(_to_numpy(w), dtype=np.int64).reshape(-1) for w in _batch_items(encoded_inputs[key], None, single)]
-                     for key in _TOKEN_LEVEL_KEYS[1:] if key in encoded_inputs}
-
-        def place(array: np.ndarray, length: int, fill: int) -> np.ndarray:
-            missing = length - array.shape[0]
-            if missing <= 0:
-                return array
-            pad_shape = (missing,) + array.shape[1:]
-            filler = np.full(pad_shape, fill, dtype=array.dtype)
-            return np.concatenate([array, filler] if side == "right" else [filler, array])
-
-        if target is not None:
-            rows = [place(r, target, 0) for r in rows]
-            masks = [place(m, target, 0) for m in masks]
-            fills = {"word_ids": self.vocab[PAD_TOKEN], "word_input_ids": SPECIAL_WORDS.index(PAD_WORD),
-                     "special_tokens_mask": 1}
-            per_token = {key: [place(w, target, fills[key]) for w in values] for key, values in per_token.items()}
-        out: dict[str, Any] = {"input_ids": rows}
-        if return_attention_mask is not False:
-            out["attention_mask"] = masks
-        out.update(per_token)
-        for key, value in encoded_inputs.items():
-            if key not in _PADDED_KEYS:
-                out[key] = value
-        same_length = len(set(r.shape[0] for r in rows)) <= 1
-        if return_tensors is not None:
-            if not same_length:
-                raise ValueError(
-                    "sentences have different lengths; pass padding=True (or 'max_length') to build a tensor."
-                )
-            stacked = {k: np.stack(out[k]) for k in _PADDED_KEYS if k in out}
-            out.update(stacked)
-        else:
-            out = {k: ([x.tolist() for x in v] if k in _PADDED_KEYS else v) for k, v in out.items()}
-        if single:
-            out = {k: (v[0] if k in _PADDED_KEYS else v) for k, v in out.items()}
-        return BatchEncoding(out, tensor_type=return_tensors, prepend_batch_axis=False)
+        missing = max_length - words
+        if missing > 0:
+            zeros = np.zeros((missing, rows.shape[1]), dtype=np.int64)
+            encoded_inputs["input_ids"] = np.concatenate([rows, zeros] if side == "right" else [zeros, rows])
+            for key, fill in _PAD_VALUES.items():
+                if key in encoded_inputs:
+                    values, padding = list(encoded_inputs[key]), [fill] * missing
+                    encoded_inputs[key] = values + padding if side == "right" else padding + values
+        return encoded_inputs
 
     # ------------------------------------------------------------------ decoding
     def decode(self, token_ids: Any, skip_special_tokens: bool = False, **kwargs: Any) -> Any:
-        """Words back from ids.
-
-        Character ids of one sentence (tokens, 50) give its words joined by spaces; a batch (batch, tokens, 50)
-        gives a list of such strings. Absent tokens (all-zero rows) are dropped. Word ids (1-D / 2-D) are decoded
-        through the word vocabulary.
-        """
-        array = np.asarray(_to_numpy(token_ids))
-        if array.ndim >= 2 and array.shape[-1] == self.max_characters_per_token and array.dtype != object:
+        """Words back from ids: character rows of one sentence (words, 50) give its words joined by spaces, a batch
+        (batch, words, 50) a list of such strings (absent words dropped); word ids (1-D / 2-D) are read through the
+        word vocabulary."""
+        array = np.asarray(token_ids.detach().cpu() if hasattr(token_ids, "detach") else token_ids)
+        if array.ndim == 3 or (array.ndim == 2 and array.shape[-1] == self.max_characters_per_token and array.dtype != object):
             if array.ndim == 3:
                 return [self.decode(sentence, skip_special_tokens=skip_special_tokens) for sentence in array]
-            words = [self._decode_row(row) for row in array]
-            words = [w for w in words if w is not None]
+            words = [w for w in map(self.alphabet.decode, array) if w is not None]
             if skip_special_tokens:
-                words = [w for w in words if w not in (BOS_TOKEN, EOS_TOKEN)]
+                words = [w for w in words if w not in self.alphabet.boundary_words]
             return " ".join(words)
         if array.ndim == 2:
             return [self.decode(row, skip_special_tokens=skip_special_tokens, **kwargs) for row in array]
         return super().decode(array.tolist(), skip_special_tokens=skip_special_tokens, **kwargs)
-
-    def _decode_row(self, row: np.ndarray) -> str | None:
-        """The word of one row of character ids; `None` for an absent token."""
-        if self.characters is None:
-            return decode_char_ids(row)
-        row = np.asarray(row, dtype=np.int64)
-        if not row.any():
-            return None
-        bos, eos = sentence_boundary_char_ids("unicode", len(row))
-        if row[:3].tolist() == bos[:3]:
-            return BOS_TOKEN
-        if row[:3].tolist() == eos[:3]:
-            return EOS_TOKEN
-        characters = []
-        for value in row[1:].tolist():
-            if value in (UNICODE_END_OF_WORD_CHARACTER, 0):
-                break
-            if value >= UNICODE_FIRST_CHARACTER and value - UNICODE_FIRST_CHARACTER < len(self.characters):
-                characters.append(self.characters[value - UNICODE_FIRST_CHARACTER])
-            elif value == UNICODE_UNKNOWN_CHARACTER:
-                characters.append("\ufffd")
-        return "".join(characters)
 
     def batch_decode(self, sequences: Any, skip_special_tokens: bool = False, **kwargs: Any) -> list[str]:
         return [self.decode(s, skip_special_tokens=skip_special_tokens, **kwargs) for s in sequences]
@@ -636,33 +465,28 @@ def _read_string_list(path: str, what: str) -> list[str]:
     return listed
 
 
+def _checked_list(values: Sequence[str], what: str, valid: Any, kind: str) -> list[str]:
+    """``values`` as a list, each ``valid`` and none twice; a `ValueError` naming the first bad one otherwise."""
+    values, seen = list(values), set()
+    for position, value in enumerate(values):
+        if not isinstance(value, str) or not valid(value):
+            raise ValueError(f"a {what} lists {kind}, got {value!r} at position {position}.")
+        if value in seen:
+            raise ValueError(f"the {what} lists {value!r} twice.")
+        seen.add(value)
+    return values
+
+
 def _checked_characters(characters: Sequence[str]) -> list[str]:
-    characters = list(characters)
-    for position, character in enumerate(characters):
-        if not isinstance(character, str) or len(character) != 1:
-            raise ValueError(f"a character vocabulary lists single characters, got {character!r} at position {position}.")
-    if len(set(characters)) != len(characters):
-        repeated = next(c for i, c in enumerate(characters) if c in characters[:i])
-        raise ValueError(f"the character vocabulary lists {repeated!r} twice.")
-    return characters
+    return _checked_list(characters, "character vocabulary", lambda c: len(c) == 1, "single characters")
 
 
 def _checked_input_words(words: Sequence[str]) -> list[str]:
-    words = list(words)
-    for position, word in enumerate(words):
-        if not isinstance(word, str) or not word:
-            raise ValueError(f"a word-input vocabulary lists non-empty words, got {word!r} at position {position}.")
-    if len(set(words)) != len(words):
-        repeated = next(w for i, w in enumerate(words) if w in words[:i])
-        raise ValueError(f"the word-input vocabulary lists {repeated!r} twice.")
+    words = _checked_list(words, "word-input vocabulary", bool, "non-empty words")
     clash = sorted(set(words) & set(SPECIAL_WORDS))
     if clash:
         raise ValueError(f"the word-input vocabulary lists the special word(s) {clash}: they have the fixed ids 0-3.")
     return words
-
-
-#: The per-token entries `ElmoTokenizer.pad` pads (the others pass through unchanged).
-_PADDED_KEYS = ("input_ids",) + _TOKEN_LEVEL_KEYS
 
 
 def _check_length_option(name: str, value: Any) -> None:
@@ -670,35 +494,5 @@ def _check_length_option(name: str, value: Any) -> None:
         raise ValueError(f"`{name}` must be a positive integer (a number of words) or None, got {value!r}.")
 
 
-def _to_numpy(value: Any) -> Any:
-    if hasattr(value, "detach"):
-        return value.detach().cpu().numpy()
-    return value
-
-
-def _is_single_example(ids: Any, width: int) -> bool:
-    """A single example is (tokens, width); a batch is (batch, tokens, width)."""
-    if hasattr(ids, "ndim"):
-        return ids.ndim == 2
-    if isinstance(ids, (list, tuple)):
-        if not ids:
-            return False
-        first = ids[0]
-        if hasattr(first, "ndim"):
-            return first.ndim == 1
-        return isinstance(first, (list, tuple)) and len(first) == width and all(isinstance(v, (int, np.integer)) for v in first)
-    return False
-
-
-def _batch_items(value: Any, width: int | None, single: bool | None = None) -> list:
-    if single is None:
-        single = _is_single_example(value, width) if width is not None else False
-    if single:
-        return [value]
-    if hasattr(value, "ndim"):
-        return [value[i] for i in range(value.shape[0])]
-    return list(value)
-
-
-__all__ = ["ElmoTokenizer", "encode_words", "encode_words_unicode", "decode_char_ids", "read_vocabulary_file",
-           "BOS_CHAR_IDS", "EOS_CHAR_IDS"]
+__all__ = ["BOS_CHAR_IDS", "EOS_CHAR_IDS", "CharacterAlphabet", "ElmoTokenizer", "decode_char_ids", "encode_words",
+           "read_vocabulary_file"]

@@ -104,7 +104,8 @@ def test_feature_extraction_pipeline_with_objects_matches_a_direct_forward():
     np.testing.assert_allclose(out, direct, atol=1e-6)
 
 
-CODE_FILES = ("configuration_elmo.py", "modeling_elmo.py", "inputs_elmo.py", "lstm_kernels.py", "tokenization_elmo.py")
+CODE_FILES = ("configuration_elmo.py", "modeling_elmo.py", "inputs_elmo.py", "lstm_kernels.py", "pipeline_elmo.py",
+              "tokenization_elmo.py")
 
 LOAD_EVERY_AUTO_CLASS = """
     import json, sys, torch

@@ -106,6 +106,20 @@ def test_saved_model_in_float32_matches_the_reference_on_new_sentences(converted
                                 what=f"sentence {row} layer {index}")
 
 
+def test_literal_bos_and_eos_are_boundary_tokens_and_a_literal_s_is_a_word_as_in_the_original(converted, efml_folder):
+    """ELMoForManyLangs reads a literal ``<bos>``/``<eos>`` in a sentence as its boundary token (characters and word
+    vector) and ``<S>`` as an ordinary word; the converted model computes the same."""
+    efml = read_efml_model(efml_folder)
+    model = ElmoModel.from_pretrained(converted).eval()
+    tokenizer = ElmoTokenizer.from_pretrained(converted)
+    sentence = ["abc", "<bos>", "Жы", "<S>", "<eos>", "ca"]
+    with torch.no_grad():
+        layers = model(**tokenizer(" ".join(sentence), return_tensors="pt"), output_hidden_states=True).hidden_states
+    expected = efml_forward(sentence, efml.chars.ids, efml.words.ids, efml.token_embedder, efml.encoder, efml.architecture)
+    for index in range(3):
+        assert_same_numbers(layers[index][0], expected[index], rtol=1e-5, what=f"layer {index}")
+
+
 def test_parity_check_catches_a_wrong_layout(efml_folder, tmp_path, monkeypatch):
     right = ce.efml_state_dict
 

@@ -51,8 +51,8 @@ FAKE_TOKEN = "hf_" + "Q" * 34  # the token of the environment in the upload test
 FOLDER_TOKEN = "hf_" + "Z" * 34  # a token planted in the model folder: it must never be used
 SENTENCES = [["The", "cat", "sat", "on", "the", "mat", "."], ["A", "naïve", "café", "!"], ["Short"]]
 EXPECTED_LM_FILES = ["README.md", "config.json", "configuration_elmo.py", "inputs_elmo.py", "lstm_kernels.py", "model.safetensors",
-                     "modeling_elmo.py", "plots/perplexity.png", "tokenization_elmo.py", "tokenizer_config.json",
-                     "vocab.txt"]
+                     "modeling_elmo.py", "pipeline_elmo.py", "plots/perplexity.png", "tokenization_elmo.py",
+                     "tokenizer_config.json", "vocab.txt"]
 
 
 def make_config(**overrides) -> ElmoConfig:
@@ -325,8 +325,7 @@ def test_dry_run_writes_exactly_the_allow_list(published):
     assert hub.list_folder(published["lm"]) == EXPECTED_LM_FILES
     assert hub.list_folder(published["classifier"]) == [
         "README.md", "config.json", "configuration_elmo.py", "inputs_elmo.py", "lstm_kernels.py", "model.safetensors",
-        "modeling_elmo.py",
-        "tokenization_elmo.py", "tokenizer_config.json", "vocab.txt"]
+        "modeling_elmo.py", "pipeline_elmo.py", "tokenization_elmo.py", "tokenizer_config.json", "vocab.txt"]
     for name in CODE_FILES:  # the code is this package's, byte for byte
         assert (published["lm"] / name).read_bytes() == (PACKAGE_DIR / name).read_bytes()
     auto_map = json.loads((published["lm"] / "config.json").read_text())["auto_map"]
@@ -449,8 +448,7 @@ def test_upload_uses_the_stored_login_when_no_environment_token(model_folders, t
     assert hub.main([str(model_folders["classifier"]), "--repo-id", "me/elmo-tiny-sst"]) == 0
     assert hub_recorder.committed == [
         "README.md", "config.json", "configuration_elmo.py", "inputs_elmo.py", "lstm_kernels.py", "model.safetensors",
-        "modeling_elmo.py",
-        "tokenization_elmo.py", "tokenizer_config.json", "vocab.txt"]
+        "modeling_elmo.py", "pipeline_elmo.py", "tokenization_elmo.py", "tokenizer_config.json", "vocab.txt"]
     assert [call[0] for call in hub_recorder.calls] == ["create_repo", "create_commit"]
     assert {call[3] for call in hub_recorder.calls} == {FAKE_TOKEN}
 

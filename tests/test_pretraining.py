@@ -174,17 +174,24 @@ def test_windows_are_fixed_slices_of_the_boundary_marked_stream():
     assert out["oov"] == [[], [], ["zz"]]
 
 
-def test_collator_matches_the_tokenizer_and_encodes_oov_words_from_their_characters(tmp_path):
+@pytest.mark.parametrize("characters", [None, list("thecasmrzb")], ids=["bytes", "unicode"])
+def test_collator_matches_the_tokenizer_and_encodes_oov_words_from_their_characters(tmp_path, characters):
+    """Pretraining's batches and the tokenizer share one alphabet: the same ids for vocabulary words, out-of-vocabulary
+    words (unknown characters included) and the literal boundary word of each vocabulary."""
     vocab = Vocabulary(["the", "cat", "sat"])
     vocab.save(tmp_path / "vocab.txt")
-    tok = ElmoTokenizer(vocab_file=str(tmp_path / "vocab.txt"), split_pattern="whitespace")
-    sentences = ["the cat sat", "a zebra sat on the mat"]
+    tok = ElmoTokenizer(vocab_file=str(tmp_path / "vocab.txt"), split_pattern="whitespace", characters=characters)
+    boundary = "<S>" if characters is None else "<bos>"
+    sentences = ["the cat sat", f"a zebra sat on the mat {boundary} ok", "zebré"]
     out = tokenize_batch({"text": sentences}, word_to_id=vocab.index)
-    batch = Collator(vocab.char_table())([{"word_ids": i, "oov": o} for i, o in zip(out["word_ids"], out["oov"])])
+    collate = Collator(vocab.char_table(characters=characters), characters=characters)
+    batch = collate([{"word_ids": i, "oov": o} for i, o in zip(out["word_ids"], out["oov"])])
     ref = tok([s.split() for s in sentences], is_split_into_words=True, padding=True, return_tensors="pt", return_word_ids=True)
     torch.testing.assert_close(batch["input_ids"], ref["input_ids"])
     torch.testing.assert_close(batch["attention_mask"], ref["attention_mask"])
-    torch.testing.assert_close(batch["labels"], ref["word_ids"].masked_fill(ref["attention_mask"] == 0, -100))
+    assert tok.decode(batch["input_ids"][1, 6:7]) == boundary  # the boundary row, not the word's characters
+    if characters is None:  # the word vocabulary reads a literal <S> as its boundary word, as the tokenizer does
+        torch.testing.assert_close(batch["labels"], ref["word_ids"].masked_fill(ref["attention_mask"] == 0, -100))
 
 
 def test_bucket_sampler_shards_are_disjoint_equal_and_deterministic():

@@ -228,3 +228,37 @@ def test_added_tokens_are_in_the_vocabulary_its_length_and_stay_whole_when_encod
 def test_special_tokens_mask_marks_the_special_words_of_the_text_and_the_padding():
     enc = ElmoTokenizer()(["a </S> b", "c"], padding=True, return_special_tokens_mask=True)
     assert enc["special_tokens_mask"] == [[0, 1, 0], [0, 1, 1]]
+
+
+def test_literal_boundary_words_follow_each_original():
+    """Bytes vocabulary (AllenNLP's ``ELMoCharacterMapper``): a literal ``<S>``/``</S>`` is the boundary row and
+    ``<bos>`` an ordinary word. Unicode vocabulary (ELMoForManyLangs): ``<bos>``/``<eos>`` are the boundary rows (of the
+    characters and of the word input) and ``<S>`` an ordinary word. Raw text keeps each boundary word whole."""
+    ids = ElmoTokenizer()(["x", "<S>", "<bos>", "</S>"], is_split_into_words=True)["input_ids"]
+    assert ids[1] == BOS_CHAR_IDS.tolist() and ids[3] == EOS_CHAR_IDS.tolist()
+    assert ids[2] == per_character_reference("<bos>")
+    assert ElmoTokenizer().split_words("x<S>y</S>") == ["x", "<S>", "y", "</S>"]
+    characters = list("<>bosSx")
+    tok = ElmoTokenizer(characters=characters, input_words=["x"])
+    enc = tok("x <bos> <S> <eos>")
+    padding = [1] * 47  # unicode ids: 1 padding, 2/3 begin/end of word, 4/5 the sentence markers, 7 on the characters
+    assert enc["input_ids"][1] == [2, 4, 3] + padding and enc["input_ids"][3] == [2, 5, 3] + padding
+    assert enc["input_ids"][2][:5] == [2] + [7 + characters.index(c) for c in "<S>"] + [3]
+    assert enc["word_input_ids"] == [4, 1, 3, 2]  # x, <bos> -> <S>'s row, <S> -> <UNK>, <eos> -> </S>'s row
+    assert tok.decode(enc["input_ids"]) == "x <bos> <S> <eos>"
+    assert tok.decode(enc["input_ids"], skip_special_tokens=True) == "x <S>"
+
+
+def test_word_labels_align_with_the_rows_and_the_token_classification_collator_pads_them():
+    """One row per word, no token added: tags line up with the rows as they are (no `word_ids()` needed), and
+    transformers' `DataCollatorForTokenClassification` pads both."""
+    from transformers import DataCollatorForTokenClassification
+
+    tok = ElmoTokenizer()
+    examples = [(["The", "bank", "don't"], [0, 1, 2]), (["A"], [2])]
+    features = [dict(tok(words, is_split_into_words=True), labels=tags) for words, tags in examples]
+    assert [len(f["input_ids"]) for f in features] == [3, 1]
+    batch = DataCollatorForTokenClassification(tok)(features)
+    assert batch["labels"].tolist() == [[0, 1, 2], [2, -100, -100]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
+    assert tok.decode(batch["input_ids"]) == ["The bank don't", "A"]

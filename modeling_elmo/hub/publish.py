@@ -287,7 +287,7 @@ def config_keys() -> frozenset[str]:
     local path it was loaded from). A key a loaded config merely carried along is not published."""
     from ..configuration_elmo import ElmoConfig
 
-    return frozenset(ElmoConfig().to_dict()) - {"_name_or_path"} | {"torch_dtype"}
+    return frozenset(ElmoConfig().to_dict()) - {"_name_or_path"} | {"torch_dtype", "custom_pipelines"}
 
 
 def _keep_known_keys(path: Path, allowed: frozenset[str]) -> dict[str, Any]:

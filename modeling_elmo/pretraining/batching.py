@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from ..configuration_elmo import UNK_ID
-from ..tokenization_elmo import encode_words, encode_words_unicode
+from ..tokenization_elmo import CharacterAlphabet
 
 
 def example_lengths(dataset: Any) -> np.ndarray:
@@ -159,11 +159,10 @@ class Collator:
     char_table: np.ndarray
     pad_to_multiple_of: int | None = None
     characters: list[str] | None = None  # a Unicode character vocabulary (ids 7 on); None: bytes
-    _width: int = field(init=False)
+    _alphabet: CharacterAlphabet = field(init=False)
 
     def __post_init__(self):
-        self._width = self.char_table.shape[1]
-        self._char_to_id = None if self.characters is None else {c: 7 + i for i, c in enumerate(self.characters)}
+        self._alphabet = CharacterAlphabet(self.characters, self.char_table.shape[1])
 
     def __call__(self, examples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         lengths = [len(ex["word_ids"]) for ex in examples]
@@ -180,8 +179,7 @@ class Collator:
             oov_words = [w for ex in examples for w in ex["oov"]]
             if len(oov_words) != len(unknown):
                 raise ValueError(f"corrupt example: {len(unknown)} <UNK> ids but {len(oov_words)} stored out-of-vocabulary words.")
-            chars[unknown[:, 0], unknown[:, 1]] = (encode_words(oov_words, self._width) if self._char_to_id is None
-                                                   else encode_words_unicode(oov_words, self._char_to_id, self._width))
+            chars[unknown[:, 0], unknown[:, 1]] = self._alphabet.encode(oov_words)
         mask = np.arange(T)[None, :] < np.asarray(lengths)[:, None]
         labels = np.where(mask, word_ids, -100)
         batch = {

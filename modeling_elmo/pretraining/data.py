@@ -42,7 +42,7 @@ from ..configuration_elmo import BOS_ID, EOS_ID, SPECIAL_WORDS, UNK_ID
 from ..io_utils import atomic_write_text, hub_reachable, iter_lines
 from ..loading import HubUnreachableError
 from ..lm_scoring import LAYOUTS as BATCHING_MODES
-from ..tokenization_elmo import encode_words, encode_words_unicode
+from ..tokenization_elmo import CharacterAlphabet
 from .arguments import BUILTIN_PREFIX, builtin_corpus_file
 
 logger = logging.getLogger(__name__)
@@ -310,25 +310,19 @@ class Vocabulary:
         return [get(w, UNK_ID) for w in words]
 
     def char_table(self, max_characters_per_token: int = 50, characters: Sequence[str] | None = None) -> np.ndarray:
-        """Character ids of every vocabulary word, ``(V, max_characters_per_token)``; row 0 (``<pad>``) is zeros.
-        ``characters``: a Unicode character vocabulary (ids 7 on), instead of the bytes.
+        """Character ids of every vocabulary word as the tokenizer encodes it (`CharacterAlphabet`: the bytes, or the
+        Unicode ``characters``), ``(V, max_characters_per_token)``; row 0 (``<pad>``) is zeros, rows 1-2 the sentence
+        boundaries.
 
         Row 3 (``<UNK>``) is never used for inputs: out-of-vocabulary words are encoded from their own characters.
         """
-        encode = word_encoder(characters)
+        alphabet = CharacterAlphabet(characters, max_characters_per_token)
         table = np.zeros((len(self.words), max_characters_per_token), dtype=np.int64)
         if len(self.words) > 4:
-            table[4:] = encode(self.words[4:], max_characters_per_token)
-        table[BOS_ID], table[EOS_ID], table[UNK_ID] = encode(list(SPECIAL_WORDS[1:]), max_characters_per_token)
+            table[4:] = alphabet.encode(self.words[4:])
+        table[BOS_ID], table[EOS_ID] = alphabet.boundary_rows
+        table[UNK_ID] = alphabet.encode([SPECIAL_WORDS[UNK_ID]])[0]
         return table
-
-
-def word_encoder(characters: Sequence[str] | None):
-    """``encode(words, width)``: character ids of words as bytes, or through the Unicode ``characters`` (ids 7 on)."""
-    if characters is None:
-        return encode_words
-    char_to_id = {c: 7 + i for i, c in enumerate(characters)}
-    return lambda words, width: encode_words_unicode(words, char_to_id, width)
 
 
 def characters_from_counts(word_counts: Counter, max_size: int) -> list[str]:

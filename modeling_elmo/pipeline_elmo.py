@@ -1,0 +1,74 @@
+# Copyright 2026 The modeling_elmo authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The token-classification pipeline of an ELMo tagger: one entity per word.
+
+transformers' `TokenClassificationPipeline` reads one id per token; an ELMo token is a word read as a row of character
+ids. This subclass takes the words from the tokenizer's split (or the given list) and locates them in the text, so
+each entity carries its word, ``start``/``end`` and score. A saved `ElmoForTokenClassification` folder names it in
+``config.custom_pipelines`` and ships this file, so ``pipeline("token-classification", model=folder,
+trust_remote_code=True)`` uses it.
+
+This file is shipped to the Hub as custom code: it imports only torch and transformers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from transformers import TokenClassificationPipeline
+
+#: The ``config.custom_pipelines`` entry a saved tagger carries.
+CUSTOM_PIPELINES = {"token-classification": {"impl": "pipeline_elmo.ElmoTokenClassificationPipeline",
+                                             "pt": ["AutoModelForTokenClassification"], "type": "text"}}
+
+
+class ElmoTokenClassificationPipeline(TokenClassificationPipeline):
+    """`TokenClassificationPipeline` for ELMo taggers: one entity per word, with the word, its character offsets in the
+    text and its label and score. Pre-split input (``is_split_into_words=True``) is used as given; aggregation
+    ``"none"`` (default) and ``"simple"`` apply (every word is whole: there are no sub-words to merge)."""
+
+    def preprocess(self, sentence: Any, offset_mapping: Any = None, **preprocess_params: Any):
+        if preprocess_params.get("is_split_into_words"):
+            if not isinstance(sentence, list):
+                raise ValueError("When `is_split_into_words=True`, `sentence` must be a list of words.")
+            words, sentence = sentence, preprocess_params.get("delimiter", " ").join(sentence)
+        elif isinstance(sentence, str):
+            words = self.tokenizer.split_words(sentence)
+        else:
+            raise ValueError(f"When `is_split_into_words=False`, `sentence` must be a string, got {type(sentence).__name__}.")
+        inputs = self.tokenizer(words, is_split_into_words=True, return_tensors="pt")
+        offsets, cursor = [], 0
+        for word in words:  # the words in the order they occur in the text
+            start = sentence.find(word, cursor)
+            offsets.append((start, start + len(word)) if start >= 0 else (-1, -1))
+            cursor = start + len(word) if start >= 0 else cursor
+        yield {**inputs, "special_tokens_mask": torch.zeros(1, len(words), dtype=torch.long),
+               "offset_mapping": torch.tensor(offsets, dtype=torch.long).reshape(1, len(words), 2),
+               "sentence": sentence, "is_last": True}
+
+    def gather_pre_entities(self, sentence: str, input_ids: Any, scores: Any, offset_mapping: Any,
+                            special_tokens_mask: Any, aggregation_strategy: Any, **kwargs: Any) -> list[dict]:
+        entities = []
+        for index, word_scores in enumerate(scores):
+            start, end = (int(v) for v in offset_mapping[index])
+            found = start >= 0
+            # A word the text does not hold as it is (lower-cased by the tokenizer, say) is read back from its row.
+            word = sentence[start:end] if found else self.tokenizer.decode(input_ids[index : index + 1])
+            entities.append({"word": word, "scores": word_scores, "start": start if found else None,
+                             "end": end if found else None, "index": index, "is_subword": False})
+        return entities
+
+
+__all__ = ["CUSTOM_PIPELINES", "ElmoTokenClassificationPipeline"]
