@@ -757,3 +757,31 @@ def test_untrained_comparison_model_depends_only_on_the_seed(tiny):
     c = untrained_models(config, 1, torch.device("cpu"), need_lm=True)[0].state_dict()
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert not torch.equal(a["elmo.encoder.forward_layers.0.weight_ih"], c["elmo.encoder.forward_layers.0.weight_ih"])
+
+
+@pytest.mark.slow
+def test_the_recipes_follow_up_evaluate_commands_run_offline(tiny, tmp_path, shared_data):
+    """The ``then: elmo evaluate ...`` command of each recipe, as printed, on a tiny model with the shared data (its
+    paths are relative to the repository root: ``../shared/data`` is the shared folder), offline: every task runs,
+    the probes reading the shared copy. Only the sizes are bounded (flags appended: the last value wins)."""
+    import re
+    import shlex
+
+    from modeling_elmo.evaluation.cli import main
+
+    recipes = sorted((Path(__file__).resolve().parents[1] / "configuration" / "recipes").glob("*.yaml"))
+    commands = {}
+    for recipe in recipes:
+        match = re.search(r"^# then: (elmo evaluate .*?)$(?!\n#   -)", recipe.read_text(), flags=re.M | re.S)
+        if match:
+            commands[recipe.name] = " ".join(re.sub(r"\\\n#\s*", " ", match.group(1)).split())
+    assert "cpu-lm-corpus.yaml" in commands and len(commands) >= 3, commands
+    for name, command in commands.items():
+        argv = [word.replace("../shared/data", str(shared_data)) for word in shlex.split(command)][2:]
+        assert "--data-dir" in argv and "--task" in argv and argv[argv.index("--task") + 1] == "all", (name, argv)
+        argv[0] = str(tiny[3])
+        rc = main([*argv, "--output-dir", str(tmp_path / name), "--max-sentences", "20", "--max-train-examples", "12",
+                   "--max-dev-examples", "8", "--probe-epochs", "1", "--probe-min-steps", "2", "--no-progress"])
+        assert rc == 0, name
+        results = read_results(tmp_path / name / "eval_results.json")
+        assert {s.task for s in results.scores} == {"wsd-probe", "probe-sentiment", "probe-pos"} and results.perplexity

@@ -37,9 +37,8 @@ from ..loading import check_model_location, refuse_pickled_weights
 from ..results import EvaluationResults, read_results, write_results
 from ..run_folder import EvaluationFolder, RunFolder
 from . import data as ev_data
-from .metrics import mcnemar_exact
+from .metrics import mcnemar_exact, most_frequent_tag_accuracy
 from .report import markdown_report, score_records, write_plots
-from .metrics import most_frequent_tag_accuracy
 from .tasks import compute_layer_features, fit_unigram_baseline, lm_perplexity, probe_task, wsd_probe
 from .wsd import DEFAULT_WSD_SET, SENSEVAL_TSV, build_wsd_subset
 
