@@ -112,26 +112,43 @@ def test_readme_examples_run_as_written(reader_folder):
     assert torch.isfinite(head.weight).all() and head.weight.abs().max() < 1.0
 
 
-def test_the_readme_pretraining_command_beats_the_unigram_baseline(tmp_path, monkeypatch):
-    """The README's ``elmo pretrain`` line as written (default optimiser and learning rate), on the first 2,500 lines
-    of the packaged novel (66,600 words): its validation perplexity is below the unigram model's."""
+def _readme_pretraining_perplexities(tmp_path, monkeypatch, lines: list[str]) -> dict:
+    """The validation record of the README's ``elmo pretrain`` line, as written (default optimiser and learning rate),
+    with ``lines`` as ``my_corpus.txt``."""
     import json
 
     from support import reset_accelerate_state
-
-    from modeling_elmo.pretraining.arguments import builtin_corpus_file
 
     [command] = [c for c in _shell_commands() if c.startswith("elmo pretrain ")]
     argv = shlex.split(command)
     assert "--optimizer" not in argv and "--learning-rate" not in argv  # the defaults are what is tested
     monkeypatch.chdir(tmp_path)
-    lines = Path(builtin_corpus_file("builtin:austen-emma", "train")).read_text(encoding="utf-8").splitlines(True)
-    (tmp_path / argv[argv.index("--train-file") + 1]).write_text("".join(lines[:2500]), encoding="utf-8")
+    (tmp_path / argv[argv.index("--train-file") + 1]).write_text("".join(lines), encoding="utf-8")
     status = cli.main([*argv[1:], "--no-plot", "--cache-dir", str(tmp_path / "datasets-cache")])
     reset_accelerate_state()
     assert status in (0, None)
     results = json.loads((tmp_path / argv[argv.index("--output-dir") + 1] / "eval_results.json").read_text())
     [validation] = [r for r in results["perplexity"] if r["split"] == "validation"]
+    return validation
+
+
+@pytest.mark.slow
+def test_the_readme_pretraining_command_beats_the_unigram_baseline(tmp_path, monkeypatch):
+    """On the first 2,500 lines of the packaged novel (66,600 words): the validation perplexity of the README's
+    ``elmo pretrain`` line is below the unigram model's."""
+    from modeling_elmo.pretraining.arguments import builtin_corpus_file
+
+    lines = Path(builtin_corpus_file("builtin:austen-emma", "train")).read_text(encoding="utf-8").splitlines(True)
+    validation = _readme_pretraining_perplexities(tmp_path, monkeypatch, lines[:2500])
+    assert validation["average"] < validation["unigram"]["average"], validation
+
+
+@pytest.mark.slow
+def test_the_readme_pretraining_command_beats_the_unigram_baseline_on_brown(tmp_path, monkeypatch, shared_data):
+    """The same on other common text, the first 3,000 lines of the Brown corpus."""
+    with open(shared_data / "lm-corpus" / "brown.txt", encoding="utf-8") as handle:
+        lines = [line for _, line in zip(range(3000), handle)]
+    validation = _readme_pretraining_perplexities(tmp_path, monkeypatch, lines)
     assert validation["average"] < validation["unigram"]["average"], validation
 
 
