@@ -71,8 +71,9 @@ MIN_INDEXED_EXAMPLES = 50
 #: Model licences that let anyone use the model for anything (the data-licence warning applies to them).
 PERMISSIVE_LICENSES = frozenset({"apache-2.0", "mit", "bsd-2-clause", "bsd-3-clause", "cc-by-4.0", "cc0-1.0"})
 #: Data licences that do not allow every use, and words that say the licence is not known.
-_RESTRICTED_DATA_LICENSE = re.compile(r"research|non-?commercial|(^|[^a-z])nc([^a-z]|$)|proprietary|"
-                                      r"all rights reserved|unknown|not recorded", re.IGNORECASE)
+_RESTRICTED_DATA_LICENSE = re.compile(r"research[- _]only|research purposes only|only for research|non-?commercial|"
+                                      r"(^|[^a-z])nc([^a-z]|$)|proprietary|all rights reserved|unknown|not recorded",
+                                      re.IGNORECASE)
 
 #: The settings a card lists (dotted key paths of the training or conversion metadata): an allow-list, so that a
 #: key this package does not write (``apikey``, ``credentials``, ``db_url``, ...) never reaches a public card.
