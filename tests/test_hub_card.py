@@ -155,3 +155,11 @@ def test_the_training_section_lists_metadata_without_paths_or_credentials():
         metadata={"converted_from": "original ELMo release", "weights_file": "w.hdf5"}, converted=True),
         num_parameters=10)
     assert kind == "converted" and "Source: original ELMo release." in converted.text
+
+
+def test_the_cards_trainer_examples_use_the_readmes_learning_rate():
+    import re
+
+    [readme_rate] = set(re.findall(r"learning_rate=([0-9.e-]+)", (REPO_ROOT / "README.md").read_text()))
+    for template in sorted((REPO_ROOT / "model_cards").glob("*.md")):
+        assert set(re.findall(r"learning_rate=([0-9.e-]+)", template.read_text())) <= {readme_rate}, template.name
