@@ -16,6 +16,7 @@ import datetime
 import json
 import math
 import os
+import re
 import types
 import typing
 from pathlib import Path
@@ -30,6 +31,7 @@ __all__ = [
     "ScoreResult",
     "UnigramBaselineResult",
     "UntrainedComparison",
+    "data_file_label",
     "read_results",
     "write_results",
 ]
@@ -112,8 +114,9 @@ class ScoreResult:
     metric: str  # "accuracy", "accuracy_ties_half"
     value: float | None  # None when undefined (e.g. every WSD occurrence tied)
     examples: int  # examples (tokens for POS, occurrences for WSD) scored
-    baseline: float | None = None  # the same metric of a trivial predictor (majority class, random neighbour)
+    baseline: float | None = None  # the same metric of a simple predictor that needs no model
     untrained: UntrainedComparison | None = None
+    baseline_name: str | None = None  # which: "most frequent tag of the word", "majority class", "random neighbour"
 
     def __post_init__(self):
         _finite(self.value, "value")
@@ -147,6 +150,19 @@ class EvaluationResults:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def data_file_label(path: str) -> str:
+    """A data file, folder or glob as results and model cards name it: its last part, with its folder when that part
+    is a pattern (``gutenberg/*.txt``, not ``*.txt``); a packaged corpus (``builtin:NAME``) as given."""
+    if path.startswith("builtin:"):
+        return path
+    parts = [part for part in re.split(r"[\\/]", path) if part]
+    if not parts:
+        return path
+    if len(parts) > 1 and any(c in parts[-1] for c in "*?["):
+        return f"{parts[-2]}/{parts[-1]}"
+    return parts[-1]
 
 
 # ----------------------------------------------------------------------------------------------- reading and writing

@@ -385,6 +385,9 @@ class RunFolder:
         return records
 
     def plot_files(self) -> list[Path]:
-        """The plots present: the training curve, then the evaluation suite's plots."""
-        own = [self.perplexity_plot_file] if self.perplexity_plot_file.is_file() else []
-        return own + self.evaluation.plot_files()
+        """The plots present: the training curve, then the evaluation suite's plots (without its copy of the training
+        curve when the run's own is there: one perplexity plot)."""
+        if not self.perplexity_plot_file.is_file():
+            return self.evaluation.plot_files()
+        copy = self.evaluation.plot_file("training_perplexity")
+        return [self.perplexity_plot_file] + [path for path in self.evaluation.plot_files() if path != copy]

@@ -33,12 +33,21 @@ def shared_data_dir() -> Path:
     return Path(os.environ.get("ELMO_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def shared_data() -> Path:
+    """The shared data folder; a test that uses it (directly or through another fixture) skips where it is absent,
+    and carries the marker ``shared_data`` (``-m shared_data`` selects the data-dependent tests)."""
     path = shared_data_dir()
     if not path.is_dir():
         pytest.skip(f"shared data folder {path} is absent (set ELMO_SHARED_DATA); CI always has it")
     return path
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if "shared_data" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.shared_data)
 
 
 @pytest.fixture

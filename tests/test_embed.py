@@ -525,10 +525,9 @@ def test_cli_refuses_unusable_paths_with_one_line_and_writes_nothing(tmp_path, t
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
 
 
-def test_bench_embed_reports_throughput_against_a_baseline_and_the_matmul_peak(tmp_path, capsys):
-    data = Path(os.environ.get("ELMO_SHARED_DATA", REPO.parent / "shared" / "data"))
-    if not (data / "lm-corpus" / "brown.txt").is_file():
-        pytest.skip(f"{data}/lm-corpus is not available (set ELMO_SHARED_DATA)")
+def test_bench_embed_reports_throughput_against_a_baseline_and_the_matmul_peak(tmp_path, capsys, shared_data):
+    if not (shared_data / "lm-corpus" / "brown.txt").is_file():
+        pytest.skip(f"{shared_data}/lm-corpus is not available (set ELMO_SHARED_DATA)")
     sys.path.insert(0, str(REPO / "scripts" / "bench"))
     try:
         import bench_embed

@@ -12,7 +12,13 @@ import numpy as np
 import pytest
 
 from modeling_elmo.evaluation import data as ev_data
-from modeling_elmo.evaluation.metrics import accuracy, correctness, masked_token_accuracy, mcnemar_exact
+from modeling_elmo.evaluation.metrics import (
+    accuracy,
+    correctness,
+    masked_token_accuracy,
+    mcnemar_exact,
+    most_frequent_tag_accuracy,
+)
 from modeling_elmo.evaluation.wsd import DEFAULT_WSD_SET, SENSEVAL_TSV, build_wsd_subset, score_nearest_neighbour
 from modeling_elmo.results import read_results
 from modeling_elmo.run_folder import RunFolder
@@ -455,6 +461,29 @@ def test_training_curves_separate_train_and_validation_and_keep_the_last_of_a_st
     assert read_training_curves(RunFolder(tmp_path / "nothing")) == {}
 
 
+def test_most_frequent_tag_baseline_tags_each_word_as_in_training_and_unseen_words_with_the_commonest_tag():
+    train_words = [["the", "bank", "runs"], ["the", "runs"], ["a", "bank"]]
+    train_tags = [["DET", "NOUN", "VERB"], ["DET", "NOUN"], ["DET", "NOUN"]]
+    # runs: VERB and NOUN once each -> VERB (seen first); river: unseen -> the commonest tag overall, DET (3 of 7)
+    dev_words, dev_tags = [["the", "runs", "river"], ["bank"]], [["DET", "VERB", "NOUN"], ["NOUN"]]
+    assert most_frequent_tag_accuracy(train_words, train_tags, dev_words, dev_tags) == 3 / 4
+    with pytest.raises(ValueError):
+        most_frequent_tag_accuracy([["the"]], [["DET", "NOUN"]], dev_words, dev_tags)  # a tag per word
+
+
+def test_the_report_says_which_features_do_not_beat_the_simple_baseline():
+    from modeling_elmo.evaluation.report import markdown_report
+    from modeling_elmo.results import EvaluationResults, ScoreResult
+
+    scores = [ScoreResult(task="probe-pos", dataset="ud", split="validation", representation=name, metric="accuracy",
+                          value=value, examples=1000, baseline=0.826, baseline_name="most frequent tag of the word")
+              for name, value in (("layer 0", 0.70), ("layer 1", 0.732), ("mix", 0.90))]
+    table = markdown_report(EvaluationResults.now(model="m", source="elmo evaluate", scores=scores))
+    assert "| Simple baseline (no model) | 82.6% (most frequent tag of the word) |" in table
+    assert ("Part-of-speech accuracy: Layer 0 only, Layer 1 only do not beat the simple baseline (most frequent tag "
+            "of the word).") in table
+
+
 def test_cli_writes_the_results_schema_markdown_and_plots(tiny, tmp_path):
     from modeling_elmo.evaluation.cli import main
 
@@ -510,6 +539,25 @@ def test_cli_writes_the_results_schema_markdown_and_plots(tiny, tmp_path):
         assert 0.0 < u.mcnemar_p_value <= 1.0
     assert "_correct" not in json.dumps(results.details)
     assert "McNemar" in table
+    # the simple baselines: the most frequent tag of each word (counted here by brute force), the majority class
+    train = ev_data.read_conllu(data / "pos-ud-ewt" / "en_ewt-ud-train.conllu", max_sentences=12)
+    dev = ev_data.read_conllu(data / "pos-ud-ewt" / "en_ewt-ud-dev.conllu")
+    pairs = [pair for sentence in train for pair in zip(sentence.tokens, sentence.tags)]
+
+    def guess(word):
+        seen = [t for w, t in pairs if w == word] or [t for _, t in pairs]
+        return max(seen, key=lambda t: (seen.count(t), -seen.index(t)))
+
+    tagged = [pair for sentence in dev for pair in zip(sentence.tokens, sentence.tags)]
+    expected = sum(guess(word) == tag for word, tag in tagged) / len(tagged)
+    pos, sentiment = probes["probe-pos", "mix"], probes["probe-sentiment", "mix"]
+    assert (pos.baseline, pos.baseline_name) == (pytest.approx(expected), "most frequent tag of the word")
+    labels = [s.label for s in ev_data.read_sst2(data / "sentiment-sst2" / "dev.tsv")]
+    majority = max(set(labels), key=[s.label for s in ev_data.read_sst2(data / "sentiment-sst2" / "train.tsv", 12)].count)
+    assert (sentiment.baseline, sentiment.baseline_name) == (pytest.approx(labels.count(majority) / len(labels)),
+                                                             "majority class")
+    assert (f"| Simple baseline (no model) | {100 * sentiment.baseline:.1f}% (majority class) | "
+            f"{100 * pos.baseline:.1f}% (most frequent tag of the word) |") in table
 
 
 def test_cli_writes_into_the_model_folders_evaluation_folder_without_a_training_curve(tiny, tmp_path):
@@ -709,3 +757,31 @@ def test_untrained_comparison_model_depends_only_on_the_seed(tiny):
     c = untrained_models(config, 1, torch.device("cpu"), need_lm=True)[0].state_dict()
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert not torch.equal(a["elmo.encoder.forward_layers.0.weight_ih"], c["elmo.encoder.forward_layers.0.weight_ih"])
+
+
+@pytest.mark.slow
+def test_the_recipes_follow_up_evaluate_commands_run_offline(tiny, tmp_path, shared_data):
+    """The ``then: elmo evaluate ...`` command of each recipe, as printed, on a tiny model with the shared data (its
+    paths are relative to the repository root: ``../shared/data`` is the shared folder), offline: every task runs,
+    the probes reading the shared copy. Only the sizes are bounded (flags appended: the last value wins)."""
+    import re
+    import shlex
+
+    from modeling_elmo.evaluation.cli import main
+
+    recipes = sorted((Path(__file__).resolve().parents[1] / "configuration" / "recipes").glob("*.yaml"))
+    commands = {}
+    for recipe in recipes:
+        match = re.search(r"^# then: (elmo evaluate .*?)$(?!\n#   -)", recipe.read_text(), flags=re.M | re.S)
+        if match:
+            commands[recipe.name] = " ".join(re.sub(r"\\\n#\s*", " ", match.group(1)).split())
+    assert "cpu-lm-corpus.yaml" in commands and len(commands) >= 3, commands
+    for name, command in commands.items():
+        argv = [word.replace("../shared/data", str(shared_data)) for word in shlex.split(command)][2:]
+        assert "--data-dir" in argv and "--task" in argv and argv[argv.index("--task") + 1] == "all", (name, argv)
+        argv[0] = str(tiny[3])
+        rc = main([*argv, "--output-dir", str(tmp_path / name), "--max-sentences", "20", "--max-train-examples", "12",
+                   "--max-dev-examples", "8", "--probe-epochs", "1", "--probe-min-steps", "2", "--no-progress"])
+        assert rc == 0, name
+        results = read_results(tmp_path / name / "eval_results.json")
+        assert {s.task for s in results.scores} == {"wsd-probe", "probe-sentiment", "probe-pos"} and results.perplexity

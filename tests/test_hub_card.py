@@ -9,7 +9,7 @@ import pytest
 from huggingface_hub import ModelCard, ModelCardData
 
 from modeling_elmo import ElmoConfig
-from modeling_elmo.hub.card import CARD_KINDS, CardInputs, build_model_card, detect_card_kind
+from modeling_elmo.hub.card import CARD_KINDS, MIN_INDEXED_EXAMPLES, CardInputs, build_model_card, detect_card_kind
 from modeling_elmo.results import (
     EvaluationResults,
     PerplexityResult,
@@ -101,11 +101,13 @@ def _results() -> list[EvaluationResults]:
         PerplexityResult(dataset="heldout.txt", split="held-out", forward=118.0, backward=123.0, average=120.5,
                          targets_per_direction=99, examples=9, unk_rate=0.0, untrained_average=262.0)], scores=[
         ScoreResult(task="probe-sentiment", dataset="sst2", split="validation", representation="mix",
-                    metric="accuracy", value=0.78, examples=872, baseline=0.509,
+                    metric="accuracy", value=0.78, examples=872, baseline=0.509, baseline_name="majority class",
                     untrained=UntrainedComparison(value=0.55, trained_only_correct=250, untrained_only_correct=50,
                                                   mcnemar_p_value=1e-30)),
         ScoreResult(task="wsd-probe", dataset="wsd_small", split="all", representation="layer 0",
                     metric="accuracy", value=None, examples=0, baseline=0.33),
+        ScoreResult(task="wsd-probe", dataset="wsd_small", split="all", representation="layer 0",
+                    metric="accuracy_ties_half", value=0.0, examples=3, baseline=0.33),  # 357 of 360 tied
         ScoreResult(task="wsd-probe", dataset="wsd_small", split="all", representation="layer 2",
                     metric="accuracy_ties_half", value=0.71, examples=360, baseline=0.33)])
     return [pretraining, suite]
@@ -126,13 +128,18 @@ def test_the_model_index_holds_the_models_own_numbers_and_the_text_the_baselines
         ("text-generation", "heldout.txt", None, "perplexity", "Perplexity (average)"): 120.5,
         ("text-classification", "sst2", "validation", "accuracy", "Accuracy (mix)"): 0.78,
         ("token-classification", "wsd_small", None, "accuracy", "Accuracy, ties as half (layer 2)"): 0.71,
-    }  # the undefined WSD accuracy, the unigram baseline and the untrained model are not the model's numbers
+    }  # the undefined WSD accuracy, the score on 3 items, the unigram baseline and the untrained model are not there
     assert data.metrics == ["accuracy", "perplexity"] and data.model_name == "elmo-tiny"
     assert ("| wikitext | validation | 80.5 | 82.25 | 81.37 | 640 (fitted on training data) | — | 1234 | 5.0% |"
             in card.text)
     assert "| heldout.txt | held-out | 118 | 123 | 120.5 | — | 262 | 99 | 0.0% |" in card.text
-    assert "| probe-sentiment | sst2 | validation | mix | accuracy | 0.78 | 0.509 | 0.55 | 1e-30 |" in card.text
-    assert "| wsd-probe | wsd_small | all | layer 0 | accuracy | undefined (all tied) | 0.33 | — | — |" in card.text
+    assert ("| probe-sentiment | sst2 | validation | mix | accuracy | 0.78 | 872 | 0.509 (majority class) | 0.55 | "
+            "1e-30 |") in card.text
+    assert ("| wsd-probe | wsd_small | all | layer 0 | accuracy | undefined (all tied) | 0 (too few: not indexed) | "
+            "0.33 | — | — |") in card.text
+    assert ("| wsd-probe | wsd_small | all | layer 0 | accuracy_ties_half | 0 | 3 (too few: not indexed) | 0.33 "
+            "| — | — |") in card.text
+    assert f"fewer than {MIN_INDEXED_EXAMPLES} examples is shown here but left out of the `model-index`" in card.text
 
 
 def test_the_training_section_lists_metadata_without_paths_or_credentials():
@@ -148,3 +155,11 @@ def test_the_training_section_lists_metadata_without_paths_or_credentials():
         metadata={"converted_from": "original ELMo release", "weights_file": "w.hdf5"}, converted=True),
         num_parameters=10)
     assert kind == "converted" and "Source: original ELMo release." in converted.text
+
+
+def test_the_cards_trainer_examples_use_the_readmes_learning_rate():
+    import re
+
+    [readme_rate] = set(re.findall(r"learning_rate=([0-9.e-]+)", (REPO_ROOT / "README.md").read_text()))
+    for template in sorted((REPO_ROOT / "model_cards").glob("*.md")):
+        assert set(re.findall(r"learning_rate=([0-9.e-]+)", template.read_text())) <= {readme_rate}, template.name

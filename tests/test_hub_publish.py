@@ -35,6 +35,7 @@ from modeling_elmo import (
     save_model_folder,
 )
 from modeling_elmo import hub
+from modeling_elmo.hub.card import escape_markdown
 from modeling_elmo.results import (
     EvaluationResults,
     PerplexityResult,
@@ -416,7 +417,42 @@ def test_classifier_card_names_its_base_model_labels_and_probe_results(published
         ("token-classification", "wsd_small", "accuracy", "Accuracy (layer 2)", 0.71),
         ("text-classification", "sentiment-sst2 dev", "accuracy", "Accuracy (mix)", 0.78),
     }
-    assert "| probe-sentiment | sentiment-sst2 dev | validation | mix | accuracy | 0.78 | 0.509 | 0.55 | 1e-30 |" in card.text
+    assert ("| probe-sentiment | sentiment-sst2 dev | validation | mix | accuracy | 0.78 | 872 | 0.509 | 0.55 | 1e-30 |"
+            in card.text)
+
+
+def test_the_card_tells_the_files_shipped_the_training_files_their_licences_and_shows_one_perplexity_plot(
+        model_folders, tmp_path, capsys):
+    """A run trained on files and a glob (no dataset name), with a research-only part, published under apache-2.0:
+    the card lists exactly the Python files of the published folder, names the training files (the glob with its
+    folder), their licences and a warning (printed too), and shows the training curve once."""
+    run = tmp_path / "run"
+    shutil.copytree(model_folders["lm"], run)
+    RunFolder(run).write_training_metadata({"global_step": 10, "args": {
+        "train_file": ["/data/lm-corpus/gutenberg/*.txt", "/data/lm-corpus/masc.txt"],
+        "data_license": ["gutenberg/*.txt=public-domain", "masc.txt=research-only"]}})
+    (run / "evaluation").mkdir()
+    write_png(run / "evaluation" / "training_perplexity.png")  # the evaluation's copy of perplexity.png
+    out = tmp_path / "hub"
+    assert hub.main([str(run), "--repo-id", "me/elmo-run", "--dry-run", "--output-dir", str(out)]) == 0
+    text = (out / "README.md").read_text(encoding="utf-8")
+    shipped = sorted(p.name for p in out.glob("*.py"))
+    assert len(shipped) >= 5 and f"This repository ships {len(shipped)} Python files: " + ", ".join(
+        f"`{name}`" for name in shipped) + "." in text
+    assert "Training data: gutenberg/\\*.txt, masc.txt." in text and "not recorded" not in text
+    assert "Data licences: gutenberg/\\*.txt: public-domain; masc.txt: research-only." in text
+    warning = ("the model is published under apache-2.0, but the licence of part of its training data is unknown or "
+               "restricts its use (masc.txt: research-only)")
+    assert f"**Warning:** {escape_markdown(warning)}" in text and warning in capsys.readouterr().err
+    assert [n for n in hub.list_folder(out) if n.startswith("plots/")] == ["plots/perplexity.png"]
+    assert text.count("![") == 1
+    # the licences given to elmo push replace the recorded ones; all known and open: no warning
+    again = tmp_path / "hub-again"
+    assert hub.main([str(run), "--repo-id", "me/elmo-run", "--dry-run", "--output-dir", str(again),
+                     "--data-license", "cc-by-4.0"]) == 0
+    text = (again / "README.md").read_text(encoding="utf-8")
+    assert "Data licences: all training data: cc-by-4.0." in text and "Warning" not in text
+    assert "licence" not in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------------------------- upload (mocked)

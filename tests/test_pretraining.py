@@ -46,16 +46,14 @@ from modeling_elmo.pretraining import main as pretrain_main
 from modeling_elmo.results import read_results
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = Path(os.environ.get("ELMO_SHARED_DATA", REPO.parent / "shared" / "data"))
-CORPUS = SHARED_DATA / "lm-corpus"
 
 
 # ----------------------------------------------------------------------------------------------- fixtures
 @pytest.fixture(scope="module")
-def corpus_lines() -> list[str]:
-    path = CORPUS / "masc.txt"
+def corpus_lines(shared_data) -> list[str]:
+    path = shared_data / "lm-corpus" / "masc.txt"
     if not path.is_file():
-        pytest.skip(f"shared LM corpus not found at {CORPUS} (set ELMO_SHARED_DATA)")
+        pytest.skip(f"shared LM corpus not found at {path.parent} (set ELMO_SHARED_DATA)")
     with open(path, encoding="utf-8", errors="replace") as handle:
         lines = [line.rstrip("\n") for _, line in zip(range(4000), handle)]
     # short sentences keep the tiny model fast

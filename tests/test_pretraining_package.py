@@ -218,3 +218,23 @@ def test_cpu_benchmark_imports_the_public_api_and_runs_two_steps():
     assert done.returncode == 0, done.stderr[-2000:]
     record = json.loads(done.stdout.strip().splitlines()[-1])
     assert record["preset"] == "elmo-tiny" and record["tokens_per_s"] > 0
+
+
+def test_the_lm_corpus_recipes_record_a_licence_for_every_training_file_and_the_card_warns_of_the_research_only_one():
+    from modeling_elmo.hub.card import data_license_warning
+    from modeling_elmo.pretraining.arguments import parse_args
+    from modeling_elmo.results import data_file_label
+
+    for name in ("cpu-lm-corpus", "27m-lm-corpus", "27m-lm-corpus-h200", "27m-lm-corpus-reviews"):
+        args = parse_args(["--config", name])
+        assert {entry.split("=")[0] for entry in args.data_license} == {data_file_label(f) for f in args.train_file}
+        warning = data_license_warning("apache-2.0", args.data_license)
+        assert "(reuters_training.txt: research-only (Reuters-21578))" in warning, name  # and nothing else
+
+
+def test_the_results_name_the_training_files_a_glob_with_its_folder():
+    from modeling_elmo.pretraining.arguments import parse_args
+    from modeling_elmo.pretraining.evaluation import dataset_description
+
+    args = parse_args(["--train-file", "/data/lm-corpus/gutenberg/*.txt", "/data/lm-corpus/masc.txt"])
+    assert dataset_description(args, "validation") == "gutenberg/*.txt, masc.txt (1% of the lines held out)"

@@ -4,13 +4,14 @@ bars switched off meanwhile, and back on afterwards), and a training bar sized b
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 
 from support import reset_accelerate_state
 
 from modeling_elmo.pretraining import main as pretrain_main
-from modeling_elmo.pretraining.loop import ProgressBar
+from modeling_elmo.pretraining.loop import ProgressBar, TrainClock, busy_machine_warning
 
 
 def test_without_a_budget_the_bar_counts_updates():
@@ -57,3 +58,25 @@ def test_a_budgeted_run_shows_one_preparation_bar_and_a_bar_in_minutes(tmp_path,
     assert "preparing data: 3/3 stages" in err
     assert re.search(r"training minutes: +\d+%\|.*\| \d+\.\d/0\.1 min \[[^]]*updates=\d+", err)
     assert "/100000" not in err  # not the 100,000 updates the budget never reaches
+
+
+def test_the_training_clock_measures_the_share_of_a_core_the_training_thread_had():
+    waiting = TrainClock(5.0)
+    time.sleep(0.3)  # a thread that waits has no core: the busy machine's case
+    wall, share = waiting.cpu_share()
+    assert wall >= 0.3 and 0.0 <= share < 0.2
+    start_wall, start_cpu = time.time(), time.thread_time()
+    computing = TrainClock(5.0)
+    while time.thread_time() - start_cpu < 0.2:  # 0.2 s of CPU, however long the machine takes to give it
+        pass
+    wall, share = computing.cpu_share()
+    used_wall, used_cpu = time.time() - start_wall, time.thread_time() - start_cpu
+    assert 0.0 < wall <= used_wall and 0.19 <= share * wall <= used_cpu
+
+
+def test_a_cpu_run_on_a_busy_machine_says_why_it_made_fewer_updates():
+    line = busy_machine_warning(600.0, 0.27, 200)
+    assert line.startswith("the machine is busy: the training thread had a CPU core for only 27% of these 10.0 "
+                           "minutes") and "200 updates ran (20 per minute)" in line and "\n" not in line
+    assert busy_machine_warning(600.0, 0.9, 800) is None  # an idle machine
+    assert busy_machine_warning(10.0, 0.1, 5) is None  # too short to say

@@ -89,3 +89,13 @@ def test_nan_or_impossible_values_are_refused_before_anything_is_written(tmp_pat
     with pytest.raises(ValueError, match="refusing to write"):
         write_results(tmp_path / "eval_results.json", bad)
     assert not (tmp_path / "eval_results.json").exists()
+
+
+def test_a_data_file_is_named_by_its_last_part_and_a_glob_keeps_its_folder():
+    from modeling_elmo.results import data_file_label
+
+    assert data_file_label("/data/lm-corpus/gutenberg/*.txt") == "gutenberg/*.txt"
+    assert data_file_label("../shared/data/lm-corpus/masc.txt") == "masc.txt"
+    assert data_file_label("C:\\data\\books\\part-?.txt") == "books/part-?.txt"
+    assert data_file_label("corpus/") == "corpus" and data_file_label("*.txt") == "*.txt"
+    assert data_file_label("builtin:austen-emma") == "builtin:austen-emma"

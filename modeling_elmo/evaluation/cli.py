@@ -38,7 +38,7 @@ from ..loading import check_model_location, refuse_pickled_weights
 from ..results import EvaluationResults, read_results, write_results
 from ..run_folder import EvaluationFolder, RunFolder
 from . import data as ev_data
-from .metrics import mcnemar_exact
+from .metrics import mcnemar_exact, most_frequent_tag_accuracy
 from .report import markdown_report, score_records, write_plots
 from .tasks import compute_layer_features, fit_unigram_baseline, lm_perplexity, probe_task, wsd_probe
 from .wsd import DEFAULT_WSD_SET, SENSEVAL_TSV, build_wsd_subset
@@ -275,6 +275,8 @@ def run_tasks(tasks: list[str], args, lm, base, tokenizer, config, inputs: dict,
                            epochs=args.probe_epochs, learning_rate=args.probe_lr, batch_size=args.probe_batch_size,
                            seed=args.seed, min_steps=args.probe_min_steps)
             r["labels"] = tags
+            if token_level:
+                r["most_frequent_tag_baseline"] = most_frequent_tag_accuracy(xtr, ytr, xdev, ydev)
             del ftr, fdev
         timings[task] = time.perf_counter() - t0
         out[task] = r

@@ -7,10 +7,11 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 import numpy as np
 
-__all__ = ["accuracy", "correctness", "masked_token_accuracy", "mcnemar_exact"]
+__all__ = ["accuracy", "correctness", "masked_token_accuracy", "mcnemar_exact", "most_frequent_tag_accuracy"]
 
 
 def accuracy(predictions, labels) -> float:
@@ -22,6 +23,24 @@ def accuracy(predictions, labels) -> float:
     if y.size == 0:
         raise ValueError("accuracy of an empty set is undefined")
     return float(np.mean(p == y))
+
+
+def most_frequent_tag_accuracy(train_words, train_tags, dev_words, dev_tags) -> float:
+    """Token accuracy on the dev sentences of the most-frequent-tag baseline: every word gets the tag it had most
+    often in the training sentences (the first seen among equals), a word never seen the most frequent tag overall.
+    The ``*_words`` and ``*_tags`` are lists of sentences, each a list of words or tags."""
+    counts: dict[str, Counter] = {}
+    overall: Counter = Counter()
+    for words, tags in zip(train_words, train_tags, strict=True):
+        for word, tag in zip(words, tags, strict=True):
+            counts.setdefault(word, Counter())[tag] += 1
+            overall[tag] += 1
+    if not overall:
+        raise ValueError("the most-frequent-tag baseline needs tagged training sentences")
+    best = {word: tags.most_common(1)[0][0] for word, tags in counts.items()}
+    fallback = overall.most_common(1)[0][0]
+    predicted = [best.get(word, fallback) for words in dev_words for word in words]
+    return accuracy(predicted, [tag for tags in dev_tags for tag in tags])
 
 
 def masked_token_accuracy(logits_or_predictions, labels, ignore_index: int = -100) -> float:

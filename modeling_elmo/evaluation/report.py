@@ -17,6 +17,10 @@ from ..run_folder import EvaluationFolder, RunFolder
 __all__ = ["markdown_report", "read_training_curves", "representation_name", "score_records", "write_plots"]
 
 PROBE_TASKS = ("probe-sentiment", "probe-pos")
+#: The simple baseline of each task (`ScoreResult.baseline_name`): what a reader compares the features with.
+MOST_FREQUENT_TAG = "most frequent tag of the word"
+MAJORITY_CLASS = "majority class"
+RANDOM_NEIGHBOUR = "chance (random neighbour)"
 TITLES = {"probe-sentiment": "Sentiment accuracy", "probe-pos": "Part-of-speech accuracy"}
 
 
@@ -45,12 +49,17 @@ def score_records(tasks: dict[str, Any], datasets: dict[str, str], untrained: di
                 records.append(ScoreResult(
                     task="wsd-probe", dataset=datasets["wsd-probe"], split="all", representation=representation_name(layer),
                     metric=metric, value=r[metric], examples=examples, baseline=r["chance"],
+                    baseline_name=RANDOM_NEIGHBOUR,
                     untrained=UntrainedComparison(value=u[metric]) if u else None))
     for task in PROBE_TASKS:
         r = tasks.get(task)
         if not r:
             continue
         examples = r["dev_tokens"] if task == "probe-pos" else r["dev_examples"]
+        # part of speech: the most frequent tag of each word (files written before it: the majority tag)
+        baseline, baseline_name = r["majority_baseline"], MAJORITY_CLASS
+        if "most_frequent_tag_baseline" in r:
+            baseline, baseline_name = r["most_frequent_tag_baseline"], MOST_FREQUENT_TAG
         for layer, lr in r["layers"].items():
             u = untrained.get(task, {}).get("layers", {}).get(layer)
             c = comparison.get(task, {}).get(layer)
@@ -63,8 +72,8 @@ def score_records(tasks: dict[str, Any], datasets: dict[str, str], untrained: di
                     mcnemar_p_value=c["mcnemar_p_value"] if c else None)
             records.append(ScoreResult(
                 task=task, dataset=datasets[task], split="validation", representation=representation_name(layer),
-                metric="accuracy", value=lr["accuracy"], examples=examples, baseline=r["majority_baseline"],
-                untrained=untrained_score))
+                metric="accuracy", value=lr["accuracy"], examples=examples, baseline=baseline,
+                baseline_name=baseline_name, untrained=untrained_score))
     return records
 
 
@@ -127,7 +136,14 @@ def markdown_report(results: EvaluationResults) -> str:
                 cells = [_pct(probes[t][key].untrained.value) for t in probe_tasks]
                 lines.append(f"| {_label(key)} from an untrained model | " + " | ".join(cells) + " |")
         first = {t: next(iter(probes[t].values())) for t in probe_tasks}
-        lines += ["| Majority class | " + " | ".join(_pct(first[t].baseline) for t in probe_tasks) + " |", ""]
+        lines += ["| Simple baseline (no model) | " + " | ".join(
+            f"{_pct(first[t].baseline)} ({first[t].baseline_name or MAJORITY_CLASS})" for t in probe_tasks) + " |", ""]
+        for t in probe_tasks:
+            lost = [_label(key) for key, s in probes[t].items()
+                    if s.value is not None and s.baseline is not None and s.value <= s.baseline]
+            if lost:
+                lines += [f"{TITLES[t]}: {', '.join(lost)} do{'es' if len(lost) == 1 else ''} not beat the simple "
+                          f"baseline ({first[t].baseline_name or MAJORITY_CLASS}).", ""]
         if all(s.untrained and s.untrained.mcnemar_p_value is not None for t in probe_tasks for s in probes[t].values()):
             lines += ["Trained minus untrained, on the same dev examples (tokens for POS): difference in points, and "
                       "McNemar's exact p-value (examples only the trained / only the untrained model gets right).", "",
@@ -183,7 +199,7 @@ def probe_y_range(panels: list[tuple[str, list[ScoreResult]]], margin: float = 0
 
 def probe_figure(panels: list[tuple[str, list[ScoreResult]]], plt: Any) -> Any:
     """The probe accuracies, one panel per task over the representations, on a common y-range (`probe_y_range`),
-    with the task's baseline (majority class for the linear probes, random neighbour for the WSD probe) as a line."""
+    with the task's simple baseline (`ScoreResult.baseline_name`) as a line."""
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
     low, high = probe_y_range(panels)
     for ax, (title, scores) in zip(axes[0], panels):
@@ -194,7 +210,7 @@ def probe_figure(panels: list[tuple[str, list[ScoreResult]]], plt: Any) -> Any:
                          for s in scores], "s--", label="untrained")
         baselines = {s.baseline for s in scores if s.baseline is not None}
         if baselines:
-            name = "chance (random neighbour)" if scores[0].task == "wsd-probe" else "majority class"
+            name = scores[0].baseline_name or (RANDOM_NEIGHBOUR if scores[0].task == "wsd-probe" else MAJORITY_CLASS)
             ax.axhline(max(baselines), color="gray", linestyle=":", label=name)
         ax.set_xticks(list(xs), [s.representation for s in scores])
         ax.set_ylim(low, high)

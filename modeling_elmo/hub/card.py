@@ -7,8 +7,15 @@ an ``EvalResult`` per number in the ``model-index``) from:
   records and probe scores;
 * the training metadata of a run or the conversion metadata of a converted release (`modeling_elmo.run_folder`).
   The card lists only the settings of `CARD_SETTINGS` (an allow-list: any other key, a credential above all, is
-  left out), and reads these keys: ``datasets`` (or the run's ``args.dataset_name``), ``base_model``, ``license``
-  and ``language``; for a conversion, ``converted_from``, ``options_file`` and ``weights_file``.
+  left out), and reads these keys: ``datasets`` (or the run's ``args.dataset_name``, else its ``args.train_file``),
+  ``data_licenses`` (or the run's ``args.data_license``), ``base_model``, ``license`` and ``language``; for a
+  conversion, ``converted_from``, ``options_file`` and ``weights_file``;
+* the Python files shipped with the model, read from the folder being published: the card names each of them and
+  the modules outside the standard library they import.
+
+The ``model-index`` holds only numbers decided on at least `MIN_INDEXED_EXAMPLES` examples; the card's tables show
+every number with its count. A model published under a permissive licence whose training data has an unknown or a
+research-only licence gets a warning line in the card (and in the log).
 
 Every string that comes from the user (metadata, results files, labels, command-line values) is escaped for
 Markdown and HTML before it goes into the text (`escape_markdown`); the YAML metadata holds only dataset and model
@@ -19,22 +26,25 @@ A model without results gets a card that says so and no ``model-index``.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import html
 import json
 import logging
 import os
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..results import EvaluationResults, PerplexityResult, ScoreResult
+from ..results import EvaluationResults, PerplexityResult, ScoreResult, data_file_label
 from .safety import HF_TOKEN_PATTERN
 
 __all__ = [
-    "CARD_KINDS", "CARD_SETTINGS", "REQUIRED_TEMPLATE_FIELDS", "TEMPLATE_DIR", "CardInputs", "build_model_card",
-    "default_template_path", "detect_card_kind", "escape_markdown", "eval_results_for_hub", "render_model_card",
+    "CARD_KINDS", "CARD_SETTINGS", "MIN_INDEXED_EXAMPLES", "REQUIRED_TEMPLATE_FIELDS", "TEMPLATE_DIR", "CardInputs",
+    "build_model_card", "data_license_warning", "default_template_path", "detect_card_kind", "escape_markdown",
+    "eval_results_for_hub", "render_model_card",
 ]
 
 logger = logging.getLogger(__name__)
@@ -55,6 +65,15 @@ TASK_TYPES = {"probe-sentiment": "text-classification", "probe-pos": "token-clas
 TASK_NAMES = {"probe-sentiment": "Sentiment probe (frozen features)", "probe-pos": "Part-of-speech probe (frozen features)",
               "wsd-probe": "Word-sense nearest-neighbour probe"}
 METRIC_NAMES = {"accuracy": "Accuracy", "accuracy_ties_half": "Accuracy, ties as half"}
+#: A score decided on fewer examples (WSD occurrences that are not ties, dev sentences, tokens) stays out of the
+#: ``model-index``: at 3 examples an accuracy of 0.0 or 1.0 says nothing about the model.
+MIN_INDEXED_EXAMPLES = 50
+#: Model licences that let anyone use the model for anything (the data-licence warning applies to them).
+PERMISSIVE_LICENSES = frozenset({"apache-2.0", "mit", "bsd-2-clause", "bsd-3-clause", "cc-by-4.0", "cc0-1.0"})
+#: Data licences that do not allow every use, and words that say the licence is not known.
+_RESTRICTED_DATA_LICENSE = re.compile(r"research[- _]only|research purposes only|only for research|non-?commercial|"
+                                      r"(^|[^a-z])nc([^a-z]|$)|proprietary|all rights reserved|unknown|not recorded",
+                                      re.IGNORECASE)
 
 #: The settings a card lists (dotted key paths of the training or conversion metadata): an allow-list, so that a
 #: key this package does not write (``apikey``, ``credentials``, ``db_url``, ...) never reaches a public card.
@@ -67,7 +86,7 @@ _RUN_ARGUMENTS = (
     "optimizer", "learning_rate", "adagrad_initial_accumulator", "weight_decay", "adam_beta1", "adam_beta2",
     "lr_scheduler_type", "warmup_steps", "num_train_epochs", "max_steps", "gradient_accumulation_steps",
     "max_grad_norm", "loss_multiplier", "mixed_precision", "checkpointing_steps", "max_train_minutes", "eval_steps",
-    "early_stopping_patience", "load_best_model_at_end",
+    "early_stopping_patience", "load_best_model_at_end", "data_license",
 )
 CARD_SETTINGS = frozenset({
     # elmo pretrain (training_metadata.json)
@@ -76,7 +95,7 @@ CARD_SETTINGS = frozenset({
     "best_validation_perplexity", "best_step", "versions.torch", "versions.transformers", "versions.datasets",
     *(f"args.{name}" for name in _RUN_ARGUMENTS),
     # a classifier's training metadata (written by the user's own training script)
-    "datasets", "base_model", "epochs", "num_train_epochs", "learning_rate", "batch_size", "per_device_train_batch_size",
+    "datasets", "data_licenses", "base_model", "epochs", "num_train_epochs", "learning_rate", "batch_size", "per_device_train_batch_size",
     "seed", "weight_decay", "warmup_steps", "max_steps", "optimizer", "lr_scheduler_type", "freeze_elmo",
     # elmo convert (conversion_metadata.json)
     "converted_from", "options_file", "weights_file", "validation_max_abs_difference", "validation_atol",
@@ -122,6 +141,7 @@ class CardInputs:
     license: str | None = None
     language: list[str] | None = None
     datasets: list[str] | None = None
+    data_licenses: list[str] | None = None  # "LICENSE" (all the training data) or "DATA=LICENSE", one per entry
     base_model: str | None = None
     results: list[EvaluationResults] = dataclasses.field(default_factory=list)
     metadata: dict[str, Any] | None = None  # training or conversion metadata
@@ -139,13 +159,13 @@ def _slug(text: str) -> str:
 
 
 def _scrub(value: Any) -> Any:
-    """A value safe to print in a public card: absolute paths become their last part, tokens and the user and
-    password of a URL are masked."""
+    """A value safe to print in a public card: absolute paths become their last part (with its folder for a glob,
+    `data_file_label`), tokens and the user and password of a URL are masked."""
     if isinstance(value, str):
         value = HF_TOKEN_PATTERN.sub("hf_***", value)
         value = re.sub(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s]*@", r"\1***@", value)
         if os.path.isabs(value) or re.match(r"^[A-Za-z]:[\\/]", value) or value.startswith("~"):
-            value = Path(value).name or value
+            value = data_file_label(value) or value
     return value
 
 
@@ -210,7 +230,8 @@ def _split_for_hub(split: str) -> str | None:
 # ----------------------------------------------------------------------------------------------- sections
 def eval_results_for_hub(results: Sequence[EvaluationResults]) -> list:
     """`huggingface_hub.EvalResult` entries of the model's own numbers: the LM's perplexities (not the unigram
-    baseline's, not the untrained model's) and the defined probe scores."""
+    baseline's, not the untrained model's) and the probe scores that are defined and decided on at least
+    `MIN_INDEXED_EXAMPLES` examples."""
     from huggingface_hub import EvalResult
 
     entries = []
@@ -224,7 +245,7 @@ def eval_results_for_hub(results: Sequence[EvaluationResults]) -> list:
                     metric_type="perplexity", metric_name=f"Perplexity ({column})",
                     metric_value=round(getattr(p, column), 4)))
         for s in result.scores:
-            if s.value is None:
+            if s.value is None or s.examples < MIN_INDEXED_EXAMPLES:
                 continue
             entries.append(EvalResult(
                 task_type=TASK_TYPES.get(s.task, "other"), task_name=TASK_NAMES.get(s.task, _plain(s.task)),
@@ -247,14 +268,16 @@ def _perplexity_rows(records: Sequence[PerplexityResult]) -> list[str]:
 
 
 def _score_rows(records: Sequence[ScoreResult]) -> list[str]:
-    rows = ["| task | dataset | split | representation | metric | value | trivial baseline | untrained model | "
-            "McNemar p |", "|---|---|---|---|---|---|---|---|---|"]
+    rows = ["| task | dataset | split | representation | metric | value | examples | simple baseline | untrained "
+            "model | McNemar p |", "|---|---|---|---|---|---|---|---|---|---|"]
     for s in records:
         u = s.untrained
+        examples = str(s.examples) if s.examples >= MIN_INDEXED_EXAMPLES else f"{s.examples} (too few: not indexed)"
+        baseline = f"{_cell(s.baseline)} ({escape_markdown(s.baseline_name)})" if s.baseline_name else _cell(s.baseline)
         rows.append("| " + " | ".join([_cell(s.task), _cell(s.dataset), _cell(s.split), _cell(s.representation),
                                        _cell(s.metric),
                                        _cell(s.value) if s.value is not None else "undefined (all tied)",
-                                       _cell(s.baseline), _cell(u.value) if u else "—",
+                                       examples, baseline, _cell(u.value) if u else "—",
                                        f"{u.mcnemar_p_value:.2g}" if u and u.mcnemar_p_value is not None else "—"])
                     + " |")
     return rows
@@ -273,9 +296,12 @@ def _evaluation_section(results: Sequence[EvaluationResults]) -> str:
                   "is their geometric mean. The unigram baseline is the perplexity of word frequencies alone, for "
                   "scale; it is not in the `model-index`.", "", *_perplexity_rows(perplexity), ""]
     if scores:
-        parts += ["Probes of the frozen representations (the trivial baseline is the majority class, or a random "
-                  "neighbour for the sense probe; McNemar's exact test compares the trained and an untrained model "
-                  "of the same shape on the same examples):", "", *_score_rows(scores), ""]
+        parts += ["Probes of the frozen representations. The simple baselines need no model: the most frequent tag of "
+                  "each word (part of speech), the majority class (sentiment), a random neighbour (sense probe); "
+                  "features that do not beat them carry no useful information for the task. McNemar's exact test "
+                  "compares the trained and an untrained model of the same shape on the same examples. A score "
+                  f"decided on fewer than {MIN_INDEXED_EXAMPLES} examples is shown here but left out of the "
+                  "`model-index`.", "", *_score_rows(scores), ""]
     return "\n".join(parts).rstrip() + "\n"
 
 
@@ -326,6 +352,58 @@ def _architecture_table(config: Any, num_parameters: int, dtype: str) -> str:
         ("weights dtype", dtype),
     ]
     return "| | |\n|---|---|\n" + "\n".join(f"| {a} | {_cell(b)} |" for a, b in rows) + "\n"
+
+
+def _code_section(code_files: Sequence[Path]) -> str:
+    """What ``trust_remote_code=True`` runs: the Python files shipped (read from the folder being published), what
+    they import from outside the standard library, and how to review them."""
+    if not code_files:
+        return ("This repository ships no Python file: `trust_remote_code=True` needs the model code, so load it with "
+                "the `modeling_elmo` package installed instead.\n")
+    names = [Path(path).name for path in code_files]
+    modules = set()
+    for path in code_files:
+        for node in ast.walk(ast.parse(Path(path).read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                modules.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                modules.add(node.module.split(".")[0])
+    outside = sorted(modules - set(sys.stdlib_module_names) - {Path(name).stem for name in names})
+    count = f"{len(names)} Python file{'s' if len(names) != 1 else ''}"
+    listed = ", ".join(f"`{escape_markdown(name)}`" for name in names)
+    return (f"This repository ships {count}: {listed}. With `trust_remote_code=True`, transformers downloads them "
+            "and imports them in your process, with your permissions. They define the config, the model classes and "
+            "the character tokenizer, and import, besides each other and the standard library, only "
+            f"{', '.join(f'`{m}`' for m in outside) or 'nothing'}; importing them opens no file and no network "
+            "connection (the source repository tests both). The weights are `model.safetensors`, which holds tensors "
+            f"only (no pickle, nothing executed on load). Read the {count} before running them, and pin "
+            '`revision="<commit>"` so that later changes to the repository cannot change the code you run.\n')
+
+
+def _data_licenses(entries: Sequence[str]) -> list[tuple[str, str]]:
+    """``(data, licence)`` pairs of ``LICENSE`` / ``DATA=LICENSE`` entries (``all training data`` for the first)."""
+    pairs = []
+    for entry in entries:
+        data, _, license_ = entry.rpartition("=")
+        pairs.append((data.strip() or "all training data", license_.strip() or "unknown"))
+    return pairs
+
+
+def data_license_warning(model_license: str, data_licenses: Sequence[str]) -> str | None:
+    """The warning for a model published under a permissive licence (`PERMISSIVE_LICENSES`) over training data whose
+    licence is unknown (none recorded) or restricts its use (research only, non-commercial); else None."""
+    if model_license not in PERMISSIVE_LICENSES:
+        return None
+    if not data_licenses:
+        return (f"the model is published under {model_license}, but the licence of its training data is not recorded: "
+                "check that the data allows it (record it with --data-license).")
+    restricted = [f"{data}: {license_}" for data, license_ in _data_licenses(data_licenses)
+                  if _RESTRICTED_DATA_LICENSE.search(license_)]
+    if restricted:
+        return (f"the model is published under {model_license}, but the licence of part of its training data is "
+                f"unknown or restricts its use ({'; '.join(restricted)}): check that it allows publishing the model "
+                "under this licence.")
+    return None
 
 
 def _plots_section(plot_names: Sequence[str]) -> str:
@@ -397,9 +475,9 @@ def detect_card_kind(config: Any, converted: bool = False) -> str:
 
 
 def build_model_card(config: Any, repo_id: str, inputs: CardInputs, *, num_parameters: int,
-                     plot_names: Sequence[str] = (), dtype: str = "float32"):
+                     plot_names: Sequence[str] = (), dtype: str = "float32", code_files: Sequence[Path] = ()):
     """The `ModelCard` (metadata + text) of a model with ``config`` and weights of ``dtype`` published as
-    ``repo_id``, and its kind."""
+    ``repo_id`` with the Python files ``code_files``, and its kind."""
     from huggingface_hub import ModelCardData
 
     metadata = inputs.metadata or {}
@@ -408,6 +486,10 @@ def build_model_card(config: Any, repo_id: str, inputs: CardInputs, *, num_param
         raise ValueError(f"card kind must be 'auto' or one of {', '.join(CARD_KINDS)}; got {inputs.kind!r}.")
     args = metadata.get("args") if isinstance(metadata.get("args"), Mapping) else {}
     datasets = inputs.datasets or _as_list(metadata.get("datasets")) or _as_list(args.get("dataset_name"))
+    # the files a run was trained on, when it names no dataset: described in the text, not Hub ids for the metadata
+    training_files = [data_file_label(f) for f in _as_list(args.get("train_file"))] if not datasets else []
+    data_licenses = (inputs.data_licenses or _as_list(metadata.get("data_licenses"))
+                     or _as_list(args.get("data_license")))
     eval_results = eval_results_for_hub(inputs.results)
 
     architectures = list(getattr(config, "architectures", None) or [])
@@ -421,6 +503,9 @@ def build_model_card(config: Any, repo_id: str, inputs: CardInputs, *, num_param
     license_ = (_valid([inputs.license or metadata.get("license") or "apache-2.0"], _LICENSE, "license id")
                 or ["other"])[0]
     hub_datasets = _valid(datasets, _HUB_ID, "Hub dataset id")
+    license_warning = data_license_warning(str(license_), data_licenses) if kind != "converted" else None
+    if license_warning:
+        logger.warning("%s: %s", repo_id, license_warning)
     tags = ["elmo", "bilm", "custom_code", "character-cnn", "lstm", "contextual-embeddings"]
     tags.append({"pretrained": "language-model", "converted": "converted", "classifier": pipeline_tag}[kind])
     model_name = repo_id.split("/")[-1]
@@ -444,7 +529,11 @@ def build_model_card(config: Any, repo_id: str, inputs: CardInputs, *, num_param
         "num_layers": config.num_representation_layers,
         "evaluation_section": _evaluation_section(inputs.results),
         "training_section": _training_section(metadata, kind),
-        "training_data": ", ".join(escape_markdown(_scrub(d)) for d in datasets) if datasets else "not recorded",
+        "training_data": ", ".join(escape_markdown(_scrub(d)) for d in datasets or training_files) or "not recorded",
+        "data_licenses": "; ".join(f"{escape_markdown(_scrub(data))}: {escape_markdown(license_)}"
+                                   for data, license_ in _data_licenses(data_licenses)) or "not recorded",
+        "data_license_warning": f"**Warning:** {escape_markdown(license_warning)}" if license_warning else "",
+        "code_section": _code_section(code_files),
         "plots_section": _plots_section(plot_names),
         "base_model_text": escape_markdown(base_model) if base_model else "not recorded",
         "labels": labels or "not recorded",

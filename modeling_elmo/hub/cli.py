@@ -13,16 +13,21 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
+import sys
 import tempfile
 from pathlib import Path
 
 from ..results import read_results
 from ..run_folder import RunFolder, read_json_object
+from . import card as card_module
 from .card import CARD_KINDS, CardInputs
 from .publish import assemble_repo_folder, check_model_folder, upload_repo_folder, validate_repo_id
 from .safety import resolve_token
 
 __all__ = ["build_parser", "main"]
+
+PROG = "elmo push"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,6 +53,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--license", help="license id for the card (default: from the metadata, else apache-2.0)")
     parser.add_argument("--language", action="append", help="language code (repeatable; default en)")
     parser.add_argument("--dataset", action="append", dest="datasets", help="training dataset (repeatable)")
+    parser.add_argument("--data-license", action="append", dest="data_licenses", metavar="[DATA=]LICENSE",
+                        help="licence of the training data, of all of it or of the named part (repeatable; default: "
+                             "what elmo pretrain --data-license recorded). A model published under a permissive "
+                             "licence over data of unknown or research-only licence gets a warning")
     parser.add_argument("--base-model", help="Hub id of the biLM a classifier was trained from")
     parser.add_argument("--eval-results", "--eval-suite", action="append", default=[], metavar="FILE",
                         help=f"results file (docs/results.md; repeatable) instead of the model folder's "
@@ -66,12 +75,32 @@ def _card_inputs(args) -> CardInputs:
         if metadata is None:
             raise ValueError(f"training metadata file {args.training_metadata!r} does not exist.")
     return CardInputs(kind=args.card_kind, license=args.license, language=args.language, datasets=args.datasets,
+                      data_licenses=args.data_licenses,
                       base_model=args.base_model, results=[read_results(path) for path in args.eval_results],
                       metadata=metadata, template=args.template)
 
 
+@contextlib.contextmanager
+def _warnings_on_stderr():
+    """The card's warnings (a data licence, a value left out of the metadata) as ``elmo push: warning: ...`` lines."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"{PROG}: warning: %(message)s"))
+    handler.setLevel(logging.WARNING)
+    card_logger = logging.getLogger(card_module.__name__)
+    card_logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        card_logger.removeHandler(handler)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    with _warnings_on_stderr():
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         validate_repo_id(args.repo_id)
         model_dir = check_model_folder(args.model_dir).root

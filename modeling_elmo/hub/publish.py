@@ -423,7 +423,7 @@ def _assemble_locked(run: RunFolder, output_dir: Path, repo_id: str, card: CardI
                 shutil.copyfile(path, staging / name)
                 plot_names.append(name)
         model_card, _ = build_model_card(model.config, repo_id, card, num_parameters=model.num_parameters(),
-                                         plot_names=plot_names, dtype=dtype)
+                                         plot_names=plot_names, dtype=dtype, code_files=sorted(staging.glob("*.py")))
         model_card.save(staging / RunFolder.README)
         check_auto_map(staging)
         problems = audit_shipped_code(staging / name for name in CODE_FILES)

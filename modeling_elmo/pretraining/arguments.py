@@ -48,6 +48,7 @@ class PretrainingArguments:
     test_file: list[str] | None = _f(None, "Test text (files, globs, directories, `builtin:NAME`).", nargs="+")
     dataset_name: str | None = _f(None, "A `datasets` dataset, e.g. `wikitext` (loaded with `datasets.load_dataset`; replaces the recipe's files).")
     dataset_config_name: str | None = _f(None, "Its configuration, e.g. `wikitext-2-raw-v1`.")
+    data_license: list[str] | None = _f(None, "Licence of the training data, `LICENSE` or `DATA=LICENSE` per part (e.g. `gutenberg/*.txt=public-domain`): recorded for the model card (`elmo push` warns when it is unknown or research-only).", nargs="+")
     text_column: str = _f("text", "Column holding the text in a Hub dataset.")
     streaming: bool = _f(False, "Stream the data instead of loading it (corpora larger than memory); needs --max-steps.")
     validation_split_percentage: float = _f(1.0, "Percent of training lines held out when there is no validation split (0 = none).")
@@ -136,7 +137,7 @@ BUDGET_SCHEDULES = ("constant", "constant_with_warmup", "linear", "cosine")
 
 #: How ``elmo pretrain --help`` groups the options (every field in exactly one group).
 OPTION_GROUPS: dict[str, tuple[str, ...]] = {
-    "data": ("train_file", "validation_file", "test_file", "dataset_name", "dataset_config_name", "text_column",
+    "data": ("train_file", "validation_file", "test_file", "dataset_name", "dataset_config_name", "data_license", "text_column",
              "streaming", "validation_split_percentage", "max_train_examples", "max_eval_examples", "vocab_file",
              "vocab_size", "min_count", "char_vocabulary", "max_characters", "batching", "window_size", "max_sentence_length", "per_device_train_batch_size",
              "per_device_eval_batch_size", "max_tokens_per_batch", "bucket_size", "preprocessing_num_workers",
@@ -153,7 +154,7 @@ OPTION_GROUPS: dict[str, tuple[str, ...]] = {
 }
 
 
-_METAVARS = {"report_to": "TRACKERS", "lr_scheduler_type": "NAME", "resume_from_checkpoint": "latest|DIR",
+_METAVARS = {"data_license": "[DATA=]LICENSE", "report_to": "TRACKERS", "lr_scheduler_type": "NAME", "resume_from_checkpoint": "latest|DIR",
              "text_column": "NAME", "model_config": "PRESET|FILE", "init_from_model": "DIR"}
 
 

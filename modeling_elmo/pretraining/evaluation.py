@@ -12,8 +12,8 @@ from typing import Any
 import torch
 
 from ..lm_scoring import UnigramBaseline, score_batches
-from ..results import PerplexityResult
-from .arguments import BUILTIN_PREFIX, PretrainingArguments
+from ..results import PerplexityResult, data_file_label
+from .arguments import PretrainingArguments
 from .batching import BucketBatchSampler, Collator, FixedBatches, IndexedDataset, example_lengths, iter_stream_batches
 from .state import read_metrics
 
@@ -22,10 +22,10 @@ def dataset_description(args: PretrainingArguments, split: str) -> str:
     """What the ``split`` data is, for the results file: its file names, the Hub dataset, or the held-out share."""
     files = {"validation": args.validation_file, "test": args.test_file}.get(split)
     if files:
-        return ", ".join(f if f.startswith(BUILTIN_PREFIX) else Path(f).name for f in files)
+        return ", ".join(data_file_label(f) for f in files)
     if args.dataset_name:
         return " ".join(filter(None, (Path(args.dataset_name).name, args.dataset_config_name)))
-    names = ", ".join(f if f.startswith(BUILTIN_PREFIX) else Path(f).name for f in args.train_file or [])
+    names = ", ".join(data_file_label(f) for f in args.train_file or [])
     return f"{names} ({args.validation_split_percentage:g}% of the lines held out)"
 
 

@@ -371,13 +371,36 @@ class ProgressBar:
 
 
 class TrainClock:
-    """Training seconds of this run plus those of the runs it resumed."""
+    """Training seconds of this run plus those of the runs it resumed, and the share of this run's seconds the
+    training thread had a CPU core (`cpu_share`)."""
 
     def __init__(self, before: float):
-        self.before, self.started = before, time.time()
+        self.before, self.started, self.cpu_started = before, time.time(), time.thread_time()
 
     def seconds(self) -> float:
         return self.before + time.time() - self.started
+
+    def cpu_share(self) -> tuple[float, float]:
+        """(this run's wall seconds, the fraction of them the training thread ran on a CPU core). On an idle machine
+        a CPU run's thread computes or dispatches all the time (close to 1); a busy machine shares the core."""
+        wall = time.time() - self.started
+        return wall, (time.thread_time() - self.cpu_started) / wall if wall > 0 else 1.0
+
+
+#: Below this share of a core (`TrainClock.cpu_share`) over at least `BUSY_MACHINE_MIN_SECONDS`, a CPU run says the
+#: machine is busy: its throughput, and the updates a --max-train-minutes budget buys, are that much lower.
+BUSY_MACHINE_SHARE, BUSY_MACHINE_MIN_SECONDS = 0.6, 30.0
+
+
+def busy_machine_warning(wall_seconds: float, share: float, updates: int) -> str | None:
+    """The line a CPU run logs when its training thread had a core for less than `BUSY_MACHINE_SHARE` of the time."""
+    if wall_seconds < BUSY_MACHINE_MIN_SECONDS or share >= BUSY_MACHINE_SHARE:
+        return None
+    rate = 60.0 * updates / wall_seconds
+    return (f"the machine is busy: the training thread had a CPU core for only {share:.0%} of these "
+            f"{wall_seconds / 60:.1f} minutes (other processes took the rest), so {updates} updates ran "
+            f"({rate:.0f} per minute), about {share:.0%} of what this machine does idle; the documented rates and "
+            "the updates a --max-train-minutes budget buys were measured on an idle machine.")
 
 
 # ----------------------------------------------------------------------------------------------- the loop
@@ -387,7 +410,7 @@ def train_loop(s: Session, state: TrainingState) -> tuple[str, bool]:
     ``--stop-after-steps``: checkpoint and exit) rather than finished early (time budget, early stopping)."""
     args, accelerator = s.args, s.accelerator
     counters = DeviceCounters(accelerator.device, state.consecutive_nonfinite)
-    clock = TrainClock(state.train_seconds)
+    clock, first_step = TrainClock(state.train_seconds), state.global_step
     add_boundaries = args.batching == "sentences"
     update_loss, micro = torch.zeros((), device=accelerator.device), 0
     preempted, synced = False, True
@@ -435,4 +458,8 @@ def train_loop(s: Session, state: TrainingState) -> tuple[str, bool]:
                 break
         if not synced:
             host_sync(s, state, counters, clock, log=False)
+    if accelerator.device.type == "cpu":
+        warning = busy_machine_warning(*clock.cpu_share(), state.global_step - first_step)
+        if warning:
+            logger.warning(warning)
     return s.stop_requested, preempted
