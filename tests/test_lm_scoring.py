@@ -59,8 +59,9 @@ def _log_softmax_nll(lm, tokenizer, words, boundaries):
     """Summed forward and backward NLL of one example: explicit log-softmax over the whole vocabulary."""
     input_ids, mask, _ = _encode(tokenizer, [words])
     with torch.no_grad():
-        top = lm(input_ids=input_ids, attention_mask=mask, add_sentence_boundaries=boundaries).last_hidden_state[0]
-        P = lm.config.hidden_size
+        top = lm(input_ids=input_ids, attention_mask=mask, add_sentence_boundaries=boundaries,
+                 keep_sentence_boundaries=True).last_hidden_state[0]
+        P = lm.config.projection_dim
         logp_f = torch.log_softmax(lm.softmax(top[:, :P]).double(), -1)
         logp_b = torch.log_softmax(lm.softmax(top[:, P:]).double(), -1)
     ids = tokenizer.word_ids_of(words)
