@@ -293,9 +293,9 @@ class ElmoConfig(PretrainedConfig):
             raise ValueError(f"`num_labels` must be an integer >= 1, got {count!r}.")
 
     @staticmethod
-    def _upgraded(config_dict: dict[str, Any]) -> dict[str, Any]:
-        """A saved config dict in today's meaning: one without ``projection_dim`` (written before that field
-        existed) stored the projection P in ``hidden_size``."""
+    def upgraded_dict(config_dict: dict[str, Any]) -> dict[str, Any]:
+        """A saved config dict in today's meaning (a new dict): one without ``projection_dim`` (written before that
+        field existed) stored the projection P in ``hidden_size``."""
         if "projection_dim" not in config_dict and "hidden_size" in config_dict:
             config_dict = {**config_dict, "projection_dim": config_dict["hidden_size"]}
             if isinstance(config_dict["projection_dim"], int) and not isinstance(config_dict["projection_dim"], bool):
@@ -308,7 +308,7 @@ class ElmoConfig(PretrainedConfig):
     def from_dict(cls, config_dict: dict[str, Any], **kwargs: Any):
         """transformers' `from_dict`, reading a dict saved before ``projection_dim`` existed in its meaning; fields
         of this class passed as keyword arguments build the config with it (and are validated)."""
-        config_dict = cls._upgraded(dict(config_dict))
+        config_dict = cls.upgraded_dict(dict(config_dict))
         own = {key: kwargs.pop(key) for key in list(kwargs) if key in _ELMO_FIELDS}
         if len({"hidden_size", "projection_dim"} & set(own)) == 1:  # one size given: the other follows from it
             config_dict.pop("projection_dim" if "hidden_size" in own else "hidden_size", None)
@@ -316,7 +316,7 @@ class ElmoConfig(PretrainedConfig):
 
     @classmethod
     def _dict_from_json_file(cls, json_file: Any) -> dict[str, Any]:
-        return cls._upgraded(super()._dict_from_json_file(json_file))
+        return cls.upgraded_dict(super()._dict_from_json_file(json_file))
 
     @classmethod
     def get_config_dict(cls, pretrained_model_name_or_path: Any, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]]:

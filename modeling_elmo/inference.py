@@ -287,7 +287,7 @@ class ElmoEmbedder:
         self.tokenizer = tokenizer
         self.device = device
         self.num_layers = int(base.config.num_representation_layers)  # L + 1
-        self.output_size = int(base.config.output_size)  # 2P
+        self.output_size = int(base.config.hidden_size)  # 2P
 
     @functools.cached_property
     def weights_fingerprint(self) -> str:

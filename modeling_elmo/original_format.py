@@ -18,6 +18,7 @@ import numpy as np
 
 from .configuration_elmo import ElmoConfig
 from .io_utils import read_json_object
+from .loading import check_config
 
 #: The HDF5 group of one LSTM cell: ``d`` = 0 is the forward stack, 1 the backward stack; ``l`` the layer.
 LSTM_CELL = "RNN_{d}/RNN/MultiRNNCell/Cell{l}/LSTMCell"
@@ -77,7 +78,9 @@ def convert_config(options: dict[str, Any], **kwargs: Any) -> ElmoConfig:
         values["hidden_dropout_prob"] = options["dropout"]
     if "n_tokens_vocab" in options:
         values["vocab_size"] = options["n_tokens_vocab"]
-    return ElmoConfig(**{**values, **kwargs})
+    config = ElmoConfig(**{**values, **kwargs})
+    check_config(config, "options.json")
+    return config
 
 
 def config_options(config: ElmoConfig) -> dict[str, Any]:

@@ -52,7 +52,7 @@ class Row:
 
 
 def _tiny_config(**extra) -> ElmoConfig:
-    values = dict(hidden_size=8, cell_size=16, char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 8]],
+    values = dict(projection_dim=8, cell_size=16, char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 8]],
                   num_highway_layers=1, vocab_size=34)
     return ElmoConfig(**{**values, **extra})
 
@@ -284,7 +284,7 @@ def template(tmp_path_factory) -> Path:
     (root / "bert").mkdir()
     (root / "bert" / "config.json").write_text(json.dumps({"model_type": "bert", "hidden_size": 8}))
     shutil.copytree(root / "lm", root / "mismatch")  # weights of a wider model under the same config.json
-    save_model_folder(ElmoForBidirectionalLM(_tiny_config(hidden_size=12)), None, root / "wide")
+    save_model_folder(ElmoForBidirectionalLM(_tiny_config(projection_dim=12)), None, root / "wide")
     shutil.copyfile(root / "wide" / "model.safetensors", root / "mismatch" / "model.safetensors")
     shutil.rmtree(root / "wide")
     (root / "pickled").mkdir()

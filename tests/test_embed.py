@@ -397,7 +397,7 @@ def test_cli_refuses_half_precision_on_cpu(tmp_path):
 # ---------------------------------------------------------------------------------------------------- real model
 
 
-TINY = dict(hidden_size=8, cell_size=16, char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 8]],
+TINY = dict(projection_dim=8, cell_size=16, char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 8]],
             num_highway_layers=1, num_hidden_layers=2)
 MODEL_LINES = ["The cat sat on the mat .", "", "Hi", "A much longer sentence , with punctuation and more words",
                "naïve café ☃", "Hi", "end of file"]

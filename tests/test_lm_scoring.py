@@ -32,7 +32,7 @@ def lm_and_tokenizer(tmp_path_factory):
     root = tmp_path_factory.mktemp("lm")
     (root / "vocab.txt").write_text("\n".join(WORDS) + "\n")
     tokenizer = ElmoTokenizer(vocab_file=str(root / "vocab.txt"))
-    config = ElmoConfig(vocab_size=tokenizer.vocab_size, hidden_size=8, cell_size=16, char_embedding_dim=4,
+    config = ElmoConfig(vocab_size=tokenizer.vocab_size, projection_dim=8, cell_size=16, char_embedding_dim=4,
                         char_cnn_filters=[[1, 4], [2, 8]], num_highway_layers=1)
     torch.manual_seed(7)
     return ElmoForBidirectionalLM(config).eval(), tokenizer

@@ -34,7 +34,7 @@ class ElmoModelTester:
 
     def __init__(self, **overrides):
         values = dict(
-            hidden_size=8, cell_size=16, num_hidden_layers=2, char_embedding_dim=4,
+            projection_dim=8, cell_size=16, num_hidden_layers=2, char_embedding_dim=4,
             char_cnn_filters=[[1, 4], [2, 8], [3, 8]], num_highway_layers=2, vocab_size=40,
             hidden_dropout_prob=0.0, classifier_dropout=0.0,
         )
@@ -410,7 +410,7 @@ def test_sampled_softmax_loss_estimates_the_full_loss():
 
 def test_lm_head_refuses_a_model_without_vocabulary():
     with pytest.raises(ValueError, match="vocab_size"):
-        ElmoForBidirectionalLM(ElmoConfig(hidden_size=8, cell_size=16, char_cnn_filters=[[1, 4]], num_highway_layers=0))
+        ElmoForBidirectionalLM(ElmoConfig(projection_dim=8, cell_size=16, char_cnn_filters=[[1, 4]], num_highway_layers=0))
 
 
 # ------------------------------------------------------------------ task heads

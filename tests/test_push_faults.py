@@ -21,7 +21,7 @@ def model_dir(tmp_path_factory):
     (root / "vocab.txt").write_text("the\ncat\nsat\n", encoding="utf-8")
     tokenizer = ElmoTokenizer(vocab_file=str(root / "vocab.txt"))
     torch.manual_seed(0)
-    config = ElmoConfig(vocab_size=tokenizer.vocab_size, hidden_size=8, cell_size=16, char_embedding_dim=4,
+    config = ElmoConfig(vocab_size=tokenizer.vocab_size, projection_dim=8, cell_size=16, char_embedding_dim=4,
                         char_cnn_filters=[[1, 4], [2, 8]], num_highway_layers=1, num_hidden_layers=1)
     save_model_folder(ElmoForBidirectionalLM(config).eval(), tokenizer, root / "model")
     return root / "model"

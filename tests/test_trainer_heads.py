@@ -36,7 +36,7 @@ def corpus(count: int, seed: int = 0) -> list[str]:
 
 
 def tiny_config(**extra) -> ElmoConfig:
-    values = dict(hidden_size=16, cell_size=32, char_embedding_dim=8, char_cnn_filters=[[1, 8], [2, 16], [3, 16]],
+    values = dict(projection_dim=16, cell_size=32, char_embedding_dim=8, char_cnn_filters=[[1, 8], [2, 16], [3, 16]],
                   num_highway_layers=1, hidden_dropout_prob=0.0, classifier_dropout=0.0)
     return ElmoConfig(**{**values, **extra})
 
