@@ -46,6 +46,7 @@ import torch
 from .configuration_elmo import SPECIAL_WORDS, ElmoConfig
 from .efml_format import CHAR_SYMBOLS, WORD_SYMBOLS, EfmlModel, read_efml_model, safe_extract_zip
 from .efml_reference import efml_forward
+from .loading import check_config
 from .manifest import remove_stale_temporaries
 from .output_folder import TEMPORARY_KINDS, check_atol, check_output_dir, sha256_of_file, write_folder_atomically
 
@@ -125,7 +126,7 @@ def efml_config(efml: EfmlModel) -> ElmoConfig:
             raise ValueError("the model has a word embedding but its folder has no word.dic.")
         words = _input_words(efml)[0]
     clip = lambda value: float(value) if value else None  # noqa: E731  (0 or absent: no clipping, as the original)
-    return ElmoConfig(
+    config = ElmoConfig(
         vocab_size=4, projection_dim=int(hidden), cell_size=int(cell), num_hidden_layers=layers,
         cell_clip=clip(lstm.get("cell_clip")), proj_clip=clip(lstm.get("proj_clip")), use_skip_connections=True,
         char_embedding_dim=int(char_dim), char_cnn_filters=filters, num_highway_layers=highways,
@@ -134,6 +135,8 @@ def efml_config(efml: EfmlModel) -> ElmoConfig:
         char_vocabulary="unicode", num_characters=7 + len(characters),
         word_input_vocab_size=(len(SPECIAL_WORDS) + len(words)) if word_vocab else 0, word_input_dim=int(word_dim),
     )
+    check_config(config, "the ELMoForManyLangs config")
+    return config
 
 
 def _expected_shapes(num_chars, char_dim, filters, highways, word_vocab, word_dim, hidden, cell, layers):

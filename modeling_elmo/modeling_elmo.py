@@ -956,6 +956,16 @@ class ElmoTaskHeadMixin:
         )
         self.dropout = nn.Dropout(config.classifier_dropout)
 
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        """transformers' `from_pretrained`; the loaded biLM is then frozen as ``config.freeze_elmo`` says (loading
+        gives every loaded parameter a gradient)."""
+        loaded = super().from_pretrained(*args, **kwargs)
+        model = loaded[0] if isinstance(loaded, tuple) else loaded
+        if model.config.freeze_elmo:
+            model.freeze_elmo()
+        return loaded
+
     def freeze_elmo(self) -> None:
         """Freeze the biLM: its parameters stop requiring gradients (the head's mix and classifier still train)."""
         self.elmo.requires_grad_(False)
