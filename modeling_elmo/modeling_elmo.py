@@ -1,3 +1,16 @@
+# Copyright 2026 The modeling_elmo authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """ELMo (Peters et al. 2018, "Deep contextualized word representations") for transformers.
 
 Read top to bottom:
@@ -459,6 +472,7 @@ class ElmoPreTrainedModel(PreTrainedModel):
                 table[module.padding_idx] = 0.0
             init.copy_(module.weight, table)
         elif isinstance(module, nn.Conv1d):  # one character convolution
+            # CODEPATH: relu: every released and pretrained model; tanh: options.json files that ask for it
             if config.char_cnn_activation == "relu":
                 init.uniform_(module.weight, -0.05, 0.05)
             else:
@@ -649,6 +663,7 @@ class ElmoModel(ElmoPreTrainedModel):
             input_ids, mask = validated_inputs(input_ids, attention_mask, self.config.max_characters_per_token,
                                                self.config.max_character_id)
         word_ids = None
+        # CODEPATH: converted ELMoForManyLangs models with a word input; every other model has none
         if self.config.word_input_vocab_size:
             word_ids = (torch.zeros_like(mask, dtype=torch.long) if inputs_embeds is not None else
                         validated_word_inputs(word_input_ids, input_ids, self.config.word_input_vocab_size))
@@ -867,11 +882,12 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
         keep_sentence_boundaries: bool = False,
+        inputs_embeds: torch.Tensor | None = None,
         **kwargs,
     ) -> ElmoBidirectionalLMOutput | tuple:
         r"""
         Args:
-            input_ids / attention_mask: as for `ElmoModel`, right-padded.
+            input_ids / attention_mask / inputs_embeds: as for `ElmoModel`, right-padded.
             labels: word ids (batch, tokens) of the input words, -100 where nothing is to be predicted (padding).
                 With boundaries added, ``<S>`` and ``</S>`` are added to the targets: the forward LM predicts
                 w_1..w_n, ``</S>`` and the backward LM ``<S>``, w_1..w_n.
@@ -888,7 +904,8 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
         num_items_in_batch = _loss_kwargs(kwargs, type(self).__name__)
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         output_hidden_states = output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
-        outputs = self.elmo(input_ids, attention_mask=attention_mask, add_sentence_boundaries=add_sentence_boundaries,
+        outputs = self.elmo(input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds,
+                            add_sentence_boundaries=add_sentence_boundaries,
                             keep_sentence_boundaries=True, lstm_dropout=self.config.hidden_dropout_prob,
                             output_hidden_states=output_hidden_states, return_dict=True)
         top = outputs.last_hidden_state  # (B, T', 2P), boundary positions included
@@ -920,6 +937,7 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
                     selected.append((hidden[keep], target[keep], None))
                 else:  # every row, the others weighted 0: selecting rows would make the host wait for the device
                     selected.append((hidden.reshape(-1, P), target.masked_fill(~keep, 0).reshape(-1), keep.reshape(-1)))
+            # CODEPATH: pretraining with --lm-softmax sampled; evaluation and every other run use the exact softmax
             if self.training and self.config.lm_softmax == "sampled":
                 nlls = self.sampled_softmax_nll([h for h, _, _ in selected], [t for _, t, _ in selected])
             else:
@@ -1004,9 +1022,11 @@ class ElmoForSequenceClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
         self.num_labels = config.num_labels
         self.elmo = ElmoModel(config)
         self._build_mix(config)
+        # CODEPATH: mean_max doubles the pooled width; every other pooling keeps hidden_size
         width = config.hidden_size * (2 if config.classifier_pooling == "mean_max" else 1)
         self.classifier = nn.Linear(width, config.num_labels)
         self.post_init()
+        # CODEPATH: freeze_elmo=True (the default): the feature-based use of the paper; False fine-tunes the biLM
         if config.freeze_elmo:
             self.freeze_elmo()
 
@@ -1088,6 +1108,7 @@ class ElmoForTokenClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
         self._build_mix(config)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
+        # CODEPATH: freeze_elmo=True (the default): the feature-based use of the paper; False fine-tunes the biLM
         if config.freeze_elmo:
             self.freeze_elmo()
 
