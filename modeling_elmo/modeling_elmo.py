@@ -462,7 +462,6 @@ class ElmoPreTrainedModel(PreTrainedModel):
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
-        super()._init_weights(module)  # transformers' own (e.g. flags), then the ELMo initialisation of the module
         config = self.config
         if isinstance(module, ElmoWordEmbedding):  # the word-embedding input: rows of about unit norm
             init.normal_(module.weight, 0.0, 1.0 / math.sqrt(module.embedding_dim))
@@ -501,6 +500,8 @@ class ElmoPreTrainedModel(PreTrainedModel):
                 fixed = torch.tensor([config.scalar_mix_parameters] * module.scalar_parameters.shape[0])
                 init.copy_(module.scalar_parameters, fixed.to(module.scalar_parameters))
             init.ones_(module.gamma)
+        else:  # a module ELMo does not define (an adapter's layer, say): transformers' initialisation
+            super()._init_weights(module)
 
     def get_input_embeddings(self) -> nn.Module | None:
         """The table of input tokens: the word-embedding input (`ElmoWordEmbedding`) of a model that has one, else

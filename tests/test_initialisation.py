@@ -39,7 +39,7 @@ def close_spread(values: torch.Tensor, expected_std: float, name: str) -> list[s
 def departures(weights: dict[str, torch.Tensor], config: ElmoConfig) -> list[str]:
     """Every way ``weights`` (a state dict, any prefix) departs from the documented initialisation."""
     problems = []
-    F, P, H = config.num_char_cnn_filters, config.hidden_size, config.cell_size
+    F, P, H = config.num_char_cnn_filters, config.projection_dim, config.cell_size
     for name, value in weights.items():
         value = torch.as_tensor(value, dtype=torch.float32)
         if not torch.isfinite(value).all():
