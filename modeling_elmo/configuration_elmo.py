@@ -362,47 +362,28 @@ class ElmoConfig(PretrainedConfig):
     # ------------------------------------------------------------------ validation
     def validate_elmo(self) -> None:
         """Raise a `ValueError` naming the first field whose value cannot build a model."""
-
-        def positive_int(name: str, minimum: int = 1) -> None:
+        for name, minimum in _INTEGER_MINIMUMS.items():
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
                 raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}.")
-
-        def fraction(name: str) -> None:
+        for name, allowed in _CHOICES.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"`{name}` must be one of {', '.join(map(repr, allowed))}; got {getattr(self, name)!r}.")
+        for name in ("use_skip_connections", "scalar_mix_layer_norm", "freeze_elmo"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"`{name}` must be true or false, got {getattr(self, name)!r}.")
+        for name in ("hidden_dropout_prob", "classifier_dropout"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
                 raise ValueError(f"`{name}` must be a probability in [0, 1), got {value!r}.")
-
-        def choice(name: str, allowed: tuple[str, ...]) -> None:
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"`{name}` must be one of {', '.join(map(repr, allowed))}; got {getattr(self, name)!r}.")
-
-        for name in ("projection_dim", "cell_size", "num_hidden_layers", "char_embedding_dim",
-                     "num_output_representations", "num_negative_samples", "lm_softmax_chunk_size"):
-            positive_int(name)
-        if self.hidden_size != 2 * self.projection_dim:
-            raise ValueError(f"`hidden_size` must be 2 * projection_dim = {2 * self.projection_dim} (the output width, "
-                             f"both directions), got {self.hidden_size!r}.")
-        positive_int("vocab_size", minimum=4)
-        positive_int("num_highway_layers", minimum=0)
-        positive_int("max_characters_per_token", minimum=3)
-        for name in ("word_input_vocab_size", "word_input_dim"):
-            positive_int(name, minimum=0)
         for name in ("cell_clip", "proj_clip"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                       or not math.isfinite(value) or value <= 0):
                 raise ValueError(f"`{name}` must be a finite positive number or None (no clipping), got {value!r}.")
-        for name in ("use_skip_connections", "scalar_mix_layer_norm", "freeze_elmo"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"`{name}` must be true or false, got {getattr(self, name)!r}.")
-        fraction("hidden_dropout_prob")
-        fraction("classifier_dropout")
-        choice("char_cnn_activation", CHAR_CNN_ACTIVATIONS)
-        choice("lstm_implementation", LSTM_IMPLEMENTATIONS)
-        choice("classifier_pooling", CLASSIFIER_POOLINGS)
-        choice("lm_softmax", LM_SOFTMAX_KINDS)
-        choice("char_vocabulary", CHAR_VOCABULARIES)
+        if self.hidden_size != 2 * self.projection_dim:
+            raise ValueError(f"`hidden_size` must be 2 * projection_dim = {2 * self.projection_dim} (the output width, "
+                             f"both directions), got {self.hidden_size!r}.")
         if self.lstm_implementation == "torch" and (self.cell_clip is not None or self.proj_clip is not None):
             raise ValueError(f"`lstm_implementation='torch'` cannot clip (torch.nn.LSTM has no clipping), but "
                              f"cell_clip={self.cell_clip!r} and proj_clip={self.proj_clip!r}; set both to None.")
@@ -423,11 +404,11 @@ class ElmoConfig(PretrainedConfig):
         if self.char_vocabulary == "bytes" and self.num_characters != 262:
             raise ValueError(f"`num_characters` must be 262 (256 bytes + 5 markers + the padding id 0), got "
                              f"{self.num_characters!r}.")
-        if self.char_vocabulary == "unicode":
-            positive_int("num_characters", minimum=UNICODE_FIRST_CHARACTER)
-        if self.word_input_vocab_size:
-            positive_int("word_input_vocab_size", minimum=4)  # the four special words come first
-            positive_int("word_input_dim")
+        if self.char_vocabulary == "unicode" and self.num_characters < UNICODE_FIRST_CHARACTER:
+            raise ValueError(f"`num_characters` must be an integer >= {UNICODE_FIRST_CHARACTER}, got {self.num_characters!r}.")
+        if self.word_input_vocab_size and (self.word_input_vocab_size < 4 or not self.word_input_dim):
+            raise ValueError(f"a word input needs word_input_vocab_size >= 4 (the special words come first) and "
+                             f"word_input_dim >= 1, got {self.word_input_vocab_size} and {self.word_input_dim}.")
         if self.scalar_mix_parameters is not None and len(self.scalar_mix_parameters) != self.num_representation_layers:
             raise ValueError(f"`scalar_mix_parameters` needs one weight per layer ({self.num_representation_layers}), "
                              f"got {len(self.scalar_mix_parameters)}: {self.scalar_mix_parameters!r}.")
@@ -435,6 +416,13 @@ class ElmoConfig(PretrainedConfig):
             raise ValueError(f"`num_negative_samples` ({self.num_negative_samples}) must be smaller than vocab_size "
                              f"({self.vocab_size}) for a sampled softmax; use lm_softmax='full' for a small vocabulary.")
 
+
+_INTEGER_MINIMUMS = {"vocab_size": 4, "projection_dim": 1, "cell_size": 1, "num_hidden_layers": 1, "char_embedding_dim": 1,
+                     "num_highway_layers": 0, "max_characters_per_token": 3, "num_characters": 1,
+                     "word_input_vocab_size": 0, "word_input_dim": 0, "num_output_representations": 1,
+                     "num_negative_samples": 1, "lm_softmax_chunk_size": 1}
+_CHOICES = {"char_cnn_activation": CHAR_CNN_ACTIVATIONS, "lstm_implementation": LSTM_IMPLEMENTATIONS,
+            "classifier_pooling": CLASSIFIER_POOLINGS, "lm_softmax": LM_SOFTMAX_KINDS, "char_vocabulary": CHAR_VOCABULARIES}
 
 #: The fields of `ElmoConfig` itself (its constructor's arguments).
 _ELMO_FIELDS = frozenset(inspect.signature(ElmoConfig.__init__).parameters) - {"self", "kwargs"}
