@@ -434,18 +434,11 @@ class ElmoScalarMix(nn.Module):
 class ElmoPreTrainedModel(PreTrainedModel):
     """Weight initialisation and loading for all ELMo models.
 
-    `_init_weights` follows the original training code (bilm-tf): char table U(-1, 1) with a zero padding row;
-    relu convolutions U(-0.05, 0.05) (tanh: N(0, 1/(w d_c))); highway and projection N(0, 1/F) with the highway
-    gate bias -2 (leaning towards passing x through); LSTM matrices Glorot-uniform, bias 0 except the forget
-    block at +1; softmax N(0, 1/P); a task head's classifier Glorot-uniform with a zero bias; the optional word
-    vectors N(0, 1/d_w) (rows of about unit norm). The transformers
-    default (N(0, 0.02) everywhere) gives vanishing activations.
-
-    transformers calls `_init_weights` once per module whose own parameters are not loaded yet (``from_pretrained``
-    initialises only the missing ones, such as a new head's), so every branch initialises the parameters of the
-    module it is given, never those of its children. Which `nn.Linear` is which is read off the model's structure:
-    the highway gates are those of ``char_encoder.highways``, the head's is ``classifier``; every other Linear
-    (highway transform, projection, softmax) is N(0, 1/fan_in), with a zero bias.
+    `_init_weights` follows the original training code (bilm-tf), per module (transformers calls it for each module
+    whose parameters are not loaded): char table U(-1, 1) with a zero padding row; relu convolutions U(-0.05, 0.05)
+    (tanh: N(0, 1/(w d_c))); every Linear N(0, 1/fan_in) with a zero bias, except the highway gates (bias -2: carry
+    x through) and a head's ``classifier`` (Glorot-uniform); LSTM matrices Glorot-uniform, bias 0 but +1 for the
+    forget block; word vectors N(0, 1/d_w). (transformers' N(0, 0.02) gives vanishing activations.)
     """
 
     config_class = ElmoConfig
