@@ -62,7 +62,7 @@ class ElmoModelTester:
 class ElmoModelTest(ModelTesterMixin, unittest.TestCase):
     all_model_classes = (ElmoModel, ElmoForBidirectionalLM, ElmoForSequenceClassification, ElmoForTokenClassification)
     has_attentions = False  # a biLSTM: no attention, so no attention weights to return
-    test_resize_embeddings = False  # the input embedding is a fixed 262-row character table (bytes and markers)
+    test_resize_embeddings = False  # a character model has no token table: resize refuses (tests/test_modeling_elmo.py)
     test_can_init_all_missing_weights_before_2023 = True  # ELMo is from 2018; its _init_weights covers every weight
 
     @classmethod
