@@ -135,7 +135,7 @@ class ElmoConfig(PretrainedConfig):
 
     Args:
         vocab_size (`int`, defaults to 4): words of the language-model softmax (``n_tokens_vocab``), counting
-            ``<pad>`` (0), ``<S>`` (1), ``</S>`` (2) and ``<UNK>`` (3); 4 means no word vocabulary (a feature extractor).
+            ``<pad>`` (0), ``<S>`` (1), ``</S>`` (2) and ``<UNK>`` (3); 4 means no word vocabulary (feature extraction).
         projection_dim (`int`, defaults to 512): the per-direction projection P (``lstm.projection_dim``): the token
             embedding and every LSTM output of one direction.
         hidden_size (`int`, defaults to ``2 * projection_dim``): the width of every output vector
@@ -368,7 +368,8 @@ class ElmoConfig(PretrainedConfig):
                 raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}.")
         for name, allowed in _CHOICES.items():
             if getattr(self, name) not in allowed:
-                raise ValueError(f"`{name}` must be one of {', '.join(map(repr, allowed))}; got {getattr(self, name)!r}.")
+                raise ValueError(f"`{name}` must be one of {', '.join(map(repr, allowed))}; "
+                                 f"got {getattr(self, name)!r}.")
         for name in ("use_skip_connections", "scalar_mix_layer_norm", "freeze_elmo"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"`{name}` must be true or false, got {getattr(self, name)!r}.")
@@ -405,7 +406,8 @@ class ElmoConfig(PretrainedConfig):
             raise ValueError(f"`num_characters` must be 262 (256 bytes + 5 markers + the padding id 0), got "
                              f"{self.num_characters!r}.")
         if self.char_vocabulary == "unicode" and self.num_characters < UNICODE_FIRST_CHARACTER:
-            raise ValueError(f"`num_characters` must be an integer >= {UNICODE_FIRST_CHARACTER}, got {self.num_characters!r}.")
+            raise ValueError(f"`num_characters` must be an integer >= {UNICODE_FIRST_CHARACTER}, "
+                             f"got {self.num_characters!r}.")
         if self.word_input_vocab_size and (self.word_input_vocab_size < 4 or not self.word_input_dim):
             raise ValueError(f"a word input needs word_input_vocab_size >= 4 (the special words come first) and "
                              f"word_input_dim >= 1, got {self.word_input_vocab_size} and {self.word_input_dim}.")
@@ -414,15 +416,17 @@ class ElmoConfig(PretrainedConfig):
                              f"got {len(self.scalar_mix_parameters)}: {self.scalar_mix_parameters!r}.")
         if self.lm_softmax == "sampled" and self.num_negative_samples >= self.vocab_size:
             raise ValueError(f"`num_negative_samples` ({self.num_negative_samples}) must be smaller than vocab_size "
-                             f"({self.vocab_size}) for a sampled softmax; use lm_softmax='full' for a small vocabulary.")
+                             f"({self.vocab_size}) for a sampled softmax; use lm_softmax='full' for a small "
+                             "vocabulary.")
 
 
-_INTEGER_MINIMUMS = {"vocab_size": 4, "projection_dim": 1, "cell_size": 1, "num_hidden_layers": 1, "char_embedding_dim": 1,
-                     "num_highway_layers": 0, "max_characters_per_token": 3, "num_characters": 1,
+_INTEGER_MINIMUMS = {"vocab_size": 4, "projection_dim": 1, "cell_size": 1, "num_hidden_layers": 1,
+                     "char_embedding_dim": 1, "num_highway_layers": 0, "max_characters_per_token": 3, "num_characters": 1,
                      "word_input_vocab_size": 0, "word_input_dim": 0, "num_output_representations": 1,
                      "num_negative_samples": 1, "lm_softmax_chunk_size": 1}
 _CHOICES = {"char_cnn_activation": CHAR_CNN_ACTIVATIONS, "lstm_implementation": LSTM_IMPLEMENTATIONS,
-            "classifier_pooling": CLASSIFIER_POOLINGS, "lm_softmax": LM_SOFTMAX_KINDS, "char_vocabulary": CHAR_VOCABULARIES}
+            "classifier_pooling": CLASSIFIER_POOLINGS, "lm_softmax": LM_SOFTMAX_KINDS,
+            "char_vocabulary": CHAR_VOCABULARIES}
 
 #: The fields of `ElmoConfig` itself (its constructor's arguments).
 _ELMO_FIELDS = frozenset(inspect.signature(ElmoConfig.__init__).parameters) - {"self", "kwargs"}

@@ -26,8 +26,8 @@ from . import io_utils
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["MAX_PARAMETERS_LIMIT", "HubUnreachableError", "check_config", "check_model_location", "implied_num_parameters",
-           "looks_like_local_path", "refuse_pickled_weights"]
+__all__ = ["MAX_PARAMETERS_LIMIT", "HubUnreachableError", "check_config", "check_model_location",
+           "implied_num_parameters", "looks_like_local_path", "refuse_pickled_weights"]
 
 
 class HubUnreachableError(ValueError):
@@ -162,8 +162,8 @@ def check_config(config: Any, source: str = "the config") -> None:
     if implied > MAX_PARAMETERS_LIMIT:
         raise ValueError(f"{source} describes a model of {implied:.3g} parameters (char_cnn_filters: "
                          f"{config.num_char_cnn_filters:,} filters, projection_dim {config.projection_dim}, cell_size "
-                         f"{config.cell_size}, vocab_size {config.vocab_size}), more than the {MAX_PARAMETERS_LIMIT:.0e} "
-                         "this package builds; the file is damaged or not meant for it.")
+                         f"{config.cell_size}, vocab_size {config.vocab_size}), more than the "
+                         f"{MAX_PARAMETERS_LIMIT:.0e} this package builds; the file is damaged or not meant for it.")
     fields = sorted(_ELMO_FIELDS)
     known = set(PretrainedConfig().to_dict()) | set(_ELMO_FIELDS)
     for key in sorted(set(config.to_dict()) - known):
