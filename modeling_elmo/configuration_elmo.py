@@ -1,15 +1,26 @@
+# Copyright 2026 The modeling_elmo authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """ELMo model configuration.
 
-The fields mirror the two blocks of the original ``options.json`` (``lstm.*`` and ``char_cnn.*``) one to
-one, plus what a transformers model needs on top: the word vocabulary of the language-model softmax,
-dropout, the scalar mix and the task heads. ``ElmoConfig.from_options`` / ``to_options`` convert to and
-from the original dict.
-
-This file is shipped to the Hub as custom code: it imports only transformers.
+The fields mirror the two blocks of the original ``options.json`` (``lstm.*`` and ``char_cnn.*``), plus what a
+transformers model needs on top: the word vocabulary of the language-model softmax, dropout, the scalar mix and the
+task heads. Shipped to the Hub as custom code: it imports only transformers.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 from typing import Any
@@ -107,11 +118,8 @@ def own_auto_map(auto_map: Any) -> dict[str, str]:
     return dict(AUTO_MAP)
 
 
-#: Bounds on what a config may declare, checked before anything is allocated: a word of more than this many
-#: characters is no word (the released models read 50), and a model of more parameters than this (40 GB of float32;
-#: the largest released model has 94 M) cannot be what a config file was meant to describe.
+#: A word of more than this many characters is no word (the released models read 50).
 MAX_CHARACTERS_PER_TOKEN_LIMIT = 1024
-MAX_PARAMETERS_LIMIT = 10**10
 
 CHAR_CNN_ACTIVATIONS = ("relu", "tanh")
 LSTM_IMPLEMENTATIONS = ("auto", "loop", "fused", "torch")
@@ -119,150 +127,61 @@ CLASSIFIER_POOLINGS = ("mean", "max", "mean_max", "first", "last")
 LM_SOFTMAX_KINDS = ("full", "sampled")
 
 
-def _edit_distance(a: str, b: str) -> int:
-    """Levenshtein distance, with a swap of two neighbouring characters counted as one edit."""
-    previous2, previous = None, list(range(len(b) + 1))
-    for i, x in enumerate(a, 1):
-        current = [i]
-        for j, y in enumerate(b, 1):
-            cost = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (x != y))
-            if previous2 is not None and i > 1 and j > 1 and x == b[j - 2] and a[i - 2] == y:
-                cost = min(cost, previous2[j - 2] + 1)
-            current.append(cost)
-        previous2, previous = previous, current
-    return previous[-1]
-
-
-def _close_field(key: str, fields: list[str]) -> str | None:
-    """The ELMo field ``key`` is most likely a misspelling of: at most 2 edits away (1 for names of up to 6
-    characters), or the same words in another order; `None` when no field is that close."""
-    allowed = 1 if len(key) <= 6 else 2
-    best = min(fields, key=lambda name: (_edit_distance(key.lower(), name), name))
-    if _edit_distance(key.lower(), best) <= allowed:
-        return best
-    words = sorted(key.lower().split("_"))
-    return next((name for name in fields if sorted(name.split("_")) == words), None)
-
-
-def _check_inherited_kwargs(kwargs: dict[str, Any]) -> None:
-    """Refuse the retired ``stateful=True``; warn about keys that look like a misspelt ELMo field.
-
-    Any other key neither ElmoConfig nor this transformers release knows is kept as an attribute, as transformers
-    keeps it: a config written by a newer release (or with a user's own key) loads, and is saved back with it."""
-    if kwargs.get("stateful"):
-        raise ValueError(
-            "`stateful=True` is not a configuration field any more: pass the `lstm_state` of one call to the next "
-            "(`ElmoModel(...)(..., lstm_state=previous.lstm_state)`) to carry LSTM states between batches."
-        )
-    kwargs.pop("stateful", None)  # written as false by earlier versions; stateless is the only configured mode
-    if "num_labels" in kwargs:
-        count = kwargs["num_labels"]
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise ValueError(f"`num_labels` must be an integer >= 1, got {count!r}.")
-    own = sorted(set(inspect.signature(ElmoConfig.__init__).parameters) - {"self", "kwargs"})
-    for key in kwargs:
-        if key.startswith("_") or key in own:
-            continue
-        close = _close_field(key, own)
-        if close is not None:
-            logger.warning(f"ElmoConfig got the unknown field {key!r}: did you mean {close!r}? It is kept as an "
-                           f"attribute and does not set {close!r}.")
-
-
 class ElmoConfig(PretrainedConfig):
     r"""Configuration of an ELMo bidirectional language model and its task heads.
 
-    The defaults build the original released model ``2x4096_512_2048cnn_2xhighway`` (93.6 M parameters
-    without the softmax). Each field names the ``options.json`` key it mirrors, where there is one.
+    The defaults build the original released model ``2x4096_512_2048cnn_2xhighway`` (93.6 M parameters without the
+    softmax). The original ``options.json`` key a field mirrors is given in parentheses.
 
     Args:
-        vocab_size (`int`, *optional*, defaults to 4):
-            Size of the word vocabulary of the language-model softmax (``n_tokens_vocab``), counting the four
-            special words ``<pad>`` (0), ``<S>`` (1), ``</S>`` (2) and ``<UNK>`` (3). The default 4 means the
-            model has no real word vocabulary (a feature extractor such as a converted release).
-        hidden_size (`int`, *optional*, defaults to 512):
-            Projection size P (``lstm.projection_dim``): the token-embedding size, the LSTM input and output
-            size. Every output layer has size ``2 * hidden_size`` (forward and backward concatenated).
-        cell_size (`int`, *optional*, defaults to 4096):
-            LSTM memory-cell size H (``lstm.dim``).
-        num_hidden_layers (`int`, *optional*, defaults to 2):
-            LSTM layers per direction (``lstm.n_layers``).
-        cell_clip (`float` or `None`, *optional*, defaults to 3.0):
-            The cell state is clipped to ``[-cell_clip, cell_clip]`` before its ``tanh`` (``lstm.cell_clip``).
-            `None` turns clipping off.
-        proj_clip (`float` or `None`, *optional*, defaults to 3.0):
-            The projected output is clipped to ``[-proj_clip, proj_clip]`` (``lstm.proj_clip``). `None` turns
-            clipping off.
-        use_skip_connections (`bool`, *optional*, defaults to `True`):
-            Residual connection from a layer's input to its output for layers 1 and up
-            (``lstm.use_skip_connections``).
-        char_embedding_dim (`int`, *optional*, defaults to 16):
-            Size of the character embedding (``char_cnn.embedding.dim``).
-        char_cnn_filters (`list[list[int]]`, *optional*):
-            ``[width, num_filters]`` per convolution (``char_cnn.filters``); defaults to the released models'
-            seven widths with 2048 filters in all.
-        num_highway_layers (`int`, *optional*, defaults to 2):
-            Highway layers after the convolutions (``char_cnn.n_highway``).
-        char_cnn_activation (`str`, *optional*, defaults to `"relu"`):
-            Activation after max-pooling, `"relu"` or `"tanh"` (``char_cnn.activation``).
-        max_characters_per_token (`int`, *optional*, defaults to 50):
-            Character slots per token, begin/end-of-word included (``char_cnn.max_characters_per_token``).
-        num_characters (`int`, *optional*, defaults to 262):
-            Rows of the character table (``char_cnn.n_characters``). With ``char_vocabulary="bytes"`` always 262:
-            256 bytes, 5 markers and the padding id 0. With ``"unicode"``: 7 reserved rows (absent token, padding,
-            word and sentence markers, unknown character) plus one per character of the tokenizer's vocabulary.
-        char_vocabulary (`str`, *optional*, defaults to `"bytes"`):
-            What a character id means. `"bytes"`: the UTF-8 bytes of a word, the fixed table of the released
-            English models. `"unicode"`: code points looked up in the character vocabulary saved with the tokenizer
-            (``char_vocab.json``), so a word of any script keeps ``max_characters_per_token - 2`` characters.
-        word_input_vocab_size (`int`, *optional*, defaults to 0):
-            Rows of an optional word-embedding input (0: none, the default). When set, every token also gets the
-            vector of its word (``word_input_ids`` from the tokenizer's ``word_input_vocab.json``; unknown words
-            use row 3, ``<UNK>``), concatenated *before* the character features and projected with them, as
-            ELMoForManyLangs does.
-        word_input_dim (`int`, *optional*, defaults to 0):
-            Size of those word vectors (needed when ``word_input_vocab_size`` is set).
-        hidden_dropout_prob (`float`, *optional*, defaults to 0.1):
-            Dropout on the input of every LSTM layer and on the top layer before the softmax, as in the
-            original training (``dropout``). Active only in training mode.
-        lstm_implementation (`str`, *optional*, defaults to `"auto"`):
-            How the LSTM stacks run; all give the same numbers with the same parameters. `"loop"`: the explicit
-            time loop of `ElmoLstmLayer.forward` (the readable reference); `"fused"`: the same recurrence with both
-            directions advanced together, an explicit backward pass and, on a GPU, compiled steps
-            (`ElmoBiLstm.fused_forward`); `"torch"`: `torch.nn.LSTM(proj_size=...)` (cuDNN on a GPU), only valid
-            when both clips are off; `"auto"`: `"torch"` when both clips are off and no state is carried, else
-            `"fused"`, falling back to `"loop"` (with one logged line) where the fused form cannot run.
-        num_output_representations (`int`, *optional*, defaults to 1):
-            Number of independent scalar mixes a head computes (the paper uses 2 for some tasks).
-        scalar_mix_layer_norm (`bool`, *optional*, defaults to `False`):
-            Normalise every layer (masked, one mean and variance per layer) before mixing.
-        scalar_mix_parameters (`list[float]` or `None`, *optional*):
-            Fixed pre-softmax layer weights (e.g. ``[-9e10, 1, -9e10]`` selects layer 1); weights and gamma
-            are then not trained.
-        classifier_pooling (`str`, *optional*, defaults to `"mean"`):
-            How `ElmoForSequenceClassification` pools tokens: `"mean"`, `"max"`, `"mean_max"`, `"first"`,
-            `"last"`.
-        classifier_dropout (`float`, *optional*, defaults to 0.1):
-            Dropout on the mixed representation before a head's linear layer.
-        freeze_elmo (`bool`, *optional*, defaults to `True`):
-            The task heads keep the biLM frozen (no gradient, always in eval mode). Set `False` to fine-tune.
-        lm_softmax (`str`, *optional*, defaults to `"full"`):
-            Training loss of `ElmoForBidirectionalLM`: `"full"` softmax or `"sampled"` softmax (evaluation
-            always uses the exact full softmax).
-        num_negative_samples (`int`, *optional*, defaults to 8192):
-            Negatives per batch of the sampled softmax (``n_negative_samples_batch``).
-        lm_softmax_chunk_size (`int`, *optional*, defaults to 32768):
-            The exact full softmax is computed over this many words at a time, which bounds its memory.
-        initializer_range (`float`, *optional*, defaults to 0.02):
-            Kept for transformers' conventions; the ELMo initialisation is described in `_init_weights`.
+        vocab_size (`int`, defaults to 4): words of the language-model softmax (``n_tokens_vocab``), counting
+            ``<pad>`` (0), ``<S>`` (1), ``</S>`` (2) and ``<UNK>`` (3); 4 means no word vocabulary (feature extraction).
+        projection_dim (`int`, defaults to 512): the per-direction projection P (``lstm.projection_dim``): the token
+            embedding and every LSTM output of one direction.
+        hidden_size (`int`, defaults to ``2 * projection_dim``): the width of every output vector
+            (``last_hidden_state.shape[-1]``), forward and backward concatenated. Give either field; given alone,
+            ``hidden_size`` must be even and sets P to half of it. (A ``config.json`` without ``projection_dim``,
+            written by earlier versions, stored P in ``hidden_size`` and is read that way.)
+        cell_size (`int`, defaults to 4096): LSTM memory cells H (``lstm.dim``).
+        num_hidden_layers (`int`, defaults to 2): LSTM layers per direction (``lstm.n_layers``).
+        cell_clip, proj_clip (`float` or `None`, default 3.0): clip of the cell state (before its ``tanh``) and of the
+            projected output (``lstm.cell_clip``, ``lstm.proj_clip``); `None` turns clipping off.
+        use_skip_connections (`bool`, defaults to `True`): residual connections for layers 1 and up.
+        char_embedding_dim (`int`, defaults to 16): character embedding size (``char_cnn.embedding.dim``).
+        char_cnn_filters (`list[list[int]]`): ``[width, count]`` per convolution (``char_cnn.filters``); defaults to
+            the released models' seven widths with 2048 filters in all.
+        num_highway_layers (`int`, defaults to 2): highway layers (``char_cnn.n_highway``).
+        char_cnn_activation (`str`, defaults to `"relu"`): `"relu"` or `"tanh"` (``char_cnn.activation``).
+        max_characters_per_token (`int`, defaults to 50): character slots per token, word markers included.
+        num_characters (`int`, defaults to 262): rows of the character table: 262 for ``"bytes"``; for ``"unicode"``,
+            7 reserved rows plus one per character of the tokenizer's vocabulary.
+        char_vocabulary (`str`, defaults to `"bytes"`): `"bytes"` (UTF-8 bytes, the released English models) or
+            `"unicode"` (code points looked up in the tokenizer's ``char_vocab.json``).
+        word_input_vocab_size, word_input_dim (`int`, default 0): an optional word-embedding input (ELMoForManyLangs):
+            its rows and size; the word vector is concatenated before the character features.
+        hidden_dropout_prob (`float`, defaults to 0.1): dropout on every LSTM layer's input and on the top layer
+            before the softmax, in pretraining (``dropout``).
+        lstm_implementation (`str`, defaults to `"auto"`): `"loop"`, `"fused"`, `"torch"` (``torch.nn.LSTM``, only
+            without clipping) or `"auto"`; all give the same numbers.
+        num_output_representations (`int`, defaults to 1): independent scalar mixes of a head.
+        scalar_mix_layer_norm (`bool`, defaults to `False`): normalise every layer before mixing.
+        scalar_mix_parameters (`list[float]`, *optional*): fixed pre-softmax layer weights (not trained).
+        classifier_pooling (`str`, defaults to `"mean"`): `"mean"`, `"max"`, `"mean_max"`, `"first"` or `"last"`.
+        classifier_dropout (`float`, defaults to 0.1): dropout on the mixed representation of a head.
+        freeze_elmo (`bool`, defaults to `True`): a head builds (and loads) its biLM frozen: parameters without
+            gradient; ``model.unfreeze_elmo()`` / ``freeze_elmo()`` change that later.
+        lm_softmax (`str`, defaults to `"full"`): training loss of `ElmoForBidirectionalLM`, `"full"` or `"sampled"`.
+        num_negative_samples (`int`, defaults to 8192): negatives of the sampled softmax.
+        lm_softmax_chunk_size (`int`, defaults to 32768): words per chunk of the exact softmax (bounds its memory).
+        initializer_range (`float`, defaults to 0.02): kept for transformers' conventions (see `_init_weights`).
 
     Example:
 
     ```python
     >>> from modeling_elmo import ElmoConfig, ElmoModel
-    >>> config = ElmoConfig(hidden_size=16, cell_size=64, char_cnn_filters=[[1, 4], [2, 8]], num_highway_layers=1)
+    >>> config = ElmoConfig(projection_dim=16, cell_size=64, char_cnn_filters=[[1, 4], [2, 8]], num_highway_layers=1)
     >>> model = ElmoModel(config)
-    >>> config.output_size
+    >>> config.hidden_size
     32
     ```
     """
@@ -272,7 +191,8 @@ class ElmoConfig(PretrainedConfig):
     def __init__(
         self,
         vocab_size: int = 4,
-        hidden_size: int = 512,
+        projection_dim: int | None = None,
+        hidden_size: int | None = None,
         cell_size: int = 4096,
         num_hidden_layers: int = 2,
         cell_clip: float | None = 3.0,
@@ -305,8 +225,16 @@ class ElmoConfig(PretrainedConfig):
         unk_token_id: int = 3,
         **kwargs: Any,
     ):
+        if projection_dim is None:
+            if hidden_size is not None and (isinstance(hidden_size, bool) or not isinstance(hidden_size, int)
+                                            or hidden_size < 2 or hidden_size % 2):
+                raise ValueError(f"`hidden_size` is the output width 2 * projection_dim: it must be an even integer "
+                                 f">= 2, got {hidden_size!r}.")
+            projection_dim = 512 if hidden_size is None else hidden_size // 2
         self.vocab_size = vocab_size
-        self.hidden_size = hidden_size
+        self.projection_dim = projection_dim
+        self.hidden_size = hidden_size if hidden_size is not None else (
+            2 * projection_dim if isinstance(projection_dim, int) else projection_dim)
         self.cell_size = cell_size
         self.num_hidden_layers = num_hidden_layers
         self.cell_clip = cell_clip
@@ -337,10 +265,58 @@ class ElmoConfig(PretrainedConfig):
         self.lm_softmax_chunk_size = lm_softmax_chunk_size
         self.initializer_range = initializer_range
         self.unk_token_id = unk_token_id
-        _check_inherited_kwargs(kwargs)
+        self._check_inherited_kwargs(kwargs)
         kwargs["auto_map"] = own_auto_map(kwargs.get("auto_map"))
         super().__init__(pad_token_id=pad_token_id, bos_token_id=bos_token_id, eos_token_id=eos_token_id, **kwargs)
         self.validate_elmo()
+
+    def _check_inherited_kwargs(self, kwargs: dict[str, Any]) -> None:
+        """Refuse a key that would replace a method or property of the class (``to_dict``, ``use_return_dict``,
+        ``__class__``...), label maps that are not objects, and the retired ``stateful=True``. Any other unknown key
+        is kept as an attribute, as transformers keeps it."""
+        fields = {field.name for field in dataclasses.fields(self)} | {"model_type"}
+        for key in kwargs:
+            member = inspect.getattr_static(type(self), key, None)
+            if key.startswith("__") or (member is not None and key not in fields
+                                        and not (isinstance(member, property) and member.fset is not None)):
+                raise ValueError(f"config key {key!r} is not a setting: it would replace ElmoConfig.{key}.")
+        for key in ("id2label", "label2id"):
+            if kwargs.get(key) is not None and not isinstance(kwargs[key], dict):
+                raise ValueError(f"`{key}` must be an object mapping labels, got {type(kwargs[key]).__name__} "
+                                 f"{str(kwargs[key])[:80]!r}.")
+        if kwargs.get("stateful"):
+            raise ValueError("`stateful=True` is not a configuration field any more: pass the `lstm_state` of one "
+                             "call to the next to carry LSTM states between batches.")
+        kwargs.pop("stateful", None)  # written as false by earlier versions
+        count = kwargs.get("num_labels", 1)
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ValueError(f"`num_labels` must be an integer >= 1, got {count!r}.")
+
+    @staticmethod
+    def upgraded_dict(config_dict: dict[str, Any]) -> dict[str, Any]:
+        """A saved config dict in today's meaning (a new dict): one without ``projection_dim`` (written before that
+        field existed) stored the projection P in ``hidden_size``."""
+        if "projection_dim" not in config_dict and "hidden_size" in config_dict:
+            config_dict = {**config_dict, "projection_dim": config_dict["hidden_size"]}
+            if isinstance(config_dict["projection_dim"], int) and not isinstance(config_dict["projection_dim"], bool):
+                config_dict["hidden_size"] = 2 * config_dict["projection_dim"]
+            else:
+                del config_dict["hidden_size"]
+        return config_dict
+
+    @classmethod
+    def from_dict(cls, config_dict: dict[str, Any], **kwargs: Any):
+        """transformers' `from_dict`, reading a dict saved before ``projection_dim`` existed in its meaning; fields
+        of this class passed as keyword arguments build the config with it (and are validated)."""
+        config_dict = cls.upgraded_dict(dict(config_dict))
+        own = {key: kwargs.pop(key) for key in list(kwargs) if key in _ELMO_FIELDS}
+        if len({"hidden_size", "projection_dim"} & set(own)) == 1:  # one size given: the other follows from it
+            config_dict.pop("projection_dim" if "hidden_size" in own else "hidden_size", None)
+        return super().from_dict({**config_dict, **own}, **kwargs)
+
+    @classmethod
+    def _dict_from_json_file(cls, json_file: Any) -> dict[str, Any]:
+        return cls.upgraded_dict(super()._dict_from_json_file(json_file))
 
     @classmethod
     def get_config_dict(cls, pretrained_model_name_or_path: Any, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -376,11 +352,6 @@ class ElmoConfig(PretrainedConfig):
         return self.num_characters - 1
 
     @property
-    def output_size(self) -> int:
-        """Width of every output layer: forward and backward halves concatenated (2P)."""
-        return 2 * self.hidden_size
-
-    @property
     def num_representation_layers(self) -> int:
         """Layers a head can mix: the token layer plus one per LSTM layer."""
         return self.num_hidden_layers + 1
@@ -392,188 +363,76 @@ class ElmoConfig(PretrainedConfig):
             return self.cell_clip is None and self.proj_clip is None
         return self.lstm_implementation == "torch"
 
-    def implied_num_parameters(self) -> int:
-        """How many parameters the model this config describes would have (the language model's softmax
-        included), computed from the sizes alone: nothing is allocated."""
-        d_c, F, P, H = self.char_embedding_dim, self.num_char_cnn_filters, self.hidden_size, self.cell_size
-        characters = self.num_characters * d_c + sum(w * d_c * n + n for w, n in self.char_cnn_filters)
-        highways = self.num_highway_layers * 2 * (F * F + F)
-        lstms = 2 * self.num_hidden_layers * (8 * H * P + 4 * H + H * P)
-        words = self.word_input_vocab_size * self.word_input_dim if self.word_input_vocab_size else 0
-        return characters + words + highways + self.token_features_size * P + P + lstms + self.vocab_size * (P + 1)
-
     # ------------------------------------------------------------------ validation
     def validate_elmo(self) -> None:
         """Raise a `ValueError` naming the first field whose value cannot build a model."""
-
-        def positive_int(name: str, minimum: int = 1) -> None:
+        for name, minimum in _INTEGER_MINIMUMS.items():
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
                 raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}.")
-
-        def fraction(name: str) -> None:
+        for name, allowed in _CHOICES.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"`{name}` must be one of {', '.join(map(repr, allowed))}; "
+                                 f"got {getattr(self, name)!r}.")
+        for name in ("use_skip_connections", "scalar_mix_layer_norm", "freeze_elmo"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"`{name}` must be true or false, got {getattr(self, name)!r}.")
+        for name in ("hidden_dropout_prob", "classifier_dropout"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
                 raise ValueError(f"`{name}` must be a probability in [0, 1), got {value!r}.")
-
-        def choice(name: str, allowed: tuple[str, ...]) -> None:
-            value = getattr(self, name)
-            if value not in allowed:
-                raise ValueError(f"`{name}` must be one of {', '.join(map(repr, allowed))}; got {value!r}.")
-
-        def boolean(name: str) -> None:
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"`{name}` must be true or false, got {getattr(self, name)!r}.")
-
-        positive_int("vocab_size", minimum=4)
-        for name in ("hidden_size", "cell_size", "num_hidden_layers", "char_embedding_dim",
-                     "num_output_representations"):
-            positive_int(name)
-        positive_int("num_highway_layers", minimum=0)
-        positive_int("num_negative_samples")
-        positive_int("lm_softmax_chunk_size")
         for name in ("cell_clip", "proj_clip"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                       or not math.isfinite(value) or value <= 0):
                 raise ValueError(f"`{name}` must be a finite positive number or None (no clipping), got {value!r}.")
-        for name in ("use_skip_connections", "scalar_mix_layer_norm", "freeze_elmo"):
-            boolean(name)
-        fraction("hidden_dropout_prob")
-        fraction("classifier_dropout")
-        choice("char_cnn_activation", CHAR_CNN_ACTIVATIONS)
-        choice("lstm_implementation", LSTM_IMPLEMENTATIONS)
-        choice("classifier_pooling", CLASSIFIER_POOLINGS)
-        choice("lm_softmax", LM_SOFTMAX_KINDS)
+        if self.hidden_size != 2 * self.projection_dim:
+            raise ValueError(f"`hidden_size` must be 2 * projection_dim = {2 * self.projection_dim} (the output width, "
+                             f"both directions), got {self.hidden_size!r}.")
         if self.lstm_implementation == "torch" and (self.cell_clip is not None or self.proj_clip is not None):
-            raise ValueError(
-                "`lstm_implementation='torch'` cannot clip (torch.nn.LSTM has no clipping), but "
-                f"cell_clip={self.cell_clip!r} and proj_clip={self.proj_clip!r}; set both to None or use 'loop'."
-            )
-        if not isinstance(self.char_cnn_filters, list) or not self.char_cnn_filters:
-            raise ValueError(f"`char_cnn_filters` must be a non-empty list of [width, count] pairs, got {self.char_cnn_filters!r}.")
-        for pair in self.char_cnn_filters:
-            if (
-                not isinstance(pair, list)
-                or len(pair) != 2
-                or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in pair)
-            ):
+            raise ValueError(f"`lstm_implementation='torch'` cannot clip (torch.nn.LSTM has no clipping), but "
+                             f"cell_clip={self.cell_clip!r} and proj_clip={self.proj_clip!r}; set both to None.")
+        filters = self.char_cnn_filters
+        if not isinstance(filters, list) or not filters:
+            raise ValueError(f"`char_cnn_filters` must be a non-empty list of [width, count] pairs, got {filters!r}.")
+        for pair in filters:
+            if (not isinstance(pair, list) or len(pair) != 2
+                    or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in pair)):
                 raise ValueError(f"every `char_cnn_filters` entry must be [width, count] with positive integers, got {pair!r}.")
-        positive_int("max_characters_per_token", minimum=3)
         if self.max_characters_per_token > MAX_CHARACTERS_PER_TOKEN_LIMIT:
             raise ValueError(f"`max_characters_per_token` must be at most {MAX_CHARACTERS_PER_TOKEN_LIMIT} (characters "
                              f"per word), got {self.max_characters_per_token}.")
-        implied = self.implied_num_parameters()
-        if implied > MAX_PARAMETERS_LIMIT:
-            raise ValueError(f"this config describes a model of {implied:.3g} parameters (char_cnn_filters: "
-                             f"{self.num_char_cnn_filters:,} filters, hidden_size {self.hidden_size}, cell_size "
-                             f"{self.cell_size}, vocab_size {self.vocab_size}), more than the {MAX_PARAMETERS_LIMIT:.0e} "
-                             "this package builds; the file is damaged or not meant for it.")
-        widest = max(width for width, _ in self.char_cnn_filters)
+        widest = max(width for width, _ in filters)
         if widest > self.max_characters_per_token:
-            raise ValueError(
-                f"a char_cnn filter of width {widest} is wider than max_characters_per_token="
-                f"{self.max_characters_per_token}."
-            )
-        choice("char_vocabulary", CHAR_VOCABULARIES)
+            raise ValueError(f"a char_cnn filter of width {widest} is wider than max_characters_per_token="
+                             f"{self.max_characters_per_token}.")
         if self.char_vocabulary == "bytes" and self.num_characters != 262:
-            raise ValueError(
-                f"`num_characters` must be 262 (256 bytes + 5 markers + the padding id 0), got {self.num_characters!r}."
-            )
-        if self.char_vocabulary == "unicode":
-            positive_int("num_characters", minimum=UNICODE_FIRST_CHARACTER)
-        positive_int("word_input_vocab_size", minimum=0)
-        positive_int("word_input_dim", minimum=0)
-        if self.word_input_vocab_size:
-            positive_int("word_input_vocab_size", minimum=4)  # the four special words come first
-            if not self.word_input_dim:
-                raise ValueError(f"`word_input_dim` must be >= 1 with word_input_vocab_size={self.word_input_vocab_size}.")
+            raise ValueError(f"`num_characters` must be 262 (256 bytes + 5 markers + the padding id 0), got "
+                             f"{self.num_characters!r}.")
+        if self.char_vocabulary == "unicode" and self.num_characters < UNICODE_FIRST_CHARACTER:
+            raise ValueError(f"`num_characters` must be an integer >= {UNICODE_FIRST_CHARACTER}, "
+                             f"got {self.num_characters!r}.")
+        if self.word_input_vocab_size and (self.word_input_vocab_size < 4 or not self.word_input_dim):
+            raise ValueError(f"a word input needs word_input_vocab_size >= 4 (the special words come first) and "
+                             f"word_input_dim >= 1, got {self.word_input_vocab_size} and {self.word_input_dim}.")
         if self.scalar_mix_parameters is not None and len(self.scalar_mix_parameters) != self.num_representation_layers:
-            raise ValueError(
-                f"`scalar_mix_parameters` needs one weight per layer ({self.num_representation_layers}), "
-                f"got {len(self.scalar_mix_parameters)}: {self.scalar_mix_parameters!r}."
-            )
+            raise ValueError(f"`scalar_mix_parameters` needs one weight per layer ({self.num_representation_layers}), "
+                             f"got {len(self.scalar_mix_parameters)}: {self.scalar_mix_parameters!r}.")
         if self.lm_softmax == "sampled" and self.num_negative_samples >= self.vocab_size:
-            raise ValueError(
-                f"`num_negative_samples` ({self.num_negative_samples}) must be smaller than vocab_size "
-                f"({self.vocab_size}) for a sampled softmax; use lm_softmax='full' for a small vocabulary."
-            )
+            raise ValueError(f"`num_negative_samples` ({self.num_negative_samples}) must be smaller than vocab_size "
+                             f"({self.vocab_size}) for a sampled softmax; use lm_softmax='full' for a small "
+                             "vocabulary.")
 
-    # ------------------------------------------------------------------ options.json
-    @classmethod
-    def from_options(cls, options: dict[str, Any], **kwargs: Any) -> "ElmoConfig":
-        """Build a config from an original ``options.json`` dict (inference or training form).
 
-        Unknown keys raise a `ValueError` that names them; ``n_characters`` 261 (a training file) is accepted
-        and stored as 262, the inference table size.
-        """
-        if not isinstance(options, dict) or "lstm" not in options:
-            raise ValueError(f"options.json must be an object with an 'lstm' block, got keys {sorted(options) if isinstance(options, dict) else type(options).__name__}.")
-        known_top = {"lstm", "char_cnn", "bidirectional", "dropout", "all_clip_norm_val", "n_epochs",
-                     "n_train_tokens", "batch_size", "n_tokens_vocab", "unroll_steps",
-                     "n_negative_samples_batch", "learning_rate", "sample_softmax",
-                     "share_embedding_softmax", "reverse"}
-        known_lstm = {"dim", "projection_dim", "n_layers", "cell_clip", "proj_clip", "use_skip_connections"}
-        known_cnn = {"activation", "embedding", "filters", "max_characters_per_token", "n_characters",
-                     "n_highway", "projection_after_highway"}
-        lstm, cnn = options["lstm"], options.get("char_cnn")
-        if cnn is None:
-            raise ValueError("options.json has no 'char_cnn' block: word-input ELMo models are not supported.")
-        for block, keys, name in ((options, known_top, "top level"), (lstm, known_lstm, "lstm"), (cnn, known_cnn, "char_cnn")):
-            unknown = sorted(set(block) - keys)
-            if unknown:
-                raise ValueError(f"options.json has unknown keys in {name}: {unknown}.")
-        for key in ("dim", "projection_dim", "n_layers"):
-            if key not in lstm:
-                raise ValueError(f"options.json is missing lstm.{key}.")
-        for key in ("activation", "embedding", "filters", "max_characters_per_token"):
-            if key not in cnn:
-                raise ValueError(f"options.json is missing char_cnn.{key}.")
-        n_characters = cnn.get("n_characters", 262)
-        if n_characters not in (261, 262):
-            raise ValueError(f"char_cnn.n_characters must be 261 (training) or 262 (inference), got {n_characters!r}.")
-        values = dict(
-            hidden_size=lstm["projection_dim"],
-            cell_size=lstm["dim"],
-            num_hidden_layers=lstm["n_layers"],
-            cell_clip=lstm.get("cell_clip") or None,
-            proj_clip=lstm.get("proj_clip") or None,
-            use_skip_connections=bool(lstm.get("use_skip_connections", False)),
-            char_embedding_dim=cnn["embedding"]["dim"],
-            char_cnn_filters=[list(f) for f in cnn["filters"]],
-            num_highway_layers=cnn.get("n_highway") or 0,
-            char_cnn_activation=cnn["activation"],
-            max_characters_per_token=cnn["max_characters_per_token"],
-            num_characters=262,
-        )
-        if "dropout" in options:
-            values["hidden_dropout_prob"] = options["dropout"]
-        if "n_tokens_vocab" in options:
-            values["vocab_size"] = options["n_tokens_vocab"]
-        values.update(kwargs)
-        return cls(**values)
+_INTEGER_MINIMUMS = {"vocab_size": 4, "projection_dim": 1, "cell_size": 1, "num_hidden_layers": 1,
+                     "char_embedding_dim": 1, "num_highway_layers": 0, "max_characters_per_token": 3, "num_characters": 1,
+                     "word_input_vocab_size": 0, "word_input_dim": 0, "num_output_representations": 1,
+                     "num_negative_samples": 1, "lm_softmax_chunk_size": 1}
+_CHOICES = {"char_cnn_activation": CHAR_CNN_ACTIVATIONS, "lstm_implementation": LSTM_IMPLEMENTATIONS,
+            "classifier_pooling": CLASSIFIER_POOLINGS, "lm_softmax": LM_SOFTMAX_KINDS,
+            "char_vocabulary": CHAR_VOCABULARIES}
 
-    def to_options(self) -> dict[str, Any]:
-        """The inference ``options.json`` dict of this configuration (as the released models have it)."""
-        return {
-            "lstm": {
-                "dim": self.cell_size,
-                "projection_dim": self.hidden_size,
-                "n_layers": self.num_hidden_layers,
-                "use_skip_connections": self.use_skip_connections,
-                # A clip that is off is left out: bilm-tf would clip to [0, 0] on a stored 0.
-                **({"cell_clip": self.cell_clip} if self.cell_clip is not None else {}),
-                **({"proj_clip": self.proj_clip} if self.proj_clip is not None else {}),
-            },
-            "char_cnn": {
-                "activation": self.char_cnn_activation,
-                "embedding": {"dim": self.char_embedding_dim},
-                "filters": [list(f) for f in self.char_cnn_filters],
-                "max_characters_per_token": self.max_characters_per_token,
-                "n_characters": 262,
-                "n_highway": self.num_highway_layers,
-            },
-        }
-
+#: The fields of `ElmoConfig` itself (its constructor's arguments).
+_ELMO_FIELDS = frozenset(inspect.signature(ElmoConfig.__init__).parameters) - {"self", "kwargs"}
 
 __all__ = ["AUTO_MAP", "CHAR_VOCABULARIES", "ElmoConfig", "own_auto_map", "sentence_boundary_char_ids"]

@@ -101,7 +101,7 @@ def convert_state_dict(h5file: h5py.Group | str | os.PathLike, config: ElmoConfi
         with open_hdf5(h5file) as h5:
             return convert_state_dict(h5, config)
     w = read_checked(h5file, config)
-    H, P = config.cell_size, config.hidden_size
+    H, P = config.cell_size, config.projection_dim
     sd: dict[str, np.ndarray] = {}
     # 1. Character table: row 0 (absent token) is all zeros; the file holds the 261 training rows.
     table = w["char_embed"]
@@ -207,7 +207,7 @@ from transformers import AutoModel, AutoTokenizer
 model = AutoModel.from_pretrained("<this folder or repo>", trust_remote_code=True)
 tokenizer = AutoTokenizer.from_pretrained("<this folder or repo>", trust_remote_code=True)
 batch = tokenizer([["Hello", "world", "."]], is_split_into_words=True, padding=True, return_tensors="pt")
-layers = model(**batch, output_hidden_states=True).hidden_states  # {config.num_representation_layers} x (batch, tokens, {config.output_size})
+layers = model(**batch, output_hidden_states=True).hidden_states  # {config.num_representation_layers} x (batch, tokens, {config.hidden_size})
 ```
 
 The model is stateless by default; to carry the LSTM states from batch to batch per row as AllenNLP's `Elmo`

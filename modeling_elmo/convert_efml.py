@@ -46,6 +46,7 @@ import torch
 from .configuration_elmo import SPECIAL_WORDS, ElmoConfig
 from .efml_format import CHAR_SYMBOLS, WORD_SYMBOLS, EfmlModel, read_efml_model, safe_extract_zip
 from .efml_reference import efml_forward
+from .loading import check_config
 from .manifest import remove_stale_temporaries
 from .output_folder import (TEMPORARY_KINDS, check_atol, check_output_dir, locks_output, sha256_of_file,
                             write_folder_atomically)
@@ -126,8 +127,8 @@ def efml_config(efml: EfmlModel) -> ElmoConfig:
             raise ValueError("the model has a word embedding but its folder has no word.dic.")
         words = _input_words(efml)[0]
     clip = lambda value: float(value) if value else None  # noqa: E731  (0 or absent: no clipping, as the original)
-    return ElmoConfig(
-        vocab_size=4, hidden_size=int(hidden), cell_size=int(cell), num_hidden_layers=layers,
+    config = ElmoConfig(
+        vocab_size=4, projection_dim=int(hidden), cell_size=int(cell), num_hidden_layers=layers,
         cell_clip=clip(lstm.get("cell_clip")), proj_clip=clip(lstm.get("proj_clip")), use_skip_connections=True,
         char_embedding_dim=int(char_dim), char_cnn_filters=filters, num_highway_layers=highways,
         char_cnn_activation=str(embedder.get("activation", "relu")),
@@ -135,6 +136,8 @@ def efml_config(efml: EfmlModel) -> ElmoConfig:
         char_vocabulary="unicode", num_characters=7 + len(characters),
         word_input_vocab_size=(len(SPECIAL_WORDS) + len(words)) if word_vocab else 0, word_input_dim=int(word_dim),
     )
+    check_config(config, "the ELMoForManyLangs config")
+    return config
 
 
 def _expected_shapes(num_chars, char_dim, filters, highways, word_vocab, word_dim, hidden, cell, layers):
@@ -296,7 +299,7 @@ converted with `modeling_elmo.convert_efml`.
 
 Shape: character CNN over Unicode characters ({config.num_characters - 7:,} listed), word vectors of
 {config.word_input_dim} ({config.word_input_vocab_size:,} words) concatenated before the projection,
-{config.num_hidden_layers} x LSTM {config.cell_size} -> {config.hidden_size}. Every layer matched a float64
+{config.num_hidden_layers} x LSTM {config.cell_size} -> {config.projection_dim}. Every layer matched a float64
 reimplementation of the original computation on validation sentences (largest difference per layer:
 {', '.join(f'{d:.2g}' for d in differences)}).
 
@@ -308,7 +311,7 @@ from transformers import AutoModel, AutoTokenizer
 model = AutoModel.from_pretrained("<this folder or repo>", trust_remote_code=True)
 tokenizer = AutoTokenizer.from_pretrained("<this folder or repo>", trust_remote_code=True)
 batch = tokenizer([["a", "tokenised", "sentence"]], is_split_into_words=True, padding=True, return_tensors="pt")
-layers = model(**batch, output_hidden_states=True).hidden_states  # {config.num_representation_layers} x (batch, tokens, {config.output_size})
+layers = model(**batch, output_hidden_states=True).hidden_states  # {config.num_representation_layers} x (batch, tokens, {config.hidden_size})
 mean = sum(layers) / len(layers)  # what the original's output_layer=-1 returns
 ```
 

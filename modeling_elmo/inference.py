@@ -136,6 +136,8 @@ def load_elmo_model(model_name_or_path: str | os.PathLike, **kwargs: Any) -> tor
             another shape than ``config.json`` implies, or a tensor that belongs to no ELMo model is present. The
             message names the tensors.
     """
+    from .configuration_elmo import ElmoConfig
+    from .loading import check_config
     from .modeling_elmo import ElmoModel
     from .packed_kernels import install
 
@@ -154,11 +156,16 @@ def load_elmo_model(model_name_or_path: str | os.PathLike, **kwargs: Any) -> tor
         config = kwargs.get("config") or ElmoConfig.from_pretrained(location)
         check_weights_fit_config(location, ElmoModel, config, ignore_unexpected=HEAD_WEIGHT_PREFIXES)
     try:
+        config = ElmoConfig.from_pretrained(location, **_hub_kwargs(kwargs))
+    except (OSError, ValueError) as error:
+        raise ValueError(f"cannot read the config of model {location!r}: {_one_line(error)}") from None
+    check_config(config, f"the config.json of model {location!r}")
+    try:
         with quiet_load_report():
             # ignore_mismatched_sizes: report wrong shapes in loading_info (checked below) instead of a RuntimeError
             # that points at the table.
-            model, info = ElmoModel.from_pretrained(location, output_loading_info=True, use_safetensors=True,
-                                                    ignore_mismatched_sizes=True, **kwargs)
+            model, info = ElmoModel.from_pretrained(location, config=config, output_loading_info=True,
+                                                    use_safetensors=True, ignore_mismatched_sizes=True, **kwargs)
     except (OSError, ValueError) as error:
         raise ValueError(f"cannot load the weights of model {location!r}: {_one_line(error)}") from None
     except Exception as error:  # safetensors' SafetensorError (a damaged file on the Hub), torch's size errors
@@ -330,7 +337,7 @@ class ElmoEmbedder:
         self.tokenizer = tokenizer
         self.device = device
         self.num_layers = int(base.config.num_representation_layers)  # L + 1
-        self.output_size = int(base.config.output_size)  # 2P
+        self.output_size = int(base.config.hidden_size)  # 2P
 
     @functools.cached_property
     def weights_fingerprint(self) -> str:
@@ -361,7 +368,7 @@ class ElmoEmbedder:
         encoded = self.tokenizer([list(s) for s in sentences], is_split_into_words=True, padding=True,
                                  return_tensors="pt")
         with torch.inference_mode():
-            out = self.model(**model_inputs(encoded, self.device), output_hidden_states=True)
+            out = self.model(**model_inputs(encoded, self.device), output_hidden_states=True, return_dict=True)
             layers = torch.stack(tuple(out.hidden_states), dim=1).float().cpu().numpy()  # (B, L+1, T, 2P)
         # checked here, where the vectors have left the device anyway (the model's forward makes the host wait for
         # no check): every export and cache of vectors (`elmo embed`, `add_elmo_features`) goes through this

@@ -80,7 +80,7 @@ def validated_inputs(input_ids, attention_mask, width: int, max_id: int = MAX_CH
 def validated_features(features: torch.Tensor, attention_mask, config, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """Cached biLM layers (B, L + 1, T, 2P) given to a task head instead of character ids, checked against
     ``config``, in ``dtype``, with their mask (B, T) bool."""
-    expected = (config.num_representation_layers, config.output_size)
+    expected = (config.num_representation_layers, config.hidden_size)
     if features.dim() != 4 or (features.shape[1], features.shape[3]) != expected:
         raise ValueError(
             f"elmo_hidden_states must have shape (batch, {expected[0]}, tokens, {expected[1]}), "

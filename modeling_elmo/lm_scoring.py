@@ -352,7 +352,7 @@ def _score_long_sentence(lm: Any, char_ids: torch.Tensor, word_ids: torch.Tensor
                                       torch.tensor([n], device=device))
     config = lm.config
     targets = torch.cat([word_ids.new_tensor([config.bos_token_id]), word_ids, word_ids.new_tensor([config.eos_token_id])])
-    steps, half = n + 2, config.hidden_size
+    steps, half = n + 2, config.projection_dim
     starts = list(range(0, steps, max_positions))
     scores = BatchScores()
     for direction, order, shift in (("forward", starts, 1), ("backward", starts[::-1], -1)):

@@ -1,3 +1,16 @@
+# Copyright 2026 The modeling_elmo authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """ELMo (Peters et al. 2018, "Deep contextualized word representations") for transformers.
 
 Read top to bottom:
@@ -8,7 +21,7 @@ Read top to bottom:
    one call to the next), `ElmoBiLstm` (separate forward and backward stacks), `ElmoScalarMix`;
 2. `ElmoPreTrainedModel` with the initialisation of the original training code;
 3. the output classes;
-4. `ElmoModel`: character ids (batch, tokens, 50) -> all layers (batch, tokens, 2 * hidden_size);
+4. `ElmoModel`: character ids (batch, tokens, 50) -> all layers (batch, tokens, hidden_size = 2 * projection_dim);
 5. heads: `ElmoForBidirectionalLM` (pretraining), `ElmoForSequenceClassification`, `ElmoForTokenClassification`.
    Every head calls `ElmoModel.forward` through ``self.elmo``.
 
@@ -28,7 +41,6 @@ the Hub as custom code: it imports only torch, transformers and its sibling file
 from __future__ import annotations
 
 import math
-from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -53,6 +65,17 @@ def _host_waits_for_nothing(device: torch.device) -> bool:
     ``torch.export`` every size must follow from the input shapes, so the model computes on all rows and masks
     instead (the same numbers)."""
     return device.type == "cpu" and not torch.compiler.is_compiling()
+
+
+def _unused_inputs(kwargs: dict, owner: str, output_attentions: bool | None = None) -> None:
+    """Accept the inputs other models take and ELMo has no use for (``token_type_ids``, ``position_ids``: what
+    tokenizers, pipelines and PEFT's wrappers pass) and ``output_attentions`` unless it asks for attentions; anything
+    else is a `TypeError`, as for a Python function."""
+    if output_attentions:
+        raise ValueError(f"{owner} has no attentions to return (a biLSTM): call it without output_attentions=True.")
+    for key in kwargs:
+        if key not in ("token_type_ids", "position_ids"):
+            raise TypeError(f"{owner}.forward() got an unexpected keyword argument {key!r}.")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -116,7 +139,7 @@ class ElmoCharacterEncoder(nn.Module):
         )
         self.activation = torch.relu if config.char_cnn_activation == "relu" else torch.tanh
         self.highways = nn.ModuleList(ElmoHighway(config.num_char_cnn_filters) for _ in range(config.num_highway_layers))
-        self.projection = nn.Linear(config.token_features_size, config.hidden_size)
+        self.projection = nn.Linear(config.token_features_size, config.projection_dim)
 
     def convolve(self, char_ids: torch.Tensor) -> torch.Tensor:
         """(N, C) character ids -> (N, F): every filter's maximum over the word's positions, then the activation
@@ -125,7 +148,7 @@ class ElmoCharacterEncoder(nn.Module):
         return torch.cat([self.activation(conv(x).amax(dim=-1)) for conv in self.convolutions], dim=-1)  # (N, F)
 
     def encode(self, char_ids: torch.Tensor, word_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """(N, max_characters_per_token) character ids (and (N,) word ids with a word input) -> (N, hidden_size),
+        """(N, max_characters_per_token) character ids (and (N,) word ids with a word input) -> (N, projection_dim),
         no de-duplication."""
         # chunks bound the memory of the unfolded windows on long inputs
         x = torch.cat([self.convolve(chunk) for chunk in char_ids.split(4096)]) if char_ids.shape[0] else self.convolve(char_ids)
@@ -136,7 +159,7 @@ class ElmoCharacterEncoder(nn.Module):
         return self.projection(x)  # (N, P)
 
     def forward(self, char_ids: torch.Tensor, word_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """(N, max_characters_per_token) (and (N,) word ids with a word input) -> (N, hidden_size), each distinct
+        """(N, max_characters_per_token) (and (N,) word ids with a word input) -> (N, projection_dim), each distinct
         word encoded once (in eager mode on the CPU; elsewhere every row, as the number of distinct words is known
         only from the values)."""
         if not _host_waits_for_nothing(char_ids.device):
@@ -260,7 +283,7 @@ class ElmoBiLstm(nn.Module):
         self.config = config
 
         def layer() -> ElmoLstmLayer:
-            return ElmoLstmLayer(config.hidden_size, config.cell_size, config.hidden_size, config.cell_clip, config.proj_clip)
+            return ElmoLstmLayer(config.projection_dim, config.cell_size, config.projection_dim, config.cell_clip, config.proj_clip)
 
         self.forward_layers = nn.ModuleList(layer() for _ in range(config.num_hidden_layers))
         self.backward_layers = nn.ModuleList(layer() for _ in range(config.num_hidden_layers))
@@ -411,18 +434,11 @@ class ElmoScalarMix(nn.Module):
 class ElmoPreTrainedModel(PreTrainedModel):
     """Weight initialisation and loading for all ELMo models.
 
-    `_init_weights` follows the original training code (bilm-tf): char table U(-1, 1) with a zero padding row;
-    relu convolutions U(-0.05, 0.05) (tanh: N(0, 1/(w d_c))); highway and projection N(0, 1/F) with the highway
-    gate bias -2 (leaning towards passing x through); LSTM matrices Glorot-uniform, bias 0 except the forget
-    block at +1; softmax N(0, 1/P); a task head's classifier Glorot-uniform with a zero bias; the optional word
-    vectors N(0, 1/d_w) (rows of about unit norm). The transformers
-    default (N(0, 0.02) everywhere) gives vanishing activations.
-
-    transformers calls `_init_weights` once per module whose own parameters are not loaded yet (``from_pretrained``
-    initialises only the missing ones, such as a new head's), so every branch initialises the parameters of the
-    module it is given, never those of its children. Which `nn.Linear` is which is read off the model's structure:
-    the highway gates are those of ``char_encoder.highways``, the head's is ``classifier``; every other Linear
-    (highway transform, projection, softmax) is N(0, 1/fan_in), with a zero bias.
+    `_init_weights` follows the original training code (bilm-tf), per module (transformers calls it for each module
+    whose parameters are not loaded): char table U(-1, 1) with a zero padding row; relu convolutions U(-0.05, 0.05)
+    (tanh: N(0, 1/(w d_c))); every Linear N(0, 1/fan_in) with a zero bias, except the highway gates (bias -2: carry
+    x through) and a head's ``classifier`` (Glorot-uniform); LSTM matrices Glorot-uniform, bias 0 but +1 for the
+    forget block; word vectors N(0, 1/d_w). (transformers' N(0, 0.02) gives vanishing activations.)
     """
 
     config_class = ElmoConfig
@@ -448,6 +464,7 @@ class ElmoPreTrainedModel(PreTrainedModel):
                 table[module.padding_idx] = 0.0
             init.copy_(module.weight, table)
         elif isinstance(module, nn.Conv1d):  # one character convolution
+            # CODEPATH: relu: every released and pretrained model; tanh: options.json files that ask for it
             if config.char_cnn_activation == "relu":
                 init.uniform_(module.weight, -0.05, 0.05)
             else:
@@ -476,12 +493,46 @@ class ElmoPreTrainedModel(PreTrainedModel):
                 fixed = torch.tensor([config.scalar_mix_parameters] * module.scalar_parameters.shape[0])
                 init.copy_(module.scalar_parameters, fixed.to(module.scalar_parameters))
             init.ones_(module.gamma)
+        else:  # a module ELMo does not define (an adapter's layer, say): transformers' initialisation
+            super()._init_weights(module)
 
-    def get_input_embeddings(self) -> nn.Module:
-        return self.base_model.char_encoder.char_embeddings
+    def get_input_embeddings(self) -> nn.Module | None:
+        """The table of input tokens: the word-embedding input (`ElmoWordEmbedding`) of a model that has one, else
+        `None`: a character model has no table indexed by tokens (its character table is fixed by the alphabet)."""
+        return self.base_model.char_encoder.word_embeddings
 
     def set_input_embeddings(self, value: nn.Module) -> None:
-        self.base_model.char_encoder.char_embeddings = value
+        if self.get_input_embeddings() is None:
+            raise ValueError(f"{type(self).__name__} has no token-embedding input to replace (a character model; "
+                             "config.word_input_vocab_size is 0).")
+        self.base_model.char_encoder.word_embeddings = value
+
+    def resize_token_embeddings(self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None,
+                                mean_resizing: bool = True) -> nn.Module:
+        """Resize the word-embedding input (``config.word_input_vocab_size``) of a model that has one: kept rows keep
+        their vectors, new rows get ELMo's initialisation (``mean_resizing`` is not used). A character model has no
+        token table: `ValueError` (its character table is fixed by ``config.num_characters``, and the LM softmax
+        is sized by the training vocabulary, ``config.vocab_size``)."""
+        old = self.get_input_embeddings()
+        if old is None:
+            raise ValueError(f"{type(self).__name__} reads characters and has no token-embedding table to resize "
+                             "(config.word_input_vocab_size is 0); its character table is fixed by the alphabet.")
+        size = old.num_embeddings if new_num_tokens is None else new_num_tokens
+        if pad_to_multiple_of is not None:
+            size = -(-size // pad_to_multiple_of) * pad_to_multiple_of
+        if isinstance(size, bool) or not isinstance(size, int) or size < 4:
+            raise ValueError(f"new_num_tokens must be an integer >= 4 (the special words come first), got {size!r}.")
+        if size == old.num_embeddings:
+            return old
+        new = ElmoWordEmbedding(size, old.embedding_dim, device=old.weight.device, dtype=old.weight.dtype)
+        self._init_weights(new)
+        kept = min(size, old.num_embeddings)
+        with torch.no_grad():
+            new.weight[:kept] = old.weight[:kept]
+        new.requires_grad_(old.weight.requires_grad)
+        self.base_model.char_encoder.word_embeddings = new
+        self.config.word_input_vocab_size = size
+        return new
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -492,9 +543,9 @@ class ElmoModelOutput(ModelOutput):
     """Output of `ElmoModel`.
 
     Args:
-        last_hidden_state: top layer, forward and backward halves, (batch, tokens, 2 * hidden_size).
+        last_hidden_state: top layer, forward and backward halves, (batch, tokens, hidden_size).
         hidden_states: with ``output_hidden_states``, all L + 1 layers (layer 0 = the token embedding twice),
-            each (batch, tokens, 2 * hidden_size).
+            each (batch, tokens, hidden_size).
         attention_mask: (batch, tokens), 1 where a token is.
         lstm_state: with ``return_lstm_state`` (or when an ``lstm_state`` was passed), the states to continue from.
     """
@@ -514,7 +565,8 @@ class ElmoBidirectionalLMOutput(ModelOutput):
         forward_loss / backward_loss: mean negative log-likelihood per target word of each direction.
         forward_nll_sum / backward_nll_sum: summed negative log-likelihoods (for exact perplexity over many batches).
         num_forward_targets / num_backward_targets: number of predicted words of each direction.
-        last_hidden_state: top biLM layer (batch, positions, 2 * hidden_size), boundary positions included.
+        last_hidden_state: top biLM layer (batch, tokens, hidden_size), one row per word (with
+            ``keep_sentence_boundaries``, at the biLM's positions: ``<S>``, the words, ``</S>``).
         hidden_states: with ``output_hidden_states``, all L + 1 layers at the same positions.
     """
 
@@ -533,7 +585,7 @@ class ElmoBidirectionalLMOutput(ModelOutput):
 # 4. The model
 # ---------------------------------------------------------------------------------------------------------------
 class ElmoModel(ElmoPreTrainedModel):
-    """The ELMo biLM: character ids (batch, tokens, 50) -> all layers (batch, tokens, 2 * hidden_size).
+    """The ELMo biLM: character ids (batch, tokens, 50) -> all layers (batch, tokens, hidden_size).
 
     Sentence boundaries ``<S>``/``</S>`` are added inside the model around every sentence and removed from the
     outputs. Padded positions (``attention_mask`` 0, or all-zero character rows) give zeros. Padding may be on
@@ -545,7 +597,7 @@ class ElmoModel(ElmoPreTrainedModel):
     >>> import torch
     >>> from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
     >>> tok = ElmoTokenizer()
-    >>> model = ElmoModel(ElmoConfig(hidden_size=8, cell_size=16, char_cnn_filters=[[1, 4], [2, 4]], num_highway_layers=1))
+    >>> model = ElmoModel(ElmoConfig(projection_dim=8, cell_size=16, char_cnn_filters=[[1, 4], [2, 4]], num_highway_layers=1))
     >>> enc = tok([["The", "bank", "closed"], ["A", "river", "bank"]], is_split_into_words=True, padding=True, return_tensors="pt")
     >>> out = model(**enc, output_hidden_states=True)
     >>> len(out.hidden_states), tuple(out.last_hidden_state.shape)
@@ -571,6 +623,8 @@ class ElmoModel(ElmoPreTrainedModel):
         add_sentence_boundaries: bool = True,
         keep_sentence_boundaries: bool = False,
         lstm_dropout: float = 0.0,
+        inputs_embeds: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
         **kwargs,
     ) -> ElmoModelOutput | tuple:
         r"""
@@ -589,17 +643,24 @@ class ElmoModel(ElmoPreTrainedModel):
                 `ElmoForBidirectionalLM` reads its predictions there.
             lstm_dropout: dropout on the input of every LSTM layer, in training mode only (the original's
                 pretraining regularisation; `ElmoForBidirectionalLM` sets it, feature extraction never does).
+            inputs_embeds: instead of ``input_ids``, the token vectors (batch, tokens, projection_dim) that replace the
+                character encoder's output (what ``model.char_encoder`` gives for each token); the sentence
+                boundaries are still encoded by the model. ``attention_mask`` marks the tokens (all, when omitted).
+            output_attentions: accepted for transformers' callers; `True` is refused (a biLSTM has no attentions).
         """
-        for key in kwargs:
-            if key not in ("token_type_ids", "position_ids"):
-                raise TypeError(f"ElmoModel.forward() got an unexpected keyword argument {key!r}.")
+        _unused_inputs(kwargs, type(self).__name__, output_attentions)
         output_hidden_states = output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         return_dict = return_dict if return_dict is not None else self.config.return_dict
-        input_ids, mask = validated_inputs(input_ids, attention_mask, self.config.max_characters_per_token,
-                                           self.config.max_character_id)
+        if inputs_embeds is not None:
+            input_ids, mask = self._placeholder_inputs(input_ids, inputs_embeds, attention_mask)
+        else:
+            input_ids, mask = validated_inputs(input_ids, attention_mask, self.config.max_characters_per_token,
+                                               self.config.max_character_id)
         word_ids = None
+        # CODEPATH: converted ELMoForManyLangs models with a word input; every other model has none
         if self.config.word_input_vocab_size:
-            word_ids = validated_word_inputs(word_input_ids, input_ids, self.config.word_input_vocab_size)
+            word_ids = (torch.zeros_like(mask, dtype=torch.long) if inputs_embeds is not None else
+                        validated_word_inputs(word_input_ids, input_ids, self.config.word_input_vocab_size))
         batch, steps = mask.shape
         lengths = mask.sum(dim=1)
         positions = torch.arange(steps, device=mask.device).unsqueeze(0)
@@ -616,13 +677,24 @@ class ElmoModel(ElmoPreTrainedModel):
             order = torch.empty_like(destination).scatter_(1, destination, positions.expand_as(destination))
             input_ids = input_ids.gather(1, order.unsqueeze(-1).expand_as(input_ids))
             word_ids = None if word_ids is None else word_ids.gather(1, order)
+            if inputs_embeds is not None:
+                inputs_embeds = inputs_embeds.gather(1, order.unsqueeze(-1).expand_as(inputs_embeds))
         mask = left_aligned
 
         if add_sentence_boundaries:
             if word_ids is not None:
                 word_ids = with_word_boundaries(word_ids, mask, lengths)
             input_ids, mask = with_sentence_boundaries(input_ids, mask, lengths, self.config.char_vocabulary)
-        embeddings = self._embed_tokens(input_ids, mask, word_ids)  # (B, T', P)
+        if inputs_embeds is None:
+            embeddings = self._embed_tokens(input_ids, mask, word_ids)  # (B, T', P)
+        else:  # the given vectors at the token positions; the boundaries (placeholders are 0 rows) encoded here
+            given = inputs_embeds * left_aligned.unsqueeze(-1).to(inputs_embeds.dtype)
+            if add_sentence_boundaries:
+                embeddings = self._embed_tokens(input_ids, mask & (input_ids != 0).any(dim=-1), word_ids)
+                given = F.pad(given, (0, 0, 1, 1)).to(embeddings.dtype)
+                embeddings = embeddings + given
+            else:
+                embeddings = given
         initial = None if lstm_state is None else lstm_state.initial(batch, embeddings)
         want_state = return_lstm_state or lstm_state is not None
         layers, final = self.encoder(embeddings, mask, initial, dropout=lstm_dropout if self.training else 0.0,
@@ -648,6 +720,23 @@ class ElmoModel(ElmoPreTrainedModel):
         return ElmoModelOutput(last_hidden_state=all_layers[-1], hidden_states=hidden_states,
                                attention_mask=out_mask.long(), lstm_state=new_state)
 
+    def _placeholder_inputs(self, input_ids, inputs_embeds, attention_mask) -> tuple[torch.Tensor, torch.Tensor]:
+        """For a call with ``inputs_embeds``: all-zero character ids of its shape (the boundaries are added to them)
+        and the token mask, after checking the shapes."""
+        if input_ids is not None:
+            raise ValueError("pass either input_ids or inputs_embeds, not both.")
+        width = self.config.projection_dim
+        if not isinstance(inputs_embeds, torch.Tensor) or inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != width:
+            raise ValueError(f"inputs_embeds must be token vectors of shape (batch, tokens, {width}) (projection_dim), "
+                             f"got {tuple(getattr(inputs_embeds, 'shape', ()))}.")
+        batch, steps = inputs_embeds.shape[:2]
+        mask = (torch.ones(batch, steps, dtype=torch.bool, device=inputs_embeds.device) if attention_mask is None
+                else torch.as_tensor(attention_mask, device=inputs_embeds.device).bool())
+        if tuple(mask.shape) != (batch, steps):
+            raise ValueError(f"attention_mask has shape {tuple(mask.shape)} but inputs_embeds has {(batch, steps)} tokens.")
+        ids = torch.zeros(batch, steps, self.config.max_characters_per_token, dtype=torch.long, device=mask.device)
+        return ids, mask
+
     def _embed_tokens(self, input_ids: torch.Tensor, mask: torch.Tensor, word_ids: torch.Tensor | None = None) -> torch.Tensor:
         """Context-insensitive vectors (B, T, P) of the present tokens; padding stays zero. ``word_ids`` (B, T): the
         word ids of a model with a word-embedding input.
@@ -671,7 +760,7 @@ class ElmoModel(ElmoPreTrainedModel):
             encoded = torch.cat(kernels.map(lambda i: self.char_encoder.encode(shares[i]), len(shares)))[inverse]
         else:
             encoded = self.char_encoder(words)
-        embeddings = encoded.new_zeros(batch, steps, self.config.hidden_size)  # encoder's dtype (autocast: bf16)
+        embeddings = encoded.new_zeros(batch, steps, self.config.projection_dim)  # encoder's dtype (autocast: bf16)
         embeddings[mask] = encoded
         return embeddings
 
@@ -681,12 +770,9 @@ class ElmoModel(ElmoPreTrainedModel):
 # ---------------------------------------------------------------------------------------------------------------
 def _loss_kwargs(kwargs: dict, owner: str):
     """``num_items_in_batch`` (what `Trainer` passes to a model whose ``forward`` takes ``**kwargs``) out of
-    ``kwargs``; the inputs other models take and ELMo has no use for (``token_type_ids``, ``position_ids``) are
-    dropped; anything else is a `TypeError`, as for a Python function."""
+    ``kwargs``; the rest checked by `_unused_inputs`."""
     num_items_in_batch = kwargs.pop("num_items_in_batch", None)
-    for key in kwargs:
-        if key not in ("token_type_ids", "position_ids"):
-            raise TypeError(f"{owner}.forward() got an unexpected keyword argument {key!r}.")
+    _unused_inputs(kwargs, owner, kwargs.pop("output_attentions", None))
     return num_items_in_batch
 
 
@@ -737,7 +823,7 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
             )
         self.elmo = ElmoModel(config)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
-        self.softmax = nn.Linear(config.hidden_size, config.vocab_size)
+        self.softmax = nn.Linear(config.projection_dim, config.vocab_size)
         self.post_init()
 
     def _targets(self, labels: torch.Tensor, mask: torch.Tensor, add_sentence_boundaries: bool) -> torch.Tensor:
@@ -789,17 +875,22 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
         add_sentence_boundaries: bool = True,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        keep_sentence_boundaries: bool = False,
+        inputs_embeds: torch.Tensor | None = None,
         **kwargs,
     ) -> ElmoBidirectionalLMOutput | tuple:
         r"""
         Args:
-            input_ids / attention_mask: as for `ElmoModel`, right-padded.
+            input_ids / attention_mask / inputs_embeds: as for `ElmoModel`, right-padded.
             labels: word ids (batch, tokens) of the input words, -100 where nothing is to be predicted (padding).
                 With boundaries added, ``<S>`` and ``</S>`` are added to the targets: the forward LM predicts
                 w_1..w_n, ``</S>`` and the backward LM ``<S>``, w_1..w_n.
             add_sentence_boundaries: see `ElmoModel.forward`; `False` for fixed windows of a token stream, where the
                 forward LM predicts position t+1 and the backward LM position t-1 within the window.
             output_hidden_states: also return all L + 1 layers (default: ``config.output_hidden_states``).
+            keep_sentence_boundaries: return ``last_hidden_state`` and ``hidden_states`` at the biLM's positions,
+                the added ``<S>`` first and ``</S>`` after each sentence (tokens + 2 rows); by default they have one
+                row per word, as `ElmoModel`'s.
             num_items_in_batch (keyword, passed by `Trainer`): the loss is then the summed negative log-likelihood
                 of both directions' predictions, halved, divided by it (instead of the mean of the two directions'
                 means), so that gradient accumulation matches one large batch.
@@ -807,21 +898,27 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
         num_items_in_batch = _loss_kwargs(kwargs, type(self).__name__)
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         output_hidden_states = output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
-        outputs = self.elmo(input_ids, attention_mask=attention_mask, add_sentence_boundaries=add_sentence_boundaries,
+        outputs = self.elmo(input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds,
+                            add_sentence_boundaries=add_sentence_boundaries,
                             keep_sentence_boundaries=True, lstm_dropout=self.config.hidden_dropout_prob,
                             output_hidden_states=output_hidden_states, return_dict=True)
         top = outputs.last_hidden_state  # (B, T', 2P), boundary positions included
         full_mask = outputs.attention_mask.bool()  # (B, T')
+        # (B, T): the word positions. With boundaries, position p (1..T) holds a word iff p <= length, i.e. iff
+        # position p + 1 (a word or </S>) is inside the row.
+        tokens = full_mask[:, 2:] if add_sentence_boundaries else full_mask
         output = ElmoBidirectionalLMOutput(last_hidden_state=top, hidden_states=outputs.hidden_states)
+        if add_sentence_boundaries and not keep_sentence_boundaries:  # one row per word
+            words = tokens.unsqueeze(-1).to(top.dtype)
+            output.last_hidden_state = top[:, 1:-1] * words
+            if outputs.hidden_states is not None:
+                output.hidden_states = tuple(layer[:, 1:-1] * words for layer in outputs.hidden_states)
         if labels is not None:
-            # (B, T): the word positions. With boundaries, position p (1..T) holds a word iff p <= length, i.e. iff
-            # position p + 1 (a word or </S>) is inside the row.
-            tokens = full_mask[:, 2:] if add_sentence_boundaries else full_mask
             labels = integer_labels(labels, self.config.vocab_size, "word ids", top.device, counted=tokens)
             if tuple(labels.shape) != tuple(tokens.shape):
                 raise ValueError(f"labels must have shape {tuple(tokens.shape)} (batch, tokens), got {tuple(labels.shape)}.")
             targets = self._targets(labels, tokens, add_sentence_boundaries)
-            P = self.config.hidden_size
+            P = self.config.projection_dim
             top = self.dropout(top)
             # a prediction needs a real word at both ends: the reading position and the predicted position
             selected = []
@@ -834,6 +931,7 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
                     selected.append((hidden[keep], target[keep], None))
                 else:  # every row, the others weighted 0: selecting rows would make the host wait for the device
                     selected.append((hidden.reshape(-1, P), target.masked_fill(~keep, 0).reshape(-1), keep.reshape(-1)))
+            # CODEPATH: pretraining with --lm-softmax sampled; evaluation and every other run use the exact softmax
             if self.training and self.config.lm_softmax == "sampled":
                 nlls = self.sampled_softmax_nll([h for h, _, _ in selected], [t for _, t, _ in selected])
             else:
@@ -854,9 +952,11 @@ class ElmoTaskHeadMixin:
     """What the task heads share: the scalar mix over the biLM's layers, the frozen-or-trained biLM, and the
     biLM's layers either computed (``input_ids``) or given as cached features (``elmo_hidden_states``).
 
-    With ``config.freeze_elmo`` (the default) the biLM runs without gradient, so it is never updated (optimizers
-    skip parameters that get no gradient). The biLM never applies dropout inside a task head (as AllenNLP's
-    ``Elmo``); the head's own ``classifier_dropout`` acts on the mixed representation.
+    With ``config.freeze_elmo`` (the default) a head is built, and loaded, with its biLM frozen the way transformers
+    freezes: the biLM's parameters do not require gradients, so optimizers and `Trainer` leave them unchanged, while
+    adapters added inside the biLM (PEFT) still train. `freeze_elmo` / `unfreeze_elmo` change that on a model. The
+    biLM never applies dropout inside a task head (as AllenNLP's ``Elmo``); the head's own ``classifier_dropout``
+    acts on the mixed representation.
     """
 
     def _build_mix(self, config: ElmoConfig) -> None:
@@ -868,19 +968,32 @@ class ElmoTaskHeadMixin:
         )
         self.dropout = nn.Dropout(config.classifier_dropout)
 
-    def set_elmo_trainable(self, trainable: bool) -> None:
-        """Fine-tune (``True``) or freeze (``False``) the biLM from the next forward pass on."""
-        self.config.freeze_elmo = not trainable
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        """transformers' `from_pretrained`; the loaded biLM is then frozen as ``config.freeze_elmo`` says (loading
+        gives every loaded parameter a gradient)."""
+        loaded = super().from_pretrained(*args, **kwargs)
+        model = loaded[0] if isinstance(loaded, tuple) else loaded
+        if model.config.freeze_elmo:
+            model.freeze_elmo()
+        return loaded
 
-    def _layers(self, input_ids, attention_mask, elmo_hidden_states, word_input_ids=None):
+    def freeze_elmo(self) -> None:
+        """Freeze the biLM: its parameters stop requiring gradients (the head's mix and classifier still train)."""
+        self.elmo.requires_grad_(False)
+
+    def unfreeze_elmo(self) -> None:
+        """Fine-tune the biLM too: its parameters require gradients again."""
+        self.elmo.requires_grad_(True)
+
+    def _layers(self, input_ids, attention_mask, elmo_hidden_states, word_input_ids=None, inputs_embeds=None):
         """All L + 1 layers (B, L + 1, T, 2P) and the mask (B, T), from the biLM or from cached features."""
         if elmo_hidden_states is not None:
             return validated_features(elmo_hidden_states, attention_mask, self.config, self.scalar_mix.gamma.dtype)
-        if input_ids is None:
+        if input_ids is None and inputs_embeds is None:
             raise ValueError("pass input_ids (character ids) or cached elmo_hidden_states.")
-        with torch.no_grad() if self.config.freeze_elmo else nullcontext():
-            out = self.elmo(input_ids, attention_mask=attention_mask, word_input_ids=word_input_ids,
-                            output_hidden_states=True, return_dict=True)
+        out = self.elmo(input_ids, attention_mask=attention_mask, word_input_ids=word_input_ids,
+                        inputs_embeds=inputs_embeds, output_hidden_states=True, return_dict=True)
         return torch.stack(out.hidden_states, dim=1), out.attention_mask.bool()
 
     def _forward_options(self, kwargs: dict, output_hidden_states, return_dict):
@@ -903,9 +1016,13 @@ class ElmoForSequenceClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
         self.num_labels = config.num_labels
         self.elmo = ElmoModel(config)
         self._build_mix(config)
-        width = config.output_size * (2 if config.classifier_pooling == "mean_max" else 1)
+        # CODEPATH: mean_max doubles the pooled width; every other pooling keeps hidden_size
+        width = config.hidden_size * (2 if config.classifier_pooling == "mean_max" else 1)
         self.classifier = nn.Linear(width, config.num_labels)
         self.post_init()
+        # CODEPATH: freeze_elmo=True (the default): the feature-based use of the paper; False fine-tunes the biLM
+        if config.freeze_elmo:
+            self.freeze_elmo()
 
     def pool(self, mixed: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """(B, T, D), (B, T) -> (B, D) (or 2D for mean_max). Empty sentences pool to zeros."""
@@ -932,18 +1049,19 @@ class ElmoForSequenceClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
         word_input_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
         **kwargs,
     ) -> SequenceClassifierOutput | tuple:
         r"""
         Args:
-            input_ids / attention_mask: as for `ElmoModel`; or ``elmo_hidden_states``: cached biLM layers
-                (batch, L + 1, tokens, 2P) with their ``attention_mask``.
+            input_ids / attention_mask / inputs_embeds: as for `ElmoModel`; or ``elmo_hidden_states``: cached biLM
+                layers (batch, L + 1, tokens, 2P) with their ``attention_mask``.
             labels: (batch,) class ids, or floats for regression / (batch, num_labels) for multi-label.
             output_hidden_states: also return the L + 1 biLM layers (default: ``config.output_hidden_states``).
             num_items_in_batch (keyword, passed by `Trainer`): the summed loss is divided by it instead of averaged.
         """
         num_items_in_batch, output_hidden_states, return_dict = self._forward_options(kwargs, output_hidden_states, return_dict)
-        layers, mask = self._layers(input_ids, attention_mask, elmo_hidden_states, word_input_ids)
+        layers, mask = self._layers(input_ids, attention_mask, elmo_hidden_states, word_input_ids, inputs_embeds)
         mixed = self.scalar_mix(layers, mask)[0]
         logits = self.classifier(self.dropout(self.pool(mixed, mask)))
         loss = None
@@ -982,8 +1100,11 @@ class ElmoForTokenClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
         self.num_labels = config.num_labels
         self.elmo = ElmoModel(config)
         self._build_mix(config)
-        self.classifier = nn.Linear(config.output_size, config.num_labels)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
+        # CODEPATH: freeze_elmo=True (the default): the feature-based use of the paper; False fine-tunes the biLM
+        if config.freeze_elmo:
+            self.freeze_elmo()
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """`PreTrainedModel.save_pretrained`; the folder's config also names the tagger's token-classification
@@ -1002,17 +1123,18 @@ class ElmoForTokenClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
         word_input_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
         **kwargs,
     ) -> TokenClassifierOutput | tuple:
         r"""
         Args:
-            input_ids / attention_mask / elmo_hidden_states: as for `ElmoForSequenceClassification`.
+            input_ids / attention_mask / inputs_embeds / elmo_hidden_states: as for `ElmoForSequenceClassification`.
             labels: (batch, tokens) class ids, -100 where nothing is to be predicted (padding is never predicted).
             output_hidden_states: also return the L + 1 biLM layers (default: ``config.output_hidden_states``).
             num_items_in_batch (keyword, passed by `Trainer`): the summed loss is divided by it instead of averaged.
         """
         num_items_in_batch, output_hidden_states, return_dict = self._forward_options(kwargs, output_hidden_states, return_dict)
-        layers, mask = self._layers(input_ids, attention_mask, elmo_hidden_states, word_input_ids)
+        layers, mask = self._layers(input_ids, attention_mask, elmo_hidden_states, word_input_ids, inputs_embeds)
         mixed = self.scalar_mix(layers, mask)[0]
         logits = self.classifier(self.dropout(mixed))  # (B, T, num_labels)
         loss = None

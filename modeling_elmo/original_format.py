@@ -18,6 +18,7 @@ import numpy as np
 
 from .configuration_elmo import ElmoConfig
 from .io_utils import read_json_object
+from .loading import check_config
 
 #: The HDF5 group of one LSTM cell: ``d`` = 0 is the forward stack, 1 the backward stack; ``l`` the layer.
 LSTM_CELL = "RNN_{d}/RNN/MultiRNNCell/Cell{l}/LSTMCell"
@@ -28,14 +29,86 @@ def read_options(path: str | os.PathLike) -> dict[str, Any]:
     return read_json_object(path, "options", required=True)
 
 
-def convert_config(options: dict[str, Any]) -> ElmoConfig:
-    """The `ElmoConfig` of an original options dict (unknown or missing keys raise `ValueError`)."""
-    return ElmoConfig.from_options(options)
+def convert_config(options: dict[str, Any], **kwargs: Any) -> ElmoConfig:
+    """The `ElmoConfig` of an original ``options.json`` dict (inference or training form); ``kwargs`` set further fields.
+
+    Unknown keys raise a `ValueError` that names them; ``n_characters`` 261 (a training file) is accepted and stored as
+    262, the inference table size.
+    """
+    if not isinstance(options, dict) or "lstm" not in options:
+        raise ValueError(f"options.json must be an object with an 'lstm' block, got keys "
+                         f"{sorted(options) if isinstance(options, dict) else type(options).__name__}.")
+    known_top = {"lstm", "char_cnn", "bidirectional", "dropout", "all_clip_norm_val", "n_epochs", "n_train_tokens",
+                 "batch_size", "n_tokens_vocab", "unroll_steps", "n_negative_samples_batch", "learning_rate",
+                 "sample_softmax", "share_embedding_softmax", "reverse"}
+    known_lstm = {"dim", "projection_dim", "n_layers", "cell_clip", "proj_clip", "use_skip_connections"}
+    known_cnn = {"activation", "embedding", "filters", "max_characters_per_token", "n_characters", "n_highway",
+                 "projection_after_highway"}
+    lstm, cnn = options["lstm"], options.get("char_cnn")
+    if cnn is None:
+        raise ValueError("options.json has no 'char_cnn' block: word-input ELMo models are not supported.")
+    for block, keys, name in ((options, known_top, "top level"), (lstm, known_lstm, "lstm"), (cnn, known_cnn, "char_cnn")):
+        unknown = sorted(set(block) - keys)
+        if unknown:
+            raise ValueError(f"options.json has unknown keys in {name}: {unknown}.")
+    for key in ("dim", "projection_dim", "n_layers"):
+        if key not in lstm:
+            raise ValueError(f"options.json is missing lstm.{key}.")
+    for key in ("activation", "embedding", "filters", "max_characters_per_token"):
+        if key not in cnn:
+            raise ValueError(f"options.json is missing char_cnn.{key}.")
+    n_characters = cnn.get("n_characters", 262)
+    if n_characters not in (261, 262):
+        raise ValueError(f"char_cnn.n_characters must be 261 (training) or 262 (inference), got {n_characters!r}.")
+    values = dict(
+        projection_dim=lstm["projection_dim"],
+        cell_size=lstm["dim"],
+        num_hidden_layers=lstm["n_layers"],
+        cell_clip=lstm.get("cell_clip") or None,
+        proj_clip=lstm.get("proj_clip") or None,
+        use_skip_connections=bool(lstm.get("use_skip_connections", False)),
+        char_embedding_dim=cnn["embedding"]["dim"],
+        char_cnn_filters=[list(f) for f in cnn["filters"]],
+        num_highway_layers=cnn.get("n_highway") or 0,
+        char_cnn_activation=cnn["activation"],
+        max_characters_per_token=cnn["max_characters_per_token"],
+        num_characters=262,
+    )
+    if "dropout" in options:
+        values["hidden_dropout_prob"] = options["dropout"]
+    if "n_tokens_vocab" in options:
+        values["vocab_size"] = options["n_tokens_vocab"]
+    config = ElmoConfig(**{**values, **kwargs})
+    check_config(config, "options.json")
+    return config
+
+
+def config_options(config: ElmoConfig) -> dict[str, Any]:
+    """The inference ``options.json`` dict of ``config`` (as the released models have it)."""
+    return {
+        "lstm": {
+            "dim": config.cell_size,
+            "projection_dim": config.projection_dim,
+            "n_layers": config.num_hidden_layers,
+            "use_skip_connections": config.use_skip_connections,
+            # A clip that is off is left out: bilm-tf would clip to [0, 0] on a stored 0.
+            **({"cell_clip": config.cell_clip} if config.cell_clip is not None else {}),
+            **({"proj_clip": config.proj_clip} if config.proj_clip is not None else {}),
+        },
+        "char_cnn": {
+            "activation": config.char_cnn_activation,
+            "embedding": {"dim": config.char_embedding_dim},
+            "filters": [list(f) for f in config.char_cnn_filters],
+            "max_characters_per_token": config.max_characters_per_token,
+            "n_characters": 262,
+            "n_highway": config.num_highway_layers,
+        },
+    }
 
 
 def expected_dataset_shapes(config: ElmoConfig) -> dict[str, tuple[int, ...]]:
     """Every dataset an original ``weights.hdf5`` for ``config`` holds, with its shape."""
-    d_c, P, H, F = config.char_embedding_dim, config.hidden_size, config.cell_size, config.num_char_cnn_filters
+    d_c, P, H, F = config.char_embedding_dim, config.projection_dim, config.cell_size, config.num_char_cnn_filters
     shapes: dict[str, tuple[int, ...]] = {"char_embed": (config.num_characters - 1, d_c)}
     for i, (width, count) in enumerate(config.char_cnn_filters):
         shapes[f"CNN/W_cnn_{i}"] = (1, width, d_c, count)
@@ -93,7 +166,7 @@ def read_checked(h5: h5py.Group, config: ElmoConfig) -> dict[str, np.ndarray]:
     """Read every dataset as float32 after checking names, shapes, dtype and finiteness against ``config``."""
     expected = expected_dataset_shapes(config)
     found = _datasets(h5)
-    F, P = config.num_char_cnn_filters, config.hidden_size
+    F, P = config.num_char_cnn_filters, config.projection_dim
     # bilm-tf creates no projection when the CNN width already equals P; the identity reproduces it.
     implicit_projection = F == P and "CNN_proj/W_proj" not in found and "CNN_proj/b_proj" not in found
     if implicit_projection:
@@ -153,7 +226,7 @@ def _check_storage(h5: h5py.Group, name: str, dataset: h5py.Dataset) -> None:
 
 def config_summary(config: ElmoConfig) -> str:
     return (
-        f"n_layers={config.num_hidden_layers}, dim={config.cell_size}, projection_dim={config.hidden_size}, "
+        f"n_layers={config.num_hidden_layers}, dim={config.cell_size}, projection_dim={config.projection_dim}, "
         f"char dim={config.char_embedding_dim}, filters={config.char_cnn_filters}, n_highway={config.num_highway_layers}"
     )
 

@@ -60,7 +60,7 @@ def _numpy_sentence_layers(config: ElmoConfig, w: dict[str, np.ndarray], char_id
         outputs = []
         for l in range(config.num_hidden_layers):
             cell = LSTM_CELL.format(d=d, l=l)
-            c, h = np.zeros(H), np.zeros(config.hidden_size)
+            c, h = np.zeros(H), np.zeros(config.projection_dim)
             ys = []
             for x_t in inputs:
                 i, j, f, o = np.split(np.concatenate([x_t, h]) @ w[f"{cell}/W_0"] + w[f"{cell}/B"], 4)

@@ -35,7 +35,7 @@ SENTENCES = ["The bank closed early .", "A river bank", "Cells divide"]
 
 
 def tiny_config(**extra) -> ElmoConfig:
-    return ElmoConfig(hidden_size=8, cell_size=16, char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 8]],
+    return ElmoConfig(projection_dim=8, cell_size=16, char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 8]],
                       num_highway_layers=1, vocab_size=30, num_labels=3, **extra)
 
 

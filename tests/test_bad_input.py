@@ -37,6 +37,8 @@ from modeling_elmo import (  # noqa: E402
     save_model_folder,
 )
 from modeling_elmo.inference import ElmoEmbedder  # noqa: E402
+from modeling_elmo.original_format import convert_config  # noqa: E402
+from transformers import AutoModel  # noqa: E402
 from modeling_elmo.results import EvaluationResults, write_results  # noqa: E402
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "bad-input.md"
@@ -52,9 +54,14 @@ class Row:
 
 
 def _tiny_config(**extra) -> ElmoConfig:
-    values = dict(hidden_size=8, cell_size=16, char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 8]],
+    values = dict(projection_dim=8, cell_size=16, char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 8]],
                   num_highway_layers=1, vocab_size=34)
     return ElmoConfig(**{**values, **extra})
+
+
+def _huge_options() -> dict:
+    options = ref.tiny_options()
+    return {**options, "char_cnn": {**options["char_cnn"], "filters": [[1, 10**9]]}}
 
 
 def _encode(words):
@@ -125,10 +132,20 @@ ROWS = [
     Row("library", "`ElmoConfig(max_characters_per_token=10**6)` (also from a `config.json`)",
         "`max_characters_per_token` must be at most 1024 (characters per word), got 1000000.",
         lambda: ElmoConfig(max_characters_per_token=10**6)),
-    Row("library", "`ElmoConfig(char_cnn_filters=[[1, 10**9]])` (also from a `config.json` or an `options.json`)",
-        "this config describes a model of 4e+18 parameters (char_cnn_filters: 1,000,000,000 filters, hidden_size 512, "
-        "cell_size 4096, vocab_size 4), more than the 1e+10 this package builds; the file is damaged or not meant for "
-        "it.", lambda: ElmoConfig(char_cnn_filters=[[1, 10**9]])),
+    Row("library", "`convert_config(options)` with `char_cnn.filters` `[[1, 10**9]]` (also a `config.json` loaded by "
+        "the CLI)",
+        "options.json describes a model of 4e+18 parameters (char_cnn_filters: 1,000,000,000 filters, projection_dim "
+        "8, cell_size 24, vocab_size 4), more than the 1e+10 this package builds; the file is damaged or not meant for "
+        "it.", lambda: convert_config(_huge_options())),
+    Row("library", "`AutoModel.from_pretrained('shadow')` (`config.json` holds `\"to_dict\": 1`)",
+        "config key 'to_dict' is not a setting: it would replace ElmoConfig.to_dict.",
+        lambda: AutoModel.from_pretrained("shadow")),
+    Row("library", "`AutoModel.from_pretrained('labels')` (`config.json` holds `\"id2label\": \"pos,neg\"`)",
+        "`id2label` must be an object mapping labels, got str 'pos,neg'.", lambda: AutoModel.from_pretrained("labels")),
+    Row("library", "`model.resize_token_embeddings(13257)` (a character model)",
+        "ElmoModel reads characters and has no token-embedding table to resize (config.word_input_vocab_size is 0); its "
+        "character table is fixed by the alphabet.",
+        lambda: ElmoModel(_tiny_config()).resize_token_embeddings(13257)),
     Row("library", "`load_elmo_model('truncated')` (its `model.safetensors` cut short)",
         "weights file 'truncated/model.safetensors' is truncated: tensor ...", lambda: load_elmo_model("truncated")),
     Row("library", "`load_elmo_model('nan')` (a NaN in `model.safetensors`)",
@@ -306,6 +323,9 @@ ROWS = [
         "(config.json vocab_size): word ids would point at other words' rows. Publish the vocabulary the model was "
         "trained with.",
         ["push", "shortvocab", "--repo-id", "me/elmo", "--dry-run"]),
+    Row("elmo push", "`elmo push shadow --repo-id me/elmo --dry-run` (`config.json` holds `\"to_dict\": 1`)",
+        "elmo push: error: config key 'to_dict' is not a setting: it would replace ElmoConfig.to_dict.",
+        ["push", "shadow", "--repo-id", "me/elmo", "--dry-run"]),
     Row("elmo push", "`elmo push lm --repo-id me/elmo --dry-run --output-dir proj` (`proj` holds the user's `README.md`)",
         "elmo push: error: output folder 'proj' holds files that are not elmo push's (elmo push did not write "
         "'README.md'); nothing was deleted. Choose another folder, or move those files away.",
@@ -327,7 +347,7 @@ def template(tmp_path_factory) -> Path:
     (root / "bert").mkdir()
     (root / "bert" / "config.json").write_text(json.dumps({"model_type": "bert", "hidden_size": 8}))
     shutil.copytree(root / "lm", root / "mismatch")  # weights of a wider model under the same config.json
-    save_model_folder(ElmoForBidirectionalLM(_tiny_config(hidden_size=12)), None, root / "wide")
+    save_model_folder(ElmoForBidirectionalLM(_tiny_config(projection_dim=12)), None, root / "wide")
     shutil.copyfile(root / "wide" / "model.safetensors", root / "mismatch" / "model.safetensors")
     shutil.rmtree(root / "wide")
     (root / "pickled").mkdir()
@@ -358,6 +378,10 @@ def template(tmp_path_factory) -> Path:
     save_file(weights, root / "nan" / "model.safetensors", metadata={"format": "pt"})
     shutil.copytree(root / "lm", root / "shortvocab")
     (root / "shortvocab" / "vocab.txt").write_text("".join(f"w{i}\n" for i in range(5)))
+    for name, key, value in (("shadow", "to_dict", 1), ("labels", "id2label", "pos,neg")):
+        shutil.copytree(root / "lm", root / name)
+        config = json.loads((root / name / "config.json").read_text())
+        (root / name / "config.json").write_text(json.dumps({**config, key: value}))
     (root / "proj").mkdir()
     (root / "proj" / "README.md").write_text("my project\n")
     shutil.copytree(root / "lm", root / "truncated")

@@ -25,7 +25,7 @@ def test_trainer_learns_sst2_with_a_frozen_bilm_and_leaves_it_bit_identical(shar
     train = train.map(encode, batched=True, remove_columns=["text"]).rename_column("label", "labels")
     dev = dev.map(encode, batched=True, remove_columns=["text"]).rename_column("label", "labels")
     torch.manual_seed(0)
-    config = ElmoConfig(hidden_size=128, cell_size=128, char_embedding_dim=16, num_highway_layers=1,
+    config = ElmoConfig(projection_dim=128, cell_size=128, char_embedding_dim=16, num_highway_layers=1,
                         char_cnn_filters=[[1, 64], [2, 64], [3, 128], [4, 256]], num_labels=2, classifier_dropout=0.0,
                         scalar_mix_parameters=[0.0, 0.0, 0.0])  # an equal, fixed mix: the linear layer alone learns
     model = ElmoForSequenceClassification(config)

@@ -9,6 +9,8 @@ import pytest
 import torch
 
 from modeling_elmo import ElmoConfig, ElmoModel
+from modeling_elmo.loading import check_config
+from modeling_elmo.original_format import config_options, convert_config
 
 from conftest import REPO_ROOT
 
@@ -33,7 +35,10 @@ def test_config_rejects_unknown_activation():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"hidden_size": 0}, "hidden_size"),
+        ({"hidden_size": 0}, "hidden_size.*even.*got 0"),
+        ({"hidden_size": 15}, "hidden_size.*even.*got 15"),
+        ({"projection_dim": 0}, "projection_dim"),
+        ({"projection_dim": 8, "hidden_size": 12}, "hidden_size` must be 2 \\* projection_dim = 16.*got 12"),
         ({"cell_size": 2.5}, "cell_size"),
         ({"cell_clip": -1.0}, "cell_clip"),
         ({"proj_clip": True}, "proj_clip"),
@@ -61,9 +66,93 @@ def test_config_rejects_bad_values_and_names_them(kwargs, message):
         ElmoConfig(**kwargs)
 
 
+def test_hidden_size_is_the_output_width_and_projection_dim_the_per_direction_size():
+    by_projection, by_width = ElmoConfig(projection_dim=8), ElmoConfig(hidden_size=16)
+    assert (by_projection.hidden_size, by_projection.projection_dim) == (16, 8)
+    assert by_width.to_dict() == by_projection.to_dict()
+    assert (ElmoConfig().projection_dim, ElmoConfig().hidden_size) == (512, 1024)  # the released model
+    config = ElmoConfig(projection_dim=4, cell_size=8, char_cnn_filters=[[1, 4]], num_highway_layers=0)
+    ids = torch.randint(1, 200, (2, 3, 50))
+    assert ElmoModel(config)(input_ids=ids).last_hidden_state.shape[-1] == config.hidden_size == 8
+
+
+@pytest.mark.parametrize("load", ["from_pretrained", "from_json_file", "from_dict", "AutoConfig"])
+def test_a_config_json_written_before_projection_dim_keeps_its_meaning(tmp_path, load):
+    """The keys the code of commit 1fa5770 wrote for a tiny model: hidden_size held the projection P."""
+    from transformers import AutoConfig
+
+    legacy = {"model_type": "elmo", "hidden_size": 8, "cell_size": 16, "num_hidden_layers": 2, "char_embedding_dim": 4,
+              "char_cnn_filters": [[1, 4], [2, 8]], "num_highway_layers": 1, "vocab_size": 4, "cell_clip": 3.0,
+              "proj_clip": 3.0, "freeze_elmo": True, "architectures": ["ElmoModel"], "transformers_version": "5.24.0"}
+    (tmp_path / "config.json").write_text(json.dumps(legacy))
+    config = {"from_pretrained": lambda: ElmoConfig.from_pretrained(tmp_path),
+              "from_json_file": lambda: ElmoConfig.from_json_file(str(tmp_path / "config.json")),
+              "from_dict": lambda: ElmoConfig.from_dict(legacy),
+              "AutoConfig": lambda: AutoConfig.from_pretrained(tmp_path)}[load]()
+    assert isinstance(config, ElmoConfig) and (config.projection_dim, config.hidden_size) == (8, 16)
+    config.save_pretrained(tmp_path / "again")  # saved with both fields, read back the same
+    saved = json.loads((tmp_path / "again" / "config.json").read_text())
+    assert (saved["projection_dim"], saved["hidden_size"]) == (8, 16)
+    assert ElmoConfig.from_pretrained(tmp_path / "again").to_diff_dict() == config.to_diff_dict()
+
+
+def test_a_model_folder_written_before_projection_dim_gives_the_same_outputs(tmp_path):
+    from transformers import AutoModel
+
+    from modeling_elmo import ElmoTokenizer
+
+    model = ElmoModel(ElmoConfig(projection_dim=8, cell_size=16, char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 8]],
+                                 num_highway_layers=1)).eval()
+    model.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    del saved["projection_dim"]
+    saved["hidden_size"] = 8  # as the code of commit 1fa5770 wrote it
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    batch = ElmoTokenizer()([["a", "river", "bank"], ["hi"]], is_split_into_words=True, padding=True, return_tensors="pt")
+    for loaded in (ElmoModel.from_pretrained(tmp_path), AutoModel.from_pretrained(tmp_path)):
+        assert (loaded.config.projection_dim, loaded.config.hidden_size) == (8, 16)
+        with torch.no_grad():
+            assert torch.equal(loaded.eval()(**batch).last_hidden_state, model(**batch).last_hidden_state)
+
+
+def test_from_pretrained_takes_either_size_as_a_keyword(tmp_path):
+    ElmoConfig(projection_dim=8).save_pretrained(tmp_path)
+    assert ElmoConfig.from_pretrained(tmp_path, hidden_size=32).projection_dim == 16
+    assert ElmoConfig.from_pretrained(tmp_path, projection_dim=4).hidden_size == 8
+    with pytest.raises(ValueError, match="hidden_size` must be 2 \\* projection_dim = 8 .*got 32"):
+        ElmoConfig.from_pretrained(tmp_path, projection_dim=4, hidden_size=32)
+
+
+def test_an_inconsistent_pair_in_config_json_is_refused_in_one_line(tmp_path):
+    data = ElmoConfig(projection_dim=8).to_dict()
+    data["hidden_size"] = 24
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"^`hidden_size` must be 2 \* projection_dim = 16 \(the output width, both "
+                                         r"directions\), got 24\.$"):
+        ElmoConfig.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize(("key", "value"), [("to_dict", 1), ("__class__", "x"), ("use_return_dict", False),
+                                            ("validate_elmo", None), ("attribute_map", {}), ("num_char_cnn_filters", 3)])
+def test_a_key_that_would_replace_part_of_the_class_is_refused_naming_it(tmp_path, key, value):
+    data = ElmoConfig(projection_dim=8).to_dict()
+    data[key] = value
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=f"^config key '{key}' is not a setting: it would replace ElmoConfig.{key}.$"):
+        ElmoConfig.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize("key", ["id2label", "label2id"])
+def test_label_maps_that_are_not_objects_are_refused_naming_the_key(tmp_path, key):
+    data = {**ElmoConfig(projection_dim=8).to_dict(), key: "positive,negative"}
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=f"`{key}` must be an object mapping labels, got str 'positive,negative'"):
+        ElmoConfig.from_pretrained(tmp_path)
+
+
 def test_unknown_keys_are_kept_as_transformers_keeps_them_and_survive_a_save(tmp_path, caplog):
     with caplog.at_level(logging.WARNING):
-        config = ElmoConfig(hidden_size=16, written_by_a_newer_release={"a": 1})
+        config = ElmoConfig(projection_dim=8, written_by_a_newer_release={"a": 1})
     assert config.written_by_a_newer_release == {"a": 1}
     assert not caplog.records  # nothing close to an ELMo field: kept silently
     config.save_pretrained(tmp_path)
@@ -73,13 +162,14 @@ def test_unknown_keys_are_kept_as_transformers_keeps_them_and_survive_a_save(tmp
 @pytest.mark.parametrize(("key", "field"), [("hiden_size", "hidden_size"), ("cel_size", "cell_size"),
                                             ("num_hidden_layer", "num_hidden_layers"), ("clip_cell", "cell_clip"),
                                             ("Hidden_Size", "hidden_size"), ("char_cnn_filter", "char_cnn_filters")])
-def test_a_key_close_to_an_elmo_field_warns_naming_the_field(key, field, caplog):
-    with caplog.at_level(logging.WARNING):
-        config = ElmoConfig(**{key: 7})
+def test_a_key_close_to_an_elmo_field_warns_naming_the_field_where_the_package_loads(key, field, caplog):
+    config = ElmoConfig(**{key: 7})
     assert getattr(config, key) == 7 and getattr(config, field) == getattr(ElmoConfig(), field)  # not taken as the field
+    with caplog.at_level(logging.WARNING):
+        check_config(config, "config.json")
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert warnings == [f"ElmoConfig got the unknown field {key!r}: did you mean {field!r}? It is kept as an attribute "
-                        f"and does not set {field!r}."]
+    assert warnings == [f"config.json has the unknown field {key!r}: did you mean {field!r}? It is kept as an "
+                        f"attribute and does not set {field!r}."]
 
 
 def test_keys_transformers_knows_give_no_misspelling_warning(caplog):
@@ -87,24 +177,31 @@ def test_keys_transformers_knows_give_no_misspelling_warning(caplog):
 
     keys = set(PretrainedConfig().to_dict()) | set(GenerationConfig._get_default_generation_params())
     keys -= {"transformers_version", "model_type", "auto_map", "dtype", "tie_word_embeddings"}
+    config = ElmoConfig(**{k: getattr(PretrainedConfig(), k, None) for k in keys if not k.startswith("_")}, num_labels=3)
     with caplog.at_level(logging.WARNING):
-        ElmoConfig(**{k: getattr(PretrainedConfig(), k, None) for k in keys if not k.startswith("_")}, num_labels=3)
+        check_config(config)
     assert not [r for r in caplog.records if "did you mean" in r.getMessage()]
 
 
+def test_a_config_of_too_many_parameters_is_refused_before_anything_is_allocated():
+    with pytest.raises(ValueError, match=r"^options.json describes a model of 4e\+18 parameters \(char_cnn_filters: "
+                                         r"1,000,000,000 filters, projection_dim 512"):
+        convert_config({**ORIGINAL_OPTIONS, "char_cnn": {**ORIGINAL_OPTIONS["char_cnn"], "filters": [[1, 10**9]]}})
+
+
 def test_values_are_still_validated_next_to_unknown_keys():
-    with pytest.raises(ValueError, match="`hidden_size` must be an integer >= 1, got 0"):
-        ElmoConfig(hidden_size=0, hiden_size=16)
+    with pytest.raises(ValueError, match="`projection_dim` must be an integer >= 1, got 0"):
+        ElmoConfig(projection_dim=0, hiden_size=16)
 
 
 def test_configs_saved_by_transformers_and_earlier_versions_still_load(tmp_path):
-    config = ElmoConfig(hidden_size=16, num_labels=3, id2label={0: "a", 1: "b", 2: "c"}, label2id={"a": 0, "b": 1, "c": 2})
+    config = ElmoConfig(projection_dim=16, num_labels=3, id2label={0: "a", 1: "b", 2: "c"}, label2id={"a": 0, "b": 1, "c": 2})
     config.save_pretrained(tmp_path)
     saved = json.loads((tmp_path / "config.json").read_text())
     saved["stateful"] = False  # written by earlier versions of this package
     (tmp_path / "config.json").write_text(json.dumps(saved))
     loaded = ElmoConfig.from_pretrained(tmp_path)
-    assert (loaded.hidden_size, loaded.num_labels, loaded.id2label[2]) == (16, 3, "c")
+    assert (loaded.projection_dim, loaded.num_labels, loaded.id2label[2]) == (16, 3, "c")
     assert not hasattr(loaded, "stateful")
 
 
@@ -128,12 +225,12 @@ def test_every_config_carries_the_full_auto_map():
 
 
 def test_options_json_round_trip_keeps_every_value():
-    config = ElmoConfig.from_options(ORIGINAL_OPTIONS)
-    assert (config.hidden_size, config.cell_size, config.num_highway_layers, config.cell_clip) == (512, 4096, 2, 3)
-    options = config.to_options()
+    config = convert_config(ORIGINAL_OPTIONS)
+    assert (config.projection_dim, config.cell_size, config.num_highway_layers, config.cell_clip) == (512, 4096, 2, 3)
+    options = config_options(config)
     assert options["lstm"] == {**ORIGINAL_OPTIONS["lstm"]}
     assert options["char_cnn"] == ORIGINAL_OPTIONS["char_cnn"]
-    assert ElmoConfig.from_options(options).to_dict() == config.to_dict()
+    assert convert_config(options).to_dict() == config.to_dict()
 
 
 def test_options_without_clips_or_highways_or_skips_are_supported():
@@ -142,9 +239,9 @@ def test_options_without_clips_or_highways_or_skips_are_supported():
         del options["lstm"][key]
     options["lstm"]["use_skip_connections"] = False
     del options["char_cnn"]["n_highway"]
-    config = ElmoConfig.from_options(options)
+    config = convert_config(options)
     assert config.cell_clip is None and config.num_highway_layers == 0 and not config.use_skip_connections
-    assert "cell_clip" not in config.to_options()["lstm"]
+    assert "cell_clip" not in config_options(config)["lstm"]
 
 
 @pytest.mark.parametrize(
@@ -161,14 +258,14 @@ def test_from_options_names_unknown_and_missing_keys(mutate, message):
     options = json.loads(json.dumps(ORIGINAL_OPTIONS))
     mutate(options)
     with pytest.raises(ValueError, match=message):
-        ElmoConfig.from_options(options)
+        convert_config(options)
 
 
 def test_training_options_with_261_characters_become_inference_configs():
     options = json.loads(json.dumps(ORIGINAL_OPTIONS))
     options["char_cnn"]["n_characters"] = 261
     options.update(n_tokens_vocab=793471, dropout=0.1, batch_size=128, unroll_steps=20)
-    config = ElmoConfig.from_options(options)
+    config = convert_config(options)
     assert config.num_characters == 262 and config.vocab_size == 793471
 
 
@@ -189,7 +286,7 @@ def test_27m_preset_has_about_27_million_parameters_with_its_softmax():
     config = ElmoConfig.from_json_file(str(REPO_ROOT / "configuration" / "elmo-27m.json"))
     with torch.device("meta"):
         model = ElmoModel(config)
-    total = sum(p.numel() for p in model.parameters()) + config.vocab_size * (config.hidden_size + 1)
+    total = sum(p.numel() for p in model.parameters()) + config.vocab_size * (config.projection_dim + 1)
     assert 26_000_000 < total < 28_500_000
 
 

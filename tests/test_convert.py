@@ -138,7 +138,7 @@ def test_random_release_weights_make_both_clips_trigger(release):
 def test_lstm_weights_are_split_transposed_reordered_and_get_the_forget_bias(release):
     options, _, weights_path = release
     config = convert_config(options)
-    H, P = config.cell_size, config.hidden_size
+    H, P = config.cell_size, config.projection_dim
     sd = convert_state_dict(weights_path, config)
     with h5py.File(weights_path, "r") as h5:
         cell = h5["RNN_1/RNN/MultiRNNCell/Cell1/LSTMCell"]

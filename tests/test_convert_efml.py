@@ -317,7 +317,7 @@ def test_unknown_efml_language_is_one_clear_error(tmp_path):
 def test_unicode_tokenizer_and_word_input_are_off_by_default():
     tokenizer = ElmoTokenizer()
     assert tokenizer.char_vocabulary == "bytes" and tokenizer.model_input_names == ["input_ids", "attention_mask"]
-    model = ElmoModel(ce.ElmoConfig(hidden_size=8, cell_size=16, char_cnn_filters=[[1, 4]], num_highway_layers=1))
+    model = ElmoModel(ce.ElmoConfig(projection_dim=8, cell_size=16, char_cnn_filters=[[1, 4]], num_highway_layers=1))
     assert model.char_encoder.word_embeddings is None and model.config.num_characters == 262
     assert np.array_equal(tokenizer([["x"]], is_split_into_words=True)["input_ids"][0][0][:3], [259, 121, 260])
 
@@ -424,7 +424,7 @@ def test_hub_mirror_serves_the_zip_when_the_repository_fails(efml_served, server
 
 
 def test_word_embedding_input_is_initialised_with_rows_of_about_unit_norm():
-    config = ce.ElmoConfig(hidden_size=8, cell_size=16, char_cnn_filters=[[1, 4]], num_highway_layers=1,
+    config = ce.ElmoConfig(projection_dim=8, cell_size=16, char_cnn_filters=[[1, 4]], num_highway_layers=1,
                            word_input_vocab_size=4000, word_input_dim=50)
     torch.manual_seed(0)
     table = ElmoModel(config).char_encoder.word_embeddings.weight.detach()

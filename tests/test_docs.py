@@ -46,7 +46,7 @@ def test_the_classifier_on_cached_features_example_runs_and_reports_accuracy(tmp
     monkeypatch.chdir(tmp_path)
     monkeypatch.setitem(sys.modules, "evaluate", None)
     torch.manual_seed(0)
-    config = ElmoConfig(hidden_size=8, cell_size=16, char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 8]],
+    config = ElmoConfig(projection_dim=8, cell_size=16, char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 8]],
                         num_highway_layers=1)
     save_model_folder(ElmoModel(config), ElmoTokenizer(), tmp_path / "outputs" / "elmo-quickstart")
     namespace = {"__name__": "__docs__"}

@@ -397,7 +397,7 @@ def test_cli_refuses_half_precision_on_cpu(tmp_path):
 # ---------------------------------------------------------------------------------------------------- real model
 
 
-TINY = dict(hidden_size=8, cell_size=16, char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 8]],
+TINY = dict(projection_dim=8, cell_size=16, char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 8]],
             num_highway_layers=1, num_hidden_layers=2)
 MODEL_LINES = ["The cat sat on the mat .", "", "Hi", "A much longer sentence , with punctuation and more words",
                "naïve café ☃", "Hi", "end of file"]
@@ -575,3 +575,14 @@ def test_two_process_accelerate_run_merges_to_the_single_process_output(tmp_path
         else:
             assert_same_numbers(multi[key], single[key], what=key)  # computed in other processes
     assert not (tmp_path / "multi.h5.partial").exists()
+
+
+def test_a_model_whose_config_says_return_dict_false_still_embeds(tmp_path, tiny_model_dir):
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "return_dict": False}))
+    MODELS[folder] = MODELS[tiny_model_dir]
+    src = write_lines(tmp_path / "in.txt", ["The cat sat", "Hi"])
+    assert embed_mod.main([str(src), str(tmp_path / "out.hdf5"), "--model", str(folder), "--all", "--no-progress"]) == 0
+    np.testing.assert_allclose(read_h5(tmp_path / "out.hdf5")["1"], direct_layers(folder, ["Hi"]), rtol=1e-5, atol=1e-6)

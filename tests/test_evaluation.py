@@ -287,7 +287,7 @@ def test_mcnemar_exact_matches_hand_computed_binomial_tails():
 # ================================================================================ with a tiny model
 torch = pytest.importorskip("torch")
 
-TINY = dict(hidden_size=8, cell_size=16, char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 8]], num_highway_layers=1)
+TINY = dict(projection_dim=8, cell_size=16, char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 8]], num_highway_layers=1)
 WORDS = ["the", "bank", "river", "money", "a", "good", "bad", "film", "is", "was"]
 
 

@@ -14,7 +14,7 @@ from modeling_elmo import (ElmoConfig, ElmoForSequenceClassification, ElmoForTok
 from modeling_elmo.features import ElmoFeatureCollator, add_elmo_features
 
 
-TINY = dict(hidden_size=8, cell_size=16, char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 8]], num_highway_layers=1,
+TINY = dict(projection_dim=8, cell_size=16, char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 8]], num_highway_layers=1,
             hidden_dropout_prob=0.0, classifier_dropout=0.0)
 WORDS = ["good", "bad", "fine", "awful", "the", "a", "movie", "plot", "was", "is", "great", "poor", "!"]
 

@@ -27,7 +27,7 @@ HOSTILE_NAME = "<script>alert(1)</script><img src=x onerror=alert(2)>"
 
 
 def _tiny_config(**extra) -> ElmoConfig:
-    values = dict(hidden_size=8, cell_size=16, char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 8]],
+    values = dict(projection_dim=8, cell_size=16, char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 8]],
                   num_highway_layers=1)
     return ElmoConfig(**{**values, **extra})
 
@@ -125,7 +125,7 @@ def test_unknown_keys_of_the_config_and_tokenizer_config_are_not_published(model
     for value in ("sk-live", "admin:pw", "apikey", "db_url", "/home/me"):
         assert value not in text, value
     published = json.loads((tmp_path / "out" / "config.json").read_text())
-    assert published["hidden_size"] == 8 and published["model_type"] == "elmo"
+    assert (published["projection_dim"], published["hidden_size"], published["model_type"]) == (8, 16, "elmo")
     assert json.loads((tmp_path / "out" / "tokenizer_config.json").read_text())["split_pattern"] == "words"
 
 

@@ -152,7 +152,7 @@ IMPORT_GUARD = textwrap.dedent("""
     for name in ("configuration_elmo", "tokenization_elmo", "modeling_elmo"):
         importlib.import_module(f"{package.name}.{name}")
     if sys.argv[2:] == ["--build-model"]:  # building a model opens nothing either
-        config = sys.modules[f"{package.name}.configuration_elmo"].ElmoConfig(hidden_size=8, cell_size=16,
+        config = sys.modules[f"{package.name}.configuration_elmo"].ElmoConfig(projection_dim=8, cell_size=16,
             char_cnn_filters=[[1, 4]], num_highway_layers=0)
         sys.modules[f"{package.name}.modeling_elmo"].ElmoModel(config)
     print("IMPORT-OK")

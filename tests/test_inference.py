@@ -25,7 +25,7 @@ from modeling_elmo.inference import ElmoEmbedder, load_elmo_model, load_elmo_tok
 
 
 REPO = Path(__file__).resolve().parents[1]
-TINY = dict(hidden_size=8, cell_size=16, char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 8]],
+TINY = dict(projection_dim=8, cell_size=16, char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 8]],
             num_highway_layers=1, num_hidden_layers=2)
 HEADS = {ElmoModel: {}, ElmoForBidirectionalLM: {"vocab_size": 30}, ElmoForSequenceClassification: {"num_labels": 2},
          ElmoForTokenClassification: {"num_labels": 3}}
@@ -85,7 +85,7 @@ def test_loader_refuses_weights_of_another_depth_as_unexpected(tmp_path):
 
 def test_loader_refuses_weights_of_another_shape_and_gives_both_shapes(tmp_path):
     save(tmp_path / "m")
-    edit_config(tmp_path / "m", hidden_size=6)
+    edit_config(tmp_path / "m", projection_dim=6, hidden_size=12)
     with pytest.raises(ValueError, match=r"char_encoder\.projection\.weight \(8, 12\) vs \(6, 12\)"):
         load_elmo_model(tmp_path / "m")
 

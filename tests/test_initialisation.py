@@ -26,7 +26,7 @@ CLASSES = (ElmoModel, ElmoForBidirectionalLM, ElmoForSequenceClassification, Elm
 
 def config(**extra) -> ElmoConfig:
     # sizes large enough for the spread of each tensor to be measured (hundreds of values each)
-    values = dict(hidden_size=16, cell_size=32, char_embedding_dim=8, char_cnn_filters=[[1, 8], [2, 16], [3, 24]],
+    values = dict(projection_dim=16, cell_size=32, char_embedding_dim=8, char_cnn_filters=[[1, 8], [2, 16], [3, 24]],
                   num_highway_layers=2, vocab_size=60, num_labels=3)
     return ElmoConfig(**{**values, **extra})
 
@@ -39,7 +39,7 @@ def close_spread(values: torch.Tensor, expected_std: float, name: str) -> list[s
 def departures(weights: dict[str, torch.Tensor], config: ElmoConfig) -> list[str]:
     """Every way ``weights`` (a state dict, any prefix) departs from the documented initialisation."""
     problems = []
-    F, P, H = config.num_char_cnn_filters, config.hidden_size, config.cell_size
+    F, P, H = config.num_char_cnn_filters, config.projection_dim, config.cell_size
     for name, value in weights.items():
         value = torch.as_tensor(value, dtype=torch.float32)
         if not torch.isfinite(value).all():

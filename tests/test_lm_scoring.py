@@ -32,7 +32,7 @@ def lm_and_tokenizer(tmp_path_factory):
     root = tmp_path_factory.mktemp("lm")
     (root / "vocab.txt").write_text("\n".join(WORDS) + "\n")
     tokenizer = ElmoTokenizer(vocab_file=str(root / "vocab.txt"))
-    config = ElmoConfig(vocab_size=tokenizer.vocab_size, hidden_size=8, cell_size=16, char_embedding_dim=4,
+    config = ElmoConfig(vocab_size=tokenizer.vocab_size, projection_dim=8, cell_size=16, char_embedding_dim=4,
                         char_cnn_filters=[[1, 4], [2, 8]], num_highway_layers=1)
     torch.manual_seed(7)
     return ElmoForBidirectionalLM(config).eval(), tokenizer
@@ -59,8 +59,9 @@ def _log_softmax_nll(lm, tokenizer, words, boundaries):
     """Summed forward and backward NLL of one example: explicit log-softmax over the whole vocabulary."""
     input_ids, mask, _ = _encode(tokenizer, [words])
     with torch.no_grad():
-        top = lm(input_ids=input_ids, attention_mask=mask, add_sentence_boundaries=boundaries).last_hidden_state[0]
-        P = lm.config.hidden_size
+        top = lm(input_ids=input_ids, attention_mask=mask, add_sentence_boundaries=boundaries,
+                 keep_sentence_boundaries=True).last_hidden_state[0]
+        P = lm.config.projection_dim
         logp_f = torch.log_softmax(lm.softmax(top[:, :P]).double(), -1)
         logp_b = torch.log_softmax(lm.softmax(top[:, P:]).double(), -1)
     ids = tokenizer.word_ids_of(words)

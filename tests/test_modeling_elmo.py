@@ -34,7 +34,7 @@ class ElmoModelTester:
 
     def __init__(self, **overrides):
         values = dict(
-            hidden_size=8, cell_size=16, num_hidden_layers=2, char_embedding_dim=4,
+            projection_dim=8, cell_size=16, num_hidden_layers=2, char_embedding_dim=4,
             char_cnn_filters=[[1, 4], [2, 8], [3, 8]], num_highway_layers=2, vocab_size=40,
             hidden_dropout_prob=0.0, classifier_dropout=0.0,
         )
@@ -361,7 +361,7 @@ def test_lm_loss_is_the_mean_of_exact_directional_cross_entropies(tester):
     model = tester.model(ElmoForBidirectionalLM)
     labels = torch.tensor([[5, 6, 7], [8, -100, -100]])
     enc = tester.encode([["a", "b", "c"], ["d"]])
-    out = model(**enc, labels=labels)
+    out = model(**enc, labels=labels, keep_sentence_boundaries=True)
     top = out.last_hidden_state.detach()  # (2, 5, 16) with boundaries
     W, b = model.softmax.weight.detach(), model.softmax.bias.detach()
     logp = lambda h: torch.log_softmax(h @ W.T + b, -1)  # noqa: E731
@@ -410,7 +410,7 @@ def test_sampled_softmax_loss_estimates_the_full_loss():
 
 def test_lm_head_refuses_a_model_without_vocabulary():
     with pytest.raises(ValueError, match="vocab_size"):
-        ElmoForBidirectionalLM(ElmoConfig(hidden_size=8, cell_size=16, char_cnn_filters=[[1, 4]], num_highway_layers=0))
+        ElmoForBidirectionalLM(ElmoConfig(projection_dim=8, cell_size=16, char_cnn_filters=[[1, 4]], num_highway_layers=0))
 
 
 # ------------------------------------------------------------------ task heads
@@ -426,15 +426,33 @@ def test_frozen_elmo_gets_no_gradient_and_no_dropout_before_and_after_a_reload(t
         model.train()
         out = model(**tester.encode(), labels=torch.tensor([0, 1, 2, 1]))
         out.loss.backward()
-        assert all(p.grad is None for p in model.elmo.parameters())
+        assert all(p.grad is None and not p.requires_grad for p in model.elmo.parameters())
         assert model.classifier.weight.grad is not None and model.scalar_mix.scalar_parameters.grad is not None
         torch.optim.AdamW(model.parameters(), lr=1.0, weight_decay=0.1).step()  # as Trainer builds it: all parameters
         assert all(torch.equal(before[k], v) for k, v in model.elmo.state_dict().items())
         layers, _ = model._layers(tester.encode()["input_ids"], tester.encode()["attention_mask"], None)
         torch.testing.assert_close(layers[:, -1], features)  # in training mode too: no dropout inside the biLM
-    model.set_elmo_trainable(True)
+    model.unfreeze_elmo()
     model(**tester.encode(), labels=torch.tensor([0, 1, 2, 1])).loss.backward()
     assert model.elmo.char_encoder.projection.weight.grad is not None
+
+
+def test_freezing_is_requires_grad_so_trainable_counts_are_right_and_follow_the_config(tmp_path):
+    tester = ElmoModelTester(num_labels=3)
+    for cls in (ElmoForSequenceClassification, ElmoForTokenClassification):
+        model = tester.model(cls)
+        head = sum(p.numel() for p in (*model.classifier.parameters(), *model.scalar_mix.parameters()) if p.requires_grad)
+        assert head == model.classifier.weight.numel() + model.classifier.bias.numel() + model.config.num_hidden_layers + 2
+        assert not any(p.requires_grad for p in model.elmo.parameters())
+        assert model.num_parameters(only_trainable=True) == head < model.num_parameters()
+        model.save_pretrained(tmp_path / cls.__name__)
+        assert cls.from_pretrained(tmp_path / cls.__name__).num_parameters(only_trainable=True) == head
+        unfrozen = cls.from_pretrained(tmp_path / cls.__name__, freeze_elmo=False)
+        assert unfrozen.num_parameters(only_trainable=True) == unfrozen.num_parameters()
+        model.unfreeze_elmo()
+        assert model.num_parameters(only_trainable=True) == model.num_parameters() and model.config.freeze_elmo
+        model.freeze_elmo()
+        assert model.num_parameters(only_trainable=True) == head
 
 
 def test_cached_features_give_the_same_logits_as_character_input():
@@ -590,3 +608,75 @@ def test_character_convolutions_run_as_conv1d_modules_that_hooks_see_and_torch_c
     with torch.no_grad():
         normal = run(model, SENTENCES).hidden_states[0]
     assert not torch.allclose(zeroed, normal)  # the hooks' outputs were used
+
+
+# ------------------------------------------------------------------ what transformers' clients pass and call
+def test_inputs_embeds_are_the_character_encoders_token_vectors(tester):
+    """The encoder's own output given as inputs_embeds reproduces the call with input_ids (left padding too)."""
+    model = tester.model()
+    for side in ("right", "left"):
+        enc = tester.encode(padding_side=side)
+        batch, steps, width = enc["input_ids"].shape
+        with torch.no_grad():
+            vectors = model.char_encoder.encode(enc["input_ids"].reshape(-1, width)).view(batch, steps, -1)
+            direct = model(**enc, output_hidden_states=True)
+            given = model(inputs_embeds=vectors, attention_mask=enc["attention_mask"], output_hidden_states=True)
+        for a, b in zip(direct.hidden_states, given.hidden_states):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    head = tester.model(ElmoForTokenClassification, num_labels=3)
+    with torch.no_grad():
+        vectors = head.elmo.char_encoder.encode(enc["input_ids"].reshape(-1, width)).view(batch, steps, -1)
+        torch.testing.assert_close(head(inputs_embeds=vectors, attention_mask=enc["attention_mask"]).logits,
+                                   head(**enc).logits, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match=r"inputs_embeds must be token vectors of shape \(batch, tokens, 8\)"):
+        model(inputs_embeds=torch.zeros(1, 2, 16))
+    with pytest.raises(ValueError, match="either input_ids or inputs_embeds, not both"):
+        model(input_ids=enc["input_ids"], inputs_embeds=vectors)
+
+
+def test_output_attentions_is_accepted_off_and_refused_on(tester):
+    for cls in (ElmoModel, ElmoForSequenceClassification, ElmoForTokenClassification, ElmoForBidirectionalLM):
+        model = tester.model(cls)
+        model(**tester.encode(), output_attentions=False)
+        with pytest.raises(ValueError, match=f"^{cls.__name__} has no attentions to return"):
+            model(**tester.encode(), output_attentions=True)
+
+
+def test_the_bidirectional_lm_returns_one_row_per_word_unless_boundaries_are_asked_for(tester):
+    lm, enc = tester.model(ElmoForBidirectionalLM), tester.encode()
+    with torch.no_grad():
+        words = lm.elmo(**enc, output_hidden_states=True)
+        out = lm(**enc, output_hidden_states=True)
+        kept = lm(**enc, output_hidden_states=True, keep_sentence_boundaries=True)
+    assert out.last_hidden_state.shape == words.last_hidden_state.shape
+    for mine, base in zip(out.hidden_states, words.hidden_states):
+        torch.testing.assert_close(mine, base)
+    assert kept.last_hidden_state.shape[1] == enc["input_ids"].shape[1] + 2
+    torch.testing.assert_close(kept.last_hidden_state[:, 1:-1] * enc["attention_mask"][..., None], out.last_hidden_state)
+
+
+def test_a_character_model_has_no_token_table_to_resize_and_refuses_in_one_line(tester, tmp_path):
+    model = tester.model(ElmoForSequenceClassification, num_labels=2)
+    assert model.get_input_embeddings() is None
+    rows = model.elmo.char_encoder.char_embeddings.num_embeddings
+    with pytest.raises(ValueError, match="reads characters and has no token-embedding table to resize"):
+        model.resize_token_embeddings(13257)
+    assert model.elmo.char_encoder.char_embeddings.num_embeddings == rows == model.config.num_characters
+    model.save_pretrained(tmp_path)
+    ElmoForSequenceClassification.from_pretrained(tmp_path)  # still reloads
+
+
+def test_resizing_the_word_input_table_keeps_its_rows_and_the_model_reloads(tmp_path):
+    tester = ElmoModelTester(word_input_vocab_size=10, word_input_dim=6, char_vocabulary="bytes")
+    model = tester.model()
+    table = model.get_input_embeddings()
+    assert type(table).__name__ == "ElmoWordEmbedding" and table.num_embeddings == 10
+    old = table.weight.detach().clone()
+    new = model.resize_token_embeddings(13, pad_to_multiple_of=8)
+    assert new is model.get_input_embeddings() and new.num_embeddings == 16 == model.config.word_input_vocab_size
+    assert torch.equal(new.weight[:10], old) and model.config.vocab_size == tester.config.vocab_size
+    model.save_pretrained(tmp_path)
+    again = ElmoModel.from_pretrained(tmp_path)
+    assert torch.equal(again.get_input_embeddings().weight, new.weight)
+    with pytest.raises(ValueError, match="new_num_tokens must be an integer >= 4"):
+        model.resize_token_embeddings(2)

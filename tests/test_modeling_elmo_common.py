@@ -40,7 +40,7 @@ class ElmoModelTester:
         self.is_training = True
 
     def get_config(self) -> ElmoConfig:
-        return ElmoConfig(hidden_size=self.projection, cell_size=self.cell_size, num_hidden_layers=self.num_hidden_layers,
+        return ElmoConfig(projection_dim=self.projection, cell_size=self.cell_size, num_hidden_layers=self.num_hidden_layers,
                           char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 4]], num_highway_layers=1,
                           max_characters_per_token=10, vocab_size=self.vocab_size, num_labels=self.num_labels,
                           hidden_dropout_prob=0.0, classifier_dropout=0.0)
@@ -62,7 +62,7 @@ class ElmoModelTester:
 class ElmoModelTest(ModelTesterMixin, unittest.TestCase):
     all_model_classes = (ElmoModel, ElmoForBidirectionalLM, ElmoForSequenceClassification, ElmoForTokenClassification)
     has_attentions = False  # a biLSTM: no attention, so no attention weights to return
-    test_resize_embeddings = False  # the input embedding is a fixed 262-row character table (bytes and markers)
+    test_resize_embeddings = False  # a character model has no token table: resize refuses (tests/test_modeling_elmo.py)
     test_can_init_all_missing_weights_before_2023 = True  # ELMo is from 2018; its _init_weights covers every weight
 
     @classmethod
@@ -91,10 +91,6 @@ class ElmoModelTest(ModelTesterMixin, unittest.TestCase):
 
     def _prepare_for_class(self, inputs_dict, model_class, return_labels=False):
         inputs_dict = super()._prepare_for_class(inputs_dict, model_class, return_labels=return_labels)
-        if model_class is ElmoForBidirectionalLM:
-            # the fixed-window form of the biLM head: its outputs have the input's positions (with sentence
-            # boundaries added they have two more, <S> and </S>, which the other classes drop)
-            inputs_dict["add_sentence_boundaries"] = False
         if return_labels and model_class is ElmoForBidirectionalLM:  # word ids of the input words
             batch, steps = self.model_tester.batch_size, self.model_tester.seq_length
             inputs_dict["labels"] = torch.randint(4, self.model_tester.vocab_size, (batch, steps),
@@ -113,3 +109,46 @@ class ElmoModelTest(ModelTesterMixin, unittest.TestCase):
         self.skipTest("it expects the base model to refuse a changed vocab_size, but the biLM reads characters and has "
                       "no weight sized by the word vocabulary (only the LM softmax is); a classifier of another size "
                       "is refused and re-initialised on request in test_can_load_ignoring_mismatched_shapes")
+
+    # The three tests below take `get_input_embeddings()` to be a token table whose output is `inputs_embeds`. ELMo's
+    # input embedding is the character encoder: character ids (batch, tokens, C) -> token vectors (batch, tokens, P),
+    # which `inputs_embeds` replaces; `get_input_embeddings()` is the word-input table of a model that has one, and
+    # `None` for a character model (nothing to resize). The same properties are checked with the character encoder.
+    def _token_vectors(self, model, input_ids):
+        batch, steps, width = input_ids.shape
+        return model.base_model.char_encoder.encode(input_ids.reshape(-1, width)).view(batch, steps, -1)
+
+    def test_model_get_set_embeddings(self):
+        config, _ = self.model_tester.prepare_config_and_inputs_for_common()
+        for model_class in self.all_model_classes:
+            model = model_class(config)
+            self.assertIsNone(model.get_input_embeddings())
+            with self.assertRaisesRegex(ValueError, "has no token-embedding input to replace"):
+                model.set_input_embeddings(torch.nn.Embedding(10, 10))
+            with_words = model_class(ElmoConfig(**{**config.to_dict(), "word_input_vocab_size": 12, "word_input_dim": 3}))
+            table = with_words.get_input_embeddings()
+            self.assertIsInstance(table, torch.nn.Embedding)
+            self.assertEqual((table.num_embeddings, table.embedding_dim), (12, 3))
+            replacement = type(table)(12, 3)
+            with_words.set_input_embeddings(replacement)
+            self.assertIs(with_words.get_input_embeddings(), replacement)
+
+    def test_inputs_embeds(self):
+        config, inputs_dict = self.model_tester.prepare_config_and_inputs_for_common()
+        for model_class in self.all_model_classes:
+            model = model_class(config).eval()
+            inputs = self._prepare_for_class(inputs_dict, model_class)
+            inputs["inputs_embeds"] = self._token_vectors(model, inputs.pop("input_ids"))
+            with torch.no_grad():
+                model(**inputs)[0]
+
+    def test_inputs_embeds_matches_input_ids(self):
+        config, inputs_dict = self.model_tester.prepare_config_and_inputs_for_common()
+        for model_class in self.all_model_classes:
+            model = model_class(config).eval()
+            inputs = self._prepare_for_class(inputs_dict, model_class)
+            input_ids = inputs.pop("input_ids")
+            with torch.no_grad():
+                out_ids = model(input_ids=input_ids, **inputs)[0]
+                out_embeds = model(inputs_embeds=self._token_vectors(model, input_ids), **inputs)[0]
+            torch.testing.assert_close(out_embeds, out_ids, rtol=1e-5, atol=1e-6)

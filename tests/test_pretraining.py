@@ -88,7 +88,7 @@ def _free_port() -> int:
 
 def _tiny_config(vocab_size: int = 40, **kwargs) -> ElmoConfig:
     return ElmoConfig(
-        vocab_size=vocab_size, hidden_size=16, cell_size=32, char_embedding_dim=4,
+        vocab_size=vocab_size, projection_dim=16, cell_size=32, char_embedding_dim=4,
         char_cnn_filters=[[1, 4], [2, 8], [3, 16]], num_highway_layers=1, **kwargs,
     )
 
@@ -553,7 +553,7 @@ def test_init_from_model_rejects_incomplete_folders_and_other_architectures(tmp_
     first = tmp_path / "first"
     assert pretrain_main(_run_args(corpus_files, first, "--max-steps", "1")) == 0
     reset_accelerate_state()
-    with pytest.raises(SystemExit, match="differs from --init-from-model .* in: .*hidden_size"):
+    with pytest.raises(SystemExit, match="differs from --init-from-model .* in: .*projection_dim"):
         pretrain_main([*_run_args(corpus_files, tmp_path / "b"), "--init-from-model", str(first), "--model-config", "elmo-27m"])
     reset_accelerate_state()
     (first / "model.safetensors").unlink()

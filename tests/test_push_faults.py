@@ -21,7 +21,7 @@ def model_dir(tmp_path_factory):
     (root / "vocab.txt").write_text("the\ncat\nsat\n", encoding="utf-8")
     tokenizer = ElmoTokenizer(vocab_file=str(root / "vocab.txt"))
     torch.manual_seed(0)
-    config = ElmoConfig(vocab_size=tokenizer.vocab_size, hidden_size=8, cell_size=16, char_embedding_dim=4,
+    config = ElmoConfig(vocab_size=tokenizer.vocab_size, projection_dim=8, cell_size=16, char_embedding_dim=4,
                         char_cnn_filters=[[1, 4], [2, 8]], num_highway_layers=1, num_hidden_layers=1)
     save_model_folder(ElmoForBidirectionalLM(config).eval(), tokenizer, root / "model")
     return root / "model"
@@ -67,3 +67,18 @@ def test_push_of_weights_that_do_not_match_the_config_is_one_line(model_dir, tmp
     assert message.startswith(f"elmo push: error: the weights of model {str(model)!r} do not match its config.json: ")
     assert "with another shape than config.json implies" in message and "\n" not in message, message
     assert not (tmp_path / "repo").exists()
+
+
+def test_return_dict_false_in_config_json_is_published_as_true_with_a_warning(model_dir, tmp_path, caplog):
+    import json
+    import logging
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(model_dir, model)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "return_dict": False}))
+    with caplog.at_level(logging.WARNING):
+        assert hub.main([str(model), "--repo-id", "me/elmo-tiny", "--dry-run", "--output-dir", str(tmp_path / "repo")]) == 0
+    assert json.loads((tmp_path / "repo" / "config.json").read_text()).get("return_dict", True) is True
+    assert any("sets return_dict False: published as true" in r.getMessage() for r in caplog.records)

@@ -79,7 +79,7 @@ def reader_folder(tmp_path, monkeypatch, server, served):
     words = "the bank closed early a river film great acting mess warm funny dull tired story".split()
     (tmp_path / "vocab.txt").write_text("\n".join(words) + "\n")
     tokenizer = ElmoTokenizer(vocab_file=str(tmp_path / "vocab.txt"))
-    config = ElmoConfig(hidden_size=16, cell_size=32, char_embedding_dim=8, char_cnn_filters=[[1, 8], [2, 8], [3, 16]],
+    config = ElmoConfig(projection_dim=16, cell_size=32, char_embedding_dim=8, char_cnn_filters=[[1, 8], [2, 8], [3, 16]],
                         num_highway_layers=1, vocab_size=tokenizer.vocab_size)
     save_model_folder(ElmoForBidirectionalLM(config), tokenizer, tmp_path / "outputs" / "elmo-quickstart")
     text = "\n".join(" ".join(words[i:] + words[:i]) for i in range(len(words))) + "\n"

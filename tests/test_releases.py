@@ -22,6 +22,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # numpy_reference, however pytest imports this file
 import numpy_reference as ref  # noqa: E402
 from modeling_elmo import cli, releases  # noqa: E402
+from modeling_elmo.original_format import config_options  # noqa: E402
 from modeling_elmo.releases import (  # noqa: E402
     RELEASES,
     DownloadError,
@@ -115,7 +116,7 @@ def test_convert_release_downloads_converts_and_writes_a_folder_ready_for_push(s
     for figure in ("84.63", "93.85", "39.7", "93.6 M", "1B Word Benchmark", "elmo push"):
         assert figure in readme, figure
     model = ElmoModel.from_pretrained(out)
-    assert model.config.to_options()["lstm"]["dim"] == synthetic_files[0]["lstm"]["dim"]
+    assert config_options(model.config)["lstm"]["dim"] == synthetic_files[0]["lstm"]["dim"]
 
     # `elmo push --dry-run` takes the folder as it is, and its Hub card carries the published figures.
     hub_dir = tmp_path / "hub"

@@ -36,7 +36,7 @@ def corpus(count: int, seed: int = 0) -> list[str]:
 
 
 def tiny_config(**extra) -> ElmoConfig:
-    values = dict(hidden_size=16, cell_size=32, char_embedding_dim=8, char_cnn_filters=[[1, 8], [2, 16], [3, 16]],
+    values = dict(projection_dim=16, cell_size=32, char_embedding_dim=8, char_cnn_filters=[[1, 8], [2, 16], [3, 16]],
                   num_highway_layers=1, hidden_dropout_prob=0.0, classifier_dropout=0.0)
     return ElmoConfig(**{**values, **extra})
 
@@ -215,15 +215,20 @@ def test_config_output_hidden_states_and_return_dict_are_honoured_by_every_class
             assert model(**enc, **extra, return_dict=True).hidden_states is None
 
 
-def test_the_bilm_head_returns_the_layers_at_its_own_positions_boundaries_included(lm_tokenizer):
+def test_the_bilm_head_returns_one_row_per_word_and_its_own_positions_on_request(lm_tokenizer):
     torch.manual_seed(0)
     model = ElmoForBidirectionalLM(tiny_config(vocab_size=len(lm_tokenizer))).eval()
     enc = _batch(lm_tokenizer, corpus(2))
     enc.pop("word_ids")
     with torch.no_grad():
-        out = model(**enc, output_hidden_states=True)
+        words = model(**enc, output_hidden_states=True)
+        out = model(**enc, output_hidden_states=True, keep_sentence_boundaries=True)
         base = model.elmo(**enc, keep_sentence_boundaries=True, output_hidden_states=True)
+        per_word = model.elmo(**enc, output_hidden_states=True)
     assert out.hidden_states[-1].shape[1] == enc["attention_mask"].shape[1] + 2
     for mine, reference in zip(out.hidden_states, base.hidden_states):
         torch.testing.assert_close(mine, reference)
     torch.testing.assert_close(out.last_hidden_state, out.hidden_states[-1])
+    for mine, reference in zip(words.hidden_states, per_word.hidden_states):
+        torch.testing.assert_close(mine, reference)
+    torch.testing.assert_close(words.last_hidden_state, words.hidden_states[-1])

@@ -60,7 +60,7 @@ def test_pretrain_refuses_a_vocabulary_file_with_a_repeated_word_in_one_line(tmp
 def test_a_vocabulary_of_another_size_than_the_softmax_is_refused_when_scoring(tmp_path, capsys):
     (tmp_path / "words.txt").write_text("\n".join(f"w{i}" for i in range(20)) + "\n")
     tokenizer = ElmoTokenizer(vocab_file=str(tmp_path / "words.txt"))
-    config = ElmoConfig(vocab_size=tokenizer.vocab_size, hidden_size=8, cell_size=16, char_embedding_dim=4,
+    config = ElmoConfig(vocab_size=tokenizer.vocab_size, projection_dim=8, cell_size=16, char_embedding_dim=4,
                         char_cnn_filters=[[1, 4], [2, 8]], num_highway_layers=1)
     torch.manual_seed(0)
     save_model_folder(ElmoForBidirectionalLM(config), tokenizer, tmp_path / "lm")

@@ -455,7 +455,7 @@ def evaluate(args) -> EvaluationResults:
         untrained_seed=args.seed if args.compare_untrained else None,
         details={
             "settings": settings, "datasets": datasets,
-            "model_config": {k: getattr(config, k) for k in ("vocab_size", "hidden_size", "cell_size",
+            "model_config": {k: getattr(config, k) for k in ("vocab_size", "projection_dim", "hidden_size", "cell_size",
                                                               "num_hidden_layers", "char_cnn_filters",
                                                               "num_highway_layers")},
             "parameters": num_parameters,

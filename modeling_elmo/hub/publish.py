@@ -245,9 +245,15 @@ def _load_model_and_tokenizer(run: RunFolder, dtype: str = "float32"):
     from .. import modeling_elmo
     from ..configuration_elmo import ElmoConfig
     from ..inference import check_loading_info, check_weights_fit_config, quiet_load_report
+    from ..loading import check_config
     from ..tokenization_elmo import ElmoTokenizer
 
     config = ElmoConfig.from_pretrained(run.root)
+    check_config(config, str(run.config_file))
+    if config.return_dict is not True:  # every caller of a published model expects output objects
+        logger.warning("%s sets return_dict %r: published as true (the default), so that the model returns output "
+                       "objects for everyone who loads it.", run.config_file, config.return_dict)
+        config.return_dict = True
     architectures = list(config.architectures or ["ElmoModel"])
     if architectures[0] not in MODEL_ARCHITECTURES:
         raise ValueError(f"{run.config_file} names the architecture {architectures[0]!r}; expected one of "
@@ -256,8 +262,9 @@ def _load_model_and_tokenizer(run: RunFolder, dtype: str = "float32"):
     check_weights_fit_config(run.root, model_class, config)  # before anything is allocated
     try:
         with quiet_load_report():  # ignore_mismatched_sizes: wrong shapes come back in the info, checked below
-            model, info = model_class.from_pretrained(run.root, use_safetensors=True, output_loading_info=True,
-                                                      ignore_mismatched_sizes=True, dtype=getattr(torch, dtype))
+            model, info = model_class.from_pretrained(run.root, config=config, use_safetensors=True,
+                                                      output_loading_info=True, ignore_mismatched_sizes=True,
+                                                      dtype=getattr(torch, dtype))
     except Exception as error:  # a damaged file: safetensors' and torch's own error types
         text = " ".join(str(error).split())[:300]
         raise ValueError(f"cannot load the weights in {run.root}: {type(error).__name__}: {text}") from None

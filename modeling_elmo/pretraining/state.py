@@ -27,7 +27,7 @@ IDENTITY_ARGUMENTS = (
 )
 #: Config fields that define the model a run trains.
 MODEL_KEYS = (
-    "vocab_size", "hidden_size", "cell_size", "num_hidden_layers", "char_embedding_dim", "char_cnn_filters",
+    "vocab_size", "projection_dim", "cell_size", "num_hidden_layers", "char_embedding_dim", "char_cnn_filters",
     "num_highway_layers", "char_cnn_activation", "max_characters_per_token", "num_characters", "char_vocabulary",
     "use_skip_connections",
     "cell_clip", "proj_clip", "lm_softmax", "num_negative_samples", "hidden_dropout_prob",

@@ -48,7 +48,7 @@ DEFAULT_MODEL_CONFIG = "elmo-tiny"
 INIT_MODEL_FILES = ("config.json", "model.safetensors", "vocab.txt")
 #: Flags that override a field of the model configuration.
 CONFIG_OVERRIDES = {"lm_softmax": "lm_softmax", "num_negative_samples": "num_negative_samples", "dropout": "hidden_dropout_prob"}
-_ARCHITECTURE_KEYS = ("hidden_size", "cell_size", "num_hidden_layers", "char_embedding_dim", "char_cnn_filters",
+_ARCHITECTURE_KEYS = ("projection_dim", "cell_size", "num_hidden_layers", "char_embedding_dim", "char_cnn_filters",
                       "num_highway_layers", "char_cnn_activation", "max_characters_per_token", "num_characters",
                       "char_vocabulary",
                       "use_skip_connections")
@@ -155,8 +155,10 @@ def check_inputs(args: PretrainingArguments) -> RunPlan:
         if (folder / "char_vocab.json").is_file():
             fixed_characters = (folder / "char_vocab.json", f"--init-from-model {args.init_from_model!r}")
         if args.model_config is not None:
-            own = read_model_preset(str(folder / "config.json"))
-            given = read_model_preset(args.model_config)
+            from ..configuration_elmo import ElmoConfig
+
+            own = ElmoConfig.upgraded_dict(read_model_preset(str(folder / "config.json")))
+            given = ElmoConfig.upgraded_dict(read_model_preset(args.model_config))
             bad = [k for k in _ARCHITECTURE_KEYS if k in own and k in given and own[k] != given[k]]
             if bad:
                 raise ValueError(f"--model-config {args.model_config!r} differs from --init-from-model {args.init_from_model!r} "

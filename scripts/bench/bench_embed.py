@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
             achieved = positions * forward_flops(config, 1, 1) / 3 / report.seconds  # forward_flops counts 3 positions
             results["models"][name] = {
                 "parameters": sum(p.numel() for p in embedder.model.parameters()),
-                "layers_x_width": [config.num_representation_layers, config.output_size],
+                "layers_x_width": [config.num_representation_layers, config.hidden_size],
                 "embed_seconds": round(report.seconds, 3),
                 "wall_seconds_with_merge": round(wall, 3),
                 "sentences_per_second": round(speed, 1),

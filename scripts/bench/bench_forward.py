@@ -91,7 +91,7 @@ def forward_flops(config: ElmoConfig, batch: int, tokens: int) -> float:
     positions = batch * (tokens + 2)
     C, d = config.max_characters_per_token, config.char_embedding_dim
     cnn = sum(2 * (C - w + 1) * w * d * n for w, n in config.char_cnn_filters)
-    Fw, P, H = config.num_char_cnn_filters, config.hidden_size, config.cell_size
+    Fw, P, H = config.num_char_cnn_filters, config.projection_dim, config.cell_size
     highway = config.num_highway_layers * 2 * 2 * Fw * Fw
     projection = 2 * Fw * P
     lstm = 2 * config.num_hidden_layers * (2 * P * 4 * H * 2 + 2 * H * P)
@@ -104,7 +104,7 @@ def matrix_product_floor(config: ElmoConfig, batch: int, tokens: int, repeats: i
     without faster GEMMs. Its FLOP/s, as a fraction of the square-matmul peak, is the ceiling this shape allows."""
     positions = batch * (tokens + 2)
     C, d = config.max_characters_per_token, config.char_embedding_dim
-    Fw, P, H = config.num_char_cnn_filters, config.hidden_size, config.cell_size
+    Fw, P, H = config.num_char_cnn_filters, config.projection_dim, config.cell_size
     packed = torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_reorder_linear_weight")
 
     def product(m: int, k: int, n: int, per_step: bool = False) -> float:
@@ -145,7 +145,7 @@ def baseline_forward(model: ElmoModel, input_ids: torch.Tensor) -> list[torch.Te
     def run(layers, inputs):
         outs = []
         for index, layer in enumerate(layers):
-            h = inputs.new_zeros(batch, config.hidden_size)
+            h = inputs.new_zeros(batch, config.projection_dim)
             c = inputs.new_zeros(batch, config.cell_size)
             ys = []
             for t in range(inputs.shape[1]):

@@ -62,7 +62,7 @@ def matmul_flops(n: int = 2048, repeats: int = 5) -> float:
 
 def flops_per_position(config: ElmoConfig, positions_per_target: float) -> float:
     """Training FLOPs (forward + backward) per biLM position."""
-    d_c, P, H, L = config.char_embedding_dim, config.hidden_size, config.cell_size, config.num_hidden_layers
+    d_c, P, H, L = config.char_embedding_dim, config.projection_dim, config.cell_size, config.num_hidden_layers
     width = config.max_characters_per_token
     F = sum(n for _, n in config.char_cnn_filters)
     macs = sum((width - w + 1) * w * d_c * n for w, n in config.char_cnn_filters)

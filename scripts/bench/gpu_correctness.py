@@ -48,7 +48,7 @@ def relative_difference(actual: torch.Tensor, expected: torch.Tensor) -> float:
 
 
 def small_models(device: torch.device) -> tuple[ElmoModel, ElmoModel]:
-    config = ElmoConfig(hidden_size=16, cell_size=64, num_hidden_layers=2, char_embedding_dim=4,
+    config = ElmoConfig(projection_dim=16, cell_size=64, num_hidden_layers=2, char_embedding_dim=4,
                         char_cnn_filters=[[1, 8], [2, 8], [3, 16]], num_highway_layers=1, cell_clip=0.5, proj_clip=0.4)
     torch.manual_seed(3)
     loop = ElmoModel(config)
@@ -124,7 +124,7 @@ def host_syncs(device: torch.device) -> dict:
     if device.type != "cuda":
         return {"skipped": "needs CUDA (torch.cuda.set_sync_debug_mode)"}
     vocab, batches = training_batches(500, 20000, 16, 1)
-    config = ElmoConfig(hidden_size=16, cell_size=64, char_embedding_dim=4, char_cnn_filters=[[1, 8], [2, 8]],
+    config = ElmoConfig(projection_dim=16, cell_size=64, char_embedding_dim=4, char_cnn_filters=[[1, 8], [2, 8]],
                         num_highway_layers=1, vocab_size=len(vocab), lm_softmax="sampled", num_negative_samples=64,
                         lstm_implementation="fused")
     model = ElmoForBidirectionalLM(config).to(device).train()
