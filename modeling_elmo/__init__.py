@@ -30,12 +30,12 @@ _LAZY_NAMES = {
         "modeling_elmo"),
     **dict.fromkeys(["BOS_CHAR_IDS", "EOS_CHAR_IDS", "ElmoTokenizer", "decode_char_ids", "encode_words"],
                     "tokenization_elmo"),
-    **dict.fromkeys(["ElmoEmbedder", "load_elmo_model", "load_elmo_tokenizer"], "inference"),
+    **dict.fromkeys(["ElmoEmbedder", "load_elmo_model", "load_elmo_tokenizer"], "embedding.inference"),
 }
 
 if TYPE_CHECKING:
     from .configuration_elmo import AUTO_MAP, ElmoConfig
-    from .inference import ElmoEmbedder, load_elmo_model, load_elmo_tokenizer
+    from .embedding.inference import ElmoEmbedder, load_elmo_model, load_elmo_tokenizer
     from .modeling_elmo import (
         ElmoBidirectionalLMOutput,
         ElmoBiLstm,
@@ -141,7 +141,7 @@ def save_model_folder(
     """``model.save_pretrained`` (safetensors, code files, full ``auto_map``) and ``tokenizer.save_pretrained`` into
     ``folder``: the folder loads through every Auto class, with or without this package installed."""
     register_auto_classes()
-    from .io_utils import follow_umask
+    from .utils.io_utils import follow_umask
 
     folder = os.fspath(folder)
     model.save_pretrained(folder, **save_kwargs)

@@ -25,7 +25,7 @@ Read top to bottom:
 5. heads: `ElmoForBidirectionalLM` (pretraining), `ElmoForSequenceClassification`, `ElmoForTokenClassification`.
    Every head calls `ElmoModel.forward` through ``self.elmo``.
 
-Conventions (the converter in `modeling_elmo.convert` maps the original TensorFlow layout to these):
+Conventions (the converter in `modeling_elmo.conversion.convert` maps the original TensorFlow layout to these):
 LSTM gates are in PyTorch order (input, forget, cell, output); the LSTM bias already holds TensorFlow's run-time
 forget bias of +1; the highway uses TensorFlow's convention, where the gate ("carry" in the original files)
 multiplies the transformed branch.

@@ -12,13 +12,13 @@ Local files:
         --output elmo-original
 
 The folder loads with ``AutoModel.from_pretrained(folder, trust_remote_code=True)`` and is ready for ``elmo push``.
-The work is done by ``modeling_elmo.convert`` and ``modeling_elmo.releases``; see ``docs/conversion.md``.
+The work is done by ``modeling_elmo.conversion.convert`` and ``modeling_elmo.conversion.releases``; see ``docs/conversion.md``.
 """
 
 import sys
 
 try:
-    from modeling_elmo.convert import main
+    from modeling_elmo.conversion.convert import main
 except ModuleNotFoundError as error:  # the package is not installed (scripts never import the clone's folder)
     if not (error.name or "").startswith("modeling_elmo"):
         raise

@@ -3,14 +3,14 @@
     python scripts/embed.py sentences.txt elmo.hdf5 --model path/or/hub-id --all
     accelerate launch --multi_gpu --num_processes 4 scripts/embed.py sentences.txt elmo.hdf5 --model m --top
 
-The work is done by ``modeling_elmo.embed`` (also available as ``elmo embed``); see docs/embed.md for the file layout,
+The work is done by ``modeling_elmo.embedding.embed`` (also available as ``elmo embed``); see docs/embed.md for the file layout,
 blank lines, resuming, multi-process runs and the errors it refuses with.
 """
 
 import sys
 
 try:
-    from modeling_elmo.embed import main
+    from modeling_elmo.embedding.embed import main
 except ModuleNotFoundError as error:  # the package is not installed (scripts never import the clone's folder)
     if not (error.name or "").startswith("modeling_elmo"):
         raise

@@ -26,8 +26,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 try:
-    from modeling_elmo.results import read_results
-    from modeling_elmo.run_folder import RunFolder
+    from modeling_elmo.utils.results import read_results
+    from modeling_elmo.folders.run_folder import RunFolder
 except ModuleNotFoundError as error:  # the package is not installed (scripts never import the clone's folder)
     if not (error.name or "").startswith("modeling_elmo"):
         raise

@@ -27,7 +27,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy_reference as ref  # noqa: E402
-from modeling_elmo.releases import RELEASES, count_parameters  # noqa: E402
+from modeling_elmo.conversion.releases import RELEASES, count_parameters  # noqa: E402
 
 
 # ----------------------------------------------------------------------------------------------- the server

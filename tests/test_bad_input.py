@@ -36,10 +36,10 @@ from modeling_elmo import (  # noqa: E402
     load_elmo_model,
     save_model_folder,
 )
-from modeling_elmo.inference import ElmoEmbedder  # noqa: E402
-from modeling_elmo.original_format import convert_config  # noqa: E402
+from modeling_elmo.embedding.inference import ElmoEmbedder  # noqa: E402
+from modeling_elmo.conversion.original_format import convert_config  # noqa: E402
 from transformers import AutoModel  # noqa: E402
-from modeling_elmo.results import EvaluationResults, write_results  # noqa: E402
+from modeling_elmo.utils.results import EvaluationResults, write_results  # noqa: E402
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "bad-input.md"
 SECTIONS = ("library", "elmo embed", "elmo evaluate", "elmo convert", "elmo push")
@@ -414,7 +414,7 @@ def _hostile_efml_inputs(root: Path, efml: Path) -> None:
 
     from efml_fixtures import efml_weights
 
-    from modeling_elmo.efml_format import PUBLISHED_ARCHITECTURE
+    from modeling_elmo.conversion.efml_format import PUBLISHED_ARCHITECTURE
 
     te, en = efml_weights()
     shutil.copytree(efml, root / "nan.model")
@@ -446,7 +446,7 @@ def _hollow_release(folder: Path, filters: list[list[int]]) -> None:
     """``options.json`` with ``filters`` and a ``weights.hdf5`` declaring every dataset they imply, none written."""
     import h5py
 
-    from modeling_elmo.convert import convert_config, expected_dataset_shapes
+    from modeling_elmo.conversion.convert import convert_config, expected_dataset_shapes
 
     options = ref.tiny_options(filters=filters, n_highway=1)
     folder.mkdir()

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from modeling_elmo import ElmoConfig, ElmoModel
-from modeling_elmo.loading import check_config
-from modeling_elmo.original_format import config_options, convert_config
+from modeling_elmo.utils.loading import check_config
+from modeling_elmo.conversion.original_format import config_options, convert_config
 
 from conftest import REPO_ROOT
 

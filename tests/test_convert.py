@@ -1,6 +1,6 @@
 """Conversion of original ELMo releases, proven against the independent numpy forward in numpy_reference.py.
 
-Random tiny releases are written in the original HDF5 layout, converted with ``modeling_elmo.convert`` and
+Random tiny releases are written in the original HDF5 layout, converted with ``modeling_elmo.conversion.convert`` and
 compared layer by layer with a float64 numpy implementation of the TensorFlow computation (tolerance 1e-5).
 """
 
@@ -23,14 +23,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # numpy_reference, however pytest imports this file
 import numpy_reference as ref  # noqa: E402
 from support import run_without_package  # noqa: E402
-from modeling_elmo.convert import (  # noqa: E402
+from modeling_elmo.conversion.convert import (  # noqa: E402
     convert,
     convert_config,
     convert_state_dict,
     main,
     read_options,
 )
-from modeling_elmo.parity import validate_converted_model  # noqa: E402
+from modeling_elmo.conversion.parity import validate_converted_model  # noqa: E402
 from modeling_elmo.tokenization_elmo import ElmoTokenizer  # noqa: E402
 
 ATOL = 1e-5
@@ -349,7 +349,7 @@ def test_existing_output_folder_is_refused_without_overwrite(release, tmp_path):
 
 def test_a_file_the_user_puts_into_the_new_output_while_it_converts_is_kept_and_the_run_refused(release, tmp_path,
                                                                                              monkeypatch):
-    import modeling_elmo.convert as convert_module
+    import modeling_elmo.conversion.convert as convert_module
 
     _, options_path, weights_path = release
     out = tmp_path / "out" / "new"
@@ -393,7 +393,7 @@ def test_overwrite_refuses_a_card_the_user_edited_and_a_file_listed_in_the_manif
 def test_a_second_conversion_into_a_folder_being_converted_is_refused_in_one_line(release, tmp_path):
     import threading
 
-    from modeling_elmo.manifest import output_lock
+    from modeling_elmo.folders.manifest import output_lock
 
     _, options_path, weights_path = release
     out = tmp_path / "out"
@@ -455,7 +455,7 @@ def test_kill_9_during_a_conversion_leaves_a_temporary_folder_that_the_next_run_
         "    print('saved', flush=True)\n"
         "    time.sleep(600)\n"
         "modeling_elmo.save_model_folder = save_then_stall\n"
-        "from modeling_elmo.convert import main\n"
+        "from modeling_elmo.conversion.convert import main\n"
         "sys.exit(main(sys.argv[1:]))\n")
     proc = subprocess.Popen([sys.executable, "-c", stalls_after_saving, "--options", options_path, "--weights",
                              weights_path, "--output", str(out)], stdout=subprocess.PIPE, text=True)
@@ -747,7 +747,7 @@ def test_a_tmpfs_that_fills_up_as_the_weights_are_written_is_one_line_and_leaves
 
 
 def test_an_error_quoting_a_huge_value_is_cut_to_one_short_line(release, tmp_path, monkeypatch):
-    import modeling_elmo.convert as convert_module
+    import modeling_elmo.conversion.convert as convert_module
 
     def quoting(*args, **kwargs):
         raise ValueError("a token " + "y" * 5_000_000 + " is bad")

@@ -16,7 +16,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy_reference as ref  # noqa: E402
 from modeling_elmo import cli  # noqa: E402
-from modeling_elmo.convert import convert, convert_config, convert_state_dict, expected_dataset_shapes  # noqa: E402
+from modeling_elmo.conversion.convert import convert, convert_config, convert_state_dict, expected_dataset_shapes  # noqa: E402
 
 
 def _error_line(argv) -> str:
@@ -87,7 +87,7 @@ def test_options_declaring_a_billion_filters_are_one_line(tmp_path):
 def test_atol_that_cannot_work_is_refused_before_any_work(tmp_path, atol, monkeypatch):
     options_path, weights_path = ref.write_original_files(tmp_path / "src", ref.tiny_options(), seed=1)
     read = []
-    monkeypatch.setattr("modeling_elmo.convert.read_options", lambda path: read.append(path))
+    monkeypatch.setattr("modeling_elmo.conversion.convert.read_options", lambda path: read.append(path))
     message = _error_line(["--options", options_path, "--weights", weights_path, "--output", str(tmp_path / "out"),
                            "--atol", atol])
     assert message == (f"elmo convert: error: --atol must be a finite number > 0 (the largest accepted difference to "

@@ -24,12 +24,12 @@ from release_server import server  # noqa: E402,F401  (the fixture)
 from support import assert_same_numbers, run_without_package  # noqa: E402
 
 from modeling_elmo import ElmoModel, ElmoTokenizer, cli  # noqa: E402
-from modeling_elmo import convert_efml as ce  # noqa: E402
-from modeling_elmo import efml_format, efml_releases  # noqa: E402
-from modeling_elmo.efml_format import (  # noqa: E402
+from modeling_elmo.conversion import convert_efml as ce  # noqa: E402
+from modeling_elmo.conversion import efml_format, efml_releases  # noqa: E402
+from modeling_elmo.conversion.efml_format import (  # noqa: E402
     check_tensor_storage, load_state_dict, pickle_references, read_dic, read_efml_model, safe_extract_zip,
 )
-from modeling_elmo.efml_reference import efml_forward, efml_inputs  # noqa: E402
+from modeling_elmo.conversion.efml_reference import efml_forward, efml_inputs  # noqa: E402
 
 SENTENCES = [["日本語", "abc", "Жы"], ["e\u0301", "ü", "unknownword", "ب"], ["ca"], ["日本", "ab", "d" * 60, "語", "ы"]]
 

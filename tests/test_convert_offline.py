@@ -8,8 +8,10 @@ import time
 
 import pytest
 
-from modeling_elmo import convert, io_utils
-from modeling_elmo.releases import DownloadError, get_release, release_cache_dir
+from modeling_elmo.conversion import convert
+
+from modeling_elmo.utils import io_utils
+from modeling_elmo.conversion.releases import DownloadError, get_release, release_cache_dir
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from modeling_elmo.run_folder import CODE_FILES
+from modeling_elmo.folders.run_folder import CODE_FILES
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 

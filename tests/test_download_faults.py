@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from modeling_elmo import cli, releases
-from modeling_elmo.releases import DownloadError, download_file, fetch_release
+from modeling_elmo import cli
+
+from modeling_elmo.conversion import releases
+from modeling_elmo.conversion.releases import DownloadError, download_file, fetch_release
 
 
 @pytest.fixture(autouse=True)
@@ -108,7 +110,7 @@ def test_redirect_is_followed_and_recorded_with_the_url_that_served_the_file(ser
     elsewhere = "/elsewhere/weights.hdf5"
     server.files[elsewhere] = synthetic_files[2]
     server.redirects[served["weights"]] = _host(server) + elsewhere
-    with caplog.at_level(logging.WARNING, logger="modeling_elmo.releases"):
+    with caplog.at_level(logging.WARNING, logger="modeling_elmo.conversion.releases"):
         assert cli.main(["convert", "--release", "original", "--base-url", server.url, "--cache-dir",
                          str(tmp_path / "cache"), "--output", str(tmp_path / "out")]) == 0
     asked = release.url("weights", server.url)
@@ -297,7 +299,7 @@ def test_links_planted_for_the_record_the_cached_file_the_lock_or_the_release_fo
 # ----------------------------------------------------------------------------------------------- the output
 def test_a_file_put_into_the_output_during_the_download_is_kept_and_the_conversion_refused(server, served, release,
                                                                                           tmp_path, monkeypatch):
-    from modeling_elmo import convert
+    from modeling_elmo.conversion import convert
 
     out = tmp_path / "out" / "new"
     original = convert.fetch_release

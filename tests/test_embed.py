@@ -1,4 +1,4 @@
-"""Tests of `modeling_elmo.embed` (the ``elmo embed`` command).
+"""Tests of `modeling_elmo.embedding.embed` (the ``elmo embed`` command).
 
 The I/O machinery (streaming, length sorting, chunk files, merging, resuming) is tested with a cheap deterministic
 fake embedder; the model-backed tests compare the HDF5 file with `ElmoModel` called on one sentence at a time.
@@ -21,8 +21,8 @@ import torch
 
 from support import assert_same_numbers
 
-from modeling_elmo import embed as embed_mod
-from modeling_elmo.embed import count_lines, embed_file
+from modeling_elmo.embedding import embed as embed_mod
+from modeling_elmo.embedding.embed import count_lines, embed_file
 
 
 REPO = Path(__file__).resolve().parents[1]
@@ -483,7 +483,7 @@ def test_cli_refuses_weights_that_do_not_match_the_config_in_one_line(tmp_path, 
     (model / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 3}))
     src = write_lines(tmp_path / "in.txt", ["a b"] * 50)
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    proc = subprocess.run([sys.executable, "-m", "modeling_elmo.embed", str(src), str(tmp_path / "o.h5"),
+    proc = subprocess.run([sys.executable, "-m", "modeling_elmo.embedding.embed", str(src), str(tmp_path / "o.h5"),
                            "--model", str(model), "--all"], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1
     assert proc.stderr.splitlines() == [proc.stderr.strip()], proc.stderr  # one line: no table, no traceback
@@ -562,7 +562,7 @@ def test_two_process_accelerate_run_merges_to_the_single_process_output(tmp_path
            "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-           "--main_process_port", str(_free_port()), "-m", "modeling_elmo.embed",
+           "--main_process_port", str(_free_port()), "-m", "modeling_elmo.embedding.embed",
            args[0], str(tmp_path / "multi.h5"), *args[1:]]
     proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 import torch
 
-from modeling_elmo import embed as embed_mod
-from modeling_elmo.embed import embed_file
-from modeling_elmo.inference import ElmoEmbedder, load_elmo_model, weights_fingerprint
+from modeling_elmo.embedding import embed as embed_mod
+from modeling_elmo.embedding.embed import embed_file
+from modeling_elmo.embedding.inference import ElmoEmbedder, load_elmo_model, weights_fingerprint
 
 from test_embed import TINY, FakeEmbedder, read_h5, write_lines
 
@@ -106,7 +106,7 @@ def test_line_reader_splits_as_a_regular_expression_does_at_every_block_boundary
     import random
     import re
 
-    from modeling_elmo.io_utils import iter_lines, scan_lines
+    from modeling_elmo.utils.io_utils import iter_lines, scan_lines
 
     rng = random.Random(1)
     path = tmp_path / "lines.bin"

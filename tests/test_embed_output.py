@@ -10,7 +10,7 @@ import stat
 import pytest
 from test_embed import FakeEmbedder, SENTENCES, read_h5, run
 
-from modeling_elmo.embed import embed_file
+from modeling_elmo.embedding.embed import embed_file
 
 
 def _device_like_dev_null(path):

@@ -20,8 +20,8 @@ from modeling_elmo.evaluation.metrics import (
     most_frequent_tag_accuracy,
 )
 from modeling_elmo.evaluation.wsd import DEFAULT_WSD_SET, SENSEVAL_TSV, build_wsd_subset, score_nearest_neighbour
-from modeling_elmo.results import read_results
-from modeling_elmo.run_folder import RunFolder
+from modeling_elmo.utils.results import read_results
+from modeling_elmo.folders.run_folder import RunFolder
 from support import assert_same_numbers
 
 
@@ -473,7 +473,7 @@ def test_most_frequent_tag_baseline_tags_each_word_as_in_training_and_unseen_wor
 
 def test_the_report_says_which_features_do_not_beat_the_simple_baseline():
     from modeling_elmo.evaluation.report import markdown_report
-    from modeling_elmo.results import EvaluationResults, ScoreResult
+    from modeling_elmo.utils.results import EvaluationResults, ScoreResult
 
     scores = [ScoreResult(task="probe-pos", dataset="ud", split="validation", representation=name, metric="accuracy",
                           value=value, examples=1000, baseline=0.826, baseline_name="most frequent tag of the word")

@@ -11,7 +11,7 @@ import pytest
 from test_evaluation import tiny  # noqa: F401  (the fixture: a tiny biLM folder)
 
 from modeling_elmo.evaluation.cli import main
-from modeling_elmo.run_folder import RunFolder
+from modeling_elmo.folders.run_folder import RunFolder
 
 
 @pytest.fixture

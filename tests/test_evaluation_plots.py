@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
 from modeling_elmo.evaluation.report import probe_figure, probe_y_range  # noqa: E402
-from modeling_elmo.results import ScoreResult, UntrainedComparison  # noqa: E402
+from modeling_elmo.utils.results import ScoreResult, UntrainedComparison  # noqa: E402
 
 
 def _scores(task, values, baseline, untrained=None):

@@ -1,4 +1,4 @@
-"""Tests of `modeling_elmo.features`: cached ELMo features and their collator."""
+"""Tests of `modeling_elmo.embedding.features`: cached ELMo features and their collator."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 
 from modeling_elmo import (ElmoConfig, ElmoForSequenceClassification, ElmoForTokenClassification, ElmoModel,
                            ElmoTokenizer)
-from modeling_elmo.features import ElmoFeatureCollator, add_elmo_features
+from modeling_elmo.embedding.features import ElmoFeatureCollator, add_elmo_features
 
 
 TINY = dict(projection_dim=8, cell_size=16, char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 8]], num_highway_layers=1,

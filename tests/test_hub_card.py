@@ -10,7 +10,7 @@ from huggingface_hub import ModelCard, ModelCardData
 
 from modeling_elmo import ElmoConfig
 from modeling_elmo.hub.card import CARD_KINDS, MIN_INDEXED_EXAMPLES, CardInputs, build_model_card, detect_card_kind
-from modeling_elmo.results import (
+from modeling_elmo.utils.results import (
     EvaluationResults,
     PerplexityResult,
     ScoreResult,

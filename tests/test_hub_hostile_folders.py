@@ -19,7 +19,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from modeling_elmo import AUTO_MAP, ElmoConfig, ElmoForBidirectionalLM, ElmoTokenizer, hub, save_model_folder
-from modeling_elmo.manifest import MANIFEST
+from modeling_elmo.folders.manifest import MANIFEST
 
 SECRET = "root:x:0:0:the-secret-line-of-a-file-outside:/root:/bin/bash\n"
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 64
@@ -142,7 +142,7 @@ def test_an_html_dataset_name_is_escaped_in_the_text_and_left_out_of_the_yaml(mo
 
 
 def test_markup_in_command_line_values_and_results_is_escaped(model, tmp_path):
-    from modeling_elmo.results import EvaluationResults, PerplexityResult, write_results
+    from modeling_elmo.utils.results import EvaluationResults, PerplexityResult, write_results
 
     write_results(model / "eval_results.json", EvaluationResults.now(
         model="lm", source="elmo pretrain", perplexity=[PerplexityResult(
@@ -274,7 +274,7 @@ def test_a_file_the_user_puts_into_the_output_while_it_is_assembled_is_kept_and_
 def test_a_second_push_into_an_output_being_assembled_is_refused_in_one_line(model, tmp_path):
     import threading
 
-    from modeling_elmo.manifest import output_lock
+    from modeling_elmo.folders.manifest import output_lock
 
     out = tmp_path / "out"
     held, done = threading.Event(), threading.Event()

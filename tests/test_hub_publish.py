@@ -36,7 +36,7 @@ from modeling_elmo import (
 )
 from modeling_elmo import hub
 from modeling_elmo.hub.card import escape_markdown
-from modeling_elmo.results import (
+from modeling_elmo.utils.results import (
     EvaluationResults,
     PerplexityResult,
     ScoreResult,
@@ -44,7 +44,7 @@ from modeling_elmo.results import (
     UntrainedComparison,
     write_results,
 )
-from modeling_elmo.run_folder import CODE_FILES, RunFolder
+from modeling_elmo.folders.run_folder import CODE_FILES, RunFolder
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PACKAGE_DIR = REPO_ROOT / "modeling_elmo"

@@ -15,8 +15,8 @@ import pytest
 from huggingface_hub import constants
 
 from modeling_elmo.hub.safety import audit_shipped_code, resolve_token, scan_for_secrets
-from modeling_elmo.loading import refuse_pickled_weights
-from modeling_elmo.run_folder import CODE_FILES
+from modeling_elmo.utils.loading import refuse_pickled_weights
+from modeling_elmo.folders.run_folder import CODE_FILES
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1] / "modeling_elmo"
 TOKEN = "hf_" + "Z" * 34

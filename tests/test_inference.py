@@ -1,4 +1,4 @@
-"""Tests of `modeling_elmo.inference`: the strict loader and the embedder that `elmo embed` and the cached features
+"""Tests of `modeling_elmo.embedding.inference`: the strict loader and the embedder that `elmo embed` and the cached features
 share.
 
 Expected values come from `ElmoModel` called directly on one sentence at a time (no batching, no sorting); the
@@ -21,7 +21,7 @@ from support import assert_same_numbers
 
 from modeling_elmo import (ElmoConfig, ElmoForBidirectionalLM, ElmoForSequenceClassification,
                            ElmoForTokenClassification, ElmoModel, ElmoTokenizer)
-from modeling_elmo.inference import ElmoEmbedder, load_elmo_model, load_elmo_tokenizer, make_batches
+from modeling_elmo.embedding.inference import ElmoEmbedder, load_elmo_model, load_elmo_tokenizer, make_batches
 
 
 REPO = Path(__file__).resolve().parents[1]
@@ -135,13 +135,13 @@ def test_loader_gives_one_line_for_a_location_that_is_not_an_elmo_model(tmp_path
 
 
 def test_library_modules_do_not_import_the_embed_command():
-    code = ("import sys, modeling_elmo.inference, modeling_elmo.features; "
+    code = ("import sys, modeling_elmo.embedding.inference, modeling_elmo.embedding.features; "
             "print(sorted(m for m in sys.modules if m.startswith('modeling_elmo.')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
                          check=True).stdout
     modules = json.loads(out.replace("'", '"'))
-    assert "modeling_elmo.inference" in modules and "modeling_elmo.features" in modules
-    assert "modeling_elmo.embed" not in modules, modules
+    assert "modeling_elmo.embedding.inference" in modules and "modeling_elmo.embedding.features" in modules
+    assert "modeling_elmo.embedding.embed" not in modules, modules
 
 
 # ---------------------------------------------------------------------------------------------------- embedder
@@ -181,8 +181,8 @@ def test_non_finite_vectors_are_refused_where_they_leave_the_model_not_in_its_fo
     (so no check of the weights at load time catches them) but overflow float32 in the token projection."""
     import datasets
 
-    from modeling_elmo.embed import main as embed_main
-    from modeling_elmo.features import add_elmo_features
+    from modeling_elmo.embedding.embed import main as embed_main
+    from modeling_elmo.embedding.features import add_elmo_features
 
     model = save(tmp_path / "m")
     with torch.no_grad():  # finite weights whose products overflow: filter outputs near 1e38, times 1e38
@@ -226,7 +226,7 @@ def test_the_package_loader_runs_the_packed_cpu_form_where_torch_has_it(tmp_path
     from modeling_elmo import packed_kernels
 
     save(tmp_path / "m")
-    script = ("import sys; import modeling_elmo.inference as inference; from modeling_elmo import lstm_kernels; "
+    script = ("import sys; import modeling_elmo.embedding.inference as inference; from modeling_elmo import lstm_kernels; "
               "before = lstm_kernels.cpu_kernels().name; inference.load_elmo_model(sys.argv[1]); "
               "print(before, lstm_kernels.cpu_kernels().name)")
     done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "m")], capture_output=True, text=True,

@@ -1,4 +1,4 @@
-"""`modeling_elmo.lm_scoring`: the targets of both layouts, perplexity against an independent per-example
+"""`modeling_elmo.evaluation.lm_scoring`: the targets of both layouts, perplexity against an independent per-example
 log-softmax, the unigram baseline against hand counts, and the accumulator's merge across processes."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import torch
 
 from modeling_elmo import ElmoConfig, ElmoForBidirectionalLM, ElmoTokenizer
 from modeling_elmo.configuration_elmo import BOS_ID, EOS_ID
-from modeling_elmo.lm_scoring import (
+from modeling_elmo.evaluation.lm_scoring import (
     PerplexityAccumulator,
     UnigramBaseline,
     batch_targets,
@@ -227,7 +227,7 @@ def test_a_long_line_is_scored_in_chunks_with_the_numbers_of_the_whole_line(lm_a
     """A 300-word sentence scored with at most 37 positions at a time (forward chunks left to right, backward chunks
     right to left, each carrying its LSTM state) gives the summed NLLs of an explicit log-softmax over the whole
     sentence at once; neither the biLM nor the softmax ever sees more than 37 positions."""
-    from modeling_elmo.lm_scoring import score_batch, score_batches
+    from modeling_elmo.evaluation.lm_scoring import score_batch, score_batches
 
     lm, tokenizer = lm_and_tokenizer
     rng = np.random.default_rng(0)
@@ -254,7 +254,7 @@ def test_a_long_line_is_scored_in_chunks_with_the_numbers_of_the_whole_line(lm_a
 
 
 def test_rows_are_scored_a_few_at_a_time_when_the_batch_is_large(lm_and_tokenizer):
-    from modeling_elmo.lm_scoring import score_batch
+    from modeling_elmo.evaluation.lm_scoring import score_batch
 
     lm, tokenizer = lm_and_tokenizer
     input_ids, mask, labels = _encode(tokenizer, SENTENCES)

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from modeling_elmo import io_utils, loading
+from modeling_elmo.utils import io_utils, loading
 
 
 @pytest.fixture
@@ -63,7 +63,7 @@ def test_offline_a_hub_id_not_in_the_cache_does_not_exist(tmp_path, monkeypatch)
 def test_embed_and_evaluate_refuse_a_mistyped_model_path_at_once(tmp_path, monkeypatch, no_network, capsys):
     import transformers  # noqa: F401  (imported before the clock starts: the commands import it on first use)
 
-    from modeling_elmo import embed
+    from modeling_elmo.embedding import embed
     from modeling_elmo.evaluation.cli import main as evaluate_main
 
     monkeypatch.chdir(tmp_path)
@@ -91,7 +91,7 @@ def test_there_is_one_hub_unreachable_error():
 def test_the_pickle_guard_lives_with_loading_not_under_hub():
     from modeling_elmo.hub import safety
 
-    assert loading.refuse_pickled_weights.__module__ == "modeling_elmo.loading"
+    assert loading.refuse_pickled_weights.__module__ == "modeling_elmo.utils.loading"
     assert safety.refuse_pickled_weights is loading.refuse_pickled_weights  # the publisher applies the same guard
 
 
@@ -177,8 +177,8 @@ def test_a_model_json_file_nested_200000_deep_is_one_line_naming_it(small_model,
 def test_json_nested_200000_deep_is_a_value_error_in_every_reader(tmp_path):
     from modeling_elmo import ElmoConfig
     from modeling_elmo.evaluation.data import read_wsd_jsonl
-    from modeling_elmo.io_utils import check_safetensors_header
-    from modeling_elmo.manifest import read_manifest
+    from modeling_elmo.utils.io_utils import check_safetensors_header
+    from modeling_elmo.folders.manifest import read_manifest
     from modeling_elmo.pretraining.arguments import load_recipe, read_model_preset
     from modeling_elmo.tokenization_elmo import ElmoTokenizer
 

@@ -1,4 +1,4 @@
-"""`modeling_elmo.manifest`: a folder may be replaced by a command only when everything in it is recorded in that
+"""`modeling_elmo.folders.manifest`: a folder may be replaced by a command only when everything in it is recorded in that
 command's manifest, as it wrote it (size and sha256); the output is checked again at the moment it is replaced, and
 one command at a time holds it; temporary folders of processes that no longer run are removed, those of live ones
 kept."""
@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from modeling_elmo.manifest import (
+from modeling_elmo.folders.manifest import (
     MANIFEST,
     check_replaceable,
     foreign_files,
@@ -144,7 +144,7 @@ def test_an_empty_or_missing_output_and_an_earlier_runs_own_output_are_replaced(
 
 
 def test_a_file_added_after_the_check_is_found_once_the_output_is_moved_aside_and_kept(tmp_path, monkeypatch):
-    from modeling_elmo import manifest as manifest_module
+    from modeling_elmo.folders import manifest as manifest_module
 
     out = tmp_path / "out"
     install_folder(_staging(tmp_path), out, "elmo convert", overwrite=False)

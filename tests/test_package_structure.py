@@ -85,27 +85,27 @@ def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_package_has_no_import_circle():
     graph = import_graph(REPO_ROOT, PACKAGE)
-    assert "modeling_elmo.convert" in graph and "modeling_elmo.original_format" in graph
+    assert "modeling_elmo.conversion.convert" in graph and "modeling_elmo.conversion.original_format" in graph
     assert import_circles(graph) == []
 
 
 def test_nothing_that_convert_imports_imports_convert_back():
     graph = import_graph(REPO_ROOT, PACKAGE)
-    reached, todo = set(), ["modeling_elmo.convert"]
+    reached, todo = set(), ["modeling_elmo.conversion.convert"]
     while todo:
         for other in graph[todo.pop()] - reached:
             reached.add(other)
             todo.append(other)
-    assert "modeling_elmo.convert" not in reached
-    assert {"modeling_elmo.parity", "modeling_elmo.releases", "modeling_elmo.original_format"} <= reached
+    assert "modeling_elmo.conversion.convert" not in reached
+    assert {"modeling_elmo.conversion.parity", "modeling_elmo.conversion.releases", "modeling_elmo.conversion.original_format"} <= reached
 
 
 def test_the_original_format_module_is_a_leaf_of_the_conversion_modules():
     graph = import_graph(REPO_ROOT, PACKAGE)
-    assert graph["modeling_elmo.original_format"].isdisjoint(
-        {"modeling_elmo.convert", "modeling_elmo.parity", "modeling_elmo.releases"})
-    for user in ("modeling_elmo.convert", "modeling_elmo.parity", "modeling_elmo.releases"):
-        assert "modeling_elmo.original_format" in graph[user], user
+    assert graph["modeling_elmo.conversion.original_format"].isdisjoint(
+        {"modeling_elmo.conversion.convert", "modeling_elmo.conversion.parity", "modeling_elmo.conversion.releases"})
+    for user in ("modeling_elmo.conversion.convert", "modeling_elmo.conversion.parity", "modeling_elmo.conversion.releases"):
+        assert "modeling_elmo.conversion.original_format" in graph[user], user
 
 
 def test_the_circle_finder_finds_a_circle_behind_a_deferred_import(tmp_path):

@@ -43,7 +43,7 @@ from modeling_elmo.pretraining import (
 from modeling_elmo.pretraining import batching as pdata_batching
 from modeling_elmo.pretraining import data as pdata
 from modeling_elmo.pretraining import main as pretrain_main
-from modeling_elmo.results import read_results
+from modeling_elmo.utils.results import read_results
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -26,7 +26,7 @@ from modeling_elmo.pretraining import CheckpointManager, train_losses_by_step
 from modeling_elmo.pretraining import checkpoint as ckpt
 from modeling_elmo.pretraining import main as pretrain_main
 from modeling_elmo.pretraining import output
-from modeling_elmo.run_folder import RunFolder
+from modeling_elmo.folders.run_folder import RunFolder
 
 REPO = Path(__file__).resolve().parents[1]
 

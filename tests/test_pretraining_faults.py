@@ -25,7 +25,7 @@ from modeling_elmo.pretraining import CheckpointManager, train_losses_by_step
 from modeling_elmo.pretraining import loop as pretrain_loop
 from modeling_elmo.pretraining import main as pretrain_main
 from modeling_elmo.pretraining import trainer
-from modeling_elmo.run_folder import RunFolder
+from modeling_elmo.folders.run_folder import RunFolder
 
 REPO = Path(__file__).resolve().parents[1]
 #: What safetensors raises when the disk is full (its message, as seen on a full tmpfs).

@@ -18,7 +18,7 @@ from modeling_elmo import AUTO_MAP
 from modeling_elmo.pretraining import main as pretrain_main
 from modeling_elmo.pretraining.arguments import parse_args as pretrain_args
 from modeling_elmo.pretraining.output import run_lock
-from modeling_elmo.run_folder import RunFolder
+from modeling_elmo.folders.run_folder import RunFolder
 
 USER_FILES = {"evaluation/my_analysis.md": "my analysis", "checkpoints/README-mine.txt": "my notes",
               ".tmp-mydata": "my data", ".bashrc.tmp": "my shell", "elmo-pretraining/notes.txt": "mine"}

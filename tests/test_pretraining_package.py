@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from modeling_elmo import launch
+from modeling_elmo.utils import launch
 from modeling_elmo.pretraining import arguments, parse_args
 from modeling_elmo.pretraining import main as pretrain_main
 from modeling_elmo.pretraining.data import expand_text_files
@@ -196,7 +196,7 @@ def test_launch_check_refuses_a_state_with_another_process_count(monkeypatch):
 
 
 def test_embed_uses_the_shared_launch_check(monkeypatch):
-    from modeling_elmo import embed
+    from modeling_elmo.embedding import embed
 
     monkeypatch.setenv("WORLD_SIZE", "2")
 
@@ -223,7 +223,7 @@ def test_cpu_benchmark_imports_the_public_api_and_runs_two_steps():
 def test_the_lm_corpus_recipes_record_a_licence_for_every_training_file_and_the_card_warns_of_the_research_only_one():
     from modeling_elmo.hub.card import data_license_warning
     from modeling_elmo.pretraining.arguments import parse_args
-    from modeling_elmo.results import data_file_label
+    from modeling_elmo.utils.results import data_file_label
 
     for name in ("cpu-lm-corpus", "27m-lm-corpus", "27m-lm-corpus-h200", "27m-lm-corpus-reviews"):
         args = parse_args(["--config", name])

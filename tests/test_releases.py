@@ -21,9 +21,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # numpy_reference, however pytest imports this file
 import numpy_reference as ref  # noqa: E402
-from modeling_elmo import cli, releases  # noqa: E402
-from modeling_elmo.original_format import config_options  # noqa: E402
-from modeling_elmo.releases import (  # noqa: E402
+from modeling_elmo import cli
+from modeling_elmo.conversion import releases  # noqa: E402
+from modeling_elmo.conversion.original_format import config_options  # noqa: E402
+from modeling_elmo.conversion.releases import (  # noqa: E402
     RELEASES,
     DownloadError,
     count_parameters,

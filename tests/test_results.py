@@ -1,4 +1,4 @@
-"""`modeling_elmo.results`: the schema round-trips, and the strict reader names the file and the bad field."""
+"""`modeling_elmo.utils.results`: the schema round-trips, and the strict reader names the file and the bad field."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from modeling_elmo.results import (
+from modeling_elmo.utils.results import (
     SCHEMA_VERSION,
     EvaluationResults,
     PerplexityResult,
@@ -92,7 +92,7 @@ def test_nan_or_impossible_values_are_refused_before_anything_is_written(tmp_pat
 
 
 def test_a_data_file_is_named_by_its_last_part_and_a_glob_keeps_its_folder():
-    from modeling_elmo.results import data_file_label
+    from modeling_elmo.utils.results import data_file_label
 
     assert data_file_label("/data/lm-corpus/gutenberg/*.txt") == "gutenberg/*.txt"
     assert data_file_label("../shared/data/lm-corpus/masc.txt") == "masc.txt"

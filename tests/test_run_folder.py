@@ -1,4 +1,4 @@
-"""`modeling_elmo.run_folder`: what a model folder, a run and a conversion hold, and where each artefact is."""
+"""`modeling_elmo.folders.run_folder`: what a model folder, a run and a conversion hold, and where each artefact is."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from modeling_elmo.results import EvaluationResults, write_results
-from modeling_elmo.run_folder import RunFolder
+from modeling_elmo.utils.results import EvaluationResults, write_results
+from modeling_elmo.folders.run_folder import RunFolder
 
 
 def test_a_folder_holds_a_model_only_with_a_config_and_safetensors_weights(tmp_path):

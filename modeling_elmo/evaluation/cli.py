@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from ..inference import (
+from ..embedding.inference import (
     HEAD_WEIGHT_PREFIXES,
     check_loading_info,
     check_safetensors_files,
@@ -32,11 +32,11 @@ from ..inference import (
     quiet_load_report,
     refuse_nonfinite_weights,
 )
-from ..io_utils import atomic_write_text
-from ..manifest import file_record, read_manifest, write_manifest
-from ..loading import check_model_location, refuse_pickled_weights
-from ..results import EvaluationResults, read_results, write_results
-from ..run_folder import EvaluationFolder, RunFolder
+from ..utils.io_utils import atomic_write_text
+from ..folders.manifest import file_record, read_manifest, write_manifest
+from ..utils.loading import check_model_location, refuse_pickled_weights
+from ..utils.results import EvaluationResults, read_results, write_results
+from ..folders.run_folder import EvaluationFolder, RunFolder
 from . import data as ev_data
 from .metrics import mcnemar_exact, most_frequent_tag_accuracy
 from .report import markdown_report, score_records, write_plots

@@ -18,8 +18,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..io_utils import hub_reachable, iter_lines  # hub_reachable: one probe for every command (re-exported here)
-from ..loading import HubUnreachableError
+from ..utils.io_utils import hub_reachable, iter_lines  # hub_reachable: one probe for every command (re-exported here)
+from ..utils.loading import HubUnreachableError
 
 __all__ = [
     "SENSE_LABEL_PATTERN",

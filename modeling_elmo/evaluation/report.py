@@ -1,4 +1,4 @@
-"""From task outputs to the results schema (`modeling_elmo.results`), a Markdown report and matplotlib plots.
+"""From task outputs to the results schema (`modeling_elmo.utils.results`), a Markdown report and matplotlib plots.
 
 `score_records` turns the probes' per-layer dicts into `ScoreResult` records; `markdown_report` renders an
 `EvaluationResults` (its records, plus the task diagnostics kept under ``details["tasks"]``) as tables;
@@ -11,8 +11,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..results import EvaluationResults, ScoreResult, UntrainedComparison
-from ..run_folder import EvaluationFolder, RunFolder
+from ..utils.results import EvaluationResults, ScoreResult, UntrainedComparison
+from ..folders.run_folder import EvaluationFolder, RunFolder
 
 __all__ = ["markdown_report", "read_training_curves", "representation_name", "score_records", "write_plots"]
 

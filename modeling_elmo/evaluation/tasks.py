@@ -1,4 +1,4 @@
-"""The evaluation tasks: perplexity (with a unigram baseline, both from `modeling_elmo.lm_scoring`), the
+"""The evaluation tasks: perplexity (with a unigram baseline, both from `modeling_elmo.evaluation.lm_scoring`), the
 nearest-neighbour sense probe and linear probes (sentiment, POS) trained with `transformers.Trainer` on cached
 frozen features.
 
@@ -20,9 +20,9 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..inference import model_inputs
-from ..lm_scoring import MAX_SCORED_POSITIONS, UnigramBaseline, score_batches, target_counts
-from ..results import PerplexityResult
+from ..embedding.inference import model_inputs
+from .lm_scoring import MAX_SCORED_POSITIONS, UnigramBaseline, score_batches, target_counts
+from ..utils.results import PerplexityResult
 from .data import WsdOccurrence
 from .metrics import accuracy, correctness, masked_token_accuracy
 from .wsd import score_nearest_neighbour
@@ -91,7 +91,7 @@ def compute_layer_features(
 # ------------------------------------------------------------------------------------------- perplexity
 def fit_unigram_baseline(tokenizer: Any, sentences: Sequence[Sequence[str]], *, fitted_on: str, smoothing: float = 1.0,
                          progress: bool = True) -> UnigramBaseline:
-    """The unigram baseline of `modeling_elmo.lm_scoring` fitted on ``sentences`` (words outside the tokenizer's
+    """The unigram baseline of `modeling_elmo.evaluation.lm_scoring` fitted on ``sentences`` (words outside the tokenizer's
     vocabulary count as ``<UNK>``). Fitted on the evaluation sentences themselves it is an optimistic "oracle"."""
     word_ids = (tokenizer.word_ids_of(list(s)) for s in tqdm(sentences, desc="unigram fit", unit="sentence",
                                                                disable=not progress, dynamic_ncols=True))
@@ -104,11 +104,11 @@ def lm_perplexity(lm: torch.nn.Module, tokenizer: Any, sentences: Sequence[Seque
                   split: str = "held-out", baseline: UnigramBaseline | None = None, batch_size: int = 32,
                   progress: bool = True, max_positions: int = MAX_SCORED_POSITIONS) -> PerplexityResult:
     """Forward, backward and averaged perplexity of an `ElmoForBidirectionalLM` with the exact full softmax, and
-    the unigram ``baseline``'s on the same targets (see `modeling_elmo.lm_scoring`).
+    the unigram ``baseline``'s on the same targets (see `modeling_elmo.evaluation.lm_scoring`).
 
     Each sentence is scored on its own (stateless, boundaries added by the model): n + 1 targets per direction.
     Words outside the model's vocabulary are targets as ``<UNK>``; the result's ``unk_rate`` says how many. Scoring
-    runs through `modeling_elmo.lm_scoring.score_batches`: memory is bounded by ``max_positions``, not by the
+    runs through `modeling_elmo.evaluation.lm_scoring.score_batches`: memory is bounded by ``max_positions``, not by the
     length of a line (a long line is scored in chunks, with the same result)."""
     config = lm.config
     if getattr(config, "vocab_size", 4) <= 4 or not hasattr(lm, "softmax"):

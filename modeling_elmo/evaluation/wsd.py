@@ -28,7 +28,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..io_utils import atomic_write_text
+from ..utils.io_utils import atomic_write_text
 
 
 __all__ = ["score_nearest_neighbour", "build_wsd_subset", "DEFAULT_WSD_SET", "SENSEVAL_TSV"]

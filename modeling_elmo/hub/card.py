@@ -3,9 +3,9 @@
 `build_model_card` renders one of three templates (`CARD_KINDS`) and the YAML metadata (``ModelCardData`` with
 an ``EvalResult`` per number in the ``model-index``) from:
 
-* the results files of the model folder, read strictly (`modeling_elmo.results`, docs/results.md): perplexity
+* the results files of the model folder, read strictly (`modeling_elmo.utils.results`, docs/results.md): perplexity
   records and probe scores;
-* the training metadata of a run or the conversion metadata of a converted release (`modeling_elmo.run_folder`).
+* the training metadata of a run or the conversion metadata of a converted release (`modeling_elmo.folders.run_folder`).
   The card lists only the settings of `CARD_SETTINGS` (an allow-list: any other key, a credential above all, is
   left out), and reads these keys: ``datasets`` (or the run's ``args.dataset_name``, else its ``args.train_file``),
   ``data_licenses`` (or the run's ``args.data_license``), ``base_model``, ``license`` and ``language``; for a
@@ -38,7 +38,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..results import EvaluationResults, PerplexityResult, ScoreResult, data_file_label
+from ..utils.results import EvaluationResults, PerplexityResult, ScoreResult, data_file_label
 from .safety import HF_TOKEN_PATTERN
 
 __all__ = [
@@ -105,7 +105,7 @@ CARD_SETTINGS = frozenset({
 })
 #: ``conversion_metadata.json``'s ``source_format`` of an ELMoForManyLangs conversion: its card has its own template.
 EFML_SOURCE_FORMAT = "elmoformanylangs"
-#: The figures a release's authors published (`modeling_elmo.releases.Release.published_figures`).
+#: The figures a release's authors published (`modeling_elmo.conversion.releases.Release.published_figures`).
 _PUBLISHED_FIGURES = ("parameters", "parameters_in_weight_file", "srl_f1", "constituency_parsing_f1", "lm_perplexity",
                       "lm_perplexity_note", "training_data")
 #: What the YAML metadata accepts: Hub ids (``name`` or ``owner/name``), language codes, license ids.

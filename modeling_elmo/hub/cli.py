@@ -18,8 +18,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..results import read_results
-from ..run_folder import RunFolder, read_json_object
+from ..utils.results import read_results
+from ..folders.run_folder import RunFolder, read_json_object
 from . import card as card_module
 from .card import CARD_KINDS, CardInputs
 from .publish import assemble_repo_folder, check_model_folder, upload_repo_folder, validate_repo_id

@@ -3,7 +3,7 @@
 `assemble_repo_folder` checks the model folder, loads the model and tokenizer with this package's classes
 (safetensors only) and saves them again with the three custom-code files and a ``config.json`` whose ``auto_map``
 lists every auto class, renders the model card (`modeling_elmo.hub.card`) from the folder's results and metadata
-(found through `modeling_elmo.run_folder.RunFolder`), copies the plots, audits the code, and moves the complete
+(found through `modeling_elmo.folders.run_folder.RunFolder`), copies the plots, audits the code, and moves the complete
 folder into place. Only the files of the allow-list (`is_allowed_file`) are written. `upload_repo_folder` sends
 that file list in one commit.
 """
@@ -22,12 +22,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..io_utils import atomic_write_text, check_safetensors_header, follow_umask, is_within
-from ..manifest import (MANIFEST, check_replaceable, install_folder, output_lock, remove_stale_temporaries,
+from ..utils.io_utils import atomic_write_text, check_safetensors_header, follow_umask, is_within
+from ..folders.manifest import (MANIFEST, check_replaceable, install_folder, output_lock, remove_stale_temporaries,
                         temporary_prefix, write_manifest)
-from ..run_folder import CODE_FILES, EvaluationFolder, RunFolder
+from ..folders.run_folder import CODE_FILES, EvaluationFolder, RunFolder
 from .card import CardInputs, build_model_card
-from ..loading import refuse_pickled_weights
+from ..utils.loading import refuse_pickled_weights
 from .safety import audit_shipped_code, scan_for_secrets
 
 __all__ = [
@@ -244,8 +244,8 @@ def _load_model_and_tokenizer(run: RunFolder, dtype: str = "float32"):
 
     from .. import modeling_elmo
     from ..configuration_elmo import ElmoConfig
-    from ..inference import check_loading_info, check_weights_fit_config, quiet_load_report
-    from ..loading import check_config
+    from ..embedding.inference import check_loading_info, check_weights_fit_config, quiet_load_report
+    from ..utils.loading import check_config
     from ..tokenization_elmo import ElmoTokenizer
 
     config = ElmoConfig.from_pretrained(run.root)
@@ -391,7 +391,7 @@ def assemble_repo_folder(model_dir: str | os.PathLike, output_dir: str | os.Path
     `save_for_hub`; the card is rendered by `build_model_card` from `card_inputs_of`; the plots (``plots`` and the
     folder's own) go to ``plots/``. While it works, the call holds a lock beside ``output_dir`` (a second push into
     the same folder is refused). The folder is built under a temporary name next to ``output_dir`` and moved into
-    place when complete (`modeling_elmo.manifest.install_folder`); an existing ``output_dir`` is replaced only if it
+    place when complete (`modeling_elmo.folders.manifest.install_folder`); an existing ``output_dir`` is replaced only if it
     holds nothing but a previous push's files, as that push wrote them (checked again at that moment).
     """
     validate_repo_id(repo_id)

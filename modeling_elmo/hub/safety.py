@@ -1,4 +1,4 @@
-"""Safety checks of publishing: pickled weights are refused (`modeling_elmo.loading.refuse_pickled_weights`, the
+"""Safety checks of publishing: pickled weights are refused (`modeling_elmo.utils.loading.refuse_pickled_weights`, the
 guard every loader applies), Hub tokens never leak into published files nor come from the folders being published,
 and the custom code shipped with a model passes an audit.
 """
@@ -12,9 +12,9 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..io_utils import is_within
-from ..loading import refuse_pickled_weights
-from ..run_folder import CODE_FILES
+from ..utils.io_utils import is_within
+from ..utils.loading import refuse_pickled_weights
+from ..folders.run_folder import CODE_FILES
 
 __all__ = [
     "ALLOWED_CODE_IMPORTS",

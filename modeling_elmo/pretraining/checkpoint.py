@@ -17,7 +17,7 @@ Layout under ``<output_dir>/checkpoints/``::
 
 Checkpoints from elsewhere are untrusted input: `load_checkpoint` reads safetensors and JSON only, and refuses a
 folder holding any other file (a pickle such as accelerate's ``custom_checkpoint_0.pkl`` or ``optimizer.bin``,
-pickled weights through `modeling_elmo.loading.refuse_pickled_weights`), naming the files. A checkpoint is written
+pickled weights through `modeling_elmo.utils.loading.refuse_pickled_weights`), naming the files. A checkpoint is written
 into ``.tmp-step_N`` and renamed when every process has finished; only then is ``latest`` replaced (`os.replace`)
 and old checkpoints deleted, so a kill or a full disk at any moment leaves ``latest`` naming a complete checkpoint.
 A checkpoint of the same step already present is replaced, never silently kept.
@@ -38,8 +38,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..io_utils import atomic_write_text, check_safetensors_header, follow_umask
-from ..run_folder import CHECKPOINT_FILE, read_json_object
+from ..utils.io_utils import atomic_write_text, check_safetensors_header, follow_umask
+from ..folders.run_folder import CHECKPOINT_FILE, read_json_object
 from .state import TrainingState
 
 logger = logging.getLogger(__name__)
@@ -166,7 +166,7 @@ def write_training_files(folder: Path, *, model: torch.nn.Module, optimizer: tor
 def check_checkpoint_files(folder: Path) -> None:
     """Refuse a checkpoint folder holding anything but the files `write_training_files` writes (pickles above all:
     loading one runs whatever code its author put in it)."""
-    from ..loading import refuse_pickled_weights
+    from ..utils.loading import refuse_pickled_weights
 
     refuse_pickled_weights(folder)
     unknown = sorted(p.name for p in folder.iterdir() if not (p.is_file() and _KNOWN_FILE.fullmatch(p.name)))

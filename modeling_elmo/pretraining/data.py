@@ -39,9 +39,9 @@ from typing import Any
 import numpy as np
 
 from ..configuration_elmo import BOS_ID, EOS_ID, SPECIAL_WORDS, UNK_ID
-from ..io_utils import atomic_write_text, hub_reachable, iter_lines
-from ..loading import HubUnreachableError
-from ..lm_scoring import LAYOUTS as BATCHING_MODES
+from ..utils.io_utils import atomic_write_text, hub_reachable, iter_lines
+from ..utils.loading import HubUnreachableError
+from ..evaluation.lm_scoring import LAYOUTS as BATCHING_MODES
 from ..tokenization_elmo import CharacterAlphabet
 from .arguments import BUILTIN_PREFIX, builtin_corpus_file
 
@@ -158,7 +158,7 @@ def iter_text_lines(paths: Sequence[str], stats: ReadStats | None = None) -> Ite
 
     Invalid UTF-8 is replaced by U+FFFD and counted (a warning per file says how many lines were affected);
     a UTF-8 byte-order mark at the start of a file is dropped; ``\\n``, ``\\r\\n`` and a lone ``\\r`` end a line
-    (`modeling_elmo.io_utils.iter_lines`, as in ``elmo embed`` and ``elmo evaluate``). Line length is not limited
+    (`modeling_elmo.utils.io_utils.iter_lines`, as in ``elmo embed`` and ``elmo evaluate``). Line length is not limited
     here: long lines are cut into pieces by the tokenisation step. ``stats.bytes`` counts the bytes of the lines,
     line breaks left out.
     """

@@ -1,5 +1,5 @@
 """Evaluation during and after pretraining: exact full-softmax perplexity with the unigram baseline
-(`modeling_elmo.lm_scoring`), its ``metrics.jsonl`` record, and the perplexity plot.
+(`modeling_elmo.evaluation.lm_scoring`), its ``metrics.jsonl`` record, and the perplexity plot.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
-from ..lm_scoring import UnigramBaseline, score_batches
-from ..results import PerplexityResult, data_file_label
+from ..evaluation.lm_scoring import UnigramBaseline, score_batches
+from ..utils.results import PerplexityResult, data_file_label
 from .arguments import PretrainingArguments
 from .batching import BucketBatchSampler, Collator, FixedBatches, IndexedDataset, example_lengths, iter_stream_batches
 from .state import read_metrics
@@ -40,7 +40,7 @@ def evaluate(
     split: str = "validation",
 ) -> PerplexityResult:
     """Exact full-softmax perplexity of ``dataset`` (each process scores its share; the totals are reduced), with the
-    unigram ``baseline``'s on the same targets when given, through `modeling_elmo.lm_scoring.score_batches` (the
+    unigram ``baseline``'s on the same targets when given, through `modeling_elmo.evaluation.lm_scoring.score_batches` (the
     scoring loop ``elmo evaluate`` uses too)."""
     import datasets
 

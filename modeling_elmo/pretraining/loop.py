@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from ..run_folder import RunFolder
+from ..folders.run_folder import RunFolder
 from .arguments import PretrainingArguments
 from .batching import BucketBatchSampler, Collator, FixedBatches, IndexedDataset, iter_stream_batches
 from .checkpoint import CheckpointManager, write_training_files

@@ -3,7 +3,7 @@
 * `check_output_folder` runs before anything is written: the path must be a folder that can be created and
   written, and a folder that already holds a run is refused unless the run is resumed (with the same arguments) or
   ``--overwrite`` is given, which clears the run's files (and only those: a folder holding anything that
-  pretraining does not write, at any depth, is never cleared; `modeling_elmo.run_folder.RunFolder.run_entries`). A
+  pretraining does not write, at any depth, is never cleared; `modeling_elmo.folders.run_folder.RunFolder.run_entries`). A
   run with the same arguments that stopped before its first checkpoint holds nothing to resume: it is started again
   without ``--overwrite``.
 * `run_lock` is held by the main process for the whole run: a second ``elmo pretrain`` on the same
@@ -29,8 +29,8 @@ from typing import Any
 
 import torch
 
-from ..io_utils import atomic_write_text, exclusive_lock, follow_umask
-from ..run_folder import RunFolder, read_json_object
+from ..utils.io_utils import atomic_write_text, exclusive_lock, follow_umask
+from ..folders.run_folder import RunFolder, read_json_object
 from .checkpoint import CheckpointManager
 from .state import argument_identity, identity_differences, read_run_identity, write_run_identity
 

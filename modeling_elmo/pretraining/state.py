@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..io_utils import atomic_write_text
-from ..run_folder import RunFolder
+from ..utils.io_utils import atomic_write_text
+from ..folders.run_folder import RunFolder
 
 #: Arguments that define a run: a run resumed (or a folder reused) with other values is another run. Data files,
 #: the vocabulary and the model are compared by their fingerprints and configuration instead of their paths.
@@ -134,7 +134,7 @@ def identity_differences(saved: dict[str, Any], current: dict[str, Any]) -> list
 
 
 def read_run_identity(run: RunFolder) -> dict[str, Any] | None:
-    from ..run_folder import read_json_object
+    from ..folders.run_folder import read_json_object
 
     return read_json_object(run.run_identity_file, "run identity")
 

@@ -2,7 +2,7 @@
 
 `train` is the skeleton of accelerate's ``nlp_example.py``: check the inputs, build the accelerator, the data, the
 model, optimiser and schedule, ``prepare``, resume, the loop, finish. Each step is a named function here or in
-`loop.py`; the run's files are named by `modeling_elmo.run_folder.RunFolder`.
+`loop.py`; the run's files are named by `modeling_elmo.folders.run_folder.RunFolder`.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from typing import Any
 
 import torch
 
-from ..io_utils import atomic_write_text
-from ..launch import check_process_count, use_cpu_backend
-from ..lm_scoring import UNK_HANDLING, UnigramBaseline, dataset_target_counts
-from ..results import EvaluationResults, write_results
-from ..run_folder import RunFolder
+from ..utils.io_utils import atomic_write_text
+from ..utils.launch import check_process_count, use_cpu_backend
+from ..evaluation.lm_scoring import UNK_HANDLING, UnigramBaseline, dataset_target_counts
+from ..utils.results import EvaluationResults, write_results
+from ..folders.run_folder import RunFolder
 from .arguments import DEFAULT_LEARNING_RATES, PretrainingArguments, parse_args, read_model_preset, validate
 from .batching import BucketBatchSampler, Collator, example_lengths
 from .checkpoint import WRITE_ERRORS, CheckpointManager, check_checkpoint_files, load_checkpoint, read_trainer_state
@@ -132,8 +132,8 @@ def check_inputs(args: PretrainingArguments) -> RunPlan:
     configuration, the starting model, the data sources, the checkpoint to resume and the output folder."""
     validate(args)
     from ..configuration_elmo import ElmoConfig
-    from ..inference import check_weights_fit_config
-    from ..loading import refuse_pickled_weights
+    from ..embedding.inference import check_weights_fit_config
+    from ..utils.loading import refuse_pickled_weights
     from ..modeling_elmo import ElmoForBidirectionalLM
 
     fixed = fixed_characters = None

@@ -6,7 +6,7 @@ Writes, in a temporary folder, a model in the exact published layout and shapes 
 50-dimensional character vectors, 100-dimensional word vectors, 2 highways, 2 x LSTM 4096 -> 512; legacy-format
 pickles with CUDA storages, ``char.dic``/``word.dic``) with random weights scaled by 1/sqrt(fan-in), as trained
 weights are (random weights of a larger scale make the 4096-cell LSTM chaotic, and no two implementations then agree
-beyond a few layers), converts it with `modeling_elmo.convert_efml.convert_efml` and prints one JSON object: the
+beyond a few layers), converts it with `modeling_elmo.conversion.convert_efml.convert_efml` and prints one JSON object: the
 conversion's wall time, the largest difference per layer to the float64 reference, and the sizes.
 """
 
@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 import torch.serialization
 
-from modeling_elmo.convert_efml import convert_efml
+from modeling_elmo.conversion.convert_efml import convert_efml
 
 FILTERS = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
 

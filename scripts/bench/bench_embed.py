@@ -5,7 +5,7 @@
 
 The input file is built in a temporary folder from the one-sentence-per-line files of ``shared/data/lm-corpus``
 (``brown.txt``, ``masc.txt``; override the folder with ``ELMO_SHARED_DATA``), repeated if needed. Each model runs the
-whole `modeling_elmo.embed.embed_file` pipeline (streaming, length sorting, chunk files, merge), with random weights
+whole `modeling_elmo.embedding.embed.embed_file` pipeline (streaming, length sorting, chunk files, merge), with random weights
 (the speed does not depend on the values). Prints one JSON object.
 
 Two references are measured in the same run:
@@ -34,8 +34,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
 from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer  # noqa: E402
-from modeling_elmo.embed import embed_file  # noqa: E402
-from modeling_elmo.inference import DTYPES, ElmoEmbedder  # noqa: E402
+from modeling_elmo.embedding.embed import embed_file  # noqa: E402
+from modeling_elmo.embedding.inference import DTYPES, ElmoEmbedder  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_forward import cpu_name, forward_flops  # noqa: E402

@@ -26,12 +26,12 @@ HDF5 dataset                                    ``ElmoModel`` parameter
 ``d`` = 0 is the forward stack, 1 the backward stack. The file must contain exactly the datasets the options
 imply, with exactly these shapes; anything else is a `ValueError` that lists every problem.
 
-`modeling_elmo.parity.validate_converted_model` then runs a few sentences through the converted model and through a small numpy
+`modeling_elmo.conversion.parity.validate_converted_model` then runs a few sentences through the converted model and through a small numpy
 forward pass computed straight from the HDF5 tensors (TF semantics, one sentence at a time, float64), and
 raises with the largest difference if they disagree. `convert` does check the output location -> read ->
 convert -> validate -> save (safetensors, tokenizer, custom code with the full ``auto_map``, model card,
 ``conversion_metadata.json``), atomically. `convert_release` first fetches one of the four published English
-models (`modeling_elmo.releases`: download cache, resumable downloads, size/sha256 checks, Hub mirror) and puts
+models (`modeling_elmo.conversion.releases`: download cache, resumable downloads, size/sha256 checks, Hub mirror) and puts
 the figures published with it into the model card and the metadata.
 
 Command line (``elmo convert``, or ``python scripts/convert_elmo_original_to_hf.py``)::
@@ -57,9 +57,9 @@ import numpy as np
 import torch
 from safetensors import SafetensorError
 
-from . import io_utils
-from .configuration_elmo import ElmoConfig
-from .manifest import remove_stale_temporaries
+from ..utils import io_utils
+from ..configuration_elmo import ElmoConfig
+from ..folders.manifest import remove_stale_temporaries
 from .original_format import (
     LSTM_CELL,
     config_summary,
@@ -69,8 +69,8 @@ from .original_format import (
     read_checked,
     read_options,
 )
-from .output_folder import TEMPORARY_KINDS, check_atol, check_output_dir, locks_output, write_folder_atomically
-from .output_folder import sha256_of_file as _sha256
+from ..folders.output_folder import TEMPORARY_KINDS, check_atol, check_output_dir, locks_output, write_folder_atomically
+from ..folders.output_folder import sha256_of_file as _sha256
 from .parity import DEFAULT_ATOL, validate_converted_model
 from .releases import (
     BASE_URL_ENV,
@@ -189,7 +189,7 @@ tags:
 # {title}
 
 Bidirectional language model of Peters et al. (2018), "Deep contextualized word representations",
-converted with `modeling_elmo.convert` from the original bilm-tf/AllenNLP files:
+converted with `modeling_elmo.conversion.convert` from the original bilm-tf/AllenNLP files:
 
 | source file | from | bytes | sha256 |
 |---|---|---|---|
@@ -232,10 +232,10 @@ def convert(
     Refuses an existing non-empty ``output_dir`` unless ``overwrite``, and a location that cannot be written, before
     any work (`check_output_dir`). Everything is written to a temporary folder next to ``output_dir`` and renamed
     into place at the end, so a folder with the final name is always complete; on any failure nothing is left.
-    ``release`` (a `modeling_elmo.releases.Release`) adds the release's name and published figures to the model
+    ``release`` (a `modeling_elmo.conversion.releases.Release`) adds the release's name and published figures to the model
     card and ``conversion_metadata.json``; ``sources`` maps ``options``/``weights`` to where the files came from.
     """
-    from . import ElmoModel, ElmoTokenizer, save_model_folder
+    from .. import ElmoModel, ElmoTokenizer, save_model_folder
 
     check_atol(atol)
     output_dir = check_output_dir(output_dir, overwrite, inputs=(options_path, weights_path))
@@ -289,7 +289,7 @@ def check_release_reachable(
     force_download: bool = False,
     use_mirror: bool = True,
 ) -> None:
-    """Raise `~modeling_elmo.releases.DownloadError` at once when files of ``release`` must be downloaded and
+    """Raise `~modeling_elmo.conversion.releases.DownloadError` at once when files of ``release`` must be downloaded and
     neither the release server nor (where there is one) its Hub mirror can be reached: one connection attempt each,
     within seconds, instead of every download's retries. The message names what works offline."""
     from huggingface_hub import is_offline_mode
@@ -331,9 +331,9 @@ def convert_release(
     attempts: int | None = None,
     retry_wait: float = 1.0,
 ) -> Path:
-    """Fetch a released model (`modeling_elmo.releases.fetch_release`: cache, resume, size/sha256 checks, Hub
+    """Fetch a released model (`modeling_elmo.conversion.releases.fetch_release`: cache, resume, size/sha256 checks, Hub
     mirror), then `convert` it with its published figures in the card. The output location is checked before
-    anything is downloaded. Returns the output folder; raises `ValueError` or `~modeling_elmo.releases.DownloadError`.
+    anything is downloaded. Returns the output folder; raises `ValueError` or `~modeling_elmo.conversion.releases.DownloadError`.
     """
     release = get_release(release) if isinstance(release, str) else release
     check_atol(atol)

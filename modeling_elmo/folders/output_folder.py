@@ -1,8 +1,8 @@
 """Writing a converted model folder safely: check the location first (never over the inputs, never over files
 another command wrote), hold a lock beside it for the whole conversion, fill a temporary sibling, record what was
-written (`modeling_elmo.manifest`), rename it into place after checking the output again.
+written (`modeling_elmo.folders.manifest`), rename it into place after checking the output again.
 
-Shared by the converters (`modeling_elmo.convert`, `modeling_elmo.convert_efml`): a folder with the final name is
+Shared by the converters (`modeling_elmo.conversion.convert`, `modeling_elmo.conversion.convert_efml`): a folder with the final name is
 always complete, and a failure leaves nothing behind.
 """
 
@@ -20,12 +20,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from .io_utils import follow_umask, is_within
+from ..utils.io_utils import follow_umask, is_within
 from .manifest import check_replaceable, install_folder, output_lock, temporary_prefix, write_manifest
 
 _Function = TypeVar("_Function", bound=Callable)
 
-#: The command whose manifest a converted folder carries (`modeling_elmo.manifest`).
+#: The command whose manifest a converted folder carries (`modeling_elmo.folders.manifest`).
 COMMAND = "elmo convert"
 #: Temporary folders next to the output: the conversion being written, the output it replaces.
 TEMPORARY_KINDS = ("converting", "old")
@@ -46,7 +46,7 @@ def check_output_dir(output_dir: str | os.PathLike, overwrite: bool = False,
 
     Refused: an output folder that holds one of ``inputs`` (replacing it would delete them); an existing file; an
     existing non-empty folder unless ``overwrite``, and with ``overwrite`` a folder holding anything but the files of
-    an earlier conversion (its manifest, `modeling_elmo.manifest`; the error names the first other file); a path
+    an earlier conversion (its manifest, `modeling_elmo.folders.manifest`; the error names the first other file); a path
     under a file; a location where the nearest existing folder does not let us create anything (tried with a
     temporary folder that is removed at once, so read-only folders and file systems are caught however permissions
     are set up).
@@ -90,7 +90,7 @@ def check_output_location(output_dir: str | os.PathLike) -> Path:
 
 def locks_output(function: _Function) -> _Function:
     """Run a converter (a function with an ``output_dir`` argument) holding the lock of its output
-    folder (`modeling_elmo.manifest.output_lock`): a second conversion into the same folder is refused at once with
+    folder (`modeling_elmo.folders.manifest.output_lock`): a second conversion into the same folder is refused at once with
     one line. The output's location is checked (`check_output_location`, writing nothing) before the lock is
     taken; the function checks the rest (`check_output_dir`)."""
     signature = inspect.signature(function)
@@ -125,7 +125,7 @@ def _make_parents(folder: Path) -> list[Path]:
 
 def write_folder_atomically(output_dir: Path, fill: Callable[[Path], None], *, overwrite: bool = False) -> Path:
     """Let ``fill(folder)`` write a fresh temporary folder next to ``output_dir``, record its files in a manifest,
-    then rename it into place (`modeling_elmo.manifest.install_folder`: an output that appeared meanwhile is never
+    then rename it into place (`modeling_elmo.folders.manifest.install_folder`: an output that appeared meanwhile is never
     replaced; with ``overwrite``, an earlier conversion's, checked again file by file at that moment), so a folder
     with the final name is always complete. On any failure the temporary folder and any parent folders
     this call created are removed, and a file-system error becomes a `ValueError` naming ``output_dir``."""

@@ -29,7 +29,7 @@ How a run proceeds (see `embed_file`):
   an error). Invalid UTF-8 bytes are replaced by U+FFFD and the affected lines are counted and reported.
 * The model runs under `torch.inference_mode()` and stateless, so a sentence's vectors depend on nothing but the
   sentence (not on its batch, the sort order or the number of processes). The command loads it with
-  `modeling_elmo.inference.load_elmo_model`, which refuses weights that do not match ``config.json``.
+  `modeling_elmo.embedding.inference.load_elmo_model`, which refuses weights that do not match ``config.json``.
 * While a run works on ``OUTPUT``, its (main) process holds an exclusive `fcntl.flock` on ``OUTPUT.lock``; a second
   run on the same output stops at once. The lock file is removed at the end; a killed run's lock is released by
   the operating system.
@@ -37,7 +37,7 @@ How a run proceeds (see `embed_file`):
   through a link), a binary input (a NUL byte in its first 64 KiB), an output folder that is missing, is a file or
   is not writable, and an output that is a folder.
 
-The running of the model (`ElmoEmbedder`, `make_batches`) lives in `modeling_elmo.inference`; this module is the
+The running of the model (`ElmoEmbedder`, `make_batches`) lives in `modeling_elmo.embedding.inference`; this module is the
 command around it: files, chunks, HDF5, resuming, processes and the command line.
 """
 
@@ -64,8 +64,8 @@ import torch
 from tqdm.auto import tqdm
 
 from .inference import DTYPES, ElmoEmbedder, load_elmo_tokenizer, make_batches
-from .io_utils import exclusive_lock, iter_lines, read_json_object, scan_lines
-from .launch import LaunchError, check_process_count, launched_processes, use_cpu_backend
+from ..utils.io_utils import exclusive_lock, iter_lines, read_json_object, scan_lines
+from ..utils.launch import LaunchError, check_process_count, launched_processes, use_cpu_backend
 
 
 logger = logging.getLogger(__name__)
@@ -117,7 +117,7 @@ class EmbedReport:
 
 def count_lines(path: str | os.PathLike) -> int:
     """Number of lines of a file, read in binary blocks: ``\n``, ``\r\n`` and a lone ``\r`` end a line, and a last
-    line without a line break counts (`modeling_elmo.io_utils.iter_lines`)."""
+    line without a line break counts (`modeling_elmo.utils.io_utils.iter_lines`)."""
     return scan_lines(path)[0]
 
 

@@ -23,7 +23,7 @@ bounded by ``max_positions`` whatever the lengths: rows are scored a few at a ti
 ``max_positions`` is scored in chunks of positions, each direction carrying its LSTM state from chunk to chunk
 (forward chunks left to right, backward chunks right to left), which gives the numbers of the whole sentence at once.
 `PerplexityAccumulator` sums everything over batches (and processes) and turns it into a
-`modeling_elmo.results.PerplexityResult`::
+`modeling_elmo.utils.results.PerplexityResult`::
 
     accumulator = score_batches(model, batches, layout="sentences", baseline=baseline)
     total = accumulator.from_tensor(accelerator.reduce(accumulator.to_tensor(accelerator.device), "sum"))
@@ -41,8 +41,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .configuration_elmo import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from .results import PerplexityResult, UnigramBaselineResult
+from ..configuration_elmo import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from ..utils.results import PerplexityResult, UnigramBaselineResult
 
 __all__ = [
     "LAYOUTS",
@@ -344,7 +344,7 @@ class BatchScores:
 def _score_long_sentence(lm: Any, char_ids: torch.Tensor, word_ids: torch.Tensor, max_positions: int) -> BatchScores:
     """One sentence (``char_ids`` (n, C), ``word_ids`` (n,)) scored in chunks of ``max_positions`` positions: the
     forward LM over chunks left to right, the backward LM right to left, each carrying its LSTM state."""
-    from .inputs_elmo import with_sentence_boundaries
+    from ..inputs_elmo import with_sentence_boundaries
 
     n = char_ids.shape[0]
     device = char_ids.device

@@ -4,7 +4,7 @@ TensorFlow computation, read straight from the release's HDF5 tensors.
 `validate_converted_model` runs a few sentences (`VALIDATION_SENTENCES`: padding, multi-byte UTF-8, a word over 48
 bytes, literal boundary tokens) through the model as one padded batch and through the numpy forward one sentence at a
 time (TF gate order i, j, f, o, the run-time forget bias +1, the cell clip before tanh(c), the projection clip after
-the projection), and raises with the largest difference and its layer when they disagree. `modeling_elmo.convert`
+the projection), and raises with the largest difference and its layer when they disagree. `modeling_elmo.conversion.convert`
 runs it before anything is saved.
 """
 
@@ -17,7 +17,7 @@ import h5py
 import numpy as np
 import torch
 
-from .configuration_elmo import ElmoConfig
+from ..configuration_elmo import ElmoConfig
 from .original_format import LSTM_CELL, convert_config, open_hdf5, read_checked
 
 #: The largest difference to the numpy reference forward that a conversion accepts.
@@ -92,7 +92,7 @@ def validate_converted_model(
     through the numpy forward one at a time. Returns the max absolute difference; raises `ValueError` naming it
     (and the worst layer) when it exceeds ``atol``.
     """
-    from .tokenization_elmo import BOS_CHAR_IDS, EOS_CHAR_IDS, ElmoTokenizer, encode_words
+    from ..tokenization_elmo import BOS_CHAR_IDS, EOS_CHAR_IDS, ElmoTokenizer, encode_words
 
     if not isinstance(weights, h5py.Group):
         with open_hdf5(weights) as h5:

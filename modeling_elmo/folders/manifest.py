@@ -30,7 +30,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from .io_utils import atomic_write_text, exclusive_lock
+from ..utils.io_utils import atomic_write_text, exclusive_lock
 
 __all__ = ["MANIFEST", "check_replaceable", "file_record", "foreign_files", "install_folder", "output_lock",
            "read_manifest", "remove_stale_temporaries", "temporary_prefix", "write_manifest"]

@@ -1,5 +1,5 @@
 """ELMoForManyLangs' forward computation, recomputed in float64 numpy straight from its own files: the reference the
-EFML conversion is checked against (`modeling_elmo.convert_efml`). It shares no code with the model.
+EFML conversion is checked against (`modeling_elmo.conversion.convert_efml`). It shares no code with the model.
 
 What it computes, for one sentence (as the original ``Embedder.sents2elmo`` does, in the original's ids):
 

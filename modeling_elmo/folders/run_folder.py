@@ -27,7 +27,7 @@ A folder written by ``elmo pretrain --output-dir RUN``::
 
 A folder written by ``elmo convert`` holds the model, tokenizer and code files, a ``README.md``,
 ``conversion_metadata.json`` (the source files, their checksums, the numerical check) and ``.elmo-manifest.json``,
-the list of the files it wrote (`modeling_elmo.manifest`).
+the list of the files it wrote (`modeling_elmo.folders.manifest`).
 
 ``RunFolder(path).has_model()`` says whether a finished model can be loaded from it, ``is_run()`` whether a
 training run wrote it; the ``*_file`` properties name each artefact, present or not. ``run_entries()`` sorts every
@@ -44,9 +44,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .io_utils import atomic_write_text, check_json_files, read_json_object
+from ..utils.io_utils import atomic_write_text, check_json_files, read_json_object
 from .manifest import MANIFEST
-from .results import EvaluationResults, read_results
+from ..utils.results import EvaluationResults, read_results
 
 __all__ = ["CHECKPOINT_FILE", "CODE_FILES", "EvaluationFolder", "RunFolder", "read_json_object"]
 
@@ -56,7 +56,7 @@ CODE_FILES = ("configuration_elmo.py", "inputs_elmo.py", "lstm_kernels.py", "mod
 #: The files of a training checkpoint (``checkpoints/step_NNNNNNNN/``; docs/security.md lists them).
 CHECKPOINT_FILE = re.compile(r"trainer_state\.json|model\.safetensors|best_model\.safetensors|optimizer\.(safetensors|json)|"
                              r"scheduler\.json|scaler\.json|vocab\.txt|char_vocab\.json|rng_state_\d+\.(safetensors|json)")
-#: A file being written atomically (`modeling_elmo.io_utils.atomic_write_bytes`): ``.NAME.XXXXXXXX.tmp``.
+#: A file being written atomically (`modeling_elmo.utils.io_utils.atomic_write_bytes`): ``.NAME.XXXXXXXX.tmp``.
 _ATOMIC_TEMPORARY = re.compile(r"\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp")
 #: What tensorboard (``--report-to tensorboard``) writes into the tracker folder.
 _TRACKER_FILE = re.compile(r"events\.out\.tfevents\..+|hparams\.yml")
@@ -105,7 +105,7 @@ class EvaluationFolder:
     @classmethod
     def is_own_file(cls, name: str) -> bool:
         """Whether a file ``name`` in the folder is one ``elmo evaluate`` writes (or is writing): its results, report,
-        plots (``.NAME.tmp.png`` while one is saved) and its manifest of them (`modeling_elmo.manifest`)."""
+        plots (``.NAME.tmp.png`` while one is saved) and its manifest of them (`modeling_elmo.folders.manifest`)."""
         plot = re.fullmatch(r"\.(?P<stem>.+)\.tmp\.png", name)
         return (_written(name, lambda n: n in (cls.RESULTS, cls.REPORT, MANIFEST, *cls.PLOTS.values()))
                 or bool(plot and f"{plot.group('stem')}.png" in cls.PLOTS.values()))
@@ -362,7 +362,7 @@ class RunFolder:
         return [path for path in (self.eval_results_file, self.evaluation.results_file) if path.is_file()]
 
     def read_results(self) -> list[EvaluationResults]:
-        """Every results file of the folder, read strictly (`modeling_elmo.results.read_results`)."""
+        """Every results file of the folder, read strictly (`modeling_elmo.utils.results.read_results`)."""
         return [read_results(path) for path in self.results_files()]
 
     def read_metrics(self) -> list[dict[str, Any]]:

@@ -1,8 +1,8 @@
 """The original ELMo release format (bilm-tf ``dump_weights``, also read by AllenNLP): reading ``options.json`` and
 ``weights.hdf5``, and the dataset names and shapes the options imply.
 
-A leaf module: it imports only the configuration and file helpers, and `modeling_elmo.convert` (the conversion),
-`modeling_elmo.parity` (the numpy reference forward) and `modeling_elmo.releases` (the download checks) all read the
+A leaf module: it imports only the configuration and file helpers, and `modeling_elmo.conversion.convert` (the conversion),
+`modeling_elmo.conversion.parity` (the numpy reference forward) and `modeling_elmo.conversion.releases` (the download checks) all read the
 release through it.
 """
 
@@ -16,9 +16,9 @@ from typing import Any
 import h5py
 import numpy as np
 
-from .configuration_elmo import ElmoConfig
-from .io_utils import read_json_object
-from .loading import check_config
+from ..configuration_elmo import ElmoConfig
+from ..utils.io_utils import read_json_object
+from ..utils.loading import check_config
 
 #: The HDF5 group of one LSTM cell: ``d`` = 0 is the forward stack, 1 the backward stack; ``l`` the layer.
 LSTM_CELL = "RNN_{d}/RNN/MultiRNNCell/Cell{l}/LSTMCell"

@@ -72,7 +72,7 @@ def add_elmo_features(
     Args:
         dataset: the task data, with either raw strings (``text_column``) or word lists (``words_column``).
         model_or_path: an `ElmoModel`, a head holding one in ``.elmo``, or a folder / Hub id to load one from (with
-            `modeling_elmo.inference.load_elmo_model`, which refuses weights that do not match the config).
+            `modeling_elmo.embedding.inference.load_elmo_model`, which refuses weights that do not match the config).
         tokenizer: the `ElmoTokenizer`; loaded from ``model_or_path`` when that is a path, else a default one.
         text_column: column of raw strings, split with the tokenizer's pre-tokenizer (give this or
             ``words_column``; token-level labels need ``words_column`` so that they line up).
@@ -114,7 +114,7 @@ def add_elmo_features(
         model = getattr(model_or_path, "elmo", model_or_path)
         selected = _selected_layers(layers, int(model.config.num_representation_layers))
         if tokenizer is None:
-            from .tokenization_elmo import ElmoTokenizer
+            from ..tokenization_elmo import ElmoTokenizer
 
             tokenizer = ElmoTokenizer()
         first = next(model.parameters())

@@ -3,7 +3,7 @@
 `load_elmo_model` loads the biLM of a saved folder or Hub id and refuses anything but an exact match between the
 weights and ``config.json``: transformers would otherwise initialise the missing tensors at random, print a table,
 and let the caller compute vectors from a partly random model. `ElmoEmbedder` runs the model on batches of word
-lists. Both the ``elmo embed`` command (`modeling_elmo.embed`) and `modeling_elmo.features.add_elmo_features` use
+lists. Both the ``elmo embed`` command (`modeling_elmo.embedding.embed`) and `modeling_elmo.embedding.features.add_elmo_features` use
 them.
 
 ```python
@@ -79,12 +79,12 @@ def _hub_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
 def _check_location(location: str, hub_kwargs: dict[str, Any]) -> None:
     """Raise `ValueError` unless ``location`` is a folder or Hub id whose ``config.json`` describes an ELMo model.
     A path that looks local and does not exist, or a Hub id that cannot be reached, fails at once
-    (`modeling_elmo.loading.check_model_location`)."""
+    (`modeling_elmo.utils.loading.check_model_location`)."""
     from transformers import PretrainedConfig
 
-    from .configuration_elmo import ElmoConfig
-    from .io_utils import check_json_files
-    from .loading import check_model_location
+    from ..configuration_elmo import ElmoConfig
+    from ..utils.io_utils import check_json_files
+    from ..utils.loading import check_model_location
 
     if check_model_location(location):
         if not os.path.isdir(location):
@@ -136,10 +136,10 @@ def load_elmo_model(model_name_or_path: str | os.PathLike, **kwargs: Any) -> tor
             another shape than ``config.json`` implies, or a tensor that belongs to no ELMo model is present. The
             message names the tensors.
     """
-    from .configuration_elmo import ElmoConfig
-    from .loading import check_config
-    from .modeling_elmo import ElmoModel
-    from .packed_kernels import install
+    from ..configuration_elmo import ElmoConfig
+    from ..utils.loading import check_config
+    from ..modeling_elmo import ElmoModel
+    from ..packed_kernels import install
 
     install()  # the package's fast CPU form of the recurrence, where this torch build has it (docs/model.md)
 
@@ -149,8 +149,8 @@ def load_elmo_model(model_name_or_path: str | os.PathLike, **kwargs: Any) -> tor
     location = os.fspath(model_name_or_path)
     _check_location(location, _hub_kwargs(kwargs))
     if os.path.isdir(location):
-        from .configuration_elmo import ElmoConfig
-        from .loading import refuse_pickled_weights
+        from ..configuration_elmo import ElmoConfig
+        from ..utils.loading import refuse_pickled_weights
 
         refuse_pickled_weights(location)
         config = kwargs.get("config") or ElmoConfig.from_pretrained(location)
@@ -199,11 +199,11 @@ def check_loading_info(location: str, info: dict[str, Any], *, ignore_missing: t
 
 
 def check_safetensors_files(folder: str | os.PathLike) -> dict[str, Any]:
-    """`modeling_elmo.io_utils.check_safetensors_header` for every ``*.safetensors`` file of ``folder``: a truncated
+    """`modeling_elmo.utils.io_utils.check_safetensors_header` for every ``*.safetensors`` file of ``folder``: a truncated
     or damaged file is a one-line `ValueError` before anything is allocated for it. Returns the tensors that the
     model's weight files (``model.safetensors``, or the shards its ``model.safetensors.index.json`` lists) declare,
     name -> header entry."""
-    from .io_utils import check_safetensors_header, read_json_object
+    from ..utils.io_utils import check_safetensors_header, read_json_object
 
     headers = {}
     for name in sorted(os.listdir(folder)):
@@ -270,7 +270,7 @@ def weights_fingerprint(model: torch.nn.Module) -> str:
 def load_elmo_tokenizer(model_name_or_path: str | os.PathLike, **kwargs: Any) -> Any:
     """Load the `ElmoTokenizer` of an ELMo model folder or Hub id, with the checks and one-line errors of
     `load_elmo_model` (``kwargs``: ``revision``, ``cache_dir``, ``token``, ...)."""
-    from .tokenization_elmo import ElmoTokenizer
+    from ..tokenization_elmo import ElmoTokenizer
 
     location = os.fspath(model_name_or_path)
     _check_location(location, _hub_kwargs(kwargs))

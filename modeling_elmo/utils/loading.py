@@ -156,7 +156,7 @@ def check_config(config: Any, source: str = "the config") -> None:
     and does not set ``hidden_size``)."""
     from transformers import PretrainedConfig
 
-    from .configuration_elmo import _ELMO_FIELDS
+    from ..configuration_elmo import _ELMO_FIELDS
 
     implied = implied_num_parameters(config)
     if implied > MAX_PARAMETERS_LIMIT:

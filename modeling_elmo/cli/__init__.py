@@ -16,12 +16,12 @@ import difflib
 import importlib
 import sys
 
-from . import __version__
+from .. import __version__
 
 COMMANDS = {
     "pretrain": ("modeling_elmo.pretraining", "pretrain a bidirectional language model"),
-    "convert": ("modeling_elmo.convert", "convert the original options.json + weights.hdf5"),
-    "embed": ("modeling_elmo.embed", "write ELMo vectors of a text file to HDF5"),
+    "convert": ("modeling_elmo.conversion.convert", "convert the original options.json + weights.hdf5"),
+    "embed": ("modeling_elmo.embedding.embed", "write ELMo vectors of a text file to HDF5"),
     "evaluate": ("modeling_elmo.evaluation", "perplexity, word-sense and probing evaluations"),
     "push": ("modeling_elmo.hub", "publish a model folder to the Hugging Face Hub"),
 }
@@ -51,6 +51,3 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(COMMANDS[command][0])
     return int(module.main(rest) or 0)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

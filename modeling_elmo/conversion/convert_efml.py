@@ -22,11 +22,11 @@ the characters, by id               ids 7 on, in the same order (``char_vocab.js
                                     ``weight_hr`` (same gate order, no forget-bias shift)
 ==================================  ============================================================================
 
-The converted model is then checked against `modeling_elmo.efml_reference` (the original computation in float64,
+The converted model is then checked against `modeling_elmo.conversion.efml_reference` (the original computation in float64,
 from the original files and ids) on sentences made of the model's own vocabulary, unknown words and characters, and
 a word longer than the character slots: every layer must agree within ``atol`` (1e-5), with the converted model
 run in float64 too, so only a conversion error can make them differ. ``elmo convert --efml FOLDER_OR_ZIP`` and
-``elmo convert --release efml-LANG`` (`modeling_elmo.efml_releases`) end here.
+``elmo convert --release efml-LANG`` (`modeling_elmo.conversion.efml_releases`) end here.
 """
 
 from __future__ import annotations
@@ -43,12 +43,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from .configuration_elmo import SPECIAL_WORDS, ElmoConfig
+from ..configuration_elmo import SPECIAL_WORDS, ElmoConfig
 from .efml_format import CHAR_SYMBOLS, WORD_SYMBOLS, EfmlModel, read_efml_model, safe_extract_zip
 from .efml_reference import efml_forward
-from .loading import check_config
-from .manifest import remove_stale_temporaries
-from .output_folder import (TEMPORARY_KINDS, check_atol, check_output_dir, locks_output, sha256_of_file,
+from ..utils.loading import check_config
+from ..folders.manifest import remove_stale_temporaries
+from ..folders.output_folder import (TEMPORARY_KINDS, check_atol, check_output_dir, locks_output, sha256_of_file,
                             write_folder_atomically)
 
 logger = logging.getLogger(__name__)
@@ -210,7 +210,7 @@ def efml_state_dict(efml: EfmlModel, config: ElmoConfig) -> dict[str, torch.Tens
 def efml_tokenizer(efml: EfmlModel, config: ElmoConfig):
     """The `ElmoTokenizer` of the converted model: whitespace-split words, the Unicode character vocabulary and, if
     the model has one, the word-input vocabulary."""
-    from .tokenization_elmo import ElmoTokenizer
+    from ..tokenization_elmo import ElmoTokenizer
 
     characters, _ = _vocabulary(efml.chars, CHAR_SYMBOLS, efml.chars.lines, "character")
     words = _input_words(efml)[0] if config.word_input_vocab_size else None
@@ -286,7 +286,7 @@ tags:
 
 The {language + ' ' if language else ''}ELMo model of ELMoForManyLangs (HIT-SCIR; Che et al. 2018, "Towards Better
 UD Parsing: Deep Contextualized Word Embeddings, Ensemble, and Treebank Concatenation", CoNLL 2018 shared task),
-converted with `modeling_elmo.convert_efml`.
+converted with `modeling_elmo.conversion.convert_efml`.
 
 - **Source**: {where}.
 - **Training data**: {TRAINING_DATA}.
@@ -347,7 +347,7 @@ def convert_efml(
     ``architecture`` overrides the architecture json; ``language`` is the model's language code (``de``; a code of
     the release table gets its name in the card). Raises `ValueError` naming the problem; nothing is written
     then."""
-    from . import ElmoModel, save_model_folder
+    from .. import ElmoModel, save_model_folder
 
     check_atol(atol)
     output_dir = check_output_dir(output_dir, overwrite, inputs=(source, architecture) if architecture else (source,))
@@ -418,7 +418,7 @@ def convert_efml_release(
     attempts: int | None = None,
     retry_wait: float = 1.0,
 ) -> Path:
-    """Fetch one of the 44 published models (`modeling_elmo.efml_releases.fetch_efml_release`: cache, resumable
+    """Fetch one of the 44 published models (`modeling_elmo.conversion.efml_releases.fetch_efml_release`: cache, resumable
     download, size checks, Hub mirror) and `convert_efml` it with its language and repository id in the card. The
     output location is checked before anything is downloaded."""
     from .efml_releases import fetch_efml_release, get_efml_release

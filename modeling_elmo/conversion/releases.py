@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from .io_utils import atomic_write_text, check_regular_or_absent, open_regular
+from ..utils.io_utils import atomic_write_text, check_regular_or_absent, open_regular
 from .original_format import config_summary, convert_config, expected_dataset_shapes
 
 logger = logging.getLogger(__name__)

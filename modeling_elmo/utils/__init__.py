@@ -1,0 +1,3 @@
+"""Helpers shared by the commands: `io_utils` (atomic writes, locks, JSON and line readers), `loading` (where a model
+comes from, refusing pickles), `launch` (accelerate process checks) and `results` (the versioned results schema).
+"""
