@@ -135,9 +135,7 @@ def load_elmo_model(model_name_or_path: str | os.PathLike, **kwargs: Any) -> tor
             message names the tensors.
     """
     from .modeling_elmo import ElmoModel
-    from .packed_kernels import install
-
-    install()  # the package's fast CPU form of the recurrence, where this torch build has it (docs/model.md)
+    from .packed_kernels import use_packed_kernels
 
     for reserved in ("output_loading_info", "ignore_mismatched_sizes", "use_safetensors"):
         if reserved in kwargs:
@@ -162,7 +160,7 @@ def load_elmo_model(model_name_or_path: str | os.PathLike, **kwargs: Any) -> tor
                          f"{_one_line(error)}") from None
     check_loading_info(location, info, ignore_unexpected=HEAD_WEIGHT_PREFIXES)
     refuse_nonfinite_weights(model, location)
-    return model.eval()
+    return use_packed_kernels(model.eval())  # the package's fast recurrence, for this model (docs/model.md)
 
 
 def check_loading_info(location: str, info: dict[str, Any], *, ignore_missing: tuple[str, ...] = (),

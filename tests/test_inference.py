@@ -71,15 +71,15 @@ def test_loader_returns_the_saved_bilm_of_a_model_a_head_or_the_lm(tmp_path, cls
 def test_loader_refuses_missing_bilm_weights_and_names_them(tmp_path):
     save(tmp_path / "m")
     edit_config(tmp_path / "m", num_hidden_layers=3)  # the file has 2 layers: layer 2 would be random
-    with pytest.raises(ValueError, match=r"8 biLM weight\(s\) missing \(encoder\.backward_layers\.2\.bias, "
-                                         r"encoder\.backward_layers\.2\.weight_hh"):
+    with pytest.raises(ValueError, match=r"8 biLM weight\(s\) missing \(encoder\.backward_layers\.2\.input_transform\.bias, "
+                                         r"encoder\.backward_layers\.2\.input_transform\.weight"):
         load_elmo_model(tmp_path / "m")
 
 
 def test_loader_refuses_weights_of_another_depth_as_unexpected(tmp_path):
     save(tmp_path / "m")
     edit_config(tmp_path / "m", num_hidden_layers=1)
-    with pytest.raises(ValueError, match=r"8 unexpected tensor\(s\) \(encoder\.backward_layers\.1\.bias"):
+    with pytest.raises(ValueError, match=r"8 unexpected tensor\(s\) \(encoder\.backward_layers\.1\.input_transform\.bias"):
         load_elmo_model(tmp_path / "m")
 
 

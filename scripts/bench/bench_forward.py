@@ -149,10 +149,10 @@ def baseline_forward(model: ElmoModel, input_ids: torch.Tensor) -> list[torch.Te
             c = inputs.new_zeros(batch, config.cell_size)
             ys = []
             for t in range(inputs.shape[1]):
-                gates = F.linear(inputs[:, t], layer.weight_ih, layer.bias) + F.linear(h, layer.weight_hh)
+                gates = layer.input_transform(inputs[:, t]) + layer.recurrent_transform(h)
                 i, f, g, o = gates.chunk(4, 1)
                 c = (torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)).clamp(-config.cell_clip, config.cell_clip)
-                h = F.linear(torch.sigmoid(o) * torch.tanh(c), layer.weight_hr).clamp(-config.proj_clip, config.proj_clip)
+                h = layer.projection(torch.sigmoid(o) * torch.tanh(c)).clamp(-config.proj_clip, config.proj_clip)
                 ys.append(h)
             y = torch.stack(ys, 1)
             if index > 0:
