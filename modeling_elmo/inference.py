@@ -281,7 +281,9 @@ class ElmoEmbedder:
             raise ValueError(f"the tokenizer writes {tokenizer_width} characters per word "
                              f"(max_characters_per_token in tokenizer_config.json) but the model reads "
                              f"{model_width} (config.json); the two files belong to different models.")
-        self.model = base.to(device=device, dtype=dtype).eval()
+        from .packed_kernels import use_packed_kernels
+
+        self.model = use_packed_kernels(base.to(device=device, dtype=dtype).eval())  # the package's fast recurrence
         self.tokenizer = tokenizer
         self.device = device
         self.num_layers = int(base.config.num_representation_layers)  # L + 1

@@ -1,3 +1,5 @@
+# Copyright 2026 The modeling_elmo Authors. All rights reserved.
+# Licensed under the Apache License, Version 2.0 (http://www.apache.org/licenses/LICENSE-2.0).
 """ELMo (Peters et al. 2018, "Deep contextualized word representations") for transformers.
 
 Read top to bottom:
@@ -49,11 +51,12 @@ from .lstm_kernels import dropout_noise, fused_applies, reverse_each_row, stacke
 logger = logging.get_logger(__name__)
 
 #: State-dict keys of folders saved while the LSTM transforms were bare parameters -> today's keys (regex -> key).
+#: transformers saves a model in the key format it was loaded from, so these patterns must also read backwards.
 LEGACY_KEY_MAPPING = {
-    r"_layers\.(\d+)\.weight_ih$": r"_layers.\1.input_transform.weight",
-    r"_layers\.(\d+)\.bias$": r"_layers.\1.input_transform.bias",
-    r"_layers\.(\d+)\.weight_hh$": r"_layers.\1.recurrent_transform.weight",
-    r"_layers\.(\d+)\.weight_hr$": r"_layers.\1.projection.weight",
+    r"_layers\.(\d+)\.weight_ih": r"_layers.\1.input_transform.weight",
+    r"_layers\.(\d+)\.bias": r"_layers.\1.input_transform.bias",
+    r"_layers\.(\d+)\.weight_hh": r"_layers.\1.recurrent_transform.weight",
+    r"_layers\.(\d+)\.weight_hr": r"_layers.\1.projection.weight",
 }
 
 

@@ -103,7 +103,7 @@ def write_legacy_folder(model, folder) -> None:
     save_file(renamed, str(folder / "model.safetensors"), metadata={"format": "pt"})
 
 
-def test_a_folder_with_the_older_lstm_parameter_names_loads_with_identical_outputs_and_saves_new_names(tmp_path):
+def test_a_folder_with_the_older_lstm_parameter_names_loads_and_saves_back_with_identical_outputs(tmp_path):
     from transformers import AutoModel
 
     tester, model = clipping_model()
@@ -117,8 +117,8 @@ def test_a_folder_with_the_older_lstm_parameter_names_loads_with_identical_outpu
         loaded.save_pretrained(tmp_path / "again")
         again = AutoModel.from_pretrained(tmp_path / "again")
         assert torch.equal(again(**enc).last_hidden_state, expected)
-    saved = load_file(str(tmp_path / "again" / "model.safetensors"))
-    assert sum(k.endswith(".projection.weight") and "_layers." in k for k in saved) == 4, sorted(saved)
+    # transformers writes a model back in the key format it was read from
+    assert load_file(str(tmp_path / "again" / "model.safetensors")).keys() == load_file(str(tmp_path / "old" / "model.safetensors")).keys()
     # the head classes too (keys under the base model's prefix)
     lm = ElmoForBidirectionalLM.from_pretrained(tmp_path / "old")
     assert torch.equal(lm.elmo.encoder.forward_layers[1].projection.weight, model.encoder.forward_layers[1].projection.weight)
@@ -138,8 +138,8 @@ def test_a_folder_with_the_older_lstm_parameter_names_loads_without_the_package(
         model, info = AutoModel.from_pretrained(sys.argv[1] + "/old", trust_remote_code=True, output_loading_info=True)
         with torch.no_grad():
             out = model(**inputs).last_hidden_state
-        print(json.dumps({"module": type(model).__module__, "missing": info["missing_keys"],
-                          "unexpected": info["unexpected_keys"], "out": out.tolist()}))
+        print(json.dumps({"module": type(model).__module__, "missing": sorted(info["missing_keys"]),
+                          "unexpected": sorted(info["unexpected_keys"]), "out": out.tolist()}))
     """, tmp_path, workdir=tmp_path / "client")
     assert result["module"].startswith("transformers_modules.")
     assert not result["missing"] and not result["unexpected"], result
