@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from support import assert_same_numbers, run_without_package
+from support import assert_same_numbers
 from test_modeling_elmo import SENTENCES, ElmoModelTester
 
 from modeling_elmo import ElmoForBidirectionalLM, ElmoLstmState, ElmoModel, save_model_folder
@@ -122,28 +122,6 @@ def test_a_folder_with_the_older_lstm_parameter_names_loads_and_saves_back_with_
     # the head classes too (keys under the base model's prefix)
     lm = ElmoForBidirectionalLM.from_pretrained(tmp_path / "old")
     assert torch.equal(lm.elmo.encoder.forward_layers[1].projection.weight, model.encoder.forward_layers[1].projection.weight)
-
-
-def test_a_folder_with_the_older_lstm_parameter_names_loads_without_the_package(tmp_path):
-    tester, model = clipping_model()
-    write_legacy_folder(model, tmp_path / "old")
-    enc = tester.encode(SENTENCES)
-    with torch.no_grad():
-        expected = model(**enc).last_hidden_state
-    torch.save({"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}, tmp_path / "inputs.pt")
-    result = run_without_package("""
-        import json, sys, torch
-        from transformers import AutoModel
-        inputs = torch.load(sys.argv[1] + "/inputs.pt", weights_only=True)
-        model, info = AutoModel.from_pretrained(sys.argv[1] + "/old", trust_remote_code=True, output_loading_info=True)
-        with torch.no_grad():
-            out = model(**inputs).last_hidden_state
-        print(json.dumps({"module": type(model).__module__, "missing": sorted(info["missing_keys"]),
-                          "unexpected": sorted(info["unexpected_keys"]), "out": out.tolist()}))
-    """, tmp_path, workdir=tmp_path / "client")
-    assert result["module"].startswith("transformers_modules.")
-    assert not result["missing"] and not result["unexpected"], result
-    assert_same_numbers(torch.tensor(result["out"]), expected, rtol=TOLERANCE, what="remote code")
 
 
 # ------------------------------------------------------------------------------------------ gradient checkpointing
