@@ -432,3 +432,17 @@ def test_the_packed_form_is_chosen_per_model_also_for_remote_code_and_computes_t
     assert_same_numbers(packed, public, rtol=TOLERANCE, what="packed against public form")
     with pytest.raises(ValueError, match="holds no ELMo biLM"):
         use_packed_kernels(torch.nn.Linear(2, 2))
+
+
+def test_the_shipped_kernels_hold_no_module_state_and_importing_the_package_changes_no_model():
+    import types
+
+    state = {name: value for name, value in vars(lstm_kernels).items()
+             if not name.startswith("__") and name != "annotations"  # the __future__ feature
+             and not isinstance(value, (types.FunctionType, types.ModuleType, type))}
+    assert state == {}, state  # functions only: nothing a caller could swap to change how models compute
+    model = ElmoModelTester().model()
+    packed_kernels.available()  # the package module is imported and used ...
+    assert model.encoder.recurrence is None  # ... and a model runs the shipped form until it is given another
+    assert use_packed_kernels(model).encoder.recurrence is packed_kernels.recurrence
+    assert use_packed_kernels(model, enable=False).encoder.recurrence is None
