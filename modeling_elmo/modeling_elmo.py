@@ -148,25 +148,22 @@ class ElmoCharacterEncoder(nn.Module):
         x = embedded.transpose(1, 2)  # (N, d_c, C)
         return torch.cat([self.activation(conv(x).amax(dim=-1)) for conv in self.convolutions], dim=-1)  # (N, F)
 
-    def transform(self, embedded: torch.Tensor, word_vectors: torch.Tensor | None = None) -> torch.Tensor:
-        """(N, C, d_c) character vectors (and (N, d_w) word vectors with a word input) -> (N, hidden_size)."""
-        # chunks bound the memory of the unfolded windows on long inputs
-        x = torch.cat([self.convolve(chunk) for chunk in embedded.split(4096)]) if embedded.shape[0] else self.convolve(embedded)
-        for highway in self.highways:
-            x = highway(x)
-        if word_vectors is not None:
-            x = torch.cat([word_vectors.to(x.dtype), x], dim=-1)  # the word vector first
-        return self.projection(x)  # (N, P)
-
     def encode(self, char_ids: torch.Tensor, word_ids: torch.Tensor | None = None) -> torch.Tensor:
         """(N, max_characters_per_token) character ids (and (N,) word ids with a word input) -> (N, hidden_size),
-        no de-duplication. Under gradient checkpointing, everything after the embedding lookups is recomputed in the
-        backward pass instead of kept."""
+        no de-duplication. The convolutions run on chunks of words, which bounds the memory of the unfolded windows;
+        under gradient checkpointing each chunk's convolutions are computed again in the backward pass instead of
+        kept (smaller chunks: the recomputation's peak is one chunk's)."""
         embedded = self.char_embeddings(char_ids)
-        word_vectors = None if self.word_embeddings is None else self.word_embeddings(word_ids)
         if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
-            return self._gradient_checkpointing_func(self.transform, embedded, word_vectors)
-        return self.transform(embedded, word_vectors)
+            pieces = [self._gradient_checkpointing_func(self.convolve, chunk) for chunk in embedded.split(512)]
+        else:
+            pieces = [self.convolve(chunk) for chunk in embedded.split(4096)]
+        x = torch.cat(pieces) if pieces else self.convolve(embedded)
+        for highway in self.highways:
+            x = highway(x)
+        if self.word_embeddings is not None:
+            x = torch.cat([self.word_embeddings(word_ids).to(x.dtype), x], dim=-1)  # the word vector first
+        return self.projection(x)  # (N, P)
 
     def forward(self, char_ids: torch.Tensor, word_ids: torch.Tensor | None = None) -> torch.Tensor:
         """(N, max_characters_per_token) (and (N,) word ids with a word input) -> (N, hidden_size), each distinct

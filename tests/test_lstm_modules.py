@@ -152,17 +152,17 @@ def test_gradient_checkpointing_gives_the_same_loss_and_gradients(implementation
         assert_same_numbers(grads_ckpt[name], grad, rtol=TOLERANCE, what=name)
 
 
-def test_gradient_checkpointing_recomputes_the_lstm_and_character_encoder_in_the_backward_pass():
+def test_gradient_checkpointing_recomputes_the_lstm_and_the_character_convolutions_in_the_backward_pass():
     tester, model = clipping_model(ElmoModel, lstm_implementation="fused")
     model.gradient_checkpointing_enable()
     model.train()
     calls = []
-    model.char_encoder.highways[0].register_forward_hook(lambda *args: calls.append("highway"))
+    model.char_encoder.convolutions[0].register_forward_hook(lambda *args: calls.append("convolution"))
     model.encoder.forward_layers[0].projection.register_forward_hook(lambda *args: calls.append("lstm"))
     out = model(**tester.encode(SENTENCES)).last_hidden_state
-    forward_calls = {name: calls.count(name) for name in ("highway", "lstm")}
+    forward_calls = {name: calls.count(name) for name in ("convolution", "lstm")}
     out.sum().backward()
-    assert calls.count("highway") == 2 * forward_calls["highway"] > 0  # run again in the backward pass
+    assert calls.count("convolution") == 2 * forward_calls["convolution"] > 0  # run again in the backward pass
     assert calls.count("lstm") == 2 * forward_calls["lstm"] > 0
 
 
