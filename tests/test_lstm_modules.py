@@ -199,3 +199,17 @@ def test_an_lstm_state_of_another_model_or_type_is_one_clear_error():
             model(**enc, lstm_state=ElmoLstmState(state.hidden, state.cell[:, :, :3]))
         with pytest.raises(ValueError, match="lstm_state must be an ElmoLstmState .*got tuple"):
             model(**enc, lstm_state=(state.hidden, state.cell))
+
+
+def test_rename_legacy_keys_gives_todays_names_to_the_lstm_parameters_only():
+    _, model = clipping_model(ElmoForBidirectionalLM)
+    today = model.state_dict()
+    older = {}
+    for key, tensor in today.items():
+        for new, old in LEGACY_NAMES.items():
+            if "_layers." in key and key.endswith("." + new):
+                key = key[: -len(new)] + old
+        older[key] = tensor
+    assert older.keys() != today.keys() and "elmo.char_encoder.projection.bias" in older
+    assert modeling.rename_legacy_keys(older).keys() == today.keys()
+    assert modeling.rename_legacy_keys(today).keys() == today.keys()  # today's names stay
