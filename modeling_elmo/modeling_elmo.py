@@ -296,13 +296,13 @@ class ElmoBiLstm(nn.Module):
     something clips or a state is carried, on the devices and dtypes it supports (`lstm_kernels.fused_applies`), else
     the loop), and `torch_forward` (``torch.nn.LSTM`` with ``proj_size``, cuDNN on a GPU), which cannot clip and is
     used only without clipping. The fused and torch forms read the weights directly: where a transform is wrapped
-    (an adapter) or hooked, the loop runs instead, through the modules.
+    (an adapter) or hooked, the loop runs instead, through the modules; so it does under gradient checkpointing,
+    where each `ElmoLstmLayer` is a checkpointed unit (transformers' `GradientCheckpointingLayer`).
     """
 
     #: Another function with `lstm_kernels.stacked_lstm`'s signature and numbers for `fused_forward` (e.g. the
     #: installed package's ``modeling_elmo.packed_kernels.use_packed_kernels(model)``); `None`: the shipped one.
     recurrence = None
-    gradient_checkpointing = False
 
     def __init__(self, config: ElmoConfig):
         super().__init__()
@@ -331,7 +331,9 @@ class ElmoBiLstm(nn.Module):
         """embeddings (B, T, P), mask (B, T) bool valid prefix, initial (h (2, L, B, P), c (2, L, B, H)) ->
         one (B, T, 2P) tensor per layer, and the final states (as the initial ones) when ``need_final_state``."""
         implementation = self.config.lstm_implementation
-        if implementation == "loop" or not weights_readable(self.forward_layers, self.backward_layers):
+        checkpointing = self.training and torch.is_grad_enabled() and any(
+            layer.gradient_checkpointing for layer in [*self.forward_layers, *self.backward_layers])
+        if implementation == "loop" or checkpointing or not weights_readable(self.forward_layers, self.backward_layers):
             return self.loop_forward(embeddings, mask, initial_state, dropout)
         if self.config.uses_torch_lstm and initial_state is None and not need_final_state:
             return self.torch_forward(embeddings, mask, dropout), None
@@ -380,24 +382,17 @@ class ElmoBiLstm(nn.Module):
     def fused_forward(self, embeddings, mask, initial_state=None, dropout: float = 0.0):
         """`loop_forward`'s numbers, faster: each layer advances both directions at once (`lstm_kernels.stacked_lstm`,
         or ``recurrence`` when set and the model is not being traced), in time-major layout (2, T, B, P). With the
-        same seed, dropout drops the same units as the loop. Under gradient checkpointing each layer (both
-        directions) is one checkpointed unit."""
+        same seed, dropout drops the same units as the loop."""
         recurrence = stacked_lstm if self.recurrence is None or torch.compiler.is_compiling() else self.recurrence
         lengths = mask.sum(dim=1)
         noise = dropout_noise(embeddings, dropout, len(self.forward_layers))  # drawn as the loop draws
         x = torch.stack([embeddings, reverse_each_row(embeddings, lengths)]).transpose(1, 2)  # (2, T, B, P)
         valid = mask.t()  # (T, B)
-        checkpointing = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
         outputs, final_h, final_c = [], [], []
         for index, layers in enumerate(zip(self.forward_layers, self.backward_layers)):
             layer_input = x if noise is None else x * noise[index]
-            state = () if initial_state is None else (initial_state[0][:, index], initial_state[1][:, index])
-
-            def run(inputs, *state, layers=layers):
-                y, (h, c) = recurrence(inputs, valid, layers, state or None)
-                return y, h, c
-
-            y, h, c = self._gradient_checkpointing_func(run, layer_input, *state) if checkpointing else run(layer_input, *state)
+            state = None if initial_state is None else (initial_state[0][:, index], initial_state[1][:, index])
+            y, (h, c) = recurrence(layer_input, valid, layers, state)
             if index > 0 and self.config.use_skip_connections:
                 y = y + layer_input * valid.unsqueeze(-1)
             outputs.append(y.transpose(1, 2))  # (2, B, T, P)
