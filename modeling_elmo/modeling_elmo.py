@@ -197,9 +197,13 @@ class ElmoLstmLayer(GradientCheckpointingLayer):
         super().__init__()
         self.cell_size, self.hidden_size = cell_size, hidden_size
         self.cell_clip, self.proj_clip = cell_clip, proj_clip
-        self.input_transform = nn.Linear(input_size, 4 * cell_size)
-        self.recurrent_transform = nn.Linear(hidden_size, 4 * cell_size, bias=False)
-        self.projection = nn.Linear(cell_size, hidden_size, bias=False)
+        # made without drawing from the random stream (`_init_weights` initialises them): a seed gives the same model
+        # as when these were bare parameters
+        device = torch.empty(0).device  # the default device, or that of a `with torch.device(...)` around the model
+        linear = lambda n_in, n_out, bias: nn.utils.skip_init(nn.Linear, n_in, n_out, bias=bias, device=device)  # noqa: E731
+        self.input_transform = linear(input_size, 4 * cell_size, True)
+        self.recurrent_transform = linear(hidden_size, 4 * cell_size, False)
+        self.projection = linear(cell_size, hidden_size, False)
 
     def forward(
         self,

@@ -213,3 +213,13 @@ def test_rename_legacy_keys_gives_todays_names_to_the_lstm_parameters_only():
     assert older.keys() != today.keys() and "elmo.char_encoder.projection.bias" in older
     assert modeling.rename_legacy_keys(older).keys() == today.keys()
     assert modeling.rename_legacy_keys(today).keys() == today.keys()  # today's names stay
+
+
+def test_building_an_lstm_layer_draws_nothing_from_the_random_stream():
+    """`_init_weights` initialises the transforms: a seed gives the same model as when they were bare parameters."""
+    torch.manual_seed(0)
+    layer = modeling.ElmoLstmLayer(4, 8, 4, None, None)
+    after = torch.rand(1)
+    torch.manual_seed(0)
+    assert torch.equal(torch.rand(1), after)
+    assert layer.input_transform.bias is not None and layer.recurrent_transform.bias is None and layer.projection.bias is None
