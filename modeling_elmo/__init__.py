@@ -73,10 +73,8 @@ def __dir__() -> list[str]:
 
 
 def register_auto_classes() -> None:
-    """Register the ELMo classes with transformers' Auto factories, mark them for ``save_pretrained``'s code files,
-    and let the package's own classes run the fast CPU form of the recurrence (packed weights, directions on threads)
-    where this torch build has it (the files shipped with a model use public operators only, docs/model.md). Runs
-    once; the first name taken from the package calls it."""
+    """Register the ELMo classes with transformers' Auto factories and mark them for ``save_pretrained``'s code
+    files. Runs once; the first name taken from the package calls it."""
     global _registered
     if not _registered:
         _register()
@@ -127,9 +125,6 @@ def _register() -> None:
     ElmoForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
     ElmoForTokenClassification.register_for_auto_class("AutoModelForTokenClassification")
     ElmoTokenizer.register_for_auto_class("AutoTokenizer")
-    from . import packed_kernels
-
-    packed_kernels.install()
 
 
 def save_model_folder(

@@ -1,16 +1,5 @@
-# Copyright 2026 The modeling_elmo authors.
-#
-# Licensed under the Apache License, Version 2.0 (the "License");
-# you may not use this file except in compliance with the License.
-# You may obtain a copy of the License at
-#
-#     http://www.apache.org/licenses/LICENSE-2.0
-#
-# Unless required by applicable law or agreed to in writing, software
-# distributed under the License is distributed on an "AS IS" BASIS,
-# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
-# See the License for the specific language governing permissions and
-# limitations under the License.
+# Copyright 2026 The modeling_elmo Authors. All rights reserved.
+# Licensed under the Apache License, Version 2.0 (http://www.apache.org/licenses/LICENSE-2.0).
 """ELMo (Peters et al. 2018, "Deep contextualized word representations") for transformers.
 
 Read top to bottom:
@@ -33,7 +22,7 @@ multiplies the transformed branch.
 The model is stateless: a sentence's vectors depend only on that sentence. Passing one call's ``lstm_state`` into
 the next reproduces the original stateful inference (AllenNLP's ``Elmo``, bilm-tf), row by row.
 
-Fast forms of the recurrence live beside the plain loop in ``lstm_kernels.py`` and are used only where they apply;
+A fast form of the recurrence lives beside the plain loop in ``lstm_kernels.py`` and is used only where it applies;
 the checks of the inputs and the sentence boundaries added to them, in ``inputs_elmo.py``. This file is shipped to
 the Hub as custom code: it imports only torch, transformers and its sibling files.
 """
@@ -41,6 +30,8 @@ the Hub as custom code: it imports only torch, transformers and its sibling file
 from __future__ import annotations
 
 import math
+import re
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -48,16 +39,35 @@ from torch import nn
 from torch.nn import functional as F
 from transformers import PreTrainedModel
 from transformers import initialization as init
+from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassifierOutput
 from transformers.utils import ModelOutput, logging
 
 from .configuration_elmo import ElmoConfig
 from .inputs_elmo import IGNORE_INDEX, check_values, integer_labels, validated_features, validated_inputs
 from .inputs_elmo import validated_word_inputs, with_sentence_boundaries, with_word_boundaries
-from .lstm_kernels import clipped_lstm, compile_failure, cpu_kernels, dropout_noise, fused_applies, loop_step_products
-from .lstm_kernels import reverse_each_row, torch_lstm
+from .lstm_kernels import dropout_noise, fused_applies, reverse_each_row, stacked_lstm, torch_lstm, weights_readable
 
 logger = logging.get_logger(__name__)
+
+#: State-dict keys of folders saved while the LSTM transforms were bare parameters -> today's keys (regex -> key).
+#: transformers saves a model in the key format it was loaded from, so these patterns must also read backwards.
+LEGACY_KEY_MAPPING = {
+    r"_layers\.(\d+)\.weight_ih": r"_layers.\1.input_transform.weight",
+    r"_layers\.(\d+)\.bias": r"_layers.\1.input_transform.bias",
+    r"_layers\.(\d+)\.weight_hh": r"_layers.\1.recurrent_transform.weight",
+    r"_layers\.(\d+)\.weight_hr": r"_layers.\1.projection.weight",
+}
+
+
+def rename_legacy_keys(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``state_dict`` with the keys of `LEGACY_KEY_MAPPING` renamed (for code that reads a weights file itself)."""
+    renamed = {}
+    for key, tensor in state_dict.items():
+        for pattern, replacement in LEGACY_KEY_MAPPING.items():
+            key = re.sub(pattern, replacement, key)
+        renamed[key] = tensor
+    return renamed
 
 def _host_waits_for_nothing(device: torch.device) -> bool:
     """Whether a size known only from tensor values (a boolean selection, ``unique``) is free to read: on the CPU,
@@ -129,6 +139,8 @@ class ElmoCharacterEncoder(nn.Module):
     Each distinct word of a call is encoded once (duplicates in a batch share the computation).
     """
 
+    gradient_checkpointing = False
+
     def __init__(self, config: ElmoConfig):
         super().__init__()
         self.char_embeddings = nn.Embedding(config.num_characters, config.char_embedding_dim, padding_idx=0)
@@ -141,17 +153,23 @@ class ElmoCharacterEncoder(nn.Module):
         self.highways = nn.ModuleList(ElmoHighway(config.num_char_cnn_filters) for _ in range(config.num_highway_layers))
         self.projection = nn.Linear(config.token_features_size, config.projection_dim)
 
-    def convolve(self, char_ids: torch.Tensor) -> torch.Tensor:
-        """(N, C) character ids -> (N, F): every filter's maximum over the word's positions, then the activation
-        (max, then activation: equal to activation, then max, both being monotone)."""
-        x = self.char_embeddings(char_ids).transpose(1, 2)  # (N, d_c, C)
+    def convolve(self, embedded: torch.Tensor) -> torch.Tensor:
+        """(N, C, d_c) character vectors -> (N, F): every filter's maximum over the word's positions, then the
+        activation (max, then activation: equal to activation, then max, both being monotone)."""
+        x = embedded.transpose(1, 2)  # (N, d_c, C)
         return torch.cat([self.activation(conv(x).amax(dim=-1)) for conv in self.convolutions], dim=-1)  # (N, F)
 
     def encode(self, char_ids: torch.Tensor, word_ids: torch.Tensor | None = None) -> torch.Tensor:
         """(N, max_characters_per_token) character ids (and (N,) word ids with a word input) -> (N, projection_dim),
-        no de-duplication."""
-        # chunks bound the memory of the unfolded windows on long inputs
-        x = torch.cat([self.convolve(chunk) for chunk in char_ids.split(4096)]) if char_ids.shape[0] else self.convolve(char_ids)
+        no de-duplication. The convolutions run on chunks of words, which bounds the memory of the unfolded windows;
+        under gradient checkpointing each chunk's convolutions are computed again in the backward pass instead of
+        kept (smaller chunks: the recomputation's peak is one chunk's)."""
+        embedded = self.char_embeddings(char_ids)
+        if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
+            pieces = [self._gradient_checkpointing_func(self.convolve, chunk) for chunk in embedded.split(512)]
+        else:
+            pieces = [self.convolve(chunk) for chunk in embedded.split(4096)]
+        x = torch.cat(pieces) if pieces else self.convolve(embedded)
         for highway in self.highways:
             x = highway(x)
         if self.word_embeddings is not None:
@@ -172,27 +190,31 @@ class ElmoCharacterEncoder(nn.Module):
         return self.encode(unique[:, :-1], unique[:, -1].long())[inverse]
 
 
-class ElmoLstmLayer(nn.Module):
+class ElmoLstmLayer(GradientCheckpointingLayer):
     """One direction of one layer: an LSTM whose output is projected (H -> P) and optionally clipped.
 
     Per step (PyTorch gate order)::
 
-        i, f, g, o = split(x_t W_ih^T + h_{t-1} W_hh^T + bias)
+        i, f, g, o = split(input_transform(x_t) + recurrent_transform(h_{t-1}))
         c_t = clip(sigmoid(f) * c_{t-1} + sigmoid(i) * tanh(g), cell_clip)      # clip before the tanh below
-        h_t = clip((sigmoid(o) * tanh(c_t)) W_hr^T, proj_clip)                  # projection has no bias
+        h_t = clip(projection(sigmoid(o) * tanh(c_t)), proj_clip)
 
-    `forward` is the reference implementation: the input products of all steps in one matrix product, then an
-    explicit loop over time. Steps past a row's length keep the state and output zeros.
+    The three transforms are `nn.Linear` modules (the input one holds the bias), so that adapters and hooks reach
+    them. `forward` is the reference implementation: the input products of all steps in one call, then an explicit
+    loop over time, every product through the modules. Steps past a row's length keep the state and output zeros.
     """
 
     def __init__(self, input_size: int, cell_size: int, hidden_size: int, cell_clip: float | None, proj_clip: float | None):
         super().__init__()
         self.cell_size, self.hidden_size = cell_size, hidden_size
         self.cell_clip, self.proj_clip = cell_clip, proj_clip
-        self.weight_ih = nn.Parameter(torch.empty(4 * cell_size, input_size))
-        self.weight_hh = nn.Parameter(torch.empty(4 * cell_size, hidden_size))
-        self.bias = nn.Parameter(torch.empty(4 * cell_size))
-        self.weight_hr = nn.Parameter(torch.empty(hidden_size, cell_size))
+        # made without drawing from the random stream (`_init_weights` initialises them): a seed gives the same model
+        # as when these were bare parameters
+        device = torch.empty(0).device  # the default device, or that of a `with torch.device(...)` around the model
+        linear = lambda n_in, n_out, bias: nn.utils.skip_init(nn.Linear, n_in, n_out, bias=bias, device=device)  # noqa: E731
+        self.input_transform = linear(input_size, 4 * cell_size, True)
+        self.recurrent_transform = linear(hidden_size, 4 * cell_size, False)
+        self.projection = linear(cell_size, hidden_size, False)
 
     def forward(
         self,
@@ -206,19 +228,17 @@ class ElmoLstmLayer(nn.Module):
             h, c = inputs.new_zeros(batch, self.hidden_size), inputs.new_zeros(batch, self.cell_size)
         else:
             h, c = state
-        # Input products of all time steps in one matrix product, time-major so that each step's slice is contiguous.
-        # Steps are taken with `unbind` and put back with `stack`: under autograd, indexing one step (or writing into
-        # a preallocated output) would cost a zero-filled tensor of every step's size per step in the backward pass.
-        gates_x = F.linear(inputs.transpose(0, 1), self.weight_ih, self.bias).unbind(0)  # T x (B, 4H)
+        # Time-major, steps taken with `unbind` and put back with `stack`: under autograd, indexing one step would
+        # cost a zero-filled tensor of every step's size per step in the backward pass.
+        gates_x = self.input_transform(inputs.transpose(0, 1)).unbind(0)  # T x (B, 4H)
         valid = mask.t().unsqueeze(-1).unbind(0)  # T x (B, 1)
-        recurrent, project = loop_step_products(self.weight_hh, self.weight_hr, batch, gates_x[0] if steps else inputs)
         outputs = []
         for t in range(steps):
-            i, f, g, o = recurrent(h, gates_x[t]).chunk(4, dim=1)
+            i, f, g, o = (gates_x[t] + self.recurrent_transform(h)).chunk(4, dim=1)
             c_new = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
             if self.cell_clip is not None:
                 c_new = c_new.clamp(-self.cell_clip, self.cell_clip)
-            h_new = project(torch.sigmoid(o) * torch.tanh(c_new))  # (B, P)
+            h_new = self.projection(torch.sigmoid(o) * torch.tanh(c_new))  # (B, P)
             if self.proj_clip is not None:
                 h_new = h_new.clamp(-self.proj_clip, self.proj_clip)
             h, c = torch.where(valid[t], h_new, h), torch.where(valid[t], c_new, c)  # padding keeps the state
@@ -241,6 +261,20 @@ class ElmoLstmState:
 
     hidden: torch.Tensor
     cell: torch.Tensor
+
+    @staticmethod
+    def check(state: object, num_layers: int, hidden_size: int, cell_size: int) -> None:
+        """Raise a `ValueError` naming expected and actual sizes unless ``state`` is an `ElmoLstmState` of a biLM
+        with ``num_layers`` layers, states of ``hidden_size`` (P) and cells of ``cell_size`` (H)."""
+        if not isinstance(state, ElmoLstmState):
+            raise ValueError(f"lstm_state must be an ElmoLstmState (the lstm_state of a previous call), "
+                             f"got {type(state).__name__}.")
+        for name, tensor, width in (("hidden", state.hidden, hidden_size), ("cell", state.cell, cell_size)):
+            if not isinstance(tensor, torch.Tensor) or tensor.dim() != 4 or tensor.shape[:2] != (2, num_layers) \
+                    or tensor.shape[3] != width or tensor.shape[2] != state.hidden.shape[2]:
+                got = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+                raise ValueError(f"lstm_state.{name} must have shape (2, {num_layers}, rows, {width}) for this model "
+                                 f"(the same rows as lstm_state.hidden), got {got}: a state of another model?")
 
     def initial(self, batch: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The states (2, L, batch, P) and (2, L, batch, H) a batch of ``batch`` rows starts from."""
@@ -273,20 +307,33 @@ class ElmoBiLstm(nn.Module):
 
     Implementations, all with the same parameters (``config.lstm_implementation``): `loop_forward` (the reference:
     `ElmoLstmLayer.forward` per layer and direction), `fused_forward` (the same numbers, both directions at once
-    through `lstm_kernels.clipped_lstm`; ``"auto"`` uses it wherever something clips or a state is carried, on the
-    devices and dtypes it supports (`lstm_kernels.fused_applies`), else the loop), and `torch_forward` (``torch.nn.LSTM``
-    with ``proj_size``, cuDNN on a GPU), which cannot clip and is used only without clipping.
+    through `lstm_kernels.stacked_lstm`, or through ``recurrence`` when one is set; ``"auto"`` uses it wherever
+    something clips or a state is carried, on the devices and dtypes it supports (`lstm_kernels.fused_applies`), else
+    the loop), and `torch_forward` (``torch.nn.LSTM`` with ``proj_size``, cuDNN on a GPU), which cannot clip and is
+    used only without clipping. The fused and torch forms read the weights directly: where a transform is wrapped
+    (an adapter) or hooked, the loop runs instead, through the modules; so it does under gradient checkpointing,
+    where each `ElmoLstmLayer` is a checkpointed unit (transformers' `GradientCheckpointingLayer`).
     """
+
+    #: Another function with `lstm_kernels.stacked_lstm`'s signature and numbers for `fused_forward` (e.g. the
+    #: installed package's ``modeling_elmo.packed_kernels.use_packed_kernels(model)``); `None`: the shipped one.
+    recurrence = None
 
     def __init__(self, config: ElmoConfig):
         super().__init__()
         self.config = config
+        P = config.projection_dim  # the per-direction width of the LSTM states and outputs
 
         def layer() -> ElmoLstmLayer:
-            return ElmoLstmLayer(config.projection_dim, config.cell_size, config.projection_dim, config.cell_clip, config.proj_clip)
+            return ElmoLstmLayer(P, config.cell_size, P, config.cell_clip, config.proj_clip)
 
         self.forward_layers = nn.ModuleList(layer() for _ in range(config.num_hidden_layers))
         self.backward_layers = nn.ModuleList(layer() for _ in range(config.num_hidden_layers))
+
+    def check_state(self, state: object) -> None:
+        """`ElmoLstmState.check` against this biLM's sizes."""
+        layer = self.forward_layers[0]
+        ElmoLstmState.check(state, len(self.forward_layers), layer.hidden_size, layer.cell_size)
 
     def forward(
         self,
@@ -299,6 +346,10 @@ class ElmoBiLstm(nn.Module):
         """embeddings (B, T, P), mask (B, T) bool valid prefix, initial (h (2, L, B, P), c (2, L, B, H)) ->
         one (B, T, 2P) tensor per layer, and the final states (as the initial ones) when ``need_final_state``."""
         implementation = self.config.lstm_implementation
+        checkpointing = self.training and torch.is_grad_enabled() and any(
+            layer.gradient_checkpointing for layer in [*self.forward_layers, *self.backward_layers])
+        if implementation == "loop" or checkpointing or not weights_readable(self.forward_layers, self.backward_layers):
+            return self.loop_forward(embeddings, mask, initial_state, dropout)
         if self.config.uses_torch_lstm and initial_state is None and not need_final_state:
             return self.torch_forward(embeddings, mask, dropout), None
         if implementation == "fused" or (implementation == "auto" and fused_applies(embeddings.device, embeddings.dtype)):
@@ -332,7 +383,8 @@ class ElmoBiLstm(nn.Module):
         return self._merge(outputs[0], outputs[1], lengths), finals
 
     def loop_forward(self, embeddings, mask, initial_state=None, dropout: float = 0.0):
-        """The reference: each layer of each direction runs `ElmoLstmLayer.forward` (explicit loop, clipping)."""
+        """The reference: each layer of each direction runs `ElmoLstmLayer.forward` (explicit loop, clipping; one
+        checkpointed unit per layer and direction under gradient checkpointing)."""
 
         def run_layer(direction, index, layer, x):
             state = None if initial_state is None else (initial_state[0][direction, index], initial_state[1][direction, index])
@@ -343,9 +395,10 @@ class ElmoBiLstm(nn.Module):
         return layers, final  # final states (2, L, B, *)
 
     def fused_forward(self, embeddings, mask, initial_state=None, dropout: float = 0.0):
-        """`loop_forward`'s numbers, faster: each layer advances both directions at once through
-        `lstm_kernels.clipped_lstm` (batched products, an explicit backward, no host synchronisation), in time-major
-        layout (2, T, B, P). With the same seed, dropout drops the same units as the loop."""
+        """`loop_forward`'s numbers, faster: each layer advances both directions at once (`lstm_kernels.stacked_lstm`,
+        or ``recurrence`` when set and the model is not being traced), in time-major layout (2, T, B, P). With the
+        same seed, dropout drops the same units as the loop."""
+        recurrence = stacked_lstm if self.recurrence is None or torch.compiler.is_compiling() else self.recurrence
         lengths = mask.sum(dim=1)
         noise = dropout_noise(embeddings, dropout, len(self.forward_layers))  # drawn as the loop draws
         x = torch.stack([embeddings, reverse_each_row(embeddings, lengths)]).transpose(1, 2)  # (2, T, B, P)
@@ -354,16 +407,13 @@ class ElmoBiLstm(nn.Module):
         for index, layers in enumerate(zip(self.forward_layers, self.backward_layers)):
             layer_input = x if noise is None else x * noise[index]
             state = None if initial_state is None else (initial_state[0][:, index], initial_state[1][:, index])
-            y, (h, c) = clipped_lstm(layer_input, valid, layers, state)
+            y, (h, c) = recurrence(layer_input, valid, layers, state)
             if index > 0 and self.config.use_skip_connections:
                 y = y + layer_input * valid.unsqueeze(-1)
             outputs.append(y.transpose(1, 2))  # (2, B, T, P)
             final_h.append(h)
             final_c.append(c)
             x = y
-        if embeddings.device.type != "cpu" and compile_failure():
-            logger.warning_once(f"torch.compile could not build the LSTM step ({compile_failure()}); "
-                                "running it uncompiled.")
         final = (torch.stack(final_h, dim=1), torch.stack(final_c, dim=1))  # (2, L, B, *)
         return self._merge([y[0] for y in outputs], [y[1] for y in outputs], lengths), final
 
@@ -434,20 +484,43 @@ class ElmoScalarMix(nn.Module):
 class ElmoPreTrainedModel(PreTrainedModel):
     """Weight initialisation and loading for all ELMo models.
 
-    `_init_weights` follows the original training code (bilm-tf), per module (transformers calls it for each module
-    whose parameters are not loaded): char table U(-1, 1) with a zero padding row; relu convolutions U(-0.05, 0.05)
-    (tanh: N(0, 1/(w d_c))); every Linear N(0, 1/fan_in) with a zero bias, except the highway gates (bias -2: carry
-    x through) and a head's ``classifier`` (Glorot-uniform); LSTM matrices Glorot-uniform, bias 0 but +1 for the
-    forget block; word vectors N(0, 1/d_w). (transformers' N(0, 0.02) gives vanishing activations.)
+    `_init_weights` follows the original training code (bilm-tf): char table U(-1, 1) with a zero padding row;
+    relu convolutions U(-0.05, 0.05) (tanh: N(0, 1/(w d_c))); highway and projection N(0, 1/F) with the highway
+    gate bias -2 (leaning towards passing x through); LSTM matrices Glorot-uniform (the input and recurrent transforms as the original's
+    stacked [x; h] matrix), bias 0 except the forget block at +1; softmax N(0, 1/P); a task head's classifier Glorot-uniform with a zero bias; the optional word
+    vectors N(0, 1/d_w) (rows of about unit norm). The transformers
+    default (N(0, 0.02) everywhere) gives vanishing activations.
+
+    transformers calls `_init_weights` once per module whose own parameters are not loaded yet (``from_pretrained``
+    initialises only the missing ones, such as a new head's), so every branch initialises the parameters of the
+    module it is given, never those of its children. Which `nn.Linear` is which is read off the model's structure:
+    the highway gates are those of ``char_encoder.highways``, the head's is ``classifier``; every other Linear
+    (highway transform, projection, softmax) is N(0, 1/fan_in), with a zero bias.
     """
 
     config_class = ElmoConfig
     base_model_prefix = "elmo"
     main_input_name = "input_ids"
-    supports_gradient_checkpointing = False
+    supports_gradient_checkpointing = True
     _no_split_modules = ["ElmoCharacterEncoder", "ElmoLstmLayer"]
     # One checkpoint serves every class: the biLM alone ignores the softmax or a task head's layers silently.
     _keys_to_ignore_on_load_unexpected = [r"^softmax\.", r"^classifier\.", r"^scalar_mix\."]
+
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        """`PreTrainedModel.from_pretrained`; folders saved while the LSTM transforms were bare parameters load with
+        their keys renamed (`LEGACY_KEY_MAPPING`, through the public ``key_mapping`` argument) unless the caller
+        passes a ``key_mapping`` of their own."""
+        kwargs.setdefault("key_mapping", LEGACY_KEY_MAPPING)
+        return super().from_pretrained(*args, **kwargs)
+
+    def _lstm_layer_of(self, module: nn.Module) -> ElmoLstmLayer | None:
+        """The `ElmoLstmLayer` whose input, recurrent or projection transform ``module`` is, else `None`."""
+        encoder = getattr(self.base_model, "encoder", None)
+        for layer in [*encoder.forward_layers, *encoder.backward_layers] if encoder is not None else []:
+            if any(module is linear for linear in (layer.input_transform, layer.recurrent_transform, layer.projection)):
+                return layer
+        return None
 
     def _is_highway_gate(self, module: nn.Module) -> bool:
         encoder = getattr(self.base_model, "char_encoder", None)
@@ -470,22 +543,23 @@ class ElmoPreTrainedModel(PreTrainedModel):
             else:
                 init.normal_(module.weight, 0.0, math.sqrt(1.0 / (module.kernel_size[0] * module.in_channels)))
             init.zeros_(module.bias)
+        elif isinstance(module, nn.Linear) and (lstm := self._lstm_layer_of(module)) is not None:
+            if module is lstm.projection:
+                init.xavier_uniform_(module.weight)
+            else:  # Glorot-uniform over the original stacked [x; h] -> 4H matrix
+                fan_in = lstm.input_transform.in_features + lstm.hidden_size
+                limit = math.sqrt(6.0 / (fan_in + 4 * lstm.cell_size))
+                init.uniform_(module.weight, -limit, limit)
+            if module.bias is not None:  # the input transform's: 0, the forget block +1
+                bias = torch.zeros_like(module.bias)
+                bias[lstm.cell_size : 2 * lstm.cell_size] = 1.0
+                init.copy_(module.bias, bias)
         elif isinstance(module, nn.Linear) and module is getattr(self, "classifier", None):  # a task head's layer
             init.xavier_uniform_(module.weight)
             init.zeros_(module.bias)
         elif isinstance(module, nn.Linear):  # highway transform or gate, projection, softmax
             init.normal_(module.weight, 0.0, math.sqrt(1.0 / module.in_features))
             init.constant_(module.bias, -2.0 if self._is_highway_gate(module) else 0.0)
-        elif isinstance(module, ElmoLstmLayer):
-            H, P = module.cell_size, module.hidden_size
-            # Glorot-uniform over the original stacked [x; h] -> 4H matrix, and over the projection
-            limit = math.sqrt(6.0 / (module.weight_ih.shape[1] + P + 4 * H))
-            init.uniform_(module.weight_ih, -limit, limit)
-            init.uniform_(module.weight_hh, -limit, limit)
-            init.xavier_uniform_(module.weight_hr)
-            bias = torch.zeros_like(module.bias)
-            bias[H : 2 * H] = 1.0  # forget gate
-            init.copy_(module.bias, bias)
         elif isinstance(module, ElmoScalarMix):
             if module.scalar_parameters.requires_grad:
                 init.zeros_(module.scalar_parameters)
@@ -695,6 +769,8 @@ class ElmoModel(ElmoPreTrainedModel):
                 embeddings = embeddings + given
             else:
                 embeddings = given
+        if lstm_state is not None:
+            self.encoder.check_state(lstm_state)
         initial = None if lstm_state is None else lstm_state.initial(batch, embeddings)
         want_state = return_lstm_state or lstm_state is not None
         layers, final = self.encoder(embeddings, mask, initial, dropout=lstm_dropout if self.training else 0.0,
@@ -741,25 +817,15 @@ class ElmoModel(ElmoPreTrainedModel):
         """Context-insensitive vectors (B, T, P) of the present tokens; padding stays zero. ``word_ids`` (B, T): the
         word ids of a model with a word-embedding input.
 
-        On the CPU in eager mode each distinct present word is encoded once (in inference, where the CPU kernels run
-        pieces of work at the same time, a share of the words per thread: `lstm_kernels.CpuKernels.map`). Elsewhere
-        every position is encoded and padding zeroed: selecting present or distinct words has a size known only from
+        On the CPU in eager mode each distinct present word is encoded once. Elsewhere every position is encoded and padding zeroed: selecting present or distinct words has a size known only from
         the values, so the host would wait for the device (or a traced graph would depend on the values)."""
         batch, steps, width = input_ids.shape
         if not _host_waits_for_nothing(input_ids.device):
             flat_word_ids = None if word_ids is None else word_ids.reshape(batch * steps)
             encoded = self.char_encoder.encode(input_ids.reshape(batch * steps, width), flat_word_ids).view(batch, steps, -1)
             return encoded * mask.unsqueeze(-1).to(encoded.dtype)
-        words, kernels, threads = input_ids[mask], cpu_kernels(), torch.get_num_threads()
-        if word_ids is not None:
-            encoded = self.char_encoder(words, word_ids[mask])
-        elif (kernels.concurrent and threads > 1 and not torch.is_grad_enabled() and not torch.is_autocast_enabled("cpu")
-                and len(words) >= 256):
-            unique, inverse = torch.unique(words, dim=0, return_inverse=True)
-            shares = unique.chunk(threads)
-            encoded = torch.cat(kernels.map(lambda i: self.char_encoder.encode(shares[i]), len(shares)))[inverse]
-        else:
-            encoded = self.char_encoder(words)
+        words = input_ids[mask]
+        encoded = self.char_encoder(words, None if word_ids is None else word_ids[mask])
         embeddings = encoded.new_zeros(batch, steps, self.config.projection_dim)  # encoder's dtype (autocast: bf16)
         embeddings[mask] = encoded
         return embeddings

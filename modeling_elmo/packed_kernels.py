@@ -1,32 +1,79 @@
-"""The fast CPU form of the biLM's recurrence: per-step products on weights packed for oneDNN (or MKL), and the two
-directions on two threads. Part of the installed package only, never shipped to the Hub with a model.
+"""The installed package's fast forms of the biLM's recurrence, chosen per model (`use_packed_kernels`); never shipped
+to the Hub with a model.
 
-The file shipped with a model (`lstm_kernels.py`) computes every product with public torch operators
-(`lstm_kernels.CpuKernels`). This module implements the same interface with torch's packed-weight operators
-(``torch.ops.mkldnn._linear_pointwise`` on weights reordered once per call, ``torch.ops.mkl._mkl_linear`` where
-oneDNN is missing), which run the small per-step products of a recurrence markedly faster on x86 CPUs, and runs the
-two directions of a layer at the same time, one intra-op thread each. Those operators are internal to torch: they
-may change between releases, so the package checks that they exist before using them (`available`) and every form
-is tested equal to the public one.
+`clipped_lstm` computes what the shipped `lstm_kernels.stacked_lstm` (and the reference loop) computes, with the
+same parameters, and is tested equal to it (outputs, final states and every gradient):
 
-Importing the package installs this form for the package's own classes (`install`, when `available`); a model
-loaded as remote code (``trust_remote_code=True``) runs its own copy of `lstm_kernels.py`: `install` takes that model
-to give it this form too. ``use_cpu_kernels(None)`` of either module goes back to the public form.
+* the recurrence of a layer is one autograd node (`ClippedLstmRecurrence`) with an explicit backward loop, so a
+  training step records one node per layer instead of a dozen per time step, and every weight gradient is one large
+  matrix product over all steps;
+* on a GPU (or any non-CPU device) both directions advance together, one ``bmm`` per step; with Triton (CUDA
+  builds) each step is one ``torch.compile``'d function, falling back to the plain step where compiling fails;
+* on the CPU, models of some size (`RecurrencePlan.PER_DIRECTION_FROM`) run one direction at a time, each on its own
+  thread, their per-step products on weights packed for oneDNN (or MKL): `PackedCpuKernels`. Those operators are
+  internal to torch: the package checks that they exist (`available`) before using them.
+
+Conventions: recurrence tensors are direction-major and time-major, ``(D, T, B, width)``. ``valid`` is ``(T, B, 1)``
+1. or 0. in the compute dtype; a step past a row's length keeps the state and outputs zeros (as in the loop).
 """
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 import torch
+from torch import nn
 from torch.nn import functional as F
 
-from . import lstm_kernels
-from .lstm_kernels import CpuKernels, Linear, StepProducts, plain_linear
+from .modeling_elmo import ElmoBiLstm
+from transformers.utils import logging
 
-__all__ = ["PackedCpuKernels", "available", "install", "mkl_packing_available", "onednn_packing_available", "on_threads"]
+logger = logging.get_logger(__name__)
+Linear = Callable[[torch.Tensor], torch.Tensor]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# CPU kernels: how the CPU forms compute their products and spread independent work
+# ---------------------------------------------------------------------------------------------------------------
+def plain_linear(weight: torch.Tensor) -> Linear:
+    """``x -> x @ weight.T`` on an (in, out) copy of ``weight`` made once: small per-step products run faster on
+    the CPU untransposed."""
+    weight_t = weight.detach().t().contiguous()
+    return lambda x: torch.mm(x, weight_t)
+
+
+class CpuKernels:
+    """The CPU recurrence's matrix products and its way of running independent pieces of work, in public torch APIs.
+
+    This form: ``torch.mm`` on transposed copies for the per-step products, ``F.linear`` for the products over all
+    steps, the pieces one after another on the caller's thread. `PackedCpuKernels` is the faster one; every form
+    computes the same numbers.
+    """
+
+    #: A short name for reports and benchmarks.
+    name = "public"
+    #: Whether `map` runs its pieces at the same time (the plans then run the two directions side by side).
+    concurrent = False
+    #: Whether large models run one direction at a time (`RecurrencePlan.PER_DIRECTION_FROM`). In public operators
+    #: the two directions stacked are faster: one batched product (``bmm``) per step spreads both directions over
+    #: the intra-op threads, where two separate products would each be split.
+    per_direction = False
+
+    def step_linear(self, weight: torch.Tensor, rows: int) -> Linear:
+        """``x -> x @ weight.T`` for ``x`` of ``rows`` rows, called once per time step on the same weight."""
+        return plain_linear(weight)
+
+    def dense_linear(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> Linear:
+        """``x -> x @ weight.T (+ bias)`` for many rows (the input products of all steps)."""
+        return lambda x: F.linear(x, weight, bias)
+
+    def map(self, run: Callable[[int], object], count: int) -> list:
+        """``[run(i) for i in range(count)]``."""
+        return [run(i) for i in range(count)]
+
 
 
 def mkl_packing_available() -> bool:
@@ -70,7 +117,7 @@ def on_threads(run: Callable[[int], object], count: int) -> list:
 
 
 class PackedCpuKernels(CpuKernels):
-    """`lstm_kernels.CpuKernels` on packed weights (fp32 on the CPU; other dtypes get the public products) and
+    """`CpuKernels` on packed weights (fp32 on the CPU; other dtypes get the public products) and
     threads."""
 
     name = "packed"
@@ -101,17 +148,6 @@ class PackedCpuKernels(CpuKernels):
             return lambda x: torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
         return lambda x: F.linear(x, weight, bias)
 
-    def loop_products(self, weight_hh: torch.Tensor, weight_hr: torch.Tensor, batch: int) -> StepProducts | None:
-        """MKL-packed copies of the loop's recurrent and projection weights for ``batch`` rows (inference)."""
-        if not mkl_packing_available():
-            return None
-        hh, hr = weight_hh.detach(), weight_hr.detach()
-        packed_hh = torch.ops.mkl._mkl_reorder_linear_weight(hh, batch)
-        packed_hr = torch.ops.mkl._mkl_reorder_linear_weight(hr, batch)
-        linear = torch.ops.mkl._mkl_linear
-        return (lambda h, gates_x: linear(h, packed_hh, hh, None, batch).add_(gates_x)), \
-            (lambda u: linear(u, packed_hr, hr, None, batch))
-
     def map(self, run: Callable[[int], object], count: int) -> list:
         """The pieces on threads (`on_threads`) when torch has two or more intra-op threads, else one by one."""
         if torch.get_num_threads() > 1:
@@ -119,20 +155,462 @@ class PackedCpuKernels(CpuKernels):
         return [run(i) for i in range(count)]
 
 
-def install(model: torch.nn.Module | None = None) -> bool:
-    """Use the packed form in the package's classes, and, given ``model``, in the copy of ``lstm_kernels.py`` that
-    ``model``'s class runs (a model loaded with ``trust_remote_code=True``). Returns whether the form is available
-    here (where it is not, nothing changes)."""
-    if not available():
-        return False
-    modules = [lstm_kernels]
-    if model is not None:
-        package = sys.modules[type(model).__module__].__package__
-        shipped = sys.modules.get(f"{package}.lstm_kernels") if package else None
-        if shipped is None or not hasattr(shipped, "use_cpu_kernels"):
-            raise ValueError(f"{type(model).__name__} does not run an ELMo lstm_kernels.py beside its module "
-                             f"{type(model).__module__}; nothing to install the packed form into.")
-        modules.append(shipped)
-    for module in modules:
-        module.use_cpu_kernels(PackedCpuKernels())
-    return True
+
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# One time step, element-wise parts (shared by every form below; shapes (D, B, width), valid (B, 1) 0./1. floats)
+# ---------------------------------------------------------------------------------------------------------------
+def _fast_tanh(x: torch.Tensor) -> bool:
+    """Whether ``tanh(x)`` is computed as ``2 sigmoid(2x) - 1``: in fp32 on the CPU, where it is within 2e-7 of
+    ``torch.tanh`` and several times faster. Not in half precision, where the subtraction loses the small values."""
+    return x.dtype == torch.float32 and x.device.type == "cpu"
+
+
+def _tanh(x: torch.Tensor) -> torch.Tensor:
+    return torch.sigmoid(2 * x).mul_(2).sub_(1) if _fast_tanh(x) else torch.tanh(x)
+
+
+def _cell(gates, c, valid, cell_clip: float | None):
+    """Gate pre-activations (i, f, g, o) (consumed) and the carried cell -> activations (sigmoid(i), sigmoid(f),
+    tanh(g), sigmoid(o)), unclipped cell, next carried cell and ``m = o * tanh(clip(cell))``, the projection's input.
+    A padded step (valid 0) keeps the carried cell: ``lerp`` with weight 0 or 1 returns one end exactly."""
+    H = c.shape[-1]
+    g = gates[..., 2 * H : 3 * H]
+    if _fast_tanh(gates):
+        g *= 2
+        acts = torch.sigmoid(gates)
+        acts[..., 2 * H : 3 * H].mul_(2).sub_(1)  # tanh(g) = 2 sigmoid(2g) - 1
+    else:
+        acts = torch.sigmoid(gates)
+        acts[..., 2 * H : 3 * H] = torch.tanh(g)
+    i, f, g, o = acts.chunk(4, dim=-1)
+    cell = torch.addcmul(f * c, i, g)
+    clipped = cell.clamp(-cell_clip, cell_clip) if cell_clip is not None else cell
+    return acts, cell, torch.lerp(c, clipped, valid), o * _tanh(clipped)
+
+
+def _output(projected, h, valid, proj_clip: float | None):
+    """The projection (unclipped) and the carried output -> next carried output and this step's output."""
+    new = projected.clamp(-proj_clip, proj_clip) if proj_clip is not None else projected
+    return torch.lerp(h, new, valid), new * valid
+
+
+def _output_backward(grad_y, grad_h, valid, projected, proj_clip: float | None):
+    """Gradients of this step's output and of the next carried output -> gradient of the projection and the part
+    of ``grad_h`` that skips a padded step."""
+    grad = (grad_y + grad_h) * valid
+    if proj_clip is not None:
+        grad = grad * (projected.abs() <= proj_clip)  # inclusive, as clamp's gradient
+    return grad, grad_h * (1 - valid)
+
+
+def _cell_backward(grad_m, grad_c, valid, acts, cell, c, cell_clip: float | None):
+    """Gradients of ``m`` and of the next carried cell -> gradient of the gate pre-activations and of the carried
+    cell this step started from."""
+    i, f, g, o = acts.chunk(4, dim=-1)
+    clipped = cell.clamp(-cell_clip, cell_clip) if cell_clip is not None else cell
+    tanh_c = _tanh(clipped)
+    grad_cell = grad_c * valid + grad_m * o * (1 - tanh_c * tanh_c)
+    if cell_clip is not None:
+        grad_cell = grad_cell * (cell.abs() <= cell_clip)
+    grad_gates = torch.cat([grad_cell * g * i * (1 - i), grad_cell * c * f * (1 - f), grad_cell * i * (1 - g * g),
+                            grad_m * tanh_c * o * (1 - o)], dim=-1)
+    return grad_gates, grad_cell * f + grad_c * (1 - valid)
+
+
+def _at(x: torch.Tensor, t, dim: int) -> torch.Tensor:
+    """Step ``t`` of ``x`` along ``dim``: ``t`` an int (a view), or a one-element index tensor (`index_select`)."""
+    return x.select(dim, t) if isinstance(t, int) else x.index_select(dim, t).squeeze(dim)
+
+
+def stacked_forward_step(gates_x, t, h, c, valid, weight_hh, weight_hr, cell_clip, proj_clip):
+    """Step ``t`` of D directions at once: ``bmm`` over the stacked weights (D, 4H, P) and (D, P, H); ``gates_x``
+    (D, T, B, 4H) and ``valid`` (T, B, 1) whole, indexed here. ``t`` is an int, or, compiled, a one-element index
+    tensor: dynamo specialises on an int's value (one graph per step) and on the storage offset of a step's slice,
+    but not on a tensor's values, so one graph serves every step. Returns (activations, unclipped cell, unclipped projection,
+    next h, next c, output)."""
+    valid = _at(valid, t, 0)
+    acts, cell, c_next, m = _cell(torch.baddbmm(_at(gates_x, t, 1), h, weight_hh.transpose(1, 2)), c, valid, cell_clip)
+    projected = torch.bmm(m, weight_hr.transpose(1, 2))
+    h_next, y = _output(projected, h, valid, proj_clip)
+    return acts, cell, projected, h_next, c_next, y
+
+
+def stacked_backward_step(grad_y, t, grad_h, grad_c, valid, acts, cells, projections, cs, weight_hh, weight_hr,
+                          cell_clip, proj_clip):
+    """The backward of `stacked_forward_step` at step ``t`` (an int or an index tensor; the saved tensors whole,
+    as ``_forward_loop`` keeps them): -> (gate gradients, projection gradient, grad h, grad c) of the state step
+    ``t`` started from."""
+    valid = _at(valid, t, 0)
+    grad_projected, grad_h_kept = _output_backward(_at(grad_y, t, 1), grad_h, valid, _at(projections, t, 1), proj_clip)
+    grad_m = torch.bmm(grad_projected, weight_hr)
+    grad_gates, grad_c_prev = _cell_backward(grad_m, grad_c, valid, _at(acts, t, 1), _at(cells, t, 1), _at(cs, t, 1),
+                                             cell_clip)
+    return grad_gates, grad_projected, torch.baddbmm(grad_h_kept, grad_gates, weight_hh), grad_c_prev
+
+
+def _step_indices(plan: RecurrencePlan, steps: int, device: torch.device) -> list:
+    """What the stacked steps get as ``t``: ints, or for compiled steps one-element index tensors made on the device
+    (fills: no copy from the host, which would wait for the device)."""
+    if not plan.compiled:
+        return list(range(steps))
+    return [torch.full((1,), t, dtype=torch.long, device=device) for t in range(steps)]
+
+
+def _fresh(x: torch.Tensor) -> torch.Tensor:
+    """``x`` detached, copied when it is not a contiguous tensor at the start of its storage: compiled steps guard
+    on strides and storage offsets, so that the loops' inputs look alike from call to call."""
+    x = x.detach()
+    return x if x.is_contiguous() and x.storage_offset() == 0 else x.clone(memory_format=torch.contiguous_format)
+
+
+class _CompiledSteps:
+    """`stacked_forward_step` and `stacked_backward_step` through ``torch.compile`` with one backend.
+
+    Kept (see `compiled_steps`) because dynamo keys compiled code by the compile wrapper: a wrapper made per call
+    would compile again on every call. ``failed`` records, per step function, a compilation error, after which that
+    function runs uncompiled without retrying (the backward runs on autograd's device thread on a GPU: it may fail
+    where the forward does not).
+    """
+
+    def __init__(self, backend: str | Callable):
+        self.forward = torch.compile(stacked_forward_step, backend=backend, dynamic=True, fullgraph=True)
+        self.backward = torch.compile(stacked_backward_step, backend=backend, dynamic=True, fullgraph=True)
+        self.failed: dict[str, str] = {}
+
+
+@functools.lru_cache(maxsize=2)
+def compiled_steps(backend: str | Callable = "inductor") -> _CompiledSteps:
+    """The process's compiled step functions for ``backend`` (bounded: the two most recent backends; in practice
+    one, ``"inductor"``; see `_CompiledSteps`)."""
+    return _CompiledSteps(backend)
+
+
+def compile_failure(backend: str | Callable = "inductor") -> str | None:
+    """Why compiling a step with ``backend`` failed in this process, or `None` (also when never tried)."""
+    if not compiled_steps.cache_info().currsize:
+        return None
+    failed = compiled_steps(backend).failed
+    return "; ".join(f"{name} step: {why}" for name, why in failed.items()) or None
+
+
+def compiler_available(device: torch.device) -> bool:
+    """Whether the steps are compiled for ``device``: on CUDA (ROCm included), whose torch builds bring the Triton
+    compiler. Where compiling fails all the same, the plain steps run (`compile_failure` says why, once)."""
+    return device.type == "cuda"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The recurrence: forward and backward loops
+# ---------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RecurrencePlan:
+    """How `clipped_lstm` runs: ``per_direction`` (CPU: one direction at a time, products in the CPU kernels' form) or
+    all directions stacked (``bmm``); ``parallel`` (the directions on their own threads, one core each);
+    ``compiled`` (the stacked steps through ``torch.compile`` with ``backend``)."""
+
+    per_direction: bool = False
+    parallel: bool = False
+    compiled: bool = False
+    backend: str | Callable = "inductor"
+    kernels: CpuKernels = field(default_factory=CpuKernels)
+
+    #: Recurrent matrices (4H x P) from this many entries on run per direction on the CPU: below it, the Python work
+    #: of a step outweighs what per-direction products and threads save (elmo-tiny: 2,048; elmo-27m: 1,048,576).
+    PER_DIRECTION_FROM = 65536
+
+    @classmethod
+    def for_device(cls, device: torch.device, directions: int, recurrent_size: int = PER_DIRECTION_FROM) -> RecurrencePlan:
+        """The plan for ``directions`` directions whose recurrent matrices have ``recurrent_size`` entries."""
+        if device.type == "cpu":
+            kernels = default_cpu_kernels()
+            if recurrent_size < cls.PER_DIRECTION_FROM or not kernels.per_direction:
+                return cls()
+            return cls(per_direction=True, parallel=directions > 1 and kernels.concurrent and torch.get_num_threads() > 1,
+                       kernels=kernels)
+        return cls(compiled=compiler_available(device))
+
+
+def _direction_forward_step(weight_hh, weight_hr, rows: int, kernels: CpuKernels):
+    """The forward step of one direction (D = 1), its products in the CPU kernels' form (`CpuKernels.step_linear`)."""
+    recurrent, project = kernels.step_linear(weight_hh[0], rows), kernels.step_linear(weight_hr[0], rows)
+
+    def step(gates_x, h, c, valid, cell_clip, proj_clip):
+        gates = recurrent(h[0]).add_(gates_x[0]).unsqueeze(0)
+        acts, cell, c_next, m = _cell(gates, c, valid, cell_clip)
+        projected = project(m[0]).unsqueeze(0)
+        h_next, y = _output(projected, h, valid, proj_clip)
+        return acts, cell, projected, h_next, c_next, y
+
+    return step
+
+
+def _direction_backward_step(weight_hh, weight_hr, rows: int, kernels: CpuKernels):
+    """The backward step of one direction (D = 1): the transposed products in the CPU kernels' form."""
+    weight_hh_t, weight_hr_t = weight_hh[0].t().contiguous(), weight_hr[0].t().contiguous()
+    recurrent = kernels.step_linear(weight_hh_t, rows)  # grad_gates @ W_hh
+    project = kernels.step_linear(weight_hr_t, rows)  # grad_projected @ W_hr
+
+    def step(grad_y, grad_h, grad_c, valid, acts, cell, projected, c, cell_clip, proj_clip):
+        grad_projected, grad_h_kept = _output_backward(grad_y, grad_h, valid, projected, proj_clip)
+        grad_m = project(grad_projected[0]).unsqueeze(0)
+        grad_gates, grad_c_prev = _cell_backward(grad_m, grad_c, valid, acts, cell, c, cell_clip)
+        return grad_gates, grad_projected, recurrent(grad_gates[0]).add_(grad_h_kept[0]).unsqueeze(0), grad_c_prev
+
+    return step
+
+
+def _with_fallback(steps: _CompiledSteps, name: str, plain: Callable) -> Callable:
+    """``steps.<name>``, or ``plain`` from the first call that fails on (compiling it, or recompiling it for new
+    shapes beyond dynamo's limit); the failure is recorded once per process in ``steps.failed``, so later calls do not
+    try again. Steps are pure functions: the failed step is simply computed again by ``plain``."""
+    if name in steps.failed:
+        return plain
+    chosen = [getattr(steps, name)]
+
+    def call(*args):
+        try:
+            return chosen[0](*args)
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as error:  # noqa: BLE001 - any compiler failure: the plain step computes the same
+            if chosen[0] is plain:
+                raise
+            steps.failed[name] = " ".join(f"{type(error).__name__}: {error}".split())[:300]
+            chosen[0] = plain
+            return plain(*args)
+
+    return call
+
+
+def _stacked_steps(plan: RecurrencePlan) -> tuple[Callable, Callable]:
+    """(forward step, backward step) for stacked directions: compiled where planned and not failed before."""
+    if not plan.compiled:
+        return stacked_forward_step, stacked_backward_step
+    steps = compiled_steps(plan.backend)
+    return _with_fallback(steps, "forward", stacked_forward_step), _with_fallback(steps, "backward", stacked_backward_step)
+
+
+def _forward_loop(gates_x, valid, h0, c0, weight_hh, weight_hr, clips, plan: RecurrencePlan, save: bool):
+    """Run the recurrence over T steps for the D directions of ``gates_x`` (D, T, B, 4H).
+
+    Returns y (D, T, B, P), the final (h, c), and, when ``save``, what the backward needs: activations (D, T, B, 4H),
+    unclipped cells (D, T, B, H), unclipped projections (D, T, B, P), carried states h (D, T + 1, B, P) and
+    c (D, T + 1, B, H) (index t: the state step t starts from).
+    """
+    cell_clip, proj_clip = clips
+    if plan.per_direction:
+        step = _direction_forward_step(weight_hh, weight_hr, gates_x.shape[2], plan.kernels)
+        call = lambda t, h, c: step(gates_x[:, t], h, c, valid[t], cell_clip, proj_clip)  # noqa: E731
+    else:
+        forward_step, index = _stacked_steps(plan)[0], _step_indices(plan, gates_x.shape[1], gates_x.device)
+        gates_x, valid, h0, c0 = _fresh(gates_x), _fresh(valid), _fresh(h0), _fresh(c0)
+        call = lambda t, h, c: forward_step(gates_x, index[t], h, c, valid, weight_hh, weight_hr, cell_clip, proj_clip)  # noqa: E731
+    h, c = h0, c0
+    outputs, hs, cs, acts, cells, projections = [], [h0], [c0], [], [], []
+    for t in range(gates_x.shape[1]):
+        act, cell, projected, h, c, y = call(t, h, c)
+        outputs.append(y)
+        if save:
+            acts.append(act)
+            cells.append(cell)
+            projections.append(projected)
+            hs.append(h)
+            cs.append(c)
+    y = torch.stack(outputs, dim=1)
+    if not save:
+        return y, (h, c), None
+    return y, (h, c), tuple(torch.stack(parts, dim=1) for parts in (acts, cells, projections, hs, cs))
+
+
+def _backward_loop(grad_y, grad_h, grad_c, valid, saved, weight_hh, weight_hr, clips, plan: RecurrencePlan):
+    """The backward of `_forward_loop`: -> gradients of gates_x (D, T, B, 4H), h0, c0, weight_hh, weight_hr."""
+    acts, cells, projections, hs, cs = saved
+    directions, steps, rows = acts.shape[:3]
+    cell_clip, proj_clip = clips
+    if plan.per_direction:
+        step = _direction_backward_step(weight_hh, weight_hr, rows, plan.kernels)
+        call = lambda t, gh, gc: step(grad_y[:, t], gh, gc, valid[t], acts[:, t], cells[:, t], projections[:, t],  # noqa: E731
+                                      cs[:, t], cell_clip, proj_clip)
+    else:
+        backward_step, index = _stacked_steps(plan)[1], _step_indices(plan, steps, acts.device)
+        grad_y, grad_h, grad_c, valid = _fresh(grad_y), _fresh(grad_h), _fresh(grad_c), _fresh(valid)
+        call = lambda t, gh, gc: backward_step(grad_y, index[t], gh, gc, valid, acts, cells, projections, cs,  # noqa: E731
+                                               weight_hh, weight_hr, cell_clip, proj_clip)
+    grad_gates, grad_projections = [None] * steps, [None] * steps
+    for t in reversed(range(steps)):
+        grad_gates[t], grad_projections[t], grad_h, grad_c = call(t, grad_h, grad_c)
+    grad_gates = torch.stack(grad_gates, dim=1)  # (D, T, B, 4H): also the gradient of the input products
+    grad_projections = torch.stack(grad_projections, dim=1)  # (D, T, B, P)
+    H = cells.shape[-1]
+    clipped = cells.clamp(-cell_clip, cell_clip) if cell_clip is not None else cells
+    m = acts[..., 3 * H :] * _tanh(clipped)  # the projection inputs of every step, recomputed at once
+    flat = lambda x: x.reshape(directions, steps * rows, x.shape[-1])  # noqa: E731
+    grad_weight_hh = torch.bmm(flat(grad_gates).transpose(1, 2), flat(hs[:, :steps]))  # (D, 4H, P)
+    grad_weight_hr = torch.bmm(flat(grad_projections).transpose(1, 2), flat(m))  # (D, P, H)
+    return grad_gates, grad_h, grad_c, grad_weight_hh, grad_weight_hr
+
+
+def _each_direction(run: Callable[[int], object], count: int, plan: RecurrencePlan) -> list:
+    """``[run(d) for d in range(count)]``, at the same time where planned (the CPU kernels' `CpuKernels.map`)."""
+    return plan.kernels.map(run, count) if plan.parallel else [run(d) for d in range(count)]
+
+
+def _run_forward(gates_x, valid, h0, c0, weight_hh, weight_hr, clips, plan: RecurrencePlan, save: bool):
+    """`_forward_loop` over all directions: stacked, or one direction at a time (on threads when planned).
+    Returns y, (h, c) and the saved tensors as a flat list (per direction when ``per_direction``)."""
+    if not plan.per_direction:
+        y, final, saved = _forward_loop(gates_x, valid, h0, c0, weight_hh, weight_hr, clips, plan, save)
+        return y, final, list(saved or ())
+    one = lambda x, d: x[d : d + 1]  # noqa: E731
+    parts = _each_direction(
+        lambda d: _forward_loop(one(gates_x, d), valid, one(h0, d), one(c0, d), one(weight_hh, d), one(weight_hr, d),
+                                clips, plan, save),
+        gates_x.shape[0], plan)
+    y = torch.cat([part[0] for part in parts])
+    final = (torch.cat([part[1][0] for part in parts]), torch.cat([part[1][1] for part in parts]))
+    return y, final, [tensor for part in parts for tensor in (part[2] or ())]
+
+
+def _direction_inference(inputs, valid, h0, c0, layers, dtype, clips, plan: RecurrencePlan):
+    """CPU inference: each direction's input products and recurrence on its own thread (when planned), on the
+    layers' own weights (no stacked copies)."""
+
+    def run(d: int):
+        layer = layers[d]
+        steps, rows, width = inputs[d].shape
+        flat = inputs[d].reshape(steps * rows, width)
+        weight_ih, bias = layer.input_transform.weight.to(dtype), layer.input_transform.bias.to(dtype)
+        input_products = plan.kernels.dense_linear(weight_ih, bias)
+        gates_x = input_products(flat).view(1, steps, rows, -1)  # (1, T, B, 4H)
+        weights = (layer.recurrent_transform.weight.to(dtype).unsqueeze(0), layer.projection.weight.to(dtype).unsqueeze(0))
+        return _forward_loop(gates_x, valid, h0[d : d + 1], c0[d : d + 1], *weights, clips, plan, save=False)
+
+    parts = _each_direction(run, inputs.shape[0], plan)
+    return torch.cat([part[0] for part in parts]), (torch.cat([part[1][0] for part in parts]),
+                                                   torch.cat([part[1][1] for part in parts]))
+
+
+class ClippedLstmRecurrence(torch.autograd.Function):
+    """The recurrence of `clipped_lstm` as one autograd node: forward `_forward_loop`, backward `_backward_loop`.
+
+    Inputs: gates_x (D, T, B, 4H) (input products and bias), valid (T, B, 1) 1. or 0., h0 (D, B, P), c0 (D, B, H),
+    weight_hh (D, 4H, P), weight_hr (D, P, H), clips (cell, projection), plan. Outputs: y (D, T, B, P), h, c.
+    """
+
+    @staticmethod
+    def forward(ctx, gates_x, valid, h0, c0, weight_hh, weight_hr, clips, plan):
+        # detached: the steps see plain tensors (compiled steps would otherwise also key on requires_grad)
+        gates_x, h0, c0, weight_hh, weight_hr = (t.detach() for t in (gates_x, h0, c0, weight_hh, weight_hr))
+        y, (h, c), saved = _run_forward(gates_x, valid, h0, c0, weight_hh, weight_hr, clips, plan, save=True)
+        ctx.save_for_backward(valid, weight_hh, weight_hr, *saved)
+        ctx.clips, ctx.plan = clips, plan
+        return y, h.clone(), c.clone()
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_y, grad_h, grad_c):
+        valid, weight_hh, weight_hr, *saved = ctx.saved_tensors
+        plan, clips = ctx.plan, ctx.clips
+        directions, (steps, rows), (P, H) = weight_hh.shape[0], saved[0].shape[1:3], weight_hr.shape[1:]
+        like = saved[0]
+        grad_y = grad_y if grad_y is not None else like.new_zeros(directions, steps, rows, P)
+        grad_h = grad_h if grad_h is not None else like.new_zeros(directions, rows, P)
+        grad_c = grad_c if grad_c is not None else like.new_zeros(directions, rows, H)
+        if not plan.per_direction:
+            grads = _backward_loop(grad_y, grad_h, grad_c, valid, saved, weight_hh, weight_hr, clips, plan)
+        else:
+            one = lambda x, d: x[d : d + 1]  # noqa: E731
+            parts = _each_direction(
+                lambda d: _backward_loop(one(grad_y, d), one(grad_h, d), one(grad_c, d), valid, saved[5 * d : 5 * d + 5],
+                                         one(weight_hh, d), one(weight_hr, d), clips, plan),
+                directions, plan)
+            grads = [torch.cat(tensors) for tensors in zip(*parts)]
+        grad_gates, grad_h0, grad_c0, grad_weight_hh, grad_weight_hr = grads
+        return grad_gates, None, grad_h0, grad_c0, grad_weight_hh, grad_weight_hr, None, None
+
+
+
+def clipped_lstm(
+    inputs: torch.Tensor,
+    valid: torch.Tensor,
+    layers: Sequence[torch.nn.Module],
+    state: tuple[torch.Tensor, torch.Tensor] | None = None,
+    plan: RecurrencePlan | None = None,
+) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """One layer of the LSTM with a clipped projection, for ``len(layers)`` directions at once.
+
+    Args:
+        inputs: (D, T, B, P), time-major, one direction per entry of ``layers`` (each reads its own sequence).
+        valid: (T, B) bool, True on each row's valid prefix.
+        layers: D `ElmoLstmLayer`s (the clips are the same for all).
+        state: (h (D, B, P), c (D, B, H)) to start from, zeros when `None`.
+        plan: how to run (tests force one); default `RecurrencePlan.for_device`.
+
+    Returns y (D, T, B, P) (zeros past each row's length) and the final (h, c), carried over padded steps. Under
+    autocast the recurrence runs in the autocast dtype, as the loop's products do.
+    """
+    directions, steps, rows, _ = inputs.shape
+    device = inputs.device
+    dtype = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else inputs.dtype
+    P, H = layers[0].projection.weight.shape
+    if state is None:
+        h0, c0 = inputs.new_zeros(directions, rows, P, dtype=dtype), inputs.new_zeros(directions, rows, H, dtype=dtype)
+    else:
+        h0, c0 = state[0].to(dtype), state[1].to(dtype)
+    if steps == 0:
+        return inputs.new_zeros(directions, 0, rows, P, dtype=dtype), (h0, c0)
+    clips = (layers[0].cell_clip, layers[0].proj_clip)
+    plan = plan or RecurrencePlan.for_device(device, directions, layers[0].recurrent_transform.weight.numel())
+    needs_grad = torch.is_grad_enabled() and (inputs.requires_grad or h0.requires_grad or c0.requires_grad
+                                              or any(p.requires_grad for layer in layers for p in layer.parameters()))
+    with torch.autocast(device.type, enabled=False):
+        if plan.per_direction and not needs_grad:
+            return _direction_inference(inputs.to(dtype), valid.unsqueeze(-1).to(dtype), h0, c0, layers, dtype, clips, plan)
+        stack = lambda tensors: torch.stack(list(tensors)).to(dtype)  # noqa: E731
+        weight_ih, bias = stack(l.input_transform.weight for l in layers), stack(l.input_transform.bias for l in layers)
+        weight_hh, weight_hr = stack(l.recurrent_transform.weight for l in layers), stack(l.projection.weight for l in layers)
+        # the input products of every step and direction in one batched product (bias included)
+        gates_x = torch.baddbmm(bias.unsqueeze(1), inputs.to(dtype).reshape(directions, steps * rows, -1),
+                                weight_ih.transpose(1, 2)).view(directions, steps, rows, 4 * H)
+        valid = valid.unsqueeze(-1).to(dtype)  # (T, B, 1) 0./1.
+        if needs_grad:
+            y, h, c = ClippedLstmRecurrence.apply(gates_x, valid, h0, c0, weight_hh, weight_hr, clips, plan)
+            return y, (h, c)
+        y, final, _ = _run_forward(gates_x, valid, h0, c0, weight_hh, weight_hr, clips, plan, save=False)
+        return y, final
+
+
+
+def default_cpu_kernels() -> CpuKernels:
+    """`PackedCpuKernels` where this torch build has the packed products (`available`), else the public form."""
+    return PackedCpuKernels() if available() else CpuKernels()
+
+
+def _warn_once_on_compile_failure(inputs: torch.Tensor) -> None:
+    if inputs.device.type != "cpu" and compile_failure():
+        logger.warning_once(f"torch.compile could not build the LSTM step ({compile_failure()}); running it uncompiled.")
+
+
+def recurrence(inputs, valid, layers, state=None):
+    """`clipped_lstm` with the default plan, in the signature of `ElmoBiLstm.recurrence`."""
+    result = clipped_lstm(inputs, valid, layers, state)
+    _warn_once_on_compile_failure(inputs)
+    return result
+
+
+def use_packed_kernels(model: nn.Module, enable: bool = True) -> nn.Module:
+    """Let ``model``'s biLM (any ELMo model, the package's classes or a copy loaded with ``trust_remote_code=True``)
+    run this module's `recurrence` (``enable=False``: the shipped `lstm_kernels.stacked_lstm` again). Only this
+    model changes; it computes the same numbers. Returns ``model``."""
+    bilms = [m for m in model.modules() if type(m).__name__ == ElmoBiLstm.__name__ and hasattr(m, "recurrence")]
+    if not bilms:
+        raise ValueError(f"{type(model).__name__} holds no ELMo biLM (ElmoBiLstm); nothing to give the packed form.")
+    for bilm in bilms:
+        bilm.recurrence = recurrence if enable else None
+    return model
+
+
+__all__ = ["ClippedLstmRecurrence", "CpuKernels", "PackedCpuKernels", "RecurrencePlan", "available", "clipped_lstm",
+           "compile_failure", "default_cpu_kernels", "on_threads", "recurrence", "use_packed_kernels"]

@@ -150,11 +150,11 @@ def test_lstm_weights_are_split_transposed_reordered_and_get_the_forget_bias(rel
     tf_block = {name: slice(k * H, (k + 1) * H) for k, name in enumerate("ijfo")}
     for k, name in enumerate("ifjo"):  # PyTorch order i, f, g=j, o
         rows = slice(k * H, (k + 1) * H)
-        np.testing.assert_array_equal(layer["encoder.backward_layers.1.weight_ih"][rows], W[:P, tf_block[name]].T)
-        np.testing.assert_array_equal(layer["encoder.backward_layers.1.weight_hh"][rows], W[P:, tf_block[name]].T)
+        np.testing.assert_array_equal(layer["encoder.backward_layers.1.input_transform.weight"][rows], W[:P, tf_block[name]].T)
+        np.testing.assert_array_equal(layer["encoder.backward_layers.1.recurrent_transform.weight"][rows], W[P:, tf_block[name]].T)
         shift = 1.0 if name == "f" else 0.0
-        np.testing.assert_allclose(layer["encoder.backward_layers.1.bias"][rows], B[tf_block[name]] + shift, rtol=0, atol=1e-7)
-    np.testing.assert_array_equal(layer["encoder.backward_layers.1.weight_hr"], WP.T)
+        np.testing.assert_allclose(layer["encoder.backward_layers.1.input_transform.bias"][rows], B[tf_block[name]] + shift, rtol=0, atol=1e-7)
+    np.testing.assert_array_equal(layer["encoder.backward_layers.1.projection.weight"], WP.T)
     np.testing.assert_array_equal(sd["char_encoder.char_embeddings.weight"][0].numpy(), 0)
     np.testing.assert_array_equal(sd["char_encoder.char_embeddings.weight"][1:].numpy(), table)
     np.testing.assert_array_equal(sd["char_encoder.highways.0.gate.weight"].numpy(), carry.T)
@@ -583,7 +583,7 @@ def test_validation_catches_a_model_without_the_forget_bias(model, release):
     broken = copy.deepcopy(model)
     H = broken.config.cell_size
     with torch.no_grad():
-        broken.encoder.forward_layers[0].bias[H : 2 * H] -= 1.0  # PyTorch order: f is block 1
+        broken.encoder.forward_layers[0].input_transform.bias[H : 2 * H] -= 1.0  # PyTorch order: f is block 1
     assert validate_converted_model(model, options, weights_path) <= ATOL
     with pytest.raises(ValueError, match=r"max abs difference .* \(layer [12]\) exceeds"):
         validate_converted_model(broken, options, weights_path)

@@ -488,7 +488,7 @@ def test_cli_refuses_weights_that_do_not_match_the_config_in_one_line(tmp_path, 
     assert proc.returncode == 1
     assert proc.stderr.splitlines() == [proc.stderr.strip()], proc.stderr  # one line: no table, no traceback
     assert proc.stderr.startswith("elmo embed: error: the weights of model ")
-    assert "8 biLM weight(s) missing (encoder.backward_layers.2.bias" in proc.stderr
+    assert "8 biLM weight(s) missing (encoder.backward_layers.2.input_transform.bias" in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "model"]  # nothing written
 
 

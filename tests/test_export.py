@@ -10,9 +10,8 @@ import torch
 from support import assert_same_numbers
 from test_modeling_elmo import SENTENCES, ElmoModelTester
 
-from modeling_elmo import (ElmoForBidirectionalLM, ElmoForSequenceClassification, ElmoForTokenClassification,
-                           ElmoModel, packed_kernels)
-from modeling_elmo.lstm_kernels import RecurrencePlan, cpu_kernels
+from modeling_elmo import ElmoForBidirectionalLM, ElmoForSequenceClassification, ElmoForTokenClassification, ElmoModel
+from modeling_elmo.packed_kernels import RecurrencePlan, use_packed_kernels
 
 #: The tolerance the exported program must meet against the eager model (relative to the largest value).
 TOLERANCE = 1e-5
@@ -82,15 +81,18 @@ def test_exported_language_model_computes_the_eager_loss_from_labels():
         assert int(exported["num_forward_targets"]) == int(eager["num_forward_targets"]) == int(args[1].sum()) + 4
 
 
-def test_export_of_a_large_model_traces_public_operators_while_the_package_runs_packed_ones(monkeypatch):
-    """Large models run one direction at a time on the CPU in the package, on packed oneDNN/MKL products; a traced
-    program gets the public form instead (it must run wherever torch runs), with the same numbers."""
+def test_export_of_a_model_given_the_package_form_traces_public_operators_with_the_same_numbers(monkeypatch):
+    """A model the package gave its fast form (`use_packed_kernels`: packed oneDNN/MKL products for large models) is
+    traced in the shipped public form (a program must run wherever torch runs), with the same numbers."""
     monkeypatch.setattr(RecurrencePlan, "PER_DIRECTION_FROM", 0)  # the large-model form on the tiny model
-    if packed_kernels.available():
-        assert cpu_kernels().name == "packed"  # what eager runs here
     tester = ElmoModelTester()
     example = inputs(tester, SENTENCES)
-    program, results = exported_and_eager(ElmoModel, tester, example, [inputs(tester, OTHER_SENTENCES, 1)])
+    model = use_packed_kernels(tester.model(ElmoModel, seed=4, cell_clip=3.0, proj_clip=3.0).eval())
+    program = torch.export.export(model, example)
+    results = []
+    for args in (example, inputs(tester, OTHER_SENTENCES, 1)):
+        with torch.no_grad():
+            results.append((program.module()(*args), model(*args)))
     standard_operators_only(program)
     for exported, eager in results:
         assert_same_numbers(exported.last_hidden_state, eager.last_hidden_state, rtol=TOLERANCE)
@@ -128,14 +130,13 @@ def test_a_model_loaded_as_remote_code_without_the_package_exports_and_runs_the_
         import json, sys, torch
         from transformers import AutoModel
         model = AutoModel.from_pretrained(sys.argv[1], trust_remote_code=True).eval()
-        shipped = sys.modules[type(model).__module__.rsplit(".", 1)[0] + ".lstm_kernels"]
         batch = torch.load(sys.argv[2], weights_only=True)
         program = torch.export.export(model, (batch["ids"], batch["mask"]))
         with torch.no_grad():
             exported = program.module()(batch["ids"], batch["mask"]).last_hidden_state
             eager = model(batch["ids"], batch["mask"]).last_hidden_state
-        print(json.dumps({"module": type(model).__module__, "kernels": shipped.cpu_kernels().name,
+        print(json.dumps({"module": type(model).__module__, "recurrence": model.encoder.recurrence,
                           "difference": float((exported - eager).abs().max()), "scale": float(eager.abs().max())}))
     """, tmp_path / "m", tmp_path / "inputs.pt", workdir=tmp_path / "work")
-    assert report["module"].startswith("transformers_modules.") and report["kernels"] == "public"
+    assert report["module"].startswith("transformers_modules.") and report["recurrence"] is None
     assert report["difference"] <= TOLERANCE * report["scale"] and report["scale"] > 0

@@ -184,7 +184,7 @@ def test_features_from_a_folder_whose_weights_do_not_match_its_config_are_refuse
     ElmoTokenizer().save_pretrained(tmp_path / "m")
     config = (tmp_path / "m" / "config.json").read_text()
     (tmp_path / "m" / "config.json").write_text(config.replace('"num_hidden_layers": 2', '"num_hidden_layers": 3'))
-    with pytest.raises(ValueError, match=r"biLM weight\(s\) missing \(encoder\.backward_layers\.2\.bias"):
+    with pytest.raises(ValueError, match=r"biLM weight\(s\) missing \(encoder\.backward_layers\.2\.input_transform\.bias"):
         add_elmo_features(make_dataset(2), str(tmp_path / "m"), words_column="words")
 
 

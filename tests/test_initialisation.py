@@ -63,12 +63,12 @@ def departures(weights: dict[str, torch.Tensor], config: ElmoConfig) -> list[str
                 problems.append(f"{name}: bias {value.flatten()[:4].tolist()}..., expected {expected}")
         elif key.startswith("char_encoder.") and key.endswith(".weight"):  # highway transform / gate, projection
             problems += close_spread(value, math.sqrt(1 / F), name)
-        elif key.endswith(".weight_ih") or key.endswith(".weight_hh"):
+        elif key.endswith(".input_transform.weight") or key.endswith(".recurrent_transform.weight"):
             limit = math.sqrt(6 / (P + P + 4 * H))
             if value.abs().max() > limit:
                 problems.append(f"{name}: outside the Glorot bound {limit:.4f}")
             problems += close_spread(value, limit / math.sqrt(3), name)
-        elif key.endswith(".weight_hr"):
+        elif key.startswith("encoder.") and key.endswith(".projection.weight"):
             problems += close_spread(value, math.sqrt(6 / (P + H)) / math.sqrt(3), name)
         elif key.startswith("encoder.") and key.endswith(".bias"):
             expected = torch.zeros(4 * H)

@@ -1,7 +1,7 @@
-"""The fused LSTM recurrence (`lstm_kernels.clipped_lstm`, `ElmoBiLstm.fused_forward`) against the reference loop:
-outputs, final states and every gradient with both clips active, in every form it runs in (stacked, one direction at
-a time with the shipped public-API products or the package's packed ones, two threads, compiled), dropout, the
-choice of implementation, and the model's mask-weighted forms for accelerators."""
+"""The fused LSTM recurrences (the shipped `lstm_kernels.stacked_lstm`, the package's `packed_kernels.clipped_lstm`,
+`ElmoBiLstm.fused_forward`) against the reference loop: outputs, final states and every gradient with both clips
+active, in every form they run in (stacked, one direction at a time with public or packed products, two threads,
+compiled), dropout, the choice of implementation, and the model's mask-weighted forms for accelerators."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from test_modeling_elmo import SENTENCES, ElmoModelTester
 from modeling_elmo import ElmoForBidirectionalLM
 from modeling_elmo import lstm_kernels, packed_kernels
 from modeling_elmo import modeling_elmo as modeling
-from modeling_elmo.lstm_kernels import PUBLIC_CPU_KERNELS, RecurrencePlan, clipped_lstm, compile_failure, dropout_noise
-from modeling_elmo.lstm_kernels import use_cpu_kernels
+from modeling_elmo.lstm_kernels import dropout_noise, stacked_lstm
 from modeling_elmo.modeling_elmo import ElmoLstmLayer
+from modeling_elmo.packed_kernels import CpuKernels, RecurrencePlan, clipped_lstm, compile_failure, use_packed_kernels
 
 #: Relative tolerance of fast against reference (fp32): the issue's 1e-5.
 TOLERANCE = 1e-5
@@ -42,44 +42,36 @@ def gradients(model) -> dict[str, torch.Tensor]:
     return {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
 
 
-def kernels_named(name: str) -> lstm_kernels.CpuKernels:
-    """The CPU kernels of a test's form: the shipped public-API ones, or the package's packed ones."""
+def kernels_named(name: str) -> CpuKernels:
+    """The CPU kernels of a test's form: the public-API ones, or the package's packed ones."""
     if name == "public":
-        return PUBLIC_CPU_KERNELS
+        return CpuKernels()
     if not packed_kernels.available():
         pytest.skip("this torch build has neither oneDNN's nor MKL's packed products (not an x86 build)")
     return packed_kernels.PackedCpuKernels()
 
 
-@pytest.fixture
-def kernels():
-    """Runs the test under the CPU kernels it is given (`with_kernels(name)`), restoring the installed ones."""
-    installed = use_cpu_kernels(None)
-    use_cpu_kernels(installed)
-    yield lambda name: use_cpu_kernels(kernels_named(name))
-    use_cpu_kernels(installed)
-
-
-@pytest.fixture(params=["stacked", "threads"])
-def cpu_form(request, monkeypatch, kernels):
-    """The fused path as it runs for small models on the CPU and for every model in the shipped public-API form
-    (both directions stacked), or as the package runs large ones, forced on the tiny test model: one direction per
-    thread on packed products."""
-    if request.param == "stacked":
-        yield request.param
+@pytest.fixture(params=["shipped", "package", "package-threads"])
+def cpu_form(request, monkeypatch):
+    """How a model's fused path runs: the shipped `stacked_lstm` (a model loaded as remote code), the package's
+    `clipped_lstm` as it runs small models (stacked, explicit backward), or as it runs large ones, forced on the
+    tiny test model: one direction per thread on packed products. Yields a function that sets it on a model."""
+    if request.param == "package-threads":
+        monkeypatch.setattr(RecurrencePlan, "PER_DIRECTION_FROM", 0)
+        monkeypatch.setattr(packed_kernels, "default_cpu_kernels", lambda: kernels_named("packed"))
+        before = torch.get_num_threads()
+        torch.set_num_threads(2)
+        yield lambda model: use_packed_kernels(model)
+        torch.set_num_threads(before)
         return
-    monkeypatch.setattr(RecurrencePlan, "PER_DIRECTION_FROM", 0)
-    kernels("packed")
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield request.param
-    torch.set_num_threads(before)
+    yield (lambda model: model) if request.param == "shipped" else (lambda model: use_packed_kernels(model))
 
 
 @pytest.mark.parametrize("stateful", [False, True], ids=["stateless", "stateful"])
 @pytest.mark.parametrize("batching", ["sentences", "windows"])
 def test_fused_model_equals_the_loop_in_outputs_states_and_every_gradient_with_both_clips_active(batching, stateful, cpu_form):
     tester, (loop, fused) = clipping_pair()
+    fused = cpu_form(fused)
     enc = tester.encode(SENTENCES)  # lengths 6, 3, 2, 5: padded rows of different lengths
     options = {} if batching == "sentences" else {"add_sentence_boundaries": False}
     weights = torch.randn(4, 3, enc["input_ids"].shape[1], 16, generator=torch.Generator().manual_seed(1))
@@ -108,6 +100,7 @@ def test_fused_model_equals_the_loop_in_outputs_states_and_every_gradient_with_b
 
 def test_fused_model_under_bf16_autocast_is_as_close_to_fp32_as_the_loop(cpu_form):
     tester, (loop, fused) = clipping_pair()
+    fused = cpu_form(fused)
     enc = tester.encode(SENTENCES)
     exact = loop(**enc, output_hidden_states=True).hidden_states
     errors = {}
@@ -121,7 +114,7 @@ def test_fused_model_under_bf16_autocast_is_as_close_to_fp32_as_the_loop(cpu_for
 @pytest.mark.parametrize("implementation", ["loop", "fused"])
 def test_inference_under_bf16_autocast_runs_and_stays_close_to_fp32(implementation, cpu_form):
     tester = ElmoModelTester()
-    model = tester.model(seed=2, lstm_implementation=implementation)
+    model = cpu_form(tester.model(seed=2, lstm_implementation=implementation))
     enc = tester.encode(SENTENCES)
     with torch.no_grad():
         exact = model(**enc).last_hidden_state
@@ -143,21 +136,21 @@ def reference_directions(layers, x, mask, h0, c0):
 
 
 PLANS = {
-    "stacked": RecurrencePlan(),
-    "per-direction": RecurrencePlan(per_direction=True),
-    "two-threads": RecurrencePlan(per_direction=True, parallel=True),
-    "compiled": RecurrencePlan(compiled=True, backend="aot_eager"),
+    "stacked": dict(),
+    "per-direction": dict(per_direction=True),
+    "two-threads": dict(per_direction=True, parallel=True),
+    "compiled": dict(compiled=True, backend="aot_eager"),
 }
 
 
-#: (plan, CPU kernels): the packed kernels change the per-direction forms only (the stacked ones use ``bmm``).
-FORMS = [(plan, "public") for plan in PLANS] + [("per-direction", "packed"), ("two-threads", "packed")]
+#: (plan, CPU kernels): the packed kernels change the per-direction forms only (the stacked ones use ``bmm``);
+#: "shipped" is `lstm_kernels.stacked_lstm`, the form of the files shipped with a model.
+FORMS = [("shipped", "public")] + [(plan, "public") for plan in PLANS] + [("per-direction", "packed"), ("two-threads", "packed")]
 
 
 @pytest.mark.parametrize("grad", [True, False], ids=["training", "inference"])
 @pytest.mark.parametrize(("plan", "form"), FORMS, ids=[f"{plan}-{form}" for plan, form in FORMS])
-def test_every_form_of_clipped_lstm_equals_the_reference_layer_loop(plan, form, grad, kernels):
-    kernels(form)
+def test_every_form_of_the_fused_recurrence_equals_the_reference_layer_loop(plan, form, grad):
     torch.manual_seed(0)
     P, H, B, T = 8, 16, 5, 7
     layers = [ElmoLstmLayer(P, H, P, CELL_CLIP, PROJ_CLIP) for _ in range(2)]
@@ -181,7 +174,11 @@ def test_every_form_of_clipped_lstm_equals_the_reference_layer_loop(plan, form, 
         return [out.detach() for out in outputs] + list(torch.autograd.grad(loss, inputs))
 
     expected = run(lambda: reference_directions(layers, x, valid.t(), h0, c0))
-    actual = run(lambda: (lambda y, hc: (y, *hc))(*clipped_lstm(x, valid, layers, (h0, c0), plan=PLANS[plan])))
+    if plan == "shipped":
+        actual = run(lambda: (lambda y, hc: (y, *hc))(*stacked_lstm(x, valid, layers, (h0, c0))))
+    else:
+        chosen = RecurrencePlan(**PLANS[plan], kernels=kernels_named(form))
+        actual = run(lambda: (lambda y, hc: (y, *hc))(*clipped_lstm(x, valid, layers, (h0, c0), plan=chosen)))
     names = ["y", "h", "c", "x", "h0", "c0"] + [f"{d}.{n}" for d in (0, 1) for n, _ in layers[d].named_parameters()]
     assert len(actual) == len(expected) == (len(names) if grad else 3)
     for name, a, e in zip(names, actual, expected):
@@ -193,6 +190,7 @@ def test_every_form_of_clipped_lstm_equals_the_reference_layer_loop(plan, form, 
 
 def test_fused_dropout_drops_the_same_units_as_the_loop_when_seeded_alike(cpu_form):
     tester, (loop, fused) = clipping_pair()
+    fused = cpu_form(fused)
     enc = tester.encode(SENTENCES)
     outputs = []
     for model in (loop, fused):
@@ -231,7 +229,7 @@ def test_auto_uses_the_loop_where_the_fused_recurrence_does_not_apply_and_hides_
     with torch.no_grad():
         expected = loop(**enc).last_hidden_state
         monkeypatch.setattr(modeling, "fused_applies", lambda device, dtype: False)  # say, an MPS device
-        monkeypatch.setattr(modeling, "clipped_lstm", broken)
+        monkeypatch.setattr(modeling, "stacked_lstm", broken)
         assert torch.equal(auto(**enc).last_hidden_state, expected)  # the loop, chosen before running anything
         monkeypatch.setattr(modeling, "fused_applies", lambda device, dtype: True)
         with pytest.raises(RuntimeError, match="a bug in the fused recurrence"):  # a failure is not a fallback
@@ -303,49 +301,29 @@ def test_compiled_steps_build_one_graph_for_every_step_length_and_batch_size():
     assert len(graphs) == 2  # one forward step, one backward step
 
 
-def test_directions_on_two_threads_leave_the_callers_thread_count_and_only_the_package_form_uses_threads(kernels):
-    kernels("packed")
+def test_directions_on_two_threads_leave_the_callers_thread_count_and_only_large_models_use_them():
+    packed = kernels_named("packed")
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
         layers = [ElmoLstmLayer(4, 8, 4, CELL_CLIP, PROJ_CLIP) for _ in range(2)]
         for layer in layers:
-            torch.nn.init.uniform_(layer.weight_hh, -1.0, 1.0)
+            torch.nn.init.uniform_(layer.recurrent_transform.weight, -1.0, 1.0)
         with torch.no_grad():
             clipped_lstm(torch.randn(2, 3, 2, 4), torch.ones(3, 2, dtype=torch.bool), layers,
-                         plan=RecurrencePlan(per_direction=True, parallel=True))
+                         plan=RecurrencePlan(per_direction=True, parallel=True, kernels=packed))
         assert torch.get_num_threads() == 2
-        assert RecurrencePlan.for_device(torch.device("cpu"), 2, 4096 * 1024) == RecurrencePlan(per_direction=True, parallel=True)
-        kernels("public")  # the shipped form runs the directions stacked (one bmm per step), on the caller's thread
-        assert RecurrencePlan.for_device(torch.device("cpu"), 2, 4096 * 1024) == RecurrencePlan()
-        kernels("packed")
+        plan = RecurrencePlan.for_device(torch.device("cpu"), 2, 4096 * 1024)
+        assert plan.per_direction and plan.parallel and plan.kernels.name == "packed"
     finally:
         torch.set_num_threads(before)
     torch.set_num_threads(1)
     try:
-        assert RecurrencePlan.for_device(torch.device("cpu"), 2, 4096 * 1024) == RecurrencePlan(per_direction=True)
-        assert RecurrencePlan.for_device(torch.device("cpu"), 2, 128 * 16) == RecurrencePlan()  # small: stacked
+        plan = RecurrencePlan.for_device(torch.device("cpu"), 2, 4096 * 1024)
+        assert plan.per_direction and not plan.parallel
+        assert not RecurrencePlan.for_device(torch.device("cpu"), 2, 128 * 16).per_direction  # small: stacked
     finally:
         torch.set_num_threads(before)
-
-
-def test_words_embedded_on_two_threads_equal_the_one_thread_embedding(kernels):
-    kernels("packed")
-    tester = ElmoModelTester()
-    model = tester.model(seed=1)
-    words = [[f"w{i}x{j}" for j in range(30)] for i in range(12)]  # 360 distinct words: enough to share out
-    enc = tester.encode(words)
-    before = torch.get_num_threads()
-    outputs = []
-    try:
-        for threads in (1, 2):
-            torch.set_num_threads(threads)
-            with torch.no_grad():
-                outputs.append(model(**enc, output_hidden_states=True).hidden_states[0])
-            assert torch.get_num_threads() == threads
-    finally:
-        torch.set_num_threads(before)
-    assert_same_numbers(outputs[1], outputs[0], what="layer 0 from two threads")
 
 
 @pytest.mark.parametrize("training", [True, False], ids=["sampled-training", "full-eval"])
@@ -429,29 +407,42 @@ def test_gpu_check_script_runs_every_step_in_cpu_smoke_mode(tmp_path):
     assert not list(tmp_path.glob("elmo-gpu-checks.*"))  # the trainer runs' folder is removed
 
 
-def test_the_packed_form_can_be_given_to_a_model_loaded_as_remote_code_and_computes_the_same(tmp_path, monkeypatch):
+def test_the_packed_form_is_chosen_per_model_also_for_remote_code_and_computes_the_same(tmp_path, monkeypatch):
     from transformers.dynamic_module_utils import get_class_from_dynamic_module
 
-    if not packed_kernels.available():
-        pytest.skip("this torch build has neither oneDNN's nor MKL's packed products (not an x86 build)")
     monkeypatch.setattr(RecurrencePlan, "PER_DIRECTION_FROM", 0)  # the per-direction form, where the kernels act
     tester = ElmoModelTester(cell_clip=CELL_CLIP, proj_clip=PROJ_CLIP)
     tester.model(seed=5).save_pretrained(tmp_path / "m")
     # the folder's own code, as trust_remote_code loads it where the package is not installed
     remote_class = get_class_from_dynamic_module("modeling_elmo.ElmoModel", str(tmp_path / "m"))
     remote = remote_class.from_pretrained(tmp_path / "m").eval()
+    other = remote_class.from_pretrained(tmp_path / "m").eval()
     assert type(remote).__module__.startswith("transformers_modules.")
-    shipped = __import__("sys").modules[type(remote).__module__.rsplit(".", 1)[0] + ".lstm_kernels"]
-    monkeypatch.setattr(shipped.RecurrencePlan, "PER_DIRECTION_FROM", 0)
     enc = tester.encode(SENTENCES)
-    assert shipped.cpu_kernels().name == "public"
-    try:
-        with torch.no_grad():
-            public = remote(**enc).last_hidden_state
-            assert packed_kernels.install(remote) and shipped.cpu_kernels().name == "packed"
-            packed = remote(**enc).last_hidden_state
-    finally:
-        shipped.use_cpu_kernels(None)
+    calls = []
+    monkeypatch.setattr(packed_kernels, "clipped_lstm", lambda *a, _run=packed_kernels.clipped_lstm: calls.append(1) or _run(*a))
+    with torch.no_grad():
+        public = remote(**enc).last_hidden_state
+        assert not calls  # the shipped form until asked
+        packed = use_packed_kernels(remote)(**enc).last_hidden_state
+        assert calls  # this model now runs the package's form ...
+        calls.clear()
+        other(**enc)
+        assert not calls  # ... and only this one
     assert_same_numbers(packed, public, rtol=TOLERANCE, what="packed against public form")
-    with pytest.raises(ValueError, match="does not run an ELMo lstm_kernels.py"):
-        packed_kernels.install(torch.nn.Linear(2, 2))
+    with pytest.raises(ValueError, match="holds no ELMo biLM"):
+        use_packed_kernels(torch.nn.Linear(2, 2))
+
+
+def test_the_shipped_kernels_hold_no_module_state_and_importing_the_package_changes_no_model():
+    import types
+
+    state = {name: value for name, value in vars(lstm_kernels).items()
+             if not name.startswith("__") and name != "annotations"  # the __future__ feature
+             and not isinstance(value, (types.FunctionType, types.ModuleType, type))}
+    assert state == {}, state  # functions only: nothing a caller could swap to change how models compute
+    model = ElmoModelTester().model()
+    packed_kernels.available()  # the package module is imported and used ...
+    assert model.encoder.recurrence is None  # ... and a model runs the shipped form until it is given another
+    assert use_packed_kernels(model).encoder.recurrence is packed_kernels.recurrence
+    assert use_packed_kernels(model, enable=False).encoder.recurrence is None

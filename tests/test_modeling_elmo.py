@@ -230,7 +230,8 @@ def numpy_char_encoder(model: ElmoModel, words: list[str]) -> np.ndarray:
 def numpy_lstm_direction(sd: dict, prefix: str, x: np.ndarray, cell_clip, proj_clip) -> np.ndarray:
     """One direction of one layer, one step at a time (PyTorch gate order), for one unpadded sentence."""
     sig = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
-    w_ih, w_hh, bias, w_hr = (sd[prefix + n] for n in ("weight_ih", "weight_hh", "bias", "weight_hr"))
+    w_ih, w_hh, bias, w_hr = (sd[prefix + n] for n in ("input_transform.weight", "recurrent_transform.weight", "input_transform.bias",
+                                                       "projection.weight"))
     H = w_hh.shape[0] // 4
     h, c, out = np.zeros(w_hr.shape[0]), np.zeros(H), []
     for xt in x:
@@ -299,7 +300,7 @@ def test_inference_path_follows_in_place_weight_updates_and_batch_sizes(tester, 
 def test_model_built_inside_inference_mode_runs_and_matches(tester):
     with torch.inference_mode():  # parameters are inference tensors: no version counter to key a weight cache on
         model = tester.model(seed=6)
-        assert model.encoder.forward_layers[0].weight_hh.is_inference()
+        assert model.encoder.forward_layers[0].recurrent_transform.weight.is_inference()
         out = model(**tester.encode(SENTENCES)).last_hidden_state
     torch.testing.assert_close(out, run(tester.model(seed=6), SENTENCES).last_hidden_state, atol=1e-6, rtol=0)
 

@@ -16,11 +16,11 @@ HDF5 dataset                                    ``ElmoModel`` parameter
                                                 "carry" gate multiplies the transform branch, kept as is)
 ``CNN_high_{k}/W_transform``, ``b_transform``   ``char_encoder.highways.{k}.transform`` (weight transposed)
 ``CNN_proj/W_proj`` (F, P), ``b_proj``          ``char_encoder.projection`` (weight transposed)
-``RNN_{d}/.../Cell{l}/LSTMCell/W_0`` (2P, 4H)   ``encoder.{forward,backward}_layers.{l}.weight_ih`` (first P
-                                                rows) and ``.weight_hh`` (last P rows), transposed, gate blocks
+``RNN_{d}/.../Cell{l}/LSTMCell/W_0`` (2P, 4H)   ``encoder.{forward,backward}_layers.{l}.input_transform.weight`` (first P
+                                                rows) and ``.recurrent_transform.weight`` (last P rows), transposed, gate blocks
                                                 reordered from TF (i, j, f, o) to PyTorch (i, f, g=j, o)
 ``.../LSTMCell/B`` (4H,)                        ``.bias``: +1.0 on the forget block, then reordered
-``.../LSTMCell/W_P_0`` (H, P)                   ``.weight_hr`` (P, H)
+``.../LSTMCell/W_P_0`` (H, P)                   ``.projection.weight`` (P, H)
 ==============================================  ==================================================================
 
 ``d`` = 0 is the forward stack, 1 the backward stack. The file must contain exactly the datasets the options
@@ -126,10 +126,10 @@ def convert_state_dict(h5file: h5py.Group | str | os.PathLike, config: ElmoConfi
             kernel, bias = w[f"{cell}/W_0"], w[f"{cell}/B"].copy()
             bias[2 * H : 3 * H] += np.float32(1.0)  # TF LSTMCell forget_bias, added at run time in TF
             prefix = f"encoder.{direction}_layers.{l}"
-            sd[f"{prefix}.weight_ih"] = _tf_gates_to_torch(kernel[:P].T, H)
-            sd[f"{prefix}.weight_hh"] = _tf_gates_to_torch(kernel[P:].T, H)
-            sd[f"{prefix}.bias"] = _tf_gates_to_torch(bias, H)
-            sd[f"{prefix}.weight_hr"] = w[f"{cell}/W_P_0"].T
+            sd[f"{prefix}.input_transform.weight"] = _tf_gates_to_torch(kernel[:P].T, H)
+            sd[f"{prefix}.recurrent_transform.weight"] = _tf_gates_to_torch(kernel[P:].T, H)
+            sd[f"{prefix}.input_transform.bias"] = _tf_gates_to_torch(bias, H)
+            sd[f"{prefix}.projection.weight"] = w[f"{cell}/W_P_0"].T
     return {name: torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32)) for name, array in sd.items()}
 
 

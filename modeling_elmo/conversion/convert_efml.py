@@ -17,9 +17,9 @@ the characters, by id               ids 7 on, in the same order (``char_vocab.js
 ``highways._layers.{k}`` (2F, F)    ``.highways.{k}.transform`` = rows [:F]; ``.gate`` = minus rows [F:] (the
                                     original's gate keeps the input, this model's gate keeps the transform)
 ``projection`` (P, d_w + F)         ``char_encoder.projection`` (the word vector first, as in the original)
-``{d}_layer_{l}``                   ``encoder.{d}_layers.{l}``: ``input_linearity`` -> ``weight_ih``,
-                                    ``state_linearity`` -> ``weight_hh`` and ``bias``, ``state_projection`` ->
-                                    ``weight_hr`` (same gate order, no forget-bias shift)
+``{d}_layer_{l}``                   ``encoder.{d}_layers.{l}``: ``input_linearity`` -> ``input_transform``,
+                                    ``state_linearity`` -> ``recurrent_transform`` and the input bias, ``state_projection`` ->
+                                    ``projection`` (same gate order, no forget-bias shift)
 ==================================  ============================================================================
 
 The converted model is then checked against `modeling_elmo.conversion.efml_reference` (the original computation in float64,
@@ -200,10 +200,10 @@ def efml_state_dict(efml: EfmlModel, config: ElmoConfig) -> dict[str, torch.Tens
     for direction in ("forward", "backward"):
         for layer in range(config.num_hidden_layers):
             source, target = f"{direction}_layer_{layer}", f"encoder.{direction}_layers.{layer}"
-            sd[f"{target}.weight_ih"] = en[f"{source}.input_linearity.weight"]
-            sd[f"{target}.weight_hh"] = en[f"{source}.state_linearity.weight"]
-            sd[f"{target}.bias"] = en[f"{source}.state_linearity.bias"]
-            sd[f"{target}.weight_hr"] = en[f"{source}.state_projection.weight"]
+            sd[f"{target}.input_transform.weight"] = en[f"{source}.input_linearity.weight"]
+            sd[f"{target}.recurrent_transform.weight"] = en[f"{source}.state_linearity.weight"]
+            sd[f"{target}.input_transform.bias"] = en[f"{source}.state_linearity.bias"]
+            sd[f"{target}.projection.weight"] = en[f"{source}.state_projection.weight"]
     return {name: tensor.detach().to(torch.float32).contiguous() for name, tensor in sd.items()}
 
 

@@ -139,9 +139,7 @@ def load_elmo_model(model_name_or_path: str | os.PathLike, **kwargs: Any) -> tor
     from ..configuration_elmo import ElmoConfig
     from ..utils.loading import check_config
     from ..modeling_elmo import ElmoModel
-    from ..packed_kernels import install
-
-    install()  # the package's fast CPU form of the recurrence, where this torch build has it (docs/model.md)
+    from ..packed_kernels import use_packed_kernels
 
     for reserved in ("output_loading_info", "ignore_mismatched_sizes", "use_safetensors"):
         if reserved in kwargs:
@@ -173,7 +171,7 @@ def load_elmo_model(model_name_or_path: str | os.PathLike, **kwargs: Any) -> tor
                          f"{_one_line(error)}") from None
     check_loading_info(location, info, ignore_unexpected=HEAD_WEIGHT_PREFIXES)
     refuse_nonfinite_weights(model, location)
-    return model.eval()
+    return use_packed_kernels(model.eval())  # the package's fast recurrence, for this model (docs/model.md)
 
 
 def check_loading_info(location: str, info: dict[str, Any], *, ignore_missing: tuple[str, ...] = (),
@@ -333,7 +331,9 @@ class ElmoEmbedder:
             raise ValueError(f"the tokenizer writes {tokenizer_width} characters per word "
                              f"(max_characters_per_token in tokenizer_config.json) but the model reads "
                              f"{model_width} (config.json); the two files belong to different models.")
-        self.model = base.to(device=device, dtype=dtype).eval()
+        from ..packed_kernels import use_packed_kernels
+
+        self.model = use_packed_kernels(base.to(device=device, dtype=dtype).eval())  # the package's fast recurrence
         self.tokenizer = tokenizer
         self.device = device
         self.num_layers = int(base.config.num_representation_layers)  # L + 1

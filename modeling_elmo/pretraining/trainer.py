@@ -391,14 +391,13 @@ def build_optimizer(model: torch.nn.Module, args: PretrainingArguments, device_t
 def build_model(args: PretrainingArguments, config: Any, plan: RunPlan) -> torch.nn.Module:
     from safetensors.torch import load_file
 
-    from ..modeling_elmo import ElmoForBidirectionalLM
-    from ..packed_kernels import install
+    from ..modeling_elmo import ElmoForBidirectionalLM, rename_legacy_keys
+    from ..packed_kernels import use_packed_kernels
 
-    install()  # the package's fast CPU form of the recurrence, where this torch build has it (docs/model.md)
-    model = ElmoForBidirectionalLM(config)
+    model = use_packed_kernels(ElmoForBidirectionalLM(config))  # the package's fast recurrence (docs/model.md)
     if args.init_from_model is not None and plan.resume_path is None:
         folder = Path(args.init_from_model)
-        state, own = load_file(str(folder / "model.safetensors")), model.state_dict()
+        state, own = rename_legacy_keys(load_file(str(folder / "model.safetensors"))), model.state_dict()
         problems = [f"{label}: {', '.join(keys[:5])}{' ...' if len(keys) > 5 else ''}" for label, keys in (
             ("missing", sorted(set(own) - set(state))), ("unexpected", sorted(set(state) - set(own))),
             ("shape differs", sorted(k for k in set(own) & set(state) if own[k].shape != state[k].shape))) if keys]

@@ -6,10 +6,12 @@ For each shape (batch x tokens) it measures:
   * ``loop``: the reference explicit-loop LSTM (``lstm_implementation="loop"``, clipping on as in every released
     model);
   * ``fused``: the fast recurrence (``lstm_implementation="fused"``, what ``"auto"`` picks when clipping) in the
-    installed package's CPU form (``modeling_elmo.packed_kernels``): each direction on its own thread when there are
-    two or more threads, per-step products on weights packed for oneDNN/MKL (private torch operators);
+    installed package's form (``modeling_elmo.packed_kernels.use_packed_kernels``): for large models each direction
+    on its own thread when there are two or more threads, per-step products on weights packed for oneDNN/MKL
+    (private torch operators);
   * ``fused_public``: the same model in the public-API form the files shipped with a model run (a model loaded with
-    ``trust_remote_code=True``, or an exported one): both directions stacked, one ``bmm`` per step;
+    ``trust_remote_code=True``, or an exported one): ``lstm_kernels.stacked_lstm``, both directions stacked, one
+    ``bmm`` per step;
   * ``torch``: the ``torch.lstm(proj_size=...)`` path (the same model with both clips off);
   * ``baseline``: a straightforward per-time-step implementation of the same model, as the original PyTorch port
     computes it (input and recurrent products inside the time loop, Conv1d character CNN, every token encoded);
@@ -43,20 +45,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
 from modeling_elmo import BOS_CHAR_IDS, EOS_CHAR_IDS, ElmoConfig, ElmoModel, encode_words  # noqa: E402
-from modeling_elmo.lstm_kernels import PUBLIC_CPU_KERNELS, cpu_kernels, use_cpu_kernels  # noqa: E402
-
-
-def in_public_form(fn):
-    """``fn`` run with the public-API CPU kernels (the shipped files' form), the installed ones restored after."""
-
-    def run():
-        installed = use_cpu_kernels(PUBLIC_CPU_KERNELS)
-        try:
-            return fn()
-        finally:
-            use_cpu_kernels(installed)
-
-    return run
+from modeling_elmo.packed_kernels import default_cpu_kernels, use_packed_kernels  # noqa: E402
 
 
 
@@ -149,10 +138,10 @@ def baseline_forward(model: ElmoModel, input_ids: torch.Tensor) -> list[torch.Te
             c = inputs.new_zeros(batch, config.cell_size)
             ys = []
             for t in range(inputs.shape[1]):
-                gates = F.linear(inputs[:, t], layer.weight_ih, layer.bias) + F.linear(h, layer.weight_hh)
+                gates = layer.input_transform(inputs[:, t]) + layer.recurrent_transform(h)
                 i, f, g, o = gates.chunk(4, 1)
                 c = (torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)).clamp(-config.cell_clip, config.cell_clip)
-                h = F.linear(torch.sigmoid(o) * torch.tanh(c), layer.weight_hr).clamp(-config.proj_clip, config.proj_clip)
+                h = layer.projection(torch.sigmoid(o) * torch.tanh(c)).clamp(-config.proj_clip, config.proj_clip)
                 ys.append(h)
             y = torch.stack(ys, 1)
             if index > 0:
@@ -230,14 +219,15 @@ def main(argv=None) -> int:
 
     model = build(lstm_implementation="loop")
     config = model.config
-    models = {"loop": model, "fused": build(lstm_implementation="fused")}
+    models = {"loop": model, "fused": use_packed_kernels(build(lstm_implementation="fused")),
+              "fused_public": build(lstm_implementation="fused")}
     if not args.skip_torch:
         models["torch"] = build(cell_clip=None, proj_clip=None, lstm_implementation="torch")
     for other in models.values():
         other.load_state_dict(model.state_dict())
     a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
     report = {"preset": args.preset, "threads": args.threads, "torch": torch.__version__, "cpu": cpu_name(), "cpu_cores": os.cpu_count(),
-              "cpu_kernels": cpu_kernels().name, "shapes": {}}
+              "cpu_kernels": default_cpu_kernels().name, "shapes": {}}
     peaks = []
     for shape in args.shapes.split(","):
         batch, tokens = map(int, shape.split("x"))
@@ -245,8 +235,6 @@ def main(argv=None) -> int:
         flops = forward_flops(config, batch, tokens)
         with torch.inference_mode():
             runs = {name: (lambda m=m: m(input_ids=ids)) for name, m in models.items()}
-            if cpu_kernels() is not PUBLIC_CPU_KERNELS:  # the package's fast form is installed: time both forms
-                runs["fused_public"] = in_public_form(runs["fused"])
             if not args.skip_baseline:
                 runs["baseline"] = lambda: baseline_forward(model, ids)
             runs["matmul_2048"] = lambda: a @ b
@@ -258,7 +246,7 @@ def main(argv=None) -> int:
             reference = model(input_ids=ids).last_hidden_state
             torch.testing.assert_close(models["fused"](input_ids=ids).last_hidden_state, reference, atol=1e-4, rtol=1e-4)
             if "fused_public" in results:
-                torch.testing.assert_close(runs["fused_public"]().last_hidden_state, reference, atol=1e-4, rtol=1e-4)
+                torch.testing.assert_close(models["fused_public"](input_ids=ids).last_hidden_state, reference, atol=1e-4, rtol=1e-4)
                 results["fused_public"]["speedup_over_loop"] = results["loop"]["seconds"] / results["fused_public"]["seconds"]
                 results["fused"]["speedup_over_public_form"] = results["fused_public"]["seconds"] / results["fused"]["seconds"]
             if "baseline" in results:

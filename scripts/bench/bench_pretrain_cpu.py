@@ -32,6 +32,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
 from modeling_elmo import ElmoConfig, ElmoForBidirectionalLM  # noqa: E402
+from modeling_elmo.packed_kernels import use_packed_kernels  # noqa: E402
 from modeling_elmo.pretraining import Collator, PretrainingArguments, Vocabulary, tokenize_batch  # noqa: E402
 
 try:
@@ -104,7 +105,7 @@ def train_throughput(config: ElmoConfig, batches, steps: int, warmup: int = 2,
     for name in implementations:
         torch.manual_seed(0)
         config.lstm_implementation = name
-        models[name] = ElmoForBidirectionalLM(ElmoConfig.from_dict(config.to_dict())).train()
+        models[name] = use_packed_kernels(ElmoForBidirectionalLM(ElmoConfig.from_dict(config.to_dict()))).train()
         optimizers[name] = build_optimizer(models[name], ADAGRAD, "cpu")
     totals = {name: {"tokens": 0, "positions": 0, "seconds": 0.0} for name in implementations}
     for step in range(warmup + steps):
@@ -135,7 +136,7 @@ def _ddp_worker(rank: int, world: int, config_dict: dict, batches, steps: int, p
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.manual_seed(0)
-    model = torch.nn.parallel.DistributedDataParallel(ElmoForBidirectionalLM(ElmoConfig.from_dict(config_dict)))
+    model = torch.nn.parallel.DistributedDataParallel(use_packed_kernels(ElmoForBidirectionalLM(ElmoConfig.from_dict(config_dict))))
     optimizer = build_optimizer(model, ADAGRAD, "cpu")
     tokens, elapsed = 0, 0.0
     mine = batches[rank::world]

@@ -29,6 +29,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
 from modeling_elmo import ElmoConfig, ElmoForBidirectionalLM  # noqa: E402
+from modeling_elmo.packed_kernels import use_packed_kernels  # noqa: E402
 from modeling_elmo.pretraining import Collator, Vocabulary, tokenize_batch  # noqa: E402
 
 
@@ -107,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     for implementation in args.lstm_implementations:
         config.lstm_implementation = implementation
         torch.manual_seed(0)
-        model = ElmoForBidirectionalLM(ElmoConfig.from_dict(config.to_dict()))
+        model = use_packed_kernels(ElmoForBidirectionalLM(ElmoConfig.from_dict(config.to_dict())))
         n_params = sum(p.numel() for p in model.parameters())
         optimizer = torch.optim.Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0)
         model, optimizer = accelerator.prepare(model, optimizer)

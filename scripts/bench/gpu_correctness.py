@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_pretrain_gpu import synthetic_corpus, window_examples  # noqa: E402
 
 from modeling_elmo import ElmoConfig, ElmoForBidirectionalLM, ElmoModel, ElmoTokenizer  # noqa: E402
-from modeling_elmo import lstm_kernels  # noqa: E402
+from modeling_elmo import packed_kernels  # noqa: E402
 from modeling_elmo.pretraining import Collator  # noqa: E402
 
 # Relative to each tensor's largest magnitude. The two forms sum in different orders; through two layers of up to 13
@@ -55,7 +55,7 @@ def small_models(device: torch.device) -> tuple[ElmoModel, ElmoModel]:
     with torch.no_grad():
         for parameter in loop.encoder.parameters():
             parameter.mul_(2.0)
-    fused = copy.deepcopy(loop)  # its own config object, shared by its modules
+    fused = packed_kernels.use_packed_kernels(copy.deepcopy(loop))  # its own config object, shared by its modules
     loop.config.lstm_implementation, fused.config.lstm_implementation = "loop", "fused"
     assert fused.encoder.config is fused.config and loop.encoder.config is not fused.config
     return loop.to(device).eval(), fused.to(device).eval()
@@ -69,22 +69,23 @@ def sentences(n: int, seed: int = 0) -> list[list[str]]:
 
 
 def fp32_parity(device: torch.device) -> dict:
-    """Loop against fused (compiled steps where available, and plain steps), outputs, states, gradients."""
+    """Loop against the package's fused form (compiled steps where available, and plain steps), outputs, states,
+    gradients."""
     tokenizer = ElmoTokenizer()
     enc = tokenizer(sentences(24), is_split_into_words=True, padding=True, return_tensors="pt").to(device)
     previous = tokenizer(sentences(24, seed=1), is_split_into_words=True, padding=True, return_tensors="pt").to(device)
     weights = torch.randn(24, 3, enc["input_ids"].shape[1], 32, generator=torch.Generator().manual_seed(1)).to(device)
     report = {}
-    compilable = lstm_kernels.compiler_available(device)
+    compilable = packed_kernels.compiler_available(device)
     for steps in (["compiled", "plain"] if compilable else ["plain"]):
         for batching in ("sentences", "windows"):
             options = {} if batching == "sentences" else {"add_sentence_boundaries": False}
             loop, fused = small_models(device)
             results = []
             for model in (loop, fused):
-                original = lstm_kernels.compiler_available
+                original = packed_kernels.compiler_available
                 if steps == "plain":
-                    lstm_kernels.compiler_available = lambda device: False
+                    packed_kernels.compiler_available = lambda device: False
                 try:
                     state = None
                     if batching == "windows":  # windows continue from a carried state
@@ -93,7 +94,7 @@ def fp32_parity(device: torch.device) -> dict:
                     out = model(**enc, output_hidden_states=True, lstm_state=state, return_lstm_state=True, **options)
                     (torch.stack(out.hidden_states, dim=1) * weights).sum().backward()
                 finally:
-                    lstm_kernels.compiler_available = original
+                    packed_kernels.compiler_available = original
                 grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
                 results.append((out, grads))
             (expected, expected_grads), (actual, actual_grads) = results
@@ -106,7 +107,7 @@ def fp32_parity(device: torch.device) -> dict:
             }
             worst["ok"] = max(worst["outputs"], worst["final_states"], worst["gradients"]) <= TOLERANCE
             report[f"{steps}_steps_{batching}"] = worst
-    report["compile_failure"] = lstm_kernels.compile_failure()
+    report["compile_failure"] = packed_kernels.compile_failure()
     report["ok"] = all(v["ok"] for k, v in report.items() if isinstance(v, dict))
     return report
 
@@ -127,7 +128,7 @@ def host_syncs(device: torch.device) -> dict:
     config = ElmoConfig(projection_dim=16, cell_size=64, char_embedding_dim=4, char_cnn_filters=[[1, 8], [2, 8]],
                         num_highway_layers=1, vocab_size=len(vocab), lm_softmax="sampled", num_negative_samples=64,
                         lstm_implementation="fused")
-    model = ElmoForBidirectionalLM(config).to(device).train()
+    model = packed_kernels.use_packed_kernels(ElmoForBidirectionalLM(config)).to(device).train()
     batch = {k: v.to(device) for k, v in batches[0].items() if k in ("input_ids", "attention_mask", "labels")}
     report = {}
     for batching, boundaries in (("windows", False), ("sentences", True)):
@@ -154,7 +155,7 @@ def bf16_loss_curves(device: torch.device, preset: str, steps: int, batch_size: 
     for implementation in ("loop", "fused"):
         config.lstm_implementation = implementation
         torch.manual_seed(0)
-        model = ElmoForBidirectionalLM(ElmoConfig.from_dict(config.to_dict())).to(device).train()
+        model = packed_kernels.use_packed_kernels(ElmoForBidirectionalLM(ElmoConfig.from_dict(config.to_dict()))).to(device).train()
         optimizer = torch.optim.Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0)
         losses = []
         start = time.perf_counter()

@@ -1,0 +1,225 @@
+"""The LSTM as modules: PEFT adapters on its transforms, hooks, folders saved with the older parameter names,
+gradient checkpointing, `torch.compile(fullgraph=True)`, and misused `lstm_state`s."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from support import assert_same_numbers
+from test_modeling_elmo import SENTENCES, ElmoModelTester
+
+from modeling_elmo import ElmoForBidirectionalLM, ElmoLstmState, ElmoModel, save_model_folder
+from modeling_elmo import modeling_elmo as modeling
+from modeling_elmo.packed_kernels import use_packed_kernels
+
+TOLERANCE = 1e-5
+CELL_CLIP, PROJ_CLIP = 0.5, 0.4
+LSTM_LINEARS = ("input_transform", "recurrent_transform", "projection")
+
+
+def clipping_model(cls=ElmoModel, seed=3, **overrides):
+    tester = ElmoModelTester(cell_clip=CELL_CLIP, proj_clip=PROJ_CLIP, **overrides)
+    model = tester.model(cls, seed=seed)
+    with torch.no_grad():
+        for parameter in model.base_model.encoder.parameters():
+            parameter.mul_(3.0)  # both clips act often
+    return tester, model
+
+
+# ------------------------------------------------------------------------------------------------- PEFT adapters
+def lora_model(model, target_modules="all-linear"):
+    peft = pytest.importorskip("peft")
+    config = peft.LoraConfig(r=2, lora_alpha=4, target_modules=target_modules, init_lora_weights=False)
+    return peft.get_peft_model(model, config)
+
+
+def test_all_linear_lora_reaches_every_lstm_transform_and_the_character_encoder_linears():
+    _, model = clipping_model()
+    wrapped = lora_model(model)
+    adapted = {name.removeprefix("base_model.model.") for name, module in wrapped.named_modules()
+               if hasattr(module, "lora_A") and hasattr(module, "base_layer")}
+    for direction in ("forward", "backward"):
+        for layer in range(2):
+            for linear in LSTM_LINEARS:
+                assert f"encoder.{direction}_layers.{layer}.{linear}" in adapted, sorted(adapted)
+    assert "char_encoder.projection" in adapted and "char_encoder.highways.0.gate" in adapted
+
+
+@pytest.mark.parametrize("implementation", ["auto", "fused", "loop"])
+@pytest.mark.parametrize("form", ["shipped", "package"])
+def test_lora_on_the_lstm_changes_the_output_trains_and_merges_to_the_same_numbers(implementation, form):
+    tester, model = clipping_model(lstm_implementation=implementation)
+    if form == "package":
+        use_packed_kernels(model)
+    enc = tester.encode(SENTENCES)
+    with torch.no_grad():
+        plain = model(**enc).last_hidden_state
+    wrapped = lora_model(model, target_modules=list(LSTM_LINEARS))
+    adapted = wrapped(**enc).last_hidden_state
+    assert (adapted.detach() - plain).abs().max() > 1e-3  # the adapters are applied, not skipped by a fast path
+    adapted.square().sum().backward()
+    lora = {n: p for n, p in wrapped.named_parameters() if "lora_" in n}
+    assert lora and all(p.grad is not None and p.grad.abs().sum() > 0 for p in lora.values()), \
+        [n for n, p in lora.items() if p.grad is None or p.grad.abs().sum() == 0]
+    assert not any(p.grad is not None for n, p in wrapped.named_parameters() if "lora_" not in n)  # base frozen
+    merged = wrapped.merge_and_unload()
+    assert all(type(getattr(layer, linear)) is torch.nn.Linear
+               for layer in merged.encoder.forward_layers for linear in LSTM_LINEARS)
+    with torch.no_grad():
+        assert_same_numbers(merged(**enc).last_hidden_state, adapted.detach(), rtol=TOLERANCE, what="merged")
+
+
+def test_a_hooked_lstm_transform_is_computed_through_the_module():
+    tester, model = clipping_model()
+    enc = tester.encode(SENTENCES)
+    with torch.no_grad():
+        plain = model(**enc).last_hidden_state
+        handle = model.encoder.backward_layers[1].projection.register_forward_hook(lambda m, i, out: out * 0.5)
+        hooked = model(**enc).last_hidden_state
+        handle.remove()
+    assert (hooked - plain)[..., 8:].abs().max() > 1e-3  # the backward half changed ...
+    assert_same_numbers(hooked[..., :8], plain[..., :8], rtol=TOLERANCE, what="forward half")  # ... only it
+
+
+# ------------------------------------------------------------------------------------------------- older folders
+LEGACY_NAMES = {"input_transform.weight": "weight_ih", "input_transform.bias": "bias",
+                "recurrent_transform.weight": "weight_hh", "projection.weight": "weight_hr"}
+
+
+def write_legacy_folder(model, folder) -> None:
+    """``model`` saved as the code before the LSTM transforms became modules saved it: the same folder, with the
+    LSTM parameters under their older names (``...layers.{l}.weight_ih``, ``bias``, ``weight_hh``, ``weight_hr``)."""
+    save_model_folder(model, None, folder)
+    weights = load_file(str(folder / "model.safetensors"))
+    renamed = {}
+    for key, tensor in weights.items():
+        for new, old in LEGACY_NAMES.items():
+            if "_layers." in key and key.endswith("." + new):
+                key = key[: -len(new)] + old
+        renamed[key] = tensor
+    assert sum(k.endswith(".weight_hr") for k in renamed) == 4
+    save_file(renamed, str(folder / "model.safetensors"), metadata={"format": "pt"})
+
+
+def test_a_folder_with_the_older_lstm_parameter_names_loads_and_saves_back_with_identical_outputs(tmp_path):
+    from transformers import AutoModel
+
+    tester, model = clipping_model()
+    write_legacy_folder(model, tmp_path / "old")
+    enc = tester.encode(SENTENCES)
+    with torch.no_grad():
+        expected = model(**enc).last_hidden_state
+        loaded, info = AutoModel.from_pretrained(tmp_path / "old", output_loading_info=True)
+        assert not info["missing_keys"] and not info["unexpected_keys"], info
+        assert torch.equal(loaded(**enc).last_hidden_state, expected)
+        loaded.save_pretrained(tmp_path / "again")
+        again = AutoModel.from_pretrained(tmp_path / "again")
+        assert torch.equal(again(**enc).last_hidden_state, expected)
+    # transformers writes a model back in the key format it was read from
+    assert load_file(str(tmp_path / "again" / "model.safetensors")).keys() == load_file(str(tmp_path / "old" / "model.safetensors")).keys()
+    # the head classes too (keys under the base model's prefix)
+    lm = ElmoForBidirectionalLM.from_pretrained(tmp_path / "old")
+    assert torch.equal(lm.elmo.encoder.forward_layers[1].projection.weight, model.encoder.forward_layers[1].projection.weight)
+
+
+# ------------------------------------------------------------------------------------------ gradient checkpointing
+@pytest.mark.parametrize("implementation", ["fused", "loop"])
+@pytest.mark.parametrize("form", ["shipped", "package"])
+def test_gradient_checkpointing_gives_the_same_loss_and_gradients(implementation, form):
+    tester, model = clipping_model(ElmoForBidirectionalLM, lstm_implementation=implementation)
+    if form == "package":
+        use_packed_kernels(model)
+    enc = tester.encode(SENTENCES)
+    labels = torch.randint(4, 40, enc["attention_mask"].shape).masked_fill(enc["attention_mask"] == 0, -100)
+    results = []
+    for checkpointing in (False, True):
+        if checkpointing:
+            model.gradient_checkpointing_enable()
+            assert model.elmo.char_encoder.gradient_checkpointing
+            assert all(layer.gradient_checkpointing for layer in model.elmo.encoder.forward_layers)
+        model.train()
+        model.zero_grad()
+        torch.manual_seed(4)  # the same dropout and negative sample
+        out = model(**enc, labels=labels)
+        out.loss.backward()
+        results.append((out.loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}))
+    (loss, grads), (loss_ckpt, grads_ckpt) = results
+    assert_same_numbers(loss_ckpt, loss, rtol=TOLERANCE, what="loss")
+    assert grads.keys() == grads_ckpt.keys() and any(".input_transform." in n for n in grads)
+    for name, grad in grads.items():
+        assert_same_numbers(grads_ckpt[name], grad, rtol=TOLERANCE, what=name)
+
+
+def test_gradient_checkpointing_recomputes_the_lstm_and_the_character_convolutions_in_the_backward_pass():
+    tester, model = clipping_model(ElmoModel, lstm_implementation="fused")
+    model.gradient_checkpointing_enable()
+    model.train()
+    calls = []
+    model.char_encoder.convolutions[0].register_forward_hook(lambda *args: calls.append("convolution"))
+    model.encoder.forward_layers[0].projection.register_forward_hook(lambda *args: calls.append("lstm"))
+    out = model(**tester.encode(SENTENCES)).last_hidden_state
+    forward_calls = {name: calls.count(name) for name in ("convolution", "lstm")}
+    out.sum().backward()
+    assert calls.count("convolution") == 2 * forward_calls["convolution"] > 0  # run again in the backward pass
+    assert calls.count("lstm") == 2 * forward_calls["lstm"] > 0
+
+
+# ----------------------------------------------------------------------------------------- compile and lstm_state
+@pytest.mark.slow
+@pytest.mark.parametrize("form", ["shipped", "package"])
+def test_fullgraph_compiled_model_matches_eager(form):
+    tester, model = clipping_model()
+    if form == "package":
+        use_packed_kernels(model)  # never traced: the compiled model runs the shipped form
+    enc = tester.encode(SENTENCES)
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    with torch.no_grad():
+        expected = model(**enc, return_lstm_state=True)
+        actual = compiled(**enc, return_lstm_state=True)
+    assert_same_numbers(actual.last_hidden_state, expected.last_hidden_state, rtol=TOLERANCE, what="outputs")
+    assert_same_numbers(actual.lstm_state.cell, expected.lstm_state.cell, rtol=TOLERANCE, what="cell state")
+
+
+def test_an_lstm_state_of_another_model_or_type_is_one_clear_error():
+    tester, model = clipping_model()
+    enc = tester.encode(SENTENCES)
+    with torch.no_grad():
+        state = model(**enc, return_lstm_state=True).lstm_state
+        model(**enc, lstm_state=state)  # its own state is fine
+        _, wider = clipping_model(hidden_size=6)
+        other = wider(**enc, return_lstm_state=True).lstm_state
+        with pytest.raises(ValueError, match=r"lstm_state\.hidden must have shape \(2, 2, rows, 8\) .*got \(2, 2, 4, 6\)"):
+            model(**enc, lstm_state=other)
+        _, deeper = clipping_model(num_hidden_layers=3)
+        with pytest.raises(ValueError, match=r"shape \(2, 2, rows, 8\) .*got \(2, 3, 4, 8\)"):
+            model(**enc, lstm_state=deeper(**enc, return_lstm_state=True).lstm_state)
+        with pytest.raises(ValueError, match=r"lstm_state\.cell must have shape \(2, 2, rows, 16\).*got \(2, 2, 3, 16\)"):
+            model(**enc, lstm_state=ElmoLstmState(state.hidden, state.cell[:, :, :3]))
+        with pytest.raises(ValueError, match="lstm_state must be an ElmoLstmState .*got tuple"):
+            model(**enc, lstm_state=(state.hidden, state.cell))
+
+
+def test_rename_legacy_keys_gives_todays_names_to_the_lstm_parameters_only():
+    _, model = clipping_model(ElmoForBidirectionalLM)
+    today = model.state_dict()
+    older = {}
+    for key, tensor in today.items():
+        for new, old in LEGACY_NAMES.items():
+            if "_layers." in key and key.endswith("." + new):
+                key = key[: -len(new)] + old
+        older[key] = tensor
+    assert older.keys() != today.keys() and "elmo.char_encoder.projection.bias" in older
+    assert modeling.rename_legacy_keys(older).keys() == today.keys()
+    assert modeling.rename_legacy_keys(today).keys() == today.keys()  # today's names stay
+
+
+def test_building_an_lstm_layer_draws_nothing_from_the_random_stream():
+    """`_init_weights` initialises the transforms: a seed gives the same model as when they were bare parameters."""
+    torch.manual_seed(0)
+    layer = modeling.ElmoLstmLayer(4, 8, 4, None, None)
+    after = torch.rand(1)
+    torch.manual_seed(0)
+    assert torch.equal(torch.rand(1), after)
+    assert layer.input_transform.bias is not None and layer.recurrent_transform.bias is None and layer.projection.bias is None
