@@ -316,7 +316,7 @@ class ElmoBiLstm(nn.Module):
     """
 
     #: Another function with `lstm_kernels.stacked_lstm`'s signature and numbers for `fused_forward` (e.g. the
-    #: installed package's ``modeling_elmo.packed_kernels.use_packed_kernels(model)``); `None`: the shipped one.
+    #: installed package's ``modeling_elmo.acceleration.packed_kernels.use_packed_kernels(model)``); `None`: the shipped one.
     recurrence = None
 
     def __init__(self, config: ElmoConfig):

@@ -11,7 +11,7 @@ from support import assert_same_numbers
 from test_modeling_elmo import SENTENCES, ElmoModelTester
 
 from modeling_elmo import ElmoForBidirectionalLM, ElmoForSequenceClassification, ElmoForTokenClassification, ElmoModel
-from modeling_elmo.packed_kernels import RecurrencePlan, use_packed_kernels
+from modeling_elmo.acceleration.packed_kernels import RecurrencePlan, use_packed_kernels
 
 #: The tolerance the exported program must meet against the eager model (relative to the largest value).
 TOLERANCE = 1e-5

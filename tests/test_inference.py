@@ -159,7 +159,7 @@ SENTENCES = [["The", "cat", "sat", "on", "the", "mat", "."], [], ["Hi"], ["naïv
 
 
 def test_embed_sentences_equals_the_model_run_one_sentence_at_a_time(tmp_path):
-    from modeling_elmo.packed_kernels import use_packed_kernels
+    from modeling_elmo.acceleration.packed_kernels import use_packed_kernels
 
     saved = use_packed_kernels(save(tmp_path / "m"))  # the form the embedder gives the models it loads
     embedder = ElmoEmbedder.from_pretrained(tmp_path / "m")
@@ -225,7 +225,8 @@ def test_embed_sentences_shows_a_progress_bar_unless_asked_for_silence(capsys):
 def test_the_package_loader_gives_the_models_it_loads_the_package_form_and_no_other_model(tmp_path):
     """Models the package loads run its fast recurrence (`packed_kernels.use_packed_kernels`); importing the package
     changes no other model (the shipped files alone run the public form: tests/test_export.py)."""
-    from modeling_elmo import ElmoModel, packed_kernels
+    from modeling_elmo import ElmoModel
+    from modeling_elmo.acceleration import packed_kernels
 
     save(tmp_path / "m")
     loaded = load_elmo_model(tmp_path / "m")

@@ -14,11 +14,12 @@ from support import assert_same_numbers
 from test_modeling_elmo import SENTENCES, ElmoModelTester
 
 from modeling_elmo import ElmoForBidirectionalLM
-from modeling_elmo import lstm_kernels, packed_kernels
+from modeling_elmo import lstm_kernels
+from modeling_elmo.acceleration import packed_kernels
 from modeling_elmo import modeling_elmo as modeling
 from modeling_elmo.lstm_kernels import dropout_noise, stacked_lstm
 from modeling_elmo.modeling_elmo import ElmoLstmLayer
-from modeling_elmo.packed_kernels import CpuKernels, RecurrencePlan, clipped_lstm, compile_failure, use_packed_kernels
+from modeling_elmo.acceleration.packed_kernels import CpuKernels, RecurrencePlan, clipped_lstm, compile_failure, use_packed_kernels
 
 #: Relative tolerance of fast against reference (fp32): the issue's 1e-5.
 TOLERANCE = 1e-5

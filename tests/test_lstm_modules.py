@@ -12,7 +12,7 @@ from test_modeling_elmo import SENTENCES, ElmoModelTester
 
 from modeling_elmo import ElmoForBidirectionalLM, ElmoLstmState, ElmoModel, save_model_folder
 from modeling_elmo import modeling_elmo as modeling
-from modeling_elmo.packed_kernels import use_packed_kernels
+from modeling_elmo.acceleration.packed_kernels import use_packed_kernels
 
 TOLERANCE = 1e-5
 CELL_CLIP, PROJ_CLIP = 0.5, 0.4

@@ -139,7 +139,7 @@ def load_elmo_model(model_name_or_path: str | os.PathLike, **kwargs: Any) -> tor
     from ..configuration_elmo import ElmoConfig
     from ..utils.loading import check_config
     from ..modeling_elmo import ElmoModel
-    from ..packed_kernels import use_packed_kernels
+    from ..acceleration.packed_kernels import use_packed_kernels
 
     for reserved in ("output_loading_info", "ignore_mismatched_sizes", "use_safetensors"):
         if reserved in kwargs:
@@ -331,7 +331,7 @@ class ElmoEmbedder:
             raise ValueError(f"the tokenizer writes {tokenizer_width} characters per word "
                              f"(max_characters_per_token in tokenizer_config.json) but the model reads "
                              f"{model_width} (config.json); the two files belong to different models.")
-        from ..packed_kernels import use_packed_kernels
+        from ..acceleration.packed_kernels import use_packed_kernels
 
         self.model = use_packed_kernels(base.to(device=device, dtype=dtype).eval())  # the package's fast recurrence
         self.tokenizer = tokenizer

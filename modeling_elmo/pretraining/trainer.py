@@ -392,7 +392,7 @@ def build_model(args: PretrainingArguments, config: Any, plan: RunPlan) -> torch
     from safetensors.torch import load_file
 
     from ..modeling_elmo import ElmoForBidirectionalLM, rename_legacy_keys
-    from ..packed_kernels import use_packed_kernels
+    from ..acceleration.packed_kernels import use_packed_kernels
 
     model = use_packed_kernels(ElmoForBidirectionalLM(config))  # the package's fast recurrence (docs/model.md)
     if args.init_from_model is not None and plan.resume_path is None:

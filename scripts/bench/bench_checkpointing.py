@@ -33,7 +33,7 @@ def one_step(preset: str, batch: int, words: int, vocab: int, checkpointing: boo
     import torch
 
     from modeling_elmo import ElmoConfig, ElmoForBidirectionalLM
-    from modeling_elmo.packed_kernels import use_packed_kernels
+    from modeling_elmo.acceleration.packed_kernels import use_packed_kernels
 
     torch.manual_seed(0)
     config = ElmoConfig.from_json_file(str(REPO / "configuration" / f"{preset}.json"))

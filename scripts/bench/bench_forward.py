@@ -6,7 +6,7 @@ For each shape (batch x tokens) it measures:
   * ``loop``: the reference explicit-loop LSTM (``lstm_implementation="loop"``, clipping on as in every released
     model);
   * ``fused``: the fast recurrence (``lstm_implementation="fused"``, what ``"auto"`` picks when clipping) in the
-    installed package's form (``modeling_elmo.packed_kernels.use_packed_kernels``): for large models each direction
+    installed package's form (``modeling_elmo.acceleration.packed_kernels.use_packed_kernels``): for large models each direction
     on its own thread when there are two or more threads, per-step products on weights packed for oneDNN/MKL
     (private torch operators);
   * ``fused_public``: the same model in the public-API form the files shipped with a model run (a model loaded with
@@ -45,7 +45,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
 from modeling_elmo import BOS_CHAR_IDS, EOS_CHAR_IDS, ElmoConfig, ElmoModel, encode_words  # noqa: E402
-from modeling_elmo.packed_kernels import default_cpu_kernels, use_packed_kernels  # noqa: E402
+from modeling_elmo.acceleration.packed_kernels import default_cpu_kernels, use_packed_kernels  # noqa: E402
 
 
 

@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
 from modeling_elmo import ElmoConfig, ElmoForBidirectionalLM  # noqa: E402
-from modeling_elmo.packed_kernels import use_packed_kernels  # noqa: E402
+from modeling_elmo.acceleration.packed_kernels import use_packed_kernels  # noqa: E402
 from modeling_elmo.pretraining import Collator, PretrainingArguments, Vocabulary, tokenize_batch  # noqa: E402
 
 try:

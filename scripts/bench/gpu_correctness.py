@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_pretrain_gpu import synthetic_corpus, window_examples  # noqa: E402
 
 from modeling_elmo import ElmoConfig, ElmoForBidirectionalLM, ElmoModel, ElmoTokenizer  # noqa: E402
-from modeling_elmo import packed_kernels  # noqa: E402
+from modeling_elmo.acceleration import packed_kernels  # noqa: E402
 from modeling_elmo.pretraining import Collator  # noqa: E402
 
 # Relative to each tensor's largest magnitude. The two forms sum in different orders; through two layers of up to 13

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .modeling_elmo import ElmoBiLstm
+from ..modeling_elmo import ElmoBiLstm
 from transformers.utils import logging
 
 logger = logging.get_logger(__name__)
