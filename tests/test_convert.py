@@ -673,7 +673,7 @@ def test_parity_check_fails_on_nan_instead_of_reporting_no_difference(model, rel
     options, _, weights_path = release
     broken = copy.deepcopy(model)
     with torch.no_grad():
-        broken.encoder.backward_layers[1].weight_hr[0, 0] = float("nan")  # only the last layer computes NaN
+        broken.encoder.backward_layers[1].projection.weight[0, 0] = float("nan")  # only the last layer computes NaN
     with pytest.raises(ValueError, match=r"max abs difference nan \(layer 2\) exceeds"):
         validate_converted_model(broken, options, weights_path)
 

@@ -79,7 +79,7 @@ def test_options_declaring_a_billion_filters_are_one_line(tmp_path):
     (tmp_path / "weights.hdf5").write_bytes(b"")
     message = _error_line(["--options", str(tmp_path / "options.json"), "--weights", str(tmp_path / "weights.hdf5"),
                            "--output", str(tmp_path / "out")])
-    assert "this config describes a model of 4e+18 parameters (char_cnn_filters: 1,000,000,000 filters" in message
+    assert "options.json describes a model of 4e+18 parameters (char_cnn_filters: 1,000,000,000 filters" in message
     assert not (tmp_path / "out").exists()
 
 

@@ -467,7 +467,7 @@ def test_parity_check_fails_when_the_converted_model_computes_nan(converted, efm
     sentences = ce.validation_sentences(efml)
     assert max(ce.validate_efml_conversion(model, tokenizer, efml, sentences)) <= ce.EFML_ATOL
     with torch.no_grad():
-        model.encoder.backward_layers[1].bias[0] = float("nan")  # the last layer computes NaN, the others do not
+        model.encoder.backward_layers[1].input_transform.bias[0] = float("nan")  # the last layer computes NaN, the others do not
     with pytest.raises(ValueError, match=r"differs from the original computation: layer 2 by nan"):
         ce.validate_efml_conversion(model, tokenizer, efml, sentences)
 

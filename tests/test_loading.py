@@ -133,7 +133,7 @@ def test_a_config_declaring_far_more_than_the_safetensors_hold_is_refused_before
                 "shape than config.json implies, saved vs expected (")
     with pytest.raises(ValueError) as error:
         load_elmo_model(small_model)
-    assert str(error.value).startswith(expected) and "encoder.backward_layers.0.bias (64,) vs (262144,)" in str(
+    assert str(error.value).startswith(expected) and "encoder.backward_layers.0.input_transform.bias (64,) vs (262144,)" in str(
         error.value), error.value
     with pytest.raises(ValueError) as error:
         load_model_and_tokenizer(str(small_model), "cpu", need_lm=True)

@@ -188,7 +188,7 @@ def test_an_lstm_state_of_another_model_or_type_is_one_clear_error():
     with torch.no_grad():
         state = model(**enc, return_lstm_state=True).lstm_state
         model(**enc, lstm_state=state)  # its own state is fine
-        _, wider = clipping_model(hidden_size=6)
+        _, wider = clipping_model(projection_dim=6)
         other = wider(**enc, return_lstm_state=True).lstm_state
         with pytest.raises(ValueError, match=r"lstm_state\.hidden must have shape \(2, 2, rows, 8\) .*got \(2, 2, 4, 6\)"):
             model(**enc, lstm_state=other)

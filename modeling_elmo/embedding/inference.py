@@ -152,6 +152,7 @@ def load_elmo_model(model_name_or_path: str | os.PathLike, **kwargs: Any) -> tor
 
         refuse_pickled_weights(location)
         config = kwargs.get("config") or ElmoConfig.from_pretrained(location)
+        check_config(config, f"the config.json of model {location!r}")  # the bounds first: no layout of a huge model
         check_weights_fit_config(location, ElmoModel, config, ignore_unexpected=HEAD_WEIGHT_PREFIXES)
     try:
         config = ElmoConfig.from_pretrained(location, **_hub_kwargs(kwargs))
