@@ -267,8 +267,10 @@ def test_peft_task_types_train_adapters_inside_the_frozen_bilm_without_the_packa
     assert report["resize"].startswith("ElmoForSequenceClassification reads characters and has no token-embedding")
     assert report["chars"] == 262
     for name in ("seq", "tok", "feat"):
-        assert report[f"{name}_lora"] == 6  # A and B of: projection, highway transform, highway gate
-        assert report[f"{name}_lora_with_grad"] == report[f"{name}_lora_changed"] == 6, report
+        # A and B of: the character projection, the highway transform and gate, the 4 LSTM projections (2 layers x 2
+        # directions, ``...forward_layers.0.projection``)
+        assert report[f"{name}_lora"] == 14
+        assert report[f"{name}_lora_with_grad"] == report[f"{name}_lora_changed"] == 14, report
     assert report["seq_bilm_unchanged"] and report["tok_bilm_unchanged"]
     outputs = load_file(tmp_path / "outputs.safetensors")
     for name in ("seq", "tok", "feat"):
