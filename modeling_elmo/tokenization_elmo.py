@@ -112,26 +112,22 @@ class CharacterAlphabet:
 def read_vocabulary_file(path: str | os.PathLike) -> list[str]:
     """The words of a vocabulary file, one per line (bilm-tf's ``!!!MAXTERMID`` line skipped). A line that would shift
     the ids of later words (empty, a repeated word, a special word after other words) is a `ValueError` naming it."""
-    shown = os.fspath(path)
+    shown, words, first_line, after_words = os.fspath(path), [], {}, False  # after_words: a non-special word was listed
     if not os.path.isfile(path):
         raise ValueError(f"vocabulary file {shown!r} does not exist.")
-    words: list[str] = []
-    first_line: dict[str, int] = {}
-    after_words = False  # a word other than a special one was listed
     with open(path, encoding="utf-8") as handle:
         for number, line in enumerate(handle, start=1):
             word = line.rstrip("\n").rstrip("\r")
             if word == "!!!MAXTERMID":
                 continue
-            if not word.strip():
-                raise ValueError(f"vocabulary file {shown!r}: line {number} is empty; every line must hold one word "
-                                 "(an empty line would shift the id of every later word).")
-            if word in first_line:
-                raise ValueError(f"vocabulary file {shown!r}: line {number} repeats the word {word!r} of line "
-                                 f"{first_line[word]} (a repeated word would shift the id of every later word).")
-            if word in SPECIAL_WORDS and after_words:
-                raise ValueError(f"vocabulary file {shown!r}: line {number} lists the special word {word!r} after other "
-                                 "words; the special words come first (they take ids 0-3).")
+            problem = ("is empty; every line must hold one word (an empty line would shift the id of every later "
+                       "word)" if not word.strip() else
+                       f"repeats the word {word!r} of line {first_line[word]} (a repeated word would shift the id of "
+                       "every later word)" if word in first_line else
+                       f"lists the special word {word!r} after other words; the special words come first (they take "
+                       "ids 0-3)" if word in SPECIAL_WORDS and after_words else None)
+            if problem:
+                raise ValueError(f"vocabulary file {shown!r}: line {number} {problem}.")
             first_line[word] = number
             after_words = after_words or word not in SPECIAL_WORDS
             words.append(word)
@@ -168,20 +164,10 @@ class ElmoTokenizer(PreTrainedTokenizer):
     vocab_files_names = VOCAB_FILES_NAMES
     model_input_names = ["input_ids", "attention_mask"]
 
-    def __init__(
-        self,
-        vocab_file: str | None = None,
-        max_characters_per_token: int = 50,
-        split_pattern: str = "words",
-        do_lower_case: bool = False,
-        pad_token: str = PAD_WORD,
-        bos_token: str = SPECIAL_WORDS[BOS_ID],
-        eos_token: str = SPECIAL_WORDS[EOS_ID],
-        unk_token: str = UNK_WORD,
-        char_vocab_file: str | None = None,
-        word_input_vocab_file: str | None = None,
-        **kwargs: Any,
-    ):
+    def __init__(self, vocab_file: str | None = None, max_characters_per_token: int = 50, split_pattern: str = "words",
+                 do_lower_case: bool = False, pad_token: str = PAD_WORD, bos_token: str = SPECIAL_WORDS[BOS_ID],
+                 eos_token: str = SPECIAL_WORDS[EOS_ID], unk_token: str = UNK_WORD, char_vocab_file: str | None = None,
+                 word_input_vocab_file: str | None = None, **kwargs: Any):
         # Keyword-only, outside the signature: the lists are saved as their files, never in tokenizer_config.json.
         characters, input_words = kwargs.pop("characters", None), kwargs.pop("input_words", None)
         if split_pattern not in _WORD_PATTERNS:
@@ -267,10 +253,6 @@ class ElmoTokenizer(PreTrainedTokenizer):
             return list(words)
         return [w if w in self.alphabet.boundary_words else w.lower() for w in words]
 
-    def encode_words(self, words: Sequence[str]) -> np.ndarray:
-        """Character ids of a list of words, shape (len(words), max_characters_per_token)."""
-        return self.alphabet.encode(self._cased(words))
-
     def word_ids_of(self, words: Sequence[str]) -> list[int]:
         """Word-vocabulary ids of ``words`` (``<UNK>`` for unknown words; added tokens have their added ids)."""
         added = self._added_tokens_encoder
@@ -321,7 +303,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
             side = _checked_side("truncation_side", truncation_side or self.truncation_side)
             sentences = [s[:max_length] if side == "right" else s[-max_length:] for s in sentences]
         # Lists: arrays would make the base `pad` return arrays where lists were asked for.
-        features: dict[str, list] = {"input_ids": [self.encode_words(s).tolist() for s in sentences]}
+        features: dict[str, list] = {"input_ids": [self.alphabet.encode(self._cased(s)).tolist() for s in sentences]}
         if return_special_tokens_mask:  # no token is added: 1 marks the special words of the text
             specials = set(self.all_special_tokens)
             features["special_tokens_mask"] = [[int(w in specials) for w in s] for s in sentences]
