@@ -12,7 +12,7 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 """ELMo model configuration: the ``lstm.*`` and ``char_cnn.*`` fields of the original ``options.json``, plus the word
-vocabulary, dropout, scalar mix and task heads. Also the character and word ids shared by the tokenizer and the model."""
+vocabulary, dropout, scalar mix and task heads; and the character and word ids the tokenizer and the model share."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ logger = logging.get_logger(__name__)
 
 #: Character ids of the markers per character vocabulary: begin-of-word, end-of-word, within-word padding, ``<S>``,
 #: ``</S>``. "bytes" (bilm-tf, AllenNLP): UTF-8 bytes 0-255 and markers 256-260, all shifted by +1 so that a row of
-#: zeros marks an absent word. "unicode" (ELMoForManyLangs): unshifted; 6 is an unknown character, listed ones start at 7.
+#: zeros marks an absent word. "unicode" (ELMoForManyLangs): unshifted; 6 is an unknown character, 7 on are listed.
 CHARACTER_MARKERS = {"bytes": (259, 260, 261, 257, 258), "unicode": (2, 3, 1, 4, 5)}
 UNICODE_UNKNOWN_CHARACTER, UNICODE_FIRST_CHARACTER = 6, 7
 MAX_CHARACTER_ID = 261  # bytes: the shifted within-word padding
@@ -64,9 +64,8 @@ class ElmoConfig(PretrainedConfig):
         vocab_size (`int`, defaults to 4): words of the language-model softmax (``n_tokens_vocab``), counting
             ``<pad> <S> </S> <UNK>`` (ids 0-3); 4 means no word vocabulary (feature extraction).
         projection_dim (`int`, defaults to 512): the per-direction projection P (``lstm.projection_dim``).
-        hidden_size (`int`, defaults to ``2 * projection_dim``): the width of every output vector, both directions.
-            Given alone, it must be even and sets P to half of it. (A ``config.json`` without ``projection_dim``
-            stored P in ``hidden_size`` and is read that way.)
+        hidden_size (`int`, defaults to ``2 * projection_dim``): the output width, both directions; given alone it sets
+            P to half of it. (A ``config.json`` without ``projection_dim`` stored P here and is read that way.)
         cell_size (`int`, defaults to 4096): LSTM memory cells (``lstm.dim``).
         num_hidden_layers (`int`, defaults to 2): LSTM layers per direction (``lstm.n_layers``).
         cell_clip, proj_clip (`float` or `None`, defaults to 3.0): clip of the cell state and of the projected output
@@ -74,16 +73,14 @@ class ElmoConfig(PretrainedConfig):
         use_skip_connections (`bool`, defaults to `True`): residual connections for layers 1 and up.
         char_embedding_dim (`int`, defaults to 16): character embedding size (``char_cnn.embedding.dim``).
         char_cnn_filters (`list[list[int]]`, *optional*): ``[width, count]`` per convolution (``char_cnn.filters``);
-            defaults to the released models' seven widths, 2048 filters in all.
+            defaults to the released models' 2048 filters of widths 1-7.
         num_highway_layers (`int`, defaults to 2): highway layers (``char_cnn.n_highway``).
         char_cnn_activation (`str`, defaults to `"relu"`): `"relu"` or `"tanh"` (``char_cnn.activation``).
         max_characters_per_token (`int`, defaults to 50): character slots per word, word markers included.
-        num_characters (`int`, defaults to 262): rows of the character table: 262 for ``"bytes"``; for ``"unicode"``,
-            7 plus one per character of the tokenizer's vocabulary.
-        char_vocabulary (`str`, defaults to `"bytes"`): `"bytes"` (UTF-8 bytes) or `"unicode"` (code points looked up
-            in the tokenizer's ``char_vocab.json``).
-        word_input_vocab_size, word_input_dim (`int`, defaults to 0): an optional word-embedding input
-            (ELMoForManyLangs), concatenated before the character features.
+        num_characters (`int`, defaults to 262): rows of the character table: 262 for `"bytes"`, 7 plus the
+            tokenizer's characters for `"unicode"`.
+        char_vocabulary (`str`, defaults to `"bytes"`): `"bytes"` (UTF-8) or `"unicode"` (the tokenizer's characters).
+        word_input_vocab_size, word_input_dim (`int`, defaults to 0): a word-embedding input (ELMoForManyLangs).
         hidden_dropout_prob (`float`, defaults to 0.1): dropout on every LSTM layer's input and before the softmax.
         lstm_implementation (`str`, defaults to `"auto"`): `"loop"`, `"fused"`, `"torch"` (``torch.nn.LSTM``, only
             without clipping) or `"auto"`; all give the same numbers.
@@ -114,8 +111,8 @@ class ElmoConfig(PretrainedConfig):
     def __init__(
         self, vocab_size: int = 4, projection_dim: int | None = None, hidden_size: int | None = None,
         cell_size: int = 4096, num_hidden_layers: int = 2, cell_clip: float | None = 3.0, proj_clip: float | None = 3.0,
-        use_skip_connections: bool = True, char_embedding_dim: int = 16, char_cnn_filters: list[list[int]] | None = None,
-        num_highway_layers: int = 2, char_cnn_activation: str = "relu", max_characters_per_token: int = 50,
+        use_skip_connections: bool = True, char_embedding_dim: int = 16,
+        char_cnn_filters: list[list[int]] | None = None, num_highway_layers: int = 2, char_cnn_activation: str = "relu", max_characters_per_token: int = 50,
         num_characters: int = 262, char_vocabulary: str = "bytes", word_input_vocab_size: int = 0,
         word_input_dim: int = 0, hidden_dropout_prob: float = 0.1, lstm_implementation: str = "auto",
         num_output_representations: int = 1, scalar_mix_layer_norm: bool = False,
@@ -190,8 +187,9 @@ class ElmoConfig(PretrainedConfig):
         foreign = {key: value for key, value in auto_map.items()
                    if not (isinstance(value, str) and value.split("--")[-1] == AUTO_MAP.get(key))}
         if foreign:
+            shown = ", ".join(f"{key}: {value!r}" for key, value in sorted(foreign.items()))
             logger.warning("ElmoConfig: ignoring auto_map entries that do not name this package's classes (%s); the "
-                           "config carries its own auto_map.", ", ".join(f"{k}: {v!r}" for k, v in sorted(foreign.items())))
+                           "config carries its own auto_map.", shown)
         kwargs["auto_map"] = dict(AUTO_MAP)
 
     @staticmethod
@@ -264,7 +262,8 @@ class ElmoConfig(PretrainedConfig):
             raise ValueError(f"`char_cnn_filters` must be a non-empty list of [width, count] pairs, got {filters!r}.")
         for pair in filters:
             if not isinstance(pair, list) or len(pair) != 2 or not all(_is_int(v) and v >= 1 for v in pair):
-                raise ValueError(f"every `char_cnn_filters` entry must be [width, count] with positive integers, got {pair!r}.")
+                raise ValueError(f"every `char_cnn_filters` entry must be [width, count] with positive integers, "
+                                 f"got {pair!r}.")
         widest = max(width for width, _ in filters)
         layers, unicode = self.num_representation_layers, self.char_vocabulary == "unicode"
         for bad, message in (
