@@ -31,7 +31,6 @@ logger = logging.get_logger(__name__)
 #: zeros marks an absent word. "unicode" (ELMoForManyLangs): unshifted; 6 is an unknown character, 7 on are listed.
 CHARACTER_MARKERS = {"bytes": (259, 260, 261, 257, 258), "unicode": (2, 3, 1, 4, 5)}
 UNICODE_UNKNOWN_CHARACTER, UNICODE_FIRST_CHARACTER = 6, 7
-MAX_CHARACTER_ID = 261  # bytes: the shifted within-word padding
 #: A word of more than this many characters is no word (the released models read 50).
 MAX_CHARACTERS_PER_TOKEN_LIMIT = 1024
 

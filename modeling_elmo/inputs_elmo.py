@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from .configuration_elmo import BOS_ID, EOS_ID, MAX_CHARACTER_ID, PAD_ID, sentence_boundary_char_ids
+from .configuration_elmo import BOS_ID, EOS_ID, PAD_ID, sentence_boundary_char_ids
 
 IGNORE_INDEX = -100  # labels that predict nothing, as everywhere in transformers
 
@@ -38,7 +38,14 @@ def _integer_ids(values, name: str, device: torch.device, what: str) -> torch.Te
     return values.long()
 
 
-def integer_labels(labels, upper: int, what: str, device: torch.device, counted: torch.Tensor | None = None) -> torch.Tensor:
+def _one_per_token(values, name: str, input_ids: torch.Tensor) -> torch.Tensor:
+    values = torch.as_tensor(values, device=input_ids.device)
+    if tuple(values.shape) != tuple(input_ids.shape[:2]):
+        raise ValueError(f"{name} has shape {tuple(values.shape)} but input_ids has {tuple(input_ids.shape[:2])} tokens.")
+    return values
+
+
+def integer_labels(labels, upper: int, what: str, device: torch.device, counted: torch.Tensor | None = None):
     """``labels`` as int64, checked: integers in [0, ``upper``) or -100 (ignored), where ``counted`` (a mask) is set."""
     labels = _integer_ids(labels, "labels", device, f"be integer {what}")
     bad = ((labels < 0) | (labels >= upper)) & (labels != IGNORE_INDEX)
@@ -47,7 +54,7 @@ def integer_labels(labels, upper: int, what: str, device: torch.device, counted:
     return labels
 
 
-def validated_inputs(input_ids, attention_mask, width: int, max_id: int = MAX_CHARACTER_ID) -> tuple[torch.Tensor, torch.Tensor]:
+def validated_inputs(input_ids, attention_mask, width: int, max_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The character ids (B, T, ``width``) and the token mask (B, T) bool; without a mask, a token is present where
     its character ids are not all 0."""
     if input_ids is None:
@@ -65,16 +72,12 @@ def validated_inputs(input_ids, attention_mask, width: int, max_id: int = MAX_CH
     present = (input_ids > 0).any(dim=-1)
     if attention_mask is None:
         return input_ids, present
-    attention_mask = torch.as_tensor(attention_mask, device=input_ids.device)
-    if tuple(attention_mask.shape) != tuple(present.shape):
-        raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)} but input_ids has "
-                         f"{tuple(present.shape)} tokens.")
-    mask = attention_mask.bool()
+    mask = _one_per_token(attention_mask, "attention_mask", input_ids).bool()
     check_values(mask & ~present, "attention_mask marks a token as present whose character ids are all 0.")
     return input_ids, mask
 
 
-def validated_features(features: torch.Tensor, attention_mask, config, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def validated_features(features: torch.Tensor, attention_mask, config, dtype: torch.dtype):
     """Cached biLM layers (B, L + 1, T, 2P) given to a head instead of character ids, in ``dtype``, and their mask."""
     expected = (config.num_representation_layers, config.hidden_size)
     if features.dim() != 4 or (features.shape[1], features.shape[3]) != expected:
@@ -93,10 +96,7 @@ def validated_word_inputs(word_input_ids, input_ids: torch.Tensor, vocab_size: i
     """The word ids (B, T) of a model with a word-embedding input: one per token, integers in [0, ``vocab_size``)."""
     if word_input_ids is None:
         raise ValueError("this model has a word-embedding input: pass word_input_ids (from its tokenizer) too.")
-    word_input_ids = torch.as_tensor(word_input_ids, device=input_ids.device)
-    if tuple(word_input_ids.shape) != tuple(input_ids.shape[:2]):
-        raise ValueError(f"word_input_ids has shape {tuple(word_input_ids.shape)} but input_ids has "
-                         f"{tuple(input_ids.shape[:2])} tokens.")
+    word_input_ids = _one_per_token(word_input_ids, "word_input_ids", input_ids)
     word_input_ids = _integer_ids(word_input_ids, "word_input_ids", input_ids.device, "hold integer word ids")
     check_values((word_input_ids < 0) | (word_input_ids >= vocab_size),
                  f"word_input_ids hold a word id outside [0, {vocab_size}).")
