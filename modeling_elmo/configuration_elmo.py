@@ -195,9 +195,10 @@ class ElmoConfig(PretrainedConfig):
     def upgraded_dict(config_dict: dict[str, Any]) -> dict[str, Any]:
         """A saved config dict in today's meaning: one without ``projection_dim`` stored P in ``hidden_size``."""
         if "projection_dim" not in config_dict and "hidden_size" in config_dict:
-            config_dict = {**config_dict, "projection_dim": config_dict.pop("hidden_size")}
-            if _is_int(config_dict["projection_dim"]):
-                config_dict["hidden_size"] = 2 * config_dict["projection_dim"]
+            config_dict = dict(config_dict)
+            config_dict["projection_dim"] = size = config_dict.pop("hidden_size")
+            if _is_int(size):
+                config_dict["hidden_size"] = 2 * size
         return config_dict
 
     @classmethod
