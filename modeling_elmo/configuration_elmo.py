@@ -111,10 +111,10 @@ class ElmoConfig(PretrainedConfig):
         self, vocab_size: int = 4, projection_dim: int | None = None, hidden_size: int | None = None,
         cell_size: int = 4096, num_hidden_layers: int = 2, cell_clip: float | None = 3.0, proj_clip: float | None = 3.0,
         use_skip_connections: bool = True, char_embedding_dim: int = 16,
-        char_cnn_filters: list[list[int]] | None = None, num_highway_layers: int = 2, char_cnn_activation: str = "relu", max_characters_per_token: int = 50,
-        num_characters: int = 262, char_vocabulary: str = "bytes", word_input_vocab_size: int = 0,
-        word_input_dim: int = 0, hidden_dropout_prob: float = 0.1, lstm_implementation: str = "auto",
-        num_output_representations: int = 1, scalar_mix_layer_norm: bool = False,
+        char_cnn_filters: list[list[int]] | None = None, num_highway_layers: int = 2, char_cnn_activation: str = "relu",
+        max_characters_per_token: int = 50, num_characters: int = 262, char_vocabulary: str = "bytes",
+        word_input_vocab_size: int = 0, word_input_dim: int = 0, hidden_dropout_prob: float = 0.1,
+        lstm_implementation: str = "auto", num_output_representations: int = 1, scalar_mix_layer_norm: bool = False,
         scalar_mix_parameters: list[float] | None = None, classifier_pooling: str = "mean",
         classifier_dropout: float = 0.1, freeze_elmo: bool = True, lm_softmax: str = "full",
         num_negative_samples: int = 8192, lm_softmax_chunk_size: int = 32768, initializer_range: float = 0.02,
@@ -280,9 +280,9 @@ class ElmoConfig(PretrainedConfig):
              f"padding id 0), got {self.num_characters!r}."),
             (unicode and self.num_characters < UNICODE_FIRST_CHARACTER, f"`num_characters` must be an integer >= "
              f"{UNICODE_FIRST_CHARACTER}, got {self.num_characters!r}."),
-            (self.word_input_vocab_size and (self.word_input_vocab_size < 4 or not self.word_input_dim), f"a word input "
-             f"needs word_input_vocab_size >= 4 (the special words come first) and word_input_dim >= 1, got "
-             f"{self.word_input_vocab_size} and {self.word_input_dim}."),
+            (self.word_input_vocab_size and (self.word_input_vocab_size < 4 or not self.word_input_dim),
+             f"a word input needs word_input_vocab_size >= 4 (the special words come first) and word_input_dim >= 1, "
+             f"got {self.word_input_vocab_size} and {self.word_input_dim}."),
             (self.scalar_mix_parameters is not None and len(self.scalar_mix_parameters) != layers, f"`scalar_mix_"
              f"parameters` needs one weight per layer ({layers}), got {len(self.scalar_mix_parameters or ())}: "
              f"{self.scalar_mix_parameters!r}."),

@@ -41,7 +41,8 @@ def _integer_ids(values, name: str, device: torch.device, what: str) -> torch.Te
 def _one_per_token(values, name: str, input_ids: torch.Tensor) -> torch.Tensor:
     values = torch.as_tensor(values, device=input_ids.device)
     if tuple(values.shape) != tuple(input_ids.shape[:2]):
-        raise ValueError(f"{name} has shape {tuple(values.shape)} but input_ids has {tuple(input_ids.shape[:2])} tokens.")
+        raise ValueError(f"{name} has shape {tuple(values.shape)} but input_ids has {tuple(input_ids.shape[:2])} "
+                         "tokens.")
     return values
 
 
