@@ -28,8 +28,8 @@ _LAZY_NAMES = {
          "ElmoForSequenceClassification", "ElmoForTokenClassification", "ElmoHighway", "ElmoLstmLayer",
          "ElmoLstmState", "ElmoModel", "ElmoModelOutput", "ElmoPreTrainedModel", "ElmoScalarMix"],
         "modeling_elmo"),
-    **dict.fromkeys(["BOS_CHAR_IDS", "EOS_CHAR_IDS", "ElmoTokenizer", "decode_char_ids", "encode_words"],
-                    "tokenization_elmo"),
+    "ElmoTokenizer": "tokenization_elmo",
+    **dict.fromkeys(["BOS_CHAR_IDS", "EOS_CHAR_IDS", "decode_char_ids", "encode_words"], "utils.characters"),
     **dict.fromkeys(["ElmoEmbedder", "load_elmo_model", "load_elmo_tokenizer"], "embedding.inference"),
 }
 
@@ -52,7 +52,8 @@ if TYPE_CHECKING:
         ElmoPreTrainedModel,
         ElmoScalarMix,
     )
-    from .tokenization_elmo import BOS_CHAR_IDS, EOS_CHAR_IDS, ElmoTokenizer, decode_char_ids, encode_words
+    from .tokenization_elmo import ElmoTokenizer
+    from .utils.characters import BOS_CHAR_IDS, EOS_CHAR_IDS, decode_char_ids, encode_words
 
 TOKENIZER_AUTO_MAP = {"AutoTokenizer": ["tokenization_elmo.ElmoTokenizer", None]}
 

@@ -11,16 +11,9 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The token-classification pipeline of an ELMo tagger: one entity per word.
-
-transformers' `TokenClassificationPipeline` reads one id per token; an ELMo token is a word read as a row of character
-ids. This subclass takes the words from the tokenizer's split (or the given list) and locates them in the text, so
-each entity carries its word, ``start``/``end`` and score. A saved `ElmoForTokenClassification` folder names it in
-``config.custom_pipelines`` and ships this file, so ``pipeline("token-classification", model=folder,
-trust_remote_code=True)`` uses it.
-
-This file is shipped to the Hub as custom code: it imports only torch and transformers.
-"""
+"""The token-classification pipeline of an ELMo tagger: one entity per word. A saved `ElmoForTokenClassification`
+names it in ``config.custom_pipelines``, so ``pipeline("token-classification", model=folder, trust_remote_code=True)``
+uses it."""
 
 from __future__ import annotations
 
@@ -35,9 +28,8 @@ CUSTOM_PIPELINES = {"token-classification": {"impl": "pipeline_elmo.ElmoTokenCla
 
 
 class ElmoTokenClassificationPipeline(TokenClassificationPipeline):
-    """`TokenClassificationPipeline` for ELMo taggers: one entity per word, with the word, its character offsets in the
-    text and its label and score. Pre-split input (``is_split_into_words=True``) is used as given; aggregation
-    ``"none"`` (default) and ``"simple"`` apply (every word is whole: there are no sub-words to merge)."""
+    """`TokenClassificationPipeline` for ELMo taggers, whose tokens are words read as rows of character ids: one entity
+    per word, with its offsets in the text, label and score. Aggregation ``"none"`` and ``"simple"`` apply."""
 
     def preprocess(self, sentence: Any, offset_mapping: Any = None, **preprocess_params: Any):
         if preprocess_params.get("is_split_into_words"):

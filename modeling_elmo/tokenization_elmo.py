@@ -11,16 +11,9 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""ELMo character tokenizer: every word becomes a row of ``max_characters_per_token`` (50) character ids.
-
-`CharacterAlphabet` is the one encoder of words into rows (the tokenizer and pretraining's batches use it), for the
-``"bytes"`` vocabulary of the released AllenNLP/bilm-tf models (a word's first 48 UTF-8 bytes between begin- and
-end-of-word, ids shifted by +1 so that an all-zero row means "no word") and for ``"unicode"`` vocabularies
-(ELMoForManyLangs: a word's first 48 code points looked up in a saved character list, ids used as they are). A word
-that is literally the original's boundary token gets the boundary row, as in each original: ``<S>``/``</S>`` (bytes,
-AllenNLP's ``ELMoCharacterMapper``), ``<bos>``/``<eos>`` (unicode, ELMoForManyLangs). The model adds the sentence
-boundaries itself. Shipped to the Hub as custom code: imports only numpy, tokenizers and transformers.
-"""
+"""ELMo character tokenizer: every word becomes a row of ``max_characters_per_token`` (50) character ids, the UTF-8
+bytes of the released AllenNLP/bilm-tf models or the unicode characters of ELMoForManyLangs. The model adds the
+sentence boundaries itself."""
 
 from __future__ import annotations
 
@@ -37,13 +30,10 @@ from transformers import BatchEncoding, PreTrainedTokenizer
 from transformers.tokenization_utils_base import TruncationStrategy
 from transformers.utils import PaddingStrategy, TensorType
 
-from .configuration_elmo import (BEGINNING_OF_WORD_CHARACTER, BOS_ID, END_OF_WORD_CHARACTER, EOS_ID, INFERENCE_SHIFT,
-                                 MAX_CHARACTERS_PER_TOKEN_LIMIT, PAD_ID, PAD_WORD, PADDING_CHARACTER, SPECIAL_WORDS,
-                                 UNICODE_BEGINNING_OF_WORD_CHARACTER, UNICODE_END_OF_WORD_CHARACTER,
-                                 UNICODE_FIRST_CHARACTER, UNICODE_PADDING_CHARACTER, UNICODE_UNKNOWN_CHARACTER, UNK_ID,
-                                 UNK_WORD, sentence_boundary_char_ids)
+from .configuration_elmo import (BOS_ID, CHARACTER_MARKERS, EOS_ID, MAX_CHARACTERS_PER_TOKEN_LIMIT, PAD_ID, PAD_WORD,
+                                 SPECIAL_WORDS, UNICODE_FIRST_CHARACTER, UNICODE_UNKNOWN_CHARACTER, UNK_ID, UNK_WORD,
+                                 sentence_boundary_char_ids)
 
-MAX_CHARACTERS_PER_TOKEN = 50
 VOCAB_FILES_NAMES = {"vocab_file": "vocab.txt", "char_vocab_file": "char_vocab.json",
                      "word_input_vocab_file": "word_input_vocab.json"}
 #: The words of the text read as the sentence-boundary tokens, per character vocabulary (as each original does).
@@ -56,13 +46,15 @@ _WORD_PATTERNS = {"words": r"\w+|[^\w\s]+", "whitespace": r"\S+"}
 
 class CharacterAlphabet:
     """Words to rows of ``max_characters_per_token`` character ids and back: UTF-8 bytes (``characters=None``) or the
-    given unicode ``characters`` (ids 7 on). A word keeps its first ``max_characters_per_token - 2`` bytes (characters).
-    """
+    given unicode ``characters`` (ids 7 on). A word keeps its first ``max_characters_per_token - 2`` bytes
+    (characters); a boundary word of the original (`BOUNDARY_WORDS`) gets the boundary row."""
 
-    def __init__(self, characters: Sequence[str] | None = None, max_characters_per_token: int = MAX_CHARACTERS_PER_TOKEN):
-        self.characters = None if characters is None else _checked_characters(characters)
+    def __init__(self, characters: Sequence[str] | None = None, max_characters_per_token: int = 50):
+        self.characters = None if characters is None else _checked_list(characters, "character vocabulary",
+                                                                         lambda c: len(c) == 1, "single characters")
         self.width = max_characters_per_token
         self.char_vocabulary = "bytes" if characters is None else "unicode"
+        self.markers = CHARACTER_MARKERS[self.char_vocabulary]
         self.char_to_id = {c: UNICODE_FIRST_CHARACTER + i for i, c in enumerate(self.characters or ())}
         self.boundary_words = BOUNDARY_WORDS[self.char_vocabulary]
         self.boundary_rows = tuple(np.asarray(row, dtype=np.int64)
@@ -74,107 +66,68 @@ class CharacterAlphabet:
         return 262 if self.characters is None else UNICODE_FIRST_CHARACTER + len(self.characters)
 
     def encode(self, words: Sequence[str]) -> np.ndarray:
-        """Character ids of ``words``, shape ``(len(words), width)``, int64. Raises `ValueError` on an empty word or
-        a non-string. A lone surrogate (not encodable) is dropped, as the originals do."""
+        """Character ids of ``words``, shape ``(len(words), width)``, int64. A lone surrogate is dropped."""
         for position, word in enumerate(words):
             if not isinstance(word, str):
                 raise ValueError(f"words must be strings, got {type(word).__name__} {word!r} at position {position}.")
             if not word:
                 raise ValueError(f"empty word at position {position}: words must contain at least one character.")
-        out = self._encode_bytes(words) if self.characters is None else self._encode_unicode(words)
+        n, (bow, eow, pad) = len(words), self.markers[:3]
+        out = np.full((n, self.width), pad, dtype=np.int64)
+        out[:, 0] = bow
+        if self.characters is None:  # vectorised: Python touches each word once, numpy fills the rows
+            encoded = [word.encode("utf-8", "ignore")[: self.width - 2] for word in words]
+            lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=n)
+            flat = np.frombuffer(b"".join(encoded), dtype=np.uint8).astype(np.int64) + 1  # ids are bytes + 1
+            starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
+            out[np.repeat(np.arange(n), lengths), np.arange(flat.size) - starts + 1] = flat
+        else:
+            lengths = np.zeros(n, dtype=np.int64)
+            for position, word in enumerate(words):
+                ids = [self.char_to_id.get(c, UNICODE_UNKNOWN_CHARACTER) for c in word[: self.width - 2]]
+                out[position, 1 : len(ids) + 1], lengths[position] = ids, len(ids)
+        out[np.arange(n), lengths + 1] = eow
         for position, word in enumerate(words):
             if word in self.boundary_words:
                 out[position] = self.boundary_rows[self.boundary_words.index(word)]
         return out
 
-    def _encode_bytes(self, words: Sequence[str]) -> np.ndarray:
-        # Vectorised: Python touches each word once (for its bytes), numpy fills the rows.
-        n, width = len(words), self.width
-        out = np.full((n, width), PADDING_CHARACTER + INFERENCE_SHIFT, dtype=np.int64)
-        encoded = [word.encode("utf-8", "ignore")[: width - 2] for word in words]
-        lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=n)
-        flat = np.frombuffer(b"".join(encoded), dtype=np.uint8).astype(np.int64) + INFERENCE_SHIFT
-        starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
-        out[:, 0] = BEGINNING_OF_WORD_CHARACTER + INFERENCE_SHIFT
-        out[np.repeat(np.arange(n), lengths), np.arange(flat.size) - starts + 1] = flat
-        out[np.arange(n), lengths + 1] = END_OF_WORD_CHARACTER + INFERENCE_SHIFT
-        return out
-
-    def _encode_unicode(self, words: Sequence[str]) -> np.ndarray:
-        out = np.full((len(words), self.width), UNICODE_PADDING_CHARACTER, dtype=np.int64)
-        for position, word in enumerate(words):
-            characters = word[: self.width - 2]
-            out[position, 0] = UNICODE_BEGINNING_OF_WORD_CHARACTER
-            out[position, 1 : len(characters) + 1] = [self.char_to_id.get(c, UNICODE_UNKNOWN_CHARACTER) for c in characters]
-            out[position, len(characters) + 1] = UNICODE_END_OF_WORD_CHARACTER
-        return out
-
     def decode(self, row: Sequence[int]) -> str | None:
-        """The word of one row of character ids; `None` for an all-zero (absent) row. Bytes cut inside a character
-        and unknown characters read as U+FFFD."""
+        """The word of one row; `None` for an all-zero (absent) row. Cut or unknown characters read as U+FFFD."""
         row = np.asarray(row, dtype=np.int64)
         if not row.any():
             return None
         for word, boundary in zip(self.boundary_words, self.boundary_rows):
             if np.array_equal(row[:3], boundary[:3]):
                 return word
+        body = row[1:]
+        end = np.flatnonzero((body == self.markers[1]) | ((body == 0) & (self.characters is not None)))
+        body = body[: end[0]] if end.size else body
         if self.characters is None:
-            body = row[1:] - INFERENCE_SHIFT
-            end = np.flatnonzero(body == END_OF_WORD_CHARACTER)
-            body = body[: end[0]] if end.size else body
-            return bytes(int(b) for b in body if 0 <= b < 256).decode("utf-8", errors="replace")
-        characters = []
-        for value in row[1:].tolist():
-            if value in (UNICODE_END_OF_WORD_CHARACTER, 0):
-                break
-            index = value - UNICODE_FIRST_CHARACTER
-            characters.append(self.characters[index] if 0 <= index < len(self.characters) else "\ufffd")
-        return "".join(characters)
-
-
-_BYTES = CharacterAlphabet()
-#: The character-id rows of ``<S>`` and ``</S>`` (bytes vocabulary, 50 ids each).
-BOS_CHAR_IDS, EOS_CHAR_IDS = _BYTES.boundary_rows
-
-
-def encode_words(words: Sequence[str], max_characters_per_token: int = MAX_CHARACTERS_PER_TOKEN) -> np.ndarray:
-    """Character ids of ``words`` in the bytes vocabulary, shape ``(len(words), max_characters_per_token)``."""
-    alphabet = _BYTES if max_characters_per_token == MAX_CHARACTERS_PER_TOKEN else CharacterAlphabet(None, max_characters_per_token)
-    return alphabet.encode(words)
-
-
-def decode_char_ids(row: Sequence[int]) -> str | None:
-    """The word of one row of bytes-vocabulary character ids (inverse of `encode_words`); `None` for an absent row."""
-    return CharacterAlphabet(None, len(row)).decode(row)
+            return bytes(int(b) - 1 for b in body if 1 <= b <= 256).decode("utf-8", errors="replace")
+        first, count = UNICODE_FIRST_CHARACTER, len(self.characters)
+        return "".join(self.characters[i - first] if 0 <= i - first < count else "\ufffd" for i in body.tolist())
 
 
 def read_vocabulary_file(path: str | os.PathLike) -> list[str]:
-    """The words of a vocabulary file, one per line, in order (bilm-tf's ``!!!MAXTERMID`` line skipped).
-
-    A word's id is its position, so a line that would shift the ids of the words after it is refused, with a
-    `ValueError` naming the file and the line: an empty line, a word listed twice, a special word (``<pad>``,
-    ``<S>``, ``</S>``, ``<UNK>``, which always take ids 0-3) listed after other words. ``\\r\\n`` ends are line ends.
-    """
-    shown = os.fspath(path)
+    """The words of a vocabulary file, one per line (bilm-tf's ``!!!MAXTERMID`` line skipped). A line that would shift
+    the ids of later words (empty, a repeated word, a special word after other words) is a `ValueError` naming it."""
+    shown, words, first_line, after_words = os.fspath(path), [], {}, False  # after_words: a non-special word was listed
     if not os.path.isfile(path):
         raise ValueError(f"vocabulary file {shown!r} does not exist.")
-    words: list[str] = []
-    first_line: dict[str, int] = {}
-    after_words = False  # a word other than a special one was listed
     with open(path, encoding="utf-8") as handle:
         for number, line in enumerate(handle, start=1):
             word = line.rstrip("\n").rstrip("\r")
             if word == "!!!MAXTERMID":
                 continue
-            if not word.strip():
-                raise ValueError(f"vocabulary file {shown!r}: line {number} is empty; every line must hold one word "
-                                 "(an empty line would shift the id of every later word).")
-            if word in first_line:
-                raise ValueError(f"vocabulary file {shown!r}: line {number} repeats the word {word!r} of line "
-                                 f"{first_line[word]} (a repeated word would shift the id of every later word).")
-            if word in SPECIAL_WORDS and after_words:
-                raise ValueError(f"vocabulary file {shown!r}: line {number} lists the special word {word!r} after other "
-                                 "words; the special words come first (they take ids 0-3).")
+            problem = ("is empty; every line must hold one word (an empty line would shift the id of every later "
+                       "word)" if not word.strip() else
+                       f"repeats the word {word!r} of line {first_line[word]} (a repeated word would shift the id of "
+                       "every later word)" if word in first_line else
+                       f"lists the special word {word!r} after other words; the special words come first (they take "
+                       "ids 0-3)" if word in SPECIAL_WORDS and after_words else None)
+            if problem:
+                raise ValueError(f"vocabulary file {shown!r}: line {number} {problem}.")
             first_line[word] = number
             after_words = after_words or word not in SPECIAL_WORDS
             words.append(word)
@@ -189,9 +142,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
         vocab_file (`str`, *optional*): a word vocabulary, one word per line (``<pad> <S> </S> <UNK>`` first, put
             there if missing), for language-model label ids (``return_word_ids=True``; unknown words get 3).
         max_characters_per_token (`int`, *optional*, defaults to 50): character slots per word.
-        split_pattern (`str`, *optional*, defaults to `"words"`): how raw strings are split: `"words"` separates
-            runs of word characters and of punctuation, `"whitespace"` splits on whitespace only. Pre-split input
-            (``is_split_into_words=True``) is used as given.
+        split_pattern (`str`, *optional*, defaults to `"words"`): how raw strings are split: `"words"` separates runs
+            of word characters and of punctuation, `"whitespace"` splits on whitespace only.
         do_lower_case (`bool`, *optional*, defaults to `False`): lower-case words (the released models are cased).
         char_vocab_file (`str`, *optional*): a unicode character vocabulary (JSON list of characters, ids 7 on); the
             model then needs ``char_vocabulary="unicode"`` and ``num_characters = 7 + len(list)``.
@@ -212,32 +164,19 @@ class ElmoTokenizer(PreTrainedTokenizer):
     vocab_files_names = VOCAB_FILES_NAMES
     model_input_names = ["input_ids", "attention_mask"]
 
-    def __init__(
-        self,
-        vocab_file: str | None = None,
-        max_characters_per_token: int = MAX_CHARACTERS_PER_TOKEN,
-        split_pattern: str = "words",
-        do_lower_case: bool = False,
-        pad_token: str = PAD_WORD,
-        bos_token: str = SPECIAL_WORDS[BOS_ID],
-        eos_token: str = SPECIAL_WORDS[EOS_ID],
-        unk_token: str = UNK_WORD,
-        char_vocab_file: str | None = None,
-        word_input_vocab_file: str | None = None,
-        **kwargs: Any,
-    ):
+    def __init__(self, vocab_file: str | None = None, max_characters_per_token: int = 50, split_pattern: str = "words",
+                 do_lower_case: bool = False, pad_token: str = PAD_WORD, bos_token: str = SPECIAL_WORDS[BOS_ID],
+                 eos_token: str = SPECIAL_WORDS[EOS_ID], unk_token: str = UNK_WORD, char_vocab_file: str | None = None,
+                 word_input_vocab_file: str | None = None, **kwargs: Any):
         # Keyword-only, outside the signature: the lists are saved as their files, never in tokenizer_config.json.
-        characters = kwargs.pop("characters", None)
-        input_words = kwargs.pop("input_words", None)
+        characters, input_words = kwargs.pop("characters", None), kwargs.pop("input_words", None)
         if split_pattern not in _WORD_PATTERNS:
             raise ValueError(f"`split_pattern` must be one of {sorted(_WORD_PATTERNS)}, got {split_pattern!r}.")
         if (isinstance(max_characters_per_token, bool) or not isinstance(max_characters_per_token, int)
                 or not 3 <= max_characters_per_token <= MAX_CHARACTERS_PER_TOKEN_LIMIT):
             raise ValueError(f"`max_characters_per_token` must be an integer in [3, {MAX_CHARACTERS_PER_TOKEN_LIMIT}], "
                              f"got {max_characters_per_token!r}.")
-        words = list(SPECIAL_WORDS)
-        if vocab_file is not None:
-            words += [w for w in read_vocabulary_file(vocab_file) if w not in SPECIAL_WORDS]
+        words = list(SPECIAL_WORDS) + ([] if vocab_file is None else read_vocabulary_file(vocab_file))
         self.vocab = {word: i for i, word in enumerate(dict.fromkeys(words))}
         self.ids_to_words = {i: w for w, i in self.vocab.items()}
         if char_vocab_file is not None and characters is None:
@@ -245,10 +184,15 @@ class ElmoTokenizer(PreTrainedTokenizer):
         if word_input_vocab_file is not None and input_words is None:
             input_words = _read_string_list(word_input_vocab_file, "word-input vocabulary")
         self.alphabet = CharacterAlphabet(characters, max_characters_per_token)
-        self.input_words = None if input_words is None else _checked_input_words(input_words)
-        # The text's literal boundary words are the boundary words of the word input too (as in ELMoForManyLangs).
+        if input_words is not None:
+            input_words = _checked_list(input_words, "word-input vocabulary", bool, "non-empty words")
+            if set(input_words) & set(SPECIAL_WORDS):
+                raise ValueError(f"the word-input vocabulary lists the special word(s) "
+                                 f"{sorted(set(input_words) & set(SPECIAL_WORDS))}: they have the fixed ids 0-3.")
+        self.input_words = input_words
+        # The text's boundary words are the boundary words of the word input too (as in ELMoForManyLangs).
         specials = {PAD_WORD: PAD_ID, UNK_WORD: UNK_ID, **dict(zip(self.alphabet.boundary_words, (BOS_ID, EOS_ID)))}
-        self.input_word_to_id = {**specials, **{w: i for i, w in enumerate(self.input_words or (), len(SPECIAL_WORDS))}}
+        self.input_word_to_id = {**specials, **{w: i for i, w in enumerate(input_words or (), len(SPECIAL_WORDS))}}
         self.max_characters_per_token = max_characters_per_token
         self.split_pattern = split_pattern
         self.do_lower_case = do_lower_case
@@ -265,23 +209,14 @@ class ElmoTokenizer(PreTrainedTokenizer):
     characters = property(lambda self: self.alphabet.characters)
     char_vocabulary = property(lambda self: self.alphabet.char_vocabulary)
     num_characters = property(lambda self: self.alphabet.num_characters)
-
-    @property
-    def word_input_vocab_size(self) -> int:
-        return 0 if self.input_words is None else len(SPECIAL_WORDS) + len(self.input_words)
-
-    # ------------------------------------------------------------------ word vocabulary (PreTrainedTokenizer hooks)
-    @property
-    def vocab_size(self) -> int:
-        return len(self.vocab)
+    word_input_vocab_size = property(lambda self: 0 if self.input_words is None else 4 + len(self.input_words))
+    vocab_size = property(lambda self: len(self.vocab))
 
     def get_vocab(self) -> dict[str, int]:
-        """The word vocabulary and the tokens added with `add_tokens` / `add_special_tokens`."""
         return {**self.vocab, **self._added_tokens_encoder}
 
     def _tokenize(self, text: str, **kwargs: Any) -> list[str]:
-        # A lone surrogate cannot reach the Rust pre-tokenizer: it is dropped, as in `CharacterAlphabet.encode`.
-        text = text.encode("utf-8", "ignore").decode("utf-8")
+        text = text.encode("utf-8", "ignore").decode("utf-8")  # a lone surrogate cannot reach the pre-tokenizer
         return self._cased(piece for piece, _ in self._splitter.pre_tokenize_str(text))
 
     def _convert_token_to_id(self, token: str) -> int:
@@ -301,14 +236,12 @@ class ElmoTokenizer(PreTrainedTokenizer):
         with open(written[0], "w", encoding="utf-8") as handle:
             handle.writelines(self.ids_to_words[i] + "\n" for i in range(len(self.ids_to_words)))
         for key, listed in (("char_vocab_file", self.characters), ("word_input_vocab_file", self.input_words)):
-            if listed is not None:
+            if listed is not None:  # JSON: any character, whitespace too
                 written.append(os.path.join(save_directory, prefix + VOCAB_FILES_NAMES[key]))
-                with open(written[-1], "w", encoding="utf-8") as handle:  # JSON: any character, whitespace too
-                    json.dump(listed, handle, ensure_ascii=False, indent=0)
-                    handle.write("\n")
+                with open(written[-1], "w", encoding="utf-8") as handle:
+                    handle.write(json.dumps(listed, ensure_ascii=False, indent=0) + "\n")
         return tuple(written)
 
-    # ------------------------------------------------------------------ words
     def split_words(self, text: str) -> list[str]:
         """A raw string's words, as the tokenizer splits them (added and special tokens stay whole)."""
         if not isinstance(text, str):
@@ -320,18 +253,13 @@ class ElmoTokenizer(PreTrainedTokenizer):
             return list(words)
         return [w if w in self.alphabet.boundary_words else w.lower() for w in words]
 
-    def encode_words(self, words: Sequence[str]) -> np.ndarray:
-        """Character ids of a list of words, shape (len(words), max_characters_per_token)."""
-        return self.alphabet.encode(self._cased(words))
-
     def word_ids_of(self, words: Sequence[str]) -> list[int]:
         """Word-vocabulary ids of ``words`` (``<UNK>`` for unknown words; added tokens have their added ids)."""
         added = self._added_tokens_encoder
         return [added[w] if w in added else self.vocab.get(w, UNK_ID) for w in words]
 
     def word_input_ids_of(self, words: Sequence[str]) -> list[int]:
-        """Word-input ids of ``words``: the word as cut to ``max_characters_per_token - 2`` characters, matched
-        exactly; ``<UNK>`` (3) otherwise."""
+        """Word-input ids of ``words`` cut to ``max_characters_per_token - 2`` characters; ``<UNK>`` (3) if unknown."""
         cut = self.max_characters_per_token - 2
         return [self.input_word_to_id.get(w[:cut], UNK_ID) for w in self._cased(words)]
 
@@ -354,13 +282,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
                                  "for pre-split words pass is_split_into_words=True.")
         return [list(s) if is_split_into_words else self.split_words(s) for s in text], True
 
-    # ------------------------------------------------------------------ encoding and padding
-    # Why two base-class hooks are overridden: an ELMo token is a row of character ids, not one id. The public path
-    # (`tokenize` -> `convert_tokens_to_ids` -> `prepare_for_model` -> `pad`) carries one integer per token (word ids,
-    # which cannot spell an out-of-vocabulary word), and `pad` tells one example from a batch by list depth, so a
-    # (words, 50) example would read as a batch. `_encode_plus` is the method every tokenizer backend implements (the
-    # base class leaves it abstract); it builds the rows and hands a batch to the base `pad`. `_pad` pads one example
-    # (the hook layout tokenizers override for their per-token boxes): a missing word is a row of zeros.
+    # An ELMo token is a row of character ids, not one id: `_encode_plus` (abstract in the base class) builds the rows
+    # and hands them to the base `pad`, whose per-example hook `_pad` pads with all-zero rows.
     def _encode_plus(self, text: Any, text_pair: Any = None, padding_strategy: PaddingStrategy = PaddingStrategy.DO_NOT_PAD,
                      truncation_strategy: Any = None, max_length: int | None = None, is_split_into_words: bool = False,
                      pad_to_multiple_of: int | None = None, padding_side: str | None = None,
@@ -372,17 +295,16 @@ class ElmoTokenizer(PreTrainedTokenizer):
         for flag in ("return_overflowing_tokens", "return_offsets_mapping"):
             if kwargs.get(flag):
                 raise ValueError(f"ElmoTokenizer does not support {flag}=True.")
-        _check_length_option("max_length", max_length)
-        _check_length_option("pad_to_multiple_of", pad_to_multiple_of)
+        for name, value in (("max_length", max_length), ("pad_to_multiple_of", pad_to_multiple_of)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
+                raise ValueError(f"`{name}` must be a positive integer (a number of words) or None, got {value!r}.")
         sentences, batched = self._as_word_lists(text, is_split_into_words)
         if max_length is not None and truncation_strategy not in (None, TruncationStrategy.DO_NOT_TRUNCATE):
-            side = truncation_side or self.truncation_side
-            if side not in ("left", "right"):
-                raise ValueError(f"truncation_side must be 'left' or 'right', got {side!r}.")
+            side = _checked_side("truncation_side", truncation_side or self.truncation_side)
             sentences = [s[:max_length] if side == "right" else s[-max_length:] for s in sentences]
         # Lists: arrays would make the base `pad` return arrays where lists were asked for.
-        features: dict[str, list] = {"input_ids": [self.encode_words(s).tolist() for s in sentences]}
-        if return_special_tokens_mask:  # the tokenizer adds no token: 1 marks the special words of the text
+        features: dict[str, list] = {"input_ids": [self.alphabet.encode(self._cased(s)).tolist() for s in sentences]}
+        if return_special_tokens_mask:  # no token is added: 1 marks the special words of the text
             specials = set(self.all_special_tokens)
             features["special_tokens_mask"] = [[int(w in specials) for w in s] for s in sentences]
         if return_word_ids:
@@ -403,42 +325,36 @@ class ElmoTokenizer(PreTrainedTokenizer):
     def _pad(self, encoded_inputs: dict[str, Any], max_length: int | None = None,
              padding_strategy: PaddingStrategy = PaddingStrategy.DO_NOT_PAD, pad_to_multiple_of: int | None = None,
              padding_side: str | None = None, return_attention_mask: bool | None = None) -> dict:
-        # The rows as an array: a batch of them becomes a tensor without a Python loop over every id.
         rows = np.asarray(encoded_inputs["input_ids"], dtype=np.int64).reshape(-1, self.max_characters_per_token)
         encoded_inputs["input_ids"] = rows
-        words = len(rows)
         if return_attention_mask is None:
             return_attention_mask = "attention_mask" in self.model_input_names
         if return_attention_mask and "attention_mask" not in encoded_inputs:
-            encoded_inputs["attention_mask"] = [1] * words
+            encoded_inputs["attention_mask"] = [1] * len(rows)
         if padding_strategy == PaddingStrategy.LONGEST:
-            max_length = words
+            max_length = len(rows)
         if padding_strategy == PaddingStrategy.DO_NOT_PAD or max_length is None:
             return encoded_inputs
         if pad_to_multiple_of:
             max_length = -(-max_length // pad_to_multiple_of) * pad_to_multiple_of
-        side = padding_side or self.padding_side
-        if side not in ("left", "right"):
-            raise ValueError(f"padding_side must be 'left' or 'right', got {side!r}.")
-        missing = max_length - words
+        right = _checked_side("padding_side", padding_side or self.padding_side) == "right"
+        missing = max_length - len(rows)
         if missing > 0:
             zeros = np.zeros((missing, rows.shape[1]), dtype=np.int64)
-            encoded_inputs["input_ids"] = np.concatenate([rows, zeros] if side == "right" else [zeros, rows])
+            encoded_inputs["input_ids"] = np.concatenate([rows, zeros] if right else [zeros, rows])
             for key, fill in _PAD_VALUES.items():
                 if key in encoded_inputs:
                     values, padding = list(encoded_inputs[key]), [fill] * missing
-                    encoded_inputs[key] = values + padding if side == "right" else padding + values
+                    encoded_inputs[key] = values + padding if right else padding + values
         return encoded_inputs
 
-    # ------------------------------------------------------------------ decoding
     def decode(self, token_ids: Any, skip_special_tokens: bool = False, **kwargs: Any) -> Any:
-        """Words back from ids: character rows of one sentence (words, 50) give its words joined by spaces, a batch
-        (batch, words, 50) a list of such strings (absent words dropped); word ids (1-D / 2-D) are read through the
-        word vocabulary."""
+        """Character rows (words, 50) give the words joined by spaces, a batch of them a list of strings (absent words
+        dropped); word ids (1-D / 2-D) are read through the word vocabulary."""
         array = np.asarray(token_ids.detach().cpu() if hasattr(token_ids, "detach") else token_ids)
-        if array.ndim == 3 or (array.ndim == 2 and array.shape[-1] == self.max_characters_per_token and array.dtype != object):
-            if array.ndim == 3:
-                return [self.decode(sentence, skip_special_tokens=skip_special_tokens) for sentence in array]
+        if array.ndim == 3:
+            return [self.decode(sentence, skip_special_tokens=skip_special_tokens) for sentence in array]
+        if array.ndim == 2 and array.shape[-1] == self.max_characters_per_token and array.dtype != object:
             words = [w for w in map(self.alphabet.decode, array) if w is not None]
             if skip_special_tokens:
                 words = [w for w in words if w not in self.alphabet.boundary_words]
@@ -477,22 +393,10 @@ def _checked_list(values: Sequence[str], what: str, valid: Any, kind: str) -> li
     return values
 
 
-def _checked_characters(characters: Sequence[str]) -> list[str]:
-    return _checked_list(characters, "character vocabulary", lambda c: len(c) == 1, "single characters")
+def _checked_side(name: str, side: str) -> str:
+    if side not in ("left", "right"):
+        raise ValueError(f"{name} must be 'left' or 'right', got {side!r}.")
+    return side
 
 
-def _checked_input_words(words: Sequence[str]) -> list[str]:
-    words = _checked_list(words, "word-input vocabulary", bool, "non-empty words")
-    clash = sorted(set(words) & set(SPECIAL_WORDS))
-    if clash:
-        raise ValueError(f"the word-input vocabulary lists the special word(s) {clash}: they have the fixed ids 0-3.")
-    return words
-
-
-def _check_length_option(name: str, value: Any) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
-        raise ValueError(f"`{name}` must be a positive integer (a number of words) or None, got {value!r}.")
-
-
-__all__ = ["BOS_CHAR_IDS", "EOS_CHAR_IDS", "CharacterAlphabet", "ElmoTokenizer", "decode_char_ids", "encode_words",
-           "read_vocabulary_file"]
+__all__ = ["CharacterAlphabet", "ElmoTokenizer", "read_vocabulary_file"]

@@ -297,3 +297,10 @@ def test_every_preset_builds_and_round_trips_through_save_pretrained(tmp_path):
         config = ElmoConfig.from_json_file(str(path))
         config.save_pretrained(tmp_path / path.stem)
         assert ElmoConfig.from_pretrained(tmp_path / path.stem).to_dict() == config.to_dict()
+
+
+def test_upgrading_a_dict_saved_before_projection_dim_leaves_the_given_dict_as_it_was():
+    saved = {"model_type": "elmo", "hidden_size": 8}
+    assert ElmoConfig.upgraded_dict(saved) == {"model_type": "elmo", "projection_dim": 8, "hidden_size": 16}
+    assert saved == {"model_type": "elmo", "hidden_size": 8}
+    assert ElmoConfig.upgraded_dict({"hidden_size": "8"}) == {"projection_dim": "8"}  # refused by the checks later

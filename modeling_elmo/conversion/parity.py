@@ -92,7 +92,8 @@ def validate_converted_model(
     through the numpy forward one at a time. Returns the max absolute difference; raises `ValueError` naming it
     (and the worst layer) when it exceeds ``atol``.
     """
-    from ..tokenization_elmo import BOS_CHAR_IDS, EOS_CHAR_IDS, ElmoTokenizer, encode_words
+    from ..tokenization_elmo import ElmoTokenizer
+    from ..utils.characters import BOS_CHAR_IDS, EOS_CHAR_IDS, encode_words
 
     if not isinstance(weights, h5py.Group):
         with open_hdf5(weights) as h5:
