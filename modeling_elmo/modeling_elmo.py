@@ -18,14 +18,12 @@ from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassifierOutput
-from transformers.utils import ModelOutput, logging
+from transformers.utils import ModelOutput
 
 from .configuration_elmo import ElmoConfig
 from .inputs_elmo import IGNORE_INDEX, check_values, integer_labels, validated_features, validated_inputs
 from .inputs_elmo import validated_word_inputs, with_sentence_boundaries, with_word_boundaries
 from .lstm_kernels import dropout_noise, fused_applies, reverse_each_row, stacked_lstm, torch_lstm, weights_readable
-
-logger = logging.get_logger(__name__)
 
 # Keys of folders saved while the LSTM transforms were bare parameters -> today's keys (regex -> key).
 LEGACY_KEY_MAPPING = {
@@ -83,9 +81,6 @@ class ElmoHighway(nn.Module):
 class ElmoCharConvolution(nn.Conv1d):
     """One filter width of the character CNN: a valid ``Conv1d`` computed as one matrix product over all windows
     (faster on a CPU than the convolution kernel for few input channels)."""
-
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int):
-        super().__init__(in_channels, out_channels, kernel_size)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         n, dim, length = x.shape
@@ -834,10 +829,17 @@ class ElmoTaskHeadMixin:
     cached ``elmo_hidden_states``, and the biLM frozen as transformers freezes (``config.freeze_elmo``: parameters
     without gradient, so adapters inside still train). The biLM applies no dropout in a head."""
 
-    def _build_mix(self, config: ElmoConfig) -> None:
+    def _build_head(self, config: ElmoConfig, width: int) -> None:
+        """The biLM, the mix, the dropout and a ``width`` -> num_labels classifier; then initialise and freeze."""
+        self.num_labels = config.num_labels
+        self.elmo = ElmoModel(config)
         self.scalar_mix = ElmoScalarMix(config.num_representation_layers, config.num_output_representations,
                                         config.scalar_mix_layer_norm, config.scalar_mix_parameters)
         self.dropout = nn.Dropout(config.classifier_dropout)
+        self.classifier = nn.Linear(width, config.num_labels)
+        self.post_init()
+        if config.freeze_elmo:
+            self.freeze_elmo()
 
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
@@ -882,14 +884,7 @@ class ElmoForSequenceClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
 
     def __init__(self, config: ElmoConfig):
         super().__init__(config)
-        self.num_labels = config.num_labels
-        self.elmo = ElmoModel(config)
-        self._build_mix(config)
-        width = config.hidden_size * (2 if config.classifier_pooling == "mean_max" else 1)
-        self.classifier = nn.Linear(width, config.num_labels)
-        self.post_init()
-        if config.freeze_elmo:
-            self.freeze_elmo()
+        self._build_head(config, config.hidden_size * (2 if config.classifier_pooling == "mean_max" else 1))
 
     def pool(self, mixed: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """(B, T, D), (B, T) -> (B, D) (2D for mean_max). Empty sentences pool to zeros."""
@@ -961,13 +956,7 @@ class ElmoForTokenClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
 
     def __init__(self, config: ElmoConfig):
         super().__init__(config)
-        self.num_labels = config.num_labels
-        self.elmo = ElmoModel(config)
-        self._build_mix(config)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
-        self.post_init()
-        if config.freeze_elmo:
-            self.freeze_elmo()
+        self._build_head(config, config.hidden_size)
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """`PreTrainedModel.save_pretrained`, the config naming the word-level token-classification pipeline."""
