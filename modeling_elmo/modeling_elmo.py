@@ -1,37 +1,14 @@
 # Copyright 2026 The modeling_elmo Authors. All rights reserved.
 # Licensed under the Apache License, Version 2.0 (http://www.apache.org/licenses/LICENSE-2.0).
-"""ELMo (Peters et al. 2018, "Deep contextualized word representations") for transformers.
+"""ELMo (Peters et al. 2018, "Deep contextualized word representations"): a character CNN and a biLSTM.
 
-Read top to bottom:
-
-1. building blocks: `ElmoHighway`, `ElmoCharConvolution`, `ElmoCharacterEncoder` (character CNN -> highway ->
-   projection),
-   `ElmoLstmLayer` (LSTM with a clipped projection: the reference loop), `ElmoLstmState` (LSTM states carried from
-   one call to the next), `ElmoBiLstm` (separate forward and backward stacks), `ElmoScalarMix`;
-2. `ElmoPreTrainedModel` with the initialisation of the original training code;
-3. the output classes;
-4. `ElmoModel`: character ids (batch, tokens, 50) -> all layers (batch, tokens, hidden_size = 2 * projection_dim);
-5. heads: `ElmoForBidirectionalLM` (pretraining), `ElmoForSequenceClassification`, `ElmoForTokenClassification`.
-   Every head calls `ElmoModel.forward` through ``self.elmo``.
-
-Conventions (the converter in `modeling_elmo.conversion.convert` maps the original TensorFlow layout to these):
-LSTM gates are in PyTorch order (input, forget, cell, output); the LSTM bias already holds TensorFlow's run-time
-forget bias of +1; the highway uses TensorFlow's convention, where the gate ("carry" in the original files)
-multiplies the transformed branch.
-
-The model is stateless: a sentence's vectors depend only on that sentence. Passing one call's ``lstm_state`` into
-the next reproduces the original stateful inference (AllenNLP's ``Elmo``, bilm-tf), row by row.
-
-A fast form of the recurrence lives beside the plain loop in ``lstm_kernels.py`` and is used only where it applies;
-the checks of the inputs and the sentence boundaries added to them, in ``inputs_elmo.py``. This file is shipped to
-the Hub as custom code: it imports only torch, transformers and its sibling files.
+LSTM gates are in PyTorch order (input, forget, cell, output) and the LSTM bias holds TensorFlow's forget bias of
++1; the highway gate multiplies the transformed branch (TensorFlow's convention). See docs/model.md.
 """
 
 from __future__ import annotations
 
 import math
-import re
-from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -41,17 +18,14 @@ from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassifierOutput
-from transformers.utils import ModelOutput, logging
+from transformers.utils import ModelOutput
 
 from .configuration_elmo import ElmoConfig
 from .inputs_elmo import IGNORE_INDEX, check_values, integer_labels, validated_features, validated_inputs
 from .inputs_elmo import validated_word_inputs, with_sentence_boundaries, with_word_boundaries
 from .lstm_kernels import dropout_noise, fused_applies, reverse_each_row, stacked_lstm, torch_lstm, weights_readable
 
-logger = logging.get_logger(__name__)
-
-#: State-dict keys of folders saved while the LSTM transforms were bare parameters -> today's keys (regex -> key).
-#: transformers saves a model in the key format it was loaded from, so these patterns must also read backwards.
+# Keys of folders saved while the LSTM transforms were bare parameters -> today's keys (regex -> key).
 LEGACY_KEY_MAPPING = {
     r"_layers\.(\d+)\.weight_ih": r"_layers.\1.input_transform.weight",
     r"_layers\.(\d+)\.bias": r"_layers.\1.input_transform.bias",
@@ -60,27 +34,14 @@ LEGACY_KEY_MAPPING = {
 }
 
 
-def rename_legacy_keys(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """``state_dict`` with the keys of `LEGACY_KEY_MAPPING` renamed (for code that reads a weights file itself)."""
-    renamed = {}
-    for key, tensor in state_dict.items():
-        for pattern, replacement in LEGACY_KEY_MAPPING.items():
-            key = re.sub(pattern, replacement, key)
-        renamed[key] = tensor
-    return renamed
-
 def _host_waits_for_nothing(device: torch.device) -> bool:
-    """Whether a size known only from tensor values (a boolean selection, ``unique``) is free to read: on the CPU,
-    in eager mode. Elsewhere the host would wait for the device, and in a graph traced by ``torch.compile`` or
-    ``torch.export`` every size must follow from the input shapes, so the model computes on all rows and masks
-    instead (the same numbers)."""
+    """Whether a size known only from tensor values is free to read (CPU, eager). Elsewhere the model computes on
+    all rows and masks instead (same numbers): the host would wait for the device, or a traced graph would break."""
     return device.type == "cpu" and not torch.compiler.is_compiling()
 
 
 def _unused_inputs(kwargs: dict, owner: str, output_attentions: bool | None = None) -> None:
-    """Accept the inputs other models take and ELMo has no use for (``token_type_ids``, ``position_ids``: what
-    tokenizers, pipelines and PEFT's wrappers pass) and ``output_attentions`` unless it asks for attentions; anything
-    else is a `TypeError`, as for a Python function."""
+    """Accept what other models' callers pass (``token_type_ids``, ``position_ids``); refuse anything else."""
     if output_attentions:
         raise ValueError(f"{owner} has no attentions to return (a biLSTM): call it without output_attentions=True.")
     for key in kwargs:
@@ -88,14 +49,24 @@ def _unused_inputs(kwargs: dict, owner: str, output_attentions: bool | None = No
             raise TypeError(f"{owner}.forward() got an unexpected keyword argument {key!r}.")
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# 1. Building blocks
-# ---------------------------------------------------------------------------------------------------------------
-class ElmoHighway(nn.Module):
-    """One highway layer, TensorFlow convention: ``t = sigmoid(gate(x))``, ``x <- t * relu(transform(x)) + (1 - t) * x``.
+def _loss_kwargs(kwargs: dict, owner: str):
+    """``num_items_in_batch`` (passed by `Trainer`) out of ``kwargs``; the rest checked by `_unused_inputs`."""
+    num_items_in_batch = kwargs.pop("num_items_in_batch", None)
+    _unused_inputs(kwargs, owner, kwargs.pop("output_attentions", None))
+    return num_items_in_batch
 
-    The non-linearity is always relu, whatever ``char_cnn_activation`` is (as in the original).
-    """
+
+def _normalised(total: torch.Tensor, mean: torch.Tensor, num_items_in_batch) -> torch.Tensor:
+    """``mean``, or ``total / num_items_in_batch`` under `Trainer`'s gradient accumulation (as transformers' losses)."""
+    if num_items_in_batch is None:
+        return mean
+    if torch.is_tensor(num_items_in_batch):
+        num_items_in_batch = num_items_in_batch.to(total.device)
+    return total / num_items_in_batch
+
+
+class ElmoHighway(nn.Module):
+    """One highway layer: ``t = sigmoid(gate(x))``, ``x <- t * relu(transform(x)) + (1 - t) * x``."""
 
     def __init__(self, size: int):
         super().__init__()
@@ -108,13 +79,8 @@ class ElmoHighway(nn.Module):
 
 
 class ElmoCharConvolution(nn.Conv1d):
-    """One filter width of the character CNN: a ``Conv1d`` (valid cross-correlation, stride 1, no padding), (N, d_c,
-    C) -> (N, filters, C - w + 1), computed as one matrix product over all windows (``unfold``), about twice as fast
-    on a CPU as the convolution kernel for 16 input channels. It is called as a module, so hooks and adapters that
-    wrap ``Conv1d`` layers (PEFT's LoRA) see it."""
-
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int):
-        super().__init__(in_channels, out_channels, kernel_size)
+    """One filter width of the character CNN: a valid ``Conv1d`` computed as one matrix product over all windows
+    (faster on a CPU than the convolution kernel for few input channels)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         n, dim, length = x.shape
@@ -126,18 +92,12 @@ class ElmoCharConvolution(nn.Conv1d):
 
 
 class ElmoWordEmbedding(nn.Embedding):
-    """The optional word-embedding input (``config.word_input_vocab_size`` rows of ``config.word_input_dim``): one
-    vector per word of the tokenizer's word-input vocabulary, row 3 (``<UNK>``) for unknown words."""
+    """The optional word-embedding input (``config.word_input_vocab_size`` rows, row 3 for unknown words)."""
 
 
 class ElmoCharacterEncoder(nn.Module):
-    """Context-insensitive token representation from character ids (and, optionally, word ids).
-
-    char ids (N, 50) -> embedding (N, 50, d_c) -> one valid convolution per filter width, max over positions,
-    activation -> concatenation (N, F) -> highway layers -> [word vector; features] when the model has a
-    word-embedding input -> linear projection (N, P).
-    Each distinct word of a call is encoded once (duplicates in a batch share the computation).
-    """
+    """Token vectors from character ids (and optional word ids): char embedding -> CNN, max over positions ->
+    highways -> [word vector; features] -> projection (N, P)."""
 
     gradient_checkpointing = False
 
@@ -154,16 +114,13 @@ class ElmoCharacterEncoder(nn.Module):
         self.projection = nn.Linear(config.token_features_size, config.projection_dim)
 
     def convolve(self, embedded: torch.Tensor) -> torch.Tensor:
-        """(N, C, d_c) character vectors -> (N, F): every filter's maximum over the word's positions, then the
-        activation (max, then activation: equal to activation, then max, both being monotone)."""
+        """(N, C, d_c) -> (N, F): each filter's maximum over positions, then the activation (both monotone)."""
         x = embedded.transpose(1, 2)  # (N, d_c, C)
-        return torch.cat([self.activation(conv(x).amax(dim=-1)) for conv in self.convolutions], dim=-1)  # (N, F)
+        return torch.cat([self.activation(conv(x).amax(dim=-1)) for conv in self.convolutions], dim=-1)
 
     def encode(self, char_ids: torch.Tensor, word_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """(N, max_characters_per_token) character ids (and (N,) word ids with a word input) -> (N, projection_dim),
-        no de-duplication. The convolutions run on chunks of words, which bounds the memory of the unfolded windows;
-        under gradient checkpointing each chunk's convolutions are computed again in the backward pass instead of
-        kept (smaller chunks: the recomputation's peak is one chunk's)."""
+        """(N, C) character ids (and (N,) word ids) -> (N, P), every row. The CNN runs on chunks of words to bound
+        the memory of the unfolded windows (smaller ones under gradient checkpointing)."""
         embedded = self.char_embeddings(char_ids)
         if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
             pieces = [self._gradient_checkpointing_func(self.convolve, chunk) for chunk in embedded.split(512)]
@@ -174,12 +131,10 @@ class ElmoCharacterEncoder(nn.Module):
             x = highway(x)
         if self.word_embeddings is not None:
             x = torch.cat([self.word_embeddings(word_ids).to(x.dtype), x], dim=-1)  # the word vector first
-        return self.projection(x)  # (N, P)
+        return self.projection(x)
 
     def forward(self, char_ids: torch.Tensor, word_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """(N, max_characters_per_token) (and (N,) word ids with a word input) -> (N, projection_dim), each distinct
-        word encoded once (in eager mode on the CPU; elsewhere every row, as the number of distinct words is known
-        only from the values)."""
+        """As `encode`, each distinct word encoded once where `_host_waits_for_nothing`."""
         if not _host_waits_for_nothing(char_ids.device):
             return self.encode(char_ids, word_ids)
         if self.word_embeddings is None:
@@ -191,25 +146,14 @@ class ElmoCharacterEncoder(nn.Module):
 
 
 class ElmoLstmLayer(GradientCheckpointingLayer):
-    """One direction of one layer: an LSTM whose output is projected (H -> P) and optionally clipped.
-
-    Per step (PyTorch gate order)::
-
-        i, f, g, o = split(input_transform(x_t) + recurrent_transform(h_{t-1}))
-        c_t = clip(sigmoid(f) * c_{t-1} + sigmoid(i) * tanh(g), cell_clip)      # clip before the tanh below
-        h_t = clip(projection(sigmoid(o) * tanh(c_t)), proj_clip)
-
-    The three transforms are `nn.Linear` modules (the input one holds the bias), so that adapters and hooks reach
-    them. `forward` is the reference implementation: the input products of all steps in one call, then an explicit
-    loop over time, every product through the modules. Steps past a row's length keep the state and output zeros.
-    """
+    """One direction of one layer: an LSTM whose output is projected (H -> P), with optional cell and projection
+    clipping. `forward` is the reference loop; steps past a row's length keep the state and output zeros."""
 
     def __init__(self, input_size: int, cell_size: int, hidden_size: int, cell_clip: float | None, proj_clip: float | None):
         super().__init__()
         self.cell_size, self.hidden_size = cell_size, hidden_size
         self.cell_clip, self.proj_clip = cell_clip, proj_clip
-        # made without drawing from the random stream (`_init_weights` initialises them): a seed gives the same model
-        # as when these were bare parameters
+        # made without drawing from the random stream (`_init_weights` initialises them)
         device = torch.empty(0).device  # the default device, or that of a `with torch.device(...)` around the model
         linear = lambda n_in, n_out, bias: nn.utils.skip_init(nn.Linear, n_in, n_out, bias=bias, device=device)  # noqa: E731
         self.input_transform = linear(input_size, 4 * cell_size, True)
@@ -222,14 +166,13 @@ class ElmoLstmLayer(GradientCheckpointingLayer):
         mask: torch.Tensor,
         state: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-        """inputs (B, T, P), mask (B, T) bool (valid prefix per row), state (h (B, P), c (B, H)) -> (B, T, P), state."""
+        """inputs (B, T, P), mask (B, T) valid prefix, state (h (B, P), c (B, H)) -> (B, T, P), final state."""
         batch, steps, _ = inputs.shape
         if state is None:
             h, c = inputs.new_zeros(batch, self.hidden_size), inputs.new_zeros(batch, self.cell_size)
         else:
             h, c = state
-        # Time-major, steps taken with `unbind` and put back with `stack`: under autograd, indexing one step would
-        # cost a zero-filled tensor of every step's size per step in the backward pass.
+        # time-major steps via unbind/stack: indexing would cost a full-size zero tensor per step in the backward
         gates_x = self.input_transform(inputs.transpose(0, 1)).unbind(0)  # T x (B, 4H)
         valid = mask.t().unsqueeze(-1).unbind(0)  # T x (B, 1)
         outputs = []
@@ -238,7 +181,7 @@ class ElmoLstmLayer(GradientCheckpointingLayer):
             c_new = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
             if self.cell_clip is not None:
                 c_new = c_new.clamp(-self.cell_clip, self.cell_clip)
-            h_new = self.projection(torch.sigmoid(o) * torch.tanh(c_new))  # (B, P)
+            h_new = self.projection(torch.sigmoid(o) * torch.tanh(c_new))
             if self.proj_clip is not None:
                 h_new = h_new.clamp(-self.proj_clip, self.proj_clip)
             h, c = torch.where(valid[t], h_new, h), torch.where(valid[t], c_new, c)  # padding keeps the state
@@ -250,13 +193,10 @@ class ElmoLstmLayer(GradientCheckpointingLayer):
 
 @dataclass
 class ElmoLstmState:
-    """LSTM states carried from one call of the biLM to the next, as AllenNLP's stateful ``Elmo`` and bilm-tf did.
+    """LSTM states carried from one call to the next (stateful inference, as AllenNLP's ``Elmo`` and bilm-tf).
 
-    ``hidden`` (2, L, rows, P) and ``cell`` (2, L, rows, H) are indexed by direction (0 forward, 1 backward), layer
-    and batch row. Row b of the next batch starts from row b of the state; a batch with more rows than the state
-    starts the new rows from zeros; rows beyond the batch, and rows whose sentence is empty, keep their state.
-    (The backward stack also carries its final state, the one after reading the sentence right to left, as the
-    original does.)
+    ``hidden`` (2, L, rows, P) and ``cell`` (2, L, rows, H), by direction, layer and batch row. Extra batch rows
+    start from zeros; rows beyond the batch, and empty sentences, keep their state.
     """
 
     hidden: torch.Tensor
@@ -264,8 +204,7 @@ class ElmoLstmState:
 
     @staticmethod
     def check(state: object, num_layers: int, hidden_size: int, cell_size: int) -> None:
-        """Raise a `ValueError` naming expected and actual sizes unless ``state`` is an `ElmoLstmState` of a biLM
-        with ``num_layers`` layers, states of ``hidden_size`` (P) and cells of ``cell_size`` (H)."""
+        """`ValueError` unless ``state`` is an `ElmoLstmState` of these sizes."""
         if not isinstance(state, ElmoLstmState):
             raise ValueError(f"lstm_state must be an ElmoLstmState (the lstm_state of a previous call), "
                              f"got {type(state).__name__}.")
@@ -277,7 +216,7 @@ class ElmoLstmState:
                                  f"(the same rows as lstm_state.hidden), got {got}: a state of another model?")
 
     def initial(self, batch: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The states (2, L, batch, P) and (2, L, batch, H) a batch of ``batch`` rows starts from."""
+        """The states (2, L, batch, P) and (2, L, batch, H) a batch starts from."""
         hidden, cell = self.hidden.to(like), self.cell.to(like)
         missing = batch - hidden.shape[2]
         if missing > 0:
@@ -286,54 +225,39 @@ class ElmoLstmState:
         return hidden[:, :, :batch], cell[:, :, :batch]
 
     def advanced(self, hidden: torch.Tensor, cell: torch.Tensor, used: torch.Tensor) -> ElmoLstmState:
-        """The state after a batch whose final states are ``hidden``/``cell`` (2, L, B, *); ``used`` (B,) marks the
-        rows that held a sentence."""
+        """The state after a batch with final states ``hidden``/``cell`` (2, L, B, *); ``used`` (B,): non-empty rows."""
         batch = hidden.shape[2]
         old_hidden, old_cell = self.initial(batch, hidden)
         keep = used.view(1, 1, -1, 1)
         new_hidden = torch.where(keep, hidden.detach(), old_hidden)
         new_cell = torch.where(keep, cell.detach(), old_cell)
-        rest = slice(batch, None)  # rows beyond this batch keep their state
+        rest = slice(batch, None)
         return ElmoLstmState(torch.cat([new_hidden, self.hidden[:, :, rest].to(hidden)], dim=2),
                              torch.cat([new_cell, self.cell[:, :, rest].to(cell)], dim=2))
 
 
 class ElmoBiLstm(nn.Module):
-    """Two independent stacks of `ElmoLstmLayer`: forward (left to right) and backward (right to left).
+    """Two stacks of `ElmoLstmLayer`: forward, and backward (each row read reversed over its own length). Layers
+    l >= 1 add their input when ``use_skip_connections``; dropout (pretraining) acts on every layer's input.
 
-    Layer l >= 1 adds its input to its output when ``use_skip_connections`` (the recurrent state does not include
-    the residual). Dropout, when asked for (pretraining), acts on every layer's input and the residual adds the
-    dropped-out input, as in the original training. The backward stack reads each row reversed over its own length.
-
-    Implementations, all with the same parameters (``config.lstm_implementation``): `loop_forward` (the reference:
-    `ElmoLstmLayer.forward` per layer and direction), `fused_forward` (the same numbers, both directions at once
-    through `lstm_kernels.stacked_lstm`, or through ``recurrence`` when one is set; ``"auto"`` uses it wherever
-    something clips or a state is carried, on the devices and dtypes it supports (`lstm_kernels.fused_applies`), else
-    the loop), and `torch_forward` (``torch.nn.LSTM`` with ``proj_size``, cuDNN on a GPU), which cannot clip and is
-    used only without clipping. The fused and torch forms read the weights directly: where a transform is wrapped
-    (an adapter) or hooked, the loop runs instead, through the modules; so it does under gradient checkpointing,
-    where each `ElmoLstmLayer` is a checkpointed unit (transformers' `GradientCheckpointingLayer`).
+    Forms with the same parameters (``config.lstm_implementation``): `loop_forward` (the reference), `fused_forward`
+    (same numbers, both directions at once) and `torch_forward` (``torch.nn.LSTM``, no clipping). Wrapped or hooked
+    transforms (adapters) and gradient checkpointing run the loop.
     """
 
-    #: Another function with `lstm_kernels.stacked_lstm`'s signature and numbers for `fused_forward` (e.g. the
-    #: installed package's ``modeling_elmo.acceleration.packed_kernels.use_packed_kernels(model)``); `None`: the shipped one.
+    #: A replacement for `lstm_kernels.stacked_lstm` in `fused_forward` (same signature and numbers), or `None`.
     recurrence = None
 
     def __init__(self, config: ElmoConfig):
         super().__init__()
         self.config = config
-        P = config.projection_dim  # the per-direction width of the LSTM states and outputs
+        P = config.projection_dim
 
         def layer() -> ElmoLstmLayer:
             return ElmoLstmLayer(P, config.cell_size, P, config.cell_clip, config.proj_clip)
 
         self.forward_layers = nn.ModuleList(layer() for _ in range(config.num_hidden_layers))
         self.backward_layers = nn.ModuleList(layer() for _ in range(config.num_hidden_layers))
-
-    def check_state(self, state: object) -> None:
-        """`ElmoLstmState.check` against this biLM's sizes."""
-        layer = self.forward_layers[0]
-        ElmoLstmState.check(state, len(self.forward_layers), layer.hidden_size, layer.cell_size)
 
     def forward(
         self,
@@ -343,8 +267,8 @@ class ElmoBiLstm(nn.Module):
         dropout: float = 0.0,
         need_final_state: bool = False,
     ) -> tuple[list[torch.Tensor], tuple[torch.Tensor, torch.Tensor] | None]:
-        """embeddings (B, T, P), mask (B, T) bool valid prefix, initial (h (2, L, B, P), c (2, L, B, H)) ->
-        one (B, T, 2P) tensor per layer, and the final states (as the initial ones) when ``need_final_state``."""
+        """embeddings (B, T, P), mask (B, T) valid prefix, initial (h (2, L, B, P), c (2, L, B, H)) -> one
+        (B, T, 2P) tensor per layer, and the final states (as the initial ones) when ``need_final_state``."""
         implementation = self.config.lstm_implementation
         checkpointing = self.training and torch.is_grad_enabled() and any(
             layer.gradient_checkpointing for layer in [*self.forward_layers, *self.backward_layers])
@@ -356,19 +280,15 @@ class ElmoBiLstm(nn.Module):
             return self.fused_forward(embeddings, mask, initial_state, dropout)
         return self.loop_forward(embeddings, mask, initial_state, dropout)
 
-    def _stacks(self, embeddings: torch.Tensor, lengths: torch.Tensor):
-        """(layers, input) per direction: the backward stack reads each row reversed."""
-        return (self.forward_layers, embeddings), (self.backward_layers, reverse_each_row(embeddings, lengths))
-
     def _merge(self, forward_out: list[torch.Tensor], backward_out: list[torch.Tensor], lengths: torch.Tensor):
         return [torch.cat([f, reverse_each_row(b, lengths)], dim=-1) for f, b in zip(forward_out, backward_out)]
 
     def _run_stacks(self, embeddings, mask, run_layer, dropout: float):
-        """Each direction's layers in turn: ``run_layer(direction, index, layer, input) -> (output, final state)``,
-        with dropout on every layer's input and the residual from layer 1 on."""
+        """Each direction's layers in turn through ``run_layer(direction, index, layer, input) -> (output, state)``."""
         lengths = mask.sum(dim=1)
         outputs, finals = [], []
-        for direction, (layers, x) in enumerate(self._stacks(embeddings, lengths)):
+        stacks = ((self.forward_layers, embeddings), (self.backward_layers, reverse_each_row(embeddings, lengths)))
+        for direction, (layers, x) in enumerate(stacks):
             per_layer, states = [], []
             for index, layer in enumerate(layers):
                 layer_input = F.dropout(x, dropout, training=dropout > 0)
@@ -383,8 +303,7 @@ class ElmoBiLstm(nn.Module):
         return self._merge(outputs[0], outputs[1], lengths), finals
 
     def loop_forward(self, embeddings, mask, initial_state=None, dropout: float = 0.0):
-        """The reference: each layer of each direction runs `ElmoLstmLayer.forward` (explicit loop, clipping; one
-        checkpointed unit per layer and direction under gradient checkpointing)."""
+        """The reference: `ElmoLstmLayer.forward` per layer and direction."""
 
         def run_layer(direction, index, layer, x):
             state = None if initial_state is None else (initial_state[0][direction, index], initial_state[1][direction, index])
@@ -392,17 +311,15 @@ class ElmoBiLstm(nn.Module):
 
         layers, finals = self._run_stacks(embeddings, mask, run_layer, dropout)
         final = tuple(torch.stack([torch.stack([s[k] for s in direction]) for direction in finals]) for k in (0, 1))
-        return layers, final  # final states (2, L, B, *)
+        return layers, final  # (2, L, B, *)
 
     def fused_forward(self, embeddings, mask, initial_state=None, dropout: float = 0.0):
-        """`loop_forward`'s numbers, faster: each layer advances both directions at once (`lstm_kernels.stacked_lstm`,
-        or ``recurrence`` when set and the model is not being traced), in time-major layout (2, T, B, P). With the
-        same seed, dropout drops the same units as the loop."""
+        """`loop_forward`'s numbers (and dropout draws), both directions at once in layout (2, T, B, P)."""
         recurrence = stacked_lstm if self.recurrence is None or torch.compiler.is_compiling() else self.recurrence
         lengths = mask.sum(dim=1)
-        noise = dropout_noise(embeddings, dropout, len(self.forward_layers))  # drawn as the loop draws
+        noise = dropout_noise(embeddings, dropout, len(self.forward_layers))
         x = torch.stack([embeddings, reverse_each_row(embeddings, lengths)]).transpose(1, 2)  # (2, T, B, P)
-        valid = mask.t()  # (T, B)
+        valid = mask.t()
         outputs, final_h, final_c = [], [], []
         for index, layers in enumerate(zip(self.forward_layers, self.backward_layers)):
             layer_input = x if noise is None else x * noise[index]
@@ -418,26 +335,22 @@ class ElmoBiLstm(nn.Module):
         return self._merge([y[0] for y in outputs], [y[1] for y in outputs], lengths), final
 
     def torch_forward(self, embeddings, mask, dropout: float = 0.0) -> list[torch.Tensor]:
-        """``torch.nn.LSTM(proj_size=P)`` per layer and direction (cuDNN on a GPU), run on this module's parameters
-        (`lstm_kernels.torch_lstm`); no clipping, no carried state. Right padding needs no packing here: valid
-        positions never see padded ones, and padded outputs are zeroed."""
+        """``torch.nn.LSTM(proj_size=P)`` on this module's weights: no clipping, no carried state. Right padding
+        needs no packing: valid positions never see padded ones, and padded outputs are zeroed."""
         keep = mask.unsqueeze(-1).to(embeddings.dtype)
         return self._run_stacks(embeddings, mask, lambda direction, index, layer, x: (torch_lstm(x, layer) * keep, None),
                                 dropout)[0]
 
 
 class ElmoScalarMix(nn.Module):
-    """ELMo's task-specific layer combination: ``gamma * sum_j softmax(w)_j * N(layer_j)``, for one or more outputs.
-
-    ``N`` is the identity, or with ``do_layer_norm`` a normalisation with one mean and variance per layer over all
-    unmasked positions of the batch (as the paper's implementations do). With ``fixed_weights`` (pre-softmax), the
-    weights and gamma are not trained.
+    """ELMo's layer combination ``gamma * sum_j softmax(w)_j * N(layer_j)`` for one or more outputs; ``N``
+    normalises each layer over the unmasked positions of the batch with ``do_layer_norm``.
 
     Args:
         num_layers: number of layers to mix (L + 1).
         num_output_representations: independent mixes (each its own weights and gamma).
         do_layer_norm: normalise each layer before mixing.
-        fixed_weights: optional pre-softmax weights, e.g. ``[-9e10, 1, -9e10]`` to select layer 1.
+        fixed_weights: optional pre-softmax weights, not trained (nor is gamma then).
     """
 
     def __init__(self, num_layers: int, num_output_representations: int = 1, do_layer_norm: bool = False,
@@ -454,7 +367,7 @@ class ElmoScalarMix(nn.Module):
 
     @property
     def layer_weights(self) -> torch.Tensor:
-        """The normalised weights s = softmax(w), shape (K, L + 1)."""
+        """The normalised weights softmax(w), (K, L + 1)."""
         return torch.softmax(self.scalar_parameters, dim=-1)
 
     def forward(self, layers: torch.Tensor, mask: torch.Tensor | None = None) -> list[torch.Tensor]:
@@ -471,46 +384,27 @@ class ElmoScalarMix(nn.Module):
             mean = (layers * m).sum(dim=(0, 2, 3), keepdim=True) / count
             var = (((layers - mean) * m) ** 2).sum(dim=(0, 2, 3), keepdim=True) / count
             layers = (layers - mean) / torch.sqrt(var + 1e-12)
-        weights = self.layer_weights.to(layers.dtype)  # (K, L + 1)
+        weights = self.layer_weights.to(layers.dtype)
         mixed = torch.einsum("kl,bltd->kbtd", weights, layers) * self.gamma.to(layers.dtype)[:, None, None, None]
         if mask is not None:
             mixed = mixed * mask.to(layers.dtype)[None, :, :, None]
         return list(mixed.unbind(0))
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# 2. Pretrained base
-# ---------------------------------------------------------------------------------------------------------------
 class ElmoPreTrainedModel(PreTrainedModel):
-    """Weight initialisation and loading for all ELMo models.
-
-    `_init_weights` follows the original training code (bilm-tf): char table U(-1, 1) with a zero padding row;
-    relu convolutions U(-0.05, 0.05) (tanh: N(0, 1/(w d_c))); highway and projection N(0, 1/F) with the highway
-    gate bias -2 (leaning towards passing x through); LSTM matrices Glorot-uniform (the input and recurrent transforms as the original's
-    stacked [x; h] matrix), bias 0 except the forget block at +1; softmax N(0, 1/P); a task head's classifier Glorot-uniform with a zero bias; the optional word
-    vectors N(0, 1/d_w) (rows of about unit norm). The transformers
-    default (N(0, 0.02) everywhere) gives vanishing activations.
-
-    transformers calls `_init_weights` once per module whose own parameters are not loaded yet (``from_pretrained``
-    initialises only the missing ones, such as a new head's), so every branch initialises the parameters of the
-    module it is given, never those of its children. Which `nn.Linear` is which is read off the model's structure:
-    the highway gates are those of ``char_encoder.highways``, the head's is ``classifier``; every other Linear
-    (highway transform, projection, softmax) is N(0, 1/fan_in), with a zero bias.
-    """
+    """Initialisation (that of the original training code, bilm-tf) and loading for all ELMo models."""
 
     config_class = ElmoConfig
     base_model_prefix = "elmo"
     main_input_name = "input_ids"
     supports_gradient_checkpointing = True
     _no_split_modules = ["ElmoCharacterEncoder", "ElmoLstmLayer"]
-    # One checkpoint serves every class: the biLM alone ignores the softmax or a task head's layers silently.
+    # one checkpoint serves every class: the biLM alone ignores the softmax or a task head's layers
     _keys_to_ignore_on_load_unexpected = [r"^softmax\.", r"^classifier\.", r"^scalar_mix\."]
 
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
-        """`PreTrainedModel.from_pretrained`; folders saved while the LSTM transforms were bare parameters load with
-        their keys renamed (`LEGACY_KEY_MAPPING`, through the public ``key_mapping`` argument) unless the caller
-        passes a ``key_mapping`` of their own."""
+        """`PreTrainedModel.from_pretrained`, reading older folders' LSTM keys (`LEGACY_KEY_MAPPING`) by default."""
         kwargs.setdefault("key_mapping", LEGACY_KEY_MAPPING)
         return super().from_pretrained(*args, **kwargs)
 
@@ -522,22 +416,20 @@ class ElmoPreTrainedModel(PreTrainedModel):
                 return layer
         return None
 
-    def _is_highway_gate(self, module: nn.Module) -> bool:
-        encoder = getattr(self.base_model, "char_encoder", None)
-        return encoder is not None and any(module is highway.gate for highway in encoder.highways)
-
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
+        """Initialises ``module``'s own parameters (not its children's), as bilm-tf: char table U(-1, 1), relu
+        convolutions U(-0.05, 0.05), LSTM Glorot-uniform with forget bias +1, other Linears N(0, 1/fan_in) (highway
+        gate bias -2), a head's classifier Glorot-uniform."""
         config = self.config
-        if isinstance(module, ElmoWordEmbedding):  # the word-embedding input: rows of about unit norm
+        if isinstance(module, ElmoWordEmbedding):  # rows of about unit norm
             init.normal_(module.weight, 0.0, 1.0 / math.sqrt(module.embedding_dim))
         elif isinstance(module, nn.Embedding):  # the character table
             table = torch.empty_like(module.weight).uniform_(-1.0, 1.0)
             if module.padding_idx is not None:
                 table[module.padding_idx] = 0.0
             init.copy_(module.weight, table)
-        elif isinstance(module, nn.Conv1d):  # one character convolution
-            # CODEPATH: relu: every released and pretrained model; tanh: options.json files that ask for it
+        elif isinstance(module, nn.Conv1d):
             if config.char_cnn_activation == "relu":
                 init.uniform_(module.weight, -0.05, 0.05)
             else:
@@ -550,16 +442,18 @@ class ElmoPreTrainedModel(PreTrainedModel):
                 fan_in = lstm.input_transform.in_features + lstm.hidden_size
                 limit = math.sqrt(6.0 / (fan_in + 4 * lstm.cell_size))
                 init.uniform_(module.weight, -limit, limit)
-            if module.bias is not None:  # the input transform's: 0, the forget block +1
+            if module.bias is not None:
                 bias = torch.zeros_like(module.bias)
                 bias[lstm.cell_size : 2 * lstm.cell_size] = 1.0
                 init.copy_(module.bias, bias)
-        elif isinstance(module, nn.Linear) and module is getattr(self, "classifier", None):  # a task head's layer
+        elif isinstance(module, nn.Linear) and module is getattr(self, "classifier", None):
             init.xavier_uniform_(module.weight)
             init.zeros_(module.bias)
         elif isinstance(module, nn.Linear):  # highway transform or gate, projection, softmax
+            encoder = getattr(self.base_model, "char_encoder", None)
+            gate = encoder is not None and any(module is highway.gate for highway in encoder.highways)
             init.normal_(module.weight, 0.0, math.sqrt(1.0 / module.in_features))
-            init.constant_(module.bias, -2.0 if self._is_highway_gate(module) else 0.0)
+            init.constant_(module.bias, -2.0 if gate else 0.0)
         elif isinstance(module, ElmoScalarMix):
             if module.scalar_parameters.requires_grad:
                 init.zeros_(module.scalar_parameters)
@@ -567,12 +461,11 @@ class ElmoPreTrainedModel(PreTrainedModel):
                 fixed = torch.tensor([config.scalar_mix_parameters] * module.scalar_parameters.shape[0])
                 init.copy_(module.scalar_parameters, fixed.to(module.scalar_parameters))
             init.ones_(module.gamma)
-        else:  # a module ELMo does not define (an adapter's layer, say): transformers' initialisation
+        else:  # a module ELMo does not define (an adapter's layer, say)
             super()._init_weights(module)
 
     def get_input_embeddings(self) -> nn.Module | None:
-        """The table of input tokens: the word-embedding input (`ElmoWordEmbedding`) of a model that has one, else
-        `None`: a character model has no table indexed by tokens (its character table is fixed by the alphabet)."""
+        """The word-embedding input of a model that has one, else `None` (characters are not a token table)."""
         return self.base_model.char_encoder.word_embeddings
 
     def set_input_embeddings(self, value: nn.Module) -> None:
@@ -583,10 +476,8 @@ class ElmoPreTrainedModel(PreTrainedModel):
 
     def resize_token_embeddings(self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None,
                                 mean_resizing: bool = True) -> nn.Module:
-        """Resize the word-embedding input (``config.word_input_vocab_size``) of a model that has one: kept rows keep
-        their vectors, new rows get ELMo's initialisation (``mean_resizing`` is not used). A character model has no
-        token table: `ValueError` (its character table is fixed by ``config.num_characters``, and the LM softmax
-        is sized by the training vocabulary, ``config.vocab_size``)."""
+        """Resize the word-embedding input: kept rows keep their vectors, new rows get ELMo's initialisation
+        (``mean_resizing`` is not used). A character model has none: `ValueError`."""
         old = self.get_input_embeddings()
         if old is None:
             raise ValueError(f"{type(self).__name__} reads characters and has no token-embedding table to resize "
@@ -609,19 +500,15 @@ class ElmoPreTrainedModel(PreTrainedModel):
         return new
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# 3. Outputs
-# ---------------------------------------------------------------------------------------------------------------
 @dataclass
 class ElmoModelOutput(ModelOutput):
     """Output of `ElmoModel`.
 
     Args:
         last_hidden_state: top layer, forward and backward halves, (batch, tokens, hidden_size).
-        hidden_states: with ``output_hidden_states``, all L + 1 layers (layer 0 = the token embedding twice),
-            each (batch, tokens, hidden_size).
+        hidden_states: with ``output_hidden_states``, all L + 1 layers (layer 0: the token vectors twice).
         attention_mask: (batch, tokens), 1 where a token is.
-        lstm_state: with ``return_lstm_state`` (or when an ``lstm_state`` was passed), the states to continue from.
+        lstm_state: with ``return_lstm_state`` (or a given ``lstm_state``), the states to continue from.
     """
 
     last_hidden_state: torch.FloatTensor | None = None
@@ -635,12 +522,12 @@ class ElmoBidirectionalLMOutput(ModelOutput):
     """Output of `ElmoForBidirectionalLM`.
 
     Args:
-        loss: mean of the forward and backward losses (sampled softmax in training if configured, else exact).
+        loss: mean of the forward and backward losses.
         forward_loss / backward_loss: mean negative log-likelihood per target word of each direction.
-        forward_nll_sum / backward_nll_sum: summed negative log-likelihoods (for exact perplexity over many batches).
+        forward_nll_sum / backward_nll_sum: summed negative log-likelihoods.
         num_forward_targets / num_backward_targets: number of predicted words of each direction.
-        last_hidden_state: top biLM layer (batch, tokens, hidden_size), one row per word (with
-            ``keep_sentence_boundaries``, at the biLM's positions: ``<S>``, the words, ``</S>``).
+        last_hidden_state: top layer (batch, tokens, hidden_size), one row per word (or with
+            ``keep_sentence_boundaries`` at the biLM's positions, ``<S>`` and ``</S>`` included).
         hidden_states: with ``output_hidden_states``, all L + 1 layers at the same positions.
     """
 
@@ -655,28 +542,11 @@ class ElmoBidirectionalLMOutput(ModelOutput):
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# 4. The model
-# ---------------------------------------------------------------------------------------------------------------
 class ElmoModel(ElmoPreTrainedModel):
     """The ELMo biLM: character ids (batch, tokens, 50) -> all layers (batch, tokens, hidden_size).
 
-    Sentence boundaries ``<S>``/``</S>`` are added inside the model around every sentence and removed from the
-    outputs. Padded positions (``attention_mask`` 0, or all-zero character rows) give zeros. Padding may be on
-    either side; tokens are read in their order.
-
-    Example:
-
-    ```python
-    >>> import torch
-    >>> from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
-    >>> tok = ElmoTokenizer()
-    >>> model = ElmoModel(ElmoConfig(projection_dim=8, cell_size=16, char_cnn_filters=[[1, 4], [2, 4]], num_highway_layers=1))
-    >>> enc = tok([["The", "bank", "closed"], ["A", "river", "bank"]], is_split_into_words=True, padding=True, return_tensors="pt")
-    >>> out = model(**enc, output_hidden_states=True)
-    >>> len(out.hidden_states), tuple(out.last_hidden_state.shape)
-    (3, (2, 3, 16))
-    ```
+    ``<S>``/``</S>`` are added around every sentence inside the model and removed from the outputs; padding (on
+    either side) gives zeros.
     """
 
     def __init__(self, config: ElmoConfig):
@@ -705,22 +575,15 @@ class ElmoModel(ElmoPreTrainedModel):
         Args:
             input_ids: character ids (batch, tokens, 50) from `ElmoTokenizer` (0 rows = no token).
             attention_mask: (batch, tokens) 1 for tokens, 0 for padding; derived from ``input_ids`` when omitted.
-            word_input_ids: (batch, tokens) word ids, for a model with a word-embedding input
-                (``config.word_input_vocab_size``); its tokenizer returns them. Ignored by a model without one.
-            lstm_state: states to start the LSTMs from (the ``lstm_state`` of a previous call), for stateful use.
-            return_lstm_state: also return the states to continue from (always done when ``lstm_state`` is given).
+            word_input_ids: (batch, tokens) word ids, for a model with a word-embedding input.
+            lstm_state: states to start the LSTMs from (the ``lstm_state`` of a previous call).
+            return_lstm_state: also return the states to continue from (always when ``lstm_state`` is given).
             output_hidden_states: also return all L + 1 layers.
-            add_sentence_boundaries: add ``<S>``/``</S>`` around each sentence (and strip them from the outputs).
-                `False` when the input already holds them where wanted (fixed-window language-model training).
-            keep_sentence_boundaries: return the added boundary positions too (the outputs then have tokens + 2
-                positions, ``<S>`` first and ``</S>`` after each sentence's last token); needs right padding.
-                `ElmoForBidirectionalLM` reads its predictions there.
-            lstm_dropout: dropout on the input of every LSTM layer, in training mode only (the original's
-                pretraining regularisation; `ElmoForBidirectionalLM` sets it, feature extraction never does).
-            inputs_embeds: instead of ``input_ids``, the token vectors (batch, tokens, projection_dim) that replace the
-                character encoder's output (what ``model.char_encoder`` gives for each token); the sentence
-                boundaries are still encoded by the model. ``attention_mask`` marks the tokens (all, when omitted).
-            output_attentions: accepted for transformers' callers; `True` is refused (a biLSTM has no attentions).
+            add_sentence_boundaries: add ``<S>``/``</S>`` around each sentence (`False`: the input holds them).
+            keep_sentence_boundaries: also return the boundary positions (tokens + 2 rows); needs right padding.
+            lstm_dropout: dropout on every LSTM layer's input, in training mode (pretraining).
+            inputs_embeds: token vectors (batch, tokens, projection_dim) replacing the character encoder's output.
+            output_attentions: `True` is refused (a biLSTM has no attentions).
         """
         _unused_inputs(kwargs, type(self).__name__, output_attentions)
         output_hidden_states = output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
@@ -731,7 +594,6 @@ class ElmoModel(ElmoPreTrainedModel):
             input_ids, mask = validated_inputs(input_ids, attention_mask, self.config.max_characters_per_token,
                                                self.config.max_character_id)
         word_ids = None
-        # CODEPATH: converted ELMoForManyLangs models with a word input; every other model has none
         if self.config.word_input_vocab_size:
             word_ids = (torch.zeros_like(mask, dtype=torch.long) if inputs_embeds is not None else
                         validated_word_inputs(word_input_ids, input_ids, self.config.word_input_vocab_size))
@@ -743,9 +605,8 @@ class ElmoModel(ElmoPreTrainedModel):
             check_values(mask != left_aligned, "keep_sentence_boundaries needs right-padded input (tokens first).")
             destination = None
         else:
-            # Left padding or holes: move each row's tokens to the front (keeping their order), and back at the end.
-            # Position t goes to `destination[b, t]`: tokens to their rank among the row's tokens, padding after them
-            # (a stable partition; counted, not sorted, so that exporters without a stable sort handle it).
+            # Move each row's tokens to the front in order, and back at the end: position t goes to
+            # destination[b, t] (a stable partition, counted rather than sorted so that exporters handle it).
             tokens_before = mask.long().cumsum(dim=1)
             destination = torch.where(mask, tokens_before - 1, lengths.unsqueeze(1) + positions - tokens_before)
             order = torch.empty_like(destination).scatter_(1, destination, positions.expand_as(destination))
@@ -765,12 +626,11 @@ class ElmoModel(ElmoPreTrainedModel):
             given = inputs_embeds * left_aligned.unsqueeze(-1).to(inputs_embeds.dtype)
             if add_sentence_boundaries:
                 embeddings = self._embed_tokens(input_ids, mask & (input_ids != 0).any(dim=-1), word_ids)
-                given = F.pad(given, (0, 0, 1, 1)).to(embeddings.dtype)
-                embeddings = embeddings + given
+                embeddings = embeddings + F.pad(given, (0, 0, 1, 1)).to(embeddings.dtype)
             else:
                 embeddings = given
         if lstm_state is not None:
-            self.encoder.check_state(lstm_state)
+            ElmoLstmState.check(lstm_state, self.config.num_hidden_layers, self.config.projection_dim, self.config.cell_size)
         initial = None if lstm_state is None else lstm_state.initial(batch, embeddings)
         want_state = return_lstm_state or lstm_state is not None
         layers, final = self.encoder(embeddings, mask, initial, dropout=lstm_dropout if self.training else 0.0,
@@ -787,8 +647,8 @@ class ElmoModel(ElmoPreTrainedModel):
             out_mask = out_mask.gather(1, destination)
         new_state = None
         if want_state:
-            start = lstm_state or ElmoLstmState(final[0].new_zeros(final[0].shape[:2] + (0, final[0].shape[3])),
-                                                final[1].new_zeros(final[1].shape[:2] + (0, final[1].shape[3])))
+            empty = [f.new_zeros(f.shape[:2] + (0, f.shape[3])) for f in final]
+            start = lstm_state or ElmoLstmState(*empty)
             new_state = start.advanced(final[0], final[1], used=mask.any(dim=1))
         hidden_states = tuple(all_layers) if output_hidden_states else None
         if not return_dict:
@@ -797,8 +657,7 @@ class ElmoModel(ElmoPreTrainedModel):
                                attention_mask=out_mask.long(), lstm_state=new_state)
 
     def _placeholder_inputs(self, input_ids, inputs_embeds, attention_mask) -> tuple[torch.Tensor, torch.Tensor]:
-        """For a call with ``inputs_embeds``: all-zero character ids of its shape (the boundaries are added to them)
-        and the token mask, after checking the shapes."""
+        """For ``inputs_embeds``: all-zero character ids of its shape and the token mask, after checking shapes."""
         if input_ids is not None:
             raise ValueError("pass either input_ids or inputs_embeds, not both.")
         width = self.config.projection_dim
@@ -814,51 +673,22 @@ class ElmoModel(ElmoPreTrainedModel):
         return ids, mask
 
     def _embed_tokens(self, input_ids: torch.Tensor, mask: torch.Tensor, word_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """Context-insensitive vectors (B, T, P) of the present tokens; padding stays zero. ``word_ids`` (B, T): the
-        word ids of a model with a word-embedding input.
-
-        On the CPU in eager mode each distinct present word is encoded once. Elsewhere every position is encoded and padding zeroed: selecting present or distinct words has a size known only from
-        the values, so the host would wait for the device (or a traced graph would depend on the values)."""
+        """Token vectors (B, T, P) of the present tokens, padding zero (only present words encoded where
+        `_host_waits_for_nothing`)."""
         batch, steps, width = input_ids.shape
         if not _host_waits_for_nothing(input_ids.device):
             flat_word_ids = None if word_ids is None else word_ids.reshape(batch * steps)
             encoded = self.char_encoder.encode(input_ids.reshape(batch * steps, width), flat_word_ids).view(batch, steps, -1)
             return encoded * mask.unsqueeze(-1).to(encoded.dtype)
-        words = input_ids[mask]
-        encoded = self.char_encoder(words, None if word_ids is None else word_ids[mask])
+        encoded = self.char_encoder(input_ids[mask], None if word_ids is None else word_ids[mask])
         embeddings = encoded.new_zeros(batch, steps, self.config.projection_dim)  # encoder's dtype (autocast: bf16)
         embeddings[mask] = encoded
         return embeddings
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# 5. Heads
-# ---------------------------------------------------------------------------------------------------------------
-def _loss_kwargs(kwargs: dict, owner: str):
-    """``num_items_in_batch`` (what `Trainer` passes to a model whose ``forward`` takes ``**kwargs``) out of
-    ``kwargs``; the rest checked by `_unused_inputs`."""
-    num_items_in_batch = kwargs.pop("num_items_in_batch", None)
-    _unused_inputs(kwargs, owner, kwargs.pop("output_attentions", None))
-    return num_items_in_batch
-
-
-def _normalised(total: torch.Tensor, mean: torch.Tensor, num_items_in_batch) -> torch.Tensor:
-    """The loss: ``mean``, or with ``num_items_in_batch`` (the labelled items of all the batches one optimizer step
-    accumulates, counted by `Trainer`) ``total / num_items_in_batch``, as transformers' own losses do, so that
-    gradient accumulation gives the gradient of one large batch."""
-    if num_items_in_batch is None:
-        return mean
-    if torch.is_tensor(num_items_in_batch):
-        num_items_in_batch = num_items_in_batch.to(total.device)
-    return total / num_items_in_batch
-
-
 def _log_uniform_sample(vocab_size: int, num_samples: int, device: torch.device, generator=None):
-    """Sample word ids from the log-uniform (Zipfian) distribution P(k) = log((k+2)/(k+1)) / log(V+1), with replacement.
-
-    Returns the ids and their log expected counts ``log(num_samples * P(k))`` (the log-Q correction). Word ids must be
-    sorted by decreasing frequency for this proposal to fit (the vocabulary builder does that).
-    """
+    """Word ids drawn with replacement from P(k) = log((k+2)/(k+1)) / log(V+1) (ids sorted by decreasing
+    frequency), and their log expected counts ``log(num_samples * P(k))``."""
     u = torch.rand(num_samples, device=device, generator=generator)
     ids = (torch.exp(u * math.log(vocab_size + 1)) - 1).floor().long().clamp_(0, vocab_size - 1)
     probability = (torch.log(ids.double() + 2) - torch.log(ids.double() + 1)) / math.log(vocab_size + 1)
@@ -866,18 +696,9 @@ def _log_uniform_sample(vocab_size: int, num_samples: int, device: torch.device,
 
 
 class ElmoForBidirectionalLM(ElmoPreTrainedModel):
-    """ELMo with its pretraining objective: a forward LM predicts the next word, a backward LM the previous one.
-
-    One softmax (``softmax.weight`` (V, P), ``softmax.bias`` (V)) is shared by both directions; the loss is the mean
-    of the two directions' mean negative log-likelihoods. In training with ``config.lm_softmax == "sampled"`` a
-    sampled softmax is used: ``num_negative_samples`` words drawn from a log-uniform (Zipfian) proposal, one sample
-    per batch shared by both directions, accidental hits removed, and the sampled logits corrected by the log of
-    their expected counts (log-Q), so that ``log(exp(true) + sum_s exp(logit_s) / Q_s)`` estimates the full
-    normaliser and the loss estimates the full-softmax loss. Otherwise, and always in eval mode, the exact full
-    softmax is computed, over ``config.lm_softmax_chunk_size`` words at a time so memory stays bounded.
-
-    In training mode the biLM applies ``hidden_dropout_prob`` to every LSTM layer's input, and the top layer gets the
-    same dropout before the softmax, as in the original training.
+    """ELMo with its pretraining objective: a forward LM predicts the next word, a backward LM the previous one,
+    through one shared softmax. In training with ``config.lm_softmax == "sampled"`` a log-uniform sampled softmax
+    with log-Q correction estimates the full one; otherwise the exact softmax is computed in vocabulary chunks.
     """
 
     def __init__(self, config: ElmoConfig):
@@ -918,14 +739,12 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
         return log_normaliser - target_logit.float()
 
     def sampled_softmax_nll(self, hiddens: list[torch.Tensor], targets: list[torch.Tensor]) -> list[torch.Tensor]:
-        """Sampled-softmax losses for several (hidden (N, P), targets (N,)) pairs sharing one negative sample."""
+        """Sampled-softmax losses for several (hidden (N, P), targets (N,)) pairs sharing one negative sample: the
+        true word's exact logit against the sample's logits minus log Q, accidental hits removed."""
         sampled, sampled_log_q = _log_uniform_sample(self.config.vocab_size, self.config.num_negative_samples, hiddens[0].device)
         sampled_w, sampled_b = self.softmax.weight[sampled], self.softmax.bias[sampled]  # (S, P), (S,)
         losses = []
         for hidden, target in zip(hiddens, targets):
-            # The true word enters with its exact logit; the sample estimates the rest of the normaliser by
-            # importance sampling (log-Q correction), so the loss estimates the full-softmax loss (TF's
-            # sampled_softmax_loss also subtracts log Q from the true logit, which changes the loss's value).
             true_logit = (hidden * self.softmax.weight[target]).sum(-1) + self.softmax.bias[target]
             sample_logits = F.linear(hidden, sampled_w, sampled_b) - sampled_log_q.to(hidden.dtype)  # (N, S)
             sample_logits = sample_logits.masked_fill(sampled.unsqueeze(0) == target.unsqueeze(1), float("-inf"))
@@ -948,18 +767,12 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
         r"""
         Args:
             input_ids / attention_mask / inputs_embeds: as for `ElmoModel`, right-padded.
-            labels: word ids (batch, tokens) of the input words, -100 where nothing is to be predicted (padding).
-                With boundaries added, ``<S>`` and ``</S>`` are added to the targets: the forward LM predicts
-                w_1..w_n, ``</S>`` and the backward LM ``<S>``, w_1..w_n.
-            add_sentence_boundaries: see `ElmoModel.forward`; `False` for fixed windows of a token stream, where the
-                forward LM predicts position t+1 and the backward LM position t-1 within the window.
-            output_hidden_states: also return all L + 1 layers (default: ``config.output_hidden_states``).
-            keep_sentence_boundaries: return ``last_hidden_state`` and ``hidden_states`` at the biLM's positions,
-                the added ``<S>`` first and ``</S>`` after each sentence (tokens + 2 rows); by default they have one
-                row per word, as `ElmoModel`'s.
-            num_items_in_batch (keyword, passed by `Trainer`): the loss is then the summed negative log-likelihood
-                of both directions' predictions, halved, divided by it (instead of the mean of the two directions'
-                means), so that gradient accumulation matches one large batch.
+            labels: word ids (batch, tokens), -100 where nothing is to be predicted; with boundaries, the forward LM
+                also predicts ``</S>`` and the backward LM ``<S>``.
+            add_sentence_boundaries: `False` for fixed windows of a token stream.
+            output_hidden_states: also return all L + 1 layers.
+            keep_sentence_boundaries: return the layers at the biLM's positions (tokens + 2 rows).
+            num_items_in_batch (keyword, from `Trainer`): the halved summed loss is divided by it.
         """
         num_items_in_batch = _loss_kwargs(kwargs, type(self).__name__)
         return_dict = return_dict if return_dict is not None else self.config.return_dict
@@ -969,9 +782,8 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
                             keep_sentence_boundaries=True, lstm_dropout=self.config.hidden_dropout_prob,
                             output_hidden_states=output_hidden_states, return_dict=True)
         top = outputs.last_hidden_state  # (B, T', 2P), boundary positions included
-        full_mask = outputs.attention_mask.bool()  # (B, T')
-        # (B, T): the word positions. With boundaries, position p (1..T) holds a word iff p <= length, i.e. iff
-        # position p + 1 (a word or </S>) is inside the row.
+        full_mask = outputs.attention_mask.bool()
+        # (B, T) word positions: with boundaries, position p holds a word iff position p + 1 is inside the row
         tokens = full_mask[:, 2:] if add_sentence_boundaries else full_mask
         output = ElmoBidirectionalLMOutput(last_hidden_state=top, hidden_states=outputs.hidden_states)
         if add_sentence_boundaries and not keep_sentence_boundaries:  # one row per word
@@ -986,8 +798,7 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
             targets = self._targets(labels, tokens, add_sentence_boundaries)
             P = self.config.projection_dim
             top = self.dropout(top)
-            # a prediction needs a real word at both ends: the reading position and the predicted position
-            selected = []
+            selected = []  # a prediction needs a real word at the reading and at the predicted position
             for hidden, target, source in (
                 (top[:, :-1, :P], targets[:, 1:], full_mask[:, :-1]),  # forward: position t predicts t + 1
                 (top[:, 1:, P:], targets[:, :-1], full_mask[:, 1:]),  # backward: position t predicts t - 1
@@ -995,9 +806,8 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
                 keep = (target != IGNORE_INDEX) & source
                 if _host_waits_for_nothing(top.device):  # exactly the predicted rows
                     selected.append((hidden[keep], target[keep], None))
-                else:  # every row, the others weighted 0: selecting rows would make the host wait for the device
+                else:  # every row, the others weighted 0
                     selected.append((hidden.reshape(-1, P), target.masked_fill(~keep, 0).reshape(-1), keep.reshape(-1)))
-            # CODEPATH: pretraining with --lm-softmax sampled; evaluation and every other run use the exact softmax
             if self.training and self.config.lm_softmax == "sampled":
                 nlls = self.sampled_softmax_nll([h for h, _, _ in selected], [t for _, t, _ in selected])
             else:
@@ -1015,29 +825,25 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
 
 
 class ElmoTaskHeadMixin:
-    """What the task heads share: the scalar mix over the biLM's layers, the frozen-or-trained biLM, and the
-    biLM's layers either computed (``input_ids``) or given as cached features (``elmo_hidden_states``).
+    """What the task heads share: the scalar mix over the biLM's layers, computed from ``input_ids`` or given as
+    cached ``elmo_hidden_states``, and the biLM frozen as transformers freezes (``config.freeze_elmo``: parameters
+    without gradient, so adapters inside still train). The biLM applies no dropout in a head."""
 
-    With ``config.freeze_elmo`` (the default) a head is built, and loaded, with its biLM frozen the way transformers
-    freezes: the biLM's parameters do not require gradients, so optimizers and `Trainer` leave them unchanged, while
-    adapters added inside the biLM (PEFT) still train. `freeze_elmo` / `unfreeze_elmo` change that on a model. The
-    biLM never applies dropout inside a task head (as AllenNLP's ``Elmo``); the head's own ``classifier_dropout``
-    acts on the mixed representation.
-    """
-
-    def _build_mix(self, config: ElmoConfig) -> None:
-        self.scalar_mix = ElmoScalarMix(
-            config.num_representation_layers,
-            config.num_output_representations,
-            config.scalar_mix_layer_norm,
-            config.scalar_mix_parameters,
-        )
+    def _build_head(self, config: ElmoConfig, width: int) -> None:
+        """The biLM, the mix, the dropout and a ``width`` -> num_labels classifier; then initialise and freeze."""
+        self.num_labels = config.num_labels
+        self.elmo = ElmoModel(config)
+        self.scalar_mix = ElmoScalarMix(config.num_representation_layers, config.num_output_representations,
+                                        config.scalar_mix_layer_norm, config.scalar_mix_parameters)
         self.dropout = nn.Dropout(config.classifier_dropout)
+        self.classifier = nn.Linear(width, config.num_labels)
+        self.post_init()
+        if config.freeze_elmo:
+            self.freeze_elmo()
 
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
-        """transformers' `from_pretrained`; the loaded biLM is then frozen as ``config.freeze_elmo`` says (loading
-        gives every loaded parameter a gradient)."""
+        """transformers' `from_pretrained`, the biLM then frozen as ``config.freeze_elmo`` says."""
         loaded = super().from_pretrained(*args, **kwargs)
         model = loaded[0] if isinstance(loaded, tuple) else loaded
         if model.config.freeze_elmo:
@@ -1045,7 +851,7 @@ class ElmoTaskHeadMixin:
         return loaded
 
     def freeze_elmo(self) -> None:
-        """Freeze the biLM: its parameters stop requiring gradients (the head's mix and classifier still train)."""
+        """Freeze the biLM: its parameters stop requiring gradients (the mix and classifier still train)."""
         self.elmo.requires_grad_(False)
 
     def unfreeze_elmo(self) -> None:
@@ -1062,39 +868,28 @@ class ElmoTaskHeadMixin:
                         inputs_embeds=inputs_embeds, output_hidden_states=True, return_dict=True)
         return torch.stack(out.hidden_states, dim=1), out.attention_mask.bool()
 
-    def _forward_options(self, kwargs: dict, output_hidden_states, return_dict):
-        """``num_items_in_batch``, and the two output switches resolved against the config."""
+    def _mixed_layers(self, kwargs, input_ids, attention_mask, elmo_hidden_states, word_input_ids, inputs_embeds,
+                      output_hidden_states, return_dict):
+        """(num_items_in_batch, mixed (B, T, 2P), mask (B, T), hidden_states or None, return_dict) of a head call."""
         num_items_in_batch = _loss_kwargs(kwargs, type(self).__name__)
         output_hidden_states = output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
-        return num_items_in_batch, output_hidden_states, return_dict if return_dict is not None else self.config.return_dict
-
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        layers, mask = self._layers(input_ids, attention_mask, elmo_hidden_states, word_input_ids, inputs_embeds)
+        hidden_states = tuple(layers.unbind(1)) if output_hidden_states else None
+        return num_items_in_batch, self.scalar_mix(layers, mask)[0], mask, hidden_states, return_dict
 
 
 class ElmoForSequenceClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
-    """ELMo features -> scalar mix -> masked pooling -> dropout -> linear.
-
-    Follows transformers' ``problem_type`` conventions (regression, single-label, multi-label). It also trains
-    from cached features: pass ``elmo_hidden_states`` (batch, L + 1, tokens, 2P) instead of ``input_ids``.
-    """
+    """ELMo features -> scalar mix -> masked pooling -> dropout -> linear, with transformers' ``problem_type``s."""
 
     def __init__(self, config: ElmoConfig):
         super().__init__(config)
-        self.num_labels = config.num_labels
-        self.elmo = ElmoModel(config)
-        self._build_mix(config)
-        # CODEPATH: mean_max doubles the pooled width; every other pooling keeps hidden_size
-        width = config.hidden_size * (2 if config.classifier_pooling == "mean_max" else 1)
-        self.classifier = nn.Linear(width, config.num_labels)
-        self.post_init()
-        # CODEPATH: freeze_elmo=True (the default): the feature-based use of the paper; False fine-tunes the biLM
-        if config.freeze_elmo:
-            self.freeze_elmo()
+        self._build_head(config, config.hidden_size * (2 if config.classifier_pooling == "mean_max" else 1))
 
     def pool(self, mixed: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """(B, T, D), (B, T) -> (B, D) (or 2D for mean_max). Empty sentences pool to zeros."""
+        """(B, T, D), (B, T) -> (B, D) (2D for mean_max). Empty sentences pool to zeros."""
         m = mask.unsqueeze(-1).to(mixed.dtype)
-        count = m.sum(dim=1).clamp_min(1.0)
-        mean = (mixed * m).sum(dim=1) / count
+        mean = (mixed * m).sum(dim=1) / m.sum(dim=1).clamp_min(1.0)
         kind = self.config.classifier_pooling
         if kind == "mean":
             return mean
@@ -1120,20 +915,18 @@ class ElmoForSequenceClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
     ) -> SequenceClassifierOutput | tuple:
         r"""
         Args:
-            input_ids / attention_mask / inputs_embeds: as for `ElmoModel`; or ``elmo_hidden_states``: cached biLM
-                layers (batch, L + 1, tokens, 2P) with their ``attention_mask``.
+            input_ids / attention_mask / inputs_embeds: as for `ElmoModel`.
+            elmo_hidden_states: instead, cached biLM layers (batch, L + 1, tokens, 2P) with their ``attention_mask``.
             labels: (batch,) class ids, or floats for regression / (batch, num_labels) for multi-label.
-            output_hidden_states: also return the L + 1 biLM layers (default: ``config.output_hidden_states``).
-            num_items_in_batch (keyword, passed by `Trainer`): the summed loss is divided by it instead of averaged.
+            output_hidden_states: also return the L + 1 biLM layers.
+            num_items_in_batch (keyword, from `Trainer`): the summed loss is divided by it.
         """
-        num_items_in_batch, output_hidden_states, return_dict = self._forward_options(kwargs, output_hidden_states, return_dict)
-        layers, mask = self._layers(input_ids, attention_mask, elmo_hidden_states, word_input_ids, inputs_embeds)
-        mixed = self.scalar_mix(layers, mask)[0]
+        num_items_in_batch, mixed, mask, hidden_states, return_dict = self._mixed_layers(
+            kwargs, input_ids, attention_mask, elmo_hidden_states, word_input_ids, inputs_embeds, output_hidden_states, return_dict)
         logits = self.classifier(self.dropout(self.pool(mixed, mask)))
         loss = None
         if labels is not None:
             loss = self._loss(logits, torch.as_tensor(labels, device=logits.device), num_items_in_batch)
-        hidden_states = tuple(layers.unbind(1)) if output_hidden_states else None
         if not return_dict:
             return tuple(v for v in (loss, logits, hidden_states) if v is not None)
         return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
@@ -1163,18 +956,10 @@ class ElmoForTokenClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
 
     def __init__(self, config: ElmoConfig):
         super().__init__(config)
-        self.num_labels = config.num_labels
-        self.elmo = ElmoModel(config)
-        self._build_mix(config)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
-        self.post_init()
-        # CODEPATH: freeze_elmo=True (the default): the feature-based use of the paper; False fine-tunes the biLM
-        if config.freeze_elmo:
-            self.freeze_elmo()
+        self._build_head(config, config.hidden_size)
 
     def save_pretrained(self, save_directory, *args, **kwargs):
-        """`PreTrainedModel.save_pretrained`; the folder's config also names the tagger's token-classification
-        pipeline (``config.custom_pipelines``: one entity per word), whose file ships beside this one."""
+        """`PreTrainedModel.save_pretrained`, the config naming the word-level token-classification pipeline."""
         from .pipeline_elmo import CUSTOM_PIPELINES  # a relative import: saving copies pipeline_elmo.py too
 
         self.config.custom_pipelines = CUSTOM_PIPELINES
@@ -1195,13 +980,12 @@ class ElmoForTokenClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
         r"""
         Args:
             input_ids / attention_mask / inputs_embeds / elmo_hidden_states: as for `ElmoForSequenceClassification`.
-            labels: (batch, tokens) class ids, -100 where nothing is to be predicted (padding is never predicted).
-            output_hidden_states: also return the L + 1 biLM layers (default: ``config.output_hidden_states``).
-            num_items_in_batch (keyword, passed by `Trainer`): the summed loss is divided by it instead of averaged.
+            labels: (batch, tokens) class ids, -100 where nothing is to be predicted.
+            output_hidden_states: also return the L + 1 biLM layers.
+            num_items_in_batch (keyword, from `Trainer`): the summed loss is divided by it.
         """
-        num_items_in_batch, output_hidden_states, return_dict = self._forward_options(kwargs, output_hidden_states, return_dict)
-        layers, mask = self._layers(input_ids, attention_mask, elmo_hidden_states, word_input_ids, inputs_embeds)
-        mixed = self.scalar_mix(layers, mask)[0]
+        num_items_in_batch, mixed, mask, hidden_states, return_dict = self._mixed_layers(
+            kwargs, input_ids, attention_mask, elmo_hidden_states, word_input_ids, inputs_embeds, output_hidden_states, return_dict)
         logits = self.classifier(self.dropout(mixed))  # (B, T, num_labels)
         loss = None
         if labels is not None:
@@ -1212,7 +996,6 @@ class ElmoForTokenClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
             flat = labels.reshape(-1)
             total = F.cross_entropy(logits.reshape(-1, self.num_labels), flat, ignore_index=IGNORE_INDEX, reduction="sum")
             loss = _normalised(total, total / (flat != IGNORE_INDEX).sum().clamp_min(1), num_items_in_batch)
-        hidden_states = tuple(layers.unbind(1)) if output_hidden_states else None
         if not return_dict:
             return tuple(v for v in (loss, logits, hidden_states) if v is not None)
         return TokenClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)

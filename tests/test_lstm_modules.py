@@ -13,6 +13,7 @@ from test_modeling_elmo import SENTENCES, ElmoModelTester
 from modeling_elmo import ElmoForBidirectionalLM, ElmoLstmState, ElmoModel, save_model_folder
 from modeling_elmo import modeling_elmo as modeling
 from modeling_elmo.acceleration.packed_kernels import use_packed_kernels
+from modeling_elmo.pretraining.trainer import rename_legacy_keys
 
 TOLERANCE = 1e-5
 CELL_CLIP, PROJ_CLIP = 0.5, 0.4
@@ -211,8 +212,8 @@ def test_rename_legacy_keys_gives_todays_names_to_the_lstm_parameters_only():
                 key = key[: -len(new)] + old
         older[key] = tensor
     assert older.keys() != today.keys() and "elmo.char_encoder.projection.bias" in older
-    assert modeling.rename_legacy_keys(older).keys() == today.keys()
-    assert modeling.rename_legacy_keys(today).keys() == today.keys()  # today's names stay
+    assert rename_legacy_keys(older).keys() == today.keys()
+    assert rename_legacy_keys(today).keys() == today.keys()  # today's names stay
 
 
 def test_building_an_lstm_layer_draws_nothing_from_the_random_stream():

@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -388,10 +389,22 @@ def build_optimizer(model: torch.nn.Module, args: PretrainingArguments, device_t
                              fused=True if device_type in ("cpu", "cuda") and not sharded else None)
 
 
+def rename_legacy_keys(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``state_dict`` with the LSTM keys of older folders renamed (`LEGACY_KEY_MAPPING`), as loading does."""
+    from ..modeling_elmo import LEGACY_KEY_MAPPING
+
+    renamed = {}
+    for key, tensor in state_dict.items():
+        for pattern, replacement in LEGACY_KEY_MAPPING.items():
+            key = re.sub(pattern, replacement, key)
+        renamed[key] = tensor
+    return renamed
+
+
 def build_model(args: PretrainingArguments, config: Any, plan: RunPlan) -> torch.nn.Module:
     from safetensors.torch import load_file
 
-    from ..modeling_elmo import ElmoForBidirectionalLM, rename_legacy_keys
+    from ..modeling_elmo import ElmoForBidirectionalLM
     from ..acceleration.packed_kernels import use_packed_kernels
 
     model = use_packed_kernels(ElmoForBidirectionalLM(config))  # the package's fast recurrence (docs/model.md)
