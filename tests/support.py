@@ -65,3 +65,21 @@ def reset_accelerate_state() -> None:
 
     AcceleratorState._reset_state(reset_partial_state=True)
     GradientState._reset_state()
+
+
+#: The ways a hostile user plants an entry where a command writes (parametrize tests with these).
+PLANTED_KINDS = ["link to a file outside", "dangling link", "FIFO"]
+
+
+def plant(entry: Path, kind: str, victim: Path) -> str:
+    """Plant ``entry`` as ``kind`` (one of `PLANTED_KINDS`): a link to the existing file ``victim`` (which holds
+    "another user's file"), a link to the absent ``victim``, or a FIFO (opening it for writing would block for ever).
+    Returns how a refusal names it: "a symbolic link" or "a FIFO"."""
+    victim.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "FIFO":
+        os.mkfifo(entry)
+        return "a FIFO"
+    if kind.startswith("link to"):
+        victim.write_text("another user's file")
+    entry.symlink_to(victim)
+    return "a symbolic link"

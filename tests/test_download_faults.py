@@ -17,6 +17,7 @@ from modeling_elmo import cli
 
 from modeling_elmo.conversion import releases
 from modeling_elmo.conversion.releases import DownloadError, download_file, fetch_release
+from support import plant
 
 
 @pytest.fixture(autouse=True)
@@ -237,13 +238,7 @@ def _planted_part(tmp_path, release, server, planted: str) -> tuple[Path, Path]:
     folder.mkdir(parents=True)
     part = folder / (release.filename("options") + ".part")
     victim = tmp_path / "other-user" / "thesis.txt"
-    victim.parent.mkdir()
-    if planted == "FIFO":
-        os.mkfifo(part)
-    else:
-        if planted == "link to another user's file":
-            victim.write_text("another user's file")
-        part.symlink_to(victim)
+    plant(part, planted, victim)
     record = {"url": release.url("options", server.url), "etag": '"x"', "last_modified": "x"}
     (folder / (part.name + ".json")).write_text(json.dumps(record))
     return part, victim

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import errno
 import json
-import os
 import shutil
 import struct
 import time
@@ -22,6 +21,7 @@ from modeling_elmo.embedding.embed import embed_file
 from modeling_elmo.embedding.inference import ElmoEmbedder, load_elmo_model, weights_fingerprint
 
 from test_embed import TINY, FakeEmbedder, read_h5, write_lines
+from support import plant
 
 
 class WeightedFake(FakeEmbedder):
@@ -358,13 +358,7 @@ def test_cli_a_lock_planted_as_a_link_or_fifo_is_one_line_and_nothing_is_created
                                                                                          planted):
     lock = tmp_path / "out.h5.lock"
     outside = tmp_path / "elsewhere" / "victim"
-    outside.parent.mkdir()
-    if planted == "FIFO":
-        os.mkfifo(lock)  # opening it for writing would block for ever
-    else:
-        if planted.startswith("link to"):
-            outside.write_text("another user's file")
-        lock.symlink_to(outside)
+    plant(lock, planted, outside)
     started = time.monotonic()
     message = _cli_error(tmp_path, tiny_model_dir)
     kind = "a FIFO" if planted == "FIFO" else "a symbolic link"

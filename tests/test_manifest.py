@@ -23,6 +23,7 @@ from modeling_elmo.folders.manifest import (
     temporary_prefix,
     write_manifest,
 )
+from support import plant
 
 
 def _folder(tmp_path, *names):
@@ -195,15 +196,7 @@ def test_a_lock_planted_as_a_link_or_fifo_is_refused_in_one_line_and_nothing_is_
     out = tmp_path / "out"
     lock = tmp_path / "out.lock"
     outside = tmp_path / "elsewhere" / "victim.txt"
-    outside.parent.mkdir()
-    if planted == "FIFO":
-        os.mkfifo(lock)
-        kind = "a FIFO"
-    else:
-        if planted == "link to a file outside":
-            outside.write_text("another user's file")
-        lock.symlink_to(outside)
-        kind = "a symbolic link"
+    kind = plant(lock, planted, outside)
     with pytest.raises(ValueError) as raised:
         with output_lock(out, "elmo convert"):
             pytest.fail("the lock was taken")

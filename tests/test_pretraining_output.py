@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support import reset_accelerate_state
+from support import plant, reset_accelerate_state
 
 from modeling_elmo import AUTO_MAP
 from modeling_elmo.pretraining import main as pretrain_main
@@ -138,14 +138,7 @@ def test_a_lock_planted_as_a_link_or_fifo_is_refused_in_one_line_and_nothing_is_
     out = tmp_path / "run"
     lock = tmp_path / "run.lock"
     outside = tmp_path / "elsewhere" / "victim"
-    outside.parent.mkdir()
-    if planted == "FIFO":
-        os.mkfifo(lock)  # opening it for writing would block for ever
-    else:
-        if planted.startswith("link to"):
-            outside.write_text("another user's file")
-        lock.symlink_to(outside)
-    kind = "a FIFO" if planted == "FIFO" else "a symbolic link"
+    kind = plant(lock, planted, outside)
     with pytest.raises(SystemExit) as exit_:
         _run(*_args(corpus, out))
     assert str(exit_.value.code) == (f"elmo pretrain: error: lock file '{lock}' is {kind}, not a regular file; "
