@@ -108,22 +108,48 @@ class ElmoConfig(PretrainedConfig):
     model_type = "elmo"
 
     def __init__(
-        self, vocab_size: int = 4, projection_dim: int | None = None, hidden_size: int | None = None,
-        cell_size: int = 4096, num_hidden_layers: int = 2, cell_clip: float | None = 3.0, proj_clip: float | None = 3.0,
-        use_skip_connections: bool = True, char_embedding_dim: int = 16,
-        char_cnn_filters: list[list[int]] | None = None, num_highway_layers: int = 2, char_cnn_activation: str = "relu",
-        max_characters_per_token: int = 50, num_characters: int = 262, char_vocabulary: str = "bytes",
-        word_input_vocab_size: int = 0, word_input_dim: int = 0, hidden_dropout_prob: float = 0.1,
-        lstm_implementation: str = "auto", num_output_representations: int = 1, scalar_mix_layer_norm: bool = False,
-        scalar_mix_parameters: list[float] | None = None, classifier_pooling: str = "mean",
-        classifier_dropout: float = 0.1, freeze_elmo: bool = True, lm_softmax: str = "full",
-        num_negative_samples: int = 8192, lm_softmax_chunk_size: int = 32768, initializer_range: float = 0.02,
-        pad_token_id: int = 0, bos_token_id: int = 1, eos_token_id: int = 2, unk_token_id: int = 3, **kwargs: Any,
+        self,
+        vocab_size: int = 4,
+        projection_dim: int | None = None,
+        hidden_size: int | None = None,
+        cell_size: int = 4096,
+        num_hidden_layers: int = 2,
+        cell_clip: float | None = 3.0,
+        proj_clip: float | None = 3.0,
+        use_skip_connections: bool = True,
+        char_embedding_dim: int = 16,
+        char_cnn_filters: list[list[int]] | None = None,
+        num_highway_layers: int = 2,
+        char_cnn_activation: str = "relu",
+        max_characters_per_token: int = 50,
+        num_characters: int = 262,
+        char_vocabulary: str = "bytes",
+        word_input_vocab_size: int = 0,
+        word_input_dim: int = 0,
+        hidden_dropout_prob: float = 0.1,
+        lstm_implementation: str = "auto",
+        num_output_representations: int = 1,
+        scalar_mix_layer_norm: bool = False,
+        scalar_mix_parameters: list[float] | None = None,
+        classifier_pooling: str = "mean",
+        classifier_dropout: float = 0.1,
+        freeze_elmo: bool = True,
+        lm_softmax: str = "full",
+        num_negative_samples: int = 8192,
+        lm_softmax_chunk_size: int = 32768,
+        initializer_range: float = 0.02,
+        pad_token_id: int = 0,
+        bos_token_id: int = 1,
+        eos_token_id: int = 2,
+        unk_token_id: int = 3,
+        **kwargs: Any,
     ):
         if projection_dim is None:
             if hidden_size is not None and (not _is_int(hidden_size) or hidden_size < 2 or hidden_size % 2):
-                raise ValueError(f"`hidden_size` is the output width 2 * projection_dim: it must be an even integer "
-                                 f">= 2, got {hidden_size!r}.")
+                raise ValueError(
+                    f"`hidden_size` is the output width 2 * projection_dim: it must be an even integer "
+                    f">= 2, got {hidden_size!r}."
+                )
             projection_dim = 512 if hidden_size is None else hidden_size // 2
         self.vocab_size = vocab_size
         self.projection_dim = projection_dim
@@ -168,27 +194,40 @@ class ElmoConfig(PretrainedConfig):
         fields = {field.name for field in dataclasses.fields(self)} | {"model_type"}
         for key in kwargs:
             member = inspect.getattr_static(type(self), key, None)
-            if key.startswith("__") or (member is not None and key not in fields
-                                        and not (isinstance(member, property) and member.fset is not None)):
+            if key.startswith("__") or (
+                member is not None
+                and key not in fields
+                and not (isinstance(member, property) and member.fset is not None)
+            ):
                 raise ValueError(f"config key {key!r} is not a setting: it would replace ElmoConfig.{key}.")
         for key in ("id2label", "label2id"):
             if kwargs.get(key) is not None and not isinstance(kwargs[key], dict):
-                raise ValueError(f"`{key}` must be an object mapping labels, got {type(kwargs[key]).__name__} "
-                                 f"{str(kwargs[key])[:80]!r}.")
+                raise ValueError(
+                    f"`{key}` must be an object mapping labels, got {type(kwargs[key]).__name__} "
+                    f"{str(kwargs[key])[:80]!r}."
+                )
         if kwargs.pop("stateful", None):  # earlier versions wrote `false`
-            raise ValueError("`stateful=True` is not a configuration field any more: pass the `lstm_state` of one "
-                             "call to the next to carry LSTM states between batches.")
+            raise ValueError(
+                "`stateful=True` is not a configuration field any more: pass the `lstm_state` of one "
+                "call to the next to carry LSTM states between batches."
+            )
         count = kwargs.get("num_labels", 1)
         if not _is_int(count) or count < 1:
             raise ValueError(f"`num_labels` must be an integer >= 1, got {count!r}.")
         # Only this package's classes: an entry naming code elsewhere (``owner/name--module.Class``) is dropped.
         auto_map = kwargs.get("auto_map") if isinstance(kwargs.get("auto_map"), dict) else {}
-        foreign = {key: value for key, value in auto_map.items()
-                   if not (isinstance(value, str) and value.split("--")[-1] == AUTO_MAP.get(key))}
+        foreign = {
+            key: value
+            for key, value in auto_map.items()
+            if not (isinstance(value, str) and value.split("--")[-1] == AUTO_MAP.get(key))
+        }
         if foreign:
             shown = ", ".join(f"{key}: {value!r}" for key, value in sorted(foreign.items()))
-            logger.warning("ElmoConfig: ignoring auto_map entries that do not name this package's classes (%s); the "
-                           "config carries its own auto_map.", shown)
+            logger.warning(
+                "ElmoConfig: ignoring auto_map entries that do not name this package's classes (%s); the "
+                "config carries its own auto_map.",
+                shown,
+            )
         kwargs["auto_map"] = dict(AUTO_MAP)
 
     @staticmethod
@@ -215,7 +254,9 @@ class ElmoConfig(PretrainedConfig):
         return cls.upgraded_dict(super()._dict_from_json_file(json_file))
 
     @classmethod
-    def get_config_dict(cls, pretrained_model_name_or_path: Any, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    def get_config_dict(
+        cls, pretrained_model_name_or_path: Any, **kwargs: Any
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
         # Refuses a folder without config.json (transformers gives the defaults) and another model type (it warns).
         name = str(pretrained_model_name_or_path)
         try:
@@ -226,8 +267,10 @@ class ElmoConfig(PretrainedConfig):
             raise ValueError(f"{name!r} holds no config.json: it is not a saved model.")
         found = config_dict.get("model_type", cls.model_type)
         if found != cls.model_type:
-            raise ValueError(f"{name!r} holds a {found!r} model, not an ELMo model "
-                             f"(model_type {found!r} instead of {cls.model_type!r}).")
+            raise ValueError(
+                f"{name!r} holds a {found!r} model, not an ELMo model "
+                f"(model_type {found!r} instead of {cls.model_type!r})."
+            )
         return config_dict, kwargs
 
     @property
@@ -262,33 +305,58 @@ class ElmoConfig(PretrainedConfig):
             raise ValueError(f"`char_cnn_filters` must be a non-empty list of [width, count] pairs, got {filters!r}.")
         for pair in filters:
             if not isinstance(pair, list) or len(pair) != 2 or not all(_is_int(v) and v >= 1 for v in pair):
-                raise ValueError(f"every `char_cnn_filters` entry must be [width, count] with positive integers, "
-                                 f"got {pair!r}.")
+                raise ValueError(
+                    f"every `char_cnn_filters` entry must be [width, count] with positive integers, got {pair!r}."
+                )
         widest = max(width for width, _ in filters)
         layers, unicode = self.num_representation_layers, self.char_vocabulary == "unicode"
         for bad, message in (
-            (self.hidden_size != 2 * self.projection_dim, f"`hidden_size` must be 2 * projection_dim = "
-             f"{2 * self.projection_dim} (the output width, both directions), got {self.hidden_size!r}."),
-            (self.lstm_implementation == "torch" and (self.cell_clip is not None or self.proj_clip is not None),
-             f"`lstm_implementation='torch'` cannot clip (torch.nn.LSTM has no clipping), but cell_clip="
-             f"{self.cell_clip!r} and proj_clip={self.proj_clip!r}; set both to None."),
-            (self.max_characters_per_token > MAX_CHARACTERS_PER_TOKEN_LIMIT, f"`max_characters_per_token` must be at "
-             f"most {MAX_CHARACTERS_PER_TOKEN_LIMIT} (characters per word), got {self.max_characters_per_token}."),
-            (widest > self.max_characters_per_token, f"a char_cnn filter of width {widest} is wider than "
-             f"max_characters_per_token={self.max_characters_per_token}."),
-            (not unicode and self.num_characters != 262, f"`num_characters` must be 262 (256 bytes + 5 markers + the "
-             f"padding id 0), got {self.num_characters!r}."),
-            (unicode and self.num_characters < UNICODE_FIRST_CHARACTER, f"`num_characters` must be an integer >= "
-             f"{UNICODE_FIRST_CHARACTER}, got {self.num_characters!r}."),
-            (self.word_input_vocab_size and (self.word_input_vocab_size < 4 or not self.word_input_dim),
-             f"a word input needs word_input_vocab_size >= 4 (the special words come first) and word_input_dim >= 1, "
-             f"got {self.word_input_vocab_size} and {self.word_input_dim}."),
-            (self.scalar_mix_parameters is not None and len(self.scalar_mix_parameters) != layers, f"`scalar_mix_"
-             f"parameters` needs one weight per layer ({layers}), got {len(self.scalar_mix_parameters or ())}: "
-             f"{self.scalar_mix_parameters!r}."),
-            (self.lm_softmax == "sampled" and self.num_negative_samples >= self.vocab_size, f"`num_negative_samples` "
-             f"({self.num_negative_samples}) must be smaller than vocab_size ({self.vocab_size}) for a sampled softmax;"
-             " use lm_softmax='full' for a small vocabulary."),
+            (
+                self.hidden_size != 2 * self.projection_dim,
+                f"`hidden_size` must be 2 * projection_dim = "
+                f"{2 * self.projection_dim} (the output width, both directions), got {self.hidden_size!r}.",
+            ),
+            (
+                self.lstm_implementation == "torch" and (self.cell_clip is not None or self.proj_clip is not None),
+                f"`lstm_implementation='torch'` cannot clip (torch.nn.LSTM has no clipping), but cell_clip="
+                f"{self.cell_clip!r} and proj_clip={self.proj_clip!r}; set both to None.",
+            ),
+            (
+                self.max_characters_per_token > MAX_CHARACTERS_PER_TOKEN_LIMIT,
+                f"`max_characters_per_token` must be at "
+                f"most {MAX_CHARACTERS_PER_TOKEN_LIMIT} (characters per word), got {self.max_characters_per_token}.",
+            ),
+            (
+                widest > self.max_characters_per_token,
+                f"a char_cnn filter of width {widest} is wider than "
+                f"max_characters_per_token={self.max_characters_per_token}.",
+            ),
+            (
+                not unicode and self.num_characters != 262,
+                f"`num_characters` must be 262 (256 bytes + 5 markers + the "
+                f"padding id 0), got {self.num_characters!r}.",
+            ),
+            (
+                unicode and self.num_characters < UNICODE_FIRST_CHARACTER,
+                f"`num_characters` must be an integer >= {UNICODE_FIRST_CHARACTER}, got {self.num_characters!r}.",
+            ),
+            (
+                self.word_input_vocab_size and (self.word_input_vocab_size < 4 or not self.word_input_dim),
+                f"a word input needs word_input_vocab_size >= 4 (the special words come first) and word_input_dim >= 1, "
+                f"got {self.word_input_vocab_size} and {self.word_input_dim}.",
+            ),
+            (
+                self.scalar_mix_parameters is not None and len(self.scalar_mix_parameters) != layers,
+                f"`scalar_mix_"
+                f"parameters` needs one weight per layer ({layers}), got {len(self.scalar_mix_parameters or ())}: "
+                f"{self.scalar_mix_parameters!r}.",
+            ),
+            (
+                self.lm_softmax == "sampled" and self.num_negative_samples >= self.vocab_size,
+                f"`num_negative_samples` "
+                f"({self.num_negative_samples}) must be smaller than vocab_size ({self.vocab_size}) for a sampled softmax;"
+                " use lm_softmax='full' for a small vocabulary.",
+            ),
         ):
             if bad:
                 raise ValueError(message)
@@ -302,25 +370,53 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-_INTEGER_MINIMUMS = {"vocab_size": 4, "projection_dim": 1, "cell_size": 1, "num_hidden_layers": 1,
-                     "char_embedding_dim": 1, "num_highway_layers": 0, "max_characters_per_token": 3, "num_characters": 1,
-                     "word_input_vocab_size": 0, "word_input_dim": 0, "num_output_representations": 1,
-                     "num_negative_samples": 1, "lm_softmax_chunk_size": 1}
-_CHOICES = {"char_cnn_activation": ("relu", "tanh"), "lstm_implementation": ("auto", "loop", "fused", "torch"),
-            "classifier_pooling": ("mean", "max", "mean_max", "first", "last"), "lm_softmax": ("full", "sampled"),
-            "char_vocabulary": ("bytes", "unicode")}
+_INTEGER_MINIMUMS = {
+    "vocab_size": 4,
+    "projection_dim": 1,
+    "cell_size": 1,
+    "num_hidden_layers": 1,
+    "char_embedding_dim": 1,
+    "num_highway_layers": 0,
+    "max_characters_per_token": 3,
+    "num_characters": 1,
+    "word_input_vocab_size": 0,
+    "word_input_dim": 0,
+    "num_output_representations": 1,
+    "num_negative_samples": 1,
+    "lm_softmax_chunk_size": 1,
+}
+_CHOICES = {
+    "char_cnn_activation": ("relu", "tanh"),
+    "lstm_implementation": ("auto", "loop", "fused", "torch"),
+    "classifier_pooling": ("mean", "max", "mean_max", "first", "last"),
+    "lm_softmax": ("full", "sampled"),
+    "char_vocabulary": ("bytes", "unicode"),
+}
 #: Field -> (whether a value is valid, what the field must be): the checks of single fields, in order.
 _FIELD_RULES = {
-    **{name: (lambda v, low=low: _is_int(v) and v >= low, f"an integer >= {low}, got")
-       for name, low in _INTEGER_MINIMUMS.items()},
-    **{name: (lambda v, allowed=allowed: v in allowed, f"one of {', '.join(map(repr, allowed))}; got")
-       for name, allowed in _CHOICES.items()},
-    **dict.fromkeys(("use_skip_connections", "scalar_mix_layer_norm", "freeze_elmo"),
-                    (lambda v: isinstance(v, bool), "true or false, got")),
-    **dict.fromkeys(("hidden_dropout_prob", "classifier_dropout"),
-                    (lambda v: _is_number(v) and 0.0 <= v < 1.0, "a probability in [0, 1), got")),
-    **dict.fromkeys(("cell_clip", "proj_clip"), (lambda v: v is None or (_is_number(v) and math.isfinite(v) and v > 0),
-                                                 "a finite positive number or None (no clipping), got")),
+    **{
+        name: (lambda v, low=low: _is_int(v) and v >= low, f"an integer >= {low}, got")
+        for name, low in _INTEGER_MINIMUMS.items()
+    },
+    **{
+        name: (lambda v, allowed=allowed: v in allowed, f"one of {', '.join(map(repr, allowed))}; got")
+        for name, allowed in _CHOICES.items()
+    },
+    **dict.fromkeys(
+        ("use_skip_connections", "scalar_mix_layer_norm", "freeze_elmo"),
+        (lambda v: isinstance(v, bool), "true or false, got"),
+    ),
+    **dict.fromkeys(
+        ("hidden_dropout_prob", "classifier_dropout"),
+        (lambda v: _is_number(v) and 0.0 <= v < 1.0, "a probability in [0, 1), got"),
+    ),
+    **dict.fromkeys(
+        ("cell_clip", "proj_clip"),
+        (
+            lambda v: v is None or (_is_number(v) and math.isfinite(v) and v > 0),
+            "a finite positive number or None (no clipping), got",
+        ),
+    ),
 }
 #: The fields of `ElmoConfig` itself (its constructor's arguments).
 _ELMO_FIELDS = frozenset(inspect.signature(ElmoConfig.__init__).parameters) - {"self", "kwargs"}

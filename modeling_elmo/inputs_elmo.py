@@ -41,8 +41,9 @@ def _integer_ids(values, name: str, device: torch.device, what: str) -> torch.Te
 def _one_per_token(values, name: str, input_ids: torch.Tensor) -> torch.Tensor:
     values = torch.as_tensor(values, device=input_ids.device)
     if tuple(values.shape) != tuple(input_ids.shape[:2]):
-        raise ValueError(f"{name} has shape {tuple(values.shape)} but input_ids has {tuple(input_ids.shape[:2])} "
-                         "tokens.")
+        raise ValueError(
+            f"{name} has shape {tuple(values.shape)} but input_ids has {tuple(input_ids.shape[:2])} tokens."
+        )
     return values
 
 
@@ -50,8 +51,11 @@ def integer_labels(labels, upper: int, what: str, device: torch.device, counted:
     """``labels`` as int64, checked: integers in [0, ``upper``) or -100 (ignored), where ``counted`` (a mask) is set."""
     labels = _integer_ids(labels, "labels", device, f"be integer {what}")
     bad = ((labels < 0) | (labels >= upper)) & (labels != IGNORE_INDEX)
-    check_values(bad if counted is None else bad & counted, f"labels hold a {what[:-1]} outside [0, {upper})"
-                 + (" (only -100 marks a position to ignore)." if what == "word ids" else "."))
+    check_values(
+        bad if counted is None else bad & counted,
+        f"labels hold a {what[:-1]} outside [0, {upper})"
+        + (" (only -100 marks a position to ignore)." if what == "word ids" else "."),
+    )
     return labels
 
 
@@ -62,11 +66,15 @@ def validated_inputs(input_ids, attention_mask, width: int, max_id: int) -> tupl
         raise ValueError(f"ElmoModel needs input_ids (character ids of shape (batch, tokens, {width})).")
     input_ids = torch.as_tensor(input_ids)
     if input_ids.dim() != 3 or input_ids.shape[-1] != width:
-        raise ValueError(f"input_ids must have shape (batch, tokens, {width}) (character ids from ElmoTokenizer), "
-                         f"got {tuple(input_ids.shape)}.")
+        raise ValueError(
+            f"input_ids must have shape (batch, tokens, {width}) (character ids from ElmoTokenizer), "
+            f"got {tuple(input_ids.shape)}."
+        )
     if input_ids.dtype not in (torch.int16, torch.int32, torch.int64):
-        raise ValueError(f"input_ids must hold integer character ids in [0, {max_id}] (int16, int32 or int64), "
-                         f"got dtype {input_ids.dtype}.")
+        raise ValueError(
+            f"input_ids must hold integer character ids in [0, {max_id}] (int16, int32 or int64), "
+            f"got dtype {input_ids.dtype}."
+        )
     if input_ids.shape[0] == 0:
         raise ValueError("empty batch: input_ids has batch size 0.")
     check_values((input_ids < 0) | (input_ids > max_id), f"input_ids hold a character id outside [0, {max_id}].")
@@ -82,14 +90,18 @@ def validated_features(features: torch.Tensor, attention_mask, config, dtype: to
     """Cached biLM layers (B, L + 1, T, 2P) given to a head instead of character ids, in ``dtype``, and their mask."""
     expected = (config.num_representation_layers, config.hidden_size)
     if features.dim() != 4 or (features.shape[1], features.shape[3]) != expected:
-        raise ValueError(f"elmo_hidden_states must have shape (batch, {expected[0]}, tokens, {expected[1]}), "
-                         f"got {tuple(features.shape)}.")
+        raise ValueError(
+            f"elmo_hidden_states must have shape (batch, {expected[0]}, tokens, {expected[1]}), "
+            f"got {tuple(features.shape)}."
+        )
     if attention_mask is None:
         raise ValueError("cached elmo_hidden_states need their attention_mask.")
     attention_mask = torch.as_tensor(attention_mask, device=features.device)
     if tuple(attention_mask.shape) != (features.shape[0], features.shape[2]):
-        raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)}, but the cached features have "
-                         f"{features.shape[0]} sentences of {features.shape[2]} tokens.")
+        raise ValueError(
+            f"attention_mask has shape {tuple(attention_mask.shape)}, but the cached features have "
+            f"{features.shape[0]} sentences of {features.shape[2]} tokens."
+        )
     return features.to(dtype), attention_mask.bool()
 
 
@@ -99,8 +111,10 @@ def validated_word_inputs(word_input_ids, input_ids: torch.Tensor, vocab_size: i
         raise ValueError("this model has a word-embedding input: pass word_input_ids (from its tokenizer) too.")
     word_input_ids = _one_per_token(word_input_ids, "word_input_ids", input_ids)
     word_input_ids = _integer_ids(word_input_ids, "word_input_ids", input_ids.device, "hold integer word ids")
-    check_values((word_input_ids < 0) | (word_input_ids >= vocab_size),
-                 f"word_input_ids hold a word id outside [0, {vocab_size}).")
+    check_values(
+        (word_input_ids < 0) | (word_input_ids >= vocab_size),
+        f"word_input_ids hold a word id outside [0, {vocab_size}).",
+    )
     return word_input_ids
 
 
@@ -113,8 +127,9 @@ def with_word_boundaries(word_ids: torch.Tensor, mask: torch.Tensor, lengths: to
     return ids.scatter(1, (lengths + 1).view(batch, 1), EOS_ID)
 
 
-def with_sentence_boundaries(input_ids: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor,
-                             char_vocabulary: str = "bytes"):
+def with_sentence_boundaries(
+    input_ids: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor, char_vocabulary: str = "bytes"
+):
     """Left-aligned ids (B, T, C) -> (B, T + 2, C) with ``<S>`` at 0 and ``</S>`` after each row's last token (an
     empty row too, as AllenNLP does), and the mask of the result."""
     batch, steps, width = input_ids.shape
@@ -123,7 +138,7 @@ def with_sentence_boundaries(input_ids: torch.Tensor, mask: torch.Tensor, length
     # Built on the device from scalars (a host list would make the host wait), not kept in buffers (a model made on
     # the meta device would leave them uninitialised).
     bos, eos = (ids.new_empty(width) for _ in range(2))
-    for row, values in zip((bos, eos), sentence_boundary_char_ids(char_vocabulary, width)):
+    for row, values in zip((bos, eos), sentence_boundary_char_ids(char_vocabulary, width), strict=False):
         for position, value in enumerate(values[:4]):  # the rest is padding
             row[position:] = value
     ids[:, 0] = bos

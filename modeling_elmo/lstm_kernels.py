@@ -50,16 +50,23 @@ def dropout_noise(like: torch.Tensor, dropout: float, num_layers: int) -> list[t
         return None
     ones = torch.ones_like(like)
     drawn = [[F.dropout(ones, dropout) for _ in range(num_layers)] for _ in range(2)]
-    return [torch.stack(pair).transpose(1, 2) for pair in zip(*drawn)]
+    return [torch.stack(pair).transpose(1, 2) for pair in zip(*drawn, strict=False)]
 
 
 def torch_lstm(x: torch.Tensor, layer: nn.Module) -> torch.Tensor:
     """``torch.nn.LSTM(proj_size=P)`` (cuDNN on a GPU) on ``layer``'s weights, x (B, T, P) -> (B, T, P), from zero
     states, no clipping (`torch.func.functional_call` on a module of the right shapes, on the meta device)."""
     weight_ih, bias = layer.input_transform.weight, layer.input_transform.bias
-    cell = torch.nn.LSTM(weight_ih.shape[1], layer.cell_size, proj_size=layer.hidden_size, batch_first=True, device="meta")
-    weights = {"weight_ih_l0": weight_ih, "weight_hh_l0": layer.recurrent_transform.weight, "bias_ih_l0": bias,
-               "bias_hh_l0": torch.zeros_like(bias), "weight_hr_l0": layer.projection.weight}
+    cell = torch.nn.LSTM(
+        weight_ih.shape[1], layer.cell_size, proj_size=layer.hidden_size, batch_first=True, device="meta"
+    )
+    weights = {
+        "weight_ih_l0": weight_ih,
+        "weight_hh_l0": layer.recurrent_transform.weight,
+        "bias_ih_l0": bias,
+        "bias_hh_l0": torch.zeros_like(bias),
+        "weight_hr_l0": layer.projection.weight,
+    }
     return torch.func.functional_call(cell, weights, (x,))[0]
 
 

@@ -21,8 +21,16 @@ from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassif
 from transformers.utils import ModelOutput
 
 from .configuration_elmo import ElmoConfig
-from .inputs_elmo import IGNORE_INDEX, check_values, integer_labels, validated_features, validated_inputs
-from .inputs_elmo import validated_word_inputs, with_sentence_boundaries, with_word_boundaries
+from .inputs_elmo import (
+    IGNORE_INDEX,
+    check_values,
+    integer_labels,
+    validated_features,
+    validated_inputs,
+    validated_word_inputs,
+    with_sentence_boundaries,
+    with_word_boundaries,
+)
 from .lstm_kernels import dropout_noise, fused_applies, reverse_each_row, stacked_lstm, torch_lstm, weights_readable
 
 # Keys of folders saved while the LSTM transforms were bare parameters -> today's keys (regex -> key).
@@ -104,13 +112,18 @@ class ElmoCharacterEncoder(nn.Module):
     def __init__(self, config: ElmoConfig):
         super().__init__()
         self.char_embeddings = nn.Embedding(config.num_characters, config.char_embedding_dim, padding_idx=0)
-        self.word_embeddings = (ElmoWordEmbedding(config.word_input_vocab_size, config.word_input_dim)
-                                if config.word_input_vocab_size else None)
+        self.word_embeddings = (
+            ElmoWordEmbedding(config.word_input_vocab_size, config.word_input_dim)
+            if config.word_input_vocab_size
+            else None
+        )
         self.convolutions = nn.ModuleList(
             ElmoCharConvolution(config.char_embedding_dim, count, width) for width, count in config.char_cnn_filters
         )
         self.activation = torch.relu if config.char_cnn_activation == "relu" else torch.tanh
-        self.highways = nn.ModuleList(ElmoHighway(config.num_char_cnn_filters) for _ in range(config.num_highway_layers))
+        self.highways = nn.ModuleList(
+            ElmoHighway(config.num_char_cnn_filters) for _ in range(config.num_highway_layers)
+        )
         self.projection = nn.Linear(config.token_features_size, config.projection_dim)
 
     def convolve(self, embedded: torch.Tensor) -> torch.Tensor:
@@ -149,7 +162,9 @@ class ElmoLstmLayer(GradientCheckpointingLayer):
     """One direction of one layer: an LSTM whose output is projected (H -> P), with optional cell and projection
     clipping. `forward` is the reference loop; steps past a row's length keep the state and output zeros."""
 
-    def __init__(self, input_size: int, cell_size: int, hidden_size: int, cell_clip: float | None, proj_clip: float | None):
+    def __init__(
+        self, input_size: int, cell_size: int, hidden_size: int, cell_clip: float | None, proj_clip: float | None
+    ):
         super().__init__()
         self.cell_size, self.hidden_size = cell_size, hidden_size
         self.cell_clip, self.proj_clip = cell_clip, proj_clip
@@ -206,14 +221,22 @@ class ElmoLstmState:
     def check(state: object, num_layers: int, hidden_size: int, cell_size: int) -> None:
         """`ValueError` unless ``state`` is an `ElmoLstmState` of these sizes."""
         if not isinstance(state, ElmoLstmState):
-            raise ValueError(f"lstm_state must be an ElmoLstmState (the lstm_state of a previous call), "
-                             f"got {type(state).__name__}.")
+            raise ValueError(
+                f"lstm_state must be an ElmoLstmState (the lstm_state of a previous call), got {type(state).__name__}."
+            )
         for name, tensor, width in (("hidden", state.hidden, hidden_size), ("cell", state.cell, cell_size)):
-            if not isinstance(tensor, torch.Tensor) or tensor.dim() != 4 or tensor.shape[:2] != (2, num_layers) \
-                    or tensor.shape[3] != width or tensor.shape[2] != state.hidden.shape[2]:
+            if (
+                not isinstance(tensor, torch.Tensor)
+                or tensor.dim() != 4
+                or tensor.shape[:2] != (2, num_layers)
+                or tensor.shape[3] != width
+                or tensor.shape[2] != state.hidden.shape[2]
+            ):
                 got = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
-                raise ValueError(f"lstm_state.{name} must have shape (2, {num_layers}, rows, {width}) for this model "
-                                 f"(the same rows as lstm_state.hidden), got {got}: a state of another model?")
+                raise ValueError(
+                    f"lstm_state.{name} must have shape (2, {num_layers}, rows, {width}) for this model "
+                    f"(the same rows as lstm_state.hidden), got {got}: a state of another model?"
+                )
 
     def initial(self, batch: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The states (2, L, batch, P) and (2, L, batch, H) a batch starts from."""
@@ -232,8 +255,10 @@ class ElmoLstmState:
         new_hidden = torch.where(keep, hidden.detach(), old_hidden)
         new_cell = torch.where(keep, cell.detach(), old_cell)
         rest = slice(batch, None)
-        return ElmoLstmState(torch.cat([new_hidden, self.hidden[:, :, rest].to(hidden)], dim=2),
-                             torch.cat([new_cell, self.cell[:, :, rest].to(cell)], dim=2))
+        return ElmoLstmState(
+            torch.cat([new_hidden, self.hidden[:, :, rest].to(hidden)], dim=2),
+            torch.cat([new_cell, self.cell[:, :, rest].to(cell)], dim=2),
+        )
 
 
 class ElmoBiLstm(nn.Module):
@@ -270,18 +295,26 @@ class ElmoBiLstm(nn.Module):
         """embeddings (B, T, P), mask (B, T) valid prefix, initial (h (2, L, B, P), c (2, L, B, H)) -> one
         (B, T, 2P) tensor per layer, and the final states (as the initial ones) when ``need_final_state``."""
         implementation = self.config.lstm_implementation
-        checkpointing = self.training and torch.is_grad_enabled() and any(
-            layer.gradient_checkpointing for layer in [*self.forward_layers, *self.backward_layers])
+        checkpointing = (
+            self.training
+            and torch.is_grad_enabled()
+            and any(layer.gradient_checkpointing for layer in [*self.forward_layers, *self.backward_layers])
+        )
         if implementation == "loop" or checkpointing or not weights_readable(self.forward_layers, self.backward_layers):
             return self.loop_forward(embeddings, mask, initial_state, dropout)
         if self.config.uses_torch_lstm and initial_state is None and not need_final_state:
             return self.torch_forward(embeddings, mask, dropout), None
-        if implementation == "fused" or (implementation == "auto" and fused_applies(embeddings.device, embeddings.dtype)):
+        if implementation == "fused" or (
+            implementation == "auto" and fused_applies(embeddings.device, embeddings.dtype)
+        ):
             return self.fused_forward(embeddings, mask, initial_state, dropout)
         return self.loop_forward(embeddings, mask, initial_state, dropout)
 
     def _merge(self, forward_out: list[torch.Tensor], backward_out: list[torch.Tensor], lengths: torch.Tensor):
-        return [torch.cat([f, reverse_each_row(b, lengths)], dim=-1) for f, b in zip(forward_out, backward_out)]
+        return [
+            torch.cat([f, reverse_each_row(b, lengths)], dim=-1)
+            for f, b in zip(forward_out, backward_out, strict=False)
+        ]
 
     def _run_stacks(self, embeddings, mask, run_layer, dropout: float):
         """Each direction's layers in turn through ``run_layer(direction, index, layer, input) -> (output, state)``."""
@@ -306,7 +339,11 @@ class ElmoBiLstm(nn.Module):
         """The reference: `ElmoLstmLayer.forward` per layer and direction."""
 
         def run_layer(direction, index, layer, x):
-            state = None if initial_state is None else (initial_state[0][direction, index], initial_state[1][direction, index])
+            state = (
+                None
+                if initial_state is None
+                else (initial_state[0][direction, index], initial_state[1][direction, index])
+            )
             return layer(x, mask, state)
 
         layers, finals = self._run_stacks(embeddings, mask, run_layer, dropout)
@@ -321,7 +358,7 @@ class ElmoBiLstm(nn.Module):
         x = torch.stack([embeddings, reverse_each_row(embeddings, lengths)]).transpose(1, 2)  # (2, T, B, P)
         valid = mask.t()
         outputs, final_h, final_c = [], [], []
-        for index, layers in enumerate(zip(self.forward_layers, self.backward_layers)):
+        for index, layers in enumerate(zip(self.forward_layers, self.backward_layers, strict=False)):
             layer_input = x if noise is None else x * noise[index]
             state = None if initial_state is None else (initial_state[0][:, index], initial_state[1][:, index])
             y, (h, c) = recurrence(layer_input, valid, layers, state)
@@ -338,8 +375,9 @@ class ElmoBiLstm(nn.Module):
         """``torch.nn.LSTM(proj_size=P)`` on this module's weights: no clipping, no carried state. Right padding
         needs no packing: valid positions never see padded ones, and padded outputs are zeroed."""
         keep = mask.unsqueeze(-1).to(embeddings.dtype)
-        return self._run_stacks(embeddings, mask, lambda direction, index, layer, x: (torch_lstm(x, layer) * keep, None),
-                                dropout)[0]
+        return self._run_stacks(
+            embeddings, mask, lambda direction, index, layer, x: (torch_lstm(x, layer) * keep, None), dropout
+        )[0]
 
 
 class ElmoScalarMix(nn.Module):
@@ -353,15 +391,24 @@ class ElmoScalarMix(nn.Module):
         fixed_weights: optional pre-softmax weights, not trained (nor is gamma then).
     """
 
-    def __init__(self, num_layers: int, num_output_representations: int = 1, do_layer_norm: bool = False,
-                 fixed_weights: list[float] | None = None):
+    def __init__(
+        self,
+        num_layers: int,
+        num_output_representations: int = 1,
+        do_layer_norm: bool = False,
+        fixed_weights: list[float] | None = None,
+    ):
         super().__init__()
         if fixed_weights is not None and len(fixed_weights) != num_layers:
             raise ValueError(f"fixed_weights needs {num_layers} values, got {len(fixed_weights)}: {fixed_weights!r}.")
         self.num_layers = num_layers
         self.do_layer_norm = do_layer_norm
         trainable = fixed_weights is None
-        start = torch.zeros(num_output_representations, num_layers) if trainable else torch.tensor([fixed_weights] * num_output_representations, dtype=torch.float)
+        start = (
+            torch.zeros(num_output_representations, num_layers)
+            if trainable
+            else torch.tensor([fixed_weights] * num_output_representations, dtype=torch.float)
+        )
         self.scalar_parameters = nn.Parameter(start, requires_grad=trainable)  # (K, L + 1)
         self.gamma = nn.Parameter(torch.ones(num_output_representations), requires_grad=trainable)  # (K,)
 
@@ -375,7 +422,9 @@ class ElmoScalarMix(nn.Module):
         if isinstance(layers, (list, tuple)):
             layers = torch.stack(list(layers), dim=1)
         if layers.dim() != 4 or layers.shape[1] != self.num_layers:
-            raise ValueError(f"ScalarMix expects (batch, {self.num_layers}, tokens, dim) layers, got {tuple(layers.shape)}.")
+            raise ValueError(
+                f"ScalarMix expects (batch, {self.num_layers}, tokens, dim) layers, got {tuple(layers.shape)}."
+            )
         if self.do_layer_norm:
             if mask is None:
                 raise ValueError("ScalarMix with do_layer_norm needs the mask.")
@@ -470,18 +519,23 @@ class ElmoPreTrainedModel(PreTrainedModel):
 
     def set_input_embeddings(self, value: nn.Module) -> None:
         if self.get_input_embeddings() is None:
-            raise ValueError(f"{type(self).__name__} has no token-embedding input to replace (a character model; "
-                             "config.word_input_vocab_size is 0).")
+            raise ValueError(
+                f"{type(self).__name__} has no token-embedding input to replace (a character model; "
+                "config.word_input_vocab_size is 0)."
+            )
         self.base_model.char_encoder.word_embeddings = value
 
-    def resize_token_embeddings(self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None,
-                                mean_resizing: bool = True) -> nn.Module:
+    def resize_token_embeddings(
+        self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None, mean_resizing: bool = True
+    ) -> nn.Module:
         """Resize the word-embedding input: kept rows keep their vectors, new rows get ELMo's initialisation
         (``mean_resizing`` is not used). A character model has none: `ValueError`."""
         old = self.get_input_embeddings()
         if old is None:
-            raise ValueError(f"{type(self).__name__} reads characters and has no token-embedding table to resize "
-                             "(config.word_input_vocab_size is 0); its character table is fixed by the alphabet.")
+            raise ValueError(
+                f"{type(self).__name__} reads characters and has no token-embedding table to resize "
+                "(config.word_input_vocab_size is 0); its character table is fixed by the alphabet."
+            )
         size = old.num_embeddings if new_num_tokens is None else new_num_tokens
         if pad_to_multiple_of is not None:
             size = -(-size // pad_to_multiple_of) * pad_to_multiple_of
@@ -586,17 +640,23 @@ class ElmoModel(ElmoPreTrainedModel):
             output_attentions: `True` is refused (a biLSTM has no attentions).
         """
         _unused_inputs(kwargs, type(self).__name__, output_attentions)
-        output_hidden_states = output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
+        output_hidden_states = (
+            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
+        )
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         if inputs_embeds is not None:
             input_ids, mask = self._placeholder_inputs(input_ids, inputs_embeds, attention_mask)
         else:
-            input_ids, mask = validated_inputs(input_ids, attention_mask, self.config.max_characters_per_token,
-                                               self.config.max_character_id)
+            input_ids, mask = validated_inputs(
+                input_ids, attention_mask, self.config.max_characters_per_token, self.config.max_character_id
+            )
         word_ids = None
         if self.config.word_input_vocab_size:
-            word_ids = (torch.zeros_like(mask, dtype=torch.long) if inputs_embeds is not None else
-                        validated_word_inputs(word_input_ids, input_ids, self.config.word_input_vocab_size))
+            word_ids = (
+                torch.zeros_like(mask, dtype=torch.long)
+                if inputs_embeds is not None
+                else validated_word_inputs(word_input_ids, input_ids, self.config.word_input_vocab_size)
+            )
         batch, steps = mask.shape
         lengths = mask.sum(dim=1)
         positions = torch.arange(steps, device=mask.device).unsqueeze(0)
@@ -630,11 +690,14 @@ class ElmoModel(ElmoPreTrainedModel):
             else:
                 embeddings = given
         if lstm_state is not None:
-            ElmoLstmState.check(lstm_state, self.config.num_hidden_layers, self.config.projection_dim, self.config.cell_size)
+            ElmoLstmState.check(
+                lstm_state, self.config.num_hidden_layers, self.config.projection_dim, self.config.cell_size
+            )
         initial = None if lstm_state is None else lstm_state.initial(batch, embeddings)
         want_state = return_lstm_state or lstm_state is not None
-        layers, final = self.encoder(embeddings, mask, initial, dropout=lstm_dropout if self.training else 0.0,
-                                     need_final_state=want_state)
+        layers, final = self.encoder(
+            embeddings, mask, initial, dropout=lstm_dropout if self.training else 0.0, need_final_state=want_state
+        )
         all_layers = [torch.cat([embeddings, embeddings], dim=-1)] + layers
         out_mask = mask
         if add_sentence_boundaries and not keep_sentence_boundaries:
@@ -653,8 +716,12 @@ class ElmoModel(ElmoPreTrainedModel):
         hidden_states = tuple(all_layers) if output_hidden_states else None
         if not return_dict:
             return tuple(v for v in (all_layers[-1], hidden_states, out_mask.long(), new_state) if v is not None)
-        return ElmoModelOutput(last_hidden_state=all_layers[-1], hidden_states=hidden_states,
-                               attention_mask=out_mask.long(), lstm_state=new_state)
+        return ElmoModelOutput(
+            last_hidden_state=all_layers[-1],
+            hidden_states=hidden_states,
+            attention_mask=out_mask.long(),
+            lstm_state=new_state,
+        )
 
     def _placeholder_inputs(self, input_ids, inputs_embeds, attention_mask) -> tuple[torch.Tensor, torch.Tensor]:
         """For ``inputs_embeds``: all-zero character ids of its shape and the token mask, after checking shapes."""
@@ -662,23 +729,34 @@ class ElmoModel(ElmoPreTrainedModel):
             raise ValueError("pass either input_ids or inputs_embeds, not both.")
         width = self.config.projection_dim
         if not isinstance(inputs_embeds, torch.Tensor) or inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != width:
-            raise ValueError(f"inputs_embeds must be token vectors of shape (batch, tokens, {width}) (projection_dim), "
-                             f"got {tuple(getattr(inputs_embeds, 'shape', ()))}.")
+            raise ValueError(
+                f"inputs_embeds must be token vectors of shape (batch, tokens, {width}) (projection_dim), "
+                f"got {tuple(getattr(inputs_embeds, 'shape', ()))}."
+            )
         batch, steps = inputs_embeds.shape[:2]
-        mask = (torch.ones(batch, steps, dtype=torch.bool, device=inputs_embeds.device) if attention_mask is None
-                else torch.as_tensor(attention_mask, device=inputs_embeds.device).bool())
+        mask = (
+            torch.ones(batch, steps, dtype=torch.bool, device=inputs_embeds.device)
+            if attention_mask is None
+            else torch.as_tensor(attention_mask, device=inputs_embeds.device).bool()
+        )
         if tuple(mask.shape) != (batch, steps):
-            raise ValueError(f"attention_mask has shape {tuple(mask.shape)} but inputs_embeds has {(batch, steps)} tokens.")
+            raise ValueError(
+                f"attention_mask has shape {tuple(mask.shape)} but inputs_embeds has {(batch, steps)} tokens."
+            )
         ids = torch.zeros(batch, steps, self.config.max_characters_per_token, dtype=torch.long, device=mask.device)
         return ids, mask
 
-    def _embed_tokens(self, input_ids: torch.Tensor, mask: torch.Tensor, word_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def _embed_tokens(
+        self, input_ids: torch.Tensor, mask: torch.Tensor, word_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Token vectors (B, T, P) of the present tokens, padding zero (only present words encoded where
         `_host_waits_for_nothing`)."""
         batch, steps, width = input_ids.shape
         if not _host_waits_for_nothing(input_ids.device):
             flat_word_ids = None if word_ids is None else word_ids.reshape(batch * steps)
-            encoded = self.char_encoder.encode(input_ids.reshape(batch * steps, width), flat_word_ids).view(batch, steps, -1)
+            encoded = self.char_encoder.encode(input_ids.reshape(batch * steps, width), flat_word_ids).view(
+                batch, steps, -1
+            )
             return encoded * mask.unsqueeze(-1).to(encoded.dtype)
         encoded = self.char_encoder(input_ids[mask], None if word_ids is None else word_ids[mask])
         embeddings = encoded.new_zeros(batch, steps, self.config.projection_dim)  # encoder's dtype (autocast: bf16)
@@ -741,10 +819,12 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
     def sampled_softmax_nll(self, hiddens: list[torch.Tensor], targets: list[torch.Tensor]) -> list[torch.Tensor]:
         """Sampled-softmax losses for several (hidden (N, P), targets (N,)) pairs sharing one negative sample: the
         true word's exact logit against the sample's logits minus log Q, accidental hits removed."""
-        sampled, sampled_log_q = _log_uniform_sample(self.config.vocab_size, self.config.num_negative_samples, hiddens[0].device)
+        sampled, sampled_log_q = _log_uniform_sample(
+            self.config.vocab_size, self.config.num_negative_samples, hiddens[0].device
+        )
         sampled_w, sampled_b = self.softmax.weight[sampled], self.softmax.bias[sampled]  # (S, P), (S,)
         losses = []
-        for hidden, target in zip(hiddens, targets):
+        for hidden, target in zip(hiddens, targets, strict=False):
             true_logit = (hidden * self.softmax.weight[target]).sum(-1) + self.softmax.bias[target]
             sample_logits = F.linear(hidden, sampled_w, sampled_b) - sampled_log_q.to(hidden.dtype)  # (N, S)
             sample_logits = sample_logits.masked_fill(sampled.unsqueeze(0) == target.unsqueeze(1), float("-inf"))
@@ -776,11 +856,19 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
         """
         num_items_in_batch = _loss_kwargs(kwargs, type(self).__name__)
         return_dict = return_dict if return_dict is not None else self.config.return_dict
-        output_hidden_states = output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
-        outputs = self.elmo(input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds,
-                            add_sentence_boundaries=add_sentence_boundaries,
-                            keep_sentence_boundaries=True, lstm_dropout=self.config.hidden_dropout_prob,
-                            output_hidden_states=output_hidden_states, return_dict=True)
+        output_hidden_states = (
+            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
+        )
+        outputs = self.elmo(
+            input_ids,
+            attention_mask=attention_mask,
+            inputs_embeds=inputs_embeds,
+            add_sentence_boundaries=add_sentence_boundaries,
+            keep_sentence_boundaries=True,
+            lstm_dropout=self.config.hidden_dropout_prob,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
         top = outputs.last_hidden_state  # (B, T', 2P), boundary positions included
         full_mask = outputs.attention_mask.bool()
         # (B, T) word positions: with boundaries, position p holds a word iff position p + 1 is inside the row
@@ -794,7 +882,9 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
         if labels is not None:
             labels = integer_labels(labels, self.config.vocab_size, "word ids", top.device, counted=tokens)
             if tuple(labels.shape) != tuple(tokens.shape):
-                raise ValueError(f"labels must have shape {tuple(tokens.shape)} (batch, tokens), got {tuple(labels.shape)}.")
+                raise ValueError(
+                    f"labels must have shape {tuple(tokens.shape)} (batch, tokens), got {tuple(labels.shape)}."
+                )
             targets = self._targets(labels, tokens, add_sentence_boundaries)
             P = self.config.projection_dim
             top = self.dropout(top)
@@ -813,8 +903,11 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
             else:
                 nlls = [self.full_softmax_nll(h, t) for h, t, _ in selected]
             counts = [torch.tensor(t.numel(), device=top.device) if w is None else w.sum() for _, t, w in selected]
-            sums = [nll.sum() if w is None else torch.where(w, nll, 0.0).sum() for nll, (_, _, w) in zip(nlls, selected)]
-            means = [s / c.clamp_min(1) for s, c in zip(sums, counts)]
+            sums = [
+                nll.sum() if w is None else torch.where(w, nll, 0.0).sum()
+                for nll, (_, _, w) in zip(nlls, selected, strict=False)
+            ]
+            means = [s / c.clamp_min(1) for s, c in zip(sums, counts, strict=False)]
             output.loss = _normalised(0.5 * (sums[0] + sums[1]), 0.5 * (means[0] + means[1]), num_items_in_batch)
             output.forward_loss, output.backward_loss = means
             output.forward_nll_sum, output.backward_nll_sum = sums
@@ -833,8 +926,12 @@ class ElmoTaskHeadMixin:
         """The biLM, the mix, the dropout and a ``width`` -> num_labels classifier; then initialise and freeze."""
         self.num_labels = config.num_labels
         self.elmo = ElmoModel(config)
-        self.scalar_mix = ElmoScalarMix(config.num_representation_layers, config.num_output_representations,
-                                        config.scalar_mix_layer_norm, config.scalar_mix_parameters)
+        self.scalar_mix = ElmoScalarMix(
+            config.num_representation_layers,
+            config.num_output_representations,
+            config.scalar_mix_layer_norm,
+            config.scalar_mix_parameters,
+        )
         self.dropout = nn.Dropout(config.classifier_dropout)
         self.classifier = nn.Linear(width, config.num_labels)
         self.post_init()
@@ -864,15 +961,32 @@ class ElmoTaskHeadMixin:
             return validated_features(elmo_hidden_states, attention_mask, self.config, self.scalar_mix.gamma.dtype)
         if input_ids is None and inputs_embeds is None:
             raise ValueError("pass input_ids (character ids) or cached elmo_hidden_states.")
-        out = self.elmo(input_ids, attention_mask=attention_mask, word_input_ids=word_input_ids,
-                        inputs_embeds=inputs_embeds, output_hidden_states=True, return_dict=True)
+        out = self.elmo(
+            input_ids,
+            attention_mask=attention_mask,
+            word_input_ids=word_input_ids,
+            inputs_embeds=inputs_embeds,
+            output_hidden_states=True,
+            return_dict=True,
+        )
         return torch.stack(out.hidden_states, dim=1), out.attention_mask.bool()
 
-    def _mixed_layers(self, kwargs, input_ids, attention_mask, elmo_hidden_states, word_input_ids, inputs_embeds,
-                      output_hidden_states, return_dict):
+    def _mixed_layers(
+        self,
+        kwargs,
+        input_ids,
+        attention_mask,
+        elmo_hidden_states,
+        word_input_ids,
+        inputs_embeds,
+        output_hidden_states,
+        return_dict,
+    ):
         """(num_items_in_batch, mixed (B, T, 2P), mask (B, T), hidden_states or None, return_dict) of a head call."""
         num_items_in_batch = _loss_kwargs(kwargs, type(self).__name__)
-        output_hidden_states = output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
+        output_hidden_states = (
+            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
+        )
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         layers, mask = self._layers(input_ids, attention_mask, elmo_hidden_states, word_input_ids, inputs_embeds)
         hidden_states = tuple(layers.unbind(1)) if output_hidden_states else None
@@ -899,7 +1013,9 @@ class ElmoForSequenceClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
             return maximum if kind == "max" else torch.cat([mean, maximum], dim=-1)
         lengths = mask.sum(dim=1)
         index = torch.zeros_like(lengths) if kind == "first" else (lengths - 1).clamp_min(0)
-        return mixed[torch.arange(mixed.shape[0], device=mixed.device), index] * (lengths > 0).unsqueeze(-1).to(mixed.dtype)
+        return mixed[torch.arange(mixed.shape[0], device=mixed.device), index] * (lengths > 0).unsqueeze(-1).to(
+            mixed.dtype
+        )
 
     def forward(
         self,
@@ -922,7 +1038,15 @@ class ElmoForSequenceClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
             num_items_in_batch (keyword, from `Trainer`): the summed loss is divided by it.
         """
         num_items_in_batch, mixed, mask, hidden_states, return_dict = self._mixed_layers(
-            kwargs, input_ids, attention_mask, elmo_hidden_states, word_input_ids, inputs_embeds, output_hidden_states, return_dict)
+            kwargs,
+            input_ids,
+            attention_mask,
+            elmo_hidden_states,
+            word_input_ids,
+            inputs_embeds,
+            output_hidden_states,
+            return_dict,
+        )
         logits = self.classifier(self.dropout(self.pool(mixed, mask)))
         loss = None
         if labels is not None:
@@ -985,16 +1109,30 @@ class ElmoForTokenClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
             num_items_in_batch (keyword, from `Trainer`): the summed loss is divided by it.
         """
         num_items_in_batch, mixed, mask, hidden_states, return_dict = self._mixed_layers(
-            kwargs, input_ids, attention_mask, elmo_hidden_states, word_input_ids, inputs_embeds, output_hidden_states, return_dict)
+            kwargs,
+            input_ids,
+            attention_mask,
+            elmo_hidden_states,
+            word_input_ids,
+            inputs_embeds,
+            output_hidden_states,
+            return_dict,
+        )
         logits = self.classifier(self.dropout(mixed))  # (B, T, num_labels)
         loss = None
         if labels is not None:
             labels = torch.as_tensor(labels, device=logits.device)
             if tuple(labels.shape) != tuple(mask.shape):
-                raise ValueError(f"labels must have shape {tuple(mask.shape)} (batch, tokens), got {tuple(labels.shape)}.")
-            labels = integer_labels(labels, self.num_labels, "class ids", logits.device).masked_fill(~mask, IGNORE_INDEX)
+                raise ValueError(
+                    f"labels must have shape {tuple(mask.shape)} (batch, tokens), got {tuple(labels.shape)}."
+                )
+            labels = integer_labels(labels, self.num_labels, "class ids", logits.device).masked_fill(
+                ~mask, IGNORE_INDEX
+            )
             flat = labels.reshape(-1)
-            total = F.cross_entropy(logits.reshape(-1, self.num_labels), flat, ignore_index=IGNORE_INDEX, reduction="sum")
+            total = F.cross_entropy(
+                logits.reshape(-1, self.num_labels), flat, ignore_index=IGNORE_INDEX, reduction="sum"
+            )
             loss = _normalised(total, total / (flat != IGNORE_INDEX).sum().clamp_min(1), num_items_in_batch)
         if not return_dict:
             return tuple(v for v in (loss, logits, hidden_states) if v is not None)

@@ -23,8 +23,13 @@ import torch
 from transformers import TokenClassificationPipeline
 
 #: The ``config.custom_pipelines`` entry a saved tagger carries.
-CUSTOM_PIPELINES = {"token-classification": {"impl": "pipeline_elmo.ElmoTokenClassificationPipeline",
-                                             "pt": ["AutoModelForTokenClassification"], "type": "text"}}
+CUSTOM_PIPELINES = {
+    "token-classification": {
+        "impl": "pipeline_elmo.ElmoTokenClassificationPipeline",
+        "pt": ["AutoModelForTokenClassification"],
+        "type": "text",
+    }
+}
 
 
 class ElmoTokenClassificationPipeline(TokenClassificationPipeline):
@@ -39,27 +44,49 @@ class ElmoTokenClassificationPipeline(TokenClassificationPipeline):
         elif isinstance(sentence, str):
             words = self.tokenizer.split_words(sentence)
         else:
-            raise ValueError(f"When `is_split_into_words=False`, `sentence` must be a string, got {type(sentence).__name__}.")
+            raise ValueError(
+                f"When `is_split_into_words=False`, `sentence` must be a string, got {type(sentence).__name__}."
+            )
         inputs = self.tokenizer(words, is_split_into_words=True, return_tensors="pt")
         offsets, cursor = [], 0
         for word in words:  # the words in the order they occur in the text
             start = sentence.find(word, cursor)
             offsets.append((start, start + len(word)) if start >= 0 else (-1, -1))
             cursor = start + len(word) if start >= 0 else cursor
-        yield {**inputs, "special_tokens_mask": torch.zeros(1, len(words), dtype=torch.long),
-               "offset_mapping": torch.tensor(offsets, dtype=torch.long).reshape(1, len(words), 2),
-               "sentence": sentence, "is_last": True}
+        yield {
+            **inputs,
+            "special_tokens_mask": torch.zeros(1, len(words), dtype=torch.long),
+            "offset_mapping": torch.tensor(offsets, dtype=torch.long).reshape(1, len(words), 2),
+            "sentence": sentence,
+            "is_last": True,
+        }
 
-    def gather_pre_entities(self, sentence: str, input_ids: Any, scores: Any, offset_mapping: Any,
-                            special_tokens_mask: Any, aggregation_strategy: Any, **kwargs: Any) -> list[dict]:
+    def gather_pre_entities(
+        self,
+        sentence: str,
+        input_ids: Any,
+        scores: Any,
+        offset_mapping: Any,
+        special_tokens_mask: Any,
+        aggregation_strategy: Any,
+        **kwargs: Any,
+    ) -> list[dict]:
         entities = []
         for index, word_scores in enumerate(scores):
             start, end = (int(v) for v in offset_mapping[index])
             found = start >= 0
             # A word the text does not hold as it is (lower-cased by the tokenizer, say) is read back from its row.
             word = sentence[start:end] if found else self.tokenizer.decode(input_ids[index : index + 1])
-            entities.append({"word": word, "scores": word_scores, "start": start if found else None,
-                             "end": end if found else None, "index": index, "is_subword": False})
+            entities.append(
+                {
+                    "word": word,
+                    "scores": word_scores,
+                    "start": start if found else None,
+                    "end": end if found else None,
+                    "index": index,
+                    "is_subword": False,
+                }
+            )
         return entities
 
 

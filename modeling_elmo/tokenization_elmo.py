@@ -30,12 +30,26 @@ from transformers import BatchEncoding, PreTrainedTokenizer
 from transformers.tokenization_utils_base import TruncationStrategy
 from transformers.utils import PaddingStrategy, TensorType
 
-from .configuration_elmo import (BOS_ID, CHARACTER_MARKERS, EOS_ID, MAX_CHARACTERS_PER_TOKEN_LIMIT, PAD_ID, PAD_WORD,
-                                 SPECIAL_WORDS, UNICODE_FIRST_CHARACTER, UNICODE_UNKNOWN_CHARACTER, UNK_ID, UNK_WORD,
-                                 sentence_boundary_char_ids)
+from .configuration_elmo import (
+    BOS_ID,
+    CHARACTER_MARKERS,
+    EOS_ID,
+    MAX_CHARACTERS_PER_TOKEN_LIMIT,
+    PAD_ID,
+    PAD_WORD,
+    SPECIAL_WORDS,
+    UNICODE_FIRST_CHARACTER,
+    UNICODE_UNKNOWN_CHARACTER,
+    UNK_ID,
+    UNK_WORD,
+    sentence_boundary_char_ids,
+)
 
-VOCAB_FILES_NAMES = {"vocab_file": "vocab.txt", "char_vocab_file": "char_vocab.json",
-                     "word_input_vocab_file": "word_input_vocab.json"}
+VOCAB_FILES_NAMES = {
+    "vocab_file": "vocab.txt",
+    "char_vocab_file": "char_vocab.json",
+    "word_input_vocab_file": "word_input_vocab.json",
+}
 #: The words of the text read as the sentence-boundary tokens, per character vocabulary (as each original does).
 BOUNDARY_WORDS = {"bytes": ("<S>", "</S>"), "unicode": ("<bos>", "<eos>")}
 #: Per-word entries besides ``input_ids`` and the value a padded position gets.
@@ -50,15 +64,19 @@ class CharacterAlphabet:
     (characters); a boundary word of the original (`BOUNDARY_WORDS`) gets the boundary row."""
 
     def __init__(self, characters: Sequence[str] | None = None, max_characters_per_token: int = 50):
-        self.characters = None if characters is None else _checked_list(characters, "character vocabulary",
-                                                                         lambda c: len(c) == 1, "single characters")
+        self.characters = (
+            None
+            if characters is None
+            else _checked_list(characters, "character vocabulary", lambda c: len(c) == 1, "single characters")
+        )
         self.width = max_characters_per_token
         self.char_vocabulary = "bytes" if characters is None else "unicode"
         self.markers = CHARACTER_MARKERS[self.char_vocabulary]
         self.char_to_id = {c: UNICODE_FIRST_CHARACTER + i for i, c in enumerate(self.characters or ())}
         self.boundary_words = BOUNDARY_WORDS[self.char_vocabulary]
-        self.boundary_rows = tuple(np.asarray(row, dtype=np.int64)
-                                   for row in sentence_boundary_char_ids(self.char_vocabulary, self.width))
+        self.boundary_rows = tuple(
+            np.asarray(row, dtype=np.int64) for row in sentence_boundary_char_ids(self.char_vocabulary, self.width)
+        )
 
     @property
     def num_characters(self) -> int:
@@ -97,7 +115,7 @@ class CharacterAlphabet:
         row = np.asarray(row, dtype=np.int64)
         if not row.any():
             return None
-        for word, boundary in zip(self.boundary_words, self.boundary_rows):
+        for word, boundary in zip(self.boundary_words, self.boundary_rows, strict=False):
             if np.array_equal(row[:3], boundary[:3]):
                 return word
         body = row[1:]
@@ -120,12 +138,17 @@ def read_vocabulary_file(path: str | os.PathLike) -> list[str]:
             word = line.rstrip("\n").rstrip("\r")
             if word == "!!!MAXTERMID":
                 continue
-            problem = ("is empty; every line must hold one word (an empty line would shift the id of every later "
-                       "word)" if not word.strip() else
-                       f"repeats the word {word!r} of line {first_line[word]} (a repeated word would shift the id of "
-                       "every later word)" if word in first_line else
-                       f"lists the special word {word!r} after other words; the special words come first (they take "
-                       "ids 0-3)" if word in SPECIAL_WORDS and after_words else None)
+            problem = (
+                "is empty; every line must hold one word (an empty line would shift the id of every later word)"
+                if not word.strip()
+                else f"repeats the word {word!r} of line {first_line[word]} (a repeated word would shift the id of "
+                "every later word)"
+                if word in first_line
+                else f"lists the special word {word!r} after other words; the special words come first (they take "
+                "ids 0-3)"
+                if word in SPECIAL_WORDS and after_words
+                else None
+            )
             if problem:
                 raise ValueError(f"vocabulary file {shown!r}: line {number} {problem}.")
             first_line[word] = number
@@ -164,18 +187,33 @@ class ElmoTokenizer(PreTrainedTokenizer):
     vocab_files_names = VOCAB_FILES_NAMES
     model_input_names = ["input_ids", "attention_mask"]
 
-    def __init__(self, vocab_file: str | None = None, max_characters_per_token: int = 50, split_pattern: str = "words",
-                 do_lower_case: bool = False, pad_token: str = PAD_WORD, bos_token: str = SPECIAL_WORDS[BOS_ID],
-                 eos_token: str = SPECIAL_WORDS[EOS_ID], unk_token: str = UNK_WORD, char_vocab_file: str | None = None,
-                 word_input_vocab_file: str | None = None, **kwargs: Any):
+    def __init__(
+        self,
+        vocab_file: str | None = None,
+        max_characters_per_token: int = 50,
+        split_pattern: str = "words",
+        do_lower_case: bool = False,
+        pad_token: str = PAD_WORD,
+        bos_token: str = SPECIAL_WORDS[BOS_ID],
+        eos_token: str = SPECIAL_WORDS[EOS_ID],
+        unk_token: str = UNK_WORD,
+        char_vocab_file: str | None = None,
+        word_input_vocab_file: str | None = None,
+        **kwargs: Any,
+    ):
         # Keyword-only, outside the signature: the lists are saved as their files, never in tokenizer_config.json.
         characters, input_words = kwargs.pop("characters", None), kwargs.pop("input_words", None)
         if split_pattern not in _WORD_PATTERNS:
             raise ValueError(f"`split_pattern` must be one of {sorted(_WORD_PATTERNS)}, got {split_pattern!r}.")
-        if (isinstance(max_characters_per_token, bool) or not isinstance(max_characters_per_token, int)
-                or not 3 <= max_characters_per_token <= MAX_CHARACTERS_PER_TOKEN_LIMIT):
-            raise ValueError(f"`max_characters_per_token` must be an integer in [3, {MAX_CHARACTERS_PER_TOKEN_LIMIT}], "
-                             f"got {max_characters_per_token!r}.")
+        if (
+            isinstance(max_characters_per_token, bool)
+            or not isinstance(max_characters_per_token, int)
+            or not 3 <= max_characters_per_token <= MAX_CHARACTERS_PER_TOKEN_LIMIT
+        ):
+            raise ValueError(
+                f"`max_characters_per_token` must be an integer in [3, {MAX_CHARACTERS_PER_TOKEN_LIMIT}], "
+                f"got {max_characters_per_token!r}."
+            )
         words = list(SPECIAL_WORDS) + ([] if vocab_file is None else read_vocabulary_file(vocab_file))
         self.vocab = {word: i for i, word in enumerate(dict.fromkeys(words))}
         self.ids_to_words = {i: w for w, i in self.vocab.items()}
@@ -187,21 +225,35 @@ class ElmoTokenizer(PreTrainedTokenizer):
         if input_words is not None:
             input_words = _checked_list(input_words, "word-input vocabulary", bool, "non-empty words")
             if set(input_words) & set(SPECIAL_WORDS):
-                raise ValueError(f"the word-input vocabulary lists the special word(s) "
-                                 f"{sorted(set(input_words) & set(SPECIAL_WORDS))}: they have the fixed ids 0-3.")
+                raise ValueError(
+                    f"the word-input vocabulary lists the special word(s) "
+                    f"{sorted(set(input_words) & set(SPECIAL_WORDS))}: they have the fixed ids 0-3."
+                )
         self.input_words = input_words
         # The text's boundary words are the boundary words of the word input too (as in ELMoForManyLangs).
-        specials = {PAD_WORD: PAD_ID, UNK_WORD: UNK_ID, **dict(zip(self.alphabet.boundary_words, (BOS_ID, EOS_ID)))}
+        specials = {
+            PAD_WORD: PAD_ID,
+            UNK_WORD: UNK_ID,
+            **dict(zip(self.alphabet.boundary_words, (BOS_ID, EOS_ID), strict=False)),
+        }
         self.input_word_to_id = {**specials, **{w: i for i, w in enumerate(input_words or (), len(SPECIAL_WORDS))}}
         self.max_characters_per_token = max_characters_per_token
         self.split_pattern = split_pattern
         self.do_lower_case = do_lower_case
         pattern = "|".join(map(re.escape, self.alphabet.boundary_words)) + "|" + _WORD_PATTERNS[split_pattern]
         self._splitter = hf_pre_tokenizers.Split(Regex(pattern), behavior="removed", invert=True)
-        super().__init__(pad_token=pad_token, bos_token=bos_token, eos_token=eos_token, unk_token=unk_token,
-                         max_characters_per_token=max_characters_per_token, split_pattern=split_pattern,
-                         do_lower_case=do_lower_case, char_vocab_file=char_vocab_file,
-                         word_input_vocab_file=word_input_vocab_file, **kwargs)
+        super().__init__(
+            pad_token=pad_token,
+            bos_token=bos_token,
+            eos_token=eos_token,
+            unk_token=unk_token,
+            max_characters_per_token=max_characters_per_token,
+            split_pattern=split_pattern,
+            do_lower_case=do_lower_case,
+            char_vocab_file=char_vocab_file,
+            word_input_vocab_file=word_input_vocab_file,
+            **kwargs,
+        )
         if self.input_words is not None:
             self.model_input_names = [*self.model_input_names, "word_input_ids"]
 
@@ -268,28 +320,46 @@ class ElmoTokenizer(PreTrainedTokenizer):
         if isinstance(text, str) and not is_split_into_words:
             return [self.split_words(text)], False
         if isinstance(text, str) or not isinstance(text, (list, tuple)):
-            raise ValueError(f"text must be a string, a list of strings or a list of word lists, got {type(text).__name__}"
-                             + (" (with is_split_into_words=True, pass a list of words)." if is_split_into_words else "."))
+            raise ValueError(
+                f"text must be a string, a list of strings or a list of word lists, got {type(text).__name__}"
+                + (" (with is_split_into_words=True, pass a list of words)." if is_split_into_words else ".")
+            )
         if len(text) == 0:
             raise ValueError("empty batch: pass at least one sentence.")
         if is_split_into_words and all(isinstance(t, str) for t in text):
             return [list(text)], False
         for i, sentence in enumerate(text):
-            if is_split_into_words and not (isinstance(sentence, (list, tuple)) and all(isinstance(w, str) for w in sentence)):
+            if is_split_into_words and not (
+                isinstance(sentence, (list, tuple)) and all(isinstance(w, str) for w in sentence)
+            ):
                 raise ValueError(f"sentence {i} must be a list of word strings, got {sentence!r:.80}.")
             if not is_split_into_words and not isinstance(sentence, str):
-                raise ValueError(f"item {i} of the batch is not a string but {type(sentence).__name__} {sentence!r:.40}; "
-                                 "for pre-split words pass is_split_into_words=True.")
+                raise ValueError(
+                    f"item {i} of the batch is not a string but {type(sentence).__name__} {sentence!r:.40}; "
+                    "for pre-split words pass is_split_into_words=True."
+                )
         return [list(s) if is_split_into_words else self.split_words(s) for s in text], True
 
     # An ELMo token is a row of character ids, not one id: `_encode_plus` (abstract in the base class) builds the rows
     # and hands them to the base `pad`, whose per-example hook `_pad` pads with all-zero rows.
-    def _encode_plus(self, text: Any, text_pair: Any = None, padding_strategy: PaddingStrategy = PaddingStrategy.DO_NOT_PAD,
-                     truncation_strategy: Any = None, max_length: int | None = None, is_split_into_words: bool = False,
-                     pad_to_multiple_of: int | None = None, padding_side: str | None = None,
-                     return_tensors: str | TensorType | None = None, return_attention_mask: bool | None = None,
-                     return_special_tokens_mask: bool = False, return_length: bool = False,
-                     return_word_ids: bool = False, truncation_side: str | None = None, **kwargs: Any) -> BatchEncoding:
+    def _encode_plus(
+        self,
+        text: Any,
+        text_pair: Any = None,
+        padding_strategy: PaddingStrategy = PaddingStrategy.DO_NOT_PAD,
+        truncation_strategy: Any = None,
+        max_length: int | None = None,
+        is_split_into_words: bool = False,
+        pad_to_multiple_of: int | None = None,
+        padding_side: str | None = None,
+        return_tensors: str | TensorType | None = None,
+        return_attention_mask: bool | None = None,
+        return_special_tokens_mask: bool = False,
+        return_length: bool = False,
+        return_word_ids: bool = False,
+        truncation_side: str | None = None,
+        **kwargs: Any,
+    ) -> BatchEncoding:
         if text_pair is not None:
             raise ValueError("ElmoTokenizer encodes single sentences; text pairs are not supported.")
         for flag in ("return_overflowing_tokens", "return_offsets_mapping"):
@@ -313,18 +383,30 @@ class ElmoTokenizer(PreTrainedTokenizer):
             features["word_input_ids"] = [self.word_input_ids_of(s) for s in sentences]
         if return_length:
             features["length"] = [len(s) for s in sentences]
-        encoding = self.pad(features, padding=padding_strategy, max_length=max_length,
-                            pad_to_multiple_of=pad_to_multiple_of, padding_side=padding_side,
-                            return_attention_mask=return_attention_mask, return_tensors=return_tensors)
+        encoding = self.pad(
+            features,
+            padding=padding_strategy,
+            max_length=max_length,
+            pad_to_multiple_of=pad_to_multiple_of,
+            padding_side=padding_side,
+            return_attention_mask=return_attention_mask,
+            return_tensors=return_tensors,
+        )
         if return_tensors is None:  # lists, as any tokenizer returns them
             encoding["input_ids"] = [rows.tolist() for rows in encoding["input_ids"]]
             if not batched:
                 encoding = BatchEncoding({key: value[0] for key, value in encoding.items()})
         return encoding
 
-    def _pad(self, encoded_inputs: dict[str, Any], max_length: int | None = None,
-             padding_strategy: PaddingStrategy = PaddingStrategy.DO_NOT_PAD, pad_to_multiple_of: int | None = None,
-             padding_side: str | None = None, return_attention_mask: bool | None = None) -> dict:
+    def _pad(
+        self,
+        encoded_inputs: dict[str, Any],
+        max_length: int | None = None,
+        padding_strategy: PaddingStrategy = PaddingStrategy.DO_NOT_PAD,
+        pad_to_multiple_of: int | None = None,
+        padding_side: str | None = None,
+        return_attention_mask: bool | None = None,
+    ) -> dict:
         rows = np.asarray(encoded_inputs["input_ids"], dtype=np.int64).reshape(-1, self.max_characters_per_token)
         encoded_inputs["input_ids"] = rows
         if return_attention_mask is None:

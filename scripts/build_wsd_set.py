@@ -17,8 +17,10 @@ try:
 except ModuleNotFoundError as error:  # the package is not installed (scripts never import the clone's folder)
     if not (error.name or "").startswith("modeling_elmo"):
         raise
-    sys.exit("scripts/build_wsd_set.py: the modeling_elmo package is not installed: run `pip install .` in the clone "
-             "(or `bash scripts/install.sh` for a virtual environment with the test tools).")
+    sys.exit(
+        "scripts/build_wsd_set.py: the modeling_elmo package is not installed: run `pip install .` in the clone "
+        "(or `bash scripts/install.sh` for a virtual environment with the test tools)."
+    )
 
 if __name__ == "__main__":
     sys.exit(build_wsd_main())

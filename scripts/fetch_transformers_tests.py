@@ -92,16 +92,34 @@ def fetch(version: str) -> Path:
     if (target / PACKAGE / "test_modeling_common.py").is_file():
         return target
     with tempfile.TemporaryDirectory() as scratch:
-        subprocess.run([sys.executable, "-m", "pip", "download", f"transformers=={version}", "--no-binary", ":all:",
-                        "--no-deps", "-q", "-d", scratch], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                f"transformers=={version}",
+                "--no-binary",
+                ":all:",
+                "--no-deps",
+                "-q",
+                "-d",
+                scratch,
+            ],
+            check=True,
+        )
         archive = next(Path(scratch).glob("transformers-*.tar.gz"))
         staged = Path(scratch) / PACKAGE
         prefix = f"transformers-{version}/tests/"
         with tarfile.open(archive) as tar:
             members = [m for m in tar.getmembers() if m.name.startswith(prefix) and m.isfile()]
             for member in members:
-                relative = member.name[len(prefix):]
-                if not relative.endswith((".py", ".txt", ".json")) or relative.startswith(("/", "..")) or "/../" in relative:
+                relative = member.name[len(prefix) :]
+                if (
+                    not relative.endswith((".py", ".txt", ".json"))
+                    or relative.startswith(("/", ".."))
+                    or "/../" in relative
+                ):
                     continue
                 destination = staged / relative
                 destination.parent.mkdir(parents=True, exist_ok=True)

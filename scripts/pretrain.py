@@ -19,8 +19,10 @@ try:
 except ModuleNotFoundError as error:  # the package is not installed (scripts never import the clone's folder)
     if not (error.name or "").startswith("modeling_elmo"):
         raise
-    sys.exit("scripts/pretrain.py: the modeling_elmo package is not installed: run `pip install .` in the clone "
-             "(or `bash scripts/install.sh` for a virtual environment with the test tools).")
+    sys.exit(
+        "scripts/pretrain.py: the modeling_elmo package is not installed: run `pip install .` in the clone "
+        "(or `bash scripts/install.sh` for a virtual environment with the test tools)."
+    )
 
 if __name__ == "__main__":
     sys.exit(main())

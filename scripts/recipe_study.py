@@ -26,26 +26,45 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 try:
-    from modeling_elmo.utils.results import read_results
     from modeling_elmo.folders.run_folder import RunFolder
+    from modeling_elmo.utils.results import read_results
 except ModuleNotFoundError as error:  # the package is not installed (scripts never import the clone's folder)
     if not (error.name or "").startswith("modeling_elmo"):
         raise
-    sys.exit("scripts/recipe_study.py: the modeling_elmo package is not installed: run `pip install .` in the clone "
-             "(or `bash scripts/install.sh` for a virtual environment with the test tools).")
+    sys.exit(
+        "scripts/recipe_study.py: the modeling_elmo package is not installed: run `pip install .` in the clone "
+        "(or `bash scripts/install.sh` for a virtual environment with the test tools)."
+    )
 
 #: The settings under study as the lm-corpus recipes had them before the study; every run starts from these.
-BASELINE = ["--dropout", "0.1", "--vocab-size", "20000", "--batching", "sentences", "--optimizer", "adamw",
-            "--learning-rate", "0.002", "--lr-scheduler-type", "constant_with_warmup", "--warmup-steps", "100",
-            "--per-device-train-batch-size", "64", "--eval-steps", "0"]
+BASELINE = [
+    "--dropout",
+    "0.1",
+    "--vocab-size",
+    "20000",
+    "--batching",
+    "sentences",
+    "--optimizer",
+    "adamw",
+    "--learning-rate",
+    "0.002",
+    "--lr-scheduler-type",
+    "constant_with_warmup",
+    "--warmup-steps",
+    "100",
+    "--per-device-train-batch-size",
+    "64",
+    "--eval-steps",
+    "0",
+]
 
 #: name -> the flags that differ from `BASELINE` (what each variant tests); later flags win.
 VARIANTS: dict[str, list[str]] = {
-    "baseline": [],                                             # dropout 0.1, 20k words, sentences, AdamW constant
+    "baseline": [],  # dropout 0.1, 20k words, sentences, AdamW constant
     "dropout-0.3": ["--dropout", "0.3"],
     "vocab-60k": ["--vocab-size", "60000"],
     "windows": ["--batching", "windows"],
-    "cosine-budget": ["--lr-scheduler-type", "cosine"],        # annealed over the minutes of the budget
+    "cosine-budget": ["--lr-scheduler-type", "cosine"],  # annealed over the minutes of the budget
     "early-stopping": ["--eval-steps", "150", "--early-stopping-patience", "3", "--load-best-model-at-end"],
     # second round: the learning rate with each schedule, on the better batching; seeds for the noise
     "windows-lr-0.004": ["--batching", "windows", "--learning-rate", "0.004"],
@@ -55,8 +74,16 @@ VARIANTS: dict[str, list[str]] = {
     "windows-seed-2": ["--batching", "windows", "--seed", "2"],
     "windows-lr-0.004-seed-2": ["--batching", "windows", "--learning-rate", "0.004", "--seed", "2"],
     "windows-lr-0.004-seed-3": ["--batching", "windows", "--learning-rate", "0.004", "--seed", "3"],
-    "windows-cosine-lr-0.004-seed-2": ["--batching", "windows", "--lr-scheduler-type", "cosine", "--learning-rate",
-                                       "0.004", "--seed", "2"],
+    "windows-cosine-lr-0.004-seed-2": [
+        "--batching",
+        "windows",
+        "--lr-scheduler-type",
+        "cosine",
+        "--learning-rate",
+        "0.004",
+        "--seed",
+        "2",
+    ],
 }
 #: The variant the lm-corpus recipes use (docs/pretraining.md has the table that chose it).
 WINNER = "windows-lr-0.004"
@@ -66,20 +93,56 @@ PROBE_TASKS = ("probe-sentiment", "probe-pos")
 def pretrain_command(name: str, flags: list[str], args: argparse.Namespace) -> list[str]:
     data = args.data_dir / "lm-corpus"
     train = [str(p) for p in sorted((data / "gutenberg").glob("*.txt"))] + [
-        str(data / f) for f in ("kjv_bible.txt", "state_union.txt", "inaugural.txt", "reuters_training.txt", "masc.txt")]
-    return [sys.executable, "-m", "modeling_elmo.cli", "pretrain", "--config", "cpu-lm-corpus",
-            "--train-file", *train, "--test-file", str(data / "reuters_test.txt"),
-            "--max-train-minutes", str(args.minutes), "--output-dir", str(args.output_dir / name),
-            "--checkpointing-steps", "0", "--seed", str(args.seed), *BASELINE, *flags]
+        str(data / f) for f in ("kjv_bible.txt", "state_union.txt", "inaugural.txt", "reuters_training.txt", "masc.txt")
+    ]
+    return [
+        sys.executable,
+        "-m",
+        "modeling_elmo.cli",
+        "pretrain",
+        "--config",
+        "cpu-lm-corpus",
+        "--train-file",
+        *train,
+        "--test-file",
+        str(data / "reuters_test.txt"),
+        "--max-train-minutes",
+        str(args.minutes),
+        "--output-dir",
+        str(args.output_dir / name),
+        "--checkpointing-steps",
+        "0",
+        "--seed",
+        str(args.seed),
+        *BASELINE,
+        *flags,
+    ]
 
 
 def evaluate_command(name: str, args: argparse.Namespace, compare_untrained: bool) -> list[str]:
     data = args.data_dir / "lm-corpus"
-    return [sys.executable, "-m", "modeling_elmo.cli", "evaluate", str(args.output_dir / name),
-            "--task", "perplexity", *PROBE_TASKS, "--text", str(data / "brown.txt"),
-            "--max-sentences", str(args.brown_sentences), "--unigram-fit", str(data / "masc.txt"),
-            "--max-train-examples", str(args.probe_train_examples), "--data-dir", str(args.data_dir),
-            "--no-progress", *(["--compare-untrained"] if compare_untrained else [])]
+    return [
+        sys.executable,
+        "-m",
+        "modeling_elmo.cli",
+        "evaluate",
+        str(args.output_dir / name),
+        "--task",
+        "perplexity",
+        *PROBE_TASKS,
+        "--text",
+        str(data / "brown.txt"),
+        "--max-sentences",
+        str(args.brown_sentences),
+        "--unigram-fit",
+        str(data / "masc.txt"),
+        "--max-train-examples",
+        str(args.probe_train_examples),
+        "--data-dir",
+        str(args.data_dir),
+        "--no-progress",
+        *(["--compare-untrained"] if compare_untrained else []),
+    ]
 
 
 def run_variant(name: str, args: argparse.Namespace, compare_untrained: bool) -> None:
@@ -89,8 +152,9 @@ def run_variant(name: str, args: argparse.Namespace, compare_untrained: bool) ->
     with open(log, "a", encoding="utf-8") as out:
         if not run.has_model():  # an interrupted run starts afresh: every run gets the same minutes in one stage
             restart = ["--overwrite"] if run.is_run() else []
-            subprocess.run(pretrain_command(name, VARIANTS[name], args) + restart, check=True, env=env, stdout=out,
-                           stderr=out)
+            subprocess.run(
+                pretrain_command(name, VARIANTS[name], args) + restart, check=True, env=env, stdout=out, stderr=out
+            )
         if not run.evaluation.results_file.is_file():
             subprocess.run(evaluate_command(name, args, compare_untrained), check=True, env=env, stdout=out, stderr=out)
 
@@ -100,15 +164,22 @@ def summarise(name: str, args: argparse.Namespace) -> dict:
     metadata = run.read_training_metadata() or {}
     trained = read_results(run.eval_results_file)
     evaluated = read_results(run.evaluation.results_file)
-    row = {"variant": name, "flags": " ".join(VARIANTS[name]) or "(the recipe)",
-           "updates": metadata.get("global_step"), "tokens_seen": metadata.get("tokens_seen"),
-           "model_step": metadata.get("model_step")}
+    row = {
+        "variant": name,
+        "flags": " ".join(VARIANTS[name]) or "(the recipe)",
+        "updates": metadata.get("global_step"),
+        "tokens_seen": metadata.get("tokens_seen"),
+        "model_step": metadata.get("model_step"),
+    }
     for record in trained.perplexity:
         if record.split == "validation":
             row["validation_ppl"] = record.average
     brown = evaluated.perplexity[0]
-    row.update(brown_ppl=brown.average, brown_unigram_ppl=brown.unigram.average if brown.unigram else None,
-               brown_unk_rate=brown.unk_rate)
+    row.update(
+        brown_ppl=brown.average,
+        brown_unigram_ppl=brown.unigram.average if brown.unigram else None,
+        brown_unk_rate=brown.unk_rate,
+    )
     for score in evaluated.scores:
         if score.task in PROBE_TASKS and score.metric == "accuracy" and score.representation == "mix":
             row[f"{score.task}_mix"] = score.value
@@ -121,21 +192,29 @@ def markdown(rows: list[dict], args: argparse.Namespace) -> str:
     def cell(value, fmt="{:.1f}"):
         return "—" if value is None else fmt.format(value)
 
-    lines = [f"`elmo-cpu` on `lm-corpus`, {args.minutes} minutes of training per run, one thread each "
-             f"(`--parallel {args.parallel}`); Brown: the first {args.brown_sentences} sentences, unigram fitted on "
-             f"masc.txt; probes: {args.probe_train_examples} training examples, dev splits, learned scalar mix.", "",
-             "| variant | flags | updates | tokens | validation ppl | Brown ppl (unigram) | Brown `<UNK>` rate "
-             "| sentiment dev | POS dev |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"`elmo-cpu` on `lm-corpus`, {args.minutes} minutes of training per run, one thread each "
+        f"(`--parallel {args.parallel}`); Brown: the first {args.brown_sentences} sentences, unigram fitted on "
+        f"masc.txt; probes: {args.probe_train_examples} training examples, dev splits, learned scalar mix.",
+        "",
+        "| variant | flags | updates | tokens | validation ppl | Brown ppl (unigram) | Brown `<UNK>` rate "
+        "| sentiment dev | POS dev |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         lines.append(
             f"| {r['variant']} | `{r['flags']}` | {cell(r.get('updates'), '{:,}')} | {cell(r.get('tokens_seen'), '{:,}')} "
             f"| {cell(r.get('validation_ppl'))} | {cell(r.get('brown_ppl'))} ({cell(r.get('brown_unigram_ppl'), '{:.0f}')}) "
             f"| {cell(r.get('brown_unk_rate'), '{:.3f}')} | {cell(r.get('probe-sentiment_mix'), '{:.1%}')} "
-            f"| {cell(r.get('probe-pos_mix'), '{:.1%}')} |")
+            f"| {cell(r.get('probe-pos_mix'), '{:.1%}')} |"
+        )
     untrained = next((r for r in rows if "probe-pos_mix_untrained" in r), None)
     if untrained:
-        lines += ["", f"Untrained model of the same shape: sentiment {untrained.get('probe-sentiment_mix_untrained', 0):.1%}, "
-                      f"POS {untrained['probe-pos_mix_untrained']:.1%}."]
+        lines += [
+            "",
+            f"Untrained model of the same shape: sentiment {untrained.get('probe-sentiment_mix_untrained', 0):.1%}, "
+            f"POS {untrained['probe-pos_mix_untrained']:.1%}.",
+        ]
     return "\n".join(lines) + "\n"
 
 

@@ -65,14 +65,27 @@ def installed_wheel(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("wheel")
     wheel_dir, site, source = root / "wheel", root / "site", root / "source"
     # a copy without build outputs: setuptools would reuse a stale build/lib of the working tree
-    shutil.copytree(REPO_ROOT, source, ignore=shutil.ignore_patterns(
-        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", "runs", "outputs", "results", ".pytest_cache"))
+    shutil.copytree(
+        REPO_ROOT,
+        source,
+        ignore=shutil.ignore_patterns(
+            ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", "runs", "outputs", "results", ".pytest_cache"
+        ),
+    )
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]
-    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-q", str(source), "-w", str(wheel_dir)],
-                   check=True, capture_output=True, cwd=root)
+    subprocess.run(
+        [*pip, "wheel", "--no-deps", "--no-build-isolation", "-q", str(source), "-w", str(wheel_dir)],
+        check=True,
+        capture_output=True,
+        cwd=root,
+    )
     (wheel,) = wheel_dir.glob("modeling_elmo-*.whl")
-    subprocess.run([*pip, "install", "--no-deps", "--no-index", "-q", "--target", str(site), str(wheel)],
-                   check=True, capture_output=True, cwd=root)
+    subprocess.run(
+        [*pip, "install", "--no-deps", "--no-index", "-q", "--target", str(site), str(wheel)],
+        check=True,
+        capture_output=True,
+        cwd=root,
+    )
     shutil.rmtree(source)
     return site
 

@@ -82,13 +82,25 @@ def write_efml_model(folder: Path, seed: int = 0, characters=CHARACTERS, words=W
     write_dic(folder / "word.dic", ["<oov>", "<bos>", "<eos>", "<pad>"] + list(words))
     (folder / "token_embedder.pkl").write_bytes(legacy_cuda_bytes(te))
     (folder / "encoder.pkl").write_bytes(legacy_cuda_bytes(en))
-    (folder / "config.json").write_text(json.dumps({
-        "seed": 1, "gpu": 0, "train_path": "/data/train.txt", "model": "/data/model", "batch_size": 32,
-        "config_path": "/users/someone/elmo/configs/cnn_50_100_512_4096_sample.json", "max_epoch": 10,
-        "char_dim": 50, "word_dim": 100,
-    }), encoding="utf-8")
-    (folder / "meta.json").write_text(json.dumps({"id": 999, "corpus": [{"language": "syn", "tokens": 1000}]}),
-                                      encoding="utf-8")
+    (folder / "config.json").write_text(
+        json.dumps(
+            {
+                "seed": 1,
+                "gpu": 0,
+                "train_path": "/data/train.txt",
+                "model": "/data/model",
+                "batch_size": 32,
+                "config_path": "/users/someone/elmo/configs/cnn_50_100_512_4096_sample.json",
+                "max_epoch": 10,
+                "char_dim": 50,
+                "word_dim": 100,
+            }
+        ),
+        encoding="utf-8",
+    )
+    (folder / "meta.json").write_text(
+        json.dumps({"id": 999, "corpus": [{"language": "syn", "tokens": 1000}]}), encoding="utf-8"
+    )
     return folder
 
 

@@ -135,7 +135,9 @@ def original_dataset_shapes(options: dict[str, Any]) -> dict[str, tuple[int, ...
     return shapes
 
 
-def write_original_files(folder: str | os.PathLike, options: dict[str, Any], seed: int, scale: float = 1.0) -> tuple[str, str]:
+def write_original_files(
+    folder: str | os.PathLike, options: dict[str, Any], seed: int, scale: float = 1.0
+) -> tuple[str, str]:
     """Write ``options.json`` and ``weights.hdf5`` (random float32) into ``folder``; return both paths.
 
     Each weight is drawn N(0, s^2) with ``s`` chosen per tensor so that activations stay in a useful range
@@ -186,7 +188,11 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 def _load(weights_path: str | os.PathLike) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
     with h5py.File(weights_path, "r") as h5:
-        h5.visititems(lambda name, obj: out.__setitem__(name, obj[()].astype(np.float64)) if isinstance(obj, h5py.Dataset) else None)
+        h5.visititems(
+            lambda name, obj: (
+                out.__setitem__(name, obj[()].astype(np.float64)) if isinstance(obj, h5py.Dataset) else None
+            )
+        )
     return out
 
 
@@ -216,8 +222,16 @@ def token_embeddings(options: dict[str, Any], w: dict[str, np.ndarray], char_ids
 
 
 def _lstm_layer(
-    x: np.ndarray, lengths: np.ndarray, W: np.ndarray, B: np.ndarray, W_P: np.ndarray,
-    c0: np.ndarray, h0: np.ndarray, cell_clip: float | None, proj_clip: float | None, stats: dict | None,
+    x: np.ndarray,
+    lengths: np.ndarray,
+    W: np.ndarray,
+    B: np.ndarray,
+    W_P: np.ndarray,
+    c0: np.ndarray,
+    h0: np.ndarray,
+    cell_clip: float | None,
+    proj_clip: float | None,
+    stats: dict | None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One TF ``LSTMCell`` with projection over (B, T, P) left-aligned rows; returns (h per step, c, h)."""
     n_rows, n_steps, P = x.shape
@@ -298,8 +312,16 @@ def numpy_elmo_forward(
             prefix = f"RNN_{d}/RNN/MultiRNNCell/Cell{l}/LSTMCell"
             c0, h0 = initial_state[direction][l]
             h_seq, c, h = _lstm_layer(
-                x, lengths, w[f"{prefix}/W_0"], w[f"{prefix}/B"], w[f"{prefix}/W_P_0"], c0, h0,
-                cell_clip, proj_clip, stats,
+                x,
+                lengths,
+                w[f"{prefix}/W_0"],
+                w[f"{prefix}/B"],
+                w[f"{prefix}/W_P_0"],
+                c0,
+                h0,
+                cell_clip,
+                proj_clip,
+                stats,
             )
             final[direction].append((c, h))
             y = h_seq + x if (l >= 1 and skip) else h_seq  # padded steps: both terms are 0
@@ -340,7 +362,10 @@ class StatefulNumpyElmo:
         if n_rows > have:
             grow = zero_state(self.options, n_rows - have)
             self.store = {
-                d: [(np.concatenate([c, gc]), np.concatenate([h, gh])) for (c, h), (gc, gh) in zip(self.store[d], grow[d])]
+                d: [
+                    (np.concatenate([c, gc]), np.concatenate([h, gh]))
+                    for (c, h), (gc, gh) in zip(self.store[d], grow[d], strict=False)
+                ]
                 for d in self.store
             }
         initial = {d: [(c[:n_rows].copy(), h[:n_rows].copy()) for c, h in self.store[d]] for d in self.store}

@@ -18,7 +18,6 @@ import hashlib
 import re
 import sys
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -27,6 +26,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy_reference as ref  # noqa: E402
+
 from modeling_elmo.conversion.releases import RELEASES, count_parameters  # noqa: E402
 
 
@@ -137,7 +137,7 @@ class _Handler(BaseHTTPRequestHandler):
                 for i in range(len(body)):
                     if state.stopping.wait(state.trickle[path]):
                         return
-                    self.wfile.write(body[i:i + 1])
+                    self.wfile.write(body[i : i + 1])
                     self.wfile.flush()
             except OSError:
                 pass
@@ -149,19 +149,20 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self.wfile.write(body)
 
-
     def _trickle_head(self, state: ReleaseServer, data: bytes, wait: float, at_once: int) -> None:
         """Answer with ``data``, its status line and headers sent one byte every ``wait`` seconds after the first
         ``at_once`` bytes."""
-        head = (f"HTTP/1.0 200 OK\r\nContent-Length: {len(data)}\r\nContent-Type: application/octet-stream\r\n"
-                f"ETag: {state.etag(data)}\r\nLast-Modified: {LAST_MODIFIED}\r\n\r\n").encode("ascii")
+        head = (
+            f"HTTP/1.0 200 OK\r\nContent-Length: {len(data)}\r\nContent-Type: application/octet-stream\r\n"
+            f"ETag: {state.etag(data)}\r\nLast-Modified: {LAST_MODIFIED}\r\n\r\n"
+        ).encode("ascii")
         try:
             self.wfile.write(head[:at_once])
             self.wfile.flush()
             for i in range(at_once, len(head)):
                 if state.stopping.wait(wait):
                     return
-                self.wfile.write(head[i:i + 1])
+                self.wfile.write(head[i : i + 1])
                 self.wfile.flush()
             self.wfile.write(data)
         except OSError:  # the client hung up
@@ -206,7 +207,7 @@ def release(synthetic_files, monkeypatch):
 
 
 def _path(server: ReleaseServer, release, role: str) -> str:
-    return release.url(role, server.url)[len(server.url.split("/models")[0]):]
+    return release.url(role, server.url)[len(server.url.split("/models")[0]) :]
 
 
 @pytest.fixture

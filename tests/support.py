@@ -30,8 +30,13 @@ def assert_same_numbers(actual: Any, expected: Any, rtol: float = RELATIVE_TOLER
     actual = torch.as_tensor(np.asarray(actual) if not isinstance(actual, torch.Tensor) else actual)
     expected = torch.as_tensor(np.asarray(expected) if not isinstance(expected, torch.Tensor) else expected)
     scale = float(expected.abs().max()) if expected.numel() else 0.0
-    torch.testing.assert_close(actual.to(expected.dtype), expected, rtol=rtol, atol=rtol * max(scale, 1e-12),
-                               msg=lambda m: f"{what}: {m}" if what else m)
+    torch.testing.assert_close(
+        actual.to(expected.dtype),
+        expected,
+        rtol=rtol,
+        atol=rtol * max(scale, 1e-12),
+        msg=lambda m: f"{what}: {m}" if what else m,
+    )
 
 
 #: Prepended to every fresh-process script: the package cannot be imported there, so whatever runs is the folder's
@@ -47,11 +52,22 @@ def run_without_package(script: str, *argv: Any, workdir: Path, timeout: float =
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "HF_TOKEN")}
-    env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
-               HF_MODULES_CACHE=str(workdir / "modules"), HF_HOME=str(workdir / "hf-home"),
-               HF_DATASETS_CACHE=str(workdir / "datasets"))
-    result = subprocess.run([sys.executable, "-c", _BLOCK_PACKAGE + textwrap.dedent(script), *map(str, argv)],
-                            cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
+    env.update(
+        OMP_NUM_THREADS="1",
+        HF_HUB_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+        HF_MODULES_CACHE=str(workdir / "modules"),
+        HF_HOME=str(workdir / "hf-home"),
+        HF_DATASETS_CACHE=str(workdir / "datasets"),
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", _BLOCK_PACKAGE + textwrap.dedent(script), *map(str, argv)],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     lines = result.stdout.strip().splitlines()
     assert lines, f"the script printed nothing; stderr: {result.stderr[-2000:]}"

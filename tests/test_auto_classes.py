@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from support import assert_same_numbers, run_without_package
 from transformers import (
     AutoConfig,
     AutoModel,
@@ -17,8 +18,6 @@ from transformers import (
     AutoTokenizer,
     pipeline,
 )
-
-from support import assert_same_numbers, run_without_package
 
 from modeling_elmo import (
     AUTO_MAP,
@@ -35,8 +34,16 @@ SENTENCES = ["The bank closed early .", "A river bank", "Cells divide"]
 
 
 def tiny_config(**extra) -> ElmoConfig:
-    return ElmoConfig(projection_dim=8, cell_size=16, char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 8]],
-                      num_highway_layers=1, vocab_size=30, num_labels=3, **extra)
+    return ElmoConfig(
+        projection_dim=8,
+        cell_size=16,
+        char_embedding_dim=4,
+        char_cnn_filters=[[1, 4], [2, 8]],
+        num_highway_layers=1,
+        vocab_size=30,
+        num_labels=3,
+        **extra,
+    )
 
 
 def test_installed_package_registers_every_auto_class(tmp_path):
@@ -86,7 +93,10 @@ def test_folder_loads_with_its_own_code_in_a_fresh_process_with_the_same_outputs
                           "logits": logits.tolist(), "features": features.tolist(),
                           "pipeline_first": np.array(extractor(sentences[0]))[0].tolist()}))
         """,
-        folder, json.dumps(SENTENCES), workdir=tmp_path / "fresh")
+        folder,
+        json.dumps(SENTENCES),
+        workdir=tmp_path / "fresh",
+    )
     assert all(module.startswith("transformers_modules") for module in got["classes"]), got["classes"]
     assert got["config"] == "ElmoConfig"
     assert_same_numbers(got["logits"], logits, what="classifier logits")
@@ -104,8 +114,14 @@ def test_feature_extraction_pipeline_with_objects_matches_a_direct_forward():
     np.testing.assert_allclose(out, direct, atol=1e-6)
 
 
-CODE_FILES = ("configuration_elmo.py", "modeling_elmo.py", "inputs_elmo.py", "lstm_kernels.py", "pipeline_elmo.py",
-              "tokenization_elmo.py")
+CODE_FILES = (
+    "configuration_elmo.py",
+    "modeling_elmo.py",
+    "inputs_elmo.py",
+    "lstm_kernels.py",
+    "pipeline_elmo.py",
+    "tokenization_elmo.py",
+)
 
 LOAD_EVERY_AUTO_CLASS = """
     import json, sys, torch
@@ -129,10 +145,14 @@ LOAD_EVERY_AUTO_CLASS = """
     print(json.dumps({"loaded": loaded, **outputs}))
 """
 
-EVERY_AUTO_CLASS = {"AutoConfig": "ElmoConfig", "AutoTokenizer": "ElmoTokenizer", "AutoModel": "ElmoModel",
-                    "AutoModelForPreTraining": "ElmoForBidirectionalLM",
-                    "AutoModelForSequenceClassification": "ElmoForSequenceClassification",
-                    "AutoModelForTokenClassification": "ElmoForTokenClassification"}
+EVERY_AUTO_CLASS = {
+    "AutoConfig": "ElmoConfig",
+    "AutoTokenizer": "ElmoTokenizer",
+    "AutoModel": "ElmoModel",
+    "AutoModelForPreTraining": "ElmoForBidirectionalLM",
+    "AutoModelForSequenceClassification": "ElmoForSequenceClassification",
+    "AutoModelForTokenClassification": "ElmoForTokenClassification",
+}
 
 
 def _outputs_in_this_process(model, saved_class):
@@ -142,8 +162,9 @@ def _outputs_in_this_process(model, saved_class):
     return out.last_hidden_state if saved_class in ("ElmoModel", "ElmoForBidirectionalLM") else out.logits
 
 
-@pytest.mark.parametrize("cls", [ElmoModel, ElmoForBidirectionalLM, ElmoForSequenceClassification,
-                                 ElmoForTokenClassification])
+@pytest.mark.parametrize(
+    "cls", [ElmoModel, ElmoForBidirectionalLM, ElmoForSequenceClassification, ElmoForTokenClassification]
+)
 def test_plain_save_pretrained_writes_a_folder_every_auto_class_loads_without_the_package(cls, tmp_path):
     torch.manual_seed(0)
     model = cls(tiny_config())
@@ -151,8 +172,9 @@ def test_plain_save_pretrained_writes_a_folder_every_auto_class_loads_without_th
     ElmoTokenizer().save_pretrained(tmp_path / "saved")
     assert json.loads((tmp_path / "saved" / "config.json").read_text())["auto_map"] == AUTO_MAP
     assert all((tmp_path / "saved" / name).is_file() for name in CODE_FILES)
-    got = run_without_package(LOAD_EVERY_AUTO_CLASS, tmp_path / "saved", json.dumps(SENTENCES), cls.__name__,
-                              workdir=tmp_path / "fresh")
+    got = run_without_package(
+        LOAD_EVERY_AUTO_CLASS, tmp_path / "saved", json.dumps(SENTENCES), cls.__name__, workdir=tmp_path / "fresh"
+    )
     assert got["loaded"] == EVERY_AUTO_CLASS
     assert_same_numbers(got["features"], _outputs_in_this_process(model, cls.__name__), what=cls.__name__)
 
@@ -166,16 +188,38 @@ def test_classifier_fine_tuned_and_saved_by_trainer_loads_without_the_package_wi
     model = ElmoForSequenceClassification(tiny_config(freeze_elmo=False))  # fine-tune everything
     data = Dataset.from_dict({"text": SENTENCES * 4, "label": [0, 1, 2] * 4})
     data = data.map(lambda batch: tokenizer(batch["text"]), batched=True, remove_columns=["text"])
-    args = TrainingArguments(str(tmp_path / "run"), per_device_train_batch_size=4, max_steps=3, learning_rate=0.05,
-                             report_to="none", use_cpu=True, save_strategy="no", disable_tqdm=True, seed=0)
+    args = TrainingArguments(
+        str(tmp_path / "run"),
+        per_device_train_batch_size=4,
+        max_steps=3,
+        learning_rate=0.05,
+        report_to="none",
+        use_cpu=True,
+        save_strategy="no",
+        disable_tqdm=True,
+        seed=0,
+    )
     before = {k: v.clone() for k, v in model.elmo.state_dict().items()}
-    trainer = Trainer(model=model, args=args, train_dataset=data, data_collator=DataCollatorWithPadding(tokenizer),
-                      processing_class=tokenizer)
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=data,
+        data_collator=DataCollatorWithPadding(tokenizer),
+        processing_class=tokenizer,
+    )
     trainer.train()
     assert any(not torch.equal(before[k], v) for k, v in model.elmo.state_dict().items())  # the biLM was trained
     trainer.save_model(str(tmp_path / "fine-tuned"))
-    got = run_without_package(LOAD_EVERY_AUTO_CLASS, tmp_path / "fine-tuned", json.dumps(SENTENCES),
-                              "ElmoForSequenceClassification", workdir=tmp_path / "fresh")
+    got = run_without_package(
+        LOAD_EVERY_AUTO_CLASS,
+        tmp_path / "fine-tuned",
+        json.dumps(SENTENCES),
+        "ElmoForSequenceClassification",
+        workdir=tmp_path / "fresh",
+    )
     assert got["loaded"] == EVERY_AUTO_CLASS
-    assert_same_numbers(got["features"], _outputs_in_this_process(model, "ElmoForSequenceClassification"),
-                        what="logits of the fine-tuned classifier")
+    assert_same_numbers(
+        got["features"],
+        _outputs_in_this_process(model, "ElmoForSequenceClassification"),
+        what="logits of the fine-tuned classifier",
+    )

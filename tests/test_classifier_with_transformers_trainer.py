@@ -25,22 +25,47 @@ def test_trainer_learns_sst2_with_a_frozen_bilm_and_leaves_it_bit_identical(shar
     train = train.map(encode, batched=True, remove_columns=["text"]).rename_column("label", "labels")
     dev = dev.map(encode, batched=True, remove_columns=["text"]).rename_column("label", "labels")
     torch.manual_seed(0)
-    config = ElmoConfig(projection_dim=128, cell_size=128, char_embedding_dim=16, num_highway_layers=1,
-                        char_cnn_filters=[[1, 64], [2, 64], [3, 128], [4, 256]], num_labels=2, classifier_dropout=0.0,
-                        scalar_mix_parameters=[0.0, 0.0, 0.0])  # an equal, fixed mix: the linear layer alone learns
+    config = ElmoConfig(
+        projection_dim=128,
+        cell_size=128,
+        char_embedding_dim=16,
+        num_highway_layers=1,
+        char_cnn_filters=[[1, 64], [2, 64], [3, 128], [4, 256]],
+        num_labels=2,
+        classifier_dropout=0.0,
+        scalar_mix_parameters=[0.0, 0.0, 0.0],
+    )  # an equal, fixed mix: the linear layer alone learns
     model = ElmoForSequenceClassification(config)
     frozen_before = {k: v.clone() for k, v in model.elmo.state_dict().items()}
     args = TrainingArguments(
-        output_dir=str(tmp_path), report_to="none", push_to_hub=False, use_cpu=True, per_device_train_batch_size=32,
-        per_device_eval_batch_size=64, num_train_epochs=3, learning_rate=0.2, save_strategy="no", eval_strategy="no",
-        logging_steps=10, dataloader_num_workers=0, disable_tqdm=True, seed=0,
+        output_dir=str(tmp_path),
+        report_to="none",
+        push_to_hub=False,
+        use_cpu=True,
+        per_device_train_batch_size=32,
+        per_device_eval_batch_size=64,
+        num_train_epochs=3,
+        learning_rate=0.2,
+        save_strategy="no",
+        eval_strategy="no",
+        logging_steps=10,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+        seed=0,
     )
 
     def accuracy(prediction):
         return {"accuracy": float((np.argmax(prediction.predictions, -1) == prediction.label_ids).mean())}
 
-    trainer = Trainer(model=model, args=args, train_dataset=train, eval_dataset=dev, processing_class=tokenizer,
-                      data_collator=DataCollatorWithPadding(tokenizer), compute_metrics=accuracy)
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=train,
+        eval_dataset=dev,
+        processing_class=tokenizer,
+        data_collator=DataCollatorWithPadding(tokenizer),
+        compute_metrics=accuracy,
+    )
     before = trainer.evaluate()
     trainer.train()
     after = trainer.evaluate()

@@ -7,16 +7,22 @@ import logging
 
 import pytest
 import torch
-
-from modeling_elmo import ElmoConfig, ElmoModel
-from modeling_elmo.utils.loading import check_config
-from modeling_elmo.conversion.original_format import config_options, convert_config
-
 from conftest import REPO_ROOT
 from support import assert_same_numbers
 
+from modeling_elmo import ElmoConfig, ElmoModel
+from modeling_elmo.conversion.original_format import config_options, convert_config
+from modeling_elmo.utils.loading import check_config
+
 ORIGINAL_OPTIONS = {
-    "lstm": {"use_skip_connections": True, "projection_dim": 512, "cell_clip": 3, "proj_clip": 3, "dim": 4096, "n_layers": 2},
+    "lstm": {
+        "use_skip_connections": True,
+        "projection_dim": 512,
+        "cell_clip": 3,
+        "proj_clip": 3,
+        "dim": 4096,
+        "n_layers": 2,
+    },
     "char_cnn": {
         "activation": "relu",
         "filters": [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]],
@@ -82,14 +88,28 @@ def test_a_config_json_written_before_projection_dim_keeps_its_meaning(tmp_path,
     """The keys the code of commit 1fa5770 wrote for a tiny model: hidden_size held the projection P."""
     from transformers import AutoConfig
 
-    legacy = {"model_type": "elmo", "hidden_size": 8, "cell_size": 16, "num_hidden_layers": 2, "char_embedding_dim": 4,
-              "char_cnn_filters": [[1, 4], [2, 8]], "num_highway_layers": 1, "vocab_size": 4, "cell_clip": 3.0,
-              "proj_clip": 3.0, "freeze_elmo": True, "architectures": ["ElmoModel"], "transformers_version": "5.24.0"}
+    legacy = {
+        "model_type": "elmo",
+        "hidden_size": 8,
+        "cell_size": 16,
+        "num_hidden_layers": 2,
+        "char_embedding_dim": 4,
+        "char_cnn_filters": [[1, 4], [2, 8]],
+        "num_highway_layers": 1,
+        "vocab_size": 4,
+        "cell_clip": 3.0,
+        "proj_clip": 3.0,
+        "freeze_elmo": True,
+        "architectures": ["ElmoModel"],
+        "transformers_version": "5.24.0",
+    }
     (tmp_path / "config.json").write_text(json.dumps(legacy))
-    config = {"from_pretrained": lambda: ElmoConfig.from_pretrained(tmp_path),
-              "from_json_file": lambda: ElmoConfig.from_json_file(str(tmp_path / "config.json")),
-              "from_dict": lambda: ElmoConfig.from_dict(legacy),
-              "AutoConfig": lambda: AutoConfig.from_pretrained(tmp_path)}[load]()
+    config = {
+        "from_pretrained": lambda: ElmoConfig.from_pretrained(tmp_path),
+        "from_json_file": lambda: ElmoConfig.from_json_file(str(tmp_path / "config.json")),
+        "from_dict": lambda: ElmoConfig.from_dict(legacy),
+        "AutoConfig": lambda: AutoConfig.from_pretrained(tmp_path),
+    }[load]()
     assert isinstance(config, ElmoConfig) and (config.projection_dim, config.hidden_size) == (8, 16)
     config.save_pretrained(tmp_path / "again")  # saved with both fields, read back the same
     saved = json.loads((tmp_path / "again" / "config.json").read_text())
@@ -102,19 +122,29 @@ def test_a_model_folder_written_before_projection_dim_gives_the_same_outputs(tmp
 
     from modeling_elmo import ElmoTokenizer
 
-    model = ElmoModel(ElmoConfig(projection_dim=8, cell_size=16, char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 8]],
-                                 num_highway_layers=1)).eval()
+    model = ElmoModel(
+        ElmoConfig(
+            projection_dim=8,
+            cell_size=16,
+            char_embedding_dim=4,
+            char_cnn_filters=[[1, 4], [2, 8]],
+            num_highway_layers=1,
+        )
+    ).eval()
     model.save_pretrained(tmp_path)
     saved = json.loads((tmp_path / "config.json").read_text())
     del saved["projection_dim"]
     saved["hidden_size"] = 8  # as the code of commit 1fa5770 wrote it
     (tmp_path / "config.json").write_text(json.dumps(saved))
-    batch = ElmoTokenizer()([["a", "river", "bank"], ["hi"]], is_split_into_words=True, padding=True, return_tensors="pt")
+    batch = ElmoTokenizer()(
+        [["a", "river", "bank"], ["hi"]], is_split_into_words=True, padding=True, return_tensors="pt"
+    )
     for loaded in (ElmoModel.from_pretrained(tmp_path), AutoModel.from_pretrained(tmp_path)):
         assert (loaded.config.projection_dim, loaded.config.hidden_size) == (8, 16)
         with torch.no_grad():
-            assert_same_numbers(loaded.eval()(**batch).last_hidden_state, model(**batch).last_hidden_state,
-                                what="reloaded")
+            assert_same_numbers(
+                loaded.eval()(**batch).last_hidden_state, model(**batch).last_hidden_state, what="reloaded"
+            )
 
 
 def test_from_pretrained_takes_either_size_as_a_keyword(tmp_path):
@@ -129,13 +159,25 @@ def test_an_inconsistent_pair_in_config_json_is_refused_in_one_line(tmp_path):
     data = ElmoConfig(projection_dim=8).to_dict()
     data["hidden_size"] = 24
     (tmp_path / "config.json").write_text(json.dumps(data))
-    with pytest.raises(ValueError, match=r"^`hidden_size` must be 2 \* projection_dim = 16 \(the output width, both "
-                                         r"directions\), got 24\.$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^`hidden_size` must be 2 \* projection_dim = 16 \(the output width, both "
+        r"directions\), got 24\.$",
+    ):
         ElmoConfig.from_pretrained(tmp_path)
 
 
-@pytest.mark.parametrize(("key", "value"), [("to_dict", 1), ("__class__", "x"), ("use_return_dict", False),
-                                            ("validate_elmo", None), ("attribute_map", {}), ("num_char_cnn_filters", 3)])
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("to_dict", 1),
+        ("__class__", "x"),
+        ("use_return_dict", False),
+        ("validate_elmo", None),
+        ("attribute_map", {}),
+        ("num_char_cnn_filters", 3),
+    ],
+)
 def test_a_key_that_would_replace_part_of_the_class_is_refused_naming_it(tmp_path, key, value):
     data = ElmoConfig(projection_dim=8).to_dict()
     data[key] = value
@@ -161,17 +203,29 @@ def test_unknown_keys_are_kept_as_transformers_keeps_them_and_survive_a_save(tmp
     assert ElmoConfig.from_pretrained(tmp_path).written_by_a_newer_release == {"a": 1}
 
 
-@pytest.mark.parametrize(("key", "field"), [("hiden_size", "hidden_size"), ("cel_size", "cell_size"),
-                                            ("num_hidden_layer", "num_hidden_layers"), ("clip_cell", "cell_clip"),
-                                            ("Hidden_Size", "hidden_size"), ("char_cnn_filter", "char_cnn_filters")])
+@pytest.mark.parametrize(
+    ("key", "field"),
+    [
+        ("hiden_size", "hidden_size"),
+        ("cel_size", "cell_size"),
+        ("num_hidden_layer", "num_hidden_layers"),
+        ("clip_cell", "cell_clip"),
+        ("Hidden_Size", "hidden_size"),
+        ("char_cnn_filter", "char_cnn_filters"),
+    ],
+)
 def test_a_key_close_to_an_elmo_field_warns_naming_the_field_where_the_package_loads(key, field, caplog):
     config = ElmoConfig(**{key: 7})
-    assert getattr(config, key) == 7 and getattr(config, field) == getattr(ElmoConfig(), field)  # not taken as the field
+    assert getattr(config, key) == 7 and getattr(config, field) == getattr(
+        ElmoConfig(), field
+    )  # not taken as the field
     with caplog.at_level(logging.WARNING):
         check_config(config, "config.json")
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert warnings == [f"config.json has the unknown field {key!r}: did you mean {field!r}? It is kept as an "
-                        f"attribute and does not set {field!r}."]
+    assert warnings == [
+        f"config.json has the unknown field {key!r}: did you mean {field!r}? It is kept as an "
+        f"attribute and does not set {field!r}."
+    ]
 
 
 def test_keys_transformers_knows_give_no_misspelling_warning(caplog):
@@ -179,15 +233,20 @@ def test_keys_transformers_knows_give_no_misspelling_warning(caplog):
 
     keys = set(PretrainedConfig().to_dict()) | set(GenerationConfig._get_default_generation_params())
     keys -= {"transformers_version", "model_type", "auto_map", "dtype", "tie_word_embeddings"}
-    config = ElmoConfig(**{k: getattr(PretrainedConfig(), k, None) for k in keys if not k.startswith("_")}, num_labels=3)
+    config = ElmoConfig(
+        **{k: getattr(PretrainedConfig(), k, None) for k in keys if not k.startswith("_")}, num_labels=3
+    )
     with caplog.at_level(logging.WARNING):
         check_config(config)
     assert not [r for r in caplog.records if "did you mean" in r.getMessage()]
 
 
 def test_a_config_of_too_many_parameters_is_refused_before_anything_is_allocated():
-    with pytest.raises(ValueError, match=r"^options.json describes a model of 4e\+18 parameters \(char_cnn_filters: "
-                                         r"1,000,000,000 filters, projection_dim 512"):
+    with pytest.raises(
+        ValueError,
+        match=r"^options.json describes a model of 4e\+18 parameters \(char_cnn_filters: "
+        r"1,000,000,000 filters, projection_dim 512",
+    ):
         convert_config({**ORIGINAL_OPTIONS, "char_cnn": {**ORIGINAL_OPTIONS["char_cnn"], "filters": [[1, 10**9]]}})
 
 
@@ -197,7 +256,9 @@ def test_values_are_still_validated_next_to_unknown_keys():
 
 
 def test_configs_saved_by_transformers_and_earlier_versions_still_load(tmp_path):
-    config = ElmoConfig(projection_dim=16, num_labels=3, id2label={0: "a", 1: "b", 2: "c"}, label2id={"a": 0, "b": 1, "c": 2})
+    config = ElmoConfig(
+        projection_dim=16, num_labels=3, id2label={0: "a", 1: "b", 2: "c"}, label2id={"a": 0, "b": 1, "c": 2}
+    )
     config.save_pretrained(tmp_path)
     saved = json.loads((tmp_path / "config.json").read_text())
     saved["stateful"] = False  # written by earlier versions of this package
@@ -222,8 +283,15 @@ def test_every_config_carries_the_full_auto_map():
     # a mapping into another repository is never carried: trust_remote_code=True would fetch and run that
     # repository's code; a saved folder ships its own code files, which the plain entries name
     assert ElmoConfig(auto_map={"AutoConfig": "x--configuration_elmo.ElmoConfig"}).auto_map == AUTO_MAP
-    assert ElmoConfig(auto_map={"AutoModel": "attacker/helpers--modeling_evil.ElmoModel",
-                                "AutoModelForCausalLM": "modeling_evil.Backdoor"}).auto_map == AUTO_MAP
+    assert (
+        ElmoConfig(
+            auto_map={
+                "AutoModel": "attacker/helpers--modeling_evil.ElmoModel",
+                "AutoModelForCausalLM": "modeling_evil.Backdoor",
+            }
+        ).auto_map
+        == AUTO_MAP
+    )
 
 
 def test_options_json_round_trip_keeps_every_value():

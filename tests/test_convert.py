@@ -23,6 +23,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # numpy_reference, however pytest imports this file
 import numpy_reference as ref  # noqa: E402
 from support import run_without_package  # noqa: E402
+
 from modeling_elmo.conversion.convert import (  # noqa: E402
     convert,
     convert_config,
@@ -58,14 +59,16 @@ def _expected(options, weights, sentences):
 def _run_model(model, tokenizer, sentences, pad=None, **model_kwargs):
     batch = tokenizer(sentences, is_split_into_words=True, return_tensors="pt", **(pad or {"padding": True}))
     with torch.no_grad():
-        output = model(batch["input_ids"], attention_mask=batch["attention_mask"], output_hidden_states=True, **model_kwargs)
+        output = model(
+            batch["input_ids"], attention_mask=batch["attention_mask"], output_hidden_states=True, **model_kwargs
+        )
     return torch.stack(output.hidden_states).double().numpy(), batch["attention_mask"].numpy(), output
 
 
 def _layer_diffs(got, expected_rows, sentences):
     """Max abs difference per layer between the model's (L+1, B, T, 2P) and the references; padding must be 0."""
     diffs = np.zeros(got.shape[0])
-    for b, (sentence, expected) in enumerate(zip(sentences, expected_rows)):
+    for b, (sentence, expected) in enumerate(zip(sentences, expected_rows, strict=False)):
         n = len(sentence)
         diffs = np.maximum(diffs, np.abs(got[:, b, :n] - expected).max(axis=(1, 2)))
         if got.shape[2] > n:
@@ -150,10 +153,16 @@ def test_lstm_weights_are_split_transposed_reordered_and_get_the_forget_bias(rel
     tf_block = {name: slice(k * H, (k + 1) * H) for k, name in enumerate("ijfo")}
     for k, name in enumerate("ifjo"):  # PyTorch order i, f, g=j, o
         rows = slice(k * H, (k + 1) * H)
-        np.testing.assert_array_equal(layer["encoder.backward_layers.1.input_transform.weight"][rows], W[:P, tf_block[name]].T)
-        np.testing.assert_array_equal(layer["encoder.backward_layers.1.recurrent_transform.weight"][rows], W[P:, tf_block[name]].T)
+        np.testing.assert_array_equal(
+            layer["encoder.backward_layers.1.input_transform.weight"][rows], W[:P, tf_block[name]].T
+        )
+        np.testing.assert_array_equal(
+            layer["encoder.backward_layers.1.recurrent_transform.weight"][rows], W[P:, tf_block[name]].T
+        )
         shift = 1.0 if name == "f" else 0.0
-        np.testing.assert_allclose(layer["encoder.backward_layers.1.input_transform.bias"][rows], B[tf_block[name]] + shift, rtol=0, atol=1e-7)
+        np.testing.assert_allclose(
+            layer["encoder.backward_layers.1.input_transform.bias"][rows], B[tf_block[name]] + shift, rtol=0, atol=1e-7
+        )
     np.testing.assert_array_equal(layer["encoder.backward_layers.1.projection.weight"], WP.T)
     np.testing.assert_array_equal(sd["char_encoder.char_embeddings.weight"][0].numpy(), 0)
     np.testing.assert_array_equal(sd["char_encoder.char_embeddings.weight"][1:].numpy(), table)
@@ -229,7 +238,10 @@ def test_converted_folder_loads_with_automodel_in_a_fresh_process(converted, exp
         print(json.dumps({"model_module": type(model).__module__, "tokenizer": type(tokenizer).__name__, "heads": heads,
                           "layers": torch.stack(out.hidden_states).double().tolist()}))
         """,
-        converted, json.dumps(SENTENCES), workdir=tmp_path / "fresh")
+        converted,
+        json.dumps(SENTENCES),
+        workdir=tmp_path / "fresh",
+    )
     assert info["model_module"].startswith("transformers_modules."), info["model_module"]  # the folder's own code
     assert info["tokenizer"] == "ElmoTokenizer"
     assert info["heads"] == ["ElmoForSequenceClassification", "ElmoForTokenClassification"]
@@ -266,14 +278,17 @@ def test_carried_lstm_state_matches_the_reference_replaying_the_batch_sequence(m
         else:
             assert stateless[1:].min() > 1e-3, f"batch {step}: carried state changed nothing {stateless.tolist()}"
     got, _, _ = _run_model(model, ElmoTokenizer(), [SENTENCES[i] for i in STATEFUL_BATCHES[1]])  # no state passed
-    _assert_matches(got, [expected[i] for i in STATEFUL_BATCHES[1]], [SENTENCES[i] for i in STATEFUL_BATCHES[1]],
-                    "without a state")
+    _assert_matches(
+        got, [expected[i] for i in STATEFUL_BATCHES[1]], [SENTENCES[i] for i in STATEFUL_BATCHES[1]], "without a state"
+    )
 
 
 def test_carried_lstm_state_keeps_unused_rows_and_grows_like_allennlp(model, replay):
     state = None
     for step, rows in enumerate([[0, 1, 2], [4], [5, 3, 1, 0], [2, 4]]):  # shrink, grow, shrink
-        _, state = _stateful_batch_matches(model, replay, [SENTENCES[i] for i in rows], state, f"batch {step} rows {rows}")
+        _, state = _stateful_batch_matches(
+            model, replay, [SENTENCES[i] for i in rows], state, f"batch {step} rows {rows}"
+        )
 
 
 VARIANTS = {
@@ -314,10 +329,19 @@ def test_release_without_projection_group_uses_the_identity_when_cnn_width_equal
 # ------------------------------------------------------------------------------------------ output folder
 def test_output_folder_is_complete_and_names_the_sources(converted, release):
     names = {p.name for p in converted.iterdir()}
-    assert {"config.json", "model.safetensors", "tokenizer_config.json", "README.md", "configuration_elmo.py",
-            "modeling_elmo.py", "tokenization_elmo.py"} <= names, names
+    assert {
+        "config.json",
+        "model.safetensors",
+        "tokenizer_config.json",
+        "README.md",
+        "configuration_elmo.py",
+        "modeling_elmo.py",
+        "tokenization_elmo.py",
+    } <= names, names
     config = json.loads((converted / "config.json").read_text())
-    assert {"AutoConfig", "AutoModel", "AutoModelForSequenceClassification", "AutoModelForTokenClassification"} <= set(config["auto_map"])
+    assert {"AutoConfig", "AutoModel", "AutoModelForSequenceClassification", "AutoModelForTokenClassification"} <= set(
+        config["auto_map"]
+    )
     readme = (converted / "README.md").read_text()
     assert "options.json" in readme and "weights.hdf5" in readme
     assert not [p for p in converted.parent.iterdir() if p.name.startswith(".")], "staging folder left behind"
@@ -347,8 +371,9 @@ def test_existing_output_folder_is_refused_without_overwrite(release, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
-def test_a_file_the_user_puts_into_the_new_output_while_it_converts_is_kept_and_the_run_refused(release, tmp_path,
-                                                                                             monkeypatch):
+def test_a_file_the_user_puts_into_the_new_output_while_it_converts_is_kept_and_the_run_refused(
+    release, tmp_path, monkeypatch
+):
     import modeling_elmo.conversion.convert as convert_module
 
     _, options_path, weights_path = release
@@ -362,15 +387,16 @@ def test_a_file_the_user_puts_into_the_new_output_while_it_converts_is_kept_and_
     monkeypatch.setattr(convert_module, "validate_converted_model", the_user_writes_meanwhile)
     with pytest.raises(SystemExit) as exit_:
         main(["--options", options_path, "--weights", weights_path, "--output", str(out)])
-    assert str(exit_.value.code) == (f"elmo convert: error: output folder '{out}' appeared while elmo convert worked "
-                                     "and is not empty (it holds 'notes.txt'); nothing was replaced. Move those files "
-                                     "away, or choose another folder.")
+    assert str(exit_.value.code) == (
+        f"elmo convert: error: output folder '{out}' appeared while elmo convert worked "
+        "and is not empty (it holds 'notes.txt'); nothing was replaced. Move those files "
+        "away, or choose another folder."
+    )
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"] and (out / "notes.txt").read_text() == "mine"
     assert sorted(p.name for p in out.parent.iterdir()) == ["new"], "no temporary folder or lock left"
 
 
-def test_overwrite_refuses_a_card_the_user_edited_and_a_file_listed_in_the_manifest_that_is_not_its(release,
-                                                                                                  tmp_path):
+def test_overwrite_refuses_a_card_the_user_edited_and_a_file_listed_in_the_manifest_that_is_not_its(release, tmp_path):
     _, options_path, weights_path = release
     out = tmp_path / "out"
     args = ["--options", options_path, "--weights", weights_path, "--output", str(out), "--overwrite"]
@@ -413,8 +439,10 @@ def test_a_second_conversion_into_a_folder_being_converted_is_refused_in_one_lin
     finally:
         done.set()
         thread.join(30)
-    assert str(exit_.value.code) == (f"elmo convert: error: another elmo convert run is writing '{out}' (it holds "
-                                     f"'{out}.lock'); wait for it to end, or choose another output folder.")
+    assert str(exit_.value.code) == (
+        f"elmo convert: error: another elmo convert run is writing '{out}' (it holds "
+        f"'{out}.lock'); wait for it to end, or choose another output folder."
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
@@ -427,8 +455,17 @@ def test_overwrite_never_deletes_the_inputs_nor_the_users_files(release, tmp_pat
     (folder / "notes.txt").write_text("mine")
     before = {p.name: p.read_bytes() for p in folder.iterdir()}
     with pytest.raises(SystemExit, match=f"output folder '{folder}' holds the input file '{folder}/options.json'"):
-        main(["--options", str(folder / "options.json"), "--weights", str(folder / "weights.hdf5"),
-              "--output", str(folder), "--overwrite"])
+        main(
+            [
+                "--options",
+                str(folder / "options.json"),
+                "--weights",
+                str(folder / "weights.hdf5"),
+                "--output",
+                str(folder),
+                "--overwrite",
+            ]
+        )
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
     out = tmp_path / "out"
     args = ["--options", options_path, "--weights", weights_path, "--output", str(out)]
@@ -456,9 +493,23 @@ def test_kill_9_during_a_conversion_leaves_a_temporary_folder_that_the_next_run_
         "    time.sleep(600)\n"
         "modeling_elmo.save_model_folder = save_then_stall\n"
         "from modeling_elmo.conversion.convert import main\n"
-        "sys.exit(main(sys.argv[1:]))\n")
-    proc = subprocess.Popen([sys.executable, "-c", stalls_after_saving, "--options", options_path, "--weights",
-                             weights_path, "--output", str(out)], stdout=subprocess.PIPE, text=True)
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            stalls_after_saving,
+            "--options",
+            options_path,
+            "--weights",
+            weights_path,
+            "--output",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout.readline().strip() == "saved"
     finally:
@@ -487,7 +538,9 @@ def test_script_converts_from_the_command_line(release, tmp_path, monkeypatch):
     _, options_path, weights_path = release
     script = Path(__file__).resolve().parents[1] / "scripts" / "convert_elmo_original_to_hf.py"
     out = tmp_path / "cli-out"
-    monkeypatch.setattr(sys, "argv", [str(script), "--options", options_path, "--weights", weights_path, "--output", str(out)])
+    monkeypatch.setattr(
+        sys, "argv", [str(script), "--options", options_path, "--weights", weights_path, "--output", str(out)]
+    )
     with pytest.raises(SystemExit) as exit_info:
         runpy.run_path(str(script), run_name="__main__")
     assert exit_info.value.code == 0
@@ -507,7 +560,9 @@ def test_missing_dataset_is_named(release, tmp_path):
     with h5py.File(weights, "a") as h5:
         del h5["CNN_high_1/b_carry"]
         del h5["RNN_0/RNN/MultiRNNCell/Cell1/LSTMCell/B"]
-    with pytest.raises(ValueError, match=r"missing datasets: \['CNN_high_1/b_carry', 'RNN_0/RNN/MultiRNNCell/Cell1/LSTMCell/B'\]"):
+    with pytest.raises(
+        ValueError, match=r"missing datasets: \['CNN_high_1/b_carry', 'RNN_0/RNN/MultiRNNCell/Cell1/LSTMCell/B'\]"
+    ):
         convert_state_dict(weights, convert_config(options))
 
 
@@ -597,8 +652,11 @@ def test_weights_file_with_an_overwritten_tail_is_a_value_error_naming_the_file(
     data[-8192:] = b"\xff" * 8192
     damaged = tmp_path / "damaged_weights.hdf5"
     damaged.write_bytes(bytes(data))
-    with pytest.raises(ValueError, match=rf"weights file '{re.escape(str(damaged))}' is damaged or truncated \(its "
-                                         r"table of datasets cannot be read: .*\); download it again"):
+    with pytest.raises(
+        ValueError,
+        match=rf"weights file '{re.escape(str(damaged))}' is damaged or truncated \(its "
+        r"table of datasets cannot be read: .*\); download it again",
+    ):
         convert_state_dict(damaged, convert_config(options))
     with pytest.raises(SystemExit) as excinfo:
         main(["--options", options_path, "--weights", str(damaged), "--output", str(tmp_path / "out")])
@@ -662,8 +720,13 @@ def test_a_non_finite_dataset_is_refused_naming_the_file_and_the_dataset(release
     with pytest.raises(SystemExit) as excinfo:
         main(["--options", options_path, "--weights", str(weights), "--output", str(tmp_path / "out")])
     message = str(excinfo.value.code)
-    assert message.startswith(f"elmo convert: error: weights file {str(weights)!r} is damaged or truncated (dataset "
-                              "'CNN_proj/W_proj' contains NaN or infinite values)") and "\n" not in message, message
+    assert (
+        message.startswith(
+            f"elmo convert: error: weights file {str(weights)!r} is damaged or truncated (dataset "
+            "'CNN_proj/W_proj' contains NaN or infinite values)"
+        )
+        and "\n" not in message
+    ), message
     assert not (tmp_path / "out").exists()
 
 
@@ -693,8 +756,9 @@ def test_a_full_disk_while_writing_the_weights_is_one_line_and_leaves_nothing(re
     from transformers import modeling_utils
 
     def full_disk(*args, **kwargs):
-        raise SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space '
-                              'left on device" })')
+        raise SafetensorError(
+            'Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left on device" })'
+        )
 
     _, options_path, weights_path = release
     earlier = tmp_path / "earlier"
@@ -703,8 +767,12 @@ def test_a_full_disk_while_writing_the_weights_is_one_line_and_leaves_nothing(re
     monkeypatch.setattr(modeling_utils, "safe_save_file", full_disk)
     output = tmp_path / "out"
     message = _full_disk_line(release, output)
-    assert message.startswith(f"elmo convert: error: cannot write the model into {str(output)!r}: Error while "
-                              "serializing: IoError(") and "No space left on device" in message, message
+    assert (
+        message.startswith(
+            f"elmo convert: error: cannot write the model into {str(output)!r}: Error while serializing: IoError("
+        )
+        and "No space left on device" in message
+    ), message
     assert sorted(p.name for p in tmp_path.iterdir()) == ["earlier"]
     with pytest.raises(SystemExit):
         main(["--options", options_path, "--weights", weights_path, "--output", str(earlier), "--overwrite"])
@@ -712,8 +780,9 @@ def test_a_full_disk_while_writing_the_weights_is_one_line_and_leaves_nothing(re
     assert sorted(p.name for p in tmp_path.iterdir()) == ["earlier"]
 
 
-def test_a_tmpfs_that_fills_up_as_the_weights_are_written_is_one_line_and_leaves_nothing(release, tmp_path,
-                                                                                         monkeypatch):
+def test_a_tmpfs_that_fills_up_as_the_weights_are_written_is_one_line_and_leaves_nothing(
+    release, tmp_path, monkeypatch
+):
     """A real full disk: a small tmpfs, filled by another file just before safetensors writes the weights."""
     import subprocess
 
@@ -739,8 +808,10 @@ def test_a_tmpfs_that_fills_up_as_the_weights_are_written_is_one_line_and_leaves
     monkeypatch.setattr(modeling_utils, "safe_save_file", fill_then_save)
     try:
         message = _full_disk_line(release, disk / "out")
-        assert message.startswith(f"elmo convert: error: cannot write the model into {str(disk / 'out')!r}: ") \
-            and "No space left on device" in message, message
+        assert (
+            message.startswith(f"elmo convert: error: cannot write the model into {str(disk / 'out')!r}: ")
+            and "No space left on device" in message
+        ), message
         assert sorted(p.name for p in disk.iterdir()) == ["filler"]
     finally:
         subprocess.run(["umount", str(disk)], check=True)

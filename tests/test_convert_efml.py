@@ -27,7 +27,12 @@ from modeling_elmo import ElmoModel, ElmoTokenizer, cli  # noqa: E402
 from modeling_elmo.conversion import convert_efml as ce  # noqa: E402
 from modeling_elmo.conversion import efml_format, efml_releases  # noqa: E402
 from modeling_elmo.conversion.efml_format import (  # noqa: E402
-    check_tensor_storage, load_state_dict, pickle_references, read_dic, read_efml_model, safe_extract_zip,
+    check_tensor_storage,
+    load_state_dict,
+    pickle_references,
+    read_dic,
+    read_efml_model,
+    safe_extract_zip,
 )
 from modeling_elmo.conversion.efml_reference import efml_forward, efml_inputs  # noqa: E402
 
@@ -61,7 +66,9 @@ def test_fixture_pickles_are_legacy_format_with_cuda_storages_and_load_on_the_cp
     assert ("torch.cuda", "FloatStorage") in pickle_references(data)
     state = load_state_dict(efml_folder / "encoder.pkl")
     assert all(t.device.type == "cpu" and t.dtype == torch.float32 for t in state.values())
-    assert torch.equal(state["forward_layer_0.state_projection.weight"], efml_weights(3)[1]["forward_layer_0.state_projection.weight"])
+    assert torch.equal(
+        state["forward_layer_0.state_projection.weight"], efml_weights(3)[1]["forward_layer_0.state_projection.weight"]
+    )
 
 
 def test_dic_reader_reads_a_whitespace_character_as_ideographic_space_and_keeps_combining_characters(efml_folder):
@@ -99,11 +106,13 @@ def test_saved_model_in_float32_matches_the_reference_on_new_sentences(converted
     with torch.no_grad():
         layers = model(**encoding, output_hidden_states=True).hidden_states
     for row, sentence in enumerate(SENTENCES):
-        expected = efml_forward(sentence, efml.chars.ids, efml.words.ids, efml.token_embedder, efml.encoder,
-                                efml.architecture)
+        expected = efml_forward(
+            sentence, efml.chars.ids, efml.words.ids, efml.token_embedder, efml.encoder, efml.architecture
+        )
         for index in range(3):
-            assert_same_numbers(layers[index][row, : len(sentence)], expected[index], rtol=1e-5,
-                                what=f"sentence {row} layer {index}")
+            assert_same_numbers(
+                layers[index][row, : len(sentence)], expected[index], rtol=1e-5, what=f"sentence {row} layer {index}"
+            )
 
 
 def test_literal_bos_and_eos_are_boundary_tokens_and_a_literal_s_is_a_word_as_in_the_original(converted, efml_folder):
@@ -115,7 +124,9 @@ def test_literal_bos_and_eos_are_boundary_tokens_and_a_literal_s_is_a_word_as_in
     sentence = ["abc", "<bos>", "Жы", "<S>", "<eos>", "ca"]
     with torch.no_grad():
         layers = model(**tokenizer(" ".join(sentence), return_tensors="pt"), output_hidden_states=True).hidden_states
-    expected = efml_forward(sentence, efml.chars.ids, efml.words.ids, efml.token_embedder, efml.encoder, efml.architecture)
+    expected = efml_forward(
+        sentence, efml.chars.ids, efml.words.ids, efml.token_embedder, efml.encoder, efml.architecture
+    )
     for index in range(3):
         assert_same_numbers(layers[index][0], expected[index], rtol=1e-5, what=f"layer {index}")
 
@@ -164,7 +175,10 @@ def test_converted_folder_loads_through_the_auto_classes_without_the_package(con
         print(json.dumps({"module": type(tok).__module__, "inputs": sorted(enc.keys()), "features": features.tolist(),
                           "pipeline": np.array(extractor(" ".join(sentences[0])))[0].tolist()}))
         """,
-        converted, json.dumps(SENTENCES, ensure_ascii=False), workdir=tmp_path / "fresh")
+        converted,
+        json.dumps(SENTENCES, ensure_ascii=False),
+        workdir=tmp_path / "fresh",
+    )
     assert got["module"].startswith("transformers_modules")
     assert got["inputs"] == ["attention_mask", "input_ids", "word_input_ids"]
     assert_same_numbers(got["features"], expected, what="features without the package")
@@ -204,17 +218,23 @@ def test_lstm_state_still_gives_the_stateful_behaviour_when_asked(converted):
 
 
 # --------------------------------------------------------------------------------------------------- bad input
-@pytest.mark.parametrize("foreign, named", [(os.system, "system"), (argparse.Namespace(a=1), "argparse.Namespace")],
-                         ids=["a function", "a class"])
-def test_pickle_referencing_anything_but_tensors_is_refused_naming_the_file_before_loading(efml_folder, tmp_path,
-                                                                                           monkeypatch, foreign, named):
+@pytest.mark.parametrize(
+    "foreign, named",
+    [(os.system, "system"), (argparse.Namespace(a=1), "argparse.Namespace")],
+    ids=["a function", "a class"],
+)
+def test_pickle_referencing_anything_but_tensors_is_refused_naming_the_file_before_loading(
+    efml_folder, tmp_path, monkeypatch, foreign, named
+):
     bad = tmp_path / "bad.model"
     bad.mkdir()
     for path in efml_folder.iterdir():
         (bad / path.name).write_bytes(path.read_bytes())
     import collections
 
-    (bad / "token_embedder.pkl").write_bytes(legacy_cuda_bytes(collections.OrderedDict(weight=torch.zeros(2), x=foreign)))
+    (bad / "token_embedder.pkl").write_bytes(
+        legacy_cuda_bytes(collections.OrderedDict(weight=torch.zeros(2), x=foreign))
+    )
     loads = []
     monkeypatch.setattr(torch, "load", lambda *a, **k: loads.append(a))  # the refusal comes before any unpickling
     with pytest.raises(SystemExit) as excinfo:
@@ -253,7 +273,10 @@ def test_vocabulary_that_does_not_match_its_table_is_refused(efml_folder, tmp_pa
 def test_release_table_lists_the_44_languages_with_their_nlpl_ids():
     table = efml_releases.EFML_RELEASES
     assert len(table) == 44 and sorted(r.repository_id for r in table.values()) == list(range(136, 180))
-    assert table["efml-zh"].repository_id == 179 and table["efml-en"].url() == "http://vectors.nlpl.eu/repository/11/144.zip"
+    assert (
+        table["efml-zh"].repository_id == 179
+        and table["efml-en"].url() == "http://vectors.nlpl.eu/repository/11/144.zip"
+    )
     assert table["efml-nl"].repository_id == 164 and table["efml-nb"].repository_id == 165  # as the README has them
 
 
@@ -268,8 +291,19 @@ def efml_served(server, efml_folder, tmp_path_factory, monkeypatch):  # noqa: F8
 
 
 def _convert_release(base_url, tmp_path, output="out"):
-    return cli.main(["convert", "--release", "efml-de", "--base-url", base_url, "--cache-dir", str(tmp_path / "cache"),
-                     "--output", str(tmp_path / output)])
+    return cli.main(
+        [
+            "convert",
+            "--release",
+            "efml-de",
+            "--base-url",
+            base_url,
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--output",
+            str(tmp_path / output),
+        ]
+    )
 
 
 def test_release_downloads_converts_and_names_language_and_source(efml_served, converted, tmp_path, capsys):
@@ -327,25 +361,62 @@ def test_embed_command_writes_the_original_computation_of_each_line(converted, e
     import h5py
 
     (tmp_path / "in.txt").write_text("\n".join(" ".join(s) for s in SENTENCES) + "\n", encoding="utf-8")
-    assert cli.main(["embed", str(tmp_path / "in.txt"), str(tmp_path / "out.h5"), "--model", str(converted), "--all",
-                     "--device", "cpu"]) == 0
+    assert (
+        cli.main(
+            [
+                "embed",
+                str(tmp_path / "in.txt"),
+                str(tmp_path / "out.h5"),
+                "--model",
+                str(converted),
+                "--all",
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     efml = read_efml_model(efml_folder)
     with h5py.File(tmp_path / "out.h5", "r") as h5:
         for index, sentence in enumerate(SENTENCES):
-            expected = efml_forward(sentence, efml.chars.ids, efml.words.ids, efml.token_embedder, efml.encoder,
-                                    efml.architecture)
+            expected = efml_forward(
+                sentence, efml.chars.ids, efml.words.ids, efml.token_embedder, efml.encoder, efml.architecture
+            )
             assert_same_numbers(h5[str(index)][()], expected, rtol=1e-5, what=f"line {index}")
 
 
 def test_evaluate_runs_the_wsd_probe_on_the_converted_model(converted, tmp_path):
     from modeling_elmo.evaluation import main as evaluate_main
 
-    occurrences = [(["日本", "abc", "Жы"], 0, "A"), (["日本", "ab"], 0, "A"), (["ca", "日本"], 1, "B"),
-                   (["ü", "日本", "ca"], 1, "B"), (["abc", "ü"], 1, "C"), (["ü", "Жы"], 0, "D")]
-    lines = [json.dumps({"tokens": t, "index": i, "word": t[i], "sense": s}, ensure_ascii=False) for t, i, s in occurrences]
+    occurrences = [
+        (["日本", "abc", "Жы"], 0, "A"),
+        (["日本", "ab"], 0, "A"),
+        (["ca", "日本"], 1, "B"),
+        (["ü", "日本", "ca"], 1, "B"),
+        (["abc", "ü"], 1, "C"),
+        (["ü", "Жы"], 0, "D"),
+    ]
+    lines = [
+        json.dumps({"tokens": t, "index": i, "word": t[i], "sense": s}, ensure_ascii=False) for t, i, s in occurrences
+    ]
     (tmp_path / "wsd.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    assert evaluate_main([str(converted), "--task", "wsd-probe", "--wsd-file", str(tmp_path / "wsd.jsonl"),
-                          "--output-dir", str(tmp_path / "eval"), "--no-progress", "--device", "cpu"]) == 0
+    assert (
+        evaluate_main(
+            [
+                str(converted),
+                "--task",
+                "wsd-probe",
+                "--wsd-file",
+                str(tmp_path / "wsd.jsonl"),
+                "--output-dir",
+                str(tmp_path / "eval"),
+                "--no-progress",
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     results = json.loads((tmp_path / "eval" / "eval_results.json").read_text(encoding="utf-8"))
     scores = [r for r in results["scores"] if r["task"] == "wsd-probe" and r["metric"] == "accuracy"]
     assert {r["representation"] for r in scores} >= {"layer 0", "layer 1", "layer 2"}
@@ -371,12 +442,27 @@ def test_trainer_fine_tunes_a_tagging_head_on_the_converted_model(converted, tmp
         encoded = tokenizer(batch["tokens"], is_split_into_words=True)
         return {**encoded, "labels": batch["tags"]}
 
-    data = Dataset.from_dict({"tokens": sentences, "tags": labels}).map(encode, batched=True, remove_columns=["tokens", "tags"])
+    data = Dataset.from_dict({"tokens": sentences, "tags": labels}).map(
+        encode, batched=True, remove_columns=["tokens", "tags"]
+    )
     assert "word_input_ids" in data.column_names
-    args = TrainingArguments(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, num_train_epochs=2,
-                             learning_rate=1e-2, report_to=[], save_strategy="no", use_cpu=True, seed=0)
-    trainer = Trainer(model=model, args=args, train_dataset=data, processing_class=tokenizer,
-                      data_collator=DataCollatorForTokenClassification(tokenizer))
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=4,
+        num_train_epochs=2,
+        learning_rate=1e-2,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        seed=0,
+    )
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=data,
+        processing_class=tokenizer,
+        data_collator=DataCollatorForTokenClassification(tokenizer),
+    )
     result = trainer.train()
     assert np.isfinite(result.training_loss)
     assert not torch.equal(model.elmo.char_encoder.word_embeddings.weight, base.char_encoder.word_embeddings.weight)
@@ -416,19 +502,26 @@ def test_hub_mirror_serves_the_zip_when_the_repository_fails(efml_served, server
         return str(Path(local_dir) / filename)
 
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", from_mirror)
-    archive, where = efml_releases.fetch_efml_release("efml-de", tmp_path / "cache", base_url=base_url,
-                                                      mirror="someone/efml-zips", progress=False)
+    archive, where = efml_releases.fetch_efml_release(
+        "efml-de", tmp_path / "cache", base_url=base_url, mirror="someone/efml-zips", progress=False
+    )
     assert calls == [("someone/efml-zips", "142.zip")] and where == "hf://someone/efml-zips/142.zip"
     assert archive.read_bytes() == data
     assert sorted(p.name for p in archive.parent.iterdir()) == ["142.zip", "142.zip.source"]
 
 
 def test_word_embedding_input_is_initialised_with_rows_of_about_unit_norm():
-    config = ce.ElmoConfig(projection_dim=8, cell_size=16, char_cnn_filters=[[1, 4]], num_highway_layers=1,
-                           word_input_vocab_size=4000, word_input_dim=50)
+    config = ce.ElmoConfig(
+        projection_dim=8,
+        cell_size=16,
+        char_cnn_filters=[[1, 4]],
+        num_highway_layers=1,
+        word_input_vocab_size=4000,
+        word_input_dim=50,
+    )
     torch.manual_seed(0)
     table = ElmoModel(config).char_encoder.word_embeddings.weight.detach()
-    assert abs(float(table.std()) - 50 ** -0.5) < 0.01 and abs(float(table.norm(dim=1).mean()) - 1.0) < 0.05
+    assert abs(float(table.std()) - 50**-0.5) < 0.01 and abs(float(table.norm(dim=1).mean()) - 1.0) < 0.05
     assert config.token_features_size == 50 + 4  # the projection reads [word vector; character features]
 
 
@@ -456,8 +549,9 @@ def test_a_non_finite_source_tensor_is_refused_naming_the_file_and_the_tensor(ef
     en["backward_layer_1.state_linearity.weight"][2, 3] = value
     (bad / "encoder.pkl").write_bytes(legacy_cuda_bytes(en))
     message = _convert_line(bad, tmp_path / "out")
-    assert ("encoder.pkl: tensor 'backward_layer_1.state_linearity.weight' holds 1 NaN or infinite value(s)"
-            in message), message
+    assert (
+        "encoder.pkl: tensor 'backward_layer_1.state_linearity.weight' holds 1 NaN or infinite value(s)" in message
+    ), message
 
 
 def test_parity_check_fails_when_the_converted_model_computes_nan(converted, efml_folder):
@@ -467,29 +561,38 @@ def test_parity_check_fails_when_the_converted_model_computes_nan(converted, efm
     sentences = ce.validation_sentences(efml)
     assert max(ce.validate_efml_conversion(model, tokenizer, efml, sentences)) <= ce.EFML_ATOL
     with torch.no_grad():
-        model.encoder.backward_layers[1].input_transform.bias[0] = float("nan")  # the last layer computes NaN, the others do not
+        model.encoder.backward_layers[1].input_transform.bias[0] = float(
+            "nan"
+        )  # the last layer computes NaN, the others do not
     with pytest.raises(ValueError, match=r"differs from the original computation: layer 2 by nan"):
         ce.validate_efml_conversion(model, tokenizer, efml, sentences)
 
 
-def test_stride_zero_views_declaring_huge_layers_are_refused_before_any_model_is_built(efml_folder, tmp_path,
-                                                                                       monkeypatch):
+def test_stride_zero_views_declaring_huge_layers_are_refused_before_any_model_is_built(
+    efml_folder, tmp_path, monkeypatch
+):
     """9 KB of pickles whose encoder tensors are views of one stored value declaring 16384-wide LSTMs (an
     8.6e9-parameter model) are refused from the bytes the file stores, naming the file and the tensor."""
     bad = _copy_model(efml_folder, tmp_path / "bad.model")
     _, en = efml_weights(seed=3)
     wide, width = collections.OrderedDict(), 16384
     for name, tensor in en.items():
-        shape = {"input_linearity.weight": (4 * width, width), "state_linearity.weight": (4 * width, width),
-                 "state_linearity.bias": (4 * width,), "state_projection.weight": (width, width)}[name.split(".", 1)[1]]
+        shape = {
+            "input_linearity.weight": (4 * width, width),
+            "state_linearity.weight": (4 * width, width),
+            "state_linearity.bias": (4 * width,),
+            "state_projection.weight": (width, width),
+        }[name.split(".", 1)[1]]
         wide[name] = torch.zeros(1).expand(*shape)
     (bad / "encoder.pkl").write_bytes(legacy_cuda_bytes(wide))
     assert (bad / "encoder.pkl").stat().st_size < 20_000
     built = []
     monkeypatch.setattr(ce, "efml_config", lambda *a: built.append(a))
     message = _convert_line(bad, tmp_path / "out")
-    assert "encoder.pkl: tensor 'forward_layer_0.input_linearity.weight' of shape (65536, 16384) is a stride-0 view" \
-        in message, message
+    assert (
+        "encoder.pkl: tensor 'forward_layer_0.input_linearity.weight' of shape (65536, 16384) is a stride-0 view"
+        in message
+    ), message
     assert built == []
 
 
@@ -503,15 +606,22 @@ def test_overlapping_and_shared_views_declare_more_than_the_file_stores_and_are_
     check_tensor_storage({"a": storage, "t": torch.rand(3, 4).t(), "empty": torch.zeros(0, 5)}, "x.pkl")  # plain
 
 
-@pytest.mark.parametrize("key, value, shown", [
-    ("encoder.cell_clip", [1], '"encoder"."cell_clip" must be a number >= 0 (0: no clipping) or null, got [1]'),
-    ("token_embedder", "cnn", '"token_embedder" must be an object, got "cnn"'),
-    ("token_embedder.max_characters_per_token", "abc",
-     '"token_embedder"."max_characters_per_token" must be an integer from 3 to 1024, got "abc"'),
-    ("token_embedder.activation", 7, '"token_embedder"."activation" must be "relu" or "tanh", got 7'),
-])
-def test_a_wrongly_typed_architecture_value_is_one_line_naming_the_file_and_the_key(efml_folder, tmp_path, key,
-                                                                                    value, shown):
+@pytest.mark.parametrize(
+    "key, value, shown",
+    [
+        ("encoder.cell_clip", [1], '"encoder"."cell_clip" must be a number >= 0 (0: no clipping) or null, got [1]'),
+        ("token_embedder", "cnn", '"token_embedder" must be an object, got "cnn"'),
+        (
+            "token_embedder.max_characters_per_token",
+            "abc",
+            '"token_embedder"."max_characters_per_token" must be an integer from 3 to 1024, got "abc"',
+        ),
+        ("token_embedder.activation", 7, '"token_embedder"."activation" must be "relu" or "tanh", got 7'),
+    ],
+)
+def test_a_wrongly_typed_architecture_value_is_one_line_naming_the_file_and_the_key(
+    efml_folder, tmp_path, key, value, shown
+):
     architecture = copy.deepcopy(efml_format.PUBLISHED_ARCHITECTURE)
     section, _, field = key.partition(".")
     if field:
@@ -524,13 +634,22 @@ def test_a_wrongly_typed_architecture_value_is_one_line_naming_the_file_and_the_
     assert message == f"elmo convert: error: architecture file {str(path)!r}: {shown}.", message
 
 
-@pytest.mark.parametrize("line, shown", [
-    ("x\t²", "char.dic line 3 is not 'token<TAB>id' (the id a number): 'x\\t²'."),
-    ("x\t" + "7" * 5000, "char.dic line 3 is not 'token<TAB>id' (the id a number): 'x\\t7777777777777777777777777777777"
-                         "777777777777777777777777777'... (5,002 characters)."),
-    ("y" * 5_000_000 + "\t2", "char.dic line 3 lists 'yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy'... "
-                               "(5,000,000 characters), which is neither one character nor one of the symbols"),
-])
+@pytest.mark.parametrize(
+    "line, shown",
+    [
+        ("x\t²", "char.dic line 3 is not 'token<TAB>id' (the id a number): 'x\\t²'."),
+        (
+            "x\t" + "7" * 5000,
+            "char.dic line 3 is not 'token<TAB>id' (the id a number): 'x\\t7777777777777777777777777777777"
+            "777777777777777777777777777'... (5,002 characters).",
+        ),
+        (
+            "y" * 5_000_000 + "\t2",
+            "char.dic line 3 lists 'yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy'... "
+            "(5,000,000 characters), which is neither one character nor one of the symbols",
+        ),
+    ],
+)
 def test_a_bad_char_dic_line_is_one_short_line_naming_the_file_and_the_line(efml_folder, tmp_path, line, shown):
     bad = _copy_model(efml_folder, tmp_path / "bad.model")
     lines = (bad / "char.dic").read_text(encoding="utf-8").split("\n")
@@ -562,27 +681,31 @@ def test_zip_members_written_with_permission_bits_only_convert(efml_folder, conv
             handle.writestr(f"model/{path.name}", path.read_bytes())  # mode 0o600 << 16: no file type
     assert all(info.external_attr >> 16 == 0o600 for info in zipfile.ZipFile(archive).infolist())
     out = ce.convert_efml(archive, tmp_path / "out")
-    assert_same_numbers(json.loads((out / "conversion_metadata.json").read_text())["num_parameters"],
-                        json.loads((converted / "conversion_metadata.json").read_text())["num_parameters"])
+    assert_same_numbers(
+        json.loads((out / "conversion_metadata.json").read_text())["num_parameters"],
+        json.loads((converted / "conversion_metadata.json").read_text())["num_parameters"],
+    )
 
 
 def test_zip_member_that_is_a_link_is_refused(efml_folder, tmp_path):
     archive = zip_folder(efml_folder, tmp_path / "linked.zip")
     with zipfile.ZipFile(archive, "a") as handle:
         info = zipfile.ZipInfo("escape")
-        info.external_attr = (0o120777 << 16)  # a symbolic link
+        info.external_attr = 0o120777 << 16  # a symbolic link
         handle.writestr(info, "/etc/passwd")
     message = _convert_line(archive, tmp_path / "out")
     assert "linked.zip holds 'escape', which is not a plain file or folder (a link?)" in message, message
 
 
-def test_zip_member_inflating_far_beyond_its_compressed_size_is_refused_before_anything_is_written(efml_folder,
-                                                                                                 tmp_path):
+def test_zip_member_inflating_far_beyond_its_compressed_size_is_refused_before_anything_is_written(
+    efml_folder, tmp_path
+):
     archive = tmp_path / "bomb.zip"
     with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as handle:
         for path in sorted(efml_folder.iterdir()):  # encoder.pkl: 64 MB of zeros in about 64 KB
-            handle.writestr(f"model/{path.name}",
-                            b"\x80\x02" + bytes(64 << 20) if path.name == "encoder.pkl" else path.read_bytes())
+            handle.writestr(
+                f"model/{path.name}", b"\x80\x02" + bytes(64 << 20) if path.name == "encoder.pkl" else path.read_bytes()
+            )
     assert archive.stat().st_size < 200_000
     message = _convert_line(archive, tmp_path / "out")
     assert "bomb.zip holds 'model/encoder.pkl', which inflates from " in message
@@ -590,13 +713,13 @@ def test_zip_member_inflating_far_beyond_its_compressed_size_is_refused_before_a
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bomb.zip"]
 
 
-def test_zip_weight_file_that_does_not_start_like_one_is_refused_at_its_first_block(efml_folder, tmp_path,
-                                                                                    monkeypatch):
+def test_zip_weight_file_that_does_not_start_like_one_is_refused_at_its_first_block(efml_folder, tmp_path, monkeypatch):
     archive = tmp_path / "zeros.zip"
     with zipfile.ZipFile(archive, "w", zipfile.ZIP_STORED) as handle:  # stored: the ratio is 1
         for path in sorted(efml_folder.iterdir()):
-            handle.writestr(f"model/{path.name}",
-                            bytes(3 << 20) if path.name == "token_embedder.pkl" else path.read_bytes())
+            handle.writestr(
+                f"model/{path.name}", bytes(3 << 20) if path.name == "token_embedder.pkl" else path.read_bytes()
+            )
     read = []
     real_read = zipfile.ZipExtFile.read
 
@@ -609,9 +732,11 @@ def test_zip_weight_file_that_does_not_start_like_one_is_refused_at_its_first_bl
     monkeypatch.setattr(zipfile.ZipExtFile, "read", counting_read)
     with pytest.raises(ValueError) as error:
         safe_extract_zip(archive, tmp_path / "target")
-    assert str(error.value) == ("zeros.zip holds 'model/token_embedder.pkl', which does not start like a PyTorch "
-                                "weight file (its first bytes are b'\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00'); "
-                                "nothing was unpacked.")
+    assert str(error.value) == (
+        "zeros.zip holds 'model/token_embedder.pkl', which does not start like a PyTorch "
+        "weight file (its first bytes are b'\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00'); "
+        "nothing was unpacked."
+    )
     assert 0 < sum(read) <= 1 << 20  # one block of the member was read, none written
     assert sorted(p.name for p in tmp_path.iterdir()) == ["zeros.zip"]
 
@@ -623,6 +748,7 @@ def test_zip_holding_two_models_is_reported_by_the_zip_name(efml_folder, tmp_pat
             for path in sorted(efml_folder.iterdir()):
                 handle.write(path, f"{inside}/{path.name}")
     message = _convert_line(archive, tmp_path / "out")
-    assert message == (f"elmo convert: error: {str(archive)!r} is not an ELMoForManyLangs model: 2 folders hold an "
-                       "encoder.pkl."), message
+    assert message == (
+        f"elmo convert: error: {str(archive)!r} is not an ELMoForManyLangs model: 2 folders hold an encoder.pkl."
+    ), message
     assert "elmo-efml-" not in message

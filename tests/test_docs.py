@@ -18,15 +18,38 @@ def test_the_publishing_page_lists_exactly_the_uploaded_code_files():
     [row] = [line for line in text.splitlines() if line.startswith("|") and "the custom code" in line]
     assert re.findall(r"`([a-z_]+\.py)`", row.split("|")[1]) == sorted(CODE_FILES)
     [paragraph] = [block for block in text.split("\n- ") if block.startswith("**What `trust_remote_code=True` runs**")]
-    assert sorted(set(re.findall(r"`([a-z_]+\.py)`", paragraph.split("\n\n")[0].split("\n- ")[0]))) == sorted(CODE_FILES)
+    assert sorted(set(re.findall(r"`([a-z_]+\.py)`", paragraph.split("\n\n")[0].split("\n- ")[0]))) == sorted(
+        CODE_FILES
+    )
 
 
-@pytest.mark.parametrize("page", ["benchmarks.md", "evaluation.md", "pretraining.md", "conversion.md", "hub.md",
-                                  "embed.md", "model.md", "security.md", "bad-input.md", "results.md", "internals.md"])
+@pytest.mark.parametrize(
+    "page",
+    [
+        "benchmarks.md",
+        "evaluation.md",
+        "pretraining.md",
+        "conversion.md",
+        "hub.md",
+        "embed.md",
+        "model.md",
+        "security.md",
+        "bad-input.md",
+        "results.md",
+        "internals.md",
+    ],
+)
 def test_the_page_does_not_speak_of_how_the_project_is_developed(page):
     text = (DOCS / page).read_text(encoding="utf-8")
-    for pattern in (r"\bissue \d+", r"\(issue\b", r"development (session|machine)", r"\bdevice tool\b",
-                    r"\bdevice time\b", r"\blent the GPU\b", r"other engineers"):
+    for pattern in (
+        r"\bissue \d+",
+        r"\(issue\b",
+        r"development (session|machine)",
+        r"\bdevice tool\b",
+        r"\bdevice time\b",
+        r"\blent the GPU\b",
+        r"other engineers",
+    ):
         assert not re.search(pattern, text, flags=re.I), f"{page}: {re.search(pattern, text, flags=re.I).group(0)!r}"
 
 
@@ -40,14 +63,15 @@ def test_the_classifier_on_cached_features_example_runs_and_reports_accuracy(tmp
     from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer, save_model_folder
 
     text = (DOCS / "embed.md").read_text(encoding="utf-8")
-    section = text[text.index("### A sentiment classifier on cached features"):]
+    section = text[text.index("### A sentiment classifier on cached features") :]
     block = re.search(r"```python\n(.*?)```", section, flags=re.S).group(1)
     assert "compute_metrics=compute_metrics" in block and "evaluate.load" in block
     monkeypatch.chdir(tmp_path)
     monkeypatch.setitem(sys.modules, "evaluate", None)
     torch.manual_seed(0)
-    config = ElmoConfig(projection_dim=8, cell_size=16, char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 8]],
-                        num_highway_layers=1)
+    config = ElmoConfig(
+        projection_dim=8, cell_size=16, char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 8]], num_highway_layers=1
+    )
     save_model_folder(ElmoModel(config), ElmoTokenizer(), tmp_path / "outputs" / "elmo-quickstart")
     namespace = {"__name__": "__docs__"}
     exec(compile(block, "docs/embed.md", "exec"), namespace)  # noqa: S102 (the documentation's own code)

@@ -12,12 +12,11 @@ import time
 from pathlib import Path
 
 import pytest
+from support import plant
 
 from modeling_elmo import cli
-
 from modeling_elmo.conversion import releases
 from modeling_elmo.conversion.releases import DownloadError, download_file, fetch_release
-from support import plant
 
 
 @pytest.fixture(autouse=True)
@@ -51,8 +50,9 @@ def _interrupt(server, served, release, tmp_path, nbytes: int) -> Path:
 # ----------------------------------------------------------------------------------------------- resuming
 
 
-def test_part_from_another_server_is_not_spliced_into_a_file_of_the_same_size(server, served, release, tmp_path,
-                                                                              synthetic_files):
+def test_part_from_another_server_is_not_spliced_into_a_file_of_the_same_size(
+    server, served, release, tmp_path, synthetic_files
+):
     _interrupt(server, served, release, tmp_path, 15_000)
     other = bytes(b ^ 0xFF for b in synthetic_files[2])  # another file of the same size
     mirror = "/mirror/models/elmo"
@@ -64,16 +64,21 @@ def test_part_from_another_server_is_not_spliced_into_a_file_of_the_same_size(se
     assert fetched.paths["weights"].read_bytes() == other  # the other server's file whole, not a splice
 
 
-def test_part_of_a_file_that_changed_on_the_server_is_replaced_not_continued(server, served, release, tmp_path,
-                                                                             synthetic_files):
+def test_part_of_a_file_that_changed_on_the_server_is_replaced_not_continued(
+    server, served, release, tmp_path, synthetic_files
+):
     _interrupt(server, served, release, tmp_path, 15_000)
     changed = bytearray(synthetic_files[2])
     changed[20_000] ^= 0x01  # same size, one bit beyond the part: a splice would pass every size check
     server.files[served["weights"]] = bytes(changed)
     server.requests.clear()
     server.if_range.clear()
-    download_file(release.url("weights", server.url), _cache(tmp_path, release) / release.filename("weights"),
-                  progress=False, attempts=1)
+    download_file(
+        release.url("weights", server.url),
+        _cache(tmp_path, release) / release.filename("weights"),
+        progress=False,
+        attempts=1,
+    )
     assert server.requests == [(served["weights"], "bytes=15000-")]
     assert server.if_range == [server.etag(synthetic_files[2])]  # the old version's ETag: the server sends it all
     assert (_cache(tmp_path, release) / release.filename("weights")).read_bytes() == bytes(changed)
@@ -99,21 +104,41 @@ def test_part_with_its_validator_resumes_with_if_range(server, served, release, 
     assert server.if_range == [server.etag(synthetic_files[2])]
     assert fetched.paths["weights"].read_bytes() == synthetic_files[2]
     assert sorted(p.name for p in _cache(tmp_path, release).iterdir()) == sorted(
-        [release.filename("options"), release.filename("options") + ".source", release.filename("weights"),
-         release.filename("weights") + ".source"])
+        [
+            release.filename("options"),
+            release.filename("options") + ".source",
+            release.filename("weights"),
+            release.filename("weights") + ".source",
+        ]
+    )
 
 
 # ----------------------------------------------------------------------------------------------- redirects
 
 
-def test_redirect_is_followed_and_recorded_with_the_url_that_served_the_file(server, served, release, tmp_path,
-                                                                            synthetic_files, caplog):
+def test_redirect_is_followed_and_recorded_with_the_url_that_served_the_file(
+    server, served, release, tmp_path, synthetic_files, caplog
+):
     elsewhere = "/elsewhere/weights.hdf5"
     server.files[elsewhere] = synthetic_files[2]
     server.redirects[served["weights"]] = _host(server) + elsewhere
     with caplog.at_level(logging.WARNING, logger="modeling_elmo.conversion.releases"):
-        assert cli.main(["convert", "--release", "original", "--base-url", server.url, "--cache-dir",
-                         str(tmp_path / "cache"), "--output", str(tmp_path / "out")]) == 0
+        assert (
+            cli.main(
+                [
+                    "convert",
+                    "--release",
+                    "original",
+                    "--base-url",
+                    server.url,
+                    "--cache-dir",
+                    str(tmp_path / "cache"),
+                    "--output",
+                    str(tmp_path / "out"),
+                ]
+            )
+            == 0
+        )
     asked = release.url("weights", server.url)
     recorded = f"{_host(server)}{elsewhere} (redirected from {asked})"
     metadata = json.loads((tmp_path / "out" / "conversion_metadata.json").read_text())
@@ -129,11 +154,25 @@ def test_endless_body_without_content_length_is_cut_off_at_the_size_bound(server
     server.endless.add(served["options"])
     started = time.monotonic()
     with pytest.raises(SystemExit) as exit_:
-        cli.main(["convert", "--release", "original", "--base-url", server.url, "--cache-dir",
-                  str(tmp_path / "cache"), "--output", str(tmp_path / "out"), "--no-mirror"])
+        cli.main(
+            [
+                "convert",
+                "--release",
+                "original",
+                "--base-url",
+                server.url,
+                "--cache-dir",
+                str(tmp_path / "cache"),
+                "--output",
+                str(tmp_path / "out"),
+                "--no-mirror",
+            ]
+        )
     message = str(exit_.value.code)
-    assert message == (f"elmo convert: error: {release.filename('options')} from {release.url('options', server.url)}: "
-                       "the server sent more than 65,536, the most this file can have; the partial file was deleted.")
+    assert message == (
+        f"elmo convert: error: {release.filename('options')} from {release.url('options', server.url)}: "
+        "the server sent more than 65,536, the most this file can have; the partial file was deleted."
+    )
     assert time.monotonic() - started < 30
     assert sorted(p.name for p in _cache(tmp_path, release).iterdir()) == []
 
@@ -143,13 +182,29 @@ def test_trickling_server_meets_the_deadline_of_the_file(server, served, release
     monkeypatch.setattr(releases, "DEADLINE_GRACE_SECONDS", 1.0)  # options.json: 1 s + 65,536 B at 100 kB/s
     started = time.monotonic()
     with pytest.raises(SystemExit) as exit_:
-        cli.main(["convert", "--release", "original", "--base-url", server.url, "--cache-dir",
-                  str(tmp_path / "cache"), "--output", str(tmp_path / "out")])
+        cli.main(
+            [
+                "convert",
+                "--release",
+                "original",
+                "--base-url",
+                server.url,
+                "--cache-dir",
+                str(tmp_path / "cache"),
+                "--output",
+                str(tmp_path / "out"),
+            ]
+        )
     elapsed = time.monotonic() - started
     message = str(exit_.value.code)
-    assert message.startswith(f"elmo convert: error: cannot download {release.filename('options')} from "
-                              f"{release.url('options', server.url)}: timed out, the file did not arrive within its "
-                              "deadline of 2 s; ") and "\n" not in message, message
+    assert (
+        message.startswith(
+            f"elmo convert: error: cannot download {release.filename('options')} from "
+            f"{release.url('options', server.url)}: timed out, the file did not arrive within its "
+            "deadline of 2 s; "
+        )
+        and "\n" not in message
+    ), message
     assert "bytes are kept in" in message and elapsed < 10
 
 
@@ -159,8 +214,10 @@ def test_stalled_server_is_reported_as_a_timeout(server, served, release, tmp_pa
     started = time.monotonic()
     with pytest.raises(DownloadError) as raised:
         download_file(url, tmp_path / "options.json", read_timeout=1.0, attempts=2, retry_wait=0, progress=False)
-    assert str(raised.value) == (f"cannot download options.json from {url} (2 attempts): timed out: the server sent "
-                                 "nothing for 1 s (after 0 bytes).")
+    assert str(raised.value) == (
+        f"cannot download options.json from {url} (2 attempts): timed out: the server sent "
+        "nothing for 1 s (after 0 bytes)."
+    )
     assert time.monotonic() - started < 10
 
 
@@ -191,19 +248,34 @@ def test_two_downloads_into_one_cache_take_turns_and_both_succeed(server, served
 
 # ------------------------------------------------------------------------------------------- whole-response deadline
 @pytest.mark.parametrize("at_once", [0, len("HTTP/1.0 200 OK\r\n")], ids=["status line trickled", "headers trickled"])
-def test_a_server_trickling_its_status_line_or_headers_meets_the_deadline_of_the_file(server, served, release,
-                                                                                     tmp_path, monkeypatch, at_once):
+def test_a_server_trickling_its_status_line_or_headers_meets_the_deadline_of_the_file(
+    server, served, release, tmp_path, monkeypatch, at_once
+):
     server.trickle_head[served["options"]] = (0.3, at_once)  # ~200 header bytes: a minute, each read in time
     monkeypatch.setattr(releases, "DEADLINE_GRACE_SECONDS", 1.0)  # options.json: 1 s + 65,536 B at 100 kB/s
     started = time.monotonic()
     with pytest.raises(SystemExit) as exit_:
-        cli.main(["convert", "--release", "original", "--base-url", server.url, "--cache-dir",
-                  str(tmp_path / "cache"), "--output", str(tmp_path / "out"), "--no-mirror"])
+        cli.main(
+            [
+                "convert",
+                "--release",
+                "original",
+                "--base-url",
+                server.url,
+                "--cache-dir",
+                str(tmp_path / "cache"),
+                "--output",
+                str(tmp_path / "out"),
+                "--no-mirror",
+            ]
+        )
     elapsed = time.monotonic() - started
     message = str(exit_.value.code)
-    assert message == (f"elmo convert: error: cannot download {release.filename('options')} from "
-                       f"{release.url('options', server.url)}: timed out, the file did not arrive within its "
-                       "deadline of 2 s."), message
+    assert message == (
+        f"elmo convert: error: cannot download {release.filename('options')} from "
+        f"{release.url('options', server.url)}: timed out, the file did not arrive within its "
+        "deadline of 2 s."
+    ), message
     assert elapsed < 10, elapsed
     assert len(server.requests_for(served["options"])) == 1
     assert not (tmp_path / "out").exists()
@@ -222,8 +294,9 @@ def test_the_whole_response_deadline_holds_through_an_http_proxy(server, served,
     assert server.requests_for(served["options"]) == [None]
 
 
-def test_a_download_within_its_deadline_is_not_cut_short_by_the_deadline_guard(server, served, release, tmp_path,
-                                                                              synthetic_files):
+def test_a_download_within_its_deadline_is_not_cut_short_by_the_deadline_guard(
+    server, served, release, tmp_path, synthetic_files
+):
     server.trickle_head[served["options"]] = (0.01, 0)
     url = release.url("options", server.url)
     download_file(url, tmp_path / "options.json", deadline=30, progress=False)
@@ -245,25 +318,41 @@ def _planted_part(tmp_path, release, server, planted: str) -> tuple[Path, Path]:
 
 
 @pytest.mark.parametrize("planted", ["link to another user's file", "dangling link", "FIFO"])
-def test_a_part_planted_in_a_shared_cache_is_refused_and_nothing_is_written_through_it(server, served, release,
-                                                                                      tmp_path, planted):
+def test_a_part_planted_in_a_shared_cache_is_refused_and_nothing_is_written_through_it(
+    server, served, release, tmp_path, planted
+):
     server.ignore_range = True
     part, victim = _planted_part(tmp_path, release, server, planted)
     with pytest.raises(SystemExit) as exit_:
-        cli.main(["convert", "--release", "original", "--base-url", server.url, "--cache-dir",
-                  str(tmp_path / "cache"), "--output", str(tmp_path / "out")])
+        cli.main(
+            [
+                "convert",
+                "--release",
+                "original",
+                "--base-url",
+                server.url,
+                "--cache-dir",
+                str(tmp_path / "cache"),
+                "--output",
+                str(tmp_path / "out"),
+            ]
+        )
     kind = "a FIFO" if planted == "FIFO" else "a symbolic link"
-    assert str(exit_.value.code) == (f"elmo convert: error: the partial download {str(part)!r} is {kind}, not a "
-                                     "regular file; refusing to use it (remove it if it is not yours to keep).")
+    assert str(exit_.value.code) == (
+        f"elmo convert: error: the partial download {str(part)!r} is {kind}, not a "
+        "regular file; refusing to use it (remove it if it is not yours to keep)."
+    )
     assert os.path.lexists(part), "the planted entry is left for its owner to look at"
     assert [p.read_text() for p in victim.parent.iterdir()] == (
-        ["another user's file"] if planted.startswith("link to") else [])
+        ["another user's file"] if planted.startswith("link to") else []
+    )
     assert server.requests == [] and not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("where", ["record", "cached file", "source record", "cache lock", "release folder"])
 def test_links_planted_for_the_record_the_cached_file_the_lock_or_the_release_folder_are_refused(
-        server, served, release, tmp_path, synthetic_files, where):
+    server, served, release, tmp_path, synthetic_files, where
+):
     folder = _cache(tmp_path, release)
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -283,8 +372,19 @@ def test_links_planted_for_the_record_the_cached_file_the_lock_or_the_release_fo
         if where == "source record":  # beside a complete cached file, whose origin it would name
             (folder / release.filename("options")).write_bytes(synthetic_files[1])
     with pytest.raises(SystemExit) as exit_:
-        cli.main(["convert", "--release", "original", "--base-url", server.url, "--cache-dir",
-                  str(tmp_path / "cache"), "--output", str(tmp_path / "out")])
+        cli.main(
+            [
+                "convert",
+                "--release",
+                "original",
+                "--base-url",
+                server.url,
+                "--cache-dir",
+                str(tmp_path / "cache"),
+                "--output",
+                str(tmp_path / "out"),
+            ]
+        )
     message = str(exit_.value.code)
     assert message.startswith(f"elmo convert: error: {what} {str(planted)!r} is a symbolic link"), message
     assert "\n" not in message
@@ -292,8 +392,9 @@ def test_links_planted_for_the_record_the_cached_file_the_lock_or_the_release_fo
 
 
 # ----------------------------------------------------------------------------------------------- the output
-def test_a_file_put_into_the_output_during_the_download_is_kept_and_the_conversion_refused(server, served, release,
-                                                                                          tmp_path, monkeypatch):
+def test_a_file_put_into_the_output_during_the_download_is_kept_and_the_conversion_refused(
+    server, served, release, tmp_path, monkeypatch
+):
     from modeling_elmo.conversion import convert
 
     out = tmp_path / "out" / "new"
@@ -306,10 +407,22 @@ def test_a_file_put_into_the_output_during_the_download_is_kept_and_the_conversi
 
     monkeypatch.setattr(convert, "fetch_release", the_user_writes_meanwhile)
     with pytest.raises(SystemExit) as exit_:
-        cli.main(["convert", "--release", "original", "--base-url", server.url, "--cache-dir",
-                  str(tmp_path / "cache"), "--output", str(out)])
+        cli.main(
+            [
+                "convert",
+                "--release",
+                "original",
+                "--base-url",
+                server.url,
+                "--cache-dir",
+                str(tmp_path / "cache"),
+                "--output",
+                str(out),
+            ]
+        )
     # checked again once the files are in (and again when the folder is put in place: tests/test_convert.py)
-    assert str(exit_.value.code) == (f"elmo convert: error: output folder '{out}' exists and is not empty; pass "
-                                     "overwrite=True (--overwrite).")
+    assert str(exit_.value.code) == (
+        f"elmo convert: error: output folder '{out}' exists and is not empty; pass overwrite=True (--overwrite)."
+    )
     assert [p.name for p in out.iterdir()] == ["notes.txt"] and (out / "notes.txt").read_text() == "mine"
     assert sorted(p.name for p in out.parent.iterdir()) == ["new"], "no temporary folder or lock left"

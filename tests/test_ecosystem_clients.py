@@ -8,18 +8,16 @@ import json
 import re
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
-
 from support import assert_same_numbers, run_without_package
 from test_lstm_modules import clipping_model, write_legacy_folder
 from test_modeling_elmo import SENTENCES as MODEL_SENTENCES
 
 from modeling_elmo import (
-    ElmoForBidirectionalLM,
     ElmoConfig,
+    ElmoForBidirectionalLM,
     ElmoForSequenceClassification,
     ElmoForTokenClassification,
     ElmoModel,
@@ -60,13 +58,16 @@ def expected_entities(model) -> list[dict]:
     encoding = ElmoTokenizer()([w for w, _, _ in words], is_split_into_words=True, return_tensors="pt")
     with torch.no_grad():
         probabilities = model(**encoding).logits[0].softmax(-1)
-    return [{"entity": TAG_LABELS[int(p.argmax())], "score": float(p.max()), "index": i, "word": w, "start": s, "end": e}
-            for i, ((w, s, e), p) in enumerate(zip(words, probabilities))]
+    return [
+        {"entity": TAG_LABELS[int(p.argmax())], "score": float(p.max()), "index": i, "word": w, "start": s, "end": e}
+        for i, ((w, s, e), p) in enumerate(zip(words, probabilities, strict=False))
+    ]
 
 
 def assert_same_entities(got: list[dict], expected: list[dict]) -> None:
-    assert [{k: v for k, v in e.items() if k != "score"} for e in got] == \
-        [{k: v for k, v in e.items() if k != "score"} for e in expected]
+    assert [{k: v for k, v in e.items() if k != "score"} for e in got] == [
+        {k: v for k, v in e.items() if k != "score"} for e in expected
+    ]
     assert_same_numbers([e["score"] for e in got], [e["score"] for e in expected], what="scores")
 
 
@@ -112,7 +113,10 @@ def test_feature_extraction_and_text_classification_pipelines_without_the_packag
     torch.manual_seed(0)
     encoder = ElmoModel(tiny_config_with()).eval()
     classifier = ElmoForSequenceClassification(tiny_config_with(num_labels=2)).eval()
-    folders = saved_with_tokenizer(encoder, tmp_path / "encoder"), saved_with_tokenizer(classifier, tmp_path / "classifier")
+    folders = (
+        saved_with_tokenizer(encoder, tmp_path / "encoder"),
+        saved_with_tokenizer(classifier, tmp_path / "classifier"),
+    )
     got = run_without_package(FEATURE_AND_TEXT_PIPELINES, *folders, TAGGED_TEXT, workdir=tmp_path / "fresh")
     encoding = ElmoTokenizer()(TAGGED_TEXT, return_tensors="pt")
     with torch.no_grad():
@@ -155,7 +159,9 @@ def sentence_transformer_run(tmp_path_factory):
     torch.manual_seed(0)
     model = ElmoModel(tiny_config_with()).eval()
     save_model_folder(model, ElmoTokenizer(), tmp_path / "encoder")
-    got = run_without_package(SENTENCE_TRANSFORMERS, tmp_path / "encoder", json.dumps(ST_SENTENCES), workdir=tmp_path / "fresh")
+    got = run_without_package(
+        SENTENCE_TRANSFORMERS, tmp_path / "encoder", json.dumps(ST_SENTENCES), workdir=tmp_path / "fresh"
+    )
     return model, got
 
 
@@ -173,8 +179,15 @@ def test_sentence_transformer_declares_the_dimension_it_returns(sentence_transfo
 
 # --- h-config: config.hidden_size, freezing, PEFT task types, resize, folders written before projection_dim ---
 
-TINY = dict(projection_dim=8, cell_size=16, char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 8]],
-            num_highway_layers=1, num_labels=3, classifier_dropout=0.0)
+TINY = dict(
+    projection_dim=8,
+    cell_size=16,
+    char_embedding_dim=4,
+    char_cnn_filters=[[1, 4], [2, 8]],
+    num_highway_layers=1,
+    num_labels=3,
+    classifier_dropout=0.0,
+)
 SENTENCES = [["The", "bank", "closed"], ["A", "river", "bank", "flooded", "twice"]]
 
 PEFT_CLIENT = r"""
@@ -260,9 +273,12 @@ def test_peft_task_types_train_adapters_inside_the_frozen_bilm_without_the_packa
     torch.manual_seed(0)
     head = ElmoForSequenceClassification(ElmoConfig(**TINY))
     save_model_folder(head, ElmoTokenizer(), tmp_path / "model")
-    report = run_without_package(PEFT_CLIENT, tmp_path / "model", tmp_path, json.dumps(SENTENCES),
-                                 workdir=tmp_path / "client")
-    expected_head = head.classifier.weight.numel() + head.classifier.bias.numel() + head.scalar_mix.scalar_parameters.numel() + 1
+    report = run_without_package(
+        PEFT_CLIENT, tmp_path / "model", tmp_path, json.dumps(SENTENCES), workdir=tmp_path / "client"
+    )
+    expected_head = (
+        head.classifier.weight.numel() + head.classifier.bias.numel() + head.scalar_mix.scalar_parameters.numel() + 1
+    )
     assert report["hidden_size"] == 16 and report["trainable"] == expected_head < report["all"]
     assert report["resize"].startswith("ElmoForSequenceClassification reads characters and has no token-embedding")
     assert report["chars"] == 262
@@ -287,8 +303,13 @@ def test_a_folder_written_before_projection_dim_loads_with_its_meaning_without_t
     del config["projection_dim"]
     config["hidden_size"] = 8  # the projection, as the code of commit 1fa5770 wrote config.json
     (tmp_path / "model" / "config.json").write_text(json.dumps(config))
-    report = run_without_package(LEGACY_CLIENT, tmp_path / "model", tmp_path / "out.safetensors", json.dumps(SENTENCES),
-                                 workdir=tmp_path / "client")
+    report = run_without_package(
+        LEGACY_CLIENT,
+        tmp_path / "model",
+        tmp_path / "out.safetensors",
+        json.dumps(SENTENCES),
+        workdir=tmp_path / "client",
+    )
     assert report == {"projection_dim": 8, "hidden_size": 16}
     batch = ElmoTokenizer()(SENTENCES, is_split_into_words=True, padding=True, return_tensors="pt")
     with torch.no_grad():
@@ -307,7 +328,8 @@ def test_a_folder_with_the_older_lstm_parameter_names_loads_without_the_package(
     with torch.no_grad():
         expected = model(**enc).last_hidden_state
     torch.save({"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}, tmp_path / "inputs.pt")
-    result = run_without_package("""
+    result = run_without_package(
+        """
         import json, sys, torch
         from transformers import AutoModel
         inputs = torch.load(sys.argv[1] + "/inputs.pt", weights_only=True)
@@ -316,7 +338,10 @@ def test_a_folder_with_the_older_lstm_parameter_names_loads_without_the_package(
             out = model(**inputs).last_hidden_state
         print(json.dumps({"module": type(model).__module__, "missing": sorted(info["missing_keys"]),
                           "unexpected": sorted(info["unexpected_keys"]), "out": out.tolist()}))
-    """, tmp_path, workdir=tmp_path / "client")
+    """,
+        tmp_path,
+        workdir=tmp_path / "client",
+    )
     assert result["module"].startswith("transformers_modules.")
     assert not result["missing"] and not result["unexpected"], result
     assert_same_numbers(torch.tensor(result["out"]), expected, rtol=TOLERANCE, what="remote code")
@@ -329,9 +354,12 @@ def test_lora_checkpointing_and_fullgraph_compile_on_a_biLM_loaded_as_remote_cod
     save_model_folder(model, tester.tokenizer, tmp_path / "lm")
     enc = tester.encode(MODEL_SENTENCES)
     labels = torch.randint(4, 40, enc["attention_mask"].shape).masked_fill(enc["attention_mask"] == 0, -100)
-    torch.save({"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"], "labels": labels},
-               tmp_path / "inputs.pt")
-    result = run_without_package("""
+    torch.save(
+        {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"], "labels": labels},
+        tmp_path / "inputs.pt",
+    )
+    result = run_without_package(
+        """
         import json, sys, torch
         from peft import LoraConfig, get_peft_model
         from transformers import AutoModelForPreTraining
@@ -376,7 +404,10 @@ def test_lora_checkpointing_and_fullgraph_compile_on_a_biLM_loaded_as_remote_cod
         report["scale"] = float(eager.abs().max())
         report["module"] = type(merged).__module__
         print(json.dumps(report))
-    """, tmp_path, workdir=tmp_path / "client")
+    """,
+        tmp_path,
+        workdir=tmp_path / "client",
+    )
     assert result["module"].startswith("transformers_modules.")
     assert result["checkpointing_same_names"] and result["checkpointing_loss"] < 1e-5, result
     assert result["checkpointing_grads"] < TOLERANCE, result

@@ -18,12 +18,10 @@ import h5py
 import numpy as np
 import pytest
 import torch
-
 from support import assert_same_numbers
 
 from modeling_elmo.embedding import embed as embed_mod
 from modeling_elmo.embedding.embed import count_lines, embed_file
-
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -62,8 +60,18 @@ def read_h5(path: Path) -> dict[str, np.ndarray | str]:
         return {key: (h5[key][0].decode() if key == "sentence_to_index" else h5[key][()]) for key in h5}
 
 
-SENTENCES = ["the cat sat", "a", "one two three four five six", "x y", "hello world again and again", "z",
-             "short one", "a much longer sentence with quite a few words in it", "mid size line here", "end"]
+SENTENCES = [
+    "the cat sat",
+    "a",
+    "one two three four five six",
+    "x y",
+    "hello world again and again",
+    "z",
+    "short one",
+    "a much longer sentence with quite a few words in it",
+    "mid size line here",
+    "end",
+]
 
 
 def run(tmp_path, lines=SENTENCES, name="out.h5", embedder=None, **kwargs):
@@ -127,9 +135,10 @@ def test_use_sentence_keys_names_datasets_by_sentence(tmp_path):
     np.testing.assert_allclose(got["b c"], fake.one(["b", "c"])[-1])
 
 
-@pytest.mark.parametrize("lines, match", [(["a/b", "c"], "'/'"),
-                                          (["a b", "c", "a b"], "repeats the sentence of line 0"),
-                                          (["a", ""], "line 1 is blank")])
+@pytest.mark.parametrize(
+    "lines, match",
+    [(["a/b", "c"], "'/'"), (["a b", "c", "a b"], "repeats the sentence of line 0"), (["a", ""], "line 1 is blank")],
+)
 def test_use_sentence_keys_refuses_bad_keys_before_any_work(tmp_path, lines, match):
     fake = FakeEmbedder()
     with pytest.raises(ValueError, match=match):
@@ -210,8 +219,7 @@ def test_output_that_is_the_input_file_is_refused_even_with_overwrite(tmp_path, 
     assert not (tmp_path / (out.name + ".partial")).exists() and not (tmp_path / (out.name + ".lock")).exists()
 
 
-@pytest.mark.parametrize("content, offset", [(b"\x7fELF\x02\x01\x01\x00\x00", 7),
-                                             ("one line\n".encode("utf-16"), 3)])
+@pytest.mark.parametrize("content, offset", [(b"\x7fELF\x02\x01\x01\x00\x00", 7), ("one line\n".encode("utf-16"), 3)])
 def test_binary_input_is_refused_naming_the_file(tmp_path, content, offset):
     (tmp_path / "in.txt").write_bytes(content + bytes(range(256)) * 4)
     fake = FakeEmbedder()
@@ -240,8 +248,11 @@ def test_unusable_output_location_is_refused_before_any_work(tmp_path, case):
     (tmp_path / "a-file").write_text("x")
     (tmp_path / "a-folder").mkdir()
     out, match = {
-        "unwritable folder": (lambda: unwritable_folder(tmp_path) / "out.h5", r"cannot write next to the output "
-                              r"'.*out\.h5': Permission denied"),
+        "unwritable folder": (
+            lambda: unwritable_folder(tmp_path) / "out.h5",
+            r"cannot write next to the output "
+            r"'.*out\.h5': Permission denied",
+        ),
         "parent is a file": (lambda: tmp_path / "a-file" / "out.h5", r"the output's folder '.*a-file' is a file"),
         "output is a folder": (lambda: tmp_path / "a-folder", r"output path '.*a-folder' is a folder"),
         "missing folder": (lambda: tmp_path / "nope" / "out.h5", r"output folder '.*nope' does not exist"),
@@ -250,7 +261,9 @@ def test_unusable_output_location_is_refused_before_any_work(tmp_path, case):
     fake = FakeEmbedder()
     with pytest.raises(ValueError, match=match):
         embed_file(tmp_path / "in.txt", out, fake, mode="all", show_progress=False)
-    assert fake.batches == [] and (tmp_path / "a-file").read_text() == "x" and not any((tmp_path / "a-folder").iterdir())
+    assert (
+        fake.batches == [] and (tmp_path / "a-file").read_text() == "x" and not any((tmp_path / "a-folder").iterdir())
+    )
 
 
 class SecondRunWhileEmbedding(FakeEmbedder):
@@ -275,8 +288,11 @@ def test_second_run_on_the_same_output_fails_at_once_and_the_first_completes(tmp
     first = SecondRunWhileEmbedding(lambda: run(tmp_path, embedder=second, chunk_size=4, resume=True))
     run(tmp_path, embedder=first, chunk_size=4)
     assert isinstance(first.error, ValueError)
-    assert re.fullmatch(r"another elmo embed run is writing '.*out\.h5' \(it holds '.*out\.h5\.lock'\); wait for "
-                        r"it to end, or choose another output\.", str(first.error)), first.error
+    assert re.fullmatch(
+        r"another elmo embed run is writing '.*out\.h5' \(it holds '.*out\.h5\.lock'\); wait for "
+        r"it to end, or choose another output\.",
+        str(first.error),
+    ), first.error
     assert second.batches == []
     want, got = read_h5(reference), read_h5(tmp_path / "out.h5")
     assert want.keys() == got.keys()
@@ -390,17 +406,41 @@ def test_cli_refuses_a_gpu_device_without_gpu(tmp_path):
 def test_cli_refuses_half_precision_on_cpu(tmp_path):
     write_lines(tmp_path / "in.txt", ["a"])
     with pytest.raises(SystemExit, match="--dtype float16 needs a GPU"):
-        embed_mod.main([str(tmp_path / "in.txt"), str(tmp_path / "o.h5"), "--model", "m", "--all",
-                        "--device", "cpu", "--dtype", "float16"])
+        embed_mod.main(
+            [
+                str(tmp_path / "in.txt"),
+                str(tmp_path / "o.h5"),
+                "--model",
+                "m",
+                "--all",
+                "--device",
+                "cpu",
+                "--dtype",
+                "float16",
+            ]
+        )
 
 
 # ---------------------------------------------------------------------------------------------------- real model
 
 
-TINY = dict(projection_dim=8, cell_size=16, char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 8]],
-            num_highway_layers=1, num_hidden_layers=2)
-MODEL_LINES = ["The cat sat on the mat .", "", "Hi", "A much longer sentence , with punctuation and more words",
-               "naïve café ☃", "Hi", "end of file"]
+TINY = dict(
+    projection_dim=8,
+    cell_size=16,
+    char_embedding_dim=4,
+    char_cnn_filters=[[1, 4], [2, 8]],
+    num_highway_layers=1,
+    num_hidden_layers=2,
+)
+MODEL_LINES = [
+    "The cat sat on the mat .",
+    "",
+    "Hi",
+    "A much longer sentence , with punctuation and more words",
+    "naïve café ☃",
+    "Hi",
+    "end of file",
+]
 
 
 @pytest.fixture(scope="module")
@@ -433,8 +473,23 @@ def direct_layers(model_dir: Path, words: list[str]) -> np.ndarray:
 def test_cli_output_equals_elmo_model_run_one_sentence_at_a_time(tmp_path, tiny_model_dir, flag):
     src = write_lines(tmp_path / "in.txt", MODEL_LINES)
     out = tmp_path / "out.hdf5"
-    assert embed_mod.main([str(src), str(out), "--model", str(tiny_model_dir), flag, "--batch-size", "3",
-                           "--chunk-size", "4", "--no-progress"]) == 0
+    assert (
+        embed_mod.main(
+            [
+                str(src),
+                str(out),
+                "--model",
+                str(tiny_model_dir),
+                flag,
+                "--batch-size",
+                "3",
+                "--chunk-size",
+                "4",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     got = read_h5(out)
     assert json.loads(got.pop("sentence_to_index")) == {line: str(i) for i, line in enumerate(MODEL_LINES) if i != 2}
     assert sorted(got, key=int) == [str(i) for i in range(len(MODEL_LINES))]
@@ -483,8 +538,22 @@ def test_cli_refuses_weights_that_do_not_match_the_config_in_one_line(tmp_path, 
     (model / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 3}))
     src = write_lines(tmp_path / "in.txt", ["a b"] * 50)
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    proc = subprocess.run([sys.executable, "-m", "modeling_elmo.embedding.embed", str(src), str(tmp_path / "o.h5"),
-                           "--model", str(model), "--all"], env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "modeling_elmo.embedding.embed",
+            str(src),
+            str(tmp_path / "o.h5"),
+            "--model",
+            str(model),
+            "--all",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 1
     assert proc.stderr.splitlines() == [proc.stderr.strip()], proc.stderr  # one line: no table, no traceback
     assert proc.stderr.startswith("elmo embed: error: the weights of model ")
@@ -503,8 +572,9 @@ def test_cli_second_run_on_the_same_output_exits_with_one_line(tmp_path, tiny_mo
     assert len(read_h5(out)) == len(MODEL_LINES) + 1
 
 
-@pytest.mark.parametrize("case", ["input is output", "binary input", "unwritable output", "output parent is a file",
-                                  "output is a folder"])
+@pytest.mark.parametrize(
+    "case", ["input is output", "binary input", "unwritable output", "output parent is a file", "output is a folder"]
+)
 def test_cli_refuses_unusable_paths_with_one_line_and_writes_nothing(tmp_path, tiny_model_dir, case):
     src = write_lines(tmp_path / "in.txt", MODEL_LINES)
     if case == "binary input":
@@ -539,7 +609,8 @@ def test_bench_embed_reports_throughput_against_a_baseline_and_the_matmul_peak(t
     tiny = result["models"]["tiny"]
     assert tiny["sentences_per_second"] > 0 and tiny["baseline"]["lines"] == 20
     assert tiny["speedup_over_baseline"] == pytest.approx(
-        tiny["sentences_per_second"] / tiny["baseline"]["sentences_per_second"], rel=0.01, abs=0.006)  # 2 decimals
+        tiny["sentences_per_second"] / tiny["baseline"]["sentences_per_second"], rel=0.01, abs=0.006
+    )  # 2 decimals
     assert result["matmul_peak_gflops"] > 0 and 0 < tiny["fraction_of_matmul_peak"] < 1
 
 
@@ -555,15 +626,46 @@ def _free_port() -> int:
 def test_two_process_accelerate_run_merges_to_the_single_process_output(tmp_path, tiny_model_dir):
     lines = [" ".join(f"w{j}" for j in range(1 + (i * 5) % 9)) for i in range(17)] + [""]
     src = write_lines(tmp_path / "in.txt", lines)
-    args = [str(src), "--model", str(tiny_model_dir), "--all", "--chunk-size", "3", "--batch-size", "2",
-            "--no-progress"]
+    args = [
+        str(src),
+        "--model",
+        str(tiny_model_dir),
+        "--all",
+        "--chunk-size",
+        "3",
+        "--batch-size",
+        "2",
+        "--no-progress",
+    ]
     embed_mod.main([args[0], str(tmp_path / "single.h5"), *args[1:]])
-    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
-           "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-           "--main_process_port", str(_free_port()), "-m", "modeling_elmo.embedding.embed",
-           args[0], str(tmp_path / "multi.h5"), *args[1:]]
+    env = {
+        **os.environ,
+        "ACCELERATE_USE_CPU": "1",
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        str(_free_port()),
+        "-m",
+        "modeling_elmo.embedding.embed",
+        args[0],
+        str(tmp_path / "multi.h5"),
+        *args[1:],
+    ]
     proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "wrote 18 sentences" in proc.stderr and "process 1" not in proc.stderr

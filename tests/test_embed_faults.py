@@ -15,13 +15,12 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from support import plant
+from test_embed import TINY, FakeEmbedder, read_h5, write_lines
 
 from modeling_elmo.embedding import embed as embed_mod
 from modeling_elmo.embedding.embed import embed_file
 from modeling_elmo.embedding.inference import ElmoEmbedder, load_elmo_model, weights_fingerprint
-
-from test_embed import TINY, FakeEmbedder, read_h5, write_lines
-from support import plant
 
 
 class WeightedFake(FakeEmbedder):
@@ -54,8 +53,11 @@ def test_resume_refuses_a_model_whose_weights_changed_under_the_same_path(tmp_pa
     with pytest.raises(KeyboardInterrupt):
         _embed(tmp_path, WeightedFake(1.0, fail_after_batches=2), batch_size=3)  # two chunks written
     assert len(list((tmp_path / "out.h5.partial").glob("chunk-*.h5"))) == 2
-    with pytest.raises(ValueError, match=r"cannot resume .*: settings differ from the interrupted run \(the model's "
-                                         r"weights changed \(sha256 fake-1.0\.\.\. -> fake-2.0\.\.\.\)\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"cannot resume .*: settings differ from the interrupted run \(the model's "
+        r"weights changed \(sha256 fake-1.0\.\.\. -> fake-2.0\.\.\.\)\)",
+    ):
         _embed(tmp_path, WeightedFake(2.0), resume=True)
     report = _embed(tmp_path, WeightedFake(1.0), resume=True)  # the same weights resume
     assert report.resumed_lines == 6
@@ -221,8 +223,19 @@ def _cli_error(tmp_path, model, *extra) -> str:
     if not src.exists():
         write_lines(src, LINES)
     with pytest.raises(SystemExit) as exit_:
-        embed_mod.main([str(src), str(tmp_path / "out.h5"), "--model", str(model), "--all", "--no-progress",
-                        "--chunk-size", "3", *extra])
+        embed_mod.main(
+            [
+                str(src),
+                str(tmp_path / "out.h5"),
+                "--model",
+                str(model),
+                "--all",
+                "--no-progress",
+                "--chunk-size",
+                "3",
+                *extra,
+            ]
+        )
     message = exit_.value.code
     assert isinstance(message, str) and message.startswith("elmo embed: error: ") and "\n" not in message, message
     return message
@@ -250,7 +263,7 @@ def test_cli_damaged_safetensors_is_one_line_and_writes_nothing(tmp_path, tiny_m
     weights = model / "model.safetensors"
     data = weights.read_bytes()
     length = struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8:8 + length])
+    header = json.loads(data[8 : 8 + length])
     if damage == "truncated":
         weights.write_bytes(data[: len(data) - 100])
         expected = "is truncated: tensor"
@@ -258,13 +271,13 @@ def test_cli_damaged_safetensors_is_one_line_and_writes_nothing(tmp_path, tiny_m
         weights.write_bytes(struct.pack("<Q", 1 << 62) + data[8:])
         expected = "its header claims 4,611,686,018,427,387,904 bytes"
     elif damage == "garbage header":
-        weights.write_bytes(data[:8] + b"\xff" * length + data[8 + length:])
+        weights.write_bytes(data[:8] + b"\xff" * length + data[8 + length :])
         expected = "its header is not a JSON object"
     else:
         name = next(k for k in header if k != "__metadata__")
         header[name]["shape"] = [10**9, 10**9]
         raw = json.dumps(header).encode()
-        weights.write_bytes(struct.pack("<Q", len(raw)) + raw + data[8 + length:])  # same data, offsets unchanged
+        weights.write_bytes(struct.pack("<Q", len(raw)) + raw + data[8 + length :])  # same data, offsets unchanged
         expected = f"tensor {name!r} declares shape [1000000000, 1000000000]"
     message = _cli_error(tmp_path, model)
     assert expected in message and str(weights) in message, message
@@ -294,13 +307,17 @@ def test_cli_tokenizer_and_model_of_different_widths_fail_before_anything_is_wri
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "model"]  # no .partial blocks the next run
 
 
-@pytest.mark.parametrize("file, field, value, expected", [
-    ("tokenizer_config.json", "max_characters_per_token", 10**6, "must be an integer in [3, 1024], got 1000000"),
-    ("config.json", "max_characters_per_token", 10**6, "must be at most 1024 (characters per word), got 1000000"),
-    ("config.json", "char_cnn_filters", [[1, 10**9]], "describes a model of 2e+18 parameters"),
-])
-def test_cli_declared_sizes_beyond_sane_bounds_are_one_line_before_any_allocation(tmp_path, tiny_model_dir, file,
-                                                                                   field, value, expected):
+@pytest.mark.parametrize(
+    "file, field, value, expected",
+    [
+        ("tokenizer_config.json", "max_characters_per_token", 10**6, "must be an integer in [3, 1024], got 1000000"),
+        ("config.json", "max_characters_per_token", 10**6, "must be at most 1024 (characters per word), got 1000000"),
+        ("config.json", "char_cnn_filters", [[1, 10**9]], "describes a model of 2e+18 parameters"),
+    ],
+)
+def test_cli_declared_sizes_beyond_sane_bounds_are_one_line_before_any_allocation(
+    tmp_path, tiny_model_dir, file, field, value, expected
+):
     model = _copy_model(tiny_model_dir, tmp_path)
     config = json.loads((model / file).read_text())
     (model / file).write_text(json.dumps({**config, field: value}))
@@ -312,14 +329,17 @@ def test_cli_declared_sizes_beyond_sane_bounds_are_one_line_before_any_allocatio
 # ---------------------------------------------------------------------------------------------------- the library
 
 
-@pytest.mark.parametrize("sentences, expected", [
-    (["hello world", "x"], r"sentence 0 is a str \('hello world'\), not a list of words"),
-    ([["fine"], "x"], r"sentence 1 is a str \('x'\)"),
-    ({"a": 1}, r"sentences must be a list of word lists, got a dict"),
-    ("hello", r"sentences must be a list of word lists, got a str"),
-    ([{"hello": 1}], r"sentence 0 must be a list of words, got a dict"),
-    ([["a", 3]], r"word 1 of sentence 0 must be a string, got int 3"),
-])
+@pytest.mark.parametrize(
+    "sentences, expected",
+    [
+        (["hello world", "x"], r"sentence 0 is a str \('hello world'\), not a list of words"),
+        ([["fine"], "x"], r"sentence 1 is a str \('x'\)"),
+        ({"a": 1}, r"sentences must be a list of word lists, got a dict"),
+        ("hello", r"sentences must be a list of word lists, got a str"),
+        ([{"hello": 1}], r"sentence 0 must be a list of words, got a dict"),
+        ([["a", 3]], r"word 1 of sentence 0 must be a string, got int 3"),
+    ],
+)
 def test_embedder_refuses_strings_and_dicts_where_word_lists_belong(tiny_model_dir, sentences, expected):
     embedder = ElmoEmbedder.from_pretrained(tiny_model_dir)
     with pytest.raises(ValueError, match=expected):
@@ -347,24 +367,30 @@ def test_resume_of_a_run_recorded_without_the_fingerprints_says_so(tmp_path):
     recorded = json.loads(run_file.read_text())
     del recorded["input_sha256"], recorded["model_weights_sha256"]  # as an earlier version wrote it
     run_file.write_text(json.dumps(recorded))
-    with pytest.raises(ValueError, match=r"input_sha256 was not recorded \(a run of an earlier version\), "
-                                         r"model_weights_sha256 was not recorded"):
+    with pytest.raises(
+        ValueError,
+        match=r"input_sha256 was not recorded \(a run of an earlier version\), "
+        r"model_weights_sha256 was not recorded",
+    ):
         _embed(tmp_path, WeightedFake(1.0), resume=True)
 
 
 # ---------------------------------------------------------------------------------------------------- the lock
 @pytest.mark.parametrize("planted", ["link to a file outside", "dangling link", "FIFO"])
-def test_cli_a_lock_planted_as_a_link_or_fifo_is_one_line_and_nothing_is_created_outside(tmp_path, tiny_model_dir,
-                                                                                         planted):
+def test_cli_a_lock_planted_as_a_link_or_fifo_is_one_line_and_nothing_is_created_outside(
+    tmp_path, tiny_model_dir, planted
+):
     lock = tmp_path / "out.h5.lock"
     outside = tmp_path / "elsewhere" / "victim"
     plant(lock, planted, outside)
     started = time.monotonic()
     message = _cli_error(tmp_path, tiny_model_dir)
     kind = "a FIFO" if planted == "FIFO" else "a symbolic link"
-    assert message == (f"elmo embed: error: cannot write next to the output '{tmp_path / 'out.h5'}': lock file "
-                       f"'{lock}' is {kind}, not a regular file; refusing to use it (remove it if it is not yours to "
-                       "keep).")
+    assert message == (
+        f"elmo embed: error: cannot write next to the output '{tmp_path / 'out.h5'}': lock file "
+        f"'{lock}' is {kind}, not a regular file; refusing to use it (remove it if it is not yours to "
+        "keep)."
+    )
     assert time.monotonic() - started < 30
     kept = ["another user's file"] if planted.startswith("link to") else []
     assert [p.read_text() for p in outside.parent.iterdir()] == kept

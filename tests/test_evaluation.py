@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support import assert_same_numbers
 
 from modeling_elmo.evaluation import data as ev_data
 from modeling_elmo.evaluation.metrics import (
@@ -20,18 +21,24 @@ from modeling_elmo.evaluation.metrics import (
     most_frequent_tag_accuracy,
 )
 from modeling_elmo.evaluation.wsd import DEFAULT_WSD_SET, SENSEVAL_TSV, build_wsd_subset, score_nearest_neighbour
-from modeling_elmo.utils.results import read_results
 from modeling_elmo.folders.run_folder import RunFolder
-from support import assert_same_numbers
+from modeling_elmo.utils.results import read_results
 
 
 # ---------------------------------------------------------------------------------------------- WSD scorer
 def _hand_example():
     # bank: o0, o1, o2 identical direction; o3 and o4 close to each other.
     vecs = np.array(
-        [[1.0, 0.0], [1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.6, 0.8],  # bank
-         [5.0, 1.0],  # cell: only one occurrence -> skipped
-         [1.0, 2.0], [2.0, 1.0]]  # plant: two occurrences of different senses -> both wrong
+        [
+            [1.0, 0.0],
+            [1.0, 0.0],
+            [1.0, 0.0],
+            [0.0, 1.0],
+            [0.6, 0.8],  # bank
+            [5.0, 1.0],  # cell: only one occurrence -> skipped
+            [1.0, 2.0],
+            [2.0, 1.0],
+        ]  # plant: two occurrences of different senses -> both wrong
     )
     words = ["bank"] * 5 + ["cell"] + ["plant"] * 2
     senses = ["money", "money", "river", "river", "river", "bio", "factory", "flora"]
@@ -110,15 +117,21 @@ def _write_jsonl(path: Path, records: list) -> Path:
 
 
 def test_wsd_reader_finds_word_without_index_and_groups_by_lemma(tmp_path):
-    f = _write_jsonl(tmp_path / "w.jsonl", [
-        {"tokens": ["she", "served", "tea"], "word": "served", "lemma": "serve", "sense": "SERVE10"},
-        {"tokens": ["they", "serve", "it"], "index": 1, "word": "serve", "lemma": "serve", "sense": "SERVE2"},
-        "",
-        {"tokens": ["the", "bank", "of", "the", "bank"], "index": 4, "word": "bank", "sense": "bank%1:17:01::"},
-    ])
+    f = _write_jsonl(
+        tmp_path / "w.jsonl",
+        [
+            {"tokens": ["she", "served", "tea"], "word": "served", "lemma": "serve", "sense": "SERVE10"},
+            {"tokens": ["they", "serve", "it"], "index": 1, "word": "serve", "lemma": "serve", "sense": "SERVE2"},
+            "",
+            {"tokens": ["the", "bank", "of", "the", "bank"], "index": 4, "word": "bank", "sense": "bank%1:17:01::"},
+        ],
+    )
     occ = ev_data.read_wsd_jsonl(f)
     assert [(o.index, o.word, o.sense, o.line) for o in occ] == [
-        (1, "serve", "SERVE10", 1), (1, "serve", "SERVE2", 2), (4, "bank", "bank%1:17:01::", 4)]
+        (1, "serve", "SERVE10", 1),
+        (1, "serve", "SERVE2", 2),
+        (4, "bank", "bank%1:17:01::", 4),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -247,8 +260,25 @@ def test_ptb_sample_split_keeps_documents_on_one_side(tmp_path):
 def test_shared_pos_and_sentiment_files_parse(shared_data):
     ud = ev_data.read_conllu(shared_data / "pos-ud-ewt" / "en_ewt-ud-dev.conllu", max_sentences=50)
     assert len(ud) == 50 and all(len(s.tokens) == len(s.tags) for s in ud)
-    assert set(t for s in ud for t in s.tags) <= {"ADJ", "ADP", "ADV", "AUX", "CCONJ", "DET", "INTJ", "NOUN", "NUM",
-                                                   "PART", "PRON", "PROPN", "PUNCT", "SCONJ", "SYM", "VERB", "X"}
+    assert set(t for s in ud for t in s.tags) <= {
+        "ADJ",
+        "ADP",
+        "ADV",
+        "AUX",
+        "CCONJ",
+        "DET",
+        "INTJ",
+        "NOUN",
+        "NUM",
+        "PART",
+        "PRON",
+        "PROPN",
+        "PUNCT",
+        "SCONJ",
+        "SYM",
+        "VERB",
+        "X",
+    }
     sst = ev_data.read_sst2(shared_data / "sentiment-sst2" / "dev.tsv")
     assert len(sst) == 872 and sum(s.label for s in sst) == 444
 
@@ -287,7 +317,9 @@ def test_mcnemar_exact_matches_hand_computed_binomial_tails():
 # ================================================================================ with a tiny model
 torch = pytest.importorskip("torch")
 
-TINY = dict(projection_dim=8, cell_size=16, char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 8]], num_highway_layers=1)
+TINY = dict(
+    projection_dim=8, cell_size=16, char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 8]], num_highway_layers=1
+)
 WORDS = ["the", "bank", "river", "money", "a", "good", "bad", "film", "is", "was"]
 
 
@@ -340,10 +372,12 @@ def test_wsd_probe_on_model_reports_context_free_layer_as_ties(tiny):
     from modeling_elmo.evaluation.tasks import wsd_probe
 
     lm, tok, _, _ = tiny
-    occ = [WsdOccurrence(["the", "bank", "of", "the", "river"], 1, "bank", "river"),
-           WsdOccurrence(["a", "bank", "loan"], 1, "bank", "money"),
-           WsdOccurrence(["money", "in", "the", "bank"], 3, "bank", "money"),
-           WsdOccurrence(["river", "bank", "mud", "is", "wet"], 1, "bank", "river")]
+    occ = [
+        WsdOccurrence(["the", "bank", "of", "the", "river"], 1, "bank", "river"),
+        WsdOccurrence(["a", "bank", "loan"], 1, "bank", "money"),
+        WsdOccurrence(["money", "in", "the", "bank"], 3, "bank", "money"),
+        WsdOccurrence(["river", "bank", "mud", "is", "wet"], 1, "bank", "river"),
+    ]
     r = wsd_probe(lm.elmo, tok, occ)
     assert set(r["layers"]) == {"0", "1", "2"}
     assert r["layers"]["0"]["ties"] == 4 and r["layers"]["0"]["accuracy"] is None
@@ -360,14 +394,18 @@ def test_cached_features_give_the_same_logits_as_running_the_biLM(tiny):
     feats = compute_layer_features(lm.elmo, tok, sents, batch_size=2, dtype=torch.float32)
     cfg = config.__class__.from_dict(config.to_dict())
     cfg.num_labels, cfg.scalar_mix_layer_norm = 3, True
-    for head_class, labels in ((ElmoForSequenceClassification, [0, 1, 2]),
-                               (ElmoForTokenClassification, [[0] * len(s) for s in sents])):
+    for head_class, labels in (
+        (ElmoForSequenceClassification, [0, 1, 2]),
+        (ElmoForTokenClassification, [[0] * len(s) for s in sents]),
+    ):
         torch.manual_seed(1)
         head = head_class(cfg).eval()
         head.elmo.load_state_dict(lm.elmo.state_dict())
         with torch.no_grad():
             head.scalar_mix.scalar_parameters.normal_()
-            batch = collate_cached([{"elmo_hidden_states": f, "labels": y} for f, y in zip(feats, labels)])
+            batch = collate_cached(
+                [{"elmo_hidden_states": f, "labels": y} for f, y in zip(feats, labels, strict=False)]
+            )
             cached = head(elmo_hidden_states=batch["elmo_hidden_states"], attention_mask=batch["attention_mask"]).logits
             direct = head(**tok(sents, is_split_into_words=True, padding=True, return_tensors="pt")).logits
         torch.testing.assert_close(cached, direct, rtol=1e-5, atol=1e-5)
@@ -416,8 +454,20 @@ def test_probes_learn_an_easy_signal_only_from_the_layer_that_has_it(tiny, token
     xtr, ytr = _synthetic(200, 0, token_level)
     xdev, ydev = _synthetic(150, 1, token_level)
     head = ElmoForTokenClassification if token_level else ElmoForSequenceClassification
-    r = probe_task(xtr, ytr, xdev, ydev, config, head, 2, token_level, layers=[0, 2, "mix"],
-                   epochs=30, learning_rate=5e-2, batch_size=32)
+    r = probe_task(
+        xtr,
+        ytr,
+        xdev,
+        ydev,
+        config,
+        head,
+        2,
+        token_level,
+        layers=[0, 2, "mix"],
+        epochs=30,
+        learning_rate=5e-2,
+        batch_size=32,
+    )
     acc = {k: v["accuracy"] for k, v in r["layers"].items()}
     assert acc["2"] > 0.85 and acc["mix"] > 0.8, acc
     assert abs(acc["0"] - 0.5) < 0.15, acc  # layer 0 carries no signal: chance
@@ -435,8 +485,10 @@ def _fixture_data(root: Path) -> Path:
     (root / "sentiment-sst2" / "train.tsv").write_text("label\tsentence\n" + "\n".join(rows * 3) + "\n")
     (root / "sentiment-sst2" / "dev.tsv").write_text("label\tcontent\n" + "\n".join(rows) + "\n")
     (root / "pos-ud-ewt").mkdir()
-    conllu = ("1\tthe\tthe\tDET\tDT\t_\t2\tdet\t_\t_\n2\tfilm\tfilm\tNOUN\tNN\t_\t3\tnsubj\t_\t_\n"
-              "3\tis\tbe\tAUX\tVBZ\t_\t0\troot\t_\t_\n4\tgood\tgood\tADJ\tJJ\t_\t3\txcomp\t_\t_\n\n")
+    conllu = (
+        "1\tthe\tthe\tDET\tDT\t_\t2\tdet\t_\t_\n2\tfilm\tfilm\tNOUN\tNN\t_\t3\tnsubj\t_\t_\n"
+        "3\tis\tbe\tAUX\tVBZ\t_\t0\troot\t_\t_\n4\tgood\tgood\tADJ\tJJ\t_\t3\txcomp\t_\t_\n\n"
+    )
     (root / "pos-ud-ewt" / "en_ewt-ud-train.conllu").write_text(conllu * 6)
     (root / "pos-ud-ewt" / "en_ewt-ud-dev.conllu").write_text(conllu * 2)
     return root
@@ -445,9 +497,11 @@ def _fixture_data(root: Path) -> Path:
 def _write_metrics(path: Path) -> None:
     """The pretraining metrics.jsonl layout: training records and split-tagged evaluation records."""
     records = [{"step": s, "train_loss": 5.0 / s, "train_ppl": math.exp(5.0 / s), "lr": 0.1} for s in (1, 2, 4)]
-    records += [{"step": 2, "split": "validation", "perplexity": 90.0, "unigram_perplexity": 300.0},
-                {"step": 4, "split": "validation", "perplexity": 60.0, "unigram_perplexity": 300.0},
-                {"step": 4, "split": "validation", "perplexity": 50.0, "unigram_perplexity": 300.0}]  # re-logged
+    records += [
+        {"step": 2, "split": "validation", "perplexity": 90.0, "unigram_perplexity": 300.0},
+        {"step": 4, "split": "validation", "perplexity": 60.0, "unigram_perplexity": 300.0},
+        {"step": 4, "split": "validation", "perplexity": 50.0, "unigram_perplexity": 300.0},
+    ]  # re-logged
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
 
 
@@ -456,8 +510,10 @@ def test_training_curves_separate_train_and_validation_and_keep_the_last_of_a_st
 
     _write_metrics(tmp_path / "metrics.jsonl")
     series = read_training_curves(RunFolder(tmp_path))
-    assert series == {"train perplexity": [(1, math.exp(5.0)), (2, math.exp(2.5)), (4, math.exp(1.25))],
-                      "validation perplexity": [(2, 90.0), (4, 50.0)]}
+    assert series == {
+        "train perplexity": [(1, math.exp(5.0)), (2, math.exp(2.5)), (4, math.exp(1.25))],
+        "validation perplexity": [(2, 90.0), (4, 50.0)],
+    }
     assert read_training_curves(RunFolder(tmp_path / "nothing")) == {}
 
 
@@ -475,13 +531,26 @@ def test_the_report_says_which_features_do_not_beat_the_simple_baseline():
     from modeling_elmo.evaluation.report import markdown_report
     from modeling_elmo.utils.results import EvaluationResults, ScoreResult
 
-    scores = [ScoreResult(task="probe-pos", dataset="ud", split="validation", representation=name, metric="accuracy",
-                          value=value, examples=1000, baseline=0.826, baseline_name="most frequent tag of the word")
-              for name, value in (("layer 0", 0.70), ("layer 1", 0.732), ("mix", 0.90))]
+    scores = [
+        ScoreResult(
+            task="probe-pos",
+            dataset="ud",
+            split="validation",
+            representation=name,
+            metric="accuracy",
+            value=value,
+            examples=1000,
+            baseline=0.826,
+            baseline_name="most frequent tag of the word",
+        )
+        for name, value in (("layer 0", 0.70), ("layer 1", 0.732), ("mix", 0.90))
+    ]
     table = markdown_report(EvaluationResults.now(model="m", source="elmo evaluate", scores=scores))
     assert "| Simple baseline (no model) | 82.6% (most frequent tag of the word) |" in table
-    assert ("Part-of-speech accuracy: Layer 0 only, Layer 1 only do not beat the simple baseline (most frequent tag "
-            "of the word).") in table
+    assert (
+        "Part-of-speech accuracy: Layer 0 only, Layer 1 only do not beat the simple baseline (most frequent tag "
+        "of the word)."
+    ) in table
 
 
 def test_cli_writes_the_results_schema_markdown_and_plots(tiny, tmp_path):
@@ -496,25 +565,52 @@ def test_cli_writes_the_results_schema_markdown_and_plots(tiny, tmp_path):
     shutil.copytree(model_dir, metrics)
     _write_metrics(metrics / "metrics.jsonl")
     out = tmp_path / "out"
-    rc = main([str(metrics), "--task", "all", "--text", str(tmp_path / "heldout.txt"), "--data-dir", str(data),
-               "--unigram-fit", str(data / "sentiment-sst2" / "dev.tsv"), str(tmp_path / "heldout.txt"),
-               "--output-dir", str(out), "--compare-untrained", "--max-train-examples", "12", "--probe-epochs", "1",
-               "--probe-min-steps", "3", "--no-progress"])
+    rc = main(
+        [
+            str(metrics),
+            "--task",
+            "all",
+            "--text",
+            str(tmp_path / "heldout.txt"),
+            "--data-dir",
+            str(data),
+            "--unigram-fit",
+            str(data / "sentiment-sst2" / "dev.tsv"),
+            str(tmp_path / "heldout.txt"),
+            "--output-dir",
+            str(out),
+            "--compare-untrained",
+            "--max-train-examples",
+            "12",
+            "--probe-epochs",
+            "1",
+            "--probe-min-steps",
+            "3",
+            "--no-progress",
+        ]
+    )
     assert rc == 0
     results = read_results(out / "eval_results.json")
     assert (results.model, results.source, results.untrained_seed) == ("metrics_model", "elmo evaluate", 0)
     (ppl,) = results.perplexity
     assert (ppl.split, ppl.dataset, ppl.targets_per_direction, ppl.examples) == (
-        "held-out", f"{tmp_path.name}/heldout.txt", 3 + 4 + 3 + 3, 3)
+        "held-out",
+        f"{tmp_path.name}/heldout.txt",
+        3 + 4 + 3 + 3,
+        3,
+    )
     assert ppl.unigram.fitted_on == f"sentiment-sst2/dev.tsv, {tmp_path.name}/heldout.txt"
     assert ppl.untrained_average is not None and ppl.untrained_average > 1
     probes = {(s.task, s.representation): s for s in results.scores if s.task.startswith("probe-")}
-    assert set(probes) == {(t, r) for t in ("probe-sentiment", "probe-pos") for r in ("layer 0", "layer 1", "layer 2", "mix")}
+    assert set(probes) == {
+        (t, r) for t in ("probe-sentiment", "probe-pos") for r in ("layer 0", "layer 1", "layer 2", "mix")
+    }
     assert {(s.split, s.metric) for s in probes.values()} == {("validation", "accuracy")}
     assert probes["probe-pos", "mix"].examples == 2 * 4 and probes["probe-sentiment", "mix"].examples == 8
     wsd = [s for s in results.scores if s.task == "wsd-probe"]
     assert {(s.representation, s.metric) for s in wsd} == {
-        (f"layer {j}", m) for j in range(3) for m in ("accuracy", "accuracy_ties_half")}
+        (f"layer {j}", m) for j in range(3) for m in ("accuracy", "accuracy_ties_half")
+    }
     tasks = results.details["tasks"]
     assert tasks["probe-sentiment"]["train_examples"] == 12
     # 12 examples are one batch per epoch: the 1 epoch asked for is raised to reach 3 updates
@@ -533,31 +629,41 @@ def test_cli_writes_the_results_schema_markdown_and_plots(tiny, tmp_path):
     # the paired comparison agrees with the two accuracies it compares, on the same dev examples / tokens
     for s in probes.values():
         u = s.untrained
-        untrained_accuracy = results.details["untrained_tasks"][s.task]["layers"][s.representation.removeprefix("layer ")]["accuracy"]
+        untrained_accuracy = results.details["untrained_tasks"][s.task]["layers"][
+            s.representation.removeprefix("layer ")
+        ]["accuracy"]
         assert u.value == untrained_accuracy
-        assert (u.trained_only_correct - u.untrained_only_correct) / s.examples == pytest.approx(s.value - u.value, abs=1e-12)
+        assert (u.trained_only_correct - u.untrained_only_correct) / s.examples == pytest.approx(
+            s.value - u.value, abs=1e-12
+        )
         assert 0.0 < u.mcnemar_p_value <= 1.0
     assert "_correct" not in json.dumps(results.details)
     assert "McNemar" in table
     # the simple baselines: the most frequent tag of each word (counted here by brute force), the majority class
     train = ev_data.read_conllu(data / "pos-ud-ewt" / "en_ewt-ud-train.conllu", max_sentences=12)
     dev = ev_data.read_conllu(data / "pos-ud-ewt" / "en_ewt-ud-dev.conllu")
-    pairs = [pair for sentence in train for pair in zip(sentence.tokens, sentence.tags)]
+    pairs = [pair for sentence in train for pair in zip(sentence.tokens, sentence.tags, strict=False)]
 
     def guess(word):
         seen = [t for w, t in pairs if w == word] or [t for _, t in pairs]
         return max(seen, key=lambda t: (seen.count(t), -seen.index(t)))
 
-    tagged = [pair for sentence in dev for pair in zip(sentence.tokens, sentence.tags)]
+    tagged = [pair for sentence in dev for pair in zip(sentence.tokens, sentence.tags, strict=False)]
     expected = sum(guess(word) == tag for word, tag in tagged) / len(tagged)
     pos, sentiment = probes["probe-pos", "mix"], probes["probe-sentiment", "mix"]
     assert (pos.baseline, pos.baseline_name) == (pytest.approx(expected), "most frequent tag of the word")
     labels = [s.label for s in ev_data.read_sst2(data / "sentiment-sst2" / "dev.tsv")]
-    majority = max(set(labels), key=[s.label for s in ev_data.read_sst2(data / "sentiment-sst2" / "train.tsv", 12)].count)
-    assert (sentiment.baseline, sentiment.baseline_name) == (pytest.approx(labels.count(majority) / len(labels)),
-                                                             "majority class")
-    assert (f"| Simple baseline (no model) | {100 * sentiment.baseline:.1f}% (majority class) | "
-            f"{100 * pos.baseline:.1f}% (most frequent tag of the word) |") in table
+    majority = max(
+        set(labels), key=[s.label for s in ev_data.read_sst2(data / "sentiment-sst2" / "train.tsv", 12)].count
+    )
+    assert (sentiment.baseline, sentiment.baseline_name) == (
+        pytest.approx(labels.count(majority) / len(labels)),
+        "majority class",
+    )
+    assert (
+        f"| Simple baseline (no model) | {100 * sentiment.baseline:.1f}% (majority class) | "
+        f"{100 * pos.baseline:.1f}% (most frequent tag of the word) |"
+    ) in table
 
 
 def test_cli_writes_into_the_model_folders_evaluation_folder_without_a_training_curve(tiny, tmp_path):
@@ -583,13 +689,39 @@ def test_every_long_step_shows_a_progress_bar(tiny, tmp_path, capsys):
     _, _, _, model_dir = tiny
     data = _fixture_data(tmp_path / "data")
     (tmp_path / "heldout.txt").write_text("the good film\na bank is money\n")
-    assert main([str(model_dir), "--task", "perplexity", "wsd-probe", "probe-sentiment", "--text",
-                 str(tmp_path / "heldout.txt"), "--data-dir", str(data), "--output-dir", str(tmp_path / "o"),
-                 "--max-train-examples", "8", "--probe-epochs", "1", "--probe-min-steps", "1"]) == 0
+    assert (
+        main(
+            [
+                str(model_dir),
+                "--task",
+                "perplexity",
+                "wsd-probe",
+                "probe-sentiment",
+                "--text",
+                str(tmp_path / "heldout.txt"),
+                "--data-dir",
+                str(data),
+                "--output-dir",
+                str(tmp_path / "o"),
+                "--max-train-examples",
+                "8",
+                "--probe-epochs",
+                "1",
+                "--probe-min-steps",
+                "1",
+            ]
+        )
+        == 0
+    )
     err = capsys.readouterr().err
-    for bar in ("unigram fit: 100%", "perplexity: 100%", "features wsd-probe: 100%",
-                "features probe-sentiment train: 100%", "features probe-sentiment dev: 100%",
-                "training probe-sentiment: 100%"):
+    for bar in (
+        "unigram fit: 100%",
+        "perplexity: 100%",
+        "features wsd-probe: 100%",
+        "features probe-sentiment train: 100%",
+        "features probe-sentiment dev: 100%",
+        "training probe-sentiment: 100%",
+    ):
         assert bar in err, bar
 
 
@@ -597,10 +729,16 @@ def test_every_long_step_shows_a_progress_bar(tiny, tmp_path, capsys):
     "files, extra, message",
     [
         ({"sentiment-sst2/dev.tsv": "label\tcontent\n"}, ["--task", "probe-sentiment"], "is empty"),
-        ({"w.jsonl": '{"tokens": ["a", "b"], "word": "bank", "sense": "x"}\n'}, ["--task", "wsd-probe", "--wsd-file", "{root}/w.jsonl"],
-         "w.jsonl:1: word 'bank' does not occur in its sentence"),
-        ({"w.jsonl": '{"tokens": ["a", "bank"], "word": "bank", "sense": "a b"}\n'}, ["--task", "wsd-probe", "--wsd-file", "{root}/w.jsonl"],
-         "unknown sense label format 'a b'"),
+        (
+            {"w.jsonl": '{"tokens": ["a", "b"], "word": "bank", "sense": "x"}\n'},
+            ["--task", "wsd-probe", "--wsd-file", "{root}/w.jsonl"],
+            "w.jsonl:1: word 'bank' does not occur in its sentence",
+        ),
+        (
+            {"w.jsonl": '{"tokens": ["a", "bank"], "word": "bank", "sense": "a b"}\n'},
+            ["--task", "wsd-probe", "--wsd-file", "{root}/w.jsonl"],
+            "unknown sense label format 'a b'",
+        ),
         ({}, ["--task", "perplexity"], "needs --text"),
         ({"empty.txt": "\n"}, ["--task", "perplexity", "--text", "{root}/empty.txt"], "is empty"),
     ],
@@ -637,15 +775,21 @@ def _bad_model(kind: str, root: Path) -> Path:
     return root / "no" / "such" / "model"
 
 
-@pytest.mark.parametrize("kind, message", [
-    ("empty", "{path} is not a model folder: it is empty."),
-    ("bert", "{path} holds a model of type 'bert' (config.json), not an ELMo model."),
-    ("pickled", "{path} holds pickled weights ['pytorch_model.bin']: loading a pickle can run arbitrary code, so this "
-                "package refuses it and loads safetensors only. If you trust the file, convert it once in a trusted "
-                "environment (load it, then `model.save_pretrained(folder)` writes model.safetensors) and remove the "
-                "pickle."),
-    ("missing", "model '{path}' does not exist (no such folder)"),
-])
+@pytest.mark.parametrize(
+    "kind, message",
+    [
+        ("empty", "{path} is not a model folder: it is empty."),
+        ("bert", "{path} holds a model of type 'bert' (config.json), not an ELMo model."),
+        (
+            "pickled",
+            "{path} holds pickled weights ['pytorch_model.bin']: loading a pickle can run arbitrary code, so this "
+            "package refuses it and loads safetensors only. If you trust the file, convert it once in a trusted "
+            "environment (load it, then `model.save_pretrained(folder)` writes model.safetensors) and remove the "
+            "pickle.",
+        ),
+        ("missing", "model '{path}' does not exist (no such folder)"),
+    ],
+)
 def test_a_folder_that_is_not_an_elmo_model_is_one_line_naming_it(kind, message, tmp_path, capsys):
     from modeling_elmo.evaluation.cli import main
 
@@ -662,7 +806,7 @@ def test_a_binary_text_file_is_one_line_naming_it(tiny, tmp_path, capsys):
 
     _, _, _, model_dir = tiny
     binary = tmp_path / "model.safetensors"
-    binary.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{\"__metadata__\"}\xff\xfe")
+    binary.write_bytes(b'\x10\x00\x00\x00\x00\x00\x00\x00{"__metadata__"}\xff\xfe')
     with pytest.raises(SystemExit):
         main([str(model_dir), "--task", "perplexity", "--text", str(binary), "--output-dir", str(tmp_path / "o")])
     lines = capsys.readouterr().err.strip().splitlines()
@@ -683,7 +827,9 @@ def test_unreachable_hub_without_data_dir_is_one_line_naming_data_dir(tiny, tmp_
     with pytest.raises(SystemExit):
         main(argv)
     lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and "nyu-mll/glue is not in the local datasets cache" in lines[0] and "--data-dir" in lines[0]
+    assert (
+        len(lines) == 1 and "nyu-mll/glue is not in the local datasets cache" in lines[0] and "--data-dir" in lines[0]
+    )
     # online mode, no connection: a closed local port stands for the unreachable Hub; no retries
     monkeypatch.setattr("huggingface_hub.is_offline_mode", lambda: False)
     monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")
@@ -692,9 +838,11 @@ def test_unreachable_hub_without_data_dir_is_one_line_naming_data_dir(tiny, tmp_
         main(argv)
     assert time.perf_counter() - started < 10
     lines = capsys.readouterr().err.strip().splitlines()
-    assert lines == ["elmo evaluate: error: the Hugging Face Hub (http://127.0.0.1:9) cannot be reached to download "
-                     "nyu-mll/glue: pass --data-dir FOLDER with a local copy of the probe data (see "
-                     "docs/evaluation.md), or set HF_HUB_OFFLINE=1 to use a copy in the local datasets cache"]
+    assert lines == [
+        "elmo evaluate: error: the Hugging Face Hub (http://127.0.0.1:9) cannot be reached to download "
+        "nyu-mll/glue: pass --data-dir FOLDER with a local copy of the probe data (see "
+        "docs/evaluation.md), or set HF_HUB_OFFLINE=1 to use a copy in the local datasets cache"
+    ]
 
 
 def test_hub_loaders_convert_hub_rows(monkeypatch):
@@ -707,9 +855,16 @@ def test_hub_loaders_convert_hub_rows(monkeypatch):
         calls.append((path, name, split, kwargs))
         if path == "nyu-mll/glue":
             return datasets.Dataset.from_dict({"sentence": ["a fine film ", "dull"], "label": [1, 0], "idx": [0, 1]})
-        features = datasets.Features({"idx": datasets.Value("string"), "tokens": datasets.Sequence(datasets.Value("string")),
-                                      "upos": datasets.Sequence(datasets.ClassLabel(names=["NOUN", "PUNCT", "DET"]))})
-        return datasets.Dataset.from_dict({"idx": ["s1"], "tokens": [["the", "film", "."]], "upos": [[2, 0, 1]]}, features=features)
+        features = datasets.Features(
+            {
+                "idx": datasets.Value("string"),
+                "tokens": datasets.Sequence(datasets.Value("string")),
+                "upos": datasets.Sequence(datasets.ClassLabel(names=["NOUN", "PUNCT", "DET"])),
+            }
+        )
+        return datasets.Dataset.from_dict(
+            {"idx": ["s1"], "tokens": [["the", "film", "."]], "upos": [[2, 0, 1]]}, features=features
+        )
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
     sst = ev_data.load_sst2_from_hub("validation")
@@ -756,7 +911,10 @@ def test_untrained_comparison_model_depends_only_on_the_seed(tiny):
     b = untrained_models(config, 0, torch.device("cpu"), need_lm=True)[0].state_dict()
     c = untrained_models(config, 1, torch.device("cpu"), need_lm=True)[0].state_dict()
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    assert not torch.equal(a["elmo.encoder.forward_layers.0.input_transform.weight"], c["elmo.encoder.forward_layers.0.input_transform.weight"])
+    assert not torch.equal(
+        a["elmo.encoder.forward_layers.0.input_transform.weight"],
+        c["elmo.encoder.forward_layers.0.input_transform.weight"],
+    )
 
 
 @pytest.mark.slow
@@ -780,8 +938,24 @@ def test_the_recipes_follow_up_evaluate_commands_run_offline(tiny, tmp_path, sha
         argv = [word.replace("../shared/data", str(shared_data)) for word in shlex.split(command)][2:]
         assert "--data-dir" in argv and "--task" in argv and argv[argv.index("--task") + 1] == "all", (name, argv)
         argv[0] = str(tiny[3])
-        rc = main([*argv, "--output-dir", str(tmp_path / name), "--max-sentences", "20", "--max-train-examples", "12",
-                   "--max-dev-examples", "8", "--probe-epochs", "1", "--probe-min-steps", "2", "--no-progress"])
+        rc = main(
+            [
+                *argv,
+                "--output-dir",
+                str(tmp_path / name),
+                "--max-sentences",
+                "20",
+                "--max-train-examples",
+                "12",
+                "--max-dev-examples",
+                "8",
+                "--probe-epochs",
+                "1",
+                "--probe-min-steps",
+                "2",
+                "--no-progress",
+            ]
+        )
         assert rc == 0, name
         results = read_results(tmp_path / name / "eval_results.json")
         assert {s.task for s in results.scores} == {"wsd-probe", "probe-sentiment", "probe-pos"} and results.perplexity

@@ -11,11 +11,10 @@ import struct
 
 import pytest
 import torch
+from test_evaluation import TINY, WORDS
 
 from modeling_elmo.evaluation import data as ev_data
 from modeling_elmo.evaluation.cli import main
-
-from test_evaluation import TINY, WORDS
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +32,18 @@ def model_dir(tmp_path_factory):
 def _error_line(model, tmp_path, capsys) -> str:
     (tmp_path / "t.txt").write_text("the bank\na good film\n")
     with pytest.raises(SystemExit) as err:
-        main([str(model), "--task", "perplexity", "--text", str(tmp_path / "t.txt"), "--output-dir",
-              str(tmp_path / "results"), "--no-progress"])
+        main(
+            [
+                str(model),
+                "--task",
+                "perplexity",
+                "--text",
+                str(tmp_path / "t.txt"),
+                "--output-dir",
+                str(tmp_path / "results"),
+                "--no-progress",
+            ]
+        )
     assert err.value.code == 2
     err = capsys.readouterr().err
     lines = [line for line in err.strip().splitlines() if not line.startswith("Loading weights")]  # progress bar
@@ -112,7 +121,20 @@ def test_old_mac_line_ends_are_line_ends(tmp_path):
 def test_evaluate_reads_invalid_utf8_text_end_to_end(model_dir, tmp_path, capsys):
     text = tmp_path / "t.txt"
     text.write_bytes(b"the bank\rthe caf\xe9 film\r")
-    assert main([str(model_dir), "--task", "perplexity", "--text", str(text), "--output-dir",
-                 str(tmp_path / "out"), "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                str(model_dir),
+                "--task",
+                "perplexity",
+                "--text",
+                str(text),
+                "--output-dir",
+                str(tmp_path / "out"),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     results = json.loads((tmp_path / "out" / "eval_results.json").read_text())
     assert "perplexity" in json.dumps(results)

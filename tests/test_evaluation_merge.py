@@ -45,12 +45,26 @@ def test_a_second_task_is_added_to_the_results_of_the_first(model, tmp_path):
     assert again.scores == results.scores
 
 
-@pytest.mark.parametrize("content,message", [
-    ("{not json", "cannot be read, so the new ones cannot be merged"),
-    (json.dumps({"schema_version": 1, "model": "someone-else", "source": "elmo evaluate",
-                 "created": "2026-01-01T00:00:00+00:00", "perplexity": [], "scores": [], "details": {}}),
-     "holds the results of model 'someone-else', not 'model'"),
-])
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        ("{not json", "cannot be read, so the new ones cannot be merged"),
+        (
+            json.dumps(
+                {
+                    "schema_version": 1,
+                    "model": "someone-else",
+                    "source": "elmo evaluate",
+                    "created": "2026-01-01T00:00:00+00:00",
+                    "perplexity": [],
+                    "scores": [],
+                    "details": {},
+                }
+            ),
+            "holds the results of model 'someone-else', not 'model'",
+        ),
+    ],
+)
 def test_results_that_cannot_be_merged_are_refused_and_kept(model, tmp_path, capsys, content, message):
     results_file = RunFolder(model).evaluation.results_file
     results_file.parent.mkdir()

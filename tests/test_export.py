@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from support import assert_same_numbers
 from test_modeling_elmo import SENTENCES, ElmoModelTester
 
@@ -16,8 +15,12 @@ from modeling_elmo.acceleration.packed_kernels import RecurrencePlan, use_packed
 #: The tolerance the exported program must meet against the eager model (relative to the largest value).
 TOLERANCE = 1e-5
 #: The outputs compared per class (the heads' logits, the biLM's layers).
-OUTPUTS = {ElmoModel: "last_hidden_state", ElmoForBidirectionalLM: "last_hidden_state",
-           ElmoForSequenceClassification: "logits", ElmoForTokenClassification: "logits"}
+OUTPUTS = {
+    ElmoModel: "last_hidden_state",
+    ElmoForBidirectionalLM: "last_hidden_state",
+    ElmoForSequenceClassification: "logits",
+    ElmoForTokenClassification: "logits",
+}
 #: Four sentences padded to 6 tokens, as `SENTENCES`, with other words and lengths (one row left-padded).
 OTHER_SENTENCES = [["Rivers", "rise"], ["Seeds", "grow", "in", "the", "warm", "soil"], ["Yes"], ["A", "b", "c", "d"]]
 
@@ -104,9 +107,14 @@ def test_onnx_export_through_dynamo_runs_in_onnxruntime_with_the_eager_outputs(t
     tester = ElmoModelTester()
     model = tester.model(ElmoModel, seed=4, cell_clip=3.0, proj_clip=3.0).eval()
     example = inputs(tester, SENTENCES)
-    onnx_program = torch.onnx.export(model, example, dynamo=True, verbose=False,
-                                     input_names=["input_ids", "attention_mask"],
-                                     output_names=["last_hidden_state", "attention_mask_out"])
+    onnx_program = torch.onnx.export(
+        model,
+        example,
+        dynamo=True,
+        verbose=False,
+        input_names=["input_ids", "attention_mask"],
+        output_names=["last_hidden_state", "attention_mask_out"],
+    )
     onnx_program.save(str(tmp_path / "elmo.onnx"))
     session = onnxruntime.InferenceSession(str(tmp_path / "elmo.onnx"), providers=["CPUExecutionProvider"])
     for ids, mask in (example, inputs(tester, OTHER_SENTENCES, left_padded_row=3)):
@@ -126,7 +134,8 @@ def test_a_model_loaded_as_remote_code_without_the_package_exports_and_runs_the_
     tester.model(ElmoModel, seed=4, cell_clip=3.0, proj_clip=3.0).save_pretrained(tmp_path / "m")
     ids, mask = inputs(tester, SENTENCES)
     torch.save({"ids": ids, "mask": mask}, tmp_path / "inputs.pt")
-    report = run_without_package("""
+    report = run_without_package(
+        """
         import json, sys, torch
         from transformers import AutoModel
         model = AutoModel.from_pretrained(sys.argv[1], trust_remote_code=True).eval()
@@ -137,6 +146,10 @@ def test_a_model_loaded_as_remote_code_without_the_package_exports_and_runs_the_
             eager = model(batch["ids"], batch["mask"]).last_hidden_state
         print(json.dumps({"module": type(model).__module__, "recurrence": model.encoder.recurrence,
                           "difference": float((exported - eager).abs().max()), "scale": float(eager.abs().max())}))
-    """, tmp_path / "m", tmp_path / "inputs.pt", workdir=tmp_path / "work")
+    """,
+        tmp_path / "m",
+        tmp_path / "inputs.pt",
+        workdir=tmp_path / "work",
+    )
     assert report["module"].startswith("transformers_modules.") and report["recurrence"] is None
     assert report["difference"] <= TOLERANCE * report["scale"] and report["scale"] > 0

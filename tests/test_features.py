@@ -9,13 +9,24 @@ import numpy as np
 import pytest
 import torch
 
-from modeling_elmo import (ElmoConfig, ElmoForSequenceClassification, ElmoForTokenClassification, ElmoModel,
-                           ElmoTokenizer)
+from modeling_elmo import (
+    ElmoConfig,
+    ElmoForSequenceClassification,
+    ElmoForTokenClassification,
+    ElmoModel,
+    ElmoTokenizer,
+)
 from modeling_elmo.embedding.features import ElmoFeatureCollator, add_elmo_features
 
-
-TINY = dict(projection_dim=8, cell_size=16, char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 8]], num_highway_layers=1,
-            hidden_dropout_prob=0.0, classifier_dropout=0.0)
+TINY = dict(
+    projection_dim=8,
+    cell_size=16,
+    char_embedding_dim=4,
+    char_cnn_filters=[[1, 4], [2, 8]],
+    num_highway_layers=1,
+    hidden_dropout_prob=0.0,
+    classifier_dropout=0.0,
+)
 WORDS = ["good", "bad", "fine", "awful", "the", "a", "movie", "plot", "was", "is", "great", "poor", "!"]
 
 
@@ -38,8 +49,9 @@ def make_dataset(n: int = 24, seed: int = 0) -> datasets.Dataset:
         positive = sum(w in ("good", "fine", "great") for w in sentence)
         labels.append(int(positive > sum(w in ("bad", "awful", "poor") for w in sentence)))
         tags.append([int(w in ("the", "a")) for w in sentence])
-    return datasets.Dataset.from_dict({"words": words, "text": [" ".join(w) for w in words], "label": labels,
-                                       "tags": tags})
+    return datasets.Dataset.from_dict(
+        {"words": words, "text": [" ".join(w) for w in words], "label": labels, "tags": tags}
+    )
 
 
 def direct_layers(model: ElmoModel, words: list[str]) -> np.ndarray:
@@ -68,8 +80,9 @@ def test_features_from_a_saved_model_folder(tmp_path):
     ElmoTokenizer().save_pretrained(tmp_path / "m")
     cached = add_elmo_features(make_dataset(3), str(tmp_path / "m"), words_column="words")
     for row in cached:
-        np.testing.assert_allclose(row["elmo_hidden_states"], direct_layers(model, row["words"]).transpose(1, 0, 2),
-                                   rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(
+            row["elmo_hidden_states"], direct_layers(model, row["words"]).transpose(1, 0, 2), rtol=1e-5, atol=1e-6
+        )
 
 
 def test_text_column_float16_and_layer_selection():
@@ -100,9 +113,11 @@ def test_add_elmo_features_rejects_bad_arguments():
 
 
 def test_collator_pads_features_and_token_labels():
-    rows = [{"elmo_hidden_states": np.ones((2, 3, 4), np.float16), "tags": [1, 0], "labels": [1, 0]},
-            {"elmo_hidden_states": np.zeros((0,), np.float16), "labels": []},
-            {"elmo_hidden_states": 2 * np.ones((3, 3, 4), np.float16), "labels": [0, 1, 1]}]
+    rows = [
+        {"elmo_hidden_states": np.ones((2, 3, 4), np.float16), "tags": [1, 0], "labels": [1, 0]},
+        {"elmo_hidden_states": np.zeros((0,), np.float16), "labels": []},
+        {"elmo_hidden_states": 2 * np.ones((3, 3, 4), np.float16), "labels": [0, 1, 1]},
+    ]
     batch = ElmoFeatureCollator()(rows)
     assert set(batch) == {"elmo_hidden_states", "attention_mask", "labels"}
     assert batch["elmo_hidden_states"].shape == (3, 3, 3, 4) and batch["elmo_hidden_states"].dtype == torch.float32
@@ -123,16 +138,21 @@ def test_token_head_gives_the_same_logits_from_cached_features():
     feats = ElmoFeatureCollator()(rows)
     with torch.no_grad():
         end_to_end = model(**enc).logits
-        from_cache = model(elmo_hidden_states=feats["elmo_hidden_states"],
-                           attention_mask=feats["attention_mask"]).logits
+        from_cache = model(
+            elmo_hidden_states=feats["elmo_hidden_states"], attention_mask=feats["attention_mask"]
+        ).logits
     torch.testing.assert_close(from_cache, end_to_end, rtol=1e-5, atol=1e-6)
 
 
 def _words_collator(tok):
     def collate(rows):
         enc = tok([r["words"] for r in rows], is_split_into_words=True, padding=True, return_tensors="pt")
-        return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"],
-                "labels": torch.tensor([r["label"] for r in rows])}
+        return {
+            "input_ids": enc["input_ids"],
+            "attention_mask": enc["attention_mask"],
+            "labels": torch.tensor([r["label"] for r in rows]),
+        }
+
     return collate
 
 
@@ -150,10 +170,21 @@ def test_training_on_cached_features_matches_end_to_end_training_with_frozen_bil
     cached = add_elmo_features(ds, end_to_end_model.elmo, tok, words_column="words", batch_size=8)
 
     def args(name):
-        return TrainingArguments(output_dir=str(tmp_path / name), per_device_train_batch_size=4, max_steps=8,
-                                 learning_rate=0.05, seed=0, data_seed=0, use_cpu=True, report_to="none",
-                                 save_strategy="no", disable_tqdm=True, dataloader_num_workers=0,
-                                 remove_unused_columns=False, logging_strategy="no")
+        return TrainingArguments(
+            output_dir=str(tmp_path / name),
+            per_device_train_batch_size=4,
+            max_steps=8,
+            learning_rate=0.05,
+            seed=0,
+            data_seed=0,
+            use_cpu=True,
+            report_to="none",
+            save_strategy="no",
+            disable_tqdm=True,
+            dataloader_num_workers=0,
+            remove_unused_columns=False,
+            logging_strategy="no",
+        )
 
     Trainer(model=end_to_end_model, args=args("e2e"), train_dataset=ds, data_collator=_words_collator(tok)).train()
     Trainer(model=cached_model, args=args("cached"), train_dataset=cached, data_collator=ElmoFeatureCollator()).train()
@@ -172,8 +203,9 @@ def test_training_on_cached_features_matches_end_to_end_training_with_frozen_bil
     moved = (end_to_end_model.classifier.weight - classifier_before).abs().max()
     assert moved > 1e-2, moved
     torch.testing.assert_close(cached_model.classifier.weight, end_to_end_model.classifier.weight, rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(cached_model.scalar_mix.scalar_parameters, end_to_end_model.scalar_mix.scalar_parameters,
-                               rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        cached_model.scalar_mix.scalar_parameters, end_to_end_model.scalar_mix.scalar_parameters, rtol=1e-5, atol=1e-6
+    )
     for name, value in end_to_end_model.elmo.state_dict().items():
         torch.testing.assert_close(value, bilm_before[name], rtol=0, atol=0)
 
@@ -184,7 +216,9 @@ def test_features_from_a_folder_whose_weights_do_not_match_its_config_are_refuse
     ElmoTokenizer().save_pretrained(tmp_path / "m")
     config = (tmp_path / "m" / "config.json").read_text()
     (tmp_path / "m" / "config.json").write_text(config.replace('"num_hidden_layers": 2', '"num_hidden_layers": 3'))
-    with pytest.raises(ValueError, match=r"biLM weight\(s\) missing \(encoder\.backward_layers\.2\.input_transform\.bias"):
+    with pytest.raises(
+        ValueError, match=r"biLM weight\(s\) missing \(encoder\.backward_layers\.2\.input_transform\.bias"
+    ):
         add_elmo_features(make_dataset(2), str(tmp_path / "m"), words_column="words")
 
 

@@ -37,8 +37,10 @@ def test_template_missing_a_required_field_is_an_error_naming_it(tmp_path):
 
 def test_template_using_a_field_nobody_fills_is_an_error_naming_it(tmp_path):
     template = tmp_path / "card.md"
-    template.write_text("---\n{{ card_data }}\n---\n# {{ model_id }}\n{{ evaluation_section }}\n"
-                        "{{ training_section }}\n{{ favourite_colour }}\n")
+    template.write_text(
+        "---\n{{ card_data }}\n---\n# {{ model_id }}\n{{ evaluation_section }}\n"
+        "{{ training_section }}\n{{ favourite_colour }}\n"
+    )
     with pytest.raises(ValueError, match="uses the field\\(s\\) favourite_colour"):
         build_model_card(make_config(), "me/x", CardInputs(template=str(template)), num_parameters=10)
 
@@ -47,7 +49,10 @@ def test_card_kind_is_detected_from_the_head_a_conversion_or_a_bare_bilm():
     assert detect_card_kind(make_config(architectures=["ElmoForTokenClassification"])) == "classifier"
     assert detect_card_kind(make_config(architectures=["ElmoForBidirectionalLM"], vocab_size=50)) == "pretrained"
     assert detect_card_kind(make_config(architectures=["ElmoModel"])) == "converted"  # vocab_size 4
-    assert detect_card_kind(make_config(architectures=["ElmoForBidirectionalLM"], vocab_size=50), converted=True) == "converted"
+    assert (
+        detect_card_kind(make_config(architectures=["ElmoForBidirectionalLM"], vocab_size=50), converted=True)
+        == "converted"
+    )
 
 
 def test_token_classifier_card_uses_the_token_classification_pipeline_tag():
@@ -73,10 +78,14 @@ def test_card_without_evaluation_results_says_so_and_has_no_model_index(tmp_path
 
 @pytest.mark.parametrize("kind", CARD_KINDS)
 def test_every_template_renders_a_card_with_valid_metadata(kind, tmp_path):
-    config = make_config(architectures=["ElmoForSequenceClassification" if kind == "classifier" else "ElmoModel"],
-                         id2label={0: "neg", 1: "pos"}, label2id={"neg": 0, "pos": 1})
-    card, _ = build_model_card(config, "me/elmo-card", CardInputs(kind=kind, base_model="me/elmo-base"),
-                                   num_parameters=1000)
+    config = make_config(
+        architectures=["ElmoForSequenceClassification" if kind == "classifier" else "ElmoModel"],
+        id2label={0: "neg", 1: "pos"},
+        label2id={"neg": 0, "pos": 1},
+    )
+    card, _ = build_model_card(
+        config, "me/elmo-card", CardInputs(kind=kind, base_model="me/elmo-base"), num_parameters=1000
+    )
     path = tmp_path / "README.md"
     card.save(path)
     loaded = ModelCard.load(path)
@@ -85,31 +94,104 @@ def test_every_template_renders_a_card_with_valid_metadata(kind, tmp_path):
     assert loaded.data.language == ["en"]
     assert loaded.data.pipeline_tag == ("text-classification" if kind == "classifier" else "feature-extraction")
     assert loaded.data.base_model == "me/elmo-base"
-    for section in ("## How to use", "## Limitations", "Shallow bidirectionality", "Sentence-level context",
-                    "Recurrence", "trust_remote_code", "@inproceedings{peters-etal-2018-deep", "## Evaluation"):
+    for section in (
+        "## How to use",
+        "## Limitations",
+        "Shallow bidirectionality",
+        "Sentence-level context",
+        "Recurrence",
+        "trust_remote_code",
+        "@inproceedings{peters-etal-2018-deep",
+        "## Evaluation",
+    ):
         assert section in loaded.text, section
     assert "{{" not in loaded.content and "}}" not in loaded.content
 
 
 def _results() -> list[EvaluationResults]:
-    pretraining = EvaluationResults.now(model="elmo-tiny", source="elmo pretrain", perplexity=[
-        PerplexityResult(dataset="wikitext", split="validation", forward=80.5, backward=82.25, average=81.37,
-                         targets_per_direction=1234, examples=50, unk_rate=0.05,
-                         unigram=UnigramBaselineResult(forward=630.0, backward=650.0, average=640.0,
-                                                       fitted_on="training data", smoothing=1.0))])
-    suite = EvaluationResults.now(model="elmo-tiny", source="elmo evaluate", untrained_seed=0, perplexity=[
-        PerplexityResult(dataset="heldout.txt", split="held-out", forward=118.0, backward=123.0, average=120.5,
-                         targets_per_direction=99, examples=9, unk_rate=0.0, untrained_average=262.0)], scores=[
-        ScoreResult(task="probe-sentiment", dataset="sst2", split="validation", representation="mix",
-                    metric="accuracy", value=0.78, examples=872, baseline=0.509, baseline_name="majority class",
-                    untrained=UntrainedComparison(value=0.55, trained_only_correct=250, untrained_only_correct=50,
-                                                  mcnemar_p_value=1e-30)),
-        ScoreResult(task="wsd-probe", dataset="wsd_small", split="all", representation="layer 0",
-                    metric="accuracy", value=None, examples=0, baseline=0.33),
-        ScoreResult(task="wsd-probe", dataset="wsd_small", split="all", representation="layer 0",
-                    metric="accuracy_ties_half", value=0.0, examples=3, baseline=0.33),  # 357 of 360 tied
-        ScoreResult(task="wsd-probe", dataset="wsd_small", split="all", representation="layer 2",
-                    metric="accuracy_ties_half", value=0.71, examples=360, baseline=0.33)])
+    pretraining = EvaluationResults.now(
+        model="elmo-tiny",
+        source="elmo pretrain",
+        perplexity=[
+            PerplexityResult(
+                dataset="wikitext",
+                split="validation",
+                forward=80.5,
+                backward=82.25,
+                average=81.37,
+                targets_per_direction=1234,
+                examples=50,
+                unk_rate=0.05,
+                unigram=UnigramBaselineResult(
+                    forward=630.0, backward=650.0, average=640.0, fitted_on="training data", smoothing=1.0
+                ),
+            )
+        ],
+    )
+    suite = EvaluationResults.now(
+        model="elmo-tiny",
+        source="elmo evaluate",
+        untrained_seed=0,
+        perplexity=[
+            PerplexityResult(
+                dataset="heldout.txt",
+                split="held-out",
+                forward=118.0,
+                backward=123.0,
+                average=120.5,
+                targets_per_direction=99,
+                examples=9,
+                unk_rate=0.0,
+                untrained_average=262.0,
+            )
+        ],
+        scores=[
+            ScoreResult(
+                task="probe-sentiment",
+                dataset="sst2",
+                split="validation",
+                representation="mix",
+                metric="accuracy",
+                value=0.78,
+                examples=872,
+                baseline=0.509,
+                baseline_name="majority class",
+                untrained=UntrainedComparison(
+                    value=0.55, trained_only_correct=250, untrained_only_correct=50, mcnemar_p_value=1e-30
+                ),
+            ),
+            ScoreResult(
+                task="wsd-probe",
+                dataset="wsd_small",
+                split="all",
+                representation="layer 0",
+                metric="accuracy",
+                value=None,
+                examples=0,
+                baseline=0.33,
+            ),
+            ScoreResult(
+                task="wsd-probe",
+                dataset="wsd_small",
+                split="all",
+                representation="layer 0",
+                metric="accuracy_ties_half",
+                value=0.0,
+                examples=3,
+                baseline=0.33,
+            ),  # 357 of 360 tied
+            ScoreResult(
+                task="wsd-probe",
+                dataset="wsd_small",
+                split="all",
+                representation="layer 2",
+                metric="accuracy_ties_half",
+                value=0.71,
+                examples=360,
+                baseline=0.33,
+            ),
+        ],
+    )
     return [pretraining, suite]
 
 
@@ -117,8 +199,10 @@ def test_the_model_index_holds_the_models_own_numbers_and_the_text_the_baselines
     config = make_config(architectures=["ElmoForBidirectionalLM"], vocab_size=40)
     card, kind = build_model_card(config, "me/elmo-tiny", CardInputs(results=_results()), num_parameters=10)
     data = ModelCardData(**card.data.to_dict())  # the model-index parsed back into EvalResult objects
-    values = {(r.task_type, r.dataset_name, r.dataset_split, r.metric_type, r.metric_name): r.metric_value
-              for r in data.eval_results}
+    values = {
+        (r.task_type, r.dataset_name, r.dataset_split, r.metric_type, r.metric_name): r.metric_value
+        for r in data.eval_results
+    }
     assert values == {
         ("text-generation", "wikitext", "validation", "perplexity", "Perplexity (forward)"): 80.5,
         ("text-generation", "wikitext", "validation", "perplexity", "Perplexity (backward)"): 82.25,
@@ -130,30 +214,50 @@ def test_the_model_index_holds_the_models_own_numbers_and_the_text_the_baselines
         ("token-classification", "wsd_small", None, "accuracy", "Accuracy, ties as half (layer 2)"): 0.71,
     }  # the undefined WSD accuracy, the score on 3 items, the unigram baseline and the untrained model are not there
     assert data.metrics == ["accuracy", "perplexity"] and data.model_name == "elmo-tiny"
-    assert ("| wikitext | validation | 80.5 | 82.25 | 81.37 | 640 (fitted on training data) | — | 1234 | 5.0% |"
-            in card.text)
+    assert (
+        "| wikitext | validation | 80.5 | 82.25 | 81.37 | 640 (fitted on training data) | — | 1234 | 5.0% |"
+        in card.text
+    )
     assert "| heldout.txt | held-out | 118 | 123 | 120.5 | — | 262 | 99 | 0.0% |" in card.text
-    assert ("| probe-sentiment | sst2 | validation | mix | accuracy | 0.78 | 872 | 0.509 (majority class) | 0.55 | "
-            "1e-30 |") in card.text
-    assert ("| wsd-probe | wsd_small | all | layer 0 | accuracy | undefined (all tied) | 0 (too few: not indexed) | "
-            "0.33 | — | — |") in card.text
-    assert ("| wsd-probe | wsd_small | all | layer 0 | accuracy_ties_half | 0 | 3 (too few: not indexed) | 0.33 "
-            "| — | — |") in card.text
+    assert (
+        "| probe-sentiment | sst2 | validation | mix | accuracy | 0.78 | 872 | 0.509 (majority class) | 0.55 | 1e-30 |"
+    ) in card.text
+    assert (
+        "| wsd-probe | wsd_small | all | layer 0 | accuracy | undefined (all tied) | 0 (too few: not indexed) | "
+        "0.33 | — | — |"
+    ) in card.text
+    assert (
+        "| wsd-probe | wsd_small | all | layer 0 | accuracy_ties_half | 0 | 3 (too few: not indexed) | 0.33 | — | — |"
+    ) in card.text
     assert f"fewer than {MIN_INDEXED_EXAMPLES} examples is shown here but left out of the `model-index`" in card.text
 
 
 def test_the_training_section_lists_metadata_without_paths_or_credentials():
-    metadata = {"global_step": 100, "args": {"dataset_name": "wikitext", "train_file": ["/home/someone/train.txt"],
-                                             "hub_token": "hf_" + "Z" * 34, "learning_rate": 0.2}}
-    card, _ = build_model_card(make_config(architectures=["ElmoForBidirectionalLM"], vocab_size=40), "me/x",
-                               CardInputs(metadata=metadata), num_parameters=10)
+    metadata = {
+        "global_step": 100,
+        "args": {
+            "dataset_name": "wikitext",
+            "train_file": ["/home/someone/train.txt"],
+            "hub_token": "hf_" + "Z" * 34,
+            "learning_rate": 0.2,
+        },
+    }
+    card, _ = build_model_card(
+        make_config(architectures=["ElmoForBidirectionalLM"], vocab_size=40),
+        "me/x",
+        CardInputs(metadata=metadata),
+        num_parameters=10,
+    )
     assert "| global_step | 100 |" in card.text and "| args.learning_rate | 0.2 |" in card.text
     assert "| args.train_file | train.txt |" in card.text and "/home/someone" not in card.text
     assert "hub_token" not in card.text and "hf_ZZZ" not in card.text
     assert card.data.datasets == ["wikitext"]
-    converted, kind = build_model_card(make_config(architectures=["ElmoModel"]), "me/y", CardInputs(
-        metadata={"converted_from": "original ELMo release", "weights_file": "w.hdf5"}, converted=True),
-        num_parameters=10)
+    converted, kind = build_model_card(
+        make_config(architectures=["ElmoModel"]),
+        "me/y",
+        CardInputs(metadata={"converted_from": "original ELMo release", "weights_file": "w.hdf5"}, converted=True),
+        num_parameters=10,
+    )
     assert kind == "converted" and "Source: original ELMo release." in converted.text
 
 

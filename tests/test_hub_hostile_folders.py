@@ -27,8 +27,9 @@ HOSTILE_NAME = "<script>alert(1)</script><img src=x onerror=alert(2)>"
 
 
 def _tiny_config(**extra) -> ElmoConfig:
-    values = dict(projection_dim=8, cell_size=16, char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 8]],
-                  num_highway_layers=1)
+    values = dict(
+        projection_dim=8, cell_size=16, char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 8]], num_highway_layers=1
+    )
     return ElmoConfig(**{**values, **extra})
 
 
@@ -38,9 +39,11 @@ def template(tmp_path_factory) -> Path:
     (root / "words.txt").write_text("\n".join(f"w{i}" for i in range(20)) + "\n")
     tokenizer = ElmoTokenizer(vocab_file=str(root / "words.txt"))
     torch.manual_seed(0)
-    save_model_folder(ElmoForBidirectionalLM(_tiny_config(vocab_size=tokenizer.vocab_size,
-                                                          architectures=["ElmoForBidirectionalLM"])),
-                      tokenizer, root / "lm")
+    save_model_folder(
+        ElmoForBidirectionalLM(_tiny_config(vocab_size=tokenizer.vocab_size, architectures=["ElmoForBidirectionalLM"])),
+        tokenizer,
+        root / "lm",
+    )
     (root / "lm" / "perplexity.png").write_bytes(PNG)
     return root / "lm"
 
@@ -71,8 +74,9 @@ def _published_text(out: Path) -> str:
 
 
 # --------------------------------------------------------------------------------------------- links and files
-@pytest.mark.parametrize("name", ["perplexity.png", "vocab.txt", "evaluation/layer_weights.png",
-                                  "training_metadata.json"])
+@pytest.mark.parametrize(
+    "name", ["perplexity.png", "vocab.txt", "evaluation/layer_weights.png", "training_metadata.json"]
+)
 def test_a_link_to_a_file_outside_the_model_folder_is_refused_naming_it(model, tmp_path, name):
     target = model / name
     target.parent.mkdir(exist_ok=True)
@@ -102,11 +106,22 @@ def test_a_plot_that_is_not_a_png_is_refused(model, tmp_path):
 
 # --------------------------------------------------------------------------------------------- the card
 def test_the_card_lists_only_allow_listed_settings(model, tmp_path):
-    secrets = {"apikey": "sk-live-0123456789", "passwd": "hunter2", "credentials": "aws:AKIAEXAMPLE",
-               "db_url": "postgres://admin:pw@dbhost/db"}
-    (model / "training_metadata.json").write_text(json.dumps({
-        "global_step": 7, **secrets, "args": {"learning_rate": 0.2, **secrets, "extra": {"apikey": "nested-secret"}},
-        "published": {"apikey": "in-a-group"}}))
+    secrets = {
+        "apikey": "sk-live-0123456789",
+        "passwd": "hunter2",
+        "credentials": "aws:AKIAEXAMPLE",
+        "db_url": "postgres://admin:pw@dbhost/db",
+    }
+    (model / "training_metadata.json").write_text(
+        json.dumps(
+            {
+                "global_step": 7,
+                **secrets,
+                "args": {"learning_rate": 0.2, **secrets, "extra": {"apikey": "nested-secret"}},
+                "published": {"apikey": "in-a-group"},
+            }
+        )
+    )
     assert _push(model, tmp_path / "out") == 0
     text = _published_text(tmp_path / "out")
     assert "| global\\_step | 7 |" in text or "| global_step | 7 |" in text
@@ -144,12 +159,28 @@ def test_an_html_dataset_name_is_escaped_in_the_text_and_left_out_of_the_yaml(mo
 def test_markup_in_command_line_values_and_results_is_escaped(model, tmp_path):
     from modeling_elmo.utils.results import EvaluationResults, PerplexityResult, write_results
 
-    write_results(model / "eval_results.json", EvaluationResults.now(
-        model="lm", source="elmo pretrain", perplexity=[PerplexityResult(
-            dataset=HOSTILE_NAME, split="validation", forward=50.0, backward=51.0, average=50.5,
-            targets_per_direction=10, examples=2, unk_rate=0.0)]))
-    assert _push(model, tmp_path / "out", "--dataset", HOSTILE_NAME, "--language", "<b>en</b>",
-                 "--license", "<i>mit") == 0
+    write_results(
+        model / "eval_results.json",
+        EvaluationResults.now(
+            model="lm",
+            source="elmo pretrain",
+            perplexity=[
+                PerplexityResult(
+                    dataset=HOSTILE_NAME,
+                    split="validation",
+                    forward=50.0,
+                    backward=51.0,
+                    average=50.5,
+                    targets_per_direction=10,
+                    examples=2,
+                    unk_rate=0.0,
+                )
+            ],
+        ),
+    )
+    assert (
+        _push(model, tmp_path / "out", "--dataset", HOSTILE_NAME, "--language", "<b>en</b>", "--license", "<i>mit") == 0
+    )
     readme = (tmp_path / "out" / "README.md").read_text(encoding="utf-8")
     assert "<script" not in readme and "<img" not in readme and "<b>" not in readme and "<i>" not in readme
     card = ModelCard(readme)
@@ -160,8 +191,9 @@ def test_markup_in_command_line_values_and_results_is_escaped(model, tmp_path):
 # --------------------------------------------------------------------------------------------- the weights
 def _rewrite_weights(model: Path, change) -> None:
     tensors = load_file(model / "model.safetensors")
-    save_file({name: change(name, t) for name, t in tensors.items()}, model / "model.safetensors",
-              metadata={"format": "pt"})
+    save_file(
+        {name: change(name, t) for name, t in tensors.items()}, model / "model.safetensors", metadata={"format": "pt"}
+    )
 
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf")])
@@ -190,14 +222,19 @@ def test_float64_weights_are_published_as_float64(model, tmp_path):
 # --------------------------------------------------------------------------------------------- auto_map, vocabulary
 def test_a_foreign_auto_map_is_never_carried(model, tmp_path):
     config = json.loads((model / "config.json").read_text())
-    config["auto_map"] = {**config["auto_map"], "AutoModel": "attacker/elmo-helpers--modeling_evil.ElmoModel",
-                          "AutoModelForCausalLM": "modeling_evil.Backdoor"}
+    config["auto_map"] = {
+        **config["auto_map"],
+        "AutoModel": "attacker/elmo-helpers--modeling_evil.ElmoModel",
+        "AutoModelForCausalLM": "modeling_evil.Backdoor",
+    }
     (model / "config.json").write_text(json.dumps(config))
     assert ElmoConfig.from_pretrained(model).auto_map == AUTO_MAP
     assert _push(model, tmp_path / "out") == 0
     published = json.loads((tmp_path / "out" / "config.json").read_text())
     assert published["auto_map"] == AUTO_MAP
-    assert "attacker" not in _published_text(tmp_path / "out") and "modeling_evil" not in _published_text(tmp_path / "out")
+    assert "attacker" not in _published_text(tmp_path / "out") and "modeling_evil" not in _published_text(
+        tmp_path / "out"
+    )
 
 
 def test_a_vocabulary_of_another_size_than_the_softmax_is_refused(model, tmp_path):
@@ -210,7 +247,7 @@ def test_a_vocabulary_of_another_size_than_the_softmax_is_refused(model, tmp_pat
 def test_an_output_folder_with_the_users_files_is_refused_and_kept(model, tmp_path):
     out = tmp_path / "proj"
     (out / "plots").mkdir(parents=True)
-    mine = {"README.md": "my project", "config.json": "{\"mine\": true}", "plots/figure1.png": "figure"}
+    mine = {"README.md": "my project", "config.json": '{"mine": true}', "plots/figure1.png": "figure"}
     for name, text in mine.items():
         (out / name).write_text(text)
     with pytest.raises(SystemExit, match="elmo push did not write 'README.md'"):
@@ -246,8 +283,9 @@ def test_a_second_push_replaces_its_own_output_and_a_killed_runs_temporaries_are
 
 
 @pytest.mark.parametrize("before", ["absent", "an earlier push"])
-def test_a_file_the_user_puts_into_the_output_while_it_is_assembled_is_kept_and_the_push_refused(model, tmp_path,
-                                                                                                monkeypatch, before):
+def test_a_file_the_user_puts_into_the_output_while_it_is_assembled_is_kept_and_the_push_refused(
+    model, tmp_path, monkeypatch, before
+):
     from modeling_elmo.hub import publish
 
     out = tmp_path / "out"
@@ -261,8 +299,11 @@ def test_a_file_the_user_puts_into_the_output_while_it_is_assembled_is_kept_and_
         return original(*args, **kwargs)
 
     monkeypatch.setattr(publish, "build_model_card", the_user_writes_meanwhile)
-    expected = ("appeared while elmo push worked and is not empty (it holds 'notes.txt'); nothing was replaced"
-                if before == "absent" else "elmo push did not write 'notes.txt'")
+    expected = (
+        "appeared while elmo push worked and is not empty (it holds 'notes.txt'); nothing was replaced"
+        if before == "absent"
+        else "elmo push did not write 'notes.txt'"
+    )
     with pytest.raises(SystemExit) as error:
         _push(model, out)
     message = str(error.value.code)

@@ -24,7 +24,6 @@ from huggingface_hub import HfApi, ModelCard, ModelCardData, constants
 from huggingface_hub import hf_api as hub_hf_api
 from huggingface_hub.hf_api import CommitInfo, RepoUrl
 from safetensors.torch import load_file
-
 from support import assert_same_numbers, run_without_package
 
 from modeling_elmo import (
@@ -32,9 +31,10 @@ from modeling_elmo import (
     ElmoForBidirectionalLM,
     ElmoForSequenceClassification,
     ElmoTokenizer,
+    hub,
     save_model_folder,
 )
-from modeling_elmo import hub
+from modeling_elmo.folders.run_folder import CODE_FILES, RunFolder
 from modeling_elmo.hub.card import escape_markdown
 from modeling_elmo.utils.results import (
     EvaluationResults,
@@ -44,16 +44,26 @@ from modeling_elmo.utils.results import (
     UntrainedComparison,
     write_results,
 )
-from modeling_elmo.folders.run_folder import CODE_FILES, RunFolder
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PACKAGE_DIR = REPO_ROOT / "modeling_elmo"
 FAKE_TOKEN = "hf_" + "Q" * 34  # the token of the environment in the upload tests
 FOLDER_TOKEN = "hf_" + "Z" * 34  # a token planted in the model folder: it must never be used
 SENTENCES = [["The", "cat", "sat", "on", "the", "mat", "."], ["A", "naïve", "café", "!"], ["Short"]]
-EXPECTED_LM_FILES = ["README.md", "config.json", "configuration_elmo.py", "inputs_elmo.py", "lstm_kernels.py", "model.safetensors",
-                     "modeling_elmo.py", "pipeline_elmo.py", "plots/perplexity.png", "tokenization_elmo.py",
-                     "tokenizer_config.json", "vocab.txt"]
+EXPECTED_LM_FILES = [
+    "README.md",
+    "config.json",
+    "configuration_elmo.py",
+    "inputs_elmo.py",
+    "lstm_kernels.py",
+    "model.safetensors",
+    "modeling_elmo.py",
+    "pipeline_elmo.py",
+    "plots/perplexity.png",
+    "tokenization_elmo.py",
+    "tokenizer_config.json",
+    "vocab.txt",
+]
 
 
 def make_config(**overrides) -> ElmoConfig:
@@ -77,24 +87,69 @@ def write_png(path: Path) -> None:
 
 #: What ``elmo pretrain`` writes at the end of a run (``eval_results.json``).
 PRETRAIN_RESULTS = EvaluationResults(
-    model="elmo-tiny-lm", source="elmo pretrain", created="2026-12-01T10:00:00+00:00",
-    perplexity=[PerplexityResult(dataset="tiny_corpus", split="validation", forward=80.5, backward=82.25, average=81.37,
-                                 targets_per_direction=1234, examples=100, unk_rate=0.01,
-                                 unigram=UnigramBaselineResult(forward=630.0, backward=650.0, average=640.0,
-                                                               fitted_on="training data", smoothing=1.0)),
-                PerplexityResult(dataset="tiny_corpus", split="test", forward=79.0, backward=81.0, average=79.99,
-                                 targets_per_direction=999, examples=80, unk_rate=0.01)],
-    details={"global_step": 100})
+    model="elmo-tiny-lm",
+    source="elmo pretrain",
+    created="2026-12-01T10:00:00+00:00",
+    perplexity=[
+        PerplexityResult(
+            dataset="tiny_corpus",
+            split="validation",
+            forward=80.5,
+            backward=82.25,
+            average=81.37,
+            targets_per_direction=1234,
+            examples=100,
+            unk_rate=0.01,
+            unigram=UnigramBaselineResult(
+                forward=630.0, backward=650.0, average=640.0, fitted_on="training data", smoothing=1.0
+            ),
+        ),
+        PerplexityResult(
+            dataset="tiny_corpus",
+            split="test",
+            forward=79.0,
+            backward=81.0,
+            average=79.99,
+            targets_per_direction=999,
+            examples=80,
+            unk_rate=0.01,
+        ),
+    ],
+    details={"global_step": 100},
+)
 #: What ``elmo evaluate`` writes into ``evaluation/eval_results.json`` (here of the classifier).
 SUITE_RESULTS = EvaluationResults(
-    model="elmo-tiny-sst", source="elmo evaluate", created="2026-12-01T11:00:00+00:00", untrained_seed=0,
-    scores=[ScoreResult(task="probe-sentiment", dataset="sentiment-sst2 dev", split="validation", representation="mix",
-                        metric="accuracy", value=0.78, examples=872, baseline=0.509,
-                        untrained=UntrainedComparison(value=0.55, trained_only_correct=250, untrained_only_correct=50,
-                                                      mcnemar_p_value=1e-30)),
-            ScoreResult(task="wsd-probe", dataset="wsd_small", split="all", representation="layer 2",
-                        metric="accuracy", value=0.71, examples=300, baseline=0.33)],
-    details={"settings": {"probe_epochs": 3}})
+    model="elmo-tiny-sst",
+    source="elmo evaluate",
+    created="2026-12-01T11:00:00+00:00",
+    untrained_seed=0,
+    scores=[
+        ScoreResult(
+            task="probe-sentiment",
+            dataset="sentiment-sst2 dev",
+            split="validation",
+            representation="mix",
+            metric="accuracy",
+            value=0.78,
+            examples=872,
+            baseline=0.509,
+            untrained=UntrainedComparison(
+                value=0.55, trained_only_correct=250, untrained_only_correct=50, mcnemar_p_value=1e-30
+            ),
+        ),
+        ScoreResult(
+            task="wsd-probe",
+            dataset="wsd_small",
+            split="all",
+            representation="layer 2",
+            metric="accuracy",
+            value=0.71,
+            examples=300,
+            baseline=0.33,
+        ),
+    ],
+    details={"settings": {"probe_epochs": 3}},
+)
 
 
 # --------------------------------------------------------------------------------------------- fixtures
@@ -112,12 +167,22 @@ def model_folders(tmp_path_factory):
     save_model_folder(lm, tokenizer, lm_dir)
     # The two JSON files as `elmo pretrain` writes them (modeling_elmo/pretraining/trainer.py).
     write_results(RunFolder(lm_dir).eval_results_file, PRETRAIN_RESULTS)
-    RunFolder(lm_dir).write_training_metadata({
-        "global_step": 100, "tokens_seen": 51200, "parameters": 22533, "num_processes": 1,
-        "args": {"dataset_name": "tiny_corpus", "train_file": ["/home/someone/private/train.txt"],
-                 "learning_rate": 0.2, "optimizer": "adagrad", "hub_token": FOLDER_TOKEN},
-        "versions": {"torch": "2.13.0"},
-    })
+    RunFolder(lm_dir).write_training_metadata(
+        {
+            "global_step": 100,
+            "tokens_seen": 51200,
+            "parameters": 22533,
+            "num_processes": 1,
+            "args": {
+                "dataset_name": "tiny_corpus",
+                "train_file": ["/home/someone/private/train.txt"],
+                "learning_rate": 0.2,
+                "optimizer": "adagrad",
+                "hub_token": FOLDER_TOKEN,
+            },
+            "versions": {"torch": "2.13.0"},
+        }
+    )
     write_png(lm_dir / "perplexity.png")
     # Clutter of a training run and secrets that must never be published or read.
     (lm_dir / "optimizer.pt").write_bytes(b"not really an optimizer")
@@ -130,19 +195,31 @@ def model_folders(tmp_path_factory):
 
     torch.manual_seed(1)
     classifier = ElmoForSequenceClassification(
-        make_config(vocab_size=tokenizer.vocab_size, num_labels=2, id2label={0: "negative", 1: "positive"},
-                    label2id={"negative": 0, "positive": 1})).eval()
+        make_config(
+            vocab_size=tokenizer.vocab_size,
+            num_labels=2,
+            id2label={0: "negative", 1: "positive"},
+            label2id={"negative": 0, "positive": 1},
+        )
+    ).eval()
     with torch.no_grad():  # a trained-looking head and mix, so the comparison is not against an initial state
         for parameter in classifier.parameters():
             parameter.add_(0.01 * torch.randn_like(parameter))
     clf_dir = root / "elmo-tiny-sst"
     save_model_folder(classifier, tokenizer, clf_dir)
-    (clf_dir / "training_metadata.json").write_text(json.dumps({"datasets": ["sst2"], "base_model": "me/elmo-tiny",
-                                                                "epochs": 3}))
+    (clf_dir / "training_metadata.json").write_text(
+        json.dumps({"datasets": ["sst2"], "base_model": "me/elmo-tiny", "epochs": 3})
+    )
     write_results(RunFolder(clf_dir).evaluation.results_file, SUITE_RESULTS)
     (clf_dir / "evaluation" / "predictions.json").write_text(json.dumps({"predictions": [0, 1, 1]}))  # not results
-    return {"root": root, "lm": lm_dir, "classifier": clf_dir, "lm_model": lm, "classifier_model": classifier,
-            "tokenizer": tokenizer}
+    return {
+        "root": root,
+        "lm": lm_dir,
+        "classifier": clf_dir,
+        "lm_model": lm,
+        "classifier_model": classifier,
+        "tokenizer": tokenizer,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -150,10 +227,23 @@ def published(model_folders):
     """The dry runs of both folders (the command line, as a user runs it)."""
     root = model_folders["root"]
     out = {"lm": root / "publish-lm", "classifier": root / "publish-clf"}
-    assert hub.main([str(model_folders["lm"]), "--repo-id", "me/elmo-tiny", "--dry-run",
-                     "--output-dir", str(out["lm"])]) == 0
-    assert hub.main([str(model_folders["classifier"]), "--repo-id", "me/elmo-tiny-sst", "--dry-run",
-                     "--output-dir", str(out["classifier"])]) == 0
+    assert (
+        hub.main([str(model_folders["lm"]), "--repo-id", "me/elmo-tiny", "--dry-run", "--output-dir", str(out["lm"])])
+        == 0
+    )
+    assert (
+        hub.main(
+            [
+                str(model_folders["classifier"]),
+                "--repo-id",
+                "me/elmo-tiny-sst",
+                "--dry-run",
+                "--output-dir",
+                str(out["classifier"]),
+            ]
+        )
+        == 0
+    )
     return out
 
 
@@ -187,8 +277,13 @@ class HubRecorder:
             operations = list(operations)
             recorder.committed = sorted(op.path_in_repo for op in operations)
             recorder.calls.append(("create_commit", (repo_id,), kwargs, api.token))
-            return CommitInfo(commit_url=f"https://huggingface.co/{repo_id}/commit/0123abc", commit_message="",
-                              commit_description="", oid="0123abc", pr_url=None)
+            return CommitInfo(
+                commit_url=f"https://huggingface.co/{repo_id}/commit/0123abc",
+                commit_message="",
+                commit_description="",
+                oid="0123abc",
+                pr_url=None,
+            )
 
         return [
             mock.patch.object(HfApi, "create_repo", create_repo),
@@ -291,8 +386,16 @@ def test_output_folder_with_foreign_files_is_not_overwritten(model_folders, tmp_
         hub.main([str(model_folders["lm"]), "--repo-id", "me/x", "--dry-run", "--output-dir", str(out)])
     assert (out / "precious.txt").read_text() == "keep me"
     with pytest.raises(SystemExit, match="outside the model folder"):
-        hub.main([str(model_folders["lm"]), "--repo-id", "me/x", "--dry-run",
-                  "--output-dir", str(model_folders["lm"] / "hub")])
+        hub.main(
+            [
+                str(model_folders["lm"]),
+                "--repo-id",
+                "me/x",
+                "--dry-run",
+                "--output-dir",
+                str(model_folders["lm"] / "hub"),
+            ]
+        )
 
 
 def test_upload_plan_refuses_files_outside_the_allow_list(published, tmp_path):
@@ -325,8 +428,18 @@ def test_results_that_do_not_follow_the_schema_stop_the_push_naming_the_file_and
 def test_dry_run_writes_exactly_the_allow_list(published):
     assert hub.list_folder(published["lm"]) == EXPECTED_LM_FILES
     assert hub.list_folder(published["classifier"]) == [
-        "README.md", "config.json", "configuration_elmo.py", "inputs_elmo.py", "lstm_kernels.py", "model.safetensors",
-        "modeling_elmo.py", "pipeline_elmo.py", "tokenization_elmo.py", "tokenizer_config.json", "vocab.txt"]
+        "README.md",
+        "config.json",
+        "configuration_elmo.py",
+        "inputs_elmo.py",
+        "lstm_kernels.py",
+        "model.safetensors",
+        "modeling_elmo.py",
+        "pipeline_elmo.py",
+        "tokenization_elmo.py",
+        "tokenizer_config.json",
+        "vocab.txt",
+    ]
     for name in CODE_FILES:  # the code is this package's, byte for byte
         assert (published["lm"] / name).read_bytes() == (PACKAGE_DIR / name).read_bytes()
     auto_map = json.loads((published["lm"] / "config.json").read_text())["auto_map"]
@@ -343,15 +456,19 @@ def test_dry_run_writes_exactly_the_allow_list(published):
 
 def test_dry_run_keeps_the_weights_and_vocabulary_exactly(model_folders, published):
     for key in ("lm", "classifier"):
-        original, copy = load_file(model_folders[key] / "model.safetensors"), load_file(published[key] / "model.safetensors")
+        original, copy = (
+            load_file(model_folders[key] / "model.safetensors"),
+            load_file(published[key] / "model.safetensors"),
+        )
         assert original.keys() == copy.keys()
         for name in original:
             assert torch.equal(original[name], copy[name]), name
     assert (published["lm"] / "vocab.txt").read_text() == (model_folders["lm"] / "vocab.txt").read_text()
 
 
-def test_dry_run_prints_the_plan_and_touches_no_network(model_folders, tmp_path, capsys, hub_recorder,
-                                                        no_stored_login, monkeypatch):
+def test_dry_run_prints_the_plan_and_touches_no_network(
+    model_folders, tmp_path, capsys, hub_recorder, no_stored_login, monkeypatch
+):
     import socket
 
     def no_network(*args, **kwargs):
@@ -360,16 +477,19 @@ def test_dry_run_prints_the_plan_and_touches_no_network(model_folders, tmp_path,
     monkeypatch.setattr(socket.socket, "connect", no_network)
     monkeypatch.setattr(socket, "create_connection", no_network)
     out = tmp_path / "plan"
-    assert hub.main([str(model_folders["lm"]), "--repo-id", "me/elmo-tiny", "--dry-run", "--private",
-                     "--output-dir", str(out)]) == 0
+    assert (
+        hub.main(
+            [str(model_folders["lm"]), "--repo-id", "me/elmo-tiny", "--dry-run", "--private", "--output-dir", str(out)]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     for name in EXPECTED_LM_FILES:
         assert f"  {name}  (" in printed
     assert "Dry run: would create me/elmo-tiny (private=True)" in printed
     assert hub_recorder.calls == []
     # A second dry run into the same folder replaces it (it holds only what this tool writes).
-    assert hub.main([str(model_folders["lm"]), "--repo-id", "me/elmo-tiny", "--dry-run", "--output-dir",
-                     str(out)]) == 0
+    assert hub.main([str(model_folders["lm"]), "--repo-id", "me/elmo-tiny", "--dry-run", "--output-dir", str(out)]) == 0
     assert hub.list_folder(out) == EXPECTED_LM_FILES
 
 
@@ -393,13 +513,19 @@ def test_card_metadata_round_trips_and_its_model_index_holds_the_json_numbers(pu
     assert data.base_model is None
     values = {(r.dataset_split, r.metric_name): r.metric_value for r in data.eval_results}
     assert values == {
-        ("validation", "Perplexity (forward)"): 80.5, ("validation", "Perplexity (backward)"): 82.25,
-        ("validation", "Perplexity (average)"): 81.37, ("test", "Perplexity (forward)"): 79.0,
-        ("test", "Perplexity (backward)"): 81.0, ("test", "Perplexity (average)"): 79.99,
+        ("validation", "Perplexity (forward)"): 80.5,
+        ("validation", "Perplexity (backward)"): 82.25,
+        ("validation", "Perplexity (average)"): 81.37,
+        ("test", "Perplexity (forward)"): 79.0,
+        ("test", "Perplexity (backward)"): 81.0,
+        ("test", "Perplexity (average)"): 79.99,
     }
     assert all(r.metric_type == "perplexity" and r.dataset_name == "tiny_corpus" for r in data.eval_results)
     assert "| tiny_corpus | test | 79 | 81 | 79.99 | — | — | 999 | 1.0% |" in card.text
-    assert "| tiny_corpus | validation | 80.5 | 82.25 | 81.37 | 640 (fitted on training data) | — | 1234 | 1.0% |" in card.text
+    assert (
+        "| tiny_corpus | validation | 80.5 | 82.25 | 81.37 | 640 (fitted on training data) | — | 1234 | 1.0% |"
+        in card.text
+    )
     assert "| args.optimizer | adagrad |" in card.text and "| args.train_file | train.txt |" in card.text
     assert "| global_step | 100 |" in card.text
     assert "hub_token" not in card.text
@@ -417,51 +543,92 @@ def test_classifier_card_names_its_base_model_labels_and_probe_results(published
         ("token-classification", "wsd_small", "accuracy", "Accuracy (layer 2)", 0.71),
         ("text-classification", "sentiment-sst2 dev", "accuracy", "Accuracy (mix)", 0.78),
     }
-    assert ("| probe-sentiment | sentiment-sst2 dev | validation | mix | accuracy | 0.78 | 872 | 0.509 | 0.55 | 1e-30 |"
-            in card.text)
+    assert (
+        "| probe-sentiment | sentiment-sst2 dev | validation | mix | accuracy | 0.78 | 872 | 0.509 | 0.55 | 1e-30 |"
+        in card.text
+    )
 
 
 def test_the_card_tells_the_files_shipped_the_training_files_their_licences_and_shows_one_perplexity_plot(
-        model_folders, tmp_path, capsys):
+    model_folders, tmp_path, capsys
+):
     """A run trained on files and a glob (no dataset name), with a research-only part, published under apache-2.0:
     the card lists exactly the Python files of the published folder, names the training files (the glob with its
     folder), their licences and a warning (printed too), and shows the training curve once."""
     run = tmp_path / "run"
     shutil.copytree(model_folders["lm"], run)
-    RunFolder(run).write_training_metadata({"global_step": 10, "args": {
-        "train_file": ["/data/lm-corpus/gutenberg/*.txt", "/data/lm-corpus/masc.txt"],
-        "data_license": ["gutenberg/*.txt=public-domain", "masc.txt=research-only"]}})
+    RunFolder(run).write_training_metadata(
+        {
+            "global_step": 10,
+            "args": {
+                "train_file": ["/data/lm-corpus/gutenberg/*.txt", "/data/lm-corpus/masc.txt"],
+                "data_license": ["gutenberg/*.txt=public-domain", "masc.txt=research-only"],
+            },
+        }
+    )
     (run / "evaluation").mkdir()
     write_png(run / "evaluation" / "training_perplexity.png")  # the evaluation's copy of perplexity.png
     out = tmp_path / "hub"
     assert hub.main([str(run), "--repo-id", "me/elmo-run", "--dry-run", "--output-dir", str(out)]) == 0
     text = (out / "README.md").read_text(encoding="utf-8")
     shipped = sorted(p.name for p in out.glob("*.py"))
-    assert len(shipped) >= 5 and f"This repository ships {len(shipped)} Python files: " + ", ".join(
-        f"`{name}`" for name in shipped) + "." in text
+    assert (
+        len(shipped) >= 5
+        and f"This repository ships {len(shipped)} Python files: " + ", ".join(f"`{name}`" for name in shipped) + "."
+        in text
+    )
     assert "Training data: gutenberg/\\*.txt, masc.txt." in text and "not recorded" not in text
     assert "Data licences: gutenberg/\\*.txt: public-domain; masc.txt: research-only." in text
-    warning = ("the model is published under apache-2.0, but the licence of part of its training data is unknown or "
-               "restricts its use (masc.txt: research-only)")
+    warning = (
+        "the model is published under apache-2.0, but the licence of part of its training data is unknown or "
+        "restricts its use (masc.txt: research-only)"
+    )
     assert f"**Warning:** {escape_markdown(warning)}" in text and warning in capsys.readouterr().err
     assert [n for n in hub.list_folder(out) if n.startswith("plots/")] == ["plots/perplexity.png"]
     assert text.count("![") == 1
     # the licences given to elmo push replace the recorded ones; all known and open: no warning
     again = tmp_path / "hub-again"
-    assert hub.main([str(run), "--repo-id", "me/elmo-run", "--dry-run", "--output-dir", str(again),
-                     "--data-license", "cc-by-4.0"]) == 0
+    assert (
+        hub.main(
+            [
+                str(run),
+                "--repo-id",
+                "me/elmo-run",
+                "--dry-run",
+                "--output-dir",
+                str(again),
+                "--data-license",
+                "cc-by-4.0",
+            ]
+        )
+        == 0
+    )
     text = (again / "README.md").read_text(encoding="utf-8")
     assert "Data licences: all training data: cc-by-4.0." in text and "Warning" not in text
     assert "licence" not in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------------------------- upload (mocked)
-def test_upload_sends_exactly_the_allow_list_with_the_environment_token(model_folders, tmp_path, hub_recorder,
-                                                                        monkeypatch, capsys):
+def test_upload_sends_exactly_the_allow_list_with_the_environment_token(
+    model_folders, tmp_path, hub_recorder, monkeypatch, capsys
+):
     monkeypatch.setenv("HF_TOKEN", FAKE_TOKEN)
     monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no-login" / "token"))
-    assert hub.main([str(model_folders["lm"]), "--repo-id", "me/elmo-tiny", "--private", "--revision", "v1",
-                     "--commit-message", "First ELMo"]) == 0
+    assert (
+        hub.main(
+            [
+                str(model_folders["lm"]),
+                "--repo-id",
+                "me/elmo-tiny",
+                "--private",
+                "--revision",
+                "v1",
+                "--commit-message",
+                "First ELMo",
+            ]
+        )
+        == 0
+    )
     assert hub_recorder.committed == EXPECTED_LM_FILES
     names = [call[0] for call in hub_recorder.calls]
     assert names == ["create_repo", "create_branch", "create_commit"]
@@ -483,8 +650,18 @@ def test_upload_uses_the_stored_login_when_no_environment_token(model_folders, t
     monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(login))
     assert hub.main([str(model_folders["classifier"]), "--repo-id", "me/elmo-tiny-sst"]) == 0
     assert hub_recorder.committed == [
-        "README.md", "config.json", "configuration_elmo.py", "inputs_elmo.py", "lstm_kernels.py", "model.safetensors",
-        "modeling_elmo.py", "pipeline_elmo.py", "tokenization_elmo.py", "tokenizer_config.json", "vocab.txt"]
+        "README.md",
+        "config.json",
+        "configuration_elmo.py",
+        "inputs_elmo.py",
+        "lstm_kernels.py",
+        "model.safetensors",
+        "modeling_elmo.py",
+        "pipeline_elmo.py",
+        "tokenization_elmo.py",
+        "tokenizer_config.json",
+        "vocab.txt",
+    ]
     assert [call[0] for call in hub_recorder.calls] == ["create_repo", "create_commit"]
     assert {call[3] for call in hub_recorder.calls} == {FAKE_TOKEN}
 
@@ -543,8 +720,14 @@ FRESH_PROCESS = textwrap.dedent("""
 
 def test_published_folder_loads_in_a_fresh_process_with_the_same_outputs(model_folders, published, tmp_path):
     out_file = tmp_path / "outputs.safetensors"
-    info = run_without_package(FRESH_PROCESS, published["lm"], published["classifier"], out_file, json.dumps(SENTENCES),
-                               workdir=tmp_path / "elsewhere")
+    info = run_without_package(
+        FRESH_PROCESS,
+        published["lm"],
+        published["classifier"],
+        out_file,
+        json.dumps(SENTENCES),
+        workdir=tmp_path / "elsewhere",
+    )
     assert info["package_imported"] is False
     for key in ("config_class", "model_class", "classifier_class", "tokenizer_class"):
         assert info[key].startswith("transformers_modules."), info[key]  # the Hub code, not this package
@@ -560,7 +743,9 @@ def test_published_folder_loads_in_a_fresh_process_with_the_same_outputs(model_f
         hidden = lm.elmo(**batch, output_hidden_states=True).hidden_states
         logits = classifier(**tokenizer(texts, padding=True, return_tensors="pt")).logits
         features = lm.elmo(**tokenizer([texts[0]], return_tensors="pt")).last_hidden_state
-    assert torch.equal(got["input_ids"], batch["input_ids"]) and torch.equal(got["attention_mask"], batch["attention_mask"])
+    assert torch.equal(got["input_ids"], batch["input_ids"]) and torch.equal(
+        got["attention_mask"], batch["attention_mask"]
+    )
     assert len([k for k in got if k.startswith("hidden_")]) == len(hidden) == 3
     for i, layer in enumerate(hidden):
         assert_same_numbers(got[f"hidden_{i}"], layer, what=f"layer {i}")
@@ -572,9 +757,21 @@ def test_published_folder_loads_in_a_fresh_process_with_the_same_outputs(model_f
 def test_script_reports_bad_input_as_a_clear_error(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
-    result = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "push_to_hub.py"), str(tmp_path),
-                             "--repo-id", "me/x", "--dry-run"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                            timeout=300)
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(REPO_ROOT / "scripts" / "push_to_hub.py"),
+            str(tmp_path),
+            "--repo-id",
+            "me/x",
+            "--dry-run",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == f"elmo push: error: {tmp_path} is not a model folder: it is empty."
 
@@ -583,28 +780,50 @@ def test_extra_plots_are_published_under_safe_names(model_folders, tmp_path):
     odd = tmp_path / "_Loss curve (v2).PNG"
     write_png(odd)
     out = tmp_path / "out"
-    assert hub.main([str(model_folders["lm"]), "--repo-id", "me/x", "--dry-run", "--output-dir", str(out),
-                     "--plot", str(odd)]) == 0
-    assert [n for n in hub.list_folder(out) if n.startswith("plots/")] == ["plots/Loss_curve__v2_.png",
-                                                                          "plots/perplexity.png"]
+    assert (
+        hub.main(
+            [str(model_folders["lm"]), "--repo-id", "me/x", "--dry-run", "--output-dir", str(out), "--plot", str(odd)]
+        )
+        == 0
+    )
+    assert [n for n in hub.list_folder(out) if n.startswith("plots/")] == [
+        "plots/Loss_curve__v2_.png",
+        "plots/perplexity.png",
+    ]
     assert (out / "plots" / "Loss_curve__v2_.png").read_bytes() == odd.read_bytes()
     assert "![Loss_curve__v2_](plots/Loss_curve__v2_.png)" in (out / "README.md").read_text()
     with pytest.raises(SystemExit, match="is not an existing"):
-        hub.main([str(model_folders["lm"]), "--repo-id", "me/x", "--dry-run", "--output-dir", str(out),
-                  "--plot", str(tmp_path / "missing.png")])
+        hub.main(
+            [
+                str(model_folders["lm"]),
+                "--repo-id",
+                "me/x",
+                "--dry-run",
+                "--output-dir",
+                str(out),
+                "--plot",
+                str(tmp_path / "missing.png"),
+            ]
+        )
 
 
 @pytest.mark.slow
 def test_wheel_ships_the_card_templates_and_the_installed_package_finds_them(tmp_path, installed_wheel):
     """A wheel install (no source tree next to the package) still has the templates `elmo push` renders."""
     site = installed_wheel
-    probe = ("import modeling_elmo.hub as h; print(h.__file__); "
-             "print(*[h.default_template_path(k) for k in h.CARD_KINDS], sep='\\n')")
+    probe = (
+        "import modeling_elmo.hub as h; print(h.__file__); "
+        "print(*[h.default_template_path(k) for k in h.CARD_KINDS], sep='\\n')"
+    )
     env = {**os.environ, "PYTHONPATH": str(site)}
-    out = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True, cwd=tmp_path, env=env)
+    out = subprocess.run(
+        [sys.executable, "-c", probe], check=True, capture_output=True, text=True, cwd=tmp_path, env=env
+    )
     module_file, *templates = out.stdout.split()
     assert Path(module_file).is_relative_to(site), "the installed wheel, not the source tree, must be imported"
     assert len(templates) == len(hub.CARD_KINDS)
     for template in map(Path, templates):
         assert template.is_relative_to(site / "modeling_elmo" / "model_cards")
-        assert template.read_text(encoding="utf-8") == (REPO_ROOT / "model_cards" / template.name).read_text(encoding="utf-8")
+        assert template.read_text(encoding="utf-8") == (REPO_ROOT / "model_cards" / template.name).read_text(
+            encoding="utf-8"
+        )

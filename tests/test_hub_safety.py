@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from huggingface_hub import constants
 
+from modeling_elmo.folders.run_folder import CODE_FILES
 from modeling_elmo.hub.safety import audit_shipped_code, resolve_token, scan_for_secrets
 from modeling_elmo.utils.loading import refuse_pickled_weights
-from modeling_elmo.folders.run_folder import CODE_FILES
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1] / "modeling_elmo"
 TOKEN = "hf_" + "Z" * 34
@@ -70,7 +70,8 @@ def test_shipped_code_imports_only_torch_transformers_numpy_tokenizers_and_each_
 
 def test_code_audit_catches_network_pickle_foreign_and_file_access(tmp_path):
     bad = tmp_path / "modeling_elmo.py"
-    bad.write_text(textwrap.dedent("""
+    bad.write_text(
+        textwrap.dedent("""
         import socket
         import requests
         from urllib.request import urlopen
@@ -81,11 +82,19 @@ def test_code_audit_catches_network_pickle_foreign_and_file_access(tmp_path):
         CONFIG = open("settings.txt").read()
         def later():
             return torch.load("weights.bin")
-    """))
+    """)
+    )
     problems = "\n".join(audit_shipped_code([bad]))
-    for expected in ("imports socket", "imports requests", "imports urllib.request", "imports pickle",
-                     "relative import of .evaluation", "relative import of ..other", "opens a file at import time",
-                     "calls torch.load"):
+    for expected in (
+        "imports socket",
+        "imports requests",
+        "imports urllib.request",
+        "imports pickle",
+        "relative import of .evaluation",
+        "relative import of ..other",
+        "opens a file at import time",
+        "calls torch.load",
+    ):
         assert expected in problems, expected
 
 
@@ -97,12 +106,15 @@ def test_shipped_files_contain_no_private_torch_operator():
         text = (PACKAGE_DIR / name).read_text(encoding="utf-8")
         assert "torch.ops." not in text and "torch._" not in text and "._triton" not in text, name
         assert "set_num_threads" not in text, name  # no process-wide setting changed by a forward
-    assert audit_shipped_code([PACKAGE_DIR / "acceleration" / "packed_kernels.py"])  # the audit does see the package's fast form
+    assert audit_shipped_code(
+        [PACKAGE_DIR / "acceleration" / "packed_kernels.py"]
+    )  # the audit does see the package's fast form
 
 
 def test_code_audit_refuses_private_torch_operators_and_modules(tmp_path):
     bad = tmp_path / "lstm_kernels.py"
-    bad.write_text(textwrap.dedent("""
+    bad.write_text(
+        textwrap.dedent("""
         import torch
         import torch._dynamo
         from torch.utils._triton import has_triton
@@ -111,12 +123,18 @@ def test_code_audit_refuses_private_torch_operators_and_modules(tmp_path):
             packed = torch.ops.mkldnn._reorder_linear_weight(w, 8)
             torch._assert_async(x.isfinite().all())
             return torch.ops.aten.mm(x, w), torch.__version__, torch.nn.functional.linear(x, w)
-    """))
+    """)
+    )
     problems = audit_shipped_code([bad])
     found = {problem.split(": ", 1)[1].split(",")[0] for problem in problems}
-    assert found == {"imports torch._dynamo", "imports torch.utils._triton.has_triton", "imports torch._assert_async",
-                     "uses torch.ops.mkldnn._reorder_linear_weight", "uses torch._assert_async",
-                     "uses torch.ops.aten.mm"}, problems
+    assert found == {
+        "imports torch._dynamo",
+        "imports torch.utils._triton.has_triton",
+        "imports torch._assert_async",
+        "uses torch.ops.mkldnn._reorder_linear_weight",
+        "uses torch._assert_async",
+        "uses torch.ops.aten.mm",
+    }, problems
     assert len(problems) == 6 and all("private torch API" in problem for problem in problems)
 
 
@@ -167,14 +185,25 @@ def test_shipped_code_opens_no_file_and_no_socket_at_import(tmp_path):
         shutil.copyfile(PACKAGE_DIR / name, package / name)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
-    result = subprocess.run([sys.executable, "-c", IMPORT_GUARD, str(package), "--build-model"], cwd=tmp_path,
-                            env=env, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", IMPORT_GUARD, str(package), "--build-model"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0 and "IMPORT-OK" in result.stdout, result.stderr[-3000:]
 
 
-@pytest.mark.parametrize("sneaky", ["_SNEAKY = open(__file__).read()",
-                                    "import socket\n_SNEAKY = socket.socket()",
-                                    "import pathlib\n_SNEAKY = pathlib.Path(__file__).read_text()"])
+@pytest.mark.parametrize(
+    "sneaky",
+    [
+        "_SNEAKY = open(__file__).read()",
+        "import socket\n_SNEAKY = socket.socket()",
+        "import pathlib\n_SNEAKY = pathlib.Path(__file__).read_text()",
+    ],
+)
 def test_import_guard_catches_a_file_or_socket_opened_at_import(sneaky, tmp_path):
     package = tmp_path / "hub_code_bad"
     package.mkdir()
@@ -184,6 +213,12 @@ def test_import_guard_catches_a_file_or_socket_opened_at_import(sneaky, tmp_path
     (package / "modeling_elmo.py").write_text("from .configuration_elmo import math\n")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
-    result = subprocess.run([sys.executable, "-c", IMPORT_GUARD, str(package)], cwd=tmp_path, env=env,
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", IMPORT_GUARD, str(package)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode != 0 and "blocked at import time" in result.stderr, result.stderr[-2000:]

@@ -16,19 +16,33 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-
 from support import assert_same_numbers
 
-from modeling_elmo import (ElmoConfig, ElmoForBidirectionalLM, ElmoForSequenceClassification,
-                           ElmoForTokenClassification, ElmoModel, ElmoTokenizer)
+from modeling_elmo import (
+    ElmoConfig,
+    ElmoForBidirectionalLM,
+    ElmoForSequenceClassification,
+    ElmoForTokenClassification,
+    ElmoModel,
+    ElmoTokenizer,
+)
 from modeling_elmo.embedding.inference import ElmoEmbedder, load_elmo_model, load_elmo_tokenizer, make_batches
 
-
 REPO = Path(__file__).resolve().parents[1]
-TINY = dict(projection_dim=8, cell_size=16, char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 8]],
-            num_highway_layers=1, num_hidden_layers=2)
-HEADS = {ElmoModel: {}, ElmoForBidirectionalLM: {"vocab_size": 30}, ElmoForSequenceClassification: {"num_labels": 2},
-         ElmoForTokenClassification: {"num_labels": 3}}
+TINY = dict(
+    projection_dim=8,
+    cell_size=16,
+    char_embedding_dim=4,
+    char_cnn_filters=[[1, 4], [2, 8]],
+    num_highway_layers=1,
+    num_hidden_layers=2,
+)
+HEADS = {
+    ElmoModel: {},
+    ElmoForBidirectionalLM: {"vocab_size": 30},
+    ElmoForSequenceClassification: {"num_labels": 2},
+    ElmoForTokenClassification: {"num_labels": 3},
+}
 
 
 def save(folder: Path, cls=ElmoModel, seed: int = 0, **overrides) -> torch.nn.Module:
@@ -49,7 +63,9 @@ def edit_config(folder: Path, **changes) -> None:
 def direct_layers(model: ElmoModel, words: list[str]) -> np.ndarray:
     """All layers of one sentence from ElmoModel, no batching: (L + 1, n, 2P)."""
     with torch.no_grad():
-        out = model(**ElmoTokenizer()([words], is_split_into_words=True, return_tensors="pt"), output_hidden_states=True)
+        out = model(
+            **ElmoTokenizer()([words], is_split_into_words=True, return_tensors="pt"), output_hidden_states=True
+        )
     return torch.stack(out.hidden_states, dim=1)[0].numpy()
 
 
@@ -71,15 +87,20 @@ def test_loader_returns_the_saved_bilm_of_a_model_a_head_or_the_lm(tmp_path, cls
 def test_loader_refuses_missing_bilm_weights_and_names_them(tmp_path):
     save(tmp_path / "m")
     edit_config(tmp_path / "m", num_hidden_layers=3)  # the file has 2 layers: layer 2 would be random
-    with pytest.raises(ValueError, match=r"8 biLM weight\(s\) missing \(encoder\.backward_layers\.2\.input_transform\.bias, "
-                                         r"encoder\.backward_layers\.2\.input_transform\.weight"):
+    with pytest.raises(
+        ValueError,
+        match=r"8 biLM weight\(s\) missing \(encoder\.backward_layers\.2\.input_transform\.bias, "
+        r"encoder\.backward_layers\.2\.input_transform\.weight",
+    ):
         load_elmo_model(tmp_path / "m")
 
 
 def test_loader_refuses_weights_of_another_depth_as_unexpected(tmp_path):
     save(tmp_path / "m")
     edit_config(tmp_path / "m", num_hidden_layers=1)
-    with pytest.raises(ValueError, match=r"8 unexpected tensor\(s\) \(encoder\.backward_layers\.1\.input_transform\.bias"):
+    with pytest.raises(
+        ValueError, match=r"8 unexpected tensor\(s\) \(encoder\.backward_layers\.1\.input_transform\.bias"
+    ):
         load_elmo_model(tmp_path / "m")
 
 
@@ -109,15 +130,21 @@ def test_loader_refuses_pickled_weights(tmp_path):
         load_elmo_model(folder)
 
 
-@pytest.mark.parametrize("where, match", [
-    ("missing-folder/elmo/x", "model 'missing-folder/elmo/x' does not exist \\(no such folder\\)"),
-    ("someone/elmo-that-is-not-cached", "model 'someone/elmo-that-is-not-cached' does not exist: no such folder, and no "
-                                        "Hub model of that name in the local cache"),
-    ("no-config", "is not an ELMo model folder: it has no config.json"),
-    ("bert", "is not an ELMo model: its config.json has model_type 'bert'"),
-    ("file.txt", "is a file; give the folder"),
-    ("no-weights", "cannot load the weights of model"),
-])
+@pytest.mark.parametrize(
+    "where, match",
+    [
+        ("missing-folder/elmo/x", "model 'missing-folder/elmo/x' does not exist \\(no such folder\\)"),
+        (
+            "someone/elmo-that-is-not-cached",
+            "model 'someone/elmo-that-is-not-cached' does not exist: no such folder, and no "
+            "Hub model of that name in the local cache",
+        ),
+        ("no-config", "is not an ELMo model folder: it has no config.json"),
+        ("bert", "is not an ELMo model: its config.json has model_type 'bert'"),
+        ("file.txt", "is a file; give the folder"),
+        ("no-weights", "cannot load the weights of model"),
+    ],
+)
 def test_loader_gives_one_line_for_a_location_that_is_not_an_elmo_model(tmp_path, monkeypatch, where, match):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "no-config").mkdir()
@@ -135,10 +162,13 @@ def test_loader_gives_one_line_for_a_location_that_is_not_an_elmo_model(tmp_path
 
 
 def test_library_modules_do_not_import_the_embed_command():
-    code = ("import sys, modeling_elmo.embedding.inference, modeling_elmo.embedding.features; "
-            "print(sorted(m for m in sys.modules if m.startswith('modeling_elmo.')))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
-                         check=True).stdout
+    code = (
+        "import sys, modeling_elmo.embedding.inference, modeling_elmo.embedding.features; "
+        "print(sorted(m for m in sys.modules if m.startswith('modeling_elmo.')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300, check=True
+    ).stdout
     modules = json.loads(out.replace("'", '"'))
     assert "modeling_elmo.embedding.inference" in modules and "modeling_elmo.embedding.features" in modules
     assert "modeling_elmo.embedding.embed" not in modules, modules
@@ -154,8 +184,14 @@ def test_make_batches_sorts_longest_first_skips_empty_and_caps_tokens():
     assert make_batches([12], batch_size=4, max_batch_tokens=5) == [[0]]  # too long alone: still one batch
 
 
-SENTENCES = [["The", "cat", "sat", "on", "the", "mat", "."], [], ["Hi"], ["naïve", "café", "☃"],
-             ["A", "much", "longer", "sentence", ",", "with", "punctuation", "and", "more", "words"], ["end"]]
+SENTENCES = [
+    ["The", "cat", "sat", "on", "the", "mat", "."],
+    [],
+    ["Hi"],
+    ["naïve", "café", "☃"],
+    ["A", "much", "longer", "sentence", ",", "with", "punctuation", "and", "more", "words"],
+    ["end"],
+]
 
 
 def test_embed_sentences_equals_the_model_run_one_sentence_at_a_time(tmp_path):
@@ -165,7 +201,7 @@ def test_embed_sentences_equals_the_model_run_one_sentence_at_a_time(tmp_path):
     embedder = ElmoEmbedder.from_pretrained(tmp_path / "m")
     got = embedder.embed_sentences(SENTENCES, batch_size=2, show_progress=False)
     assert len(got) == len(SENTENCES)
-    for words, layers in zip(SENTENCES, got):
+    for words, layers in zip(SENTENCES, got, strict=False):
         assert layers.dtype == np.float32 and layers.shape == (3, len(words), 16)
         if words:  # batched and padded with other sentences: another kernel path than one sentence alone
             assert_same_numbers(layers, direct_layers(saved, words), what=" ".join(words))
@@ -199,12 +235,21 @@ def test_non_finite_vectors_are_refused_where_they_leave_the_model_not_in_its_fo
         ElmoEmbedder(model, ElmoTokenizer()).embed_sentences([["a", "b"]])
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
     with pytest.raises(FloatingPointError, match="NaN or infinite vectors"):
-        add_elmo_features(datasets.Dataset.from_dict({"words": [["a", "b"]]}), model, ElmoTokenizer(),
-                          words_column="words")
+        add_elmo_features(
+            datasets.Dataset.from_dict({"words": [["a", "b"]]}), model, ElmoTokenizer(), words_column="words"
+        )
     (tmp_path / "in.txt").write_text("a b\n")
     with pytest.raises(SystemExit, match=r"^elmo embed: error: the ELMo model produced NaN or infinite vectors"):
-        embed_main([str(tmp_path / "in.txt"), str(tmp_path / "out.hdf5"), "--model", str(tmp_path / "m"),
-                    "--top", "--no-progress"])
+        embed_main(
+            [
+                str(tmp_path / "in.txt"),
+                str(tmp_path / "out.hdf5"),
+                "--model",
+                str(tmp_path / "m"),
+                "--top",
+                "--no-progress",
+            ]
+        )
 
 
 def test_embedder_refuses_half_precision_on_cpu():

@@ -8,7 +8,6 @@ import math
 
 import pytest
 import torch
-
 from support import run_without_package
 
 from modeling_elmo import (
@@ -26,14 +25,25 @@ CLASSES = (ElmoModel, ElmoForBidirectionalLM, ElmoForSequenceClassification, Elm
 
 def config(**extra) -> ElmoConfig:
     # sizes large enough for the spread of each tensor to be measured (hundreds of values each)
-    values = dict(projection_dim=16, cell_size=32, char_embedding_dim=8, char_cnn_filters=[[1, 8], [2, 16], [3, 24]],
-                  num_highway_layers=2, vocab_size=60, num_labels=3)
+    values = dict(
+        projection_dim=16,
+        cell_size=32,
+        char_embedding_dim=8,
+        char_cnn_filters=[[1, 8], [2, 16], [3, 24]],
+        num_highway_layers=2,
+        vocab_size=60,
+        num_labels=3,
+    )
     return ElmoConfig(**{**values, **extra})
 
 
 def close_spread(values: torch.Tensor, expected_std: float, name: str) -> list[str]:
     std = float(values.float().std())
-    return [] if 0.75 * expected_std <= std <= 1.25 * expected_std else [f"{name}: std {std:.4f}, expected {expected_std:.4f}"]
+    return (
+        []
+        if 0.75 * expected_std <= std <= 1.25 * expected_std
+        else [f"{name}: std {std:.4f}, expected {expected_std:.4f}"]
+    )
 
 
 def departures(weights: dict[str, torch.Tensor], config: ElmoConfig) -> list[str]:
@@ -128,14 +138,22 @@ def bilm_folder(tmp_path):
     return save_model_folder(model, ElmoTokenizer(), tmp_path / "bilm"), model
 
 
-@pytest.mark.parametrize("head_class", [ElmoForSequenceClassification, ElmoForTokenClassification],
-                         ids=lambda c: c.__name__)
-def test_a_head_loaded_from_a_bilm_folder_gets_initialised_new_weights_and_keeps_the_loaded_ones(bilm_folder, head_class):
+@pytest.mark.parametrize(
+    "head_class", [ElmoForSequenceClassification, ElmoForTokenClassification], ids=lambda c: c.__name__
+)
+def test_a_head_loaded_from_a_bilm_folder_gets_initialised_new_weights_and_keeps_the_loaded_ones(
+    bilm_folder, head_class
+):
     folder, saved = bilm_folder
     for _ in range(6):
         head = head_class.from_pretrained(folder, num_labels=2)
         new = {k: v for k, v in head.state_dict().items() if not k.startswith("elmo.")}
-        assert sorted(new) == ["classifier.bias", "classifier.weight", "scalar_mix.gamma", "scalar_mix.scalar_parameters"]
+        assert sorted(new) == [
+            "classifier.bias",
+            "classifier.weight",
+            "scalar_mix.gamma",
+            "scalar_mix.scalar_parameters",
+        ]
         assert departures(new, head.config) == []
         for name, value in saved.elmo.state_dict().items():
             assert torch.equal(head.elmo.state_dict()[name], value), name
@@ -162,7 +180,9 @@ def test_six_loads_through_the_folders_own_code_give_the_documented_head_weights
                           **{k: v.tolist() for k, v in state.items() if not k.startswith("elmo.")}})
         print(json.dumps(loads))
         """,
-        folder, workdir=tmp_path / "fresh")
+        folder,
+        workdir=tmp_path / "fresh",
+    )
     assert len(got) == 12
     table = saved.elmo.char_encoder.char_embeddings.weight
     for load in got:
@@ -174,8 +194,10 @@ def test_six_loads_through_the_folders_own_code_give_the_documented_head_weights
 def test_the_check_itself_finds_torch_defaults_and_uninitialised_memory():
     torch.manual_seed(0)
     model = ElmoForSequenceClassification(config())
-    torch_defaults = {"elmo.char_encoder.highways.0.gate.bias": torch.nn.Linear(28, 28).bias.detach(),
-                      "elmo.char_encoder.char_embeddings.weight": torch.randn(262, 8),
-                      "classifier.weight": torch.full((3, 32), 1.89e38)}
+    torch_defaults = {
+        "elmo.char_encoder.highways.0.gate.bias": torch.nn.Linear(28, 28).bias.detach(),
+        "elmo.char_encoder.char_embeddings.weight": torch.randn(262, 8),
+        "classifier.weight": torch.full((3, 32), 1.89e38),
+    }
     found = departures(torch_defaults, model.config)
     assert {problem.split(":")[0] for problem in found} == set(torch_defaults)

@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from support import assert_same_numbers
 
 from modeling_elmo import ElmoConfig, ElmoForBidirectionalLM, ElmoTokenizer
 from modeling_elmo.configuration_elmo import BOS_ID, EOS_ID
@@ -20,11 +21,15 @@ from modeling_elmo.evaluation.lm_scoring import (
     target_counts,
     unigram_log_probs,
 )
-from support import assert_same_numbers
 
 WORDS = ["the", "bank", "river", "money", "a", "good", "bad", "film", "is", "was"]
-SENTENCES = [["the", "bank"], ["a", "river", "bank", "unknownword"], ["money"], ["good", "film", "is", "good", "x"],
-             ["the", "film", "was", "bad"]]
+SENTENCES = [
+    ["the", "bank"],
+    ["a", "river", "bank", "unknownword"],
+    ["money"],
+    ["good", "film", "is", "good", "x"],
+    ["the", "film", "was", "bad"],
+]
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +37,14 @@ def lm_and_tokenizer(tmp_path_factory):
     root = tmp_path_factory.mktemp("lm")
     (root / "vocab.txt").write_text("\n".join(WORDS) + "\n")
     tokenizer = ElmoTokenizer(vocab_file=str(root / "vocab.txt"))
-    config = ElmoConfig(vocab_size=tokenizer.vocab_size, projection_dim=8, cell_size=16, char_embedding_dim=4,
-                        char_cnn_filters=[[1, 4], [2, 8]], num_highway_layers=1)
+    config = ElmoConfig(
+        vocab_size=tokenizer.vocab_size,
+        projection_dim=8,
+        cell_size=16,
+        char_embedding_dim=4,
+        char_cnn_filters=[[1, 4], [2, 8]],
+        num_highway_layers=1,
+    )
     torch.manual_seed(7)
     return ElmoForBidirectionalLM(config).eval(), tokenizer
 
@@ -47,10 +58,11 @@ def _encode(tokenizer, sentences):
 def _accumulate(lm, tokenizer, sentences, layout="sentences", baseline=None, batch_size=2):
     accumulator = PerplexityAccumulator(layout=layout, baseline=baseline)
     for start in range(0, len(sentences), batch_size):
-        input_ids, mask, labels = _encode(tokenizer, sentences[start:start + batch_size])
+        input_ids, mask, labels = _encode(tokenizer, sentences[start : start + batch_size])
         with torch.no_grad():
-            output = lm(input_ids=input_ids, attention_mask=mask, labels=labels,
-                        add_sentence_boundaries=layout == "sentences")
+            output = lm(
+                input_ids=input_ids, attention_mask=mask, labels=labels, add_sentence_boundaries=layout == "sentences"
+            )
         accumulator.update(output, labels)
     return accumulator
 
@@ -59,8 +71,9 @@ def _log_softmax_nll(lm, tokenizer, words, boundaries):
     """Summed forward and backward NLL of one example: explicit log-softmax over the whole vocabulary."""
     input_ids, mask, _ = _encode(tokenizer, [words])
     with torch.no_grad():
-        top = lm(input_ids=input_ids, attention_mask=mask, add_sentence_boundaries=boundaries,
-                 keep_sentence_boundaries=True).last_hidden_state[0]
+        top = lm(
+            input_ids=input_ids, attention_mask=mask, add_sentence_boundaries=boundaries, keep_sentence_boundaries=True
+        ).last_hidden_state[0]
         P = lm.config.projection_dim
         logp_f = torch.log_softmax(lm.softmax(top[:, :P]).double(), -1)
         logp_b = torch.log_softmax(lm.softmax(top[:, P:]).double(), -1)
@@ -97,7 +110,7 @@ def test_target_counts_of_a_tokenised_dataset_equal_those_of_word_id_lists():
         from_lists = target_counts(examples, 7, layout)
         from_dataset = dataset_target_counts(ds, 7, layout)
         streamed = dataset_target_counts(ds.to_iterable_dataset(), 7, layout)
-        for a, b, c in zip(from_lists, from_dataset, streamed):
+        for a, b, c in zip(from_lists, from_dataset, streamed, strict=False):
             assert a.tolist() == b.tolist() == c.tolist(), layout
     with pytest.raises(ValueError, match="word id 9 is outside the vocabulary of 7"):
         target_counts([[9]], 7)
@@ -119,12 +132,13 @@ def test_unigram_baseline_perplexity_matches_hand_computation(lm_and_tokenizer):
     the, bank = tokenizer.word_ids_of(["the", "bank"])
     sentence = [["the", "the", "bank"]]
     # fitted on the evaluation sentence, unsmoothed: forward targets the the bank </S>: p = 1/2, 1/2, 1/4, 1/4
-    baseline = UnigramBaseline.fit(target_counts([[the, the, bank]], tokenizer.vocab_size), fitted_on="itself",
-                                   smoothing=0.0)
+    baseline = UnigramBaseline.fit(
+        target_counts([[the, the, bank]], tokenizer.vocab_size), fitted_on="itself", smoothing=0.0
+    )
     result = _accumulate(lm, tokenizer, sentence, baseline=baseline).result(dataset="d", split="test")
-    assert result.unigram.forward == pytest.approx(2 ** 1.5)
-    assert result.unigram.backward == pytest.approx(2 ** 1.5)  # <S> the the bank: the same distribution
-    assert result.unigram.average == pytest.approx(2 ** 1.5)
+    assert result.unigram.forward == pytest.approx(2**1.5)
+    assert result.unigram.backward == pytest.approx(2**1.5)  # <S> the the bank: the same distribution
+    assert result.unigram.average == pytest.approx(2**1.5)
     assert (result.unigram.fitted_on, result.unigram.smoothing) == ("itself", 0.0)
     # add-1 over the 13 ids of the vocabulary of 14 except <pad>, fitted on "the </S>" / "<S> the"
     baseline = UnigramBaseline.fit(target_counts([[the]], tokenizer.vocab_size), fitted_on="the", smoothing=1.0)
@@ -136,8 +150,9 @@ def test_unigram_baseline_perplexity_matches_hand_computation(lm_and_tokenizer):
 
 def test_a_target_the_baseline_never_saw_without_smoothing_is_an_error_naming_it(lm_and_tokenizer):
     lm, tokenizer = lm_and_tokenizer
-    baseline = UnigramBaseline.fit(target_counts([tokenizer.word_ids_of(["the"])], tokenizer.vocab_size),
-                                   fitted_on="the", smoothing=0.0)
+    baseline = UnigramBaseline.fit(
+        target_counts([tokenizer.word_ids_of(["the"])], tokenizer.vocab_size), fitted_on="the", smoothing=0.0
+    )
     bank = tokenizer.word_ids_of(["bank"])[0]
     with pytest.raises(ValueError, match=f"word id {bank} has zero unigram probability"):
         _accumulate(lm, tokenizer, [["bank"]], baseline=baseline)
@@ -180,8 +195,10 @@ def test_labels_fed_in_the_other_layout_are_refused(lm_and_tokenizer):
     input_ids, mask, labels = _encode(tokenizer, SENTENCES[:2])
     with torch.no_grad():
         output = lm(input_ids=input_ids, attention_mask=mask, labels=labels, add_sentence_boundaries=True)
-    with pytest.raises(ValueError, match="the labels give 4/4 forward/backward targets in the 'windows' layout but "
-                                         "the model scored 8/8"):
+    with pytest.raises(
+        ValueError,
+        match="the labels give 4/4 forward/backward targets in the 'windows' layout but the model scored 8/8",
+    ):
         PerplexityAccumulator(layout="windows").update(output, labels)
     with pytest.raises(ValueError, match="call the model with labels"):
         PerplexityAccumulator().update(lm(input_ids=input_ids, attention_mask=mask), labels)
@@ -191,8 +208,9 @@ def test_labels_fed_in_the_other_layout_are_refused(lm_and_tokenizer):
 
 def test_accumulators_merged_or_reduced_as_a_tensor_equal_one_pass(lm_and_tokenizer):
     lm, tokenizer = lm_and_tokenizer
-    baseline = UnigramBaseline.fit(target_counts([tokenizer.word_ids_of(s) for s in SENTENCES], tokenizer.vocab_size),
-                                   fitted_on="the sentences")
+    baseline = UnigramBaseline.fit(
+        target_counts([tokenizer.word_ids_of(s) for s in SENTENCES], tokenizer.vocab_size), fitted_on="the sentences"
+    )
     one_pass = _accumulate(lm, tokenizer, SENTENCES, baseline=baseline, batch_size=1)
     # two "processes", each with its share of the batches
     first = _accumulate(lm, tokenizer, SENTENCES[0::2], baseline=baseline, batch_size=1)
@@ -203,7 +221,10 @@ def test_accumulators_merged_or_reduced_as_a_tensor_equal_one_pass(lm_and_tokeni
     for combined in (first, reduced):
         got = combined.result(dataset="d", split="s")
         assert (got.targets_per_direction, got.examples, got.unk_rate) == (
-            expected.targets_per_direction, expected.examples, expected.unk_rate)
+            expected.targets_per_direction,
+            expected.examples,
+            expected.unk_rate,
+        )
         for name in ("forward", "backward", "average"):
             assert_same_numbers(getattr(got, name), getattr(expected, name), what=name)
             assert_same_numbers(getattr(got.unigram, name), getattr(expected.unigram, name), what=f"unigram {name}")
@@ -213,8 +234,9 @@ def test_accumulators_merged_or_reduced_as_a_tensor_equal_one_pass(lm_and_tokeni
 
 
 def test_a_non_finite_loss_is_an_error_not_a_nan_perplexity():
-    accumulator = PerplexityAccumulator(forward_nll=float("nan"), backward_nll=3.0, forward_targets=2,
-                                        backward_targets=2, examples=1)
+    accumulator = PerplexityAccumulator(
+        forward_nll=float("nan"), backward_nll=3.0, forward_targets=2, backward_targets=2, examples=1
+    )
     with pytest.raises(ValueError, match="not finite"):
         accumulator.result(dataset="d", split="s")
     accumulator = PerplexityAccumulator(forward_nll=1e6, backward_nll=3.0, forward_targets=2, backward_targets=2)
@@ -235,10 +257,14 @@ def test_a_long_line_is_scored_in_chunks_with_the_numbers_of_the_whole_line(lm_a
     nll_f, nll_b = _log_softmax_nll(lm, tokenizer, words, boundaries=True)
     seen = {"elmo": [], "softmax": []}
     elmo_forward, softmax_nll = type(lm.elmo).forward, type(lm).full_softmax_nll
-    monkeypatch.setattr(type(lm.elmo), "forward", lambda self, ids, *a, **k: seen["elmo"].append(ids.shape[0] * ids.shape[1])
-                        or elmo_forward(self, ids, *a, **k))
-    monkeypatch.setattr(type(lm), "full_softmax_nll", lambda self, h, t: seen["softmax"].append(h.shape[0])
-                        or softmax_nll(self, h, t))
+    monkeypatch.setattr(
+        type(lm.elmo),
+        "forward",
+        lambda self, ids, *a, **k: seen["elmo"].append(ids.shape[0] * ids.shape[1]) or elmo_forward(self, ids, *a, **k),
+    )
+    monkeypatch.setattr(
+        type(lm), "full_softmax_nll", lambda self, h, t: seen["softmax"].append(h.shape[0]) or softmax_nll(self, h, t)
+    )
     input_ids, mask, labels = _encode(tokenizer, [words])
     scores = score_batch(lm, input_ids, mask, labels, max_positions=37)
     assert max(seen["elmo"]) <= 37 and max(seen["softmax"]) <= 37 and len(seen["elmo"]) == 2 * math.ceil(302 / 37)
@@ -246,7 +272,9 @@ def test_a_long_line_is_scored_in_chunks_with_the_numbers_of_the_whole_line(lm_a
     assert_same_numbers(scores.forward_nll_sum, nll_f, rtol=1e-5, what="forward")
     assert_same_numbers(scores.backward_nll_sum, nll_b, rtol=1e-5, what="backward")
     # through the scoring loop, in a batch with short sentences: the same perplexity as unbounded
-    batches = [dict(zip(("input_ids", "attention_mask", "labels"), _encode(tokenizer, [words, ["the", "bank"]])))]
+    batches = [
+        dict(zip(("input_ids", "attention_mask", "labels"), _encode(tokenizer, [words, ["the", "bank"]]), strict=False))
+    ]
     bounded = score_batches(lm, batches, max_positions=37).result(dataset="d", split="s")
     whole = score_batches(lm, batches, max_positions=10_000).result(dataset="d", split="s")
     assert bounded.targets_per_direction == whole.targets_per_direction == 301 + 3
@@ -260,8 +288,10 @@ def test_rows_are_scored_a_few_at_a_time_when_the_batch_is_large(lm_and_tokenize
     input_ids, mask, labels = _encode(tokenizer, SENTENCES)
     at_once = score_batch(lm, input_ids, mask, labels, max_positions=1000)
     by_rows = score_batch(lm, input_ids, mask, labels, max_positions=8)  # 7 positions a row: one row per call
-    assert (at_once.num_forward_targets, at_once.num_backward_targets) == (by_rows.num_forward_targets,
-                                                                            by_rows.num_backward_targets)
+    assert (at_once.num_forward_targets, at_once.num_backward_targets) == (
+        by_rows.num_forward_targets,
+        by_rows.num_backward_targets,
+    )
     assert_same_numbers(by_rows.forward_nll_sum, at_once.forward_nll_sum, rtol=1e-5, what="forward")
     assert_same_numbers(by_rows.backward_nll_sum, at_once.backward_nll_sum, rtol=1e-5, what="backward")
 

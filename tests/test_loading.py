@@ -21,11 +21,21 @@ def no_network(monkeypatch):
     return probes
 
 
-@pytest.mark.parametrize("location, local", [
-    ("./model", True), ("/abs/model", True), ("~/model", True), ("a/b/c", True), ("model/", True),
-    ("C:\\models\\elmo", True), ("not a hub id!", True), ("runs/nope", True),  # runs/ exists in the working folder
-    ("someone/elmo", False), ("elmo-small", False),
-])
+@pytest.mark.parametrize(
+    "location, local",
+    [
+        ("./model", True),
+        ("/abs/model", True),
+        ("~/model", True),
+        ("a/b/c", True),
+        ("model/", True),
+        ("C:\\models\\elmo", True),
+        ("not a hub id!", True),
+        ("runs/nope", True),  # runs/ exists in the working folder
+        ("someone/elmo", False),
+        ("elmo-small", False),
+    ],
+)
 def test_what_looks_like_a_local_path(location, local, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "runs").mkdir()
@@ -33,8 +43,9 @@ def test_what_looks_like_a_local_path(location, local, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("location", ["./nope", "runs/nope", "a/b/nope", "~/surely-absent-elmo-model"])
-def test_a_missing_local_looking_path_is_a_local_error_without_asking_the_hub(location, tmp_path, monkeypatch,
-                                                                             no_network):
+def test_a_missing_local_looking_path_is_a_local_error_without_asking_the_hub(
+    location, tmp_path, monkeypatch, no_network
+):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "runs").mkdir()
     with pytest.raises(ValueError) as error:
@@ -46,8 +57,11 @@ def test_a_missing_local_looking_path_is_a_local_error_without_asking_the_hub(lo
 def test_a_hub_id_fails_within_seconds_when_the_hub_cannot_be_reached(tmp_path, monkeypatch, no_network):
     monkeypatch.chdir(tmp_path)
     started = time.monotonic()
-    with pytest.raises(loading.HubUnreachableError, match=r"^model 'someone/elmo' is not a local folder, and the "
-                                                          r"Hugging Face Hub \(\S+\) cannot be reached"):
+    with pytest.raises(
+        loading.HubUnreachableError,
+        match=r"^model 'someone/elmo' is not a local folder, and the "
+        r"Hugging Face Hub \(\S+\) cannot be reached",
+    ):
         loading.check_model_location("someone/elmo")
     assert no_network == [1] and time.monotonic() - started < 2
 
@@ -105,8 +119,14 @@ def small_model(tmp_path):
     from modeling_elmo import ElmoConfig, ElmoForBidirectionalLM, ElmoTokenizer, save_model_folder
 
     (tmp_path / "vocab.txt").write_text("".join(f"w{i}\n" for i in range(30)))
-    config = ElmoConfig(hidden_size=8, cell_size=16, char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 8]],
-                        num_highway_layers=1, vocab_size=34)
+    config = ElmoConfig(
+        hidden_size=8,
+        cell_size=16,
+        char_embedding_dim=4,
+        char_cnn_filters=[[1, 4], [2, 8]],
+        num_highway_layers=1,
+        vocab_size=34,
+    )
     folder = tmp_path / "lm"
     save_model_folder(ElmoForBidirectionalLM(config), ElmoTokenizer(vocab_file=str(tmp_path / "vocab.txt")), folder)
     return folder
@@ -120,8 +140,7 @@ def _declare_wide_lstms(folder):
     (folder / "config.json").write_text(json.dumps({**config, "cell_size": 65536}))
 
 
-def test_a_config_declaring_far_more_than_the_safetensors_hold_is_refused_before_allocation(small_model,
-                                                                                            monkeypatch):
+def test_a_config_declaring_far_more_than_the_safetensors_hold_is_refused_before_allocation(small_model, monkeypatch):
     from modeling_elmo import ElmoForBidirectionalLM, ElmoModel, load_elmo_model
     from modeling_elmo.evaluation.cli import load_model_and_tokenizer
 
@@ -129,31 +148,44 @@ def test_a_config_declaring_far_more_than_the_safetensors_hold_is_refused_before
     built = []
     for cls in (ElmoModel, ElmoForBidirectionalLM):
         monkeypatch.setattr(cls, "from_pretrained", classmethod(lambda cls, *a, **k: built.append(cls)))
-    expected = (f"the weights of model {str(small_model)!r} do not match its config.json: 16 tensor(s) with another "
-                "shape than config.json implies, saved vs expected (")
+    expected = (
+        f"the weights of model {str(small_model)!r} do not match its config.json: 16 tensor(s) with another "
+        "shape than config.json implies, saved vs expected ("
+    )
     with pytest.raises(ValueError) as error:
         load_elmo_model(small_model)
-    assert str(error.value).startswith(expected) and "encoder.backward_layers.0.input_transform.bias (64,) vs (262144,)" in str(
-        error.value), error.value
+    assert str(error.value).startswith(
+        expected
+    ) and "encoder.backward_layers.0.input_transform.bias (64,) vs (262144,)" in str(error.value), error.value
     with pytest.raises(ValueError) as error:
         load_model_and_tokenizer(str(small_model), "cpu", need_lm=True)
     assert str(error.value).startswith(expected), error.value
     assert built == []
 
 
-def test_a_config_declaring_far_more_than_the_safetensors_hold_is_one_line_in_every_command(small_model, tmp_path,
-                                                                                           monkeypatch, capsys):
+def test_a_config_declaring_far_more_than_the_safetensors_hold_is_one_line_in_every_command(
+    small_model, tmp_path, monkeypatch, capsys
+):
     from modeling_elmo import cli
 
     _declare_wide_lstms(small_model)
     (tmp_path / "text.txt").write_text("w1 w2\n")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     text = str(tmp_path / "text.txt")
-    for command in (["embed", text, str(tmp_path / "out.h5"), "--model", str(small_model), "--top"],
-                    ["push", str(small_model), "--repo-id", "me/elmo", "--dry-run", "--output-dir",
-                     str(tmp_path / "p")],
-                    ["evaluate", str(small_model), "--task", "perplexity", "--text", str(tmp_path / "text.txt"),
-                     "--output-dir", str(tmp_path / "e")]):
+    for command in (
+        ["embed", text, str(tmp_path / "out.h5"), "--model", str(small_model), "--top"],
+        ["push", str(small_model), "--repo-id", "me/elmo", "--dry-run", "--output-dir", str(tmp_path / "p")],
+        [
+            "evaluate",
+            str(small_model),
+            "--task",
+            "perplexity",
+            "--text",
+            str(tmp_path / "text.txt"),
+            "--output-dir",
+            str(tmp_path / "e"),
+        ],
+    ):
         with pytest.raises(SystemExit) as exit_:
             cli.main(command)
         code = exit_.value.code  # the line itself, or a status with the line on stderr
@@ -170,17 +202,18 @@ def test_a_model_json_file_nested_200000_deep_is_one_line_naming_it(small_model,
     (small_model / name).write_text(DEEP_JSON)
     with pytest.raises(ValueError) as error:
         load_elmo_model(small_model)
-    assert str(error.value).startswith(f"{name} in {str(small_model)!r} is not valid JSON: maximum recursion depth "
-                                       "exceeded"), error.value
+    assert str(error.value).startswith(
+        f"{name} in {str(small_model)!r} is not valid JSON: maximum recursion depth exceeded"
+    ), error.value
 
 
 def test_json_nested_200000_deep_is_a_value_error_in_every_reader(tmp_path):
     from modeling_elmo import ElmoConfig
     from modeling_elmo.evaluation.data import read_wsd_jsonl
-    from modeling_elmo.utils.io_utils import check_safetensors_header
     from modeling_elmo.folders.manifest import read_manifest
     from modeling_elmo.pretraining.arguments import load_recipe, read_model_preset
     from modeling_elmo.tokenization_elmo import ElmoTokenizer
+    from modeling_elmo.utils.io_utils import check_safetensors_header
 
     path = tmp_path / "deep.json"
     path.write_text(DEEP_JSON)

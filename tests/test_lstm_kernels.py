@@ -5,21 +5,23 @@ compiled), dropout, the choice of implementation, and the model's mask-weighted 
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 import torch
-
 from support import assert_same_numbers
 from test_modeling_elmo import SENTENCES, ElmoModelTester
 
-from modeling_elmo import ElmoForBidirectionalLM
-from modeling_elmo import lstm_kernels
-from modeling_elmo.acceleration import packed_kernels
+from modeling_elmo import ElmoForBidirectionalLM, lstm_kernels
 from modeling_elmo import modeling_elmo as modeling
+from modeling_elmo.acceleration import packed_kernels
+from modeling_elmo.acceleration.packed_kernels import (
+    CpuKernels,
+    RecurrencePlan,
+    clipped_lstm,
+    compile_failure,
+    use_packed_kernels,
+)
 from modeling_elmo.lstm_kernels import dropout_noise, stacked_lstm
 from modeling_elmo.modeling_elmo import ElmoLstmLayer
-from modeling_elmo.acceleration.packed_kernels import CpuKernels, RecurrencePlan, clipped_lstm, compile_failure, use_packed_kernels
 
 #: Relative tolerance of fast against reference (fp32): the issue's 1e-5.
 TOLERANCE = 1e-5
@@ -31,7 +33,11 @@ def clipping_pair(cls=None, **overrides):
     tester = ElmoModelTester(cell_clip=CELL_CLIP, proj_clip=PROJ_CLIP, **overrides)
     models = []
     for implementation in ("loop", "fused"):
-        model = tester.model(cls, seed=3, lstm_implementation=implementation) if cls else tester.model(seed=3, lstm_implementation=implementation)
+        model = (
+            tester.model(cls, seed=3, lstm_implementation=implementation)
+            if cls
+            else tester.model(seed=3, lstm_implementation=implementation)
+        )
         with torch.no_grad():
             for parameter in (model.encoder if cls is None else model.elmo.encoder).parameters():
                 parameter.mul_(3.0)
@@ -70,7 +76,9 @@ def cpu_form(request, monkeypatch):
 
 @pytest.mark.parametrize("stateful", [False, True], ids=["stateless", "stateful"])
 @pytest.mark.parametrize("batching", ["sentences", "windows"])
-def test_fused_model_equals_the_loop_in_outputs_states_and_every_gradient_with_both_clips_active(batching, stateful, cpu_form):
+def test_fused_model_equals_the_loop_in_outputs_states_and_every_gradient_with_both_clips_active(
+    batching, stateful, cpu_form
+):
     tester, (loop, fused) = clipping_pair()
     fused = cpu_form(fused)
     enc = tester.encode(SENTENCES)  # lengths 6, 3, 2, 5: padded rows of different lengths
@@ -87,7 +95,7 @@ def test_fused_model_equals_the_loop_in_outputs_states_and_every_gradient_with_b
         out.hidden_states = tuple(h.detach() for h in out.hidden_states)
         results.append((out, gradients(model)))
     (expected, expected_grads), (actual, actual_grads) = results
-    for layer, (a, e) in enumerate(zip(actual.hidden_states, expected.hidden_states)):
+    for layer, (a, e) in enumerate(zip(actual.hidden_states, expected.hidden_states, strict=False)):
         assert_same_numbers(a, e, rtol=TOLERANCE, what=f"layer {layer}")
     assert_same_numbers(actual.lstm_state.hidden, expected.lstm_state.hidden, rtol=TOLERANCE, what="final h")
     assert_same_numbers(actual.lstm_state.cell, expected.lstm_state.cell, rtol=TOLERANCE, what="final c")
@@ -108,7 +116,9 @@ def test_fused_model_under_bf16_autocast_is_as_close_to_fp32_as_the_loop(cpu_for
     for name, model in (("loop", loop), ("fused", fused)):
         with torch.autocast("cpu", dtype=torch.bfloat16):
             layers = model(**enc, output_hidden_states=True).hidden_states  # autograd on: the training path
-        errors[name] = max(float((a.detach().float() - e.detach()).abs().max()) for a, e in zip(layers[1:], exact[1:]))
+        errors[name] = max(
+            float((a.detach().float() - e.detach()).abs().max()) for a, e in zip(layers[1:], exact[1:], strict=False)
+        )
     assert 0 < errors["fused"] <= 2 * errors["loop"], errors
 
 
@@ -146,7 +156,11 @@ PLANS = {
 
 #: (plan, CPU kernels): the packed kernels change the per-direction forms only (the stacked ones use ``bmm``);
 #: "shipped" is `lstm_kernels.stacked_lstm`, the form of the files shipped with a model.
-FORMS = [("shipped", "public")] + [(plan, "public") for plan in PLANS] + [("per-direction", "packed"), ("two-threads", "packed")]
+FORMS = (
+    [("shipped", "public")]
+    + [(plan, "public") for plan in PLANS]
+    + [("per-direction", "packed"), ("two-threads", "packed")]
+)
 
 
 @pytest.mark.parametrize("grad", [True, False], ids=["training", "inference"])
@@ -171,7 +185,7 @@ def test_every_form_of_the_fused_recurrence_equals_the_reference_layer_loop(plan
             outputs = fn()
         if not grad:
             return list(outputs)
-        loss = sum((out * g).sum() for out, g in zip(outputs, upstream))
+        loss = sum((out * g).sum() for out, g in zip(outputs, upstream, strict=False))
         return [out.detach() for out in outputs] + list(torch.autograd.grad(loss, inputs))
 
     expected = run(lambda: reference_directions(layers, x, valid.t(), h0, c0))
@@ -182,7 +196,7 @@ def test_every_form_of_the_fused_recurrence_equals_the_reference_layer_loop(plan
         actual = run(lambda: (lambda y, hc: (y, *hc))(*clipped_lstm(x, valid, layers, (h0, c0), plan=chosen)))
     names = ["y", "h", "c", "x", "h0", "c0"] + [f"{d}.{n}" for d in (0, 1) for n, _ in layers[d].named_parameters()]
     assert len(actual) == len(expected) == (len(names) if grad else 3)
-    for name, a, e in zip(names, actual, expected):
+    for name, a, e in zip(names, actual, expected, strict=False):
         assert_same_numbers(a, e, rtol=TOLERANCE, what=name)
     assert (expected[0].abs() >= PROJ_CLIP - 1e-6).any()
     if plan == "compiled":
@@ -267,7 +281,9 @@ def test_compiled_steps_that_fail_to_build_fall_back_to_plain_steps_and_are_not_
         again, _ = clipped_lstm(x, valid, layers, plan=plan)
         expected, _ = clipped_lstm(x, valid, layers, plan=RecurrencePlan())
     assert tried >= 1 and len(attempts) == tried  # one failure, then no new attempt
-    assert "forward step" in compile_failure(broken_backend) and "no compiler on this machine" in compile_failure(broken_backend)
+    assert "forward step" in compile_failure(broken_backend) and "no compiler on this machine" in compile_failure(
+        broken_backend
+    )
     assert_same_numbers(y, expected, rtol=TOLERANCE)
     assert_same_numbers(again, expected, rtol=TOLERANCE)
     # in training the backward step's compilation fails on its own, and the gradients are still right
@@ -311,8 +327,12 @@ def test_directions_on_two_threads_leave_the_callers_thread_count_and_only_large
         for layer in layers:
             torch.nn.init.uniform_(layer.recurrent_transform.weight, -1.0, 1.0)
         with torch.no_grad():
-            clipped_lstm(torch.randn(2, 3, 2, 4), torch.ones(3, 2, dtype=torch.bool), layers,
-                         plan=RecurrencePlan(per_direction=True, parallel=True, kernels=packed))
+            clipped_lstm(
+                torch.randn(2, 3, 2, 4),
+                torch.ones(3, 2, dtype=torch.bool),
+                layers,
+                plan=RecurrencePlan(per_direction=True, parallel=True, kernels=packed),
+            )
         assert torch.get_num_threads() == 2
         plan = RecurrencePlan.for_device(torch.device("cpu"), 2, 4096 * 1024)
         assert plan.per_direction and plan.parallel and plan.kernels.name == "packed"
@@ -367,8 +387,11 @@ def test_auto_runs_the_fused_recurrence_when_clipping_or_carrying_state_and_torc
     calls = []
     for name in ("loop_forward", "fused_forward", "torch_forward"):
         original = getattr(modeling.ElmoBiLstm, name)
-        monkeypatch.setattr(modeling.ElmoBiLstm, name,
-                            lambda self, *a, _name=name, _original=original, **k: calls.append(_name) or _original(self, *a, **k))
+        monkeypatch.setattr(
+            modeling.ElmoBiLstm,
+            name,
+            lambda self, *a, _name=name, _original=original, **k: calls.append(_name) or _original(self, *a, **k),
+        )
     clipped = ElmoModelTester(cell_clip=CELL_CLIP, proj_clip=PROJ_CLIP).model()
     unclipped = ElmoModelTester(cell_clip=None, proj_clip=None).model()
     enc = ElmoModelTester().encode(SENTENCES)
@@ -391,15 +414,26 @@ def test_gpu_check_script_runs_every_step_in_cpu_smoke_mode(tmp_path):
 
     repo = Path(__file__).resolve().parents[1]
     env = dict(os.environ, PYTHON=sys.executable, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TMPDIR=str(tmp_path))
-    result = subprocess.run(["bash", str(repo / "scripts" / "bench" / "gpu_checks.sh"), "--cpu-smoke", str(tmp_path / "out")],
-                            env=env, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        ["bash", str(repo / "scripts" / "bench" / "gpu_checks.sh"), "--cpu-smoke", str(tmp_path / "out")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     out = tmp_path / "out"
     assert len(list(out.iterdir())) <= 8  # what the device tool brings back
     summary = json.loads((out / "summary.json").read_text())
     failed = [s for s in summary["steps"] if s["exit"] != 0]
     assert not failed, (failed, (out / "stderr.log").read_text()[-3000:])
-    assert [s["step"] for s in summary["steps"]] == ["environment", "correctness", "pretrain_gpu", "trainer", "embed_gpu"]
+    assert [s["step"] for s in summary["steps"]] == [
+        "environment",
+        "correctness",
+        "pretrain_gpu",
+        "trainer",
+        "embed_gpu",
+    ]
     assert summary["correctness"]["fp32_parity_ok"] is True
     assert summary["correctness"]["bf16_max_abs_difference"] < 0.1
     assert set(summary["pretrain_gpu"]) >= {"loop@8", "fused@8", "loop@16", "fused@16", "fused_over_loop"}
@@ -421,7 +455,9 @@ def test_the_packed_form_is_chosen_per_model_also_for_remote_code_and_computes_t
     assert type(remote).__module__.startswith("transformers_modules.")
     enc = tester.encode(SENTENCES)
     calls = []
-    monkeypatch.setattr(packed_kernels, "clipped_lstm", lambda *a, _run=packed_kernels.clipped_lstm: calls.append(1) or _run(*a))
+    monkeypatch.setattr(
+        packed_kernels, "clipped_lstm", lambda *a, _run=packed_kernels.clipped_lstm: calls.append(1) or _run(*a)
+    )
     with torch.no_grad():
         public = remote(**enc).last_hidden_state
         assert not calls  # the shipped form until asked
@@ -438,9 +474,13 @@ def test_the_packed_form_is_chosen_per_model_also_for_remote_code_and_computes_t
 def test_the_shipped_kernels_hold_no_module_state_and_importing_the_package_changes_no_model():
     import types
 
-    state = {name: value for name, value in vars(lstm_kernels).items()
-             if not name.startswith("__") and name != "annotations"  # the __future__ feature
-             and not isinstance(value, (types.FunctionType, types.ModuleType, type))}
+    state = {
+        name: value
+        for name, value in vars(lstm_kernels).items()
+        if not name.startswith("__")
+        and name != "annotations"  # the __future__ feature
+        and not isinstance(value, (types.FunctionType, types.ModuleType, type))
+    }
     assert state == {}, state  # functions only: nothing a caller could swap to change how models compute
     model = ElmoModelTester().model()
     packed_kernels.available()  # the package module is imported and used ...

@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-
 from support import assert_same_numbers
 from test_modeling_elmo import SENTENCES, ElmoModelTester
 
@@ -39,8 +38,11 @@ def lora_model(model, target_modules="all-linear"):
 def test_all_linear_lora_reaches_every_lstm_transform_and_the_character_encoder_linears():
     _, model = clipping_model()
     wrapped = lora_model(model)
-    adapted = {name.removeprefix("base_model.model.") for name, module in wrapped.named_modules()
-               if hasattr(module, "lora_A") and hasattr(module, "base_layer")}
+    adapted = {
+        name.removeprefix("base_model.model.")
+        for name, module in wrapped.named_modules()
+        if hasattr(module, "lora_A") and hasattr(module, "base_layer")
+    }
     for direction in ("forward", "backward"):
         for layer in range(2):
             for linear in LSTM_LINEARS:
@@ -62,12 +64,16 @@ def test_lora_on_the_lstm_changes_the_output_trains_and_merges_to_the_same_numbe
     assert (adapted.detach() - plain).abs().max() > 1e-3  # the adapters are applied, not skipped by a fast path
     adapted.square().sum().backward()
     lora = {n: p for n, p in wrapped.named_parameters() if "lora_" in n}
-    assert lora and all(p.grad is not None and p.grad.abs().sum() > 0 for p in lora.values()), \
-        [n for n, p in lora.items() if p.grad is None or p.grad.abs().sum() == 0]
+    assert lora and all(p.grad is not None and p.grad.abs().sum() > 0 for p in lora.values()), [
+        n for n, p in lora.items() if p.grad is None or p.grad.abs().sum() == 0
+    ]
     assert not any(p.grad is not None for n, p in wrapped.named_parameters() if "lora_" not in n)  # base frozen
     merged = wrapped.merge_and_unload()
-    assert all(type(getattr(layer, linear)) is torch.nn.Linear
-               for layer in merged.encoder.forward_layers for linear in LSTM_LINEARS)
+    assert all(
+        type(getattr(layer, linear)) is torch.nn.Linear
+        for layer in merged.encoder.forward_layers
+        for linear in LSTM_LINEARS
+    )
     with torch.no_grad():
         assert_same_numbers(merged(**enc).last_hidden_state, adapted.detach(), rtol=TOLERANCE, what="merged")
 
@@ -85,8 +91,12 @@ def test_a_hooked_lstm_transform_is_computed_through_the_module():
 
 
 # ------------------------------------------------------------------------------------------------- older folders
-LEGACY_NAMES = {"input_transform.weight": "weight_ih", "input_transform.bias": "bias",
-                "recurrent_transform.weight": "weight_hh", "projection.weight": "weight_hr"}
+LEGACY_NAMES = {
+    "input_transform.weight": "weight_ih",
+    "input_transform.bias": "bias",
+    "recurrent_transform.weight": "weight_hh",
+    "projection.weight": "weight_hr",
+}
 
 
 def write_legacy_folder(model, folder) -> None:
@@ -119,10 +129,15 @@ def test_a_folder_with_the_older_lstm_parameter_names_loads_and_saves_back_with_
         again = AutoModel.from_pretrained(tmp_path / "again")
         assert_same_numbers(again(**enc).last_hidden_state, expected, what="saved again")
     # transformers writes a model back in the key format it was read from
-    assert load_file(str(tmp_path / "again" / "model.safetensors")).keys() == load_file(str(tmp_path / "old" / "model.safetensors")).keys()
+    assert (
+        load_file(str(tmp_path / "again" / "model.safetensors")).keys()
+        == load_file(str(tmp_path / "old" / "model.safetensors")).keys()
+    )
     # the head classes too (keys under the base model's prefix)
     lm = ElmoForBidirectionalLM.from_pretrained(tmp_path / "old")
-    assert torch.equal(lm.elmo.encoder.forward_layers[1].projection.weight, model.encoder.forward_layers[1].projection.weight)
+    assert torch.equal(
+        lm.elmo.encoder.forward_layers[1].projection.weight, model.encoder.forward_layers[1].projection.weight
+    )
 
 
 # ------------------------------------------------------------------------------------------ gradient checkpointing
@@ -145,7 +160,9 @@ def test_gradient_checkpointing_gives_the_same_loss_and_gradients(implementation
         torch.manual_seed(4)  # the same dropout and negative sample
         out = model(**enc, labels=labels)
         out.loss.backward()
-        results.append((out.loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}))
+        results.append(
+            (out.loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+        )
     (loss, grads), (loss_ckpt, grads_ckpt) = results
     assert_same_numbers(loss_ckpt, loss, rtol=TOLERANCE, what="loss")
     assert grads.keys() == grads_ckpt.keys() and any(".input_transform." in n for n in grads)
@@ -191,12 +208,16 @@ def test_an_lstm_state_of_another_model_or_type_is_one_clear_error():
         model(**enc, lstm_state=state)  # its own state is fine
         _, wider = clipping_model(projection_dim=6)
         other = wider(**enc, return_lstm_state=True).lstm_state
-        with pytest.raises(ValueError, match=r"lstm_state\.hidden must have shape \(2, 2, rows, 8\) .*got \(2, 2, 4, 6\)"):
+        with pytest.raises(
+            ValueError, match=r"lstm_state\.hidden must have shape \(2, 2, rows, 8\) .*got \(2, 2, 4, 6\)"
+        ):
             model(**enc, lstm_state=other)
         _, deeper = clipping_model(num_hidden_layers=3)
         with pytest.raises(ValueError, match=r"shape \(2, 2, rows, 8\) .*got \(2, 3, 4, 8\)"):
             model(**enc, lstm_state=deeper(**enc, return_lstm_state=True).lstm_state)
-        with pytest.raises(ValueError, match=r"lstm_state\.cell must have shape \(2, 2, rows, 16\).*got \(2, 2, 3, 16\)"):
+        with pytest.raises(
+            ValueError, match=r"lstm_state\.cell must have shape \(2, 2, rows, 16\).*got \(2, 2, 3, 16\)"
+        ):
             model(**enc, lstm_state=ElmoLstmState(state.hidden, state.cell[:, :, :3]))
         with pytest.raises(ValueError, match="lstm_state must be an ElmoLstmState .*got tuple"):
             model(**enc, lstm_state=(state.hidden, state.cell))
@@ -223,4 +244,8 @@ def test_building_an_lstm_layer_draws_nothing_from_the_random_stream():
     after = torch.rand(1)
     torch.manual_seed(0)
     assert torch.equal(torch.rand(1), after)
-    assert layer.input_transform.bias is not None and layer.recurrent_transform.bias is None and layer.projection.bias is None
+    assert (
+        layer.input_transform.bias is not None
+        and layer.recurrent_transform.bias is None
+        and layer.projection.bias is None
+    )

@@ -11,6 +11,7 @@ import os
 import threading
 
 import pytest
+from support import plant
 
 from modeling_elmo.folders.manifest import (
     MANIFEST,
@@ -23,7 +24,6 @@ from modeling_elmo.folders.manifest import (
     temporary_prefix,
     write_manifest,
 )
-from support import plant
 
 
 def _folder(tmp_path, *names):
@@ -38,19 +38,24 @@ def test_a_folder_holding_only_its_recorded_files_may_be_replaced(tmp_path):
     folder = _folder(tmp_path, "a.json", "plots/b.png")
     write_manifest(folder, "elmo push", ["a.json", "plots/b.png"])
     digest = hashlib.sha256(b"x").hexdigest()
-    assert read_manifest(folder) == {"command": "elmo push", "files": {"a.json": {"bytes": 1, "sha256": digest},
-                                                                       "plots/b.png": {"bytes": 1, "sha256": digest}}}
+    assert read_manifest(folder) == {
+        "command": "elmo push",
+        "files": {"a.json": {"bytes": 1, "sha256": digest}, "plots/b.png": {"bytes": 1, "sha256": digest}},
+    }
     assert foreign_files(folder, "elmo push") == []
     check_replaceable(folder, "elmo push", "output folder 'out'")
     check_replaceable(tmp_path / "missing", "elmo push", "output folder 'missing'")
 
 
-@pytest.mark.parametrize("extra,manifest,message", [
-    (["notes.txt"], ("elmo push", ["a.json"]), "elmo push did not write 'notes.txt'"),
-    (["sub/deep/notes.txt"], ("elmo push", ["a.json"]), "elmo push did not write 'sub/deep/notes.txt'"),
-    ([], ("elmo convert", ["a.json"]), "it was written by elmo convert"),
-    ([], None, "elmo push did not write 'a.json'"),
-])
+@pytest.mark.parametrize(
+    "extra,manifest,message",
+    [
+        (["notes.txt"], ("elmo push", ["a.json"]), "elmo push did not write 'notes.txt'"),
+        (["sub/deep/notes.txt"], ("elmo push", ["a.json"]), "elmo push did not write 'sub/deep/notes.txt'"),
+        ([], ("elmo convert", ["a.json"]), "it was written by elmo convert"),
+        ([], None, "elmo push did not write 'a.json'"),
+    ],
+)
 def test_anything_not_recorded_by_the_same_command_is_refused_naming_it(tmp_path, extra, manifest, message):
     folder = _folder(tmp_path, "a.json", *extra)
     if manifest:
@@ -124,8 +129,11 @@ def _staging(tmp_path, command="elmo convert"):
 def test_an_output_that_appeared_while_the_command_worked_is_never_replaced(tmp_path):
     staging = _staging(tmp_path)
     out = _folder(tmp_path, "notes.txt")  # created by the user after the start-up check
-    with pytest.raises(ValueError, match=r"output folder '.*out' appeared while elmo convert worked and is not empty "
-                                         r"\(it holds 'notes.txt'\); nothing was replaced"):
+    with pytest.raises(
+        ValueError,
+        match=r"output folder '.*out' appeared while elmo convert worked and is not empty "
+        r"\(it holds 'notes.txt'\); nothing was replaced",
+    ):
         install_folder(staging, out, "elmo convert", overwrite=False)
     with pytest.raises(ValueError, match="elmo convert did not write 'notes.txt'"):
         install_folder(staging, out, "elmo convert", overwrite=True)
@@ -200,11 +208,14 @@ def test_a_lock_planted_as_a_link_or_fifo_is_refused_in_one_line_and_nothing_is_
     with pytest.raises(ValueError) as raised:
         with output_lock(out, "elmo convert"):
             pytest.fail("the lock was taken")
-    assert str(raised.value) == (f"cannot write next to the output folder '{out}': lock file '{lock}' is {kind}, not "
-                                 "a regular file; refusing to use it (remove it if it is not yours to keep).")
+    assert str(raised.value) == (
+        f"cannot write next to the output folder '{out}': lock file '{lock}' is {kind}, not "
+        "a regular file; refusing to use it (remove it if it is not yours to keep)."
+    )
     assert os.path.lexists(lock) and not out.exists()
     assert [p.read_text() for p in outside.parent.iterdir()] == (
-        ["another user's file"] if planted == "link to a file outside" else [])
+        ["another user's file"] if planted == "link to a file outside" else []
+    )
 
 
 def test_an_output_replaced_by_a_link_meanwhile_is_refused_and_the_links_folder_untouched(tmp_path):

@@ -7,7 +7,6 @@ import copy
 import numpy as np
 import pytest
 import torch
-
 from support import assert_same_numbers
 
 from modeling_elmo import (
@@ -34,9 +33,15 @@ class ElmoModelTester:
 
     def __init__(self, **overrides):
         values = dict(
-            projection_dim=8, cell_size=16, num_hidden_layers=2, char_embedding_dim=4,
-            char_cnn_filters=[[1, 4], [2, 8], [3, 8]], num_highway_layers=2, vocab_size=40,
-            hidden_dropout_prob=0.0, classifier_dropout=0.0,
+            projection_dim=8,
+            cell_size=16,
+            num_hidden_layers=2,
+            char_embedding_dim=4,
+            char_cnn_filters=[[1, 4], [2, 8], [3, 8]],
+            num_highway_layers=2,
+            vocab_size=40,
+            hidden_dropout_prob=0.0,
+            classifier_dropout=0.0,
         )
         values.update(overrides)
         self.config = ElmoConfig(**values)
@@ -144,7 +149,12 @@ def test_stateless_by_default_and_a_passed_lstm_state_continues_where_the_last_c
     assert torch.equal(first.last_hidden_state, second.last_hidden_state) and first.lstm_state is None
     a = run(model, SENTENCES, return_lstm_state=True)
     torch.testing.assert_close(a.last_hidden_state, first.last_hidden_state)  # the first call starts from zeros
-    assert a.lstm_state.hidden.shape == (2, 2, len(SENTENCES), 8) and a.lstm_state.cell.shape == (2, 2, len(SENTENCES), 16)
+    assert a.lstm_state.hidden.shape == (2, 2, len(SENTENCES), 8) and a.lstm_state.cell.shape == (
+        2,
+        2,
+        len(SENTENCES),
+        16,
+    )
     b = run(model, SENTENCES, lstm_state=a.lstm_state)
     assert (a.last_hidden_state - b.last_hidden_state).abs().max() > 1e-4  # the second starts from a's final states
     # An independent check of what is carried: the forward LSTMs reading a stream in two calls equal one call.
@@ -153,8 +163,11 @@ def test_stateless_by_default_and_a_passed_lstm_state_continues_where_the_last_c
     head = run(model, [words[0][:2]], add_sentence_boundaries=False, return_lstm_state=True)
     tail = run(model, [words[0][2:]], add_sentence_boundaries=False, lstm_state=head.lstm_state)
     for layer in (1, 2):
-        assert_same_numbers(tail.hidden_states[layer][0, :, :8], whole.hidden_states[layer][0, 2:, :8],
-                            what=f"forward half of layer {layer}")
+        assert_same_numbers(
+            tail.hidden_states[layer][0, :, :8],
+            whole.hidden_states[layer][0, 2:, :8],
+            what=f"forward half of layer {layer}",
+        )
 
 
 def test_lstm_state_grows_for_larger_batches_and_keeps_rows_beyond_a_smaller_one(tester):
@@ -164,7 +177,9 @@ def test_lstm_state_grows_for_larger_batches_and_keeps_rows_beyond_a_smaller_one
     assert four.hidden.shape[2] == 4
     one = run(model, SENTENCES[:1], lstm_state=four).lstm_state
     assert one.hidden.shape[2] == 4
-    assert torch.equal(one.hidden[:, :, 1:], four.hidden[:, :, 1:]) and torch.equal(one.cell[:, :, 1:], four.cell[:, :, 1:])
+    assert torch.equal(one.hidden[:, :, 1:], four.hidden[:, :, 1:]) and torch.equal(
+        one.cell[:, :, 1:], four.cell[:, :, 1:]
+    )
     assert not torch.equal(one.hidden[:, :, :1], four.hidden[:, :, :1])
 
 
@@ -174,7 +189,7 @@ def test_torch_lstm_path_matches_the_loop_where_nothing_is_clipped():
     fast = tester.model(lstm_implementation="torch")
     assert fast.config.uses_torch_lstm and not loop.config.uses_torch_lstm
     a, b = run(loop, SENTENCES), run(fast, SENTENCES)
-    for x, y in zip(a.hidden_states, b.hidden_states):
+    for x, y in zip(a.hidden_states, b.hidden_states, strict=False):
         torch.testing.assert_close(x, y, atol=1e-6, rtol=1e-5)
     # auto picks torch exactly when no clip is configured
     assert ElmoConfig(cell_clip=None, proj_clip=None).uses_torch_lstm and not ElmoConfig().uses_torch_lstm
@@ -230,8 +245,10 @@ def numpy_char_encoder(model: ElmoModel, words: list[str]) -> np.ndarray:
 def numpy_lstm_direction(sd: dict, prefix: str, x: np.ndarray, cell_clip, proj_clip) -> np.ndarray:
     """One direction of one layer, one step at a time (PyTorch gate order), for one unpadded sentence."""
     sig = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
-    w_ih, w_hh, bias, w_hr = (sd[prefix + n] for n in ("input_transform.weight", "recurrent_transform.weight", "input_transform.bias",
-                                                       "projection.weight"))
+    w_ih, w_hh, bias, w_hr = (
+        sd[prefix + n]
+        for n in ("input_transform.weight", "recurrent_transform.weight", "input_transform.bias", "projection.weight")
+    )
     H = w_hh.shape[0] // 4
     h, c, out = np.zeros(w_hr.shape[0]), np.zeros(H), []
     for xt in x:
@@ -276,7 +293,9 @@ def test_every_layer_matches_a_numpy_step_by_step_computation(grad, implementati
             fwd_in, bwd_in = f, b
         n = len(sentence)
         for layer in range(3):
-            np.testing.assert_allclose(out.hidden_states[layer][i, :n].detach().numpy(), layers[layer][1:-1], atol=5e-5)  # fp32 vs fp64 with 6x weights
+            np.testing.assert_allclose(
+                out.hidden_states[layer][i, :n].detach().numpy(), layers[layer][1:-1], atol=5e-5
+            )  # fp32 vs fp64 with 6x weights
     assert clipped > 0, "the clip must trigger in this test"
 
 
@@ -286,7 +305,9 @@ def test_inference_path_follows_in_place_weight_updates_and_batch_sizes(tester, 
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
     for sentences in (SENTENCES, SENTENCES[:3], SENTENCES[:1], SENTENCES):  # several batch sizes, then back
         before = run(model, sentences).last_hidden_state
-        torch.testing.assert_close(before, run(model, sentences, grad=True).last_hidden_state.detach(), atol=1e-6, rtol=0)
+        torch.testing.assert_close(
+            before, run(model, sentences, grad=True).last_hidden_state.detach(), atol=1e-6, rtol=0
+        )
     loss = run(model, SENTENCES, grad=True).last_hidden_state.square().sum()
     loss.backward()
     optimizer.step()  # in place: any copy of the old weights kept for inference must not be used again
@@ -294,7 +315,12 @@ def test_inference_path_follows_in_place_weight_updates_and_batch_sizes(tester, 
     assert (after - before).abs().max() > 1e-3
     torch.testing.assert_close(after, run(model, SENTENCES, grad=True).last_hidden_state.detach(), atol=1e-6, rtol=0)
     model.load_state_dict(tester.model(seed=5).state_dict())  # load_state_dict copies in place too
-    torch.testing.assert_close(run(model, SENTENCES).last_hidden_state, run(tester.model(seed=5), SENTENCES, grad=True).last_hidden_state.detach(), atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        run(model, SENTENCES).last_hidden_state,
+        run(tester.model(seed=5), SENTENCES, grad=True).last_hidden_state.detach(),
+        atol=1e-6,
+        rtol=0,
+    )
 
 
 def test_model_built_inside_inference_mode_runs_and_matches(tester):
@@ -367,10 +393,20 @@ def test_lm_loss_is_the_mean_of_exact_directional_cross_entropies(tester):
     W, b = model.softmax.weight.detach(), model.softmax.bias.detach()
     logp = lambda h: torch.log_softmax(h @ W.T + b, -1)  # noqa: E731
     # forward: <S> a b c -> a b c </S>;  backward: a b c </S> -> <S> a b c
-    fwd = -(logp(top[0, 0:4, :8])[torch.arange(4), torch.tensor([5, 6, 7, 2])].sum()
-            + logp(top[1, 0:2, :8])[torch.arange(2), torch.tensor([8, 2])].sum()) / 6
-    bwd = -(logp(top[0, 1:5, 8:])[torch.arange(4), torch.tensor([1, 5, 6, 7])].sum()
-            + logp(top[1, 1:3, 8:])[torch.arange(2), torch.tensor([1, 8])].sum()) / 6
+    fwd = (
+        -(
+            logp(top[0, 0:4, :8])[torch.arange(4), torch.tensor([5, 6, 7, 2])].sum()
+            + logp(top[1, 0:2, :8])[torch.arange(2), torch.tensor([8, 2])].sum()
+        )
+        / 6
+    )
+    bwd = (
+        -(
+            logp(top[0, 1:5, 8:])[torch.arange(4), torch.tensor([1, 5, 6, 7])].sum()
+            + logp(top[1, 1:3, 8:])[torch.arange(2), torch.tensor([1, 8])].sum()
+        )
+        / 6
+    )
     torch.testing.assert_close(out.forward_loss, fwd)
     torch.testing.assert_close(out.backward_loss, bwd)
     torch.testing.assert_close(out.loss, (fwd + bwd) / 2)
@@ -411,7 +447,9 @@ def test_sampled_softmax_loss_estimates_the_full_loss():
 
 def test_lm_head_refuses_a_model_without_vocabulary():
     with pytest.raises(ValueError, match="vocab_size"):
-        ElmoForBidirectionalLM(ElmoConfig(projection_dim=8, cell_size=16, char_cnn_filters=[[1, 4]], num_highway_layers=0))
+        ElmoForBidirectionalLM(
+            ElmoConfig(projection_dim=8, cell_size=16, char_cnn_filters=[[1, 4]], num_highway_layers=0)
+        )
 
 
 # ------------------------------------------------------------------ task heads
@@ -442,8 +480,12 @@ def test_freezing_is_requires_grad_so_trainable_counts_are_right_and_follow_the_
     tester = ElmoModelTester(num_labels=3)
     for cls in (ElmoForSequenceClassification, ElmoForTokenClassification):
         model = tester.model(cls)
-        head = sum(p.numel() for p in (*model.classifier.parameters(), *model.scalar_mix.parameters()) if p.requires_grad)
-        assert head == model.classifier.weight.numel() + model.classifier.bias.numel() + model.config.num_hidden_layers + 2
+        head = sum(
+            p.numel() for p in (*model.classifier.parameters(), *model.scalar_mix.parameters()) if p.requires_grad
+        )
+        assert (
+            head == model.classifier.weight.numel() + model.classifier.bias.numel() + model.config.num_hidden_layers + 2
+        )
         assert not any(p.requires_grad for p in model.elmo.parameters())
         assert model.num_parameters(only_trainable=True) == head < model.num_parameters()
         model.save_pretrained(tmp_path / cls.__name__)
@@ -483,7 +525,10 @@ def test_problem_types_follow_transformers_conventions():
     regression = ElmoModelTester(num_labels=1).model(ElmoForSequenceClassification)
     assert regression(**enc, labels=torch.randn(4)).loss.ndim == 0 and regression.config.problem_type == "regression"
     multi = ElmoModelTester(num_labels=3).model(ElmoForSequenceClassification)
-    assert multi(**enc, labels=torch.ones(4, 3)).loss.ndim == 0 and multi.config.problem_type == "multi_label_classification"
+    assert (
+        multi(**enc, labels=torch.ones(4, 3)).loss.ndim == 0
+        and multi.config.problem_type == "multi_label_classification"
+    )
     single = ElmoModelTester(num_labels=3).model(ElmoForSequenceClassification)
     with pytest.raises(ValueError, match="outside"):
         single(**enc, labels=torch.tensor([0, 1, 5, 0]))
@@ -530,8 +575,6 @@ def test_lists_and_arrays_are_accepted_as_inputs_and_mask(tester):
     assert torch.equal(got, expected)
 
 
-
-
 @pytest.mark.parametrize("label", [99, 40, -7, -1])
 @pytest.mark.parametrize("training", [False, True], ids=["eval", "train"])
 def test_lm_labels_outside_the_vocabulary_are_named_and_negative_ones_do_not_wrap(tester, label, training):
@@ -551,7 +594,9 @@ def test_float_labels_are_refused_where_classes_are_expected(tester):
     enc = tester.encode([["a", "b"]])
     with pytest.raises(ValueError, match="integer class ids, got dtype torch.float32"):
         tagger(**enc, labels=torch.tensor([[3.7, 1.0]]))
-    classifier = ElmoModelTester(num_labels=5, problem_type="single_label_classification").model(ElmoForSequenceClassification)
+    classifier = ElmoModelTester(num_labels=5, problem_type="single_label_classification").model(
+        ElmoForSequenceClassification
+    )
     with pytest.raises(ValueError, match="integer class ids"):
         classifier(**enc, labels=torch.tensor([3.7]))
     with pytest.raises(ValueError, match=r"outside \[0, 5\)"):
@@ -622,13 +667,17 @@ def test_inputs_embeds_are_the_character_encoders_token_vectors(tester):
             vectors = model.char_encoder.encode(enc["input_ids"].reshape(-1, width)).view(batch, steps, -1)
             direct = model(**enc, output_hidden_states=True)
             given = model(inputs_embeds=vectors, attention_mask=enc["attention_mask"], output_hidden_states=True)
-        for a, b in zip(direct.hidden_states, given.hidden_states):
+        for a, b in zip(direct.hidden_states, given.hidden_states, strict=False):
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
     head = tester.model(ElmoForTokenClassification, num_labels=3)
     with torch.no_grad():
         vectors = head.elmo.char_encoder.encode(enc["input_ids"].reshape(-1, width)).view(batch, steps, -1)
-        torch.testing.assert_close(head(inputs_embeds=vectors, attention_mask=enc["attention_mask"]).logits,
-                                   head(**enc).logits, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(
+            head(inputs_embeds=vectors, attention_mask=enc["attention_mask"]).logits,
+            head(**enc).logits,
+            rtol=1e-5,
+            atol=1e-6,
+        )
     with pytest.raises(ValueError, match=r"inputs_embeds must be token vectors of shape \(batch, tokens, 8\)"):
         model(inputs_embeds=torch.zeros(1, 2, 16))
     with pytest.raises(ValueError, match="either input_ids or inputs_embeds, not both"):
@@ -650,10 +699,12 @@ def test_the_bidirectional_lm_returns_one_row_per_word_unless_boundaries_are_ask
         out = lm(**enc, output_hidden_states=True)
         kept = lm(**enc, output_hidden_states=True, keep_sentence_boundaries=True)
     assert out.last_hidden_state.shape == words.last_hidden_state.shape
-    for mine, base in zip(out.hidden_states, words.hidden_states):
+    for mine, base in zip(out.hidden_states, words.hidden_states, strict=False):
         torch.testing.assert_close(mine, base)
     assert kept.last_hidden_state.shape[1] == enc["input_ids"].shape[1] + 2
-    torch.testing.assert_close(kept.last_hidden_state[:, 1:-1] * enc["attention_mask"][..., None], out.last_hidden_state)
+    torch.testing.assert_close(
+        kept.last_hidden_state[:, 1:-1] * enc["attention_mask"][..., None], out.last_hidden_state
+    )
 
 
 def test_a_character_model_has_no_token_table_to_resize_and_refuses_in_one_line(tester, tmp_path):

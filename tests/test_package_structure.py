@@ -97,14 +97,23 @@ def test_nothing_that_convert_imports_imports_convert_back():
             reached.add(other)
             todo.append(other)
     assert "modeling_elmo.conversion.convert" not in reached
-    assert {"modeling_elmo.conversion.parity", "modeling_elmo.conversion.releases", "modeling_elmo.conversion.original_format"} <= reached
+    assert {
+        "modeling_elmo.conversion.parity",
+        "modeling_elmo.conversion.releases",
+        "modeling_elmo.conversion.original_format",
+    } <= reached
 
 
 def test_the_original_format_module_is_a_leaf_of_the_conversion_modules():
     graph = import_graph(REPO_ROOT, PACKAGE)
     assert graph["modeling_elmo.conversion.original_format"].isdisjoint(
-        {"modeling_elmo.conversion.convert", "modeling_elmo.conversion.parity", "modeling_elmo.conversion.releases"})
-    for user in ("modeling_elmo.conversion.convert", "modeling_elmo.conversion.parity", "modeling_elmo.conversion.releases"):
+        {"modeling_elmo.conversion.convert", "modeling_elmo.conversion.parity", "modeling_elmo.conversion.releases"}
+    )
+    for user in (
+        "modeling_elmo.conversion.convert",
+        "modeling_elmo.conversion.parity",
+        "modeling_elmo.conversion.releases",
+    ):
         assert "modeling_elmo.conversion.original_format" in graph[user], user
 
 

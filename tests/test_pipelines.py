@@ -7,11 +7,16 @@ import json
 
 import pytest
 import torch
-from transformers import pipeline
-
 from support import assert_same_numbers
-from test_ecosystem_clients import (TAGGED_TEXT, assert_same_entities, expected_entities, saved_tagger, saved_with_tokenizer,
-                                    tiny_config_with)
+from test_ecosystem_clients import (
+    TAGGED_TEXT,
+    assert_same_entities,
+    expected_entities,
+    saved_tagger,
+    saved_with_tokenizer,
+    tiny_config_with,
+)
+from transformers import pipeline
 
 from modeling_elmo import ElmoForSequenceClassification, ElmoModel, ElmoTokenizer
 from modeling_elmo.pipeline_elmo import CUSTOM_PIPELINES, ElmoTokenClassificationPipeline
@@ -28,7 +33,11 @@ def test_saved_tagger_names_its_pipeline_and_every_folder_ships_the_pipeline_fil
 @pytest.mark.parametrize("how", ["trust_remote_code", "pipeline_class"])
 def test_token_classification_pipeline_gives_one_entity_per_word(tmp_path, how):
     model, folder = saved_tagger(tmp_path / "tagger")
-    options = {"trust_remote_code": True} if how == "trust_remote_code" else {"pipeline_class": ElmoTokenClassificationPipeline}
+    options = (
+        {"trust_remote_code": True}
+        if how == "trust_remote_code"
+        else {"pipeline_class": ElmoTokenClassificationPipeline}
+    )
     tagger = pipeline("token-classification", model=str(folder), **options)
     assert type(tagger).__name__ == "ElmoTokenClassificationPipeline"
     assert_same_entities(tagger(TAGGED_TEXT, ignore_labels=[]), expected_entities(model))
@@ -40,17 +49,31 @@ def test_token_classification_pipeline_on_pre_split_words_and_on_words_the_text_
     words = ["The", "river", "bank", ",", "in", "Paris", "!"]
     (split,) = tagger([words], is_split_into_words=True, ignore_labels=[])
     assert [(e["word"], e["start"], e["end"]) for e in split] == [
-        ("The", 0, 3), ("river", 4, 9), ("bank", 10, 14), (",", 15, 16), ("in", 17, 19), ("Paris", 20, 25), ("!", 26, 27)]
+        ("The", 0, 3),
+        ("river", 4, 9),
+        ("bank", 10, 14),
+        (",", 15, 16),
+        ("in", 17, 19),
+        ("Paris", 20, 25),
+        ("!", 26, 27),
+    ]
     assert_same_numbers([e["score"] for e in split], [e["score"] for e in expected_entities(model)], what="scores")
-    lower = pipeline("token-classification", model=model, tokenizer=ElmoTokenizer(do_lower_case=True),
-                     pipeline_class=ElmoTokenClassificationPipeline)
+    lower = pipeline(
+        "token-classification",
+        model=model,
+        tokenizer=ElmoTokenizer(do_lower_case=True),
+        pipeline_class=ElmoTokenClassificationPipeline,
+    )
     entities = lower("Paris BANK", ignore_labels=[])
     assert [(e["word"], e["start"]) for e in entities] == [("paris", None), ("bank", None)]  # read back from the rows
 
 
 def test_feature_extraction_and_text_classification_pipelines(tmp_path):
     torch.manual_seed(0)
-    encoder, classifier = ElmoModel(tiny_config_with()).eval(), ElmoForSequenceClassification(tiny_config_with(num_labels=2)).eval()
+    encoder, classifier = (
+        ElmoModel(tiny_config_with()).eval(),
+        ElmoForSequenceClassification(tiny_config_with(num_labels=2)).eval(),
+    )
     extractor = pipeline("feature-extraction", model=str(saved_with_tokenizer(encoder, tmp_path / "encoder")))
     scorer = pipeline("text-classification", model=str(saved_with_tokenizer(classifier, tmp_path / "classifier")))
     encoding = ElmoTokenizer()(TAGGED_TEXT, return_tensors="pt")

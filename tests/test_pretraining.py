@@ -9,7 +9,6 @@ Offline and small: training text is a few hundred lines of ../shared/data/lm-cor
 from __future__ import annotations
 
 import copy
-
 import errno
 import json
 import math
@@ -24,7 +23,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from support import reset_accelerate_state, run_without_package
 
 from modeling_elmo import ElmoConfig, ElmoForBidirectionalLM, ElmoTokenizer
@@ -55,7 +53,7 @@ def corpus_lines(shared_data) -> list[str]:
     if not path.is_file():
         pytest.skip(f"shared LM corpus not found at {path.parent} (set ELMO_SHARED_DATA)")
     with open(path, encoding="utf-8", errors="replace") as handle:
-        lines = [line.rstrip("\n") for _, line in zip(range(4000), handle)]
+        lines = [line.rstrip("\n") for _, line in zip(range(4000), handle, strict=False)]
     # short sentences keep the tiny model fast
     return [line for line in lines if 3 <= len(line.split()) <= 25]
 
@@ -71,10 +69,30 @@ def corpus_files(tmp_path, corpus_lines) -> dict[str, Path]:
 
 def _run_args(files: dict[str, Path], out: Path, *extra: str) -> list[str]:
     return [
-        "--train-file", str(files["train"]), "--validation-file", str(files["valid"]), "--output-dir", str(out),
-        "--cache-dir", str(out.parent / "hf-cache"), "--model-config", "elmo-tiny", "--vocab-size", "300",
-        "--per-device-train-batch-size", "8", "--per-device-eval-batch-size", "32", "--logging-steps", "1",
-        "--checkpointing-steps", "4", "--seed", "3", "--no-plot", *extra,
+        "--train-file",
+        str(files["train"]),
+        "--validation-file",
+        str(files["valid"]),
+        "--output-dir",
+        str(out),
+        "--cache-dir",
+        str(out.parent / "hf-cache"),
+        "--model-config",
+        "elmo-tiny",
+        "--vocab-size",
+        "300",
+        "--per-device-train-batch-size",
+        "8",
+        "--per-device-eval-batch-size",
+        "32",
+        "--logging-steps",
+        "1",
+        "--checkpointing-steps",
+        "4",
+        "--seed",
+        "3",
+        "--no-plot",
+        *extra,
     ]
 
 
@@ -88,8 +106,13 @@ def _free_port() -> int:
 
 def _tiny_config(vocab_size: int = 40, **kwargs) -> ElmoConfig:
     return ElmoConfig(
-        vocab_size=vocab_size, projection_dim=16, cell_size=32, char_embedding_dim=4,
-        char_cnn_filters=[[1, 4], [2, 8], [3, 16]], num_highway_layers=1, **kwargs,
+        vocab_size=vocab_size,
+        projection_dim=16,
+        cell_size=32,
+        char_embedding_dim=4,
+        char_cnn_filters=[[1, 4], [2, 8], [3, 16]],
+        num_highway_layers=1,
+        **kwargs,
     )
 
 
@@ -183,8 +206,14 @@ def test_collator_matches_the_tokenizer_and_encodes_oov_words_from_their_charact
     sentences = ["the cat sat", f"a zebra sat on the mat {boundary} ok", "zebré"]
     out = tokenize_batch({"text": sentences}, word_to_id=vocab.index)
     collate = Collator(vocab.char_table(characters=characters), characters=characters)
-    batch = collate([{"word_ids": i, "oov": o} for i, o in zip(out["word_ids"], out["oov"])])
-    ref = tok([s.split() for s in sentences], is_split_into_words=True, padding=True, return_tensors="pt", return_word_ids=True)
+    batch = collate([{"word_ids": i, "oov": o} for i, o in zip(out["word_ids"], out["oov"], strict=False)])
+    ref = tok(
+        [s.split() for s in sentences],
+        is_split_into_words=True,
+        padding=True,
+        return_tensors="pt",
+        return_word_ids=True,
+    )
     torch.testing.assert_close(batch["input_ids"], ref["input_ids"])
     torch.testing.assert_close(batch["attention_mask"], ref["attention_mask"])
     assert tok.decode(batch["input_ids"][1, 6:7]) == boundary  # the boundary row, not the word's characters
@@ -194,7 +223,9 @@ def test_collator_matches_the_tokenizer_and_encodes_oov_words_from_their_charact
 
 def test_bucket_sampler_shards_are_disjoint_equal_and_deterministic():
     lengths = np.random.default_rng(0).integers(1, 50, size=1003)
-    shards = [BucketBatchSampler(lengths, 10, seed=7, rank=r, num_replicas=3, bucket_size=5).rank_batches(2) for r in range(3)]
+    shards = [
+        BucketBatchSampler(lengths, 10, seed=7, rank=r, num_replicas=3, bucket_size=5).rank_batches(2) for r in range(3)
+    ]
     flat = [i for shard in shards for batch in shard for i in batch]
     assert len(flat) == len(set(flat)) and len({len(s) for s in shards}) == 1
     assert len(shards[0]) == BucketBatchSampler(lengths, 10, rank=0, num_replicas=3).num_batches() == 33
@@ -205,15 +236,20 @@ def test_bucket_sampler_shards_are_disjoint_equal_and_deterministic():
     # bucketing: batches are much more uniform in length than random batches
     spread = np.mean([np.ptp(lengths[b]) for b in shards[0]])
     assert spread < 10
-    evaluation = [BucketBatchSampler(lengths, 10, shuffle=False, rank=r, num_replicas=3, drop_last=False).rank_batches(0) for r in range(3)]
+    evaluation = [
+        BucketBatchSampler(lengths, 10, shuffle=False, rank=r, num_replicas=3, drop_last=False).rank_batches(0)
+        for r in range(3)
+    ]
     assert sorted(i for shard in evaluation for b in shard for i in b) == list(range(1003))
 
 
 def test_token_budget_batches_carry_similar_token_counts_sharded_and_deterministic():
     lengths = np.random.default_rng(0).integers(1, 60, size=3000)
     budget = 400
-    shards = [BucketBatchSampler(lengths, max_tokens=budget, seed=7, rank=r, num_replicas=2, bucket_size=20).rank_batches(1)
-              for r in range(2)]
+    shards = [
+        BucketBatchSampler(lengths, max_tokens=budget, seed=7, rank=r, num_replicas=2, bucket_size=20).rank_batches(1)
+        for r in range(2)
+    ]
     flat = [i for shard in shards for batch in shard for i in batch]
     assert len(flat) == len(set(flat)) and len(shards[0]) == len(shards[1])  # disjoint, equal counts (DDP)
     padded = np.array([len(b) * lengths[b].max() for shard in shards for b in shard])
@@ -221,16 +257,27 @@ def test_token_budget_batches_carry_similar_token_counts_sharded_and_determinist
     assert np.median(padded) >= 0.9 * budget  # full batches: as many sentences as the budget holds
     fixed = BucketBatchSampler(lengths, int(budget / lengths.mean()), seed=7, bucket_size=20).rank_batches(1)
     fixed_padded = np.array([len(b) * lengths[b].max() for b in fixed])
-    assert padded.std() / padded.mean() < 0.5 * fixed_padded.std() / fixed_padded.mean()  # steadier than a sentence count
-    again = BucketBatchSampler(lengths, max_tokens=budget, seed=7, rank=1, num_replicas=2, bucket_size=20).rank_batches(1)
+    assert (
+        padded.std() / padded.mean() < 0.5 * fixed_padded.std() / fixed_padded.mean()
+    )  # steadier than a sentence count
+    again = BucketBatchSampler(lengths, max_tokens=budget, seed=7, rank=1, num_replicas=2, bucket_size=20).rank_batches(
+        1
+    )
     assert again == shards[1]  # a resumed run (or process) computes the same batches
-    assert BucketBatchSampler(lengths, max_tokens=budget, seed=7, rank=1, num_replicas=2, bucket_size=20).rank_batches(2) != again
+    assert (
+        BucketBatchSampler(lengths, max_tokens=budget, seed=7, rank=1, num_replicas=2, bucket_size=20).rank_batches(2)
+        != again
+    )
     import datasets
 
     stream = datasets.IterableDataset.from_generator(
-        lambda: ({"word_ids": [4] * int(n), "oov": []} for n in lengths[:600]))
-    streamed = list(pdata_batching.iter_stream_batches(stream, 8, seed=1, epoch=0, rank=0, num_replicas=1, shuffle=True,
-                                                       buffer_batches=20, max_tokens=budget))
+        lambda: ({"word_ids": [4] * int(n), "oov": []} for n in lengths[:600])
+    )
+    streamed = list(
+        pdata_batching.iter_stream_batches(
+            stream, 8, seed=1, epoch=0, rank=0, num_replicas=1, shuffle=True, buffer_batches=20, max_tokens=budget
+        )
+    )
     assert sum(len(b) for b in streamed) == 600  # every example once, each batch within the budget
     assert max(len(b) * max(len(e["word_ids"]) for e in b) for b in streamed) <= budget
     lone = pdata_batching.cut_batches(np.array([1, 0]), np.array([500, 3]), None, budget)
@@ -256,9 +303,17 @@ def test_flags_override_recipe_values_and_every_shipped_recipe_parses(tmp_path):
         parse_args(["--train-file", "a.txt", "--batching", "paragraphs"])
 
 
-
-STUDIED = ("vocab_size", "batching", "optimizer", "learning_rate", "lr_scheduler_type",
-           "warmup_steps", "per_device_train_batch_size", "early_stopping_patience", "load_best_model_at_end")
+STUDIED = (
+    "vocab_size",
+    "batching",
+    "optimizer",
+    "learning_rate",
+    "lr_scheduler_type",
+    "warmup_steps",
+    "per_device_train_batch_size",
+    "early_stopping_patience",
+    "load_best_model_at_end",
+)
 
 
 def _recipe_study():
@@ -278,18 +333,34 @@ def _studied(args) -> dict:
 def test_every_recipe_study_variant_parses_and_the_lm_corpus_recipes_use_its_winner(tmp_path):
     study = _recipe_study()
     options = study.argparse.Namespace(data_dir=tmp_path, minutes=10.0, output_dir=tmp_path / "study", seed=1)
-    parsed = {name: parse_args(study.pretrain_command(name, flags, options)[4:])
-              for name, flags in study.VARIANTS.items()}
+    parsed = {
+        name: parse_args(study.pretrain_command(name, flags, options)[4:]) for name, flags in study.VARIANTS.items()
+    }
     baseline = _studied(parsed["baseline"])  # what the lm-corpus recipes said before the study, whatever they say now
-    assert baseline == {"vocab_size": 20000, "batching": "sentences", "optimizer": "adamw", "learning_rate": 0.002,
-                        "lr_scheduler_type": "constant_with_warmup", "warmup_steps": 100.0,
-                        "per_device_train_batch_size": 64, "early_stopping_patience": None,
-                        "load_best_model_at_end": False, "dropout": 0.1}
+    assert baseline == {
+        "vocab_size": 20000,
+        "batching": "sentences",
+        "optimizer": "adamw",
+        "learning_rate": 0.002,
+        "lr_scheduler_type": "constant_with_warmup",
+        "warmup_steps": 100.0,
+        "per_device_train_batch_size": 64,
+        "early_stopping_patience": None,
+        "load_best_model_at_end": False,
+        "dropout": 0.1,
+    }
     for name, args in parsed.items():  # each variant changes what its name says, the rest is the baseline's
         assert args.max_train_minutes == 10.0 and args.output_dir == str(tmp_path / "study" / name)
         changed = {k for k, v in _studied(args).items() if v != baseline[k]}
-        assert changed <= {"dropout", "vocab_size", "batching", "learning_rate", "lr_scheduler_type",
-                           "early_stopping_patience", "load_best_model_at_end"}, (name, changed)
+        assert changed <= {
+            "dropout",
+            "vocab_size",
+            "batching",
+            "learning_rate",
+            "lr_scheduler_type",
+            "early_stopping_patience",
+            "load_best_model_at_end",
+        }, (name, changed)
     winner = _studied(parsed[study.WINNER])
     recipe = _studied(parse_args(["--config", "cpu-lm-corpus"]))
     assert recipe == winner, {k: (recipe[k], winner[k]) for k in recipe if recipe[k] != winner[k]}
@@ -302,13 +373,22 @@ def test_every_recipe_study_variant_parses_and_the_lm_corpus_recipes_use_its_win
 def test_sampled_softmax_loss_is_close_to_full_softmax_loss_on_average():
     torch.manual_seed(0)
     V = 300
-    model = ElmoForBidirectionalLM(_tiny_config(vocab_size=V, lm_softmax="sampled", num_negative_samples=60, hidden_dropout_prob=0.0))
+    model = ElmoForBidirectionalLM(
+        _tiny_config(vocab_size=V, lm_softmax="sampled", num_negative_samples=60, hidden_dropout_prob=0.0)
+    )
     with torch.no_grad():  # a peaked, Zipf-like output distribution, far from uniform
         model.softmax.weight.mul_(3.0)
         model.softmax.bias.copy_(-torch.log(torch.arange(V, dtype=torch.float) + 1))
-    enc = ElmoTokenizer()([["w%d" % (i % 7), "v%d" % (i % 5), "x"] for i in range(6)], is_split_into_words=True, padding=True, return_tensors="pt")
+    enc = ElmoTokenizer()(
+        [["w%d" % (i % 7), "v%d" % (i % 5), "x"] for i in range(6)],
+        is_split_into_words=True,
+        padding=True,
+        return_tensors="pt",
+    )
     g = torch.Generator().manual_seed(1)
-    labels = (torch.exp(torch.rand(enc["attention_mask"].shape, generator=g) * math.log(V + 1)) - 1).long().clamp(4, V - 1)
+    labels = (
+        (torch.exp(torch.rand(enc["attention_mask"].shape, generator=g) * math.log(V + 1)) - 1).long().clamp(4, V - 1)
+    )
     model.eval()
     with torch.no_grad():
         full = float(model(**enc, labels=labels).loss)
@@ -324,9 +404,26 @@ def test_sampled_softmax_loss_is_close_to_full_softmax_loss_on_average():
 # ----------------------------------------------------------------------------------------------- training runs
 def test_resumed_run_matches_uninterrupted_run(tmp_path, corpus_files):
     # sampled softmax, dropout and accumulation make every consumer of the RNG and of the data position count
-    common = ("--max-steps", "8", "--gradient-accumulation-steps", "2", "--lm-softmax", "sampled",
-              "--num-negative-samples", "64", "--dropout", "0.1", "--optimizer", "adamw", "--lr-scheduler-type", "linear",
-              "--warmup-steps", "2", "--learning-rate", "0.01")
+    common = (
+        "--max-steps",
+        "8",
+        "--gradient-accumulation-steps",
+        "2",
+        "--lm-softmax",
+        "sampled",
+        "--num-negative-samples",
+        "64",
+        "--dropout",
+        "0.1",
+        "--optimizer",
+        "adamw",
+        "--lr-scheduler-type",
+        "linear",
+        "--warmup-steps",
+        "2",
+        "--learning-rate",
+        "0.01",
+    )
     full_dir, split_dir = tmp_path / "full", tmp_path / "split"
     assert pretrain_main(_run_args(corpus_files, full_dir, *common)) == 0
     reset_accelerate_state()
@@ -338,7 +435,10 @@ def test_resumed_run_matches_uninterrupted_run(tmp_path, corpus_files):
     full, split = train_losses_by_step(full_dir / "metrics.jsonl"), train_losses_by_step(split_dir / "metrics.jsonl")
     assert sorted(full) == list(range(1, 9))
     assert [split[s] for s in range(1, 9)] == [full[s] for s in range(1, 9)]  # exact, not approximate
-    assert read_results(full_dir / "eval_results.json").perplexity == read_results(split_dir / "eval_results.json").perplexity
+    assert (
+        read_results(full_dir / "eval_results.json").perplexity
+        == read_results(split_dir / "eval_results.json").perplexity
+    )
 
 
 def test_time_budget_counts_the_training_minutes_of_the_runs_before_a_resume(tmp_path, corpus_files):
@@ -371,12 +471,12 @@ def test_fused_cpu_optimizers_take_the_same_steps_as_the_reference_ones(optimize
     reference = build_optimizer(reference_model, args, "cpu", sharded=True)  # same settings, torch's default kernels
     assert fused.defaults["fused"] is True and not reference.defaults["fused"]
     for _ in range(5):
-        for p, r in zip(fused_model.parameters(), reference_model.parameters()):
+        for p, r in zip(fused_model.parameters(), reference_model.parameters(), strict=False):
             p.grad = torch.randn_like(p)
             r.grad = p.grad.clone()
         fused.step()
         reference.step()
-    for p, r, p0 in zip(fused_model.parameters(), reference_model.parameters(), start):
+    for p, r, p0 in zip(fused_model.parameters(), reference_model.parameters(), start, strict=False):
         torch.testing.assert_close(p, r, atol=1e-6, rtol=1e-5)
         assert not torch.equal(p, p0)  # every parameter moved
 
@@ -405,7 +505,9 @@ def test_saved_folder_loads_with_automodel_and_reports_perplexities(tmp_path, co
         out = m(**{k: enc[k] for k in ("input_ids", "attention_mask")})
         print(json.dumps([type(m).__module__, lm.config.vocab_size, t.vocab_size, list(out.last_hidden_state.shape)]))
         """,
-        out, workdir=tmp_path / "fresh")
+        out,
+        workdir=tmp_path / "fresh",
+    )
     assert module.startswith("transformers_modules") and lm_vocab == tok_vocab == 300 and shape == [1, 3, 32]
 
 
@@ -454,39 +556,61 @@ def test_a_nan_update_between_host_syncs_leaves_the_weights_untouched(tmp_path, 
     monkeypatch.setattr(ElmoForBidirectionalLM, "forward", forward)
     # logging every 10 updates: update 3's loss is never read on the host before the guard acts on it
     poisoned, clean = tmp_path / "poisoned", tmp_path / "clean"
-    assert pretrain_main(_run_args(corpus_files, poisoned, "--max-steps", "3", "--logging-steps", "10", "--optimizer", "adamw")) == 0
+    assert (
+        pretrain_main(
+            _run_args(corpus_files, poisoned, "--max-steps", "3", "--logging-steps", "10", "--optimizer", "adamw")
+        )
+        == 0
+    )
     reset_accelerate_state()
     calls["n"] = -100  # no NaN in this run
-    assert pretrain_main(_run_args(corpus_files, clean, "--max-steps", "2", "--logging-steps", "10", "--optimizer", "adamw")) == 0
+    assert (
+        pretrain_main(
+            _run_args(corpus_files, clean, "--max-steps", "2", "--logging-steps", "10", "--optimizer", "adamw")
+        )
+        == 0
+    )
     assert (poisoned / "model.safetensors").read_bytes() == (clean / "model.safetensors").read_bytes()
     assert json.loads((poisoned / "training_metadata.json").read_text())["skipped_updates"] == 1
 
 
-@pytest.mark.parametrize("optimizer,fused,mode", [("adamw", True, "found_inf"), ("adagrad", True, "found_inf"),
-                                                  ("adagrad", False, "zero_gradients"), ("adamw", False, "host")])
+@pytest.mark.parametrize(
+    "optimizer,fused,mode",
+    [
+        ("adamw", True, "found_inf"),
+        ("adagrad", True, "found_inf"),
+        ("adagrad", False, "zero_gradients"),
+        ("adamw", False, "host"),
+    ],
+)
 def test_nonfinite_guard_leaves_weights_and_optimizer_state_untouched_in_every_mode(optimizer, fused, mode):
     from modeling_elmo.pretraining.loop import NonfiniteGuard
 
     torch.manual_seed(0)
     model = torch.nn.Linear(5, 3)
-    opt = (torch.optim.AdamW(model.parameters(), lr=0.1, weight_decay=0.1, fused=fused or None) if optimizer == "adamw"
-           else torch.optim.Adagrad(model.parameters(), lr=0.1, fused=fused or None))
+    opt = (
+        torch.optim.AdamW(model.parameters(), lr=0.1, weight_decay=0.1, fused=fused or None)
+        if optimizer == "adamw"
+        else torch.optim.Adagrad(model.parameters(), lr=0.1, fused=fused or None)
+    )
     guard = NonfiniteGuard(opt)
     assert guard.mode == mode
     model(torch.randn(4, 5)).pow(2).sum().backward()
     guard.step(opt, torch.tensor(False))
     before = [p.detach().clone() for p in model.parameters()]
-    state = {(i, k): v.clone() for i, p in enumerate(model.parameters()) for k, v in opt.state[p].items() if k != "step"}
+    state = {
+        (i, k): v.clone() for i, p in enumerate(model.parameters()) for k, v in opt.state[p].items() if k != "step"
+    }
     opt.zero_grad()
     (model(torch.randn(4, 5)).sum() * float("nan")).backward()
     guard.step(opt, torch.tensor(True))
-    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=False))
     after = {(i, k): v for i, p in enumerate(model.parameters()) for k, v in opt.state[p].items() if k != "step"}
     assert len(state) >= 2 and state.keys() == after.keys() and all(torch.equal(state[k], after[k]) for k in state)
     opt.zero_grad()
     model(torch.randn(4, 5)).pow(2).sum().backward()
     guard.step(opt, torch.tensor(False))
-    assert not all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert not all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=False))
 
 
 def test_full_disk_during_checkpoint_keeps_the_previous_checkpoint(tmp_path, corpus_files, monkeypatch, caplog):
@@ -522,30 +646,52 @@ def test_vocabulary_that_does_not_match_the_checkpoint_is_rejected(tmp_path, cor
     other = tmp_path / "other-vocab.txt"
     Vocabulary(["completely", "different"]).save(other)
     with pytest.raises(SystemExit, match="does not match the vocabulary of checkpoint"):
-        pretrain_main(_run_args(corpus_files, out, "--max-steps", "4", "--resume-from-checkpoint", "latest", "--vocab-file", str(other)))
+        pretrain_main(
+            _run_args(
+                corpus_files, out, "--max-steps", "4", "--resume-from-checkpoint", "latest", "--vocab-file", str(other)
+            )
+        )
 
 
 def test_init_from_model_continues_from_its_weights_vocabulary_and_architecture(tmp_path, corpus_files, corpus_lines):
     from safetensors.torch import load_file
 
     first = tmp_path / "first"
-    assert pretrain_main(_run_args(corpus_files, first, "--max-steps", "40", "--optimizer", "adamw", "--learning-rate", "0.01")) == 0
+    assert (
+        pretrain_main(
+            _run_args(corpus_files, first, "--max-steps", "40", "--optimizer", "adamw", "--learning-rate", "0.01")
+        )
+        == 0
+    )
     reset_accelerate_state()
     # other text (whose own vocabulary would differ), no --model-config / --vocab-size: both come from the model;
     # a learning rate of 0 leaves the loaded weights exactly as they were
     other = {"train": tmp_path / "other.txt", "valid": corpus_files["valid"]}
     other["train"].write_text("\n".join(reversed(corpus_lines[700:1300])) + "\n", encoding="utf-8")
-    args = [a for a in _run_args(other, tmp_path / "second") if a not in ("--model-config", "elmo-tiny", "--vocab-size", "300")]
+    args = [
+        a
+        for a in _run_args(other, tmp_path / "second")
+        if a not in ("--model-config", "elmo-tiny", "--vocab-size", "300")
+    ]
     second = tmp_path / "second"
-    assert pretrain_main([*args, "--init-from-model", str(first), "--max-steps", "2", "--optimizer", "adamw",
-                          "--learning-rate", "0"]) == 0
+    assert (
+        pretrain_main(
+            [*args, "--init-from-model", str(first), "--max-steps", "2", "--optimizer", "adamw", "--learning-rate", "0"]
+        )
+        == 0
+    )
     assert (second / "vocab.txt").read_text() == (first / "vocab.txt").read_text()
     before, after = load_file(str(first / "model.safetensors")), load_file(str(second / "model.safetensors"))
     assert sorted(before) == sorted(after) and all(torch.equal(before[k], after[k]) for k in before)
     # a fresh model on the same text starts far worse than the continued one
     first_loss = train_losses_by_step(second / "metrics.jsonl")[1]
     reset_accelerate_state()
-    assert pretrain_main([*_run_args(other, tmp_path / "fresh"), "--max-steps", "1", "--vocab-file", str(first / "vocab.txt")]) == 0
+    assert (
+        pretrain_main(
+            [*_run_args(other, tmp_path / "fresh"), "--max-steps", "1", "--vocab-file", str(first / "vocab.txt")]
+        )
+        == 0
+    )
     assert train_losses_by_step(tmp_path / "fresh" / "metrics.jsonl")[1] > first_loss + 0.1
 
 
@@ -554,7 +700,9 @@ def test_init_from_model_rejects_incomplete_folders_and_other_architectures(tmp_
     assert pretrain_main(_run_args(corpus_files, first, "--max-steps", "1")) == 0
     reset_accelerate_state()
     with pytest.raises(SystemExit, match="differs from --init-from-model .* in: .*projection_dim"):
-        pretrain_main([*_run_args(corpus_files, tmp_path / "b"), "--init-from-model", str(first), "--model-config", "elmo-27m"])
+        pretrain_main(
+            [*_run_args(corpus_files, tmp_path / "b"), "--init-from-model", str(first), "--model-config", "elmo-27m"]
+        )
     reset_accelerate_state()
     (first / "model.safetensors").unlink()
     with pytest.raises(SystemExit, match="model.safetensors missing"):
@@ -565,8 +713,15 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path, corpus_files):
     out = tmp_path / "term"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     proc = subprocess.Popen(
-        [sys.executable, str(REPO / "scripts" / "pretrain.py"), *_run_args(corpus_files, out, "--max-steps", "100000", "--checkpointing-steps", "0")],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            str(REPO / "scripts" / "pretrain.py"),
+            *_run_args(corpus_files, out, "--max-steps", "100000", "--checkpointing-steps", "0"),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     metrics = out / "metrics.jsonl"
     deadline = time.time() + 120
@@ -583,9 +738,34 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path, corpus_files):
 def _launch_two_processes(files: dict[str, Path], out: Path, *extra: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     command = [
-        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-        "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()), str(REPO / "scripts" / "pretrain.py"),
-        *_run_args(files, out, "--max-steps", "30", "--checkpointing-steps", "30", "--learning-rate", "0.3", "--dropout", "0.1", *extra),
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        str(_free_port()),
+        str(REPO / "scripts" / "pretrain.py"),
+        *_run_args(
+            files,
+            out,
+            "--max-steps",
+            "30",
+            "--checkpointing-steps",
+            "30",
+            "--learning-rate",
+            "0.3",
+            "--dropout",
+            "0.1",
+            *extra,
+        ),
     ]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -635,7 +815,14 @@ def test_dataset_name_path_loads_splits_through_datasets(tmp_path, corpus_lines)
 
 def test_streaming_windows_run_trains_and_saves(tmp_path, corpus_files):
     out = tmp_path / "stream"
-    assert pretrain_main(_run_args(corpus_files, out, "--streaming", "--batching", "windows", "--window-size", "10", "--max-steps", "5")) == 0
+    assert (
+        pretrain_main(
+            _run_args(
+                corpus_files, out, "--streaming", "--batching", "windows", "--window-size", "10", "--max-steps", "5"
+            )
+        )
+        == 0
+    )
     (results,) = read_results(out / "eval_results.json").perplexity
     # windows of 10 tokens: every window gives 9 forward and 9 backward targets
     assert results.targets_per_direction == 9 * results.examples

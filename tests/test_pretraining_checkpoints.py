@@ -19,14 +19,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from support import reset_accelerate_state
 
-from modeling_elmo.pretraining import CheckpointManager, train_losses_by_step
+from modeling_elmo.folders.run_folder import RunFolder
+from modeling_elmo.pretraining import CheckpointManager, output, train_losses_by_step
 from modeling_elmo.pretraining import checkpoint as ckpt
 from modeling_elmo.pretraining import main as pretrain_main
-from modeling_elmo.pretraining import output
-from modeling_elmo.folders.run_folder import RunFolder
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -42,9 +40,28 @@ def corpus(tmp_path_factory) -> Path:
 
 
 def _args(corpus: Path, out: Path, *extra: str) -> list[str]:
-    return ["--train-file", str(corpus), "--output-dir", str(out), "--cache-dir", str(out.parent / "hf-cache"),
-            "--per-device-train-batch-size", "8", "--logging-steps", "1", "--checkpointing-steps", "4", "--seed", "5",
-            "--dropout", "0.1", "--max-eval-examples", "20", "--no-plot", *extra]
+    return [
+        "--train-file",
+        str(corpus),
+        "--output-dir",
+        str(out),
+        "--cache-dir",
+        str(out.parent / "hf-cache"),
+        "--per-device-train-batch-size",
+        "8",
+        "--logging-steps",
+        "1",
+        "--checkpointing-steps",
+        "4",
+        "--seed",
+        "5",
+        "--dropout",
+        "0.1",
+        "--max-eval-examples",
+        "20",
+        "--no-plot",
+        *extra,
+    ]
 
 
 def _run(*argv: str) -> int:
@@ -74,8 +91,11 @@ def test_resuming_never_unpickles_a_crafted_pickle_in_the_checkpoint(tmp_path, c
     marker = tmp_path / "marker"
     for name in ("custom_checkpoint_0.pkl", "random_states_0.pkl", "optimizer.bin"):  # accelerate's pickled files
         (step / name).write_bytes(pickle.dumps(_WritesMarker(marker)))
-    with pytest.raises(SystemExit, match="holds files that are not part of a checkpoint of this package: "
-                                         "custom_checkpoint_0.pkl, optimizer.bin, random_states_0.pkl"):
+    with pytest.raises(
+        SystemExit,
+        match="holds files that are not part of a checkpoint of this package: "
+        "custom_checkpoint_0.pkl, optimizer.bin, random_states_0.pkl",
+    ):
         _run(*_args(corpus, out, "--max-steps", "8", "--resume-from-checkpoint", "latest"))
     assert not marker.exists()
     (step / "pytorch_model.bin").write_bytes(pickle.dumps(_WritesMarker(marker)))
@@ -101,8 +121,11 @@ def test_a_checkpoint_of_the_earlier_pickled_format_is_named_as_such(tmp_path, c
     state = json.loads((step / ckpt.STATE_FILE).read_text())
     (step / ckpt.STATE_FILE).write_text(json.dumps({"global_step": 4, **state["state"]}))  # the earlier layout
     (step / "optimizer.bin").write_bytes(b"\x80\x04K\x01.")
-    with pytest.raises(SystemExit, match="has format None, not 1 .a checkpoint of an earlier version cannot be resumed; "
-                                         "start from a saved model with --init-from-model"):
+    with pytest.raises(
+        SystemExit,
+        match="has format None, not 1 .a checkpoint of an earlier version cannot be resumed; "
+        "start from a saved model with --init-from-model",
+    ):
         _run(*_args(corpus, out, "--max-steps", "8", "--resume-from-checkpoint", "latest"))
 
 
@@ -117,7 +140,7 @@ def test_optimizer_and_random_states_survive_the_safetensors_json_round_trip_exa
         restored = kind(model.parameters(), lr=0.5)
         restored.load_state_dict(ckpt.optimizer_from_files(tensors, json.loads(json.dumps(meta))))
         assert restored.state_dict()["param_groups"] == opt.state_dict()["param_groups"]
-        for a, b in zip(opt.state_dict()["state"].values(), restored.state_dict()["state"].values()):
+        for a, b in zip(opt.state_dict()["state"].values(), restored.state_dict()["state"].values(), strict=False):
             assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     tensors, meta = ckpt.rng_state()
     expected = (torch.rand(3), np.random.rand(3), __import__("random").random())
@@ -191,8 +214,12 @@ def test_kill_during_a_checkpoint_write_resumes_exactly_without_duplicate_metric
         metrics.write('{"step": 9, "train_lo')  # a record cut short by the kill
     logged = [json.loads(line)["step"] for line in (split / "examples_rank0.jsonl").read_text().splitlines()]
     assert logged == list(range(1, 9)), "the batches of updates 5..8 were logged before the kill"
-    assert _run(*_args(corpus, split, "--max-steps", "12", "--resume-from-checkpoint", "latest", "--log-example-ids")) == 0
-    steps = [r["step"] for r in map(json.loads, (split / "metrics.jsonl").read_text().splitlines()) if "train_loss" in r]
+    assert (
+        _run(*_args(corpus, split, "--max-steps", "12", "--resume-from-checkpoint", "latest", "--log-example-ids")) == 0
+    )
+    steps = [
+        r["step"] for r in map(json.loads, (split / "metrics.jsonl").read_text().splitlines()) if "train_loss" in r
+    ]
     assert steps == list(range(1, 13)), "records after the checkpoint are dropped, then written once"
     examples = (split / "examples_rank0.jsonl").read_text()
     assert examples == (full / "examples_rank0.jsonl").read_text(), "each batch logged once, in the uninterrupted order"
@@ -206,8 +233,12 @@ def test_sigkill_during_training_resumes_bit_identically(tmp_path, corpus):
     assert _run(*_args(corpus, full, "--max-steps", "40")) == 0
     killed = tmp_path / "killed"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen([sys.executable, str(REPO / "scripts" / "pretrain.py"), *_args(corpus, killed, "--max-steps", "40")],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO / "scripts" / "pretrain.py"), *_args(corpus, killed, "--max-steps", "40")],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     metrics, deadline = killed / "metrics.jsonl", time.time() + 120
     while time.time() < deadline and not (metrics.is_file() and metrics.read_text().count("\n") >= 6):
         time.sleep(0.02)

@@ -18,14 +18,12 @@ import numpy as np
 import pytest
 import safetensors.torch
 from safetensors import SafetensorError
-
 from support import reset_accelerate_state
 
-from modeling_elmo.pretraining import CheckpointManager, train_losses_by_step
+from modeling_elmo.folders.run_folder import RunFolder
+from modeling_elmo.pretraining import CheckpointManager, train_losses_by_step, trainer
 from modeling_elmo.pretraining import loop as pretrain_loop
 from modeling_elmo.pretraining import main as pretrain_main
-from modeling_elmo.pretraining import trainer
-from modeling_elmo.folders.run_folder import RunFolder
 
 REPO = Path(__file__).resolve().parents[1]
 #: What safetensors raises when the disk is full (its message, as seen on a full tmpfs).
@@ -43,9 +41,26 @@ def corpus(tmp_path_factory) -> Path:
 
 
 def _args(corpus: Path, out: Path, *extra: str) -> list[str]:
-    return ["--train-file", str(corpus), "--output-dir", str(out), "--cache-dir", str(out.parent / "hf-cache"),
-            "--per-device-train-batch-size", "8", "--logging-steps", "1", "--checkpointing-steps", "4", "--seed", "5",
-            "--max-eval-examples", "20", "--no-plot", *extra]
+    return [
+        "--train-file",
+        str(corpus),
+        "--output-dir",
+        str(out),
+        "--cache-dir",
+        str(out.parent / "hf-cache"),
+        "--per-device-train-batch-size",
+        "8",
+        "--logging-steps",
+        "1",
+        "--checkpointing-steps",
+        "4",
+        "--seed",
+        "5",
+        "--max-eval-examples",
+        "20",
+        "--no-plot",
+        *extra,
+    ]
 
 
 def _run(*argv: str) -> int:
@@ -60,8 +75,11 @@ def disk_full_when(monkeypatch):
     """``disk_full_when(predicate)``: safetensors' writers fail as on a full disk for the paths ``predicate`` accepts."""
     import transformers.modeling_utils
 
-    writers = [(safetensors.torch, "save_file"), (safetensors.torch, "save_model"),
-               (transformers.modeling_utils, "safe_save_file")]  # save_pretrained's own reference to save_file
+    writers = [
+        (safetensors.torch, "save_file"),
+        (safetensors.torch, "save_model"),
+        (transformers.modeling_utils, "safe_save_file"),
+    ]  # save_pretrained's own reference to save_file
     real = {(module.__name__, name): getattr(module, name) for module, name in writers}
 
     def install(predicate):
@@ -70,6 +88,7 @@ def disk_full_when(monkeypatch):
                 if predicate(str(filename)):
                     raise SafetensorError(FULL)
                 return real[key](obj, filename, *args, **kwargs)
+
             return write
 
         for module, name in writers:
@@ -97,9 +116,11 @@ def test_full_disk_at_the_final_save_keeps_the_last_checkpoint_and_says_so(tmp_p
         _run(*_args(corpus, out, "--max-steps", "10"))
     message = str(exit_.value.code)
     latest = out / "checkpoints" / "step_00000010"
-    assert message == (f"elmo pretrain: error: could not save the final model into {str(out)!r} ({FULL}); nothing is "
-                       f"lost: the checkpoint {latest} holds all 10 updates (resume with --resume-from-checkpoint "
-                       "latest once there is space: it writes the model).")
+    assert message == (
+        f"elmo pretrain: error: could not save the final model into {str(out)!r} ({FULL}); nothing is "
+        f"lost: the checkpoint {latest} holds all 10 updates (resume with --resume-from-checkpoint "
+        "latest once there is space: it writes the model)."
+    )
     assert not RunFolder(out).has_model()
     disk_full_when(lambda path: False)  # space again: the resume writes the model without training
     assert _run(*_args(corpus, out, "--max-steps", "10", "--resume-from-checkpoint", "latest")) == 0
@@ -113,9 +134,11 @@ def test_full_disk_from_an_update_on_names_the_updates_lost(tmp_path, corpus, di
         _run(*_args(corpus, out, "--max-steps", "10"))
     message = str(exit_.value.code)
     assert message.startswith(f"elmo pretrain: error: could not save the final model into {str(out)!r} ({FULL}); ")
-    assert message.endswith(f"the latest checkpoint, {out / 'checkpoints' / 'step_00000004'}, holds update 4: the 6 "
-                            "updates after it are lost (resume with --resume-from-checkpoint latest once there is "
-                            "space).")
+    assert message.endswith(
+        f"the latest checkpoint, {out / 'checkpoints' / 'step_00000004'}, holds update 4: the 6 "
+        "updates after it are lost (resume with --resume-from-checkpoint latest once there is "
+        "space)."
+    )
 
 
 def test_stop_flag_saves_on_the_first_ctrl_c_and_stops_at_once_on_the_second():
@@ -147,9 +170,16 @@ def test_ctrl_c_saves_a_checkpoint_and_exits_with_one_line(tmp_path, corpus, how
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     extra = ["--dataloader-num-workers", "2", "--gradient-accumulation-steps", "2"] if "workers" in how else []
     proc = subprocess.Popen(
-        [sys.executable, str(REPO / "scripts" / "pretrain.py"),
-         *_args(corpus, out, "--max-steps", "100000", "--checkpointing-steps", "0", *extra)],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        [
+            sys.executable,
+            str(REPO / "scripts" / "pretrain.py"),
+            *_args(corpus, out, "--max-steps", "100000", "--checkpointing-steps", "0", *extra),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
     metrics = out / "metrics.jsonl"
     deadline = time.time() + 120
@@ -166,13 +196,16 @@ def test_ctrl_c_saves_a_checkpoint_and_exits_with_one_line(tmp_path, corpus, how
     assert latest is not None
     step = CheckpointManager.read_state(latest)["state"]["global_step"]
     assert step >= 2
-    assert stderr.strip().splitlines()[-1] == (f"elmo pretrain: interrupted (Ctrl-C) at update {step}; the checkpoint "
-                                               f"{latest} holds it: resume with --resume-from-checkpoint latest.")
+    assert stderr.strip().splitlines()[-1] == (
+        f"elmo pretrain: interrupted (Ctrl-C) at update {step}; the checkpoint "
+        f"{latest} holds it: resume with --resume-from-checkpoint latest."
+    )
 
 
 def test_run_stopped_before_its_first_checkpoint_is_rerun_without_overwrite(tmp_path, corpus, monkeypatch):
     out = tmp_path / "run"
     with monkeypatch.context() as patch:
+
         def interrupted(session, state):
             raise KeyboardInterrupt
 

@@ -15,13 +15,18 @@ import pytest
 from support import plant, reset_accelerate_state
 
 from modeling_elmo import AUTO_MAP
+from modeling_elmo.folders.run_folder import RunFolder
 from modeling_elmo.pretraining import main as pretrain_main
 from modeling_elmo.pretraining.arguments import parse_args as pretrain_args
 from modeling_elmo.pretraining.output import run_lock
-from modeling_elmo.folders.run_folder import RunFolder
 
-USER_FILES = {"evaluation/my_analysis.md": "my analysis", "checkpoints/README-mine.txt": "my notes",
-              ".tmp-mydata": "my data", ".bashrc.tmp": "my shell", "elmo-pretraining/notes.txt": "mine"}
+USER_FILES = {
+    "evaluation/my_analysis.md": "my analysis",
+    "checkpoints/README-mine.txt": "my notes",
+    ".tmp-mydata": "my data",
+    ".bashrc.tmp": "my shell",
+    "elmo-pretraining/notes.txt": "mine",
+}
 
 
 @pytest.fixture(scope="module")
@@ -35,9 +40,28 @@ def corpus(tmp_path_factory) -> Path:
 
 
 def _args(corpus: Path, out: Path, *extra: str) -> list[str]:
-    return ["--train-file", str(corpus), "--output-dir", str(out), "--cache-dir", str(out.parent / "hf-cache"),
-            "--per-device-train-batch-size", "8", "--logging-steps", "1", "--checkpointing-steps", "2", "--seed", "5",
-            "--max-eval-examples", "10", "--max-steps", "4", "--no-plot", *extra]
+    return [
+        "--train-file",
+        str(corpus),
+        "--output-dir",
+        str(out),
+        "--cache-dir",
+        str(out.parent / "hf-cache"),
+        "--per-device-train-batch-size",
+        "8",
+        "--logging-steps",
+        "1",
+        "--checkpointing-steps",
+        "2",
+        "--seed",
+        "5",
+        "--max-eval-examples",
+        "10",
+        "--max-steps",
+        "4",
+        "--no-plot",
+        *extra,
+    ]
 
 
 def _run(*argv: str) -> int:
@@ -61,14 +85,29 @@ def finished(corpus, tmp_path) -> Path:
 # ----------------------------------------------------------------------------------------------- the layout
 def test_the_layout_tells_a_runs_files_from_the_users_at_any_depth(tmp_path):
     run = RunFolder(tmp_path / "run")
-    own = ["config.json", "model.safetensors", "vocab.txt", "run.json", "metrics.jsonl", "examples_rank1.jsonl",
-           ".run.json.ab_cd123.tmp", ".tmp-final-model/model.safetensors", "checkpoints/latest",
-           "checkpoints/step_00000004/trainer_state.json", "checkpoints/step_00000004/rng_state_0.safetensors",
-           "checkpoints/.tmp-step_00000008/model.safetensors", "checkpoints/.old-step_00000004/optimizer.json",
-           "checkpoints/step_00000004/.scheduler.json.x1y2z3w4.tmp", "checkpoints/best/model.safetensors",
-           "checkpoints/best/best.json", "evaluation/eval_results.json", "evaluation/layer_weights.png",
-           "elmo-pretraining/events.out.tfevents.1.host.2.0", "elmo-pretraining/1733000000/events.out.tfevents.3.h",
-           "elmo-pretraining/hparams.yml"]
+    own = [
+        "config.json",
+        "model.safetensors",
+        "vocab.txt",
+        "run.json",
+        "metrics.jsonl",
+        "examples_rank1.jsonl",
+        ".run.json.ab_cd123.tmp",
+        ".tmp-final-model/model.safetensors",
+        "checkpoints/latest",
+        "checkpoints/step_00000004/trainer_state.json",
+        "checkpoints/step_00000004/rng_state_0.safetensors",
+        "checkpoints/.tmp-step_00000008/model.safetensors",
+        "checkpoints/.old-step_00000004/optimizer.json",
+        "checkpoints/step_00000004/.scheduler.json.x1y2z3w4.tmp",
+        "checkpoints/best/model.safetensors",
+        "checkpoints/best/best.json",
+        "evaluation/eval_results.json",
+        "evaluation/layer_weights.png",
+        "elmo-pretraining/events.out.tfevents.1.host.2.0",
+        "elmo-pretraining/1733000000/events.out.tfevents.3.h",
+        "elmo-pretraining/hparams.yml",
+    ]
     for name in [*own, *USER_FILES, "checkpoints/step_00000004/custom_checkpoint_0.pkl", "notes/a.txt"]:
         (run.root / name).parent.mkdir(parents=True, exist_ok=True)
         (run.root / name).write_text("x")
@@ -83,8 +122,12 @@ def test_the_layout_tells_a_runs_files_from_the_users_at_any_depth(tmp_path):
 
 def test_removing_a_runs_files_keeps_everything_else(tmp_path):
     run = RunFolder(tmp_path / "run")
-    for name in ["model.safetensors", "checkpoints/latest", "checkpoints/step_00000002/model.safetensors",
-                 "checkpoints/README-mine.txt"]:
+    for name in [
+        "model.safetensors",
+        "checkpoints/latest",
+        "checkpoints/step_00000002/model.safetensors",
+        "checkpoints/README-mine.txt",
+    ]:
         (run.root / name).parent.mkdir(parents=True, exist_ok=True)
         (run.root / name).write_text("x")
     run.remove_run_files()
@@ -97,9 +140,12 @@ def test_overwrite_refuses_a_folder_holding_the_users_files_and_deletes_nothing(
         (finished / name).parent.mkdir(exist_ok=True)
         (finished / name).write_text(text)
     before = _snapshot(finished)
-    with pytest.raises(SystemExit, match=r"holds files that pretraining does not write \(\.bashrc\.tmp, \.tmp-mydata, "
-                                         r"checkpoints/README-mine\.txt, elmo-pretraining/notes\.txt, "
-                                         r"evaluation/my_analysis\.md\); nothing was deleted"):
+    with pytest.raises(
+        SystemExit,
+        match=r"holds files that pretraining does not write \(\.bashrc\.tmp, \.tmp-mydata, "
+        r"checkpoints/README-mine\.txt, elmo-pretraining/notes\.txt, "
+        r"evaluation/my_analysis\.md\); nothing was deleted",
+    ):
         _run(*_args(corpus, finished, "--overwrite", "--learning-rate", "0.1"))
     assert _snapshot(finished) == before
     for name in USER_FILES:
@@ -115,8 +161,11 @@ def test_a_rerun_on_other_data_files_is_told_apart_from_a_rerun(corpus, finished
     other.write_text(corpus.read_text())
     args = _args(corpus, finished)
     args[1] = str(other)
-    with pytest.raises(SystemExit, match=rf"already holds another run \(--train-file \['{other}'\] \(the run's: "
-                                         rf"\['{corpus}'\]\)\)"):
+    with pytest.raises(
+        SystemExit,
+        match=rf"already holds another run \(--train-file \['{other}'\] \(the run's: "
+        rf"\['{corpus}'\]\)\)",
+    ):
         _run(*args)
 
 
@@ -133,16 +182,19 @@ def test_a_second_run_on_a_folder_in_use_is_refused_at_once(corpus, tmp_path):
 
 
 @pytest.mark.parametrize("planted", ["link to a file outside", "dangling link", "FIFO"])
-def test_a_lock_planted_as_a_link_or_fifo_is_refused_in_one_line_and_nothing_is_created_outside(corpus, tmp_path,
-                                                                                             planted):
+def test_a_lock_planted_as_a_link_or_fifo_is_refused_in_one_line_and_nothing_is_created_outside(
+    corpus, tmp_path, planted
+):
     out = tmp_path / "run"
     lock = tmp_path / "run.lock"
     outside = tmp_path / "elsewhere" / "victim"
     kind = plant(lock, planted, outside)
     with pytest.raises(SystemExit) as exit_:
         _run(*_args(corpus, out))
-    assert str(exit_.value.code) == (f"elmo pretrain: error: lock file '{lock}' is {kind}, not a regular file; "
-                                     "refusing to use it (remove it if it is not yours to keep).")
+    assert str(exit_.value.code) == (
+        f"elmo pretrain: error: lock file '{lock}' is {kind}, not a regular file; "
+        "refusing to use it (remove it if it is not yours to keep)."
+    )
     kept = ["another user's file"] if planted.startswith("link to") else []
     assert [p.read_text() for p in outside.parent.iterdir()] == kept
     assert not out.exists() and os.path.lexists(lock)
@@ -171,16 +223,22 @@ def test_two_runs_started_at_once_into_one_new_folder_give_one_run(corpus, tmp_p
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     script = Path(__file__).resolve().parents[1] / "scripts" / "pretrain.py"
     argv = [sys.executable, str(script), *_args(corpus, out)[:-3], "--max-steps", "30", "--no-plot"]
-    runs = [subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-            for _ in range(2)]
+    runs = [
+        subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for _ in range(2)
+    ]
     results = sorted((run.wait(timeout=600), run.stderr.read().strip().splitlines()[-1:]) for run in runs)
     assert [code for code, _ in results] == [0, 1], results
     (refusal,) = results[1][1]
-    assert refusal.startswith("elmo pretrain: error: ") and ("another elmo pretrain run is writing" in refusal
-                                                             or "already holds" in refusal
-                                                             or "was written by another run" in refusal), refusal
-    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()
-             if "train_loss" in json.loads(line)]
+    assert refusal.startswith("elmo pretrain: error: ") and (
+        "another elmo pretrain run is writing" in refusal
+        or "already holds" in refusal
+        or "was written by another run" in refusal
+    ), refusal
+    steps = [
+        json.loads(line)["step"]
+        for line in (out / "metrics.jsonl").read_text().splitlines()
+        if "train_loss" in json.loads(line)
+    ]
     assert steps == list(range(1, 31)), "one run's records, each update once"
 
 
@@ -195,8 +253,24 @@ def test_a_starting_models_foreign_auto_map_is_not_carried(corpus, finished, tmp
     config["auto_map"]["AutoModel"] = "attacker/elmo-helpers--modeling_evil.ElmoModel"
     (start / "config.json").write_text(json.dumps(config))
     out = tmp_path / "continued"
-    assert _run("--train-file", str(corpus), "--output-dir", str(out), "--init-from-model", str(start),
-                "--per-device-train-batch-size", "8", "--max-steps", "1", "--max-eval-examples", "10", "--no-plot") == 0
+    assert (
+        _run(
+            "--train-file",
+            str(corpus),
+            "--output-dir",
+            str(out),
+            "--init-from-model",
+            str(start),
+            "--per-device-train-batch-size",
+            "8",
+            "--max-steps",
+            "1",
+            "--max-eval-examples",
+            "10",
+            "--no-plot",
+        )
+        == 0
+    )
     assert json.loads((out / "config.json").read_text())["auto_map"] == AUTO_MAP
 
 
@@ -206,8 +280,11 @@ def test_a_runs_files_follow_the_umask(corpus, tmp_path):
         assert _run(*_args(corpus, tmp_path / "run")) == 0
     finally:
         os.umask(previous)
-    modes = {p.relative_to(tmp_path / "run").as_posix(): p.stat().st_mode & 0o777
-             for p in (tmp_path / "run").rglob("*") if p.is_file()}
+    modes = {
+        p.relative_to(tmp_path / "run").as_posix(): p.stat().st_mode & 0o777
+        for p in (tmp_path / "run").rglob("*")
+        if p.is_file()
+    }
     assert {name for name, mode in modes.items() if mode != 0o644} == set(), modes
 
 
@@ -219,7 +296,17 @@ def test_a_starting_model_whose_vocabulary_does_not_fit_its_softmax_is_refused(c
             (start / path.name).write_bytes(path.read_bytes())
     words = (start / "vocab.txt").read_text().splitlines()
     (start / "vocab.txt").write_text("\n".join(words[:-5]) + "\n")
-    with pytest.raises(SystemExit, match=rf"its vocab.txt has {len(words) - 5} words but its softmax has {len(words)} rows"):
-        _run("--train-file", str(corpus), "--output-dir", str(tmp_path / "continued"), "--init-from-model", str(start),
-             "--max-steps", "1")
+    with pytest.raises(
+        SystemExit, match=rf"its vocab.txt has {len(words) - 5} words but its softmax has {len(words)} rows"
+    ):
+        _run(
+            "--train-file",
+            str(corpus),
+            "--output-dir",
+            str(tmp_path / "continued"),
+            "--init-from-model",
+            str(start),
+            "--max-steps",
+            "1",
+        )
     assert not (tmp_path / "continued").exists()

@@ -5,8 +5,8 @@ launch check shared with ``elmo embed``, and the benchmark script's imports."""
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 import time
@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from modeling_elmo.utils import launch
 from modeling_elmo.pretraining import arguments, parse_args
 from modeling_elmo.pretraining import main as pretrain_main
 from modeling_elmo.pretraining.data import expand_text_files
+from modeling_elmo.utils import launch
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO / "modeling_elmo" / "corpora" / "austen-emma"
@@ -42,7 +42,9 @@ def test_presets_recipes_and_accelerate_configs_are_package_data_equal_to_the_ch
 
 
 def test_builtin_corpus_names_resolve_to_the_split_of_the_flag_and_are_small_public_domain_text():
-    assert expand_text_files(["builtin:austen-emma"], "--train-file") == [arguments.builtin_corpus_file("builtin:austen-emma", "train")]
+    assert expand_text_files(["builtin:austen-emma"], "--train-file") == [
+        arguments.builtin_corpus_file("builtin:austen-emma", "train")
+    ]
     assert Path(expand_text_files(["builtin:austen-emma"], "--validation-file")[0]).name == "validation.txt"
     assert Path(expand_text_files(["builtin:austen-emma/test"], "--train-file")[0]).name == "test.txt"
     with pytest.raises(ValueError, match="no packaged corpus 'dickens'.*austen-emma"):
@@ -61,7 +63,9 @@ def test_builtin_corpus_names_resolve_to_the_split_of_the_flag_and_are_small_pub
 def test_a_data_source_on_the_command_line_replaces_the_recipes():
     recipe = parse_args(["--config", "quickstart"])
     assert recipe.train_file == recipe.validation_file == recipe.test_file == ["builtin:austen-emma"]
-    hub = parse_args(["--config", "quickstart", "--dataset-name", "wikitext", "--dataset-config-name", "wikitext-2-raw-v1"])
+    hub = parse_args(
+        ["--config", "quickstart", "--dataset-name", "wikitext", "--dataset-config-name", "wikitext-2-raw-v1"]
+    )
     assert (hub.dataset_name, hub.train_file, hub.validation_file, hub.test_file) == ("wikitext", None, None, None)
     own = parse_args(["--config", "quickstart", "--train-file", "mine.txt"])
     assert (own.train_file, own.validation_file) == (["mine.txt"], None)
@@ -70,8 +74,26 @@ def test_a_data_source_on_the_command_line_replaces_the_recipes():
 
 def test_quickstart_recipe_trains_offline_on_the_packaged_corpus(tmp_path):
     out = tmp_path / "quick"
-    assert pretrain_main(["--config", "quickstart", "--output-dir", str(out), "--max-steps", "3", "--eval-steps", "0",
-                          "--max-eval-examples", "30", "--no-plot", "--cache-dir", str(tmp_path / "cache")]) == 0
+    assert (
+        pretrain_main(
+            [
+                "--config",
+                "quickstart",
+                "--output-dir",
+                str(out),
+                "--max-steps",
+                "3",
+                "--eval-steps",
+                "0",
+                "--max-eval-examples",
+                "30",
+                "--no-plot",
+                "--cache-dir",
+                str(tmp_path / "cache"),
+            ]
+        )
+        == 0
+    )
     results = json.loads((out / "eval_results.json").read_text())
     assert [p["dataset"] for p in results["perplexity"]] == ["builtin:austen-emma"] * 2
 
@@ -80,9 +102,23 @@ def test_unreachable_hub_dataset_is_one_line_naming_the_offline_alternative_with
     out = tmp_path / "wikitext"
     started = time.time()
     done = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "pretrain.py"), "--config", "quickstart", "--dataset-name", "wikitext",
-         "--dataset-config-name", "wikitext-2-raw-v1", "--output-dir", str(out)],
-        env=_offline_env(HF_DATASETS_CACHE=str(tmp_path / "empty-cache")), capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            str(REPO / "scripts" / "pretrain.py"),
+            "--config",
+            "quickstart",
+            "--dataset-name",
+            "wikitext",
+            "--dataset-config-name",
+            "wikitext-2-raw-v1",
+            "--output-dir",
+            str(out),
+        ],
+        env=_offline_env(HF_DATASETS_CACHE=str(tmp_path / "empty-cache")),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 1 and time.time() - started < 60
     (line,) = [line for line in done.stderr.splitlines() if line.strip()]
     assert line.startswith("elmo pretrain: error: --dataset-name wikitext") and "builtin:austen-emma" in line
@@ -94,23 +130,60 @@ def test_unreachable_hub_dataset_is_one_line_naming_the_offline_alternative_with
 def test_installed_wheel_pretrains_embeds_and_evaluates_outside_the_checkout(tmp_path, installed_wheel):
     work = tmp_path / "elsewhere"
     work.mkdir()
-    env = _offline_env(PYTHONPATH=str(installed_wheel), HF_MODULES_CACHE=str(tmp_path / "modules"),
-                       HF_DATASETS_CACHE=str(tmp_path / "datasets"), HF_HOME=str(tmp_path / "hf-home"))
+    env = _offline_env(
+        PYTHONPATH=str(installed_wheel),
+        HF_MODULES_CACHE=str(tmp_path / "modules"),
+        HF_DATASETS_CACHE=str(tmp_path / "datasets"),
+        HF_HOME=str(tmp_path / "hf-home"),
+    )
 
     def elmo(*argv: str) -> subprocess.CompletedProcess:
-        done = subprocess.run([sys.executable, "-m", "modeling_elmo.cli", *argv], cwd=work, env=env, capture_output=True,
-                              text=True, timeout=600)
+        done = subprocess.run(
+            [sys.executable, "-m", "modeling_elmo.cli", *argv],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         return done
 
-    probe = subprocess.run([sys.executable, "-c", "import modeling_elmo.pretraining.arguments as a; print(a.__file__); "
-                            "print(a.builtin_corpus_file('builtin:austen-emma', 'test'))"],
-                           cwd=work, env=env, capture_output=True, text=True, check=True)
+    probe = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import modeling_elmo.pretraining.arguments as a; print(a.__file__); "
+            "print(a.builtin_corpus_file('builtin:austen-emma', 'test'))",
+        ],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     module_file, test_text = probe.stdout.split()
     assert Path(module_file).is_relative_to(installed_wheel) and Path(test_text).is_relative_to(installed_wheel)
-    elmo("pretrain", "--model-config", "elmo-tiny", "--train-file", "builtin:austen-emma", "--validation-file",
-         "builtin:austen-emma", "--max-steps", "3", "--vocab-size", "500", "--per-device-train-batch-size", "8",
-         "--max-eval-examples", "20", "--no-plot", "--output-dir", "run")
+    elmo(
+        "pretrain",
+        "--model-config",
+        "elmo-tiny",
+        "--train-file",
+        "builtin:austen-emma",
+        "--validation-file",
+        "builtin:austen-emma",
+        "--max-steps",
+        "3",
+        "--vocab-size",
+        "500",
+        "--per-device-train-batch-size",
+        "8",
+        "--max-eval-examples",
+        "20",
+        "--no-plot",
+        "--output-dir",
+        "run",
+    )
     (work / "sentences.txt").write_text("Emma was happy .\nMr. Knightley came in .\n", encoding="utf-8")
     elmo("embed", "--model", "run", "--top", "--no-progress", "sentences.txt", "vectors.hdf5")
     import h5py
@@ -132,8 +205,11 @@ def python_without_the_checkout(folder: Path, *first: Path) -> Path:
     (listed in a ``.pth`` file: the editable install's finder is not among them, nor is the checkout)."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True, capture_output=True)
     (site,) = folder.glob("lib/python*/site-packages")
-    libraries = [p for p in sys.path if p and Path(p).is_dir()
-                 and ("site-packages" in Path(p).parts or not Path(p).resolve().is_relative_to(REPO))]  # .venv may be in the clone
+    libraries = [
+        p
+        for p in sys.path
+        if p and Path(p).is_dir() and ("site-packages" in Path(p).parts or not Path(p).resolve().is_relative_to(REPO))
+    ]  # .venv may be in the clone
     (site / "elmo_test_libraries.pth").write_text("\n".join([*map(str, first), *libraries]) + "\n", encoding="utf-8")
     return folder / "bin" / "python"
 
@@ -141,18 +217,33 @@ def python_without_the_checkout(folder: Path, *first: Path) -> Path:
 def test_scripts_edit_no_import_path_and_say_in_one_line_how_to_install_when_the_package_is_missing(tmp_path):
     assert len(SCRIPTS) >= 7
     python = python_without_the_checkout(tmp_path / "venv")
-    probe = subprocess.run([str(python), "-c", "import torch, accelerate; import modeling_elmo"], capture_output=True,
-                           text=True, env=_offline_env(), cwd=tmp_path)
+    probe = subprocess.run(
+        [str(python), "-c", "import torch, accelerate; import modeling_elmo"],
+        capture_output=True,
+        text=True,
+        env=_offline_env(),
+        cwd=tmp_path,
+    )
     assert "No module named 'modeling_elmo'" in probe.stderr  # the libraries are there, the package is not
     for script in (REPO / "scripts").glob("*.py"):
-        assert not re.search(r"sys\.path\.(insert|append)|sys\.path\s*[+]?=", script.read_text(encoding="utf-8")), script.name
+        assert not re.search(r"sys\.path\.(insert|append)|sys\.path\s*[+]?=", script.read_text(encoding="utf-8")), (
+            script.name
+        )
     for script in SCRIPTS:
-        done = subprocess.run([str(python), str(script), "--help"], capture_output=True, text=True,
-                              env=_offline_env(), cwd=tmp_path, timeout=120)
+        done = subprocess.run(
+            [str(python), str(script), "--help"],
+            capture_output=True,
+            text=True,
+            env=_offline_env(),
+            cwd=tmp_path,
+            timeout=120,
+        )
         assert done.returncode == 1 and done.stdout == "", (script.name, done.stderr[-2000:])
-        assert done.stderr.splitlines() == [f"scripts/{script.name}: the modeling_elmo package is not installed: run "
-                                            "`pip install .` in the clone (or `bash scripts/install.sh` for a virtual "
-                                            "environment with the test tools)."], script.name
+        assert done.stderr.splitlines() == [
+            f"scripts/{script.name}: the modeling_elmo package is not installed: run "
+            "`pip install .` in the clone (or `bash scripts/install.sh` for a virtual "
+            "environment with the test tools)."
+        ], script.name
 
 
 @pytest.mark.slow
@@ -162,25 +253,62 @@ def test_accelerate_launch_of_the_clones_pretrain_script_trains_with_a_non_edita
     the clone's folder does not have."""
     python = python_without_the_checkout(tmp_path / "venv", installed_wheel)
     env = _offline_env(HF_HOME=str(tmp_path / "hf-home"), HF_DATASETS_CACHE=str(tmp_path / "datasets"))
-    where = subprocess.run([str(python), "-c", "import modeling_elmo; print(modeling_elmo.__file__)"], cwd=REPO / "scripts",
-                           env=env, capture_output=True, text=True, check=True).stdout.strip()
+    where = subprocess.run(
+        [str(python), "-c", "import modeling_elmo; print(modeling_elmo.__file__)"],
+        cwd=REPO / "scripts",
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert Path(where).is_relative_to(installed_wheel)
     out = tmp_path / "quick"
-    done = subprocess.run([str(python), "-m", "accelerate.commands.launch", "--num_processes", "1", "--num_machines", "1",
-                           "--mixed_precision", "no", "--dynamo_backend", "no", "pretrain.py", "--config", "quickstart",
-                           "--max-steps", "2", "--eval-steps", "0", "--max-eval-examples", "20", "--no-plot",
-                           "--output-dir", str(out)], cwd=REPO / "scripts", env=env, capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run(
+        [
+            str(python),
+            "-m",
+            "accelerate.commands.launch",
+            "--num_processes",
+            "1",
+            "--num_machines",
+            "1",
+            "--mixed_precision",
+            "no",
+            "--dynamo_backend",
+            "no",
+            "pretrain.py",
+            "--config",
+            "quickstart",
+            "--max-steps",
+            "2",
+            "--eval-steps",
+            "0",
+            "--max-eval-examples",
+            "20",
+            "--no-plot",
+            "--output-dir",
+            str(out),
+        ],
+        cwd=REPO / "scripts",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads((out / "training_metadata.json").read_text())["global_step"] == 2
-    assert [p["dataset"] for p in json.loads((out / "eval_results.json").read_text())["perplexity"]] == ["builtin:austen-emma"] * 2
+    assert [p["dataset"] for p in json.loads((out / "eval_results.json").read_text())["perplexity"]] == [
+        "builtin:austen-emma"
+    ] * 2
 
 
 # ----------------------------------------------------------------------------------------------- launch and bench
 def test_launch_check_refuses_a_state_with_another_process_count(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     assert launch.launched_processes() == 2
-    with pytest.raises(launch.LaunchError, match="launched as 2 processes but accelerate set up 1 .NO.; .*ACCELERATE_USE_CPU=1"):
+    with pytest.raises(
+        launch.LaunchError, match="launched as 2 processes but accelerate set up 1 .NO.; .*ACCELERATE_USE_CPU=1"
+    ):
         launch.check_process_count(1, "NO")
     launch.check_process_count(2, "MULTI_CPU")
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
@@ -212,9 +340,29 @@ def test_embed_uses_the_shared_launch_check(monkeypatch):
 def test_cpu_benchmark_imports_the_public_api_and_runs_two_steps():
     script = REPO / "scripts" / "bench" / "bench_pretrain_cpu.py"
     env = _offline_env()
-    assert "--presets" in subprocess.run([sys.executable, str(script), "--help"], env=env, capture_output=True, text=True, check=True).stdout
-    done = subprocess.run([sys.executable, str(script), "--presets", "elmo-tiny", "--steps", "2", "--no-ddp", "--text",
-                           str(CORPUS / "train.txt")], env=env, capture_output=True, text=True, timeout=300)
+    assert (
+        "--presets"
+        in subprocess.run(
+            [sys.executable, str(script), "--help"], env=env, capture_output=True, text=True, check=True
+        ).stdout
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(script),
+            "--presets",
+            "elmo-tiny",
+            "--steps",
+            "2",
+            "--no-ddp",
+            "--text",
+            str(CORPUS / "train.txt"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     record = json.loads(done.stdout.strip().splitlines()[-1])
     assert record["preset"] == "elmo-tiny" and record["tokens_per_s"] > 0

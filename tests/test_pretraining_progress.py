@@ -7,7 +7,6 @@ import re
 import time
 
 import pytest
-
 from support import reset_accelerate_state
 
 from modeling_elmo.pretraining import main as pretrain_main
@@ -46,9 +45,25 @@ def test_a_budgeted_run_shows_one_preparation_bar_and_a_bar_in_minutes(tmp_path,
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("".join(f"the cat number {i % 17} sat on the mat .\n" for i in range(300)), encoding="utf-8")
     assert datasets.is_progress_bar_enabled()
-    code = pretrain_main(["--train-file", str(corpus), "--output-dir", str(tmp_path / "run"), "--max-steps", "100000",
-                          "--max-train-minutes", "0.06", "--per-device-train-batch-size", "8", "--no-plot",
-                          "--cache-dir", str(tmp_path / "cache"), "--checkpointing-steps", "0"])
+    code = pretrain_main(
+        [
+            "--train-file",
+            str(corpus),
+            "--output-dir",
+            str(tmp_path / "run"),
+            "--max-steps",
+            "100000",
+            "--max-train-minutes",
+            "0.06",
+            "--per-device-train-batch-size",
+            "8",
+            "--no-plot",
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--checkpointing-steps",
+            "0",
+        ]
+    )
     reset_accelerate_state()
     assert code == 0
     err = capsys.readouterr().err
@@ -76,7 +91,10 @@ def test_the_training_clock_measures_the_share_of_a_core_the_training_thread_had
 
 def test_a_cpu_run_on_a_busy_machine_says_why_it_made_fewer_updates():
     line = busy_machine_warning(600.0, 0.27, 200)
-    assert line.startswith("the machine is busy: the training thread had a CPU core for only 27% of these 10.0 "
-                           "minutes") and "200 updates ran (20 per minute)" in line and "\n" not in line
+    assert (
+        line.startswith("the machine is busy: the training thread had a CPU core for only 27% of these 10.0 minutes")
+        and "200 updates ran (20 per minute)" in line
+        and "\n" not in line
+    )
     assert busy_machine_warning(600.0, 0.9, 800) is None  # an idle machine
     assert busy_machine_warning(10.0, 0.1, 5) is None  # too short to say

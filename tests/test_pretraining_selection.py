@@ -11,12 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from support import reset_accelerate_state
 
-from modeling_elmo.pretraining import CheckpointManager, TrainingState
+from modeling_elmo.pretraining import CheckpointManager, TrainingState, loop
 from modeling_elmo.pretraining import checkpoint as ckpt
-from modeling_elmo.pretraining import loop
 from modeling_elmo.pretraining import main as pretrain_main
 from modeling_elmo.pretraining.schedule import BudgetScheduler, schedule_factor
 
@@ -36,14 +34,29 @@ def corpus(tmp_path_factory) -> dict[str, Path]:
     files = {}
     for name, count in (("train", 400), ("valid", 40)):
         files[name] = folder / f"{name}.txt"
-        files[name].write_text("\n".join(" ".join(rng.choice(words, size=rng.integers(3, 14))) for _ in range(count)) + "\n")
+        files[name].write_text(
+            "\n".join(" ".join(rng.choice(words, size=rng.integers(3, 14))) for _ in range(count)) + "\n"
+        )
     return files
 
 
 def _args(corpus: dict[str, Path], out: Path, *extra: str) -> list[str]:
-    return ["--train-file", str(corpus["train"]), "--validation-file", str(corpus["valid"]), "--output-dir", str(out),
-            "--cache-dir", str(out.parent / "hf-cache"), "--per-device-train-batch-size", "8", "--seed", "2",
-            "--no-plot", *extra]
+    return [
+        "--train-file",
+        str(corpus["train"]),
+        "--validation-file",
+        str(corpus["valid"]),
+        "--output-dir",
+        str(out),
+        "--cache-dir",
+        str(out.parent / "hf-cache"),
+        "--per-device-train-batch-size",
+        "8",
+        "--seed",
+        "2",
+        "--no-plot",
+        *extra,
+    ]
 
 
 def _records(out: Path) -> list[dict]:
@@ -60,7 +73,9 @@ def test_progress_schedules_equal_transformers_schedules_at_every_step(kind):
     scheduler = get_scheduler(kind, optimizer, num_warmup_steps=warmup, num_training_steps=total)
     for step in range(total + 1):
         expected = optimizer.param_groups[0]["lr"]
-        assert math.isclose(schedule_factor(kind, step / total, warmup / total), expected, rel_tol=1e-12, abs_tol=1e-12), step
+        assert math.isclose(
+            schedule_factor(kind, step / total, warmup / total), expected, rel_tol=1e-12, abs_tol=1e-12
+        ), step
         optimizer.step()
         scheduler.step()
 
@@ -77,7 +92,9 @@ def test_budget_scheduler_follows_the_elapsed_fraction_between_and_across_syncs(
     assert math.isclose(schedule.get_last_lr()[0], 2.0 * (1 - 0.4))  # extrapolated, no clock read
     schedule.observe(20, 38.0)  # slower than predicted: the progress does not go back
     assert math.isclose(schedule.current_progress(), 0.4)
-    resumed = BudgetScheduler(torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=2.0), "linear", 0, budget_seconds=100.0)
+    resumed = BudgetScheduler(
+        torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=2.0), "linear", 0, budget_seconds=100.0
+    )
     resumed.load_state_dict(json.loads(json.dumps(schedule.state_dict())))
     assert resumed.get_last_lr() == schedule.get_last_lr()
     for _ in range(5):
@@ -101,19 +118,35 @@ def test_budget_schedule_is_not_spent_early_after_a_slow_stretch():
         lrs.append(optimizer.param_groups[0]["lr"])
         progress.append(schedule.current_progress())
     assert step == 80  # 30 s for the first 10 updates, 70 s for the next 70
-    assert all(b >= a for a, b in zip(progress, progress[1:]))  # never back
+    assert all(b >= a for a, b in zip(progress, progress[1:], strict=False))  # never back
     clock = [min(1.0, (3.0 * min(k, 10) + max(0, k - 10)) / 100.0) for k in range(1, step + 1)]
-    ahead = [p - c for p, c in zip(progress, clock)]
+    ahead = [p - c for p, c in zip(progress, clock, strict=False)]
     assert max(ahead) < 0.2 + 1e-9  # ahead by the slow stretch's extrapolation at most ...
-    assert all(b <= a + 1e-12 for a, b in zip(ahead[19:], ahead[20:])) and ahead[-10] < 0.05  # ... and catching up
+    assert (
+        all(b <= a + 1e-12 for a, b in zip(ahead[19:], ahead[20:], strict=False)) and ahead[-10] < 0.05
+    )  # ... and catching up
     assert all(lr > 0.0 for lr in lrs[:-1]) and lrs[-1] == 0.0  # annealed to zero at the budget's end, not before
     assert lrs[-5] > 1e-4
 
 
 def test_fixed_minute_run_ends_annealed_and_a_resumed_stage_continues_the_schedule(tmp_path, corpus):
     out = tmp_path / "budget"
-    common = ("--max-train-minutes", "0.08", "--lr-scheduler-type", "linear", "--optimizer", "adamw", "--learning-rate",
-              "0.01", "--logging-steps", "2", "--checkpointing-steps", "0", "--max-steps", "100000")
+    common = (
+        "--max-train-minutes",
+        "0.08",
+        "--lr-scheduler-type",
+        "linear",
+        "--optimizer",
+        "adamw",
+        "--learning-rate",
+        "0.01",
+        "--logging-steps",
+        "2",
+        "--checkpointing-steps",
+        "0",
+        "--max-steps",
+        "100000",
+    )
     assert _run(*_args(corpus, out, *common, "--stop-after-steps", "6")) == 0
     first = [r for r in _records(out) if "lr" in r]
     state = ckpt.read_trainer_state(CheckpointManager(out / "checkpoints").latest())["state"]
@@ -122,7 +155,7 @@ def test_fixed_minute_run_ends_annealed_and_a_resumed_stage_continues_the_schedu
     records = [r for r in _records(out) if "lr" in r]
     assert records[: len(first)] == first
     lrs = [r["lr"] for r in records]
-    assert all(b <= a for a, b in zip(lrs, lrs[1:])), "one decaying schedule across both stages"
+    assert all(b <= a for a, b in zip(lrs, lrs[1:], strict=False)), "one decaying schedule across both stages"
     assert lrs[len(first)] < lrs[len(first) - 1] * 1.0000001
     assert lrs[-1] < 0.1 * 0.01, "the budget's end is the schedule's end"
     metadata = json.loads((out / "training_metadata.json").read_text())
@@ -133,8 +166,27 @@ def test_fixed_minute_run_ends_annealed_and_a_resumed_stage_continues_the_schedu
 def test_early_stopping_after_patience_evaluations_without_improvement(tmp_path, corpus):
     out = tmp_path / "patience"
     # a learning rate of 0 never improves the validation perplexity: evaluations at 2 (best), 4 and 6, stop at 6
-    assert _run(*_args(corpus, out, "--optimizer", "adamw", "--learning-rate", "0", "--max-steps", "50", "--eval-steps",
-                       "2", "--early-stopping-patience", "2", "--logging-steps", "2")) == 0
+    assert (
+        _run(
+            *_args(
+                corpus,
+                out,
+                "--optimizer",
+                "adamw",
+                "--learning-rate",
+                "0",
+                "--max-steps",
+                "50",
+                "--eval-steps",
+                "2",
+                "--early-stopping-patience",
+                "2",
+                "--logging-steps",
+                "2",
+            )
+        )
+        == 0
+    )
     metadata = json.loads((out / "training_metadata.json").read_text())
     assert metadata["global_step"] == 6 and metadata["stopped_early"].startswith("early stopping: 2 evaluations")
     assert metadata["best_step"] == 2
@@ -163,14 +215,32 @@ def _state_steps(out: Path) -> int:
     return records[-1]["step"] if records else 0
 
 
-def test_load_best_model_at_end_saves_the_best_validated_weights_also_across_a_resume(tmp_path, corpus, scripted_validation):
+def test_load_best_model_at_end_saves_the_best_validated_weights_also_across_a_resume(
+    tmp_path, corpus, scripted_validation
+):
     from safetensors.torch import load_file
 
     from modeling_elmo.pretraining import train_losses_by_step
 
-    common = ("--max-steps", "10", "--eval-steps", "2", "--load-best-model-at-end", "--checkpointing-steps", "2",
-              "--checkpoints-total-limit", "10", "--logging-steps", "1", "--max-tokens-per-batch", "120",
-              "--optimizer", "adamw", "--learning-rate", "0.01")
+    common = (
+        "--max-steps",
+        "10",
+        "--eval-steps",
+        "2",
+        "--load-best-model-at-end",
+        "--checkpointing-steps",
+        "2",
+        "--checkpoints-total-limit",
+        "10",
+        "--logging-steps",
+        "1",
+        "--max-tokens-per-batch",
+        "120",
+        "--optimizer",
+        "adamw",
+        "--learning-rate",
+        "0.01",
+    )
     whole, split = tmp_path / "whole", tmp_path / "split"
     scripted_validation.step = lambda: _state_steps(whole)
     assert _run(*_args(corpus, whole, *common)) == 0

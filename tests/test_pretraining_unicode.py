@@ -20,7 +20,23 @@ from modeling_elmo import ElmoModel, ElmoTokenizer  # noqa: E402
 from modeling_elmo.pretraining import main as pretrain_main  # noqa: E402
 
 #: Chinese, Japanese and Arabic words, and one CJK word of 20 characters (60 UTF-8 bytes: bytes would keep 16).
-WORDS = ["我们", "学习", "语言", "模型", "今天", "天气", "很好", "東京", "日本語", "勉強", "する", "مرحبا", "كتاب", "لغة", "。"]
+WORDS = [
+    "我们",
+    "学习",
+    "语言",
+    "模型",
+    "今天",
+    "天气",
+    "很好",
+    "東京",
+    "日本語",
+    "勉強",
+    "する",
+    "مرحبا",
+    "كتاب",
+    "لغة",
+    "。",
+]
 LONG_WORD = "中华人民共和国国家标准化管理委员会规范文"
 
 
@@ -37,19 +53,42 @@ def _corpus(path: Path, lines: int, seed: int) -> Path:
 
 
 def _args(tmp_path: Path, out: Path, *extra: str) -> list[str]:
-    return ["--train-file", str(_corpus(tmp_path / "train.txt", 400, 1)),
-            "--validation-file", str(_corpus(tmp_path / "valid.txt", 40, 2)), "--output-dir", str(out),
-            "--cache-dir", str(tmp_path / "hf-cache"), "--model-config", "elmo-tiny", "--char-vocabulary", "unicode",
-            "--max-characters", "30", "--per-device-train-batch-size", "8", "--logging-steps", "1", "--seed", "3",
-            "--no-plot", *extra]
+    return [
+        "--train-file",
+        str(_corpus(tmp_path / "train.txt", 400, 1)),
+        "--validation-file",
+        str(_corpus(tmp_path / "valid.txt", 40, 2)),
+        "--output-dir",
+        str(out),
+        "--cache-dir",
+        str(tmp_path / "hf-cache"),
+        "--model-config",
+        "elmo-tiny",
+        "--char-vocabulary",
+        "unicode",
+        "--max-characters",
+        "30",
+        "--per-device-train-batch-size",
+        "8",
+        "--logging-steps",
+        "1",
+        "--seed",
+        "3",
+        "--no-plot",
+        *extra,
+    ]
 
 
 def test_unicode_pretraining_keeps_the_most_frequent_characters_and_round_trips_without_the_package(tmp_path):
     out = tmp_path / "run"
     assert pretrain_main(_args(tmp_path, out, "--max-steps", "3")) == 0
     characters = json.loads((out / "char_vocab.json").read_text(encoding="utf-8"))
-    counts = Counter(c for line in (tmp_path / "train.txt").read_text(encoding="utf-8").split("\n")
-                     for word in line.split() for c in word)
+    counts = Counter(
+        c
+        for line in (tmp_path / "train.txt").read_text(encoding="utf-8").split("\n")
+        for word in line.split()
+        for c in word
+    )
     expected = sorted(counts, key=lambda c: (-counts[c], c))[:30]
     assert characters == expected and len(counts) > 30  # the rarest characters are left out
     config = json.loads((out / "config.json").read_text())
@@ -63,7 +102,9 @@ def test_unicode_pretraining_keeps_the_most_frequent_characters_and_round_trips_
     assert tokenizer([sentence], is_split_into_words=True)["input_ids"][0][3][:3] == [2, 6, 3]  # unknown character
     model = ElmoModel.from_pretrained(out).eval()
     with torch.no_grad():
-        expected_features = model(**tokenizer([sentence], is_split_into_words=True, return_tensors="pt")).last_hidden_state
+        expected_features = model(
+            **tokenizer([sentence], is_split_into_words=True, return_tensors="pt")
+        ).last_hidden_state
     got = run_without_package(
         """
         import json, sys, torch
@@ -79,7 +120,10 @@ def test_unicode_pretraining_keeps_the_most_frequent_characters_and_round_trips_
                           "ids": enc["input_ids"][0].tolist(), "features": features.tolist(),
                           "vocab": lm.config.vocab_size}))
         """,
-        out, json.dumps(sentence, ensure_ascii=False), workdir=tmp_path / "fresh")
+        out,
+        json.dumps(sentence, ensure_ascii=False),
+        workdir=tmp_path / "fresh",
+    )
     assert got["module"].startswith("transformers_modules") and got["characters"] == 30
     assert got["ids"] == tokenizer([sentence], is_split_into_words=True)["input_ids"][0]
     assert_same_numbers(got["features"], expected_features, what="features without the package")
@@ -87,13 +131,21 @@ def test_unicode_pretraining_keeps_the_most_frequent_characters_and_round_trips_
 
 def test_unicode_run_resumes_from_its_checkpoint_with_its_character_vocabulary(tmp_path):
     out = tmp_path / "run"
-    assert pretrain_main(_args(tmp_path, out, "--max-steps", "4", "--checkpointing-steps", "2",
-                               "--stop-after-steps", "2")) == 0
+    assert (
+        pretrain_main(_args(tmp_path, out, "--max-steps", "4", "--checkpointing-steps", "2", "--stop-after-steps", "2"))
+        == 0
+    )
     saved = sorted((out / "checkpoints").glob("step_*/char_vocab.json"))
-    assert saved and json.loads(saved[-1].read_text(encoding="utf-8")) == json.loads((out / "char_vocab.json").read_text(encoding="utf-8"))
+    assert saved and json.loads(saved[-1].read_text(encoding="utf-8")) == json.loads(
+        (out / "char_vocab.json").read_text(encoding="utf-8")
+    )
     reset_accelerate_state()
-    assert pretrain_main(_args(tmp_path, out, "--max-steps", "4", "--checkpointing-steps", "2",
-                               "--resume-from-checkpoint", "latest")) == 0
+    assert (
+        pretrain_main(
+            _args(tmp_path, out, "--max-steps", "4", "--checkpointing-steps", "2", "--resume-from-checkpoint", "latest")
+        )
+        == 0
+    )
     assert json.loads((out / "training_metadata.json").read_text())["global_step"] == 4
     assert ElmoTokenizer.from_pretrained(out).characters == json.loads(saved[-1].read_text(encoding="utf-8"))
 
@@ -102,15 +154,29 @@ def test_continued_pretraining_keeps_the_starting_models_characters_and_a_byte_m
     first = tmp_path / "first"
     assert pretrain_main(_args(tmp_path, first, "--max-steps", "2")) == 0
     reset_accelerate_state()
-    args = [a for a in _args(tmp_path, tmp_path / "second", "--max-steps", "2") if a not in ("--model-config", "elmo-tiny")]
+    args = [
+        a for a in _args(tmp_path, tmp_path / "second", "--max-steps", "2") if a not in ("--model-config", "elmo-tiny")
+    ]
     args = [a for a in args if a not in ("--char-vocabulary", "unicode", "--max-characters", "30")]
     assert pretrain_main([*args, "--init-from-model", str(first)]) == 0
-    assert (json.loads((tmp_path / "second" / "char_vocab.json").read_text(encoding="utf-8"))
-            == json.loads((first / "char_vocab.json").read_text(encoding="utf-8")))
+    assert json.loads((tmp_path / "second" / "char_vocab.json").read_text(encoding="utf-8")) == json.loads(
+        (first / "char_vocab.json").read_text(encoding="utf-8")
+    )
     reset_accelerate_state()
     bytes_model = tmp_path / "bytes"
-    assert pretrain_main([*args[: args.index("--output-dir")], "--output-dir", str(bytes_model),
-                          *args[args.index("--output-dir") + 2:], "--model-config", "elmo-tiny"]) == 0
+    assert (
+        pretrain_main(
+            [
+                *args[: args.index("--output-dir")],
+                "--output-dir",
+                str(bytes_model),
+                *args[args.index("--output-dir") + 2 :],
+                "--model-config",
+                "elmo-tiny",
+            ]
+        )
+        == 0
+    )
     assert not (bytes_model / "char_vocab.json").exists()
     reset_accelerate_state()
     with pytest.raises(SystemExit, match="--char-vocabulary unicode does not fit --init-from-model"):

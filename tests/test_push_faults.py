@@ -21,8 +21,15 @@ def model_dir(tmp_path_factory):
     (root / "vocab.txt").write_text("the\ncat\nsat\n", encoding="utf-8")
     tokenizer = ElmoTokenizer(vocab_file=str(root / "vocab.txt"))
     torch.manual_seed(0)
-    config = ElmoConfig(vocab_size=tokenizer.vocab_size, projection_dim=8, cell_size=16, char_embedding_dim=4,
-                        char_cnn_filters=[[1, 4], [2, 8]], num_highway_layers=1, num_hidden_layers=1)
+    config = ElmoConfig(
+        vocab_size=tokenizer.vocab_size,
+        projection_dim=8,
+        cell_size=16,
+        char_embedding_dim=4,
+        char_cnn_filters=[[1, 4], [2, 8]],
+        num_highway_layers=1,
+        num_hidden_layers=1,
+    )
     save_model_folder(ElmoForBidirectionalLM(config).eval(), tokenizer, root / "model")
     return root / "model"
 
@@ -47,8 +54,12 @@ def test_push_without_network_is_one_line(model_dir, tmp_path, monkeypatch, caps
     with pytest.raises(SystemExit) as exit_:
         hub.main([str(model_dir), "--repo-id", "me/elmo-tiny", "--output-dir", str(tmp_path / "repo")])
     message = str(exit_.value.code)
-    assert message.startswith(f"elmo push: error: cannot upload to me/elmo-tiny on the Hugging Face Hub "
-                              f"({constants.ENDPOINT}): ") and "\n" not in message, message
+    assert (
+        message.startswith(
+            f"elmo push: error: cannot upload to me/elmo-tiny on the Hugging Face Hub ({constants.ENDPOINT}): "
+        )
+        and "\n" not in message
+    ), message
     assert expected in message, message
     assert "Traceback" not in capsys.readouterr().err
 
@@ -79,6 +90,9 @@ def test_return_dict_false_in_config_json_is_published_as_true_with_a_warning(mo
     config = json.loads((model / "config.json").read_text())
     (model / "config.json").write_text(json.dumps({**config, "return_dict": False}))
     with caplog.at_level(logging.WARNING):
-        assert hub.main([str(model), "--repo-id", "me/elmo-tiny", "--dry-run", "--output-dir", str(tmp_path / "repo")]) == 0
+        assert (
+            hub.main([str(model), "--repo-id", "me/elmo-tiny", "--dry-run", "--output-dir", str(tmp_path / "repo")])
+            == 0
+        )
     assert json.loads((tmp_path / "repo" / "config.json").read_text()).get("return_dict", True) is True
     assert any("sets return_dict False: published as true" in r.getMessage() for r in caplog.records)

@@ -12,8 +12,14 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _which(env: dict[str, str]) -> str:
-    done = subprocess.run(["bash", str(REPO / "scripts" / "quickstart.sh"), "--which-python"], env=env,
-                          capture_output=True, text=True, timeout=120, check=True)
+    done = subprocess.run(
+        ["bash", str(REPO / "scripts" / "quickstart.sh"), "--which-python"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     return done.stdout.strip()
 
 
@@ -28,7 +34,8 @@ def test_an_activated_environment_is_used(tmp_path):
     (active / "bin").mkdir(parents=True)
     (active / "bin" / "python").symlink_to(sys.executable)
     assert _which({**_base_env("/usr/bin:/bin"), "VIRTUAL_ENV": str(active)}) == (
-        f"{active}/bin/python (the active environment {active})")
+        f"{active}/bin/python (the active environment {active})"
+    )
 
 
 def test_a_python3_on_the_path_that_has_the_dependencies_is_used(tmp_path):
@@ -37,7 +44,8 @@ def test_a_python3_on_the_path_that_has_the_dependencies_is_used(tmp_path):
     (bin_dir / "python3").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')  # this environment's python
     (bin_dir / "python3").chmod(0o755)
     assert _which(_base_env(f"{bin_dir}:/usr/bin:/bin")) == (
-        f"{bin_dir}/python3 (python3 on the PATH, which has the package and its dependencies)")
+        f"{bin_dir}/python3 (python3 on the PATH, which has the package and its dependencies)"
+    )
 
 
 def test_without_an_environment_it_is_dot_venv(tmp_path):
@@ -45,4 +53,7 @@ def test_without_an_environment_it_is_dot_venv(tmp_path):
     bin_dir.mkdir()
     (bin_dir / "python3").write_text("#!/bin/sh\nexit 1\n")  # a python3 without the dependencies
     (bin_dir / "python3").chmod(0o755)
-    assert _which(_base_env(f"{bin_dir}:/usr/bin:/bin")) == ".venv/bin/python (no active environment: .venv in the repository)"
+    assert (
+        _which(_base_env(f"{bin_dir}:/usr/bin:/bin"))
+        == ".venv/bin/python (no active environment: .venv in the repository)"
+    )

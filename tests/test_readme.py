@@ -79,8 +79,14 @@ def reader_folder(tmp_path, monkeypatch, server, served):
     words = "the bank closed early a river film great acting mess warm funny dull tired story".split()
     (tmp_path / "vocab.txt").write_text("\n".join(words) + "\n")
     tokenizer = ElmoTokenizer(vocab_file=str(tmp_path / "vocab.txt"))
-    config = ElmoConfig(projection_dim=16, cell_size=32, char_embedding_dim=8, char_cnn_filters=[[1, 8], [2, 8], [3, 16]],
-                        num_highway_layers=1, vocab_size=tokenizer.vocab_size)
+    config = ElmoConfig(
+        projection_dim=16,
+        cell_size=32,
+        char_embedding_dim=8,
+        char_cnn_filters=[[1, 8], [2, 8], [3, 16]],
+        num_highway_layers=1,
+        vocab_size=tokenizer.vocab_size,
+    )
     save_model_folder(ElmoForBidirectionalLM(config), tokenizer, tmp_path / "outputs" / "elmo-quickstart")
     text = "\n".join(" ".join(words[i:] + words[:i]) for i in range(len(words))) + "\n"
     (tmp_path / "my_corpus.txt").write_text(text * 150)  # 2,250 lines
@@ -147,7 +153,7 @@ def test_the_readme_pretraining_command_beats_the_unigram_baseline(tmp_path, mon
 def test_the_readme_pretraining_command_beats_the_unigram_baseline_on_brown(tmp_path, monkeypatch, shared_data):
     """The same on other common text, the first 3,000 lines of the Brown corpus."""
     with open(shared_data / "lm-corpus" / "brown.txt", encoding="utf-8") as handle:
-        lines = [line for _, line in zip(range(3000), handle)]
+        lines = [line for _, line in zip(range(3000), handle, strict=False)]
     validation = _readme_pretraining_perplexities(tmp_path, monkeypatch, lines)
     assert validation["average"] < validation["unigram"]["average"], validation
 
@@ -156,16 +162,22 @@ def test_the_readme_pretraining_command_beats_the_unigram_baseline_on_brown(tmp_
 def _fresh_clone(destination: Path) -> Path:
     """The files a clone of this checkout holds (tracked and not ignored; without git: the folder less what
     .gitignore names), copied to ``destination``."""
-    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=REPO,
-                            capture_output=True)
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=REPO, capture_output=True
+    )
     if listed.returncode == 0:
         for name in filter(None, listed.stdout.decode().split("\0")):
             if (REPO / name).is_file():
                 (destination / name).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(REPO / name, destination / name)
     else:
-        shutil.copytree(REPO, destination, ignore=shutil.ignore_patterns(
-            ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", "runs", "outputs", ".transformers-tests"))
+        shutil.copytree(
+            REPO,
+            destination,
+            ignore=shutil.ignore_patterns(
+                ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", "runs", "outputs", ".transformers-tests"
+            ),
+        )
     return destination
 
 
@@ -184,12 +196,20 @@ def test_the_readme_test_command_passes_on_a_fresh_clone_without_shared_data(tmp
     settings = dict(w.split("=", 1) for w in words if re.fullmatch(r"[A-Z_]+=\S*", w))
     argv = [w for w in words if w not in {f"{k}={v}" for k, v in settings.items()}]
     assert argv[:4] == ["python", "-m", "pytest", "tests"] and settings.get("HF_HUB_OFFLINE") == "1", command
-    data_files = sorted(p.relative_to(clone).as_posix() for p in (clone / "tests").glob("test_*.py")
-                        if re.search(r"def \w+\([^)]*\bshared_data\b", p.read_text(encoding="utf-8")))
+    data_files = sorted(
+        p.relative_to(clone).as_posix()
+        for p in (clone / "tests").glob("test_*.py")
+        if re.search(r"def \w+\([^)]*\bshared_data\b", p.read_text(encoding="utf-8"))
+    )
     assert len(data_files) >= 4, data_files  # the evaluation, pretraining, embedding and Trainer tests
-    done = subprocess.run([sys.executable, "-m", "pytest", *data_files, *argv[4:], "-m", "shared_data", "-rs",
-                           "-p", "no:cacheprovider"], cwd=clone, env={**_environment_without_shared_data(), **settings},
-                          capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", *data_files, *argv[4:], "-m", "shared_data", "-rs", "-p", "no:cacheprovider"],
+        cwd=clone,
+        env={**_environment_without_shared_data(), **settings},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     summary = done.stdout.strip().splitlines()[-1]
     assert re.fullmatch(r"=* ?\d+ skipped, \d+ deselected.*", summary), summary  # nothing passed, failed or erred
@@ -208,16 +228,20 @@ def test_ci_run_insists_on_the_shared_data_in_ci_only(tmp_path):
     clone = _fresh_clone(tmp_path.resolve() / "work" / "clone")
     (clone / "scripts" / "install.sh").write_text("echo install reached\nexit 7\n")
     env = _environment_without_shared_data()
-    in_ci = subprocess.run(["bash", ".ci/run"], cwd=clone, env={**env, "CI": "true"}, capture_output=True, text=True,
-                           timeout=60)
+    in_ci = subprocess.run(
+        ["bash", ".ci/run"], cwd=clone, env={**env, "CI": "true"}, capture_output=True, text=True, timeout=60
+    )
     absent = clone.parent / "shared" / "data"
     assert in_ci.returncode == 1 and "install reached" not in in_ci.stdout
-    assert in_ci.stderr == f".ci/run: error: CI needs the shared data folder {absent}/lm-corpus (tests would skip " \
-                           "without it)\n"
+    assert (
+        in_ci.stderr == f".ci/run: error: CI needs the shared data folder {absent}/lm-corpus (tests would skip "
+        "without it)\n"
+    )
     anywhere = subprocess.run(["bash", ".ci/run"], cwd=clone, env=env, capture_output=True, text=True, timeout=60)
     assert anywhere.returncode == 7 and anywhere.stdout == "install reached\n", anywhere.stderr
     assert anywhere.stderr.startswith(f".ci/run: no shared data in {absent} (lm-corpus ")
     assert "the tests that read it skip, each with its reason" in anywhere.stderr
-    flag = subprocess.run(["bash", ".ci/run", "--require-data"], cwd=clone, env=env, capture_output=True, text=True,
-                          timeout=60)
+    flag = subprocess.run(
+        ["bash", ".ci/run", "--require-data"], cwd=clone, env=env, capture_output=True, text=True, timeout=60
+    )
     assert flag.returncode == 1 and flag.stderr == in_ci.stderr

@@ -21,6 +21,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # numpy_reference, however pytest imports this file
 import numpy_reference as ref  # noqa: E402
+
 from modeling_elmo import cli
 from modeling_elmo.conversion import releases  # noqa: E402
 from modeling_elmo.conversion.original_format import config_options  # noqa: E402
@@ -32,7 +33,6 @@ from modeling_elmo.conversion.releases import (  # noqa: E402
     fetch_release,
     weights_size_bounds,
 )
-
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -53,8 +53,20 @@ def hub_calls(monkeypatch):
 
 
 def _convert(server, tmp_path, *extra, output="out"):
-    return cli.main(["convert", "--release", "original", "--base-url", server.url, "--cache-dir",
-                     str(tmp_path / "cache"), "--output", str(tmp_path / output), *extra])
+    return cli.main(
+        [
+            "convert",
+            "--release",
+            "original",
+            "--base-url",
+            server.url,
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--output",
+            str(tmp_path / output),
+            *extra,
+        ]
+    )
 
 
 def _error_line(excinfo) -> str:
@@ -70,8 +82,7 @@ def _cache(tmp_path, release) -> Path:
 # ----------------------------------------------------------------------------------------------- the table
 def test_release_table_options_imply_the_published_parameter_counts():
     counts = {name: count_parameters(release.options) for name, release in RELEASES.items()}
-    assert counts == {"small": 13_593_296, "medium": 28_027_728, "original": 93_600_848,
-                      "original-5.5b": 93_600_848}
+    assert counts == {"small": 13_593_296, "medium": 28_027_728, "original": 93_600_848, "original-5.5b": 93_600_848}
     assert counts == {name: release.num_parameters for name, release in RELEASES.items()}
     for release in RELEASES.values():  # the published rounded count agrees with the exact one
         assert f"{release.num_parameters / 1e6:.1f} M" == release.published_parameters
@@ -81,21 +92,28 @@ def test_release_table_options_imply_the_published_parameter_counts():
 def test_release_files_are_found_under_the_allennlp_layout_and_the_base_url_is_overridable(monkeypatch):
     original = RELEASES["original"]
     monkeypatch.delenv(releases.BASE_URL_ENV, raising=False)
-    assert original.url("weights") == ("https://allennlp.s3.amazonaws.com/models/elmo/2x4096_512_2048cnn_2xhighway/"
-                                       "elmo_2x4096_512_2048cnn_2xhighway_weights.hdf5")
-    assert RELEASES["original-5.5b"].url("options").endswith(
-        "/2x4096_512_2048cnn_2xhighway_5.5B/elmo_2x4096_512_2048cnn_2xhighway_5.5B_options.json")
+    assert original.url("weights") == (
+        "https://allennlp.s3.amazonaws.com/models/elmo/2x4096_512_2048cnn_2xhighway/"
+        "elmo_2x4096_512_2048cnn_2xhighway_weights.hdf5"
+    )
+    assert (
+        RELEASES["original-5.5b"]
+        .url("options")
+        .endswith("/2x4096_512_2048cnn_2xhighway_5.5B/elmo_2x4096_512_2048cnn_2xhighway_5.5B_options.json")
+    )
     monkeypatch.setenv(releases.BASE_URL_ENV, "http://mirror.example/elmo/")
-    assert original.url("options") == ("http://mirror.example/elmo/2x4096_512_2048cnn_2xhighway/"
-                                       "elmo_2x4096_512_2048cnn_2xhighway_options.json")
+    assert original.url("options") == (
+        "http://mirror.example/elmo/2x4096_512_2048cnn_2xhighway/elmo_2x4096_512_2048cnn_2xhighway_options.json"
+    )
     assert original.url("options", "https://other.example").startswith("https://other.example/2x4096")
     with pytest.raises(ValueError, match="'ftp://x' must start with http"):
         original.url("options", "ftp://x")
 
 
 # ----------------------------------------------------------------------------------------------- end to end
-def test_convert_release_downloads_converts_and_writes_a_folder_ready_for_push(server, served, release, tmp_path,
-                                                                               synthetic_files, capsys):
+def test_convert_release_downloads_converts_and_writes_a_folder_ready_for_push(
+    server, served, release, tmp_path, synthetic_files, capsys
+):
     from modeling_elmo import hub
     from modeling_elmo.modeling_elmo import ElmoModel
 
@@ -164,8 +182,7 @@ def test_interrupted_download_resumes_with_a_range_request(server, served, relea
     assert not Path(str(fetched.paths["weights"]) + ".part").exists()
 
 
-def test_failed_run_keeps_the_part_file_and_the_next_run_resumes_it(server, served, release, tmp_path,
-                                                                    synthetic_files):
+def test_failed_run_keeps_the_part_file_and_the_next_run_resumes_it(server, served, release, tmp_path, synthetic_files):
     server.drops[served["weights"]] = [7_000, 5_000, 3_000]  # three attempts, each cut short
     with pytest.raises(SystemExit) as excinfo:
         _convert(server, tmp_path)
@@ -199,22 +216,28 @@ def test_body_shorter_than_its_content_length_is_an_error_naming_the_file_and_th
     with pytest.raises(DownloadError) as excinfo:
         download_file(url, destination, attempts=1, progress=False)
     total = len(server.files[served["options"]])
-    assert f"cannot download options.json from {url} (1 attempts): the connection broke after 100 of {total:,} " \
-           "bytes" in str(excinfo.value)
+    assert (
+        f"cannot download options.json from {url} (1 attempts): the connection broke after 100 of {total:,} "
+        "bytes" in str(excinfo.value)
+    )
     assert not destination.exists() and Path(str(destination) + ".part").stat().st_size == 100
 
 
-def test_size_different_from_the_known_size_is_refused_before_the_body_is_read(server, served, release, tmp_path,
-                                                                                monkeypatch, synthetic_files):
+def test_size_different_from_the_known_size_is_refused_before_the_body_is_read(
+    server, served, release, tmp_path, monkeypatch, synthetic_files
+):
     size = len(synthetic_files[2])
-    monkeypatch.setitem(RELEASES, "original", dataclasses.replace(release, sizes={"options": None,
-                                                                                  "weights": size + 8}))
+    monkeypatch.setitem(
+        RELEASES, "original", dataclasses.replace(release, sizes={"options": None, "weights": size + 8})
+    )
     server.drops[served["weights"]] = [0]  # the announced size must be enough to refuse the file
     with pytest.raises(SystemExit) as excinfo:
         _convert(server, tmp_path)
     message = _error_line(excinfo)
-    assert f"{release.filename('weights')} at {release.url('weights', server.url)}: the server announces " \
-           f"{size:,} bytes where the release's file has {size + 8:,}" in message
+    assert (
+        f"{release.filename('weights')} at {release.url('weights', server.url)}: the server announces "
+        f"{size:,} bytes where the release's file has {size + 8:,}" in message
+    )
     assert len(server.requests_for(served["weights"])) == 1  # not retried
     assert not list(_cache(tmp_path, release).glob("*weights*")) and not (tmp_path / "out").exists()
 
@@ -224,13 +247,16 @@ def test_weights_too_small_for_the_parameter_count_are_refused(server, served, r
     server.files[served["weights"]] = server.files[served["weights"]][: low - 1]  # a file cut at the source
     with pytest.raises(SystemExit) as excinfo:
         _convert(server, tmp_path)
-    assert f"the server announces {low - 1:,} bytes, too small for the release's {release.num_parameters:,} " \
-           "float32 parameters" in _error_line(excinfo)
+    assert (
+        f"the server announces {low - 1:,} bytes, too small for the release's {release.num_parameters:,} "
+        "float32 parameters" in _error_line(excinfo)
+    )
     assert not (tmp_path / "out").exists()
 
 
-def test_known_sha256_mismatch_is_refused_and_nothing_is_kept(server, served, release, tmp_path, monkeypatch,
-                                                              synthetic_files):
+def test_known_sha256_mismatch_is_refused_and_nothing_is_kept(
+    server, served, release, tmp_path, monkeypatch, synthetic_files
+):
     wrong = "0" * 64
     monkeypatch.setitem(RELEASES, "original", dataclasses.replace(release, sha256={"options": None, "weights": wrong}))
     with pytest.raises(SystemExit) as excinfo:
@@ -256,8 +282,9 @@ def test_options_of_another_model_are_refused(server, served, release, tmp_path)
 
 
 @pytest.mark.parametrize("status, retried", [(404, False), (500, True)])
-def test_server_error_is_one_error_line_naming_the_url(server, served, release, tmp_path, status, retried, hub_calls,
-                                                       monkeypatch):
+def test_server_error_is_one_error_line_naming_the_url(
+    server, served, release, tmp_path, status, retried, hub_calls, monkeypatch
+):
     monkeypatch.setattr(releases.time, "sleep", lambda seconds: None)
     server.status[served["weights"]] = status
     with pytest.raises(SystemExit) as excinfo:
@@ -268,7 +295,9 @@ def test_server_error_is_one_error_line_naming_the_url(server, served, release, 
     assert len(server.requests_for(served["weights"])) == (releases.DEFAULT_ATTEMPTS if retried else 1)
     assert hub_calls == [] and not (tmp_path / "out").exists()
     assert sorted(p.name for p in _cache(tmp_path, release).iterdir()) == [
-        release.filename("options"), release.filename("options") + ".source"]
+        release.filename("options"),
+        release.filename("options") + ".source",
+    ]
 
 
 def test_network_error_prints_exactly_one_line_from_the_command(server, tmp_path):
@@ -276,19 +305,34 @@ def test_network_error_prints_exactly_one_line_from_the_command(server, tmp_path
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", NO_PROXY="127.0.0.1", HF_HOME=str(tmp_path / "hf"))
     result = subprocess.run(
-        [sys.executable, "-m", "modeling_elmo.cli", "convert", "--release", "small", "--base-url", server.url,
-         "--output", str(tmp_path / "out")],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "modeling_elmo.cli",
+            "convert",
+            "--release",
+            "small",
+            "--base-url",
+            server.url,
+            "--output",
+            str(tmp_path / "out"),
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 1
     url = RELEASES["small"].url("options", server.url)
     assert result.stderr.splitlines() == [
-        f"elmo convert: error: cannot download {RELEASES['small'].filename('options')} from {url}: HTTP 404 Not Found."]
+        f"elmo convert: error: cannot download {RELEASES['small'].filename('options')} from {url}: HTTP 404 Not Found."
+    ]
     assert not (tmp_path / "out").exists()
 
 
 # ----------------------------------------------------------------------------------------------- the mirror
-def test_mirror_is_used_when_the_primary_server_fails(server, served, release, tmp_path, monkeypatch,
-                                                      synthetic_files):
+def test_mirror_is_used_when_the_primary_server_fails(server, served, release, tmp_path, monkeypatch, synthetic_files):
     import huggingface_hub
 
     server.status[served["weights"]] = 404
@@ -305,8 +349,10 @@ def test_mirror_is_used_when_the_primary_server_fails(server, served, release, t
     assert _convert(server, tmp_path) == 0
     assert calls == [("lysandre/elmo-2x4096_512_2048cnn_2xhighway", "weights.hdf5")]
     metadata = json.loads((tmp_path / "out" / "conversion_metadata.json").read_text())
-    assert metadata["sources"] == {"options": release.url("options", server.url),
-                                   "weights": "hf://lysandre/elmo-2x4096_512_2048cnn_2xhighway/weights.hdf5"}
+    assert metadata["sources"] == {
+        "options": release.url("options", server.url),
+        "weights": "hf://lysandre/elmo-2x4096_512_2048cnn_2xhighway/weights.hdf5",
+    }
     cache = _cache(tmp_path, release)
     assert (cache / release.filename("weights")).read_bytes() == synthetic_files[2]
     assert sorted(p.name for p in cache.iterdir() if p.name.startswith(".")) == []  # the mirror's staging is gone
@@ -320,10 +366,13 @@ def test_failing_mirror_and_server_are_both_named_in_one_line(server, served, re
     with pytest.raises(SystemExit) as excinfo:
         _convert(server, tmp_path)
     message = _error_line(excinfo)
-    assert f"{release.url('weights', server.url)}: HTTP 404 Not Found; the Hub mirror " \
-           "hf://lysandre/elmo-2x4096_512_2048cnn_2xhighway/weights.hdf5 failed: OSError: offline (test)" in message
+    assert (
+        f"{release.url('weights', server.url)}: HTTP 404 Not Found; the Hub mirror "
+        "hf://lysandre/elmo-2x4096_512_2048cnn_2xhighway/weights.hdf5 failed: OSError: offline (test)" in message
+    )
     assert [(c["repo_id"], c["filename"]) for c in hub_calls] == [
-        ("lysandre/elmo-2x4096_512_2048cnn_2xhighway", "weights.hdf5")]
+        ("lysandre/elmo-2x4096_512_2048cnn_2xhighway", "weights.hdf5")
+    ]
     assert not (tmp_path / "out").exists()
 
 

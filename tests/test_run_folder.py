@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from modeling_elmo.utils.results import EvaluationResults, write_results
 from modeling_elmo.folders.run_folder import RunFolder
+from modeling_elmo.utils.results import EvaluationResults, write_results
 
 
 def test_a_folder_holds_a_model_only_with_a_config_and_safetensors_weights(tmp_path):
@@ -23,8 +23,11 @@ def test_a_folder_holds_a_model_only_with_a_config_and_safetensors_weights(tmp_p
 
 
 def test_a_run_is_recognised_by_its_metadata_checkpoints_or_metrics(tmp_path):
-    for make in (lambda r: r.write_training_metadata({"global_step": 3}), lambda r: r.checkpoints_dir.mkdir(),
-                 lambda r: r.metrics_file.write_text("")):
+    for make in (
+        lambda r: r.write_training_metadata({"global_step": 3}),
+        lambda r: r.checkpoints_dir.mkdir(),
+        lambda r: r.metrics_file.write_text(""),
+    ):
         folder = tmp_path / f"run{len(list(tmp_path.iterdir()))}"
         folder.mkdir()
         run = RunFolder(folder)
@@ -46,7 +49,11 @@ def test_results_and_plots_are_found_in_the_run_and_its_evaluation_folder(tmp_pa
     write_results(run.eval_results_file, EvaluationResults.now(model="m", source="elmo pretrain"))
     assert run.results_files() == [tmp_path / "eval_results.json", tmp_path / "evaluation" / "eval_results.json"]
     assert [r.source for r in run.read_results()] == ["elmo pretrain", "elmo evaluate"]
-    for path in (run.perplexity_plot_file, run.evaluation.plot_file("layer_weights"), tmp_path / "evaluation" / "other.png"):
+    for path in (
+        run.perplexity_plot_file,
+        run.evaluation.plot_file("layer_weights"),
+        tmp_path / "evaluation" / "other.png",
+    ):
         path.write_bytes(b"png")
     assert run.plot_files() == [tmp_path / "perplexity.png", tmp_path / "evaluation" / "layer_weights.png"]
     with pytest.raises(ValueError, match="unknown evaluation plot 'loss'"):

@@ -107,7 +107,13 @@ def test_word_vocabulary_gives_label_ids_with_unknown_words(tmp_path):
     vocab.write_text("<S>\n</S>\n<UNK>\nthe\nbank\n", encoding="utf-8")
     tok = ElmoTokenizer(vocab_file=str(vocab))
     assert tok.get_vocab() == {"<pad>": 0, "<S>": 1, "</S>": 2, "<UNK>": 3, "the": 4, "bank": 5}
-    enc = tok([["the", "bank", "zebra"], ["bank"]], is_split_into_words=True, padding=True, return_word_ids=True, return_tensors="pt")
+    enc = tok(
+        [["the", "bank", "zebra"], ["bank"]],
+        is_split_into_words=True,
+        padding=True,
+        return_word_ids=True,
+        return_tensors="pt",
+    )
     assert enc["word_ids"].tolist() == [[4, 5, 3], [5, 0, 0]]
     assert tok.decode([4, 5, 3]) == "the bank <UNK>"
 
@@ -182,8 +188,15 @@ def test_lone_surrogates_in_raw_text_are_dropped_too():
     assert tokenizer.decode(tokenizer(["x \udfff y"])["input_ids"][0]) == "x y"
 
 
-@pytest.mark.parametrize("kwargs", [dict(truncation=True, max_length=-1), dict(truncation=True, max_length=0),
-                                    dict(padding="max_length", max_length=-2), dict(padding=True, pad_to_multiple_of=0)])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(truncation=True, max_length=-1),
+        dict(truncation=True, max_length=0),
+        dict(padding="max_length", max_length=-2),
+        dict(padding=True, pad_to_multiple_of=0),
+    ],
+)
 def test_lengths_that_are_not_positive_are_refused_not_applied(kwargs):
     name = "pad_to_multiple_of" if "pad_to_multiple_of" in kwargs else "max_length"
     with pytest.raises(ValueError, match=f"`{name}` must be a positive integer"):

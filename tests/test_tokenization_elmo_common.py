@@ -7,14 +7,39 @@ from __future__ import annotations
 import os
 import unittest
 
-from modeling_elmo import ElmoTokenizer
-
 from transformers_suites import suite_module
+
+from modeling_elmo import ElmoTokenizer
 
 TokenizerTesterMixin = suite_module("test_tokenization_common").TokenizerTesterMixin
 
-WORDS = ["the", "a", "bank", "river", "closed", "Hello", "world", "is", "this", "test", "and", "of", "to", "in",
-         "was", "born", "I", "Hi", "Hey", "how", "are", "you", "doing", "not", "here"]
+WORDS = [
+    "the",
+    "a",
+    "bank",
+    "river",
+    "closed",
+    "Hello",
+    "world",
+    "is",
+    "this",
+    "test",
+    "and",
+    "of",
+    "to",
+    "in",
+    "was",
+    "born",
+    "I",
+    "Hi",
+    "Hey",
+    "how",
+    "are",
+    "you",
+    "doing",
+    "not",
+    "here",
+]
 
 
 class ElmoTokenizationTest(TokenizerTesterMixin, unittest.TestCase):
@@ -32,8 +57,10 @@ class ElmoTokenizationTest(TokenizerTesterMixin, unittest.TestCase):
 
     # ------------------------------------------------------------------ what cannot apply
     PAIRS = "sentence pairs: ELMo encodes single sentences (the biLM has no segments), text pairs are refused"
-    ROWS = ("a sentence's input_ids are (tokens, 50) character-id rows, not 1-D token ids: the test builds or compares "
-            "1-D id lists (padding by a pad id, sequences re-encoded from single ids)")
+    ROWS = (
+        "a sentence's input_ids are (tokens, 50) character-id rows, not 1-D token ids: the test builds or compares "
+        "1-D id lists (padding by a pad id, sequences re-encoded from single ids)"
+    )
 
     def test_call(self):
         self.skipTest(self.PAIRS)

@@ -36,15 +36,31 @@ def corpus(count: int, seed: int = 0) -> list[str]:
 
 
 def tiny_config(**extra) -> ElmoConfig:
-    values = dict(projection_dim=16, cell_size=32, char_embedding_dim=8, char_cnn_filters=[[1, 8], [2, 16], [3, 16]],
-                  num_highway_layers=1, hidden_dropout_prob=0.0, classifier_dropout=0.0)
+    values = dict(
+        projection_dim=16,
+        cell_size=32,
+        char_embedding_dim=8,
+        char_cnn_filters=[[1, 8], [2, 16], [3, 16]],
+        num_highway_layers=1,
+        hidden_dropout_prob=0.0,
+        classifier_dropout=0.0,
+    )
     return ElmoConfig(**{**values, **extra})
 
 
 def training_args(tmp_path, **extra) -> TrainingArguments:
-    values = dict(output_dir=str(tmp_path), report_to="none", use_cpu=True, per_device_train_batch_size=16,
-                  save_strategy="no", eval_strategy="no", logging_steps=1, dataloader_num_workers=0,
-                  disable_tqdm=True, seed=0)
+    values = dict(
+        output_dir=str(tmp_path),
+        report_to="none",
+        use_cpu=True,
+        per_device_train_batch_size=16,
+        save_strategy="no",
+        eval_strategy="no",
+        logging_steps=1,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+        seed=0,
+    )
     return TrainingArguments(**{**values, **extra})
 
 
@@ -61,6 +77,7 @@ def lm_tokenizer(tmp_path):
 
 def label_padding_collator(tokenizer: ElmoTokenizer):
     """Pads the words and the per-word labels (word ids or tags) to the batch's length, labels with -100."""
+
     def collate(features):
         labels = [f.pop("labels") for f in features]
         batch = tokenizer.pad(features, padding=True, return_tensors="pt")
@@ -77,9 +94,15 @@ def test_trainer_pretrains_the_bilm_head_and_its_loss_falls(lm_tokenizer, tmp_pa
     data = data.rename_column("word_ids", "labels")
     torch.manual_seed(0)
     model = ElmoForBidirectionalLM(tiny_config(vocab_size=len(lm_tokenizer)))
-    trainer = Trainer(model=model, args=training_args(tmp_path, max_steps=24, learning_rate=3e-2,
-                                                      gradient_accumulation_steps=2, per_device_eval_batch_size=64),
-                      train_dataset=data, eval_dataset=data, data_collator=label_padding_collator(lm_tokenizer))
+    trainer = Trainer(
+        model=model,
+        args=training_args(
+            tmp_path, max_steps=24, learning_rate=3e-2, gradient_accumulation_steps=2, per_device_eval_batch_size=64
+        ),
+        train_dataset=data,
+        eval_dataset=data,
+        data_collator=label_padding_collator(lm_tokenizer),
+    )
     assert trainer.model_accepts_loss_kwargs  # so Trainer passes num_items_in_batch, and the model normalises by it
     before = trainer.evaluate()["eval_loss"]
     trainer.train()
@@ -116,8 +139,12 @@ def test_trainer_trains_both_classification_heads_frozen_or_fine_tuned(head, fre
     model = head_class(tiny_config(num_labels=2 if head == "sequence" else 3, freeze_elmo=freeze))
     bilm_before = {k: v.clone() for k, v in model.elmo.state_dict().items()}
     collator = DataCollatorWithPadding(tokenizer) if head == "sequence" else label_padding_collator(tokenizer)
-    trainer = Trainer(model=model, args=training_args(tmp_path, num_train_epochs=8, learning_rate=5e-2),
-                      train_dataset=data, data_collator=collator)
+    trainer = Trainer(
+        model=model,
+        args=training_args(tmp_path, num_train_epochs=8, learning_rate=5e-2),
+        train_dataset=data,
+        data_collator=collator,
+    )
     trainer.train()
     losses = logged_losses(trainer)
     assert len(losses) == 48 and all(np.isfinite(losses))
@@ -126,7 +153,9 @@ def test_trainer_trains_both_classification_heads_frozen_or_fine_tuned(head, fre
     if freeze:
         assert changed == []
     else:
-        assert "char_encoder.char_embeddings.weight" in changed and any(".input_transform.weight" in k for k in changed), changed
+        assert "char_encoder.char_embeddings.weight" in changed and any(
+            ".input_transform.weight" in k for k in changed
+        ), changed
 
 
 # ------------------------------------------------------------------ num_items_in_batch, against direct sums
@@ -143,8 +172,10 @@ def test_with_num_items_the_bilm_loss_is_the_halved_nll_sum_over_that_count(lm_t
     summed = model(**enc, labels=labels, num_items_in_batch=torch.tensor(11))
     expected = 0.5 * (plain.forward_nll_sum + plain.backward_nll_sum) / 11
     torch.testing.assert_close(summed.loss, expected)
-    torch.testing.assert_close(plain.loss, 0.5 * (plain.forward_nll_sum / plain.num_forward_targets
-                                                 + plain.backward_nll_sum / plain.num_backward_targets))
+    torch.testing.assert_close(
+        plain.loss,
+        0.5 * (plain.forward_nll_sum / plain.num_forward_targets + plain.backward_nll_sum / plain.num_backward_targets),
+    )
 
 
 @pytest.mark.parametrize("problem", ["single_label_classification", "multi_label_classification", "regression"])
@@ -152,14 +183,18 @@ def test_with_num_items_the_sequence_loss_is_the_summed_loss_over_that_count(pro
     torch.manual_seed(0)
     model = ElmoForSequenceClassification(tiny_config(num_labels=3, problem_type=problem)).eval()
     enc = ElmoTokenizer()(["a b c", "d e", "f"], padding=True, return_tensors="pt")
-    labels = {"single_label_classification": torch.tensor([0, 2, 1]),
-              "multi_label_classification": torch.tensor([[1.0, 0, 1], [0, 1, 0], [1, 1, 0]]),
-              "regression": torch.tensor([[0.5, -1.0, 2.0], [0.0, 1.0, 1.0], [3.0, 0.0, -2.0]])}[problem]
+    labels = {
+        "single_label_classification": torch.tensor([0, 2, 1]),
+        "multi_label_classification": torch.tensor([[1.0, 0, 1], [0, 1, 0], [1, 1, 0]]),
+        "regression": torch.tensor([[0.5, -1.0, 2.0], [0.0, 1.0, 1.0], [3.0, 0.0, -2.0]]),
+    }[problem]
     out = model(**enc, labels=labels, num_items_in_batch=7)
     logits = out.logits
-    per_item = {"single_label_classification": lambda: F.cross_entropy(logits, labels, reduction="none"),
-                "multi_label_classification": lambda: F.binary_cross_entropy_with_logits(logits, labels, reduction="none"),
-                "regression": lambda: (logits - labels) ** 2}[problem]()
+    per_item = {
+        "single_label_classification": lambda: F.cross_entropy(logits, labels, reduction="none"),
+        "multi_label_classification": lambda: F.binary_cross_entropy_with_logits(logits, labels, reduction="none"),
+        "regression": lambda: (logits - labels) ** 2,
+    }[problem]()
     torch.testing.assert_close(out.loss, per_item.sum() / 7)
     torch.testing.assert_close(model(**enc, labels=labels).loss, per_item.mean())
 
@@ -174,8 +209,12 @@ def test_gradient_accumulation_with_num_items_gives_the_gradient_of_the_whole_ba
     def gradient(parts):
         model.zero_grad()
         for rows in parts:
-            model(input_ids=enc["input_ids"][rows], attention_mask=enc["attention_mask"][rows], labels=labels[rows],
-                  num_items_in_batch=torch.tensor(count)).loss.backward()
+            model(
+                input_ids=enc["input_ids"][rows],
+                attention_mask=enc["attention_mask"][rows],
+                labels=labels[rows],
+                num_items_in_batch=torch.tensor(count),
+            ).loss.backward()
         return model.classifier.weight.grad.clone()
 
     whole = gradient([slice(0, 4)])
@@ -199,8 +238,12 @@ def test_unknown_keyword_arguments_are_refused_and_those_of_other_models_ignored
 def test_config_output_hidden_states_and_return_dict_are_honoured_by_every_class(lm_tokenizer):
     enc = _batch(lm_tokenizer, corpus(2))
     labels = enc.pop("word_ids")
-    for model_class, extra in ((ElmoModel, {}), (ElmoForBidirectionalLM, {"labels": labels}),
-                               (ElmoForSequenceClassification, {}), (ElmoForTokenClassification, {})):
+    for model_class, extra in (
+        (ElmoModel, {}),
+        (ElmoForBidirectionalLM, {"labels": labels}),
+        (ElmoForSequenceClassification, {}),
+        (ElmoForTokenClassification, {}),
+    ):
         torch.manual_seed(0)
         config = tiny_config(vocab_size=len(lm_tokenizer), num_labels=2, output_hidden_states=True)
         model = model_class(config).eval()
@@ -226,9 +269,9 @@ def test_the_bilm_head_returns_one_row_per_word_and_its_own_positions_on_request
         base = model.elmo(**enc, keep_sentence_boundaries=True, output_hidden_states=True)
         per_word = model.elmo(**enc, output_hidden_states=True)
     assert out.hidden_states[-1].shape[1] == enc["attention_mask"].shape[1] + 2
-    for mine, reference in zip(out.hidden_states, base.hidden_states):
+    for mine, reference in zip(out.hidden_states, base.hidden_states, strict=False):
         torch.testing.assert_close(mine, reference)
     torch.testing.assert_close(out.last_hidden_state, out.hidden_states[-1])
-    for mine, reference in zip(words.hidden_states, per_word.hidden_states):
+    for mine, reference in zip(words.hidden_states, per_word.hidden_states, strict=False):
         torch.testing.assert_close(mine, reference)
     torch.testing.assert_close(words.last_hidden_state, words.hidden_states[-1])

@@ -6,7 +6,6 @@ against the softmax.)"""
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 
@@ -41,7 +40,14 @@ def test_the_files_this_package_and_bilm_tf_write_are_read_in_line_order(tmp_pat
     assert [tokenizer.vocab[w] for w in ("<pad>", "<S>", "</S>", "<UNK>", "the", "cat")] == [0, 1, 2, 3, 4, 5]
     tokenizer.save_pretrained(tmp_path / "saved")
     assert read_vocabulary_file(tmp_path / "saved" / "vocab.txt") == ["<pad>", "<S>", "</S>", "<UNK>", "the", "cat"]
-    assert Vocabulary.from_file(tmp_path / "saved" / "vocab.txt").words == ["<pad>", "<S>", "</S>", "<UNK>", "the", "cat"]
+    assert Vocabulary.from_file(tmp_path / "saved" / "vocab.txt").words == [
+        "<pad>",
+        "<S>",
+        "</S>",
+        "<UNK>",
+        "the",
+        "cat",
+    ]
     (tmp_path / "crlf.txt").write_bytes(b"the\r\ncat\r\n")
     assert read_vocabulary_file(tmp_path / "crlf.txt") == ["the", "cat"]
 
@@ -50,24 +56,43 @@ def test_pretrain_refuses_a_vocabulary_file_with_a_repeated_word_in_one_line(tmp
     (tmp_path / "train.txt").write_text("the cat sat\n" * 50)
     (tmp_path / "vocab.txt").write_text("the\ncat\nthe\nsat\n")
     with pytest.raises(SystemExit) as error:
-        pretrain_main(["--train-file", str(tmp_path / "train.txt"), "--vocab-file", str(tmp_path / "vocab.txt"),
-                       "--output-dir", str(tmp_path / "run"), "--max-steps", "1"])
-    assert str(error.value.code) == (f"elmo pretrain: error: vocabulary file '{tmp_path / 'vocab.txt'}': line 3 repeats "
-                                     "the word 'the' of line 1 (a repeated word would shift the id of every later word).")
+        pretrain_main(
+            [
+                "--train-file",
+                str(tmp_path / "train.txt"),
+                "--vocab-file",
+                str(tmp_path / "vocab.txt"),
+                "--output-dir",
+                str(tmp_path / "run"),
+                "--max-steps",
+                "1",
+            ]
+        )
+    assert str(error.value.code) == (
+        f"elmo pretrain: error: vocabulary file '{tmp_path / 'vocab.txt'}': line 3 repeats "
+        "the word 'the' of line 1 (a repeated word would shift the id of every later word)."
+    )
     assert not (tmp_path / "run").exists()
 
 
 def test_a_vocabulary_of_another_size_than_the_softmax_is_refused_when_scoring(tmp_path, capsys):
     (tmp_path / "words.txt").write_text("\n".join(f"w{i}" for i in range(20)) + "\n")
     tokenizer = ElmoTokenizer(vocab_file=str(tmp_path / "words.txt"))
-    config = ElmoConfig(vocab_size=tokenizer.vocab_size, projection_dim=8, cell_size=16, char_embedding_dim=4,
-                        char_cnn_filters=[[1, 4], [2, 8]], num_highway_layers=1)
+    config = ElmoConfig(
+        vocab_size=tokenizer.vocab_size,
+        projection_dim=8,
+        cell_size=16,
+        char_embedding_dim=4,
+        char_cnn_filters=[[1, 4], [2, 8]],
+        num_highway_layers=1,
+    )
     torch.manual_seed(0)
     save_model_folder(ElmoForBidirectionalLM(config), tokenizer, tmp_path / "lm")
     (tmp_path / "lm" / "vocab.txt").write_text("\n".join(f"w{i}" for i in range(5)) + "\n")  # 9 of 24 words
     (tmp_path / "text.txt").write_text("w1 w2\n")
     with pytest.raises(SystemExit):
-        evaluate_main([str(tmp_path / "lm"), "--task", "perplexity", "--text", str(tmp_path / "text.txt"),
-                       "--no-progress"])
+        evaluate_main(
+            [str(tmp_path / "lm"), "--task", "perplexity", "--text", str(tmp_path / "text.txt"), "--no-progress"]
+        )
     assert "its softmax has 24 rows" in capsys.readouterr().err
     assert not (tmp_path / "lm" / "evaluation").exists()

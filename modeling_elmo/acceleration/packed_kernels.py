@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 from torch.nn import functional as F
+from transformers.utils import logging
 
 from ..modeling_elmo import ElmoBiLstm
-from transformers.utils import logging
 
 logger = logging.get_logger(__name__)
 Linear = Callable[[torch.Tensor], torch.Tensor]
@@ -75,7 +75,6 @@ class CpuKernels:
         return [run(i) for i in range(count)]
 
 
-
 def mkl_packing_available() -> bool:
     """Whether this torch build has MKL's packed-weight GEMM (x86 CPU builds)."""
     return torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_reorder_linear_weight")
@@ -83,8 +82,12 @@ def mkl_packing_available() -> bool:
 
 def onednn_packing_available() -> bool:
     """Whether this torch build and CPU have oneDNN's prepacked linear (x86 CPUs with AVX2 or AVX-512)."""
-    return (torch.backends.mkldnn.is_available() and torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
-            and hasattr(torch.ops.mkldnn, "_reorder_linear_weight") and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
+    return (
+        torch.backends.mkldnn.is_available()
+        and torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
+        and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+        and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    )
 
 
 def available() -> bool:
@@ -155,9 +158,6 @@ class PackedCpuKernels(CpuKernels):
         return [run(i) for i in range(count)]
 
 
-
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # One time step, element-wise parts (shared by every form below; shapes (D, B, width), valid (B, 1) 0./1. floats)
 # ---------------------------------------------------------------------------------------------------------------
@@ -214,8 +214,15 @@ def _cell_backward(grad_m, grad_c, valid, acts, cell, c, cell_clip: float | None
     grad_cell = grad_c * valid + grad_m * o * (1 - tanh_c * tanh_c)
     if cell_clip is not None:
         grad_cell = grad_cell * (cell.abs() <= cell_clip)
-    grad_gates = torch.cat([grad_cell * g * i * (1 - i), grad_cell * c * f * (1 - f), grad_cell * i * (1 - g * g),
-                            grad_m * tanh_c * o * (1 - o)], dim=-1)
+    grad_gates = torch.cat(
+        [
+            grad_cell * g * i * (1 - i),
+            grad_cell * c * f * (1 - f),
+            grad_cell * i * (1 - g * g),
+            grad_m * tanh_c * o * (1 - o),
+        ],
+        dim=-1,
+    )
     return grad_gates, grad_cell * f + grad_c * (1 - valid)
 
 
@@ -237,16 +244,18 @@ def stacked_forward_step(gates_x, t, h, c, valid, weight_hh, weight_hr, cell_cli
     return acts, cell, projected, h_next, c_next, y
 
 
-def stacked_backward_step(grad_y, t, grad_h, grad_c, valid, acts, cells, projections, cs, weight_hh, weight_hr,
-                          cell_clip, proj_clip):
+def stacked_backward_step(
+    grad_y, t, grad_h, grad_c, valid, acts, cells, projections, cs, weight_hh, weight_hr, cell_clip, proj_clip
+):
     """The backward of `stacked_forward_step` at step ``t`` (an int or an index tensor; the saved tensors whole,
     as ``_forward_loop`` keeps them): -> (gate gradients, projection gradient, grad h, grad c) of the state step
     ``t`` started from."""
     valid = _at(valid, t, 0)
     grad_projected, grad_h_kept = _output_backward(_at(grad_y, t, 1), grad_h, valid, _at(projections, t, 1), proj_clip)
     grad_m = torch.bmm(grad_projected, weight_hr)
-    grad_gates, grad_c_prev = _cell_backward(grad_m, grad_c, valid, _at(acts, t, 1), _at(cells, t, 1), _at(cs, t, 1),
-                                             cell_clip)
+    grad_gates, grad_c_prev = _cell_backward(
+        grad_m, grad_c, valid, _at(acts, t, 1), _at(cells, t, 1), _at(cs, t, 1), cell_clip
+    )
     return grad_gates, grad_projected, torch.baddbmm(grad_h_kept, grad_gates, weight_hh), grad_c_prev
 
 
@@ -321,14 +330,19 @@ class RecurrencePlan:
     PER_DIRECTION_FROM = 65536
 
     @classmethod
-    def for_device(cls, device: torch.device, directions: int, recurrent_size: int = PER_DIRECTION_FROM) -> RecurrencePlan:
+    def for_device(
+        cls, device: torch.device, directions: int, recurrent_size: int = PER_DIRECTION_FROM
+    ) -> RecurrencePlan:
         """The plan for ``directions`` directions whose recurrent matrices have ``recurrent_size`` entries."""
         if device.type == "cpu":
             kernels = default_cpu_kernels()
             if recurrent_size < cls.PER_DIRECTION_FROM or not kernels.per_direction:
                 return cls()
-            return cls(per_direction=True, parallel=directions > 1 and kernels.concurrent and torch.get_num_threads() > 1,
-                       kernels=kernels)
+            return cls(
+                per_direction=True,
+                parallel=directions > 1 and kernels.concurrent and torch.get_num_threads() > 1,
+                kernels=kernels,
+            )
         return cls(compiled=compiler_available(device))
 
 
@@ -389,7 +403,9 @@ def _stacked_steps(plan: RecurrencePlan) -> tuple[Callable, Callable]:
     if not plan.compiled:
         return stacked_forward_step, stacked_backward_step
     steps = compiled_steps(plan.backend)
-    return _with_fallback(steps, "forward", stacked_forward_step), _with_fallback(steps, "backward", stacked_backward_step)
+    return _with_fallback(steps, "forward", stacked_forward_step), _with_fallback(
+        steps, "backward", stacked_backward_step
+    )
 
 
 def _forward_loop(gates_x, valid, h0, c0, weight_hh, weight_hr, clips, plan: RecurrencePlan, save: bool):
@@ -431,13 +447,36 @@ def _backward_loop(grad_y, grad_h, grad_c, valid, saved, weight_hh, weight_hr, c
     cell_clip, proj_clip = clips
     if plan.per_direction:
         step = _direction_backward_step(weight_hh, weight_hr, rows, plan.kernels)
-        call = lambda t, gh, gc: step(grad_y[:, t], gh, gc, valid[t], acts[:, t], cells[:, t], projections[:, t],  # noqa: E731
-                                      cs[:, t], cell_clip, proj_clip)
+        call = lambda t, gh, gc: step(
+            grad_y[:, t],
+            gh,
+            gc,
+            valid[t],
+            acts[:, t],
+            cells[:, t],
+            projections[:, t],  # noqa: E731
+            cs[:, t],
+            cell_clip,
+            proj_clip,
+        )
     else:
         backward_step, index = _stacked_steps(plan)[1], _step_indices(plan, steps, acts.device)
         grad_y, grad_h, grad_c, valid = _fresh(grad_y), _fresh(grad_h), _fresh(grad_c), _fresh(valid)
-        call = lambda t, gh, gc: backward_step(grad_y, index[t], gh, gc, valid, acts, cells, projections, cs,  # noqa: E731
-                                               weight_hh, weight_hr, cell_clip, proj_clip)
+        call = lambda t, gh, gc: backward_step(
+            grad_y,
+            index[t],
+            gh,
+            gc,
+            valid,
+            acts,
+            cells,
+            projections,
+            cs,  # noqa: E731
+            weight_hh,
+            weight_hr,
+            cell_clip,
+            proj_clip,
+        )
     grad_gates, grad_projections = [None] * steps, [None] * steps
     for t in reversed(range(steps)):
         grad_gates[t], grad_projections[t], grad_h, grad_c = call(t, grad_h, grad_c)
@@ -465,9 +504,12 @@ def _run_forward(gates_x, valid, h0, c0, weight_hh, weight_hr, clips, plan: Recu
         return y, final, list(saved or ())
     one = lambda x, d: x[d : d + 1]  # noqa: E731
     parts = _each_direction(
-        lambda d: _forward_loop(one(gates_x, d), valid, one(h0, d), one(c0, d), one(weight_hh, d), one(weight_hr, d),
-                                clips, plan, save),
-        gates_x.shape[0], plan)
+        lambda d: _forward_loop(
+            one(gates_x, d), valid, one(h0, d), one(c0, d), one(weight_hh, d), one(weight_hr, d), clips, plan, save
+        ),
+        gates_x.shape[0],
+        plan,
+    )
     y = torch.cat([part[0] for part in parts])
     final = (torch.cat([part[1][0] for part in parts]), torch.cat([part[1][1] for part in parts]))
     return y, final, [tensor for part in parts for tensor in (part[2] or ())]
@@ -484,12 +526,17 @@ def _direction_inference(inputs, valid, h0, c0, layers, dtype, clips, plan: Recu
         weight_ih, bias = layer.input_transform.weight.to(dtype), layer.input_transform.bias.to(dtype)
         input_products = plan.kernels.dense_linear(weight_ih, bias)
         gates_x = input_products(flat).view(1, steps, rows, -1)  # (1, T, B, 4H)
-        weights = (layer.recurrent_transform.weight.to(dtype).unsqueeze(0), layer.projection.weight.to(dtype).unsqueeze(0))
+        weights = (
+            layer.recurrent_transform.weight.to(dtype).unsqueeze(0),
+            layer.projection.weight.to(dtype).unsqueeze(0),
+        )
         return _forward_loop(gates_x, valid, h0[d : d + 1], c0[d : d + 1], *weights, clips, plan, save=False)
 
     parts = _each_direction(run, inputs.shape[0], plan)
-    return torch.cat([part[0] for part in parts]), (torch.cat([part[1][0] for part in parts]),
-                                                   torch.cat([part[1][1] for part in parts]))
+    return torch.cat([part[0] for part in parts]), (
+        torch.cat([part[1][0] for part in parts]),
+        torch.cat([part[1][1] for part in parts]),
+    )
 
 
 class ClippedLstmRecurrence(torch.autograd.Function):
@@ -523,13 +570,23 @@ class ClippedLstmRecurrence(torch.autograd.Function):
         else:
             one = lambda x, d: x[d : d + 1]  # noqa: E731
             parts = _each_direction(
-                lambda d: _backward_loop(one(grad_y, d), one(grad_h, d), one(grad_c, d), valid, saved[5 * d : 5 * d + 5],
-                                         one(weight_hh, d), one(weight_hr, d), clips, plan),
-                directions, plan)
-            grads = [torch.cat(tensors) for tensors in zip(*parts)]
+                lambda d: _backward_loop(
+                    one(grad_y, d),
+                    one(grad_h, d),
+                    one(grad_c, d),
+                    valid,
+                    saved[5 * d : 5 * d + 5],
+                    one(weight_hh, d),
+                    one(weight_hr, d),
+                    clips,
+                    plan,
+                ),
+                directions,
+                plan,
+            )
+            grads = [torch.cat(tensors) for tensors in zip(*parts, strict=False)]
         grad_gates, grad_h0, grad_c0, grad_weight_hh, grad_weight_hr = grads
         return grad_gates, None, grad_h0, grad_c0, grad_weight_hh, grad_weight_hr, None, None
-
 
 
 def clipped_lstm(
@@ -563,24 +620,33 @@ def clipped_lstm(
         return inputs.new_zeros(directions, 0, rows, P, dtype=dtype), (h0, c0)
     clips = (layers[0].cell_clip, layers[0].proj_clip)
     plan = plan or RecurrencePlan.for_device(device, directions, layers[0].recurrent_transform.weight.numel())
-    needs_grad = torch.is_grad_enabled() and (inputs.requires_grad or h0.requires_grad or c0.requires_grad
-                                              or any(p.requires_grad for layer in layers for p in layer.parameters()))
+    needs_grad = torch.is_grad_enabled() and (
+        inputs.requires_grad
+        or h0.requires_grad
+        or c0.requires_grad
+        or any(p.requires_grad for layer in layers for p in layer.parameters())
+    )
     with torch.autocast(device.type, enabled=False):
         if plan.per_direction and not needs_grad:
-            return _direction_inference(inputs.to(dtype), valid.unsqueeze(-1).to(dtype), h0, c0, layers, dtype, clips, plan)
+            return _direction_inference(
+                inputs.to(dtype), valid.unsqueeze(-1).to(dtype), h0, c0, layers, dtype, clips, plan
+            )
         stack = lambda tensors: torch.stack(list(tensors)).to(dtype)  # noqa: E731
         weight_ih, bias = stack(l.input_transform.weight for l in layers), stack(l.input_transform.bias for l in layers)
-        weight_hh, weight_hr = stack(l.recurrent_transform.weight for l in layers), stack(l.projection.weight for l in layers)
+        weight_hh, weight_hr = (
+            stack(l.recurrent_transform.weight for l in layers),
+            stack(l.projection.weight for l in layers),
+        )
         # the input products of every step and direction in one batched product (bias included)
-        gates_x = torch.baddbmm(bias.unsqueeze(1), inputs.to(dtype).reshape(directions, steps * rows, -1),
-                                weight_ih.transpose(1, 2)).view(directions, steps, rows, 4 * H)
+        gates_x = torch.baddbmm(
+            bias.unsqueeze(1), inputs.to(dtype).reshape(directions, steps * rows, -1), weight_ih.transpose(1, 2)
+        ).view(directions, steps, rows, 4 * H)
         valid = valid.unsqueeze(-1).to(dtype)  # (T, B, 1) 0./1.
         if needs_grad:
             y, h, c = ClippedLstmRecurrence.apply(gates_x, valid, h0, c0, weight_hh, weight_hr, clips, plan)
             return y, (h, c)
         y, final, _ = _run_forward(gates_x, valid, h0, c0, weight_hh, weight_hr, clips, plan, save=False)
         return y, final
-
 
 
 def default_cpu_kernels() -> CpuKernels:
@@ -590,7 +656,9 @@ def default_cpu_kernels() -> CpuKernels:
 
 def _warn_once_on_compile_failure(inputs: torch.Tensor) -> None:
     if inputs.device.type != "cpu" and compile_failure():
-        logger.warning_once(f"torch.compile could not build the LSTM step ({compile_failure()}); running it uncompiled.")
+        logger.warning_once(
+            f"torch.compile could not build the LSTM step ({compile_failure()}); running it uncompiled."
+        )
 
 
 def recurrence(inputs, valid, layers, state=None):
@@ -612,5 +680,16 @@ def use_packed_kernels(model: nn.Module, enable: bool = True) -> nn.Module:
     return model
 
 
-__all__ = ["ClippedLstmRecurrence", "CpuKernels", "PackedCpuKernels", "RecurrencePlan", "available", "clipped_lstm",
-           "compile_failure", "default_cpu_kernels", "on_threads", "recurrence", "use_packed_kernels"]
+__all__ = [
+    "ClippedLstmRecurrence",
+    "CpuKernels",
+    "PackedCpuKernels",
+    "RecurrencePlan",
+    "available",
+    "clipped_lstm",
+    "compile_failure",
+    "default_cpu_kernels",
+    "on_threads",
+    "recurrence",
+    "use_packed_kernels",
+]

@@ -57,9 +57,11 @@ import numpy as np
 import torch
 from safetensors import SafetensorError
 
-from ..utils import io_utils
 from ..configuration_elmo import ElmoConfig
 from ..folders.manifest import remove_stale_temporaries
+from ..folders.output_folder import TEMPORARY_KINDS, check_atol, check_output_dir, locks_output, write_folder_atomically
+from ..folders.output_folder import sha256_of_file as _sha256
+from ..utils import io_utils
 from .original_format import (
     LSTM_CELL,
     config_summary,
@@ -69,8 +71,6 @@ from .original_format import (
     read_checked,
     read_options,
 )
-from ..folders.output_folder import TEMPORARY_KINDS, check_atol, check_output_dir, locks_output, write_folder_atomically
-from ..folders.output_folder import sha256_of_file as _sha256
 from .parity import DEFAULT_ATOL, validate_converted_model
 from .releases import (
     BASE_URL_ENV,
@@ -153,8 +153,9 @@ def load_converted_state_dict(model: torch.nn.Module, state_dict: dict[str, torc
 # ------------------------------------------------------------------------------------------------ saving
 def _published_section(release: Release) -> str:
     figures = release.published_figures()
-    perplexity = (f"{release.perplexity:g}, {release.perplexity_note}" if release.perplexity is not None
-                  else "not published")
+    perplexity = (
+        f"{release.perplexity:g}, {release.perplexity_note}" if release.perplexity is not None else "not published"
+    )
     return f"""## Published figures
 
 | | |
@@ -172,11 +173,15 @@ computes what the released weights compute.
 """
 
 
-def _model_card(config: ElmoConfig, sources: list[dict[str, Any]], max_diff: float, num_parameters: int,
-                release: Release | None) -> str:
+def _model_card(
+    config: ElmoConfig, sources: list[dict[str, Any]], max_diff: float, num_parameters: int, release: Release | None
+) -> str:
     rows = "\n".join(f"| `{s['name']}` | {s['origin']} | {s['bytes']:,} | `{s['sha256']}` |" for s in sources)
-    title = f"ELMo `{release.name}` (converted from the AllenNLP release)" if release else \
-        "ELMo (converted from the original release)"
+    title = (
+        f"ELMo `{release.name}` (converted from the AllenNLP release)"
+        if release
+        else "ELMo (converted from the original release)"
+    )
     published = ("\n" + _published_section(release)) if release else ""
     return f"""---
 library_name: transformers
@@ -253,12 +258,23 @@ def convert(
         max_diff = validate_converted_model(model, options, h5, atol=atol)
     # 4. Save into a temporary sibling, then move into place.
     files = {"options": Path(options_path), "weights": Path(weights_path)}
-    described = [{"role": role, "name": path.name, "origin": (sources or {}).get(role, "local file"),
-                  "bytes": path.stat().st_size, "sha256": _sha256(path)} for role, path in files.items()]
+    described = [
+        {
+            "role": role,
+            "name": path.name,
+            "origin": (sources or {}).get(role, "local file"),
+            "bytes": path.stat().st_size,
+            "sha256": _sha256(path),
+        }
+        for role, path in files.items()
+    ]
     num_parameters = sum(p.numel() for p in model.parameters())
     metadata: dict[str, Any] = {
-        "converted_from": (f"AllenNLP ELMo release '{release.name}' ({release.folder})" if release
-                           else "original ELMo release (bilm-tf options.json + weights.hdf5)"),
+        "converted_from": (
+            f"AllenNLP ELMo release '{release.name}' ({release.folder})"
+            if release
+            else "original ELMo release (bilm-tf options.json + weights.hdf5)"
+        ),
         "options_file": files["options"].name,
         "weights_file": files["weights"].name,
         "sha256": {d["name"]: d["sha256"] for d in described},
@@ -271,6 +287,7 @@ def convert(
         metadata["published"] = release.published_figures()
     if sources:
         metadata["sources"] = dict(sources)
+
     def fill(staging: Path) -> None:
         save_model_folder(model, ElmoTokenizer(), staging)  # safetensors, tokenizer, code files, full auto_map
         readme = _model_card(config, described, max_diff, num_parameters, release)
@@ -295,8 +312,11 @@ def check_release_reachable(
     from huggingface_hub import is_offline_mode
 
     folder = release_cache_dir(release, cache_dir)
-    missing = [release.filename(role) for role in FILE_ROLES
-               if force_download or not (folder / release.filename(role)).is_file()]
+    missing = [
+        release.filename(role)
+        for role in FILE_ROLES
+        if force_download or not (folder / release.filename(role)).is_file()
+    ]
     primary = resolve_base_url(base_url)
     if not missing or io_utils.host_reachable(primary):
         return
@@ -339,51 +359,84 @@ def convert_release(
     check_atol(atol)
     check_output_dir(output_dir, overwrite, inputs=(cache_dir,) if cache_dir else ())
     check_release_reachable(release, cache_dir, base_url=base_url, force_download=force_download, use_mirror=use_mirror)
-    fetched = fetch_release(release, cache_dir, base_url=base_url, force_download=force_download,
-                            use_mirror=use_mirror, attempts=attempts or DEFAULT_ATTEMPTS, retry_wait=retry_wait,
-                            progress=progress)
-    return convert(fetched.paths["options"], fetched.paths["weights"], output_dir, overwrite=overwrite, atol=atol,
-                   release=release, sources=fetched.sources)
+    fetched = fetch_release(
+        release,
+        cache_dir,
+        base_url=base_url,
+        force_download=force_download,
+        use_mirror=use_mirror,
+        attempts=attempts or DEFAULT_ATTEMPTS,
+        retry_wait=retry_wait,
+        progress=progress,
+    )
+    return convert(
+        fetched.paths["options"],
+        fetched.paths["weights"],
+        output_dir,
+        overwrite=overwrite,
+        atol=atol,
+        release=release,
+        sources=fetched.sources,
+    )
 
 
 # ------------------------------------------------------------------------------------------------ CLI
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="elmo convert", allow_abbrev=False,
+        prog="elmo convert",
+        allow_abbrev=False,
         description="Convert an original ELMo release into a transformers model folder: either a published release "
-                    "(--release, downloaded and cached), local files (--options and --weights), or an "
-                    "ELMoForManyLangs model (--efml FOLDER_OR_ZIP, or --release efml-LANG). The converted "
-                    "model is checked against a numpy implementation of the original computation before it is "
-                    "written.",
+        "(--release, downloaded and cached), local files (--options and --weights), or an "
+        "ELMoForManyLangs model (--efml FOLDER_OR_ZIP, or --release efml-LANG). The converted "
+        "model is checked against a numpy implementation of the original computation before it is "
+        "written.",
     )
-    parser.add_argument("--release", metavar="NAME",
-                        help=f"download and convert a published model: an English one ({', '.join(RELEASES)}) or an "
-                             "ELMoForManyLangs one, efml-LANG (efml-de, efml-zh...; the table is in docs/conversion.md)")
+    parser.add_argument(
+        "--release",
+        metavar="NAME",
+        help=f"download and convert a published model: an English one ({', '.join(RELEASES)}) or an "
+        "ELMoForManyLangs one, efml-LANG (efml-de, efml-zh...; the table is in docs/conversion.md)",
+    )
     parser.add_argument("--options", help="a local options.json (with --weights)")
     parser.add_argument("--weights", help="a local weights.hdf5 (with --options)")
     parser.add_argument("--efml", metavar="FOLDER_OR_ZIP", help="a local ELMoForManyLangs model (its folder or zip)")
-    parser.add_argument("--architecture", metavar="JSON",
-                        help="ELMoForManyLangs only: the architecture json to use instead of the published "
-                             "cnn_50_100_512_4096_sample.json")
-    parser.add_argument("--language", metavar="CODE", help="--efml only: the model's language code (de, zh...), for the "
-                                                             "model card")
-    parser.add_argument("--mirror", metavar="REPO_ID",
-                        help="efml-LANG only: a Hugging Face Hub repository holding the zips as <id>.zip, tried when "
-                             "the NLPL repository fails (default $ELMO_EFML_HUB_MIRROR)")
+    parser.add_argument(
+        "--architecture",
+        metavar="JSON",
+        help="ELMoForManyLangs only: the architecture json to use instead of the published "
+        "cnn_50_100_512_4096_sample.json",
+    )
+    parser.add_argument(
+        "--language", metavar="CODE", help="--efml only: the model's language code (de, zh...), for the model card"
+    )
+    parser.add_argument(
+        "--mirror",
+        metavar="REPO_ID",
+        help="efml-LANG only: a Hugging Face Hub repository holding the zips as <id>.zip, tried when "
+        "the NLPL repository fails (default $ELMO_EFML_HUB_MIRROR)",
+    )
     parser.add_argument("--output", required=True, help="folder to write (safetensors, config, tokenizer, code, card)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing non-empty output folder")
-    parser.add_argument("--cache-dir", help="download cache (default $HF_HOME/modeling_elmo/releases; one folder "
-                                            "per release)")
-    parser.add_argument("--base-url", help=f"where the release folders are (default ${BASE_URL_ENV}, else "
-                                           "AllenNLP's S3 bucket)")
-    parser.add_argument("--force-download", action="store_true",
-                        help="download the release again even if it is in the cache")
-    parser.add_argument("--no-mirror", action="store_true",
-                        help="do not fall back to the Hugging Face Hub mirror when the primary server fails")
     parser.add_argument(
-        "--atol", type=float, default=None,
+        "--cache-dir", help="download cache (default $HF_HOME/modeling_elmo/releases; one folder per release)"
+    )
+    parser.add_argument(
+        "--base-url", help=f"where the release folders are (default ${BASE_URL_ENV}, else AllenNLP's S3 bucket)"
+    )
+    parser.add_argument(
+        "--force-download", action="store_true", help="download the release again even if it is in the cache"
+    )
+    parser.add_argument(
+        "--no-mirror",
+        action="store_true",
+        help="do not fall back to the Hugging Face Hub mirror when the primary server fails",
+    )
+    parser.add_argument(
+        "--atol",
+        type=float,
+        default=None,
         help=f"largest accepted difference to the numpy reference forward (default {DEFAULT_ATOL:g}; "
-             "1e-5 for ELMoForManyLangs models, checked on every layer in float64)",
+        "1e-5 for ELMoForManyLangs models, checked on every layer in float64)",
     )
     return parser
 
@@ -400,17 +453,32 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.release or args.efml) and not (args.options and args.weights):
         parser.error("give --release NAME, both --options and --weights, or --efml FOLDER_OR_ZIP.")
     if args.release and not efml_release and args.release not in RELEASES:
-        parser.error(f"unknown release {args.release!r}; the English releases are {', '.join(RELEASES)}, the "
-                     "ELMoForManyLangs ones efml-LANG (see docs/conversion.md).")
-    misplaced = [flag for flag, used, allowed in (
-        ("--architecture", args.architecture, args.efml or efml_release), ("--language", args.language, args.efml),
-        ("--mirror", args.mirror, efml_release), ("--no-mirror", args.no_mirror, args.release and not efml_release))
-        if used and not allowed]
+        parser.error(
+            f"unknown release {args.release!r}; the English releases are {', '.join(RELEASES)}, the "
+            "ELMoForManyLangs ones efml-LANG (see docs/conversion.md)."
+        )
+    misplaced = [
+        flag
+        for flag, used, allowed in (
+            ("--architecture", args.architecture, args.efml or efml_release),
+            ("--language", args.language, args.efml),
+            ("--mirror", args.mirror, efml_release),
+            ("--no-mirror", args.no_mirror, args.release and not efml_release),
+        )
+        if used and not allowed
+    ]
     if misplaced:
         parser.error(f"{', '.join(misplaced)} do(es) not apply to this source (see --help).")
-    local_only = [flag for flag, used in (("--cache-dir", args.cache_dir), ("--base-url", args.base_url),
-                                          ("--force-download", args.force_download), ("--no-mirror", args.no_mirror))
-                  if used and not args.release]
+    local_only = [
+        flag
+        for flag, used in (
+            ("--cache-dir", args.cache_dir),
+            ("--base-url", args.base_url),
+            ("--force-download", args.force_download),
+            ("--no-mirror", args.no_mirror),
+        )
+        if used and not args.release
+    ]
     if local_only:
         parser.error(f"{', '.join(local_only)} only apply with --release.")
     try:
@@ -419,24 +487,51 @@ def main(argv: list[str] | None = None) -> int:
 
             atol = EFML_ATOL if args.atol is None else args.atol
             if args.efml:
-                folder = convert_efml(args.efml, args.output, overwrite=args.overwrite, atol=atol,
-                                      architecture=args.architecture, language=args.language)
+                folder = convert_efml(
+                    args.efml,
+                    args.output,
+                    overwrite=args.overwrite,
+                    atol=atol,
+                    architecture=args.architecture,
+                    language=args.language,
+                )
             else:
-                folder = convert_efml_release(args.release, args.output, cache_dir=args.cache_dir,
-                                              base_url=args.base_url, mirror=args.mirror, overwrite=args.overwrite,
-                                              force_download=args.force_download, atol=atol)
+                folder = convert_efml_release(
+                    args.release,
+                    args.output,
+                    cache_dir=args.cache_dir,
+                    base_url=args.base_url,
+                    mirror=args.mirror,
+                    overwrite=args.overwrite,
+                    force_download=args.force_download,
+                    atol=atol,
+                )
         elif args.release:
-            folder = convert_release(args.release, args.output, cache_dir=args.cache_dir, base_url=args.base_url,
-                                     overwrite=args.overwrite, force_download=args.force_download,
-                                     use_mirror=not args.no_mirror, atol=DEFAULT_ATOL if args.atol is None else args.atol)
+            folder = convert_release(
+                args.release,
+                args.output,
+                cache_dir=args.cache_dir,
+                base_url=args.base_url,
+                overwrite=args.overwrite,
+                force_download=args.force_download,
+                use_mirror=not args.no_mirror,
+                atol=DEFAULT_ATOL if args.atol is None else args.atol,
+            )
         else:
-            folder = convert(args.options, args.weights, args.output, overwrite=args.overwrite,
-                             atol=DEFAULT_ATOL if args.atol is None else args.atol)
+            folder = convert(
+                args.options,
+                args.weights,
+                args.output,
+                overwrite=args.overwrite,
+                atol=DEFAULT_ATOL if args.atol is None else args.atol,
+            )
     except (ValueError, OSError) as error:  # bad input, a failed download, a file system refusing a write
         raise SystemExit(f"elmo convert: error: {io_utils.error_line(error)}") from None
     except SafetensorError as error:  # safetensors' own error for a failed write (a full disk)
-        raise SystemExit(f"elmo convert: error: cannot write the model into {args.output!r}: "
-                         f"{io_utils.error_line(error)}; the output folder was left as it was.") from None
+        raise SystemExit(
+            f"elmo convert: error: cannot write the model into {args.output!r}: "
+            f"{io_utils.error_line(error)}; the output folder was left as it was."
+        ) from None
     metadata = json.loads((folder / "conversion_metadata.json").read_text(encoding="utf-8"))
     for role, origin in metadata.get("sources", {}).items():
         print(f"{role}: {origin}")

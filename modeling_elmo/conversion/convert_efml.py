@@ -44,12 +44,18 @@ import numpy as np
 import torch
 
 from ..configuration_elmo import SPECIAL_WORDS, ElmoConfig
+from ..folders.manifest import remove_stale_temporaries
+from ..folders.output_folder import (
+    TEMPORARY_KINDS,
+    check_atol,
+    check_output_dir,
+    locks_output,
+    sha256_of_file,
+    write_folder_atomically,
+)
+from ..utils.loading import check_config
 from .efml_format import CHAR_SYMBOLS, WORD_SYMBOLS, EfmlModel, read_efml_model, safe_extract_zip
 from .efml_reference import efml_forward
-from ..utils.loading import check_config
-from ..folders.manifest import remove_stale_temporaries
-from ..folders.output_folder import (TEMPORARY_KINDS, check_atol, check_output_dir, locks_output, sha256_of_file,
-                            write_folder_atomically)
 
 logger = logging.getLogger(__name__)
 
@@ -62,8 +68,10 @@ def _vocabulary(dictionary, symbols: tuple[str, ...], table_rows: int, what: str
     """The listed entries (not the symbols) of a ``.dic`` in id order, and their original ids; checked against the
     table size."""
     if dictionary.lines != table_rows:
-        raise ValueError(f"{dictionary.path.name} has {dictionary.lines:,} entries but the {what} table of the "
-                         f"weights has {table_rows:,} rows: they do not belong together.")
+        raise ValueError(
+            f"{dictionary.path.name} has {dictionary.lines:,} entries but the {what} table of the "
+            f"weights has {table_rows:,} rows: they do not belong together."
+        )
     missing = [s for s in symbols if s not in dictionary.ids]
     if missing:
         raise ValueError(f"{dictionary.path.name} lacks the symbol(s) {', '.join(missing)}.")
@@ -78,48 +86,67 @@ def efml_config(efml: EfmlModel) -> ElmoConfig:
     te, en, arch = efml.token_embedder, efml.encoder, efml.architecture
     embedder, lstm = arch.get("token_embedder", {}), arch.get("encoder", {})
     if str(embedder.get("name", "cnn")).lower() != "cnn" or str(lstm.get("name", "elmo")).lower() != "elmo":
-        raise ValueError(f"only the character-CNN + ELMo-encoder models convert; the architecture "
-                         f"({efml.architecture_source}) has token_embedder {embedder.get('name')!r}, encoder {lstm.get('name')!r}.")
+        raise ValueError(
+            f"only the character-CNN + ELMo-encoder models convert; the architecture "
+            f"({efml.architecture_source}) has token_embedder {embedder.get('name')!r}, encoder {lstm.get('name')!r}."
+        )
     if "char_emb_layer.embedding.weight" not in te:
-        raise ValueError("token_embedder.pkl has no character table (char_emb_layer.embedding.weight): word-only "
-                         "models are not supported.")
+        raise ValueError(
+            "token_embedder.pkl has no character table (char_emb_layer.embedding.weight): word-only "
+            "models are not supported."
+        )
     num_chars, char_dim = te["char_emb_layer.embedding.weight"].shape
     filters = []
     while f"convolutions.{len(filters)}.weight" in te:
         count, in_dim, width = te[f"convolutions.{len(filters)}.weight"].shape
         if in_dim != char_dim:
-            raise ValueError(f"convolutions.{len(filters)}.weight has {in_dim} input channels, the character table {char_dim}.")
+            raise ValueError(
+                f"convolutions.{len(filters)}.weight has {in_dim} input channels, the character table {char_dim}."
+            )
         filters.append([int(width), int(count)])
     highways = 0
     while f"highways._layers.{highways}.weight" in te:
         highways += 1
     total = sum(n for _, n in filters)
-    word_vocab, word_dim = te["word_emb_layer.embedding.weight"].shape if "word_emb_layer.embedding.weight" in te else (0, 0)
+    word_vocab, word_dim = (
+        te["word_emb_layer.embedding.weight"].shape if "word_emb_layer.embedding.weight" in te else (0, 0)
+    )
     projection = te.get("projection.weight")
     if projection is None or not filters:
-        raise ValueError("token_embedder.pkl lacks " + ("projection.weight." if projection is None else "convolutions."))
+        raise ValueError(
+            "token_embedder.pkl lacks " + ("projection.weight." if projection is None else "convolutions.")
+        )
     hidden, width_in = projection.shape
     if width_in != word_dim + total:
-        raise ValueError(f"projection.weight takes {width_in} inputs, but the word vectors ({word_dim}) and the "
-                         f"{total} filters make {word_dim + total}.")
+        raise ValueError(
+            f"projection.weight takes {width_in} inputs, but the word vectors ({word_dim}) and the "
+            f"{total} filters make {word_dim + total}."
+        )
     layers = 0
     while f"forward_layer_{layers}.input_linearity.weight" in en:
         layers += 1
     if not layers:
         raise ValueError("encoder.pkl has no forward_layer_0: it is not an ELMo encoder.")
     cell = en["forward_layer_0.input_linearity.weight"].shape[0] // 4
-    expected = _expected_shapes(int(num_chars), int(char_dim), filters, highways, int(word_vocab), int(word_dim),
-                                int(hidden), int(cell), layers)
+    expected = _expected_shapes(
+        int(num_chars), int(char_dim), filters, highways, int(word_vocab), int(word_dim), int(hidden), int(cell), layers
+    )
     problems = []
     for name, tensors in (("token_embedder.pkl", te), ("encoder.pkl", en)):
         want = expected[name]
         problems += [f"{name}: {key} missing" for key in sorted(set(want) - set(tensors))]
         problems += [f"{name}: unexpected {key}" for key in sorted(set(tensors) - set(want))]
-        problems += [f"{name}: {key} has shape {tuple(tensors[key].shape)}, expected {want[key]}"
-                     for key in sorted(set(want) & set(tensors)) if tuple(tensors[key].shape) != want[key]]
+        problems += [
+            f"{name}: {key} has shape {tuple(tensors[key].shape)}, expected {want[key]}"
+            for key in sorted(set(want) & set(tensors))
+            if tuple(tensors[key].shape) != want[key]
+        ]
     if problems:
-        raise ValueError("the weights do not form an ELMoForManyLangs model: " + "; ".join(problems[:8])
-                         + (f" (and {len(problems) - 8} more)" if len(problems) > 8 else ""))
+        raise ValueError(
+            "the weights do not form an ELMoForManyLangs model: "
+            + "; ".join(problems[:8])
+            + (f" (and {len(problems) - 8} more)" if len(problems) > 8 else "")
+        )
     characters, _ = _vocabulary(efml.chars, CHAR_SYMBOLS, int(num_chars), "character")
     words = []
     if word_vocab:
@@ -128,13 +155,22 @@ def efml_config(efml: EfmlModel) -> ElmoConfig:
         words = _input_words(efml)[0]
     clip = lambda value: float(value) if value else None  # noqa: E731  (0 or absent: no clipping, as the original)
     config = ElmoConfig(
-        vocab_size=4, projection_dim=int(hidden), cell_size=int(cell), num_hidden_layers=layers,
-        cell_clip=clip(lstm.get("cell_clip")), proj_clip=clip(lstm.get("proj_clip")), use_skip_connections=True,
-        char_embedding_dim=int(char_dim), char_cnn_filters=filters, num_highway_layers=highways,
+        vocab_size=4,
+        projection_dim=int(hidden),
+        cell_size=int(cell),
+        num_hidden_layers=layers,
+        cell_clip=clip(lstm.get("cell_clip")),
+        proj_clip=clip(lstm.get("proj_clip")),
+        use_skip_connections=True,
+        char_embedding_dim=int(char_dim),
+        char_cnn_filters=filters,
+        num_highway_layers=highways,
         char_cnn_activation=str(embedder.get("activation", "relu")),
         max_characters_per_token=int(embedder.get("max_characters_per_token", 50)),
-        char_vocabulary="unicode", num_characters=7 + len(characters),
-        word_input_vocab_size=(len(SPECIAL_WORDS) + len(words)) if word_vocab else 0, word_input_dim=int(word_dim),
+        char_vocabulary="unicode",
+        num_characters=7 + len(characters),
+        word_input_vocab_size=(len(SPECIAL_WORDS) + len(words)) if word_vocab else 0,
+        word_input_dim=int(word_dim),
     )
     check_config(config, "the ELMoForManyLangs config")
     return config
@@ -142,8 +178,11 @@ def efml_config(efml: EfmlModel) -> ElmoConfig:
 
 def _expected_shapes(num_chars, char_dim, filters, highways, word_vocab, word_dim, hidden, cell, layers):
     total = sum(n for _, n in filters)
-    te: dict[str, tuple[int, ...]] = {"char_emb_layer.embedding.weight": (num_chars, char_dim),
-                                      "projection.weight": (hidden, word_dim + total), "projection.bias": (hidden,)}
+    te: dict[str, tuple[int, ...]] = {
+        "char_emb_layer.embedding.weight": (num_chars, char_dim),
+        "projection.weight": (hidden, word_dim + total),
+        "projection.bias": (hidden,),
+    }
     if word_vocab:
         te["word_emb_layer.embedding.weight"] = (word_vocab, word_dim)
     for i, (width, count) in enumerate(filters):
@@ -166,10 +205,12 @@ def _input_words(efml: EfmlModel) -> tuple[list[str], list[int]]:
     special words (``<S>``...) is left out (it would be read as that word)."""
     rows = efml.token_embedder["word_emb_layer.embedding.weight"].shape[0]
     words, ids = _vocabulary(efml.words, WORD_SYMBOLS, rows, "word")
-    kept = [(w, i) for w, i in zip(words, ids) if w not in SPECIAL_WORDS]
+    kept = [(w, i) for w, i in zip(words, ids, strict=False) if w not in SPECIAL_WORDS]
     if len(kept) != len(words):
-        logger.warning("word.dic lists %s; those words are read as the special words of the same name",
-                       sorted(set(words) & set(SPECIAL_WORDS)))
+        logger.warning(
+            "word.dic lists %s; those words are read as the special words of the same name",
+            sorted(set(words) & set(SPECIAL_WORDS)),
+        )
     return [w for w, _ in kept], [i for _, i in kept]
 
 
@@ -182,7 +223,8 @@ def efml_state_dict(efml: EfmlModel, config: ElmoConfig) -> dict[str, torch.Tens
     order = [chars["<pad>"], chars["<eow>"], chars["<bow>"], chars["<bos>"], chars["<eos>"], chars["<oov>"]] + char_rows
     sd: dict[str, torch.Tensor] = {
         "char_encoder.char_embeddings.weight": torch.cat([table.new_zeros(1, table.shape[1]), table[order]]),
-        "char_encoder.projection.weight": te["projection.weight"], "char_encoder.projection.bias": te["projection.bias"],
+        "char_encoder.projection.weight": te["projection.weight"],
+        "char_encoder.projection.bias": te["projection.bias"],
     }
     if config.word_input_vocab_size:
         words = efml.words.ids
@@ -195,8 +237,14 @@ def efml_state_dict(efml: EfmlModel, config: ElmoConfig) -> dict[str, torch.Tens
     size = config.num_char_cnn_filters
     for k in range(config.num_highway_layers):
         weight, bias = te[f"highways._layers.{k}.weight"], te[f"highways._layers.{k}.bias"]
-        sd[f"char_encoder.highways.{k}.transform.weight"], sd[f"char_encoder.highways.{k}.transform.bias"] = weight[:size], bias[:size]
-        sd[f"char_encoder.highways.{k}.gate.weight"], sd[f"char_encoder.highways.{k}.gate.bias"] = -weight[size:], -bias[size:]
+        sd[f"char_encoder.highways.{k}.transform.weight"], sd[f"char_encoder.highways.{k}.transform.bias"] = (
+            weight[:size],
+            bias[:size],
+        )
+        sd[f"char_encoder.highways.{k}.gate.weight"], sd[f"char_encoder.highways.{k}.gate.bias"] = (
+            -weight[size:],
+            -bias[size:],
+        )
     for direction in ("forward", "backward"):
         for layer in range(config.num_hidden_layers):
             source, target = f"{direction}_layer_{layer}", f"encoder.{direction}_layers.{layer}"
@@ -214,8 +262,12 @@ def efml_tokenizer(efml: EfmlModel, config: ElmoConfig):
 
     characters, _ = _vocabulary(efml.chars, CHAR_SYMBOLS, efml.chars.lines, "character")
     words = _input_words(efml)[0] if config.word_input_vocab_size else None
-    return ElmoTokenizer(characters=characters, input_words=words, split_pattern="whitespace",
-                         max_characters_per_token=config.max_characters_per_token)
+    return ElmoTokenizer(
+        characters=characters,
+        input_words=words,
+        split_pattern="whitespace",
+        max_characters_per_token=config.max_characters_per_token,
+    )
 
 
 # --------------------------------------------------------------------------------------------------- validation
@@ -241,37 +293,68 @@ def validation_sentences(efml: EfmlModel, count: int = 6, seed: int = 0) -> list
     return sentences
 
 
-def validate_efml_conversion(model, tokenizer, efml: EfmlModel, sentences: list[list[str]],
-                             atol: float = EFML_ATOL) -> list[float]:
+def validate_efml_conversion(
+    model, tokenizer, efml: EfmlModel, sentences: list[list[str]], atol: float = EFML_ATOL
+) -> list[float]:
     """Run ``sentences`` through the converted model (a float64 copy, as one padded batch) and through the float64
     reference; return the largest difference per layer. A layer differing by more than ``atol`` is a `ValueError`."""
-    reference = [efml_forward(s, efml.chars.ids, efml.words.ids if efml.words is not None else None,
-                              efml.token_embedder, efml.encoder, efml.architecture) for s in sentences]
+    reference = [
+        efml_forward(
+            s,
+            efml.chars.ids,
+            efml.words.ids if efml.words is not None else None,
+            efml.token_embedder,
+            efml.encoder,
+            efml.architecture,
+        )
+        for s in sentences
+    ]
     double = copy.deepcopy(model).double().eval()
     encoding = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
     with torch.no_grad():
         layers = double(**encoding, output_hidden_states=True).hidden_states
     differences = []
     for index in range(len(layers)):  # np.max keeps a NaN (max(0.0, nan) would be 0.0): NaN never passes
-        differences.append(float(np.max([np.abs(layers[index][row, : expected.shape[1]].numpy() - expected[index]).max()
-                                         for row, expected in enumerate(reference)])))
+        differences.append(
+            float(
+                np.max(
+                    [
+                        np.abs(layers[index][row, : expected.shape[1]].numpy() - expected[index]).max()
+                        for row, expected in enumerate(reference)
+                    ]
+                )
+            )
+        )
     bad = [i for i, d in enumerate(differences) if not d <= atol]
     if bad:
-        raise ValueError(f"the converted model differs from the original computation: layer {bad[0]} by "
-                         f"{differences[bad[0]]:.3g} (tolerance {atol:g}; per layer {[f'{d:.2g}' for d in differences]}).")
+        raise ValueError(
+            f"the converted model differs from the original computation: layer {bad[0]} by "
+            f"{differences[bad[0]]:.3g} (tolerance {atol:g}; per layer {[f'{d:.2g}' for d in differences]})."
+        )
     return differences
 
 
 # --------------------------------------------------------------------------------------------------- model card
-TRAINING_DATA = ("20 million words sampled at random from the raw text of the CoNLL 2018 shared task on Universal "
-                 "Dependencies parsing (Wikipedia dumps and Common Crawl), for this language")
+TRAINING_DATA = (
+    "20 million words sampled at random from the raw text of the CoNLL 2018 shared task on Universal "
+    "Dependencies parsing (Wikipedia dumps and Common Crawl), for this language"
+)
 
 
-def _model_card(config: ElmoConfig, language: str | None, source: str, files: list[dict[str, Any]],
-                differences: list[float], repository_id: int | None) -> str:
+def _model_card(
+    config: ElmoConfig,
+    language: str | None,
+    source: str,
+    files: list[dict[str, Any]],
+    differences: list[float],
+    repository_id: int | None,
+) -> str:
     rows = "\n".join(f"| `{f['name']}` | {f['bytes']:,} | `{f['sha256']}` |" for f in files)
-    where = (f"NLPL vector repository, model {repository_id} (`http://vectors.nlpl.eu/repository/11/{repository_id}.zip`)"
-             if repository_id is not None else source)
+    where = (
+        f"NLPL vector repository, model {repository_id} (`http://vectors.nlpl.eu/repository/11/{repository_id}.zip`)"
+        if repository_id is not None
+        else source
+    )
     title = f"ELMo for {language}" if language else "ELMo"
     return f"""---
 library_name: transformers
@@ -284,7 +367,7 @@ tags:
 
 # {title} (ELMoForManyLangs, converted)
 
-The {language + ' ' if language else ''}ELMo model of ELMoForManyLangs (HIT-SCIR; Che et al. 2018, "Towards Better
+The {language + " " if language else ""}ELMo model of ELMoForManyLangs (HIT-SCIR; Che et al. 2018, "Towards Better
 UD Parsing: Deep Contextualized Word Embeddings, Ensemble, and Treebank Concatenation", CoNLL 2018 shared task),
 converted with `modeling_elmo.conversion.convert_efml`.
 
@@ -301,7 +384,7 @@ Shape: character CNN over Unicode characters ({config.num_characters - 7:,} list
 {config.word_input_dim} ({config.word_input_vocab_size:,} words) concatenated before the projection,
 {config.num_hidden_layers} x LSTM {config.cell_size} -> {config.projection_dim}. Every layer matched a float64
 reimplementation of the original computation on validation sentences (largest difference per layer:
-{', '.join(f'{d:.2g}' for d in differences)}).
+{", ".join(f"{d:.2g}" for d in differences)}).
 
 ## Use
 
@@ -363,12 +446,17 @@ def convert_efml(
         try:
             model.load_state_dict(efml_state_dict(efml, config), strict=True)
         except RuntimeError as error:  # a layout this converter did not foresee
-            raise ValueError(f"the converted weights do not fit the model: {' '.join(str(error).split())[:400]}") from None
+            raise ValueError(
+                f"the converted weights do not fit the model: {' '.join(str(error).split())[:400]}"
+            ) from None
         model.eval()
         tokenizer = efml_tokenizer(efml, config)
         differences = validate_efml_conversion(model, tokenizer, efml, validation_sentences(efml), atol)
-        files = [{"name": p.name, "bytes": p.stat().st_size, "sha256": sha256_of_file(p)}
-                 for p in sorted(efml.folder.iterdir()) if p.is_file()]
+        files = [
+            {"name": p.name, "bytes": p.stat().st_size, "sha256": sha256_of_file(p)}
+            for p in sorted(efml.folder.iterdir())
+            if p.is_file()
+        ]
         if source.is_file():
             files.insert(0, {"name": source.name, "bytes": source.stat().st_size, "sha256": sha256_of_file(source)})
     name = _language_name(language)
@@ -395,12 +483,11 @@ def convert_efml(
         save_model_folder(model, tokenizer, staging)
         card = _model_card(config, name, str(sources or source), files, differences, repository_id)
         (staging / "README.md").write_text(card, encoding="utf-8")
-        (staging / "conversion_metadata.json").write_text(json.dumps(metadata, indent=2, ensure_ascii=False) + "\n",
-                                                          encoding="utf-8")
+        (staging / "conversion_metadata.json").write_text(
+            json.dumps(metadata, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
 
     return write_folder_atomically(output_dir, fill, overwrite=overwrite)
-
-
 
 
 @locks_output
@@ -427,12 +514,34 @@ def convert_efml_release(
     release = get_efml_release(release) if isinstance(release, str) else release
     check_atol(atol)
     check_output_dir(output_dir, overwrite, inputs=(cache_dir,) if cache_dir else ())
-    archive, where = fetch_efml_release(release, cache_dir, base_url=base_url, mirror=mirror,
-                                        force_download=force_download, attempts=attempts or DEFAULT_ATTEMPTS,
-                                        retry_wait=retry_wait, progress=progress)
-    return convert_efml(archive, output_dir, overwrite=overwrite, atol=atol, language=release.code,
-                        repository_id=release.repository_id, sources={"zip": where})
+    archive, where = fetch_efml_release(
+        release,
+        cache_dir,
+        base_url=base_url,
+        mirror=mirror,
+        force_download=force_download,
+        attempts=attempts or DEFAULT_ATTEMPTS,
+        retry_wait=retry_wait,
+        progress=progress,
+    )
+    return convert_efml(
+        archive,
+        output_dir,
+        overwrite=overwrite,
+        atol=atol,
+        language=release.code,
+        repository_id=release.repository_id,
+        sources={"zip": where},
+    )
 
 
-__all__ = ["EFML_ATOL", "convert_efml", "convert_efml_release", "efml_config", "efml_state_dict", "efml_tokenizer",
-           "validate_efml_conversion", "validation_sentences"]
+__all__ = [
+    "EFML_ATOL",
+    "convert_efml",
+    "convert_efml_release",
+    "efml_config",
+    "efml_state_dict",
+    "efml_tokenizer",
+    "validate_efml_conversion",
+    "validation_sentences",
+]

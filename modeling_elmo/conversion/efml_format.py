@@ -46,9 +46,15 @@ logger = logging.getLogger(__name__)
 #: with (only ``activation``, ``cell_clip``, ``proj_clip`` and ``max_characters_per_token`` are read from it).
 PUBLISHED_ARCHITECTURE: dict[str, Any] = {
     "encoder": {"name": "elmo", "projection_dim": 512, "cell_clip": 3, "proj_clip": 3, "dim": 4096, "n_layers": 2},
-    "token_embedder": {"name": "cnn", "activation": "relu",
-                       "filters": [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]],
-                       "n_highway": 2, "word_dim": 100, "char_dim": 50, "max_characters_per_token": 50},
+    "token_embedder": {
+        "name": "cnn",
+        "activation": "relu",
+        "filters": [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]],
+        "n_highway": 2,
+        "word_dim": 100,
+        "char_dim": 50,
+        "max_characters_per_token": 50,
+    },
     "classifier": {"name": "sampled_softmax", "n_samples": 8192},
     "dropout": 0.1,
 }
@@ -59,8 +65,13 @@ REQUIRED_FILES = ("char.dic", "encoder.pkl", "token_embedder.pkl")
 #: The globals a state-dict pickle may reference: ordered dicts, tensor rebuild functions and typed storages.
 _STORAGE_TYPES = ("Float", "Double", "Half", "BFloat16", "Long", "Int", "Short", "Char", "Byte", "Bool")
 ALLOWED_PICKLE_GLOBALS = frozenset(
-    {("collections", "OrderedDict"), ("torch._utils", "_rebuild_tensor"), ("torch._utils", "_rebuild_tensor_v2"),
-     ("torch._utils", "_rebuild_parameter"), ("torch", "UntypedStorage")}
+    {
+        ("collections", "OrderedDict"),
+        ("torch._utils", "_rebuild_tensor"),
+        ("torch._utils", "_rebuild_tensor_v2"),
+        ("torch._utils", "_rebuild_parameter"),
+        ("torch", "UntypedStorage"),
+    }
     | {(module, f"{kind}Storage") for module in ("torch", "torch.cuda") for kind in _STORAGE_TYPES}
 )
 #: An unpacked model is a few hundred MB; a zip announcing more than this is refused before anything is written.
@@ -96,19 +107,27 @@ def safe_extract_zip(archive: str | os.PathLike, target: str | os.PathLike) -> P
             name = member.filename
             parts = name.replace("\\", "/").split("/")
             if name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":") or ".." in parts:
-                raise ValueError(f"{archive.name} holds {_shown(name)}, a path outside the folder it unpacks into; "
-                                 "nothing was unpacked.")
+                raise ValueError(
+                    f"{archive.name} holds {_shown(name)}, a path outside the folder it unpacks into; "
+                    "nothing was unpacked."
+                )
             if not _plain_member(member):
-                raise ValueError(f"{archive.name} holds {_shown(name)}, which is not a plain file or folder (a link?); "
-                                 "nothing was unpacked.")
+                raise ValueError(
+                    f"{archive.name} holds {_shown(name)}, which is not a plain file or folder (a link?); "
+                    "nothing was unpacked."
+                )
             if member.file_size > max(SMALL_MEMBER_BYTES, MAX_MEMBER_RATIO * member.compress_size):
-                raise ValueError(f"{archive.name} holds {_shown(name)}, which inflates from {member.compress_size:,} "
-                                 f"to {member.file_size:,} bytes: no file of a model compresses so well (a zip bomb?); "
-                                 "nothing was unpacked.")
+                raise ValueError(
+                    f"{archive.name} holds {_shown(name)}, which inflates from {member.compress_size:,} "
+                    f"to {member.file_size:,} bytes: no file of a model compresses so well (a zip bomb?); "
+                    "nothing was unpacked."
+                )
             total += member.file_size
         if total > MAX_UNPACKED_BYTES:
-            raise ValueError(f"{archive.name} unpacks to {total:,} bytes, more than a model can hold "
-                             f"({MAX_UNPACKED_BYTES:,}); nothing was unpacked.")
+            raise ValueError(
+                f"{archive.name} unpacks to {total:,} bytes, more than a model can hold "
+                f"({MAX_UNPACKED_BYTES:,}); nothing was unpacked."
+            )
         target.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.unpacking-", dir=target.parent))
         try:
@@ -152,12 +171,16 @@ def _extract_member(handle: zipfile.ZipFile, member: zipfile.ZipInfo, destinatio
     with handle.open(member) as source, open(destination, "wb") as sink:
         while block := source.read(1 << 20):
             if written == 0 and member.filename.endswith(".pkl") and not block.startswith(PICKLE_MAGIC):
-                raise ValueError(f"{archive} holds {_shown(member.filename)}, which does not start like a PyTorch "
-                                 f"weight file (its first bytes are {block[:8]!r}); nothing was unpacked.")
+                raise ValueError(
+                    f"{archive} holds {_shown(member.filename)}, which does not start like a PyTorch "
+                    f"weight file (its first bytes are {block[:8]!r}); nothing was unpacked."
+                )
             written += len(block)
             if written > member.file_size:
-                raise ValueError(f"{archive} holds {_shown(member.filename)}, which inflates beyond the "
-                                 f"{member.file_size:,} bytes its entry declares; nothing was unpacked.")
+                raise ValueError(
+                    f"{archive} holds {_shown(member.filename)}, which inflates beyond the "
+                    f"{member.file_size:,} bytes its entry declares; nothing was unpacked."
+                )
             sink.write(block)
 
 
@@ -169,8 +192,10 @@ def model_folder_of(root: str | os.PathLike, shown: str | None = None) -> Path:
         return root
     found = sorted(path.parent for path in root.rglob("encoder.pkl") if path.is_file())
     if len(found) != 1:
-        raise ValueError(f"{shown or str(root)!r} is not an ELMoForManyLangs model: "
-                         + ("no encoder.pkl in it." if not found else f"{len(found)} folders hold an encoder.pkl."))
+        raise ValueError(
+            f"{shown or str(root)!r} is not an ELMoForManyLangs model: "
+            + ("no encoder.pkl in it." if not found else f"{len(found)} folders hold an encoder.pkl.")
+        )
     return found[0]
 
 
@@ -212,8 +237,10 @@ def read_dic(path: str | os.PathLike, symbols: tuple[str, ...] | None = None) ->
             raise ValueError(f"{path.name} line {number} is not 'token<TAB>id' (the id a number): {_shown(line, 60)}.")
         token, index = fields[0], int(fields[1])
         if symbols is not None and len(token) != 1 and token not in symbols:
-            raise ValueError(f"{path.name} line {number} lists {_shown(token, 60)}, which is neither one character "
-                             f"nor one of the symbols {' '.join(symbols)}.")
+            raise ValueError(
+                f"{path.name} line {number} lists {_shown(token, 60)}, which is neither one character "
+                f"nor one of the symbols {' '.join(symbols)}."
+            )
         if index in seen:
             raise ValueError(f"{path.name} line {number} repeats the id {index}.")
         seen.add(index)
@@ -259,8 +286,15 @@ def pickle_references(data: bytes, name: str = "the file") -> set[tuple[str, str
                         found.add(("?", "a global whose name is computed"))
                     else:
                         found.add((strings[-2], strings[-1]))
-                elif opcode.name in ("SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "SHORT_BINSTRING",
-                                     "BINSTRING", "STRING"):
+                elif opcode.name in (
+                    "SHORT_BINUNICODE",
+                    "BINUNICODE",
+                    "BINUNICODE8",
+                    "UNICODE",
+                    "SHORT_BINSTRING",
+                    "BINSTRING",
+                    "STRING",
+                ):
                     strings.append(argument)
                 elif opcode.name in ("BINPUT", "LONG_BINPUT", "PUT"):
                     memo[int(argument)] = strings[-1] if strings else None
@@ -287,23 +321,32 @@ def load_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
         data = path.read_bytes()
     except FileNotFoundError:
         raise ValueError(f"{str(path)!r} does not exist.") from None
-    foreign = sorted(f"{module}.{attribute}" for module, attribute in pickle_references(data, path.name)
-                     if (module, attribute) not in ALLOWED_PICKLE_GLOBALS)
+    foreign = sorted(
+        f"{module}.{attribute}"
+        for module, attribute in pickle_references(data, path.name)
+        if (module, attribute) not in ALLOWED_PICKLE_GLOBALS
+    )
     if foreign:
-        raise ValueError(f"{path.name} references {', '.join(foreign)}: a weight file holds only tensors and ordered "
-                         "dicts, so it is refused (it could run code when read).")
+        raise ValueError(
+            f"{path.name} references {', '.join(foreign)}: a weight file holds only tensors and ordered "
+            "dicts, so it is refused (it could run code when read)."
+        )
     try:
         state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as error:  # torch raises many kinds for a damaged file
         raise ValueError(f"cannot read {path.name}: {' '.join(str(error).split())[:300]}") from None
-    if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
+    if not isinstance(state, dict) or not all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
+    ):
         raise ValueError(f"{path.name} does not hold a state dict (names -> tensors).")
     check_tensor_storage(state, path.name)
     for name, tensor in state.items():
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
             count = int((~torch.isfinite(tensor)).sum())
-            raise ValueError(f"{path.name}: tensor {_shown(name)} holds {count:,} NaN or infinite value(s); a model "
-                             "converted from it would compute NaN, so it is refused.")
+            raise ValueError(
+                f"{path.name}: tensor {_shown(name)} holds {count:,} NaN or infinite value(s); a model "
+                "converted from it would compute NaN, so it is refused."
+            )
     return dict(state)
 
 
@@ -314,7 +357,9 @@ def _view_problem(tensor: torch.Tensor) -> str | None:
     if tensor.numel() == 0:
         return None
     span = 1
-    for stride, size in sorted((stride, size) for size, stride in zip(tensor.shape, tensor.stride()) if size > 1):
+    for stride, size in sorted(
+        (stride, size) for size, stride in zip(tensor.shape, tensor.stride(), strict=False) if size > 1
+    ):
         if stride == 0:
             return "is a stride-0 view (one stored value repeated)"
         if stride < span:
@@ -332,14 +377,18 @@ def check_tensor_storage(state: dict[str, torch.Tensor], name: str) -> None:
     for key, tensor in state.items():
         problem = _view_problem(tensor)
         if problem:
-            raise ValueError(f"{name}: tensor {_shown(key)} of shape {tuple(tensor.shape)} {problem}: a weight file "
-                             "stores every value of every tensor, so it is refused.")
+            raise ValueError(
+                f"{name}: tensor {_shown(key)} of shape {tuple(tensor.shape)} {problem}: a weight file "
+                "stores every value of every tensor, so it is refused."
+            )
         declared += tensor.numel() * tensor.element_size()
         storage = tensor.untyped_storage()
         stored[storage.data_ptr(), storage.nbytes()] = storage.nbytes()
     if declared > sum(stored.values()):
-        raise ValueError(f"{name}: its tensors declare {declared:,} bytes of values but the file stores "
-                         f"{sum(stored.values()):,} (tensors sharing their values); it is refused.")
+        raise ValueError(
+            f"{name}: its tensors declare {declared:,} bytes of values but the file stores "
+            f"{sum(stored.values()):,} (tensors sharing their values); it is refused."
+        )
 
 
 # --------------------------------------------------------------------------------------------------- the model
@@ -363,8 +412,9 @@ def _json_file(path: Path) -> dict[str, Any] | None:
     return read_json_object(path, path.stem)
 
 
-def resolve_architecture(folder: Path, training_config: dict[str, Any] | None,
-                         override: str | os.PathLike | None) -> tuple[dict[str, Any], str]:
+def resolve_architecture(
+    folder: Path, training_config: dict[str, Any] | None, override: str | os.PathLike | None
+) -> tuple[dict[str, Any], str]:
     """The architecture json and where it came from: ``override``, else the file ``config.json``'s ``config_path``
     names if it is in the folder, else `PUBLISHED_ARCHITECTURE`."""
     if override is not None:
@@ -385,6 +435,7 @@ def check_architecture(arch: dict[str, Any], source: str) -> None:
     """Raise a `ValueError` naming the architecture file and the key unless every value the converter reads has
     its type: ``token_embedder`` and ``encoder`` objects, their ``name`` strings, ``activation`` ``relu``/``tanh``,
     ``cell_clip``/``proj_clip`` numbers >= 0 or null, ``max_characters_per_token`` an integer."""
+
     def bad(key: str, value: Any, wanted: str) -> ValueError:
         text = json_repr(value)
         text = text if len(text) <= 60 else f"{text[:60]}... ({len(text):,} characters)"
@@ -403,8 +454,9 @@ def check_architecture(arch: dict[str, Any], source: str) -> None:
         raise bad('"token_embedder"."activation"', embedder["activation"], '"relu" or "tanh"')
     for key in ("cell_clip", "proj_clip"):
         value = encoder.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                  or not math.isfinite(value) or value < 0):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0
+        ):
             raise bad(f'"encoder"."{key}"', value, "a number >= 0 (0: no clipping) or null")
     value = embedder.get("max_characters_per_token", 50)
     if isinstance(value, bool) or not isinstance(value, int) or not 3 <= value <= 1024:
@@ -419,16 +471,18 @@ def json_repr(value: Any) -> str:
         return repr(value)
 
 
-def read_efml_model(folder: str | os.PathLike, architecture: str | os.PathLike | None = None,
-                    shown: str | None = None) -> EfmlModel:
+def read_efml_model(
+    folder: str | os.PathLike, architecture: str | os.PathLike | None = None, shown: str | None = None
+) -> EfmlModel:
     """Read the model in ``folder`` (or the one folder below it that holds it). A missing file, a damaged
     vocabulary or weight file, a wrongly typed architecture value, or a pickle referencing anything but tensors
     is a `ValueError` naming the file; messages call ``folder`` ``shown`` where given (the zip it came from)."""
     folder = model_folder_of(folder, shown)
     missing = [name for name in REQUIRED_FILES if not (folder / name).is_file()]
     if missing:
-        raise ValueError(f"{shown or str(folder)!r} is not a complete ELMoForManyLangs model: {', '.join(missing)} "
-                         "missing.")
+        raise ValueError(
+            f"{shown or str(folder)!r} is not a complete ELMoForManyLangs model: {', '.join(missing)} missing."
+        )
     training_config = _json_file(folder / "config.json")
     arch, source = resolve_architecture(folder, training_config, architecture)
     check_architecture(arch, source)
@@ -438,13 +492,32 @@ def read_efml_model(folder: str | os.PathLike, architecture: str | os.PathLike |
     words = read_dic(folder / "word.dic") if "word_emb_layer.embedding.weight" in token_embedder else None
     if words is None and (folder / "word.dic").is_file():
         logger.info("word.dic is not used: the model has no word embedding")
-    return EfmlModel(folder=folder, chars=chars, words=words, token_embedder=token_embedder, encoder=encoder,
-                     architecture=arch, architecture_source=source, training_config=training_config,
-                     meta=_json_file(folder / "meta.json"))
+    return EfmlModel(
+        folder=folder,
+        chars=chars,
+        words=words,
+        token_embedder=token_embedder,
+        encoder=encoder,
+        architecture=arch,
+        architecture_source=source,
+        training_config=training_config,
+        meta=_json_file(folder / "meta.json"),
+    )
 
 
 __all__ = [
-    "ALLOWED_PICKLE_GLOBALS", "CHAR_SYMBOLS", "Dictionary", "EfmlModel", "PUBLISHED_ARCHITECTURE", "WORD_SYMBOLS",
-    "check_architecture", "check_tensor_storage", "load_state_dict", "model_folder_of", "pickle_references",
-    "read_dic", "read_efml_model", "safe_extract_zip",
+    "ALLOWED_PICKLE_GLOBALS",
+    "CHAR_SYMBOLS",
+    "Dictionary",
+    "EfmlModel",
+    "PUBLISHED_ARCHITECTURE",
+    "WORD_SYMBOLS",
+    "check_architecture",
+    "check_tensor_storage",
+    "load_state_dict",
+    "model_folder_of",
+    "pickle_references",
+    "read_dic",
+    "read_efml_model",
+    "safe_extract_zip",
 ]

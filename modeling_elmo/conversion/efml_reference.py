@@ -31,8 +31,9 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return 0.5 * (1.0 + np.tanh(0.5 * x))  # = 1 / (1 + exp(-x)), without overflow
 
 
-def efml_inputs(tokens: Sequence[str], char_ids: Mapping[str, int], word_ids: Mapping[str, int] | None,
-                max_characters: int) -> tuple[np.ndarray, np.ndarray | None]:
+def efml_inputs(
+    tokens: Sequence[str], char_ids: Mapping[str, int], word_ids: Mapping[str, int] | None, max_characters: int
+) -> tuple[np.ndarray, np.ndarray | None]:
     """The original's character ids (n + 2, max_characters) and word ids (n + 2,) of one sentence."""
     words = ["<bos>"] + [t[: max_characters - 2] if len(t) + 2 > max_characters else t for t in tokens] + ["<eos>"]
     begin, end, unknown, pad = char_ids["<eow>"], char_ids["<bow>"], char_ids["<oov>"], char_ids["<pad>"]
@@ -50,8 +51,9 @@ def efml_inputs(tokens: Sequence[str], char_ids: Mapping[str, int], word_ids: Ma
     return chars, np.asarray([word_ids.get(w, word_ids["<oov>"]) for w in words], dtype=np.int64)
 
 
-def token_embeddings(chars: np.ndarray, words: np.ndarray | None, weights: Mapping[str, np.ndarray],
-                     activation: str) -> np.ndarray:
+def token_embeddings(
+    chars: np.ndarray, words: np.ndarray | None, weights: Mapping[str, np.ndarray], activation: str
+) -> np.ndarray:
     """The token embedder: (n, C) character ids (and (n,) word ids) -> (n, P)."""
     table = weights["char_emb_layer.embedding.weight"]
     act = (lambda v: np.maximum(v, 0.0)) if activation == "relu" else np.tanh
@@ -63,8 +65,12 @@ def token_embeddings(chars: np.ndarray, words: np.ndarray | None, weights: Mappi
         while f"convolutions.{index}.weight" in weights:
             kernel, bias = weights[f"convolutions.{index}.weight"], weights[f"convolutions.{index}.bias"]  # (n, d_c, w)
             width = kernel.shape[2]
-            scores = np.stack([np.einsum("cw,ncw->n", embedded[p : p + width].T, kernel) + bias
-                               for p in range(embedded.shape[0] - width + 1)])  # (positions, n)
+            scores = np.stack(
+                [
+                    np.einsum("cw,ncw->n", embedded[p : p + width].T, kernel) + bias
+                    for p in range(embedded.shape[0] - width + 1)
+                ]
+            )  # (positions, n)
             pooled.append(act(scores.max(axis=0)))
             index += 1
         features.append(np.concatenate(pooled))
@@ -81,8 +87,9 @@ def token_embeddings(chars: np.ndarray, words: np.ndarray | None, weights: Mappi
     return x @ weights["projection.weight"].T + weights["projection.bias"]
 
 
-def lstm_direction(inputs: np.ndarray, weights: Mapping[str, np.ndarray], prefix: str, cell_clip: float | None,
-                   proj_clip: float | None) -> np.ndarray:
+def lstm_direction(
+    inputs: np.ndarray, weights: Mapping[str, np.ndarray], prefix: str, cell_clip: float | None, proj_clip: float | None
+) -> np.ndarray:
     """One layer of one direction over (n, P) inputs given in reading order -> (n, P) outputs in that order."""
     w_in = weights[f"{prefix}.input_linearity.weight"]
     w_state, b_state = weights[f"{prefix}.state_linearity.weight"], weights[f"{prefix}.state_linearity.bias"]
@@ -93,7 +100,12 @@ def lstm_direction(inputs: np.ndarray, weights: Mapping[str, np.ndarray], prefix
     outputs = []
     for x in inputs:
         z = w_in @ x + w_state @ h + b_state
-        i, f, g, o = _sigmoid(z[:cells]), _sigmoid(z[cells : 2 * cells]), np.tanh(z[2 * cells : 3 * cells]), _sigmoid(z[3 * cells :])
+        i, f, g, o = (
+            _sigmoid(z[:cells]),
+            _sigmoid(z[cells : 2 * cells]),
+            np.tanh(z[2 * cells : 3 * cells]),
+            _sigmoid(z[3 * cells :]),
+        )
         c = i * g + f * c
         if cell_clip:
             c = np.clip(c, -cell_clip, cell_clip)
@@ -104,8 +116,14 @@ def lstm_direction(inputs: np.ndarray, weights: Mapping[str, np.ndarray], prefix
     return np.stack(outputs)
 
 
-def efml_forward(tokens: Sequence[str], char_ids: Mapping[str, int], word_ids: Mapping[str, int] | None,
-                 token_embedder: Mapping[str, Any], encoder: Mapping[str, Any], architecture: Mapping[str, Any]) -> np.ndarray:
+def efml_forward(
+    tokens: Sequence[str],
+    char_ids: Mapping[str, int],
+    word_ids: Mapping[str, int] | None,
+    token_embedder: Mapping[str, Any],
+    encoder: Mapping[str, Any],
+    architecture: Mapping[str, Any],
+) -> np.ndarray:
     """All layers (L + 1, n, 2P) of one sentence of ``tokens``, in float64, as the original computes them."""
     te = {k: np.asarray(v, dtype=np.float64) for k, v in token_embedder.items()}
     en = {k: np.asarray(v, dtype=np.float64) for k, v in encoder.items()}

@@ -19,8 +19,15 @@ import tempfile
 from pathlib import Path
 
 from ..utils.io_utils import atomic_write_text, check_regular_or_absent
-from .releases import (DEFAULT_ATTEMPTS, DownloadError, default_cache_dir, download_file, make_cache_folder, part_path,
-                       read_origin)
+from .releases import (
+    DEFAULT_ATTEMPTS,
+    DownloadError,
+    default_cache_dir,
+    download_file,
+    make_cache_folder,
+    part_path,
+    read_origin,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +93,9 @@ def get_efml_release(name: str) -> EfmlRelease:
     """The `EfmlRelease` called ``name`` (``efml-de``...); an unknown name is a `ValueError` listing the codes."""
     if name not in EFML_RELEASES:
         codes = ", ".join(r.code for r in EFML_RELEASES.values())
-        raise ValueError(f"unknown release {name!r}; the ELMoForManyLangs releases are efml-CODE with CODE one of {codes}.")
+        raise ValueError(
+            f"unknown release {name!r}; the ELMoForManyLangs releases are efml-CODE with CODE one of {codes}."
+        )
     return EFML_RELEASES[name]
 
 
@@ -95,7 +104,9 @@ def zip_size_problem(release: EfmlRelease, size: int) -> str | None:
     if release.size is not None and size != release.size:
         return f"{size:,} bytes where the published zip has {release.size:,}"
     if not EFML_ZIP_MIN_BYTES <= size <= EFML_ZIP_MAX_BYTES:
-        return f"{size:,} bytes, not a plausible size for a model zip ({EFML_ZIP_MIN_BYTES:,} to {EFML_ZIP_MAX_BYTES:,})"
+        return (
+            f"{size:,} bytes, not a plausible size for a model zip ({EFML_ZIP_MIN_BYTES:,} to {EFML_ZIP_MAX_BYTES:,})"
+        )
     return None
 
 
@@ -141,9 +152,15 @@ def fetch_efml_release(
             raise DownloadError(f"{error} Delete it or rerun with --force-download.") from None
         return destination, read_origin(destination, url)
     try:
-        download_file(url, destination, attempts=attempts, retry_wait=retry_wait, progress=progress,
-                      check_size=lambda size: zip_size_problem(release, size),
-                      check_complete=lambda path: _check_zip(release, path, url))
+        download_file(
+            url,
+            destination,
+            attempts=attempts,
+            retry_wait=retry_wait,
+            progress=progress,
+            check_size=lambda size: zip_size_problem(release, size),
+            check_complete=lambda path: _check_zip(release, path, url),
+        )
         where = url
     except DownloadError as error:
         mirror = mirror or os.environ.get(EFML_MIRROR_ENV)
@@ -167,7 +184,9 @@ def _fetch_from_mirror(release: EfmlRelease, repo_id: str, destination: Path) ->
         fetched = Path(huggingface_hub.hf_hub_download(repo_id, release.filename, local_dir=staging))
     except Exception as error:  # the Hub client raises many kinds (offline, HTTP, auth, file system)
         shutil.rmtree(staging, ignore_errors=True)
-        raise DownloadError(f"the Hub mirror {where} failed: {type(error).__name__}: {' '.join(str(error).split())[:200]}") from None
+        raise DownloadError(
+            f"the Hub mirror {where} failed: {type(error).__name__}: {' '.join(str(error).split())[:200]}"
+        ) from None
     try:
         _check_zip(release, fetched, where)
         os.replace(fetched, destination)
@@ -177,4 +196,11 @@ def _fetch_from_mirror(release: EfmlRelease, repo_id: str, destination: Path) ->
     return where
 
 
-__all__ = ["EFML_BASE_URL", "EFML_RELEASES", "EfmlRelease", "fetch_efml_release", "get_efml_release", "zip_size_problem"]
+__all__ = [
+    "EFML_BASE_URL",
+    "EFML_RELEASES",
+    "EfmlRelease",
+    "fetch_efml_release",
+    "get_efml_release",
+    "zip_size_problem",
+]

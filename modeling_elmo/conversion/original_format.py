@@ -36,18 +36,45 @@ def convert_config(options: dict[str, Any], **kwargs: Any) -> ElmoConfig:
     262, the inference table size.
     """
     if not isinstance(options, dict) or "lstm" not in options:
-        raise ValueError(f"options.json must be an object with an 'lstm' block, got keys "
-                         f"{sorted(options) if isinstance(options, dict) else type(options).__name__}.")
-    known_top = {"lstm", "char_cnn", "bidirectional", "dropout", "all_clip_norm_val", "n_epochs", "n_train_tokens",
-                 "batch_size", "n_tokens_vocab", "unroll_steps", "n_negative_samples_batch", "learning_rate",
-                 "sample_softmax", "share_embedding_softmax", "reverse"}
+        raise ValueError(
+            f"options.json must be an object with an 'lstm' block, got keys "
+            f"{sorted(options) if isinstance(options, dict) else type(options).__name__}."
+        )
+    known_top = {
+        "lstm",
+        "char_cnn",
+        "bidirectional",
+        "dropout",
+        "all_clip_norm_val",
+        "n_epochs",
+        "n_train_tokens",
+        "batch_size",
+        "n_tokens_vocab",
+        "unroll_steps",
+        "n_negative_samples_batch",
+        "learning_rate",
+        "sample_softmax",
+        "share_embedding_softmax",
+        "reverse",
+    }
     known_lstm = {"dim", "projection_dim", "n_layers", "cell_clip", "proj_clip", "use_skip_connections"}
-    known_cnn = {"activation", "embedding", "filters", "max_characters_per_token", "n_characters", "n_highway",
-                 "projection_after_highway"}
+    known_cnn = {
+        "activation",
+        "embedding",
+        "filters",
+        "max_characters_per_token",
+        "n_characters",
+        "n_highway",
+        "projection_after_highway",
+    }
     lstm, cnn = options["lstm"], options.get("char_cnn")
     if cnn is None:
         raise ValueError("options.json has no 'char_cnn' block: word-input ELMo models are not supported.")
-    for block, keys, name in ((options, known_top, "top level"), (lstm, known_lstm, "lstm"), (cnn, known_cnn, "char_cnn")):
+    for block, keys, name in (
+        (options, known_top, "top level"),
+        (lstm, known_lstm, "lstm"),
+        (cnn, known_cnn, "char_cnn"),
+    ):
         unknown = sorted(set(block) - keys)
         if unknown:
             raise ValueError(f"options.json has unknown keys in {name}: {unknown}.")
@@ -220,8 +247,9 @@ def _check_storage(h5: h5py.Group, name: str, dataset: h5py.Dataset) -> None:
         raise _damaged(h5, f"the storage of dataset {name!r} cannot be read: {error}") from None
     needed = math.ceil(declared / MAX_COMPRESSION_RATIO) if compressed else declared
     if stored < needed:
-        raise _damaged(h5, f"dataset {name!r} declares {declared:,} bytes of values but the file stores "
-                           f"{stored:,} for it")
+        raise _damaged(
+            h5, f"dataset {name!r} declares {declared:,} bytes of values but the file stores {stored:,} for it"
+        )
 
 
 def config_summary(config: ElmoConfig) -> str:

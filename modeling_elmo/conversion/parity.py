@@ -33,6 +33,7 @@ VALIDATION_SENTENCES: list[list[str]] = [
     ["Pneumonoultramicroscopicsilicovolcanoconiosis-and-then-some-more-text", "<S>", "</S>", "?"],
 ]
 
+
 def _sigmoid(x: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-x))
 

@@ -132,10 +132,22 @@ _ONE_BILLION_WORDS = "1B Word Benchmark (about 800 M tokens of news)"
 def released_options(dim: int, projection_dim: int, n_highway: int) -> dict[str, Any]:
     """The inference ``options.json`` of a released English model with these sizes (all else is shared)."""
     return {
-        "lstm": {"dim": dim, "projection_dim": projection_dim, "n_layers": 2, "cell_clip": 3, "proj_clip": 3,
-                 "use_skip_connections": True},
-        "char_cnn": {"activation": "relu", "embedding": {"dim": 16}, "filters": [list(f) for f in RELEASED_FILTERS],
-                     "max_characters_per_token": 50, "n_characters": 262, "n_highway": n_highway},
+        "lstm": {
+            "dim": dim,
+            "projection_dim": projection_dim,
+            "n_layers": 2,
+            "cell_clip": 3,
+            "proj_clip": 3,
+            "use_skip_connections": True,
+        },
+        "char_cnn": {
+            "activation": "relu",
+            "embedding": {"dim": 16},
+            "filters": [list(f) for f in RELEASED_FILTERS],
+            "max_characters_per_token": 50,
+            "n_characters": 262,
+            "n_highway": n_highway,
+        },
     }
 
 
@@ -149,29 +161,55 @@ RELEASES: dict[str, Release] = {
     release.name: release
     for release in (
         Release(
-            name="small", folder="2x1024_128_2048cnn_1xhighway", options=released_options(1024, 128, 1),
-            num_parameters=13_593_296, published_parameters="13.6 M", srl_f1=83.62, constituency_parsing_f1=93.12,
-            perplexity=None, perplexity_note=_NO_PERPLEXITY, training_data=_ONE_BILLION_WORDS,
+            name="small",
+            folder="2x1024_128_2048cnn_1xhighway",
+            options=released_options(1024, 128, 1),
+            num_parameters=13_593_296,
+            published_parameters="13.6 M",
+            srl_f1=83.62,
+            constituency_parsing_f1=93.12,
+            perplexity=None,
+            perplexity_note=_NO_PERPLEXITY,
+            training_data=_ONE_BILLION_WORDS,
         ),
         Release(
-            name="medium", folder="2x2048_256_2048cnn_1xhighway", options=released_options(2048, 256, 1),
-            num_parameters=28_027_728, published_parameters="28.0 M", srl_f1=84.04, constituency_parsing_f1=93.60,
-            perplexity=None, perplexity_note=_NO_PERPLEXITY, training_data=_ONE_BILLION_WORDS,
+            name="medium",
+            folder="2x2048_256_2048cnn_1xhighway",
+            options=released_options(2048, 256, 1),
+            num_parameters=28_027_728,
+            published_parameters="28.0 M",
+            srl_f1=84.04,
+            constituency_parsing_f1=93.60,
+            perplexity=None,
+            perplexity_note=_NO_PERPLEXITY,
+            training_data=_ONE_BILLION_WORDS,
         ),
         Release(
-            name="original", folder="2x4096_512_2048cnn_2xhighway", options=released_options(4096, 512, 2),
-            num_parameters=93_600_848, published_parameters="93.6 M", srl_f1=84.63, constituency_parsing_f1=93.85,
+            name="original",
+            folder="2x4096_512_2048cnn_2xhighway",
+            options=released_options(4096, 512, 2),
+            num_parameters=93_600_848,
+            published_parameters="93.6 M",
+            srl_f1=84.63,
+            constituency_parsing_f1=93.85,
             perplexity=39.7,
             perplexity_note="on the 1B Word Benchmark held-out data, averaging the forward and backward "
-                            "perplexities the way bilm-tf does (the mean of the two losses, a geometric mean)",
+            "perplexities the way bilm-tf does (the mean of the two losses, a geometric mean)",
             training_data=_ONE_BILLION_WORDS,
-            mirror=HubMirror("lysandre/elmo-2x4096_512_2048cnn_2xhighway",
-                             {"options": "options.json", "weights": "weights.hdf5"}),
+            mirror=HubMirror(
+                "lysandre/elmo-2x4096_512_2048cnn_2xhighway", {"options": "options.json", "weights": "weights.hdf5"}
+            ),
         ),
         Release(
-            name="original-5.5b", folder="2x4096_512_2048cnn_2xhighway_5.5B", options=released_options(4096, 512, 2),
-            num_parameters=93_600_848, published_parameters="93.6 M", srl_f1=84.93, constituency_parsing_f1=94.01,
-            perplexity=None, perplexity_note=_NO_PERPLEXITY,
+            name="original-5.5b",
+            folder="2x4096_512_2048cnn_2xhighway_5.5B",
+            options=released_options(4096, 512, 2),
+            num_parameters=93_600_848,
+            published_parameters="93.6 M",
+            srl_f1=84.93,
+            constituency_parsing_f1=94.01,
+            perplexity=None,
+            perplexity_note=_NO_PERPLEXITY,
             training_data="Wikipedia (1.9 B tokens) and WMT 2008-2012 news crawl (3.6 B tokens)",
         ),
     )
@@ -219,8 +257,10 @@ def make_cache_folder(folder: Path) -> Path:
     except OSError as error:
         raise DownloadError(f"cannot create the release cache folder {folder}: {error.strerror or error}.") from None
     if folder.is_symlink():
-        raise ValueError(f"the release cache folder {str(folder)!r} is a symbolic link; refusing to download "
-                         "through it (remove it, or give another --cache-dir).")
+        raise ValueError(
+            f"the release cache folder {str(folder)!r} is a symbolic link; refusing to download "
+            "through it (remove it, or give another --cache-dir)."
+        )
     return folder
 
 
@@ -258,11 +298,15 @@ def size_problem(release: Release, role: str, size: int) -> str | None:
         return None
     low, high = weights_size_bounds(release.num_parameters)
     if size < low:
-        return (f"{size:,} bytes, too small for the release's {release.num_parameters:,} float32 parameters "
-                f"({low:,} bytes at least)")
+        return (
+            f"{size:,} bytes, too small for the release's {release.num_parameters:,} float32 parameters "
+            f"({low:,} bytes at least)"
+        )
     if size > high:
-        return (f"{size:,} bytes, too large for the release's {release.num_parameters:,} float32 parameters "
-                f"({high:,} bytes at most)")
+        return (
+            f"{size:,} bytes, too large for the release's {release.num_parameters:,} float32 parameters "
+            f"({high:,} bytes at most)"
+        )
     return None
 
 
@@ -288,12 +332,19 @@ def options_problem(release: Release, data: bytes) -> str | None:
     want = convert_config(dict(release.options))
 
     def architecture(config: Any) -> tuple:
-        return (expected_dataset_shapes(config), config.cell_clip, config.proj_clip, config.use_skip_connections,
-                config.char_cnn_activation, config.max_characters_per_token)
+        return (
+            expected_dataset_shapes(config),
+            config.cell_clip,
+            config.proj_clip,
+            config.use_skip_connections,
+            config.char_cnn_activation,
+            config.max_characters_per_token,
+        )
 
     if architecture(got) != architecture(want):
-        return (f"the options of another model ({config_summary(got)}; release {release.name!r} has "
-                f"{config_summary(want)})")
+        return (
+            f"the options of another model ({config_summary(got)}; release {release.name!r} has {config_summary(want)})"
+        )
     return None
 
 
@@ -307,8 +358,9 @@ def check_file(release: Release, role: str, path: Path, where: str) -> None:
     if expected:
         actual = sha256_of(path)
         if actual != expected.lower():
-            raise DownloadError(f"{release.filename(role)} from {where} has sha256 {actual}, the release's file "
-                                f"has {expected.lower()}.")
+            raise DownloadError(
+                f"{release.filename(role)} from {where} has sha256 {actual}, the release's file has {expected.lower()}."
+            )
     if role == "options":
         problem = options_problem(release, path.read_bytes())
         if problem:
@@ -377,10 +429,18 @@ def _resumable_offset(part: Path, url: str) -> tuple[int, dict[str, str]]:
             record = json.loads(handle.read(OPTIONS_MAX_BYTES).decode("utf-8"))
     except (OSError, ValueError, RecursionError):
         record = None
-    if not isinstance(record, dict) or record.get("url") != url or not (record.get("etag") or record.get("last_modified")):
-        why = ("it has no record of its source" if not isinstance(record, dict) else
-               f"it came from {record.get('url')}" if record.get("url") != url else
-               "its server gave no ETag or Last-Modified to check it against")
+    if (
+        not isinstance(record, dict)
+        or record.get("url") != url
+        or not (record.get("etag") or record.get("last_modified"))
+    ):
+        why = (
+            "it has no record of its source"
+            if not isinstance(record, dict)
+            else f"it came from {record.get('url')}"
+            if record.get("url") != url
+            else "its server gave no ETag or Last-Modified to check it against"
+        )
         logger.info("discarding %s (%s); downloading %s from the start", part, why, url)
         part.unlink()
         record_path.unlink(missing_ok=True)
@@ -451,8 +511,10 @@ class _Deadline:
 
             return Tracked
 
-        pools = {"http": type("Pool", (HTTPConnectionPool,), {"ConnectionCls": tracked(HTTPConnection)}),
-                 "https": type("Pool", (HTTPSConnectionPool,), {"ConnectionCls": tracked(HTTPSConnection)})}
+        pools = {
+            "http": type("Pool", (HTTPConnectionPool,), {"ConnectionCls": tracked(HTTPConnection)}),
+            "https": type("Pool", (HTTPSConnectionPool,), {"ConnectionCls": tracked(HTTPSConnection)}),
+        }
 
         class Adapter(HTTPAdapter):
             def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
@@ -532,8 +594,10 @@ def download_file(
     def past_deadline() -> DownloadError:
         kept = part.stat().st_size if part.exists() else 0
         resume = f"; {kept:,} bytes are kept in {part} and the next run resumes from there" if kept else ""
-        return DownloadError(f"cannot download {name} from {url}: timed out, the file did not arrive within its "
-                             f"deadline of {deadline:,.0f} s{resume}.")
+        return DownloadError(
+            f"cannot download {name} from {url}: timed out, the file did not arrive within its "
+            f"deadline of {deadline:,.0f} s{resume}."
+        )
 
     guard = _Deadline(remaining())
     own_session = session is None
@@ -576,13 +640,17 @@ def download_file(
                         changed = served and any(validator.get(k) not in (None, v) for k, v in served.items())
                         if start != offset or changed:
                             _discard_part(part)  # another version of the file (a server that ignored If-Range)
-                            raise _Transient(f"the server's file changed or it resumed at byte {start} instead of "
-                                             f"{offset:,}; starting again")
+                            raise _Transient(
+                                f"the server's file changed or it resumed at byte {start} instead of "
+                                f"{offset:,}; starting again"
+                            )
                         mode = "ab"
                     else:
                         if offset:
-                            logger.info("%s: the file changed on the server or it cannot resume; downloading from the "
-                                        "start", url)
+                            logger.info(
+                                "%s: the file changed on the server or it cannot resume; downloading from the start",
+                                url,
+                            )
                         offset, mode = 0, "wb"
                         length = response.headers.get("Content-Length")
                         total = int(length) if length and length.isdigit() else None
@@ -593,23 +661,36 @@ def download_file(
                     if mode == "wb":  # what the .part will hold: the next attempt resumes only the same file
                         record = {"url": url, "final_url": final_url, **served}
                         atomic_write_text(_record_path(part), json.dumps(record))
-                    limit = min(total if total is not None else math.inf,
-                                max_bytes if max_bytes is not None else math.inf)
+                    limit = min(
+                        total if total is not None else math.inf, max_bytes if max_bytes is not None else math.inf
+                    )
                     received = offset
                     flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if mode == "ab" else os.O_TRUNC)
-                    with os.fdopen(open_regular(part, flags, "the partial download"), mode) as handle, tqdm(
-                        total=total, initial=offset, unit="B", unit_scale=True, unit_divisor=1024, desc=name,
-                        disable=not progress,
-                    ) as bar:
+                    with (
+                        os.fdopen(open_regular(part, flags, "the partial download"), mode) as handle,
+                        tqdm(
+                            total=total,
+                            initial=offset,
+                            unit="B",
+                            unit_scale=True,
+                            unit_divisor=1024,
+                            desc=name,
+                            disable=not progress,
+                        ) as bar,
+                    ):
                         for block in _body_blocks(response):
                             received += len(block)
                             if received > limit:
                                 handle.close()
                                 _discard_part(part)
-                                bound = (f"more than the {total:,} announced" if total is not None and total <= limit
-                                         else f"more than {max_bytes:,}, the most this file can have")
-                                raise DownloadError(f"{name} from {url}: the server sent {bound}; the partial file was "
-                                                    "deleted.")
+                                bound = (
+                                    f"more than the {total:,} announced"
+                                    if total is not None and total <= limit
+                                    else f"more than {max_bytes:,}, the most this file can have"
+                                )
+                                raise DownloadError(
+                                    f"{name} from {url}: the server sent {bound}; the partial file was deleted."
+                                )
                             handle.write(block)
                             bar.update(len(block))
                             if remaining() <= 0:
@@ -628,8 +709,9 @@ def download_file(
                 if isinstance(error, _Transient):
                     last_problem = str(error)
                 elif _is_timeout(error):
-                    last_problem = (f"timed out: the server sent nothing for {read_timeout:g} s (after {received:,} "
-                                    f"bytes)")
+                    last_problem = (
+                        f"timed out: the server sent nothing for {read_timeout:g} s (after {received:,} bytes)"
+                    )
                 elif total is not None and received < total:  # the body stopped short: a dropped connection
                     last_problem = f"the connection broke after {received:,} of {total:,} bytes"
                 else:
@@ -723,8 +805,9 @@ def _fetch_from_mirror(release: Release, role: str, destination: Path) -> str:
     where = f"hf://{mirror.repo_id}/{filename}"
     staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}.mirror-", dir=destination.parent))
     try:
-        fetched = Path(huggingface_hub.hf_hub_download(mirror.repo_id, filename, revision=mirror.revision,
-                                                      local_dir=staging))
+        fetched = Path(
+            huggingface_hub.hf_hub_download(mirror.repo_id, filename, revision=mirror.revision, local_dir=staging)
+        )
     except Exception as error:  # the Hub client raises many kinds (offline, HTTP, auth, file system)
         shutil.rmtree(staging, ignore_errors=True)
         raise DownloadError(f"the Hub mirror {where} failed: {_one_line(error)}") from None
@@ -763,9 +846,17 @@ def fetch_release(
     release = get_release(release) if isinstance(release, str) else release
     folder = make_cache_folder(release_cache_dir(release, cache_dir))
     with _cache_lock(folder):
-        return _fetch_locked(release, folder, base_url=base_url, force_download=force_download,
-                             use_mirror=use_mirror, attempts=attempts, retry_wait=retry_wait, progress=progress,
-                             deadlines=deadlines or {})
+        return _fetch_locked(
+            release,
+            folder,
+            base_url=base_url,
+            force_download=force_download,
+            use_mirror=use_mirror,
+            attempts=attempts,
+            retry_wait=retry_wait,
+            progress=progress,
+            deadlines=deadlines or {},
+        )
 
 
 @contextlib.contextmanager
@@ -803,8 +894,18 @@ def max_size(release: Release, role: str) -> int:
     return OPTIONS_MAX_BYTES if role == "options" else weights_size_bounds(release.num_parameters)[1]
 
 
-def _fetch_locked(release: Release, folder: Path, *, base_url: str | None, force_download: bool, use_mirror: bool,
-                  attempts: int, retry_wait: float, progress: bool, deadlines: Mapping[str, float]) -> FetchedRelease:
+def _fetch_locked(
+    release: Release,
+    folder: Path,
+    *,
+    base_url: str | None,
+    force_download: bool,
+    use_mirror: bool,
+    attempts: int,
+    retry_wait: float,
+    progress: bool,
+    deadlines: Mapping[str, float],
+) -> FetchedRelease:
     paths, sources, cached = {}, {}, {}
     for role in FILE_ROLES:
         destination = folder / release.filename(role)
@@ -822,10 +923,15 @@ def _fetch_locked(release: Release, folder: Path, *, base_url: str | None, force
             continue
         try:
             downloaded = download_file(
-                url, destination, attempts=attempts, retry_wait=retry_wait, progress=progress,
+                url,
+                destination,
+                attempts=attempts,
+                retry_wait=retry_wait,
+                progress=progress,
                 check_size=lambda size, role=role: size_problem(release, role, size),
                 check_complete=lambda path, role=role, url=url: check_file(release, role, path, url),
-                max_bytes=max_size(release, role), deadline=deadlines.get(role),
+                max_bytes=max_size(release, role),
+                deadline=deadlines.get(role),
             )
             sources[role] = downloaded.source
         except DownloadError as error:
@@ -843,7 +949,22 @@ def _fetch_locked(release: Release, folder: Path, *, base_url: str | None, force
 
 
 __all__ = [
-    "BASE_URL_ENV", "DEFAULT_BASE_URL", "DownloadError", "FetchedRelease", "HubMirror", "RELEASES", "Release",
-    "count_parameters", "default_cache_dir", "Download", "download_file", "fetch_release", "get_release", "release_cache_dir",
-    "released_options", "resolve_base_url", "size_problem", "weights_size_bounds",
+    "BASE_URL_ENV",
+    "DEFAULT_BASE_URL",
+    "DownloadError",
+    "FetchedRelease",
+    "HubMirror",
+    "RELEASES",
+    "Release",
+    "count_parameters",
+    "default_cache_dir",
+    "Download",
+    "download_file",
+    "fetch_release",
+    "get_release",
+    "release_cache_dir",
+    "released_options",
+    "resolve_base_url",
+    "size_problem",
+    "weights_size_bounds",
 ]

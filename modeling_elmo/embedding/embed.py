@@ -63,10 +63,9 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .inference import DTYPES, ElmoEmbedder, load_elmo_tokenizer, make_batches
 from ..utils.io_utils import exclusive_lock, iter_lines, read_json_object, scan_lines
 from ..utils.launch import LaunchError, check_process_count, launched_processes, use_cpu_backend
-
+from .inference import DTYPES, ElmoEmbedder, load_elmo_tokenizer, make_batches
 
 logger = logging.getLogger(__name__)
 
@@ -78,8 +77,19 @@ DEFAULT_CHUNK_SIZE = 10_000
 #: Settings that must not change between a killed run and its resumption (they change the chunks' contents).
 #: ``input_sha256`` hashes the whole input; ``model_weights_sha256`` the weights the model runs with (`ElmoEmbedder.
 #: weights_fingerprint`: a model whose weights were replaced under the same path is another model).
-RESUME_KEYS = ("input_size", "input_sha256", "mode", "model", "model_weights_sha256", "chunk_size", "raw_text",
-               "forget_sentences", "use_sentence_keys", "num_layers", "output_size")
+RESUME_KEYS = (
+    "input_size",
+    "input_sha256",
+    "mode",
+    "model",
+    "model_weights_sha256",
+    "chunk_size",
+    "raw_text",
+    "forget_sentences",
+    "use_sentence_keys",
+    "num_layers",
+    "output_size",
+)
 
 
 class Embedder(Protocol):
@@ -163,11 +173,15 @@ def _check_sentence_keys(path: Path, tokenize: Callable[[str], list[str]]) -> No
             if not tokenize(key):
                 raise ValueError(f"--use-sentence-keys: line {index} is blank and cannot be a key.")
             if "/" in key or key in (".", SENTENCE_TO_INDEX):
-                raise ValueError(f"--use-sentence-keys: line {index} ({key[:80]!r}) cannot be an HDF5 key "
-                                 "(it contains '/' or is '.' or 'sentence_to_index'); use line-number keys.")
+                raise ValueError(
+                    f"--use-sentence-keys: line {index} ({key[:80]!r}) cannot be an HDF5 key "
+                    "(it contains '/' or is '.' or 'sentence_to_index'); use line-number keys."
+                )
             if key in seen:
-                raise ValueError(f"--use-sentence-keys: line {index} repeats the sentence of line {seen[key]} "
-                                 f"({key[:80]!r}); keys must be unique, use line-number keys.")
+                raise ValueError(
+                    f"--use-sentence-keys: line {index} repeats the sentence of line {seen[key]} "
+                    f"({key[:80]!r}); keys must be unique, use line-number keys."
+                )
             seen[key] = index
 
 
@@ -208,8 +222,10 @@ def _check_paths(input_path: Path, output: Path) -> None:
     if output.is_dir():
         raise ValueError(f"output path {str(output)!r} is a folder; give a file name.")
     if output.exists() and os.path.samefile(input_path, output):
-        raise ValueError(f"output {str(output)!r} is the input file {str(input_path)!r}; writing it would destroy "
-                         "the input. Choose another output.")
+        raise ValueError(
+            f"output {str(output)!r} is the input file {str(input_path)!r}; writing it would destroy "
+            "the input. Choose another output."
+        )
 
 
 def _check_text_file(path: Path, block_size: int = 1 << 16) -> None:
@@ -221,17 +237,22 @@ def _check_text_file(path: Path, block_size: int = 1 << 16) -> None:
         raise ValueError(f"cannot read input file {str(path)!r}: {error.strerror}.") from None
     offset = head.find(b"\0")
     if offset >= 0:
-        raise ValueError(f"input file {str(path)!r} is not text: it has a NUL byte at offset {offset} (a binary "
-                         "file, or UTF-16 text; elmo embed reads UTF-8 text, one sentence per line).")
+        raise ValueError(
+            f"input file {str(path)!r} is not text: it has a NUL byte at offset {offset} (a binary "
+            "file, or UTF-16 text; elmo embed reads UTF-8 text, one sentence per line)."
+        )
 
 
 def _output_lock(output: Path) -> contextlib.AbstractContextManager[None]:
     """An exclusive lock on ``OUTPUT.lock`` while the block runs (`io_utils.exclusive_lock`): another run writing
     the same output is refused at once, and a killed run leaves no stale lock."""
     path = _lock_path(output)
-    return exclusive_lock(path, busy=f"another elmo embed run is writing {str(output)!r} (it holds {str(path)!r}); "
-                                     "wait for it to end, or choose another output.",
-                          unwritable=f"cannot write next to the output {str(output)!r}")
+    return exclusive_lock(
+        path,
+        busy=f"another elmo embed run is writing {str(output)!r} (it holds {str(path)!r}); "
+        "wait for it to end, or choose another output.",
+        unwritable=f"cannot write next to the output {str(output)!r}",
+    )
 
 
 def _chunk_path(partial: Path, chunk_index: int) -> Path:
@@ -328,9 +349,19 @@ def _hdf5_writer(path: Path, doing: str) -> Iterator[tuple[h5py.File, _GuardedFi
     guard.close()
 
 
-def write_chunk(path: Path, lines: list[Line], embedder: Embedder, *, mode: str,
-                tokenize: Callable[[str], list[str]], batch_size: int, max_batch_tokens: int | None,
-                use_sentence_keys: bool, forget_sentences: bool, progress: Any = None) -> int:
+def write_chunk(
+    path: Path,
+    lines: list[Line],
+    embedder: Embedder,
+    *,
+    mode: str,
+    tokenize: Callable[[str], list[str]],
+    batch_size: int,
+    max_batch_tokens: int | None,
+    use_sentence_keys: bool,
+    forget_sentences: bool,
+    progress: Any = None,
+) -> int:
     """Embed one chunk of lines into the HDF5 file ``path`` (atomically); return its number of tokens.
 
     A failed write (a full disk: ``OSError`` with errno ``ENOSPC``) removes the unfinished chunk file and raises a
@@ -349,17 +380,20 @@ def write_chunk(path: Path, lines: list[Line], embedder: Embedder, *, mode: str,
             progress.update(sum(1 for t in tokens if not t))
         for batch in make_batches([len(t) for t in tokens], batch_size, max_batch_tokens):
             outputs = embedder.embed_batch([tokens[j] for j in batch])
-            for j, layers in zip(batch, outputs):
+            for j, layers in zip(batch, outputs, strict=False):
                 expected = (embedder.num_layers, len(tokens[j]), embedder.output_size)
                 if layers.shape != expected:
-                    raise RuntimeError(f"embedder returned shape {layers.shape} for line {lines[j][0]}, "
-                                       f"expected {expected}.")
+                    raise RuntimeError(
+                        f"embedder returned shape {layers.shape} for line {lines[j][0]}, expected {expected}."
+                    )
                 h5.create_dataset(keys[j], data=_select_layers(layers, mode).astype(np.float32, copy=False))
             guard.check(doing)  # stop at the first failed write, not at the end of the chunk
             if progress is not None:
                 progress.update(len(batch))
         if not forget_sentences and not use_sentence_keys:
-            mapping = {text: key for (_, text, _), key in zip(lines, keys)}  # later lines win, as in AllenNLP
+            mapping = {
+                text: key for (_, text, _), key in zip(lines, keys, strict=False)
+            }  # later lines win, as in AllenNLP
             h5.create_dataset(SENTENCE_TO_INDEX, data=[json.dumps(mapping)], dtype=h5py.string_dtype())
         invalid = [index for index, _, bad in lines if bad]
         num_tokens = sum(len(t) for t in tokens)
@@ -372,8 +406,9 @@ def write_chunk(path: Path, lines: list[Line], embedder: Embedder, *, mode: str,
     return num_tokens
 
 
-def merge_chunks(partial: Path, output: Path, num_chunks: int, *, settings: dict[str, Any],
-                 report: EmbedReport) -> None:
+def merge_chunks(
+    partial: Path, output: Path, num_chunks: int, *, settings: dict[str, Any], report: EmbedReport
+) -> None:
     """Copy the chunk files, in line order, into one HDF5 file written atomically at ``output``."""
     tmp = output.with_name(output.name + ".merging")
     mapping: dict[str, str] = {}
@@ -437,13 +472,25 @@ class _Processes:
             self.state.wait_for_everyone()
 
 
-def embed_file(input_file: str | os.PathLike, output_file: str | os.PathLike,
-               embedder: Embedder | Callable[[], Embedder], *, mode: str, model_name: str = "",
-               batch_size: int = DEFAULT_BATCH_SIZE, chunk_size: int = DEFAULT_CHUNK_SIZE,
-               max_batch_tokens: int | None = None,
-               tokenize: Callable[[str], list[str]] = str.split, raw_text: bool = False,
-               forget_sentences: bool = False, use_sentence_keys: bool = False, overwrite: bool = False,
-               resume: bool = False, show_progress: bool = True, processes: _Processes | None = None) -> EmbedReport:
+def embed_file(
+    input_file: str | os.PathLike,
+    output_file: str | os.PathLike,
+    embedder: Embedder | Callable[[], Embedder],
+    *,
+    mode: str,
+    model_name: str = "",
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    max_batch_tokens: int | None = None,
+    tokenize: Callable[[str], list[str]] = str.split,
+    raw_text: bool = False,
+    forget_sentences: bool = False,
+    use_sentence_keys: bool = False,
+    overwrite: bool = False,
+    resume: bool = False,
+    show_progress: bool = True,
+    processes: _Processes | None = None,
+) -> EmbedReport:
     """Embed every line of ``input_file`` into the HDF5 file ``output_file`` (see the module docstring).
 
     Args:
@@ -475,37 +522,73 @@ def embed_file(input_file: str | os.PathLike, output_file: str | os.PathLike,
     _check_paths(input_path, output)
     # Only the main process writes OUTPUT, OUTPUT.partial's run file and the merge; it holds the lock for the run.
     with _output_lock(output) if processes.is_main else contextlib.nullcontext():
-        return _embed_locked(input_path, output, embedder, processes, mode=mode, model_name=model_name,
-                             batch_size=batch_size, chunk_size=chunk_size, max_batch_tokens=max_batch_tokens,
-                             tokenize=tokenize, raw_text=raw_text, forget_sentences=forget_sentences,
-                             use_sentence_keys=use_sentence_keys, overwrite=overwrite, resume=resume,
-                             show_progress=show_progress)
+        return _embed_locked(
+            input_path,
+            output,
+            embedder,
+            processes,
+            mode=mode,
+            model_name=model_name,
+            batch_size=batch_size,
+            chunk_size=chunk_size,
+            max_batch_tokens=max_batch_tokens,
+            tokenize=tokenize,
+            raw_text=raw_text,
+            forget_sentences=forget_sentences,
+            use_sentence_keys=use_sentence_keys,
+            overwrite=overwrite,
+            resume=resume,
+            show_progress=show_progress,
+        )
 
 
-def _embed_locked(input_path: Path, output: Path, embedder: Embedder | Callable[[], Embedder],
-                  processes: _Processes, *, mode: str, model_name: str, batch_size: int, chunk_size: int,
-                  max_batch_tokens: int | None, tokenize: Callable[[str], list[str]], raw_text: bool,
-                  forget_sentences: bool, use_sentence_keys: bool, overwrite: bool, resume: bool,
-                  show_progress: bool) -> EmbedReport:
+def _embed_locked(
+    input_path: Path,
+    output: Path,
+    embedder: Embedder | Callable[[], Embedder],
+    processes: _Processes,
+    *,
+    mode: str,
+    model_name: str,
+    batch_size: int,
+    chunk_size: int,
+    max_batch_tokens: int | None,
+    tokenize: Callable[[str], list[str]],
+    raw_text: bool,
+    forget_sentences: bool,
+    use_sentence_keys: bool,
+    overwrite: bool,
+    resume: bool,
+    show_progress: bool,
+) -> EmbedReport:
     partial = _partial_dir(output)
     if output.exists() and not overwrite:
         raise ValueError(f"output file {str(output)!r} already exists; pass --overwrite to replace it.")
     if overwrite:
         _check_replaceable(output, partial)
     if partial.exists() and not (overwrite or resume):
-        raise ValueError(f"{str(partial)!r} holds an interrupted run; pass --resume to continue it or --overwrite "
-                         "to start again.")
+        raise ValueError(
+            f"{str(partial)!r} holds an interrupted run; pass --resume to continue it or --overwrite to start again."
+        )
     if use_sentence_keys:
         _check_sentence_keys(input_path, tokenize)
 
     if callable(embedder) and not hasattr(embedder, "embed_batch"):
         embedder = embedder()
     num_lines, input_sha256 = scan_lines(input_path)  # one streamed pass: the line count and a hash of every byte
-    settings = {"input_size": input_path.stat().st_size, "input_sha256": input_sha256, "mode": mode,
-                "model": model_name, "model_weights_sha256": getattr(embedder, "weights_fingerprint", None),
-                "chunk_size": chunk_size, "raw_text": raw_text, "forget_sentences": forget_sentences,
-                "use_sentence_keys": use_sentence_keys, "num_layers": embedder.num_layers,
-                "output_size": embedder.output_size}
+    settings = {
+        "input_size": input_path.stat().st_size,
+        "input_sha256": input_sha256,
+        "mode": mode,
+        "model": model_name,
+        "model_weights_sha256": getattr(embedder, "weights_fingerprint", None),
+        "chunk_size": chunk_size,
+        "raw_text": raw_text,
+        "forget_sentences": forget_sentences,
+        "use_sentence_keys": use_sentence_keys,
+        "num_layers": embedder.num_layers,
+        "output_size": embedder.output_size,
+    }
     num_chunks = math.ceil(num_lines / chunk_size)
     report = EmbedReport(output_file=str(output), num_lines=num_lines)
 
@@ -524,13 +607,27 @@ def _embed_locked(input_path: Path, output: Path, embedder: Embedder | Callable[
     if num_lines == 0:
         logger.warning("input file %s is empty; the output holds no sentences.", input_path)
     start = time.perf_counter()
-    with tqdm(total=sum(lines_of(k) for k in mine), initial=report.resumed_lines, unit="sent", dynamic_ncols=True,
-              disable=not (show_progress and processes.is_main), desc="elmo embed") as progress:
+    with tqdm(
+        total=sum(lines_of(k) for k in mine),
+        initial=report.resumed_lines,
+        unit="sent",
+        dynamic_ncols=True,
+        disable=not (show_progress and processes.is_main),
+        desc="elmo embed",
+    ) as progress:
         for k, lines in iter_chunks(input_path, chunk_size, lambda k: k in todo):
-            report.num_tokens += write_chunk(_chunk_path(partial, k), lines, embedder, mode=mode, tokenize=tokenize,
-                                             batch_size=batch_size, max_batch_tokens=max_batch_tokens,
-                                             use_sentence_keys=use_sentence_keys,
-                                             forget_sentences=forget_sentences, progress=progress)
+            report.num_tokens += write_chunk(
+                _chunk_path(partial, k),
+                lines,
+                embedder,
+                mode=mode,
+                tokenize=tokenize,
+                batch_size=batch_size,
+                max_batch_tokens=max_batch_tokens,
+                use_sentence_keys=use_sentence_keys,
+                forget_sentences=forget_sentences,
+                progress=progress,
+            )
             report.embedded_lines += len(lines)
     report.seconds = time.perf_counter() - start
     processes.wait()
@@ -542,8 +639,12 @@ def _embed_locked(input_path: Path, output: Path, embedder: Embedder | Callable[
         shutil.rmtree(partial)
         report.merged = True
         if report.invalid_utf8_lines:
-            logger.warning("%d line(s) of %s held invalid UTF-8 (replaced by U+FFFD), the first is line %d.",
-                           report.invalid_utf8_lines, input_path, report.first_invalid_utf8_line)
+            logger.warning(
+                "%d line(s) of %s held invalid UTF-8 (replaced by U+FFFD), the first is line %d.",
+                report.invalid_utf8_lines,
+                input_path,
+                report.first_invalid_utf8_line,
+            )
     return report
 
 
@@ -564,18 +665,32 @@ def _check_replaceable(output: Path, partial: Path) -> None:
     device such as ``/dev/null``, a FIFO) or not an HDF5 file of elmo embed, and a ``.partial`` folder that is not an
     interrupted run's (its record, chunk files), are refused naming them."""
     if os.path.lexists(output) and not output.is_symlink() and not output.is_file():
-        raise ValueError(f"output {str(output)!r} exists and is not a regular file (a device or a FIFO); elmo embed "
-                         "never replaces one. Choose another output.")
+        raise ValueError(
+            f"output {str(output)!r} exists and is not a regular file (a device or a FIFO); elmo embed "
+            "never replaces one. Choose another output."
+        )
     if output.is_file() and not _is_embed_output(output):
-        raise ValueError(f"output {str(output)!r} exists and is not an HDF5 file written by elmo embed; --overwrite "
-                         "replaces only those. Choose another output.")
+        raise ValueError(
+            f"output {str(output)!r} exists and is not an HDF5 file written by elmo embed; --overwrite "
+            "replaces only those. Choose another output."
+        )
     if os.path.lexists(partial):
-        foreign = ([partial.name] if partial.is_symlink() or not partial.is_dir() else
-                   sorted(p.name for p in partial.iterdir() if not (p.is_file() and re.fullmatch(
-                       rf"{re.escape(RUN_FILE)}(\.tmp)?|chunk-\d{{8}}\.h5(\.tmp)?", p.name))))
+        foreign = (
+            [partial.name]
+            if partial.is_symlink() or not partial.is_dir()
+            else sorted(
+                p.name
+                for p in partial.iterdir()
+                if not (
+                    p.is_file() and re.fullmatch(rf"{re.escape(RUN_FILE)}(\.tmp)?|chunk-\d{{8}}\.h5(\.tmp)?", p.name)
+                )
+            )
+        )
         if foreign:
-            raise ValueError(f"{str(partial)!r} holds what an interrupted elmo embed run does not write "
-                             f"({', '.join(foreign[:5])}); --overwrite never deletes it. Move it away.")
+            raise ValueError(
+                f"{str(partial)!r} holds what an interrupted elmo embed run does not write "
+                f"({', '.join(foreign[:5])}); --overwrite never deletes it. Move it away."
+            )
 
 
 def _prepare_partial(partial: Path, settings: dict[str, Any], *, resume: bool) -> None:
@@ -595,24 +710,31 @@ def _prepare_partial(partial: Path, settings: dict[str, Any], *, resume: bool) -
 def _check_resumable(partial: Path, settings: dict[str, Any]) -> None:
     run_file = partial / RUN_FILE
     if not run_file.is_file():
-        raise ValueError(f"{str(partial)!r} has no {RUN_FILE}; it is not an interrupted `elmo embed` run. "
-                         "Pass --overwrite to start again.")
+        raise ValueError(
+            f"{str(partial)!r} has no {RUN_FILE}; it is not an interrupted `elmo embed` run. "
+            "Pass --overwrite to start again."
+        )
     recorded = read_json_object(run_file, "run", required=True)
     changed = [k for k in RESUME_KEYS if recorded.get(k) != settings[k]]
     if changed:
+
         def describe(key: str) -> str:
             if key in ("input_sha256", "model_weights_sha256") and key not in recorded:
                 return f"{key} was not recorded (a run of an earlier version)"
             if key in ("input_size", "input_sha256"):
                 return f"the input file changed ({key}: {recorded.get(key)!r} -> {settings[key]!r})"
             if key == "model_weights_sha256":
-                return (f"the model's weights changed (sha256 {str(recorded.get(key))[:16]}... -> "
-                        f"{str(settings[key])[:16]}...)")
+                return (
+                    f"the model's weights changed (sha256 {str(recorded.get(key))[:16]}... -> "
+                    f"{str(settings[key])[:16]}...)"
+                )
             return f"{key}: {recorded.get(key)!r} -> {settings[key]!r}"
 
         detail = ", ".join(describe(k) for k in changed if not (k == "input_size" and "input_sha256" in changed))
-        raise ValueError(f"cannot resume {str(partial)!r}: settings differ from the interrupted run ({detail}). "
-                         "Pass --overwrite to start again.")
+        raise ValueError(
+            f"cannot resume {str(partial)!r}: settings differ from the interrupted run ({detail}). "
+            "Pass --overwrite to start again."
+        )
 
 
 # ---------------------------------------------------------------------------------------------------- CLI
@@ -620,33 +742,67 @@ def _check_resumable(partial: Path, settings: dict[str, Any]) -> None:
 
 def build_parser(prog: str = "elmo embed") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog=prog, allow_abbrev=False,
+        prog=prog,
+        allow_abbrev=False,
         description="Write ELMo layer activations for every line of a text file to an HDF5 file (the layout of "
-                    "the old `allennlp elmo` command). Run under `accelerate launch` to use several GPUs/nodes.")
+        "the old `allennlp elmo` command). Run under `accelerate launch` to use several GPUs/nodes.",
+    )
     parser.add_argument("input_file", help="text file, one sentence per line (whitespace-tokenised unless --raw-text)")
     parser.add_argument("output_file", help="HDF5 file to write")
     parser.add_argument("--model", required=True, help="folder or Hub id of an ELMo model (ElmoModel or a head)")
     layers = parser.add_mutually_exclusive_group(required=True)
-    layers.add_argument("--all", dest="mode", action="store_const", const="all",
-                        help="write all L+1 layers: (L+1, tokens, 2P) per sentence")
-    layers.add_argument("--top", dest="mode", action="store_const", const="top",
-                        help="write the top layer: (tokens, 2P)")
-    layers.add_argument("--average", dest="mode", action="store_const", const="average",
-                        help="write the mean of the L+1 layers: (tokens, 2P)")
-    parser.add_argument("--raw-text", action="store_true",
-                        help="split lines with the tokenizer's pre-tokenizer instead of on whitespace")
+    layers.add_argument(
+        "--all",
+        dest="mode",
+        action="store_const",
+        const="all",
+        help="write all L+1 layers: (L+1, tokens, 2P) per sentence",
+    )
+    layers.add_argument(
+        "--top", dest="mode", action="store_const", const="top", help="write the top layer: (tokens, 2P)"
+    )
+    layers.add_argument(
+        "--average",
+        dest="mode",
+        action="store_const",
+        const="average",
+        help="write the mean of the L+1 layers: (tokens, 2P)",
+    )
+    parser.add_argument(
+        "--raw-text",
+        action="store_true",
+        help="split lines with the tokenizer's pre-tokenizer instead of on whitespace",
+    )
     parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="sentences per forward pass")
-    parser.add_argument("--max-batch-tokens", type=int, default=None,
-                        help="also cap the padded tokens per batch (bounds memory with very long lines)")
-    parser.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE,
-                        help="lines sorted by length together; also the unit of work that --resume keeps")
-    parser.add_argument("--device", default=None,
-                        help="e.g. cpu, cuda, cuda:1 (default: cuda if available; under accelerate: its device)")
-    parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32",
-                        help="compute dtype (bfloat16/float16 need a GPU); the file is always float32")
+    parser.add_argument(
+        "--max-batch-tokens",
+        type=int,
+        default=None,
+        help="also cap the padded tokens per batch (bounds memory with very long lines)",
+    )
+    parser.add_argument(
+        "--chunk-size",
+        type=int,
+        default=DEFAULT_CHUNK_SIZE,
+        help="lines sorted by length together; also the unit of work that --resume keeps",
+    )
+    parser.add_argument(
+        "--device",
+        default=None,
+        help="e.g. cpu, cuda, cuda:1 (default: cuda if available; under accelerate: its device)",
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=sorted(DTYPES),
+        default="float32",
+        help="compute dtype (bfloat16/float16 need a GPU); the file is always float32",
+    )
     parser.add_argument("--forget-sentences", action="store_true", help="do not write the sentence_to_index dataset")
-    parser.add_argument("--use-sentence-keys", action="store_true",
-                        help="key each dataset by its sentence instead of its line number (refuses '/' and repeats)")
+    parser.add_argument(
+        "--use-sentence-keys",
+        action="store_true",
+        help="key each dataset by its sentence instead of its line number (refuses '/' and repeats)",
+    )
     run = parser.add_mutually_exclusive_group()
     run.add_argument("--overwrite", action="store_true", help="replace an existing output or interrupted run")
     run.add_argument("--resume", action="store_true", help="continue the interrupted run in OUTPUT.partial")
@@ -676,25 +832,43 @@ def main(argv: list[str] | None = None) -> int:
         tokenize: Callable[[str], list[str]] = str.split
         if args.raw_text:
             tokenize = load_elmo_tokenizer(args.model).split_words
-        report = embed_file(args.input_file, args.output_file, load, mode=args.mode, model_name=args.model,
-                            batch_size=args.batch_size, chunk_size=args.chunk_size,
-                            max_batch_tokens=args.max_batch_tokens, tokenize=tokenize, raw_text=args.raw_text,
-                            forget_sentences=args.forget_sentences, use_sentence_keys=args.use_sentence_keys,
-                            overwrite=args.overwrite, resume=args.resume, show_progress=not args.no_progress,
-                            processes=processes)
+        report = embed_file(
+            args.input_file,
+            args.output_file,
+            load,
+            mode=args.mode,
+            model_name=args.model,
+            batch_size=args.batch_size,
+            chunk_size=args.chunk_size,
+            max_batch_tokens=args.max_batch_tokens,
+            tokenize=tokenize,
+            raw_text=args.raw_text,
+            forget_sentences=args.forget_sentences,
+            use_sentence_keys=args.use_sentence_keys,
+            overwrite=args.overwrite,
+            resume=args.resume,
+            show_progress=not args.no_progress,
+            processes=processes,
+        )
     except (ValueError, FloatingPointError) as err:  # bad input, or a model whose vectors are not finite
         raise SystemExit(f"elmo embed: error: {err}") from None
     except OSError as err:  # e.g. the disk filled up: finished chunks stay in OUTPUT.partial
         partial = _partial_dir(Path(args.output_file))
         kept = len(list(partial.glob("chunk-*.h5"))) if partial.is_dir() else 0
-        hint = (f"; {kept} finished chunk(s) are kept in {str(partial)!r}: rerun with --resume to continue from them"
-                if kept else "")
+        hint = (
+            f"; {kept} finished chunk(s) are kept in {str(partial)!r}: rerun with --resume to continue from them"
+            if kept
+            else ""
+        )
         raise SystemExit(f"elmo embed: error: {' '.join(str(err).split())}{hint}.") from None
     if report.merged:
-        print(f"elmo embed: wrote {report.num_lines} sentences to {report.output_file} "
-              f"({report.embedded_lines} embedded now at {report.sentences_per_second:.1f} sentences/s on this "
-              f"process, {report.resumed_lines} resumed; {report.blank_lines} blank, "
-              f"{report.invalid_utf8_lines} with invalid UTF-8).", file=sys.stderr)
+        print(
+            f"elmo embed: wrote {report.num_lines} sentences to {report.output_file} "
+            f"({report.embedded_lines} embedded now at {report.sentences_per_second:.1f} sentences/s on this "
+            f"process, {report.resumed_lines} resumed; {report.blank_lines} blank, "
+            f"{report.invalid_utf8_lines} with invalid UTF-8).",
+            file=sys.stderr,
+        )
     return 0
 
 

@@ -131,7 +131,7 @@ def add_elmo_features(
         nonempty = [i for i, s in enumerate(sentences) if s]
         outputs = embedder.embed_batch([sentences[i] for i in nonempty]) if nonempty else []
         values = [np.zeros((0, len(selected), width), dtype=np_dtype) for _ in sentences]
-        for i, layers_of_i in zip(nonempty, outputs):
+        for i, layers_of_i in zip(nonempty, outputs, strict=False):
             values[i] = np.ascontiguousarray(layers_of_i[selected].transpose(1, 0, 2), dtype=np_dtype)
         return {feature_column: values}
 
@@ -141,14 +141,31 @@ def add_elmo_features(
     silence = not show_progress and datasets.is_progress_bar_enabled()
     try:
         fingerprint = hashlib.sha256(
-            repr((dataset._fingerprint, _model_fingerprint(model), column, text_column is not None, selected, dtype,
-                  feature_column, str(compute_dtype), getattr(tokenizer, "split_pattern", None),
-                  getattr(tokenizer, "do_lower_case", None))).encode()
+            repr(
+                (
+                    dataset._fingerprint,
+                    _model_fingerprint(model),
+                    column,
+                    text_column is not None,
+                    selected,
+                    dtype,
+                    feature_column,
+                    str(compute_dtype),
+                    getattr(tokenizer, "split_pattern", None),
+                    getattr(tokenizer, "do_lower_case", None),
+                )
+            ).encode()
         ).hexdigest()[:32]
         if silence:
             datasets.disable_progress_bars()
-        result = dataset.map(embed, batched=True, batch_size=batch_size, features=features,
-                             new_fingerprint=map_kwargs.pop("new_fingerprint", fingerprint), **map_kwargs)
+        result = dataset.map(
+            embed,
+            batched=True,
+            batch_size=batch_size,
+            features=features,
+            new_fingerprint=map_kwargs.pop("new_fingerprint", fingerprint),
+            **map_kwargs,
+        )
     finally:
         if silence:
             datasets.enable_progress_bars()
@@ -167,8 +184,9 @@ class ElmoFeatureCollator:
     ``labels``. Other columns are dropped.
     """
 
-    def __init__(self, feature_column: str = FEATURE_COLUMN, label_pad_token_id: int = -100,
-                 dtype: torch.dtype = torch.float32):
+    def __init__(
+        self, feature_column: str = FEATURE_COLUMN, label_pad_token_id: int = -100, dtype: torch.dtype = torch.float32
+    ):
         self.feature_column = feature_column
         self.label_pad_token_id = label_pad_token_id
         self.dtype = dtype
@@ -177,8 +195,10 @@ class ElmoFeatureCollator:
         if not examples:
             raise ValueError("cannot collate an empty list of examples.")
         if self.feature_column not in examples[0]:
-            raise ValueError(f"examples have no {self.feature_column!r} column (keys: {sorted(examples[0])}); "
-                             "run add_elmo_features first.")
+            raise ValueError(
+                f"examples have no {self.feature_column!r} column (keys: {sorted(examples[0])}); "
+                "run add_elmo_features first."
+            )
         arrays = [np.asarray(example[self.feature_column]) for example in examples]
         shape = next((a.shape[1:] for a in arrays if a.ndim == 3), None)
         if shape is None:

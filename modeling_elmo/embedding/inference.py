@@ -88,8 +88,9 @@ def _check_location(location: str, hub_kwargs: dict[str, Any]) -> None:
 
     if check_model_location(location):
         if not os.path.isdir(location):
-            raise ValueError(f"model {location!r} is a file; give the folder that holds config.json and "
-                             "model.safetensors.")
+            raise ValueError(
+                f"model {location!r} is a file; give the folder that holds config.json and model.safetensors."
+            )
         if not os.path.isfile(os.path.join(location, "config.json")):
             raise ValueError(f"{location!r} is not an ELMo model folder: it has no config.json.")
         check_json_files(location)
@@ -100,8 +101,10 @@ def _check_location(location: str, hub_kwargs: dict[str, Any]) -> None:
         raise ValueError(f"cannot read the config of model {location!r} ({where}): {_one_line(error)}") from None
     model_type = config.get("model_type")
     if model_type != ElmoConfig.model_type:
-        raise ValueError(f"{location!r} is not an ELMo model: its config.json has model_type {model_type!r}, "
-                         f"not {ElmoConfig.model_type!r}.")
+        raise ValueError(
+            f"{location!r} is not an ELMo model: its config.json has model_type {model_type!r}, "
+            f"not {ElmoConfig.model_type!r}."
+        )
 
 
 #: What an ELMo model takes from its tokenizer's output: the character ids, the mask and, for a model with a
@@ -111,8 +114,11 @@ MODEL_INPUT_KEYS = ("input_ids", "attention_mask", "word_input_ids")
 
 def model_inputs(encoding: Any, device: torch.device | str | None = None) -> dict[str, torch.Tensor]:
     """The entries of a tokenizer's output an ELMo model takes (`MODEL_INPUT_KEYS`), on ``device``."""
-    return {key: (encoding[key].to(device) if device is not None else encoding[key])
-            for key in MODEL_INPUT_KEYS if key in encoding}
+    return {
+        key: (encoding[key].to(device) if device is not None else encoding[key])
+        for key in MODEL_INPUT_KEYS
+        if key in encoding
+    }
 
 
 def load_elmo_model(model_name_or_path: str | os.PathLike, **kwargs: Any) -> torch.nn.Module:
@@ -136,10 +142,10 @@ def load_elmo_model(model_name_or_path: str | os.PathLike, **kwargs: Any) -> tor
             another shape than ``config.json`` implies, or a tensor that belongs to no ELMo model is present. The
             message names the tensors.
     """
-    from ..configuration_elmo import ElmoConfig
-    from ..utils.loading import check_config
-    from ..modeling_elmo import ElmoModel
     from ..acceleration.packed_kernels import use_packed_kernels
+    from ..configuration_elmo import ElmoConfig
+    from ..modeling_elmo import ElmoModel
+    from ..utils.loading import check_config
 
     for reserved in ("output_loading_info", "ignore_mismatched_sizes", "use_safetensors"):
         if reserved in kwargs:
@@ -163,20 +169,32 @@ def load_elmo_model(model_name_or_path: str | os.PathLike, **kwargs: Any) -> tor
         with quiet_load_report():
             # ignore_mismatched_sizes: report wrong shapes in loading_info (checked below) instead of a RuntimeError
             # that points at the table.
-            model, info = ElmoModel.from_pretrained(location, config=config, output_loading_info=True,
-                                                    use_safetensors=True, ignore_mismatched_sizes=True, **kwargs)
+            model, info = ElmoModel.from_pretrained(
+                location,
+                config=config,
+                output_loading_info=True,
+                use_safetensors=True,
+                ignore_mismatched_sizes=True,
+                **kwargs,
+            )
     except (OSError, ValueError) as error:
         raise ValueError(f"cannot load the weights of model {location!r}: {_one_line(error)}") from None
     except Exception as error:  # safetensors' SafetensorError (a damaged file on the Hub), torch's size errors
-        raise ValueError(f"cannot load the weights of model {location!r}: {type(error).__name__}: "
-                         f"{_one_line(error)}") from None
+        raise ValueError(
+            f"cannot load the weights of model {location!r}: {type(error).__name__}: {_one_line(error)}"
+        ) from None
     check_loading_info(location, info, ignore_unexpected=HEAD_WEIGHT_PREFIXES)
     refuse_nonfinite_weights(model, location)
     return use_packed_kernels(model.eval())  # the package's fast recurrence, for this model (docs/model.md)
 
 
-def check_loading_info(location: str, info: dict[str, Any], *, ignore_missing: tuple[str, ...] = (),
-                       ignore_unexpected: tuple[str, ...] = ()) -> None:
+def check_loading_info(
+    location: str,
+    info: dict[str, Any],
+    *,
+    ignore_missing: tuple[str, ...] = (),
+    ignore_unexpected: tuple[str, ...] = (),
+) -> None:
     """Raise `ValueError` naming the tensors when ``from_pretrained``'s loading info (with
     ``ignore_mismatched_sizes=True``) shows missing weights, unexpected ones or other shapes than the config implies
     (weights whose names start with ``ignore_missing`` / ``ignore_unexpected`` aside)."""
@@ -190,11 +208,15 @@ def check_loading_info(location: str, info: dict[str, Any], *, ignore_missing: t
         problems.append(f"{len(unexpected)} unexpected tensor(s) ({_listed(unexpected)})")
     if mismatched:
         shapes = [f"{key} {tuple(saved)} vs {tuple(wanted)}" for key, saved, wanted in mismatched]
-        problems.append(f"{len(mismatched)} tensor(s) with another shape than config.json implies, saved vs "
-                        f"expected ({_listed(shapes)})")
+        problems.append(
+            f"{len(mismatched)} tensor(s) with another shape than config.json implies, saved vs "
+            f"expected ({_listed(shapes)})"
+        )
     if problems:
-        raise ValueError(f"the weights of model {location!r} do not match its config.json: {'; '.join(problems)}. "
-                         "Refusing to run a partly random model.")
+        raise ValueError(
+            f"the weights of model {location!r} do not match its config.json: {'; '.join(problems)}. "
+            "Refusing to run a partly random model."
+        )
 
 
 def check_safetensors_files(folder: str | os.PathLike) -> dict[str, Any]:
@@ -211,49 +233,69 @@ def check_safetensors_files(folder: str | os.PathLike) -> dict[str, Any]:
             headers[name] = check_safetensors_header(path)
     index = read_json_object(os.path.join(folder, "model.safetensors.index.json"), "weights index")
     weight_map = (index or {}).get("weight_map")
-    shards = ({v for v in weight_map.values() if isinstance(v, str)} if isinstance(weight_map, dict)
-              else {"model.safetensors"})
-    return {key: entry for shard in sorted(shards) for key, entry in headers.get(shard, {}).items()
-            if key != "__metadata__"}
+    shards = (
+        {v for v in weight_map.values() if isinstance(v, str)}
+        if isinstance(weight_map, dict)
+        else {"model.safetensors"}
+    )
+    return {
+        key: entry for shard in sorted(shards) for key, entry in headers.get(shard, {}).items() if key != "__metadata__"
+    }
 
 
-def check_weights_fit_config(folder: str | os.PathLike, model_class: type, config: Any, *,
-                             ignore_missing: tuple[str, ...] = (), ignore_unexpected: tuple[str, ...] = ()) -> None:
+def check_weights_fit_config(
+    folder: str | os.PathLike,
+    model_class: type,
+    config: Any,
+    *,
+    ignore_missing: tuple[str, ...] = (),
+    ignore_unexpected: tuple[str, ...] = (),
+) -> None:
     """Compare the parameter shapes ``config`` implies for ``model_class`` with the tensors the safetensors headers
     of ``folder`` declare, before anything is allocated: the model is built on the meta device (shapes, no
     memory). A `config.json` declaring 16384-wide layers beside a small ``model.safetensors`` is then the one-line
     `ValueError` of `check_loading_info` instead of an allocation of tens of GB."""
     declared = check_safetensors_files(folder)
-    if not any(os.path.isfile(os.path.join(folder, name))
-               for name in ("model.safetensors", "model.safetensors.index.json")):
+    if not any(
+        os.path.isfile(os.path.join(folder, name)) for name in ("model.safetensors", "model.safetensors.index.json")
+    ):
         return  # no weights at all: from_pretrained says so
     with torch.device("meta"):
         model = model_class(config)
     prefix = f"{model.base_model_prefix}." if model.base_model_prefix else ""
 
     def key(name: str) -> str:  # transformers adds or strips the base model's prefix as the classes need
-        return name[len(prefix):] if prefix and name.startswith(prefix) else name
+        return name[len(prefix) :] if prefix and name.startswith(prefix) else name
 
     wanted = {key(name): tuple(tensor.shape) for name, tensor in model.state_dict().items()}
     saved = {key(name): tuple(int(n) for n in entry["shape"]) for name, entry in declared.items()}
-    with_prefix = {name: f"{prefix}{name}" if prefix and f"{prefix}{name}" in model.state_dict() else name
-                   for name in wanted}
+    with_prefix = {
+        name: f"{prefix}{name}" if prefix and f"{prefix}{name}" in model.state_dict() else name for name in wanted
+    }
     info = {
         "missing_keys": [with_prefix[name] for name in wanted if name not in saved],
         "unexpected_keys": [name for name in declared if key(name) not in wanted],  # as the file names them
-        "mismatched_keys": [(with_prefix[name], saved[name], shape) for name, shape in wanted.items()
-                            if name in saved and saved[name] != shape],
+        "mismatched_keys": [
+            (with_prefix[name], saved[name], shape)
+            for name, shape in wanted.items()
+            if name in saved and saved[name] != shape
+        ],
     }
     check_loading_info(os.fspath(folder), info, ignore_missing=ignore_missing, ignore_unexpected=ignore_unexpected)
 
 
 def refuse_nonfinite_weights(model: torch.nn.Module, location: str) -> None:
     """Raise `ValueError` naming the tensors of ``model`` that hold NaN or an infinity (every output would be NaN)."""
-    bad = [name for name, tensor in model.state_dict().items()
-           if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all())]
+    bad = [
+        name
+        for name, tensor in model.state_dict().items()
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all())
+    ]
     if bad:
-        raise ValueError(f"the weights of model {location!r} hold NaN or infinite values in {len(bad)} tensor(s) "
-                         f"({_listed(bad)}); every vector computed from them would be NaN. Refusing to run it.")
+        raise ValueError(
+            f"the weights of model {location!r} hold NaN or infinite values in {len(bad)} tensor(s) "
+            f"({_listed(bad)}); every vector computed from them would be NaN. Refusing to run it."
+        )
 
 
 def weights_fingerprint(model: torch.nn.Module) -> str:
@@ -261,8 +303,11 @@ def weights_fingerprint(model: torch.nn.Module) -> str:
     digest = hashlib.sha256()
     for name, tensor in sorted(model.state_dict().items()):
         digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
-        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
-                      if tensor.numel() else b"")
+        digest.update(
+            tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+            if tensor.numel()
+            else b""
+        )
     return digest.hexdigest()
 
 
@@ -318,8 +363,13 @@ class ElmoEmbedder:
         dtype: `torch.float32` (default), or `torch.bfloat16` / `torch.float16` on a GPU. Outputs are float32.
     """
 
-    def __init__(self, model: torch.nn.Module, tokenizer: Any, device: str | torch.device | None = None,
-                 dtype: torch.dtype = torch.float32):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer: Any,
+        device: str | torch.device | None = None,
+        dtype: torch.dtype = torch.float32,
+    ):
         base = getattr(model, "elmo", model)
         device = torch.device(device) if device is not None else next(base.parameters()).device
         if dtype not in DTYPES.values():
@@ -329,9 +379,11 @@ class ElmoEmbedder:
         model_width = int(base.config.max_characters_per_token)
         tokenizer_width = getattr(tokenizer, "max_characters_per_token", model_width)
         if tokenizer_width != model_width:
-            raise ValueError(f"the tokenizer writes {tokenizer_width} characters per word "
-                             f"(max_characters_per_token in tokenizer_config.json) but the model reads "
-                             f"{model_width} (config.json); the two files belong to different models.")
+            raise ValueError(
+                f"the tokenizer writes {tokenizer_width} characters per word "
+                f"(max_characters_per_token in tokenizer_config.json) but the model reads "
+                f"{model_width} (config.json); the two files belong to different models."
+            )
         from ..acceleration.packed_kernels import use_packed_kernels
 
         self.model = use_packed_kernels(base.to(device=device, dtype=dtype).eval())  # the package's fast recurrence
@@ -347,8 +399,13 @@ class ElmoEmbedder:
         return weights_fingerprint(self.model)
 
     @classmethod
-    def from_pretrained(cls, model_name_or_path: str | os.PathLike, device: str | torch.device | None = None,
-                        dtype: torch.dtype = torch.float32, **kwargs: Any) -> ElmoEmbedder:
+    def from_pretrained(
+        cls,
+        model_name_or_path: str | os.PathLike,
+        device: str | torch.device | None = None,
+        dtype: torch.dtype = torch.float32,
+        **kwargs: Any,
+    ) -> ElmoEmbedder:
         """Load the biLM with `load_elmo_model` (strict) and the tokenizer from a folder or Hub id.
 
         ``kwargs`` go to `load_elmo_model`; those of `HUB_KWARGS` (``revision``, ``token``, ...) also to the tokenizer.
@@ -366,19 +423,27 @@ class ElmoEmbedder:
         _check_word_lists(sentences)
         if any(len(s) == 0 for s in sentences):
             raise ValueError("embed_batch got an empty sentence; use embed_sentences for lists that may hold some.")
-        encoded = self.tokenizer([list(s) for s in sentences], is_split_into_words=True, padding=True,
-                                 return_tensors="pt")
+        encoded = self.tokenizer(
+            [list(s) for s in sentences], is_split_into_words=True, padding=True, return_tensors="pt"
+        )
         with torch.inference_mode():
             out = self.model(**model_inputs(encoded, self.device), output_hidden_states=True, return_dict=True)
             layers = torch.stack(tuple(out.hidden_states), dim=1).float().cpu().numpy()  # (B, L+1, T, 2P)
         # checked here, where the vectors have left the device anyway (the model's forward makes the host wait for
         # no check): every export and cache of vectors (`elmo embed`, `add_elmo_features`) goes through this
         if not np.isfinite(layers).all():
-            raise FloatingPointError("the ELMo model produced NaN or infinite vectors: its weights are probably corrupt.")
+            raise FloatingPointError(
+                "the ELMo model produced NaN or infinite vectors: its weights are probably corrupt."
+            )
         return [layers[i, :, : len(s)] for i, s in enumerate(sentences)]
 
-    def embed_sentences(self, sentences: Iterable[Sequence[str]], batch_size: int = 64,
-                        max_batch_tokens: int | None = None, show_progress: bool = True) -> list[np.ndarray]:
+    def embed_sentences(
+        self,
+        sentences: Iterable[Sequence[str]],
+        batch_size: int = 64,
+        max_batch_tokens: int | None = None,
+        show_progress: bool = True,
+    ) -> list[np.ndarray]:
         """All layers of every sentence, in the given order: float32 arrays ``(num_layers, len(sentence),
         output_size)``; an empty sentence gives ``(num_layers, 0, output_size)``.
 
@@ -388,17 +453,23 @@ class ElmoEmbedder:
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
         if isinstance(sentences, (str, bytes, Mapping)):
-            raise ValueError(f"sentences must be a list of word lists, got a {type(sentences).__name__} "
-                             f"({sentences!r:.60}).")
+            raise ValueError(
+                f"sentences must be a list of word lists, got a {type(sentences).__name__} ({sentences!r:.60})."
+            )
         sentences = list(sentences)
         _check_word_lists(sentences)
         sentences = [list(s) for s in sentences]
         results = [np.zeros((self.num_layers, 0, self.output_size), dtype=np.float32) for _ in sentences]
         batches = make_batches([len(s) for s in sentences], batch_size, max_batch_tokens)
-        with tqdm(total=sum(map(len, batches)), unit="sent", desc="ELMo", dynamic_ncols=True,
-                  disable=not show_progress or len(batches) < 2) as progress:
+        with tqdm(
+            total=sum(map(len, batches)),
+            unit="sent",
+            desc="ELMo",
+            dynamic_ncols=True,
+            disable=not show_progress or len(batches) < 2,
+        ) as progress:
             for batch in batches:
-                for i, layers in zip(batch, self.embed_batch([sentences[i] for i in batch])):
+                for i, layers in zip(batch, self.embed_batch([sentences[i] for i in batch]), strict=False):
                     results[i] = np.ascontiguousarray(layers)  # not a view that keeps the whole batch alive
                 progress.update(len(batch))
         return results
@@ -409,16 +480,31 @@ def _check_word_lists(sentences: Sequence[Any]) -> None:
     keys would), words that are not strings."""
     for i, sentence in enumerate(sentences):
         if isinstance(sentence, (str, bytes)):
-            raise ValueError(f"sentence {i} is a {type(sentence).__name__} ({sentence!r:.60}), not a list of words; "
-                             "split it first (text.split(), or the tokenizer's split_words).")
+            raise ValueError(
+                f"sentence {i} is a {type(sentence).__name__} ({sentence!r:.60}), not a list of words; "
+                "split it first (text.split(), or the tokenizer's split_words)."
+            )
         if isinstance(sentence, Mapping) or not isinstance(sentence, Sequence):
-            raise ValueError(f"sentence {i} must be a list of words, got a {type(sentence).__name__} "
-                             f"({sentence!r:.60}).")
+            raise ValueError(
+                f"sentence {i} must be a list of words, got a {type(sentence).__name__} ({sentence!r:.60})."
+            )
         for j, word in enumerate(sentence):
             if not isinstance(word, str):
                 raise ValueError(f"word {j} of sentence {i} must be a string, got {type(word).__name__} {word!r:.40}.")
 
 
-__all__ = ["DTYPES", "HEAD_WEIGHT_PREFIXES", "HUB_KWARGS", "MODEL_INPUT_KEYS", "ElmoEmbedder", "check_loading_info",
-           "check_safetensors_files", "load_elmo_model", "load_elmo_tokenizer", "make_batches", "model_inputs",
-           "refuse_nonfinite_weights", "weights_fingerprint"]
+__all__ = [
+    "DTYPES",
+    "HEAD_WEIGHT_PREFIXES",
+    "HUB_KWARGS",
+    "MODEL_INPUT_KEYS",
+    "ElmoEmbedder",
+    "check_loading_info",
+    "check_safetensors_files",
+    "load_elmo_model",
+    "load_elmo_tokenizer",
+    "make_batches",
+    "model_inputs",
+    "refuse_nonfinite_weights",
+    "weights_fingerprint",
+]

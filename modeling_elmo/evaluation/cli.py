@@ -32,11 +32,11 @@ from ..embedding.inference import (
     quiet_load_report,
     refuse_nonfinite_weights,
 )
-from ..utils.io_utils import atomic_write_text
 from ..folders.manifest import file_record, read_manifest, write_manifest
+from ..folders.run_folder import EvaluationFolder, RunFolder
+from ..utils.io_utils import atomic_write_text
 from ..utils.loading import check_model_location, refuse_pickled_weights
 from ..utils.results import EvaluationResults, read_results, write_results
-from ..folders.run_folder import EvaluationFolder, RunFolder
 from . import data as ev_data
 from .metrics import mcnemar_exact, most_frequent_tag_accuracy
 from .report import markdown_report, score_records, write_plots
@@ -49,14 +49,27 @@ TASKS = ("perplexity", "wsd-probe", "probe-sentiment", "probe-pos")
 
 
 def build_parser(prog: str = "elmo evaluate") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, allow_abbrev=False, description="Evaluate an ELMo model: perplexity, word-sense "
-                                "nearest-neighbour probe, linear probes (sentiment, POS) on frozen features.")
+    p = argparse.ArgumentParser(
+        prog=prog,
+        allow_abbrev=False,
+        description="Evaluate an ELMo model: perplexity, word-sense "
+        "nearest-neighbour probe, linear probes (sentiment, POS) on frozen features.",
+    )
     p.add_argument("model", help="model folder (save_pretrained output) or Hub id")
-    p.add_argument("--task", nargs="+", default=["all"], choices=[*TASKS, "all"], metavar="TASK",
-                   help=f"one or more of {', '.join(TASKS)} or 'all' (default)")
+    p.add_argument(
+        "--task",
+        nargs="+",
+        default=["all"],
+        choices=[*TASKS, "all"],
+        metavar="TASK",
+        help=f"one or more of {', '.join(TASKS)} or 'all' (default)",
+    )
     p.add_argument("--output-dir", type=Path, default=None, help="where results go (default: MODEL/evaluation)")
-    p.add_argument("--compare-untrained", action="store_true",
-                   help="also evaluate a randomly initialised model of the same shape (torch.manual_seed(--seed))")
+    p.add_argument(
+        "--compare-untrained",
+        action="store_true",
+        help="also evaluate a randomly initialised model of the same shape (torch.manual_seed(--seed))",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the untrained model and of probe training (default 0)")
     p.add_argument("--batch-size", type=int, default=32, help="sentences per forward pass (default 32)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
@@ -64,30 +77,55 @@ def build_parser(prog: str = "elmo evaluate") -> argparse.ArgumentParser:
     g = p.add_argument_group("perplexity")
     g.add_argument("--text", type=Path, help="held-out text, one sentence per line, whitespace tokens")
     g.add_argument("--max-sentences", type=int, default=None, help="use the first N sentences of --text")
-    g.add_argument("--unigram-fit", type=Path, nargs="+", default=None, metavar="FILE",
-                   help="text file(s), one sentence per line, to fit the unigram baseline on (use the training text; "
-                        "default: the evaluation text itself, an optimistic oracle)")
+    g.add_argument(
+        "--unigram-fit",
+        type=Path,
+        nargs="+",
+        default=None,
+        metavar="FILE",
+        help="text file(s), one sentence per line, to fit the unigram baseline on (use the training text; "
+        "default: the evaluation text itself, an optimistic oracle)",
+    )
     g.add_argument("--unigram-smoothing", type=float, default=1.0, help="add-k smoothing of the unigram (default 1)")
     g = p.add_argument_group("wsd-probe")
-    g.add_argument("--wsd-file", type=Path, default=DEFAULT_WSD_SET,
-                   help="sense-labelled JSONL (default: the shipped Senseval hard/interest/line/serve sample)")
+    g.add_argument(
+        "--wsd-file",
+        type=Path,
+        default=DEFAULT_WSD_SET,
+        help="sense-labelled JSONL (default: the shipped Senseval hard/interest/line/serve sample)",
+    )
     g.add_argument("--tie-tolerance", type=float, default=1e-6, help="cosines within this of the best are ties")
     g = p.add_argument_group("probes")
-    g.add_argument("--data-dir", type=Path, default=None,
-                   help="local folder with the probe data (sentiment-sst2/, pos-ud-ewt/, pos-ptb-sample/; see "
-                        "docs/evaluation.md); default: SST-2 (nyu-mll/glue) and UD English EWT from the Hub")
-    g.add_argument("--pos-dataset", choices=["ud-ewt", "ptb-sample"], default="ud-ewt",
-                   help="ud-ewt: UPOS, official train/dev; ptb-sample: PTB tags, 80/20 split by file (--data-dir only)")
+    g.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="local folder with the probe data (sentiment-sst2/, pos-ud-ewt/, pos-ptb-sample/; see "
+        "docs/evaluation.md); default: SST-2 (nyu-mll/glue) and UD English EWT from the Hub",
+    )
+    g.add_argument(
+        "--pos-dataset",
+        choices=["ud-ewt", "ptb-sample"],
+        default="ud-ewt",
+        help="ud-ewt: UPOS, official train/dev; ptb-sample: PTB tags, 80/20 split by file (--data-dir only)",
+    )
     g.add_argument("--max-train-examples", type=int, default=20000, help="training sentences per probe (default 20000)")
     g.add_argument("--max-dev-examples", type=int, default=None, help="dev sentences per probe (default: all)")
     g.add_argument("--probe-epochs", type=float, default=3.0, help="training epochs of each probe (default 3)")
-    g.add_argument("--probe-min-steps", type=int, default=300,
-                   help="raise the epochs of a small training set to reach this many updates (default 300)")
+    g.add_argument(
+        "--probe-min-steps",
+        type=int,
+        default=300,
+        help="raise the epochs of a small training set to reach this many updates (default 300)",
+    )
     g.add_argument("--probe-lr", type=float, default=1e-2, help="AdamW learning rate, decayed linearly (default 1e-2)")
     g.add_argument("--probe-batch-size", type=int, default=32)
     g.add_argument("--no-layer-norm", action="store_true", help="do not normalise layers before mixing")
-    g.add_argument("--no-standardize", action="store_true",
-                   help="do not standardise each feature dimension with the training split's mean and std")
+    g.add_argument(
+        "--no-standardize",
+        action="store_true",
+        help="do not standardise each feature dimension with the training split's mean and std",
+    )
     return p
 
 
@@ -117,14 +155,16 @@ def load_model_and_tokenizer(model: str, device: torch.device, need_lm: bool):
     try:
         config = ElmoConfig.from_pretrained(model)
     except OSError as error:  # a Hub id that cannot be fetched
-        raise ValueError(f"model {model!r} is not a local folder and cannot be loaded from the Hub "
-                         f"({str(error).splitlines()[0]})") from None
+        raise ValueError(
+            f"model {model!r} is not a local folder and cannot be loaded from the Hub ({str(error).splitlines()[0]})"
+        ) from None
     if Path(model).is_dir():
         check_safetensors_files(model)  # a truncated or damaged file: one line, before anything is allocated
     lm = None
     if config.vocab_size > 4:
-        lm, info = _load_checked(ElmoForBidirectionalLM, model, config, ignore_missing=("softmax.",),
-                                 ignore_unexpected=HEAD_WEIGHT_PREFIXES)
+        lm, info = _load_checked(
+            ElmoForBidirectionalLM, model, config, ignore_missing=("softmax.",), ignore_unexpected=HEAD_WEIGHT_PREFIXES
+        )
         if any(k.startswith("softmax.") for k in info.get("missing_keys", ())):
             lm = None  # a vocabulary in the config but no trained softmax in the weights
     if lm is not None:
@@ -146,12 +186,16 @@ def load_model_and_tokenizer(model: str, device: torch.device, need_lm: bool):
     else:
         tokenizer = ElmoTokenizer.from_pretrained(model)
     if tokenizer.max_characters_per_token != config.max_characters_per_token:
-        raise ValueError(f"the tokenizer of model {model!r} writes {tokenizer.max_characters_per_token} characters "
-                         f"per word but the model reads {config.max_characters_per_token} (config.json); the two files "
-                         "belong to different models")
+        raise ValueError(
+            f"the tokenizer of model {model!r} writes {tokenizer.max_characters_per_token} characters "
+            f"per word but the model reads {config.max_characters_per_token} (config.json); the two files "
+            "belong to different models"
+        )
     if need_lm and lm is not None and tokenizer.vocab_size != config.vocab_size:
-        raise ValueError(f"the vocabulary of model {model!r} has {tokenizer.vocab_size} words but its softmax has "
-                         f"{config.vocab_size} rows (config.json vocab_size): the perplexity would score other words.")
+        raise ValueError(
+            f"the vocabulary of model {model!r} has {tokenizer.vocab_size} words but its softmax has "
+            f"{config.vocab_size} rows (config.json vocab_size): the perplexity would score other words."
+        )
     return lm, base, tokenizer, config
 
 
@@ -163,13 +207,16 @@ def _load_checked(model_class, model: str, config, **ignore):
         check_weights_fit_config(model, model_class, config, **ignore)
     try:
         with quiet_load_report():
-            loaded, info = model_class.from_pretrained(model, config=config, output_loading_info=True,
-                                                       use_safetensors=True, ignore_mismatched_sizes=True)
+            loaded, info = model_class.from_pretrained(
+                model, config=config, output_loading_info=True, use_safetensors=True, ignore_mismatched_sizes=True
+            )
     except (OSError, ValueError) as error:
         raise ValueError(f"cannot load the weights of model {model!r}: {str(error).strip().splitlines()[0]}") from None
     except Exception as error:  # safetensors' SafetensorError, torch's size errors
-        raise ValueError(f"cannot load the weights of model {model!r}: {type(error).__name__}: "
-                         f"{str(error).strip().splitlines()[0] if str(error).strip() else ''}") from None
+        raise ValueError(
+            f"cannot load the weights of model {model!r}: {type(error).__name__}: "
+            f"{str(error).strip().splitlines()[0] if str(error).strip() else ''}"
+        ) from None
     check_loading_info(model, info, **ignore)
     return loaded, info
 
@@ -212,11 +259,19 @@ def load_probe_data(task: str, args, data_dir: Path | None) -> tuple[list, list,
             train = ev_data.read_sst2(folder / "train.tsv", ntr)
             dev = ev_data.read_sst2(folder / "dev.tsv", ndev)
             desc = "sentiment-sst2 train.tsv / dev.tsv"
-        return [s.tokens for s in train], [s.label for s in train], [s.tokens for s in dev], [s.label for s in dev], desc
+        return (
+            [s.tokens for s in train],
+            [s.label for s in train],
+            [s.tokens for s in dev],
+            [s.label for s in dev],
+            desc,
+        )
     if args.pos_dataset == "ptb-sample":
         if data_dir is None:
             raise ValueError("--pos-dataset ptb-sample reads a local copy: pass --data-dir")
-        train, dev = ev_data.split_ptb_by_file(ev_data.read_ptb_tagged(data_dir / "pos-ptb-sample" / "treebank_tagged.tsv"))
+        train, dev = ev_data.split_ptb_by_file(
+            ev_data.read_ptb_tagged(data_dir / "pos-ptb-sample" / "treebank_tagged.tsv")
+        )
         train, dev = train[:ntr], dev[:ndev] if ndev else dev
         desc = "pos-ptb-sample treebank_tagged.tsv (PTB tags; last 20% of files as dev)"
     elif data_dir is None:
@@ -232,8 +287,9 @@ def load_probe_data(task: str, args, data_dir: Path | None) -> tuple[list, list,
 
 
 # ------------------------------------------------------------------------------------------- running
-def run_tasks(tasks: list[str], args, lm, base, tokenizer, config, inputs: dict, datasets: dict[str, str]
-              ) -> tuple[dict, dict]:
+def run_tasks(
+    tasks: list[str], args, lm, base, tokenizer, config, inputs: dict, datasets: dict[str, str]
+) -> tuple[dict, dict]:
     """Run the tasks on one model. Returns (per-task output, seconds per task): a `PerplexityResult` for
     perplexity, the probes' dicts otherwise."""
     from modeling_elmo import ElmoForSequenceClassification, ElmoForTokenClassification
@@ -247,10 +303,19 @@ def run_tasks(tasks: list[str], args, lm, base, tokenizer, config, inputs: dict,
             baseline = inputs.get("unigram")
             if baseline is None and "unigram_fit" in inputs:
                 fit, fitted_on = inputs["unigram_fit"]
-                baseline = inputs["unigram"] = fit_unigram_baseline(tokenizer, fit, fitted_on=fitted_on,
-                                                                    smoothing=args.unigram_smoothing, progress=progress)
-            r = lm_perplexity(lm, tokenizer, inputs["text"], dataset=datasets["perplexity"], split="held-out",
-                              baseline=baseline, batch_size=args.batch_size, progress=progress)
+                baseline = inputs["unigram"] = fit_unigram_baseline(
+                    tokenizer, fit, fitted_on=fitted_on, smoothing=args.unigram_smoothing, progress=progress
+                )
+            r = lm_perplexity(
+                lm,
+                tokenizer,
+                inputs["text"],
+                dataset=datasets["perplexity"],
+                split="held-out",
+                baseline=baseline,
+                batch_size=args.batch_size,
+                progress=progress,
+            )
         elif task == "wsd-probe":
             r = wsd_probe(base, tokenizer, inputs["wsd"], args.batch_size, args.tie_tolerance, progress=progress)
         else:
@@ -264,16 +329,32 @@ def run_tasks(tasks: list[str], args, lm, base, tokenizer, config, inputs: dict,
                 num_labels = len(tags)
             else:
                 ytr_ids, ydev_ids, num_labels, tags = list(ytr), list(ydev), 2, ["negative", "positive"]
-            ftr = compute_layer_features(base, tokenizer, xtr, args.batch_size, progress=progress,
-                                         desc=f"features {task} train")
-            fdev = compute_layer_features(base, tokenizer, xdev, args.batch_size, progress=progress,
-                                          desc=f"features {task} dev")
+            ftr = compute_layer_features(
+                base, tokenizer, xtr, args.batch_size, progress=progress, desc=f"features {task} train"
+            )
+            fdev = compute_layer_features(
+                base, tokenizer, xdev, args.batch_size, progress=progress, desc=f"features {task} dev"
+            )
             head_class = ElmoForTokenClassification if token_level else ElmoForSequenceClassification
-            r = probe_task(ftr, ytr_ids, fdev, ydev_ids, config, head_class, num_labels, token_level,
-                           layer_norm=not args.no_layer_norm, standardize=not args.no_standardize,
-                           progress=progress, desc=f"training {task}",
-                           epochs=args.probe_epochs, learning_rate=args.probe_lr, batch_size=args.probe_batch_size,
-                           seed=args.seed, min_steps=args.probe_min_steps)
+            r = probe_task(
+                ftr,
+                ytr_ids,
+                fdev,
+                ydev_ids,
+                config,
+                head_class,
+                num_labels,
+                token_level,
+                layer_norm=not args.no_layer_norm,
+                standardize=not args.no_standardize,
+                progress=progress,
+                desc=f"training {task}",
+                epochs=args.probe_epochs,
+                learning_rate=args.probe_lr,
+                batch_size=args.probe_batch_size,
+                seed=args.seed,
+                min_steps=args.probe_min_steps,
+            )
             r["labels"] = tags
             if token_level:
                 r["most_frequent_tag_baseline"] = most_frequent_tag_accuracy(xtr, ytr, xdev, ydev)
@@ -296,9 +377,13 @@ def paired_comparisons(trained: dict, untrained: dict) -> dict:
             u = untrained[task]["layers"].get(layer)
             if u is not None and "_correct" in r and "_correct" in u:
                 test = mcnemar_exact(r["_correct"], u["_correct"])
-                out[task][layer] = {"examples": test["examples"], "trained_only_correct": test["a_only"],
-                                    "untrained_only_correct": test["b_only"], "difference": test["difference"],
-                                    "mcnemar_p_value": test["p_value"]}
+                out[task][layer] = {
+                    "examples": test["examples"],
+                    "trained_only_correct": test["a_only"],
+                    "untrained_only_correct": test["b_only"],
+                    "difference": test["difference"],
+                    "mcnemar_p_value": test["p_value"],
+                }
     return out
 
 
@@ -341,11 +426,15 @@ def check_own_outputs(out: EvaluationFolder, previous: EvaluationResults | None)
         if not os.path.lexists(path) or legacy:
             continue
         if path.name not in recorded:
-            raise ValueError(f"{path} was not written by elmo evaluate, which would replace it; move it away or "
-                             "choose another --output-dir.")
+            raise ValueError(
+                f"{path} was not written by elmo evaluate, which would replace it; move it away or "
+                "choose another --output-dir."
+            )
         if recorded[path.name] is not None and file_record(path) != recorded[path.name]:
-            raise ValueError(f"{path} differs from what elmo evaluate wrote (changed since), and elmo evaluate would "
-                             "replace it; move it away or choose another --output-dir.")
+            raise ValueError(
+                f"{path} differs from what elmo evaluate wrote (changed since), and elmo evaluate would "
+                "replace it; move it away or choose another --output-dir."
+            )
 
 
 def previous_results(out: EvaluationFolder, model_name: str) -> EvaluationResults | None:
@@ -354,16 +443,21 @@ def previous_results(out: EvaluationFolder, model_name: str) -> EvaluationResult
     if not os.path.lexists(out.results_file):
         return None
     if out.results_file.is_symlink() or not out.results_file.is_file():
-        raise ValueError(f"{out.results_file} is not a regular file; elmo evaluate never replaces one. Choose another "
-                         "--output-dir.")
+        raise ValueError(
+            f"{out.results_file} is not a regular file; elmo evaluate never replaces one. Choose another --output-dir."
+        )
     try:
         previous = read_results(out.results_file)
     except ValueError as error:
-        raise ValueError(f"the results already in {out.results_file} cannot be read, so the new ones cannot be "
-                         f"merged into them ({error}); move the file away or choose another --output-dir.") from None
+        raise ValueError(
+            f"the results already in {out.results_file} cannot be read, so the new ones cannot be "
+            f"merged into them ({error}); move the file away or choose another --output-dir."
+        ) from None
     if previous.model != model_name:
-        raise ValueError(f"{out.results_file} holds the results of model {previous.model!r}, not {model_name!r}; choose "
-                         "another --output-dir.")
+        raise ValueError(
+            f"{out.results_file} holds the results of model {previous.model!r}, not {model_name!r}; choose "
+            "another --output-dir."
+        )
     return previous
 
 
@@ -371,8 +465,9 @@ def previous_results(out: EvaluationFolder, model_name: str) -> EvaluationResult
 _PER_TASK_DETAILS = ("datasets", "tasks", "untrained_tasks", "timings_seconds", "untrained_timings_seconds")
 
 
-def merge_task_results(previous: EvaluationResults | None, new: EvaluationResults,
-                       tasks: list[str]) -> EvaluationResults:
+def merge_task_results(
+    previous: EvaluationResults | None, new: EvaluationResults, tasks: list[str]
+) -> EvaluationResults:
     """``new`` (the results of ``tasks``) with the records of the other tasks kept from ``previous``: evaluating one
     task never removes another task's results. The per-task details are merged the same way; the rest of
     ``details`` (settings, model) is the new run's."""
@@ -447,20 +542,37 @@ def evaluate(args) -> EvaluationResults:
         if "perplexity" in untrained:
             record = dataclasses.replace(record, untrained_average=untrained["perplexity"].average)
         perplexity.append(record)
-    settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
-                if k not in ("model", "output_dir", "text", "wsd_file", "unigram_fit", "data_dir")}
+    settings = {
+        k: (str(v) if isinstance(v, Path) else v)
+        for k, v in vars(args).items()
+        if k not in ("model", "output_dir", "text", "wsd_file", "unigram_fit", "data_dir")
+    }
     results = EvaluationResults.now(
-        model=model_name, source="elmo evaluate", perplexity=perplexity,
+        model=model_name,
+        source="elmo evaluate",
+        perplexity=perplexity,
         scores=score_records(trained, datasets, untrained, comparison),
         untrained_seed=args.seed if args.compare_untrained else None,
         details={
-            "settings": settings, "datasets": datasets,
-            "model_config": {k: getattr(config, k) for k in ("vocab_size", "projection_dim", "hidden_size", "cell_size",
-                                                              "num_hidden_layers", "char_cnn_filters",
-                                                              "num_highway_layers")},
+            "settings": settings,
+            "datasets": datasets,
+            "model_config": {
+                k: getattr(config, k)
+                for k in (
+                    "vocab_size",
+                    "projection_dim",
+                    "hidden_size",
+                    "cell_size",
+                    "num_hidden_layers",
+                    "char_cnn_filters",
+                    "num_highway_layers",
+                )
+            },
             "parameters": num_parameters,
-            "tasks": _probe_details(trained), "untrained_tasks": _probe_details(untrained),
-            "timings_seconds": timings, "untrained_timings_seconds": untrained_timings,
+            "tasks": _probe_details(trained),
+            "untrained_tasks": _probe_details(untrained),
+            "timings_seconds": timings,
+            "untrained_timings_seconds": untrained_timings,
         },
     )
     results = merge_task_results(previous, results, tasks)
@@ -489,10 +601,13 @@ def main(argv: list[str] | None = None) -> int:
 
 def build_wsd_main(argv: list[str] | None = None) -> int:
     """Entry point of ``scripts/build_wsd_set.py``."""
-    p = argparse.ArgumentParser(prog="build_wsd_set.py", description="Build the small balanced sense-labelled "
-                                "JSONL from the Senseval line/hard/serve/interest corpus.")
-    p.add_argument("--data-dir", type=Path, required=True,
-                   help=f"data folder holding {SENSEVAL_TSV} (e.g. the shared data folder)")
+    p = argparse.ArgumentParser(
+        prog="build_wsd_set.py",
+        description="Build the small balanced sense-labelled JSONL from the Senseval line/hard/serve/interest corpus.",
+    )
+    p.add_argument(
+        "--data-dir", type=Path, required=True, help=f"data folder holding {SENSEVAL_TSV} (e.g. the shared data folder)"
+    )
     p.add_argument("--out", type=Path, default=DEFAULT_WSD_SET)
     p.add_argument("--senses-per-word", type=int, default=3)
     p.add_argument("--per-sense", type=int, default=30)

@@ -104,8 +104,13 @@ def _text_lines(path: Path, what: str) -> Iterator[tuple[int, str]]:
                 invalid, first_invalid = invalid + 1, first_invalid or lineno
             yield lineno, line
     if invalid:
-        logger.warning("%s %s: %d line(s) held invalid UTF-8 (replaced by U+FFFD); the first is line %d.", what,
-                       path, invalid, first_invalid)
+        logger.warning(
+            "%s %s: %d line(s) held invalid UTF-8 (replaced by U+FFFD); the first is line %d.",
+            what,
+            path,
+            invalid,
+            first_invalid,
+        )
 
 
 def read_text_sentences(path: str | Path, max_sentences: int | None = None) -> list[list[str]]:
@@ -316,17 +321,21 @@ def _load_from_hub(path: str, **kwargs):
     import datasets
     from huggingface_hub import constants, is_offline_mode
 
-    advice = ("pass --data-dir FOLDER with a local copy of the probe data (see docs/evaluation.md), or set "
-              "HF_HUB_OFFLINE=1 to use a copy in the local datasets cache")
+    advice = (
+        "pass --data-dir FOLDER with a local copy of the probe data (see docs/evaluation.md), or set "
+        "HF_HUB_OFFLINE=1 to use a copy in the local datasets cache"
+    )
     if not is_offline_mode() and not hub_reachable():
-        raise HubUnreachableError(f"the Hugging Face Hub ({constants.ENDPOINT}) cannot be reached to download {path}: "
-                                  f"{advice}")
+        raise HubUnreachableError(
+            f"the Hugging Face Hub ({constants.ENDPOINT}) cannot be reached to download {path}: {advice}"
+        )
     try:
         return datasets.load_dataset(path, **kwargs)
     except ConnectionError as error:  # offline mode and nothing cached
-        raise HubUnreachableError(f"{path} is not in the local datasets cache and the Hub cannot be reached ({error}): "
-                                  "pass --data-dir FOLDER with a local copy of the probe data (see docs/evaluation.md)"
-                                  ) from None
+        raise HubUnreachableError(
+            f"{path} is not in the local datasets cache and the Hub cannot be reached ({error}): "
+            "pass --data-dir FOLDER with a local copy of the probe data (see docs/evaluation.md)"
+        ) from None
 
 
 def load_sst2_from_hub(split: str, max_examples: int | None = None) -> list[LabelledSentence]:
@@ -343,7 +352,9 @@ def load_sst2_from_hub(split: str, max_examples: int | None = None) -> list[Labe
 
 
 def load_ud_pos_from_hub(
-    split: str, dataset: str = "universal-dependencies/universal_dependencies", config: str = "en_ewt",
+    split: str,
+    dataset: str = "universal-dependencies/universal_dependencies",
+    config: str = "en_ewt",
     max_sentences: int | None = None,
 ) -> list[TaggedSentence]:
     """UD English EWT UPOS tags from the Hub.

@@ -104,7 +104,9 @@ def batch_targets(labels: torch.Tensor, layout: str = "sentences") -> tuple[torc
     return torch.tensor(forward, dtype=torch.long), torch.tensor(backward, dtype=torch.long)
 
 
-def target_counts(examples: Iterable[Sequence[int]], vocab_size: int, layout: str = "sentences") -> tuple[np.ndarray, np.ndarray]:
+def target_counts(
+    examples: Iterable[Sequence[int]], vocab_size: int, layout: str = "sentences"
+) -> tuple[np.ndarray, np.ndarray]:
     """How often each word id is a forward and a backward target in ``examples`` (lists of word ids); two int64
     arrays of shape ``(vocab_size,)``. Raises `ValueError` on an id outside the vocabulary."""
     _check_layout(layout)
@@ -120,8 +122,9 @@ def target_counts(examples: Iterable[Sequence[int]], vocab_size: int, layout: st
     return forward, backward
 
 
-def dataset_target_counts(dataset: Any, vocab_size: int, layout: str = "sentences",
-                          max_examples: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def dataset_target_counts(
+    dataset: Any, vocab_size: int, layout: str = "sentences", max_examples: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """`target_counts` of a tokenised ``datasets`` dataset (its ``word_ids`` column), read chunk by chunk with
     pyarrow (bounded memory on a billion words); an ``IterableDataset`` is read example by example, at most
     ``max_examples`` of them."""
@@ -198,8 +201,9 @@ class UnigramBaseline:
     def fit(cls, counts: tuple[np.ndarray, np.ndarray], *, fitted_on: str, smoothing: float = 1.0) -> UnigramBaseline:
         """The baseline of ``counts`` (forward, backward), as `target_counts`/`dataset_target_counts` return them."""
         forward, backward = counts
-        return cls(unigram_log_probs(forward, smoothing), unigram_log_probs(backward, smoothing), fitted_on,
-                   float(smoothing))
+        return cls(
+            unigram_log_probs(forward, smoothing), unigram_log_probs(backward, smoothing), fitted_on, float(smoothing)
+        )
 
 
 # ----------------------------------------------------------------------------------------------- accumulator
@@ -224,8 +228,16 @@ class PerplexityAccumulator:
     examples: int = 0  # examples with at least one word
 
     #: The totals, in the order of `to_tensor`.
-    TOTALS = ("forward_nll", "backward_nll", "unigram_forward_nll", "unigram_backward_nll", "forward_targets",
-              "backward_targets", "unk_targets", "examples")
+    TOTALS = (
+        "forward_nll",
+        "backward_nll",
+        "unigram_forward_nll",
+        "unigram_backward_nll",
+        "forward_targets",
+        "backward_targets",
+        "unk_targets",
+        "examples",
+    )
 
     def __post_init__(self):
         _check_layout(self.layout)
@@ -253,16 +265,22 @@ class PerplexityAccumulator:
         self.unk_targets += int((forward == UNK_ID).sum()) + int((backward == UNK_ID).sum())
         self.examples += int(((labels != IGNORE_INDEX).sum(dim=1) > 0).sum())
         if self.baseline is not None:
-            for targets, log_probs, name in ((forward, self.baseline.forward_log_probs, "unigram_forward_nll"),
-                                             (backward, self.baseline.backward_log_probs, "unigram_backward_nll")):
+            for targets, log_probs, name in (
+                (forward, self.baseline.forward_log_probs, "unigram_forward_nll"),
+                (backward, self.baseline.backward_log_probs, "unigram_backward_nll"),
+            ):
                 if targets.numel() and int(targets.max()) >= len(log_probs):
-                    raise ValueError(f"word id {int(targets.max())} is outside the unigram baseline's vocabulary of "
-                                     f"{len(log_probs)} words.")
+                    raise ValueError(
+                        f"word id {int(targets.max())} is outside the unigram baseline's vocabulary of "
+                        f"{len(log_probs)} words."
+                    )
                 chosen = log_probs[targets.numpy()]
                 if not np.all(np.isfinite(chosen)):
                     bad = int(targets.numpy()[~np.isfinite(chosen)][0])
-                    raise ValueError(f"word id {bad} has zero unigram probability: use smoothing > 0 or fit the "
-                                     "baseline on text that covers it.")
+                    raise ValueError(
+                        f"word id {bad} has zero unigram probability: use smoothing > 0 or fit the "
+                        "baseline on text that covers it."
+                    )
                 setattr(self, name, getattr(self, name) - float(chosen.sum()))
 
     def merge(self, other: PerplexityAccumulator) -> None:
@@ -282,7 +300,10 @@ class PerplexityAccumulator:
         values = tensor.detach().cpu().double().tolist()
         if len(values) != len(self.TOTALS):
             raise ValueError(f"expected a tensor of {len(self.TOTALS)} totals, got {len(values)}.")
-        totals = {name: (round(v) if name.endswith(("targets", "examples")) else v) for name, v in zip(self.TOTALS, values)}
+        totals = {
+            name: (round(v) if name.endswith(("targets", "examples")) else v)
+            for name, v in zip(self.TOTALS, values, strict=False)
+        }
         return dataclasses.replace(self, **totals)
 
     def result(self, *, dataset: str, split: str) -> PerplexityResult:
@@ -293,18 +314,32 @@ class PerplexityAccumulator:
         if self.forward_targets == 0 or self.backward_targets == 0:
             raise ValueError(f"the {split} data of {dataset} gave no targets to score.")
         if self.forward_targets != self.backward_targets:
-            raise ValueError(f"the forward LM scored {self.forward_targets} targets but the backward LM "
-                             f"{self.backward_targets}.")
+            raise ValueError(
+                f"the forward LM scored {self.forward_targets} targets but the backward LM {self.backward_targets}."
+            )
         n = self.forward_targets
         forward, backward, average = _perplexities(self.forward_nll, self.backward_nll, n, "LM")
         unigram = None
         if self.baseline is not None:
             uf, ub, ua = _perplexities(self.unigram_forward_nll, self.unigram_backward_nll, n, "unigram baseline")
-            unigram = UnigramBaselineResult(forward=uf, backward=ub, average=ua, fitted_on=self.baseline.fitted_on,
-                                            smoothing=self.baseline.smoothing)
-        return PerplexityResult(dataset=dataset, split=split, forward=forward, backward=backward, average=average,
-                                targets_per_direction=n, examples=self.examples,
-                                unk_rate=self.unk_targets / (2 * n), unigram=unigram)
+            unigram = UnigramBaselineResult(
+                forward=uf,
+                backward=ub,
+                average=ua,
+                fitted_on=self.baseline.fitted_on,
+                smoothing=self.baseline.smoothing,
+            )
+        return PerplexityResult(
+            dataset=dataset,
+            split=split,
+            forward=forward,
+            backward=backward,
+            average=average,
+            targets_per_direction=n,
+            examples=self.examples,
+            unk_rate=self.unk_targets / (2 * n),
+            unigram=unigram,
+        )
 
 
 def _perplexities(forward_nll: float, backward_nll: float, n: int, what: str) -> tuple[float, float, float]:
@@ -314,8 +349,10 @@ def _perplexities(forward_nll: float, backward_nll: float, n: int, what: str) ->
     except OverflowError:
         values = (math.inf,)
     if not all(math.isfinite(v) for v in values):
-        raise ValueError(f"the {what}'s mean negative log-likelihood is not finite (forward {mean_f}, backward "
-                         f"{mean_b}): no perplexity can be reported.")
+        raise ValueError(
+            f"the {what}'s mean negative log-likelihood is not finite (forward {mean_f}, backward "
+            f"{mean_b}): no perplexity can be reported."
+        )
     return values
 
 
@@ -348,10 +385,13 @@ def _score_long_sentence(lm: Any, char_ids: torch.Tensor, word_ids: torch.Tensor
 
     n = char_ids.shape[0]
     device = char_ids.device
-    ids, _ = with_sentence_boundaries(char_ids[None], torch.ones(1, n, dtype=torch.bool, device=device),
-                                      torch.tensor([n], device=device))
+    ids, _ = with_sentence_boundaries(
+        char_ids[None], torch.ones(1, n, dtype=torch.bool, device=device), torch.tensor([n], device=device)
+    )
     config = lm.config
-    targets = torch.cat([word_ids.new_tensor([config.bos_token_id]), word_ids, word_ids.new_tensor([config.eos_token_id])])
+    targets = torch.cat(
+        [word_ids.new_tensor([config.bos_token_id]), word_ids, word_ids.new_tensor([config.eos_token_id])]
+    )
     steps, half = n + 2, config.projection_dim
     starts = list(range(0, steps, max_positions))
     scores = BatchScores()
@@ -359,8 +399,14 @@ def _score_long_sentence(lm: Any, char_ids: torch.Tensor, word_ids: torch.Tensor
         state, nll, count = None, 0.0, 0
         for start in order:
             end = min(start + max_positions, steps)
-            out = lm.elmo(ids[:, start:end], attention_mask=torch.ones(1, end - start, dtype=torch.long, device=device),
-                          add_sentence_boundaries=False, lstm_state=state, return_lstm_state=True, return_dict=True)
+            out = lm.elmo(
+                ids[:, start:end],
+                attention_mask=torch.ones(1, end - start, dtype=torch.long, device=device),
+                add_sentence_boundaries=False,
+                lstm_state=state,
+                return_lstm_state=True,
+                return_dict=True,
+            )
             state = out.lstm_state
             top = out.last_hidden_state[0]
             hidden = top[:, :half] if direction == "forward" else top[:, half:]
@@ -379,8 +425,15 @@ def _score_long_sentence(lm: Any, char_ids: torch.Tensor, word_ids: torch.Tensor
 
 
 @torch.no_grad()
-def score_batch(lm: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor, *,
-                layout: str = "sentences", max_positions: int = MAX_SCORED_POSITIONS) -> BatchScores:
+def score_batch(
+    lm: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    layout: str = "sentences",
+    max_positions: int = MAX_SCORED_POSITIONS,
+) -> BatchScores:
     """Summed forward/backward NLLs of an `ElmoForBidirectionalLM` (exact full softmax) on one right-padded batch
     in ``layout``, with at most ``max_positions`` biLM positions at a time: rows a few at a time, and each
     ``"sentences"`` row longer than that in chunks (`_score_long_sentence`; the same numbers as at once)."""
@@ -395,20 +448,35 @@ def score_batch(lm: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, 
         part = slice(first, first + rows)
         if sentences and steps > max_positions:  # one row per part here
             mask = attention_mask[part][0].bool()
-            scores.add(*dataclasses.astuple(_score_long_sentence(lm, input_ids[part][0][mask], labels[part][0][mask],
-                                                                  max_positions)))
+            scores.add(
+                *dataclasses.astuple(
+                    _score_long_sentence(lm, input_ids[part][0][mask], labels[part][0][mask], max_positions)
+                )
+            )
             continue
-        out = lm(input_ids=input_ids[part], attention_mask=attention_mask[part], labels=labels[part],
-                 add_sentence_boundaries=sentences, return_dict=True)
+        out = lm(
+            input_ids=input_ids[part],
+            attention_mask=attention_mask[part],
+            labels=labels[part],
+            add_sentence_boundaries=sentences,
+            return_dict=True,
+        )
         scores.add(out.forward_nll_sum, out.backward_nll_sum, out.num_forward_targets, out.num_backward_targets)
     return scores
 
 
 @torch.no_grad()
-def score_batches(lm: Any, batches: Iterable[dict[str, torch.Tensor]], *, layout: str = "sentences",
-                  baseline: UnigramBaseline | None = None, device: torch.device | str | None = None,
-                  autocast: Callable[[], Any] | None = None, max_positions: int = MAX_SCORED_POSITIONS,
-                  on_batch: Callable[[dict[str, torch.Tensor]], None] | None = None) -> PerplexityAccumulator:
+def score_batches(
+    lm: Any,
+    batches: Iterable[dict[str, torch.Tensor]],
+    *,
+    layout: str = "sentences",
+    baseline: UnigramBaseline | None = None,
+    device: torch.device | str | None = None,
+    autocast: Callable[[], Any] | None = None,
+    max_positions: int = MAX_SCORED_POSITIONS,
+    on_batch: Callable[[dict[str, torch.Tensor]], None] | None = None,
+) -> PerplexityAccumulator:
     """Score ``lm`` (in eval mode: exact full softmax, no dropout) on every batch (``input_ids``,
     ``attention_mask``, ``labels`` with -100 at padding) with `score_batch`, and return the accumulated totals.
     ``autocast`` (e.g. ``accelerator.autocast``) wraps each batch; ``on_batch`` is called after each (a progress
@@ -418,11 +486,19 @@ def score_batches(lm: Any, batches: Iterable[dict[str, torch.Tensor]], *, layout
     accumulator = PerplexityAccumulator(layout=layout, baseline=baseline)
     try:
         for batch in batches:
-            inputs = {k: batch[k].to(device) if device is not None else batch[k]
-                      for k in ("input_ids", "attention_mask", "labels")}
-            with (autocast() if autocast is not None else contextlib.nullcontext()):
-                scores = score_batch(lm, inputs["input_ids"], inputs["attention_mask"], inputs["labels"],
-                                     layout=layout, max_positions=max_positions)
+            inputs = {
+                k: batch[k].to(device) if device is not None else batch[k]
+                for k in ("input_ids", "attention_mask", "labels")
+            }
+            with autocast() if autocast is not None else contextlib.nullcontext():
+                scores = score_batch(
+                    lm,
+                    inputs["input_ids"],
+                    inputs["attention_mask"],
+                    inputs["labels"],
+                    layout=layout,
+                    max_positions=max_positions,
+                )
             accumulator.update(scores, batch["labels"].cpu())
             if on_batch is not None:
                 on_batch(batch)

@@ -84,9 +84,15 @@ def mcnemar_exact(correct_a, correct_b) -> dict:
     if n == 0:
         p_value = 1.0
     else:  # P(X <= k), X ~ Binomial(n, 1/2), in log space (n can be tens of thousands of tokens)
-        log_terms = [math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) - n * math.log(2) for i in range(k + 1)]
+        log_terms = [
+            math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) - n * math.log(2) for i in range(k + 1)
+        ]
         top = max(log_terms)
         p_value = min(1.0, 2.0 * math.exp(top) * sum(math.exp(t - top) for t in log_terms))
-    return {"examples": int(a.size), "a_only": a_only, "b_only": b_only,
-            "difference": (a_only - b_only) / a.size, "p_value": p_value}
-
+    return {
+        "examples": int(a.size),
+        "a_only": a_only,
+        "b_only": b_only,
+        "difference": (a_only - b_only) / a.size,
+        "p_value": p_value,
+    }

@@ -11,8 +11,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..utils.results import EvaluationResults, ScoreResult, UntrainedComparison
 from ..folders.run_folder import EvaluationFolder, RunFolder
+from ..utils.results import EvaluationResults, ScoreResult, UntrainedComparison
 
 __all__ = ["markdown_report", "read_training_curves", "representation_name", "score_records", "write_plots"]
 
@@ -34,8 +34,12 @@ def _label(representation: str) -> str:
 
 
 # ----------------------------------------------------------------------------------------------- records
-def score_records(tasks: dict[str, Any], datasets: dict[str, str], untrained: dict[str, Any] | None = None,
-                  comparison: dict[str, Any] | None = None) -> list[ScoreResult]:
+def score_records(
+    tasks: dict[str, Any],
+    datasets: dict[str, str],
+    untrained: dict[str, Any] | None = None,
+    comparison: dict[str, Any] | None = None,
+) -> list[ScoreResult]:
     """The `ScoreResult` records of the probe tasks in ``tasks`` (the dicts `wsd_probe` and `probe_task` return),
     with the untrained model's numbers and the paired comparison when given."""
     untrained = untrained or {}
@@ -46,11 +50,20 @@ def score_records(tasks: dict[str, Any], datasets: dict[str, str], untrained: di
         for layer, r in wsd["layers"].items():
             u = untrained.get("wsd-probe", {}).get("layers", {}).get(layer)
             for metric, examples in (("accuracy", r["correct"] + r["wrong"]), ("accuracy_ties_half", r["scored"])):
-                records.append(ScoreResult(
-                    task="wsd-probe", dataset=datasets["wsd-probe"], split="all", representation=representation_name(layer),
-                    metric=metric, value=r[metric], examples=examples, baseline=r["chance"],
-                    baseline_name=RANDOM_NEIGHBOUR,
-                    untrained=UntrainedComparison(value=u[metric]) if u else None))
+                records.append(
+                    ScoreResult(
+                        task="wsd-probe",
+                        dataset=datasets["wsd-probe"],
+                        split="all",
+                        representation=representation_name(layer),
+                        metric=metric,
+                        value=r[metric],
+                        examples=examples,
+                        baseline=r["chance"],
+                        baseline_name=RANDOM_NEIGHBOUR,
+                        untrained=UntrainedComparison(value=u[metric]) if u else None,
+                    )
+                )
     for task in PROBE_TASKS:
         r = tasks.get(task)
         if not r:
@@ -69,11 +82,22 @@ def score_records(tasks: dict[str, Any], datasets: dict[str, str], untrained: di
                     value=u["accuracy"],
                     trained_only_correct=c["trained_only_correct"] if c else None,
                     untrained_only_correct=c["untrained_only_correct"] if c else None,
-                    mcnemar_p_value=c["mcnemar_p_value"] if c else None)
-            records.append(ScoreResult(
-                task=task, dataset=datasets[task], split="validation", representation=representation_name(layer),
-                metric="accuracy", value=lr["accuracy"], examples=examples, baseline=baseline,
-                baseline_name=baseline_name, untrained=untrained_score))
+                    mcnemar_p_value=c["mcnemar_p_value"] if c else None,
+                )
+            records.append(
+                ScoreResult(
+                    task=task,
+                    dataset=datasets[task],
+                    split="validation",
+                    representation=representation_name(layer),
+                    metric="accuracy",
+                    value=lr["accuracy"],
+                    examples=examples,
+                    baseline=baseline,
+                    baseline_name=baseline_name,
+                    untrained=untrained_score,
+                )
+            )
     return records
 
 
@@ -99,14 +123,25 @@ def markdown_report(results: EvaluationResults) -> str:
     untrained = results.details.get("untrained_tasks", {})
     lines = [f"# Evaluation of `{results.model}`", ""]
     for p in results.perplexity:
-        lines += ["## Perplexity", "", f"Dataset: {p.dataset} ({p.examples} sentences, {p.targets_per_direction} "
-                  f"targets per direction, {_pct(p.unk_rate)} <UNK> targets)", "",
-                  "| Model | Perplexity |", "|---|---|"]
+        lines += [
+            "## Perplexity",
+            "",
+            f"Dataset: {p.dataset} ({p.examples} sentences, {p.targets_per_direction} "
+            f"targets per direction, {_pct(p.unk_rate)} <UNK> targets)",
+            "",
+            "| Model | Perplexity |",
+            "|---|---|",
+        ]
         if p.unigram is not None:
-            lines.append(f"| Word-frequency (unigram) baseline, ignoring context (fitted on {p.unigram.fitted_on}) | "
-                         f"{p.unigram.average:.1f} |")
-        lines += [f"| Forward language model | {p.forward:.1f} |", f"| Backward language model | {p.backward:.1f} |",
-                  f"| Average (exp of mean NLL of both directions) | {p.average:.1f} |"]
+            lines.append(
+                f"| Word-frequency (unigram) baseline, ignoring context (fitted on {p.unigram.fitted_on}) | "
+                f"{p.unigram.average:.1f} |"
+            )
+        lines += [
+            f"| Forward language model | {p.forward:.1f} |",
+            f"| Backward language model | {p.backward:.1f} |",
+            f"| Average (exp of mean NLL of both directions) | {p.average:.1f} |",
+        ]
         if p.untrained_average is not None:
             lines.append(f"| Untrained model (average) | {p.untrained_average:.1f} |")
         lines.append("")
@@ -114,18 +149,25 @@ def markdown_report(results: EvaluationResults) -> str:
     if wsd:
         uw = untrained.get("wsd-probe")
         dataset = next(s.dataset for s in results.scores if s.task == "wsd-probe")
-        lines += ["## Nearest-neighbour sense probe", "",
-                  f"Dataset: {dataset} ({wsd['occurrences']} occurrences of {', '.join(wsd['words'])}). Accuracy over "
-                  "non-tied occurrences (correct/decided); ties are reported, never broken by list order.", "",
-                  "| Representation | Trained model | Untrained model |", "|---|---|---|"]
+        lines += [
+            "## Nearest-neighbour sense probe",
+            "",
+            f"Dataset: {dataset} ({wsd['occurrences']} occurrences of {', '.join(wsd['words'])}). Accuracy over "
+            "non-tied occurrences (correct/decided); ties are reported, never broken by list order.",
+            "",
+            "| Representation | Trained model | Untrained model |",
+            "|---|---|---|",
+        ]
         for layer, r in wsd["layers"].items():
             lines.append(f"| Layer {layer} | {_wsd_cell(r)} | {_wsd_cell(uw['layers'].get(layer) if uw else None)} |")
         lines += ["", f"Chance (random neighbour): {_pct(next(iter(wsd['layers'].values()))['chance'])}", ""]
     probes = {task: {s.representation: s for s in results.scores if s.task == task} for task in PROBE_TASKS}
     probe_tasks = [t for t in PROBE_TASKS if probes[t]]
     if probe_tasks:
-        header = ["| Representation | " + " | ".join(TITLES[t] for t in probe_tasks) + " |",
-                  "|---|" + "---|" * len(probe_tasks)]
+        header = [
+            "| Representation | " + " | ".join(TITLES[t] for t in probe_tasks) + " |",
+            "|---|" + "---|" * len(probe_tasks),
+        ]
         keys = list(probes[probe_tasks[0]])
         lines += ["## Linear probes on frozen features (dev accuracy)", "", *header]
         for key in keys:
@@ -136,25 +178,44 @@ def markdown_report(results: EvaluationResults) -> str:
                 cells = [_pct(probes[t][key].untrained.value) for t in probe_tasks]
                 lines.append(f"| {_label(key)} from an untrained model | " + " | ".join(cells) + " |")
         first = {t: next(iter(probes[t].values())) for t in probe_tasks}
-        lines += ["| Simple baseline (no model) | " + " | ".join(
-            f"{_pct(first[t].baseline)} ({first[t].baseline_name or MAJORITY_CLASS})" for t in probe_tasks) + " |", ""]
+        lines += [
+            "| Simple baseline (no model) | "
+            + " | ".join(f"{_pct(first[t].baseline)} ({first[t].baseline_name or MAJORITY_CLASS})" for t in probe_tasks)
+            + " |",
+            "",
+        ]
         for t in probe_tasks:
-            lost = [_label(key) for key, s in probes[t].items()
-                    if s.value is not None and s.baseline is not None and s.value <= s.baseline]
+            lost = [
+                _label(key)
+                for key, s in probes[t].items()
+                if s.value is not None and s.baseline is not None and s.value <= s.baseline
+            ]
             if lost:
-                lines += [f"{TITLES[t]}: {', '.join(lost)} do{'es' if len(lost) == 1 else ''} not beat the simple "
-                          f"baseline ({first[t].baseline_name or MAJORITY_CLASS}).", ""]
-        if all(s.untrained and s.untrained.mcnemar_p_value is not None for t in probe_tasks for s in probes[t].values()):
-            lines += ["Trained minus untrained, on the same dev examples (tokens for POS): difference in points, and "
-                      "McNemar's exact p-value (examples only the trained / only the untrained model gets right).", "",
-                      *header]
+                lines += [
+                    f"{TITLES[t]}: {', '.join(lost)} do{'es' if len(lost) == 1 else ''} not beat the simple "
+                    f"baseline ({first[t].baseline_name or MAJORITY_CLASS}).",
+                    "",
+                ]
+        if all(
+            s.untrained and s.untrained.mcnemar_p_value is not None for t in probe_tasks for s in probes[t].values()
+        ):
+            lines += [
+                "Trained minus untrained, on the same dev examples (tokens for POS): difference in points, and "
+                "McNemar's exact p-value (examples only the trained / only the untrained model gets right).",
+                "",
+                *header,
+            ]
             for key in keys:
                 cells = []
                 for t in probe_tasks:
                     s = probes[t].get(key)
                     c = s.untrained if s else None
-                    cells.append("" if c is None else f"{100 * (s.value - c.value):+.1f} (p = {c.mcnemar_p_value:.2g}; "
-                                 f"{c.trained_only_correct} vs {c.untrained_only_correct})")
+                    cells.append(
+                        ""
+                        if c is None
+                        else f"{100 * (s.value - c.value):+.1f} (p = {c.mcnemar_p_value:.2g}; "
+                        f"{c.trained_only_correct} vs {c.untrained_only_correct})"
+                    )
                 lines.append(f"| {_label(key)} | " + " | ".join(cells) + " |")
             lines.append("")
         for t in probe_tasks:
@@ -162,7 +223,9 @@ def markdown_report(results: EvaluationResults) -> str:
             mix = r.get("layers", {}).get("mix", {}).get("mixture")
             desc = f"{TITLES[t]}: {r.get('train_examples')} training / {r.get('dev_examples')} dev examples ({first[t].dataset})."
             if mix:
-                desc += " Learned layer weights: " + ", ".join(f"layer {j} {w:.2f}" for j, w in enumerate(mix["weights"]))
+                desc += " Learned layer weights: " + ", ".join(
+                    f"layer {j} {w:.2f}" for j, w in enumerate(mix["weights"])
+                )
                 desc += f", gamma {mix['gamma']:.2f}."
             lines += [desc, ""]
     return "\n".join(lines).rstrip() + "\n"
@@ -185,8 +248,13 @@ def read_training_curves(run: RunFolder) -> dict[str, list[tuple[int, float]]]:
 def probe_y_range(panels: list[tuple[str, list[ScoreResult]]], margin: float = 0.05) -> tuple[float, float]:
     """One accuracy range for every panel of the probe plot: all trained, untrained and baseline values with a
     margin, within [0, 1], and at least 0.1 wide (so that noise between close values does not look large)."""
-    values = [v for _, scores in panels for s in scores
-              for v in (s.value, s.baseline, s.untrained.value if s.untrained else None) if v is not None]
+    values = [
+        v
+        for _, scores in panels
+        for s in scores
+        for v in (s.value, s.baseline, s.untrained.value if s.untrained else None)
+        if v is not None
+    ]
     if not values:
         return 0.0, 1.0
     low, high = min(values), max(values)
@@ -202,12 +270,16 @@ def probe_figure(panels: list[tuple[str, list[ScoreResult]]], plt: Any) -> Any:
     with the task's simple baseline (`ScoreResult.baseline_name`) as a line."""
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
     low, high = probe_y_range(panels)
-    for ax, (title, scores) in zip(axes[0], panels):
+    for ax, (title, scores) in zip(axes[0], panels, strict=False):
         xs = range(len(scores))
         ax.plot(xs, [s.value if s.value is not None else float("nan") for s in scores], "o-", label="trained")
         if any(s.untrained for s in scores):
-            ax.plot(xs, [s.untrained.value if s.untrained and s.untrained.value is not None else float("nan")
-                         for s in scores], "s--", label="untrained")
+            ax.plot(
+                xs,
+                [s.untrained.value if s.untrained and s.untrained.value is not None else float("nan") for s in scores],
+                "s--",
+                label="untrained",
+            )
         baselines = {s.baseline for s in scores if s.baseline is not None}
         if baselines:
             name = scores[0].baseline_name or (RANDOM_NEIGHBOUR if scores[0].task == "wsd-probe" else MAJORITY_CLASS)
@@ -243,15 +315,20 @@ def write_plots(results: EvaluationResults, folder: EvaluationFolder, run: RunFo
     if panels:
         written["probe_accuracy"] = _save(probe_figure(panels, plt), folder.plot_file("probe_accuracy"), plt)
 
-    mixes = [(t, tasks[t]["layers"]["mix"]["mixture"]["weights"]) for t in PROBE_TASKS
-             if tasks.get(t, {}).get("layers", {}).get("mix", {}).get("mixture")]
+    mixes = [
+        (t, tasks[t]["layers"]["mix"]["mixture"]["weights"])
+        for t in PROBE_TASKS
+        if tasks.get(t, {}).get("layers", {}).get("mix", {}).get("mixture")
+    ]
     if mixes:
         fig, ax = plt.subplots(figsize=(5, 3.4))
         width = 0.8 / len(mixes)
         for k, (t, w) in enumerate(mixes):
             ax.bar([j + k * width for j in range(len(w))], w, width=width, label=t)
-        ax.set_xticks([j + width * (len(mixes) - 1) / 2 for j in range(len(mixes[0][1]))],
-                      [f"layer {j}" for j in range(len(mixes[0][1]))])
+        ax.set_xticks(
+            [j + width * (len(mixes) - 1) / 2 for j in range(len(mixes[0][1]))],
+            [f"layer {j}" for j in range(len(mixes[0][1]))],
+        )
         ax.set_ylabel("softmax weight")
         ax.set_title("learned scalar-mix weights")
         ax.legend()

@@ -21,9 +21,9 @@ import torch
 from tqdm.auto import tqdm
 
 from ..embedding.inference import model_inputs
-from .lm_scoring import MAX_SCORED_POSITIONS, UnigramBaseline, score_batches, target_counts
 from ..utils.results import PerplexityResult
 from .data import WsdOccurrence
+from .lm_scoring import MAX_SCORED_POSITIONS, UnigramBaseline, score_batches, target_counts
 from .metrics import accuracy, correctness, masked_token_accuracy
 from .wsd import score_nearest_neighbour
 
@@ -89,20 +89,33 @@ def compute_layer_features(
 
 
 # ------------------------------------------------------------------------------------------- perplexity
-def fit_unigram_baseline(tokenizer: Any, sentences: Sequence[Sequence[str]], *, fitted_on: str, smoothing: float = 1.0,
-                         progress: bool = True) -> UnigramBaseline:
+def fit_unigram_baseline(
+    tokenizer: Any, sentences: Sequence[Sequence[str]], *, fitted_on: str, smoothing: float = 1.0, progress: bool = True
+) -> UnigramBaseline:
     """The unigram baseline of `modeling_elmo.evaluation.lm_scoring` fitted on ``sentences`` (words outside the tokenizer's
     vocabulary count as ``<UNK>``). Fitted on the evaluation sentences themselves it is an optimistic "oracle"."""
-    word_ids = (tokenizer.word_ids_of(list(s)) for s in tqdm(sentences, desc="unigram fit", unit="sentence",
-                                                               disable=not progress, dynamic_ncols=True))
-    return UnigramBaseline.fit(target_counts(word_ids, int(tokenizer.vocab_size)), fitted_on=fitted_on,
-                               smoothing=smoothing)
+    word_ids = (
+        tokenizer.word_ids_of(list(s))
+        for s in tqdm(sentences, desc="unigram fit", unit="sentence", disable=not progress, dynamic_ncols=True)
+    )
+    return UnigramBaseline.fit(
+        target_counts(word_ids, int(tokenizer.vocab_size)), fitted_on=fitted_on, smoothing=smoothing
+    )
 
 
 @torch.no_grad()
-def lm_perplexity(lm: torch.nn.Module, tokenizer: Any, sentences: Sequence[Sequence[str]], *, dataset: str,
-                  split: str = "held-out", baseline: UnigramBaseline | None = None, batch_size: int = 32,
-                  progress: bool = True, max_positions: int = MAX_SCORED_POSITIONS) -> PerplexityResult:
+def lm_perplexity(
+    lm: torch.nn.Module,
+    tokenizer: Any,
+    sentences: Sequence[Sequence[str]],
+    *,
+    dataset: str,
+    split: str = "held-out",
+    baseline: UnigramBaseline | None = None,
+    batch_size: int = 32,
+    progress: bool = True,
+    max_positions: int = MAX_SCORED_POSITIONS,
+) -> PerplexityResult:
     """Forward, backward and averaged perplexity of an `ElmoForBidirectionalLM` with the exact full softmax, and
     the unigram ``baseline``'s on the same targets (see `modeling_elmo.evaluation.lm_scoring`).
 
@@ -126,31 +139,61 @@ def lm_perplexity(lm: torch.nn.Module, tokenizer: Any, sentences: Sequence[Seque
 
     def batches():
         for batch in _batches(order, batch_size):
-            enc = tokenizer([list(sentences[i]) for i in batch], is_split_into_words=True, padding=True,
-                            return_tensors="pt", return_word_ids=True)
+            enc = tokenizer(
+                [list(sentences[i]) for i in batch],
+                is_split_into_words=True,
+                padding=True,
+                return_tensors="pt",
+                return_word_ids=True,
+            )
             labels = enc["word_ids"].masked_fill(enc["attention_mask"] == 0, -100)
             yield {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"], "labels": labels}
 
-    accumulator = score_batches(lm, batches(), layout="sentences", baseline=baseline, device=_device_of(lm),
-                                max_positions=max_positions, on_batch=lambda b: bar.update(len(b["labels"])))
+    accumulator = score_batches(
+        lm,
+        batches(),
+        layout="sentences",
+        baseline=baseline,
+        device=_device_of(lm),
+        max_positions=max_positions,
+        on_batch=lambda b: bar.update(len(b["labels"])),
+    )
     bar.close()
     return accumulator.result(dataset=dataset, split=split)
 
 
 # ------------------------------------------------------------------------------------------- WSD probe
-def wsd_probe(model: torch.nn.Module, tokenizer: Any, occurrences: Sequence[WsdOccurrence], batch_size: int = 32,
-              tie_tolerance: float = 1e-6, progress: bool = True) -> dict:
+def wsd_probe(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    occurrences: Sequence[WsdOccurrence],
+    batch_size: int = 32,
+    tie_tolerance: float = 1e-6,
+    progress: bool = True,
+) -> dict:
     """Nearest-neighbour sense probe per layer (see `modeling_elmo.evaluation.wsd`)."""
-    feats = compute_layer_features(model, tokenizer, [o.tokens for o in occurrences], batch_size, dtype=torch.float32,
-                                   progress=progress, desc="features wsd-probe")
+    feats = compute_layer_features(
+        model,
+        tokenizer,
+        [o.tokens for o in occurrences],
+        batch_size,
+        dtype=torch.float32,
+        progress=progress,
+        desc="features wsd-probe",
+    )
     words = [o.word for o in occurrences]
     senses = [o.sense for o in occurrences]
     layers = {}
     for layer in range(feats[0].shape[0]):
-        vecs = np.stack([f[layer, o.index].numpy() for f, o in zip(feats, occurrences)])
+        vecs = np.stack([f[layer, o.index].numpy() for f, o in zip(feats, occurrences, strict=False)])
         layers[str(layer)] = score_nearest_neighbour(vecs, words, senses, tie_tolerance)
-    return {"occurrences": len(occurrences), "words": sorted(set(words)),
-            "senses": len(set(zip(words, senses))), "tie_tolerance": tie_tolerance, "layers": layers}
+    return {
+        "occurrences": len(occurrences),
+        "words": sorted(set(words)),
+        "senses": len(set(zip(words, senses, strict=False))),
+        "tie_tolerance": tie_tolerance,
+        "layers": layers,
+    }
 
 
 # ------------------------------------------------------------------------------------------- probes
@@ -160,8 +203,13 @@ class CachedFeatureDataset(torch.utils.data.Dataset):
     With ``mean``/``std`` of shape (L+1, 1, 2P), items are standardised on the fly, ``(x - mean) / std``
     in float32 (the cache stays in its own dtype)."""
 
-    def __init__(self, features: Sequence[torch.Tensor], labels: Sequence[Any],
-                 mean: torch.Tensor | None = None, std: torch.Tensor | None = None):
+    def __init__(
+        self,
+        features: Sequence[torch.Tensor],
+        labels: Sequence[Any],
+        mean: torch.Tensor | None = None,
+        std: torch.Tensor | None = None,
+    ):
         if len(features) != len(labels):
             raise ValueError(f"{len(features)} feature tensors but {len(labels)} labels")
         if len(features) == 0:
@@ -206,7 +254,11 @@ def collate_cached(items: list[dict]) -> dict:
     hs = torch.zeros(len(items), n_layers, t_max, dim, dtype=torch.float32)
     mask = torch.zeros(len(items), t_max, dtype=torch.long)
     token_level = isinstance(items[0]["labels"], (list, tuple, np.ndarray, torch.Tensor))
-    labels = torch.full((len(items), t_max), -100, dtype=torch.long) if token_level else torch.zeros(len(items), dtype=torch.long)
+    labels = (
+        torch.full((len(items), t_max), -100, dtype=torch.long)
+        if token_level
+        else torch.zeros(len(items), dtype=torch.long)
+    )
     for b, x in enumerate(items):
         t = x["elmo_hidden_states"].shape[1]
         hs[b, :, :t] = x["elmo_hidden_states"].float()
@@ -257,11 +309,24 @@ def train_probe(
 
     with tempfile.TemporaryDirectory(prefix="elmo-probe-") as tmp:
         args = TrainingArguments(
-            output_dir=tmp, report_to="none", push_to_hub=False, use_cpu=not torch.cuda.is_available(),
-            per_device_train_batch_size=batch_size, per_device_eval_batch_size=batch_size * 2,
-            num_train_epochs=epochs, learning_rate=learning_rate, weight_decay=weight_decay,
-            lr_scheduler_type="linear", warmup_steps=0, save_strategy="no", eval_strategy="no",
-            logging_strategy="no", dataloader_num_workers=0, disable_tqdm=True, seed=seed, data_seed=seed,
+            output_dir=tmp,
+            report_to="none",
+            push_to_hub=False,
+            use_cpu=not torch.cuda.is_available(),
+            per_device_train_batch_size=batch_size,
+            per_device_eval_batch_size=batch_size * 2,
+            num_train_epochs=epochs,
+            learning_rate=learning_rate,
+            weight_decay=weight_decay,
+            lr_scheduler_type="linear",
+            warmup_steps=0,
+            save_strategy="no",
+            eval_strategy="no",
+            logging_strategy="no",
+            dataloader_num_workers=0,
+            disable_tqdm=True,
+            seed=seed,
+            data_seed=seed,
             remove_unused_columns=False,
         )
         trainer = Trainer(model=head, args=args, train_dataset=train_ds, data_collator=collate_cached)
@@ -276,9 +341,14 @@ def train_probe(
     else:
         acc = accuracy(np.asarray(logits).argmax(-1), pred.label_ids)
     # "_correct" (per dev example or token) feeds the paired comparison with an untrained model; not written out
-    return {"accuracy": acc, "train_loss": float(train_out.training_loss), "epochs": epochs,
-            "steps": int(train_out.global_step), "train_seconds": train_s,
-            "_correct": correctness(logits, pred.label_ids)}
+    return {
+        "accuracy": acc,
+        "train_loss": float(train_out.training_loss),
+        "epochs": epochs,
+        "steps": int(train_out.global_step),
+        "train_seconds": train_s,
+        "_correct": correctness(logits, pred.label_ids),
+    }
 
 
 def probe_task(
@@ -312,8 +382,13 @@ def probe_task(
     mean, std = feature_statistics(features_train) if standardize else (None, None)
     train_ds = CachedFeatureDataset(features_train, labels_train, mean, std)
     dev_ds = CachedFeatureDataset(features_dev, labels_dev, mean, std)
-    results: dict[str, Any] = {"train_examples": len(train_ds), "dev_examples": len(dev_ds),
-                               "standardized": standardize, "layer_norm": layer_norm, "layers": {}}
+    results: dict[str, Any] = {
+        "train_examples": len(train_ds),
+        "dev_examples": len(dev_ds),
+        "standardized": standardize,
+        "layer_norm": layer_norm,
+        "layers": {},
+    }
     if token_level:
         results["dev_tokens"] = int(sum(len(y) for y in labels_dev))
         majority = Counter(t for y in labels_train for t in y).most_common(1)[0][0]

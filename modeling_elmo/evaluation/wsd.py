@@ -30,7 +30,6 @@ import numpy as np
 
 from ..utils.io_utils import atomic_write_text
 
-
 __all__ = ["score_nearest_neighbour", "build_wsd_subset", "DEFAULT_WSD_SET", "SENSEVAL_TSV"]
 
 #: The small set shipped with the package (built by ``scripts/build_wsd_set.py``).
@@ -181,5 +180,3 @@ def _sha256(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
-
-

@@ -32,8 +32,18 @@ from pathlib import Path
 
 from ..utils.io_utils import atomic_write_text, exclusive_lock
 
-__all__ = ["MANIFEST", "check_replaceable", "file_record", "foreign_files", "install_folder", "output_lock",
-           "read_manifest", "remove_stale_temporaries", "temporary_prefix", "write_manifest"]
+__all__ = [
+    "MANIFEST",
+    "check_replaceable",
+    "file_record",
+    "foreign_files",
+    "install_folder",
+    "output_lock",
+    "read_manifest",
+    "remove_stale_temporaries",
+    "temporary_prefix",
+    "write_manifest",
+]
 
 MANIFEST = ".elmo-manifest.json"
 
@@ -55,8 +65,12 @@ def file_record(path: str | os.PathLike) -> dict | None:
 
 
 def _is_record(value: object) -> bool:
-    return (isinstance(value, dict) and isinstance(value.get("bytes"), int) and isinstance(value.get("sha256"), str)
-            and len(value) == 2)
+    return (
+        isinstance(value, dict)
+        and isinstance(value.get("bytes"), int)
+        and isinstance(value.get("sha256"), str)
+        and len(value) == 2
+    )
 
 
 def read_manifest(folder: str | os.PathLike) -> dict | None:
@@ -143,8 +157,10 @@ def check_replaceable(folder: str | os.PathLike, command: str, what: str) -> Non
             whose = f"its manifest lists {foreign[0]!r}{more} without a size and sha256 to check it against"
         else:
             whose = f"{command} did not write {foreign[0]!r}{more}"
-        raise ValueError(f"{what} holds files that are not {command}'s ({whose}); nothing was deleted. Choose "
-                         "another folder, or move those files away.")
+        raise ValueError(
+            f"{what} holds files that are not {command}'s ({whose}); nothing was deleted. Choose "
+            "another folder, or move those files away."
+        )
 
 
 def temporary_prefix(output: str | os.PathLike, kind: str) -> str:
@@ -207,9 +223,12 @@ def output_lock(output: str | os.PathLike, command: str) -> Iterator[None]:
     except OSError as error:
         raise ValueError(f"cannot create the output folder {str(output)!r}: {error.strerror or error}.") from None
     try:
-        with exclusive_lock(lock, f"another {command} run is writing {str(output)!r} (it holds {str(lock)!r}); wait "
-                                  "for it to end, or choose another output folder.",
-                            unwritable=f"cannot write next to the output folder {str(output)!r}"):
+        with exclusive_lock(
+            lock,
+            f"another {command} run is writing {str(output)!r} (it holds {str(lock)!r}); wait "
+            "for it to end, or choose another output folder.",
+            unwritable=f"cannot write next to the output folder {str(output)!r}",
+        ):
             _HELD.add(key)
             try:
                 yield
@@ -244,8 +263,10 @@ def install_folder(staging: str | os.PathLike, output: str | os.PathLike, comman
         raise ValueError(f"{what} is now {'a link' if output.is_symlink() else 'a file'}; nothing was replaced.")
     if not overwrite:
         first = sorted(_entries(output))[:1] or ["?"]
-        raise ValueError(f"{what} appeared while {command} worked and is not empty (it holds {first[0]!r}); nothing "
-                         "was replaced. Move those files away, or choose another folder.")
+        raise ValueError(
+            f"{what} appeared while {command} worked and is not empty (it holds {first[0]!r}); nothing "
+            "was replaced. Move those files away, or choose another folder."
+        )
     check_replaceable(output, command, what)
     retired = Path(tempfile.mkdtemp(prefix=temporary_prefix(output, "old"), dir=output.parent))
     old = retired / "old"
@@ -256,13 +277,16 @@ def install_folder(staging: str | os.PathLike, output: str | os.PathLike, comman
         try:
             os.rename(old, output)
         except OSError:
-            raise ValueError(f"{what} changed while {command} replaced it; nothing was deleted: its files are kept in "
-                             f"{str(old)!r}.") from None
+            raise ValueError(
+                f"{what} changed while {command} replaced it; nothing was deleted: its files are kept in {str(old)!r}."
+            ) from None
         os.rmdir(retired)
         raise
     try:
         os.rename(staging, output)
     except OSError:
-        raise ValueError(f"{what} appeared again while {command} replaced it; nothing was deleted: the previous "
-                         f"output is kept in {str(old)!r}.") from None
+        raise ValueError(
+            f"{what} appeared again while {command} replaced it; nothing was deleted: the previous "
+            f"output is kept in {str(old)!r}."
+        ) from None
     shutil.rmtree(retired, ignore_errors=True)

@@ -40,8 +40,9 @@ def sha256_of_file(path: str | os.PathLike) -> str:
     return digest.hexdigest()
 
 
-def check_output_dir(output_dir: str | os.PathLike, overwrite: bool = False,
-                     inputs: tuple[str | os.PathLike, ...] = ()) -> Path:
+def check_output_dir(
+    output_dir: str | os.PathLike, overwrite: bool = False, inputs: tuple[str | os.PathLike, ...] = ()
+) -> Path:
     """Raise `ValueError` unless a conversion can write ``output_dir``; return it as a `Path`. Writes nothing.
 
     Refused: an output folder that holds one of ``inputs`` (replacing it would delete them); an existing file; an
@@ -55,8 +56,10 @@ def check_output_dir(output_dir: str | os.PathLike, overwrite: bool = False,
     shown = str(output_dir)
     for source in inputs:
         if is_within(Path(source), output_dir):
-            raise ValueError(f"output folder {shown!r} holds the input file {str(source)!r}; writing the output would "
-                             "delete it. Choose another output folder.")
+            raise ValueError(
+                f"output folder {shown!r} holds the input file {str(source)!r}; writing the output would "
+                "delete it. Choose another output folder."
+            )
     if output_dir.is_dir() and any(output_dir.iterdir()):
         if not overwrite:
             raise ValueError(f"output folder {shown!r} exists and is not empty; pass overwrite=True (--overwrite).")
@@ -108,8 +111,9 @@ def check_atol(atol: float) -> None:
     """Raise `ValueError` unless ``atol`` (the largest accepted difference to the reference) is a finite number > 0:
     NaN would fail every comparison, and a negative one could never be met."""
     if isinstance(atol, bool) or not isinstance(atol, (int, float)) or not (math.isfinite(atol) and atol > 0):
-        raise ValueError(f"--atol must be a finite number > 0 (the largest accepted difference to the reference), "
-                         f"got {atol!r}.")
+        raise ValueError(
+            f"--atol must be a finite number > 0 (the largest accepted difference to the reference), got {atol!r}."
+        )
 
 
 def _make_parents(folder: Path) -> list[Path]:
@@ -151,5 +155,13 @@ def write_folder_atomically(output_dir: Path, fill: Callable[[Path], None], *, o
     return output_dir
 
 
-__all__ = ["COMMAND", "TEMPORARY_KINDS", "check_atol", "check_output_dir", "check_output_location", "locks_output",
-           "sha256_of_file", "write_folder_atomically"]
+__all__ = [
+    "COMMAND",
+    "TEMPORARY_KINDS",
+    "check_atol",
+    "check_output_dir",
+    "check_output_location",
+    "locks_output",
+    "sha256_of_file",
+    "write_folder_atomically",
+]

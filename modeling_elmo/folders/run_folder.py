@@ -45,17 +45,25 @@ from pathlib import Path
 from typing import Any
 
 from ..utils.io_utils import atomic_write_text, check_json_files, read_json_object
-from .manifest import MANIFEST
 from ..utils.results import EvaluationResults, read_results
+from .manifest import MANIFEST
 
 __all__ = ["CHECKPOINT_FILE", "CODE_FILES", "EvaluationFolder", "RunFolder", "read_json_object"]
 
 #: The custom-code files saved with every model (``trust_remote_code`` loads them).
-CODE_FILES = ("configuration_elmo.py", "inputs_elmo.py", "lstm_kernels.py", "modeling_elmo.py", "pipeline_elmo.py",
-              "tokenization_elmo.py")
+CODE_FILES = (
+    "configuration_elmo.py",
+    "inputs_elmo.py",
+    "lstm_kernels.py",
+    "modeling_elmo.py",
+    "pipeline_elmo.py",
+    "tokenization_elmo.py",
+)
 #: The files of a training checkpoint (``checkpoints/step_NNNNNNNN/``; docs/security.md lists them).
-CHECKPOINT_FILE = re.compile(r"trainer_state\.json|model\.safetensors|best_model\.safetensors|optimizer\.(safetensors|json)|"
-                             r"scheduler\.json|scaler\.json|vocab\.txt|char_vocab\.json|rng_state_\d+\.(safetensors|json)")
+CHECKPOINT_FILE = re.compile(
+    r"trainer_state\.json|model\.safetensors|best_model\.safetensors|optimizer\.(safetensors|json)|"
+    r"scheduler\.json|scaler\.json|vocab\.txt|char_vocab\.json|rng_state_\d+\.(safetensors|json)"
+)
 #: A file being written atomically (`modeling_elmo.utils.io_utils.atomic_write_bytes`): ``.NAME.XXXXXXXX.tmp``.
 _ATOMIC_TEMPORARY = re.compile(r"\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp")
 #: What tensorboard (``--report-to tensorboard``) writes into the tracker folder.
@@ -78,8 +86,11 @@ class EvaluationFolder:
     RESULTS = "eval_results.json"
     REPORT = "eval_results.md"
     #: Plot name -> file: probe accuracy per representation, the learned scalar-mix weights, the training curve.
-    PLOTS = {"probe_accuracy": "probe_accuracy.png", "layer_weights": "layer_weights.png",
-             "training_perplexity": "training_perplexity.png"}
+    PLOTS = {
+        "probe_accuracy": "probe_accuracy.png",
+        "layer_weights": "layer_weights.png",
+        "training_perplexity": "training_perplexity.png",
+    }
 
     def __init__(self, root: str | os.PathLike):
         self.root = Path(root)
@@ -107,8 +118,9 @@ class EvaluationFolder:
         """Whether a file ``name`` in the folder is one ``elmo evaluate`` writes (or is writing): its results, report,
         plots (``.NAME.tmp.png`` while one is saved) and its manifest of them (`modeling_elmo.folders.manifest`)."""
         plot = re.fullmatch(r"\.(?P<stem>.+)\.tmp\.png", name)
-        return (_written(name, lambda n: n in (cls.RESULTS, cls.REPORT, MANIFEST, *cls.PLOTS.values()))
-                or bool(plot and f"{plot.group('stem')}.png" in cls.PLOTS.values()))
+        return _written(name, lambda n: n in (cls.RESULTS, cls.REPORT, MANIFEST, *cls.PLOTS.values())) or bool(
+            plot and f"{plot.group('stem')}.png" in cls.PLOTS.values()
+        )
 
 
 class RunFolder:
@@ -120,8 +132,14 @@ class RunFolder:
     TOKENIZER_CONFIG = "tokenizer_config.json"
     VOCAB = "vocab.txt"
     CHAR_VOCAB = "char_vocab.json"  # a Unicode character vocabulary (--char-vocabulary unicode)
-    TOKENIZER_FILES = (TOKENIZER_CONFIG, VOCAB, CHAR_VOCAB, "word_input_vocab.json", "special_tokens_map.json",
-                       "added_tokens.json")
+    TOKENIZER_FILES = (
+        TOKENIZER_CONFIG,
+        VOCAB,
+        CHAR_VOCAB,
+        "word_input_vocab.json",
+        "special_tokens_map.json",
+        "added_tokens.json",
+    )
     CODE_FILES = CODE_FILES
     README = "README.md"
     CHECKPOINTS = "checkpoints"
@@ -234,16 +252,24 @@ class RunFolder:
         if model_type != "elmo":
             raise ValueError(f"{self.root} holds a model of type {model_type!r} ({self.CONFIG}), not an ELMo model.")
         if not self.has_weights():
-            raise ValueError(f"{self.root} has no {self.WEIGHTS} (nor a sharded {self.WEIGHTS_INDEX}): this package "
-                             "loads safetensors weights only.")
+            raise ValueError(
+                f"{self.root} has no {self.WEIGHTS} (nor a sharded {self.WEIGHTS_INDEX}): this package "
+                "loads safetensors weights only."
+            )
         if tokenizer and not self.has_tokenizer():
-            raise ValueError(f"{self.root} has no tokenizer ({self.TOKENIZER_CONFIG} is missing): save it into the "
-                             "model folder (`tokenizer.save_pretrained(folder)`).")
+            raise ValueError(
+                f"{self.root} has no tokenizer ({self.TOKENIZER_CONFIG} is missing): save it into the "
+                "model folder (`tokenizer.save_pretrained(folder)`)."
+            )
 
     def is_run(self) -> bool:
         """Whether a training run wrote the folder (its identity, metadata, checkpoints or metrics), finished or not."""
-        return (self.run_identity_file.is_file() or self.training_metadata_file.is_file() or self.checkpoints_dir.is_dir()
-                or self.metrics_file.is_file())
+        return (
+            self.run_identity_file.is_file()
+            or self.training_metadata_file.is_file()
+            or self.checkpoints_dir.is_dir()
+            or self.metrics_file.is_file()
+        )
 
     def is_run_artefact(self, name: str) -> bool:
         """Whether a top-level entry ``name`` is one a training run writes (model, tokenizer, code, logs, results,
@@ -256,13 +282,17 @@ class RunFolder:
         return sorted(self.root.iterdir()) if self.root.is_dir() else []
 
     def _model_file(self, name: str) -> bool:
-        return (name in {self.CONFIG, self.WEIGHTS, self.WEIGHTS_INDEX, *self.TOKENIZER_FILES, *self.CODE_FILES}
-                or bool(re.fullmatch(r"model-\d+-of-\d+\.safetensors", name)))
+        return name in {self.CONFIG, self.WEIGHTS, self.WEIGHTS_INDEX, *self.TOKENIZER_FILES, *self.CODE_FILES} or bool(
+            re.fullmatch(r"model-\d+-of-\d+\.safetensors", name)
+        )
 
     def _run_file(self, name: str) -> bool:
-        return (self._model_file(name) or name in {self.METRICS, self.TRAINING_METADATA, self.RUN_IDENTITY,
-                                                   self.EVAL_RESULTS, self.PERPLEXITY_PLOT}
-                or bool(re.fullmatch(r"examples_rank\d+\.jsonl", name)))
+        return (
+            self._model_file(name)
+            or name
+            in {self.METRICS, self.TRAINING_METADATA, self.RUN_IDENTITY, self.EVAL_RESULTS, self.PERPLEXITY_PLOT}
+            or bool(re.fullmatch(r"examples_rank\d+\.jsonl", name))
+        )
 
     def _is_run_entry(self, parts: tuple[str, ...], is_dir: bool) -> bool:
         """Whether the entry at ``parts`` (relative to the folder; a folder when ``is_dir``) is one a training run
@@ -290,7 +320,8 @@ class RunFolder:
                     return _written(rest[1], lambda n: bool(CHECKPOINT_FILE.fullmatch(n)))
                 if rest[0] == "best":
                     return rest[1] == ".model.safetensors.tmp" or _written(
-                        rest[1], lambda n: n in ("model.safetensors", "best.json"))
+                        rest[1], lambda n: n in ("model.safetensors", "best.json")
+                    )
         return False
 
     def run_entries(self) -> tuple[list[Path], list[str]]:
@@ -377,8 +408,9 @@ class RunFolder:
                     try:
                         record = json.loads(line)
                     except (json.JSONDecodeError, RecursionError) as error:
-                        raise ValueError(f"{self.metrics_file}:{number}: not valid JSON "
-                                         f"({getattr(error, 'msg', error)}).") from None
+                        raise ValueError(
+                            f"{self.metrics_file}:{number}: not valid JSON ({getattr(error, 'msg', error)})."
+                        ) from None
                     if not isinstance(record, dict):
                         raise ValueError(f"{self.metrics_file}:{number}: expected a JSON object.")
                     records.append(record)

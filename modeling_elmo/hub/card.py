@@ -42,9 +42,19 @@ from ..utils.results import EvaluationResults, PerplexityResult, ScoreResult, da
 from .safety import HF_TOKEN_PATTERN
 
 __all__ = [
-    "CARD_KINDS", "CARD_SETTINGS", "MIN_INDEXED_EXAMPLES", "REQUIRED_TEMPLATE_FIELDS", "TEMPLATE_DIR", "CardInputs",
-    "build_model_card", "data_license_warning", "default_template_path", "detect_card_kind", "escape_markdown",
-    "eval_results_for_hub", "render_model_card",
+    "CARD_KINDS",
+    "CARD_SETTINGS",
+    "MIN_INDEXED_EXAMPLES",
+    "REQUIRED_TEMPLATE_FIELDS",
+    "TEMPLATE_DIR",
+    "CardInputs",
+    "build_model_card",
+    "data_license_warning",
+    "default_template_path",
+    "detect_card_kind",
+    "escape_markdown",
+    "eval_results_for_hub",
+    "render_model_card",
 ]
 
 logger = logging.getLogger(__name__)
@@ -60,10 +70,16 @@ CARD_KINDS = ("pretrained", "converted", "classifier")
 #: Placeholders every template must use (a card without them would lose its metadata or its numbers).
 REQUIRED_TEMPLATE_FIELDS = ("card_data", "model_id", "evaluation_section", "training_section")
 #: The Hub task type of each evaluation task (the ``model-index`` groups results by it).
-TASK_TYPES = {"probe-sentiment": "text-classification", "probe-pos": "token-classification",
-              "wsd-probe": "token-classification"}
-TASK_NAMES = {"probe-sentiment": "Sentiment probe (frozen features)", "probe-pos": "Part-of-speech probe (frozen features)",
-              "wsd-probe": "Word-sense nearest-neighbour probe"}
+TASK_TYPES = {
+    "probe-sentiment": "text-classification",
+    "probe-pos": "token-classification",
+    "wsd-probe": "token-classification",
+}
+TASK_NAMES = {
+    "probe-sentiment": "Sentiment probe (frozen features)",
+    "probe-pos": "Part-of-speech probe (frozen features)",
+    "wsd-probe": "Word-sense nearest-neighbour probe",
+}
 METRIC_NAMES = {"accuracy": "Accuracy", "accuracy_ties_half": "Accuracy, ties as half"}
 #: A score decided on fewer examples (WSD occurrences that are not ties, dev sentences, tokens) stays out of the
 #: ``model-index``: at 3 examples an accuracy of 0.0 or 1.0 says nothing about the model.
@@ -71,43 +87,125 @@ MIN_INDEXED_EXAMPLES = 50
 #: Model licences that let anyone use the model for anything (the data-licence warning applies to them).
 PERMISSIVE_LICENSES = frozenset({"apache-2.0", "mit", "bsd-2-clause", "bsd-3-clause", "cc-by-4.0", "cc0-1.0"})
 #: Data licences that do not allow every use, and words that say the licence is not known.
-_RESTRICTED_DATA_LICENSE = re.compile(r"research[- _]only|research purposes only|only for research|non-?commercial|"
-                                      r"(^|[^a-z])nc([^a-z]|$)|proprietary|all rights reserved|unknown|not recorded",
-                                      re.IGNORECASE)
+_RESTRICTED_DATA_LICENSE = re.compile(
+    r"research[- _]only|research purposes only|only for research|non-?commercial|"
+    r"(^|[^a-z])nc([^a-z]|$)|proprietary|all rights reserved|unknown|not recorded",
+    re.IGNORECASE,
+)
 
 #: The settings a card lists (dotted key paths of the training or conversion metadata): an allow-list, so that a
 #: key this package does not write (``apikey``, ``credentials``, ``db_url``, ...) never reaches a public card.
 #: ``sha256.<file>`` and ``published.<figure>`` of a conversion are listed too (`_is_card_setting`).
 _RUN_ARGUMENTS = (
-    "train_file", "validation_file", "test_file", "dataset_name", "dataset_config_name", "validation_split_percentage",
-    "max_train_examples", "max_eval_examples", "vocab_file", "vocab_size", "min_count", "batching", "window_size",
-    "max_sentence_length", "per_device_train_batch_size", "per_device_eval_batch_size", "max_tokens_per_batch",
-    "bucket_size", "model_config", "init_from_model", "lm_softmax", "num_negative_samples", "dropout", "seed",
-    "optimizer", "learning_rate", "adagrad_initial_accumulator", "weight_decay", "adam_beta1", "adam_beta2",
-    "lr_scheduler_type", "warmup_steps", "num_train_epochs", "max_steps", "gradient_accumulation_steps",
-    "max_grad_norm", "loss_multiplier", "mixed_precision", "checkpointing_steps", "max_train_minutes", "eval_steps",
-    "early_stopping_patience", "load_best_model_at_end", "data_license",
+    "train_file",
+    "validation_file",
+    "test_file",
+    "dataset_name",
+    "dataset_config_name",
+    "validation_split_percentage",
+    "max_train_examples",
+    "max_eval_examples",
+    "vocab_file",
+    "vocab_size",
+    "min_count",
+    "batching",
+    "window_size",
+    "max_sentence_length",
+    "per_device_train_batch_size",
+    "per_device_eval_batch_size",
+    "max_tokens_per_batch",
+    "bucket_size",
+    "model_config",
+    "init_from_model",
+    "lm_softmax",
+    "num_negative_samples",
+    "dropout",
+    "seed",
+    "optimizer",
+    "learning_rate",
+    "adagrad_initial_accumulator",
+    "weight_decay",
+    "adam_beta1",
+    "adam_beta2",
+    "lr_scheduler_type",
+    "warmup_steps",
+    "num_train_epochs",
+    "max_steps",
+    "gradient_accumulation_steps",
+    "max_grad_norm",
+    "loss_multiplier",
+    "mixed_precision",
+    "checkpointing_steps",
+    "max_train_minutes",
+    "eval_steps",
+    "early_stopping_patience",
+    "load_best_model_at_end",
+    "data_license",
 )
-CARD_SETTINGS = frozenset({
-    # elmo pretrain (training_metadata.json)
-    "global_step", "model_step", "tokens_seen", "skipped_updates", "train_seconds", "wall_seconds", "num_processes",
-    "mixed_precision", "vocab_size", "vocab_fingerprint", "data_fingerprint", "parameters", "stopped_early",
-    "best_validation_perplexity", "best_step", "versions.torch", "versions.transformers", "versions.datasets",
-    *(f"args.{name}" for name in _RUN_ARGUMENTS),
-    # a classifier's training metadata (written by the user's own training script)
-    "datasets", "data_licenses", "base_model", "epochs", "num_train_epochs", "learning_rate", "batch_size", "per_device_train_batch_size",
-    "seed", "weight_decay", "warmup_steps", "max_steps", "optimizer", "lr_scheduler_type", "freeze_elmo",
-    # elmo convert (conversion_metadata.json)
-    "converted_from", "options_file", "weights_file", "validation_max_abs_difference", "validation_atol",
-    "num_parameters", "release",
-    # elmo convert --efml / --release efml-LANG
-    "language_name", "nlpl_repository_id", "architecture",
-})
+CARD_SETTINGS = frozenset(
+    {
+        # elmo pretrain (training_metadata.json)
+        "global_step",
+        "model_step",
+        "tokens_seen",
+        "skipped_updates",
+        "train_seconds",
+        "wall_seconds",
+        "num_processes",
+        "mixed_precision",
+        "vocab_size",
+        "vocab_fingerprint",
+        "data_fingerprint",
+        "parameters",
+        "stopped_early",
+        "best_validation_perplexity",
+        "best_step",
+        "versions.torch",
+        "versions.transformers",
+        "versions.datasets",
+        *(f"args.{name}" for name in _RUN_ARGUMENTS),
+        # a classifier's training metadata (written by the user's own training script)
+        "datasets",
+        "data_licenses",
+        "base_model",
+        "epochs",
+        "num_train_epochs",
+        "learning_rate",
+        "batch_size",
+        "per_device_train_batch_size",
+        "seed",
+        "weight_decay",
+        "warmup_steps",
+        "max_steps",
+        "optimizer",
+        "lr_scheduler_type",
+        "freeze_elmo",
+        # elmo convert (conversion_metadata.json)
+        "converted_from",
+        "options_file",
+        "weights_file",
+        "validation_max_abs_difference",
+        "validation_atol",
+        "num_parameters",
+        "release",
+        # elmo convert --efml / --release efml-LANG
+        "language_name",
+        "nlpl_repository_id",
+        "architecture",
+    }
+)
 #: ``conversion_metadata.json``'s ``source_format`` of an ELMoForManyLangs conversion: its card has its own template.
 EFML_SOURCE_FORMAT = "elmoformanylangs"
 #: The figures a release's authors published (`modeling_elmo.conversion.releases.Release.published_figures`).
-_PUBLISHED_FIGURES = ("parameters", "parameters_in_weight_file", "srl_f1", "constituency_parsing_f1", "lm_perplexity",
-                      "lm_perplexity_note", "training_data")
+_PUBLISHED_FIGURES = (
+    "parameters",
+    "parameters_in_weight_file",
+    "srl_f1",
+    "constituency_parsing_f1",
+    "lm_perplexity",
+    "lm_perplexity_note",
+    "training_data",
+)
 #: What the YAML metadata accepts: Hub ids (``name`` or ``owner/name``), language codes, license ids.
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?")
 _LANGUAGE = re.compile(r"[a-zA-Z]{2,3}([-_][A-Za-z0-9]{2,8})*")
@@ -238,48 +336,92 @@ def eval_results_for_hub(results: Sequence[EvaluationResults]) -> list:
     for result in results:
         for p in result.perplexity:
             for column in ("forward", "backward", "average"):
-                entries.append(EvalResult(
-                    task_type="text-generation", task_name="Bidirectional language modeling",
-                    dataset_type=_slug(p.dataset), dataset_name=_plain(p.dataset),
-                    dataset_split=_split_for_hub(_plain(p.split)),
-                    metric_type="perplexity", metric_name=f"Perplexity ({column})",
-                    metric_value=round(getattr(p, column), 4)))
+                entries.append(
+                    EvalResult(
+                        task_type="text-generation",
+                        task_name="Bidirectional language modeling",
+                        dataset_type=_slug(p.dataset),
+                        dataset_name=_plain(p.dataset),
+                        dataset_split=_split_for_hub(_plain(p.split)),
+                        metric_type="perplexity",
+                        metric_name=f"Perplexity ({column})",
+                        metric_value=round(getattr(p, column), 4),
+                    )
+                )
         for s in result.scores:
             if s.value is None or s.examples < MIN_INDEXED_EXAMPLES:
                 continue
-            entries.append(EvalResult(
-                task_type=TASK_TYPES.get(s.task, "other"), task_name=TASK_NAMES.get(s.task, _plain(s.task)),
-                dataset_type=_slug(s.dataset), dataset_name=_plain(s.dataset), dataset_split=_split_for_hub(_plain(s.split)),
-                metric_type="accuracy" if s.metric.startswith("accuracy") else _slug(s.metric),
-                metric_name=f"{METRIC_NAMES.get(s.metric, _plain(s.metric))} ({_plain(s.representation)})",
-                metric_value=round(s.value, 6)))
+            entries.append(
+                EvalResult(
+                    task_type=TASK_TYPES.get(s.task, "other"),
+                    task_name=TASK_NAMES.get(s.task, _plain(s.task)),
+                    dataset_type=_slug(s.dataset),
+                    dataset_name=_plain(s.dataset),
+                    dataset_split=_split_for_hub(_plain(s.split)),
+                    metric_type="accuracy" if s.metric.startswith("accuracy") else _slug(s.metric),
+                    metric_name=f"{METRIC_NAMES.get(s.metric, _plain(s.metric))} ({_plain(s.representation)})",
+                    metric_value=round(s.value, 6),
+                )
+            )
     return entries
 
 
 def _perplexity_rows(records: Sequence[PerplexityResult]) -> list[str]:
-    rows = ["| data | split | forward | backward | average | unigram baseline | untrained model | targets per "
-            "direction | `<UNK>` targets |", "|---|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| data | split | forward | backward | average | unigram baseline | untrained model | targets per "
+        "direction | `<UNK>` targets |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for p in records:
         unigram = f"{_cell(p.unigram.average)} (fitted on {_cell(p.unigram.fitted_on)})" if p.unigram else "—"
-        rows.append("| " + " | ".join([_cell(p.dataset), _cell(p.split), _cell(p.forward), _cell(p.backward), _cell(p.average),
-                                       unigram, _cell(p.untrained_average), str(p.targets_per_direction),
-                                       f"{100 * p.unk_rate:.1f}%"]) + " |")
+        rows.append(
+            "| "
+            + " | ".join(
+                [
+                    _cell(p.dataset),
+                    _cell(p.split),
+                    _cell(p.forward),
+                    _cell(p.backward),
+                    _cell(p.average),
+                    unigram,
+                    _cell(p.untrained_average),
+                    str(p.targets_per_direction),
+                    f"{100 * p.unk_rate:.1f}%",
+                ]
+            )
+            + " |"
+        )
     return rows
 
 
 def _score_rows(records: Sequence[ScoreResult]) -> list[str]:
-    rows = ["| task | dataset | split | representation | metric | value | examples | simple baseline | untrained "
-            "model | McNemar p |", "|---|---|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| task | dataset | split | representation | metric | value | examples | simple baseline | untrained "
+        "model | McNemar p |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for s in records:
         u = s.untrained
         examples = str(s.examples) if s.examples >= MIN_INDEXED_EXAMPLES else f"{s.examples} (too few: not indexed)"
         baseline = f"{_cell(s.baseline)} ({escape_markdown(s.baseline_name)})" if s.baseline_name else _cell(s.baseline)
-        rows.append("| " + " | ".join([_cell(s.task), _cell(s.dataset), _cell(s.split), _cell(s.representation),
-                                       _cell(s.metric),
-                                       _cell(s.value) if s.value is not None else "undefined (all tied)",
-                                       examples, baseline, _cell(u.value) if u else "—",
-                                       f"{u.mcnemar_p_value:.2g}" if u and u.mcnemar_p_value is not None else "—"])
-                    + " |")
+        rows.append(
+            "| "
+            + " | ".join(
+                [
+                    _cell(s.task),
+                    _cell(s.dataset),
+                    _cell(s.split),
+                    _cell(s.representation),
+                    _cell(s.metric),
+                    _cell(s.value) if s.value is not None else "undefined (all tied)",
+                    examples,
+                    baseline,
+                    _cell(u.value) if u else "—",
+                    f"{u.mcnemar_p_value:.2g}" if u and u.mcnemar_p_value is not None else "—",
+                ]
+            )
+            + " |"
+        )
     return rows
 
 
@@ -287,21 +429,33 @@ def _evaluation_section(results: Sequence[EvaluationResults]) -> str:
     perplexity = [p for r in results for p in r.perplexity]
     scores = [s for r in results for s in r.scores]
     if not perplexity and not scores:
-        return ("No evaluation results were supplied when this card was written, so it reports no numbers "
-                "(and no `model-index`). Evaluate the model before relying on it.")
+        return (
+            "No evaluation results were supplied when this card was written, so it reports no numbers "
+            "(and no `model-index`). Evaluate the model before relying on it."
+        )
     parts = []
     if perplexity:
-        parts += ["Language-model perplexity (exact full softmax; lower is better). Each direction's perplexity is "
-                  "exp of its mean negative log-likelihood per target (`</S>`, `<S>` and `<UNK>` included); the average "
-                  "is their geometric mean. The unigram baseline is the perplexity of word frequencies alone, for "
-                  "scale; it is not in the `model-index`.", "", *_perplexity_rows(perplexity), ""]
+        parts += [
+            "Language-model perplexity (exact full softmax; lower is better). Each direction's perplexity is "
+            "exp of its mean negative log-likelihood per target (`</S>`, `<S>` and `<UNK>` included); the average "
+            "is their geometric mean. The unigram baseline is the perplexity of word frequencies alone, for "
+            "scale; it is not in the `model-index`.",
+            "",
+            *_perplexity_rows(perplexity),
+            "",
+        ]
     if scores:
-        parts += ["Probes of the frozen representations. The simple baselines need no model: the most frequent tag of "
-                  "each word (part of speech), the majority class (sentiment), a random neighbour (sense probe); "
-                  "features that do not beat them carry no useful information for the task. McNemar's exact test "
-                  "compares the trained and an untrained model of the same shape on the same examples. A score "
-                  f"decided on fewer than {MIN_INDEXED_EXAMPLES} examples is shown here but left out of the "
-                  "`model-index`.", "", *_score_rows(scores), ""]
+        parts += [
+            "Probes of the frozen representations. The simple baselines need no model: the most frequent tag of "
+            "each word (part of speech), the majority class (sentiment), a random neighbour (sense probe); "
+            "features that do not beat them carry no useful information for the task. McNemar's exact test "
+            "compares the trained and an untrained model of the same shape on the same examples. A score "
+            f"decided on fewer than {MIN_INDEXED_EXAMPLES} examples is shown here but left out of the "
+            "`model-index`.",
+            "",
+            *_score_rows(scores),
+            "",
+        ]
     return "\n".join(parts).rstrip() + "\n"
 
 
@@ -312,8 +466,12 @@ def _is_card_setting(key_path: tuple[str, ...], value: Any) -> bool:
         return True
     if len(key_path) == 2 and key_path[0] == "published":
         return key_path[1] in _PUBLISHED_FIGURES
-    return (len(key_path) == 2 and key_path[0] == "sha256" and isinstance(value, str)
-            and re.fullmatch(r"[0-9a-f]{64}", value) is not None)
+    return (
+        len(key_path) == 2
+        and key_path[0] == "sha256"
+        and isinstance(value, str)
+        and re.fullmatch(r"[0-9a-f]{64}", value) is not None
+    )
 
 
 def _training_section(metadata: Mapping[str, Any] | None, kind: str) -> str:
@@ -358,8 +516,10 @@ def _code_section(code_files: Sequence[Path]) -> str:
     """What ``trust_remote_code=True`` runs: the Python files shipped (read from the folder being published), what
     they import from outside the standard library, and how to review them."""
     if not code_files:
-        return ("This repository ships no Python file: `trust_remote_code=True` needs the model code, so load it with "
-                "the `modeling_elmo` package installed instead.\n")
+        return (
+            "This repository ships no Python file: `trust_remote_code=True` needs the model code, so load it with "
+            "the `modeling_elmo` package installed instead.\n"
+        )
     names = [Path(path).name for path in code_files]
     modules = set()
     for path in code_files:
@@ -371,13 +531,15 @@ def _code_section(code_files: Sequence[Path]) -> str:
     outside = sorted(modules - set(sys.stdlib_module_names) - {Path(name).stem for name in names})
     count = f"{len(names)} Python file{'s' if len(names) != 1 else ''}"
     listed = ", ".join(f"`{escape_markdown(name)}`" for name in names)
-    return (f"This repository ships {count}: {listed}. With `trust_remote_code=True`, transformers downloads them "
-            "and imports them in your process, with your permissions. They define the config, the model classes and "
-            "the character tokenizer, and import, besides each other and the standard library, only "
-            f"{', '.join(f'`{m}`' for m in outside) or 'nothing'}; importing them opens no file and no network "
-            "connection (the source repository tests both). The weights are `model.safetensors`, which holds tensors "
-            f"only (no pickle, nothing executed on load). Read the {count} before running them, and pin "
-            '`revision="<commit>"` so that later changes to the repository cannot change the code you run.\n')
+    return (
+        f"This repository ships {count}: {listed}. With `trust_remote_code=True`, transformers downloads them "
+        "and imports them in your process, with your permissions. They define the config, the model classes and "
+        "the character tokenizer, and import, besides each other and the standard library, only "
+        f"{', '.join(f'`{m}`' for m in outside) or 'nothing'}; importing them opens no file and no network "
+        "connection (the source repository tests both). The weights are `model.safetensors`, which holds tensors "
+        f"only (no pickle, nothing executed on load). Read the {count} before running them, and pin "
+        '`revision="<commit>"` so that later changes to the repository cannot change the code you run.\n'
+    )
 
 
 def _data_licenses(entries: Sequence[str]) -> list[tuple[str, str]]:
@@ -395,14 +557,21 @@ def data_license_warning(model_license: str, data_licenses: Sequence[str]) -> st
     if model_license not in PERMISSIVE_LICENSES:
         return None
     if not data_licenses:
-        return (f"the model is published under {model_license}, but the licence of its training data is not recorded: "
-                "check that the data allows it (record it with --data-license).")
-    restricted = [f"{data}: {license_}" for data, license_ in _data_licenses(data_licenses)
-                  if _RESTRICTED_DATA_LICENSE.search(license_)]
+        return (
+            f"the model is published under {model_license}, but the licence of its training data is not recorded: "
+            "check that the data allows it (record it with --data-license)."
+        )
+    restricted = [
+        f"{data}: {license_}"
+        for data, license_ in _data_licenses(data_licenses)
+        if _RESTRICTED_DATA_LICENSE.search(license_)
+    ]
     if restricted:
-        return (f"the model is published under {model_license}, but the licence of part of its training data is "
-                f"unknown or restricts its use ({'; '.join(restricted)}): check that it allows publishing the model "
-                "under this licence.")
+        return (
+            f"the model is published under {model_license}, but the licence of part of its training data is "
+            f"unknown or restricts its use ({'; '.join(restricted)}): check that it allows publishing the model "
+            "under this licence."
+        )
     return None
 
 
@@ -438,27 +607,33 @@ def render_model_card(template: str | os.PathLike, card_data: Any, context: Mapp
     try:
         parsed = environment.parse(source)
     except jinja2.TemplateSyntaxError as error:
-        raise ValueError(f"model-card template {template_path} has a syntax error on line {error.lineno}: "
-                         f"{error.message}.") from None
+        raise ValueError(
+            f"model-card template {template_path} has a syntax error on line {error.lineno}: {error.message}."
+        ) from None
     used = meta.find_undeclared_variables(parsed)
     missing_required = [name for name in REQUIRED_TEMPLATE_FIELDS if name not in used]
     if missing_required:
-        raise ValueError(f"model-card template {template_path} is missing the field(s) "
-                         f"{', '.join('{{ ' + n + ' }}' for n in missing_required)}.")
+        raise ValueError(
+            f"model-card template {template_path} is missing the field(s) "
+            f"{', '.join('{{ ' + n + ' }}' for n in missing_required)}."
+        )
     values = dict(card_data.to_dict())
     values.update(context)
     values["card_data"] = card_data.to_yaml()
     unknown = sorted(used - set(values))
     if unknown:
-        raise ValueError(f"model-card template {template_path} uses the field(s) {', '.join(unknown)}, which no "
-                         f"value fills (known fields: {', '.join(sorted(values))}).")
+        raise ValueError(
+            f"model-card template {template_path} uses the field(s) {', '.join(unknown)}, which no "
+            f"value fills (known fields: {', '.join(sorted(values))})."
+        )
     try:
         content = environment.from_string(source).render(**values)
     except jinja2.UndefinedError as error:
         raise ValueError(f"model-card template {template_path}: {error.message}.") from None
     if not content.lstrip().startswith("---"):
-        raise ValueError(f"model-card template {template_path} must start with the YAML block "
-                         "'---\\n{{ card_data }}\\n---'.")
+        raise ValueError(
+            f"model-card template {template_path} must start with the YAML block '---\\n{{{{ card_data }}}}\\n---'."
+        )
     return ModelCard(content)
 
 
@@ -474,8 +649,16 @@ def detect_card_kind(config: Any, converted: bool = False) -> str:
     return "pretrained"
 
 
-def build_model_card(config: Any, repo_id: str, inputs: CardInputs, *, num_parameters: int,
-                     plot_names: Sequence[str] = (), dtype: str = "float32", code_files: Sequence[Path] = ()):
+def build_model_card(
+    config: Any,
+    repo_id: str,
+    inputs: CardInputs,
+    *,
+    num_parameters: int,
+    plot_names: Sequence[str] = (),
+    dtype: str = "float32",
+    code_files: Sequence[Path] = (),
+):
     """The `ModelCard` (metadata + text) of a model with ``config`` and weights of ``dtype`` published as
     ``repo_id`` with the Python files ``code_files``, and its kind."""
     from huggingface_hub import ModelCardData
@@ -488,20 +671,25 @@ def build_model_card(config: Any, repo_id: str, inputs: CardInputs, *, num_param
     datasets = inputs.datasets or _as_list(metadata.get("datasets")) or _as_list(args.get("dataset_name"))
     # the files a run was trained on, when it names no dataset: described in the text, not Hub ids for the metadata
     training_files = [data_file_label(f) for f in _as_list(args.get("train_file"))] if not datasets else []
-    data_licenses = (inputs.data_licenses or _as_list(metadata.get("data_licenses"))
-                     or _as_list(args.get("data_license")))
+    data_licenses = (
+        inputs.data_licenses or _as_list(metadata.get("data_licenses")) or _as_list(args.get("data_license"))
+    )
     eval_results = eval_results_for_hub(inputs.results)
 
     architectures = list(getattr(config, "architectures", None) or [])
     token_head = any(a.endswith("TokenClassification") for a in architectures)
-    pipeline_tag = ("token-classification" if token_head else "text-classification") if kind == "classifier" \
+    pipeline_tag = (
+        ("token-classification" if token_head else "text-classification")
+        if kind == "classifier"
         else "feature-extraction"
+    )
     # a biLM is its own base unless the user says otherwise
     base_model = inputs.base_model or (metadata.get("base_model") if kind == "classifier" else None)
     base_model = base_model if isinstance(base_model, str) else None
     language = _valid(inputs.language or _as_list(metadata.get("language")), _LANGUAGE, "language code") or ["en"]
-    license_ = (_valid([inputs.license or metadata.get("license") or "apache-2.0"], _LICENSE, "license id")
-                or ["other"])[0]
+    license_ = (
+        _valid([inputs.license or metadata.get("license") or "apache-2.0"], _LICENSE, "license id") or ["other"]
+    )[0]
     hub_datasets = _valid(datasets, _HUB_ID, "Hub dataset id")
     license_warning = data_license_warning(str(license_), data_licenses) if kind != "converted" else None
     if license_warning:
@@ -510,11 +698,16 @@ def build_model_card(config: Any, repo_id: str, inputs: CardInputs, *, num_param
     tags.append({"pretrained": "language-model", "converted": "converted", "classifier": pipeline_tag}[kind])
     model_name = repo_id.split("/")[-1]
     card_data = ModelCardData(
-        language=language, license=str(license_), library_name="transformers", tags=tags,
-        datasets=hub_datasets or None, pipeline_tag=pipeline_tag,
+        language=language,
+        license=str(license_),
+        library_name="transformers",
+        tags=tags,
+        datasets=hub_datasets or None,
+        pipeline_tag=pipeline_tag,
         base_model=(_valid([base_model], _HUB_ID, "Hub model id") or [None])[0] if base_model else None,
         metrics=sorted({e.metric_type for e in eval_results}) or None,
-        model_name=model_name if eval_results else None, eval_results=eval_results or None,
+        model_name=model_name if eval_results else None,
+        eval_results=eval_results or None,
     )
     id2label = getattr(config, "id2label", None) or {}
     labels = ", ".join(f"{k}: {escape_markdown(v)}" for k, v in sorted(id2label.items(), key=lambda kv: int(kv[0])))
@@ -530,16 +723,20 @@ def build_model_card(config: Any, repo_id: str, inputs: CardInputs, *, num_param
         "evaluation_section": _evaluation_section(inputs.results),
         "training_section": _training_section(metadata, kind),
         "training_data": ", ".join(escape_markdown(_scrub(d)) for d in datasets or training_files) or "not recorded",
-        "data_licenses": "; ".join(f"{escape_markdown(_scrub(data))}: {escape_markdown(license_)}"
-                                   for data, license_ in _data_licenses(data_licenses)) or "not recorded",
+        "data_licenses": "; ".join(
+            f"{escape_markdown(_scrub(data))}: {escape_markdown(license_)}"
+            for data, license_ in _data_licenses(data_licenses)
+        )
+        or "not recorded",
         "data_license_warning": f"**Warning:** {escape_markdown(license_warning)}" if license_warning else "",
         "code_section": _code_section(code_files),
         "plots_section": _plots_section(plot_names),
         "base_model_text": escape_markdown(base_model) if base_model else "not recorded",
         "labels": labels or "not recorded",
         "num_labels": len(id2label),
-        "head_class": escape_markdown(next((a for a in architectures if a.endswith("Classification")),
-                                           "ElmoForSequenceClassification")),
+        "head_class": escape_markdown(
+            next((a for a in architectures if a.endswith("Classification")), "ElmoForSequenceClassification")
+        ),
         "source": _cell(source) if source else "the original AllenNLP/bilm-tf release",
         "citation": PAPER_CITATION,
     }

@@ -18,8 +18,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..utils.results import read_results
 from ..folders.run_folder import RunFolder, read_json_object
+from ..utils.results import read_results
 from . import card as card_module
 from .card import CARD_KINDS, CardInputs
 from .publish import assemble_repo_folder, check_model_folder, upload_repo_folder, validate_repo_id
@@ -32,39 +32,68 @@ PROG = "elmo push"
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="elmo push", allow_abbrev=False,
+        prog="elmo push",
+        allow_abbrev=False,
         description="Assemble the Hub repository folder of an ELMo model (weights, custom code, tokenizer, model "
-                    "card, plots) and upload it. With --dry-run only the folder is written and the upload plan "
-                    "printed; nothing touches the network.",
+        "card, plots) and upload it. With --dry-run only the folder is written and the upload plan "
+        "printed; nothing touches the network.",
     )
-    parser.add_argument("model_dir", help="folder written by save_pretrained, elmo pretrain or elmo convert "
-                                          "(config.json, model.safetensors, tokenizer files)")
+    parser.add_argument(
+        "model_dir",
+        help="folder written by save_pretrained, elmo pretrain or elmo convert "
+        "(config.json, model.safetensors, tokenizer files)",
+    )
     parser.add_argument("--repo-id", required=True, help="Hub repository, 'name' or 'namespace/name'")
-    parser.add_argument("--output-dir", help="where to write the repository folder (default: MODEL_DIR-hub next "
-                                             "to the model folder with --dry-run, a temporary folder otherwise)")
+    parser.add_argument(
+        "--output-dir",
+        help="where to write the repository folder (default: MODEL_DIR-hub next "
+        "to the model folder with --dry-run, a temporary folder otherwise)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="write the folder and list the files; no upload")
     parser.add_argument("--private", action="store_true", help="create the repository as private")
     parser.add_argument("--revision", help="branch to commit to (created if missing; default main)")
     parser.add_argument("--commit-message", help="commit message (default 'Upload ELMo model')")
-    parser.add_argument("--card-kind", default="auto", choices=("auto",) + CARD_KINDS,
-                        help="model-card template (default: classifier for a classification head, converted for a "
-                             "converted release, else pretrained)")
+    parser.add_argument(
+        "--card-kind",
+        default="auto",
+        choices=("auto",) + CARD_KINDS,
+        help="model-card template (default: classifier for a classification head, converted for a "
+        "converted release, else pretrained)",
+    )
     parser.add_argument("--template", help="a Jinja model-card template instead of model_cards/<kind>.md")
     parser.add_argument("--license", help="license id for the card (default: from the metadata, else apache-2.0)")
     parser.add_argument("--language", action="append", help="language code (repeatable; default en)")
     parser.add_argument("--dataset", action="append", dest="datasets", help="training dataset (repeatable)")
-    parser.add_argument("--data-license", action="append", dest="data_licenses", metavar="[DATA=]LICENSE",
-                        help="licence of the training data, of all of it or of the named part (repeatable; default: "
-                             "what elmo pretrain --data-license recorded). A model published under a permissive "
-                             "licence over data of unknown or research-only licence gets a warning")
+    parser.add_argument(
+        "--data-license",
+        action="append",
+        dest="data_licenses",
+        metavar="[DATA=]LICENSE",
+        help="licence of the training data, of all of it or of the named part (repeatable; default: "
+        "what elmo pretrain --data-license recorded). A model published under a permissive "
+        "licence over data of unknown or research-only licence gets a warning",
+    )
     parser.add_argument("--base-model", help="Hub id of the biLM a classifier was trained from")
-    parser.add_argument("--eval-results", "--eval-suite", action="append", default=[], metavar="FILE",
-                        help=f"results file (docs/results.md; repeatable) instead of the model folder's "
-                             f"{RunFolder.EVAL_RESULTS} and {RunFolder.EVALUATION}/{RunFolder.EVAL_RESULTS}")
-    parser.add_argument("--training-metadata", metavar="FILE",
-                        help=f"training metadata JSON instead of the model folder's {RunFolder.TRAINING_METADATA}")
-    parser.add_argument("--plot", action="append", default=[], help="image to publish under plots/ (repeatable; the "
-                                                                    "model folder's plots are added)")
+    parser.add_argument(
+        "--eval-results",
+        "--eval-suite",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help=f"results file (docs/results.md; repeatable) instead of the model folder's "
+        f"{RunFolder.EVAL_RESULTS} and {RunFolder.EVALUATION}/{RunFolder.EVAL_RESULTS}",
+    )
+    parser.add_argument(
+        "--training-metadata",
+        metavar="FILE",
+        help=f"training metadata JSON instead of the model folder's {RunFolder.TRAINING_METADATA}",
+    )
+    parser.add_argument(
+        "--plot",
+        action="append",
+        default=[],
+        help="image to publish under plots/ (repeatable; the model folder's plots are added)",
+    )
     return parser
 
 
@@ -74,10 +103,17 @@ def _card_inputs(args) -> CardInputs:
         metadata = read_json_object(args.training_metadata, "training metadata")
         if metadata is None:
             raise ValueError(f"training metadata file {args.training_metadata!r} does not exist.")
-    return CardInputs(kind=args.card_kind, license=args.license, language=args.language, datasets=args.datasets,
-                      data_licenses=args.data_licenses,
-                      base_model=args.base_model, results=[read_results(path) for path in args.eval_results],
-                      metadata=metadata, template=args.template)
+    return CardInputs(
+        kind=args.card_kind,
+        license=args.license,
+        language=args.language,
+        datasets=args.datasets,
+        data_licenses=args.data_licenses,
+        base_model=args.base_model,
+        results=[read_results(path) for path in args.eval_results],
+        metadata=metadata,
+        template=args.template,
+    )
 
 
 @contextlib.contextmanager
@@ -124,11 +160,20 @@ def _run(args: argparse.Namespace) -> int:
                 print(f"  {name}  ({(output_dir / name).stat().st_size:,} bytes)")
             print(f"{len(files)} files, {total:,} bytes")
             if args.dry_run:
-                print(f"Dry run: would create {args.repo_id} (private={args.private}) and upload these files to "
-                      f"revision {args.revision or 'main'}; nothing was sent.")
+                print(
+                    f"Dry run: would create {args.repo_id} (private={args.private}) and upload these files to "
+                    f"revision {args.revision or 'main'}; nothing was sent."
+                )
                 return 0
-            url = upload_repo_folder(output_dir, args.repo_id, token=token, files=files, private=args.private,
-                                     revision=args.revision, commit_message=args.commit_message)
+            url = upload_repo_folder(
+                output_dir,
+                args.repo_id,
+                token=token,
+                files=files,
+                private=args.private,
+                revision=args.revision,
+                commit_message=args.commit_message,
+            )
             print(f"Uploaded to {url}")
     except ValueError as error:
         raise SystemExit(f"elmo push: error: {error}") from None

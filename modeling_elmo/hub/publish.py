@@ -22,30 +22,58 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..utils.io_utils import atomic_write_text, check_safetensors_header, follow_umask, is_within
-from ..folders.manifest import (MANIFEST, check_replaceable, install_folder, output_lock, remove_stale_temporaries,
-                        temporary_prefix, write_manifest)
+from ..folders.manifest import (
+    MANIFEST,
+    check_replaceable,
+    install_folder,
+    output_lock,
+    remove_stale_temporaries,
+    temporary_prefix,
+    write_manifest,
+)
 from ..folders.run_folder import CODE_FILES, EvaluationFolder, RunFolder
-from .card import CardInputs, build_model_card
+from ..utils.io_utils import atomic_write_text, check_safetensors_header, follow_umask, is_within
 from ..utils.loading import refuse_pickled_weights
+from .card import CardInputs, build_model_card
 from .safety import audit_shipped_code, scan_for_secrets
 
 __all__ = [
-    "ALLOWED_FILES", "COMMAND", "MODEL_ARCHITECTURES", "assemble_repo_folder", "check_auto_map", "check_model_folder",
-    "check_published_inputs", "check_weights", "is_allowed_file", "list_folder", "plan_upload", "save_for_hub",
-    "upload_repo_folder", "validate_repo_id",
+    "ALLOWED_FILES",
+    "COMMAND",
+    "MODEL_ARCHITECTURES",
+    "assemble_repo_folder",
+    "check_auto_map",
+    "check_model_folder",
+    "check_published_inputs",
+    "check_weights",
+    "is_allowed_file",
+    "list_folder",
+    "plan_upload",
+    "save_for_hub",
+    "upload_repo_folder",
+    "validate_repo_id",
 ]
 
 logger = logging.getLogger(__name__)
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
-MODEL_ARCHITECTURES = ("ElmoModel", "ElmoForBidirectionalLM", "ElmoForSequenceClassification",
-                       "ElmoForTokenClassification")
+MODEL_ARCHITECTURES = (
+    "ElmoModel",
+    "ElmoForBidirectionalLM",
+    "ElmoForSequenceClassification",
+    "ElmoForTokenClassification",
+)
 #: The allow-list: exact names, plus safetensors shards and plots.
-ALLOWED_FILES = frozenset({
-    RunFolder.README, RunFolder.CONFIG, RunFolder.WEIGHTS, RunFolder.WEIGHTS_INDEX, *CODE_FILES,
-    *RunFolder.TOKENIZER_FILES,
-})
+ALLOWED_FILES = frozenset(
+    {
+        RunFolder.README,
+        RunFolder.CONFIG,
+        RunFolder.WEIGHTS,
+        RunFolder.WEIGHTS_INDEX,
+        *CODE_FILES,
+        *RunFolder.TOKENIZER_FILES,
+    }
+)
 _SHARD = re.compile(r"model-\d{5}-of-\d{5}\.safetensors")
 _PLOT = re.compile(r"plots/[A-Za-z0-9][A-Za-z0-9._-]*\.(png|jpg|jpeg)")
 #: The image formats a plot may have, and the bytes each file of the format starts with (an SVG may carry script,
@@ -106,19 +134,28 @@ def check_published_inputs(run: RunFolder) -> None:
     (a FIFO, a device): publishing never follows a link to a file elsewhere (``perplexity.png`` -> ``/etc/passwd``)."""
     root = run.root
     roots = _allowed_roots(root)
-    names = [RunFolder.CONFIG, RunFolder.WEIGHTS, RunFolder.WEIGHTS_INDEX, *RunFolder.TOKENIZER_FILES,
-             RunFolder.TRAINING_METADATA, RunFolder.CONVERSION_METADATA, RunFolder.EVAL_RESULTS,
-             RunFolder.PERPLEXITY_PLOT, RunFolder.EVALUATION]
-    names += [f"{RunFolder.EVALUATION}/{name}" for name in (EvaluationFolder.RESULTS,
-                                                           *EvaluationFolder.PLOTS.values())]
+    names = [
+        RunFolder.CONFIG,
+        RunFolder.WEIGHTS,
+        RunFolder.WEIGHTS_INDEX,
+        *RunFolder.TOKENIZER_FILES,
+        RunFolder.TRAINING_METADATA,
+        RunFolder.CONVERSION_METADATA,
+        RunFolder.EVAL_RESULTS,
+        RunFolder.PERPLEXITY_PLOT,
+        RunFolder.EVALUATION,
+    ]
+    names += [f"{RunFolder.EVALUATION}/{name}" for name in (EvaluationFolder.RESULTS, *EvaluationFolder.PLOTS.values())]
     names += sorted(p.name for p in root.iterdir() if _SHARD.fullmatch(p.name))
     for name in names:
         path = root / name
         if not os.path.lexists(path):
             continue
         if path.is_symlink() and not any(is_within(path, allowed) for allowed in roots):
-            raise ValueError(f"{path} links outside the model folder (to {os.path.realpath(path)}); publishing never "
-                             "follows a link out of the folder. Copy the file in if it belongs to the model.")
+            raise ValueError(
+                f"{path} links outside the model folder (to {os.path.realpath(path)}); publishing never "
+                "follows a link out of the folder. Copy the file in if it belongs to the model."
+            )
         if name == RunFolder.EVALUATION:
             if not path.is_dir():
                 raise ValueError(f"{path} is not a folder.")
@@ -132,8 +169,11 @@ def check_weights(run: RunFolder) -> str:
     or an infinity makes every output NaN). Raises `ValueError` naming the file and the tensor."""
     from safetensors import safe_open
 
-    files = sorted(p for p in run.root.iterdir() if _SHARD.fullmatch(p.name)) if not run.weights_file.is_file() \
+    files = (
+        sorted(p for p in run.root.iterdir() if _SHARD.fullmatch(p.name))
+        if not run.weights_file.is_file()
         else [run.weights_file]
+    )
     dtypes = set()
     for path in files:
         check_safetensors_header(path)  # a damaged or truncated file, a header declaring more than the file holds
@@ -142,21 +182,27 @@ def check_weights(run: RunFolder) -> str:
                 for name in handle.keys():
                     dtype = handle.get_slice(name).get_dtype()
                     if dtype not in FLOAT_DTYPES:
-                        raise ValueError(f"{path}: tensor {name!r} has dtype {dtype}, not a floating-point "
-                                         f"dtype ({', '.join(FLOAT_DTYPES.values())}): refusing to publish it.")
+                        raise ValueError(
+                            f"{path}: tensor {name!r} has dtype {dtype}, not a floating-point "
+                            f"dtype ({', '.join(FLOAT_DTYPES.values())}): refusing to publish it."
+                        )
                     dtypes.add(FLOAT_DTYPES[dtype])
                     tensor = handle.get_tensor(name)
                     if not bool(tensor.isfinite().all()):
                         bad = int((~tensor.isfinite()).sum())
-                        raise ValueError(f"{path}: tensor {name!r} holds {bad} non-finite value(s) (NaN or "
-                                         "infinity): refusing to publish a broken model.")
+                        raise ValueError(
+                            f"{path}: tensor {name!r} holds {bad} non-finite value(s) (NaN or "
+                            "infinity): refusing to publish a broken model."
+                        )
         except ValueError:
             raise
         except Exception as error:  # safetensors' own errors: a truncated or malformed file
             raise ValueError(f"{path} cannot be read as safetensors: {error}") from None
     if len(dtypes) > 1:
-        raise ValueError(f"the weights of {run.root} mix the dtypes {', '.join(sorted(dtypes))}; save them in one "
-                         "dtype before publishing.")
+        raise ValueError(
+            f"the weights of {run.root} mix the dtypes {', '.join(sorted(dtypes))}; save them in one "
+            "dtype before publishing."
+        )
     return dtypes.pop() if dtypes else "float32"
 
 
@@ -170,8 +216,11 @@ def list_folder(folder: str | os.PathLike) -> list[str]:
     """Every file under ``folder`` as sorted POSIX paths relative to it (not the folder's manifest, which records
     what ``elmo push`` wrote and is never uploaded)."""
     folder = Path(folder)
-    return sorted(name for name in (p.relative_to(folder).as_posix() for p in folder.rglob("*")
-                                    if p.is_file() or p.is_symlink()) if name != MANIFEST)
+    return sorted(
+        name
+        for name in (p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file() or p.is_symlink())
+        if name != MANIFEST
+    )
 
 
 def plan_upload(folder: str | os.PathLike) -> list[str]:
@@ -217,8 +266,10 @@ def _check_plot(path: Path) -> None:
         raise ValueError(f"plot {str(path)!r} is larger than {MAX_PLOT_BYTES // 2**20} MiB.")
     with open(path, "rb") as handle:
         if handle.read(len(signature)) != signature:
-            raise ValueError(f"plot {str(path)!r} is not a {path.suffix.lower()[1:].upper()} image (its first bytes "
-                             "say otherwise); refusing to publish it.")
+            raise ValueError(
+                f"plot {str(path)!r} is not a {path.suffix.lower()[1:].upper()} image (its first bytes "
+                "say otherwise); refusing to publish it."
+            )
 
 
 def _plots(run: RunFolder, extra: Sequence[str]) -> list[Path]:
@@ -245,26 +296,37 @@ def _load_model_and_tokenizer(run: RunFolder, dtype: str = "float32"):
     from .. import modeling_elmo
     from ..configuration_elmo import ElmoConfig
     from ..embedding.inference import check_loading_info, check_weights_fit_config, quiet_load_report
-    from ..utils.loading import check_config
     from ..tokenization_elmo import ElmoTokenizer
+    from ..utils.loading import check_config
 
     config = ElmoConfig.from_pretrained(run.root)
     check_config(config, str(run.config_file))
     if config.return_dict is not True:  # every caller of a published model expects output objects
-        logger.warning("%s sets return_dict %r: published as true (the default), so that the model returns output "
-                       "objects for everyone who loads it.", run.config_file, config.return_dict)
+        logger.warning(
+            "%s sets return_dict %r: published as true (the default), so that the model returns output "
+            "objects for everyone who loads it.",
+            run.config_file,
+            config.return_dict,
+        )
         config.return_dict = True
     architectures = list(config.architectures or ["ElmoModel"])
     if architectures[0] not in MODEL_ARCHITECTURES:
-        raise ValueError(f"{run.config_file} names the architecture {architectures[0]!r}; expected one of "
-                         f"{', '.join(MODEL_ARCHITECTURES)}.")
+        raise ValueError(
+            f"{run.config_file} names the architecture {architectures[0]!r}; expected one of "
+            f"{', '.join(MODEL_ARCHITECTURES)}."
+        )
     model_class = getattr(modeling_elmo, architectures[0])
     check_weights_fit_config(run.root, model_class, config)  # before anything is allocated
     try:
         with quiet_load_report():  # ignore_mismatched_sizes: wrong shapes come back in the info, checked below
-            model, info = model_class.from_pretrained(run.root, config=config, use_safetensors=True,
-                                                      output_loading_info=True, ignore_mismatched_sizes=True,
-                                                      dtype=getattr(torch, dtype))
+            model, info = model_class.from_pretrained(
+                run.root,
+                config=config,
+                use_safetensors=True,
+                output_loading_info=True,
+                ignore_mismatched_sizes=True,
+                dtype=getattr(torch, dtype),
+            )
     except Exception as error:  # a damaged file: safetensors' and torch's own error types
         text = " ".join(str(error).split())[:300]
         raise ValueError(f"cannot load the weights in {run.root}: {type(error).__name__}: {text}") from None
@@ -274,19 +336,38 @@ def _load_model_and_tokenizer(run: RunFolder, dtype: str = "float32"):
     except (OSError, ValueError) as error:
         raise ValueError(f"the tokenizer in {run.root} cannot be loaded: {error}") from None
     if tokenizer.vocab_size != config.vocab_size and config.vocab_size != 4:
-        raise ValueError(f"the tokenizer's vocabulary ({run.vocab_file.name}) has {tokenizer.vocab_size} words but the "
-                         f"model's softmax has {config.vocab_size} rows (config.json vocab_size): word ids would point "
-                         "at other words' rows. Publish the vocabulary the model was trained with.")
+        raise ValueError(
+            f"the tokenizer's vocabulary ({run.vocab_file.name}) has {tokenizer.vocab_size} words but the "
+            f"model's softmax has {config.vocab_size} rows (config.json vocab_size): word ids would point "
+            "at other words' rows. Publish the vocabulary the model was trained with."
+        )
     return model.eval(), tokenizer
 
 
 #: The keys a published ``tokenizer_config.json`` may hold: what `ElmoTokenizer` writes and the tokenizer settings
 #: of transformers. Any other key (a loaded file may hold anything: ``apikey``, ``db_url``) is not published.
-TOKENIZER_CONFIG_KEYS = frozenset({
-    "added_tokens_decoder", "additional_special_tokens", "auto_map", "backend", "bos_token", "clean_up_tokenization_spaces",
-    "do_lower_case", "eos_token", "extra_special_tokens", "max_characters_per_token", "model_input_names",
-    "model_max_length", "pad_token", "padding_side", "split_pattern", "tokenizer_class", "truncation_side", "unk_token",
-})
+TOKENIZER_CONFIG_KEYS = frozenset(
+    {
+        "added_tokens_decoder",
+        "additional_special_tokens",
+        "auto_map",
+        "backend",
+        "bos_token",
+        "clean_up_tokenization_spaces",
+        "do_lower_case",
+        "eos_token",
+        "extra_special_tokens",
+        "max_characters_per_token",
+        "model_input_names",
+        "model_max_length",
+        "pad_token",
+        "padding_side",
+        "split_pattern",
+        "tokenizer_class",
+        "truncation_side",
+        "unk_token",
+    }
+)
 
 
 def config_keys() -> frozenset[str]:
@@ -302,8 +383,9 @@ def _keep_known_keys(path: Path, allowed: frozenset[str]) -> dict[str, Any]:
     data = json.loads(path.read_text(encoding="utf-8"))
     dropped = sorted(set(data) - allowed)
     if dropped:
-        logger.warning("not published (not a setting of this package or of transformers): %s of %s",
-                       ", ".join(dropped), path.name)
+        logger.warning(
+            "not published (not a setting of this package or of transformers): %s of %s", ", ".join(dropped), path.name
+        )
         data = {key: value for key, value in data.items() if key in allowed}
         atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
     return data
@@ -364,8 +446,9 @@ def _prepare_output_dir(output_dir: Path, model_dir: Path) -> None:
     """Refuse an output folder inside the model folder (or holding it), and one that holds anything but an earlier
     ``elmo push``'s files (its manifest): a user's files or another saved model are never replaced."""
     if is_within(output_dir, model_dir) or is_within(model_dir, output_dir):
-        raise ValueError(f"the output folder {output_dir} must lie outside the model folder {model_dir} (and not "
-                         "contain it).")
+        raise ValueError(
+            f"the output folder {output_dir} must lie outside the model folder {model_dir} (and not contain it)."
+        )
     check_replaceable(output_dir, COMMAND, f"output folder {str(output_dir)!r}")
 
 
@@ -383,8 +466,13 @@ def card_inputs_of(run: RunFolder, card: CardInputs | None = None) -> CardInputs
     return card
 
 
-def assemble_repo_folder(model_dir: str | os.PathLike, output_dir: str | os.PathLike, repo_id: str,
-                         card: CardInputs | None = None, plots: Sequence[str] = ()) -> list[str]:
+def assemble_repo_folder(
+    model_dir: str | os.PathLike,
+    output_dir: str | os.PathLike,
+    repo_id: str,
+    card: CardInputs | None = None,
+    plots: Sequence[str] = (),
+) -> list[str]:
     """Write the repository folder of ``model_dir`` to ``output_dir`` and return the upload plan (file list).
 
     The model and tokenizer are loaded with this package's classes (safetensors only) and saved with
@@ -402,8 +490,9 @@ def assemble_repo_folder(model_dir: str | os.PathLike, output_dir: str | os.Path
         return _assemble_locked(run, output_dir, repo_id, card, plots)
 
 
-def _assemble_locked(run: RunFolder, output_dir: Path, repo_id: str, card: CardInputs | None,
-                     plots: Sequence[str]) -> list[str]:
+def _assemble_locked(
+    run: RunFolder, output_dir: Path, repo_id: str, card: CardInputs | None, plots: Sequence[str]
+) -> list[str]:
     replacing = output_dir.exists()  # an earlier push's output (`_prepare_output_dir`); else one must not appear
     card = card_inputs_of(run, card)
     plot_paths = _plots(run, plots)
@@ -429,8 +518,15 @@ def _assemble_locked(run: RunFolder, output_dir: Path, repo_id: str, card: CardI
                 name = _plot_name(path)
                 shutil.copyfile(path, staging / name)
                 plot_names.append(name)
-        model_card, _ = build_model_card(model.config, repo_id, card, num_parameters=model.num_parameters(),
-                                         plot_names=plot_names, dtype=dtype, code_files=sorted(staging.glob("*.py")))
+        model_card, _ = build_model_card(
+            model.config,
+            repo_id,
+            card,
+            num_parameters=model.num_parameters(),
+            plot_names=plot_names,
+            dtype=dtype,
+            code_files=sorted(staging.glob("*.py")),
+        )
         model_card.save(staging / RunFolder.README)
         check_auto_map(staging)
         problems = audit_shipped_code(staging / name for name in CODE_FILES)
@@ -448,9 +544,16 @@ def _assemble_locked(run: RunFolder, output_dir: Path, repo_id: str, card: CardI
 
 
 # ----------------------------------------------------------------------------------------------- upload
-def upload_repo_folder(folder: str | os.PathLike, repo_id: str, *, token: str, files: Sequence[str],
-                       private: bool = False, revision: str | None = None,
-                       commit_message: str | None = None) -> str:
+def upload_repo_folder(
+    folder: str | os.PathLike,
+    repo_id: str,
+    *,
+    token: str,
+    files: Sequence[str],
+    private: bool = False,
+    revision: str | None = None,
+    commit_message: str | None = None,
+) -> str:
     """Create ``repo_id`` if needed and upload exactly ``files`` of ``folder`` in one commit; return its URL.
 
     Uses ``HfApi.create_repo(exist_ok=True)`` (``private`` applies to a new repository), ``create_branch`` for a
@@ -464,11 +567,16 @@ def upload_repo_folder(folder: str | os.PathLike, repo_id: str, *, token: str, f
         if revision and revision != "main":
             api.create_branch(repo_id, branch=revision, exist_ok=True, repo_type="model")
         commit = api.upload_folder(
-            repo_id=repo_id, folder_path=str(folder), repo_type="model", revision=revision,
-            commit_message=commit_message or "Upload ELMo model", allow_patterns=list(files),
+            repo_id=repo_id,
+            folder_path=str(folder),
+            repo_type="model",
+            revision=revision,
+            commit_message=commit_message or "Upload ELMo model",
+            allow_patterns=list(files),
         )
     except Exception as error:  # offline mode, no connection, HTTP errors: the Hub client raises many kinds
         text = " ".join(str(error).split())[:300] or type(error).__name__
-        raise ValueError(f"cannot upload to {repo_id} on the Hugging Face Hub ({constants.ENDPOINT}): "
-                         f"{type(error).__name__}: {text}") from None
+        raise ValueError(
+            f"cannot upload to {repo_id} on the Hugging Face Hub ({constants.ENDPOINT}): {type(error).__name__}: {text}"
+        ) from None
     return str(getattr(commit, "commit_url", commit))

@@ -12,9 +12,9 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
+from ..folders.run_folder import CODE_FILES
 from ..utils.io_utils import is_within
 from ..utils.loading import refuse_pickled_weights
-from ..folders.run_folder import CODE_FILES
 
 __all__ = [
     "ALLOWED_CODE_IMPORTS",
@@ -33,15 +33,55 @@ __all__ = [
 ALLOWED_CODE_IMPORTS = frozenset({"torch", "transformers", "numpy", "tokenizers"})
 #: Standard-library modules the shipped code must not import: network, processes, pickling, native code,
 #: dynamic imports.
-FORBIDDEN_STDLIB_IMPORTS = frozenset({
-    "socket", "ssl", "http", "urllib", "ftplib", "smtplib", "poplib", "imaplib", "telnetlib", "xmlrpc",
-    "socketserver", "asyncio", "selectors", "webbrowser", "subprocess", "multiprocessing", "pty",
-    "pickle", "cPickle", "shelve", "marshal", "dill", "ctypes", "importlib", "runpy", "code", "codeop",
-    "zipimport", "tempfile", "shutil",
-})
+FORBIDDEN_STDLIB_IMPORTS = frozenset(
+    {
+        "socket",
+        "ssl",
+        "http",
+        "urllib",
+        "ftplib",
+        "smtplib",
+        "poplib",
+        "imaplib",
+        "telnetlib",
+        "xmlrpc",
+        "socketserver",
+        "asyncio",
+        "selectors",
+        "webbrowser",
+        "subprocess",
+        "multiprocessing",
+        "pty",
+        "pickle",
+        "cPickle",
+        "shelve",
+        "marshal",
+        "dill",
+        "ctypes",
+        "importlib",
+        "runpy",
+        "code",
+        "codeop",
+        "zipimport",
+        "tempfile",
+        "shutil",
+    }
+)
 #: Calls the shipped code must not contain anywhere (not only at import time).
-FORBIDDEN_CALLS = frozenset({"eval", "exec", "compile", "__import__", "torch.load", "torch.hub.load",
-                             "pickle.load", "pickle.loads", "numpy.load", "np.load"})
+FORBIDDEN_CALLS = frozenset(
+    {
+        "eval",
+        "exec",
+        "compile",
+        "__import__",
+        "torch.load",
+        "torch.hub.load",
+        "pickle.load",
+        "pickle.loads",
+        "numpy.load",
+        "np.load",
+    }
+)
 
 #: Why a private part of torch is refused in shipped code: a model's code must keep working with the torch releases
 #: its users have, and torch changes its internals (``torch.ops.*`` operators, underscored names) without notice.
@@ -59,8 +99,9 @@ def scan_for_secrets(folder: str | os.PathLike, files: Iterable[str]) -> None:
         if name.endswith((".json", ".md", ".py", ".txt")):
             text = (Path(folder) / name).read_text(encoding="utf-8", errors="replace")
             if HF_TOKEN_PATTERN.search(text):
-                raise ValueError(f"{name} contains what looks like a Hugging Face access token (hf_...); "
-                                 "refusing to publish it.")
+                raise ValueError(
+                    f"{name} contains what looks like a Hugging Face access token (hf_...); refusing to publish it."
+                )
 
 
 def resolve_token(forbidden_dirs: Iterable[str | os.PathLike] = ()) -> str:
@@ -128,9 +169,13 @@ def audit_shipped_code(paths: Iterable[str | os.PathLike]) -> list[str]:
                 private_lines.add(node.lineno)  # the outermost chain of a line is met first: one problem per line
                 problems.append(f"{path.name}:{node.lineno}: uses {_dotted(node)}, {PRIVATE_TORCH}")
             if isinstance(node, (ast.Import, ast.ImportFrom)):
-                imported = ([alias.name for alias in node.names] if isinstance(node, ast.Import) else
-                            [f"{node.module}.{alias.name}" for alias in node.names] if node.module and not node.level
-                            else [])
+                imported = (
+                    [alias.name for alias in node.names]
+                    if isinstance(node, ast.Import)
+                    else [f"{node.module}.{alias.name}" for alias in node.names]
+                    if node.module and not node.level
+                    else []
+                )
                 for name in imported:
                     if _private_torch(name):
                         problems.append(f"{path.name}:{node.lineno}: imports {name}, {PRIVATE_TORCH}")
@@ -153,16 +198,21 @@ def audit_shipped_code(paths: Iterable[str | os.PathLike]) -> list[str]:
                 top = name.split(".")[0]
                 if relative:
                     if node.level != 1 or top not in shipped_modules:
-                        problems.append(f"{path.name}:{node.lineno}: relative import of {'.' * node.level}{name}, "
-                                        f"not one of the shipped files {sorted(shipped_modules)}")
+                        problems.append(
+                            f"{path.name}:{node.lineno}: relative import of {'.' * node.level}{name}, "
+                            f"not one of the shipped files {sorted(shipped_modules)}"
+                        )
                 elif top == "__future__" or top in ALLOWED_CODE_IMPORTS:
                     continue
                 elif top in FORBIDDEN_STDLIB_IMPORTS:
-                    problems.append(f"{path.name}:{node.lineno}: imports {name} (network, process, pickle or "
-                                    "dynamic-import module)")
+                    problems.append(
+                        f"{path.name}:{node.lineno}: imports {name} (network, process, pickle or dynamic-import module)"
+                    )
                 elif top not in stdlib:
-                    problems.append(f"{path.name}:{node.lineno}: imports {name}, which is not torch, transformers, "
-                                    "numpy, tokenizers nor the standard library")
+                    problems.append(
+                        f"{path.name}:{node.lineno}: imports {name}, which is not torch, transformers, "
+                        "numpy, tokenizers nor the standard library"
+                    )
         for statement in tree.body:  # module level only; function bodies run later
             if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 continue

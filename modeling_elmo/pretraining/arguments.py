@@ -43,84 +43,161 @@ def _f(default: Any, help: str, **kwargs: Any) -> Any:
 @dataclass
 class PretrainingArguments:
     # ------------------------------------------------------------------ data
-    train_file: list[str] | None = _f(None, "Training text: files, globs, directories or a packaged corpus (`builtin:austen-emma`); one sentence or paragraph per line.", nargs="+")
-    validation_file: list[str] | None = _f(None, "Validation text (files, globs, directories, `builtin:NAME`).", nargs="+")
+    train_file: list[str] | None = _f(
+        None,
+        "Training text: files, globs, directories or a packaged corpus (`builtin:austen-emma`); one sentence or paragraph per line.",
+        nargs="+",
+    )
+    validation_file: list[str] | None = _f(
+        None, "Validation text (files, globs, directories, `builtin:NAME`).", nargs="+"
+    )
     test_file: list[str] | None = _f(None, "Test text (files, globs, directories, `builtin:NAME`).", nargs="+")
-    dataset_name: str | None = _f(None, "A `datasets` dataset, e.g. `wikitext` (loaded with `datasets.load_dataset`; replaces the recipe's files).")
+    dataset_name: str | None = _f(
+        None,
+        "A `datasets` dataset, e.g. `wikitext` (loaded with `datasets.load_dataset`; replaces the recipe's files).",
+    )
     dataset_config_name: str | None = _f(None, "Its configuration, e.g. `wikitext-2-raw-v1`.")
-    data_license: list[str] | None = _f(None, "Licence of the training data, `LICENSE` or `DATA=LICENSE` per part (e.g. `gutenberg/*.txt=public-domain`): recorded for the model card (`elmo push` warns when it is unknown or research-only).", nargs="+")
+    data_license: list[str] | None = _f(
+        None,
+        "Licence of the training data, `LICENSE` or `DATA=LICENSE` per part (e.g. `gutenberg/*.txt=public-domain`): recorded for the model card (`elmo push` warns when it is unknown or research-only).",
+        nargs="+",
+    )
     text_column: str = _f("text", "Column holding the text in a Hub dataset.")
-    streaming: bool = _f(False, "Stream the data instead of loading it (corpora larger than memory); needs --max-steps.")
-    validation_split_percentage: float = _f(1.0, "Percent of training lines held out when there is no validation split (0 = none).")
+    streaming: bool = _f(
+        False, "Stream the data instead of loading it (corpora larger than memory); needs --max-steps."
+    )
+    validation_split_percentage: float = _f(
+        1.0, "Percent of training lines held out when there is no validation split (0 = none)."
+    )
     max_train_examples: int | None = _f(None, "Use only the first N training lines (quick experiments).")
     max_eval_examples: int | None = _f(None, "Use only the first N lines of validation and test.")
     preprocessing_num_workers: int | None = _f(None, "Processes for reading, counting and tokenising (`num_proc`).")
     cache_dir: str | None = _f(None, "`datasets` cache folder (default: HF_DATASETS_CACHE).")
     overwrite_cache: bool = _f(False, "Re-tokenise even if a cached result exists.")
     # ------------------------------------------------------------------ vocabulary and batching
-    vocab_file: str | None = _f(None, "Use this vocabulary (one word per line) instead of building one from the training data.")
-    vocab_size: int | None = _f(None, "Keep at most this many words, the 4 special words included (most frequent first).")
+    vocab_file: str | None = _f(
+        None, "Use this vocabulary (one word per line) instead of building one from the training data."
+    )
+    vocab_size: int | None = _f(
+        None, "Keep at most this many words, the 4 special words included (most frequent first)."
+    )
     min_count: int = _f(1, "Keep only words seen at least this many times in the training data.")
-    char_vocabulary: str = _f("bytes", "`bytes`: words are read as UTF-8 bytes (the released English models' table); `unicode`: as characters, "
-                                       "through a character vocabulary built from the training text (any script; saved with the tokenizer).")
-    max_characters: int = _f(2000, "With --char-vocabulary unicode: keep this many of the most frequent characters; rarer ones are read as unknown.")
-    batching: str = _f("sentences", "`sentences`: length-bucketed sentences, boundaries added by the model; `windows`: fixed windows of the <S> w.. </S> stream (original).")
+    char_vocabulary: str = _f(
+        "bytes",
+        "`bytes`: words are read as UTF-8 bytes (the released English models' table); `unicode`: as characters, "
+        "through a character vocabulary built from the training text (any script; saved with the tokenizer).",
+    )
+    max_characters: int = _f(
+        2000,
+        "With --char-vocabulary unicode: keep this many of the most frequent characters; rarer ones are read as unknown.",
+    )
+    batching: str = _f(
+        "sentences",
+        "`sentences`: length-bucketed sentences, boundaries added by the model; `windows`: fixed windows of the <S> w.. </S> stream (original).",
+    )
     window_size: int = _f(20, "Tokens per window with --batching windows (the original's unroll_steps).")
     max_sentence_length: int = _f(100, "Longer lines are cut into pieces of at most this many words.")
     per_device_train_batch_size: int = _f(64, "Sentences (or windows) per batch per process.")
     per_device_eval_batch_size: int = _f(64, "Sentences (or windows) per evaluation batch per process.")
-    max_tokens_per_batch: int | None = _f(None, "Batch by a token budget instead of a sentence count: each training batch holds as many "
-                                                "length-sorted sentences as fit in N padded tokens (replaces --per-device-train-batch-size).")
+    max_tokens_per_batch: int | None = _f(
+        None,
+        "Batch by a token budget instead of a sentence count: each training batch holds as many "
+        "length-sorted sentences as fit in N padded tokens (replaces --per-device-train-batch-size).",
+    )
     bucket_size: int = _f(100, "Length bucketing: sort inside pools of this many batches (1 = no bucketing).")
     dataloader_num_workers: int = _f(0, "DataLoader worker processes.")
     # ------------------------------------------------------------------ model
-    model_config: str | None = _f(None, "Model preset name (`elmo-tiny`, `elmo-27m`, ...) or a config.json path (default: "
-                                        "`elmo-tiny`, or the architecture of --init-from-model).")
-    init_from_model: str | None = _f(None, "Start from the weights of this saved model folder (continued, e.g. domain-adaptive, "
-                                           "pretraining): its architecture and vocabulary are used; optimiser, schedule and "
-                                           "data position start afresh. A resumed checkpoint's weights take precedence.")
+    model_config: str | None = _f(
+        None,
+        "Model preset name (`elmo-tiny`, `elmo-27m`, ...) or a config.json path (default: "
+        "`elmo-tiny`, or the architecture of --init-from-model).",
+    )
+    init_from_model: str | None = _f(
+        None,
+        "Start from the weights of this saved model folder (continued, e.g. domain-adaptive, "
+        "pretraining): its architecture and vocabulary are used; optimiser, schedule and "
+        "data position start afresh. A resumed checkpoint's weights take precedence.",
+    )
     lm_softmax: str | None = _f(None, "Override the preset's training softmax: `full` or `sampled`.")
-    num_negative_samples: int | None = _f(None, "Override the number of negative samples of the sampled softmax (fewer than the vocabulary's words).")
+    num_negative_samples: int | None = _f(
+        None, "Override the number of negative samples of the sampled softmax (fewer than the vocabulary's words)."
+    )
     dropout: float | None = _f(None, "Override hidden_dropout_prob, in [0, 1).")
     # ------------------------------------------------------------------ optimisation
-    output_dir: str = _f("outputs/elmo-pretrained", "The run's folder: model, checkpoints, metrics and plots. One run per folder.")
-    overwrite: bool = _f(False, "Clear --output-dir first when it holds another run (only the files a run writes are removed).")
+    output_dir: str = _f(
+        "outputs/elmo-pretrained", "The run's folder: model, checkpoints, metrics and plots. One run per folder."
+    )
+    overwrite: bool = _f(
+        False, "Clear --output-dir first when it holds another run (only the files a run writes are removed)."
+    )
     seed: int = _f(42, "Random seed (data order, initialisation, dropout, sampling).")
-    optimizer: str = _f("adamw", "`adamw` (the recipes') or `adagrad` (the original's: lr 0.2, initial accumulator 1.0).")
-    learning_rate: float | None = _f(None, f"Peak learning rate (default {DEFAULT_LEARNING_RATES['adamw']:g} for adamw, right for "
-                                           f"elmo-tiny; the recipes of larger models use 4e-3; {DEFAULT_LEARNING_RATES['adagrad']:g} for adagrad).")
+    optimizer: str = _f(
+        "adamw", "`adamw` (the recipes') or `adagrad` (the original's: lr 0.2, initial accumulator 1.0)."
+    )
+    learning_rate: float | None = _f(
+        None,
+        f"Peak learning rate (default {DEFAULT_LEARNING_RATES['adamw']:g} for adamw, right for "
+        f"elmo-tiny; the recipes of larger models use 4e-3; {DEFAULT_LEARNING_RATES['adagrad']:g} for adagrad).",
+    )
     adagrad_initial_accumulator: float = _f(1.0, "Adagrad's initial accumulator value.")
     weight_decay: float = _f(0.0, "AdamW weight decay (applied to matrices only).")
     adam_beta1: float = _f(0.9, "AdamW beta1.")
     adam_beta2: float = _f(0.999, "AdamW beta2.")
-    lr_scheduler_type: str = _f("constant", "transformers `get_scheduler` name: constant, constant_with_warmup, linear, cosine, ... "
-                                            "With --max-train-minutes: constant, constant_with_warmup, linear or cosine over the time budget.")
-    warmup_steps: float = _f(0, "Warm-up: a number of updates, or a fraction of the run in (0, 1) (of the time budget with --max-train-minutes).")
+    lr_scheduler_type: str = _f(
+        "constant",
+        "transformers `get_scheduler` name: constant, constant_with_warmup, linear, cosine, ... "
+        "With --max-train-minutes: constant, constant_with_warmup, linear or cosine over the time budget.",
+    )
+    warmup_steps: float = _f(
+        0,
+        "Warm-up: a number of updates, or a fraction of the run in (0, 1) (of the time budget with --max-train-minutes).",
+    )
     num_train_epochs: float = _f(1.0, "Epochs (ignored when --max-steps is set).")
     max_steps: int | None = _f(None, "Total optimiser updates (overrides --num-train-epochs).")
     gradient_accumulation_steps: int = _f(1, "Micro-batches per update.")
     max_grad_norm: float | None = _f(10.0, "Clip the global gradient norm (original: 10.0); 0 or null = off.")
-    loss_multiplier: float = _f(1.0, "Multiply the loss before backward (the original used unroll_steps = 20 with Adagrad).")
+    loss_multiplier: float = _f(
+        1.0, "Multiply the loss before backward (the original used unroll_steps = 20 with Adagrad)."
+    )
     mixed_precision: str | None = _f(None, "`no`, `fp16` or `bf16` (default: what `accelerate launch` says).")
     max_consecutive_nonfinite: int = _f(5, "Stop after this many consecutive updates with a NaN/inf loss or gradient.")
     # ------------------------------------------------------------------ checkpoints, logging, evaluation
     checkpointing_steps: int = _f(1000, "Save the training state every N updates (0 = only at the end).")
     checkpoints_total_limit: int = _f(2, "Keep the last K checkpoints.")
-    resume_from_checkpoint: str | None = _f(None, "`latest` or a checkpoint folder to continue from (the run in --output-dir, same arguments).")
-    stop_after_steps: int | None = _f(None, "Save a checkpoint and exit after this many updates without changing the schedule (time-sliced jobs).")
-    max_train_minutes: float | None = _f(None, "Stop training after this many minutes of training in total, counting the runs a resumed checkpoint "
-                                       "came from (checkpoint, evaluation and final save still happen); schedules run over this budget.")
-    logging_steps: int = _f(50, "Log the train loss every N updates; the trainer reads device values (loss, non-finite updates, stop requests) only then.")
+    resume_from_checkpoint: str | None = _f(
+        None, "`latest` or a checkpoint folder to continue from (the run in --output-dir, same arguments)."
+    )
+    stop_after_steps: int | None = _f(
+        None, "Save a checkpoint and exit after this many updates without changing the schedule (time-sliced jobs)."
+    )
+    max_train_minutes: float | None = _f(
+        None,
+        "Stop training after this many minutes of training in total, counting the runs a resumed checkpoint "
+        "came from (checkpoint, evaluation and final save still happen); schedules run over this budget.",
+    )
+    logging_steps: int = _f(
+        50,
+        "Log the train loss every N updates; the trainer reads device values (loss, non-finite updates, stop requests) only then.",
+    )
     eval_steps: int = _f(0, "Evaluate on the validation split every N updates (0 = only at the end).")
-    early_stopping_patience: int | None = _f(None, "Stop after this many evaluations (--eval-steps) without a better validation perplexity.")
-    load_best_model_at_end: bool = _f(False, "Save the model of the best validation perplexity (evaluated every --eval-steps and at the end), not the last one.")
+    early_stopping_patience: int | None = _f(
+        None, "Stop after this many evaluations (--eval-steps) without a better validation perplexity."
+    )
+    load_best_model_at_end: bool = _f(
+        False,
+        "Save the model of the best validation perplexity (evaluated every --eval-steps and at the end), not the last one.",
+    )
     report_to: str = _f("none", "accelerate trackers: `none`, `tensorboard`, `all`, ...")
-    log_example_ids: bool = _f(False, "Write the ids of the examples each process trained on to examples_rank<R>.jsonl.")
+    log_example_ids: bool = _f(
+        False, "Write the ids of the examples each process trained on to examples_rank<R>.jsonl."
+    )
     plot: bool = _f(True, "Write perplexity.png (train and validation perplexity) at the end.")
 
 
 ARGUMENT_NAMES = {f.name for f in dataclasses.fields(PretrainingArguments)}
-_DEFAULTS = {f.name: (None if f.default is dataclasses.MISSING else f.default) for f in dataclasses.fields(PretrainingArguments)}
+_DEFAULTS = {
+    f.name: (None if f.default is dataclasses.MISSING else f.default) for f in dataclasses.fields(PretrainingArguments)
+}
 #: The data sources: a source given on the command line replaces the recipe's (a recipe's files do not linger
 #: beside a --dataset-name, nor a recipe's dataset beside --train-file).
 DATA_SOURCE_FIELDS = ("train_file", "validation_file", "test_file", "dataset_name", "dataset_config_name")
@@ -137,25 +214,82 @@ BUDGET_SCHEDULES = ("constant", "constant_with_warmup", "linear", "cosine")
 
 #: How ``elmo pretrain --help`` groups the options (every field in exactly one group).
 OPTION_GROUPS: dict[str, tuple[str, ...]] = {
-    "data": ("train_file", "validation_file", "test_file", "dataset_name", "dataset_config_name", "data_license", "text_column",
-             "streaming", "validation_split_percentage", "max_train_examples", "max_eval_examples", "vocab_file",
-             "vocab_size", "min_count", "char_vocabulary", "max_characters", "batching", "window_size", "max_sentence_length", "per_device_train_batch_size",
-             "per_device_eval_batch_size", "max_tokens_per_batch", "bucket_size", "preprocessing_num_workers",
-             "dataloader_num_workers", "cache_dir", "overwrite_cache"),
+    "data": (
+        "train_file",
+        "validation_file",
+        "test_file",
+        "dataset_name",
+        "dataset_config_name",
+        "data_license",
+        "text_column",
+        "streaming",
+        "validation_split_percentage",
+        "max_train_examples",
+        "max_eval_examples",
+        "vocab_file",
+        "vocab_size",
+        "min_count",
+        "char_vocabulary",
+        "max_characters",
+        "batching",
+        "window_size",
+        "max_sentence_length",
+        "per_device_train_batch_size",
+        "per_device_eval_batch_size",
+        "max_tokens_per_batch",
+        "bucket_size",
+        "preprocessing_num_workers",
+        "dataloader_num_workers",
+        "cache_dir",
+        "overwrite_cache",
+    ),
     "model": ("model_config", "init_from_model", "lm_softmax", "num_negative_samples", "dropout"),
-    "optimisation": ("optimizer", "learning_rate", "weight_decay", "adam_beta1", "adam_beta2",
-                     "adagrad_initial_accumulator", "gradient_accumulation_steps", "max_grad_norm", "loss_multiplier",
-                     "mixed_precision", "max_consecutive_nonfinite", "seed"),
-    "schedule and budget": ("lr_scheduler_type", "warmup_steps", "num_train_epochs", "max_steps", "max_train_minutes",
-                            "stop_after_steps", "eval_steps", "early_stopping_patience", "load_best_model_at_end"),
-    "checkpoints and output": ("output_dir", "overwrite", "checkpointing_steps", "checkpoints_total_limit",
-                               "resume_from_checkpoint", "plot"),
+    "optimisation": (
+        "optimizer",
+        "learning_rate",
+        "weight_decay",
+        "adam_beta1",
+        "adam_beta2",
+        "adagrad_initial_accumulator",
+        "gradient_accumulation_steps",
+        "max_grad_norm",
+        "loss_multiplier",
+        "mixed_precision",
+        "max_consecutive_nonfinite",
+        "seed",
+    ),
+    "schedule and budget": (
+        "lr_scheduler_type",
+        "warmup_steps",
+        "num_train_epochs",
+        "max_steps",
+        "max_train_minutes",
+        "stop_after_steps",
+        "eval_steps",
+        "early_stopping_patience",
+        "load_best_model_at_end",
+    ),
+    "checkpoints and output": (
+        "output_dir",
+        "overwrite",
+        "checkpointing_steps",
+        "checkpoints_total_limit",
+        "resume_from_checkpoint",
+        "plot",
+    ),
     "logging": ("logging_steps", "report_to", "log_example_ids"),
 }
 
 
-_METAVARS = {"data_license": "[DATA=]LICENSE", "report_to": "TRACKERS", "lr_scheduler_type": "NAME", "resume_from_checkpoint": "latest|DIR",
-             "text_column": "NAME", "model_config": "PRESET|FILE", "init_from_model": "DIR"}
+_METAVARS = {
+    "data_license": "[DATA=]LICENSE",
+    "report_to": "TRACKERS",
+    "lr_scheduler_type": "NAME",
+    "resume_from_checkpoint": "latest|DIR",
+    "text_column": "NAME",
+    "model_config": "PRESET|FILE",
+    "init_from_model": "DIR",
+}
 
 
 def flag(name: str) -> str:
@@ -167,8 +301,10 @@ def _package_files(package: str) -> Any:
     try:
         return importlib.resources.files(package)
     except ModuleNotFoundError:
-        raise ValueError(f"the package data {package} is not installed: install the package (`pip install -e .` in a "
-                         "checkout, or the wheel).") from None
+        raise ValueError(
+            f"the package data {package} is not installed: install the package (`pip install -e .` in a "
+            "checkout, or the wheel)."
+        ) from None
 
 
 def configuration_files() -> Any:
@@ -177,7 +313,9 @@ def configuration_files() -> Any:
 
 
 def preset_names() -> list[str]:
-    return sorted(p.name[:-5] for p in configuration_files().iterdir() if p.name.startswith("elmo-") and p.name.endswith(".json"))
+    return sorted(
+        p.name[:-5] for p in configuration_files().iterdir() if p.name.startswith("elmo-") and p.name.endswith(".json")
+    )
 
 
 def recipe_names() -> list[str]:
@@ -193,7 +331,9 @@ def read_model_preset(name_or_path: str) -> dict[str, Any]:
         found = [configuration_files() / f"{n}.json" for n in (stem, f"elmo-{stem}")]
         found = [p for p in found if p.is_file()]
         if not found:
-            raise ValueError(f"--model-config {name_or_path!r} is neither a file nor a preset ({', '.join(preset_names())}).")
+            raise ValueError(
+                f"--model-config {name_or_path!r} is neither a file nor a preset ({', '.join(preset_names())})."
+            )
         text = found[0].read_text(encoding="utf-8")
     try:
         data = json.loads(text)
@@ -212,12 +352,14 @@ def recipe_path(name_or_path: str) -> Any:
     packaged = configuration_files() / "recipes" / f"{stem}.yaml"
     if os.sep not in name_or_path and packaged.is_file():
         return packaged
-    raise ValueError(f"--config: recipe {name_or_path!r} is neither a file nor a packaged recipe ({', '.join(recipe_names())}).")
+    raise ValueError(
+        f"--config: recipe {name_or_path!r} is neither a file nor a packaged recipe ({', '.join(recipe_names())})."
+    )
 
 
 def builtin_corpus_file(spec: str, default_split: str) -> str:
     """The file of ``builtin:NAME`` (split ``default_split``) or ``builtin:NAME/SPLIT``."""
-    name, _, split = spec[len(BUILTIN_PREFIX):].partition("/")
+    name, _, split = spec[len(BUILTIN_PREFIX) :].partition("/")
     split = split or default_split
     corpora = _package_files("modeling_elmo.corpora")
     available = sorted(p.name for p in corpora.iterdir() if (p / "README.md").is_file())
@@ -291,13 +433,19 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``elmo pretrain`` parser: the fields of `PretrainingArguments` in the groups of `OPTION_GROUPS`, with
     dash spellings, their real defaults, and no abbreviations."""
     parser = _Parser(
-        prog="elmo pretrain", allow_abbrev=False, usage="elmo pretrain [--config RECIPE] [options]",
+        prog="elmo pretrain",
+        allow_abbrev=False,
+        usage="elmo pretrain [--config RECIPE] [options]",
         description="Pretrain an ELMo biLM on your text (one process as it is; several processes or machines under "
-                    "`accelerate launch`). Flags override the values of a --config recipe. See docs/pretraining.md.",
-        formatter_class=lambda prog: argparse.HelpFormatter(prog, max_help_position=34, width=110))
-    parser.add_argument("--config", default=None, metavar="RECIPE",
-                        help="A YAML recipe: a file, or a packaged recipe name "
-                             f"({', '.join(recipe_names())}); flags override it.")
+        "`accelerate launch`). Flags override the values of a --config recipe. See docs/pretraining.md.",
+        formatter_class=lambda prog: argparse.HelpFormatter(prog, max_help_position=34, width=110),
+    )
+    parser.add_argument(
+        "--config",
+        default=None,
+        metavar="RECIPE",
+        help=f"A YAML recipe: a file, or a packaged recipe name ({', '.join(recipe_names())}); flags override it.",
+    )
     fields = {f.name: f for f in dataclasses.fields(PretrainingArguments)}
     for title, names in OPTION_GROUPS.items():
         group = parser.add_argument_group(title)
@@ -308,8 +456,9 @@ def build_parser() -> argparse.ArgumentParser:
             if "bool" in annotation:
                 if default:
                     help_text += f" (default: on; {flag('no_' + name)} turns it off)"
-                group.add_argument(flag(name), dest=name, nargs="?", const=True, type=_to_bool, metavar="true|false",
-                                   help=help_text)
+                group.add_argument(
+                    flag(name), dest=name, nargs="?", const=True, type=_to_bool, metavar="true|false", help=help_text
+                )
                 if default:
                     group.add_argument(flag("no_" + name), dest=name, action="store_false", help=argparse.SUPPRESS)
                 continue
@@ -319,8 +468,9 @@ def build_parser() -> argparse.ArgumentParser:
             if name in VALID_CHOICES:
                 metavar = "{" + ",".join(c for c in VALID_CHOICES[name] if c) + "}"
             else:
-                metavar = _METAVARS.get(name) or (name.upper().split("_")[-1] if kind is str else
-                                                  "N" if kind is int else "X")
+                metavar = _METAVARS.get(name) or (
+                    name.upper().split("_")[-1] if kind is str else "N" if kind is int else "X"
+                )
             convert = _optional(kind) if "None" in annotation and kind is not str else kind
             group.add_argument(flag(name), dest=name, type=convert, metavar=metavar, help=help_text, **meta)
     parser.set_defaults(**_DEFAULTS)
@@ -347,7 +497,9 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
             options = sorted({o for action in parser._actions for o in action.option_strings if o.startswith("--")})
             typed = first.partition("=")[0]
             extensions = [o for o in options if o.startswith(typed)]  # an abbreviation: never taken, but named
-            close = extensions[:1] if len(extensions) == 1 else difflib.get_close_matches(typed, options, n=1, cutoff=0.75)
+            close = (
+                extensions[:1] if len(extensions) == 1 else difflib.get_close_matches(typed, options, n=1, cutoff=0.75)
+            )
             hint = f"; did you mean {close[0]}?" if close else ""
             _one_line_error(f"unknown option {first}{hint}")
         _one_line_error(f"unexpected argument {first!r}")
@@ -390,8 +542,15 @@ def validate(args: PretrainingArguments) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise ValueError(f"{flag(name)} must be an integer >= {minimum}, got {value!r}.")
 
-    def number(name: str, low: float, high: float = math.inf, *, low_open: bool = False, high_open: bool = True,
-               optional: bool = False) -> None:
+    def number(
+        name: str,
+        low: float,
+        high: float = math.inf,
+        *,
+        low_open: bool = False,
+        high_open: bool = True,
+        optional: bool = False,
+    ) -> None:
         value = getattr(args, name)
         if value is None and optional:
             return
@@ -401,15 +560,32 @@ def validate(args: PretrainingArguments) -> None:
             interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
             raise ValueError(f"{flag(name)} must be a number in {interval}, got {value!r}.")
 
-    for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
-                 "max_sentence_length", "checkpoints_total_limit", "logging_steps", "max_consecutive_nonfinite",
-                 "bucket_size", "min_count", "max_characters"):
+    for name in (
+        "per_device_train_batch_size",
+        "per_device_eval_batch_size",
+        "gradient_accumulation_steps",
+        "max_sentence_length",
+        "checkpoints_total_limit",
+        "logging_steps",
+        "max_consecutive_nonfinite",
+        "bucket_size",
+        "min_count",
+        "max_characters",
+    ):
         integer(name, 1)
     integer("window_size", 2)
     for name in ("checkpointing_steps", "eval_steps", "dataloader_num_workers", "seed"):
         integer(name, 0)
-    for name in ("max_steps", "stop_after_steps", "max_train_examples", "max_eval_examples", "num_negative_samples",
-                 "max_tokens_per_batch", "preprocessing_num_workers", "early_stopping_patience"):
+    for name in (
+        "max_steps",
+        "stop_after_steps",
+        "max_train_examples",
+        "max_eval_examples",
+        "num_negative_samples",
+        "max_tokens_per_batch",
+        "preprocessing_num_workers",
+        "early_stopping_patience",
+    ):
         integer(name, 1, optional=True)
     integer("vocab_size", 5, optional=True)
     number("learning_rate", 0, optional=True)
@@ -423,7 +599,9 @@ def validate(args: PretrainingArguments) -> None:
     for name in ("loss_multiplier", "num_train_epochs", "max_train_minutes"):
         number(name, 0, low_open=True, optional=name == "max_train_minutes")
     if args.warmup_steps >= 1 and args.warmup_steps != int(args.warmup_steps):
-        raise ValueError(f"--warmup-steps must be a whole number of updates or a fraction in (0, 1), got {args.warmup_steps!r}.")
+        raise ValueError(
+            f"--warmup-steps must be a whole number of updates or a fraction in (0, 1), got {args.warmup_steps!r}."
+        )
 
     from transformers import SchedulerType
 
@@ -431,14 +609,18 @@ def validate(args: PretrainingArguments) -> None:
     if args.lr_scheduler_type not in schedulers:
         raise ValueError(f"--lr-scheduler-type must be one of {schedulers}, got {args.lr_scheduler_type!r}.")
     if args.max_train_minutes is not None and args.lr_scheduler_type not in BUDGET_SCHEDULES:
-        raise ValueError(f"--lr-scheduler-type {args.lr_scheduler_type} cannot run over a --max-train-minutes budget; "
-                         f"use one of {list(BUDGET_SCHEDULES)}.")
+        raise ValueError(
+            f"--lr-scheduler-type {args.lr_scheduler_type} cannot run over a --max-train-minutes budget; "
+            f"use one of {list(BUDGET_SCHEDULES)}."
+        )
     if args.streaming and not args.max_steps:
         raise ValueError("--streaming needs --max-steps (a stream has no known length).")
     if not args.train_file and not args.dataset_name:
         raise ValueError("no training data: pass --train-file or --dataset-name (or a --config recipe that sets one).")
     if args.overwrite and args.resume_from_checkpoint:
-        raise ValueError("--overwrite (start the run afresh) and --resume-from-checkpoint (continue it) exclude each other.")
+        raise ValueError(
+            "--overwrite (start the run afresh) and --resume-from-checkpoint (continue it) exclude each other."
+        )
     for name in ("early_stopping_patience", "load_best_model_at_end"):
         if getattr(args, name) and not args.eval_steps:
             raise ValueError(f"{flag(name)} needs --eval-steps N (the validation perplexity every N updates).")
@@ -446,5 +628,7 @@ def validate(args: PretrainingArguments) -> None:
         longest = args.max_sentence_length if args.batching == "sentences" else args.window_size
         if args.max_tokens_per_batch < longest:
             what = "--max-sentence-length" if args.batching == "sentences" else "--window-size"
-            raise ValueError(f"--max-tokens-per-batch ({args.max_tokens_per_batch}) must hold at least one example of "
-                             f"{what} ({longest}) tokens.")
+            raise ValueError(
+                f"--max-tokens-per-batch ({args.max_tokens_per_batch}) must hold at least one example of "
+                f"{what} ({longest}) tokens."
+            )

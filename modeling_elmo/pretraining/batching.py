@@ -26,7 +26,9 @@ def example_lengths(dataset: Any) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------------------------- batching
-def cut_batches(order: np.ndarray, lengths: np.ndarray, batch_size: int | None, max_tokens: int | None) -> list[np.ndarray]:
+def cut_batches(
+    order: np.ndarray, lengths: np.ndarray, batch_size: int | None, max_tokens: int | None
+) -> list[np.ndarray]:
     """Cut the length-sorted ``order`` into consecutive batches: ``batch_size`` examples each, or, with
     ``max_tokens``, as many examples as fit in ``max_tokens`` padded tokens (examples x the longest length; an
     example longer than the budget forms a batch of its own)."""
@@ -128,7 +130,9 @@ class BucketBatchSampler:
         the count can differ slightly between epochs; this is epoch 0's."""
         if self.max_tokens is not None:
             return len(self.rank_batches(0))
-        full = len(self.lengths) // self.batch_size if self.drop_last else math.ceil(len(self.lengths) / self.batch_size)
+        full = (
+            len(self.lengths) // self.batch_size if self.drop_last else math.ceil(len(self.lengths) / self.batch_size)
+        )
         if self.drop_last:
             return full // self.num_replicas
         return len(range(self.rank, full, self.num_replicas))
@@ -178,7 +182,9 @@ class Collator:
         if len(unknown):
             oov_words = [w for ex in examples for w in ex["oov"]]
             if len(oov_words) != len(unknown):
-                raise ValueError(f"corrupt example: {len(unknown)} <UNK> ids but {len(oov_words)} stored out-of-vocabulary words.")
+                raise ValueError(
+                    f"corrupt example: {len(unknown)} <UNK> ids but {len(oov_words)} stored out-of-vocabulary words."
+                )
             chars[unknown[:, 0], unknown[:, 1]] = self._alphabet.encode(oov_words)
         mask = np.arange(T)[None, :] < np.asarray(lengths)[:, None]
         labels = np.where(mask, word_ids, -100)
@@ -211,13 +217,22 @@ class IndexedDataset(torch.utils.data.Dataset):
         rows = self.dataset[[int(i) for i in indices]]
         return [
             {"word_ids": ids, "oov": oov, "index": int(i)}
-            for ids, oov, i in zip(rows["word_ids"], rows["oov"], indices)
+            for ids, oov, i in zip(rows["word_ids"], rows["oov"], indices, strict=False)
         ]
 
 
 def iter_stream_batches(
-    dataset: Any, batch_size: int, *, seed: int, epoch: int, rank: int, num_replicas: int, shuffle: bool, buffer_batches: int = 100,
-    drop_last: bool = True, max_tokens: int | None = None,
+    dataset: Any,
+    batch_size: int,
+    *,
+    seed: int,
+    epoch: int,
+    rank: int,
+    num_replicas: int,
+    shuffle: bool,
+    buffer_batches: int = 100,
+    drop_last: bool = True,
+    max_tokens: int | None = None,
 ) -> Iterator[list[dict[str, Any]]]:
     """Batches of examples from an ``IterableDataset`` (streaming): this process's shard
     (``split_dataset_by_node``), a seeded shuffle buffer, then length bucketing inside pools of ``buffer_batches``

@@ -38,8 +38,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..utils.io_utils import atomic_write_text, check_safetensors_header, follow_umask
 from ..folders.run_folder import CHECKPOINT_FILE, read_json_object
+from ..utils.io_utils import atomic_write_text, check_safetensors_header, follow_umask
 from .state import TrainingState
 
 logger = logging.getLogger(__name__)
@@ -104,9 +104,13 @@ def optimizer_to_files(state_dict: dict[str, Any]) -> tuple[dict[str, torch.Tens
 def optimizer_from_files(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> dict[str, Any]:
     state = {}
     for param, entries in meta["state"].items():
-        state[int(param)] = {name: tensors[value["tensor"]] if isinstance(value, dict) and "tensor" in value else value
-                             for name, value in entries.items()}
-    groups = [dict(group, betas=tuple(group["betas"])) if "betas" in group else dict(group) for group in meta["param_groups"]]
+        state[int(param)] = {
+            name: tensors[value["tensor"]] if isinstance(value, dict) and "tensor" in value else value
+            for name, value in entries.items()
+        }
+    groups = [
+        dict(group, betas=tuple(group["betas"])) if "betas" in group else dict(group) for group in meta["param_groups"]
+    ]
     return {"state": state, "param_groups": groups}
 
 
@@ -117,8 +121,10 @@ def rng_state() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         tensors.update({f"cuda.{i}": t for i, t in enumerate(torch.cuda.get_rng_state_all())})
     version, internal, gauss = random.getstate()
     name, keys, pos, has_gauss, cached = np.random.get_state()
-    return tensors, {"python": [version, list(internal), gauss],
-                     "numpy": [name, keys.tolist(), int(pos), int(has_gauss), float(cached)]}
+    return tensors, {
+        "python": [version, list(internal), gauss],
+        "numpy": [name, keys.tolist(), int(pos), int(has_gauss), float(cached)],
+    }
 
 
 def set_rng_state(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
@@ -132,9 +138,20 @@ def set_rng_state(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> Non
     np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
 
 
-def write_training_files(folder: Path, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
-                         scaler: Any, rank: int, is_main: bool, trainer_state: dict[str, Any], vocab_text: str,
-                         best_model: Path | None = None, char_vocab_text: str | None = None) -> None:
+def write_training_files(
+    folder: Path,
+    *,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    scaler: Any,
+    rank: int,
+    is_main: bool,
+    trainer_state: dict[str, Any],
+    vocab_text: str,
+    best_model: Path | None = None,
+    char_vocab_text: str | None = None,
+) -> None:
     """Write one process's share of a checkpoint into ``folder``: the main process writes the shared files, every
     process its random generators."""
     tensors, meta = rng_state()
@@ -174,28 +191,35 @@ def check_checkpoint_files(folder: Path) -> None:
         raise CheckpointError(
             f"checkpoint {str(folder)!r} holds files that are not part of a checkpoint of this package: {', '.join(unknown)}. "
             "They are never loaded (a pickle, such as accelerate's custom_checkpoint_0.pkl, could run arbitrary code); "
-            "remove them to resume, or start a new run from a saved model with --init-from-model.")
+            "remove them to resume, or start a new run from a saved model with --init-from-model."
+        )
 
 
 def read_trainer_state(folder: Path) -> dict[str, Any]:
     """``trainer_state.json`` of a checkpoint, checked: its `TrainingState`, identity and data positions."""
     data = _read_json(Path(folder) / STATE_FILE)
     if data.get("format") != FORMAT_VERSION:
-        raise CheckpointError(f"checkpoint {str(folder)!r} has format {data.get('format')!r}, not {FORMAT_VERSION} (a "
-                              "checkpoint of an earlier version cannot be resumed; start from a saved model with --init-from-model).")
+        raise CheckpointError(
+            f"checkpoint {str(folder)!r} has format {data.get('format')!r}, not {FORMAT_VERSION} (a "
+            "checkpoint of an earlier version cannot be resumed; start from a saved model with --init-from-model)."
+        )
     try:
         data["state"] = TrainingState.from_dict(data.get("state") or {})
     except (TypeError, ValueError) as error:
         raise CheckpointError(f"checkpoint {str(folder)!r}: {error}") from None
     positions = data.get("positions")
-    if not (isinstance(positions, list) and all(isinstance(p, list) and len(p) == 2 and all(type(v) is int and v >= 0 for v in p)
-                                                for p in positions) and positions):
+    if not (
+        isinstance(positions, list)
+        and all(isinstance(p, list) and len(p) == 2 and all(type(v) is int and v >= 0 for v in p) for p in positions)
+        and positions
+    ):
         raise CheckpointError(f"checkpoint {str(folder)!r}: malformed data positions {positions!r}.")
     return data
 
 
-def load_checkpoint(folder: Path, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
-                    scaler: Any, rank: int) -> dict[str, Any]:
+def load_checkpoint(
+    folder: Path, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, scaler: Any, rank: int
+) -> dict[str, Any]:
     """Restore the model, optimiser, schedule, scaler and this process's random generators from ``folder``; returns
     its checked ``trainer_state.json``. Only safetensors and JSON are read."""
     folder = Path(folder)
@@ -206,14 +230,20 @@ def load_checkpoint(folder: Path, *, model: torch.nn.Module, optimizer: torch.op
     if set(weights) != set(own) or any(weights[k].shape != own[k].shape for k in own):
         raise CheckpointError(f"checkpoint {str(folder)!r} holds weights of another model shape.")
     model.load_state_dict(weights, strict=True)
-    optimizer.load_state_dict(optimizer_from_files(_load_tensors(folder / "optimizer.safetensors"), _read_json(folder / "optimizer.json")))
+    optimizer.load_state_dict(
+        optimizer_from_files(_load_tensors(folder / "optimizer.safetensors"), _read_json(folder / "optimizer.json"))
+    )
     scheduler.load_state_dict(_read_json(folder / "scheduler.json"))
     if scaler is not None and (folder / "scaler.json").is_file():
         scaler.load_state_dict(_read_json(folder / "scaler.json"))
     if (folder / f"rng_state_{rank}.safetensors").is_file():
-        set_rng_state(_load_tensors(folder / f"rng_state_{rank}.safetensors"), _read_json(folder / f"rng_state_{rank}.json"))
+        set_rng_state(
+            _load_tensors(folder / f"rng_state_{rank}.safetensors"), _read_json(folder / f"rng_state_{rank}.json")
+        )
     else:
-        logger.warning("checkpoint %s has no random state of process %d: its random streams start afresh.", folder, rank)
+        logger.warning(
+            "checkpoint %s has no random state of process %d: its random streams start afresh.", folder, rank
+        )
     return saved
 
 
@@ -237,7 +267,9 @@ class CheckpointManager:
     def checkpoints(self) -> list[Path]:
         if not self.root.is_dir():
             return []
-        found = [p for p in self.root.iterdir() if p.is_dir() and _STEP_DIR.match(p.name) and (p / STATE_FILE).is_file()]
+        found = [
+            p for p in self.root.iterdir() if p.is_dir() and _STEP_DIR.match(p.name) and (p / STATE_FILE).is_file()
+        ]
         return sorted(found, key=lambda p: int(_STEP_DIR.match(p.name).group(1)))
 
     def latest(self) -> Path | None:
@@ -247,7 +279,9 @@ class CheckpointManager:
             candidate = self.root / name
             if name and _STEP_DIR.match(name) and (candidate / STATE_FILE).is_file():
                 return candidate
-            logger.warning("%s names %r, which is not a complete checkpoint; using the newest complete one.", pointer, name)
+            logger.warning(
+                "%s names %r, which is not a complete checkpoint; using the newest complete one.", pointer, name
+            )
         found = self.checkpoints()
         return found[-1] if found else None
 
@@ -295,15 +329,21 @@ class CheckpointManager:
             if accelerator.is_main_process:
                 shutil.rmtree(tmp, ignore_errors=True)
                 previous = self.latest()
-                logger.error("could not write checkpoint %s (%s); nothing was lost: the latest checkpoint is still %s.",
-                             final, error or "failed on another process", previous if previous else "(none yet)")
+                logger.error(
+                    "could not write checkpoint %s (%s); nothing was lost: the latest checkpoint is still %s.",
+                    final,
+                    error or "failed on another process",
+                    previous if previous else "(none yet)",
+                )
             accelerator.wait_for_everyone()
             return None
         if accelerator.is_main_process:
             try:
                 self._commit(tmp, final)
             except OSError as exc:
-                logger.error("could not finish checkpoint %s (%s); the latest checkpoint is still %s.", final, exc, self.latest())
+                logger.error(
+                    "could not finish checkpoint %s (%s); the latest checkpoint is still %s.", final, exc, self.latest()
+                )
                 shutil.rmtree(tmp, ignore_errors=True)
                 accelerator.wait_for_everyone()
                 return None

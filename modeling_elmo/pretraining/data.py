@@ -39,10 +39,10 @@ from typing import Any
 import numpy as np
 
 from ..configuration_elmo import BOS_ID, EOS_ID, SPECIAL_WORDS, UNK_ID
-from ..utils.io_utils import atomic_write_text, hub_reachable, iter_lines
-from ..utils.loading import HubUnreachableError
 from ..evaluation.lm_scoring import LAYOUTS as BATCHING_MODES
 from ..tokenization_elmo import CharacterAlphabet
+from ..utils.io_utils import atomic_write_text, hub_reachable, iter_lines
+from ..utils.loading import HubUnreachableError
 from .arguments import BUILTIN_PREFIX, builtin_corpus_file
 
 logger = logging.getLogger(__name__)
@@ -63,8 +63,10 @@ def check_is_text(path: str, what: str) -> None:
     with open(path, "rb") as handle:
         head = handle.read(_SNIFF_BYTES)
     if b"\x00" in head:
-        raise ValueError(f"{what}: {path!r} is not text (a NUL byte at offset {head.index(bytes(1))}); pass UTF-8 text, "
-                         "one sentence per line (decompress .gz/.bz2 files first).")
+        raise ValueError(
+            f"{what}: {path!r} is not text (a NUL byte at offset {head.index(bytes(1))}); pass UTF-8 text, "
+            "one sentence per line (decompress .gz/.bz2 files first)."
+        )
 
 
 def expand_text_files(patterns: str | Sequence[str], what: str = "--train-file") -> list[str]:
@@ -89,7 +91,8 @@ def expand_text_files(patterns: str | Sequence[str], what: str = "--train-file")
                 os.path.join(root, name)
                 for root, dirs, names in os.walk(pattern)
                 for name in names
-                if not name.startswith(".") and not any(part.startswith(".") for part in Path(root).relative_to(pattern).parts)
+                if not name.startswith(".")
+                and not any(part.startswith(".") for part in Path(root).relative_to(pattern).parts)
             )
             found = [f for f in found if os.path.isfile(f)]
             if not any(os.path.getsize(f) > 0 for f in found):
@@ -116,8 +119,10 @@ def expand_text_files(patterns: str | Sequence[str], what: str = "--train-file")
     return files
 
 
-_OFFLINE_ALTERNATIVE = ("train offline on the packaged corpus (--train-file builtin:austen-emma, the quick-start "
-                        "default) or on your own text (--train-file FILES)")
+_OFFLINE_ALTERNATIVE = (
+    "train offline on the packaged corpus (--train-file builtin:austen-emma, the quick-start "
+    "default) or on your own text (--train-file FILES)"
+)
 
 
 def check_hub_dataset(dataset_name: str) -> None:
@@ -128,8 +133,10 @@ def check_hub_dataset(dataset_name: str) -> None:
     if os.path.exists(dataset_name) or is_offline_mode():
         return
     if not hub_reachable():
-        raise HubUnreachableError(f"--dataset-name {dataset_name}: the Hugging Face Hub ({constants.ENDPOINT}) cannot be "
-                                  f"reached; {_OFFLINE_ALTERNATIVE}, or set HF_HUB_OFFLINE=1 to use a cached copy.")
+        raise HubUnreachableError(
+            f"--dataset-name {dataset_name}: the Hugging Face Hub ({constants.ENDPOINT}) cannot be "
+            f"reached; {_OFFLINE_ALTERNATIVE}, or set HF_HUB_OFFLINE=1 to use a cached copy."
+        )
 
 
 def load_hub_dataset(dataset_name: str, config_name: str | None, **kwargs: Any) -> Any:
@@ -140,8 +147,10 @@ def load_hub_dataset(dataset_name: str, config_name: str | None, **kwargs: Any) 
     try:
         return datasets.load_dataset(dataset_name, config_name, **kwargs)
     except ConnectionError as error:  # offline mode and nothing cached
-        raise HubUnreachableError(f"--dataset-name {dataset_name}: not in the local datasets cache and the Hub cannot be "
-                                  f"reached ({error}); {_OFFLINE_ALTERNATIVE}.") from None
+        raise HubUnreachableError(
+            f"--dataset-name {dataset_name}: not in the local datasets cache and the Hub cannot be "
+            f"reached ({error}); {_OFFLINE_ALTERNATIVE}."
+        ) from None
 
 
 @dataclass
@@ -188,7 +197,9 @@ def _text_generator(paths: list[str], stamps: list[str]) -> Iterator[dict[str, s
         yield {"text": line}
 
 
-def text_dataset_from_files(files: Sequence[str], *, streaming: bool = False, cache_dir: str | None = None, num_proc: int | None = None):
+def text_dataset_from_files(
+    files: Sequence[str], *, streaming: bool = False, cache_dir: str | None = None, num_proc: int | None = None
+):
     """A ``datasets`` dataset with one ``text`` row per line of ``files`` (see `iter_text_lines`)."""
     import datasets
 
@@ -237,12 +248,18 @@ def load_raw_splits(
                 ds = hub[split]
                 columns = ds.column_names  # None for a stream whose features are unknown
                 if columns is not None and text_column not in columns:
-                    raise ValueError(f"--text-column {text_column!r} is not a column of {dataset_name} (columns: {columns}).")
+                    raise ValueError(
+                        f"--text-column {text_column!r} is not a column of {dataset_name} (columns: {columns})."
+                    )
                 ds = ds.select_columns([text_column])
                 if text_column != "text":
                     ds = ds.rename_column(text_column, "text")
                 splits[split] = ds
-    for split, given, flag in (("train", train_file, "--train-file"), ("validation", validation_file, "--validation-file"), ("test", test_file, "--test-file")):
+    for split, given, flag in (
+        ("train", train_file, "--train-file"),
+        ("validation", validation_file, "--validation-file"),
+        ("test", test_file, "--test-file"),
+    ):
         if given:
             files = expand_text_files(given, flag)
             splits[split] = text_dataset_from_files(files, streaming=streaming, cache_dir=cache_dir, num_proc=num_proc)
@@ -253,14 +270,19 @@ def load_raw_splits(
             logger.warning("streaming: no validation split is carved out of the training data; pass --validation-file.")
         else:
             if not 0 < validation_split_percentage < 100:
-                raise ValueError(f"--validation-split-percentage must be in (0, 100), got {validation_split_percentage}.")
+                raise ValueError(
+                    f"--validation-split-percentage must be in (0, 100), got {validation_split_percentage}."
+                )
             lines = len(splits["train"])
             held_out = math.ceil(lines * validation_split_percentage / 100.0)
             if held_out >= lines:
                 raise ValueError(
                     f"the training data has {lines} line(s): too few to hold out {validation_split_percentage:g}% for "
-                    "validation; pass --validation-file, or --validation-split-percentage 0 for no validation.")
-            held = splits["train"].train_test_split(test_size=validation_split_percentage / 100.0, seed=seed, shuffle=True)
+                    "validation; pass --validation-file, or --validation-split-percentage 0 for no validation."
+                )
+            held = splits["train"].train_test_split(
+                test_size=validation_split_percentage / 100.0, seed=seed, shuffle=True
+            )
             splits["train"], splits["validation"] = held["train"].flatten_indices(), held["test"].flatten_indices()
     return splits
 
@@ -347,8 +369,11 @@ def build_char_vocabulary(dataset: Any, *, max_size: int, num_proc: int | None =
     total = sum(c * len(w) for w, c in counts.items())
     kept = set(characters)
     covered = sum(c * sum(ch in kept for ch in w) for w, c in counts.items())
-    logger.info("character vocabulary: %d characters; coverage of training characters %.2f%%", len(characters),
-                100.0 * covered / max(total, 1))
+    logger.info(
+        "character vocabulary: %d characters; coverage of training characters %.2f%%",
+        len(characters),
+        100.0 * covered / max(total, 1),
+    )
     return characters
 
 
@@ -398,7 +423,9 @@ def vocabulary_from_counts(counts: Counter, *, max_size: int | None = None, min_
     return Vocabulary(w for w, _ in items)
 
 
-def build_vocabulary(dataset: Any, *, max_size: int | None = None, min_count: int = 1, num_proc: int | None = None) -> Vocabulary:
+def build_vocabulary(
+    dataset: Any, *, max_size: int | None = None, min_count: int = 1, num_proc: int | None = None
+) -> Vocabulary:
     counts = count_dataset_words(dataset, num_proc=num_proc)
     if not counts:
         raise ValueError("the training data contains no words: cannot build a vocabulary.")
@@ -407,7 +434,10 @@ def build_vocabulary(dataset: Any, *, max_size: int | None = None, min_count: in
     covered = sum(counts[w] for w in vocab.words[4:])
     logger.info(
         "vocabulary: %d words (%d types in the data, %d tokens); coverage of training tokens %.2f%%",
-        len(vocab), len(counts), total, 100.0 * covered / max(total, 1),
+        len(vocab),
+        len(counts),
+        total,
+        100.0 * covered / max(total, 1),
     )
     return vocab
 
@@ -437,7 +467,7 @@ def tokenize_batch(
                 piece = words[start : start + max_sentence_length]
                 ids = [get(w, UNK_ID) for w in piece]
                 out_ids.append(ids)
-                out_oov.append([w for w, i in zip(piece, ids) if i == UNK_ID])
+                out_oov.append([w for w, i in zip(piece, ids, strict=False) if i == UNK_ID])
     elif mode == "windows":
         stream_ids: list[int] = []
         stream_words: list[str] = []
@@ -456,7 +486,7 @@ def tokenize_batch(
             ids = stream_ids[start : start + window_size]
             words = stream_words[start : start + window_size]
             out_ids.append(ids)
-            out_oov.append([w for w, i in zip(words, ids) if i == UNK_ID])
+            out_oov.append([w for w, i in zip(words, ids, strict=False) if i == UNK_ID])
     else:
         raise ValueError(f"--batching must be one of {BATCHING_MODES}, got {mode!r}.")
     return {"word_ids": out_ids, "oov": out_oov, "length": [len(ids) for ids in out_ids]}
@@ -493,12 +523,24 @@ def tokenize_splits(
         raise ValueError(f"--max-sentence-length must be >= 1, got {max_sentence_length}.")
     if window_size < 2:
         raise ValueError(f"--window-size must be >= 2, got {window_size}.")
-    fn_kwargs = {"word_to_id": vocab.index, "mode": mode, "max_sentence_length": max_sentence_length, "window_size": window_size}
+    fn_kwargs = {
+        "word_to_id": vocab.index,
+        "mode": mode,
+        "max_sentence_length": max_sentence_length,
+        "window_size": window_size,
+    }
     options = f"{_TOKENIZATION_VERSION}|{vocab.fingerprint()}|{mode}|{max_sentence_length}|{window_size}"
     out = {}
     for split, ds in splits.items():
         if isinstance(ds, datasets.IterableDataset):
-            out[split] = ds.map(tokenize_batch, batched=True, batch_size=1000, fn_kwargs=fn_kwargs, remove_columns=["text"], features=_tokenized_features())
+            out[split] = ds.map(
+                tokenize_batch,
+                batched=True,
+                batch_size=1000,
+                fn_kwargs=fn_kwargs,
+                remove_columns=["text"],
+                features=_tokenized_features(),
+            )
             continue
         fingerprint = hashlib.sha256(f"{ds._fingerprint}|{options}".encode()).hexdigest()[:32]
         out[split] = ds.map(

@@ -48,33 +48,56 @@ def evaluate(
         batches: Iterator = (
             collator(examples)
             for examples in iter_stream_batches(
-                dataset, args.per_device_eval_batch_size, seed=args.seed, epoch=0, rank=accelerator.process_index,
-                num_replicas=accelerator.num_processes, shuffle=False, drop_last=False,
+                dataset,
+                args.per_device_eval_batch_size,
+                seed=args.seed,
+                epoch=0,
+                rank=accelerator.process_index,
+                num_replicas=accelerator.num_processes,
+                shuffle=False,
+                drop_last=False,
             )
         )
     else:
         sampler = BucketBatchSampler(
-            example_lengths(dataset), args.per_device_eval_batch_size, shuffle=False, rank=accelerator.process_index,
-            num_replicas=accelerator.num_processes, bucket_size=args.bucket_size, drop_last=False,
+            example_lengths(dataset),
+            args.per_device_eval_batch_size,
+            shuffle=False,
+            rank=accelerator.process_index,
+            num_replicas=accelerator.num_processes,
+            bucket_size=args.bucket_size,
+            drop_last=False,
         )
         batches = iter(
             torch.utils.data.DataLoader(
-                IndexedDataset(dataset), batch_sampler=FixedBatches(sampler.rank_batches(0)), collate_fn=collator,
+                IndexedDataset(dataset),
+                batch_sampler=FixedBatches(sampler.rank_batches(0)),
+                collate_fn=collator,
                 num_workers=args.dataloader_num_workers,
             )
         )
-    accumulator = score_batches(model, batches, layout=args.batching, baseline=baseline, device=accelerator.device,
-                                autocast=accelerator.autocast)
+    accumulator = score_batches(
+        model,
+        batches,
+        layout=args.batching,
+        baseline=baseline,
+        device=accelerator.device,
+        autocast=accelerator.autocast,
+    )
     if accelerator.num_processes > 1:
         accumulator = accumulator.from_tensor(
-            accelerator.reduce(accumulator.to_tensor(accelerator.device), reduction="sum").cpu())
+            accelerator.reduce(accumulator.to_tensor(accelerator.device), reduction="sum").cpu()
+        )
     return accumulator.result(dataset=dataset_description(args, split), split=split)
 
 
 def metrics_record(result: PerplexityResult) -> dict[str, float]:
     """The perplexities of ``result`` as a flat ``metrics.jsonl`` record."""
-    record = {"perplexity": result.average, "perplexity_forward": result.forward,
-              "perplexity_backward": result.backward}
+    record = {
+        "perplexity": result.average,
+        "perplexity_forward": result.forward,
+        "perplexity_backward": result.backward,
+    }
     if result.unigram is not None:
         record["unigram_perplexity"] = result.unigram.average
     return record

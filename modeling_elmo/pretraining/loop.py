@@ -92,7 +92,9 @@ class NonfiniteGuard:
         self.inner = inner
         if inner.defaults.get("fused"):
             self.mode = "found_inf"
-        elif isinstance(inner, torch.optim.Adagrad) and all(g["lr_decay"] == 0 and g["weight_decay"] == 0 for g in inner.param_groups):
+        elif isinstance(inner, torch.optim.Adagrad) and all(
+            g["lr_decay"] == 0 and g["weight_decay"] == 0 for g in inner.param_groups
+        ):
             self.mode = "zero_gradients"
         else:
             self.mode = "host"
@@ -137,8 +139,12 @@ class DeviceCounters:
 
     def read(self) -> dict[str, float]:
         """One host sync: every number at once."""
-        values = torch.stack([self.loss_sum, self.applied, self.skipped, self.consecutive, self.last_bad, self.grad_norm]).tolist()
-        return dict(zip(("loss_sum", "applied", "skipped", "consecutive", "last_bad", "grad_norm"), values))
+        values = torch.stack(
+            [self.loss_sum, self.applied, self.skipped, self.consecutive, self.last_bad, self.grad_norm]
+        ).tolist()
+        return dict(
+            zip(("loss_sum", "applied", "skipped", "consecutive", "last_bad", "grad_norm"), values, strict=False)
+        )
 
 
 class StopFlag:
@@ -156,8 +162,10 @@ class StopFlag:
         self.reason, self.signum = f"signal {signal.Signals(signum).name}", signum
         if signum == signal.SIGINT:  # the next Ctrl-C stops at once
             signal.signal(signal.SIGINT, self.previous.get(signal.SIGINT, signal.default_int_handler))
-            logger.warning("Ctrl-C: saving a checkpoint at the next update, then stopping (press Ctrl-C again to stop "
-                           "at once, without it).")
+            logger.warning(
+                "Ctrl-C: saving a checkpoint at the next update, then stopping (press Ctrl-C again to stop "
+                "at once, without it)."
+            )
 
     def __enter__(self) -> StopFlag:
         for signum in self.SIGNALS:
@@ -182,8 +190,14 @@ def micro_batches(s: Session, start_epoch: int, start_batch: int) -> Iterator[tu
         produced = False
         if args.streaming:
             stream = iter_stream_batches(
-                s.splits["train"], args.per_device_train_batch_size, seed=args.seed, epoch=ep,
-                rank=s.accelerator.process_index, num_replicas=s.world, shuffle=True, buffer_batches=args.bucket_size,
+                s.splits["train"],
+                args.per_device_train_batch_size,
+                seed=args.seed,
+                epoch=ep,
+                rank=s.accelerator.process_index,
+                num_replicas=s.world,
+                shuffle=True,
+                buffer_batches=args.bucket_size,
                 max_tokens=args.max_tokens_per_batch,
             )
             for position, examples in enumerate(stream, start=1):
@@ -193,8 +207,11 @@ def micro_batches(s: Session, start_epoch: int, start_batch: int) -> Iterator[tu
         else:
             rank_batches = s.sampler.rank_batches(ep)
             loader = torch.utils.data.DataLoader(
-                IndexedDataset(s.splits["train"]), batch_sampler=FixedBatches(rank_batches[skip:]), collate_fn=s.collator,
-                num_workers=args.dataloader_num_workers, pin_memory=s.accelerator.device.type == "cuda",
+                IndexedDataset(s.splits["train"]),
+                batch_sampler=FixedBatches(rank_batches[skip:]),
+                collate_fn=s.collator,
+                num_workers=args.dataloader_num_workers,
+                pin_memory=s.accelerator.device.type == "cuda",
                 # a private generator: creating the iterator must not consume the global RNG (exact resume)
                 generator=torch.Generator().manual_seed(args.seed + ep),
             )
@@ -202,7 +219,9 @@ def micro_batches(s: Session, start_epoch: int, start_batch: int) -> Iterator[tu
             for position, batch in enumerate(loader, start=skip + 1):
                 yield ep, position, batch
         if not produced:
-            raise ValueError("the training data produced no batch in an epoch (too little data for the batch size and process count).")
+            raise ValueError(
+                "the training data produced no batch in an epoch (too little data for the batch size and process count)."
+            )
         ep, skip = ep + 1, 0
 
 
@@ -233,8 +252,17 @@ def host_sync(s: Session, state: TrainingState, counters: DeviceCounters, clock:
     decisions (the same on every process)."""
     args, accelerator = s.args, s.accelerator
     numbers = counters.read()
-    stats = torch.tensor([numbers["loss_sum"], numbers["applied"], float(s.window_tokens), clock.seconds(),
-                          float(bool(s.stop_requested))], dtype=torch.float64, device=accelerator.device)
+    stats = torch.tensor(
+        [
+            numbers["loss_sum"],
+            numbers["applied"],
+            float(s.window_tokens),
+            clock.seconds(),
+            float(bool(s.stop_requested)),
+        ],
+        dtype=torch.float64,
+        device=accelerator.device,
+    )
     if s.world > 1:
         seconds = accelerator.reduce(stats[3:4].clone(), reduction="max")  # one clock for all: the slowest process's
         stats = accelerator.reduce(stats, reduction="sum")
@@ -245,26 +273,40 @@ def host_sync(s: Session, state: TrainingState, counters: DeviceCounters, clock:
     state.skipped_updates += int(numbers["skipped"])
     state.consecutive_nonfinite = int(numbers["consecutive"])
     if numbers["skipped"]:
-        logger.warning("update %d skipped: non-finite loss or gradient%s.", int(numbers["last_bad"]),
-                       "" if numbers["skipped"] == 1 else f" ({int(numbers['skipped'])} skipped since update {state.global_step - args.logging_steps})")
+        logger.warning(
+            "update %d skipped: non-finite loss or gradient%s.",
+            int(numbers["last_bad"]),
+            ""
+            if numbers["skipped"] == 1
+            else f" ({int(numbers['skipped'])} skipped since update {state.global_step - args.logging_steps})",
+        )
     if state.consecutive_nonfinite >= args.max_consecutive_nonfinite:
         latest = s.checkpoints.latest()
         raise SystemExit(
             f"elmo pretrain: error: stopping: {state.consecutive_nonfinite} consecutive updates had a non-finite loss or gradient "
             f"(last at update {int(numbers['last_bad'])}); their updates were not applied. The last good checkpoint is "
             f"{latest if latest else '(none was saved)'}; lower the learning rate or check the data, then resume with "
-            "--resume-from-checkpoint.")
+            "--resume-from-checkpoint."
+        )
     if isinstance(s.scheduler, BudgetScheduler):
         s.scheduler.observe(state.global_step, state.train_seconds)
     if log and applied > 0:
         now = time.time()
         mean_loss = loss_sum / applied
-        record = {"step": state.global_step, "epoch": state.epoch, "train_loss": mean_loss,
-                  "train_ppl": math.exp(min(mean_loss, 50.0)), "lr": s.scheduler.get_last_lr()[0],
-                  "tokens_per_s": tokens / max(now - s.window_started, 1e-9), "tokens_seen": state.tokens_seen,
-                  "grad_norm": numbers["grad_norm"]}
+        record = {
+            "step": state.global_step,
+            "epoch": state.epoch,
+            "train_loss": mean_loss,
+            "train_ppl": math.exp(min(mean_loss, 50.0)),
+            "lr": s.scheduler.get_last_lr()[0],
+            "tokens_per_s": tokens / max(now - s.window_started, 1e-9),
+            "tokens_seen": state.tokens_seen,
+            "grad_norm": numbers["grad_norm"],
+        }
         s.metrics.write(record)
-        s.progress.set_postfix(loss=f"{mean_loss:.3f}", ppl=f"{record['train_ppl']:.1f}", tok_s=f"{record['tokens_per_s']:.0f}")
+        s.progress.set_postfix(
+            loss=f"{mean_loss:.3f}", ppl=f"{record['train_ppl']:.1f}", tok_s=f"{record['tokens_per_s']:.0f}"
+        )
         if args.report_to != "none":
             accelerator.log({k: v for k, v in record.items() if k != "step"}, step=state.global_step)
     counters.reset()
@@ -291,8 +333,10 @@ def evaluate_and_track(s: Session, state: TrainingState) -> str:
         s.accelerator.wait_for_everyone()
     patience = s.args.early_stopping_patience
     if patience and state.evaluations_since_best >= patience:
-        return (f"early stopping: {patience} evaluations without a better validation perplexity than "
-                f"{state.best_perplexity:.2f} (update {state.best_step})")
+        return (
+            f"early stopping: {patience} evaluations without a better validation perplexity than "
+            f"{state.best_perplexity:.2f} (update {state.best_step})"
+        )
     return ""
 
 
@@ -305,15 +349,29 @@ def save_checkpoint(s: Session, state: TrainingState) -> Path | None:
     if s.world > 1:
         gathered = s.accelerator.gather(torch.tensor([positions[0]], device=s.accelerator.device))
         positions = gathered.cpu().tolist()
-    trainer_state = {"format": 1, "state": state.to_dict(), "run": s.identity, "num_processes": s.world,
-                     "positions": positions}
+    trainer_state = {
+        "format": 1,
+        "state": state.to_dict(),
+        "run": s.identity,
+        "num_processes": s.world,
+        "positions": positions,
+    }
     best = s.best.weights if s.best is not None and state.best_step is not None and s.best.weights.is_file() else None
 
     def write(folder: Path) -> None:
-        write_training_files(folder, model=s.unwrapped(), optimizer=s.optimizer, scheduler=s.scheduler,
-                             scaler=s.accelerator.scaler, rank=s.accelerator.process_index,
-                             is_main=s.accelerator.is_main_process, trainer_state=trainer_state,
-                             vocab_text=s.vocab_text, best_model=best, char_vocab_text=s.char_vocab_text)
+        write_training_files(
+            folder,
+            model=s.unwrapped(),
+            optimizer=s.optimizer,
+            scheduler=s.scheduler,
+            scaler=s.accelerator.scaler,
+            rank=s.accelerator.process_index,
+            is_main=s.accelerator.is_main_process,
+            trainer_state=trainer_state,
+            vocab_text=s.vocab_text,
+            best_model=best,
+            char_vocab_text=s.char_vocab_text,
+        )
 
     path = s.checkpoints.save(s.accelerator, state.global_step, write)
     if path is not None:
@@ -329,7 +387,9 @@ class ProgressBar:
     Under a budget the bar shows the run's progress ``max(minutes / budget, updates / total)``, the one that ends it.
     """
 
-    def __init__(self, total_updates: int, step: int, budget_seconds: float | None, seconds: float, enabled: bool = True):
+    def __init__(
+        self, total_updates: int, step: int, budget_seconds: float | None, seconds: float, enabled: bool = True
+    ):
         from tqdm.auto import tqdm
 
         self.total_updates, self.budget, self.step, self.postfix = total_updates, budget_seconds, step, {}
@@ -338,10 +398,16 @@ class ProgressBar:
             self.bar = tqdm(total=total_updates, initial=step, desc="updates", disable=not enabled, dynamic_ncols=True)
         else:
             self.total, self.position = budget_seconds, self._position(step, seconds)
-            self.bar = tqdm(total=budget_seconds, initial=self.position, desc="training minutes",
-                            unit="min", unit_scale=1 / 60, disable=not enabled, dynamic_ncols=True,
-                            bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total:.1f} min "
-                                       "[{elapsed}<{remaining}{postfix}]")
+            self.bar = tqdm(
+                total=budget_seconds,
+                initial=self.position,
+                desc="training minutes",
+                unit="min",
+                unit_scale=1 / 60,
+                disable=not enabled,
+                dynamic_ncols=True,
+                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total:.1f} min [{elapsed}<{remaining}{postfix}]",
+            )
             self.bar.set_postfix(updates=step, refresh=False)
 
     def _position(self, step: int, seconds: float) -> float:
@@ -397,10 +463,12 @@ def busy_machine_warning(wall_seconds: float, share: float, updates: int) -> str
     if wall_seconds < BUSY_MACHINE_MIN_SECONDS or share >= BUSY_MACHINE_SHARE:
         return None
     rate = 60.0 * updates / wall_seconds
-    return (f"the machine is busy: the training thread had a CPU core for only {share:.0%} of these "
-            f"{wall_seconds / 60:.1f} minutes (other processes took the rest), so {updates} updates ran "
-            f"({rate:.0f} per minute), about {share:.0%} of what this machine does idle; the documented rates and "
-            "the updates a --max-train-minutes budget buys were measured on an idle machine.")
+    return (
+        f"the machine is busy: the training thread had a CPU core for only {share:.0%} of these "
+        f"{wall_seconds / 60:.1f} minutes (other processes took the rest), so {updates} updates ran "
+        f"({rate:.0f} per minute), about {share:.0%} of what this machine does idle; the documented rates and "
+        "the updates a --max-train-minutes budget buys were measured on an idle machine."
+    )
 
 
 # ----------------------------------------------------------------------------------------------- the loop
@@ -422,7 +490,9 @@ def train_loop(s: Session, state: TrainingState) -> tuple[str, bool]:
             if s.examples_log is not None and "example_ids" in batch:
                 record = {"step": state.global_step + 1, "epoch": epoch, "ids": batch["example_ids"].tolist()}
                 s.examples_log.write(json.dumps(record) + "\n")  # "step": the update this batch goes into
-            inputs = {k: batch[k].to(accelerator.device, non_blocking=True) for k in ("input_ids", "attention_mask", "labels")}
+            inputs = {
+                k: batch[k].to(accelerator.device, non_blocking=True) for k in ("input_ids", "attention_mask", "labels")
+            }
             with accelerator.accumulate(s.model):
                 loss = s.model(**inputs, add_sentence_boundaries=add_boundaries).loss
                 accelerator.backward(loss * args.loss_multiplier if args.loss_multiplier != 1.0 else loss)
@@ -449,7 +519,12 @@ def train_loop(s: Session, state: TrainingState) -> tuple[str, bool]:
                 s.stop_requested = evaluate_and_track(s, state)
             if checkpointing:
                 save_checkpoint(s, state)
-            if args.stop_after_steps is not None and step >= args.stop_after_steps and not done and not s.stop_requested:
+            if (
+                args.stop_after_steps is not None
+                and step >= args.stop_after_steps
+                and not done
+                and not s.stop_requested
+            ):
                 s.stop_requested, preempted = f"--stop-after-steps {args.stop_after_steps}", True
                 if not synced:
                     host_sync(s, state, counters, clock, log=False)

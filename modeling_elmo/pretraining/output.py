@@ -29,8 +29,8 @@ from typing import Any
 
 import torch
 
-from ..utils.io_utils import atomic_write_text, exclusive_lock, follow_umask
 from ..folders.run_folder import RunFolder, read_json_object
+from ..utils.io_utils import atomic_write_text, exclusive_lock, follow_umask
 from .checkpoint import CheckpointManager
 from .state import argument_identity, identity_differences, read_run_identity, write_run_identity
 
@@ -38,8 +38,9 @@ logger = logging.getLogger(__name__)
 
 NEW, OVERWRITE, RESUME = "new", "overwrite", "resume"
 _TMP_FINAL = ".tmp-final-model"
-_ADVICE = ("resume it with --resume-from-checkpoint latest, start it afresh with --overwrite, or choose another "
-           "--output-dir")
+_ADVICE = (
+    "resume it with --resume-from-checkpoint latest, start it afresh with --overwrite, or choose another --output-dir"
+)
 #: The data files a run was given: recorded in ``run.json`` to tell a run on other files from a rerun (they are not
 #: part of the identity a resume checks: the data fingerprint is, so that a moved corpus can be resumed).
 DATA_FILE_ARGUMENTS = ("train_file", "validation_file", "test_file")
@@ -53,8 +54,11 @@ def _data_file_differences(saved: dict[str, Any], args: Any) -> list[str]:
     recorded = saved.get("data_files")
     if not isinstance(recorded, dict):
         return []
-    return [f"--{name.replace('_', '-')} {value!r} (the run's: {recorded.get(name)!r})"
-            for name, value in data_file_arguments(args).items() if value != recorded.get(name)]
+    return [
+        f"--{name.replace('_', '-')} {value!r} (the run's: {recorded.get(name)!r})"
+        for name, value in data_file_arguments(args).items()
+        if value != recorded.get(name)
+    ]
 
 
 @contextlib.contextmanager
@@ -69,9 +73,11 @@ def run_lock(run: RunFolder) -> Iterator[None]:
     for folder in reversed(created):
         folder.mkdir()
     try:
-        with exclusive_lock(run.root.with_name(run.root.name + ".lock"),
-                            f"another elmo pretrain run is writing {str(run.root)!r}; wait for it to end, or choose "
-                            "another --output-dir."):
+        with exclusive_lock(
+            run.root.with_name(run.root.name + ".lock"),
+            f"another elmo pretrain run is writing {str(run.root)!r}; wait for it to end, or choose "
+            "another --output-dir.",
+        ):
             yield
     finally:
         for folder in created:  # deepest first
@@ -101,14 +107,18 @@ def check_output_folder(args: Any, run: RunFolder) -> str:
         saved = read_run_identity(run)
         differences = identity_differences(saved or {}, {"arguments": argument_identity(args)})
         if differences:
-            raise ValueError(f"--output-dir {str(root)!r} holds a run with other arguments: {'; '.join(differences)}. "
-                             "Resume it with its own arguments, or start a new run (another --output-dir) from its model "
-                             "with --init-from-model.")
+            raise ValueError(
+                f"--output-dir {str(root)!r} holds a run with other arguments: {'; '.join(differences)}. "
+                "Resume it with its own arguments, or start a new run (another --output-dir) from its model "
+                "with --init-from-model."
+            )
         return RESUME
     if foreign:
-        raise ValueError(f"--output-dir {str(root)!r} holds files that pretraining does not write "
-                         f"({', '.join(foreign[:5])}{' ...' if len(foreign) > 5 else ''}); nothing was deleted: choose "
-                         "a new or empty folder, or move those files away.")
+        raise ValueError(
+            f"--output-dir {str(root)!r} holds files that pretraining does not write "
+            f"({', '.join(foreign[:5])}{' ...' if len(foreign) > 5 else ''}); nothing was deleted: choose "
+            "a new or empty folder, or move those files away."
+        )
     if not holds_run:
         return NEW
     if args.overwrite:
@@ -117,7 +127,9 @@ def check_output_folder(args: Any, run: RunFolder) -> str:
     if saved is None:
         what = "a run of an earlier version (no run.json)"
     elif identity_differences(saved, {"arguments": argument_identity(args)}) or _data_file_differences(saved, args):
-        differences = identity_differences(saved, {"arguments": argument_identity(args)}) + _data_file_differences(saved, args)
+        differences = identity_differences(saved, {"arguments": argument_identity(args)}) + _data_file_differences(
+            saved, args
+        )
         what = f"another run ({'; '.join(differences)})"
     elif run.has_model():
         what = "the finished model of a run with these arguments"
@@ -130,18 +142,23 @@ def check_output_folder(args: Any, run: RunFolder) -> str:
     raise ValueError(f"--output-dir {str(root)!r} already holds {what}: {_ADVICE}.")
 
 
-def open_output_folder(run: RunFolder, mode: str, identity: dict[str, Any], data_files: dict[str, Any] | None = None) -> None:
+def open_output_folder(
+    run: RunFolder, mode: str, identity: dict[str, Any], data_files: dict[str, Any] | None = None
+) -> None:
     """Main process, once the inputs are known good: clear (`OVERWRITE`: the run's own files, after checking again
     that nothing else is there), create, and record or check the run's identity (arguments, model, data and
     vocabulary; ``data_files``, the data files it was given, are recorded beside it)."""
     if mode == NEW and any(run.is_run_artefact(p.name) for p in run.entries()):
-        raise ValueError(f"--output-dir {str(run.root)!r} was written by another run since this one started; "
-                         f"{_ADVICE}.")
+        raise ValueError(
+            f"--output-dir {str(run.root)!r} was written by another run since this one started; {_ADVICE}."
+        )
     if mode == OVERWRITE:
         _, foreign = run.run_entries()
         if foreign:
-            raise ValueError(f"--output-dir {str(run.root)!r} holds files that pretraining does not write "
-                             f"({', '.join(foreign[:5])}); nothing was deleted.")
+            raise ValueError(
+                f"--output-dir {str(run.root)!r} holds files that pretraining does not write "
+                f"({', '.join(foreign[:5])}); nothing was deleted."
+            )
         run.remove_run_files()
         logger.info("--overwrite: cleared the previous run from %s", run.root)
     run.root.mkdir(parents=True, exist_ok=True)
@@ -181,7 +198,9 @@ class BestModel:
 
         source = Path(checkpoint) / BEST_MODEL_FILE
         if not source.is_file():
-            raise ValueError(f"checkpoint {str(checkpoint)!r} records a best model at update {step} but holds no {BEST_MODEL_FILE}.")
+            raise ValueError(
+                f"checkpoint {str(checkpoint)!r} records a best model at update {step} but holds no {BEST_MODEL_FILE}."
+            )
         self.folder.mkdir(parents=True, exist_ok=True)
         tmp = self.folder / ".model.safetensors.tmp"
         shutil.copyfile(source, tmp)
@@ -194,12 +213,16 @@ class BestModel:
 
         info = read_json_object(self.info, "best model") or {}
         if info.get("step") != step or not self.weights.is_file():
-            raise ValueError(f"the best model of update {step} is not in {str(self.folder)!r} (found: {info or 'nothing'}).")
+            raise ValueError(
+                f"the best model of update {step} is not in {str(self.folder)!r} (found: {info or 'nothing'})."
+            )
         load_model(model, str(self.weights), strict=True)
 
 
 # ----------------------------------------------------------------------------------------------- final model
-def save_final_model(model: torch.nn.Module, vocab_path: Path, run: RunFolder, characters: list[str] | None = None) -> None:
+def save_final_model(
+    model: torch.nn.Module, vocab_path: Path, run: RunFolder, characters: list[str] | None = None
+) -> None:
     """``save_pretrained`` (model, tokenizer with vocab.txt, code files, full auto_map) into the run folder so that
     the model appears at once: the files are written into a temporary folder, the old ``config.json`` is removed,
     every other file is moved in with `os.replace`, and ``config.json`` comes last. A kill at any moment leaves
@@ -209,8 +232,12 @@ def save_final_model(model: torch.nn.Module, vocab_path: Path, run: RunFolder, c
     tmp = run.root / _TMP_FINAL
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        tokenizer = ElmoTokenizer(vocab_file=str(vocab_path), split_pattern="whitespace", characters=characters,
-                                  max_characters_per_token=model.config.max_characters_per_token)
+        tokenizer = ElmoTokenizer(
+            vocab_file=str(vocab_path),
+            split_pattern="whitespace",
+            characters=characters,
+            max_characters_per_token=model.config.max_characters_per_token,
+        )
         save_model_folder(model, tokenizer, tmp)
         run.config_file.unlink(missing_ok=True)
         for item in sorted(tmp.iterdir()):

@@ -44,8 +44,14 @@ class BudgetScheduler:
     """A schedule over the run's progress (see the module docstring), with the interface of a torch scheduler
     (``step``, ``get_last_lr``, ``state_dict``/``load_state_dict``; the state is plain numbers)."""
 
-    def __init__(self, optimizer: torch.optim.Optimizer, kind: str, warmup_steps: float, budget_seconds: float,
-                 max_steps: int | None = None):
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        kind: str,
+        warmup_steps: float,
+        budget_seconds: float,
+        max_steps: int | None = None,
+    ):
         self.optimizer = optimizer
         self.kind = kind
         # a fraction warms up over that share of the progress; a whole number over that many updates
@@ -90,7 +96,7 @@ class BudgetScheduler:
 
     def _apply(self) -> None:
         factor = self._factor()
-        for group, base in zip(self.optimizer.param_groups, self.base_lrs):
+        for group, base in zip(self.optimizer.param_groups, self.base_lrs, strict=False):
             group["lr"] = base * factor
 
     def step(self) -> None:
@@ -101,9 +107,14 @@ class BudgetScheduler:
         return [group["lr"] for group in self.optimizer.param_groups]
 
     def state_dict(self) -> dict[str, Any]:
-        return {"last_step": self.last_step, "anchor_step": self.anchor_step, "anchor_progress": self.anchor_progress,
-                "anchor_clock": self.anchor_clock, "progress_per_update": self.progress_per_update,
-                "base_lrs": self.base_lrs}
+        return {
+            "last_step": self.last_step,
+            "anchor_step": self.anchor_step,
+            "anchor_progress": self.anchor_progress,
+            "anchor_clock": self.anchor_clock,
+            "progress_per_update": self.progress_per_update,
+            "base_lrs": self.base_lrs,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for key in ("last_step", "anchor_step", "anchor_progress", "progress_per_update", "base_lrs"):
@@ -116,8 +127,13 @@ def build_scheduler(args: Any, optimizer: torch.optim.Optimizer, total_updates: 
     """`BudgetScheduler` with ``--max-train-minutes``, else transformers' `get_scheduler` over ``total_updates``
     (a fractional ``--warmup-steps`` is that share of them)."""
     if args.max_train_minutes is not None:
-        return BudgetScheduler(optimizer, args.lr_scheduler_type, args.warmup_steps, 60.0 * args.max_train_minutes,
-                               max_steps=args.max_steps)
+        return BudgetScheduler(
+            optimizer,
+            args.lr_scheduler_type,
+            args.warmup_steps,
+            60.0 * args.max_train_minutes,
+            max_steps=args.max_steps,
+        )
     from transformers import get_scheduler
 
     warmup = round(args.warmup_steps * total_updates) if 0 < args.warmup_steps < 1 else int(args.warmup_steps)

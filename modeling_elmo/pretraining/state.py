@@ -13,24 +13,60 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..utils.io_utils import atomic_write_text
 from ..folders.run_folder import RunFolder
+from ..utils.io_utils import atomic_write_text
 
 #: Arguments that define a run: a run resumed (or a folder reused) with other values is another run. Data files,
 #: the vocabulary and the model are compared by their fingerprints and configuration instead of their paths.
 IDENTITY_ARGUMENTS = (
-    "dataset_name", "dataset_config_name", "text_column", "streaming", "validation_split_percentage", "max_train_examples",
-    "vocab_size", "min_count", "char_vocabulary", "max_characters", "batching", "window_size", "max_sentence_length", "per_device_train_batch_size",
-    "max_tokens_per_batch", "bucket_size", "seed", "optimizer", "learning_rate", "adagrad_initial_accumulator",
-    "weight_decay", "adam_beta1", "adam_beta2", "lr_scheduler_type", "warmup_steps", "gradient_accumulation_steps",
-    "max_grad_norm", "loss_multiplier",
+    "dataset_name",
+    "dataset_config_name",
+    "text_column",
+    "streaming",
+    "validation_split_percentage",
+    "max_train_examples",
+    "vocab_size",
+    "min_count",
+    "char_vocabulary",
+    "max_characters",
+    "batching",
+    "window_size",
+    "max_sentence_length",
+    "per_device_train_batch_size",
+    "max_tokens_per_batch",
+    "bucket_size",
+    "seed",
+    "optimizer",
+    "learning_rate",
+    "adagrad_initial_accumulator",
+    "weight_decay",
+    "adam_beta1",
+    "adam_beta2",
+    "lr_scheduler_type",
+    "warmup_steps",
+    "gradient_accumulation_steps",
+    "max_grad_norm",
+    "loss_multiplier",
 )
 #: Config fields that define the model a run trains.
 MODEL_KEYS = (
-    "vocab_size", "projection_dim", "cell_size", "num_hidden_layers", "char_embedding_dim", "char_cnn_filters",
-    "num_highway_layers", "char_cnn_activation", "max_characters_per_token", "num_characters", "char_vocabulary",
+    "vocab_size",
+    "projection_dim",
+    "cell_size",
+    "num_hidden_layers",
+    "char_embedding_dim",
+    "char_cnn_filters",
+    "num_highway_layers",
+    "char_cnn_activation",
+    "max_characters_per_token",
+    "num_characters",
+    "char_vocabulary",
     "use_skip_connections",
-    "cell_clip", "proj_clip", "lm_softmax", "num_negative_samples", "hidden_dropout_prob",
+    "cell_clip",
+    "proj_clip",
+    "lm_softmax",
+    "num_negative_samples",
+    "hidden_dropout_prob",
 )
 #: Bytes of each data file that enter the data fingerprint (with its name and size).
 _FINGERPRINT_BYTES = 1 << 20
@@ -70,7 +106,11 @@ class TrainingState:
             if f.name in ("best_perplexity", "best_step") and value is None:
                 continue
             kind = float if f.name in ("best_perplexity", "train_seconds") else int
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or (kind is int and not isinstance(value, int))
+            ):
                 raise ValueError(f"training state field {f.name} must be a number, got {value!r}.")
             if value < 0 or (isinstance(value, float) and not math.isfinite(value)):
                 raise ValueError(f"training state field {f.name} must be finite and >= 0, got {value!r}.")
@@ -97,8 +137,9 @@ def file_fingerprint(path: str) -> str:
 
 def data_fingerprint(split_files: dict[str, list[str]], dataset: str | None) -> str:
     """One fingerprint of the training (and validation) data: each file's `file_fingerprint`, and the Hub dataset."""
-    parts = [f"dataset={dataset}"] + [f"{split}={','.join(file_fingerprint(f) for f in files)}"
-                                      for split, files in sorted(split_files.items())]
+    parts = [f"dataset={dataset}"] + [
+        f"{split}={','.join(file_fingerprint(f) for f in files)}" for split, files in sorted(split_files.items())
+    ]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 

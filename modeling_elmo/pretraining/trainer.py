@@ -14,22 +14,30 @@ import logging
 import re
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Iterator
 from typing import Any
 
 import torch
 
+from ..evaluation.lm_scoring import UNK_HANDLING, UnigramBaseline, dataset_target_counts
+from ..folders.run_folder import RunFolder
 from ..utils.io_utils import atomic_write_text
 from ..utils.launch import check_process_count, use_cpu_backend
-from ..evaluation.lm_scoring import UNK_HANDLING, UnigramBaseline, dataset_target_counts
 from ..utils.results import EvaluationResults, write_results
-from ..folders.run_folder import RunFolder
 from .arguments import DEFAULT_LEARNING_RATES, PretrainingArguments, parse_args, read_model_preset, validate
 from .batching import BucketBatchSampler, Collator, example_lengths
 from .checkpoint import WRITE_ERRORS, CheckpointManager, check_checkpoint_files, load_checkpoint, read_trainer_state
-from .data import Vocabulary, build_char_vocabulary, build_vocabulary, check_hub_dataset, expand_text_files, load_raw_splits, tokenize_splits
+from .data import (
+    Vocabulary,
+    build_char_vocabulary,
+    build_vocabulary,
+    check_hub_dataset,
+    expand_text_files,
+    load_raw_splits,
+    tokenize_splits,
+)
 from .evaluation import evaluate, metrics_record, plot_perplexity
 from .loop import NonfiniteGuard, ProgressBar, Session, evaluate_and_track, save_checkpoint, train_loop
 from .output import (
@@ -48,11 +56,24 @@ logger = logging.getLogger("modeling_elmo.pretraining")
 DEFAULT_MODEL_CONFIG = "elmo-tiny"
 INIT_MODEL_FILES = ("config.json", "model.safetensors", "vocab.txt")
 #: Flags that override a field of the model configuration.
-CONFIG_OVERRIDES = {"lm_softmax": "lm_softmax", "num_negative_samples": "num_negative_samples", "dropout": "hidden_dropout_prob"}
-_ARCHITECTURE_KEYS = ("projection_dim", "cell_size", "num_hidden_layers", "char_embedding_dim", "char_cnn_filters",
-                      "num_highway_layers", "char_cnn_activation", "max_characters_per_token", "num_characters",
-                      "char_vocabulary",
-                      "use_skip_connections")
+CONFIG_OVERRIDES = {
+    "lm_softmax": "lm_softmax",
+    "num_negative_samples": "num_negative_samples",
+    "dropout": "hidden_dropout_prob",
+}
+_ARCHITECTURE_KEYS = (
+    "projection_dim",
+    "cell_size",
+    "num_hidden_layers",
+    "char_embedding_dim",
+    "char_cnn_filters",
+    "num_highway_layers",
+    "char_cnn_activation",
+    "max_characters_per_token",
+    "num_characters",
+    "char_vocabulary",
+    "use_skip_connections",
+)
 
 
 # ----------------------------------------------------------------------------------------------- inputs
@@ -101,20 +122,27 @@ def build_config(model_config: dict[str, Any], vocab_size: int, characters: int 
     from ..configuration_elmo import UNICODE_FIRST_CHARACTER, ElmoConfig
 
     if characters is not None:
-        model_config = {**model_config, "char_vocabulary": "unicode", "num_characters": UNICODE_FIRST_CHARACTER + characters}
+        model_config = {
+            **model_config,
+            "char_vocabulary": "unicode",
+            "num_characters": UNICODE_FIRST_CHARACTER + characters,
+        }
 
     negatives = _negative_samples(model_config)
     if model_config.get("lm_softmax") == "sampled" and isinstance(negatives, int) and negatives >= vocab_size:
         raise ValueError(
             f"--lm-softmax sampled draws {negatives} negative samples per batch, but the vocabulary has {vocab_size} "
-            f"words: pass --num-negative-samples below {vocab_size}, or --lm-softmax full.")
+            f"words: pass --num-negative-samples below {vocab_size}, or --lm-softmax full."
+        )
     try:
         return ElmoConfig.from_dict({**model_config, "vocab_size": vocab_size})
     except (TypeError, ValueError) as error:
         raise ValueError(f"the model configuration is impossible: {error}") from None
 
 
-def _planned_vocab_size(args: PretrainingArguments, model_config: dict[str, Any], fixed: tuple[Path, str] | None) -> int:
+def _planned_vocab_size(
+    args: PretrainingArguments, model_config: dict[str, Any], fixed: tuple[Path, str] | None
+) -> int:
     if fixed is not None:
         return len(Vocabulary.from_file(fixed[0]))
     if args.vocab_file:
@@ -134,25 +162,32 @@ def check_inputs(args: PretrainingArguments) -> RunPlan:
     validate(args)
     from ..configuration_elmo import ElmoConfig
     from ..embedding.inference import check_weights_fit_config
-    from ..utils.loading import refuse_pickled_weights
     from ..modeling_elmo import ElmoForBidirectionalLM
+    from ..utils.loading import refuse_pickled_weights
 
     fixed = fixed_characters = None
     if args.init_from_model is not None:
         folder = Path(args.init_from_model)
         missing = [name for name in INIT_MODEL_FILES if not (folder / name).is_file()]
         if missing:
-            raise ValueError(f"--init-from-model {args.init_from_model!r} is not a saved ELMo language model folder: "
-                             f"{', '.join(missing)} missing (a folder written by pretraining or `save_pretrained` is needed).")
+            raise ValueError(
+                f"--init-from-model {args.init_from_model!r} is not a saved ELMo language model folder: "
+                f"{', '.join(missing)} missing (a folder written by pretraining or `save_pretrained` is needed)."
+            )
         refuse_pickled_weights(folder)
         # a truncated or damaged file, or a config.json whose sizes its weights do not have: one line, before the
         # model is built
         check_weights_fit_config(folder, ElmoForBidirectionalLM, ElmoConfig.from_pretrained(folder))
         fixed = (folder / "vocab.txt", f"--init-from-model {args.init_from_model!r}")
-        words, rows = len(Vocabulary.from_file(fixed[0])), read_model_preset(str(folder / "config.json")).get("vocab_size")
+        words, rows = (
+            len(Vocabulary.from_file(fixed[0])),
+            read_model_preset(str(folder / "config.json")).get("vocab_size"),
+        )
         if words != rows:
-            raise ValueError(f"--init-from-model {args.init_from_model!r}: its vocab.txt has {words} words but its softmax "
-                             f"has {rows} rows (config.json vocab_size); word ids would point at other words' rows.")
+            raise ValueError(
+                f"--init-from-model {args.init_from_model!r}: its vocab.txt has {words} words but its softmax "
+                f"has {rows} rows (config.json vocab_size); word ids would point at other words' rows."
+            )
         if (folder / "char_vocab.json").is_file():
             fixed_characters = (folder / "char_vocab.json", f"--init-from-model {args.init_from_model!r}")
         if args.model_config is not None:
@@ -162,8 +197,10 @@ def check_inputs(args: PretrainingArguments) -> RunPlan:
             given = ElmoConfig.upgraded_dict(read_model_preset(args.model_config))
             bad = [k for k in _ARCHITECTURE_KEYS if k in own and k in given and own[k] != given[k]]
             if bad:
-                raise ValueError(f"--model-config {args.model_config!r} differs from --init-from-model {args.init_from_model!r} "
-                                 f"in: {', '.join(bad)} (leave --model-config out to use the model's own architecture).")
+                raise ValueError(
+                    f"--model-config {args.model_config!r} differs from --init-from-model {args.init_from_model!r} "
+                    f"in: {', '.join(bad)} (leave --model-config out to use the model's own architecture)."
+                )
     model_config = model_config_dict(args)
     run = RunFolder(args.output_dir)
     resume_path = resume_state = None
@@ -172,28 +209,44 @@ def check_inputs(args: PretrainingArguments) -> RunPlan:
         resume_state = read_trainer_state(resume_path)  # JSON only; an earlier version's checkpoint is named as such
         check_checkpoint_files(resume_path)
         fixed = (resume_path / "vocab.txt", f"checkpoint {str(resume_path)!r}")
-        fixed_characters = ((resume_path / "char_vocab.json", f"checkpoint {str(resume_path)!r}")
-                            if (resume_path / "char_vocab.json").is_file() else None)
-    if fixed is not None and args.vocab_file and Vocabulary.from_file(args.vocab_file) != Vocabulary.from_file(fixed[0]):
+        fixed_characters = (
+            (resume_path / "char_vocab.json", f"checkpoint {str(resume_path)!r}")
+            if (resume_path / "char_vocab.json").is_file()
+            else None
+        )
+    if (
+        fixed is not None
+        and args.vocab_file
+        and Vocabulary.from_file(args.vocab_file) != Vocabulary.from_file(fixed[0])
+    ):
         given, vocab = Vocabulary.from_file(args.vocab_file), Vocabulary.from_file(fixed[0])
-        raise ValueError(f"--vocab-file {args.vocab_file!r} ({len(given)} words, fingerprint {given.fingerprint()}) does not "
-                         f"match the vocabulary of {fixed[1]} ({len(vocab)} words, fingerprint {vocab.fingerprint()}).")
+        raise ValueError(
+            f"--vocab-file {args.vocab_file!r} ({len(given)} words, fingerprint {given.fingerprint()}) does not "
+            f"match the vocabulary of {fixed[1]} ({len(vocab)} words, fingerprint {vocab.fingerprint()})."
+        )
     unicode = args.char_vocabulary == "unicode" or model_config.get("char_vocabulary") == "unicode"
     if args.init_from_model is not None and unicode != (fixed_characters is not None):
-        raise ValueError(f"--char-vocabulary {args.char_vocabulary} does not fit --init-from-model {args.init_from_model!r}, "
-                         f"whose model reads {'characters' if fixed_characters else 'bytes'} (leave --char-vocabulary out "
-                         "to use the model's own).")
+        raise ValueError(
+            f"--char-vocabulary {args.char_vocabulary} does not fit --init-from-model {args.init_from_model!r}, "
+            f"whose model reads {'characters' if fixed_characters else 'bytes'} (leave --char-vocabulary out "
+            "to use the model's own)."
+        )
     planned_characters = len(_read_characters(fixed_characters[0])) if fixed_characters else args.max_characters
     build_config(model_config, _planned_vocab_size(args, model_config, fixed), planned_characters if unicode else None)
     split_files = {}
-    for split, given, name in (("train", args.train_file, "--train-file"), ("validation", args.validation_file, "--validation-file"),
-                               ("test", args.test_file, "--test-file")):
+    for split, given, name in (
+        ("train", args.train_file, "--train-file"),
+        ("validation", args.validation_file, "--validation-file"),
+        ("test", args.test_file, "--test-file"),
+    ):
         if given:
             split_files[split] = expand_text_files(given, name)
     if args.dataset_name:
         check_hub_dataset(args.dataset_name)
     folder_mode = check_output_folder(args, run)
-    return RunPlan(run, folder_mode, model_config, split_files, resume_path, resume_state, fixed, unicode, fixed_characters)
+    return RunPlan(
+        run, folder_mode, model_config, split_files, resume_path, resume_state, fixed, unicode, fixed_characters
+    )
 
 
 def _read_characters(path: Path) -> list[str]:
@@ -212,14 +265,18 @@ def build_accelerator(args: PretrainingArguments) -> Any:
     from accelerate import Accelerator
 
     accelerator = Accelerator(
-        cpu=use_cpu_backend(), mixed_precision=args.mixed_precision,
+        cpu=use_cpu_backend(),
+        mixed_precision=args.mixed_precision,
         gradient_accumulation_steps=args.gradient_accumulation_steps,
-        log_with=None if args.report_to == "none" else args.report_to, project_dir=args.output_dir,
+        log_with=None if args.report_to == "none" else args.report_to,
+        project_dir=args.output_dir,
     )
     check_process_count(accelerator.num_processes, accelerator.distributed_type)
     if accelerator.distributed_type.value == "FSDP":
-        raise ValueError("pretraining does not run under FSDP (its sharded state has no safe checkpoint format here); an "
-                         "ELMo model fits on one device: use DDP (configuration/accelerate/multi-gpu.yaml).")
+        raise ValueError(
+            "pretraining does not run under FSDP (its sharded state has no safe checkpoint format here); an "
+            "ELMo model fits on one device: use DDP (configuration/accelerate/multi-gpu.yaml)."
+        )
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO, stream=sys.stderr)
     main = accelerator.is_local_main_process
     logging.getLogger("modeling_elmo").setLevel(logging.INFO if main else logging.ERROR)
@@ -267,9 +324,13 @@ def preprocessing_progress(enabled: bool) -> Iterator[Any]:
 
     were_enabled = datasets.is_progress_bar_enabled()
     datasets.disable_progress_bars()
-    bar = tqdm(total=len(PREPROCESSING_STAGES), desc="preparing data", unit="stage",
-               disable=None if enabled else True,  # None: shown on a terminal only, never in a log file
-               bar_format="{desc}: {n}/{total} stages [{elapsed}{postfix}]")
+    bar = tqdm(
+        total=len(PREPROCESSING_STAGES),
+        desc="preparing data",
+        unit="stage",
+        disable=None if enabled else True,  # None: shown on a terminal only, never in a log file
+        bar_format="{desc}: {n}/{total} stages [{elapsed}{postfix}]",
+    )
     try:
         yield bar
     except BaseException:
@@ -302,10 +363,17 @@ def _prepare_data(args: PretrainingArguments, accelerator: Any, plan: RunPlan, b
     stage(0)
     with accelerator.main_process_first():
         raw = load_raw_splits(
-            train_file=args.train_file, validation_file=args.validation_file, test_file=args.test_file,
-            dataset_name=args.dataset_name, dataset_config_name=args.dataset_config_name, text_column=args.text_column,
-            streaming=args.streaming, validation_split_percentage=args.validation_split_percentage, seed=args.seed,
-            cache_dir=args.cache_dir, num_proc=args.preprocessing_num_workers,
+            train_file=args.train_file,
+            validation_file=args.validation_file,
+            test_file=args.test_file,
+            dataset_name=args.dataset_name,
+            dataset_config_name=args.dataset_config_name,
+            text_column=args.text_column,
+            streaming=args.streaming,
+            validation_split_percentage=args.validation_split_percentage,
+            seed=args.seed,
+            cache_dir=args.cache_dir,
+            num_proc=args.preprocessing_num_workers,
         )
     raw["train"] = _limit(raw["train"], args.max_train_examples)
     for split in ("validation", "test"):
@@ -320,9 +388,14 @@ def _prepare_data(args: PretrainingArguments, accelerator: Any, plan: RunPlan, b
         words = [None]
         if accelerator.is_main_process:
             started = time.time()
-            size = args.vocab_size or (plan.model_config.get("vocab_size", 4) if plan.model_config.get("vocab_size", 4) > 4 else None)
-            words = [build_vocabulary(raw["train"], max_size=size, min_count=args.min_count,
-                                      num_proc=args.preprocessing_num_workers).words]
+            size = args.vocab_size or (
+                plan.model_config.get("vocab_size", 4) if plan.model_config.get("vocab_size", 4) > 4 else None
+            )
+            words = [
+                build_vocabulary(
+                    raw["train"], max_size=size, min_count=args.min_count, num_proc=args.preprocessing_num_workers
+                ).words
+            ]
             logger.info("vocabulary built in %.1f s", time.time() - started)
         if accelerator.num_processes > 1:
             broadcast_object_list(words)
@@ -336,57 +409,85 @@ def _prepare_data(args: PretrainingArguments, accelerator: Any, plan: RunPlan, b
         else:
             listed = [None]
             if accelerator.is_main_process:
-                listed = [build_char_vocabulary(raw["train"], max_size=args.max_characters,
-                                                num_proc=args.preprocessing_num_workers)]
+                listed = [
+                    build_char_vocabulary(
+                        raw["train"], max_size=args.max_characters, num_proc=args.preprocessing_num_workers
+                    )
+                ]
             if accelerator.num_processes > 1:
                 broadcast_object_list(listed)
             characters = listed[0]
     stage(2)
     with accelerator.main_process_first():
-        splits = tokenize_splits(raw, vocab, mode=args.batching, max_sentence_length=args.max_sentence_length,
-                                 window_size=args.window_size, num_proc=args.preprocessing_num_workers,
-                                 overwrite_cache=args.overwrite_cache)
+        splits = tokenize_splits(
+            raw,
+            vocab,
+            mode=args.batching,
+            max_sentence_length=args.max_sentence_length,
+            window_size=args.window_size,
+            num_proc=args.preprocessing_num_workers,
+            overwrite_cache=args.overwrite_cache,
+        )
     stage(3)
     files = {k: v for k, v in plan.split_files.items() if k in ("train", "validation")}
     dataset = " ".join(filter(None, (args.dataset_name, args.dataset_config_name))) or None
     return PreparedData(splits, vocab, data_fingerprint(files, dataset), characters)
 
 
-def build_sampler(args: PretrainingArguments, accelerator: Any, data: PreparedData) -> tuple[BucketBatchSampler | None, int]:
+def build_sampler(
+    args: PretrainingArguments, accelerator: Any, data: PreparedData
+) -> tuple[BucketBatchSampler | None, int]:
     """The training batches and the number of updates the run makes."""
     if args.streaming:
         return None, args.max_steps
     train = data.splits["train"]
     sampler = BucketBatchSampler(
-        example_lengths(train), None if args.max_tokens_per_batch else args.per_device_train_batch_size,
-        max_tokens=args.max_tokens_per_batch, shuffle=True, seed=args.seed, rank=accelerator.process_index,
-        num_replicas=accelerator.num_processes, bucket_size=args.bucket_size, drop_last=True,
+        example_lengths(train),
+        None if args.max_tokens_per_batch else args.per_device_train_batch_size,
+        max_tokens=args.max_tokens_per_batch,
+        shuffle=True,
+        seed=args.seed,
+        rank=accelerator.process_index,
+        num_replicas=accelerator.num_processes,
+        bucket_size=args.bucket_size,
+        drop_last=True,
     )
     batches = sampler.num_batches()
     if batches == 0:
-        raise ValueError(f"the training split has {len(train)} examples: fewer than one batch of "
-                         f"{args.per_device_train_batch_size} per process on {accelerator.num_processes} process(es).")
+        raise ValueError(
+            f"the training split has {len(train)} examples: fewer than one batch of "
+            f"{args.per_device_train_batch_size} per process on {accelerator.num_processes} process(es)."
+        )
     total = args.max_steps or max(1, int(args.num_train_epochs * batches) // args.gradient_accumulation_steps)
     return sampler, total
 
 
-def build_optimizer(model: torch.nn.Module, args: PretrainingArguments, device_type: str = "cpu",
-                    sharded: bool = False) -> torch.optim.Optimizer:
+def build_optimizer(
+    model: torch.nn.Module, args: PretrainingArguments, device_type: str = "cpu", sharded: bool = False
+) -> torch.optim.Optimizer:
     """Adagrad (the original's) or AdamW with decay on matrices only. The fused implementations (one kernel over all
     parameters; on a CPU 5x faster for AdamW, 2.7x for Adagrad, equal to 1e-7) are used where torch has them:
     AdamW on CPU and CUDA, Adagrad on CPU, neither for sharded parameters."""
     params = [p for p in model.parameters() if p.requires_grad]
     if args.optimizer == "adagrad":
         lr = args.learning_rate if args.learning_rate is not None else DEFAULT_LEARNING_RATES["adagrad"]
-        return torch.optim.Adagrad(params, lr=lr, initial_accumulator_value=args.adagrad_initial_accumulator,
-                                   fused=True if device_type == "cpu" and not sharded else None)
+        return torch.optim.Adagrad(
+            params,
+            lr=lr,
+            initial_accumulator_value=args.adagrad_initial_accumulator,
+            fused=True if device_type == "cpu" and not sharded else None,
+        )
     lr = args.learning_rate if args.learning_rate is not None else DEFAULT_LEARNING_RATES["adamw"]
     groups = [  # decay matrices only (chosen by dimension, not by name)
         {"params": [p for p in params if p.dim() >= 2], "weight_decay": args.weight_decay},
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
     ]
-    return torch.optim.AdamW(groups, lr=lr, betas=(args.adam_beta1, args.adam_beta2),
-                             fused=True if device_type in ("cpu", "cuda") and not sharded else None)
+    return torch.optim.AdamW(
+        groups,
+        lr=lr,
+        betas=(args.adam_beta1, args.adam_beta2),
+        fused=True if device_type in ("cpu", "cuda") and not sharded else None,
+    )
 
 
 def rename_legacy_keys(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -404,18 +505,26 @@ def rename_legacy_keys(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.T
 def build_model(args: PretrainingArguments, config: Any, plan: RunPlan) -> torch.nn.Module:
     from safetensors.torch import load_file
 
-    from ..modeling_elmo import ElmoForBidirectionalLM
     from ..acceleration.packed_kernels import use_packed_kernels
+    from ..modeling_elmo import ElmoForBidirectionalLM
 
     model = use_packed_kernels(ElmoForBidirectionalLM(config))  # the package's fast recurrence (docs/model.md)
     if args.init_from_model is not None and plan.resume_path is None:
         folder = Path(args.init_from_model)
         state, own = rename_legacy_keys(load_file(str(folder / "model.safetensors"))), model.state_dict()
-        problems = [f"{label}: {', '.join(keys[:5])}{' ...' if len(keys) > 5 else ''}" for label, keys in (
-            ("missing", sorted(set(own) - set(state))), ("unexpected", sorted(set(state) - set(own))),
-            ("shape differs", sorted(k for k in set(own) & set(state) if own[k].shape != state[k].shape))) if keys]
+        problems = [
+            f"{label}: {', '.join(keys[:5])}{' ...' if len(keys) > 5 else ''}"
+            for label, keys in (
+                ("missing", sorted(set(own) - set(state))),
+                ("unexpected", sorted(set(state) - set(own))),
+                ("shape differs", sorted(k for k in set(own) & set(state) if own[k].shape != state[k].shape)),
+            )
+            if keys
+        ]
         if problems:
-            raise ValueError(f"--init-from-model {str(folder)!r} does not fit the model being trained ({'; '.join(problems)}).")
+            raise ValueError(
+                f"--init-from-model {str(folder)!r} does not fit the model being trained ({'; '.join(problems)})."
+            )
         model.load_state_dict(state, strict=True)
         logger.info("initialised the weights from %s", folder)
     return model
@@ -426,8 +535,14 @@ def resume(s: Session, plan: RunPlan) -> TrainingState:
     generators, data position, counters, best-so-far, training seconds)."""
     if plan.resume_path is None:
         return TrainingState()
-    saved = load_checkpoint(plan.resume_path, model=s.unwrapped(), optimizer=s.optimizer, scheduler=s.scheduler,
-                            scaler=s.accelerator.scaler, rank=s.accelerator.process_index)
+    saved = load_checkpoint(
+        plan.resume_path,
+        model=s.unwrapped(),
+        optimizer=s.optimizer,
+        scheduler=s.scheduler,
+        scaler=s.accelerator.scaler,
+        rank=s.accelerator.process_index,
+    )
     state: TrainingState = saved["state"]
     differences = identity_differences(saved.get("run") or {}, s.identity)
     if differences:
@@ -437,14 +552,26 @@ def resume(s: Session, plan: RunPlan) -> TrainingState:
         state.epoch, state.batch_in_epoch = positions[s.accelerator.process_index]
     else:
         state.batch_in_epoch = state.batch_in_epoch * saved_world // s.world
-        logger.warning("resuming with %d processes instead of %d: the data position is converted, RNG streams differ.", s.world, saved_world)
+        logger.warning(
+            "resuming with %d processes instead of %d: the data position is converted, RNG streams differ.",
+            s.world,
+            saved_world,
+        )
     s.metrics.truncate_after(state.global_step)
     # each process's example-id log, likewise: the batches of the interrupted continuation are trained again
-    MetricsLog(s.run.examples_log_file(s.accelerator.process_index), s.args.log_example_ids).truncate_after(state.global_step)
+    MetricsLog(s.run.examples_log_file(s.accelerator.process_index), s.args.log_example_ids).truncate_after(
+        state.global_step
+    )
     if s.best is not None and state.best_step is not None and s.accelerator.is_main_process:
         s.best.restore(plan.resume_path, state.best_step, state.best_perplexity)
     s.last_saved_step = state.global_step
-    logger.info("resumed from %s at update %d (epoch %d, batch %d)", plan.resume_path, state.global_step, state.epoch, state.batch_in_epoch)
+    logger.info(
+        "resumed from %s at update %d (epoch %d, batch %d)",
+        plan.resume_path,
+        state.global_step,
+        state.epoch,
+        state.batch_in_epoch,
+    )
     return state
 
 
@@ -452,19 +579,24 @@ def fit_unigram_baseline(args: PretrainingArguments, data: PreparedData) -> Unig
     """The add-one unigram model of the training targets every perplexity is compared with."""
     counted = 100_000 if args.streaming else None
     counts = dataset_target_counts(data.splits["train"], len(data.vocab), args.batching, max_examples=counted)
-    return UnigramBaseline.fit(counts, fitted_on="training data" + (f" (first {counted:,} examples)" if counted else ""))
+    return UnigramBaseline.fit(
+        counts, fitted_on="training data" + (f" (first {counted:,} examples)" if counted else "")
+    )
 
 
 def start_logging(s: Session, state: TrainingState, data: PreparedData, config: Any) -> None:
     """Trackers, the "Running" summary, the progress bar and the example-id log."""
     args, accelerator = s.args, s.accelerator
     if args.report_to != "none":
-        accelerator.init_trackers(RunFolder.TRACKER_LOGS, config={k: v if isinstance(v, (int, float, str, bool)) else str(v)
-                                                                  for k, v in vars(args).items()})
+        accelerator.init_trackers(
+            RunFolder.TRACKER_LOGS,
+            config={k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in vars(args).items()},
+        )
     log_summary(s, data, config)
     budget = 60.0 * args.max_train_minutes if args.max_train_minutes is not None else None
-    s.progress = ProgressBar(s.total_updates, state.global_step, budget, state.train_seconds,
-                             enabled=accelerator.is_local_main_process)
+    s.progress = ProgressBar(
+        s.total_updates, state.global_step, budget, state.train_seconds, enabled=accelerator.is_local_main_process
+    )
     if args.log_example_ids:
         s.examples_log = open(s.run.examples_log_file(accelerator.process_index), "a", encoding="utf-8")
 
@@ -477,34 +609,64 @@ def stop_logging(s: Session) -> None:
 
 def log_summary(s: Session, data: PreparedData, config: Any) -> None:
     args = s.args
-    batch = f"{args.max_tokens_per_batch} tokens" if args.max_tokens_per_batch else f"{args.per_device_train_batch_size} sequences"
+    batch = (
+        f"{args.max_tokens_per_batch} tokens"
+        if args.max_tokens_per_batch
+        else f"{args.per_device_train_batch_size} sequences"
+    )
     logger.info("***** Running ELMo pretraining *****")
-    logger.info("  processes = %d, device = %s, distributed type = %s, mixed precision = %s", s.world, s.accelerator.device,
-                s.accelerator.distributed_type.value, s.accelerator.mixed_precision)
-    logger.info("  vocabulary = %d words, parameters = %d (%s softmax in training)", len(data.vocab),
-                sum(p.numel() for p in s.unwrapped().parameters()), config.lm_softmax)
-    logger.info("  training examples = %s, batching = %s", "streamed" if args.streaming else len(data.splits["train"]), args.batching)
+    logger.info(
+        "  processes = %d, device = %s, distributed type = %s, mixed precision = %s",
+        s.world,
+        s.accelerator.device,
+        s.accelerator.distributed_type.value,
+        s.accelerator.mixed_precision,
+    )
+    logger.info(
+        "  vocabulary = %d words, parameters = %d (%s softmax in training)",
+        len(data.vocab),
+        sum(p.numel() for p in s.unwrapped().parameters()),
+        config.lm_softmax,
+    )
+    logger.info(
+        "  training examples = %s, batching = %s",
+        "streamed" if args.streaming else len(data.splits["train"]),
+        args.batching,
+    )
     logger.info("  batch per process = %s, accumulation = %d", batch, args.gradient_accumulation_steps)
-    logger.info("  updates = %d (%s batches per process per epoch)", s.total_updates, s.sampler.num_batches() if s.sampler else "streamed")
+    logger.info(
+        "  updates = %d (%s batches per process per epoch)",
+        s.total_updates,
+        s.sampler.num_batches() if s.sampler else "streamed",
+    )
 
 
 # ----------------------------------------------------------------------------------------------- finishing
-def finish(s: Session, state: TrainingState, stop_reason: str, preempted: bool, baseline: UnigramBaseline, started: float) -> int:
+def finish(
+    s: Session, state: TrainingState, stop_reason: str, preempted: bool, baseline: UnigramBaseline, started: float
+) -> int:
     """The last checkpoint; then, unless pre-empted: the final validation (and best-model choice), test, the model
     folder, ``training_metadata.json``, ``eval_results.json`` and the plot."""
     import datasets
     import transformers
 
     if s.last_saved_step != state.global_step and save_checkpoint(s, state) is None and preempted:
-        raise SystemExit(f"elmo pretrain: error: stopping ({stop_reason}) but the checkpoint at update {state.global_step} could "
-                         f"not be written; the latest is {s.checkpoints.latest()}.")
+        raise SystemExit(
+            f"elmo pretrain: error: stopping ({stop_reason}) but the checkpoint at update {state.global_step} could "
+            f"not be written; the latest is {s.checkpoints.latest()}."
+        )
     if preempted:
-        logger.info("stopped at update %d (%s); resume with --resume-from-checkpoint latest.", state.global_step, stop_reason)
+        logger.info(
+            "stopped at update %d (%s); resume with --resume-from-checkpoint latest.", state.global_step, stop_reason
+        )
         s.accelerator.end_training()
         if stop_reason == "signal SIGINT":  # Ctrl-C: one line, and the shell's status for an interrupted command
             if s.accelerator.is_main_process:
-                print(f"elmo pretrain: interrupted (Ctrl-C) at update {state.global_step}; the checkpoint "
-                      f"{s.checkpoints.latest()} holds it: resume with --resume-from-checkpoint latest.", file=sys.stderr)
+                print(
+                    f"elmo pretrain: interrupted (Ctrl-C) at update {state.global_step}; the checkpoint "
+                    f"{s.checkpoints.latest()} holds it: resume with --resume-from-checkpoint latest.",
+                    file=sys.stderr,
+                )
             return 130
         return 0
     if stop_reason:
@@ -516,41 +678,77 @@ def finish(s: Session, state: TrainingState, stop_reason: str, preempted: bool, 
             evaluate_and_track(s, state)
         if s.args.load_best_model_at_end and state.best_step != state.global_step:
             s.best.load_into(model, state.best_step)
-            logger.info("loaded the best model: update %d, validation perplexity %.2f", state.best_step, state.best_perplexity)
+            logger.info(
+                "loaded the best model: update %d, validation perplexity %.2f", state.best_step, state.best_perplexity
+            )
         chosen_step = state.best_step if s.args.load_best_model_at_end else state.global_step
     perplexities = []
     for split in ("validation", "test"):
         if split in s.splits:
             result = evaluate(model, s.splits[split], s.collator, s.accelerator, s.args, baseline, split)
             perplexities.append(result)
-            s.metrics.write({"step": state.global_step, "split": split, "model_step": chosen_step, **metrics_record(result)})
-            logger.info("%s: perplexity %.2f (forward %.2f, backward %.2f); unigram baseline %.2f", split, result.average,
-                        result.forward, result.backward, result.unigram.average)
+            s.metrics.write(
+                {"step": state.global_step, "split": split, "model_step": chosen_step, **metrics_record(result)}
+            )
+            logger.info(
+                "%s: perplexity %.2f (forward %.2f, backward %.2f); unigram baseline %.2f",
+                split,
+                result.average,
+                result.forward,
+                result.backward,
+                result.unigram.average,
+            )
     s.accelerator.wait_for_everyone()
     if s.accelerator.is_main_process:
         try:
             characters = None if s.char_vocab_text is None else json.loads(s.char_vocab_text)
             save_final_model(model, s.run.vocab_file, s.run, characters)
-            s.run.write_training_metadata({
-                "global_step": state.global_step, "model_step": chosen_step, "tokens_seen": state.tokens_seen,
-                "skipped_updates": state.skipped_updates, "train_seconds": state.train_seconds,
-                "wall_seconds": time.time() - started, "num_processes": s.world,
-                "mixed_precision": s.accelerator.mixed_precision, "vocab_size": len(s.vocab_text.splitlines()),
-                "vocab_fingerprint": s.identity["vocabulary"], "data_fingerprint": s.identity["data"],
-                "parameters": sum(p.numel() for p in model.parameters()), "stopped_early": stop_reason or None,
-                "best_validation_perplexity": state.best_perplexity, "best_step": state.best_step,
-                "args": dataclasses.asdict(s.args),
-                "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "datasets": datasets.__version__},
-            })
-            write_results(s.run.eval_results_file, EvaluationResults.now(
-                model=s.run.root.name, source="elmo pretrain", perplexity=perplexities,
-                details={"global_step": state.global_step, "model_step": chosen_step, "vocab_size": len(s.vocab_text.splitlines()),
-                         "unk_handling": UNK_HANDLING}))
+            s.run.write_training_metadata(
+                {
+                    "global_step": state.global_step,
+                    "model_step": chosen_step,
+                    "tokens_seen": state.tokens_seen,
+                    "skipped_updates": state.skipped_updates,
+                    "train_seconds": state.train_seconds,
+                    "wall_seconds": time.time() - started,
+                    "num_processes": s.world,
+                    "mixed_precision": s.accelerator.mixed_precision,
+                    "vocab_size": len(s.vocab_text.splitlines()),
+                    "vocab_fingerprint": s.identity["vocabulary"],
+                    "data_fingerprint": s.identity["data"],
+                    "parameters": sum(p.numel() for p in model.parameters()),
+                    "stopped_early": stop_reason or None,
+                    "best_validation_perplexity": state.best_perplexity,
+                    "best_step": state.best_step,
+                    "args": dataclasses.asdict(s.args),
+                    "versions": {
+                        "torch": torch.__version__,
+                        "transformers": transformers.__version__,
+                        "datasets": datasets.__version__,
+                    },
+                }
+            )
+            write_results(
+                s.run.eval_results_file,
+                EvaluationResults.now(
+                    model=s.run.root.name,
+                    source="elmo pretrain",
+                    perplexity=perplexities,
+                    details={
+                        "global_step": state.global_step,
+                        "model_step": chosen_step,
+                        "vocab_size": len(s.vocab_text.splitlines()),
+                        "unk_handling": UNK_HANDLING,
+                    },
+                ),
+            )
             if s.args.plot:
                 plot_perplexity(s.run.metrics_file, s.run.perplexity_plot_file)
         except WRITE_ERRORS as exc:  # a full disk: say what the kept checkpoint holds
-            raise SystemExit(f"elmo pretrain: error: could not save the final model into {str(s.run.root)!r} "
-                             f"({' '.join(str(exc).split())}); {_kept_checkpoint(s, state)}") from None
+            raise SystemExit(
+                f"elmo pretrain: error: could not save the final model into {str(s.run.root)!r} "
+                f"({' '.join(str(exc).split())}); {_kept_checkpoint(s, state)}"
+            ) from None
         logger.info("saved the model into %s", s.run.root)
     s.accelerator.wait_for_everyone()
     s.accelerator.end_training()
@@ -561,14 +759,18 @@ def _kept_checkpoint(s: Session, state: TrainingState) -> str:
     """What is kept when the final model cannot be written: the latest checkpoint and the updates it holds."""
     latest = s.checkpoints.latest()
     if latest is None:
-        return (f"no checkpoint could be written either: the {state.global_step} updates of this run are lost "
-                "(free some space and run the command again).")
+        return (
+            f"no checkpoint could be written either: the {state.global_step} updates of this run are lost "
+            "(free some space and run the command again)."
+        )
     step = int(CheckpointManager.read_state(latest)["state"]["global_step"])
     advice = "resume with --resume-from-checkpoint latest once there is space"
     if step >= state.global_step:
         return f"nothing is lost: the checkpoint {latest} holds all {step} updates ({advice}: it writes the model)."
-    return (f"the latest checkpoint, {latest}, holds update {step}: the {state.global_step - step} updates after it are "
-            f"lost ({advice}).")
+    return (
+        f"the latest checkpoint, {latest}, holds update {step}: the {state.global_step - step} updates after it are "
+        f"lost ({advice})."
+    )
 
 
 # ----------------------------------------------------------------------------------------------- the skeleton
@@ -601,13 +803,24 @@ def _train(args: PretrainingArguments, plan: Any, accelerator: Any, started: flo
     accelerator.wait_for_everyone()
     model, optimizer = accelerator.prepare(model, optimizer)
     s = Session(
-        args=args, accelerator=accelerator, model=model, optimizer=optimizer, scheduler=scheduler, splits=data.splits,
-        sampler=sampler, collator=Collator(data.vocab.char_table(config.max_characters_per_token, data.characters),
-                                           characters=data.characters), run=plan.run,
+        args=args,
+        accelerator=accelerator,
+        model=model,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        splits=data.splits,
+        sampler=sampler,
+        collator=Collator(
+            data.vocab.char_table(config.max_characters_per_token, data.characters), characters=data.characters
+        ),
+        run=plan.run,
         checkpoints=CheckpointManager(plan.run.checkpoints_dir, keep_last=args.checkpoints_total_limit),
-        metrics=MetricsLog(plan.run.metrics_file, accelerator.is_main_process), identity=identity,
-        vocab_text="".join(w + "\n" for w in data.vocab.words), total_updates=total_updates,
-        best=BestModel(plan.run.best_model_dir) if args.load_best_model_at_end else None, guard=NonfiniteGuard(optimizer),
+        metrics=MetricsLog(plan.run.metrics_file, accelerator.is_main_process),
+        identity=identity,
+        vocab_text="".join(w + "\n" for w in data.vocab.words),
+        total_updates=total_updates,
+        best=BestModel(plan.run.best_model_dir) if args.load_best_model_at_end else None,
+        guard=NonfiniteGuard(optimizer),
         char_vocab_text=char_vocab_text,
     )
     state = resume(s, plan)
@@ -627,6 +840,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as error:
         raise SystemExit(f"elmo pretrain: error: {error}") from None
     except KeyboardInterrupt:  # Ctrl-C before training started, or a second Ctrl-C while the first was handled
-        raise SystemExit("elmo pretrain: error: interrupted (Ctrl-C) at once, without saving a checkpoint; rerun the "
-                         "command to start again, or resume an earlier checkpoint with --resume-from-checkpoint "
-                         "latest.") from None
+        raise SystemExit(
+            "elmo pretrain: error: interrupted (Ctrl-C) at once, without saving a checkpoint; rerun the "
+            "command to start again, or resume an earlier checkpoint with --resume-from-checkpoint "
+            "latest."
+        ) from None

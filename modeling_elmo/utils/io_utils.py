@@ -66,8 +66,14 @@ def _kind(mode: int) -> str:
     """What a non-regular file is, in words."""
     import stat
 
-    for test, name in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"),
-                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device")):
+    for test, name in (
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a device"),
+        (stat.S_ISBLK, "a device"),
+    ):
         if test(mode):
             return name
     return "not a regular file"
@@ -84,8 +90,10 @@ def check_regular_or_absent(path: str | os.PathLike, what: str) -> bool:
     except FileNotFoundError:
         return False
     if not stat.S_ISREG(mode):
-        raise ValueError(f"{what} {str(path)!r} is {_kind(mode)}, not a regular file; refusing to use it (remove it "
-                         "if it is not yours to keep).")
+        raise ValueError(
+            f"{what} {str(path)!r} is {_kind(mode)}, not a regular file; refusing to use it (remove it "
+            "if it is not yours to keep)."
+        )
     return True
 
 
@@ -105,8 +113,10 @@ def open_regular(path: str | os.PathLike, flags: int, what: str) -> int:
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
-        raise ValueError(f"{what} {str(path)!r} is {_kind(mode)}, not a regular file; refusing to use it (remove it "
-                         "if it is not yours to keep).")
+        raise ValueError(
+            f"{what} {str(path)!r} is {_kind(mode)}, not a regular file; refusing to use it (remove it "
+            "if it is not yours to keep)."
+        )
     return fd
 
 
@@ -205,8 +215,15 @@ def read_json_object(path: str | os.PathLike, what: str, *, required: bool = Fal
 
 
 #: The JSON files of a model folder that transformers reads when it loads the model or its tokenizer.
-MODEL_JSON_FILES = ("config.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
-                    "tokenizer.json", "model.safetensors.index.json", "generation_config.json")
+MODEL_JSON_FILES = (
+    "config.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "tokenizer.json",
+    "model.safetensors.index.json",
+    "generation_config.json",
+)
 
 
 def check_json_files(folder: str | os.PathLike) -> None:
@@ -276,8 +293,23 @@ def scan_lines(path: str | os.PathLike, block_size: int = 1 << 20) -> tuple[int,
 
 
 #: Bytes per value of the dtypes a safetensors header may name.
-_SAFETENSORS_ITEMSIZE = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "U16": 2, "I16": 2, "F16": 2,
-                         "BF16": 2, "U32": 4, "I32": 4, "F32": 4, "U64": 8, "I64": 8, "F64": 8}
+_SAFETENSORS_ITEMSIZE = {
+    "BOOL": 1,
+    "U8": 1,
+    "I8": 1,
+    "F8_E5M2": 1,
+    "F8_E4M3": 1,
+    "U16": 2,
+    "I16": 2,
+    "F16": 2,
+    "BF16": 2,
+    "U32": 4,
+    "I32": 4,
+    "F32": 4,
+    "U64": 8,
+    "I64": 8,
+    "F64": 8,
+}
 #: The largest header the safetensors format allows.
 SAFETENSORS_MAX_HEADER = 100_000_000
 
@@ -300,8 +332,10 @@ def check_safetensors_header(path: str | os.PathLike) -> dict[str, Any]:
             raise ValueError(f"weights file {shown!r} is not a safetensors file: it has {size} bytes (truncated?).")
         length = int.from_bytes(head, "little")
         if length > min(SAFETENSORS_MAX_HEADER, size - 8):
-            raise ValueError(f"weights file {shown!r} is damaged or truncated: its header claims {length:,} bytes, "
-                             f"the file has {size:,}.")
+            raise ValueError(
+                f"weights file {shown!r} is damaged or truncated: its header claims {length:,} bytes, "
+                f"the file has {size:,}."
+            )
         raw = handle.read(length)
     try:
         header = json.loads(raw.decode("utf-8"))
@@ -319,19 +353,27 @@ def check_safetensors_header(path: str | os.PathLike) -> dict[str, Any]:
             shape = [int(n) for n in entry["shape"]]
             begin, end = (int(n) for n in entry["data_offsets"])
         except (KeyError, TypeError, ValueError):
-            raise ValueError(f"weights file {shown!r} is damaged: tensor {name!r} has a malformed entry "
-                             f"{str(entry)[:80]}.") from None
+            raise ValueError(
+                f"weights file {shown!r} is damaged: tensor {name!r} has a malformed entry {str(entry)[:80]}."
+            ) from None
         if any(n < 0 for n in shape) or not 0 <= begin <= end:
-            raise ValueError(f"weights file {shown!r} is damaged: tensor {name!r} has shape {shape} at bytes "
-                             f"{begin}-{end}.")
+            raise ValueError(
+                f"weights file {shown!r} is damaged: tensor {name!r} has shape {shape} at bytes {begin}-{end}."
+            )
         if math.prod(shape) * itemsize != end - begin:
-            raise ValueError(f"weights file {shown!r} is damaged: tensor {name!r} declares shape {shape} "
-                             f"({entry['dtype']}) but {end - begin:,} bytes.")
+            raise ValueError(
+                f"weights file {shown!r} is damaged: tensor {name!r} declares shape {shape} "
+                f"({entry['dtype']}) but {end - begin:,} bytes."
+            )
         if end > data_size:
-            raise ValueError(f"weights file {shown!r} is truncated: tensor {name!r} ends at byte {end:,} of the data, "
-                             f"the file holds {data_size:,} bytes of data.")
+            raise ValueError(
+                f"weights file {shown!r} is truncated: tensor {name!r} ends at byte {end:,} of the data, "
+                f"the file holds {data_size:,} bytes of data."
+            )
         end_of_data = max(end_of_data, end)
     if end_of_data != data_size:
-        raise ValueError(f"weights file {shown!r} is damaged: {data_size - end_of_data:,} bytes after the last "
-                         "tensor belong to none.")
+        raise ValueError(
+            f"weights file {shown!r} is damaged: {data_size - end_of_data:,} bytes after the last "
+            "tensor belong to none."
+        )
     return header

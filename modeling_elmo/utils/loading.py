@@ -26,8 +26,15 @@ from . import io_utils
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["MAX_PARAMETERS_LIMIT", "HubUnreachableError", "check_config", "check_model_location",
-           "implied_num_parameters", "looks_like_local_path", "refuse_pickled_weights"]
+__all__ = [
+    "MAX_PARAMETERS_LIMIT",
+    "HubUnreachableError",
+    "check_config",
+    "check_model_location",
+    "implied_num_parameters",
+    "looks_like_local_path",
+    "refuse_pickled_weights",
+]
 
 
 class HubUnreachableError(ValueError):
@@ -70,13 +77,16 @@ def check_model_location(location: str | os.PathLike, what: str = "model", filen
         raise ValueError(f"{what} {location!r} does not exist (no such folder)")
     if is_offline_mode():
         if not isinstance(try_to_load_from_cache(location, filename), str):
-            raise ValueError(f"{what} {location!r} does not exist: no such folder, and no Hub model of that name in "
-                             "the local cache (offline mode, HF_HUB_OFFLINE=1).")
+            raise ValueError(
+                f"{what} {location!r} does not exist: no such folder, and no Hub model of that name in "
+                "the local cache (offline mode, HF_HUB_OFFLINE=1)."
+            )
         return False
     if not io_utils.hub_reachable():
         raise HubUnreachableError(
             f"{what} {location!r} is not a local folder, and the Hugging Face Hub ({constants.ENDPOINT}) cannot be "
-            "reached to download it: check the path, or set HF_HUB_OFFLINE=1 to use a copy in the local cache.")
+            "reached to download it: check the path, or set HF_HUB_OFFLINE=1 to use a copy in the local cache."
+        )
     return False
 
 
@@ -84,7 +94,9 @@ def check_model_location(location: str | os.PathLike, what: str = "model", filen
 #: Weight files that would be unpickled by a loader (arbitrary code execution): refused everywhere.
 _PICKLED_WEIGHTS = re.compile(r"(pytorch_model.*\.bin|.*\.(pt|pth|ckpt)|pytorch_model\.bin\.index\.json)")
 #: Files of a training run that are pickles but are never loaded nor uploaded here.
-_TRAINING_STATE = re.compile(r"(optimizer|scheduler|scaler|rng_state.*|training_args|random_states_\d+)\.(pt|pth|bin|pkl)")
+_TRAINING_STATE = re.compile(
+    r"(optimizer|scheduler|scaler|rng_state.*|training_args|random_states_\d+)\.(pt|pth|bin|pkl)"
+)
 
 
 def refuse_pickled_weights(folder: str | os.PathLike) -> None:
@@ -97,8 +109,11 @@ def refuse_pickled_weights(folder: str | os.PathLike) -> None:
     folder = Path(folder)
     if not folder.is_dir():
         return
-    found = sorted(p.name for p in folder.iterdir()
-                   if p.is_file() and _PICKLED_WEIGHTS.fullmatch(p.name) and not _TRAINING_STATE.fullmatch(p.name))
+    found = sorted(
+        p.name
+        for p in folder.iterdir()
+        if p.is_file() and _PICKLED_WEIGHTS.fullmatch(p.name) and not _TRAINING_STATE.fullmatch(p.name)
+    )
     if found:
         raise ValueError(
             f"{folder} holds pickled weights {found}: loading a pickle can run arbitrary code, so this package "
@@ -160,14 +175,18 @@ def check_config(config: Any, source: str = "the config") -> None:
 
     implied = implied_num_parameters(config)
     if implied > MAX_PARAMETERS_LIMIT:
-        raise ValueError(f"{source} describes a model of {implied:.3g} parameters (char_cnn_filters: "
-                         f"{config.num_char_cnn_filters:,} filters, projection_dim {config.projection_dim}, cell_size "
-                         f"{config.cell_size}, vocab_size {config.vocab_size}), more than the "
-                         f"{MAX_PARAMETERS_LIMIT:.0e} this package builds; the file is damaged or not meant for it.")
+        raise ValueError(
+            f"{source} describes a model of {implied:.3g} parameters (char_cnn_filters: "
+            f"{config.num_char_cnn_filters:,} filters, projection_dim {config.projection_dim}, cell_size "
+            f"{config.cell_size}, vocab_size {config.vocab_size}), more than the "
+            f"{MAX_PARAMETERS_LIMIT:.0e} this package builds; the file is damaged or not meant for it."
+        )
     fields = sorted(_ELMO_FIELDS)
     known = set(PretrainedConfig().to_dict()) | set(_ELMO_FIELDS)
     for key in sorted(set(config.to_dict()) - known):
         close = None if key.startswith("_") else _close_field(key, fields)
         if close is not None:
-            logger.warning(f"{source} has the unknown field {key!r}: did you mean {close!r}? It is kept as an "
-                           f"attribute and does not set {close!r}.")
+            logger.warning(
+                f"{source} has the unknown field {key!r}: did you mean {close!r}? It is kept as an "
+                f"attribute and does not set {close!r}."
+            )

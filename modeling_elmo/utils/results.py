@@ -43,7 +43,11 @@ SCHEMA_VERSION = 1
 def _finite(value: float | None, name: str, minimum: float | None = None, maximum: float | None = None) -> None:
     if value is None:
         return
-    if not math.isfinite(value) or (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+    if (
+        not math.isfinite(value)
+        or (minimum is not None and value < minimum)
+        or (maximum is not None and value > maximum)
+    ):
         bounds = f"[{minimum if minimum is not None else '-inf'}, {maximum if maximum is not None else 'inf'}]"
         raise ValueError(f"{name} must be a finite number in {bounds}, got {value!r}")
 
@@ -84,8 +88,10 @@ class PerplexityResult:
             _finite(getattr(self, name), name, minimum=1.0)
         _finite(self.unk_rate, "unk_rate", minimum=0.0, maximum=1.0)
         if self.targets_per_direction < 1 or self.examples < 0:
-            raise ValueError(f"targets_per_direction must be >= 1 and examples >= 0, got {self.targets_per_direction} "
-                             f"and {self.examples}")
+            raise ValueError(
+                f"targets_per_direction must be >= 1 and examples >= 0, got {self.targets_per_direction} "
+                f"and {self.examples}"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,11 +192,15 @@ def read_results(path: str | os.PathLike) -> EvaluationResults:
     path = Path(path)
     data = read_json_object(path, "results", required=True)
     if "schema_version" not in data:
-        raise ValueError(f"results file {path}: missing field 'schema_version' (a file written before the results "
-                         "schema existed; run the evaluation again).")
+        raise ValueError(
+            f"results file {path}: missing field 'schema_version' (a file written before the results "
+            "schema existed; run the evaluation again)."
+        )
     if data.get("schema_version") != SCHEMA_VERSION:
-        raise ValueError(f"results file {path}: unknown schema_version {data.get('schema_version')!r} (this version "
-                         f"reads {SCHEMA_VERSION}).")
+        raise ValueError(
+            f"results file {path}: unknown schema_version {data.get('schema_version')!r} (this version "
+            f"reads {SCHEMA_VERSION})."
+        )
     try:
         return _decode(EvaluationResults, data, "")
     except ValueError as error:

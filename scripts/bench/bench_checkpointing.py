@@ -63,8 +63,11 @@ def one_step(preset: str, batch: int, words: int, vocab: int, checkpointing: boo
     loss.backward()
     seconds = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return {"step_peak_mib": (after - before) / 1024, "kept_for_backward_mib": sum(kept.values()) / 2**20,
-            "seconds": seconds}
+    return {
+        "step_peak_mib": (after - before) / 1024,
+        "kept_for_backward_mib": sum(kept.values()) / 2**20,
+        "seconds": seconds,
+    }
 
 
 def main(argv=None) -> int:
@@ -84,11 +87,31 @@ def main(argv=None) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from bench_forward import cpu_name
 
-    report = {"preset": args.preset, "batch": args.batch, "words": args.words, "form": args.form,
-              "torch": torch.__version__, "cpu": cpu_name()}
+    report = {
+        "preset": args.preset,
+        "batch": args.batch,
+        "words": args.words,
+        "form": args.form,
+        "torch": torch.__version__,
+        "cpu": cpu_name(),
+    }
     for setting in ("off", "on"):
-        command = [sys.executable, __file__, "--one", setting, "--preset", args.preset, "--batch", str(args.batch),
-                   "--words", str(args.words), "--vocab", str(args.vocab), "--form", args.form]
+        command = [
+            sys.executable,
+            __file__,
+            "--one",
+            setting,
+            "--preset",
+            args.preset,
+            "--batch",
+            str(args.batch),
+            "--words",
+            str(args.words),
+            "--vocab",
+            str(args.vocab),
+            "--form",
+            args.form,
+        ]
         done = subprocess.run(command, capture_output=True, text=True, check=True)
         report[f"checkpointing_{setting}"] = json.loads(done.stdout.strip().splitlines()[-1])
     for key in ("step_peak_mib", "kept_for_backward_mib"):

@@ -50,8 +50,9 @@ def write_model(folder: Path, characters: int, words: int, seed: int = 0) -> Pat
         return ((torch.rand(*shape, generator=generator) * 2 - 1) * bound).float()
 
     chars = [chr(0x4E00 + i) for i in range(characters)]
-    vocabulary = list(dict.fromkeys("".join(rng.choice(chars[:500]) for _ in range(rng.randint(1, 4)))
-                                    for _ in range(words)))
+    vocabulary = list(
+        dict.fromkeys("".join(rng.choice(chars[:500]) for _ in range(rng.randint(1, 4))) for _ in range(words))
+    )
     dc, dw, P, H, F = 50, 100, 512, 4096, sum(n for _, n in FILTERS)
     te = collections.OrderedDict()
     te["word_emb_layer.embedding.weight"] = uniform(len(vocabulary) + 4, dw, scale=0.25)
@@ -74,7 +75,10 @@ def write_model(folder: Path, characters: int, words: int, seed: int = 0) -> Pat
             en[f"{prefix}.state_projection.weight"] = uniform(P, H, fan_in=H)
     folder.mkdir(parents=True)
     symbols = ["<bos>", "<eos>", "<oov>", "<pad>", "<bow>", "<eow>"]
-    for name, tokens in (("char.dic", chars + symbols), ("word.dic", ["<oov>", "<bos>", "<eos>", "<pad>"] + vocabulary)):
+    for name, tokens in (
+        ("char.dic", chars + symbols),
+        ("word.dic", ["<oov>", "<bos>", "<eos>", "<pad>"] + vocabulary),
+    ):
         (folder / name).write_text("".join(f"{t}\t{i}\n" for i, t in enumerate(tokens)), encoding="utf-8")
     (folder / "token_embedder.pkl").write_bytes(legacy_cuda_pickle(te))
     (folder / "encoder.pkl").write_bytes(legacy_cuda_pickle(en))
@@ -93,9 +97,17 @@ def main() -> None:
         out = convert_efml(model, Path(tmp) / "converted", language="zh")
         seconds = time.perf_counter() - started
         metadata = json.loads((out / "conversion_metadata.json").read_text(encoding="utf-8"))
-    print(json.dumps({"conversion_seconds": round(seconds, 1), "model_bytes": size,
-                      "parameters": metadata["num_parameters"], "torch_threads": torch.get_num_threads(),
-                      "max_abs_difference_per_layer": metadata["validation_max_abs_difference_per_layer"]}))
+    print(
+        json.dumps(
+            {
+                "conversion_seconds": round(seconds, 1),
+                "model_bytes": size,
+                "parameters": metadata["num_parameters"],
+                "torch_threads": torch.get_num_threads(),
+                "max_abs_difference_per_layer": metadata["validation_max_abs_difference_per_layer"],
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

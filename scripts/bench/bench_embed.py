@@ -54,7 +54,9 @@ def synthetic_lines(seed: int = 0):
     import random
 
     rng = random.Random(seed)
-    vocab = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(1, 12))) for _ in range(50_000)]
+    vocab = [
+        "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(1, 12))) for _ in range(50_000)
+    ]
     weights = [1.0 / (rank + 1) for rank in range(len(vocab))]
     while True:
         yield " ".join(rng.choices(vocab, weights, k=max(1, int(rng.expovariate(1 / 22))))) + "\n"
@@ -106,7 +108,7 @@ def matmul_peak(device: str, dtype: torch.dtype, n: int = 2048, repeats: int = 5
 def baseline_sentences_per_second(embedder: ElmoEmbedder, path: Path, num_lines: int, batch_size: int) -> dict:
     """Embed the first ``num_lines`` lines in file order, ``batch_size`` at a time: no sorting, no output files."""
     with open(path, encoding="utf-8") as handle:
-        sentences = [line.split() for _, line in zip(range(num_lines), handle)]
+        sentences = [line.split() for _, line in zip(range(num_lines), handle, strict=False)]
     sentences = [s for s in sentences if s]
     batches = [sentences[i : i + batch_size] for i in range(0, len(sentences), batch_size)]
     embedder.embed_batch(batches[0][:2])  # warm-up
@@ -116,8 +118,11 @@ def baseline_sentences_per_second(embedder: ElmoEmbedder, path: Path, num_lines:
     for batch in batches:
         embedder.embed_batch(batch)
     seconds = time.perf_counter() - start
-    return {"lines": len(sentences), "seconds": round(seconds, 3),
-            "sentences_per_second": round(len(sentences) / seconds, 1)}
+    return {
+        "lines": len(sentences),
+        "seconds": round(seconds, 3),
+        "sentences_per_second": round(len(sentences) / seconds, 1),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -130,38 +135,55 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
     parser.add_argument("--synthetic", action="store_true", help="random Zipfian sentences instead of the corpus lines")
-    parser.add_argument("--baseline-lines", type=int, default=1000,
-                        help="lines embedded by the unsorted baseline (at most --lines)")
+    parser.add_argument(
+        "--baseline-lines", type=int, default=1000, help="lines embedded by the unsorted baseline (at most --lines)"
+    )
     args = parser.parse_args(argv)
     if args.lines < 1 or args.baseline_lines < 1:
-        raise SystemExit(f"bench_embed: --lines and --baseline-lines must be positive, got {args.lines} and "
-                         f"{args.baseline_lines}.")
+        raise SystemExit(
+            f"bench_embed: --lines and --baseline-lines must be positive, got {args.lines} and {args.baseline_lines}."
+        )
     names = [n.strip() for n in args.models.split(",") if n.strip()]
     unknown = [n for n in names if n not in SHAPES]
     if unknown:
         raise SystemExit(f"bench_embed: unknown model shape(s) {unknown}; choose from {sorted(SHAPES)}.")
 
-    results = {"device": args.device, "dtype": args.dtype, "torch_threads": torch.get_num_threads(),
-               "batch_size": args.batch_size, "mode": args.mode, "torch": torch.__version__,
-               "cpu": cpu_name(), "cpu_cores": os.cpu_count(),
-               "gpu": torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else None,
-               "matmul_peak_gflops": round(matmul_peak(args.device, DTYPES[args.dtype]) / 1e9, 1), "models": {}}
+    results = {
+        "device": args.device,
+        "dtype": args.dtype,
+        "torch_threads": torch.get_num_threads(),
+        "batch_size": args.batch_size,
+        "mode": args.mode,
+        "torch": torch.__version__,
+        "cpu": cpu_name(),
+        "cpu_cores": os.cpu_count(),
+        "gpu": torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else None,
+        "matmul_peak_gflops": round(matmul_peak(args.device, DTYPES[args.dtype]) / 1e9, 1),
+        "models": {},
+    }
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "input.txt"
         results["input"] = write_input(src, args.lines, args.synthetic)
         for name in names:
             torch.manual_seed(0)
             config = load_shape(name)
-            embedder = ElmoEmbedder(ElmoModel(config), ElmoTokenizer(), device=args.device,
-                                    dtype=DTYPES[args.dtype])
+            embedder = ElmoEmbedder(ElmoModel(config), ElmoTokenizer(), device=args.device, dtype=DTYPES[args.dtype])
             out = Path(tmp) / f"{name}.h5"
             start = time.perf_counter()
-            report = embed_file(src, out, embedder, mode=args.mode, batch_size=args.batch_size,
-                                chunk_size=args.chunk_size, show_progress=False)
+            report = embed_file(
+                src,
+                out,
+                embedder,
+                mode=args.mode,
+                batch_size=args.batch_size,
+                chunk_size=args.chunk_size,
+                show_progress=False,
+            )
             wall = time.perf_counter() - start
             speed = report.embedded_lines / report.seconds
-            baseline = baseline_sentences_per_second(embedder, src, min(args.baseline_lines, args.lines),
-                                                     args.batch_size)
+            baseline = baseline_sentences_per_second(
+                embedder, src, min(args.baseline_lines, args.lines), args.batch_size
+            )
             positions = report.num_tokens + 2 * (report.embedded_lines - report.blank_lines)
             achieved = positions * forward_flops(config, 1, 1) / 3 / report.seconds  # forward_flops counts 3 positions
             results["models"][name] = {

@@ -48,7 +48,6 @@ from modeling_elmo import BOS_CHAR_IDS, EOS_CHAR_IDS, ElmoConfig, ElmoModel, enc
 from modeling_elmo.acceleration.packed_kernels import default_cpu_kernels, use_packed_kernels  # noqa: E402
 
 
-
 def cpu_name() -> str:
     """The CPU's model name (Linux), else what `platform` knows."""
     try:
@@ -152,18 +151,23 @@ def baseline_forward(model: ElmoModel, input_ids: torch.Tensor) -> list[torch.Te
 
     forward = run(model.encoder.forward_layers, e)
     backward = run(model.encoder.backward_layers, e.flip(1))  # same work as a per-row reversal
-    return outputs + [torch.cat([f, b.flip(1)], -1) for f, b in zip(forward, backward)]
+    return outputs + [torch.cat([f, b.flip(1)], -1) for f, b in zip(forward, backward, strict=False)]
 
 
 def random_input(batch: int, tokens: int, seed: int = 0) -> torch.Tensor:
     rng = random.Random(seed)
-    words = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 10))) for _ in range(batch * tokens)]
+    words = [
+        "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 10)))
+        for _ in range(batch * tokens)
+    ]
     return torch.as_tensor(encode_words(words)).view(batch, tokens, -1)
 
 
 def bench_tokenizer(repeats: int) -> dict:
     rng = random.Random(0)
-    words = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyzéü") for _ in range(rng.randint(1, 12))) for _ in range(50_000)]
+    words = [
+        "".join(rng.choice("abcdefghijklmnopqrstuvwxyzéü") for _ in range(rng.randint(1, 12))) for _ in range(50_000)
+    ]
 
     def per_character(ws):
         rows = []
@@ -178,8 +182,12 @@ def bench_tokenizer(repeats: int) -> dict:
 
     ours = best_time(lambda: encode_words(words), repeats)
     naive = best_time(lambda: per_character(words), repeats)
-    return {"words": len(words), "vectorised_words_per_s": len(words) / ours, "per_character_words_per_s": len(words) / naive,
-            "speedup": naive / ours}
+    return {
+        "words": len(words),
+        "vectorised_words_per_s": len(words) / ours,
+        "per_character_words_per_s": len(words) / naive,
+        "speedup": naive / ours,
+    }
 
 
 def timed_in_turns(runs: dict, repeats: int, samples: dict[str, int] | None = None) -> dict[str, float]:
@@ -219,15 +227,25 @@ def main(argv=None) -> int:
 
     model = build(lstm_implementation="loop")
     config = model.config
-    models = {"loop": model, "fused": use_packed_kernels(build(lstm_implementation="fused")),
-              "fused_public": build(lstm_implementation="fused")}
+    models = {
+        "loop": model,
+        "fused": use_packed_kernels(build(lstm_implementation="fused")),
+        "fused_public": build(lstm_implementation="fused"),
+    }
     if not args.skip_torch:
         models["torch"] = build(cell_clip=None, proj_clip=None, lstm_implementation="torch")
     for other in models.values():
         other.load_state_dict(model.state_dict())
     a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
-    report = {"preset": args.preset, "threads": args.threads, "torch": torch.__version__, "cpu": cpu_name(), "cpu_cores": os.cpu_count(),
-              "cpu_kernels": default_cpu_kernels().name, "shapes": {}}
+    report = {
+        "preset": args.preset,
+        "threads": args.threads,
+        "torch": torch.__version__,
+        "cpu": cpu_name(),
+        "cpu_cores": os.cpu_count(),
+        "cpu_kernels": default_cpu_kernels().name,
+        "shapes": {},
+    }
     peaks = []
     for shape in args.shapes.split(","):
         batch, tokens = map(int, shape.split("x"))
@@ -241,14 +259,29 @@ def main(argv=None) -> int:
             seconds = timed_in_turns(runs, args.repeats, samples={"matmul_2048": 10})
             peak = 2 * 2048**3 / seconds.pop("matmul_2048")
             peaks.append(peak)
-            results = {name: {"seconds": s, "tokens_per_s": batch * tokens / s, "gflops": flops / s / 1e9,
-                              "fraction_of_matmul_peak": flops / s / peak} for name, s in seconds.items()}
+            results = {
+                name: {
+                    "seconds": s,
+                    "tokens_per_s": batch * tokens / s,
+                    "gflops": flops / s / 1e9,
+                    "fraction_of_matmul_peak": flops / s / peak,
+                }
+                for name, s in seconds.items()
+            }
             reference = model(input_ids=ids).last_hidden_state
-            torch.testing.assert_close(models["fused"](input_ids=ids).last_hidden_state, reference, atol=1e-4, rtol=1e-4)
+            torch.testing.assert_close(
+                models["fused"](input_ids=ids).last_hidden_state, reference, atol=1e-4, rtol=1e-4
+            )
             if "fused_public" in results:
-                torch.testing.assert_close(models["fused_public"](input_ids=ids).last_hidden_state, reference, atol=1e-4, rtol=1e-4)
-                results["fused_public"]["speedup_over_loop"] = results["loop"]["seconds"] / results["fused_public"]["seconds"]
-                results["fused"]["speedup_over_public_form"] = results["fused_public"]["seconds"] / results["fused"]["seconds"]
+                torch.testing.assert_close(
+                    models["fused_public"](input_ids=ids).last_hidden_state, reference, atol=1e-4, rtol=1e-4
+                )
+                results["fused_public"]["speedup_over_loop"] = (
+                    results["loop"]["seconds"] / results["fused_public"]["seconds"]
+                )
+                results["fused"]["speedup_over_public_form"] = (
+                    results["fused_public"]["seconds"] / results["fused"]["seconds"]
+                )
             if "baseline" in results:
                 torch.testing.assert_close(baseline_forward(model, ids)[-1][:, 1:-1], reference, atol=1e-4, rtol=1e-4)
                 for name in [n for n in results if n != "baseline"]:
@@ -258,8 +291,12 @@ def main(argv=None) -> int:
         floor["fraction_of_matmul_peak"] = flops / floor["seconds"] / peak
         for name in results:
             results[name]["fraction_of_product_floor"] = floor["seconds"] / results[name]["seconds"]
-        report["shapes"][shape] = {"gflop_per_call": flops / 1e9, "matmul_peak_gflops": peak / 1e9,
-                                   "matrix_product_floor": floor, **results}
+        report["shapes"][shape] = {
+            "gflop_per_call": flops / 1e9,
+            "matmul_peak_gflops": peak / 1e9,
+            "matrix_product_floor": floor,
+            **results,
+        }
     report["matmul_peak_gflops"] = max(peaks) / 1e9
     report["tokenizer"] = bench_tokenizer(args.repeats)
     print(json.dumps(report, indent=2))

@@ -82,13 +82,16 @@ def most_frequent_words(lines: list[str], size: int) -> Vocabulary:
 
 def load_sentences(path: Path, limit: int = 20000) -> list[str]:
     with open(path, encoding="utf-8", errors="replace") as handle:
-        lines = [line.strip() for _, line in zip(range(limit * 2), handle)]
+        lines = [line.strip() for _, line in zip(range(limit * 2), handle, strict=False)]
     return [line for line in lines if 1 <= len(line.split()) <= 40][:limit]
 
 
 def make_batches(lines: list[str], vocab: Vocabulary, batch_size: int, n: int) -> list[dict[str, torch.Tensor]]:
     out = tokenize_batch({"text": lines}, word_to_id=vocab.index, mode="sentences", max_sentence_length=40)
-    examples = sorted(({"word_ids": i, "oov": o} for i, o in zip(out["word_ids"], out["oov"])), key=lambda e: len(e["word_ids"]))
+    examples = sorted(
+        ({"word_ids": i, "oov": o} for i, o in zip(out["word_ids"], out["oov"], strict=False)),
+        key=lambda e: len(e["word_ids"]),
+    )
     collate = Collator(vocab.char_table())
     # pools of similar length, taken from across the length range
     step = max(1, len(examples) // (n * batch_size))
@@ -96,8 +99,9 @@ def make_batches(lines: list[str], vocab: Vocabulary, batch_size: int, n: int) -
     return [collate(c) for c in chosen if len(c) == batch_size]
 
 
-def train_throughput(config: ElmoConfig, batches, steps: int, warmup: int = 2,
-                     implementations: tuple[str, ...] = ("auto",)) -> dict[str, dict[str, float]]:
+def train_throughput(
+    config: ElmoConfig, batches, steps: int, warmup: int = 2, implementations: tuple[str, ...] = ("auto",)
+) -> dict[str, dict[str, float]]:
     """Training steps of one model per LSTM implementation (same initial weights), taken in turns (one step of
     each, ``warmup + steps`` rounds), so that a shared machine's load hits them alike. Per implementation: tokens/s,
     positions/s, positions per target, seconds, and the final loss."""
@@ -124,9 +128,16 @@ def train_throughput(config: ElmoConfig, batches, steps: int, warmup: int = 2,
                 total["tokens"] += int(out.num_forward_targets)
                 total["positions"] += int(batch["attention_mask"].sum()) + 2 * batch["attention_mask"].shape[0]
                 total["loss"] = float(out.loss.detach())
-    return {name: {"tokens_per_s": t["tokens"] / t["seconds"], "positions_per_s": t["positions"] / t["seconds"],
-                   "positions_per_target": t["positions"] / t["tokens"], "seconds": t["seconds"], "final_loss": t["loss"]}
-            for name, t in totals.items()}
+    return {
+        name: {
+            "tokens_per_s": t["tokens"] / t["seconds"],
+            "positions_per_s": t["positions"] / t["seconds"],
+            "positions_per_target": t["positions"] / t["tokens"],
+            "seconds": t["seconds"],
+            "final_loss": t["loss"],
+        }
+        for name, t in totals.items()
+    }
 
 
 def _ddp_worker(rank: int, world: int, config_dict: dict, batches, steps: int, port: int, queue) -> None:
@@ -136,7 +147,9 @@ def _ddp_worker(rank: int, world: int, config_dict: dict, batches, steps: int, p
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.manual_seed(0)
-    model = torch.nn.parallel.DistributedDataParallel(use_packed_kernels(ElmoForBidirectionalLM(ElmoConfig.from_dict(config_dict))))
+    model = torch.nn.parallel.DistributedDataParallel(
+        use_packed_kernels(ElmoForBidirectionalLM(ElmoConfig.from_dict(config_dict)))
+    )
     optimizer = build_optimizer(model, ADAGRAD, "cpu")
     tokens, elapsed = 0, 0.0
     mine = batches[rank::world]
@@ -168,7 +181,9 @@ def ddp_throughput(config: ElmoConfig, batches, steps: int) -> float:
         port = s.getsockname()[1]
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    mp.start_processes(_ddp_worker, args=(2, config.to_dict(), batches, steps, port, queue), nprocs=2, start_method="spawn")
+    mp.start_processes(
+        _ddp_worker, args=(2, config.to_dict(), batches, steps, port, queue), nprocs=2, start_method="spawn"
+    )
     return queue.get(timeout=10)
 
 
@@ -180,14 +195,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--vocab-size", type=int, default=None, help="default: the preset's (tiny: 10,000)")
     parser.add_argument("--no-ddp", action="store_true", help="skip the 2-process scaling measurement")
-    parser.add_argument("--lstm-implementations", nargs="+", default=["loop", "fused"],
-                        choices=["auto", "loop", "fused", "torch"],
-                        help="timed in turns in one process; the last one is also used for the DDP measurement")
+    parser.add_argument(
+        "--lstm-implementations",
+        nargs="+",
+        default=["loop", "fused"],
+        choices=["auto", "loop", "fused", "torch"],
+        help="timed in turns in one process; the last one is also used for the DDP measurement",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     peak = matmul_flops()
-    print(json.dumps({"bench": "fp32_matmul", "cpu": cpu_name(), "cpu_cores": os.cpu_count(),
-                      "threads": torch.get_num_threads(), "flop_per_s": peak}), flush=True)
+    print(
+        json.dumps(
+            {
+                "bench": "fp32_matmul",
+                "cpu": cpu_name(),
+                "cpu_cores": os.cpu_count(),
+                "threads": torch.get_num_threads(),
+                "flop_per_s": peak,
+            }
+        ),
+        flush=True,
+    )
     lines = load_sentences(Path(args.text))
     for preset in args.presets:
         config = ElmoConfig.from_json_file(str(REPO / "configuration" / f"{preset}.json"))
@@ -201,16 +230,29 @@ def main(argv: list[str] | None = None) -> int:
         config.lstm_implementation = args.lstm_implementations[-1]
         single = runs[args.lstm_implementations[-1]]
         record = {
-            "bench": "cpu_train", "preset": preset, "vocab_size": config.vocab_size, "lm_softmax": config.lm_softmax,
-            "batch_size": args.batch_size, "steps": args.steps, "threads": torch.get_num_threads(),
+            "bench": "cpu_train",
+            "preset": preset,
+            "vocab_size": config.vocab_size,
+            "lm_softmax": config.lm_softmax,
+            "batch_size": args.batch_size,
+            "steps": args.steps,
+            "threads": torch.get_num_threads(),
         }
         for name, run in runs.items():
             achieved = run["positions_per_s"] * flops_per_position(config, run["positions_per_target"])
-            record[name] = {"tokens_per_s": round(run["tokens_per_s"], 1), "achieved_flop_per_s": achieved,
-                            "fraction_of_matmul_peak": achieved / peak, "final_loss": round(run["final_loss"], 4)}
+            record[name] = {
+                "tokens_per_s": round(run["tokens_per_s"], 1),
+                "achieved_flop_per_s": achieved,
+                "fraction_of_matmul_peak": achieved / peak,
+                "final_loss": round(run["final_loss"], 4),
+            }
         # the last implementation's figures also at the top level (the record's layout before the comparison)
-        record.update({k: record[args.lstm_implementations[-1]][k]
-                       for k in ("tokens_per_s", "achieved_flop_per_s", "fraction_of_matmul_peak")})
+        record.update(
+            {
+                k: record[args.lstm_implementations[-1]][k]
+                for k in ("tokens_per_s", "achieved_flop_per_s", "fraction_of_matmul_peak")
+            }
+        )
         record["lstm_implementation"] = args.lstm_implementations[-1]
         first, last = args.lstm_implementations[0], args.lstm_implementations[-1]
         if first != last:

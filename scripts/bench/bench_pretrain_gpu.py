@@ -57,7 +57,7 @@ def synthetic_corpus(vocab_size: int, n_words: int, seed: int = 0) -> tuple[Voca
 def window_examples(vocab: Vocabulary, lines: list[str], window_size: int) -> list[dict]:
     """The synthetic text cut into windows of the <S> w .. </S> stream, as the trainer's ``--batching windows``."""
     out = tokenize_batch({"text": lines}, word_to_id=vocab.index, mode="windows", window_size=window_size)
-    return [{"word_ids": i, "oov": o} for i, o in zip(out["word_ids"], out["oov"])]
+    return [{"word_ids": i, "oov": o} for i, o in zip(out["word_ids"], out["oov"], strict=False)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,10 +70,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--mixed-precision", default="bf16", choices=["no", "bf16", "fp16"])
-    parser.add_argument("--lstm-implementations", nargs="+", default=["loop", "fused"],
-                        choices=["auto", "loop", "fused", "torch"], help="each trains its own model, same initial weights")
-    parser.add_argument("--lstm-implementation", dest="lstm_implementations", nargs=1, choices=["auto", "loop", "fused", "torch"],
-                        help=argparse.SUPPRESS)  # the older spelling: one implementation
+    parser.add_argument(
+        "--lstm-implementations",
+        nargs="+",
+        default=["loop", "fused"],
+        choices=["auto", "loop", "fused", "torch"],
+        help="each trains its own model, same initial weights",
+    )
+    parser.add_argument(
+        "--lstm-implementation",
+        dest="lstm_implementations",
+        nargs=1,
+        choices=["auto", "loop", "fused", "torch"],
+        help=argparse.SUPPRESS,
+    )  # the older spelling: one implementation
     parser.add_argument("--no-clip", action="store_true", help="turn cell/proj clipping off (allows the cuDNN LSTM)")
     parser.add_argument("--compile", action="store_true", help="torch.compile the model")
     args = parser.parse_args(argv)
@@ -83,7 +93,11 @@ def main(argv: list[str] | None = None) -> int:
     accelerator = Accelerator(mixed_precision=args.mixed_precision)
     device = accelerator.device
     cuda = torch.cuda.is_available() and device.type == "cuda"
-    info = {"bench": "gpu_env", "device": torch.cuda.get_device_name() if cuda else str(device), "torch": torch.__version__}
+    info = {
+        "bench": "gpu_env",
+        "device": torch.cuda.get_device_name() if cuda else str(device),
+        "torch": torch.__version__,
+    }
     print(json.dumps(info), flush=True)
 
     vocab, lines = synthetic_corpus(args.vocab_size, args.corpus_words)
@@ -97,7 +111,16 @@ def main(argv: list[str] | None = None) -> int:
         collate(examples[start : start + 256])
         n_coll += len(examples[start : start + 256]) * args.window_size
     collate_tps = n_coll / (time.perf_counter() - t0)
-    print(json.dumps({"bench": "cpu_data_pipeline", "tokenize_tokens_per_s": len(examples) * args.window_size / tokenize_s, "collate_tokens_per_s": collate_tps}), flush=True)
+    print(
+        json.dumps(
+            {
+                "bench": "cpu_data_pipeline",
+                "tokenize_tokens_per_s": len(examples) * args.window_size / tokenize_s,
+                "collate_tokens_per_s": collate_tps,
+            }
+        ),
+        flush=True,
+    )
 
     config = ElmoConfig.from_json_file(str(REPO / "configuration" / f"{args.preset}.json"))
     config.vocab_size = len(vocab)
@@ -117,7 +140,11 @@ def main(argv: list[str] | None = None) -> int:
         model.train()
         for batch_size in args.batch_sizes:
             batches = [collate(examples[i * batch_size : (i + 1) * batch_size]) for i in range(8)]
-            batches = [{k: v.to(device) for k, v in b.items() if k in ("input_ids", "attention_mask", "labels")} for b in batches if b["input_ids"].shape[0]]
+            batches = [
+                {k: v.to(device) for k, v in b.items() if k in ("input_ids", "attention_mask", "labels")}
+                for b in batches
+                if b["input_ids"].shape[0]
+            ]
             if cuda:
                 torch.cuda.synchronize()
                 torch.cuda.empty_cache()
@@ -138,21 +165,42 @@ def main(argv: list[str] | None = None) -> int:
                     torch.cuda.synchronize()
                 elapsed = time.perf_counter() - t0
             except torch.OutOfMemoryError:
-                print(json.dumps({"bench": "gpu_train", "lstm_implementation": implementation, "batch_size": batch_size,
-                                  "error": "out of memory"}), flush=True)
+                print(
+                    json.dumps(
+                        {
+                            "bench": "gpu_train",
+                            "lstm_implementation": implementation,
+                            "batch_size": batch_size,
+                            "error": "out of memory",
+                        }
+                    ),
+                    flush=True,
+                )
                 torch.cuda.empty_cache()
                 continue
             tokens = args.steps * batch_size * args.window_size
             peak = torch.cuda.max_memory_allocated() if cuda else None
             record = {
-                "bench": "gpu_train", "preset": args.preset, "parameters": n_params, "vocab_size": len(vocab),
-                "lm_softmax": config.lm_softmax, "lstm_implementation": implementation,
-                "clip": config.cell_clip is not None, "compile": args.compile, "mixed_precision": args.mixed_precision,
-                "batch_size": batch_size, "window_size": args.window_size, "steps": args.steps,
-                "ms_per_step": 1000 * elapsed / args.steps, "tokens_per_s": tokens / elapsed, "target_tokens_per_s": 550_000,
+                "bench": "gpu_train",
+                "preset": args.preset,
+                "parameters": n_params,
+                "vocab_size": len(vocab),
+                "lm_softmax": config.lm_softmax,
+                "lstm_implementation": implementation,
+                "clip": config.cell_clip is not None,
+                "compile": args.compile,
+                "mixed_precision": args.mixed_precision,
+                "batch_size": batch_size,
+                "window_size": args.window_size,
+                "steps": args.steps,
+                "ms_per_step": 1000 * elapsed / args.steps,
+                "tokens_per_s": tokens / elapsed,
+                "target_tokens_per_s": 550_000,
                 "final_loss": float(loss.detach()),
                 "peak_memory_gib": peak / 2**30 if peak is not None else None,
-                "peak_memory_kib_per_token": peak / 2**10 / (batch_size * args.window_size) if peak is not None else None,
+                "peak_memory_kib_per_token": peak / 2**10 / (batch_size * args.window_size)
+                if peak is not None
+                else None,
             }
             print(json.dumps(record), flush=True)
         del model, optimizer

@@ -39,22 +39,62 @@ def write_corpus(path: Path, vocab_size: int, words: int) -> int:
 
 def run_trainer(args, batching: str, corpus: Path, out: Path) -> dict:
     output_dir = out / f"run-{batching}"
-    launch = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1", "--num_machines", "1",
-              "--mixed_precision", args.mixed_precision, "--dynamo_backend", "no"]
+    launch = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--num_processes",
+        "1",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        args.mixed_precision,
+        "--dynamo_backend",
+        "no",
+    ]
     if args.smoke:
         launch.append("--cpu")
     command = launch + [
-        str(REPO / "scripts" / "pretrain.py"), "--train-file", str(corpus), "--model-config", args.preset,
-        "--vocab-size", str(args.vocab_size), "--batching", batching, "--window-size", "20",
-        "--max-sentence-length", "50", "--per-device-train-batch-size", str(args.batch_size),
-        "--max-train-minutes", str(args.seconds / 60), "--num-train-epochs", "1000", "--logging-steps", str(args.logging_steps),
-        "--validation-split-percentage", "0", "--checkpointing-steps", "0", "--plot", "false", "--seed", "0",
-        "--output-dir", str(output_dir), "--preprocessing-num-workers", str(args.workers),
+        str(REPO / "scripts" / "pretrain.py"),
+        "--train-file",
+        str(corpus),
+        "--model-config",
+        args.preset,
+        "--vocab-size",
+        str(args.vocab_size),
+        "--batching",
+        batching,
+        "--window-size",
+        "20",
+        "--max-sentence-length",
+        "50",
+        "--per-device-train-batch-size",
+        str(args.batch_size),
+        "--max-train-minutes",
+        str(args.seconds / 60),
+        "--num-train-epochs",
+        "1000",
+        "--logging-steps",
+        str(args.logging_steps),
+        "--validation-split-percentage",
+        "0",
+        "--checkpointing-steps",
+        "0",
+        "--plot",
+        "false",
+        "--seed",
+        "0",
+        "--output-dir",
+        str(output_dir),
+        "--preprocessing-num-workers",
+        str(args.workers),
     ]
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false", HF_DATASETS_CACHE=str(out / "datasets-cache"))
     start = time.perf_counter()
     try:
-        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=args.seconds + args.startup_seconds)
+        result = subprocess.run(
+            command, env=env, capture_output=True, text=True, timeout=args.seconds + args.startup_seconds
+        )
         status = {"returncode": result.returncode}
         if result.returncode != 0:
             status["stderr_tail"] = result.stderr[-1500:]
@@ -67,11 +107,21 @@ def run_trainer(args, batching: str, corpus: Path, out: Path) -> dict:
         records = [json.loads(line) for line in metrics.read_text(encoding="utf-8").splitlines() if line.strip()]
     train = [r for r in records if "tokens_per_s" in r]
     rates = [r["tokens_per_s"] for r in train[1:]]  # the first window holds start-up and compilation
-    return {"bench": "trainer", "batching": batching, "preset": args.preset, "batch_size": args.batch_size,
-            "mixed_precision": args.mixed_precision, **status, "logged_windows": len(train),
-            "tokens_per_s": rates, "median_tokens_per_s": statistics.median(rates) if rates else None,
-            "steps": train[-1]["step"] if train else 0, "tokens_seen": train[-1]["tokens_seen"] if train else 0,
-            "last_train_loss": train[-1]["train_loss"] if train else None, "target_windows_tokens_per_s": 550_000}
+    return {
+        "bench": "trainer",
+        "batching": batching,
+        "preset": args.preset,
+        "batch_size": args.batch_size,
+        "mixed_precision": args.mixed_precision,
+        **status,
+        "logged_windows": len(train),
+        "tokens_per_s": rates,
+        "median_tokens_per_s": statistics.median(rates) if rates else None,
+        "steps": train[-1]["step"] if train else 0,
+        "tokens_seen": train[-1]["tokens_seen"] if train else 0,
+        "last_train_loss": train[-1]["train_loss"] if train else None,
+        "target_windows_tokens_per_s": 550_000,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,7 +141,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.smoke:
         args.preset, args.vocab_size, args.corpus_words, args.batch_size = "elmo-tiny", 500, 20000, 8
-        args.seconds, args.startup_seconds, args.logging_steps, args.mixed_precision, args.workers = 1.5, 90.0, 2, "no", 1
+        args.seconds, args.startup_seconds, args.logging_steps, args.mixed_precision, args.workers = (
+            1.5,
+            90.0,
+            2,
+            "no",
+            1,
+        )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     corpus = out / "corpus.txt"
@@ -103,8 +159,10 @@ def main(argv: list[str] | None = None) -> int:
         medians[batching] = record["median_tokens_per_s"]
         print(json.dumps(record), flush=True)
     if medians.get("windows") and medians.get("sentences"):
-        print(json.dumps({"bench": "trainer_ratio", "sentences_over_windows": medians["sentences"] / medians["windows"]}),
-              flush=True)
+        print(
+            json.dumps({"bench": "trainer_ratio", "sentences_over_windows": medians["sentences"] / medians["windows"]}),
+            flush=True,
+        )
     return 0
 
 

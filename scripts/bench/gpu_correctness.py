@@ -44,12 +44,24 @@ TOLERANCE = 5e-5
 
 def relative_difference(actual: torch.Tensor, expected: torch.Tensor) -> float:
     scale = float(expected.detach().abs().max()) if expected.numel() else 0.0
-    return float((actual.detach().float() - expected.detach().float()).abs().max()) / max(scale, 1e-12) if expected.numel() else 0.0
+    return (
+        float((actual.detach().float() - expected.detach().float()).abs().max()) / max(scale, 1e-12)
+        if expected.numel()
+        else 0.0
+    )
 
 
 def small_models(device: torch.device) -> tuple[ElmoModel, ElmoModel]:
-    config = ElmoConfig(projection_dim=16, cell_size=64, num_hidden_layers=2, char_embedding_dim=4,
-                        char_cnn_filters=[[1, 8], [2, 8], [3, 16]], num_highway_layers=1, cell_clip=0.5, proj_clip=0.4)
+    config = ElmoConfig(
+        projection_dim=16,
+        cell_size=64,
+        num_hidden_layers=2,
+        char_embedding_dim=4,
+        char_cnn_filters=[[1, 8], [2, 8], [3, 16]],
+        num_highway_layers=1,
+        cell_clip=0.5,
+        proj_clip=0.4,
+    )
     torch.manual_seed(3)
     loop = ElmoModel(config)
     with torch.no_grad():
@@ -77,7 +89,7 @@ def fp32_parity(device: torch.device) -> dict:
     weights = torch.randn(24, 3, enc["input_ids"].shape[1], 32, generator=torch.Generator().manual_seed(1)).to(device)
     report = {}
     compilable = packed_kernels.compiler_available(device)
-    for steps in (["compiled", "plain"] if compilable else ["plain"]):
+    for steps in ["compiled", "plain"] if compilable else ["plain"]:
         for batching in ("sentences", "windows"):
             options = {} if batching == "sentences" else {"add_sentence_boundaries": False}
             loop, fused = small_models(device)
@@ -99,9 +111,14 @@ def fp32_parity(device: torch.device) -> dict:
                 results.append((out, grads))
             (expected, expected_grads), (actual, actual_grads) = results
             worst = {
-                "outputs": max(relative_difference(a, e) for a, e in zip(actual.hidden_states, expected.hidden_states)),
-                "final_states": max(relative_difference(actual.lstm_state.hidden, expected.lstm_state.hidden),
-                                    relative_difference(actual.lstm_state.cell, expected.lstm_state.cell)),
+                "outputs": max(
+                    relative_difference(a, e)
+                    for a, e in zip(actual.hidden_states, expected.hidden_states, strict=False)
+                ),
+                "final_states": max(
+                    relative_difference(actual.lstm_state.hidden, expected.lstm_state.hidden),
+                    relative_difference(actual.lstm_state.cell, expected.lstm_state.cell),
+                ),
                 "gradients": max(relative_difference(actual_grads[n], g) for n, g in expected_grads.items()),
                 "projection_clipped_fraction": float((expected.hidden_states[1].abs() >= 0.4 - 1e-6).float().mean()),
             }
@@ -125,9 +142,17 @@ def host_syncs(device: torch.device) -> dict:
     if device.type != "cuda":
         return {"skipped": "needs CUDA (torch.cuda.set_sync_debug_mode)"}
     vocab, batches = training_batches(500, 20000, 16, 1)
-    config = ElmoConfig(projection_dim=16, cell_size=64, char_embedding_dim=4, char_cnn_filters=[[1, 8], [2, 8]],
-                        num_highway_layers=1, vocab_size=len(vocab), lm_softmax="sampled", num_negative_samples=64,
-                        lstm_implementation="fused")
+    config = ElmoConfig(
+        projection_dim=16,
+        cell_size=64,
+        char_embedding_dim=4,
+        char_cnn_filters=[[1, 8], [2, 8]],
+        num_highway_layers=1,
+        vocab_size=len(vocab),
+        lm_softmax="sampled",
+        num_negative_samples=64,
+        lstm_implementation="fused",
+    )
     model = packed_kernels.use_packed_kernels(ElmoForBidirectionalLM(config)).to(device).train()
     batch = {k: v.to(device) for k, v in batches[0].items() if k in ("input_ids", "attention_mask", "labels")}
     report = {}
@@ -155,12 +180,20 @@ def bf16_loss_curves(device: torch.device, preset: str, steps: int, batch_size: 
     for implementation in ("loop", "fused"):
         config.lstm_implementation = implementation
         torch.manual_seed(0)
-        model = packed_kernels.use_packed_kernels(ElmoForBidirectionalLM(ElmoConfig.from_dict(config.to_dict()))).to(device).train()
+        model = (
+            packed_kernels.use_packed_kernels(ElmoForBidirectionalLM(ElmoConfig.from_dict(config.to_dict())))
+            .to(device)
+            .train()
+        )
         optimizer = torch.optim.Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0)
         losses = []
         start = time.perf_counter()
         for step in range(steps):
-            batch = {k: v.to(device) for k, v in batches[step % len(batches)].items() if k in ("input_ids", "attention_mask", "labels")}
+            batch = {
+                k: v.to(device)
+                for k, v in batches[step % len(batches)].items()
+                if k in ("input_ids", "attention_mask", "labels")
+            }
             torch.manual_seed(1000 + step)  # the same dropout masks and negative samples for both
             with torch.autocast(device.type, dtype=torch.bfloat16):
                 loss = model(**batch, add_sentence_boundaries=False).loss
@@ -172,12 +205,20 @@ def bf16_loss_curves(device: torch.device, preset: str, steps: int, batch_size: 
         losses = [float(v) for v in torch.stack(losses).cpu()]
         seconds[implementation] = time.perf_counter() - start
         curves[implementation] = losses
-    difference = [abs(a - b) for a, b in zip(curves["loop"], curves["fused"])]
+    difference = [abs(a - b) for a, b in zip(curves["loop"], curves["fused"], strict=False)]
     tail = difference[-20:]
-    return {"preset": preset, "steps": steps, "batch_size": batch_size, "vocab_size": len(vocab),
-            "final_loss": {k: v[-1] for k, v in curves.items()}, "first_loss": {k: v[0] for k, v in curves.items()},
-            "max_abs_difference": max(difference), "mean_abs_difference_last_20": sum(tail) / len(tail),
-            "seconds_including_compilation": seconds, "curves": curves}
+    return {
+        "preset": preset,
+        "steps": steps,
+        "batch_size": batch_size,
+        "vocab_size": len(vocab),
+        "final_loss": {k: v[-1] for k, v in curves.items()},
+        "first_loss": {k: v[0] for k, v in curves.items()},
+        "max_abs_difference": max(difference),
+        "mean_abs_difference_last_20": sum(tail) / len(tail),
+        "seconds_including_compilation": seconds,
+        "curves": curves,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -195,9 +236,15 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device(args.device)
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 parity means fp32 products
     torch.backends.cudnn.allow_tf32 = False
-    report = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else str(device), "torch": torch.__version__}
-    checks = {"fp32_parity": lambda: fp32_parity(device), "host_syncs": lambda: host_syncs(device),
-              "bf16_loss_curves": lambda: bf16_loss_curves(device, args.preset, args.steps, args.batch_size, args.vocab_size)}
+    report = {
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else str(device),
+        "torch": torch.__version__,
+    }
+    checks = {
+        "fp32_parity": lambda: fp32_parity(device),
+        "host_syncs": lambda: host_syncs(device),
+        "bf16_loss_curves": lambda: bf16_loss_curves(device, args.preset, args.steps, args.batch_size, args.vocab_size),
+    }
     for name, check in checks.items():
         if name in args.skip:
             continue
