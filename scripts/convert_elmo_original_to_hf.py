@@ -12,7 +12,8 @@ Local files:
         --output elmo-original
 
 The folder loads with ``AutoModel.from_pretrained(folder, trust_remote_code=True)`` and is ready for ``elmo push``.
-The work is done by ``modeling_elmo.conversion.convert`` and ``modeling_elmo.conversion.releases``; see ``docs/conversion.md``.
+The work is done by ``modeling_elmo.conversion.convert`` and ``modeling_elmo.conversion.releases``; see
+``docs/conversion.md``.
 """
 
 import sys

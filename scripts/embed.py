@@ -3,8 +3,8 @@
     python scripts/embed.py sentences.txt elmo.hdf5 --model path/or/hub-id --all
     accelerate launch --multi_gpu --num_processes 4 scripts/embed.py sentences.txt elmo.hdf5 --model m --top
 
-The work is done by ``modeling_elmo.embedding.embed`` (also available as ``elmo embed``); see docs/embed.md for the file layout,
-blank lines, resuming, multi-process runs and the errors it refuses with.
+The work is done by ``modeling_elmo.embedding.embed`` (also available as ``elmo embed``); see docs/embed.md for the file
+layout, blank lines, resuming, multi-process runs and the errors it refuses with.
 """
 
 import sys

@@ -26,7 +26,8 @@ RELATIVE_TOLERANCE = 1e-6
 
 
 def assert_same_numbers(actual: Any, expected: Any, rtol: float = RELATIVE_TOLERANCE, what: str = "") -> None:
-    """``actual`` equals ``expected`` to ``rtol`` of the largest magnitude in ``expected`` (elementwise, shapes equal)."""
+    """``actual`` equals ``expected`` to ``rtol`` of the largest magnitude in ``expected`` (elementwise, shapes
+    equal)."""
     actual = torch.as_tensor(np.asarray(actual) if not isinstance(actual, torch.Tensor) else actual)
     expected = torch.as_tensor(np.asarray(expected) if not isinstance(expected, torch.Tensor) else expected)
     scale = float(expected.abs().max()) if expected.numel() else 0.0

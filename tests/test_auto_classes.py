@@ -133,7 +133,8 @@ LOAD_EVERY_AUTO_CLASS = """
     loaded = {"AutoConfig": type(AutoConfig.from_pretrained(folder, trust_remote_code=True)).__name__,
               "AutoTokenizer": type(tok).__name__}
     outputs = {}
-    for auto in (AutoModel, AutoModelForPreTraining, AutoModelForSequenceClassification, AutoModelForTokenClassification):
+    for auto in (AutoModel, AutoModelForPreTraining, AutoModelForSequenceClassification,
+    AutoModelForTokenClassification):
         model = auto.from_pretrained(folder, trust_remote_code=True).eval()
         assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
         loaded[auto.__name__] = type(model).__name__

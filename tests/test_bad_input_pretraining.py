@@ -1,6 +1,6 @@
 """The table of docs/bad-input.md, section `elmo pretrain`, row by row: each bad input ends the command with one line
-``elmo pretrain: error: ...`` (no traceback), and nothing is written: a new output folder is not created, an existing one
-is left exactly as it was.
+``elmo pretrain: error: ...`` (no traceback), and nothing is written: a new output folder is not created, an existing
+one is left exactly as it was.
 
 Each row runs `modeling_elmo.pretraining.main` in this process (a `SystemExit` carrying one line is what Python prints
 without a traceback; any other exception fails the row); `test_bad_input_is_one_line_on_stderr_in_a_real_process`

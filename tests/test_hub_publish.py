@@ -502,7 +502,8 @@ def test_published_files_hold_no_secret_and_no_local_path(published):
                 assert "/home/someone" not in text, name
 
 
-# --------------------------------------------------------------------------------------------- model card of a real model
+# --------------------------------------------------------------------------------------------- model card of a real
+# model
 def test_card_metadata_round_trips_and_its_model_index_holds_the_json_numbers(published):
     card = ModelCard.load(published["lm"] / "README.md")
     data = card.data

@@ -1,5 +1,5 @@
-"""Tests of `modeling_elmo.embedding.inference`: the strict loader and the embedder that `elmo embed` and the cached features
-share.
+"""Tests of `modeling_elmo.embedding.inference`: the strict loader and the embedder that `elmo embed` and the cached
+features share.
 
 Expected values come from `ElmoModel` called directly on one sentence at a time (no batching, no sorting); the
 loader's weights are compared with the saved model's tensors, which must come back bit for bit.

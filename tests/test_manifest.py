@@ -1,5 +1,5 @@
-"""`modeling_elmo.folders.manifest`: a folder may be replaced by a command only when everything in it is recorded in that
-command's manifest, as it wrote it (size and sha256); the output is checked again at the moment it is replaced, and
+"""`modeling_elmo.folders.manifest`: a folder may be replaced by a command only when everything in it is recorded in
+that command's manifest, as it wrote it (size and sha256); the output is checked again at the moment it is replaced, and
 one command at a time holds it; temporary folders of processes that no longer run are removed, those of live ones
 kept."""
 

@@ -72,7 +72,8 @@ def _run(*argv: str) -> int:
 
 @pytest.fixture
 def disk_full_when(monkeypatch):
-    """``disk_full_when(predicate)``: safetensors' writers fail as on a full disk for the paths ``predicate`` accepts."""
+    """``disk_full_when(predicate)``: safetensors' writers fail as on a full disk for the paths ``predicate``
+    accepts."""
     import transformers.modeling_utils
 
     writers = [

@@ -235,7 +235,8 @@ def stacked_forward_step(gates_x, t, h, c, valid, weight_hh, weight_hr, cell_cli
     """Step ``t`` of D directions at once: ``bmm`` over the stacked weights (D, 4H, P) and (D, P, H); ``gates_x``
     (D, T, B, 4H) and ``valid`` (T, B, 1) whole, indexed here. ``t`` is an int, or, compiled, a one-element index
     tensor: dynamo specialises on an int's value (one graph per step) and on the storage offset of a step's slice,
-    but not on a tensor's values, so one graph serves every step. Returns (activations, unclipped cell, unclipped projection,
+    but not on a tensor's values, so one graph serves every step. Returns (activations, unclipped cell, unclipped
+    projection,
     next h, next c, output)."""
     valid = _at(valid, t, 0)
     acts, cell, c_next, m = _cell(torch.baddbmm(_at(gates_x, t, 1), h, weight_hh.transpose(1, 2)), c, valid, cell_clip)

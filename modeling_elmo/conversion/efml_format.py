@@ -1,5 +1,6 @@
 """Reading an ELMoForManyLangs model (HIT-SCIR, CoNLL 2018 shared task): its folder or zip, its vocabularies, its
-weights, and the architecture they imply. No conversion happens here (`modeling_elmo.conversion.convert_efml` does that).
+weights, and the architecture they imply. No conversion happens here (`modeling_elmo.conversion.convert_efml` does
+that).
 
 A model folder (or the zip NLPL publishes) holds:
 

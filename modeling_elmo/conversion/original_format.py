@@ -1,9 +1,9 @@
 """The original ELMo release format (bilm-tf ``dump_weights``, also read by AllenNLP): reading ``options.json`` and
 ``weights.hdf5``, and the dataset names and shapes the options imply.
 
-A leaf module: it imports only the configuration and file helpers, and `modeling_elmo.conversion.convert` (the conversion),
-`modeling_elmo.conversion.parity` (the numpy reference forward) and `modeling_elmo.conversion.releases` (the download checks) all read the
-release through it.
+A leaf module: it imports only the configuration and file helpers, and `modeling_elmo.conversion.convert` (the
+conversion), `modeling_elmo.conversion.parity` (the numpy reference forward) and `modeling_elmo.conversion.releases`
+(the download checks) all read the release through it.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ def read_options(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def convert_config(options: dict[str, Any], **kwargs: Any) -> ElmoConfig:
-    """The `ElmoConfig` of an original ``options.json`` dict (inference or training form); ``kwargs`` set further fields.
+    """The `ElmoConfig` of an original ``options.json`` dict (inference or training form); ``kwargs`` set further
+    fields.
 
     Unknown keys raise a `ValueError` that names them; ``n_characters`` 261 (a training file) is accepted and stored as
     262, the inference table size.

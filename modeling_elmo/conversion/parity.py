@@ -4,8 +4,8 @@ TensorFlow computation, read straight from the release's HDF5 tensors.
 `validate_converted_model` runs a few sentences (`VALIDATION_SENTENCES`: padding, multi-byte UTF-8, a word over 48
 bytes, literal boundary tokens) through the model as one padded batch and through the numpy forward one sentence at a
 time (TF gate order i, j, f, o, the run-time forget bias +1, the cell clip before tanh(c), the projection clip after
-the projection), and raises with the largest difference and its layer when they disagree. `modeling_elmo.conversion.convert`
-runs it before anything is saved.
+the projection), and raises with the largest difference and its layer when they disagree.
+`modeling_elmo.conversion.convert` runs it before anything is saved.
 """
 
 from __future__ import annotations

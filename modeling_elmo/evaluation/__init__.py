@@ -1,7 +1,8 @@
 """Evaluation suite of `modeling_elmo`: perplexity with a unigram baseline, a nearest-neighbour
 word-sense probe that reports ties, and linear probes (sentiment, POS) on cached frozen features.
 Run it with ``elmo evaluate`` (`main`, defined in `modeling_elmo.evaluation.cli`); it writes the results schema of
-`modeling_elmo.utils.results` into the model's evaluation folder (`modeling_elmo.folders.run_folder.EvaluationFolder`)."""
+`modeling_elmo.utils.results` into the model's evaluation folder
+(`modeling_elmo.folders.run_folder.EvaluationFolder`)."""
 
 from .cli import main
 from .data import read_conllu, read_ptb_tagged, read_sst2, read_text_sentences, read_wsd_jsonl

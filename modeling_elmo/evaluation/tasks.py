@@ -92,7 +92,8 @@ def compute_layer_features(
 def fit_unigram_baseline(
     tokenizer: Any, sentences: Sequence[Sequence[str]], *, fitted_on: str, smoothing: float = 1.0, progress: bool = True
 ) -> UnigramBaseline:
-    """The unigram baseline of `modeling_elmo.evaluation.lm_scoring` fitted on ``sentences`` (words outside the tokenizer's
+    """The unigram baseline of `modeling_elmo.evaluation.lm_scoring` fitted on ``sentences`` (words outside the
+    tokenizer's
     vocabulary count as ``<UNK>``). Fitted on the evaluation sentences themselves it is an optimistic "oracle"."""
     word_ids = (
         tokenizer.word_ids_of(list(s))

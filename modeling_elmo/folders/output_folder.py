@@ -2,8 +2,8 @@
 another command wrote), hold a lock beside it for the whole conversion, fill a temporary sibling, record what was
 written (`modeling_elmo.folders.manifest`), rename it into place after checking the output again.
 
-Shared by the converters (`modeling_elmo.conversion.convert`, `modeling_elmo.conversion.convert_efml`): a folder with the final name is
-always complete, and a failure leaves nothing behind.
+Shared by the converters (`modeling_elmo.conversion.convert`, `modeling_elmo.conversion.convert_efml`): a folder with
+the final name is always complete, and a failure leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -93,8 +93,8 @@ def check_output_location(output_dir: str | os.PathLike) -> Path:
 
 def locks_output(function: _Function) -> _Function:
     """Run a converter (a function with an ``output_dir`` argument) holding the lock of its output
-    folder (`modeling_elmo.folders.manifest.output_lock`): a second conversion into the same folder is refused at once with
-    one line. The output's location is checked (`check_output_location`, writing nothing) before the lock is
+    folder (`modeling_elmo.folders.manifest.output_lock`): a second conversion into the same folder is refused at once
+    with one line. The output's location is checked (`check_output_location`, writing nothing) before the lock is
     taken; the function checks the rest (`check_output_dir`)."""
     signature = inspect.signature(function)
 
@@ -129,8 +129,8 @@ def _make_parents(folder: Path) -> list[Path]:
 
 def write_folder_atomically(output_dir: Path, fill: Callable[[Path], None], *, overwrite: bool = False) -> Path:
     """Let ``fill(folder)`` write a fresh temporary folder next to ``output_dir``, record its files in a manifest,
-    then rename it into place (`modeling_elmo.folders.manifest.install_folder`: an output that appeared meanwhile is never
-    replaced; with ``overwrite``, an earlier conversion's, checked again file by file at that moment), so a folder
+    then rename it into place (`modeling_elmo.folders.manifest.install_folder`: an output that appeared meanwhile is
+    never replaced; with ``overwrite``, an earlier conversion's, checked again file by file at that moment), so a folder
     with the final name is always complete. On any failure the temporary folder and any parent folders
     this call created are removed, and a file-system error becomes a `ValueError` naming ``output_dir``."""
     parent = output_dir.resolve().parent

@@ -2,7 +2,8 @@
 
 One job per module:
 
-* `modeling_elmo.hub.safety`: pickled weights are refused (`modeling_elmo.utils.loading.refuse_pickled_weights`, the loaders' guard),
+* `modeling_elmo.hub.safety`: pickled weights are refused (`modeling_elmo.utils.loading.refuse_pickled_weights`, the
+loaders' guard),
   tokens are never published nor read from the published folders, the shipped code is audited;
 * `modeling_elmo.hub.card`: the model card, from the results schema (docs/results.md) and the run's metadata;
 * `modeling_elmo.hub.publish`: the checks of the model folder (no link out of it, finite float weights), the

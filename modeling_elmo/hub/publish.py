@@ -479,8 +479,8 @@ def assemble_repo_folder(
     `save_for_hub`; the card is rendered by `build_model_card` from `card_inputs_of`; the plots (``plots`` and the
     folder's own) go to ``plots/``. While it works, the call holds a lock beside ``output_dir`` (a second push into
     the same folder is refused). The folder is built under a temporary name next to ``output_dir`` and moved into
-    place when complete (`modeling_elmo.folders.manifest.install_folder`); an existing ``output_dir`` is replaced only if it
-    holds nothing but a previous push's files, as that push wrote them (checked again at that moment).
+    place when complete (`modeling_elmo.folders.manifest.install_folder`); an existing ``output_dir`` is replaced only
+    if it holds nothing but a previous push's files, as that push wrote them (checked again at that moment).
     """
     validate_repo_id(repo_id)
     run = check_model_folder(model_dir)

@@ -40,7 +40,8 @@ def evaluate(
     split: str = "validation",
 ) -> PerplexityResult:
     """Exact full-softmax perplexity of ``dataset`` (each process scores its share; the totals are reduced), with the
-    unigram ``baseline``'s on the same targets when given, through `modeling_elmo.evaluation.lm_scoring.score_batches` (the
+    unigram ``baseline``'s on the same targets when given, through `modeling_elmo.evaluation.lm_scoring.score_batches`
+    (the
     scoring loop ``elmo evaluate`` uses too)."""
     import datasets
 

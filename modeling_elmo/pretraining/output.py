@@ -3,8 +3,8 @@
 * `check_output_folder` runs before anything is written: the path must be a folder that can be created and
   written, and a folder that already holds a run is refused unless the run is resumed (with the same arguments) or
   ``--overwrite`` is given, which clears the run's files (and only those: a folder holding anything that
-  pretraining does not write, at any depth, is never cleared; `modeling_elmo.folders.run_folder.RunFolder.run_entries`). A
-  run with the same arguments that stopped before its first checkpoint holds nothing to resume: it is started again
+  pretraining does not write, at any depth, is never cleared; `modeling_elmo.folders.run_folder.RunFolder.run_entries`).
+  A run with the same arguments that stopped before its first checkpoint holds nothing to resume: it is started again
   without ``--overwrite``.
 * `run_lock` is held by the main process for the whole run: a second ``elmo pretrain`` on the same
   ``--output-dir`` stops at once instead of writing into the same files.

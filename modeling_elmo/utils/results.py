@@ -70,7 +70,8 @@ class UnigramBaselineResult:
 
 @dataclasses.dataclass(frozen=True)
 class PerplexityResult:
-    """Exact (full-softmax) perplexity of the biLM on one split of one dataset (see `modeling_elmo.evaluation.lm_scoring`)."""
+    """Exact (full-softmax) perplexity of the biLM on one split of one dataset (see
+    `modeling_elmo.evaluation.lm_scoring`)."""
 
     dataset: str
     split: str  # "validation", "test", or "held-out" (a text file given to elmo evaluate)

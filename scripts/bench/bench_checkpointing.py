@@ -10,9 +10,9 @@ RSS, takes one training step (exact softmax loss over a ``--vocab`` word vocabul
 records the peak RSS again. ``step_peak_mib`` is the difference: what the step itself needed at its peak.
 ``kept_for_backward_mib`` is what autograd holds between the forward and the backward pass: the distinct storages of
 the tensors saved for the backward pass (parameters left out), counted by a `saved_tensors_hooks` around the forward
-(inside a checkpointed unit, the checkpoint's own hooks take over: what it recomputes is not counted). ``--form package`` gives the model the installed package's
-recurrence (`packed_kernels.use_packed_kernels`, what ``elmo pretrain`` runs), ``shipped`` the files shipped with a
-model.
+(inside a checkpointed unit, the checkpoint's own hooks take over: what it recomputes is not counted). ``--form
+package`` gives the model the installed package's recurrence (`packed_kernels.use_packed_kernels`, what ``elmo
+pretrain`` runs), ``shipped`` the files shipped with a model.
 """
 
 from __future__ import annotations

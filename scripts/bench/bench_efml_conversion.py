@@ -6,8 +6,8 @@ Writes, in a temporary folder, a model in the exact published layout and shapes 
 50-dimensional character vectors, 100-dimensional word vectors, 2 highways, 2 x LSTM 4096 -> 512; legacy-format
 pickles with CUDA storages, ``char.dic``/``word.dic``) with random weights scaled by 1/sqrt(fan-in), as trained
 weights are (random weights of a larger scale make the 4096-cell LSTM chaotic, and no two implementations then agree
-beyond a few layers), converts it with `modeling_elmo.conversion.convert_efml.convert_efml` and prints one JSON object: the
-conversion's wall time, the largest difference per layer to the float64 reference, and the sizes.
+beyond a few layers), converts it with `modeling_elmo.conversion.convert_efml.convert_efml` and prints one JSON object:
+the conversion's wall time, the largest difference per layer to the float64 reference, and the sizes.
 """
 
 from __future__ import annotations

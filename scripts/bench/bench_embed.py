@@ -5,8 +5,8 @@
 
 The input file is built in a temporary folder from the one-sentence-per-line files of ``shared/data/lm-corpus``
 (``brown.txt``, ``masc.txt``; override the folder with ``ELMO_SHARED_DATA``), repeated if needed. Each model runs the
-whole `modeling_elmo.embedding.embed.embed_file` pipeline (streaming, length sorting, chunk files, merge), with random weights
-(the speed does not depend on the values). Prints one JSON object.
+whole `modeling_elmo.embedding.embed.embed_file` pipeline (streaming, length sorting, chunk files, merge), with random
+weights (the speed does not depend on the values). Prints one JSON object.
 
 Two references are measured in the same run:
   * ``baseline``: the first ``--baseline-lines`` lines embedded batch after batch in file order (no length sorting,

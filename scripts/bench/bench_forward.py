@@ -6,8 +6,8 @@ For each shape (batch x tokens) it measures:
   * ``loop``: the reference explicit-loop LSTM (``lstm_implementation="loop"``, clipping on as in every released
     model);
   * ``fused``: the fast recurrence (``lstm_implementation="fused"``, what ``"auto"`` picks when clipping) in the
-    installed package's form (``modeling_elmo.acceleration.packed_kernels.use_packed_kernels``): for large models each direction
-    on its own thread when there are two or more threads, per-step products on weights packed for oneDNN/MKL
+    installed package's form (``modeling_elmo.acceleration.packed_kernels.use_packed_kernels``): for large models each
+    direction on its own thread when there are two or more threads, per-step products on weights packed for oneDNN/MKL
     (private torch operators);
   * ``fused_public``: the same model in the public-API form the files shipped with a model run (a model loaded with
     ``trust_remote_code=True``, or an exported one): ``lstm_kernels.stacked_lstm``, both directions stacked, one

@@ -4,7 +4,8 @@
     python scripts/bench/gpu_correctness.py                  # on the GPU: fp32 parity, host syncs, bf16 loss curves
     python scripts/bench/gpu_correctness.py --smoke          # seconds, on whatever device there is (plumbing check)
 
-1. ``fp32_parity``: a small model with both clips active (weights doubled so that they trigger often, as in the unit tests),
+1. ``fp32_parity``: a small model with both clips active (weights doubled so that they trigger often, as in the unit
+tests),
    TF32 off; loop against fused with compiled steps and with plain steps, in both batchings (sentences with
    boundaries added; windows without, started from a carried state). Largest difference of the outputs, the final
    states and every parameter gradient, relative to each tensor's scale; ``ok`` when all are below 1e-5.
