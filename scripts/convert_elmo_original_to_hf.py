@@ -24,8 +24,8 @@ except ModuleNotFoundError as error:  # the package is not installed (scripts ne
     if not (error.name or "").startswith("modeling_elmo"):
         raise
     sys.exit(
-        "scripts/convert_elmo_original_to_hf.py: the modeling_elmo package is not installed: run `pip install .` in the clone "
-        "(or `bash scripts/install.sh` for a virtual environment with the test tools)."
+        "scripts/convert_elmo_original_to_hf.py: the modeling_elmo package is not installed: run `pip install .` in "
+        "the clone (or `bash scripts/install.sh` for a virtual environment with the test tools)."
     )
 
 if __name__ == "__main__":

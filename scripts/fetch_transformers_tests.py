@@ -8,9 +8,10 @@ unpacks that folder as the package ``transformers_tests`` under
 
 where the ELMo test files find it. It does nothing when that version is already there.
 
-The sdist leaves out three helper modules the mixins import, and the sample text the tokenizer tests read: ``exporters/test_export.py`` (the export tests mixed into
-`ModelTesterMixin`), ``generation/test_utils.py`` (`GenerationTesterMixin`, named only in an ``issubclass`` check) and
-``utils/test_configuration_utils.py`` (``config_common_kwargs``). They are replaced by the small modules below, which
+The sdist leaves out three helper modules the mixins import, and the sample text the tokenizer tests read:
+``exporters/test_export.py`` (the export tests mixed into `ModelTesterMixin`), ``generation/test_utils.py``
+(`GenerationTesterMixin`, named only in an ``issubclass`` check) and ``utils/test_configuration_utils.py``
+(``config_common_kwargs``). They are replaced by the small modules below, which
 say so in ``STANDINS.txt``: no export test of the mixin runs (ELMo's export has tests of its own), a model that does
 not generate does not inherit `GenerationTesterMixin` anyway, the common configuration keys are listed here,
 and ``fixtures/sample_text.txt`` is a short text of our own.
@@ -31,14 +32,16 @@ from pathlib import Path
 PACKAGE = "transformers_tests"
 
 STANDINS = {
-    "exporters/test_export.py": '''"""Stand-in: the transformers sdist does not ship tests/exporters/; the mixin's export tests do not run here."""
+    "exporters/test_export.py": '''"""Stand-in: the transformers sdist does not ship tests/exporters/;
+the mixin's export tests do not run here."""
 
 
 class ExportTesterMixin:
     pass
 ''',
-    "generation/test_utils.py": '''"""Stand-in: the transformers sdist does not ship tests/generation/. `ModelTesterMixin` only checks that a tester
-of a model that can generate inherits this class; ELMo's classes do not generate."""
+    "generation/test_utils.py": '''"""Stand-in: the transformers sdist does not ship tests/generation/.
+`ModelTesterMixin` only checks that a tester of a model that can generate inherits this class;
+ELMo's classes do not generate."""
 
 
 class GenerationTesterMixin:
@@ -51,8 +54,9 @@ The vectors of both directions are concatenated for every word.
 A task model mixes the layers with weights of its own, learned for the task.
 Padding takes no part in the mix, and an empty sentence gives zeros.
 """,
-    "utils/test_configuration_utils.py": '''"""Stand-in: the transformers sdist does not ship tests/utils/. Keys every `PreTrainedConfig` accepts, each with a
-value other than its default: `ConfigTester.check_config_arguments_init` checks a config keeps them."""
+    "utils/test_configuration_utils.py": '''"""Stand-in: the transformers sdist does not ship tests/utils/.
+Keys every `PreTrainedConfig` accepts, each with a value other than its default:
+`ConfigTester.check_config_arguments_init` checks a config keeps them."""
 
 config_common_kwargs = {
     "return_dict": False,

@@ -203,8 +203,10 @@ def markdown(rows: list[dict], args: argparse.Namespace) -> str:
     ]
     for r in rows:
         lines.append(
-            f"| {r['variant']} | `{r['flags']}` | {cell(r.get('updates'), '{:,}')} | {cell(r.get('tokens_seen'), '{:,}')} "
-            f"| {cell(r.get('validation_ppl'))} | {cell(r.get('brown_ppl'))} ({cell(r.get('brown_unigram_ppl'), '{:.0f}')}) "
+            f"| {r['variant']} | `{r['flags']}` | {cell(r.get('updates'), '{:,}')} | "
+            f"{cell(r.get('tokens_seen'), '{:,}')} "
+            f"| {cell(r.get('validation_ppl'))} | {cell(r.get('brown_ppl'))} "
+            f"({cell(r.get('brown_unigram_ppl'), '{:.0f}')}) "
             f"| {cell(r.get('brown_unk_rate'), '{:.3f}')} | {cell(r.get('probe-sentiment_mix'), '{:.1%}')} "
             f"| {cell(r.get('probe-pos_mix'), '{:.1%}')} |"
         )

@@ -183,8 +183,8 @@ ROWS = [
     Row(
         "library",
         "`ElmoTokenizer(vocab_file='dup.txt')` (a word listed twice)",
-        "vocabulary file 'dup.txt': line 3 repeats the word 'w1' of line 2 (a repeated word would shift the id of every "
-        "later word).",
+        "vocabulary file 'dup.txt': line 3 repeats the word 'w1' of line 2 (a repeated word would shift the id of "
+        "every later word).",
         lambda: ElmoTokenizer(vocab_file="dup.txt"),
     ),
     Row(
@@ -216,8 +216,8 @@ ROWS = [
     Row(
         "library",
         "`model.resize_token_embeddings(13257)` (a character model)",
-        "ElmoModel reads characters and has no token-embedding table to resize (config.word_input_vocab_size is 0); its "
-        "character table is fixed by the alphabet.",
+        "ElmoModel reads characters and has no token-embedding table to resize (config.word_input_vocab_size is 0); "
+        "its character table is fixed by the alphabet.",
         lambda: ElmoModel(_tiny_config()).resize_token_embeddings(13257),
     ),
     Row(
@@ -480,7 +480,8 @@ ROWS = [
     Row(
         "elmo convert",
         "`elmo convert --efml hooked.model --output out` (a pickle naming a function)",
-        "elmo convert: error: encoder.pkl references posix.system: a weight file holds only tensors and ordered dicts ...",
+        "elmo convert: error: encoder.pkl references posix.system: a weight file holds only tensors and ordered dicts "
+        "...",
         ["convert", "--efml", "hooked.model", "--output", "out"],
     ),
     Row(

@@ -175,8 +175,8 @@ ROWS = [
             "--output-dir",
             str(Path(_file(t / "mine" / "notes.md", b"x")).parent),
         ],
-        r"--output-dir '[^']*' holds files that pretraining does not write \(notes\.md\); nothing was deleted: choose a new "
-        r"or empty folder, or move those files away\.",
+        r"--output-dir '[^']*' holds files that pretraining does not write \(notes\.md\); nothing was deleted: choose "
+        r"a new or empty folder, or move those files away\.",
     ),
     (
         "output folder holds the user's files below the run's",
@@ -187,8 +187,8 @@ ROWS = [
             str(_finished_run_with(t, "checkpoints/README-mine.txt")),
             "--overwrite",
         ],
-        r"--output-dir '[^']*' holds files that pretraining does not write \(checkpoints/README-mine\.txt\); nothing was "
-        r"deleted: choose a new or empty folder, or move those files away\.",
+        r"--output-dir '[^']*' holds files that pretraining does not write \(checkpoints/README-mine\.txt\); nothing "
+        r"was deleted: choose a new or empty folder, or move those files away\.",
     ),
     (
         "output folder holds a run on other data files",
@@ -200,19 +200,20 @@ ROWS = [
             "--per-device-train-batch-size",
             "8",
         ],
-        r"--output-dir '[^']*' already holds another run \(--train-file \['[^']*b\.txt'\] \(the run's: \['[^']*a\.txt'\]\)\)",
+        r"--output-dir '[^']*' already holds another run \(--train-file \['[^']*b\.txt'\] \(the run's: "
+        r"\['[^']*a\.txt'\]\)\)",
     ),
     (
         "vocabulary file with a repeated word",
         lambda t: ["--train-file", _text(t / "a.txt"), "--vocab-file", _file(t / "vocab.txt", b"the\ncat\nthe\n")],
-        r"vocabulary file '[^']*vocab\.txt': line 3 repeats the word 'the' of line 1 \(a repeated word would shift the id "
-        r"of every later word\)\.",
+        r"vocabulary file '[^']*vocab\.txt': line 3 repeats the word 'the' of line 1 \(a repeated word would shift the "
+        r"id of every later word\)\.",
     ),
     (
         "vocabulary file with an empty line",
         lambda t: ["--train-file", _text(t / "a.txt"), "--vocab-file", _file(t / "vocab.txt", b"the\n\ncat\n")],
-        r"vocabulary file '[^']*vocab\.txt': line 2 is empty; every line must hold one word \(an empty line would shift the "
-        r"id of every later word\)\.",
+        r"vocabulary file '[^']*vocab\.txt': line 2 is empty; every line must hold one word \(an empty line would "
+        r"shift the id of every later word\)\.",
     ),
     (
         "sampled softmax larger than the vocabulary",
@@ -294,7 +295,8 @@ ROWS = [
             "--resume-from-checkpoint",
             "latest",
         ],
-        r"checkpoint '.*step_00000002' holds files that are not part of a checkpoint of this package: custom_checkpoint_0\.pkl\.",
+        r"checkpoint '.*step_00000002' holds files that are not part of a checkpoint of this package: "
+        r"custom_checkpoint_0\.pkl\.",
     ),
     (
         "starting model with pickled weights",
@@ -327,8 +329,8 @@ ROWS = [
             "--cache-dir",
             str(t / "empty-cache"),
         ],
-        r"--dataset-name wikitext: not in the local datasets cache and the Hub cannot be reached .*; train offline on the "
-        r"packaged corpus \(--train-file builtin:austen-emma",
+        r"--dataset-name wikitext: not in the local datasets cache and the Hub cannot be reached .*; train offline on "
+        r"the packaged corpus \(--train-file builtin:austen-emma",
     ),
 ]
 
@@ -413,8 +415,8 @@ def test_unreachable_hub_outside_offline_mode_is_refused_in_seconds_before_anyth
         )
     assert probes == [1]
     assert __import__("re").match(
-        r"elmo pretrain: error: --dataset-name wikitext: the Hugging Face Hub \(\S+\) cannot be reached; train offline on the "
-        r"packaged corpus \(--train-file builtin:austen-emma, the quick-start default\)",
+        r"elmo pretrain: error: --dataset-name wikitext: the Hugging Face Hub \(\S+\) cannot be reached; train offline "
+        r"on the packaged corpus \(--train-file builtin:austen-emma, the quick-start default\)",
         str(exit_info.value.code),
     )
     assert not (tmp_path / "out").exists()

@@ -226,15 +226,16 @@ def test_converted_folder_loads_with_automodel_in_a_fresh_process(converted, exp
     info = run_without_package(
         """
         import json, sys, torch
-        from transformers import AutoModel, AutoModelForSequenceClassification, AutoModelForTokenClassification, AutoTokenizer
+        from transformers import AutoModel, AutoTokenizer
+        from transformers import AutoModelForSequenceClassification as Seq, AutoModelForTokenClassification as Tok
         folder, sentences = sys.argv[1], json.loads(sys.argv[2])
         model = AutoModel.from_pretrained(folder, trust_remote_code=True).eval()
         tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
         batch = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
         with torch.no_grad():
             out = model(batch["input_ids"], attention_mask=batch["attention_mask"], output_hidden_states=True)
-        heads = [type(AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True, num_labels=3)).__name__,
-                 type(AutoModelForTokenClassification.from_pretrained(folder, trust_remote_code=True, num_labels=5)).__name__]
+        heads = [type(Seq.from_pretrained(folder, trust_remote_code=True, num_labels=3)).__name__,
+                 type(Tok.from_pretrained(folder, trust_remote_code=True, num_labels=5)).__name__]
         print(json.dumps({"model_module": type(model).__module__, "tokenizer": type(tokenizer).__name__, "heads": heads,
                           "layers": torch.stack(out.hidden_states).double().tolist()}))
         """,

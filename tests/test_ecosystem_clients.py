@@ -38,7 +38,7 @@ def tiny_config_with(**overrides) -> ElmoConfig:
 
 
 def saved_with_tokenizer(model, folder):
-    """``model.save_pretrained`` and the tokenizer's, as any transformers user saves them (no helper of this package)."""
+    """``model.save_pretrained`` and the tokenizer's, as any transformers user saves them (no package helper)."""
     model.save_pretrained(folder)
     ElmoTokenizer().save_pretrained(folder)
     return folder
@@ -239,7 +239,8 @@ for name, task, auto in (("seq", TaskType.SEQ_CLS, AutoModelForSequenceClassific
     key = "logits" if name != "feat" else "last_hidden_state"
     tensors[f"{name}_adapted"] = getattr(adapted, key)
     peft.save_pretrained(f"{work}/{name}-adapter")
-    again = PeftModel.from_pretrained(auto.from_pretrained(folder, trust_remote_code=True), f"{work}/{name}-adapter").eval()
+    base = auto.from_pretrained(folder, trust_remote_code=True)
+    again = PeftModel.from_pretrained(base, f"{work}/{name}-adapter").eval()
     with torch.no_grad():
         tensors[f"{name}_reloaded"] = getattr(again(**batch), key)
         tensors[f"{name}_merged"] = getattr(again.merge_and_unload()(**batch), key)
@@ -379,8 +380,8 @@ def test_lora_checkpointing_and_fullgraph_compile_on_a_biLM_loaded_as_remote_cod
         checkpointed.gradient_checkpointing_enable()
         (loss, grads), (loss_ckpt, grads_ckpt) = loss_and_grads(plain), loss_and_grads(checkpointed)
         report["checkpointing_loss"] = abs(loss - loss_ckpt)
-        report["checkpointing_grads"] = max(float((grads[n] - grads_ckpt[n]).abs().max() / grads[n].abs().max().clamp_min(1e-12))
-                                            for n in grads)
+        relative = lambda n: float((grads[n] - grads_ckpt[n]).abs().max() / grads[n].abs().max().clamp_min(1e-12))
+        report["checkpointing_grads"] = max(relative(n) for n in grads)
         report["checkpointing_same_names"] = grads.keys() == grads_ckpt.keys()
 
         model = load().eval()
@@ -388,7 +389,8 @@ def test_lora_checkpointing_and_fullgraph_compile_on_a_biLM_loaded_as_remote_cod
         with torch.no_grad():
             before = model(**inputs).last_hidden_state
         peft_model = get_peft_model(model, LoraConfig(r=2, target_modules="all-linear", init_lora_weights=False))
-        names = [n for n, m in peft_model.named_modules() if hasattr(m, "lora_A") and ".encoder." in n and n.endswith("projection")]
+        names = [n for n, m in peft_model.named_modules() if hasattr(m, "lora_A") and ".encoder." in n]
+        names = [n for n in names if n.endswith("projection")]
         out = peft_model(**inputs).last_hidden_state
         out.square().sum().backward()
         lora = [p for n, p in peft_model.named_parameters() if "lora_" in n and ".encoder." in n]

@@ -176,7 +176,8 @@ def test_six_loads_through_the_folders_own_code_give_the_documented_head_weights
         for auto in [AutoModelForSequenceClassification] * 6 + [AutoModelForTokenClassification] * 6:
             head = auto.from_pretrained(folder, num_labels=2, trust_remote_code=True)
             state = head.state_dict()
-            loads.append({"module": type(head).__module__, "char_table": state["elmo.char_encoder.char_embeddings.weight"].tolist(),
+            char_table = state["elmo.char_encoder.char_embeddings.weight"].tolist()
+            loads.append({"module": type(head).__module__, "char_table": char_table,
                           **{k: v.tolist() for k, v in state.items() if not k.startswith("elmo.")}})
         print(json.dumps(loads))
         """,

@@ -122,7 +122,8 @@ def classification_data(head: str, tokenizer: ElmoTokenizer) -> Dataset:
         if head == "sequence":  # judgements of one polarity: a random biLM's pooled features can tell them apart
             rows.append({"text": " ".join(rng.choices(GOOD if polarity else BAD, k=3)), "label": polarity})
         else:  # tag the judgement words: 1 good, 2 bad, 0 anything else
-            sentence = f"{rng.choice(SUBJECTS)} {rng.choice(VERBS)} {rng.choice(GOOD if polarity else BAD)} {rng.choice(OBJECTS)}"
+            subject, verb, judgement = rng.choice(SUBJECTS), rng.choice(VERBS), rng.choice(GOOD if polarity else BAD)
+            sentence = f"{subject} {verb} {judgement} {rng.choice(OBJECTS)}"
             words = sentence.split()
             rows.append({"text": sentence, "labels": [1 if w in GOOD else 2 if w in BAD else 0 for w in words]})
     data = Dataset.from_list(rows)

@@ -256,7 +256,8 @@ def _check_storage(h5: h5py.Group, name: str, dataset: h5py.Dataset) -> None:
 def config_summary(config: ElmoConfig) -> str:
     return (
         f"n_layers={config.num_hidden_layers}, dim={config.cell_size}, projection_dim={config.projection_dim}, "
-        f"char dim={config.char_embedding_dim}, filters={config.char_cnn_filters}, n_highway={config.num_highway_layers}"
+        f"char dim={config.char_embedding_dim}, filters={config.char_cnn_filters}, "
+        f"n_highway={config.num_highway_layers}"
     )
 
 

@@ -221,7 +221,8 @@ def markdown_report(results: EvaluationResults) -> str:
         for t in probe_tasks:
             r = tasks.get(t, {})
             mix = r.get("layers", {}).get("mix", {}).get("mixture")
-            desc = f"{TITLES[t]}: {r.get('train_examples')} training / {r.get('dev_examples')} dev examples ({first[t].dataset})."
+            examples = f"{r.get('train_examples')} training / {r.get('dev_examples')} dev examples"
+            desc = f"{TITLES[t]}: {examples} ({first[t].dataset})."
             if mix:
                 desc += " Learned layer weights: " + ", ".join(
                     f"layer {j} {w:.2f}" for j, w in enumerate(mix["weights"])

@@ -127,13 +127,14 @@ def lm_perplexity(
     config = lm.config
     if getattr(config, "vocab_size", 4) <= 4 or not hasattr(lm, "softmax"):
         raise ValueError(
-            f"the model has no language-model head over a word vocabulary (vocab_size={getattr(config, 'vocab_size', None)}): "
+            f"the model has no language-model head over a word vocabulary "
+            f"(vocab_size={getattr(config, 'vocab_size', None)}): "
             "perplexity needs a model trained with a word vocabulary"
         )
     if getattr(tokenizer, "vocab_size", 0) != config.vocab_size:
         raise ValueError(
-            f"the tokenizer's vocabulary has {getattr(tokenizer, 'vocab_size', None)} words but the model's softmax has "
-            f"{config.vocab_size}: save the tokenizer (vocab.txt) with the model"
+            f"the tokenizer's vocabulary has {getattr(tokenizer, 'vocab_size', None)} words but the model's softmax "
+            f"has {config.vocab_size}: save the tokenizer (vocab.txt) with the model"
         )
     order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
     bar = tqdm(total=len(sentences), desc="perplexity", unit="sentence", disable=not progress, dynamic_ncols=True)

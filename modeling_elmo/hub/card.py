@@ -220,7 +220,8 @@ PAPER_CITATION = """@inproceedings{peters-etal-2018-deep,
       Clark, Christopher  and
       Lee, Kenton  and
       Zettlemoyer, Luke",
-    booktitle = "Proceedings of the 2018 Conference of the North {A}merican Chapter of the Association for Computational Linguistics: Human Language Technologies, Volume 1 (Long Papers)",
+    booktitle = "Proceedings of the 2018 Conference of the North {A}merican Chapter of the Association for
+                 Computational Linguistics: Human Language Technologies, Volume 1 (Long Papers)",
     month = jun,
     year = "2018",
     address = "New Orleans, Louisiana",
