@@ -312,7 +312,10 @@ class ElmoConfig(PretrainedConfig):
                 f"a char_cnn filter of width {widest} is wider than max_characters_per_token="
                 f"{self.max_characters_per_token}.",
             ),
-            (not unicode and chars != 262, f"`num_characters` must be 262 (256 bytes, 5 markers, 0), got {chars!r}."),
+            (
+                not unicode and chars != 262,
+                f"`num_characters` must be 262 (256 bytes + 5 markers + the padding id 0), got {chars!r}.",
+            ),
             (unicode and chars < 7, f"`num_characters` must be an integer >= 7, got {chars!r}."),
             (
                 words and (words < 4 or not self.word_input_dim),

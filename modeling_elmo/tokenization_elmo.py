@@ -62,11 +62,9 @@ class CharacterAlphabet:
     (characters); a boundary word of the original (`BOUNDARY_WORDS`) gets the boundary row."""
 
     def __init__(self, characters: Sequence[str] | None = None, max_characters_per_token: int = 50):
-        self.characters = (
-            None
-            if characters is None
-            else _checked_list(characters, "character vocabulary", lambda c: len(c) == 1, "single characters")
-        )
+        if characters is not None:
+            characters = _checked_list(characters, "character vocabulary", lambda c: len(c) == 1, "single characters")
+        self.characters = characters
         self.width = max_characters_per_token
         self.char_vocabulary = "bytes" if characters is None else "unicode"
         self.markers = CHARACTER_MARKERS[self.char_vocabulary]
