@@ -835,11 +835,8 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
                 raise ValueError(
                     f"labels must have shape {tuple(tokens.shape)} (batch, tokens), got {tuple(labels.shape)}."
                 )
-            targets, P, top = (
-                self._targets(labels, tokens, add_sentence_boundaries),
-                self.config.projection_dim,
-                self.dropout(top),
-            )
+            targets = self._targets(labels, tokens, add_sentence_boundaries)
+            P, top = self.config.projection_dim, self.dropout(top)
             selected = []  # a prediction needs a real word at the reading and at the predicted position
             for hidden, target, source in (
                 (top[:, :-1, :P], targets[:, 1:], full_mask[:, :-1]),  # forward: position t predicts t + 1
@@ -847,7 +844,7 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
             ):
                 keep = (target != IGNORE_INDEX) & source
                 if _host_waits_for_nothing(top.device):  # exactly the predicted rows
-                    selected.append((hidden[keep], target[keep], None))
+                    selected.append((hidden[keep], target[keep], keep[keep]))
                 else:  # every row, the others weighted 0
                     selected.append((hidden.reshape(-1, P), target.masked_fill(~keep, 0).reshape(-1), keep.reshape(-1)))
             hiddens, targets, weights = zip(*selected, strict=True)
@@ -856,13 +853,8 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
                 nlls = self.sampled_softmax_nll(list(hiddens), list(targets))
             else:
                 nlls = [self.full_softmax_nll(h, t) for h, t in zip(hiddens, targets, strict=True)]
-            counts = [
-                torch.tensor(t.numel(), device=top.device) if w is None else w.sum()
-                for t, w in zip(targets, weights, strict=True)
-            ]
-            sums = [
-                nll.sum() if w is None else torch.where(w, nll, 0.0).sum() for nll, w in zip(nlls, weights, strict=True)
-            ]
+            counts = [w.sum() for w in weights]
+            sums = [torch.where(w, nll, 0.0).sum() for nll, w in zip(nlls, weights, strict=True)]
             means = [s / c.clamp_min(1) for s, c in zip(sums, counts, strict=True)]
             output.loss = _normalised(0.5 * (sums[0] + sums[1]), 0.5 * (means[0] + means[1]), num_items_in_batch)
             output.forward_loss, output.backward_loss = means
