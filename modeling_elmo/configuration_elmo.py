@@ -11,8 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""ELMo model configuration: the ``lstm.*`` and ``char_cnn.*`` fields of the original ``options.json``, plus the word
-vocabulary, dropout, scalar mix and task heads; and the character and word ids the tokenizer and the model share."""
+"""ELMo model configuration, and the character and word ids the tokenizer and the model share."""
 
 from __future__ import annotations
 
@@ -194,40 +193,26 @@ class ElmoConfig(PretrainedConfig):
         fields = {field.name for field in dataclasses.fields(self)} | {"model_type"}
         for key in kwargs:
             member = inspect.getattr_static(type(self), key, None)
-            if key.startswith("__") or (
-                member is not None
-                and key not in fields
-                and not (isinstance(member, property) and member.fset is not None)
-            ):
+            settable = key in fields or (isinstance(member, property) and member.fset is not None)
+            if key.startswith("__") or (member is not None and not settable):
                 raise ValueError(f"config key {key!r} is not a setting: it would replace ElmoConfig.{key}.")
         for key in ("id2label", "label2id"):
             if kwargs.get(key) is not None and not isinstance(kwargs[key], dict):
+                shown = str(kwargs[key])[:80]
                 raise ValueError(
-                    f"`{key}` must be an object mapping labels, got {type(kwargs[key]).__name__} "
-                    f"{str(kwargs[key])[:80]!r}."
+                    f"`{key}` must be an object mapping labels, got {type(kwargs[key]).__name__} {shown!r}."
                 )
         if kwargs.pop("stateful", None):  # earlier versions wrote `false`
             raise ValueError(
-                "`stateful=True` is not a configuration field any more: pass the `lstm_state` of one "
-                "call to the next to carry LSTM states between batches."
+                "`stateful=True` is not a configuration field any more: pass the `lstm_state` of one call to the next."
             )
-        count = kwargs.get("num_labels", 1)
-        if not _is_int(count) or count < 1:
+        if not _is_int(count := kwargs.get("num_labels", 1)) or count < 1:
             raise ValueError(f"`num_labels` must be an integer >= 1, got {count!r}.")
         # Only this package's classes: an entry naming code elsewhere (``owner/name--module.Class``) is dropped.
         auto_map = kwargs.get("auto_map") if isinstance(kwargs.get("auto_map"), dict) else {}
-        foreign = {
-            key: value
-            for key, value in auto_map.items()
-            if not (isinstance(value, str) and value.split("--")[-1] == AUTO_MAP.get(key))
-        }
+        foreign = sorted(f"{k}: {v!r}" for k, v in auto_map.items() if str(v).split("--")[-1] != AUTO_MAP.get(k))
         if foreign:
-            shown = ", ".join(f"{key}: {value!r}" for key, value in sorted(foreign.items()))
-            logger.warning(
-                "ElmoConfig: ignoring auto_map entries that do not name this package's classes (%s); the "
-                "config carries its own auto_map.",
-                shown,
-            )
+            logger.warning("ElmoConfig: ignoring auto_map entries naming other code (%s).", ", ".join(foreign))
         kwargs["auto_map"] = dict(AUTO_MAP)
 
     @staticmethod
@@ -254,9 +239,7 @@ class ElmoConfig(PretrainedConfig):
         return cls.upgraded_dict(super()._dict_from_json_file(json_file))
 
     @classmethod
-    def get_config_dict(
-        cls, pretrained_model_name_or_path: Any, **kwargs: Any
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
+    def get_config_dict(cls, pretrained_model_name_or_path: Any, **kwargs: Any):
         # Refuses a folder without config.json (transformers gives the defaults) and another model type (it warns).
         name = str(pretrained_model_name_or_path)
         try:
@@ -265,11 +248,9 @@ class ElmoConfig(PretrainedConfig):
             raise ValueError(f"the config.json of {name!r} is not valid JSON: {error}.") from None
         if not config_dict:
             raise ValueError(f"{name!r} holds no config.json: it is not a saved model.")
-        found = config_dict.get("model_type", cls.model_type)
-        if found != cls.model_type:
+        if (found := config_dict.get("model_type", cls.model_type)) != cls.model_type:
             raise ValueError(
-                f"{name!r} holds a {found!r} model, not an ELMo model "
-                f"(model_type {found!r} instead of {cls.model_type!r})."
+                f"{name!r} holds a {found!r} model, not an ELMo model (model_type {found!r} instead of 'elmo')."
             )
         return config_dict, kwargs
 
@@ -280,10 +261,6 @@ class ElmoConfig(PretrainedConfig):
     @property
     def token_features_size(self) -> int:  # the input of the token projection: word vector (if any), CNN features
         return self.word_input_dim * bool(self.word_input_vocab_size) + self.num_char_cnn_filters
-
-    @property
-    def max_character_id(self) -> int:
-        return self.num_characters - 1
 
     @property
     def num_representation_layers(self) -> int:  # the token layer and one per LSTM layer
@@ -300,7 +277,7 @@ class ElmoConfig(PretrainedConfig):
         for name, (valid, expected) in _FIELD_RULES.items():
             if not valid(getattr(self, name)):
                 raise ValueError(f"`{name}` must be {expected} {getattr(self, name)!r}.")
-        filters = self.char_cnn_filters
+        filters, mix, P = self.char_cnn_filters, self.scalar_mix_parameters, self.projection_dim
         if not isinstance(filters, list) or not filters:
             raise ValueError(f"`char_cnn_filters` must be a non-empty list of [width, count] pairs, got {filters!r}.")
         for pair in filters:
@@ -308,54 +285,51 @@ class ElmoConfig(PretrainedConfig):
                 raise ValueError(
                     f"every `char_cnn_filters` entry must be [width, count] with positive integers, got {pair!r}."
                 )
-        widest = max(width for width, _ in filters)
-        layers, unicode = self.num_representation_layers, self.char_vocabulary == "unicode"
+        widest, unicode, layers = (
+            max(w for w, _ in filters),
+            self.char_vocabulary == "unicode",
+            self.num_hidden_layers + 1,
+        )
+        words, chars, clips = self.word_input_vocab_size, self.num_characters, (self.cell_clip, self.proj_clip)
         for bad, message in (
             (
-                self.hidden_size != 2 * self.projection_dim,
-                f"`hidden_size` must be 2 * projection_dim = "
-                f"{2 * self.projection_dim} (the output width, both directions), got {self.hidden_size!r}.",
+                self.hidden_size != 2 * P,
+                f"`hidden_size` must be 2 * projection_dim = {2 * P} (the output width, both directions), "
+                f"got {self.hidden_size!r}.",
             ),
             (
-                self.lstm_implementation == "torch" and (self.cell_clip is not None or self.proj_clip is not None),
-                f"`lstm_implementation='torch'` cannot clip (torch.nn.LSTM has no clipping), but cell_clip="
-                f"{self.cell_clip!r} and proj_clip={self.proj_clip!r}; set both to None.",
+                self.lstm_implementation == "torch" and clips != (None, None),
+                "`lstm_implementation='torch'` cannot clip (torch.nn.LSTM has no clipping), but cell_clip={!r} and "
+                "proj_clip={!r}; set both to None.".format(*clips),
             ),
             (
                 self.max_characters_per_token > MAX_CHARACTERS_PER_TOKEN_LIMIT,
-                f"`max_characters_per_token` must be at "
-                f"most {MAX_CHARACTERS_PER_TOKEN_LIMIT} (characters per word), got {self.max_characters_per_token}.",
+                f"`max_characters_per_token` must be at most {MAX_CHARACTERS_PER_TOKEN_LIMIT} (characters per word), "
+                f"got {self.max_characters_per_token}.",
             ),
             (
                 widest > self.max_characters_per_token,
-                f"a char_cnn filter of width {widest} is wider than "
-                f"max_characters_per_token={self.max_characters_per_token}.",
+                f"a char_cnn filter of width {widest} is wider than max_characters_per_token="
+                f"{self.max_characters_per_token}.",
             ),
             (
-                not unicode and self.num_characters != 262,
-                f"`num_characters` must be 262 (256 bytes + 5 markers + the "
-                f"padding id 0), got {self.num_characters!r}.",
+                not unicode and chars != 262,
+                f"`num_characters` must be 262 (256 bytes + 5 markers + the padding id 0), got {chars!r}.",
+            ),
+            (unicode and chars < 7, f"`num_characters` must be an integer >= 7, got {chars!r}."),
+            (
+                words and (words < 4 or not self.word_input_dim),
+                "a word input needs word_input_vocab_size >= 4 (the special words come first) and word_input_dim "
+                f">= 1, got {words} and {self.word_input_dim}.",
             ),
             (
-                unicode and self.num_characters < UNICODE_FIRST_CHARACTER,
-                f"`num_characters` must be an integer >= {UNICODE_FIRST_CHARACTER}, got {self.num_characters!r}.",
-            ),
-            (
-                self.word_input_vocab_size and (self.word_input_vocab_size < 4 or not self.word_input_dim),
-                f"a word input needs word_input_vocab_size >= 4 (the special words come first) and word_input_dim >= 1, "
-                f"got {self.word_input_vocab_size} and {self.word_input_dim}.",
-            ),
-            (
-                self.scalar_mix_parameters is not None and len(self.scalar_mix_parameters) != layers,
-                f"`scalar_mix_"
-                f"parameters` needs one weight per layer ({layers}), got {len(self.scalar_mix_parameters or ())}: "
-                f"{self.scalar_mix_parameters!r}.",
+                mix is not None and len(mix) != layers,
+                f"`scalar_mix_parameters` needs one weight per layer ({layers}), got {len(mix or ())}: {mix!r}.",
             ),
             (
                 self.lm_softmax == "sampled" and self.num_negative_samples >= self.vocab_size,
-                f"`num_negative_samples` "
-                f"({self.num_negative_samples}) must be smaller than vocab_size ({self.vocab_size}) for a sampled softmax;"
-                " use lm_softmax='full' for a small vocabulary.",
+                f"`num_negative_samples` ({self.num_negative_samples}) must be smaller than vocab_size "
+                f"({self.vocab_size}) for a sampled softmax; use lm_softmax='full' for a small vocabulary.",
             ),
         ):
             if bad:
@@ -370,21 +344,21 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-_INTEGER_MINIMUMS = {
-    "vocab_size": 4,
-    "projection_dim": 1,
-    "cell_size": 1,
-    "num_hidden_layers": 1,
-    "char_embedding_dim": 1,
-    "num_highway_layers": 0,
-    "max_characters_per_token": 3,
-    "num_characters": 1,
-    "word_input_vocab_size": 0,
-    "word_input_dim": 0,
-    "num_output_representations": 1,
-    "num_negative_samples": 1,
-    "lm_softmax_chunk_size": 1,
-}
+_INTEGER_MINIMUMS = dict(
+    vocab_size=4,
+    projection_dim=1,
+    cell_size=1,
+    num_hidden_layers=1,
+    char_embedding_dim=1,
+    num_highway_layers=0,
+    max_characters_per_token=3,
+    num_characters=1,
+    word_input_vocab_size=0,
+    word_input_dim=0,
+    num_output_representations=1,
+    num_negative_samples=1,
+    lm_softmax_chunk_size=1,
+)
 _CHOICES = {
     "char_cnn_activation": ("relu", "tanh"),
     "lstm_implementation": ("auto", "loop", "fused", "torch"),
@@ -392,16 +366,17 @@ _CHOICES = {
     "lm_softmax": ("full", "sampled"),
     "char_vocabulary": ("bytes", "unicode"),
 }
+_POSITIVE_CLIP = (
+    lambda v: v is None or (_is_number(v) and math.isfinite(v) and v > 0),
+    "a finite positive number or None (no clipping), got",
+)
 #: Field -> (whether a value is valid, what the field must be): the checks of single fields, in order.
 _FIELD_RULES = {
     **{
-        name: (lambda v, low=low: _is_int(v) and v >= low, f"an integer >= {low}, got")
-        for name, low in _INTEGER_MINIMUMS.items()
+        n: (lambda v, low=low: _is_int(v) and v >= low, f"an integer >= {low}, got")
+        for n, low in _INTEGER_MINIMUMS.items()
     },
-    **{
-        name: (lambda v, allowed=allowed: v in allowed, f"one of {', '.join(map(repr, allowed))}; got")
-        for name, allowed in _CHOICES.items()
-    },
+    **{n: (lambda v, ok=ok: v in ok, f"one of {', '.join(map(repr, ok))}; got") for n, ok in _CHOICES.items()},
     **dict.fromkeys(
         ("use_skip_connections", "scalar_mix_layer_norm", "freeze_elmo"),
         (lambda v: isinstance(v, bool), "true or false, got"),
@@ -410,13 +385,7 @@ _FIELD_RULES = {
         ("hidden_dropout_prob", "classifier_dropout"),
         (lambda v: _is_number(v) and 0.0 <= v < 1.0, "a probability in [0, 1), got"),
     ),
-    **dict.fromkeys(
-        ("cell_clip", "proj_clip"),
-        (
-            lambda v: v is None or (_is_number(v) and math.isfinite(v) and v > 0),
-            "a finite positive number or None (no clipping), got",
-        ),
-    ),
+    **dict.fromkeys(("cell_clip", "proj_clip"), _POSITIVE_CLIP),
 }
 #: The fields of `ElmoConfig` itself (its constructor's arguments).
 _ELMO_FIELDS = frozenset(inspect.signature(ElmoConfig.__init__).parameters) - {"self", "kwargs"}

@@ -1,10 +1,18 @@
-# Copyright 2026 The modeling_elmo Authors. All rights reserved.
-# Licensed under the Apache License, Version 2.0 (http://www.apache.org/licenses/LICENSE-2.0).
-"""ELMo (Peters et al. 2018, "Deep contextualized word representations"): a character CNN and a biLSTM.
-
-LSTM gates are in PyTorch order (input, forget, cell, output) and the LSTM bias holds TensorFlow's forget bias of
-+1; the highway gate multiplies the transformed branch (TensorFlow's convention). See docs/model.md.
-"""
+# Copyright 2026 The modeling_elmo authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""PyTorch ELMo (Peters et al. 2018): a character CNN and a biLSTM language model. LSTM gates are in PyTorch order
+and their bias holds TensorFlow's forget bias of +1; the highway gate multiplies the transformed branch."""
 
 from __future__ import annotations
 
@@ -44,7 +52,7 @@ LEGACY_KEY_MAPPING = {
 
 def _host_waits_for_nothing(device: torch.device) -> bool:
     """Whether a size known only from tensor values is free to read (CPU, eager). Elsewhere the model computes on
-    all rows and masks instead (same numbers): the host would wait for the device, or a traced graph would break."""
+    all rows and masks instead (same numbers)."""
     return device.type == "cpu" and not torch.compiler.is_compiling()
 
 
@@ -52,9 +60,8 @@ def _unused_inputs(kwargs: dict, owner: str, output_attentions: bool | None = No
     """Accept what other models' callers pass (``token_type_ids``, ``position_ids``); refuse anything else."""
     if output_attentions:
         raise ValueError(f"{owner} has no attentions to return (a biLSTM): call it without output_attentions=True.")
-    for key in kwargs:
-        if key not in ("token_type_ids", "position_ids"):
-            raise TypeError(f"{owner}.forward() got an unexpected keyword argument {key!r}.")
+    if unexpected := [key for key in kwargs if key not in ("token_type_ids", "position_ids")]:
+        raise TypeError(f"{owner}.forward() got an unexpected keyword argument {unexpected[0]!r}.")
 
 
 def _loss_kwargs(kwargs: dict, owner: str):
@@ -68,9 +75,7 @@ def _normalised(total: torch.Tensor, mean: torch.Tensor, num_items_in_batch) -> 
     """``mean``, or ``total / num_items_in_batch`` under `Trainer`'s gradient accumulation (as transformers' losses)."""
     if num_items_in_batch is None:
         return mean
-    if torch.is_tensor(num_items_in_batch):
-        num_items_in_batch = num_items_in_batch.to(total.device)
-    return total / num_items_in_batch
+    return total / torch.as_tensor(num_items_in_batch, device=total.device)
 
 
 class ElmoHighway(nn.Module):
@@ -92,11 +97,11 @@ class ElmoCharConvolution(nn.Conv1d):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         n, dim, length = x.shape
-        width = self.kernel_size[0]
+        width, windows = self.kernel_size[0], length - self.kernel_size[0] + 1
         # (N, d_c, C - w + 1, w) -> (N, C - w + 1, d_c, w): the window layout of the weight (filters, d_c, w)
-        windows = x.unfold(2, width, 1).permute(0, 2, 1, 3).reshape(n * (length - width + 1), dim * width)
-        scores = F.linear(windows, self.weight.reshape(self.out_channels, dim * width), self.bias)
-        return scores.view(n, length - width + 1, self.out_channels).transpose(1, 2)
+        x = x.unfold(2, width, 1).permute(0, 2, 1, 3).reshape(n * windows, dim * width)
+        scores = F.linear(x, self.weight.reshape(self.out_channels, dim * width), self.bias)
+        return scores.view(n, windows, self.out_channels).transpose(1, 2)
 
 
 class ElmoWordEmbedding(nn.Embedding):
@@ -104,22 +109,21 @@ class ElmoWordEmbedding(nn.Embedding):
 
 
 class ElmoCharacterEncoder(nn.Module):
-    """Token vectors from character ids (and optional word ids): char embedding -> CNN, max over positions ->
-    highways -> [word vector; features] -> projection (N, P)."""
+    """Token vectors (N, P) from character ids (and optional word ids): character embedding -> CNN, max over
+    positions -> highways -> [word vector; features] -> projection."""
 
     gradient_checkpointing = False
 
     def __init__(self, config: ElmoConfig):
         super().__init__()
         self.char_embeddings = nn.Embedding(config.num_characters, config.char_embedding_dim, padding_idx=0)
-        self.word_embeddings = (
-            ElmoWordEmbedding(config.word_input_vocab_size, config.word_input_dim)
-            if config.word_input_vocab_size
-            else None
-        )
+        self.word_embeddings = None
+        if config.word_input_vocab_size:  # CODEPATH: ELMoForManyLangs models with a word input; not bilm-tf's
+            self.word_embeddings = ElmoWordEmbedding(config.word_input_vocab_size, config.word_input_dim)
         self.convolutions = nn.ModuleList(
             ElmoCharConvolution(config.char_embedding_dim, count, width) for width, count in config.char_cnn_filters
         )
+        # CODEPATH: relu in the released bilm-tf/AllenNLP models, tanh in ELMoForManyLangs'
         self.activation = torch.relu if config.char_cnn_activation == "relu" else torch.tanh
         self.highways = nn.ModuleList(
             ElmoHighway(config.num_char_cnn_filters) for _ in range(config.num_highway_layers)
@@ -128,12 +132,12 @@ class ElmoCharacterEncoder(nn.Module):
 
     def convolve(self, embedded: torch.Tensor) -> torch.Tensor:
         """(N, C, d_c) -> (N, F): each filter's maximum over positions, then the activation (both monotone)."""
-        x = embedded.transpose(1, 2)  # (N, d_c, C)
+        x = embedded.transpose(1, 2)
         return torch.cat([self.activation(conv(x).amax(dim=-1)) for conv in self.convolutions], dim=-1)
 
     def encode(self, char_ids: torch.Tensor, word_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """(N, C) character ids (and (N,) word ids) -> (N, P), every row. The CNN runs on chunks of words to bound
-        the memory of the unfolded windows (smaller ones under gradient checkpointing)."""
+        """(N, C) character ids (and (N,) word ids) -> (N, P), every row; the CNN runs on chunks of words to bound
+        the memory of the unfolded windows."""
         embedded = self.char_embeddings(char_ids)
         if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
             pieces = [self._gradient_checkpointing_func(self.convolve, chunk) for chunk in embedded.split(512)]
@@ -147,13 +151,13 @@ class ElmoCharacterEncoder(nn.Module):
         return self.projection(x)
 
     def forward(self, char_ids: torch.Tensor, word_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """As `encode`, each distinct word encoded once where `_host_waits_for_nothing`."""
+        """As `encode`, each distinct word (characters and word id) encoded once where `_host_waits_for_nothing`."""
         if not _host_waits_for_nothing(char_ids.device):
             return self.encode(char_ids, word_ids)
         if self.word_embeddings is None:
             unique, inverse = torch.unique(char_ids, dim=0, return_inverse=True)
             return self.encode(unique)[inverse]
-        keys = torch.cat([char_ids, word_ids.unsqueeze(-1).to(char_ids.dtype)], dim=-1)  # a word: its characters and id
+        keys = torch.cat([char_ids, word_ids.unsqueeze(-1).to(char_ids.dtype)], dim=-1)
         unique, inverse = torch.unique(keys, dim=0, return_inverse=True)
         return self.encode(unique[:, :-1], unique[:, -1].long())[inverse]
 
@@ -382,7 +386,7 @@ class ElmoBiLstm(nn.Module):
 
 class ElmoScalarMix(nn.Module):
     """ELMo's layer combination ``gamma * sum_j softmax(w)_j * N(layer_j)`` for one or more outputs; ``N``
-    normalises each layer over the unmasked positions of the batch with ``do_layer_norm``.
+    normalises each layer over the unmasked positions of the batch when ``do_layer_norm``.
 
     Args:
         num_layers: number of layers to mix (L + 1).
@@ -401,15 +405,9 @@ class ElmoScalarMix(nn.Module):
         super().__init__()
         if fixed_weights is not None and len(fixed_weights) != num_layers:
             raise ValueError(f"fixed_weights needs {num_layers} values, got {len(fixed_weights)}: {fixed_weights!r}.")
-        self.num_layers = num_layers
-        self.do_layer_norm = do_layer_norm
-        trainable = fixed_weights is None
-        start = (
-            torch.zeros(num_output_representations, num_layers)
-            if trainable
-            else torch.tensor([fixed_weights] * num_output_representations, dtype=torch.float)
-        )
-        self.scalar_parameters = nn.Parameter(start, requires_grad=trainable)  # (K, L + 1)
+        self.num_layers, self.do_layer_norm, trainable = num_layers, do_layer_norm, fixed_weights is None
+        start = torch.zeros(num_layers) if trainable else torch.tensor(fixed_weights, dtype=torch.float)
+        self.scalar_parameters = nn.Parameter(start.repeat(num_output_representations, 1), requires_grad=trainable)
         self.gamma = nn.Parameter(torch.ones(num_output_representations), requires_grad=trainable)  # (K,)
 
     @property
@@ -441,8 +439,6 @@ class ElmoScalarMix(nn.Module):
 
 
 class ElmoPreTrainedModel(PreTrainedModel):
-    """Initialisation (that of the original training code, bilm-tf) and loading for all ELMo models."""
-
     config_class = ElmoConfig
     base_model_prefix = "elmo"
     main_input_name = "input_ids"
@@ -453,24 +449,18 @@ class ElmoPreTrainedModel(PreTrainedModel):
 
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
-        """`PreTrainedModel.from_pretrained`, reading older folders' LSTM keys (`LEGACY_KEY_MAPPING`) by default."""
-        kwargs.setdefault("key_mapping", LEGACY_KEY_MAPPING)
+        kwargs.setdefault("key_mapping", LEGACY_KEY_MAPPING)  # folders saved before the LSTM transforms were Linears
         return super().from_pretrained(*args, **kwargs)
-
-    def _lstm_layer_of(self, module: nn.Module) -> ElmoLstmLayer | None:
-        """The `ElmoLstmLayer` whose input, recurrent or projection transform ``module`` is, else `None`."""
-        encoder = getattr(self.base_model, "encoder", None)
-        for layer in [*encoder.forward_layers, *encoder.backward_layers] if encoder is not None else []:
-            if any(module is linear for linear in (layer.input_transform, layer.recurrent_transform, layer.projection)):
-                return layer
-        return None
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
-        """Initialises ``module``'s own parameters (not its children's), as bilm-tf: char table U(-1, 1), relu
-        convolutions U(-0.05, 0.05), LSTM Glorot-uniform with forget bias +1, other Linears N(0, 1/fan_in) (highway
-        gate bias -2), a head's classifier Glorot-uniform."""
-        config = self.config
+        """bilm-tf's initialisation: char table U(-1, 1), relu convolutions U(-0.05, 0.05), LSTM Glorot-uniform with
+        forget bias +1, other Linears N(0, 1/fan_in) (highway gate bias -2), a head's classifier Glorot-uniform."""
+        encoder = getattr(self.base_model, "encoder", None)
+        lstm_layers = [*encoder.forward_layers, *encoder.backward_layers] if encoder is not None else []
+        lstm = next(
+            (x for x in lstm_layers if module in (x.input_transform, x.recurrent_transform, x.projection)), None
+        )
         if isinstance(module, ElmoWordEmbedding):  # rows of about unit norm
             init.normal_(module.weight, 0.0, 1.0 / math.sqrt(module.embedding_dim))
         elif isinstance(module, nn.Embedding):  # the character table
@@ -479,17 +469,16 @@ class ElmoPreTrainedModel(PreTrainedModel):
                 table[module.padding_idx] = 0.0
             init.copy_(module.weight, table)
         elif isinstance(module, nn.Conv1d):
-            if config.char_cnn_activation == "relu":
+            if self.config.char_cnn_activation == "relu":  # CODEPATH: bilm-tf's relu CNN; tanh: ELMoForManyLangs
                 init.uniform_(module.weight, -0.05, 0.05)
             else:
                 init.normal_(module.weight, 0.0, math.sqrt(1.0 / (module.kernel_size[0] * module.in_channels)))
             init.zeros_(module.bias)
-        elif isinstance(module, nn.Linear) and (lstm := self._lstm_layer_of(module)) is not None:
+        elif lstm is not None:
             if module is lstm.projection:
                 init.xavier_uniform_(module.weight)
             else:  # Glorot-uniform over the original stacked [x; h] -> 4H matrix
-                fan_in = lstm.input_transform.in_features + lstm.hidden_size
-                limit = math.sqrt(6.0 / (fan_in + 4 * lstm.cell_size))
+                limit = math.sqrt(6.0 / (lstm.input_transform.in_features + lstm.hidden_size + 4 * lstm.cell_size))
                 init.uniform_(module.weight, -limit, limit)
             if module.bias is not None:
                 bias = torch.zeros_like(module.bias)
@@ -499,16 +488,14 @@ class ElmoPreTrainedModel(PreTrainedModel):
             init.xavier_uniform_(module.weight)
             init.zeros_(module.bias)
         elif isinstance(module, nn.Linear):  # highway transform or gate, projection, softmax
-            encoder = getattr(self.base_model, "char_encoder", None)
-            gate = encoder is not None and any(module is highway.gate for highway in encoder.highways)
+            char_encoder = getattr(self.base_model, "char_encoder", None)
+            gate = char_encoder is not None and any(module is highway.gate for highway in char_encoder.highways)
             init.normal_(module.weight, 0.0, math.sqrt(1.0 / module.in_features))
             init.constant_(module.bias, -2.0 if gate else 0.0)
         elif isinstance(module, ElmoScalarMix):
-            if module.scalar_parameters.requires_grad:
-                init.zeros_(module.scalar_parameters)
-            else:
-                fixed = torch.tensor([config.scalar_mix_parameters] * module.scalar_parameters.shape[0])
-                init.copy_(module.scalar_parameters, fixed.to(module.scalar_parameters))
+            weights = module.scalar_parameters
+            fixed = 0.0 if weights.requires_grad else self.config.scalar_mix_parameters
+            init.copy_(weights, torch.tensor(fixed).to(weights).expand_as(weights))
             init.ones_(module.gamma)
         else:  # a module ELMo does not define (an adapter's layer, say)
             super()._init_weights(module)
@@ -530,8 +517,7 @@ class ElmoPreTrainedModel(PreTrainedModel):
     ) -> nn.Module:
         """Resize the word-embedding input: kept rows keep their vectors, new rows get ELMo's initialisation
         (``mean_resizing`` is not used). A character model has none: `ValueError`."""
-        old = self.get_input_embeddings()
-        if old is None:
+        if (old := self.get_input_embeddings()) is None:
             raise ValueError(
                 f"{type(self).__name__} reads characters and has no token-embedding table to resize "
                 "(config.word_input_vocab_size is 0); its character table is fixed by the alphabet."
@@ -548,8 +534,7 @@ class ElmoPreTrainedModel(PreTrainedModel):
         kept = min(size, old.num_embeddings)
         with torch.no_grad():
             new.weight[:kept] = old.weight[:kept]
-        new.requires_grad_(old.weight.requires_grad)
-        self.base_model.char_encoder.word_embeddings = new
+        self.base_model.char_encoder.word_embeddings = new.requires_grad_(old.weight.requires_grad)
         self.config.word_input_vocab_size = size
         return new
 
@@ -580,8 +565,8 @@ class ElmoBidirectionalLMOutput(ModelOutput):
         forward_loss / backward_loss: mean negative log-likelihood per target word of each direction.
         forward_nll_sum / backward_nll_sum: summed negative log-likelihoods.
         num_forward_targets / num_backward_targets: number of predicted words of each direction.
-        last_hidden_state: top layer (batch, tokens, hidden_size), one row per word (or with
-            ``keep_sentence_boundaries`` at the biLM's positions, ``<S>`` and ``</S>`` included).
+        last_hidden_state: top layer (batch, tokens, hidden_size), one row per word (with
+            ``keep_sentence_boundaries``: at the biLM's positions, ``<S>`` and ``</S>`` included).
         hidden_states: with ``output_hidden_states``, all L + 1 layers at the same positions.
     """
 
@@ -597,11 +582,8 @@ class ElmoBidirectionalLMOutput(ModelOutput):
 
 
 class ElmoModel(ElmoPreTrainedModel):
-    """The ELMo biLM: character ids (batch, tokens, 50) -> all layers (batch, tokens, hidden_size).
-
-    ``<S>``/``</S>`` are added around every sentence inside the model and removed from the outputs; padding (on
-    either side) gives zeros.
-    """
+    """The ELMo biLM: character ids (batch, tokens, 50) -> all layers (batch, tokens, hidden_size). ``<S>``/``</S>``
+    are added around every sentence inside the model and removed from the outputs; padding (either side) gives 0."""
 
     def __init__(self, config: ElmoConfig):
         super().__init__(config)
@@ -632,41 +614,36 @@ class ElmoModel(ElmoPreTrainedModel):
             word_input_ids: (batch, tokens) word ids, for a model with a word-embedding input.
             lstm_state: states to start the LSTMs from (the ``lstm_state`` of a previous call).
             return_lstm_state: also return the states to continue from (always when ``lstm_state`` is given).
-            output_hidden_states: also return all L + 1 layers.
             add_sentence_boundaries: add ``<S>``/``</S>`` around each sentence (`False`: the input holds them).
             keep_sentence_boundaries: also return the boundary positions (tokens + 2 rows); needs right padding.
             lstm_dropout: dropout on every LSTM layer's input, in training mode (pretraining).
             inputs_embeds: token vectors (batch, tokens, projection_dim) replacing the character encoder's output.
-            output_attentions: `True` is refused (a biLSTM has no attentions).
         """
         _unused_inputs(kwargs, type(self).__name__, output_attentions)
-        output_hidden_states = (
-            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
-        )
-        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        config = self.config
+        output_hidden_states = output_hidden_states if output_hidden_states is not None else config.output_hidden_states
+        return_dict = return_dict if return_dict is not None else config.return_dict
         if inputs_embeds is not None:
             input_ids, mask = self._placeholder_inputs(input_ids, inputs_embeds, attention_mask)
         else:
             input_ids, mask = validated_inputs(
-                input_ids, attention_mask, self.config.max_characters_per_token, self.config.max_character_id
+                input_ids, attention_mask, config.max_characters_per_token, config.num_characters - 1
             )
         word_ids = None
-        if self.config.word_input_vocab_size:
-            word_ids = (
-                torch.zeros_like(mask, dtype=torch.long)
-                if inputs_embeds is not None
-                else validated_word_inputs(word_input_ids, input_ids, self.config.word_input_vocab_size)
-            )
+        if config.word_input_vocab_size:  # CODEPATH: ELMoForManyLangs models read word ids too; bilm-tf's do not
+            word_ids = torch.zeros_like(mask, dtype=torch.long)  # under inputs_embeds
+            if inputs_embeds is None:
+                word_ids = validated_word_inputs(word_input_ids, input_ids, config.word_input_vocab_size)
         batch, steps = mask.shape
         lengths = mask.sum(dim=1)
         positions = torch.arange(steps, device=mask.device).unsqueeze(0)
         left_aligned = positions < lengths.unsqueeze(1)  # (B, T): where each row's tokens go when moved to the front
+        destination = None
         if keep_sentence_boundaries:
             check_values(mask != left_aligned, "keep_sentence_boundaries needs right-padded input (tokens first).")
-            destination = None
         else:
-            # Move each row's tokens to the front in order, and back at the end: position t goes to
-            # destination[b, t] (a stable partition, counted rather than sorted so that exporters handle it).
+            # Each row's tokens to the front in order (and back at the end): position t goes to destination[b, t]
+            # (a stable partition, counted rather than sorted so that exporters handle it).
             tokens_before = mask.long().cumsum(dim=1)
             destination = torch.where(mask, tokens_before - 1, lengths.unsqueeze(1) + positions - tokens_before)
             order = torch.empty_like(destination).scatter_(1, destination, positions.expand_as(destination))
@@ -675,53 +652,46 @@ class ElmoModel(ElmoPreTrainedModel):
             if inputs_embeds is not None:
                 inputs_embeds = inputs_embeds.gather(1, order.unsqueeze(-1).expand_as(inputs_embeds))
         mask = left_aligned
-
         if add_sentence_boundaries:
             if word_ids is not None:
                 word_ids = with_word_boundaries(word_ids, mask, lengths)
-            input_ids, mask = with_sentence_boundaries(input_ids, mask, lengths, self.config.char_vocabulary)
+            input_ids, mask = with_sentence_boundaries(input_ids, mask, lengths, config.char_vocabulary)
         if inputs_embeds is None:
             embeddings = self._embed_tokens(input_ids, mask, word_ids)  # (B, T', P)
         else:  # the given vectors at the token positions; the boundaries (placeholders are 0 rows) encoded here
-            given = inputs_embeds * left_aligned.unsqueeze(-1).to(inputs_embeds.dtype)
+            embeddings = inputs_embeds * left_aligned.unsqueeze(-1).to(inputs_embeds.dtype)
             if add_sentence_boundaries:
-                embeddings = self._embed_tokens(input_ids, mask & (input_ids != 0).any(dim=-1), word_ids)
-                embeddings = embeddings + F.pad(given, (0, 0, 1, 1)).to(embeddings.dtype)
-            else:
-                embeddings = given
+                boundaries = self._embed_tokens(input_ids, mask & (input_ids != 0).any(dim=-1), word_ids)
+                embeddings = boundaries + F.pad(embeddings, (0, 0, 1, 1)).to(boundaries.dtype)
         if lstm_state is not None:
-            ElmoLstmState.check(
-                lstm_state, self.config.num_hidden_layers, self.config.projection_dim, self.config.cell_size
-            )
-        initial = None if lstm_state is None else lstm_state.initial(batch, embeddings)
+            ElmoLstmState.check(lstm_state, config.num_hidden_layers, config.projection_dim, config.cell_size)
         want_state = return_lstm_state or lstm_state is not None
         layers, final = self.encoder(
-            embeddings, mask, initial, dropout=lstm_dropout if self.training else 0.0, need_final_state=want_state
+            embeddings,
+            mask,
+            None if lstm_state is None else lstm_state.initial(batch, embeddings),
+            dropout=lstm_dropout if self.training else 0.0,
+            need_final_state=want_state,
         )
-        all_layers = [torch.cat([embeddings, embeddings], dim=-1)] + layers
-        out_mask = mask
+        all_layers, out_mask = [torch.cat([embeddings, embeddings], dim=-1)] + layers, mask
         if add_sentence_boundaries and not keep_sentence_boundaries:
-            all_layers = [layer[:, 1:-1] for layer in all_layers]  # drop <S>; </S> sits at len + 1 and is masked
-            out_mask = left_aligned
-        keep = out_mask.unsqueeze(-1).to(all_layers[0].dtype)
-        all_layers = [layer * keep for layer in all_layers]
+            all_layers, out_mask = [layer[:, 1:-1] for layer in all_layers], left_aligned  # </S> is masked
+        all_layers = [layer * out_mask.unsqueeze(-1).to(layer.dtype) for layer in all_layers]
         if destination is not None:  # back to the caller's positions
             all_layers = [layer.gather(1, destination.unsqueeze(-1).expand_as(layer)) for layer in all_layers]
             out_mask = out_mask.gather(1, destination)
         new_state = None
         if want_state:
-            empty = [f.new_zeros(f.shape[:2] + (0, f.shape[3])) for f in final]
-            start = lstm_state or ElmoLstmState(*empty)
+            start = lstm_state or ElmoLstmState(*(f.new_zeros(f.shape[:2] + (0, f.shape[3])) for f in final))
             new_state = start.advanced(final[0], final[1], used=mask.any(dim=1))
         hidden_states = tuple(all_layers) if output_hidden_states else None
-        if not return_dict:
-            return tuple(v for v in (all_layers[-1], hidden_states, out_mask.long(), new_state) if v is not None)
-        return ElmoModelOutput(
+        output = ElmoModelOutput(
             last_hidden_state=all_layers[-1],
             hidden_states=hidden_states,
             attention_mask=out_mask.long(),
             lstm_state=new_state,
         )
+        return output if return_dict else output.to_tuple()
 
     def _placeholder_inputs(self, input_ids, inputs_embeds, attention_mask) -> tuple[torch.Tensor, torch.Tensor]:
         """For ``inputs_embeds``: all-zero character ids of its shape and the token mask, after checking shapes."""
@@ -734,30 +704,23 @@ class ElmoModel(ElmoPreTrainedModel):
                 f"got {tuple(getattr(inputs_embeds, 'shape', ()))}."
             )
         batch, steps = inputs_embeds.shape[:2]
-        mask = (
-            torch.ones(batch, steps, dtype=torch.bool, device=inputs_embeds.device)
-            if attention_mask is None
-            else torch.as_tensor(attention_mask, device=inputs_embeds.device).bool()
-        )
+        mask = torch.ones(batch, steps, dtype=torch.bool, device=inputs_embeds.device)
+        if attention_mask is not None:
+            mask = torch.as_tensor(attention_mask, device=inputs_embeds.device).bool()
         if tuple(mask.shape) != (batch, steps):
             raise ValueError(
                 f"attention_mask has shape {tuple(mask.shape)} but inputs_embeds has {(batch, steps)} tokens."
             )
-        ids = torch.zeros(batch, steps, self.config.max_characters_per_token, dtype=torch.long, device=mask.device)
-        return ids, mask
+        return mask.new_zeros(batch, steps, self.config.max_characters_per_token, dtype=torch.long), mask
 
-    def _embed_tokens(
-        self, input_ids: torch.Tensor, mask: torch.Tensor, word_ids: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        """Token vectors (B, T, P) of the present tokens, padding zero (only present words encoded where
+    def _embed_tokens(self, input_ids: torch.Tensor, mask: torch.Tensor, word_ids: torch.Tensor | None = None):
+        """Token vectors (B, T, P) of the present tokens, padding zero (only those encoded where
         `_host_waits_for_nothing`)."""
         batch, steps, width = input_ids.shape
         if not _host_waits_for_nothing(input_ids.device):
             flat_word_ids = None if word_ids is None else word_ids.reshape(batch * steps)
-            encoded = self.char_encoder.encode(input_ids.reshape(batch * steps, width), flat_word_ids).view(
-                batch, steps, -1
-            )
-            return encoded * mask.unsqueeze(-1).to(encoded.dtype)
+            encoded = self.char_encoder.encode(input_ids.reshape(batch * steps, width), flat_word_ids)
+            return encoded.view(batch, steps, -1) * mask.unsqueeze(-1).to(encoded.dtype)
         encoded = self.char_encoder(input_ids[mask], None if word_ids is None else word_ids[mask])
         embeddings = encoded.new_zeros(batch, steps, self.config.projection_dim)  # encoder's dtype (autocast: bf16)
         embeddings[mask] = encoded
@@ -775,9 +738,8 @@ def _log_uniform_sample(vocab_size: int, num_samples: int, device: torch.device,
 
 class ElmoForBidirectionalLM(ElmoPreTrainedModel):
     """ELMo with its pretraining objective: a forward LM predicts the next word, a backward LM the previous one,
-    through one shared softmax. In training with ``config.lm_softmax == "sampled"`` a log-uniform sampled softmax
-    with log-Q correction estimates the full one; otherwise the exact softmax is computed in vocabulary chunks.
-    """
+    through one shared softmax; exact (in vocabulary chunks), or in training with ``config.lm_softmax="sampled"`` a
+    log-uniform sampled softmax with log-Q correction."""
 
     def __init__(self, config: ElmoConfig):
         super().__init__(config)
@@ -796,11 +758,8 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
         labels = labels.masked_fill(~mask, IGNORE_INDEX)
         if not add_sentence_boundaries:
             return labels
-        lengths = mask.sum(dim=1)
-        batch, steps = labels.shape
-        nonempty = lengths > 0
-        targets = labels.new_full((batch, steps + 2), IGNORE_INDEX)
-        targets[:, 1:-1] = labels
+        lengths, nonempty = mask.sum(dim=1), mask.any(dim=1)
+        targets = F.pad(labels, (1, 1), value=IGNORE_INDEX)
         targets[:, 0] = torch.where(nonempty, self.config.bos_token_id, IGNORE_INDEX)
         eos = torch.where(nonempty, self.config.eos_token_id, IGNORE_INDEX).unsqueeze(1)
         return targets.scatter(1, (lengths + 1).unsqueeze(1), eos)
@@ -813,20 +772,17 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
             logits = F.linear(hidden, weight[start : start + chunk], bias[start : start + chunk])
             part = torch.logsumexp(logits.float(), dim=-1)
             log_normaliser = part if log_normaliser is None else torch.logaddexp(log_normaliser, part)
-        target_logit = (hidden * weight[targets]).sum(-1) + bias[targets]
-        return log_normaliser - target_logit.float()
+        return log_normaliser - ((hidden * weight[targets]).sum(-1) + bias[targets]).float()
 
     def sampled_softmax_nll(self, hiddens: list[torch.Tensor], targets: list[torch.Tensor]) -> list[torch.Tensor]:
-        """Sampled-softmax losses for several (hidden (N, P), targets (N,)) pairs sharing one negative sample: the
-        true word's exact logit against the sample's logits minus log Q, accidental hits removed."""
-        sampled, sampled_log_q = _log_uniform_sample(
-            self.config.vocab_size, self.config.num_negative_samples, hiddens[0].device
-        )
-        sampled_w, sampled_b = self.softmax.weight[sampled], self.softmax.bias[sampled]  # (S, P), (S,)
+        """Sampled-softmax losses of (hidden (N, P), targets (N,)) pairs sharing one negative sample: the true word's
+        logit against the sample's logits minus log Q, accidental hits removed."""
+        config, weight, bias = self.config, self.softmax.weight, self.softmax.bias
+        sampled, log_q = _log_uniform_sample(config.vocab_size, config.num_negative_samples, hiddens[0].device)
         losses = []
-        for hidden, target in zip(hiddens, targets, strict=False):
-            true_logit = (hidden * self.softmax.weight[target]).sum(-1) + self.softmax.bias[target]
-            sample_logits = F.linear(hidden, sampled_w, sampled_b) - sampled_log_q.to(hidden.dtype)  # (N, S)
+        for hidden, target in zip(hiddens, targets, strict=True):
+            true_logit = (hidden * weight[target]).sum(-1) + bias[target]
+            sample_logits = F.linear(hidden, weight[sampled], bias[sampled]) - log_q.to(hidden.dtype)  # (N, S)
             sample_logits = sample_logits.masked_fill(sampled.unsqueeze(0) == target.unsqueeze(1), float("-inf"))
             logits = torch.cat([true_logit.unsqueeze(1), sample_logits], dim=1).float()
             losses.append(torch.logsumexp(logits, dim=1) - logits[:, 0])
@@ -850,15 +806,10 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
             labels: word ids (batch, tokens), -100 where nothing is to be predicted; with boundaries, the forward LM
                 also predicts ``</S>`` and the backward LM ``<S>``.
             add_sentence_boundaries: `False` for fixed windows of a token stream.
-            output_hidden_states: also return all L + 1 layers.
             keep_sentence_boundaries: return the layers at the biLM's positions (tokens + 2 rows).
-            num_items_in_batch (keyword, from `Trainer`): the halved summed loss is divided by it.
         """
         num_items_in_batch = _loss_kwargs(kwargs, type(self).__name__)
         return_dict = return_dict if return_dict is not None else self.config.return_dict
-        output_hidden_states = (
-            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
-        )
         outputs = self.elmo(
             input_ids,
             attention_mask=attention_mask,
@@ -869,8 +820,7 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
             output_hidden_states=output_hidden_states,
             return_dict=True,
         )
-        top = outputs.last_hidden_state  # (B, T', 2P), boundary positions included
-        full_mask = outputs.attention_mask.bool()
+        top, full_mask = outputs.last_hidden_state, outputs.attention_mask.bool()  # boundary positions included
         # (B, T) word positions: with boundaries, position p holds a word iff position p + 1 is inside the row
         tokens = full_mask[:, 2:] if add_sentence_boundaries else full_mask
         output = ElmoBidirectionalLMOutput(last_hidden_state=top, hidden_states=outputs.hidden_states)
@@ -886,8 +836,7 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
                     f"labels must have shape {tuple(tokens.shape)} (batch, tokens), got {tuple(labels.shape)}."
                 )
             targets = self._targets(labels, tokens, add_sentence_boundaries)
-            P = self.config.projection_dim
-            top = self.dropout(top)
+            P, top = self.config.projection_dim, self.dropout(top)
             selected = []  # a prediction needs a real word at the reading and at the predicted position
             for hidden, target, source in (
                 (top[:, :-1, :P], targets[:, 1:], full_mask[:, :-1]),  # forward: position t predicts t + 1
@@ -895,26 +844,23 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
             ):
                 keep = (target != IGNORE_INDEX) & source
                 if _host_waits_for_nothing(top.device):  # exactly the predicted rows
-                    selected.append((hidden[keep], target[keep], None))
+                    selected.append((hidden[keep], target[keep], keep[keep]))
                 else:  # every row, the others weighted 0
                     selected.append((hidden.reshape(-1, P), target.masked_fill(~keep, 0).reshape(-1), keep.reshape(-1)))
+            hiddens, targets, weights = zip(*selected, strict=True)
+            # CODEPATH: the sampled softmax trains the large-vocabulary presets; evaluation is always exact
             if self.training and self.config.lm_softmax == "sampled":
-                nlls = self.sampled_softmax_nll([h for h, _, _ in selected], [t for _, t, _ in selected])
+                nlls = self.sampled_softmax_nll(list(hiddens), list(targets))
             else:
-                nlls = [self.full_softmax_nll(h, t) for h, t, _ in selected]
-            counts = [torch.tensor(t.numel(), device=top.device) if w is None else w.sum() for _, t, w in selected]
-            sums = [
-                nll.sum() if w is None else torch.where(w, nll, 0.0).sum()
-                for nll, (_, _, w) in zip(nlls, selected, strict=False)
-            ]
-            means = [s / c.clamp_min(1) for s, c in zip(sums, counts, strict=False)]
+                nlls = [self.full_softmax_nll(h, t) for h, t in zip(hiddens, targets, strict=True)]
+            counts = [w.sum() for w in weights]
+            sums = [torch.where(w, nll, 0.0).sum() for nll, w in zip(nlls, weights, strict=True)]
+            means = [s / c.clamp_min(1) for s, c in zip(sums, counts, strict=True)]
             output.loss = _normalised(0.5 * (sums[0] + sums[1]), 0.5 * (means[0] + means[1]), num_items_in_batch)
             output.forward_loss, output.backward_loss = means
             output.forward_nll_sum, output.backward_nll_sum = sums
             output.num_forward_targets, output.num_backward_targets = counts
-        if not return_dict:
-            return output.to_tuple()
-        return output
+        return output if return_dict else output.to_tuple()
 
 
 class ElmoTaskHeadMixin:
@@ -923,19 +869,21 @@ class ElmoTaskHeadMixin:
     without gradient, so adapters inside still train). The biLM applies no dropout in a head."""
 
     def _build_head(self, config: ElmoConfig, width: int) -> None:
-        """The biLM, the mix, the dropout and a ``width`` -> num_labels classifier; then initialise and freeze."""
+        """The biLM, the mix, the dropout and a ``width`` -> num_labels classifier."""
         self.num_labels = config.num_labels
         self.elmo = ElmoModel(config)
         self.scalar_mix = ElmoScalarMix(
-            config.num_representation_layers,
+            config.num_hidden_layers + 1,
             config.num_output_representations,
             config.scalar_mix_layer_norm,
             config.scalar_mix_parameters,
         )
         self.dropout = nn.Dropout(config.classifier_dropout)
         self.classifier = nn.Linear(width, config.num_labels)
-        self.post_init()
-        if config.freeze_elmo:
+
+    def post_init(self) -> None:
+        super().post_init()
+        if self.config.freeze_elmo:  # CODEPATH: heads of a pretrained biLM (default) train only the mix and classifier
             self.freeze_elmo()
 
     @classmethod
@@ -955,42 +903,30 @@ class ElmoTaskHeadMixin:
         """Fine-tune the biLM too: its parameters require gradients again."""
         self.elmo.requires_grad_(True)
 
-    def _layers(self, input_ids, attention_mask, elmo_hidden_states, word_input_ids=None, inputs_embeds=None):
-        """All L + 1 layers (B, L + 1, T, 2P) and the mask (B, T), from the biLM or from cached features."""
-        if elmo_hidden_states is not None:
-            return validated_features(elmo_hidden_states, attention_mask, self.config, self.scalar_mix.gamma.dtype)
-        if input_ids is None and inputs_embeds is None:
-            raise ValueError("pass input_ids (character ids) or cached elmo_hidden_states.")
-        out = self.elmo(
-            input_ids,
-            attention_mask=attention_mask,
-            word_input_ids=word_input_ids,
-            inputs_embeds=inputs_embeds,
-            output_hidden_states=True,
-            return_dict=True,
-        )
-        return torch.stack(out.hidden_states, dim=1), out.attention_mask.bool()
-
     def _mixed_layers(
-        self,
-        kwargs,
-        input_ids,
-        attention_mask,
-        elmo_hidden_states,
-        word_input_ids,
-        inputs_embeds,
-        output_hidden_states,
-        return_dict,
+        self, kwargs, input_ids, attention_mask, elmo_hidden_states, word_input_ids, inputs_embeds, output_hidden_states
     ):
-        """(num_items_in_batch, mixed (B, T, 2P), mask (B, T), hidden_states or None, return_dict) of a head call."""
+        """(num_items_in_batch, mixed (B, T, 2P), mask (B, T), the L + 1 layers or None) of a head call."""
         num_items_in_batch = _loss_kwargs(kwargs, type(self).__name__)
-        output_hidden_states = (
-            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
-        )
-        return_dict = return_dict if return_dict is not None else self.config.return_dict
-        layers, mask = self._layers(input_ids, attention_mask, elmo_hidden_states, word_input_ids, inputs_embeds)
+        if elmo_hidden_states is not None:
+            dtype = self.scalar_mix.gamma.dtype
+            layers, mask = validated_features(elmo_hidden_states, attention_mask, self.config, dtype)
+        elif input_ids is None and inputs_embeds is None:
+            raise ValueError("pass input_ids (character ids) or cached elmo_hidden_states.")
+        else:
+            out = self.elmo(
+                input_ids,
+                attention_mask=attention_mask,
+                word_input_ids=word_input_ids,
+                inputs_embeds=inputs_embeds,
+                output_hidden_states=True,
+                return_dict=True,
+            )
+            layers, mask = torch.stack(out.hidden_states, dim=1), out.attention_mask.bool()
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
         hidden_states = tuple(layers.unbind(1)) if output_hidden_states else None
-        return num_items_in_batch, self.scalar_mix(layers, mask)[0], mask, hidden_states, return_dict
+        return num_items_in_batch, self.scalar_mix(layers, mask)[0], mask, hidden_states
 
 
 class ElmoForSequenceClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
@@ -998,13 +934,14 @@ class ElmoForSequenceClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
 
     def __init__(self, config: ElmoConfig):
         super().__init__(config)
-        self._build_head(config, config.hidden_size * (2 if config.classifier_pooling == "mean_max" else 1))
+        pooled = 2 if config.classifier_pooling == "mean_max" else 1  # CODEPATH: mean_max heads pool twice as wide
+        self._build_head(config, pooled * config.hidden_size)
+        self.post_init()
 
     def pool(self, mixed: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """(B, T, D), (B, T) -> (B, D) (2D for mean_max). Empty sentences pool to zeros."""
-        m = mask.unsqueeze(-1).to(mixed.dtype)
+        m, kind = mask.unsqueeze(-1).to(mixed.dtype), self.config.classifier_pooling
         mean = (mixed * m).sum(dim=1) / m.sum(dim=1).clamp_min(1.0)
-        kind = self.config.classifier_pooling
         if kind == "mean":
             return mean
         if kind in ("max", "mean_max"):
@@ -1013,9 +950,8 @@ class ElmoForSequenceClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
             return maximum if kind == "max" else torch.cat([mean, maximum], dim=-1)
         lengths = mask.sum(dim=1)
         index = torch.zeros_like(lengths) if kind == "first" else (lengths - 1).clamp_min(0)
-        return mixed[torch.arange(mixed.shape[0], device=mixed.device), index] * (lengths > 0).unsqueeze(-1).to(
-            mixed.dtype
-        )
+        first_or_last = mixed[torch.arange(mixed.shape[0], device=mixed.device), index]
+        return first_or_last * (lengths > 0).unsqueeze(-1).to(mixed.dtype)
 
     def forward(
         self,
@@ -1031,29 +967,19 @@ class ElmoForSequenceClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
     ) -> SequenceClassifierOutput | tuple:
         r"""
         Args:
-            input_ids / attention_mask / inputs_embeds: as for `ElmoModel`.
+            input_ids / attention_mask / word_input_ids / inputs_embeds: as for `ElmoModel`.
             elmo_hidden_states: instead, cached biLM layers (batch, L + 1, tokens, 2P) with their ``attention_mask``.
             labels: (batch,) class ids, or floats for regression / (batch, num_labels) for multi-label.
-            output_hidden_states: also return the L + 1 biLM layers.
-            num_items_in_batch (keyword, from `Trainer`): the summed loss is divided by it.
         """
-        num_items_in_batch, mixed, mask, hidden_states, return_dict = self._mixed_layers(
-            kwargs,
-            input_ids,
-            attention_mask,
-            elmo_hidden_states,
-            word_input_ids,
-            inputs_embeds,
-            output_hidden_states,
-            return_dict,
+        num_items_in_batch, mixed, mask, hidden_states = self._mixed_layers(
+            kwargs, input_ids, attention_mask, elmo_hidden_states, word_input_ids, inputs_embeds, output_hidden_states
         )
         logits = self.classifier(self.dropout(self.pool(mixed, mask)))
         loss = None
         if labels is not None:
             loss = self._loss(logits, torch.as_tensor(labels, device=logits.device), num_items_in_batch)
-        if not return_dict:
-            return tuple(v for v in (loss, logits, hidden_states) if v is not None)
-        return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
+        output = SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
+        return output if (return_dict if return_dict is not None else self.config.return_dict) else output.to_tuple()
 
     def _loss(self, logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch=None) -> torch.Tensor:
         if self.config.problem_type is None:
@@ -1081,6 +1007,7 @@ class ElmoForTokenClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
     def __init__(self, config: ElmoConfig):
         super().__init__(config)
         self._build_head(config, config.hidden_size)
+        self.post_init()
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """`PreTrainedModel.save_pretrained`, the config naming the word-level token-classification pipeline."""
@@ -1103,20 +1030,11 @@ class ElmoForTokenClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
     ) -> TokenClassifierOutput | tuple:
         r"""
         Args:
-            input_ids / attention_mask / inputs_embeds / elmo_hidden_states: as for `ElmoForSequenceClassification`.
+            input_ids / attention_mask / ... / elmo_hidden_states: as for `ElmoForSequenceClassification`.
             labels: (batch, tokens) class ids, -100 where nothing is to be predicted.
-            output_hidden_states: also return the L + 1 biLM layers.
-            num_items_in_batch (keyword, from `Trainer`): the summed loss is divided by it.
         """
-        num_items_in_batch, mixed, mask, hidden_states, return_dict = self._mixed_layers(
-            kwargs,
-            input_ids,
-            attention_mask,
-            elmo_hidden_states,
-            word_input_ids,
-            inputs_embeds,
-            output_hidden_states,
-            return_dict,
+        num_items_in_batch, mixed, mask, hidden_states = self._mixed_layers(
+            kwargs, input_ids, attention_mask, elmo_hidden_states, word_input_ids, inputs_embeds, output_hidden_states
         )
         logits = self.classifier(self.dropout(mixed))  # (B, T, num_labels)
         loss = None
@@ -1134,9 +1052,8 @@ class ElmoForTokenClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
                 logits.reshape(-1, self.num_labels), flat, ignore_index=IGNORE_INDEX, reduction="sum"
             )
             loss = _normalised(total, total / (flat != IGNORE_INDEX).sum().clamp_min(1), num_items_in_batch)
-        if not return_dict:
-            return tuple(v for v in (loss, logits, hidden_states) if v is not None)
-        return TokenClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
+        output = TokenClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
+        return output if (return_dict if return_dict is not None else self.config.return_dict) else output.to_tuple()
 
 
 __all__ = [

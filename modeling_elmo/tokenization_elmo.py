@@ -11,9 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""ELMo character tokenizer: every word becomes a row of ``max_characters_per_token`` (50) character ids, the UTF-8
-bytes of the released AllenNLP/bilm-tf models or the unicode characters of ELMoForManyLangs. The model adds the
-sentence boundaries itself."""
+"""ELMo character tokenizer: a word is a row of character ids (UTF-8 bytes, or the characters of ELMoForManyLangs)."""
 
 from __future__ import annotations
 
@@ -64,11 +62,9 @@ class CharacterAlphabet:
     (characters); a boundary word of the original (`BOUNDARY_WORDS`) gets the boundary row."""
 
     def __init__(self, characters: Sequence[str] | None = None, max_characters_per_token: int = 50):
-        self.characters = (
-            None
-            if characters is None
-            else _checked_list(characters, "character vocabulary", lambda c: len(c) == 1, "single characters")
-        )
+        if characters is not None:
+            characters = _checked_list(characters, "character vocabulary", lambda c: len(c) == 1, "single characters")
+        self.characters = characters
         self.width = max_characters_per_token
         self.char_vocabulary = "bytes" if characters is None else "unicode"
         self.markers = CHARACTER_MARKERS[self.char_vocabulary]
@@ -130,7 +126,7 @@ class CharacterAlphabet:
 def read_vocabulary_file(path: str | os.PathLike) -> list[str]:
     """The words of a vocabulary file, one per line (bilm-tf's ``!!!MAXTERMID`` line skipped). A line that would shift
     the ids of later words (empty, a repeated word, a special word after other words) is a `ValueError` naming it."""
-    shown, words, first_line, after_words = os.fspath(path), [], {}, False  # after_words: a non-special word was listed
+    shown, words, first_line = os.fspath(path), [], {}
     if not os.path.isfile(path):
         raise ValueError(f"vocabulary file {shown!r} does not exist.")
     with open(path, encoding="utf-8") as handle:
@@ -138,22 +134,18 @@ def read_vocabulary_file(path: str | os.PathLike) -> list[str]:
             word = line.rstrip("\n").rstrip("\r")
             if word == "!!!MAXTERMID":
                 continue
-            problem = (
-                "is empty; every line must hold one word (an empty line would shift the id of every later word)"
-                if not word.strip()
-                else f"repeats the word {word!r} of line {first_line[word]} (a repeated word would shift the id of "
-                "every later word)"
-                if word in first_line
-                else f"lists the special word {word!r} after other words; the special words come first (they take "
-                "ids 0-3)"
-                if word in SPECIAL_WORDS and after_words
-                else None
-            )
-            if problem:
-                raise ValueError(f"vocabulary file {shown!r}: line {number} {problem}.")
-            first_line[word] = number
-            after_words = after_words or word not in SPECIAL_WORDS
-            words.append(word)
+            shifts = "would shift the id of every later word"
+            if not word.strip():
+                problem = f"is empty; every line must hold one word (an empty line {shifts})"
+            elif word in first_line:
+                problem = f"repeats the word {word!r} of line {first_line[word]} (a repeated word {shifts})"
+            elif word in SPECIAL_WORDS and any(w not in SPECIAL_WORDS for w in words):
+                problem = f"lists the special word {word!r} after other words; the special words come first (ids 0-3)"
+            else:
+                first_line[word] = number
+                words.append(word)
+                continue
+            raise ValueError(f"vocabulary file {shown!r}: line {number} {problem}.")
     return words
 
 
@@ -205,15 +197,9 @@ class ElmoTokenizer(PreTrainedTokenizer):
         characters, input_words = kwargs.pop("characters", None), kwargs.pop("input_words", None)
         if split_pattern not in _WORD_PATTERNS:
             raise ValueError(f"`split_pattern` must be one of {sorted(_WORD_PATTERNS)}, got {split_pattern!r}.")
-        if (
-            isinstance(max_characters_per_token, bool)
-            or not isinstance(max_characters_per_token, int)
-            or not 3 <= max_characters_per_token <= MAX_CHARACTERS_PER_TOKEN_LIMIT
-        ):
-            raise ValueError(
-                f"`max_characters_per_token` must be an integer in [3, {MAX_CHARACTERS_PER_TOKEN_LIMIT}], "
-                f"got {max_characters_per_token!r}."
-            )
+        width, limit = max_characters_per_token, MAX_CHARACTERS_PER_TOKEN_LIMIT
+        if type(width) is not int or not 3 <= width <= limit:
+            raise ValueError(f"`max_characters_per_token` must be an integer in [3, {limit}], got {width!r}.")
         words = list(SPECIAL_WORDS) + ([] if vocab_file is None else read_vocabulary_file(vocab_file))
         self.vocab = {word: i for i, word in enumerate(dict.fromkeys(words))}
         self.ids_to_words = {i: w for w, i in self.vocab.items()}
@@ -224,19 +210,15 @@ class ElmoTokenizer(PreTrainedTokenizer):
         self.alphabet = CharacterAlphabet(characters, max_characters_per_token)
         if input_words is not None:
             input_words = _checked_list(input_words, "word-input vocabulary", bool, "non-empty words")
-            if set(input_words) & set(SPECIAL_WORDS):
+            if specials := sorted(set(input_words) & set(SPECIAL_WORDS)):
                 raise ValueError(
-                    f"the word-input vocabulary lists the special word(s) "
-                    f"{sorted(set(input_words) & set(SPECIAL_WORDS))}: they have the fixed ids 0-3."
+                    f"the word-input vocabulary lists the special word(s) {specials}: they have the fixed ids 0-3."
                 )
         self.input_words = input_words
         # The text's boundary words are the boundary words of the word input too (as in ELMoForManyLangs).
-        specials = {
-            PAD_WORD: PAD_ID,
-            UNK_WORD: UNK_ID,
-            **dict(zip(self.alphabet.boundary_words, (BOS_ID, EOS_ID), strict=False)),
-        }
-        self.input_word_to_id = {**specials, **{w: i for i, w in enumerate(input_words or (), len(SPECIAL_WORDS))}}
+        boundaries = dict(zip(self.alphabet.boundary_words, (BOS_ID, EOS_ID), strict=True))
+        listed = {w: i for i, w in enumerate(input_words or (), len(SPECIAL_WORDS))}
+        self.input_word_to_id = {PAD_WORD: PAD_ID, UNK_WORD: UNK_ID, **boundaries, **listed}
         self.max_characters_per_token = max_characters_per_token
         self.split_pattern = split_pattern
         self.do_lower_case = do_lower_case
@@ -320,25 +302,26 @@ class ElmoTokenizer(PreTrainedTokenizer):
         if isinstance(text, str) and not is_split_into_words:
             return [self.split_words(text)], False
         if isinstance(text, str) or not isinstance(text, (list, tuple)):
+            hint = " (with is_split_into_words=True, pass a list of words)." if is_split_into_words else "."
             raise ValueError(
-                f"text must be a string, a list of strings or a list of word lists, got {type(text).__name__}"
-                + (" (with is_split_into_words=True, pass a list of words)." if is_split_into_words else ".")
+                f"text must be a string, a list of strings or a list of word lists, got {type(text).__name__}{hint}"
             )
         if len(text) == 0:
             raise ValueError("empty batch: pass at least one sentence.")
-        if is_split_into_words and all(isinstance(t, str) for t in text):
+        if not is_split_into_words:
+            for i, sentence in enumerate(text):
+                if not isinstance(sentence, str):
+                    raise ValueError(
+                        f"item {i} of the batch is not a string but {type(sentence).__name__} {sentence!r:.40}; "
+                        "for pre-split words pass is_split_into_words=True."
+                    )
+            return [self.split_words(s) for s in text], True
+        if all(isinstance(t, str) for t in text):
             return [list(text)], False
         for i, sentence in enumerate(text):
-            if is_split_into_words and not (
-                isinstance(sentence, (list, tuple)) and all(isinstance(w, str) for w in sentence)
-            ):
+            if not (isinstance(sentence, (list, tuple)) and all(isinstance(w, str) for w in sentence)):
                 raise ValueError(f"sentence {i} must be a list of word strings, got {sentence!r:.80}.")
-            if not is_split_into_words and not isinstance(sentence, str):
-                raise ValueError(
-                    f"item {i} of the batch is not a string but {type(sentence).__name__} {sentence!r:.40}; "
-                    "for pre-split words pass is_split_into_words=True."
-                )
-        return [list(s) if is_split_into_words else self.split_words(s) for s in text], True
+        return [list(s) for s in text], True
 
     # An ELMo token is a row of character ids, not one id: `_encode_plus` (abstract in the base class) builds the rows
     # and hands them to the base `pad`, whose per-example hook `_pad` pads with all-zero rows.
