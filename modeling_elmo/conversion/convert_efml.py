@@ -382,8 +382,9 @@ def convert_efml(
         model.eval()
         tokenizer = efml_tokenizer(efml, config)
         differences = validate_efml_conversion(model, tokenizer, efml, validation_sentences(efml), atol)
+        inside = f"in {source.name}" if source.is_file() else "local folder"
         files = [
-            {"name": p.name, "bytes": p.stat().st_size, "sha256": sha256_of_file(p)}
+            {"name": p.name, "origin": inside, "bytes": p.stat().st_size, "sha256": sha256_of_file(p)}
             for p in sorted(efml.folder.iterdir())
             if p.is_file()
         ]

@@ -308,7 +308,7 @@ def _cell(value: Any) -> str:
     if isinstance(value, float):
         text = f"{value:.6g}"
     elif isinstance(value, (list, tuple)):
-        text = ", ".join(str(_scrub(v)) for v in value)
+        text = ", ".join(f"{v:.6g}" if isinstance(v, float) else str(_scrub(v)) for v in value)
     else:
         text = str(_scrub(value))
     return escape_markdown(text)
