@@ -7,7 +7,8 @@ mirror where one is known, and the expected size and sha256 of each file where k
 (AllenNLP published none); the table has a slot per file, and a digest put there is enforced on every download
 and every reuse of a cached file.
 
-`fetch_release` downloads a release's ``options.json`` and ``weights.hdf5`` into a local cache:
+`fetch_release` downloads a release's ``options.json`` and ``weights.hdf5`` into a local cache with the resumable
+HTTP client of `modeling_elmo.conversion.download`:
 
 * the files come from ``<base URL>/<folder>/elmo_<folder>_options.json`` and ``..._weights.hdf5``; the base URL is
   `DEFAULT_BASE_URL` (AllenNLP's S3 bucket), or the ``ELMO_RELEASES_BASE_URL`` environment variable, or the
