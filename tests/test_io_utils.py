@@ -53,3 +53,9 @@ def test_read_json_object_names_the_file_and_what_is_wrong_in_one_line(tmp_path,
     with pytest.raises(ValueError, match="must hold a JSON object, got list"):
         io_utils.read_json_object(path, "config")
     assert io_utils.read_json_object(tmp_path / "absent.json", "config") is None
+
+
+def test_command_error_is_one_line_naming_the_command_with_exit_status_1():
+    with pytest.raises(SystemExit) as excinfo:
+        raise io_utils.command_error("convert", ValueError("options file 'o.json'\ndoes not exist."))
+    assert excinfo.value.code == "elmo convert: error: options file 'o.json' does not exist."

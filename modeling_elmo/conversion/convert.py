@@ -454,11 +454,12 @@ def main(argv: list[str] | None = None) -> int:
                 atol=DEFAULT_ATOL if args.atol is None else args.atol,
             )
     except (ValueError, OSError) as error:  # bad input, a failed download, a file system refusing a write
-        raise SystemExit(f"elmo convert: error: {io_utils.error_line(error)}") from None
+        raise io_utils.command_error("convert", error) from None
     except SafetensorError as error:  # safetensors' own error for a failed write (a full disk)
-        raise SystemExit(
-            f"elmo convert: error: cannot write the model into {args.output!r}: "
-            f"{io_utils.error_line(error)}; the output folder was left as it was."
+        raise io_utils.command_error(
+            "convert",
+            f"cannot write the model into {args.output!r}: {io_utils.error_line(error)}; the output folder was left "
+            "as it was.",
         ) from None
     metadata = io_utils.read_json_object(folder / "conversion_metadata.json", "conversion metadata", required=True)
     for role, origin in metadata.get("sources", {}).items():

@@ -526,6 +526,14 @@ def _training_section(metadata: Mapping[str, Any] | None, kind: str) -> str:
 
 
 def _architecture_table(config: Any, num_parameters: int, dtype: str) -> str:
+    word_input = (  # an ELMoForManyLangs model: Unicode characters, and a word vector beside the character CNN's
+        [
+            ("characters listed (Unicode)", f"{config.num_characters - 7:,}"),
+            ("word vectors before the projection", f"{config.word_input_dim} ({config.word_input_vocab_size:,} words)"),
+        ]
+        if getattr(config, "word_input_dim", 0)
+        else []
+    )
     rows = [
         ("LSTM layers per direction (L)", config.num_hidden_layers),
         ("LSTM cell size (H)", config.cell_size),
@@ -535,17 +543,7 @@ def _architecture_table(config: Any, num_parameters: int, dtype: str) -> str:
         ("character CNN filters [width, count]", json.dumps(config.char_cnn_filters)),
         ("character CNN output (F)", config.num_char_cnn_filters),
         ("highway layers", config.num_highway_layers),
-        *(
-            [
-                ("characters listed (Unicode)", f"{config.num_characters - 7:,}"),
-                (
-                    "word vectors (size, words), concatenated before the projection",
-                    (f"{config.word_input_dim} ({config.word_input_vocab_size:,} words)"),
-                ),
-            ]
-            if getattr(config, "word_input_dim", 0)
-            else []
-        ),
+        *word_input,
         ("cell clip / projection clip", f"{config.cell_clip} / {config.proj_clip}"),
         ("skip connections", config.use_skip_connections),
         ("word vocabulary of the LM softmax", config.vocab_size),

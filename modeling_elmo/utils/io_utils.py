@@ -264,6 +264,12 @@ def error_line(error: BaseException | str, limit: int = 1000, *, named: bool = F
     return text or kind
 
 
+def command_error(command: str, error: BaseException | str) -> SystemExit:
+    """What ends ``elmo COMMAND`` on bad input: the one line ``elmo COMMAND: error: ...`` (`error_line`), exit
+    status 1. ``raise command_error("convert", error) from None``."""
+    return SystemExit(f"elmo {command}: error: {error_line(error)}")
+
+
 #: A line break in a text file: ``\n`` (Unix), ``\r\n`` (Windows) or a lone ``\r`` (old Mac OS).
 _LINE_BREAK = re.compile(rb"\r\n|\r|\n")
 
