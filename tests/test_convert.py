@@ -353,6 +353,32 @@ def test_output_folder_is_complete_and_names_the_sources(converted, release):
     assert metadata["sha256"][weights_path.name] == hashlib.sha256(weights_path.read_bytes()).hexdigest()
 
 
+def _section(card: str, heading: str) -> str:
+    """The text of ``card`` from ``heading`` to the next heading of the same level."""
+    start = card.index(heading + "\n")
+    end = card.find("\n## ", start + len(heading))
+    return card[start : end if end >= 0 else len(card)]
+
+
+def test_push_renders_the_card_the_converter_wrote_from_the_same_template_and_metadata(converted, release, tmp_path):
+    from modeling_elmo.hub import main as push
+
+    written = (converted / "README.md").read_text(encoding="utf-8")
+    assert push([str(converted), "--repo-id", "me/elmo-tiny", "--dry-run", "--output-dir", str(tmp_path / "hub")]) == 0
+    pushed = (tmp_path / "hub" / "README.md").read_text(encoding="utf-8")
+    for heading in ("## Training data and procedure", "## Evaluation", "## Limitations"):
+        assert _section(written, heading) == _section(pushed, heading), heading
+    # the source files table: name, where it came from, size and sha256 of each file the conversion read
+    for path in (Path(release[1]), Path(release[2])):
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        row = f"| {path.name} | local file | {path.stat().st_size:,} | {digest} |"
+        assert row in written and row in pushed, row
+    # the folder's card names the folder and how to publish it; the Hub card names the repository instead
+    assert written.startswith("---\n") and "\n# elmo-tiny\n" in written and "\n# elmo-tiny\n" in pushed
+    assert 'from_pretrained("elmo-tiny"' in written and 'from_pretrained("me/elmo-tiny"' in pushed
+    assert "elmo push FOLDER --repo-id NAME" in written and "elmo push FOLDER" not in pushed
+
+
 def test_existing_output_folder_is_refused_without_overwrite(release, tmp_path):
     _, options_path, weights_path = release
     out = tmp_path / "out"

@@ -25,7 +25,7 @@ from support import assert_same_numbers, run_without_package  # noqa: E402
 
 from modeling_elmo import ElmoModel, ElmoTokenizer, cli  # noqa: E402
 from modeling_elmo.conversion import convert_efml as ce  # noqa: E402
-from modeling_elmo.conversion import efml_format, efml_releases  # noqa: E402
+from modeling_elmo.conversion import download, efml_format, efml_releases  # noqa: E402
 from modeling_elmo.conversion.efml_format import (  # noqa: E402
     check_tensor_storage,
     load_state_dict,
@@ -322,7 +322,7 @@ def test_interrupted_download_keeps_its_part_and_the_next_run_resumes(efml_serve
     base_url, path, data = efml_served
     assert len(data) > 9000
     server.drops[path] = [3000, 3000, 3000]
-    with pytest.raises(efml_releases.DownloadError, match="3 attempts.*kept in"):
+    with pytest.raises(download.DownloadError, match="3 attempts.*kept in"):
         efml_releases.fetch_efml_release("efml-de", tmp_path / "cache", base_url=base_url, retry_wait=0, progress=False)
     cache = tmp_path / "cache" / "efml-de"
     assert "142.zip.part" in [p.name for p in cache.iterdir()] and not (cache / "142.zip").exists()

@@ -9,7 +9,8 @@ import time
 import pytest
 
 from modeling_elmo.conversion import convert
-from modeling_elmo.conversion.releases import DownloadError, get_release, release_cache_dir
+from modeling_elmo.conversion.download import DownloadError
+from modeling_elmo.conversion.releases import get_release, release_cache_dir
 from modeling_elmo.utils import io_utils
 
 

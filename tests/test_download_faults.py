@@ -15,8 +15,9 @@ import pytest
 from support import plant
 
 from modeling_elmo import cli
-from modeling_elmo.conversion import releases
-from modeling_elmo.conversion.releases import DownloadError, download_file, fetch_release
+from modeling_elmo.conversion import download
+from modeling_elmo.conversion.download import DownloadError, download_file
+from modeling_elmo.conversion.releases import fetch_release
 
 
 @pytest.fixture(autouse=True)
@@ -122,7 +123,7 @@ def test_redirect_is_followed_and_recorded_with_the_url_that_served_the_file(
     elsewhere = "/elsewhere/weights.hdf5"
     server.files[elsewhere] = synthetic_files[2]
     server.redirects[served["weights"]] = _host(server) + elsewhere
-    with caplog.at_level(logging.WARNING, logger="modeling_elmo.conversion.releases"):
+    with caplog.at_level(logging.WARNING, logger="modeling_elmo.conversion.download"):
         assert (
             cli.main(
                 [
@@ -179,7 +180,7 @@ def test_endless_body_without_content_length_is_cut_off_at_the_size_bound(server
 
 def test_trickling_server_meets_the_deadline_of_the_file(server, served, release, tmp_path, monkeypatch):
     server.trickle[served["options"]] = 0.2  # one byte every 0.2 s: each read arrives in time, the file never does
-    monkeypatch.setattr(releases, "DEADLINE_GRACE_SECONDS", 1.0)  # options.json: 1 s + 65,536 B at 100 kB/s
+    monkeypatch.setattr(download, "DEADLINE_GRACE_SECONDS", 1.0)  # options.json: 1 s + 65,536 B at 100 kB/s
     started = time.monotonic()
     with pytest.raises(SystemExit) as exit_:
         cli.main(
@@ -252,7 +253,7 @@ def test_a_server_trickling_its_status_line_or_headers_meets_the_deadline_of_the
     server, served, release, tmp_path, monkeypatch, at_once
 ):
     server.trickle_head[served["options"]] = (0.3, at_once)  # ~200 header bytes: a minute, each read in time
-    monkeypatch.setattr(releases, "DEADLINE_GRACE_SECONDS", 1.0)  # options.json: 1 s + 65,536 B at 100 kB/s
+    monkeypatch.setattr(download, "DEADLINE_GRACE_SECONDS", 1.0)  # options.json: 1 s + 65,536 B at 100 kB/s
     started = time.monotonic()
     with pytest.raises(SystemExit) as exit_:
         cli.main(

@@ -267,3 +267,45 @@ def test_the_cards_trainer_examples_use_the_readmes_learning_rate():
     [readme_rate] = set(re.findall(r"learning_rate=([0-9.e-]+)", (REPO_ROOT / "README.md").read_text()))
     for template in sorted((REPO_ROOT / "model_cards").glob("*.md")):
         assert set(re.findall(r"learning_rate=([0-9.e-]+)", template.read_text())) <= {readme_rate}, template.name
+
+
+def test_the_source_files_table_reads_four_checked_keys_of_each_file_and_escapes_them():
+    digest = "ab" * 32
+    metadata = {
+        "converted_from": "original ELMo release",
+        "files": [
+            {
+                "name": "weights.hdf5",
+                "origin": "https://user:secret@example.org/w.hdf5",
+                "bytes": 1234,
+                "sha256": digest,
+            },
+            {"name": "<img src=x>|evil", "origin": "hf_" + "Q" * 34, "bytes": "many", "sha256": "not a digest"},
+            {"name": "options.json", "api_key": "k-123", "bytes": True},
+            "not a record",
+        ],
+    }
+    card, kind = build_model_card(
+        make_config(architectures=["ElmoModel"]),
+        "me/y",
+        CardInputs(metadata=metadata, converted=True),
+        num_parameters=1,
+    )
+    assert kind == "converted"
+    assert f"| weights.hdf5 | https://\\*\\*\\*@example.org/w.hdf5 | 1,234 | {digest} |" in card.text
+    assert "| &lt;img src=x&gt;\\|evil | hf\\_\\*\\*\\* | — | — |" in card.text
+    assert "| options.json | — | — | — |" in card.text
+    assert "secret" not in card.text and "k-123" not in card.text and "QQQ" not in card.text
+    assert "not a record" not in card.text
+
+
+def test_an_earlier_conversion_without_a_files_list_gets_its_checksums_in_the_table():
+    digest = "0f" * 32
+    metadata = {"converted_from": "original ELMo release", "sha256": {"weights.hdf5": digest, "x.json": "bad"}}
+    card, _ = build_model_card(
+        make_config(architectures=["ElmoModel"]),
+        "me/y",
+        CardInputs(metadata=metadata, converted=True),
+        num_parameters=1,
+    )
+    assert f"| weights.hdf5 | — | — | {digest} |" in card.text and "| x.json | — | — | — |" in card.text

@@ -117,6 +117,15 @@ def test_the_original_format_module_is_a_leaf_of_the_conversion_modules():
         assert "modeling_elmo.conversion.original_format" in graph[user], user
 
 
+def test_the_http_client_knows_no_catalogue_and_both_catalogues_use_it():
+    graph = import_graph(REPO_ROOT, PACKAGE)
+    conversion = {name for name in graph if name.startswith("modeling_elmo.conversion")}
+    assert graph["modeling_elmo.conversion.download"] <= {"modeling_elmo.utils.io_utils"}
+    assert graph["modeling_elmo.conversion.download"].isdisjoint(conversion)
+    for catalogue in ("modeling_elmo.conversion.releases", "modeling_elmo.conversion.efml_releases"):
+        assert "modeling_elmo.conversion.download" in graph[catalogue], catalogue
+
+
 def test_the_circle_finder_finds_a_circle_behind_a_deferred_import(tmp_path):
     package = tmp_path / "pkg"
     (package / "sub").mkdir(parents=True)

@@ -23,16 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # numpy_reference, how
 import numpy_reference as ref  # noqa: E402
 
 from modeling_elmo import cli
-from modeling_elmo.conversion import releases  # noqa: E402
+from modeling_elmo.conversion import download, releases  # noqa: E402
+from modeling_elmo.conversion.download import DownloadError, download_file  # noqa: E402
 from modeling_elmo.conversion.original_format import config_options  # noqa: E402
-from modeling_elmo.conversion.releases import (  # noqa: E402
-    RELEASES,
-    DownloadError,
-    count_parameters,
-    download_file,
-    fetch_release,
-    weights_size_bounds,
-)
+from modeling_elmo.conversion.releases import RELEASES, count_parameters, fetch_release, weights_size_bounds  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -285,14 +279,14 @@ def test_options_of_another_model_are_refused(server, served, release, tmp_path)
 def test_server_error_is_one_error_line_naming_the_url(
     server, served, release, tmp_path, status, retried, hub_calls, monkeypatch
 ):
-    monkeypatch.setattr(releases.time, "sleep", lambda seconds: None)
+    monkeypatch.setattr(download.time, "sleep", lambda seconds: None)
     server.status[served["weights"]] = status
     with pytest.raises(SystemExit) as excinfo:
         _convert(server, tmp_path, "--no-mirror")
     message = _error_line(excinfo)
     assert f"cannot download {release.filename('weights')} from {release.url('weights', server.url)}" in message
     assert f"HTTP {status}" in message
-    assert len(server.requests_for(served["weights"])) == (releases.DEFAULT_ATTEMPTS if retried else 1)
+    assert len(server.requests_for(served["weights"])) == (download.DEFAULT_ATTEMPTS if retried else 1)
     assert hub_calls == [] and not (tmp_path / "out").exists()
     assert sorted(p.name for p in _cache(tmp_path, release).iterdir()) == [
         release.filename("options"),
@@ -402,7 +396,7 @@ def test_complete_part_file_is_finished_after_a_416_answer(server, served, relea
         real_replace(src, dst)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(releases.os, "replace", killed_before_the_rename)
+        patch.setattr(download.os, "replace", killed_before_the_rename)
         with pytest.raises(KeyboardInterrupt):
             fetch_release(release, tmp_path / "cache", base_url=server.url, progress=False)
     part = _cache(tmp_path, release) / (release.filename("weights") + ".part")

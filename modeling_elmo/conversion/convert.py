@@ -60,11 +60,11 @@ from safetensors import SafetensorError
 from ..configuration_elmo import ElmoConfig
 from ..folders.manifest import remove_stale_temporaries
 from ..folders.output_folder import TEMPORARY_KINDS, check_atol, check_output_dir, locks_output, write_folder_atomically
-from ..folders.output_folder import sha256_of_file as _sha256
+from ..hub.card import CardInputs, write_model_card
 from ..utils import io_utils
+from .download import DEFAULT_ATTEMPTS, DownloadError
 from .original_format import (
     LSTM_CELL,
-    config_summary,
     convert_config,
     expected_dataset_shapes,
     open_hdf5,
@@ -74,10 +74,8 @@ from .original_format import (
 from .parity import DEFAULT_ATOL, validate_converted_model
 from .releases import (
     BASE_URL_ENV,
-    DEFAULT_ATTEMPTS,
     FILE_ROLES,
     RELEASES,
-    DownloadError,
     Release,
     fetch_release,
     get_release,
@@ -151,76 +149,6 @@ def load_converted_state_dict(model: torch.nn.Module, state_dict: dict[str, torc
 
 
 # ------------------------------------------------------------------------------------------------ saving
-def _published_section(release: Release) -> str:
-    figures = release.published_figures()
-    perplexity = (
-        f"{release.perplexity:g}, {release.perplexity_note}" if release.perplexity is not None else "not published"
-    )
-    return f"""## Published figures
-
-| | |
-|---|---|
-| release | `{release.name}` (`{release.folder}`) |
-| parameters | {figures["parameters"]} ({release.num_parameters:,} values in the weight file) |
-| semantic role labelling (SRL) F1 | {release.srl_f1:.2f} |
-| constituency parsing F1 | {release.constituency_parsing_f1:.2f} |
-| language-model perplexity | {perplexity} |
-| training data | {release.training_data} |
-
-The F1 scores are those AllenNLP published for its task models built on this release; the perplexity is the one
-its authors reported. None of them was measured by this conversion, which checks only that the converted model
-computes what the released weights compute.
-"""
-
-
-def _model_card(
-    config: ElmoConfig, sources: list[dict[str, Any]], max_diff: float, num_parameters: int, release: Release | None
-) -> str:
-    rows = "\n".join(f"| `{s['name']}` | {s['origin']} | {s['bytes']:,} | `{s['sha256']}` |" for s in sources)
-    title = (
-        f"ELMo `{release.name}` (converted from the AllenNLP release)"
-        if release
-        else "ELMo (converted from the original release)"
-    )
-    published = ("\n" + _published_section(release)) if release else ""
-    return f"""---
-library_name: transformers
-license: apache-2.0
-tags:
-- elmo
-- feature-extraction
----
-
-# {title}
-
-Bidirectional language model of Peters et al. (2018), "Deep contextualized word representations",
-converted with `modeling_elmo.conversion.convert` from the original bilm-tf/AllenNLP files:
-
-| source file | from | bytes | sha256 |
-|---|---|---|---|
-{rows}
-
-Shape: {config_summary(config)}; {num_parameters:,} parameters (no softmax: the released HDF5 files do not
-contain it). Every layer of the converted model matched a float64 numpy implementation of the original
-TensorFlow computation on validation sentences (max abs difference {max_diff:.2g}).
-{published}
-## Use
-
-```python
-from transformers import AutoModel, AutoTokenizer
-
-model = AutoModel.from_pretrained("<this folder or repo>", trust_remote_code=True)
-tokenizer = AutoTokenizer.from_pretrained("<this folder or repo>", trust_remote_code=True)
-batch = tokenizer([["Hello", "world", "."]], is_split_into_words=True, padding=True, return_tensors="pt")
-layers = model(**batch, output_hidden_states=True).hidden_states  # {config.num_representation_layers} x (batch, tokens, {config.hidden_size})
-```
-
-The model is stateless by default; to carry the LSTM states from batch to batch per row as AllenNLP's `Elmo`
-did, pass each call's `lstm_state` to the next: `out = model(**batch, lstm_state=previous.lstm_state)`. Publish it with `elmo push THIS_FOLDER --repo-id NAME` (try
-`--dry-run` first).
-"""
-
-
 @locks_output
 def convert(
     options_path: str | os.PathLike,
@@ -260,11 +188,10 @@ def convert(
     files = {"options": Path(options_path), "weights": Path(weights_path)}
     described = [
         {
-            "role": role,
             "name": path.name,
             "origin": (sources or {}).get(role, "local file"),
             "bytes": path.stat().st_size,
-            "sha256": _sha256(path),
+            "sha256": io_utils.sha256_of_file(path),
         }
         for role, path in files.items()
     ]
@@ -278,6 +205,7 @@ def convert(
         "options_file": files["options"].name,
         "weights_file": files["weights"].name,
         "sha256": {d["name"]: d["sha256"] for d in described},
+        "files": described,
         "validation_max_abs_difference": max_diff,
         "validation_atol": atol,
         "num_parameters": num_parameters,
@@ -290,8 +218,8 @@ def convert(
 
     def fill(staging: Path) -> None:
         save_model_folder(model, ElmoTokenizer(), staging)  # safetensors, tokenizer, code files, full auto_map
-        readme = _model_card(config, described, max_diff, num_parameters, release)
-        (staging / "README.md").write_text(readme, encoding="utf-8")
+        card = CardInputs(metadata=metadata, converted=True)
+        write_model_card(staging, config, card, name=output_dir.name, num_parameters=num_parameters)
         (staging / "conversion_metadata.json").write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
 
     write_folder_atomically(output_dir, fill, overwrite=overwrite)
@@ -306,7 +234,7 @@ def check_release_reachable(
     force_download: bool = False,
     use_mirror: bool = True,
 ) -> None:
-    """Raise `~modeling_elmo.conversion.releases.DownloadError` at once when files of ``release`` must be downloaded and
+    """Raise `~modeling_elmo.conversion.download.DownloadError` at once when files of ``release`` must be downloaded and
     neither the release server nor (where there is one) its Hub mirror can be reached: one connection attempt each,
     within seconds, instead of every download's retries. The message names what works offline."""
     from huggingface_hub import is_offline_mode
@@ -353,7 +281,7 @@ def convert_release(
 ) -> Path:
     """Fetch a released model (`modeling_elmo.conversion.releases.fetch_release`: cache, resume, size/sha256 checks, Hub
     mirror), then `convert` it with its published figures in the card. The output location is checked before
-    anything is downloaded. Returns the output folder; raises `ValueError` or `~modeling_elmo.conversion.releases.DownloadError`.
+    anything is downloaded. Returns the output folder; raises `ValueError` or `~modeling_elmo.conversion.download.DownloadError`.
     """
     release = get_release(release) if isinstance(release, str) else release
     check_atol(atol)
@@ -526,13 +454,14 @@ def main(argv: list[str] | None = None) -> int:
                 atol=DEFAULT_ATOL if args.atol is None else args.atol,
             )
     except (ValueError, OSError) as error:  # bad input, a failed download, a file system refusing a write
-        raise SystemExit(f"elmo convert: error: {io_utils.error_line(error)}") from None
+        raise io_utils.command_error("convert", error) from None
     except SafetensorError as error:  # safetensors' own error for a failed write (a full disk)
-        raise SystemExit(
-            f"elmo convert: error: cannot write the model into {args.output!r}: "
-            f"{io_utils.error_line(error)}; the output folder was left as it was."
+        raise io_utils.command_error(
+            "convert",
+            f"cannot write the model into {args.output!r}: {io_utils.error_line(error)}; the output folder was left "
+            "as it was.",
         ) from None
-    metadata = json.loads((folder / "conversion_metadata.json").read_text(encoding="utf-8"))
+    metadata = io_utils.read_json_object(folder / "conversion_metadata.json", "conversion metadata", required=True)
     for role, origin in metadata.get("sources", {}).items():
         print(f"{role}: {origin}")
     print(f"wrote {folder} (validated: max abs difference {metadata['validation_max_abs_difference']:.2g})")

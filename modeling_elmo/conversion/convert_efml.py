@@ -38,7 +38,6 @@ import os
 import random
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -50,9 +49,10 @@ from ..folders.output_folder import (
     check_atol,
     check_output_dir,
     locks_output,
-    sha256_of_file,
     write_folder_atomically,
 )
+from ..hub.card import CardInputs, write_model_card
+from ..utils.io_utils import sha256_of_file
 from ..utils.loading import check_config
 from .efml_format import CHAR_SYMBOLS, WORD_SYMBOLS, EfmlModel, read_efml_model, safe_extract_zip
 from .efml_reference import efml_forward
@@ -334,76 +334,6 @@ def validate_efml_conversion(
     return differences
 
 
-# --------------------------------------------------------------------------------------------------- model card
-TRAINING_DATA = (
-    "20 million words sampled at random from the raw text of the CoNLL 2018 shared task on Universal "
-    "Dependencies parsing (Wikipedia dumps and Common Crawl), for this language"
-)
-
-
-def _model_card(
-    config: ElmoConfig,
-    language: str | None,
-    source: str,
-    files: list[dict[str, Any]],
-    differences: list[float],
-    repository_id: int | None,
-) -> str:
-    rows = "\n".join(f"| `{f['name']}` | {f['bytes']:,} | `{f['sha256']}` |" for f in files)
-    where = (
-        f"NLPL vector repository, model {repository_id} (`http://vectors.nlpl.eu/repository/11/{repository_id}.zip`)"
-        if repository_id is not None
-        else source
-    )
-    title = f"ELMo for {language}" if language else "ELMo"
-    return f"""---
-library_name: transformers
-license: unknown
-tags:
-- elmo
-- feature-extraction
-- elmoformanylangs
----
-
-# {title} (ELMoForManyLangs, converted)
-
-The {language + " " if language else ""}ELMo model of ELMoForManyLangs (HIT-SCIR; Che et al. 2018, "Towards Better
-UD Parsing: Deep Contextualized Word Embeddings, Ensemble, and Treebank Concatenation", CoNLL 2018 shared task),
-converted with `modeling_elmo.conversion.convert_efml`.
-
-- **Source**: {where}.
-- **Training data**: {TRAINING_DATA}.
-- **Licence**: none is stated for the models (the ELMoForManyLangs code is MIT-licensed; the NLPL repository
-  publishes the models without a licence). Check with their authors before redistributing.
-
-| source file | bytes | sha256 |
-|---|---|---|
-{rows}
-
-Shape: character CNN over Unicode characters ({config.num_characters - 7:,} listed), word vectors of
-{config.word_input_dim} ({config.word_input_vocab_size:,} words) concatenated before the projection,
-{config.num_hidden_layers} x LSTM {config.cell_size} -> {config.projection_dim}. Every layer matched a float64
-reimplementation of the original computation on validation sentences (largest difference per layer:
-{", ".join(f"{d:.2g}" for d in differences)}).
-
-## Use
-
-```python
-from transformers import AutoModel, AutoTokenizer
-
-model = AutoModel.from_pretrained("<this folder or repo>", trust_remote_code=True)
-tokenizer = AutoTokenizer.from_pretrained("<this folder or repo>", trust_remote_code=True)
-batch = tokenizer([["a", "tokenised", "sentence"]], is_split_into_words=True, padding=True, return_tensors="pt")
-layers = model(**batch, output_hidden_states=True).hidden_states  # {config.num_representation_layers} x (batch, tokens, {config.hidden_size})
-mean = sum(layers) / len(layers)  # what the original's output_layer=-1 returns
-```
-
-The input is tokenised text (words split on whitespace), as the original expects. The model is stateless: a
-sentence gives the same vectors in any batch and order. To carry LSTM states from batch to batch as the original
-did, pass each call's `lstm_state` to the next.
-"""
-
-
 # --------------------------------------------------------------------------------------------------- conversion
 def _language_name(language: str | None) -> str | None:
     """The name of a language code of the release table (``de`` -> German); other values as given."""
@@ -452,13 +382,15 @@ def convert_efml(
         model.eval()
         tokenizer = efml_tokenizer(efml, config)
         differences = validate_efml_conversion(model, tokenizer, efml, validation_sentences(efml), atol)
+        inside = f"in {source.name}" if source.is_file() else "local folder"
         files = [
-            {"name": p.name, "bytes": p.stat().st_size, "sha256": sha256_of_file(p)}
+            {"name": p.name, "origin": inside, "bytes": p.stat().st_size, "sha256": sha256_of_file(p)}
             for p in sorted(efml.folder.iterdir())
             if p.is_file()
         ]
         if source.is_file():
-            files.insert(0, {"name": source.name, "bytes": source.stat().st_size, "sha256": sha256_of_file(source)})
+            archive = {"name": source.name, "origin": (sources or {}).get("zip", "local file")}
+            files.insert(0, {**archive, "bytes": source.stat().st_size, "sha256": sha256_of_file(source)})
     name = _language_name(language)
     metadata = {
         "converted_from": "ELMoForManyLangs model" + (f" ({name})" if name else ""),
@@ -481,8 +413,8 @@ def convert_efml(
 
     def fill(staging: Path) -> None:
         save_model_folder(model, tokenizer, staging)
-        card = _model_card(config, name, str(sources or source), files, differences, repository_id)
-        (staging / "README.md").write_text(card, encoding="utf-8")
+        card = CardInputs(metadata=metadata, converted=True)
+        write_model_card(staging, config, card, name=output_dir.name, num_parameters=metadata["num_parameters"])
         (staging / "conversion_metadata.json").write_text(
             json.dumps(metadata, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
         )
@@ -508,8 +440,8 @@ def convert_efml_release(
     """Fetch one of the 44 published models (`modeling_elmo.conversion.efml_releases.fetch_efml_release`: cache, resumable
     download, size checks, Hub mirror) and `convert_efml` it with its language and repository id in the card. The
     output location is checked before anything is downloaded."""
+    from .download import DEFAULT_ATTEMPTS
     from .efml_releases import fetch_efml_release, get_efml_release
-    from .releases import DEFAULT_ATTEMPTS
 
     release = get_efml_release(release) if isinstance(release, str) else release
     check_atol(atol)

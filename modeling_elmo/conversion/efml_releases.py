@@ -4,8 +4,8 @@
 639-3 otherwise), and the model's id in the NLPL vector repository, which serves it as
 ``http://vectors.nlpl.eu/repository/11/<id>.zip``. `fetch_efml_release` downloads that zip into the release cache
 (``$HF_HOME/modeling_elmo/releases/efml-<code>/``) with the package's download function
-(`modeling_elmo.conversion.releases.download_file`: progress, a resumable ``.part`` file, size checks), or takes it from
-a Hugging Face Hub mirror (a repository holding ``<id>.zip`` files) when the repository fails.
+(`modeling_elmo.conversion.download.download_file`: progress, a resumable ``.part`` file, size checks), or takes it from a
+Hugging Face Hub mirror (a repository holding ``<id>.zip`` files) when the repository fails.
 """
 
 from __future__ import annotations
@@ -19,15 +19,15 @@ import tempfile
 from pathlib import Path
 
 from ..utils.io_utils import atomic_write_text, check_regular_or_absent
-from .releases import (
+from .download import (
     DEFAULT_ATTEMPTS,
     DownloadError,
-    default_cache_dir,
     download_file,
     make_cache_folder,
     part_path,
     read_origin,
 )
+from .releases import default_cache_dir
 
 logger = logging.getLogger(__name__)
 

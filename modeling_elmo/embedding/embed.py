@@ -63,7 +63,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..utils.io_utils import exclusive_lock, iter_lines, read_json_object, scan_lines
+from ..utils.io_utils import command_error, error_line, exclusive_lock, iter_lines, read_json_object, scan_lines
 from ..utils.launch import LaunchError, check_process_count, launched_processes, use_cpu_backend
 from .inference import DTYPES, ElmoEmbedder, load_elmo_tokenizer, make_batches
 
@@ -455,7 +455,7 @@ class _Processes:
             try:
                 check_process_count(self.state.num_processes, self.state.distributed_type)
             except LaunchError as error:
-                raise SystemExit(f"elmo embed: error: {error}") from None
+                raise command_error("embed", error) from None
         self.index = self.state.process_index if self.state else 0
         self.count = self.state.num_processes if self.state else 1
 
@@ -819,10 +819,10 @@ def main(argv: list[str] | None = None) -> int:
     if processes.count > 1 and args.device is not None:
         logger.warning("--device %s ignored: accelerate assigns %s to this process.", args.device, device)
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise SystemExit(f"elmo embed: error: --device {args.device} asked for a GPU, but torch sees none.")
+        raise command_error("embed", f"--device {args.device} asked for a GPU, but torch sees none.")
     dtype = DTYPES[args.dtype]
     if dtype != torch.float32 and device.type == "cpu":
-        raise SystemExit(f"elmo embed: error: --dtype {args.dtype} needs a GPU; the device is {device}.")
+        raise command_error("embed", f"--dtype {args.dtype} needs a GPU; the device is {device}.")
 
     def load() -> ElmoEmbedder:  # called by embed_file once the paths have been checked
         with _without_transformers_progress_bars():
@@ -851,7 +851,7 @@ def main(argv: list[str] | None = None) -> int:
             processes=processes,
         )
     except (ValueError, FloatingPointError) as err:  # bad input, or a model whose vectors are not finite
-        raise SystemExit(f"elmo embed: error: {err}") from None
+        raise command_error("embed", err) from None
     except OSError as err:  # e.g. the disk filled up: finished chunks stay in OUTPUT.partial
         partial = _partial_dir(Path(args.output_file))
         kept = len(list(partial.glob("chunk-*.h5"))) if partial.is_dir() else 0
@@ -860,7 +860,7 @@ def main(argv: list[str] | None = None) -> int:
             if kept
             else ""
         )
-        raise SystemExit(f"elmo embed: error: {' '.join(str(err).split())}{hint}.") from None
+        raise command_error("embed", f"{error_line(err)}{hint}.") from None
     if report.merged:
         print(
             f"elmo embed: wrote {report.num_lines} sentences to {report.output_file} "

@@ -29,18 +29,10 @@ import datasets
 import numpy as np
 import torch
 
-from .inference import ElmoEmbedder
+from .inference import ElmoEmbedder, weights_fingerprint
 
 FEATURE_COLUMN = "elmo_hidden_states"
 STORAGE_DTYPES = ("float32", "float16")
-
-
-def _model_fingerprint(model: torch.nn.Module) -> str:
-    digest = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
-        digest.update(name.encode())
-        digest.update(tensor.detach().float().cpu().contiguous().numpy().tobytes())
-    return digest.hexdigest()[:24]
 
 
 def _selected_layers(layers: Sequence[int] | None, num_layers: int) -> list[int]:
@@ -144,7 +136,7 @@ def add_elmo_features(
             repr(
                 (
                     dataset._fingerprint,
-                    _model_fingerprint(model),
+                    weights_fingerprint(model),
                     column,
                     text_column is not None,
                     selected,

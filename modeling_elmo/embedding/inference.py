@@ -28,6 +28,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from ..utils.io_utils import error_line
+
 logger = logging.getLogger(__name__)
 
 #: Compute dtypes of `ElmoEmbedder` (outputs are float32 whatever the compute dtype).
@@ -41,11 +43,6 @@ _LISTED = 8
 
 
 # ---------------------------------------------------------------------------------------------------- loading
-
-
-def _one_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 def _listed(names: Sequence[str]) -> str:
@@ -98,7 +95,7 @@ def _check_location(location: str, hub_kwargs: dict[str, Any]) -> None:
         config, _ = PretrainedConfig.get_config_dict(location, **hub_kwargs)
     except (OSError, ValueError) as error:
         where = "the folder" if os.path.isdir(location) else "no such folder here, and the Hub"
-        raise ValueError(f"cannot read the config of model {location!r} ({where}): {_one_line(error)}") from None
+        raise ValueError(f"cannot read the config of model {location!r} ({where}): {error_line(error)}") from None
     model_type = config.get("model_type")
     if model_type != ElmoConfig.model_type:
         raise ValueError(
@@ -163,7 +160,7 @@ def load_elmo_model(model_name_or_path: str | os.PathLike, **kwargs: Any) -> tor
     try:
         config = ElmoConfig.from_pretrained(location, **_hub_kwargs(kwargs))
     except (OSError, ValueError) as error:
-        raise ValueError(f"cannot read the config of model {location!r}: {_one_line(error)}") from None
+        raise ValueError(f"cannot read the config of model {location!r}: {error_line(error)}") from None
     check_config(config, f"the config.json of model {location!r}")
     try:
         with quiet_load_report():
@@ -178,11 +175,9 @@ def load_elmo_model(model_name_or_path: str | os.PathLike, **kwargs: Any) -> tor
                 **kwargs,
             )
     except (OSError, ValueError) as error:
-        raise ValueError(f"cannot load the weights of model {location!r}: {_one_line(error)}") from None
+        raise ValueError(f"cannot load the weights of model {location!r}: {error_line(error)}") from None
     except Exception as error:  # safetensors' SafetensorError (a damaged file on the Hub), torch's size errors
-        raise ValueError(
-            f"cannot load the weights of model {location!r}: {type(error).__name__}: {_one_line(error)}"
-        ) from None
+        raise ValueError(f"cannot load the weights of model {location!r}: {error_line(error, named=True)}") from None
     check_loading_info(location, info, ignore_unexpected=HEAD_WEIGHT_PREFIXES)
     refuse_nonfinite_weights(model, location)
     return use_packed_kernels(model.eval())  # the package's fast recurrence, for this model (docs/model.md)
@@ -321,7 +316,7 @@ def load_elmo_tokenizer(model_name_or_path: str | os.PathLike, **kwargs: Any) ->
     try:
         return ElmoTokenizer.from_pretrained(location, **kwargs)
     except (OSError, ValueError) as error:
-        raise ValueError(f"cannot load the tokenizer of model {location!r}: {_one_line(error)}") from None
+        raise ValueError(f"cannot load the tokenizer of model {location!r}: {error_line(error)}") from None
 
 
 # ---------------------------------------------------------------------------------------------------- batching

@@ -19,7 +19,6 @@ surface form the same vector, so there almost every occurrence is a tie. Reporte
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
 import random
 from collections import defaultdict
@@ -28,7 +27,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..utils.io_utils import atomic_write_text
+from ..utils.io_utils import atomic_write_text, sha256_of_file
 
 __all__ = ["score_nearest_neighbour", "build_wsd_subset", "DEFAULT_WSD_SET", "SENSEVAL_TSV"]
 
@@ -143,7 +142,7 @@ def build_wsd_subset(
         raise ValueError(f"{tsv_path} holds no rows")
     rng = random.Random(seed)
     records = []
-    summary: dict = {"source": str(SENSEVAL_TSV), "sha256": _sha256(tsv_path), "items": {}}
+    summary: dict = {"source": str(SENSEVAL_TSV), "sha256": sha256_of_file(tsv_path), "items": {}}
     for item in sorted(rows_by_item):
         rows = rows_by_item[item]
         by_sense: dict[str, list[dict]] = defaultdict(list)
@@ -172,11 +171,3 @@ def build_wsd_subset(
     atomic_write_text(out_path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
     summary["occurrences"] = len(records)
     return summary
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import json
 import os
 import re
@@ -30,7 +29,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from ..utils.io_utils import atomic_write_text, exclusive_lock
+from ..utils.io_utils import atomic_write_text, exclusive_lock, read_json, sha256_of_file
 
 __all__ = [
     "MANIFEST",
@@ -57,11 +56,7 @@ def file_record(path: str | os.PathLike) -> dict | None:
         return None
     if not stat.S_ISREG(info.st_mode):
         return None
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return {"bytes": info.st_size, "sha256": digest.hexdigest()}
+    return {"bytes": info.st_size, "sha256": sha256_of_file(path)}
 
 
 def _is_record(value: object) -> bool:
@@ -81,8 +76,8 @@ def read_manifest(folder: str | os.PathLike) -> dict | None:
     if not path.is_file() or path.is_symlink():
         return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        data = read_json(path, "the manifest")
+    except (OSError, ValueError):
         return None
     if not (isinstance(data, dict) and isinstance(data.get("command"), str)):
         return None

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import inspect
 import math
 import os
@@ -29,15 +28,6 @@ _Function = TypeVar("_Function", bound=Callable)
 COMMAND = "elmo convert"
 #: Temporary folders next to the output: the conversion being written, the output it replaces.
 TEMPORARY_KINDS = ("converting", "old")
-
-
-def sha256_of_file(path: str | os.PathLike) -> str:
-    """The hex sha256 of a file, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def check_output_dir(
@@ -162,6 +152,5 @@ __all__ = [
     "check_output_dir",
     "check_output_location",
     "locks_output",
-    "sha256_of_file",
     "write_folder_atomically",
 ]

@@ -2,10 +2,10 @@
 
 One job per module:
 
-* `modeling_elmo.hub.safety`: pickled weights are refused (`modeling_elmo.utils.loading.refuse_pickled_weights`, the
-loaders' guard),
-  tokens are never published nor read from the published folders, the shipped code is audited;
-* `modeling_elmo.hub.card`: the model card, from the results schema (docs/results.md) and the run's metadata;
+* `modeling_elmo.hub.safety`: pickled weights are refused (`modeling_elmo.utils.loading.refuse_pickled_weights`,
+  the loaders' guard), tokens are never published nor read from the published folders, the shipped code is audited;
+* `modeling_elmo.hub.card`: the one model-card writer (``elmo push`` and ``elmo convert``), from the results schema
+  (docs/results.md) and the run's or the conversion's metadata;
 * `modeling_elmo.hub.publish`: the checks of the model folder (no link out of it, finite float weights), the
   repository folder (allow-listed files only; an earlier push's folder is replaced, nothing else) and the upload;
 * `modeling_elmo.hub.cli`: the command line.
@@ -13,7 +13,7 @@ loaders' guard),
 See docs/hub.md.
 """
 
-from .card import CARD_KINDS, CardInputs, build_model_card, default_template_path, detect_card_kind
+from .card import CARD_KINDS, CardInputs, build_model_card, default_template_path, detect_card_kind, write_model_card
 from .cli import main
 from .publish import (
     ALLOWED_FILES,
@@ -54,4 +54,5 @@ __all__ = [
     "scan_for_secrets",
     "upload_repo_folder",
     "validate_repo_id",
+    "write_model_card",
 ]

@@ -1,7 +1,10 @@
-"""The model card of a published model: a Jinja template from ``model_cards/`` filled with the model's numbers.
+"""The model card of a model folder: a Jinja template from ``model_cards/`` filled with the model's numbers.
 
-`build_model_card` renders one of three templates (`CARD_KINDS`) and the YAML metadata (``ModelCardData`` with
-an ``EvalResult`` per number in the ``model-index``) from:
+The one writer of every card: `build_model_card` renders one of three templates (`CARD_KINDS`; a conversion of an
+ELMoForManyLangs model has its own ``converted`` template) and the YAML metadata (``ModelCardData`` with an
+``EvalResult`` per number in the ``model-index``). ``elmo push`` renders the card of the Hub repository with it;
+``elmo convert`` writes the card of the folder it converts into with `write_model_card`, from the conversion
+metadata it writes beside it, so that ``elmo push`` renders the same card again from the same source. It reads:
 
 * the results files of the model folder, read strictly (`modeling_elmo.utils.results`, docs/results.md): perplexity
   records and probe scores;
@@ -9,7 +12,9 @@ an ``EvalResult`` per number in the ``model-index``) from:
   The card lists only the settings of `CARD_SETTINGS` (an allow-list: any other key, a credential above all, is
   left out), and reads these keys: ``datasets`` (or the run's ``args.dataset_name``, else its ``args.train_file``),
   ``data_licenses`` (or the run's ``args.data_license``), ``base_model``, ``license`` and ``language``; for a
-  conversion, ``converted_from``, ``options_file`` and ``weights_file``;
+  conversion, ``converted_from``, ``options_file``, ``weights_file``, ``language_name``, ``nlpl_repository_id``
+  and the ``name``, ``origin``, ``bytes`` and ``sha256`` of each entry of ``files`` (the source files
+  table; an earlier conversion's ``sha256`` mapping where it has no ``files``);
 * the Python files shipped with the model, read from the folder being published: the card names each of them and
   the modules outside the standard library they import.
 
@@ -55,6 +60,7 @@ __all__ = [
     "escape_markdown",
     "eval_results_for_hub",
     "render_model_card",
+    "write_model_card",
 ]
 
 logger = logging.getLogger(__name__)
@@ -95,7 +101,8 @@ _RESTRICTED_DATA_LICENSE = re.compile(
 
 #: The settings a card lists (dotted key paths of the training or conversion metadata): an allow-list, so that a
 #: key this package does not write (``apikey``, ``credentials``, ``db_url``, ...) never reaches a public card.
-#: ``sha256.<file>`` and ``published.<figure>`` of a conversion are listed too (`_is_card_setting`).
+#: ``published.<figure>`` of a conversion is listed too (`_is_card_setting`); its checksums are in the source files
+#: table.
 _RUN_ARGUMENTS = (
     "train_file",
     "validation_file",
@@ -185,6 +192,7 @@ CARD_SETTINGS = frozenset(
         "options_file",
         "weights_file",
         "validation_max_abs_difference",
+        "validation_max_abs_difference_per_layer",
         "validation_atol",
         "num_parameters",
         "release",
@@ -301,7 +309,7 @@ def _cell(value: Any) -> str:
     if isinstance(value, float):
         text = f"{value:.6g}"
     elif isinstance(value, (list, tuple)):
-        text = ", ".join(str(_scrub(v)) for v in value)
+        text = ", ".join(f"{v:.6g}" if isinstance(v, float) else str(_scrub(v)) for v in value)
     else:
         text = str(_scrub(value))
     return escape_markdown(text)
@@ -460,19 +468,43 @@ def _evaluation_section(results: Sequence[EvaluationResults]) -> str:
     return "\n".join(parts).rstrip() + "\n"
 
 
-def _is_card_setting(key_path: tuple[str, ...], value: Any) -> bool:
-    """Whether the metadata entry at ``key_path`` is one a card lists: `CARD_SETTINGS`, a released figure
-    (``published.<figure>``) or a conversion's checksum (``sha256.<file>``, a sha256 digest)."""
+def _is_card_setting(key_path: tuple[str, ...]) -> bool:
+    """Whether the metadata entry at ``key_path`` is one a card lists: `CARD_SETTINGS` or a released figure
+    (``published.<figure>``). A conversion's checksums are in the source files table (`_source_files_section`)."""
     if ".".join(key_path) in CARD_SETTINGS:
         return True
-    if len(key_path) == 2 and key_path[0] == "published":
-        return key_path[1] in _PUBLISHED_FIGURES
-    return (
-        len(key_path) == 2
-        and key_path[0] == "sha256"
-        and isinstance(value, str)
-        and re.fullmatch(r"[0-9a-f]{64}", value) is not None
-    )
+    return len(key_path) == 2 and key_path[0] == "published" and key_path[1] in _PUBLISHED_FIGURES
+
+
+def _source_text(metadata: Mapping[str, Any]) -> str:
+    """Where a converted model came from: the release it names, with its model number in the NLPL repository."""
+    named = next((metadata[k] for k in ("converted_from", "weights_file", "options_file") if metadata.get(k)), None)
+    text = _cell(named) if named else "the original AllenNLP/bilm-tf release"
+    repository = metadata.get("nlpl_repository_id")
+    if isinstance(repository, int) and not isinstance(repository, bool):
+        text += f" (NLPL vector repository, model {repository})"
+    return text
+
+
+def _source_files_section(metadata: Mapping[str, Any]) -> str:
+    """The table of the files a conversion read: name, where it came from, size and sha256 (what each entry of the
+    metadata's ``files`` holds of these four, nothing else; an earlier conversion's ``sha256`` mapping else)."""
+    files = metadata.get("files")
+    if not isinstance(files, list):
+        digests = metadata.get("sha256")
+        files = [{"name": k, "sha256": v} for k, v in digests.items()] if isinstance(digests, Mapping) else []
+    rows = []
+    for entry in files:
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str):
+            continue
+        size, digest = entry.get("bytes"), entry.get("sha256")
+        size = f"{size:,}" if isinstance(size, int) and not isinstance(size, bool) else None
+        digest = digest if isinstance(digest, str) and re.fullmatch(r"[0-9a-f]{64}", digest) else None
+        origin = entry.get("origin") if isinstance(entry.get("origin"), str) else None
+        rows.append(f"| {_cell(entry['name'])} | {_cell(origin)} | {_cell(size)} | {_cell(digest)} |")
+    if not rows:
+        return "No source files were recorded."
+    return "| source file | from | bytes | sha256 |\n|---|---|---|---|\n" + "\n".join(rows[:80]) + "\n"
 
 
 def _training_section(metadata: Mapping[str, Any] | None, kind: str) -> str:
@@ -486,7 +518,7 @@ def _training_section(metadata: Mapping[str, Any] | None, kind: str) -> str:
             pass
         elif not isinstance(value, (str, int, float, bool)) or value is None:
             continue
-        if not _is_card_setting(key_path, value):
+        if not _is_card_setting(key_path):
             continue  # an allow-list: only the settings this package writes (never a credential, even masked)
         rows.append(f"| {_cell('.'.join(key_path))} | {_cell(value)} |")
     if not rows:
@@ -495,6 +527,14 @@ def _training_section(metadata: Mapping[str, Any] | None, kind: str) -> str:
 
 
 def _architecture_table(config: Any, num_parameters: int, dtype: str) -> str:
+    word_input = (  # an ELMoForManyLangs model: Unicode characters, and a word vector beside the character CNN's
+        [
+            ("characters listed (Unicode)", f"{config.num_characters - 7:,}"),
+            ("word vectors before the projection", f"{config.word_input_dim} ({config.word_input_vocab_size:,} words)"),
+        ]
+        if getattr(config, "word_input_dim", 0)
+        else []
+    )
     rows = [
         ("LSTM layers per direction (L)", config.num_hidden_layers),
         ("LSTM cell size (H)", config.cell_size),
@@ -504,6 +544,7 @@ def _architecture_table(config: Any, num_parameters: int, dtype: str) -> str:
         ("character CNN filters [width, count]", json.dumps(config.char_cnn_filters)),
         ("character CNN output (F)", config.num_char_cnn_filters),
         ("highway layers", config.num_highway_layers),
+        *word_input,
         ("cell clip / projection clip", f"{config.cell_clip} / {config.proj_clip}"),
         ("skip connections", config.use_skip_connections),
         ("word vocabulary of the LM softmax", config.vocab_size),
@@ -659,9 +700,11 @@ def build_model_card(
     plot_names: Sequence[str] = (),
     dtype: str = "float32",
     code_files: Sequence[Path] = (),
+    local: bool = False,
 ):
     """The `ModelCard` (metadata + text) of a model with ``config`` and weights of ``dtype`` published as
-    ``repo_id`` with the Python files ``code_files``, and its kind."""
+    ``repo_id`` with the Python files ``code_files``, and its kind. ``local``: the card of a folder on disk
+    (`write_model_card`), which says how to publish it."""
     from huggingface_hub import ModelCardData
 
     metadata = inputs.metadata or {}
@@ -712,7 +755,7 @@ def build_model_card(
     )
     id2label = getattr(config, "id2label", None) or {}
     labels = ", ".join(f"{k}: {escape_markdown(v)}" for k, v in sorted(id2label.items(), key=lambda kv: int(kv[0])))
-    source = next((metadata[k] for k in ("converted_from", "weights_file", "options_file") if metadata.get(k)), None)
+    language_name = metadata.get("language_name") if kind == "converted" else None
     context = {
         "model_id": repo_id,
         "model_name": model_name,
@@ -738,10 +781,41 @@ def build_model_card(
         "head_class": escape_markdown(
             next((a for a in architectures if a.endswith("Classification")), "ElmoForSequenceClassification")
         ),
-        "source": _cell(source) if source else "the original AllenNLP/bilm-tf release",
+        "source": _source_text(metadata),
+        "source_files": _source_files_section(metadata),
+        "language_name": escape_markdown(_scrub(language_name)) if isinstance(language_name, str) else "",
+        "local_folder": local,
         "citation": PAPER_CITATION,
     }
     template = inputs.template or default_template_path(kind)
     if inputs.template is None and kind == "converted" and metadata.get("source_format") == EFML_SOURCE_FORMAT:
         template = TEMPLATE_DIR / "converted_efml.md"
     return render_model_card(template, card_data, context), kind
+
+
+def write_model_card(
+    folder: str | os.PathLike,
+    config: Any,
+    inputs: CardInputs,
+    *,
+    name: str,
+    num_parameters: int,
+    dtype: str = "float32",
+) -> str:
+    """Write ``README.md`` into the model folder being filled at ``folder`` (its code files already there): the card
+    `build_model_card` renders, with ``name`` (the folder's final name, made a valid model id) in the examples and a
+    line on publishing the folder with ``elmo push``, which renders it again from the same source for the Hub.
+    Returns the card's kind."""
+    folder = Path(folder)
+    model_id = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-._")[:96] or "elmo"
+    card, kind = build_model_card(
+        config,
+        model_id,
+        inputs,
+        num_parameters=num_parameters,
+        dtype=dtype,
+        code_files=sorted(folder.glob("*.py")),
+        local=True,
+    )
+    card.save(folder / "README.md")
+    return kind

@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 from ..folders.run_folder import RunFolder, read_json_object
+from ..utils.io_utils import command_error
 from ..utils.results import read_results
 from . import card as card_module
 from .card import CARD_KINDS, CardInputs
@@ -176,5 +177,5 @@ def _run(args: argparse.Namespace) -> int:
             )
             print(f"Uploaded to {url}")
     except ValueError as error:
-        raise SystemExit(f"elmo push: error: {error}") from None
+        raise command_error("push", error) from None
     return 0

@@ -32,7 +32,7 @@ from ..folders.manifest import (
     write_manifest,
 )
 from ..folders.run_folder import CODE_FILES, EvaluationFolder, RunFolder
-from ..utils.io_utils import atomic_write_text, check_safetensors_header, follow_umask, is_within
+from ..utils.io_utils import atomic_write_text, check_safetensors_header, follow_umask, is_within, read_json_object
 from ..utils.loading import refuse_pickled_weights
 from .card import CardInputs, build_model_card
 from .safety import audit_shipped_code, scan_for_secrets
@@ -380,7 +380,7 @@ def config_keys() -> frozenset[str]:
 
 def _keep_known_keys(path: Path, allowed: frozenset[str]) -> dict[str, Any]:
     """Rewrite the JSON object in ``path`` without the keys outside ``allowed`` (their names are logged); return it."""
-    data = json.loads(path.read_text(encoding="utf-8"))
+    data = read_json_object(path, path.stem, required=True)
     dropped = sorted(set(data) - allowed)
     if dropped:
         logger.warning(
@@ -423,11 +423,11 @@ def check_auto_map(folder: str | os.PathLike) -> None:
     from .. import AUTO_MAP
 
     run = RunFolder(folder)
-    auto_map = json.loads(run.config_file.read_text(encoding="utf-8")).get("auto_map") or {}
+    auto_map = read_json_object(run.config_file, "config", required=True).get("auto_map") or {}
     missing = sorted(set(AUTO_MAP) - set(auto_map))
     if missing:
         raise ValueError(f"{run.config_file} auto_map lacks {missing}.")
-    tokenizer_map = json.loads(run.tokenizer_config_file.read_text(encoding="utf-8")).get("auto_map") or {}
+    tokenizer_map = read_json_object(run.tokenizer_config_file, "tokenizer config", required=True).get("auto_map") or {}
     references = list(auto_map.values()) + [tokenizer_map.get("AutoTokenizer", [None])[0]]
     for reference in references:
         if not isinstance(reference, str) or "." not in reference:

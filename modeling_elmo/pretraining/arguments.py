@@ -25,6 +25,8 @@ from typing import Any
 
 import yaml
 
+from ..utils.io_utils import error_line
+
 #: ``--train-file builtin:NAME`` (or ``builtin:NAME/SPLIT``) names a corpus shipped in `modeling_elmo.corpora`.
 BUILTIN_PREFIX = "builtin:"
 BUILTIN_SPLITS = ("train", "validation", "test")
@@ -393,7 +395,7 @@ def load_recipe(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def _one_line_error(message: str) -> None:
-    print(f"elmo pretrain: error: {message} (`elmo pretrain --help` lists the options).", file=sys.stderr)
+    print(f"elmo pretrain: error: {error_line(message)} (`elmo pretrain --help` lists the options).", file=sys.stderr)
     raise SystemExit(2)
 
 

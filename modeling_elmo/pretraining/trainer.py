@@ -23,7 +23,7 @@ import torch
 
 from ..evaluation.lm_scoring import UNK_HANDLING, UnigramBaseline, dataset_target_counts
 from ..folders.run_folder import RunFolder
-from ..utils.io_utils import atomic_write_text
+from ..utils.io_utils import atomic_write_text, command_error
 from ..utils.launch import check_process_count, use_cpu_backend
 from ..utils.results import EvaluationResults, write_results
 from .arguments import DEFAULT_LEARNING_RATES, PretrainingArguments, parse_args, read_model_preset, validate
@@ -838,7 +838,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return train(parse_args(argv))
     except (ValueError, OSError) as error:
-        raise SystemExit(f"elmo pretrain: error: {error}") from None
+        raise command_error("pretrain", error) from None
     except KeyboardInterrupt:  # Ctrl-C before training started, or a second Ctrl-C while the first was handled
         raise SystemExit(
             "elmo pretrain: error: interrupted (Ctrl-C) at once, without saving a checkpoint; rerun the "

@@ -1,4 +1,4 @@
-"""Helpers shared by the commands: `io_utils` (atomic writes, locks, JSON and line readers), `loading` (where a model
-comes from, refusing pickles), `launch` (accelerate process checks), `characters` (character ids of words) and
-`results` (the versioned results schema).
+"""Helpers shared by the commands: `io_utils` (atomic writes, locks, the JSON reader, line readers, the sha256 of a
+file, one-line errors), `loading` (where a model comes from, refusing pickles), `launch` (accelerate process checks),
+`characters` (character ids of words) and `results` (the versioned results schema).
 """

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -197,18 +198,33 @@ def is_within(path: str | os.PathLike, folder: str | os.PathLike) -> bool:
         return False
 
 
+#: The largest JSON file the tools read (configs, metadata, results, checkpoint state are far smaller).
+JSON_MAX_BYTES = 100_000_000
+
+
+def read_json(path: str | os.PathLike, shown: str, *, max_bytes: int = JSON_MAX_BYTES) -> Any:
+    """The JSON value in the file ``path``. A file larger than ``max_bytes``, not UTF-8 or not valid JSON (nested
+    too deep included, which `json` lets escape as a `RecursionError`) is a one-line `ValueError` that starts with
+    ``shown`` (the file as the message names it)."""
+    path = Path(path)
+    size = path.stat().st_size
+    if size > max_bytes:
+        raise ValueError(f"{shown} is {size:,} bytes, more than the {max_bytes:,} a JSON file here may have.")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:
+        raise ValueError(f"{shown} is not valid JSON: {error_line(error, 200)}.") from None
+
+
 def read_json_object(path: str | os.PathLike, what: str, *, required: bool = False) -> dict[str, Any] | None:
     """The JSON object in ``path``: `None` when there is no such file (a `ValueError` with ``required``); a
-    `ValueError` naming ``what`` and the file when it is not valid JSON or not an object."""
+    `ValueError` naming ``what`` and the file when it is not valid JSON or not an object (`read_json`)."""
     path = Path(path)
     if not path.is_file():
         if required:
             raise ValueError(f"{what} file {str(path)!r} does not exist.")
         return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:  # RecursionError: nested too deep
-        raise ValueError(f"{what} file {str(path)!r} is not valid JSON: {error}.") from None
+    data = read_json(path, f"{what} file {str(path)!r}")
     if not isinstance(data, dict):
         raise ValueError(f"{what} file {str(path)!r} must hold a JSON object, got {type(data).__name__}.")
     return data
@@ -230,19 +246,28 @@ def check_json_files(folder: str | os.PathLike) -> None:
     """Raise a `ValueError` naming the file unless each of `MODEL_JSON_FILES` in ``folder`` is valid JSON, read here
     before transformers reads it (its readers let a file nested 200,000 deep escape as a `RecursionError`)."""
     for path in (Path(folder) / name for name in MODEL_JSON_FILES):
-        if not path.is_file():
-            continue
-        try:
-            json.loads(path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:
-            raise ValueError(f"{path.name} in {str(folder)!r} is not valid JSON: {error}.") from None
+        if path.is_file():
+            read_json(path, f"{path.name} in {str(folder)!r}")
 
 
-def error_line(error: BaseException, limit: int = 1000) -> str:
-    """``error`` as one line of at most about ``limit`` characters: a safety net for a message quoting a hostile
-    value whole (the messages themselves quote a few dozen characters of a value, paths in full)."""
-    text = " ".join(str(error).split()) or type(error).__name__
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters in all)"
+def error_line(error: BaseException | str, limit: int = 1000, *, named: bool = False) -> str:
+    """``error`` as one line of at most about ``limit`` characters (``named``: after its exception type, for a
+    library's error whose message alone does not say what failed): a safety net for a message quoting a hostile
+    value whole or nesting a whole chain of errors (the messages themselves quote a few dozen characters of a
+    value, paths in full)."""
+    kind = type(error).__name__
+    text = " ".join(str(error).split())
+    if len(text) > limit:
+        text = f"{text[:limit]}... ({len(text):,} characters in all)"
+    if named:
+        return f"{kind}: {text}" if text else kind
+    return text or kind
+
+
+def command_error(command: str, error: BaseException | str) -> SystemExit:
+    """What ends ``elmo COMMAND`` on bad input: the one line ``elmo COMMAND: error: ...`` (`error_line`), exit
+    status 1. ``raise command_error("convert", error) from None``."""
+    return SystemExit(f"elmo {command}: error: {error_line(error)}")
 
 
 #: A line break in a text file: ``\n`` (Unix), ``\r\n`` (Windows) or a lone ``\r`` (old Mac OS).
@@ -275,11 +300,18 @@ def iter_lines(handle: BinaryIO, block_size: int = 1 << 20) -> Iterator[bytes]:
         yield b"".join(pieces)
 
 
+def sha256_of_file(path: str | os.PathLike, block_size: int = 1 << 20) -> str:
+    """The hex sha256 of a file's bytes, read in blocks of ``block_size``."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(block_size):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def scan_lines(path: str | os.PathLike, block_size: int = 1 << 20) -> tuple[int, str]:
     """``(number of lines, sha256 of the bytes)`` of a file in one streamed pass; lines as `iter_lines` counts
     them."""
-    import hashlib
-
     digest, count, after_cr, last = hashlib.sha256(), 0, False, b""
     with open(path, "rb") as handle:
         while block := handle.read(block_size):
