@@ -31,7 +31,7 @@ import math
 import multiprocessing
 import os
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -220,10 +220,8 @@ def text_dataset_from_files(
 
 
 def load_raw_splits(
+    files: Mapping[str, Sequence[str]] | None = None,
     *,
-    train_file: Sequence[str] | None = None,
-    validation_file: Sequence[str] | None = None,
-    test_file: Sequence[str] | None = None,
     dataset_name: str | None = None,
     dataset_config_name: str | None = None,
     text_column: str = "text",
@@ -235,10 +233,12 @@ def load_raw_splits(
 ) -> dict[str, Any]:
     """Load ``train``/``validation``/``test`` splits with a single ``text`` column.
 
-    Local files take precedence per split over the Hub dataset. Without a validation split, ``validation_split
-    _percentage`` percent of the training lines (a seeded random choice) is held out (not in streaming mode).
+    ``files``: the text files of each split, already expanded (`expand_text_files`); they take precedence per split
+    over the Hub dataset. Without a validation split, ``validation_split_percentage`` percent of the training lines
+    (a seeded random choice) is held out (not in streaming mode).
     """
-    if not train_file and not dataset_name:
+    files = dict(files or {})
+    if not files.get("train") and not dataset_name:
         raise ValueError("no training data: pass --train-file (files, globs or directories) or --dataset-name.")
     splits: dict[str, Any] = {}
     if dataset_name:
@@ -255,14 +255,9 @@ def load_raw_splits(
                 if text_column != "text":
                     ds = ds.rename_column(text_column, "text")
                 splits[split] = ds
-    for split, given, flag in (
-        ("train", train_file, "--train-file"),
-        ("validation", validation_file, "--validation-file"),
-        ("test", test_file, "--test-file"),
-    ):
-        if given:
-            files = expand_text_files(given, flag)
-            splits[split] = text_dataset_from_files(files, streaming=streaming, cache_dir=cache_dir, num_proc=num_proc)
+    for split, paths in files.items():
+        if paths:
+            splits[split] = text_dataset_from_files(paths, streaming=streaming, cache_dir=cache_dir, num_proc=num_proc)
     if "train" not in splits:
         raise ValueError(f"dataset {dataset_name!r} has no 'train' split; pass --train-file.")
     if "validation" not in splits and validation_split_percentage and validation_split_percentage > 0:

@@ -39,7 +39,7 @@ from ..folders.run_folder import RunFolder
 from .arguments import PretrainingArguments
 from .batching import BucketBatchSampler, Collator, FixedBatches, IndexedDataset, iter_stream_batches
 from .checkpoint import CheckpointManager, write_training_files
-from .evaluation import evaluate, metrics_record
+from .evaluation import dataset_description, evaluate, metrics_record
 from .output import BestModel
 from .schedule import BudgetScheduler
 from .state import MetricsLog, TrainingState
@@ -82,6 +82,23 @@ class Session:
 
     def unwrapped(self) -> torch.nn.Module:
         return self.accelerator.unwrap_model(self.model)
+
+    def evaluate(self, split: str, baseline: Any = None) -> Any:
+        """The perplexity of the model on ``split`` (`modeling_elmo.pretraining.evaluation.evaluate`)."""
+        args = self.args
+        return evaluate(
+            self.unwrapped(),
+            self.splits[split],
+            self.collator,
+            self.accelerator,
+            batch_size=args.per_device_eval_batch_size,
+            layout=args.batching,
+            bucket_size=args.bucket_size,
+            num_workers=args.dataloader_num_workers,
+            baseline=baseline,
+            split=split,
+            description=dataset_description(args, split),
+        )
 
 
 class NonfiniteGuard:
@@ -320,7 +337,7 @@ def host_sync(s: Session, state: TrainingState, counters: DeviceCounters, clock:
 def evaluate_and_track(s: Session, state: TrainingState) -> str:
     """Validation perplexity at ``state.global_step``: log it, keep the best (and its weights with
     --load-best-model-at-end); returns ``"early stopping ..."`` once the patience is spent."""
-    result = evaluate(s.unwrapped(), s.splits["validation"], s.collator, s.accelerator, s.args)
+    result = s.evaluate("validation")
     s.last_evaluated_step = state.global_step
     s.metrics.write({"step": state.global_step, "split": "validation", **metrics_record(result)})
     logger.info("update %d: validation perplexity %.2f", state.global_step, result.average)

@@ -103,9 +103,9 @@ def check_output_folder(args: Any, run: RunFolder) -> str:
     entries = run.entries()
     _, foreign = run.run_entries()
     holds_run = any(run.is_run_artefact(p.name) for p in entries)
+    arguments = {"arguments": argument_identity(args)}
     if args.resume_from_checkpoint:
-        saved = read_run_identity(run)
-        differences = identity_differences(saved or {}, {"arguments": argument_identity(args)})
+        differences = identity_differences(read_run_identity(run) or {}, arguments)
         if differences:
             raise ValueError(
                 f"--output-dir {str(root)!r} holds a run with other arguments: {'; '.join(differences)}. "
@@ -124,12 +124,10 @@ def check_output_folder(args: Any, run: RunFolder) -> str:
     if args.overwrite:
         return OVERWRITE
     saved = read_run_identity(run)
+    differences = saved and identity_differences(saved, arguments) + _data_file_differences(saved, args)
     if saved is None:
         what = "a run of an earlier version (no run.json)"
-    elif identity_differences(saved, {"arguments": argument_identity(args)}) or _data_file_differences(saved, args):
-        differences = identity_differences(saved, {"arguments": argument_identity(args)}) + _data_file_differences(
-            saved, args
-        )
+    elif differences:
         what = f"another run ({'; '.join(differences)})"
     elif run.has_model():
         what = "the finished model of a run with these arguments"
