@@ -15,7 +15,7 @@ from .batching import BucketBatchSampler, Collator
 from .checkpoint import CheckpointManager
 from .data import (
     Vocabulary,
-    build_vocabulary,
+    build_vocabularies,
     expand_text_files,
     iter_text_lines,
     load_raw_splits,
@@ -37,7 +37,7 @@ __all__ = [
     "Vocabulary",
     "build_config",
     "build_optimizer",
-    "build_vocabulary",
+    "build_vocabularies",
     "evaluate",
     "expand_text_files",
     "iter_text_lines",

@@ -5,7 +5,7 @@ The pipeline (every stage is a plain function, tested on its own):
 1. `load_raw_splits` gives a ``datasets.Dataset`` (or ``IterableDataset`` with ``streaming=True``) with one
    ``text`` column per split, from local files/globs/directories (read as bytes and decoded with
    ``errors="replace"``: invalid UTF-8 is counted and logged, never fatal) or from a Hub dataset.
-2. `build_vocabulary` counts whitespace-separated words with `collections.Counter` over batches of joined text
+2. `build_vocabularies` counts whitespace-separated words with `collections.Counter` over batches of joined text
    (about 6 M words/s per process; shards are counted in parallel) and keeps the most frequent ones, after the
    four special words ``<pad>`` (0), ``<S>`` (1), ``</S>`` (2), ``<UNK>`` (3).
 3. `tokenize_splits` maps text to word ids with ``Dataset.map(batched=True, num_proc=...)`` (cached by a
@@ -354,24 +354,6 @@ def characters_from_counts(word_counts: Counter, max_size: int) -> list[str]:
     return [c for c, _ in ranked[:max_size]]
 
 
-def build_char_vocabulary(dataset: Any, *, max_size: int, num_proc: int | None = None) -> list[str]:
-    """The character vocabulary of ``--char-vocabulary unicode``: the training text's ``max_size`` most frequent
-    characters."""
-    counts = count_dataset_words(dataset, num_proc=num_proc)
-    characters = characters_from_counts(counts, max_size)
-    if not characters:
-        raise ValueError("the training data contains no characters: cannot build a character vocabulary.")
-    total = sum(c * len(w) for w, c in counts.items())
-    kept = set(characters)
-    covered = sum(c * sum(ch in kept for ch in w) for w, c in counts.items())
-    logger.info(
-        "character vocabulary: %d characters; coverage of training characters %.2f%%",
-        len(characters),
-        100.0 * covered / max(total, 1),
-    )
-    return characters
-
-
 def count_words(texts: Iterable[Sequence[str]]) -> Counter:
     """Whitespace-word counts over batches of lines (one `Counter.update` per joined batch: the fast form)."""
     counts: Counter = Counter()
@@ -418,23 +400,45 @@ def vocabulary_from_counts(counts: Counter, *, max_size: int | None = None, min_
     return Vocabulary(w for w, _ in items)
 
 
-def build_vocabulary(
-    dataset: Any, *, max_size: int | None = None, min_count: int = 1, num_proc: int | None = None
-) -> Vocabulary:
+def build_vocabularies(
+    dataset: Any,
+    *,
+    words: bool = True,
+    max_size: int | None = None,
+    min_count: int = 1,
+    max_characters: int | None = None,
+    num_proc: int | None = None,
+) -> tuple[Vocabulary | None, list[str] | None]:
+    """From one count of the training text's words: its word vocabulary (``words``; `vocabulary_from_counts`) and
+    its character vocabulary of ``--char-vocabulary unicode`` (``max_characters``: its size;
+    `characters_from_counts`), each None when not asked for."""
     counts = count_dataset_words(dataset, num_proc=num_proc)
     if not counts:
         raise ValueError("the training data contains no words: cannot build a vocabulary.")
-    vocab = vocabulary_from_counts(counts, max_size=max_size, min_count=min_count)
-    total = sum(counts.values())
-    covered = sum(counts[w] for w in vocab.words[4:])
-    logger.info(
-        "vocabulary: %d words (%d types in the data, %d tokens); coverage of training tokens %.2f%%",
-        len(vocab),
-        len(counts),
-        total,
-        100.0 * covered / max(total, 1),
-    )
-    return vocab
+    vocab = characters = None
+    if words:
+        vocab = vocabulary_from_counts(counts, max_size=max_size, min_count=min_count)
+        total, covered = sum(counts.values()), sum(counts[w] for w in vocab.words[4:])
+        logger.info(
+            "vocabulary: %d words (%d types in the data, %d tokens); coverage of training tokens %.2f%%",
+            len(vocab),
+            len(counts),
+            total,
+            100.0 * covered / max(total, 1),
+        )
+    if max_characters is not None:
+        characters = characters_from_counts(counts, max_characters)
+        if not characters:
+            raise ValueError("the training data contains no characters: cannot build a character vocabulary.")
+        kept = set(characters)
+        total = sum(c * len(w) for w, c in counts.items())
+        covered = sum(c * sum(ch in kept for ch in w) for w, c in counts.items())
+        logger.info(
+            "character vocabulary: %d characters; coverage of training characters %.2f%%",
+            len(characters),
+            100.0 * covered / max(total, 1),
+        )
+    return vocab, characters
 
 
 # ----------------------------------------------------------------------------------------------- tokenisation

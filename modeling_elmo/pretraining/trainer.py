@@ -29,9 +29,9 @@ from ..utils.results import EvaluationResults, write_results
 from .arguments import DEFAULT_LEARNING_RATES, PretrainingArguments, parse_args
 from .batching import BucketBatchSampler, Collator, example_lengths
 from .checkpoint import WRITE_ERRORS, CheckpointManager, load_checkpoint
-from .data import Vocabulary, build_char_vocabulary, build_vocabulary, load_raw_splits, tokenize_splits
+from .data import Vocabulary, build_vocabularies, load_raw_splits, tokenize_splits
 from .evaluation import metrics_record, plot_perplexity
-from .loop import NonfiniteGuard, ProgressBar, Session, evaluate_and_track, save_checkpoint, train_loop
+from .loop import ProgressBar, Session, evaluate_and_track, save_checkpoint, train_loop
 from .output import BestModel, data_file_arguments, open_output_folder, run_lock, save_final_model
 from .plan import Plan, build_config, plan_run
 from .schedule import build_scheduler
@@ -163,20 +163,25 @@ def _prepare_data(args: PretrainingArguments, accelerator: Any, plan: Plan, bar:
             raw[split] = _limit(raw[split], args.max_eval_examples)
     stage(1)
     vocab, characters = plan.vocab, plan.characters  # a checkpoint's, a starting model's, --vocab-file's
-    workers = args.preprocessing_num_workers
-    if vocab is None:
+    count_characters = plan.unicode and characters is None
+    if vocab is None or count_characters:  # from one count of the training words, on the main process
         size = args.vocab_size or (
             plan.model_config["vocab_size"] if plan.model_config.get("vocab_size", 4) > 4 else None
         )
-        vocab = _on_main_process(
-            accelerator, build_vocabulary, raw["train"], max_size=size, min_count=args.min_count, num_proc=workers
+        built, characters_built = _on_main_process(
+            accelerator,
+            build_vocabularies,
+            raw["train"],
+            words=vocab is None,
+            max_size=size,
+            min_count=args.min_count,
+            max_characters=args.max_characters if count_characters else None,
+            num_proc=args.preprocessing_num_workers,
         )
+        vocab = built if vocab is None else vocab
+        characters = characters_built if count_characters else characters
     if len(vocab) <= 4:
         raise ValueError("the vocabulary has no words besides the 4 special ones.")
-    if plan.unicode and characters is None:
-        characters = _on_main_process(
-            accelerator, build_char_vocabulary, raw["train"], max_size=args.max_characters, num_proc=workers
-        )
     stage(2)
     with accelerator.main_process_first():
         splits = tokenize_splits(
@@ -609,7 +614,6 @@ def _train(args: PretrainingArguments, plan: Plan, accelerator: Any, started: fl
         vocab_text="".join(w + "\n" for w in data.vocab.words),
         total_updates=total_updates,
         best=BestModel(plan.run.best_model_dir) if args.load_best_model_at_end else None,
-        guard=NonfiniteGuard(optimizer),
         char_vocab_text=char_vocab_text,
     )
     state = resume(s, plan)
