@@ -183,12 +183,7 @@ class BestModel:
     def save(self, model: torch.nn.Module, step: int, perplexity: float) -> None:
         from safetensors.torch import save_model
 
-        self.folder.mkdir(parents=True, exist_ok=True)
-        tmp = self.folder / ".model.safetensors.tmp"
-        save_model(model, str(tmp))
-        follow_umask(tmp)
-        os.replace(tmp, self.weights)
-        atomic_write_text(self.info, json.dumps({"step": step, "perplexity": perplexity}) + "\n")
+        self._replace(lambda tmp: save_model(model, str(tmp)), step, perplexity)
 
     def restore(self, checkpoint: Path, step: int, perplexity: float) -> None:
         """Put back the best weights a checkpoint links to (a resume from it)."""
@@ -199,9 +194,13 @@ class BestModel:
             raise ValueError(
                 f"checkpoint {str(checkpoint)!r} records a best model at update {step} but holds no {BEST_MODEL_FILE}."
             )
+        self._replace(lambda tmp: shutil.copyfile(source, tmp), step, perplexity)
+
+    def _replace(self, write: Any, step: int, perplexity: float) -> None:
+        """``write(tmp)`` the weights, then move them in and record their step and perplexity."""
         self.folder.mkdir(parents=True, exist_ok=True)
         tmp = self.folder / ".model.safetensors.tmp"
-        shutil.copyfile(source, tmp)
+        write(tmp)
         follow_umask(tmp)
         os.replace(tmp, self.weights)
         atomic_write_text(self.info, json.dumps({"step": step, "perplexity": perplexity}) + "\n")
