@@ -44,11 +44,12 @@ def _args(tmp_path: Path, *extra: str):
     )
 
 
-def test_a_file_added_to_the_folder_after_planning_is_not_read(tmp_path, accelerator):
+@pytest.mark.parametrize("given", ["folder", "glob"])
+def test_a_file_added_to_the_folder_after_planning_is_not_read(tmp_path, accelerator, given):
     folder = tmp_path / "corpus"
     folder.mkdir()
     planned = _write_lines(folder / "a.txt", 12)
-    args = _args(tmp_path, "--train-file", str(folder))
+    args = _args(tmp_path, "--train-file", str(folder if given == "folder" else folder / "*.txt"))
     plan = plan_run(args)
     assert plan.files == {"train": (str(planned),)}
     assert plan.data_fingerprint == data_fingerprint({"train": [str(planned)]}, None)
