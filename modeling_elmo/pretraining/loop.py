@@ -128,7 +128,7 @@ class NonfiniteGuard:
 
 
 class DeviceCounters:
-    """The window's numbers, kept on the device between two host syncs."""
+    """The window's numbers between two host syncs: kept on the device, but the token count (known on the host)."""
 
     def __init__(self, device: torch.device, consecutive: int = 0):
         self.device = device
