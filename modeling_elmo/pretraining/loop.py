@@ -128,7 +128,7 @@ class NonfiniteGuard:
 
 
 class DeviceCounters:
-    """The window's numbers between two host syncs: kept on the device, but the token count (known on the host)."""
+    """The window's numbers between two host syncs: on the device, except the token count, which the host knows."""
 
     def __init__(self, device: torch.device, consecutive: int = 0):
         self.device = device
