@@ -300,13 +300,13 @@ def build_model(config: Any, init_from: Path | None = None) -> torch.nn.Module:
     return model
 
 
-def resume(s: Session, plan: Plan) -> TrainingState:
-    """The state to start from: fresh, or everything a checkpoint holds (weights, optimiser, schedule, random
+def resume(s: Session, checkpoint: Path | None) -> TrainingState:
+    """The state to start from: fresh, or everything ``checkpoint`` holds (weights, optimiser, schedule, random
     generators, data position, counters, best-so-far, training seconds)."""
-    if plan.resume_path is None:
+    if checkpoint is None:
         return TrainingState()
     saved = load_checkpoint(
-        plan.resume_path,
+        checkpoint,
         model=s.unwrapped(),
         optimizer=s.optimizer,
         scheduler=s.scheduler,
@@ -316,7 +316,7 @@ def resume(s: Session, plan: Plan) -> TrainingState:
     state: TrainingState = saved["state"]
     differences = identity_differences(saved.get("run") or {}, s.identity)
     if differences:
-        raise ValueError(f"checkpoint {str(plan.resume_path)!r} belongs to another run: {'; '.join(differences)}.")
+        raise ValueError(f"checkpoint {str(checkpoint)!r} belongs to another run: {'; '.join(differences)}.")
     saved_world, positions = saved.get("num_processes", 1), saved["positions"]
     if saved_world == s.world and len(positions) == s.world:  # every process continues its own shard
         state.epoch, state.batch_in_epoch = positions[s.accelerator.process_index]
@@ -333,11 +333,11 @@ def resume(s: Session, plan: Plan) -> TrainingState:
         state.global_step
     )
     if s.best is not None and state.best_step is not None and s.accelerator.is_main_process:
-        s.best.restore(plan.resume_path, state.best_step, state.best_perplexity)
+        s.best.restore(checkpoint, state.best_step, state.best_perplexity)
     s.last_saved_step = state.global_step
     logger.info(
         "resumed from %s at update %d (epoch %d, batch %d)",
-        plan.resume_path,
+        checkpoint,
         state.global_step,
         state.epoch,
         state.batch_in_epoch,
@@ -345,10 +345,11 @@ def resume(s: Session, plan: Plan) -> TrainingState:
     return state
 
 
-def fit_unigram_baseline(args: PretrainingArguments, data: PreparedData) -> UnigramBaseline:
-    """The add-one unigram model of the training targets every perplexity is compared with."""
-    counted = 100_000 if args.streaming else None
-    counts = dataset_target_counts(data.splits["train"], len(data.vocab), args.batching, max_examples=counted)
+def fit_unigram_baseline(train: Any, vocab_size: int, layout: str, streaming: bool) -> UnigramBaseline:
+    """The add-one unigram model of the training targets every perplexity is compared with (of the first 100,000
+    examples of a stream)."""
+    counted = 100_000 if streaming else None
+    counts = dataset_target_counts(train, vocab_size, layout, max_examples=counted)
     return UnigramBaseline.fit(
         counts, fitted_on="training data" + (f" (first {counted:,} examples)" if counted else "")
     )
@@ -616,8 +617,8 @@ def _train(args: PretrainingArguments, plan: Plan, accelerator: Any, started: fl
         best=BestModel(plan.run.best_model_dir) if args.load_best_model_at_end else None,
         char_vocab_text=char_vocab_text,
     )
-    state = resume(s, plan)
-    baseline = fit_unigram_baseline(args, data)
+    state = resume(s, plan.resume_path)
+    baseline = fit_unigram_baseline(data.splits["train"], len(data.vocab), args.batching, args.streaming)
     start_logging(s, state, data, config)
     try:
         stop_reason, preempted = train_loop(s, state)
