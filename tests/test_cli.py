@@ -144,7 +144,7 @@ def test_the_default_optimiser_is_adamw_like_the_recipes(tmp_path):
 
     from modeling_elmo.pretraining import build_optimizer
 
-    optimizer = build_optimizer(torch.nn.Linear(2, 2), args)
+    optimizer = build_optimizer(torch.nn.Linear(2, 2), args.optimizer, args.learning_rate)
     assert isinstance(optimizer, torch.optim.AdamW)
     assert optimizer.param_groups[0]["lr"] == arguments.DEFAULT_LEARNING_RATES["adamw"]
 

@@ -459,16 +459,15 @@ def test_time_budget_counts_the_training_minutes_of_the_runs_before_a_resume(tmp
 
 @pytest.mark.parametrize("optimizer", ["adamw", "adagrad"])
 def test_fused_cpu_optimizers_take_the_same_steps_as_the_reference_ones(optimizer):
-    from modeling_elmo.pretraining.arguments import PretrainingArguments
     from modeling_elmo.pretraining.trainer import build_optimizer
 
-    args = PretrainingArguments(optimizer=optimizer, learning_rate=0.05, weight_decay=0.1)
     torch.manual_seed(0)
     fused_model = ElmoForBidirectionalLM(_tiny_config())
     reference_model = copy.deepcopy(fused_model)
     start = [p.detach().clone() for p in fused_model.parameters()]
-    fused = build_optimizer(fused_model, args, "cpu")
-    reference = build_optimizer(reference_model, args, "cpu", sharded=True)  # same settings, torch's default kernels
+    fused = build_optimizer(fused_model, optimizer, 0.05, weight_decay=0.1, device_type="cpu")
+    # same settings, torch's default kernels
+    reference = build_optimizer(reference_model, optimizer, 0.05, weight_decay=0.1, device_type="cpu", sharded=True)
     assert fused.defaults["fused"] is True and not reference.defaults["fused"]
     for _ in range(5):
         for p, r in zip(fused_model.parameters(), reference_model.parameters(), strict=False):

@@ -73,10 +73,6 @@ class PretrainingArguments:
     )
     max_train_examples: int | None = _f(None, "Use only the first N training lines (quick experiments).")
     max_eval_examples: int | None = _f(None, "Use only the first N lines of validation and test.")
-    preprocessing_num_workers: int | None = _f(None, "Processes for reading, counting and tokenising (`num_proc`).")
-    cache_dir: str | None = _f(None, "`datasets` cache folder (default: HF_DATASETS_CACHE).")
-    overwrite_cache: bool = _f(False, "Re-tokenise even if a cached result exists.")
-    # ------------------------------------------------------------------ vocabulary and batching
     vocab_file: str | None = _f(
         None, "Use this vocabulary (one word per line) instead of building one from the training data."
     )
@@ -107,7 +103,10 @@ class PretrainingArguments:
         "length-sorted sentences as fit in N padded tokens (replaces --per-device-train-batch-size).",
     )
     bucket_size: int = _f(100, "Length bucketing: sort inside pools of this many batches (1 = no bucketing).")
+    preprocessing_num_workers: int | None = _f(None, "Processes for reading, counting and tokenising (`num_proc`).")
     dataloader_num_workers: int = _f(0, "DataLoader worker processes.")
+    cache_dir: str | None = _f(None, "`datasets` cache folder (default: HF_DATASETS_CACHE).")
+    overwrite_cache: bool = _f(False, "Re-tokenise even if a cached result exists.")
     # ------------------------------------------------------------------ model
     model_config: str | None = _f(
         None,
@@ -126,13 +125,6 @@ class PretrainingArguments:
     )
     dropout: float | None = _f(None, "Override hidden_dropout_prob, in [0, 1).")
     # ------------------------------------------------------------------ optimisation
-    output_dir: str = _f(
-        "outputs/elmo-pretrained", "The run's folder: model, checkpoints, metrics and plots. One run per folder."
-    )
-    overwrite: bool = _f(
-        False, "Clear --output-dir first when it holds another run (only the files a run writes are removed)."
-    )
-    seed: int = _f(42, "Random seed (data order, initialisation, dropout, sampling).")
     optimizer: str = _f(
         "adamw", "`adamw` (the recipes') or `adagrad` (the original's: lr 0.2, initial accumulator 1.0)."
     )
@@ -141,10 +133,19 @@ class PretrainingArguments:
         f"Peak learning rate (default {DEFAULT_LEARNING_RATES['adamw']:g} for adamw, right for "
         f"elmo-tiny; the recipes of larger models use 4e-3; {DEFAULT_LEARNING_RATES['adagrad']:g} for adagrad).",
     )
-    adagrad_initial_accumulator: float = _f(1.0, "Adagrad's initial accumulator value.")
     weight_decay: float = _f(0.0, "AdamW weight decay (applied to matrices only).")
     adam_beta1: float = _f(0.9, "AdamW beta1.")
     adam_beta2: float = _f(0.999, "AdamW beta2.")
+    adagrad_initial_accumulator: float = _f(1.0, "Adagrad's initial accumulator value.")
+    gradient_accumulation_steps: int = _f(1, "Micro-batches per update.")
+    max_grad_norm: float | None = _f(10.0, "Clip the global gradient norm (original: 10.0); 0 or null = off.")
+    loss_multiplier: float = _f(
+        1.0, "Multiply the loss before backward (the original used unroll_steps = 20 with Adagrad)."
+    )
+    mixed_precision: str | None = _f(None, "`no`, `fp16` or `bf16` (default: what `accelerate launch` says).")
+    max_consecutive_nonfinite: int = _f(5, "Stop after this many consecutive updates with a NaN/inf loss or gradient.")
+    seed: int = _f(42, "Random seed (data order, initialisation, dropout, sampling).")
+    # ------------------------------------------------------------------ schedule and budget
     lr_scheduler_type: str = _f(
         "constant",
         "transformers `get_scheduler` name: constant, constant_with_warmup, linear, cosine, ... "
@@ -156,30 +157,13 @@ class PretrainingArguments:
     )
     num_train_epochs: float = _f(1.0, "Epochs (ignored when --max-steps is set).")
     max_steps: int | None = _f(None, "Total optimiser updates (overrides --num-train-epochs).")
-    gradient_accumulation_steps: int = _f(1, "Micro-batches per update.")
-    max_grad_norm: float | None = _f(10.0, "Clip the global gradient norm (original: 10.0); 0 or null = off.")
-    loss_multiplier: float = _f(
-        1.0, "Multiply the loss before backward (the original used unroll_steps = 20 with Adagrad)."
-    )
-    mixed_precision: str | None = _f(None, "`no`, `fp16` or `bf16` (default: what `accelerate launch` says).")
-    max_consecutive_nonfinite: int = _f(5, "Stop after this many consecutive updates with a NaN/inf loss or gradient.")
-    # ------------------------------------------------------------------ checkpoints, logging, evaluation
-    checkpointing_steps: int = _f(1000, "Save the training state every N updates (0 = only at the end).")
-    checkpoints_total_limit: int = _f(2, "Keep the last K checkpoints.")
-    resume_from_checkpoint: str | None = _f(
-        None, "`latest` or a checkpoint folder to continue from (the run in --output-dir, same arguments)."
-    )
-    stop_after_steps: int | None = _f(
-        None, "Save a checkpoint and exit after this many updates without changing the schedule (time-sliced jobs)."
-    )
     max_train_minutes: float | None = _f(
         None,
         "Stop training after this many minutes of training in total, counting the runs a resumed checkpoint "
         "came from (checkpoint, evaluation and final save still happen); schedules run over this budget.",
     )
-    logging_steps: int = _f(
-        50,
-        "Log the train loss every N updates; the trainer reads device values (loss, non-finite updates, stop requests) only then.",
+    stop_after_steps: int | None = _f(
+        None, "Save a checkpoint and exit after this many updates without changing the schedule (time-sliced jobs)."
     )
     eval_steps: int = _f(0, "Evaluate on the validation split every N updates (0 = only at the end).")
     early_stopping_patience: int | None = _f(
@@ -189,11 +173,28 @@ class PretrainingArguments:
         False,
         "Save the model of the best validation perplexity (evaluated every --eval-steps and at the end), not the last one.",
     )
+    # ------------------------------------------------------------------ checkpoints and output
+    output_dir: str = _f(
+        "outputs/elmo-pretrained", "The run's folder: model, checkpoints, metrics and plots. One run per folder."
+    )
+    overwrite: bool = _f(
+        False, "Clear --output-dir first when it holds another run (only the files a run writes are removed)."
+    )
+    checkpointing_steps: int = _f(1000, "Save the training state every N updates (0 = only at the end).")
+    checkpoints_total_limit: int = _f(2, "Keep the last K checkpoints.")
+    resume_from_checkpoint: str | None = _f(
+        None, "`latest` or a checkpoint folder to continue from (the run in --output-dir, same arguments)."
+    )
+    plot: bool = _f(True, "Write perplexity.png (train and validation perplexity) at the end.")
+    # ------------------------------------------------------------------ logging
+    logging_steps: int = _f(
+        50,
+        "Log the train loss every N updates; the trainer reads device values (loss, non-finite updates, stop requests) only then.",
+    )
     report_to: str = _f("none", "accelerate trackers: `none`, `tensorboard`, `all`, ...")
     log_example_ids: bool = _f(
         False, "Write the ids of the examples each process trained on to examples_rank<R>.jsonl."
     )
-    plot: bool = _f(True, "Write perplexity.png (train and validation perplexity) at the end.")
 
 
 ARGUMENT_NAMES = {f.name for f in dataclasses.fields(PretrainingArguments)}
@@ -214,73 +215,27 @@ VALID_CHOICES = {
 BUDGET_SCHEDULES = ("constant", "constant_with_warmup", "linear", "cosine")
 
 
-#: How ``elmo pretrain --help`` groups the options (every field in exactly one group).
-OPTION_GROUPS: dict[str, tuple[str, ...]] = {
-    "data": (
-        "train_file",
-        "validation_file",
-        "test_file",
-        "dataset_name",
-        "dataset_config_name",
-        "data_license",
-        "text_column",
-        "streaming",
-        "validation_split_percentage",
-        "max_train_examples",
-        "max_eval_examples",
-        "vocab_file",
-        "vocab_size",
-        "min_count",
-        "char_vocabulary",
-        "max_characters",
-        "batching",
-        "window_size",
-        "max_sentence_length",
-        "per_device_train_batch_size",
-        "per_device_eval_batch_size",
-        "max_tokens_per_batch",
-        "bucket_size",
-        "preprocessing_num_workers",
-        "dataloader_num_workers",
-        "cache_dir",
-        "overwrite_cache",
-    ),
-    "model": ("model_config", "init_from_model", "lm_softmax", "num_negative_samples", "dropout"),
-    "optimisation": (
-        "optimizer",
-        "learning_rate",
-        "weight_decay",
-        "adam_beta1",
-        "adam_beta2",
-        "adagrad_initial_accumulator",
-        "gradient_accumulation_steps",
-        "max_grad_norm",
-        "loss_multiplier",
-        "mixed_precision",
-        "max_consecutive_nonfinite",
-        "seed",
-    ),
-    "schedule and budget": (
-        "lr_scheduler_type",
-        "warmup_steps",
-        "num_train_epochs",
-        "max_steps",
-        "max_train_minutes",
-        "stop_after_steps",
-        "eval_steps",
-        "early_stopping_patience",
-        "load_best_model_at_end",
-    ),
-    "checkpoints and output": (
-        "output_dir",
-        "overwrite",
-        "checkpointing_steps",
-        "checkpoints_total_limit",
-        "resume_from_checkpoint",
-        "plot",
-    ),
-    "logging": ("logging_steps", "report_to", "log_example_ids"),
+#: How ``elmo pretrain --help`` groups the options: the sections of `PretrainingArguments`, named by their first field.
+_GROUP_STARTS = {
+    "train_file": "data",
+    "model_config": "model",
+    "optimizer": "optimisation",
+    "lr_scheduler_type": "schedule and budget",
+    "output_dir": "checkpoints and output",
+    "logging_steps": "logging",
 }
+
+
+def _option_groups() -> dict[str, tuple[str, ...]]:
+    groups: dict[str, tuple[str, ...]] = {}
+    title = ""
+    for spec in dataclasses.fields(PretrainingArguments):
+        title = _GROUP_STARTS.get(spec.name, title)
+        groups[title] = (*groups.get(title, ()), spec.name)
+    return groups
+
+
+OPTION_GROUPS = _option_groups()
 
 
 _METAVARS = {

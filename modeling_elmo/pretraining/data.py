@@ -5,7 +5,7 @@ The pipeline (every stage is a plain function, tested on its own):
 1. `load_raw_splits` gives a ``datasets.Dataset`` (or ``IterableDataset`` with ``streaming=True``) with one
    ``text`` column per split, from local files/globs/directories (read as bytes and decoded with
    ``errors="replace"``: invalid UTF-8 is counted and logged, never fatal) or from a Hub dataset.
-2. `build_vocabulary` counts whitespace-separated words with `collections.Counter` over batches of joined text
+2. `build_vocabularies` counts whitespace-separated words with `collections.Counter` over batches of joined text
    (about 6 M words/s per process; shards are counted in parallel) and keeps the most frequent ones, after the
    four special words ``<pad>`` (0), ``<S>`` (1), ``</S>`` (2), ``<UNK>`` (3).
 3. `tokenize_splits` maps text to word ids with ``Dataset.map(batched=True, num_proc=...)`` (cached by a
@@ -31,7 +31,7 @@ import math
 import multiprocessing
 import os
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -220,10 +220,8 @@ def text_dataset_from_files(
 
 
 def load_raw_splits(
+    files: Mapping[str, Sequence[str]] | None = None,
     *,
-    train_file: Sequence[str] | None = None,
-    validation_file: Sequence[str] | None = None,
-    test_file: Sequence[str] | None = None,
     dataset_name: str | None = None,
     dataset_config_name: str | None = None,
     text_column: str = "text",
@@ -235,10 +233,12 @@ def load_raw_splits(
 ) -> dict[str, Any]:
     """Load ``train``/``validation``/``test`` splits with a single ``text`` column.
 
-    Local files take precedence per split over the Hub dataset. Without a validation split, ``validation_split
-    _percentage`` percent of the training lines (a seeded random choice) is held out (not in streaming mode).
+    ``files``: the text files of each split, already expanded (`expand_text_files`); they take precedence per split
+    over the Hub dataset. Without a validation split, ``validation_split_percentage`` percent of the training lines
+    (a seeded random choice) is held out (not in streaming mode).
     """
-    if not train_file and not dataset_name:
+    files = dict(files or {})
+    if not files.get("train") and not dataset_name:
         raise ValueError("no training data: pass --train-file (files, globs or directories) or --dataset-name.")
     splits: dict[str, Any] = {}
     if dataset_name:
@@ -255,14 +255,9 @@ def load_raw_splits(
                 if text_column != "text":
                     ds = ds.rename_column(text_column, "text")
                 splits[split] = ds
-    for split, given, flag in (
-        ("train", train_file, "--train-file"),
-        ("validation", validation_file, "--validation-file"),
-        ("test", test_file, "--test-file"),
-    ):
-        if given:
-            files = expand_text_files(given, flag)
-            splits[split] = text_dataset_from_files(files, streaming=streaming, cache_dir=cache_dir, num_proc=num_proc)
+    for split, paths in files.items():
+        if paths:
+            splits[split] = text_dataset_from_files(paths, streaming=streaming, cache_dir=cache_dir, num_proc=num_proc)
     if "train" not in splits:
         raise ValueError(f"dataset {dataset_name!r} has no 'train' split; pass --train-file.")
     if "validation" not in splits and validation_split_percentage and validation_split_percentage > 0:
@@ -359,24 +354,6 @@ def characters_from_counts(word_counts: Counter, max_size: int) -> list[str]:
     return [c for c, _ in ranked[:max_size]]
 
 
-def build_char_vocabulary(dataset: Any, *, max_size: int, num_proc: int | None = None) -> list[str]:
-    """The character vocabulary of ``--char-vocabulary unicode``: the training text's ``max_size`` most frequent
-    characters."""
-    counts = count_dataset_words(dataset, num_proc=num_proc)
-    characters = characters_from_counts(counts, max_size)
-    if not characters:
-        raise ValueError("the training data contains no characters: cannot build a character vocabulary.")
-    total = sum(c * len(w) for w, c in counts.items())
-    kept = set(characters)
-    covered = sum(c * sum(ch in kept for ch in w) for w, c in counts.items())
-    logger.info(
-        "character vocabulary: %d characters; coverage of training characters %.2f%%",
-        len(characters),
-        100.0 * covered / max(total, 1),
-    )
-    return characters
-
-
 def count_words(texts: Iterable[Sequence[str]]) -> Counter:
     """Whitespace-word counts over batches of lines (one `Counter.update` per joined batch: the fast form)."""
     counts: Counter = Counter()
@@ -423,23 +400,45 @@ def vocabulary_from_counts(counts: Counter, *, max_size: int | None = None, min_
     return Vocabulary(w for w, _ in items)
 
 
-def build_vocabulary(
-    dataset: Any, *, max_size: int | None = None, min_count: int = 1, num_proc: int | None = None
-) -> Vocabulary:
+def build_vocabularies(
+    dataset: Any,
+    *,
+    words: bool = True,
+    max_size: int | None = None,
+    min_count: int = 1,
+    max_characters: int | None = None,
+    num_proc: int | None = None,
+) -> tuple[Vocabulary | None, list[str] | None]:
+    """From one count of the training text's words: its word vocabulary (``words``; `vocabulary_from_counts`) and
+    its character vocabulary of ``--char-vocabulary unicode`` (``max_characters``: its size;
+    `characters_from_counts`), each None when not asked for."""
     counts = count_dataset_words(dataset, num_proc=num_proc)
     if not counts:
         raise ValueError("the training data contains no words: cannot build a vocabulary.")
-    vocab = vocabulary_from_counts(counts, max_size=max_size, min_count=min_count)
-    total = sum(counts.values())
-    covered = sum(counts[w] for w in vocab.words[4:])
-    logger.info(
-        "vocabulary: %d words (%d types in the data, %d tokens); coverage of training tokens %.2f%%",
-        len(vocab),
-        len(counts),
-        total,
-        100.0 * covered / max(total, 1),
-    )
-    return vocab
+    vocab = characters = None
+    if words:
+        vocab = vocabulary_from_counts(counts, max_size=max_size, min_count=min_count)
+        total, covered = sum(counts.values()), sum(counts[w] for w in vocab.words[4:])
+        logger.info(
+            "vocabulary: %d words (%d types in the data, %d tokens); coverage of training tokens %.2f%%",
+            len(vocab),
+            len(counts),
+            total,
+            100.0 * covered / max(total, 1),
+        )
+    if max_characters is not None:
+        characters = characters_from_counts(counts, max_characters)
+        if not characters:
+            raise ValueError("the training data contains no characters: cannot build a character vocabulary.")
+        kept = set(characters)
+        total = sum(c * len(w) for w, c in counts.items())
+        covered = sum(c * sum(ch in kept for ch in w) for w, c in counts.items())
+        logger.info(
+            "character vocabulary: %d characters; coverage of training characters %.2f%%",
+            len(characters),
+            100.0 * covered / max(total, 1),
+        )
+    return vocab, characters
 
 
 # ----------------------------------------------------------------------------------------------- tokenisation

@@ -35,9 +35,14 @@ def evaluate(
     dataset: Any,
     collator: Collator,
     accelerator: Any,
-    args: PretrainingArguments,
+    *,
+    batch_size: int,
+    layout: str,
+    bucket_size: int,
+    num_workers: int = 0,
     baseline: UnigramBaseline | None = None,
     split: str = "validation",
+    description: str = "",
 ) -> PerplexityResult:
     """Exact full-softmax perplexity of ``dataset`` (each process scores its share; the totals are reduced), with the
     unigram ``baseline``'s on the same targets when given, through `modeling_elmo.evaluation.lm_scoring.score_batches`
@@ -50,8 +55,8 @@ def evaluate(
             collator(examples)
             for examples in iter_stream_batches(
                 dataset,
-                args.per_device_eval_batch_size,
-                seed=args.seed,
+                batch_size,
+                seed=0,  # not shuffled: the seed does not matter
                 epoch=0,
                 rank=accelerator.process_index,
                 num_replicas=accelerator.num_processes,
@@ -62,11 +67,11 @@ def evaluate(
     else:
         sampler = BucketBatchSampler(
             example_lengths(dataset),
-            args.per_device_eval_batch_size,
+            batch_size,
             shuffle=False,
             rank=accelerator.process_index,
             num_replicas=accelerator.num_processes,
-            bucket_size=args.bucket_size,
+            bucket_size=bucket_size,
             drop_last=False,
         )
         batches = iter(
@@ -74,13 +79,13 @@ def evaluate(
                 IndexedDataset(dataset),
                 batch_sampler=FixedBatches(sampler.rank_batches(0)),
                 collate_fn=collator,
-                num_workers=args.dataloader_num_workers,
+                num_workers=num_workers,
             )
         )
     accumulator = score_batches(
         model,
         batches,
-        layout=args.batching,
+        layout=layout,
         baseline=baseline,
         device=accelerator.device,
         autocast=accelerator.autocast,
@@ -89,7 +94,7 @@ def evaluate(
         accumulator = accumulator.from_tensor(
             accelerator.reduce(accumulator.to_tensor(accelerator.device), reduction="sum").cpu()
         )
-    return accumulator.result(dataset=dataset_description(args, split), split=split)
+    return accumulator.result(dataset=description, split=split)
 
 
 def metrics_record(result: PerplexityResult) -> dict[str, float]:

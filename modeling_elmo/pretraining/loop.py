@@ -29,7 +29,7 @@ import math
 import signal
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,7 @@ from ..folders.run_folder import RunFolder
 from .arguments import PretrainingArguments
 from .batching import BucketBatchSampler, Collator, FixedBatches, IndexedDataset, iter_stream_batches
 from .checkpoint import CheckpointManager, write_training_files
-from .evaluation import evaluate, metrics_record
+from .evaluation import dataset_description, evaluate, metrics_record
 from .output import BestModel
 from .schedule import BudgetScheduler
 from .state import MetricsLog, TrainingState
@@ -67,14 +67,11 @@ class Session:
     total_updates: int
     char_vocab_text: str | None = None  # the Unicode character vocabulary (JSON), saved in every checkpoint
     best: BestModel | None = None
-    guard: NonfiniteGuard | None = None
     last_saved_step: int = -1
     last_evaluated_step: int = -1
     stop_requested: str = ""
     examples_log: Any = None
     progress: Any = None
-    window_tokens: int = 0
-    window_started: float = field(default_factory=time.time)
 
     @property
     def world(self) -> int:
@@ -82,6 +79,23 @@ class Session:
 
     def unwrapped(self) -> torch.nn.Module:
         return self.accelerator.unwrap_model(self.model)
+
+    def evaluate(self, split: str, baseline: Any = None) -> Any:
+        """The perplexity of the model on ``split`` (`modeling_elmo.pretraining.evaluation.evaluate`)."""
+        args = self.args
+        return evaluate(
+            self.unwrapped(),
+            self.splits[split],
+            self.collator,
+            self.accelerator,
+            batch_size=args.per_device_eval_batch_size,
+            layout=args.batching,
+            bucket_size=args.bucket_size,
+            num_workers=args.dataloader_num_workers,
+            baseline=baseline,
+            split=split,
+            description=dataset_description(args, split),
+        )
 
 
 class NonfiniteGuard:
@@ -114,7 +128,7 @@ class NonfiniteGuard:
 
 
 class DeviceCounters:
-    """The window's numbers, kept on the device between two host syncs."""
+    """The window's numbers between two host syncs: on the device, except the token count, which the host knows."""
 
     def __init__(self, device: torch.device, consecutive: int = 0):
         self.device = device
@@ -124,6 +138,7 @@ class DeviceCounters:
         self.reset()
 
     def reset(self) -> None:
+        self.tokens, self.started = 0, time.time()  # training targets on this process (a host count), window start
         self.loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         self.applied = torch.zeros((), dtype=torch.float64, device=self.device)
         self.skipped = torch.zeros((), dtype=torch.float64, device=self.device)
@@ -225,7 +240,7 @@ def micro_batches(s: Session, start_epoch: int, start_batch: int) -> Iterator[tu
         ep, skip = ep + 1, 0
 
 
-def apply_update(s: Session, loss: torch.Tensor, counters: DeviceCounters, step: int) -> None:
+def apply_update(s: Session, guard: NonfiniteGuard, loss: torch.Tensor, counters: DeviceCounters, step: int) -> None:
     """Clip, decide on the device whether the update is finite, step (or skip), schedule, zero the gradients."""
     args, accelerator = s.args, s.accelerator
     if args.max_grad_norm:
@@ -241,7 +256,7 @@ def apply_update(s: Session, loss: torch.Tensor, counters: DeviceCounters, step:
         s.optimizer.step()  # the scaler skips non-finite gradients (reading its flag on the host) and lowers its scale
         bad = bad | torch.tensor(bool(accelerator.optimizer_step_was_skipped), device=accelerator.device)
     else:
-        s.guard.step(s.optimizer, bad)
+        guard.step(s.optimizer, bad)
     s.scheduler.step()
     s.optimizer.zero_grad(set_to_none=True)
     counters.add(loss, bad, step, norm)
@@ -256,7 +271,7 @@ def host_sync(s: Session, state: TrainingState, counters: DeviceCounters, clock:
         [
             numbers["loss_sum"],
             numbers["applied"],
-            float(s.window_tokens),
+            float(counters.tokens),
             clock.seconds(),
             float(bool(s.stop_requested)),
         ],
@@ -299,7 +314,7 @@ def host_sync(s: Session, state: TrainingState, counters: DeviceCounters, clock:
             "train_loss": mean_loss,
             "train_ppl": math.exp(min(mean_loss, 50.0)),
             "lr": s.scheduler.get_last_lr()[0],
-            "tokens_per_s": tokens / max(now - s.window_started, 1e-9),
+            "tokens_per_s": tokens / max(now - counters.started, 1e-9),
             "tokens_seen": state.tokens_seen,
             "grad_norm": numbers["grad_norm"],
         }
@@ -310,7 +325,6 @@ def host_sync(s: Session, state: TrainingState, counters: DeviceCounters, clock:
         if args.report_to != "none":
             accelerator.log({k: v for k, v in record.items() if k != "step"}, step=state.global_step)
     counters.reset()
-    s.window_tokens, s.window_started = 0, time.time()
     if stop_votes > 0:
         s.stop_requested = s.stop_requested or "stop requested on another process"
     elif args.max_train_minutes is not None and seconds > 60 * args.max_train_minutes:
@@ -320,7 +334,7 @@ def host_sync(s: Session, state: TrainingState, counters: DeviceCounters, clock:
 def evaluate_and_track(s: Session, state: TrainingState) -> str:
     """Validation perplexity at ``state.global_step``: log it, keep the best (and its weights with
     --load-best-model-at-end); returns ``"early stopping ..."`` once the patience is spent."""
-    result = evaluate(s.unwrapped(), s.splits["validation"], s.collator, s.accelerator, s.args)
+    result = s.evaluate("validation")
     s.last_evaluated_step = state.global_step
     s.metrics.write({"step": state.global_step, "split": "validation", **metrics_record(result)})
     logger.info("update %d: validation perplexity %.2f", state.global_step, result.average)
@@ -477,7 +491,7 @@ def train_loop(s: Session, state: TrainingState) -> tuple[str, bool]:
     it stopped before ``total_updates`` (``""`` if it did not) and whether the run was pre-empted (a signal or
     ``--stop-after-steps``: checkpoint and exit) rather than finished early (time budget, early stopping)."""
     args, accelerator = s.args, s.accelerator
-    counters = DeviceCounters(accelerator.device, state.consecutive_nonfinite)
+    counters, guard = DeviceCounters(accelerator.device, state.consecutive_nonfinite), NonfiniteGuard(s.optimizer)
     clock, first_step = TrainClock(state.train_seconds), state.global_step
     add_boundaries = args.batching == "sentences"
     update_loss, micro = torch.zeros((), device=accelerator.device), 0
@@ -497,11 +511,11 @@ def train_loop(s: Session, state: TrainingState) -> tuple[str, bool]:
                 loss = s.model(**inputs, add_sentence_boundaries=add_boundaries).loss
                 accelerator.backward(loss * args.loss_multiplier if args.loss_multiplier != 1.0 else loss)
                 update_loss, micro = update_loss + loss.detach(), micro + 1
-                s.window_tokens += int(batch["lengths"].sum())  # a host tensor: no device sync
+                counters.tokens += int(batch["lengths"].sum())  # a host tensor: no device sync
                 state.epoch, state.batch_in_epoch = epoch, position
                 if not accelerator.sync_gradients:
                     continue
-                apply_update(s, update_loss / micro, counters, state.global_step + 1)
+                apply_update(s, guard, update_loss / micro, counters, state.global_step + 1)
                 update_loss, micro = torch.zeros((), device=accelerator.device), 0
             state.global_step += 1
             s.progress.advance(state.global_step, clock.seconds())

@@ -103,9 +103,9 @@ def check_output_folder(args: Any, run: RunFolder) -> str:
     entries = run.entries()
     _, foreign = run.run_entries()
     holds_run = any(run.is_run_artefact(p.name) for p in entries)
+    arguments = {"arguments": argument_identity(args)}
     if args.resume_from_checkpoint:
-        saved = read_run_identity(run)
-        differences = identity_differences(saved or {}, {"arguments": argument_identity(args)})
+        differences = identity_differences(read_run_identity(run) or {}, arguments)
         if differences:
             raise ValueError(
                 f"--output-dir {str(root)!r} holds a run with other arguments: {'; '.join(differences)}. "
@@ -124,12 +124,10 @@ def check_output_folder(args: Any, run: RunFolder) -> str:
     if args.overwrite:
         return OVERWRITE
     saved = read_run_identity(run)
+    differences = saved and identity_differences(saved, arguments) + _data_file_differences(saved, args)
     if saved is None:
         what = "a run of an earlier version (no run.json)"
-    elif identity_differences(saved, {"arguments": argument_identity(args)}) or _data_file_differences(saved, args):
-        differences = identity_differences(saved, {"arguments": argument_identity(args)}) + _data_file_differences(
-            saved, args
-        )
+    elif differences:
         what = f"another run ({'; '.join(differences)})"
     elif run.has_model():
         what = "the finished model of a run with these arguments"
@@ -185,12 +183,7 @@ class BestModel:
     def save(self, model: torch.nn.Module, step: int, perplexity: float) -> None:
         from safetensors.torch import save_model
 
-        self.folder.mkdir(parents=True, exist_ok=True)
-        tmp = self.folder / ".model.safetensors.tmp"
-        save_model(model, str(tmp))
-        follow_umask(tmp)
-        os.replace(tmp, self.weights)
-        atomic_write_text(self.info, json.dumps({"step": step, "perplexity": perplexity}) + "\n")
+        self._replace(lambda tmp: save_model(model, str(tmp)), step, perplexity)
 
     def restore(self, checkpoint: Path, step: int, perplexity: float) -> None:
         """Put back the best weights a checkpoint links to (a resume from it)."""
@@ -201,9 +194,13 @@ class BestModel:
             raise ValueError(
                 f"checkpoint {str(checkpoint)!r} records a best model at update {step} but holds no {BEST_MODEL_FILE}."
             )
+        self._replace(lambda tmp: shutil.copyfile(source, tmp), step, perplexity)
+
+    def _replace(self, write: Any, step: int, perplexity: float) -> None:
+        """``write(tmp)`` the weights, then move them in and record their step and perplexity."""
         self.folder.mkdir(parents=True, exist_ok=True)
         tmp = self.folder / ".model.safetensors.tmp"
-        shutil.copyfile(source, tmp)
+        write(tmp)
         follow_umask(tmp)
         os.replace(tmp, self.weights)
         atomic_write_text(self.info, json.dumps({"step": step, "perplexity": perplexity}) + "\n")

@@ -123,18 +123,19 @@ class BudgetScheduler:
         self._apply()
 
 
-def build_scheduler(args: Any, optimizer: torch.optim.Optimizer, total_updates: int) -> Any:
-    """`BudgetScheduler` with ``--max-train-minutes``, else transformers' `get_scheduler` over ``total_updates``
-    (a fractional ``--warmup-steps`` is that share of them)."""
-    if args.max_train_minutes is not None:
-        return BudgetScheduler(
-            optimizer,
-            args.lr_scheduler_type,
-            args.warmup_steps,
-            60.0 * args.max_train_minutes,
-            max_steps=args.max_steps,
-        )
+def build_scheduler(
+    optimizer: torch.optim.Optimizer,
+    kind: str,
+    warmup_steps: float,
+    total_updates: int,
+    budget_seconds: float | None = None,
+    max_steps: int | None = None,
+) -> Any:
+    """`BudgetScheduler` over ``budget_seconds`` of training (``--max-train-minutes``), else transformers'
+    `get_scheduler` over ``total_updates`` (a fractional ``warmup_steps`` is that share of them)."""
+    if budget_seconds is not None:
+        return BudgetScheduler(optimizer, kind, warmup_steps, budget_seconds, max_steps=max_steps)
     from transformers import get_scheduler
 
-    warmup = round(args.warmup_steps * total_updates) if 0 < args.warmup_steps < 1 else int(args.warmup_steps)
-    return get_scheduler(args.lr_scheduler_type, optimizer, num_warmup_steps=warmup, num_training_steps=total_updates)
+    warmup = round(warmup_steps * total_updates) if 0 < warmup_steps < 1 else int(warmup_steps)
+    return get_scheduler(kind, optimizer, num_warmup_steps=warmup, num_training_steps=total_updates)

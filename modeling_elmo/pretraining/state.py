@@ -48,9 +48,8 @@ IDENTITY_ARGUMENTS = (
     "max_grad_norm",
     "loss_multiplier",
 )
-#: Config fields that define the model a run trains.
-MODEL_KEYS = (
-    "vocab_size",
+#: Config fields that define the architecture (a starting model's and --model-config's must agree on them).
+ARCHITECTURE_KEYS = (
     "projection_dim",
     "cell_size",
     "num_hidden_layers",
@@ -62,12 +61,10 @@ MODEL_KEYS = (
     "num_characters",
     "char_vocabulary",
     "use_skip_connections",
-    "cell_clip",
-    "proj_clip",
-    "lm_softmax",
-    "num_negative_samples",
-    "hidden_dropout_prob",
 )
+#: Config fields that define the model a run trains.
+_CLIPS_AND_SOFTMAX = ("cell_clip", "proj_clip", "lm_softmax", "num_negative_samples", "hidden_dropout_prob")
+MODEL_KEYS = ("vocab_size", *ARCHITECTURE_KEYS, *_CLIPS_AND_SOFTMAX)
 #: Bytes of each data file that enter the data fingerprint (with its name and size).
 _FINGERPRINT_BYTES = 1 << 20
 

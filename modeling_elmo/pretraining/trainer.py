@@ -26,238 +26,24 @@ from ..folders.run_folder import RunFolder
 from ..utils.io_utils import atomic_write_text, command_error
 from ..utils.launch import check_process_count, use_cpu_backend
 from ..utils.results import EvaluationResults, write_results
-from .arguments import DEFAULT_LEARNING_RATES, PretrainingArguments, parse_args, read_model_preset, validate
+from .arguments import DEFAULT_LEARNING_RATES, PretrainingArguments, parse_args
 from .batching import BucketBatchSampler, Collator, example_lengths
-from .checkpoint import WRITE_ERRORS, CheckpointManager, check_checkpoint_files, load_checkpoint, read_trainer_state
-from .data import (
-    Vocabulary,
-    build_char_vocabulary,
-    build_vocabulary,
-    check_hub_dataset,
-    expand_text_files,
-    load_raw_splits,
-    tokenize_splits,
-)
-from .evaluation import evaluate, metrics_record, plot_perplexity
-from .loop import NonfiniteGuard, ProgressBar, Session, evaluate_and_track, save_checkpoint, train_loop
-from .output import (
-    BestModel,
-    check_output_folder,
-    data_file_arguments,
-    open_output_folder,
-    run_lock,
-    save_final_model,
-)
+from .checkpoint import WRITE_ERRORS, CheckpointManager, load_checkpoint
+from .data import Vocabulary, build_vocabularies, load_raw_splits, tokenize_splits
+from .evaluation import metrics_record, plot_perplexity
+from .loop import ProgressBar, Session, evaluate_and_track, save_checkpoint, train_loop
+from .output import BestModel, data_file_arguments, open_output_folder, run_lock, save_final_model
+from .plan import Plan, build_config, plan_run
 from .schedule import build_scheduler
-from .state import MetricsLog, TrainingState, data_fingerprint, identity_differences, run_identity
+from .state import MetricsLog, TrainingState, identity_differences, run_identity
 
 logger = logging.getLogger("modeling_elmo.pretraining")
 
-DEFAULT_MODEL_CONFIG = "elmo-tiny"
-INIT_MODEL_FILES = ("config.json", "model.safetensors", "vocab.txt")
-#: Flags that override a field of the model configuration.
-CONFIG_OVERRIDES = {
-    "lm_softmax": "lm_softmax",
-    "num_negative_samples": "num_negative_samples",
-    "dropout": "hidden_dropout_prob",
-}
-_ARCHITECTURE_KEYS = (
-    "projection_dim",
-    "cell_size",
-    "num_hidden_layers",
-    "char_embedding_dim",
-    "char_cnn_filters",
-    "num_highway_layers",
-    "char_cnn_activation",
-    "max_characters_per_token",
-    "num_characters",
-    "char_vocabulary",
-    "use_skip_connections",
-)
-
-
-# ----------------------------------------------------------------------------------------------- inputs
-@dataclass
-class RunPlan:
-    """What `check_inputs` established before anything is written."""
-
-    run: RunFolder
-    folder_mode: str
-    model_config: dict[str, Any]  # the preset (or --init-from-model's config) with every override, without vocab_size
-    split_files: dict[str, list[str]]
-    resume_path: Path | None = None
-    resume_state: dict[str, Any] | None = None
-    fixed_vocab: tuple[Path, str] | None = None  # a vocabulary the run must use, and who fixes it
-    unicode: bool = False  # a Unicode character vocabulary (--char-vocabulary unicode, or the starting model's)
-    fixed_characters: tuple[Path, str] | None = None  # a character vocabulary the run must use, and who fixes it
-
-
-def model_config_dict(args: PretrainingArguments) -> dict[str, Any]:
-    """The model's configuration: --model-config's (or --init-from-model's, or elmo-tiny's) with the flags'
-    overrides applied."""
-    if args.model_config is not None:
-        config = read_model_preset(args.model_config)
-    elif args.init_from_model is not None:
-        config = read_model_preset(str(Path(args.init_from_model) / "config.json"))
-    else:
-        config = read_model_preset(DEFAULT_MODEL_CONFIG)
-    for name, key in CONFIG_OVERRIDES.items():
-        if getattr(args, name) is not None:
-            config[key] = getattr(args, name)
-    return config
-
-
-def _negative_samples(model_config: dict[str, Any]) -> int:
-    import inspect
-
-    from ..configuration_elmo import ElmoConfig
-
-    default = inspect.signature(ElmoConfig.__init__).parameters["num_negative_samples"].default
-    return model_config.get("num_negative_samples", default)
-
-
-def build_config(model_config: dict[str, Any], vocab_size: int, characters: int | None = None):
-    """The run's `ElmoConfig`, built once, validated by its construction; errors name the flags to change.
-    ``characters``: the size of a Unicode character vocabulary (None: bytes)."""
-    from ..configuration_elmo import UNICODE_FIRST_CHARACTER, ElmoConfig
-
-    if characters is not None:
-        model_config = {
-            **model_config,
-            "char_vocabulary": "unicode",
-            "num_characters": UNICODE_FIRST_CHARACTER + characters,
-        }
-
-    negatives = _negative_samples(model_config)
-    if model_config.get("lm_softmax") == "sampled" and isinstance(negatives, int) and negatives >= vocab_size:
-        raise ValueError(
-            f"--lm-softmax sampled draws {negatives} negative samples per batch, but the vocabulary has {vocab_size} "
-            f"words: pass --num-negative-samples below {vocab_size}, or --lm-softmax full."
-        )
-    try:
-        return ElmoConfig.from_dict({**model_config, "vocab_size": vocab_size})
-    except (TypeError, ValueError) as error:
-        raise ValueError(f"the model configuration is impossible: {error}") from None
-
-
-def _planned_vocab_size(
-    args: PretrainingArguments, model_config: dict[str, Any], fixed: tuple[Path, str] | None
-) -> int:
-    if fixed is not None:
-        return len(Vocabulary.from_file(fixed[0]))
-    if args.vocab_file:
-        return len(Vocabulary.from_file(args.vocab_file))
-    if args.vocab_size:
-        return args.vocab_size
-    if model_config.get("vocab_size", 4) > 4:
-        return model_config["vocab_size"]
-    # not known before the data are counted: check everything else now, the softmax size once the vocabulary exists
-    sampled = model_config.get("lm_softmax") == "sampled" and isinstance(_negative_samples(model_config), int)
-    return max(5, _negative_samples(model_config) + 1) if sampled else 5
-
-
-def check_inputs(args: PretrainingArguments) -> RunPlan:
-    """Everything that can be checked before any file is written or any data are read: every flag, the final model
-    configuration, the starting model, the data sources, the checkpoint to resume and the output folder."""
-    validate(args)
-    from ..configuration_elmo import ElmoConfig
-    from ..embedding.inference import check_weights_fit_config
-    from ..modeling_elmo import ElmoForBidirectionalLM
-    from ..utils.loading import refuse_pickled_weights
-
-    fixed = fixed_characters = None
-    if args.init_from_model is not None:
-        folder = Path(args.init_from_model)
-        missing = [name for name in INIT_MODEL_FILES if not (folder / name).is_file()]
-        if missing:
-            raise ValueError(
-                f"--init-from-model {args.init_from_model!r} is not a saved ELMo language model folder: "
-                f"{', '.join(missing)} missing (a folder written by pretraining or `save_pretrained` is needed)."
-            )
-        refuse_pickled_weights(folder)
-        # a truncated or damaged file, or a config.json whose sizes its weights do not have: one line, before the
-        # model is built
-        check_weights_fit_config(folder, ElmoForBidirectionalLM, ElmoConfig.from_pretrained(folder))
-        fixed = (folder / "vocab.txt", f"--init-from-model {args.init_from_model!r}")
-        words, rows = (
-            len(Vocabulary.from_file(fixed[0])),
-            read_model_preset(str(folder / "config.json")).get("vocab_size"),
-        )
-        if words != rows:
-            raise ValueError(
-                f"--init-from-model {args.init_from_model!r}: its vocab.txt has {words} words but its softmax "
-                f"has {rows} rows (config.json vocab_size); word ids would point at other words' rows."
-            )
-        if (folder / "char_vocab.json").is_file():
-            fixed_characters = (folder / "char_vocab.json", f"--init-from-model {args.init_from_model!r}")
-        if args.model_config is not None:
-            from ..configuration_elmo import ElmoConfig
-
-            own = ElmoConfig.upgraded_dict(read_model_preset(str(folder / "config.json")))
-            given = ElmoConfig.upgraded_dict(read_model_preset(args.model_config))
-            bad = [k for k in _ARCHITECTURE_KEYS if k in own and k in given and own[k] != given[k]]
-            if bad:
-                raise ValueError(
-                    f"--model-config {args.model_config!r} differs from --init-from-model {args.init_from_model!r} "
-                    f"in: {', '.join(bad)} (leave --model-config out to use the model's own architecture)."
-                )
-    model_config = model_config_dict(args)
-    run = RunFolder(args.output_dir)
-    resume_path = resume_state = None
-    if args.resume_from_checkpoint:
-        resume_path = CheckpointManager(run.checkpoints_dir).resolve(args.resume_from_checkpoint)
-        resume_state = read_trainer_state(resume_path)  # JSON only; an earlier version's checkpoint is named as such
-        check_checkpoint_files(resume_path)
-        fixed = (resume_path / "vocab.txt", f"checkpoint {str(resume_path)!r}")
-        fixed_characters = (
-            (resume_path / "char_vocab.json", f"checkpoint {str(resume_path)!r}")
-            if (resume_path / "char_vocab.json").is_file()
-            else None
-        )
-    if (
-        fixed is not None
-        and args.vocab_file
-        and Vocabulary.from_file(args.vocab_file) != Vocabulary.from_file(fixed[0])
-    ):
-        given, vocab = Vocabulary.from_file(args.vocab_file), Vocabulary.from_file(fixed[0])
-        raise ValueError(
-            f"--vocab-file {args.vocab_file!r} ({len(given)} words, fingerprint {given.fingerprint()}) does not "
-            f"match the vocabulary of {fixed[1]} ({len(vocab)} words, fingerprint {vocab.fingerprint()})."
-        )
-    unicode = args.char_vocabulary == "unicode" or model_config.get("char_vocabulary") == "unicode"
-    if args.init_from_model is not None and unicode != (fixed_characters is not None):
-        raise ValueError(
-            f"--char-vocabulary {args.char_vocabulary} does not fit --init-from-model {args.init_from_model!r}, "
-            f"whose model reads {'characters' if fixed_characters else 'bytes'} (leave --char-vocabulary out "
-            "to use the model's own)."
-        )
-    planned_characters = len(_read_characters(fixed_characters[0])) if fixed_characters else args.max_characters
-    build_config(model_config, _planned_vocab_size(args, model_config, fixed), planned_characters if unicode else None)
-    split_files = {}
-    for split, given, name in (
-        ("train", args.train_file, "--train-file"),
-        ("validation", args.validation_file, "--validation-file"),
-        ("test", args.test_file, "--test-file"),
-    ):
-        if given:
-            split_files[split] = expand_text_files(given, name)
-    if args.dataset_name:
-        check_hub_dataset(args.dataset_name)
-    folder_mode = check_output_folder(args, run)
-    return RunPlan(
-        run, folder_mode, model_config, split_files, resume_path, resume_state, fixed, unicode, fixed_characters
-    )
-
-
-def _read_characters(path: Path) -> list[str]:
-    """A saved character vocabulary (``char_vocab.json``), checked as the tokenizer checks it."""
-    from ..tokenization_elmo import ElmoTokenizer
-
-    return ElmoTokenizer(char_vocab_file=str(path)).characters
-
 
 # ----------------------------------------------------------------------------------------------- building
-def build_accelerator(args: PretrainingArguments) -> Any:
+def build_accelerator(
+    mixed_precision: str | None, gradient_accumulation_steps: int, report_to: str, project_dir: str
+) -> Any:
     """The Accelerator (gloo on the CPU for a multi-process launch without GPUs), checked against the launch, and
     per-process logging: INFO on the local main process, errors elsewhere."""
     import datasets
@@ -266,10 +52,10 @@ def build_accelerator(args: PretrainingArguments) -> Any:
 
     accelerator = Accelerator(
         cpu=use_cpu_backend(),
-        mixed_precision=args.mixed_precision,
-        gradient_accumulation_steps=args.gradient_accumulation_steps,
-        log_with=None if args.report_to == "none" else args.report_to,
-        project_dir=args.output_dir,
+        mixed_precision=mixed_precision,
+        gradient_accumulation_steps=gradient_accumulation_steps,
+        log_with=None if report_to == "none" else report_to,
+        project_dir=project_dir,
     )
     check_process_count(accelerator.num_processes, accelerator.distributed_type)
     if accelerator.distributed_type.value == "FSDP":
@@ -292,7 +78,6 @@ def build_accelerator(args: PretrainingArguments) -> Any:
 class PreparedData:
     splits: dict[str, Any]  # tokenised train / validation / test
     vocab: Vocabulary
-    fingerprint: str
     characters: list[str] | None = None  # the Unicode character vocabulary (None: bytes)
 
     @property
@@ -346,26 +131,23 @@ def preprocessing_progress(enabled: bool) -> Iterator[Any]:
 PREPROCESSING_STAGES = ("reading the text", "building the vocabulary", "tokenising")
 
 
-def prepare_data(args: PretrainingArguments, accelerator: Any, plan: RunPlan) -> PreparedData:
+def prepare_data(args: PretrainingArguments, accelerator: Any, plan: Plan) -> PreparedData:
     """Read the splits, fix or build the vocabulary (main process; shared with the others), tokenise; one progress
     bar for all of it (`preprocessing_progress`)."""
     with preprocessing_progress(accelerator.is_local_main_process) as bar:
         return _prepare_data(args, accelerator, plan, bar)
 
 
-def _prepare_data(args: PretrainingArguments, accelerator: Any, plan: RunPlan, bar: Any) -> PreparedData:
-    from accelerate.utils import broadcast_object_list
-
+def _prepare_data(args: PretrainingArguments, accelerator: Any, plan: Plan, bar: Any) -> PreparedData:
     def stage(index: int) -> None:
         bar.n = index
         bar.set_postfix_str(PREPROCESSING_STAGES[index] if index < len(PREPROCESSING_STAGES) else "done")
 
     stage(0)
+    plan.check_files_unchanged()
     with accelerator.main_process_first():
         raw = load_raw_splits(
-            train_file=args.train_file,
-            validation_file=args.validation_file,
-            test_file=args.test_file,
+            plan.files,
             dataset_name=args.dataset_name,
             dataset_config_name=args.dataset_config_name,
             text_column=args.text_column,
@@ -380,43 +162,26 @@ def _prepare_data(args: PretrainingArguments, accelerator: Any, plan: RunPlan, b
         if split in raw:
             raw[split] = _limit(raw[split], args.max_eval_examples)
     stage(1)
-    if plan.fixed_vocab is not None:  # a checkpoint's or a starting model's (its softmax rows belong to its words)
-        vocab = Vocabulary.from_file(plan.fixed_vocab[0])
-    elif args.vocab_file:
-        vocab = Vocabulary.from_file(args.vocab_file)
-    else:
-        words = [None]
-        if accelerator.is_main_process:
-            started = time.time()
-            size = args.vocab_size or (
-                plan.model_config.get("vocab_size", 4) if plan.model_config.get("vocab_size", 4) > 4 else None
-            )
-            words = [
-                build_vocabulary(
-                    raw["train"], max_size=size, min_count=args.min_count, num_proc=args.preprocessing_num_workers
-                ).words
-            ]
-            logger.info("vocabulary built in %.1f s", time.time() - started)
-        if accelerator.num_processes > 1:
-            broadcast_object_list(words)
-        vocab = Vocabulary(words[0])
+    vocab, characters = plan.vocab, plan.characters  # a checkpoint's, a starting model's, --vocab-file's
+    count_characters = plan.unicode and characters is None
+    if vocab is None or count_characters:  # from one count of the training words, on the main process
+        size = args.vocab_size or (
+            plan.model_config["vocab_size"] if plan.model_config.get("vocab_size", 4) > 4 else None
+        )
+        built, characters_built = _on_main_process(
+            accelerator,
+            build_vocabularies,
+            raw["train"],
+            words=vocab is None,
+            max_size=size,
+            min_count=args.min_count,
+            max_characters=args.max_characters if count_characters else None,
+            num_proc=args.preprocessing_num_workers,
+        )
+        vocab = built if vocab is None else vocab
+        characters = characters_built if count_characters else characters
     if len(vocab) <= 4:
         raise ValueError("the vocabulary has no words besides the 4 special ones.")
-    characters = None
-    if plan.unicode:
-        if plan.fixed_characters is not None:
-            characters = _read_characters(plan.fixed_characters[0])
-        else:
-            listed = [None]
-            if accelerator.is_main_process:
-                listed = [
-                    build_char_vocabulary(
-                        raw["train"], max_size=args.max_characters, num_proc=args.preprocessing_num_workers
-                    )
-                ]
-            if accelerator.num_processes > 1:
-                broadcast_object_list(listed)
-            characters = listed[0]
     stage(2)
     with accelerator.main_process_first():
         splits = tokenize_splits(
@@ -429,65 +194,68 @@ def _prepare_data(args: PretrainingArguments, accelerator: Any, plan: RunPlan, b
             overwrite_cache=args.overwrite_cache,
         )
     stage(3)
-    files = {k: v for k, v in plan.split_files.items() if k in ("train", "validation")}
-    dataset = " ".join(filter(None, (args.dataset_name, args.dataset_config_name))) or None
-    return PreparedData(splits, vocab, data_fingerprint(files, dataset), characters)
+    return PreparedData(splits, vocab, None if characters is None else list(characters))
+
+
+def _on_main_process(accelerator: Any, compute: Any, *args: Any, **kwargs: Any) -> Any:
+    """``compute(*args, **kwargs)`` on the main process, its result broadcast to the others."""
+    from accelerate.utils import broadcast_object_list
+
+    result = [compute(*args, **kwargs) if accelerator.is_main_process else None]
+    if accelerator.num_processes > 1:
+        broadcast_object_list(result)
+    return result[0]
 
 
 def build_sampler(
-    args: PretrainingArguments, accelerator: Any, data: PreparedData
-) -> tuple[BucketBatchSampler | None, int]:
-    """The training batches and the number of updates the run makes."""
-    if args.streaming:
-        return None, args.max_steps
-    train = data.splits["train"]
+    train: Any, accelerator: Any, *, batch_size: int, max_tokens: int | None, seed: int, bucket_size: int
+) -> BucketBatchSampler:
+    """The training batches of this process: ``batch_size`` sequences or ``max_tokens`` padded tokens each."""
     sampler = BucketBatchSampler(
         example_lengths(train),
-        None if args.max_tokens_per_batch else args.per_device_train_batch_size,
-        max_tokens=args.max_tokens_per_batch,
+        None if max_tokens else batch_size,
+        max_tokens=max_tokens,
         shuffle=True,
-        seed=args.seed,
+        seed=seed,
         rank=accelerator.process_index,
         num_replicas=accelerator.num_processes,
-        bucket_size=args.bucket_size,
+        bucket_size=bucket_size,
         drop_last=True,
     )
-    batches = sampler.num_batches()
-    if batches == 0:
+    if sampler.num_batches() == 0:
         raise ValueError(
-            f"the training split has {len(train)} examples: fewer than one batch of "
-            f"{args.per_device_train_batch_size} per process on {accelerator.num_processes} process(es)."
+            f"the training split has {len(train)} examples: fewer than one batch of {batch_size} per process on "
+            f"{accelerator.num_processes} process(es)."
         )
-    total = args.max_steps or max(1, int(args.num_train_epochs * batches) // args.gradient_accumulation_steps)
-    return sampler, total
+    return sampler
 
 
 def build_optimizer(
-    model: torch.nn.Module, args: PretrainingArguments, device_type: str = "cpu", sharded: bool = False
+    model: torch.nn.Module,
+    optimizer: str,
+    learning_rate: float | None = None,
+    *,
+    weight_decay: float = 0.0,
+    betas: tuple[float, float] = (0.9, 0.999),
+    initial_accumulator: float = 1.0,
+    device_type: str = "cpu",
+    sharded: bool = False,
 ) -> torch.optim.Optimizer:
-    """Adagrad (the original's) or AdamW with decay on matrices only. The fused implementations (one kernel over all
-    parameters; on a CPU 5x faster for AdamW, 2.7x for Adagrad, equal to 1e-7) are used where torch has them:
-    AdamW on CPU and CUDA, Adagrad on CPU, neither for sharded parameters."""
+    """Adagrad (the original's) or AdamW with decay on matrices only (``learning_rate`` None: the optimiser's
+    `DEFAULT_LEARNING_RATES`). The fused implementations (one kernel over all parameters; on a CPU 5x faster for
+    AdamW, 2.7x for Adagrad, equal to 1e-7) are used where torch has them: AdamW on CPU and CUDA, Adagrad on CPU,
+    neither for sharded parameters."""
     params = [p for p in model.parameters() if p.requires_grad]
-    if args.optimizer == "adagrad":
-        lr = args.learning_rate if args.learning_rate is not None else DEFAULT_LEARNING_RATES["adagrad"]
-        return torch.optim.Adagrad(
-            params,
-            lr=lr,
-            initial_accumulator_value=args.adagrad_initial_accumulator,
-            fused=True if device_type == "cpu" and not sharded else None,
-        )
-    lr = args.learning_rate if args.learning_rate is not None else DEFAULT_LEARNING_RATES["adamw"]
+    lr = learning_rate if learning_rate is not None else DEFAULT_LEARNING_RATES[optimizer]
+    if optimizer == "adagrad":
+        fused = True if device_type == "cpu" and not sharded else None
+        return torch.optim.Adagrad(params, lr=lr, initial_accumulator_value=initial_accumulator, fused=fused)
     groups = [  # decay matrices only (chosen by dimension, not by name)
-        {"params": [p for p in params if p.dim() >= 2], "weight_decay": args.weight_decay},
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
     ]
-    return torch.optim.AdamW(
-        groups,
-        lr=lr,
-        betas=(args.adam_beta1, args.adam_beta2),
-        fused=True if device_type in ("cpu", "cuda") and not sharded else None,
-    )
+    fused = True if device_type in ("cpu", "cuda") and not sharded else None
+    return torch.optim.AdamW(groups, lr=lr, betas=betas, fused=fused)
 
 
 def rename_legacy_keys(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -502,15 +270,17 @@ def rename_legacy_keys(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.T
     return renamed
 
 
-def build_model(args: PretrainingArguments, config: Any, plan: RunPlan) -> torch.nn.Module:
+def build_model(config: Any, init_from: Path | None = None) -> torch.nn.Module:
+    """The biLM of ``config`` on the package's fast recurrence (docs/model.md), with the weights of the model folder
+    ``init_from`` when given."""
     from safetensors.torch import load_file
 
     from ..acceleration.packed_kernels import use_packed_kernels
     from ..modeling_elmo import ElmoForBidirectionalLM
 
-    model = use_packed_kernels(ElmoForBidirectionalLM(config))  # the package's fast recurrence (docs/model.md)
-    if args.init_from_model is not None and plan.resume_path is None:
-        folder = Path(args.init_from_model)
+    model = use_packed_kernels(ElmoForBidirectionalLM(config))
+    if init_from is not None:
+        folder = init_from
         state, own = rename_legacy_keys(load_file(str(folder / "model.safetensors"))), model.state_dict()
         problems = [
             f"{label}: {', '.join(keys[:5])}{' ...' if len(keys) > 5 else ''}"
@@ -530,13 +300,13 @@ def build_model(args: PretrainingArguments, config: Any, plan: RunPlan) -> torch
     return model
 
 
-def resume(s: Session, plan: RunPlan) -> TrainingState:
-    """The state to start from: fresh, or everything a checkpoint holds (weights, optimiser, schedule, random
+def resume(s: Session, checkpoint: Path | None) -> TrainingState:
+    """The state to start from: fresh, or everything ``checkpoint`` holds (weights, optimiser, schedule, random
     generators, data position, counters, best-so-far, training seconds)."""
-    if plan.resume_path is None:
+    if checkpoint is None:
         return TrainingState()
     saved = load_checkpoint(
-        plan.resume_path,
+        checkpoint,
         model=s.unwrapped(),
         optimizer=s.optimizer,
         scheduler=s.scheduler,
@@ -546,7 +316,7 @@ def resume(s: Session, plan: RunPlan) -> TrainingState:
     state: TrainingState = saved["state"]
     differences = identity_differences(saved.get("run") or {}, s.identity)
     if differences:
-        raise ValueError(f"checkpoint {str(plan.resume_path)!r} belongs to another run: {'; '.join(differences)}.")
+        raise ValueError(f"checkpoint {str(checkpoint)!r} belongs to another run: {'; '.join(differences)}.")
     saved_world, positions = saved.get("num_processes", 1), saved["positions"]
     if saved_world == s.world and len(positions) == s.world:  # every process continues its own shard
         state.epoch, state.batch_in_epoch = positions[s.accelerator.process_index]
@@ -563,11 +333,11 @@ def resume(s: Session, plan: RunPlan) -> TrainingState:
         state.global_step
     )
     if s.best is not None and state.best_step is not None and s.accelerator.is_main_process:
-        s.best.restore(plan.resume_path, state.best_step, state.best_perplexity)
+        s.best.restore(checkpoint, state.best_step, state.best_perplexity)
     s.last_saved_step = state.global_step
     logger.info(
         "resumed from %s at update %d (epoch %d, batch %d)",
-        plan.resume_path,
+        checkpoint,
         state.global_step,
         state.epoch,
         state.batch_in_epoch,
@@ -575,10 +345,11 @@ def resume(s: Session, plan: RunPlan) -> TrainingState:
     return state
 
 
-def fit_unigram_baseline(args: PretrainingArguments, data: PreparedData) -> UnigramBaseline:
-    """The add-one unigram model of the training targets every perplexity is compared with."""
-    counted = 100_000 if args.streaming else None
-    counts = dataset_target_counts(data.splits["train"], len(data.vocab), args.batching, max_examples=counted)
+def fit_unigram_baseline(train: Any, vocab_size: int, layout: str, streaming: bool) -> UnigramBaseline:
+    """The add-one unigram model of the training targets every perplexity is compared with (of the first 100,000
+    examples of a stream)."""
+    counted = 100_000 if streaming else None
+    counts = dataset_target_counts(train, vocab_size, layout, max_examples=counted)
     return UnigramBaseline.fit(
         counts, fitted_on="training data" + (f" (first {counted:,} examples)" if counted else "")
     )
@@ -685,7 +456,7 @@ def finish(
     perplexities = []
     for split in ("validation", "test"):
         if split in s.splits:
-            result = evaluate(model, s.splits[split], s.collator, s.accelerator, s.args, baseline, split)
+            result = s.evaluate(split, baseline)
             perplexities.append(result)
             s.metrics.write(
                 {"step": state.global_step, "split": split, "model_step": chosen_step, **metrics_record(result)}
@@ -777,23 +548,47 @@ def _kept_checkpoint(s: Session, state: TrainingState) -> str:
 def train(args: PretrainingArguments) -> int:
     """Pretrain an ELMo biLM as ``args`` say; returns the exit status."""
     started = time.time()
-    plan = check_inputs(args)  # bad input fails here, in seconds, before anything is written
-    accelerator = build_accelerator(args)
+    plan = plan_run(args)  # bad input fails here, in seconds, before anything is written
+    accelerator = build_accelerator(
+        args.mixed_precision, args.gradient_accumulation_steps, args.report_to, args.output_dir
+    )
     with run_lock(plan.run) if accelerator.is_main_process else contextlib.nullcontext():  # one run per folder
         return _train(args, plan, accelerator, started)
 
 
-def _train(args: PretrainingArguments, plan: Any, accelerator: Any, started: float) -> int:
+def _train(args: PretrainingArguments, plan: Plan, accelerator: Any, started: float) -> int:
     from accelerate.utils import set_seed
 
     set_seed(args.seed)
     data = prepare_data(args, accelerator, plan)
     config = build_config(plan.model_config, len(data.vocab), None if data.characters is None else len(data.characters))
-    sampler, total_updates = build_sampler(args, accelerator, data)
-    model = build_model(args, config, plan)
-    optimizer = build_optimizer(model, args, accelerator.device.type)
-    scheduler = build_scheduler(args, optimizer, total_updates)  # stepped once per update by the loop
-    identity = run_identity(args, config, data.fingerprint, data.vocabulary_fingerprint)
+    sampler, total_updates = None, args.max_steps
+    if not args.streaming:
+        sampler = build_sampler(
+            data.splits["train"],
+            accelerator,
+            batch_size=args.per_device_train_batch_size,
+            max_tokens=args.max_tokens_per_batch,
+            seed=args.seed,
+            bucket_size=args.bucket_size,
+        )
+        epoch_updates = int(args.num_train_epochs * sampler.num_batches()) // args.gradient_accumulation_steps
+        total_updates = args.max_steps or max(1, epoch_updates)
+    model = build_model(config, plan.init_from)
+    optimizer = build_optimizer(
+        model,
+        args.optimizer,
+        args.learning_rate,
+        weight_decay=args.weight_decay,
+        betas=(args.adam_beta1, args.adam_beta2),
+        initial_accumulator=args.adagrad_initial_accumulator,
+        device_type=accelerator.device.type,
+    )
+    budget = 60.0 * args.max_train_minutes if args.max_train_minutes is not None else None
+    scheduler = build_scheduler(  # stepped once per update by the loop
+        optimizer, args.lr_scheduler_type, args.warmup_steps, total_updates, budget, args.max_steps
+    )
+    identity = run_identity(args, config, plan.data_fingerprint, data.vocabulary_fingerprint)
     char_vocab_text = None if data.characters is None else json.dumps(data.characters, ensure_ascii=False) + "\n"
     if accelerator.is_main_process:
         open_output_folder(plan.run, plan.folder_mode, identity, data_file_arguments(args))  # inputs good: the folder
@@ -820,11 +615,10 @@ def _train(args: PretrainingArguments, plan: Any, accelerator: Any, started: flo
         vocab_text="".join(w + "\n" for w in data.vocab.words),
         total_updates=total_updates,
         best=BestModel(plan.run.best_model_dir) if args.load_best_model_at_end else None,
-        guard=NonfiniteGuard(optimizer),
         char_vocab_text=char_vocab_text,
     )
-    state = resume(s, plan)
-    baseline = fit_unigram_baseline(args, data)
+    state = resume(s, plan.resume_path)
+    baseline = fit_unigram_baseline(data.splits["train"], len(data.vocab), args.batching, args.streaming)
     start_logging(s, state, data, config)
     try:
         stop_reason, preempted = train_loop(s, state)

@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
 from modeling_elmo import ElmoConfig, ElmoForBidirectionalLM  # noqa: E402
 from modeling_elmo.acceleration.packed_kernels import use_packed_kernels  # noqa: E402
-from modeling_elmo.pretraining import Collator, PretrainingArguments, Vocabulary, tokenize_batch  # noqa: E402
+from modeling_elmo.pretraining import Collator, Vocabulary, tokenize_batch  # noqa: E402
 
 try:
     from modeling_elmo.pretraining import build_optimizer  # noqa: E402
@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_forward import cpu_name  # noqa: E402
 
 #: the pretraining command's optimiser (Adagrad 0.2, the original's), fused on the CPU as in `elmo pretrain`
-ADAGRAD = PretrainingArguments(optimizer="adagrad", learning_rate=0.2)
+ADAGRAD = {"optimizer": "adagrad", "learning_rate": 0.2, "device_type": "cpu"}
 
 SHARED = Path(os.environ.get("ELMO_SHARED_DATA", REPO.parent / "shared" / "data"))
 
@@ -110,7 +110,7 @@ def train_throughput(
         torch.manual_seed(0)
         config.lstm_implementation = name
         models[name] = use_packed_kernels(ElmoForBidirectionalLM(ElmoConfig.from_dict(config.to_dict()))).train()
-        optimizers[name] = build_optimizer(models[name], ADAGRAD, "cpu")
+        optimizers[name] = build_optimizer(models[name], **ADAGRAD)
     totals = {name: {"tokens": 0, "positions": 0, "seconds": 0.0} for name in implementations}
     for step in range(warmup + steps):
         batch = batches[step % len(batches)]
@@ -150,7 +150,7 @@ def _ddp_worker(rank: int, world: int, config_dict: dict, batches, steps: int, p
     model = torch.nn.parallel.DistributedDataParallel(
         use_packed_kernels(ElmoForBidirectionalLM(ElmoConfig.from_dict(config_dict)))
     )
-    optimizer = build_optimizer(model, ADAGRAD, "cpu")
+    optimizer = build_optimizer(model, **ADAGRAD)
     tokens, elapsed = 0, 0.0
     mine = batches[rank::world]
     for step in range(2 + steps):

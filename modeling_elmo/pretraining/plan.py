@@ -1,0 +1,219 @@
+"""The run's plan: every input resolved once, before anything is written or any data are read.
+
+`plan_run` checks every flag and resolves the inputs into a frozen `Plan`: the data files (globs and folders
+expanded once, with their sizes and the data fingerprint), the vocabulary and character vocabulary a run must use
+(read once), the model configuration (the starting model's ``config.json`` read once), the checkpoint to resume and
+how the output folder is used. The data loading, the run's identity and the model all take the plan's values, so the
+run reads exactly the files it was planned on: a file added to a folder afterwards is not read, and a planned file
+that changed is refused (`Plan.check_files_unchanged`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..folders.run_folder import RunFolder
+from .arguments import PretrainingArguments, read_model_preset, validate
+from .checkpoint import CheckpointManager, check_checkpoint_files, read_trainer_state
+from .data import Vocabulary, check_hub_dataset, expand_text_files
+from .output import check_output_folder
+from .state import ARCHITECTURE_KEYS, data_fingerprint
+
+DEFAULT_MODEL_CONFIG = "elmo-tiny"
+INIT_MODEL_FILES = ("config.json", "model.safetensors", "vocab.txt")
+#: Flags that override a field of the model configuration.
+CONFIG_OVERRIDES = {
+    "lm_softmax": "lm_softmax",
+    "num_negative_samples": "num_negative_samples",
+    "dropout": "hidden_dropout_prob",
+}
+_DATA_FLAGS = {"train": "train_file", "validation": "validation_file", "test": "test_file"}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What `plan_run` resolved; the run uses these values, never the flags' patterns again."""
+
+    run: RunFolder
+    folder_mode: str  # `modeling_elmo.pretraining.output`'s NEW, OVERWRITE or RESUME
+    model_config: dict[str, Any]  # the preset (or the starting model's config) with every override
+    files: dict[str, tuple[str, ...]]  # the expanded text files of each split given as files
+    stamps: dict[str, tuple[int, int]]  # (size, mtime_ns) of every planned file
+    data_fingerprint: str  # of the training and validation data (`modeling_elmo.pretraining.state.data_fingerprint`)
+    vocab: Vocabulary | None = None  # the vocabulary the run must use (None: built from the training data)
+    characters: tuple[str, ...] | None = None  # the character vocabulary the run must use
+    unicode: bool = False  # a Unicode character vocabulary (--char-vocabulary unicode, or the starting model's)
+    init_from: Path | None = None  # the model whose weights the run starts from (not when resuming)
+    resume_path: Path | None = None
+
+    def check_files_unchanged(self) -> None:
+        """Refuse a planned file that was removed or changed since planning (the run's fingerprint names it)."""
+        for split, files in self.files.items():
+            for path in files:
+                try:
+                    stat = os.stat(path)
+                except OSError:
+                    raise ValueError(f"--{split}-file: {path!r} was removed after the run started.") from None
+                if (stat.st_size, stat.st_mtime_ns) != self.stamps[path]:
+                    raise ValueError(
+                        f"--{split}-file: {path!r} changed after the run started (size {self.stamps[path][0]} -> "
+                        f"{stat.st_size} bytes); run the command again once the data are complete."
+                    )
+
+
+def negative_samples(model_config: dict[str, Any]) -> int:
+    from ..configuration_elmo import ElmoConfig
+
+    default = inspect.signature(ElmoConfig.__init__).parameters["num_negative_samples"].default
+    return model_config.get("num_negative_samples", default)
+
+
+def build_config(model_config: dict[str, Any], vocab_size: int, characters: int | None = None):
+    """The run's `ElmoConfig`, built once, validated by its construction; errors name the flags to change.
+    ``characters``: the size of a Unicode character vocabulary (None: bytes)."""
+    from ..configuration_elmo import UNICODE_FIRST_CHARACTER, ElmoConfig
+
+    if characters is not None:
+        model_config = {
+            **model_config,
+            "char_vocabulary": "unicode",
+            "num_characters": UNICODE_FIRST_CHARACTER + characters,
+        }
+    negatives = negative_samples(model_config)
+    if model_config.get("lm_softmax") == "sampled" and isinstance(negatives, int) and negatives >= vocab_size:
+        raise ValueError(
+            f"--lm-softmax sampled draws {negatives} negative samples per batch, but the vocabulary has {vocab_size} "
+            f"words: pass --num-negative-samples below {vocab_size}, or --lm-softmax full."
+        )
+    try:
+        return ElmoConfig.from_dict({**model_config, "vocab_size": vocab_size})
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"the model configuration is impossible: {error}") from None
+
+
+def read_characters(path: Path) -> tuple[str, ...]:
+    """A saved character vocabulary (``char_vocab.json``), checked as the tokenizer checks it."""
+    from ..tokenization_elmo import ElmoTokenizer
+
+    return tuple(ElmoTokenizer(char_vocab_file=str(path)).characters)
+
+
+def _starting_model(folder: Path, given_config: str | None) -> tuple[dict[str, Any], Vocabulary, tuple | None]:
+    """--init-from-model's config, vocabulary and character vocabulary, each read once and checked against the
+    weights and each other."""
+    from ..configuration_elmo import ElmoConfig
+    from ..embedding.inference import check_weights_fit_config
+    from ..modeling_elmo import ElmoForBidirectionalLM
+    from ..utils.loading import refuse_pickled_weights
+
+    name = f"--init-from-model {str(folder)!r}"
+    missing = [file for file in INIT_MODEL_FILES if not (folder / file).is_file()]
+    if missing:
+        raise ValueError(
+            f"{name} is not a saved ELMo language model folder: {', '.join(missing)} missing (a folder written by "
+            "pretraining or `save_pretrained` is needed)."
+        )
+    refuse_pickled_weights(folder)
+    config = read_model_preset(str(folder / "config.json"))
+    try:
+        built = ElmoConfig.from_dict(config)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{name}: its config.json is impossible ({error}).") from None
+    # a truncated or damaged file, or a config.json whose sizes its weights do not have: one line, before the model
+    check_weights_fit_config(folder, ElmoForBidirectionalLM, built)
+    vocab = Vocabulary.from_file(folder / "vocab.txt")
+    if len(vocab) != config.get("vocab_size"):
+        raise ValueError(
+            f"{name}: its vocab.txt has {len(vocab)} words but its softmax has {config.get('vocab_size')} rows "
+            "(config.json vocab_size); word ids would point at other words' rows."
+        )
+    if given_config is not None:
+        own, given = ElmoConfig.upgraded_dict(config), ElmoConfig.upgraded_dict(read_model_preset(given_config))
+        bad = [k for k in ARCHITECTURE_KEYS if k in own and k in given and own[k] != given[k]]
+        if bad:
+            raise ValueError(
+                f"--model-config {given_config!r} differs from {name} in: {', '.join(bad)} (leave --model-config out "
+                "to use the model's own architecture)."
+            )
+    characters = read_characters(folder / "char_vocab.json") if (folder / "char_vocab.json").is_file() else None
+    return config, vocab, characters
+
+
+def _planned_vocab_size(args: PretrainingArguments, model_config: dict[str, Any], vocab: Vocabulary | None) -> int:
+    if vocab is not None:
+        return len(vocab)
+    if args.vocab_size:
+        return args.vocab_size
+    if model_config.get("vocab_size", 4) > 4:
+        return model_config["vocab_size"]
+    # not known before the data are counted: check everything else now, the softmax size once the vocabulary exists
+    sampled = model_config.get("lm_softmax") == "sampled" and isinstance(negative_samples(model_config), int)
+    return max(5, negative_samples(model_config) + 1) if sampled else 5
+
+
+def plan_run(args: PretrainingArguments) -> Plan:
+    """Everything that can be checked before any file is written or any data are read: every flag, the final model
+    configuration, the starting model, the data sources, the checkpoint to resume and the output folder."""
+    validate(args)
+    fixed = characters = init_from = init_config = None  # `fixed`: (vocabulary, who fixes it)
+    if args.init_from_model is not None:
+        init_from = Path(args.init_from_model)
+        init_config, vocab, characters = _starting_model(init_from, args.model_config)
+        fixed = (vocab, f"--init-from-model {args.init_from_model!r}")
+    if args.model_config is not None:
+        model_config = read_model_preset(args.model_config)
+    else:
+        model_config = dict(init_config) if init_config is not None else read_model_preset(DEFAULT_MODEL_CONFIG)
+    model_config.update(
+        {key: getattr(args, name) for name, key in CONFIG_OVERRIDES.items() if getattr(args, name) is not None}
+    )
+    unicode = args.char_vocabulary == "unicode" or model_config.get("char_vocabulary") == "unicode"
+    if init_from is not None and unicode != (characters is not None):
+        raise ValueError(
+            f"--char-vocabulary {args.char_vocabulary} does not fit --init-from-model {args.init_from_model!r}, "
+            f"whose model reads {'characters' if characters else 'bytes'} (leave --char-vocabulary out to use the "
+            "model's own)."
+        )
+    run = RunFolder(args.output_dir)
+    resume_path = None
+    if args.resume_from_checkpoint:
+        resume_path = CheckpointManager(run.checkpoints_dir).resolve(args.resume_from_checkpoint)
+        read_trainer_state(resume_path)  # JSON only; an earlier version's checkpoint is named as such
+        check_checkpoint_files(resume_path)
+        init_from, where = None, f"checkpoint {str(resume_path)!r}"
+        fixed = (Vocabulary.from_file(resume_path / "vocab.txt"), where)
+        saved_characters = resume_path / "char_vocab.json"
+        characters = read_characters(saved_characters) if saved_characters.is_file() else None
+    vocab = Vocabulary.from_file(args.vocab_file) if args.vocab_file else None
+    if fixed is not None and vocab is not None and vocab != fixed[0]:
+        raise ValueError(
+            f"--vocab-file {args.vocab_file!r} ({len(vocab)} words, fingerprint {vocab.fingerprint()}) does not "
+            f"match the vocabulary of {fixed[1]} ({len(fixed[0])} words, fingerprint {fixed[0].fingerprint()})."
+        )
+    vocab = fixed[0] if fixed is not None else vocab
+    planned_characters = len(characters) if characters else args.max_characters
+    build_config(model_config, _planned_vocab_size(args, model_config, vocab), planned_characters if unicode else None)
+    given = {split: getattr(args, name) for split, name in _DATA_FLAGS.items()}
+    files = {split: tuple(expand_text_files(value, f"--{split}-file")) for split, value in given.items() if value}
+    stamps = {path: (os.stat(path).st_size, os.stat(path).st_mtime_ns) for paths in files.values() for path in paths}
+    if args.dataset_name:
+        check_hub_dataset(args.dataset_name)
+    dataset = " ".join(filter(None, (args.dataset_name, args.dataset_config_name))) or None
+    fingerprint = data_fingerprint({k: list(v) for k, v in files.items() if k != "test"}, dataset)
+    return Plan(
+        run=run,
+        folder_mode=check_output_folder(args, run),
+        model_config=model_config,
+        files=files,
+        stamps=stamps,
+        data_fingerprint=fingerprint,
+        vocab=vocab,
+        characters=characters if unicode else None,
+        unicode=unicode,
+        init_from=init_from,
+        resume_path=resume_path,
+    )
