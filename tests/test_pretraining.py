@@ -853,3 +853,8 @@ def test_bf16_autocast_trains_on_a_cpu_with_native_bf16_with_fp32_weights(tmp_pa
     assert json.loads((out / "training_metadata.json").read_text())["mixed_precision"] == "bf16"
     model = ElmoForBidirectionalLM.from_pretrained(out)
     assert {p.dtype for p in model.parameters()} == {torch.float32}
+
+
+def test_the_cpu_recipe_trains_in_fp32_and_an_explicit_flag_overrides_it():
+    assert parse_args(["--config", "cpu-lm-corpus"]).mixed_precision == "no"  # "no" quoted: YAML would read False
+    assert parse_args(["--config", "cpu-lm-corpus", "--mixed-precision", "bf16"]).mixed_precision == "bf16"
