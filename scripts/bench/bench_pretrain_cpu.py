@@ -59,8 +59,8 @@ ADAGRAD = PretrainingArguments(optimizer="adagrad", learning_rate=0.2)
 SHARED = Path(os.environ.get("ELMO_SHARED_DATA", REPO.parent / "shared" / "data"))
 
 
-#: the precisions a run can train in: the dtype of their matmul peak and its matrix size (a 2048^3 bf16 product takes
-#: about 45 s on a CPU that emulates bf16; 1024^3 runs at the same rate where bf16 is native)
+#: the precisions a run can train in: the dtype of their matmul peak and its matrix size (bf16: 1024, since a 2048^3
+#: bf16 product took about 45 s on a CPU that emulates bf16)
 PRECISIONS = {"fp32": (torch.float32, 2048), "bf16": (torch.bfloat16, 1024)}
 
 
