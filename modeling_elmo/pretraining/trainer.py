@@ -258,7 +258,7 @@ def _read_characters(path: Path) -> list[str]:
 
 
 # ----------------------------------------------------------------------------------------------- building
-def check_mixed_precision(mixed_precision: str, device: Any) -> None:
+def check_mixed_precision(mixed_precision: str | None, device: Any) -> None:
     """Refuse, in one line, a precision the device cannot train in: bf16 autocast where ``device`` lacks native
     bfloat16 (`capability.require_bf16`: emulated, it is many times slower than fp32), fp16 on a CPU (accelerate
     has no loss scaler there and would train in fp32 without the non-finite update guard)."""
