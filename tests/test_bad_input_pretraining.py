@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from support import reset_accelerate_state
 
 from modeling_elmo.pretraining import main as pretrain_main
@@ -435,3 +436,51 @@ def test_the_documented_table_holds_every_row():
     ]
     for name, _, pattern in ROWS:
         assert any(__import__("re").search(pattern, line) for line in documented), f"row {name!r} is not documented"
+
+
+@pytest.mark.parametrize(
+    "precision,flags,message",
+    [
+        (
+            "bf16",
+            frozenset({"avx2", "fma"}),
+            r"--mixed-precision bf16: bfloat16 needs a device that multiplies bfloat16 natively \(.*\); cpu here does "
+            r"not: use float32\.",
+        ),
+        (
+            "fp16",
+            frozenset({"avx2", "avx512_bf16"}),
+            r"--mixed-precision fp16: on a CPU accelerate has no fp16 autocast or loss scaler .*use --mixed-precision "
+            r"bf16 on a CPU with native bfloat16, or no\.",
+        ),
+    ],
+    ids=["bf16 without native bf16", "fp16 on a CPU"],
+)
+def test_a_precision_the_cpu_cannot_train_in_is_one_line_from_the_cli_and_writes_nothing(
+    precision, flags, message, tmp_path, monkeypatch
+):
+    from modeling_elmo.cli import main as cli_main
+    from modeling_elmo.utils import capability
+
+    monkeypatch.setattr(capability, "_cpu_flags", lambda: flags)
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "1")  # the CPU also where a GPU is present
+    out = tmp_path / "out"
+    argv = ["pretrain", "--train-file", _text(tmp_path / "a.txt"), "--output-dir", str(out), "--no-plot"]
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main([*argv, "--cache-dir", str(tmp_path / "cache"), "--mixed-precision", precision])
+    line = str(exit_info.value.code)
+    assert "\n" not in line and line.startswith("elmo pretrain: error: "), line
+    assert __import__("re").fullmatch("elmo pretrain: error: " + message, line), line
+    assert not out.exists()
+
+
+def test_mixed_precision_check_allows_bf16_where_the_cpu_has_it_and_what_accelerate_runs_natively(monkeypatch):
+    from modeling_elmo.pretraining.trainer import check_mixed_precision
+    from modeling_elmo.utils import capability
+
+    monkeypatch.setattr(capability, "_cpu_flags", lambda: frozenset({"avx2", "amx_bf16"}))
+    for precision, device in (("bf16", "cpu"), ("no", "cpu"), ("fp16", "cuda"), (None, "cpu")):
+        check_mixed_precision(precision, torch.device(device))  # no error
+    monkeypatch.setattr(capability, "_cpu_flags", lambda: frozenset({"avx2"}))
+    with pytest.raises(ValueError, match="^--mixed-precision bf16: bfloat16 needs"):
+        check_mixed_precision("bf16", torch.device("cpu"))

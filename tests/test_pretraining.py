@@ -826,3 +826,34 @@ def test_streaming_windows_run_trains_and_saves(tmp_path, corpus_files):
     # windows of 10 tokens: every window gives 9 forward and 9 backward targets
     assert results.targets_per_direction == 9 * results.examples
     assert results.average < 300 * 2 and results.unigram.average < 300
+
+
+@pytest.mark.slow
+def test_bf16_autocast_trains_on_a_cpu_with_native_bf16_with_fp32_weights(tmp_path, corpus_files, monkeypatch):
+    from modeling_elmo.utils import capability
+
+    monkeypatch.setattr(capability, "_cpu_flags", lambda: frozenset({"avx2", "avx512_bf16"}))
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "1")  # the CPU path also where a GPU is present
+    original = ElmoForBidirectionalLM.forward
+    autocast = []
+
+    def forward(self, *args, **kwargs):
+        out = original(self, *args, **kwargs)
+        if self.training:
+            autocast.append((torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"), out.loss.dtype))
+        return out
+
+    monkeypatch.setattr(ElmoForBidirectionalLM, "forward", forward)
+    out = tmp_path / "bf16"
+    assert pretrain_main(_run_args(corpus_files, out, "--max-steps", "3", "--mixed-precision", "bf16")) == 0
+    assert autocast == [(True, torch.bfloat16, torch.float32)] * 3  # the products in bf16, the loss reduced in fp32
+    losses = train_losses_by_step(out / "metrics.jsonl")
+    assert sorted(losses) == [1, 2, 3] and all(math.isfinite(v) for v in losses.values())
+    assert json.loads((out / "training_metadata.json").read_text())["mixed_precision"] == "bf16"
+    model = ElmoForBidirectionalLM.from_pretrained(out)
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+
+
+def test_the_cpu_recipe_trains_in_fp32_and_an_explicit_flag_overrides_it():
+    assert parse_args(["--config", "cpu-lm-corpus"]).mixed_precision == "no"  # "no" quoted: YAML would read False
+    assert parse_args(["--config", "cpu-lm-corpus", "--mixed-precision", "bf16"]).mixed_precision == "bf16"

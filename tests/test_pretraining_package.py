@@ -337,6 +337,7 @@ def test_embed_uses_the_shared_launch_check(monkeypatch):
         embed._Processes()
 
 
+@pytest.mark.slow
 def test_cpu_benchmark_imports_the_public_api_and_runs_two_steps():
     script = REPO / "scripts" / "bench" / "bench_pretrain_cpu.py"
     env = _offline_env()
@@ -364,8 +365,13 @@ def test_cpu_benchmark_imports_the_public_api_and_runs_two_steps():
         timeout=300,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    record = json.loads(done.stdout.strip().splitlines()[-1])
+    lines = [json.loads(line) for line in done.stdout.strip().splitlines()]
+    assert [line["bench"] for line in lines] == ["fp32_matmul", "bf16_matmul", "cpu_train"]
+    record = lines[-1]
     assert record["preset"] == "elmo-tiny" and record["tokens_per_s"] > 0
+    bf16 = record["fused_bf16"]  # the same steps in bf16 autocast, against the bf16 matmul peak
+    assert bf16["fraction_of_matmul_peak"] == pytest.approx(bf16["achieved_flop_per_s"] / lines[1]["flop_per_s"])
+    assert record["bf16_over_fp32"] > 0 and abs(bf16["final_loss"] - record["fused"]["final_loss"]) < 0.05
 
 
 def test_the_lm_corpus_recipes_record_a_licence_for_every_training_file_and_the_card_warns_of_the_research_only_one():

@@ -142,7 +142,10 @@ class PretrainingArguments:
     loss_multiplier: float = _f(
         1.0, "Multiply the loss before backward (the original used unroll_steps = 20 with Adagrad)."
     )
-    mixed_precision: str | None = _f(None, "`no`, `fp16` or `bf16` (default: what `accelerate launch` says).")
+    mixed_precision: str | None = _f(
+        None,
+        "`no`, `fp16` (a GPU) or `bf16` (a GPU or a CPU with native bfloat16); default: what `accelerate launch` says.",
+    )
     max_consecutive_nonfinite: int = _f(5, "Stop after this many consecutive updates with a NaN/inf loss or gradient.")
     seed: int = _f(42, "Random seed (data order, initialisation, dropout, sampling).")
     # ------------------------------------------------------------------ schedule and budget

@@ -23,6 +23,7 @@ import torch
 
 from ..evaluation.lm_scoring import UNK_HANDLING, UnigramBaseline, dataset_target_counts
 from ..folders.run_folder import RunFolder
+from ..utils.capability import require_bf16
 from ..utils.io_utils import atomic_write_text, command_error
 from ..utils.launch import check_process_count, use_cpu_backend
 from ..utils.results import EvaluationResults, write_results
@@ -41,6 +42,19 @@ logger = logging.getLogger("modeling_elmo.pretraining")
 
 
 # ----------------------------------------------------------------------------------------------- building
+def check_mixed_precision(mixed_precision: str | None, device: Any) -> None:
+    """Refuse, in one line, a precision the device cannot train in: bf16 autocast where ``device`` lacks native
+    bfloat16 (`capability.require_bf16`: emulated, it is many times slower than fp32), fp16 on a CPU (accelerate
+    has no loss scaler there and would train in fp32 without the non-finite update guard)."""
+    if mixed_precision == "bf16":
+        require_bf16(device, "--mixed-precision bf16")
+    elif mixed_precision == "fp16" and torch.device(device).type == "cpu":
+        raise ValueError(
+            "--mixed-precision fp16: on a CPU accelerate has no fp16 autocast or loss scaler (the run would be fp32 "
+            "under another name); use --mixed-precision bf16 on a CPU with native bfloat16, or no."
+        )
+
+
 def build_accelerator(
     mixed_precision: str | None, gradient_accumulation_steps: int, report_to: str, project_dir: str
 ) -> Any:
@@ -58,6 +72,7 @@ def build_accelerator(
         project_dir=project_dir,
     )
     check_process_count(accelerator.num_processes, accelerator.distributed_type)
+    check_mixed_precision(accelerator.mixed_precision, accelerator.device)
     if accelerator.distributed_type.value == "FSDP":
         raise ValueError(
             "pretraining does not run under FSDP (its sharded state has no safe checkpoint format here); an "

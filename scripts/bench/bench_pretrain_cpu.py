@@ -1,17 +1,26 @@
 #!/usr/bin/env python
-"""CPU pretraining throughput of ELMo: training tokens/s, achieved FLOP/s against the machine's measured fp32 matmul
-throughput, and the 2-process (gloo DDP) scaling efficiency. Prints one JSON line per measurement.
+"""CPU pretraining throughput of ELMo: training tokens/s in fp32 and in bfloat16 autocast, achieved FLOP/s against
+the machine's measured matmul throughput in the same dtype, and the 2-process (gloo DDP) scaling efficiency. Prints
+one JSON line per measurement.
 
-    OMP_NUM_THREADS=1 python scripts/bench/bench_pretrain_cpu.py --presets elmo-tiny elmo-27m --steps 10
+    OMP_NUM_THREADS=1 python scripts/bench/bench_pretrain_cpu.py --presets elmo-tiny elmo-cpu elmo-27m --steps 10
 
 Batches are real text (../shared/data/lm-corpus, or --text FILE) through the pretraining data pipeline
 (`tokenize_batch` + `Collator`): length-bucketed sentences of up to 40 words. "tokens" are predicted words (the
 targets of one direction: words + </S>), the unit of the training log. FLOPs are counted analytically per biLM
 position (words + <S> + </S>): 2 x multiply-adds for the forward pass, x3 for forward + backward (char CNN,
 highways, projection, both LSTM stacks with projections, and the softmax: full V or sampled S + 1 rows per target
-and direction). Each LSTM implementation of ``--lstm-implementations`` (default: the reference ``loop`` and the
-``fused`` recurrence) trains its own model from the same initial weights, one step of each in turns, and the record
-gives their tokens/s and the ratio of the last to the first.
+and direction). The backward pass is counted as twice the forward everywhere, also for the first convolution, whose
+input (the character embeddings) needs no gradient of its own: a slight overcount for the char CNN. Element-wise work
+(gates, activations, max-pooling) is not counted.
+
+Each LSTM implementation of ``--lstm-implementations`` (default: the reference ``loop`` and the ``fused``
+recurrence) in each precision of ``--precisions`` (``fp32``; ``bf16``: the forward pass under
+``torch.autocast("cpu", dtype=torch.bfloat16)`` as ``elmo pretrain --mixed-precision bf16`` runs it, fp32 weights
+and optimiser) trains its own model from the same initial weights, one step of each in turns, so that a shared
+machine's load hits them alike. fp32 runs are set against the fp32 matmul peak, bf16 runs against the bf16 one (and
+the fp32 one). Autocast runs only the matrix products and convolutions in bf16, so where bf16 is emulated (far slower
+than fp32) a bf16 step can exceed the bf16 "peak": its fp32 parts run at fp32 speed.
 
     OMP_NUM_THREADS=1 python scripts/bench/bench_pretrain_cpu.py --presets elmo-27m --steps 10 --no-ddp
 """
@@ -34,6 +43,7 @@ sys.path.insert(0, str(REPO))  # run from a checkout without installing
 from modeling_elmo import ElmoConfig, ElmoForBidirectionalLM  # noqa: E402
 from modeling_elmo.acceleration.packed_kernels import use_packed_kernels  # noqa: E402
 from modeling_elmo.pretraining import Collator, Vocabulary, tokenize_batch  # noqa: E402
+from modeling_elmo.utils.capability import bf16_supported  # noqa: E402
 
 try:
     from modeling_elmo.pretraining import build_optimizer  # noqa: E402
@@ -49,15 +59,24 @@ ADAGRAD = {"optimizer": "adagrad", "learning_rate": 0.2, "device_type": "cpu"}
 SHARED = Path(os.environ.get("ELMO_SHARED_DATA", REPO.parent / "shared" / "data"))
 
 
-def matmul_flops(n: int = 2048, repeats: int = 5) -> float:
-    """Best-of fp32 matmul FLOP/s with the current thread setting."""
-    a, b = torch.randn(n, n), torch.randn(n, n)
+#: the precisions a run can train in: the dtype of their matmul peak and its matrix size (bf16: 1024, since a 2048^3
+#: bf16 product took about 45 s on a CPU that emulates bf16)
+PRECISIONS = {"fp32": (torch.float32, 2048), "bf16": (torch.bfloat16, 1024)}
+
+
+def matmul_flops(n: int = 2048, dtype: torch.dtype = torch.float32, repeats: int = 5, budget_s: float = 10.0) -> float:
+    """Best-of matmul FLOP/s of ``n x n`` matrices in ``dtype`` with the current thread setting: ``repeats`` timed
+    products after one untimed, fewer (at least one) once ``budget_s`` seconds are spent (an emulated dtype is slow)."""
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    start = time.perf_counter()
     torch.matmul(a, b)
     best = float("inf")
     for _ in range(repeats):
         t0 = time.perf_counter()
         torch.matmul(a, b)
         best = min(best, time.perf_counter() - t0)
+        if time.perf_counter() - start > budget_s:
+            break
     return 2 * n**3 / best
 
 
@@ -100,43 +119,52 @@ def make_batches(lines: list[str], vocab: Vocabulary, batch_size: int, n: int) -
 
 
 def train_throughput(
-    config: ElmoConfig, batches, steps: int, warmup: int = 2, implementations: tuple[str, ...] = ("auto",)
-) -> dict[str, dict[str, float]]:
-    """Training steps of one model per LSTM implementation (same initial weights), taken in turns (one step of
-    each, ``warmup + steps`` rounds), so that a shared machine's load hits them alike. Per implementation: tokens/s,
+    config: ElmoConfig,
+    batches,
+    steps: int,
+    warmup: int = 2,
+    implementations: tuple[str, ...] = ("auto",),
+    precisions: tuple[str, ...] = ("fp32",),
+) -> dict[tuple[str, str], dict[str, float]]:
+    """Training steps of one model per (LSTM implementation, precision) (same initial weights), taken in turns (one
+    step of each, ``warmup + steps`` rounds), so that a shared machine's load hits them alike. Per variant: tokens/s,
     positions/s, positions per target, seconds, and the final loss."""
+    variants = [(name, precision) for name in implementations for precision in precisions]
     models, optimizers = {}, {}
-    for name in implementations:
+    for variant in variants:
         torch.manual_seed(0)
-        config.lstm_implementation = name
-        models[name] = use_packed_kernels(ElmoForBidirectionalLM(ElmoConfig.from_dict(config.to_dict()))).train()
-        optimizers[name] = build_optimizer(models[name], **ADAGRAD)
-    totals = {name: {"tokens": 0, "positions": 0, "seconds": 0.0} for name in implementations}
+        config.lstm_implementation = variant[0]
+        models[variant] = use_packed_kernels(ElmoForBidirectionalLM(ElmoConfig.from_dict(config.to_dict()))).train()
+        optimizers[variant] = build_optimizer(models[variant], **ADAGRAD)
+    totals = {variant: {"tokens": 0, "positions": 0, "seconds": 0.0} for variant in variants}
     for step in range(warmup + steps):
         batch = batches[step % len(batches)]
-        for name, model in models.items():
-            torch.manual_seed(step)  # the same dropout and negative samples for every implementation
+        for variant, model in models.items():
+            torch.manual_seed(step)  # the same dropout and negative samples for every variant
             t0 = time.perf_counter()
-            out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"])
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=variant[1] == "bf16"):
+                out = model(
+                    input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"]
+                )
             out.loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
-            optimizers[name].step()
-            optimizers[name].zero_grad(set_to_none=True)
+            optimizers[variant].step()
+            optimizers[variant].zero_grad(set_to_none=True)
             if step >= warmup:
-                total = totals[name]
+                total = totals[variant]
                 total["seconds"] += time.perf_counter() - t0
                 total["tokens"] += int(out.num_forward_targets)
                 total["positions"] += int(batch["attention_mask"].sum()) + 2 * batch["attention_mask"].shape[0]
                 total["loss"] = float(out.loss.detach())
     return {
-        name: {
+        variant: {
             "tokens_per_s": t["tokens"] / t["seconds"],
             "positions_per_s": t["positions"] / t["seconds"],
             "positions_per_target": t["positions"] / t["tokens"],
             "seconds": t["seconds"],
             "final_loss": t["loss"],
         }
-        for name, t in totals.items()
+        for variant, t in totals.items()
     }
 
 
@@ -187,12 +215,18 @@ def ddp_throughput(config: ElmoConfig, batches, steps: int) -> float:
     return queue.get(timeout=10)
 
 
+def variant_name(implementation: str, precision: str) -> str:
+    """A variant's key in the record: the implementation (fp32), or ``<implementation>_bf16``."""
+    return implementation if precision == "fp32" else f"{implementation}_{precision}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--presets", nargs="+", default=["elmo-tiny", "elmo-27m"])
     parser.add_argument("--text", default=str(SHARED / "lm-corpus" / "masc.txt"))
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=2, help="untimed rounds before the --steps timed ones")
     parser.add_argument("--vocab-size", type=int, default=None, help="default: the preset's (tiny: 10,000)")
     parser.add_argument("--no-ddp", action="store_true", help="skip the 2-process scaling measurement")
     parser.add_argument(
@@ -202,22 +236,26 @@ def main(argv: list[str] | None = None) -> int:
         choices=["auto", "loop", "fused", "torch"],
         help="timed in turns in one process; the last one is also used for the DDP measurement",
     )
+    parser.add_argument(
+        "--precisions",
+        nargs="+",
+        default=["fp32", "bf16"],
+        choices=list(PRECISIONS),
+        help="fp32, and/or the forward pass in bfloat16 autocast (each against its own dtype's matmul peak)",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    peak = matmul_flops()
-    print(
-        json.dumps(
-            {
-                "bench": "fp32_matmul",
-                "cpu": cpu_name(),
-                "cpu_cores": os.cpu_count(),
-                "threads": torch.get_num_threads(),
-                "flop_per_s": peak,
-            }
-        ),
-        flush=True,
-    )
+    peaks = {}
+    for precision in args.precisions:
+        dtype, n = PRECISIONS[precision]
+        peaks[precision] = matmul_flops(n, dtype)
+        line = {"bench": f"{precision}_matmul", "cpu": cpu_name(), "cpu_cores": os.cpu_count()}
+        line.update(threads=torch.get_num_threads(), matrix_size=n, flop_per_s=peaks[precision])
+        if precision == "bf16":
+            line["native_bf16"] = bf16_supported("cpu")  # without it, bf16 products are emulated
+        print(json.dumps(line), flush=True)
     lines = load_sentences(Path(args.text))
+    last, main_precision = args.lstm_implementations[-1], args.precisions[0]
     for preset in args.presets:
         config = ElmoConfig.from_json_file(str(REPO / "configuration" / f"{preset}.json"))
         size = args.vocab_size or (config.vocab_size if config.vocab_size > 4 else 10000)
@@ -226,9 +264,15 @@ def main(argv: list[str] | None = None) -> int:
         if config.lm_softmax == "sampled" and config.num_negative_samples >= config.vocab_size:
             config.num_negative_samples = config.vocab_size // 2
         batches = make_batches(lines, vocab, args.batch_size, max(args.steps, 4))
-        runs = train_throughput(config, batches, args.steps, implementations=tuple(args.lstm_implementations))
-        config.lstm_implementation = args.lstm_implementations[-1]
-        single = runs[args.lstm_implementations[-1]]
+        runs = train_throughput(
+            config,
+            batches,
+            args.steps,
+            warmup=args.warmup,
+            implementations=tuple(args.lstm_implementations),
+            precisions=tuple(args.precisions),
+        )
+        config.lstm_implementation = last
         record = {
             "bench": "cpu_train",
             "preset": preset,
@@ -238,29 +282,35 @@ def main(argv: list[str] | None = None) -> int:
             "steps": args.steps,
             "threads": torch.get_num_threads(),
         }
-        for name, run in runs.items():
+        for (name, precision), run in runs.items():
             achieved = run["positions_per_s"] * flops_per_position(config, run["positions_per_target"])
-            record[name] = {
+            record[variant_name(name, precision)] = {
                 "tokens_per_s": round(run["tokens_per_s"], 1),
                 "achieved_flop_per_s": achieved,
-                "fraction_of_matmul_peak": achieved / peak,
+                "fraction_of_matmul_peak": achieved / peaks[precision],
                 "final_loss": round(run["final_loss"], 4),
             }
-        # the last implementation's figures also at the top level (the record's layout before the comparison)
+            if precision != "fp32" and "fp32" in peaks:
+                record[variant_name(name, precision)]["fraction_of_fp32_matmul_peak"] = achieved / peaks["fp32"]
+        # the last implementation's figures in the first precision also at the top level
         record.update(
             {
-                k: record[args.lstm_implementations[-1]][k]
+                k: record[variant_name(last, main_precision)][k]
                 for k in ("tokens_per_s", "achieved_flop_per_s", "fraction_of_matmul_peak")
             }
         )
-        record["lstm_implementation"] = args.lstm_implementations[-1]
-        first, last = args.lstm_implementations[0], args.lstm_implementations[-1]
+        record["lstm_implementation"] = last
+        first = args.lstm_implementations[0]
         if first != last:
-            record[f"{last}_over_{first}"] = runs[last]["tokens_per_s"] / runs[first]["tokens_per_s"]
-        if not args.no_ddp:
+            record[f"{last}_over_{first}"] = (
+                runs[last, main_precision]["tokens_per_s"] / runs[first, main_precision]["tokens_per_s"]
+            )
+        if "fp32" in args.precisions and "bf16" in args.precisions:
+            record["bf16_over_fp32"] = runs[last, "bf16"]["tokens_per_s"] / runs[last, "fp32"]["tokens_per_s"]
+        if not args.no_ddp and (last, "fp32") in runs:  # the DDP processes train in fp32
             two = ddp_throughput(config, batches, args.steps)
             record["ddp2_tokens_per_s"] = round(two, 1)
-            record["ddp2_scaling_efficiency"] = two / (2 * single["tokens_per_s"])
+            record["ddp2_scaling_efficiency"] = two / (2 * runs[last, "fp32"]["tokens_per_s"])
         print(json.dumps(record), flush=True)
     return 0
 
