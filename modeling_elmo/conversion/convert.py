@@ -16,9 +16,9 @@ HDF5 dataset                                    ``ElmoModel`` parameter
                                                 "carry" gate multiplies the transform branch, kept as is)
 ``CNN_high_{k}/W_transform``, ``b_transform``   ``char_encoder.highways.{k}.transform`` (weight transposed)
 ``CNN_proj/W_proj`` (F, P), ``b_proj``          ``char_encoder.projection`` (weight transposed)
-``RNN_{d}/.../Cell{l}/LSTMCell/W_0`` (2P, 4H)   ``encoder.{forward,backward}_layers.{l}.input_transform.weight`` (first P
-                                                rows) and ``.recurrent_transform.weight`` (last P rows), transposed, gate blocks
-                                                reordered from TF (i, j, f, o) to PyTorch (i, f, g=j, o)
+``RNN_{d}/.../Cell{l}/LSTMCell/W_0`` (2P, 4H)   ``encoder.{forward,backward}_layers.{l}.input_transform.weight``
+                                                (first P rows) and ``.recurrent_transform.weight`` (last P rows), transposed,
+                                                gate blocks reordered from TF (i, j, f, o) to PyTorch (i, f, g=j, o)
 ``.../LSTMCell/B`` (4H,)                        ``.bias``: +1.0 on the forget block, then reordered
 ``.../LSTMCell/W_P_0`` (H, P)                   ``.projection.weight`` (P, H)
 ==============================================  ==================================================================
@@ -26,13 +26,13 @@ HDF5 dataset                                    ``ElmoModel`` parameter
 ``d`` = 0 is the forward stack, 1 the backward stack. The file must contain exactly the datasets the options
 imply, with exactly these shapes; anything else is a `ValueError` that lists every problem.
 
-`modeling_elmo.conversion.parity.validate_converted_model` then runs a few sentences through the converted model and through a small numpy
-forward pass computed straight from the HDF5 tensors (TF semantics, one sentence at a time, float64), and
-raises with the largest difference if they disagree. `convert` does check the output location -> read ->
+`modeling_elmo.conversion.parity.validate_converted_model` then runs a few sentences through the converted model and
+through a small numpy forward pass computed straight from the HDF5 tensors (TF semantics, one sentence at a time,
+float64), and raises with the largest difference if they disagree. `convert` does check the output location -> read ->
 convert -> validate -> save (safetensors, tokenizer, custom code with the full ``auto_map``, model card,
-``conversion_metadata.json``), atomically. `convert_release` first fetches one of the four published English
-models (`modeling_elmo.conversion.releases`: download cache, resumable downloads, size/sha256 checks, Hub mirror) and puts
-the figures published with it into the model card and the metadata.
+``conversion_metadata.json``), atomically. `convert_release` first fetches one of the four published English models
+(`modeling_elmo.conversion.releases`: download cache, resumable downloads, size/sha256 checks, Hub mirror) and puts the
+figures published with it into the model card and the metadata.
 
 Command line (``elmo convert``, or ``python scripts/convert_elmo_original_to_hf.py``)::
 
@@ -165,8 +165,8 @@ def convert(
     Refuses an existing non-empty ``output_dir`` unless ``overwrite``, and a location that cannot be written, before
     any work (`check_output_dir`). Everything is written to a temporary folder next to ``output_dir`` and renamed
     into place at the end, so a folder with the final name is always complete; on any failure nothing is left.
-    ``release`` (a `modeling_elmo.conversion.releases.Release`) adds the release's name and published figures to the model
-    card and ``conversion_metadata.json``; ``sources`` maps ``options``/``weights`` to where the files came from.
+    ``release`` (a `modeling_elmo.conversion.releases.Release`) adds the release's name and published figures to the
+    model card and ``conversion_metadata.json``; ``sources`` maps ``options``/``weights`` to where the files came from.
     """
     from .. import ElmoModel, ElmoTokenizer, save_model_folder
 
@@ -281,7 +281,8 @@ def convert_release(
 ) -> Path:
     """Fetch a released model (`modeling_elmo.conversion.releases.fetch_release`: cache, resume, size/sha256 checks, Hub
     mirror), then `convert` it with its published figures in the card. The output location is checked before
-    anything is downloaded. Returns the output folder; raises `ValueError` or `~modeling_elmo.conversion.download.DownloadError`.
+    anything is downloaded. Returns the output folder; raises `ValueError` or
+    `~modeling_elmo.conversion.download.DownloadError`.
     """
     release = get_release(release) if isinstance(release, str) else release
     check_atol(atol)

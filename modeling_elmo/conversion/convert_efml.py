@@ -18,15 +18,15 @@ the characters, by id               ids 7 on, in the same order (``char_vocab.js
                                     original's gate keeps the input, this model's gate keeps the transform)
 ``projection`` (P, d_w + F)         ``char_encoder.projection`` (the word vector first, as in the original)
 ``{d}_layer_{l}``                   ``encoder.{d}_layers.{l}``: ``input_linearity`` -> ``input_transform``,
-                                    ``state_linearity`` -> ``recurrent_transform`` and the input bias, ``state_projection`` ->
-                                    ``projection`` (same gate order, no forget-bias shift)
+                                    ``state_linearity`` -> ``recurrent_transform`` and the input bias,
+                                    ``state_projection`` -> ``projection`` (same gate order, no forget-bias shift)
 ==================================  ============================================================================
 
-The converted model is then checked against `modeling_elmo.conversion.efml_reference` (the original computation in float64,
-from the original files and ids) on sentences made of the model's own vocabulary, unknown words and characters, and
-a word longer than the character slots: every layer must agree within ``atol`` (1e-5), with the converted model
-run in float64 too, so only a conversion error can make them differ. ``elmo convert --efml FOLDER_OR_ZIP`` and
-``elmo convert --release efml-LANG`` (`modeling_elmo.conversion.efml_releases`) end here.
+The converted model is then checked against `modeling_elmo.conversion.efml_reference` (the original computation in
+float64, from the original files and ids) on sentences made of the model's own vocabulary, unknown words and characters,
+and a word longer than the character slots: every layer must agree within ``atol`` (1e-5), with the converted model run
+in float64 too, so only a conversion error can make them differ. ``elmo convert --efml FOLDER_OR_ZIP`` and ``elmo
+convert --release efml-LANG`` (`modeling_elmo.conversion.efml_releases`) end here.
 """
 
 from __future__ import annotations
@@ -437,8 +437,9 @@ def convert_efml_release(
     attempts: int | None = None,
     retry_wait: float = 1.0,
 ) -> Path:
-    """Fetch one of the 44 published models (`modeling_elmo.conversion.efml_releases.fetch_efml_release`: cache, resumable
-    download, size checks, Hub mirror) and `convert_efml` it with its language and repository id in the card. The
+    """Fetch one of the 44 published models (`modeling_elmo.conversion.efml_releases.fetch_efml_release`: cache,
+    resumable download, size checks, Hub mirror) and `convert_efml` it with its language and repository id in the card.
+    The
     output location is checked before anything is downloaded."""
     from .download import DEFAULT_ATTEMPTS
     from .efml_releases import fetch_efml_release, get_efml_release

@@ -4,8 +4,8 @@
 639-3 otherwise), and the model's id in the NLPL vector repository, which serves it as
 ``http://vectors.nlpl.eu/repository/11/<id>.zip``. `fetch_efml_release` downloads that zip into the release cache
 (``$HF_HOME/modeling_elmo/releases/efml-<code>/``) with the package's download function
-(`modeling_elmo.conversion.download.download_file`: progress, a resumable ``.part`` file, size checks), or takes it from a
-Hugging Face Hub mirror (a repository holding ``<id>.zip`` files) when the repository fails.
+(`modeling_elmo.conversion.download.download_file`: progress, a resumable ``.part`` file, size checks), or takes it from
+a Hugging Face Hub mirror (a repository holding ``<id>.zip`` files) when the repository fails.
 """
 
 from __future__ import annotations

@@ -47,7 +47,8 @@ class PretrainingArguments:
     # ------------------------------------------------------------------ data
     train_file: list[str] | None = _f(
         None,
-        "Training text: files, globs, directories or a packaged corpus (`builtin:austen-emma`); one sentence or paragraph per line.",
+        "Training text: files, globs, directories or a packaged corpus (`builtin:austen-emma`); one sentence or "
+        "paragraph per line.",
         nargs="+",
     )
     validation_file: list[str] | None = _f(
@@ -61,7 +62,8 @@ class PretrainingArguments:
     dataset_config_name: str | None = _f(None, "Its configuration, e.g. `wikitext-2-raw-v1`.")
     data_license: list[str] | None = _f(
         None,
-        "Licence of the training data, `LICENSE` or `DATA=LICENSE` per part (e.g. `gutenberg/*.txt=public-domain`): recorded for the model card (`elmo push` warns when it is unknown or research-only).",
+        "Licence of the training data, `LICENSE` or `DATA=LICENSE` per part (e.g. `gutenberg/*.txt=public-domain`): "
+        "recorded for the model card (`elmo push` warns when it is unknown or research-only).",
         nargs="+",
     )
     text_column: str = _f("text", "Column holding the text in a Hub dataset.")
@@ -87,11 +89,13 @@ class PretrainingArguments:
     )
     max_characters: int = _f(
         2000,
-        "With --char-vocabulary unicode: keep this many of the most frequent characters; rarer ones are read as unknown.",
+        "With --char-vocabulary unicode: keep this many of the most frequent characters; rarer ones are read as "
+        "unknown.",
     )
     batching: str = _f(
         "sentences",
-        "`sentences`: length-bucketed sentences, boundaries added by the model; `windows`: fixed windows of the <S> w.. </S> stream (original).",
+        "`sentences`: length-bucketed sentences, boundaries added by the model; `windows`: fixed windows of the <S> "
+        "w.. </S> stream (original).",
     )
     window_size: int = _f(20, "Tokens per window with --batching windows (the original's unroll_steps).")
     max_sentence_length: int = _f(100, "Longer lines are cut into pieces of at most this many words.")
@@ -156,7 +160,8 @@ class PretrainingArguments:
     )
     warmup_steps: float = _f(
         0,
-        "Warm-up: a number of updates, or a fraction of the run in (0, 1) (of the time budget with --max-train-minutes).",
+        "Warm-up: a number of updates, or a fraction of the run in (0, 1) (of the time budget with "
+        "--max-train-minutes).",
     )
     num_train_epochs: float = _f(1.0, "Epochs (ignored when --max-steps is set).")
     max_steps: int | None = _f(None, "Total optimiser updates (overrides --num-train-epochs).")
@@ -174,7 +179,8 @@ class PretrainingArguments:
     )
     load_best_model_at_end: bool = _f(
         False,
-        "Save the model of the best validation perplexity (evaluated every --eval-steps and at the end), not the last one.",
+        "Save the model of the best validation perplexity (evaluated every --eval-steps and at the end), not the last "
+        "one.",
     )
     # ------------------------------------------------------------------ checkpoints and output
     output_dir: str = _f(
@@ -192,7 +198,8 @@ class PretrainingArguments:
     # ------------------------------------------------------------------ logging
     logging_steps: int = _f(
         50,
-        "Log the train loss every N updates; the trainer reads device values (loss, non-finite updates, stop requests) only then.",
+        "Log the train loss every N updates; the trainer reads device values (loss, non-finite updates, stop requests) "
+        "only then.",
     )
     report_to: str = _f("none", "accelerate trackers: `none`, `tensorboard`, `all`, ...")
     log_example_ids: bool = _f(

@@ -189,7 +189,8 @@ def check_checkpoint_files(folder: Path) -> None:
     unknown = sorted(p.name for p in folder.iterdir() if not (p.is_file() and _KNOWN_FILE.fullmatch(p.name)))
     if unknown:
         raise CheckpointError(
-            f"checkpoint {str(folder)!r} holds files that are not part of a checkpoint of this package: {', '.join(unknown)}. "
+            f"checkpoint {str(folder)!r} holds files that are not part of a checkpoint of this package: "
+            f"{', '.join(unknown)}. "
             "They are never loaded (a pickle, such as accelerate's custom_checkpoint_0.pkl, could run arbitrary code); "
             "remove them to resume, or start a new run from a saved model with --init-from-model."
         )

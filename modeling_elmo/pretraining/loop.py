@@ -235,7 +235,8 @@ def micro_batches(s: Session, start_epoch: int, start_batch: int) -> Iterator[tu
                 yield ep, position, batch
         if not produced:
             raise ValueError(
-                "the training data produced no batch in an epoch (too little data for the batch size and process count)."
+                "the training data produced no batch in an epoch (too little data for the batch size and process "
+                "count)."
             )
         ep, skip = ep + 1, 0
 
@@ -298,7 +299,8 @@ def host_sync(s: Session, state: TrainingState, counters: DeviceCounters, clock:
     if state.consecutive_nonfinite >= args.max_consecutive_nonfinite:
         latest = s.checkpoints.latest()
         raise SystemExit(
-            f"elmo pretrain: error: stopping: {state.consecutive_nonfinite} consecutive updates had a non-finite loss or gradient "
+            f"elmo pretrain: error: stopping: {state.consecutive_nonfinite} consecutive updates had a non-finite loss "
+            f"or gradient "
             f"(last at update {int(numbers['last_bad'])}); their updates were not applied. The last good checkpoint is "
             f"{latest if latest else '(none was saved)'}; lower the learning rate or check the data, then resume with "
             "--resume-from-checkpoint."
