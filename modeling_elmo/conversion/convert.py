@@ -18,7 +18,8 @@ HDF5 dataset                                    ``ElmoModel`` parameter
 ``CNN_proj/W_proj`` (F, P), ``b_proj``          ``char_encoder.projection`` (weight transposed)
 ``RNN_{d}/.../Cell{l}/LSTMCell/W_0`` (2P, 4H)   ``encoder.{forward,backward}_layers.{l}.input_transform.weight``
                                                 (first P rows) and ``.recurrent_transform.weight`` (last P rows),
-                                                transposed, gate blocks reordered from TF (i, j, f, o) to PyTorch (i, f, g=j, o)
+                                                transposed, gate blocks reordered from TF (i, j, f, o) to PyTorch
+                                                (i, f, g=j, o)
 ``.../LSTMCell/B`` (4H,)                        ``.bias``: +1.0 on the forget block, then reordered
 ``.../LSTMCell/W_P_0`` (H, P)                   ``.projection.weight`` (P, H)
 ==============================================  ==================================================================
