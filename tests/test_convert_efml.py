@@ -154,6 +154,7 @@ def test_zip_converts_like_the_folder(efml_folder, converted, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["999.zip", "from-zip"]
 
 
+@pytest.mark.slow
 def test_converted_folder_loads_through_the_auto_classes_without_the_package(converted, tmp_path):
     model = ElmoModel.from_pretrained(converted).eval()
     tokenizer = ElmoTokenizer.from_pretrained(converted)

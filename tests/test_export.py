@@ -125,6 +125,7 @@ def test_onnx_export_through_dynamo_runs_in_onnxruntime_with_the_eager_outputs(t
         assert (out_mask == eager.attention_mask.numpy()).all()
 
 
+@pytest.mark.slow
 def test_a_model_loaded_as_remote_code_without_the_package_exports_and_runs_the_public_form(tmp_path):
     """The files shipped with a model, alone (the package unimportable): they run the public-API CPU form and
     export to a program equal to the eager model."""

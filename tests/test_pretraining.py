@@ -481,6 +481,7 @@ def test_fused_cpu_optimizers_take_the_same_steps_as_the_reference_ones(optimize
         assert not torch.equal(p, p0)  # every parameter moved
 
 
+@pytest.mark.slow
 def test_saved_folder_loads_with_automodel_and_reports_perplexities(tmp_path, corpus_files):
     out = tmp_path / "run"
     assert pretrain_main(_run_args(corpus_files, out, "--max-steps", "6", "--plot", "--report-to", "tensorboard")) == 0
@@ -709,6 +710,7 @@ def test_init_from_model_rejects_incomplete_folders_and_other_architectures(tmp_
         pretrain_main([*_run_args(corpus_files, tmp_path / "c"), "--init-from-model", str(first)])
 
 
+@pytest.mark.slow
 def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path, corpus_files):
     out = tmp_path / "term"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}

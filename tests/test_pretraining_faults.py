@@ -165,6 +165,7 @@ def test_second_ctrl_c_ends_the_command_with_one_line(monkeypatch):
 
 
 @pytest.mark.parametrize("how", ["to the process", "from a terminal, with DataLoader workers"])
+@pytest.mark.slow
 def test_ctrl_c_saves_a_checkpoint_and_exits_with_one_line(tmp_path, corpus, how):
     out = tmp_path / "run"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}

@@ -214,6 +214,7 @@ def test_a_run_that_finds_its_new_folder_written_meanwhile_writes_nothing(corpus
     assert _snapshot(out) == before
 
 
+@pytest.mark.slow
 def test_two_runs_started_at_once_into_one_new_folder_give_one_run(corpus, tmp_path):
     """The report: both exited 0, metrics.jsonl interleaved both runs and the first model was replaced."""
     import subprocess

@@ -98,6 +98,7 @@ def test_quickstart_recipe_trains_offline_on_the_packaged_corpus(tmp_path):
     assert [p["dataset"] for p in results["perplexity"]] == ["builtin:austen-emma"] * 2
 
 
+@pytest.mark.slow
 def test_unreachable_hub_dataset_is_one_line_naming_the_offline_alternative_within_seconds(tmp_path):
     out = tmp_path / "wikitext"
     started = time.time()
@@ -214,6 +215,7 @@ def python_without_the_checkout(folder: Path, *first: Path) -> Path:
     return folder / "bin" / "python"
 
 
+@pytest.mark.slow
 def test_scripts_edit_no_import_path_and_say_in_one_line_how_to_install_when_the_package_is_missing(tmp_path):
     assert len(SCRIPTS) >= 7
     python = python_without_the_checkout(tmp_path / "venv")
@@ -337,6 +339,7 @@ def test_embed_uses_the_shared_launch_check(monkeypatch):
         embed._Processes()
 
 
+@pytest.mark.slow
 def test_cpu_benchmark_imports_the_public_api_and_runs_two_steps():
     script = REPO / "scripts" / "bench" / "bench_pretrain_cpu.py"
     env = _offline_env()

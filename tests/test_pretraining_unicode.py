@@ -79,6 +79,7 @@ def _args(tmp_path: Path, out: Path, *extra: str) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 def test_unicode_pretraining_keeps_the_most_frequent_characters_and_round_trips_without_the_package(tmp_path):
     out = tmp_path / "run"
     assert pretrain_main(_args(tmp_path, out, "--max-steps", "3")) == 0
