@@ -424,6 +424,7 @@ def test_evaluate_runs_the_wsd_probe_on_the_converted_model(converted, tmp_path)
     assert all(0.0 <= r["value"] <= 1.0 and r["examples"] > 0 for r in scores)
 
 
+@pytest.mark.slow
 def test_trainer_fine_tunes_a_tagging_head_on_the_converted_model(converted, tmp_path):
     from datasets import Dataset
     from transformers import DataCollatorForTokenClassification, Trainer, TrainingArguments

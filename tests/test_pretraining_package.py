@@ -72,6 +72,7 @@ def test_a_data_source_on_the_command_line_replaces_the_recipes():
     assert own.max_steps == recipe.max_steps  # the rest of the recipe stays
 
 
+@pytest.mark.slow
 def test_quickstart_recipe_trains_offline_on_the_packaged_corpus(tmp_path):
     out = tmp_path / "quick"
     assert (
