@@ -12,6 +12,8 @@ from test_modeling_elmo import SENTENCES, ElmoModelTester
 from modeling_elmo import ElmoForBidirectionalLM, ElmoForSequenceClassification, ElmoForTokenClassification, ElmoModel
 from modeling_elmo.acceleration.packed_kernels import RecurrencePlan, use_packed_kernels
 
+pytestmark = pytest.mark.slow  # torch.export and the dynamo ONNX exporter trace and compile the model
+
 #: The tolerance the exported program must meet against the eager model (relative to the largest value).
 TOLERANCE = 1e-5
 #: The outputs compared per class (the heads' logits, the biLM's layers).
@@ -125,7 +127,6 @@ def test_onnx_export_through_dynamo_runs_in_onnxruntime_with_the_eager_outputs(t
         assert (out_mask == eager.attention_mask.numpy()).all()
 
 
-@pytest.mark.slow
 def test_a_model_loaded_as_remote_code_without_the_package_exports_and_runs_the_public_form(tmp_path):
     """The files shipped with a model, alone (the package unimportable): they run the public-API CPU form and
     export to a program equal to the eager model."""
