@@ -56,7 +56,7 @@ def pytest_collection_modifyitems(items):
 @pytest.fixture(autouse=True)
 def processes_only_in_slow_tests(request, monkeypatch):
     """The fast loop (``pytest -m "not slow"``) runs in this process: a test not marked ``slow`` that launches a
-    process (a script, a fresh interpreter, ``accelerate launch``, the wheel build) fails, naming the command."""
+    process with ``subprocess`` (a script, a fresh interpreter, ``accelerate launch``) fails, naming the command."""
     if request.node.get_closest_marker("slow"):
         return
 
