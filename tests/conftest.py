@@ -46,8 +46,25 @@ def shared_data() -> Path:
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(items):
     for item in items:
-        if "shared_data" in getattr(item, "fixturenames", ()):
+        fixtures = getattr(item, "fixturenames", ())
+        if "shared_data" in fixtures:
             item.add_marker(pytest.mark.shared_data)
+        if "installed_wheel" in fixtures:  # builds and installs a wheel with pip: never in the fast loop
+            item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(autouse=True)
+def processes_only_in_slow_tests(request, monkeypatch):
+    """The fast loop (``pytest -m "not slow"``) runs in this process: a test not marked ``slow`` that launches a
+    process with ``subprocess`` (a script, a fresh interpreter, ``accelerate launch``) fails, naming the command."""
+    if request.node.get_closest_marker("slow"):
+        return
+
+    def refuse(self, args, *rest, **options):
+        command = args if isinstance(args, str) else " ".join(map(str, args))
+        pytest.fail(f"launches a process ({command[:200]}): mark the test slow")
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
 
 
 @pytest.fixture

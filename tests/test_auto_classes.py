@@ -64,6 +64,7 @@ def test_installed_package_registers_every_auto_class(tmp_path):
         assert torch.equal(value, head.elmo.state_dict()[name]), name
 
 
+@pytest.mark.slow
 def test_folder_loads_with_its_own_code_in_a_fresh_process_with_the_same_outputs(tmp_path):
     torch.manual_seed(0)
     model = ElmoForSequenceClassification(tiny_config()).eval()
@@ -166,6 +167,7 @@ def _outputs_in_this_process(model, saved_class):
 @pytest.mark.parametrize(
     "cls", [ElmoModel, ElmoForBidirectionalLM, ElmoForSequenceClassification, ElmoForTokenClassification]
 )
+@pytest.mark.slow
 def test_plain_save_pretrained_writes_a_folder_every_auto_class_loads_without_the_package(cls, tmp_path):
     torch.manual_seed(0)
     model = cls(tiny_config())
@@ -180,6 +182,7 @@ def test_plain_save_pretrained_writes_a_folder_every_auto_class_loads_without_th
     assert_same_numbers(got["features"], _outputs_in_this_process(model, cls.__name__), what=cls.__name__)
 
 
+@pytest.mark.slow
 def test_classifier_fine_tuned_and_saved_by_trainer_loads_without_the_package_with_the_same_outputs(tmp_path):
     from datasets import Dataset
     from transformers import DataCollatorWithPadding, Trainer, TrainingArguments

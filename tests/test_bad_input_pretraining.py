@@ -364,6 +364,7 @@ def test_bad_input_is_one_clear_line_and_writes_nothing(name, setup, message, tm
     assert _snapshot(out) == before, "a refused run must not write into its output folder"
 
 
+@pytest.mark.slow
 def test_bad_input_is_one_line_on_stderr_in_a_real_process(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")

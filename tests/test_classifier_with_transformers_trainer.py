@@ -4,12 +4,15 @@ linear head on a frozen biLM learns a slice of SST-2 and the biLM stays bit-iden
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from datasets import Dataset
 from transformers import DataCollatorWithPadding, Trainer, TrainingArguments
 
 from modeling_elmo import ElmoConfig, ElmoForSequenceClassification, ElmoTokenizer
 from modeling_elmo.evaluation.data import read_sst2
+
+pytestmark = pytest.mark.slow  # trains with Trainer
 
 
 def sst2_columns(path, limit):

@@ -21,6 +21,7 @@ def _python(code: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_elmo_help_and_version_import_neither_torch_nor_transformers():
     done = _python(
         "import sys\n"
@@ -35,6 +36,7 @@ def test_elmo_help_and_version_import_neither_torch_nor_transformers():
     assert f"elmo (modeling_elmo) {__version__}" in lines
 
 
+@pytest.mark.slow
 def test_importing_the_package_is_lazy_and_the_first_name_registers_the_auto_classes():
     done = _python(
         "import sys, modeling_elmo\n"

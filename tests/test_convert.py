@@ -222,6 +222,7 @@ def test_input_with_boundaries_matches_reference_at_every_position(model, releas
     assert diffs.max() <= ATOL, f"max abs difference per layer {diffs.tolist()} (boundary positions included)"
 
 
+@pytest.mark.slow
 def test_converted_folder_loads_with_automodel_in_a_fresh_process(converted, expected, tmp_path):
     info = run_without_package(
         """
@@ -504,6 +505,7 @@ def test_overwrite_never_deletes_the_inputs_nor_the_users_files(release, tmp_pat
     assert (out / "evaluation" / "my_analysis.md").read_text() == "mine"
 
 
+@pytest.mark.slow
 def test_kill_9_during_a_conversion_leaves_a_temporary_folder_that_the_next_run_removes(release, tmp_path):
     """The report: `kill -9` during `elmo convert` left a hidden `.OUT.converting-XXXX/` that was never cleaned."""
     import signal
@@ -807,6 +809,7 @@ def test_a_full_disk_while_writing_the_weights_is_one_line_and_leaves_nothing(re
     assert sorted(p.name for p in tmp_path.iterdir()) == ["earlier"]
 
 
+@pytest.mark.slow
 def test_a_tmpfs_that_fills_up_as_the_weights_are_written_is_one_line_and_leaves_nothing(
     release, tmp_path, monkeypatch
 ):

@@ -154,6 +154,7 @@ def test_zip_converts_like_the_folder(efml_folder, converted, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["999.zip", "from-zip"]
 
 
+@pytest.mark.slow
 def test_converted_folder_loads_through_the_auto_classes_without_the_package(converted, tmp_path):
     model = ElmoModel.from_pretrained(converted).eval()
     tokenizer = ElmoTokenizer.from_pretrained(converted)
@@ -423,6 +424,7 @@ def test_evaluate_runs_the_wsd_probe_on_the_converted_model(converted, tmp_path)
     assert all(0.0 <= r["value"] <= 1.0 and r["examples"] > 0 for r in scores)
 
 
+@pytest.mark.slow
 def test_trainer_fine_tunes_a_tagging_head_on_the_converted_model(converted, tmp_path):
     from datasets import Dataset
     from transformers import DataCollatorForTokenClassification, Trainer, TrainingArguments

@@ -53,6 +53,7 @@ def test_the_page_does_not_speak_of_how_the_project_is_developed(page):
         assert not re.search(pattern, text, flags=re.I), f"{page}: {re.search(pattern, text, flags=re.I).group(0)!r}"
 
 
+@pytest.mark.slow
 def test_the_classifier_on_cached_features_example_runs_and_reports_accuracy(tmp_path, monkeypatch, capsys):
     """docs/embed.md's complete example, as written, next to a small saved model; `evaluate` is made unavailable
     (as offline without a cached metric, or not installed), so the numpy fallback computes the accuracy."""

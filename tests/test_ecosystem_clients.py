@@ -322,6 +322,7 @@ TOLERANCE = 1e-5
 
 
 # --- h-kernel: the LSTM as modules (older folders, PEFT on the LSTM, gradient checkpointing, fullgraph compile) ---
+@pytest.mark.slow
 def test_a_folder_with_the_older_lstm_parameter_names_loads_without_the_package(tmp_path):
     tester, model = clipping_model()
     write_legacy_folder(model, tmp_path / "old")

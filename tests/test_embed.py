@@ -529,6 +529,7 @@ def test_cli_reports_a_missing_model_clearly(tmp_path):
     assert not (tmp_path / "o.h5").exists()
 
 
+@pytest.mark.slow
 def test_cli_refuses_weights_that_do_not_match_the_config_in_one_line(tmp_path, tiny_model_dir):
     """Issue 12, report 4: weights that do not match config.json gave a MISSING table, then 'wrote 50 sentences'
     from a partly random model."""

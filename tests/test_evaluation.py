@@ -446,6 +446,7 @@ def _synthetic(n, seed, token_level):
 
 
 @pytest.mark.parametrize("token_level", [False, True])
+@pytest.mark.slow
 def test_probes_learn_an_easy_signal_only_from_the_layer_that_has_it(tiny, token_level):
     from modeling_elmo import ElmoForSequenceClassification, ElmoForTokenClassification
     from modeling_elmo.evaluation.tasks import probe_task
@@ -553,6 +554,7 @@ def test_the_report_says_which_features_do_not_beat_the_simple_baseline():
     ) in table
 
 
+@pytest.mark.slow
 def test_cli_writes_the_results_schema_markdown_and_plots(tiny, tmp_path):
     from modeling_elmo.evaluation.cli import main
 
@@ -683,6 +685,7 @@ def test_cli_writes_into_the_model_folders_evaluation_folder_without_a_training_
     assert layer2.examples == 360 and 0 < layer2.baseline < 1
 
 
+@pytest.mark.slow
 def test_every_long_step_shows_a_progress_bar(tiny, tmp_path, capsys):
     from modeling_elmo.evaluation.cli import main
 

@@ -12,6 +12,8 @@ from test_modeling_elmo import SENTENCES, ElmoModelTester
 from modeling_elmo import ElmoForBidirectionalLM, ElmoForSequenceClassification, ElmoForTokenClassification, ElmoModel
 from modeling_elmo.acceleration.packed_kernels import RecurrencePlan, use_packed_kernels
 
+pytestmark = pytest.mark.slow  # torch.export and the dynamo ONNX exporter trace and compile the model
+
 #: The tolerance the exported program must meet against the eager model (relative to the largest value).
 TOLERANCE = 1e-5
 #: The outputs compared per class (the heads' logits, the biLM's layers).

@@ -156,6 +156,7 @@ def _words_collator(tok):
     return collate
 
 
+@pytest.mark.slow
 def test_training_on_cached_features_matches_end_to_end_training_with_frozen_bilm(tmp_path):
     from transformers import Trainer, TrainingArguments
 

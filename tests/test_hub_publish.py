@@ -719,6 +719,7 @@ FRESH_PROCESS = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_published_folder_loads_in_a_fresh_process_with_the_same_outputs(model_folders, published, tmp_path):
     out_file = tmp_path / "outputs.safetensors"
     info = run_without_package(
@@ -755,6 +756,7 @@ def test_published_folder_loads_in_a_fresh_process_with_the_same_outputs(model_f
     assert_same_numbers(got["features"], features, what="feature-extraction pipeline")
 
 
+@pytest.mark.slow
 def test_script_reports_bad_input_as_a_clear_error(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")

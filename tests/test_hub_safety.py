@@ -177,6 +177,7 @@ IMPORT_GUARD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_shipped_code_opens_no_file_and_no_socket_at_import(tmp_path):
     package = tmp_path / "hub_code_under_test"
     package.mkdir()
@@ -204,6 +205,7 @@ def test_shipped_code_opens_no_file_and_no_socket_at_import(tmp_path):
         "import pathlib\n_SNEAKY = pathlib.Path(__file__).read_text()",
     ],
 )
+@pytest.mark.slow
 def test_import_guard_catches_a_file_or_socket_opened_at_import(sneaky, tmp_path):
     package = tmp_path / "hub_code_bad"
     package.mkdir()

@@ -161,6 +161,7 @@ def test_loader_gives_one_line_for_a_location_that_is_not_an_elmo_model(tmp_path
             load_elmo_tokenizer(where)
 
 
+@pytest.mark.slow
 def test_library_modules_do_not_import_the_embed_command():
     code = (
         "import sys, modeling_elmo.embedding.inference, modeling_elmo.embedding.features; "

@@ -166,6 +166,7 @@ def test_a_full_folder_loads_back_exactly_with_nothing_re_initialised(bilm_folde
         assert torch.equal(loaded.state_dict()[name], value), name
 
 
+@pytest.mark.slow
 def test_six_loads_through_the_folders_own_code_give_the_documented_head_weights(bilm_folder, tmp_path):
     folder, saved = bilm_folder
     got = run_without_package(

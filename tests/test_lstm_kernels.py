@@ -164,7 +164,13 @@ FORMS = (
 
 
 @pytest.mark.parametrize("grad", [True, False], ids=["training", "inference"])
-@pytest.mark.parametrize(("plan", "form"), FORMS, ids=[f"{plan}-{form}" for plan, form in FORMS])
+@pytest.mark.parametrize(
+    ("plan", "form"),
+    [  # the compiled plan compiles (torch.compile): slow
+        pytest.param(plan, form, id=f"{plan}-{form}", marks=[pytest.mark.slow] if plan == "compiled" else [])
+        for plan, form in FORMS
+    ],
+)
 def test_every_form_of_the_fused_recurrence_equals_the_reference_layer_loop(plan, form, grad):
     torch.manual_seed(0)
     P, H, B, T = 8, 16, 5, 7
@@ -261,6 +267,7 @@ def test_the_fused_recurrence_applies_to_floating_point_inputs_on_the_cpu_and_cu
     assert not applies(torch.device("cpu"), torch.int64)
 
 
+@pytest.mark.slow  # torch.compile
 def test_compiled_steps_that_fail_to_build_fall_back_to_plain_steps_and_are_not_retried():
     attempts = []
 
@@ -297,6 +304,7 @@ def test_compiled_steps_that_fail_to_build_fall_back_to_plain_steps_and_are_not_
     assert_same_numbers(grads[0], grads[1], rtol=TOLERANCE)
 
 
+@pytest.mark.slow  # torch.compile
 def test_compiled_steps_build_one_graph_for_every_step_length_and_batch_size():
     """Dynamo specialises on ints and on slice offsets: a graph per time step would recompile until its limit and
     fall back to uncompiled steps; the steps get whole tensors and an index tensor instead."""

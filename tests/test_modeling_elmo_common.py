@@ -8,6 +8,7 @@ from __future__ import annotations
 import unittest
 from unittest import mock
 
+import pytest
 import torch
 from transformers.models.auto import modeling_auto
 from transformers_suites import suite_module
@@ -20,6 +21,8 @@ from modeling_elmo import (
     ElmoModel,
     ElmoTokenizer,
 )
+
+pytestmark = pytest.mark.slow  # transformers' common suite: hundreds of model builds
 
 ModelTesterMixin = suite_module("test_modeling_common").ModelTesterMixin
 ConfigTester = suite_module("test_configuration_common").ConfigTester

@@ -402,6 +402,7 @@ def test_sampled_softmax_loss_is_close_to_full_softmax_loss_on_average():
 
 
 # ----------------------------------------------------------------------------------------------- training runs
+@pytest.mark.slow
 def test_resumed_run_matches_uninterrupted_run(tmp_path, corpus_files):
     # sampled softmax, dropout and accumulation make every consumer of the RNG and of the data position count
     common = (
@@ -441,6 +442,7 @@ def test_resumed_run_matches_uninterrupted_run(tmp_path, corpus_files):
     )
 
 
+@pytest.mark.slow
 def test_time_budget_counts_the_training_minutes_of_the_runs_before_a_resume(tmp_path, corpus_files):
     out = tmp_path / "run"
     common = ("--max-steps", "8", "--max-train-minutes", "30")
@@ -480,6 +482,7 @@ def test_fused_cpu_optimizers_take_the_same_steps_as_the_reference_ones(optimize
         assert not torch.equal(p, p0)  # every parameter moved
 
 
+@pytest.mark.slow
 def test_saved_folder_loads_with_automodel_and_reports_perplexities(tmp_path, corpus_files):
     out = tmp_path / "run"
     assert pretrain_main(_run_args(corpus_files, out, "--max-steps", "6", "--plot", "--report-to", "tensorboard")) == 0
@@ -510,6 +513,7 @@ def test_saved_folder_loads_with_automodel_and_reports_perplexities(tmp_path, co
     assert module.startswith("transformers_modules") and lm_vocab == tok_vocab == 300 and shape == [1, 3, 32]
 
 
+@pytest.mark.slow
 def test_nonfinite_loss_skips_the_update_and_repeated_ones_stop_the_run(tmp_path, corpus_files, monkeypatch, caplog):
     original = ElmoForBidirectionalLM.forward
     calls = {"n": 0}
@@ -540,6 +544,7 @@ def test_nonfinite_loss_skips_the_update_and_repeated_ones_stop_the_run(tmp_path
     assert not (out / "model.safetensors").exists()
 
 
+@pytest.mark.slow
 def test_a_nan_update_between_host_syncs_leaves_the_weights_untouched(tmp_path, corpus_files, monkeypatch):
     original = ElmoForBidirectionalLM.forward
     calls = {"n": 0}
@@ -612,6 +617,7 @@ def test_nonfinite_guard_leaves_weights_and_optimizer_state_untouched_in_every_m
     assert not all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=False))
 
 
+@pytest.mark.slow
 def test_full_disk_during_checkpoint_keeps_the_previous_checkpoint(tmp_path, corpus_files, monkeypatch, caplog):
     from modeling_elmo.pretraining import checkpoint
 
@@ -652,6 +658,7 @@ def test_vocabulary_that_does_not_match_the_checkpoint_is_rejected(tmp_path, cor
         )
 
 
+@pytest.mark.slow
 def test_init_from_model_continues_from_its_weights_vocabulary_and_architecture(tmp_path, corpus_files, corpus_lines):
     from safetensors.torch import load_file
 
@@ -708,6 +715,7 @@ def test_init_from_model_rejects_incomplete_folders_and_other_architectures(tmp_
         pretrain_main([*_run_args(corpus_files, tmp_path / "c"), "--init-from-model", str(first)])
 
 
+@pytest.mark.slow
 def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path, corpus_files):
     out = tmp_path / "term"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
@@ -812,6 +820,7 @@ def test_dataset_name_path_loads_splits_through_datasets(tmp_path, corpus_lines)
         pdata.load_raw_splits(dataset_name=str(folder), text_column="body", cache_dir=str(tmp_path / "cache"))
 
 
+@pytest.mark.slow
 def test_streaming_windows_run_trains_and_saves(tmp_path, corpus_files):
     out = tmp_path / "stream"
     assert (

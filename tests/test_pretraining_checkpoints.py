@@ -84,6 +84,7 @@ class _WritesMarker:
         return (Path.write_text, (self.marker, "unpickled"))
 
 
+@pytest.mark.slow
 def test_resuming_never_unpickles_a_crafted_pickle_in_the_checkpoint(tmp_path, corpus, monkeypatch):
     out = tmp_path / "run"
     assert _run(*_args(corpus, out, "--max-steps", "8", "--stop-after-steps", "4")) == 0
@@ -114,6 +115,7 @@ def test_resuming_never_unpickles_a_crafted_pickle_in_the_checkpoint(tmp_path, c
     assert not marker.exists() and RunFolder(out).has_model()
 
 
+@pytest.mark.slow
 def test_a_checkpoint_of_the_earlier_pickled_format_is_named_as_such(tmp_path, corpus):
     out = tmp_path / "run"
     assert _run(*_args(corpus, out, "--max-steps", "8", "--stop-after-steps", "4")) == 0
@@ -170,6 +172,7 @@ def test_a_checkpoint_of_the_same_step_is_replaced_never_kept(tmp_path, caplog):
 
 
 # ----------------------------------------------------------------------------------------------- one run per folder
+@pytest.mark.slow
 def test_a_second_run_into_a_folder_that_holds_a_run_is_refused_and_overwrite_starts_afresh(tmp_path, corpus):
     """The report: a first run, then a second with another learning rate, then its resume, used to mix both runs."""
     out = tmp_path / "E"
@@ -192,6 +195,7 @@ def test_a_second_run_into_a_folder_that_holds_a_run_is_refused_and_overwrite_st
     assert ckpt.read_trainer_state(latest)["run"]["arguments"]["learning_rate"] == 0.05
 
 
+@pytest.mark.slow
 def test_kill_during_a_checkpoint_write_resumes_exactly_without_duplicate_metrics(tmp_path, corpus, monkeypatch):
     full = tmp_path / "full"
     assert _run(*_args(corpus, full, "--max-steps", "12", "--log-example-ids")) == 0
@@ -251,6 +255,7 @@ def test_sigkill_during_training_resumes_bit_identically(tmp_path, corpus):
     assert (killed / "model.safetensors").read_bytes() == (full / "model.safetensors").read_bytes()
 
 
+@pytest.mark.slow
 def test_kill_during_the_final_save_leaves_no_half_model_and_a_resume_completes_it(tmp_path, corpus, monkeypatch):
     out = tmp_path / "run"
     real_replace = os.replace

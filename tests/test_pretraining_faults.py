@@ -98,6 +98,7 @@ def disk_full_when(monkeypatch):
     return install
 
 
+@pytest.mark.slow
 def test_full_disk_at_a_checkpoint_is_logged_and_training_goes_on(tmp_path, corpus, disk_full_when, caplog):
     out = tmp_path / "run"
     disk_full_when(lambda path: "step_00000008" in path)
@@ -110,6 +111,7 @@ def test_full_disk_at_a_checkpoint_is_logged_and_training_goes_on(tmp_path, corp
     assert RunFolder(out).has_model()
 
 
+@pytest.mark.slow
 def test_full_disk_at_the_final_save_keeps_the_last_checkpoint_and_says_so(tmp_path, corpus, disk_full_when):
     out = tmp_path / "run"
     disk_full_when(lambda path: "step_" not in path)  # the checkpoints fit, the model folder does not
@@ -128,6 +130,7 @@ def test_full_disk_at_the_final_save_keeps_the_last_checkpoint_and_says_so(tmp_p
     assert RunFolder(out).has_model()
 
 
+@pytest.mark.slow
 def test_full_disk_from_an_update_on_names_the_updates_lost(tmp_path, corpus, disk_full_when):
     out = tmp_path / "run"
     disk_full_when(lambda path: "step_00000004" not in path)  # only the first checkpoint fit
@@ -166,6 +169,7 @@ def test_second_ctrl_c_ends_the_command_with_one_line(monkeypatch):
 
 
 @pytest.mark.parametrize("how", ["to the process", "from a terminal, with DataLoader workers"])
+@pytest.mark.slow
 def test_ctrl_c_saves_a_checkpoint_and_exits_with_one_line(tmp_path, corpus, how):
     out = tmp_path / "run"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
@@ -203,6 +207,7 @@ def test_ctrl_c_saves_a_checkpoint_and_exits_with_one_line(tmp_path, corpus, how
     )
 
 
+@pytest.mark.slow
 def test_run_stopped_before_its_first_checkpoint_is_rerun_without_overwrite(tmp_path, corpus, monkeypatch):
     out = tmp_path / "run"
     with monkeypatch.context() as patch:
@@ -221,6 +226,7 @@ def test_run_stopped_before_its_first_checkpoint_is_rerun_without_overwrite(tmp_
         _run(*_args(corpus, out, "--max-steps", "6"))  # a finished run is still refused
 
 
+@pytest.mark.slow
 def test_truncated_weights_to_start_from_or_resume_are_one_line(tmp_path, corpus):
     first = tmp_path / "first"
     assert _run(*_args(corpus, first, "--max-steps", "8", "--stop-after-steps", "4")) == 0

@@ -135,6 +135,7 @@ def test_removing_a_runs_files_keeps_everything_else(tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------- --overwrite
+@pytest.mark.slow
 def test_overwrite_refuses_a_folder_holding_the_users_files_and_deletes_nothing(corpus, finished, tmp_path):
     for name, text in USER_FILES.items():
         (finished / name).parent.mkdir(exist_ok=True)
@@ -156,6 +157,7 @@ def test_overwrite_refuses_a_folder_holding_the_users_files_and_deletes_nothing(
     assert not (finished / "evaluation").exists(), "the old model's evaluation results went with it"
 
 
+@pytest.mark.slow
 def test_a_rerun_on_other_data_files_is_told_apart_from_a_rerun(corpus, finished, tmp_path):
     other = tmp_path / "b.txt"
     other.write_text(corpus.read_text())
@@ -170,6 +172,7 @@ def test_a_rerun_on_other_data_files_is_told_apart_from_a_rerun(corpus, finished
 
 
 # ----------------------------------------------------------------------------------------------- one run at a time
+@pytest.mark.slow
 def test_a_second_run_on_a_folder_in_use_is_refused_at_once(corpus, tmp_path):
     out = tmp_path / "new" / "run"
     with run_lock(RunFolder(out)):  # the first run holds the folder
@@ -200,6 +203,7 @@ def test_a_lock_planted_as_a_link_or_fifo_is_refused_in_one_line_and_nothing_is_
     assert not out.exists() and os.path.lexists(lock)
 
 
+@pytest.mark.slow
 def test_a_run_that_finds_its_new_folder_written_meanwhile_writes_nothing(corpus, tmp_path):
     from modeling_elmo.pretraining import output
 
@@ -214,6 +218,7 @@ def test_a_run_that_finds_its_new_folder_written_meanwhile_writes_nothing(corpus
     assert _snapshot(out) == before
 
 
+@pytest.mark.slow
 def test_two_runs_started_at_once_into_one_new_folder_give_one_run(corpus, tmp_path):
     """The report: both exited 0, metrics.jsonl interleaved both runs and the first model was replaced."""
     import subprocess
@@ -243,6 +248,7 @@ def test_two_runs_started_at_once_into_one_new_folder_give_one_run(corpus, tmp_p
 
 
 # ----------------------------------------------------------------------------------------------- what is carried
+@pytest.mark.slow
 def test_a_starting_models_foreign_auto_map_is_not_carried(corpus, finished, tmp_path):
     start = tmp_path / "start"
     start.mkdir()
@@ -274,6 +280,7 @@ def test_a_starting_models_foreign_auto_map_is_not_carried(corpus, finished, tmp
     assert json.loads((out / "config.json").read_text())["auto_map"] == AUTO_MAP
 
 
+@pytest.mark.slow
 def test_a_runs_files_follow_the_umask(corpus, tmp_path):
     previous = os.umask(0o022)
     try:
@@ -288,6 +295,7 @@ def test_a_runs_files_follow_the_umask(corpus, tmp_path):
     assert {name for name, mode in modes.items() if mode != 0o644} == set(), modes
 
 
+@pytest.mark.slow
 def test_a_starting_model_whose_vocabulary_does_not_fit_its_softmax_is_refused(corpus, finished, tmp_path):
     start = tmp_path / "start"
     start.mkdir()

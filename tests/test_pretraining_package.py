@@ -72,6 +72,7 @@ def test_a_data_source_on_the_command_line_replaces_the_recipes():
     assert own.max_steps == recipe.max_steps  # the rest of the recipe stays
 
 
+@pytest.mark.slow
 def test_quickstart_recipe_trains_offline_on_the_packaged_corpus(tmp_path):
     out = tmp_path / "quick"
     assert (
@@ -98,6 +99,7 @@ def test_quickstart_recipe_trains_offline_on_the_packaged_corpus(tmp_path):
     assert [p["dataset"] for p in results["perplexity"]] == ["builtin:austen-emma"] * 2
 
 
+@pytest.mark.slow
 def test_unreachable_hub_dataset_is_one_line_naming_the_offline_alternative_within_seconds(tmp_path):
     out = tmp_path / "wikitext"
     started = time.time()
@@ -214,6 +216,7 @@ def python_without_the_checkout(folder: Path, *first: Path) -> Path:
     return folder / "bin" / "python"
 
 
+@pytest.mark.slow
 def test_scripts_edit_no_import_path_and_say_in_one_line_how_to_install_when_the_package_is_missing(tmp_path):
     assert len(SCRIPTS) >= 7
     python = python_without_the_checkout(tmp_path / "venv")

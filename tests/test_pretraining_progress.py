@@ -35,6 +35,7 @@ def test_under_a_time_budget_the_bar_is_the_budget_and_shows_what_ends_the_run_f
     bar.close()
 
 
+@pytest.mark.slow
 def test_a_budgeted_run_shows_one_preparation_bar_and_a_bar_in_minutes(tmp_path, capsys, monkeypatch):
     import sys
 

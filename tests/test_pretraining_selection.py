@@ -129,6 +129,7 @@ def test_budget_schedule_is_not_spent_early_after_a_slow_stretch():
     assert lrs[-5] > 1e-4
 
 
+@pytest.mark.slow
 def test_fixed_minute_run_ends_annealed_and_a_resumed_stage_continues_the_schedule(tmp_path, corpus):
     out = tmp_path / "budget"
     common = (
@@ -163,6 +164,7 @@ def test_fixed_minute_run_ends_annealed_and_a_resumed_stage_continues_the_schedu
 
 
 # ----------------------------------------------------------------------------------------------- selection
+@pytest.mark.slow
 def test_early_stopping_after_patience_evaluations_without_improvement(tmp_path, corpus):
     out = tmp_path / "patience"
     # a learning rate of 0 never improves the validation perplexity: evaluations at 2 (best), 4 and 6, stop at 6
@@ -215,6 +217,7 @@ def _state_steps(out: Path) -> int:
     return records[-1]["step"] if records else 0
 
 
+@pytest.mark.slow
 def test_load_best_model_at_end_saves_the_best_validated_weights_also_across_a_resume(
     tmp_path, corpus, scripted_validation
 ):

@@ -79,6 +79,7 @@ def _args(tmp_path: Path, out: Path, *extra: str) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 def test_unicode_pretraining_keeps_the_most_frequent_characters_and_round_trips_without_the_package(tmp_path):
     out = tmp_path / "run"
     assert pretrain_main(_args(tmp_path, out, "--max-steps", "3")) == 0
@@ -129,6 +130,7 @@ def test_unicode_pretraining_keeps_the_most_frequent_characters_and_round_trips_
     assert_same_numbers(got["features"], expected_features, what="features without the package")
 
 
+@pytest.mark.slow
 def test_unicode_run_resumes_from_its_checkpoint_with_its_character_vocabulary(tmp_path):
     out = tmp_path / "run"
     assert (
@@ -150,6 +152,7 @@ def test_unicode_run_resumes_from_its_checkpoint_with_its_character_vocabulary(t
     assert ElmoTokenizer.from_pretrained(out).characters == json.loads(saved[-1].read_text(encoding="utf-8"))
 
 
+@pytest.mark.slow
 def test_continued_pretraining_keeps_the_starting_models_characters_and_a_byte_model_refuses_unicode(tmp_path):
     first = tmp_path / "first"
     assert pretrain_main(_args(tmp_path, first, "--max-steps", "2")) == 0

@@ -94,6 +94,7 @@ def reader_folder(tmp_path, monkeypatch, server, served):
     return tmp_path
 
 
+@pytest.mark.slow
 def test_readme_examples_run_as_written(reader_folder):
     namespaces = []
     for language, block in _blocks():

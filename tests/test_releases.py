@@ -294,6 +294,7 @@ def test_server_error_is_one_error_line_naming_the_url(
     ]
 
 
+@pytest.mark.slow
 def test_network_error_prints_exactly_one_line_from_the_command(server, tmp_path):
     """The real `small` release against a server that has nothing: stderr is one line, no traceback."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}

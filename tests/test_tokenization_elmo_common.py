@@ -7,9 +7,12 @@ from __future__ import annotations
 import os
 import unittest
 
+import pytest
 from transformers_suites import suite_module
 
 from modeling_elmo import ElmoTokenizer
+
+pytestmark = pytest.mark.slow  # transformers' common suite: hundreds of model builds
 
 TokenizerTesterMixin = suite_module("test_tokenization_common").TokenizerTesterMixin
 

@@ -88,6 +88,7 @@ def label_padding_collator(tokenizer: ElmoTokenizer):
     return collate
 
 
+@pytest.mark.slow
 def test_trainer_pretrains_the_bilm_head_and_its_loss_falls(lm_tokenizer, tmp_path):
     data = Dataset.from_dict({"text": corpus(192)})
     data = data.map(lambda b: lm_tokenizer(b["text"], return_word_ids=True), batched=True, remove_columns=["text"])
@@ -132,6 +133,7 @@ def classification_data(head: str, tokenizer: ElmoTokenizer) -> Dataset:
 
 @pytest.mark.parametrize("freeze", [True, False], ids=["frozen", "fine-tuned"])
 @pytest.mark.parametrize("head", ["sequence", "token"])
+@pytest.mark.slow
 def test_trainer_trains_both_classification_heads_frozen_or_fine_tuned(head, freeze, tmp_path):
     tokenizer = ElmoTokenizer(split_pattern="whitespace")
     data = classification_data(head, tokenizer)
