@@ -61,29 +61,27 @@ def torch_lstm(x: torch.Tensor, layer: nn.Module) -> torch.Tensor:
     cell = torch.nn.LSTM(
         weight_ih.shape[1], layer.cell_size, proj_size=layer.hidden_size, batch_first=True, device="meta"
     )
-    weights = {
-        "weight_ih_l0": weight_ih,
-        "weight_hh_l0": layer.recurrent_transform.weight,
-        "bias_ih_l0": bias,
-        "bias_hh_l0": torch.zeros_like(bias),
-        "weight_hr_l0": layer.projection.weight,
-    }
-    return torch.func.functional_call(cell, weights, (x,))[0]
+    names = ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0", "weight_hr_l0")
+    tensors = (weight_ih, layer.recurrent_transform.weight, bias, torch.zeros_like(bias), layer.projection.weight)
+    return torch.func.functional_call(cell, dict(zip(names, tensors, strict=True)), (x,))[0]
 
 
-def lstm_cell(gates: torch.Tensor, c: torch.Tensor, cell_clip: float | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Gate pre-activations (i, f, g, o) and the cell -> the next cell (clipped) and the projection's input."""
+def state_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype of the recurrence's state, cell and gate sums: float32 at least (bfloat16 runs only the products)."""
+    return torch.promote_types(dtype, torch.float32)
+
+
+def lstm_step(gates, h, c, valid, project, cell_clip: float | None, proj_clip: float | None):
+    """One step from the gate pre-activations (i, f, g, o) -> next (h, c) and this step's output. ``project`` maps the
+    projection's input to the output (unclipped); a padded step (``valid`` False) keeps the state, outputs zeros."""
     i, f, g, o = gates.chunk(4, dim=-1)
     c_new = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
     if cell_clip is not None:
         c_new = c_new.clamp(-cell_clip, cell_clip)
-    return c_new, torch.sigmoid(o) * torch.tanh(c_new)
-
-
-def state_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype of the recurrence's state, cell and gate sums: float32 at least. In bfloat16 or float16 only the
-    matrix products run in ``dtype``; a state rounded to 8 bits at every step would drift along long sentences."""
-    return torch.promote_types(dtype, torch.float32)
+    h_new = project(torch.sigmoid(o) * torch.tanh(c_new)).to(h.dtype)
+    if proj_clip is not None:
+        h_new = h_new.clamp(-proj_clip, proj_clip)
+    return torch.where(valid, h_new, h), torch.where(valid, c_new, c), h_new * valid
 
 
 def stacked_lstm(
@@ -92,16 +90,10 @@ def stacked_lstm(
     layers: Sequence[nn.Module],
     state: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-    """One layer of the LSTM with a clipped projection for ``len(layers)`` directions at once.
-
-    Args:
-        inputs: (D, T, B, P), one direction per entry of ``layers`` (`ElmoLstmLayer`s with the same clips).
-        valid: (T, B) bool, True on each row's valid prefix.
-        state: (h (D, B, P), c (D, B, H)) to start from, zeros when `None`.
-
-    Returns y (D, T, B, P) in the inputs' dtype (zeros past each row's length) and the final (h, c) in `state_dtype`,
-    carried over padded steps.
-    """
+    """One layer of the LSTM with a clipped projection for ``len(layers)`` directions (`ElmoLstmLayer`s with the same
+    clips) at once: inputs (D, T, B, P), valid (T, B) True on each row's valid prefix, state (h (D, B, P), c (D, B, H))
+    or zeros -> y (D, T, B, P) in the inputs' dtype, zeros past each row's length, and the final (h, c) in
+    `state_dtype`, carried over padded steps."""
     directions, steps, rows, _ = inputs.shape
     dtype, cell_clip, proj_clip = inputs.dtype, layers[0].cell_clip, layers[0].proj_clip
     P, H = layers[0].projection.weight.shape
@@ -118,12 +110,8 @@ def stacked_lstm(
     outputs = []
     for t in range(steps):
         gates = torch.stack([g[t] for g in gates_x]).to(h.dtype) + torch.bmm(h.to(dtype), weight_hh)
-        c_new, m = lstm_cell(gates, c, cell_clip)
-        h_new = torch.bmm(m.to(dtype), weight_hr).to(h.dtype)
-        if proj_clip is not None:
-            h_new = h_new.clamp(-proj_clip, proj_clip)
-        h, c = torch.where(valid[t], h_new, h), torch.where(valid[t], c_new, c)  # padding keeps the state
-        outputs.append(h_new * valid[t])  # ... and outputs zeros
+        h, c, y = lstm_step(gates, h, c, valid[t], lambda m: torch.bmm(m.to(dtype), weight_hr), cell_clip, proj_clip)
+        outputs.append(y)
     if not outputs:
         return inputs.new_zeros(directions, 0, rows, P), (h, c)
     return torch.stack(outputs, dim=1).to(dtype), (h, c)

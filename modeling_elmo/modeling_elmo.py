@@ -34,7 +34,7 @@ from .inputs_elmo import (
 from .lstm_kernels import (
     dropout_noise,
     fused_applies,
-    lstm_cell,
+    lstm_step,
     reverse_each_row,
     stacked_lstm,
     state_dtype,
@@ -197,16 +197,12 @@ class ElmoLstmLayer(GradientCheckpointingLayer):
         # time-major steps via unbind/stack: indexing would cost a full-size zero tensor per step in the backward
         gates_x = self.input_transform(inputs.transpose(0, 1)).unbind(0)  # T x (B, 4H)
         valid = mask.t().unsqueeze(-1).unbind(0)  # T x (B, 1)
+        project = lambda m: self.projection(m.to(inputs.dtype))  # noqa: E731
         outputs = []
         for t in range(steps):
-            c_new, m = lstm_cell(
-                gates_x[t].to(h.dtype) + self.recurrent_transform(h.to(inputs.dtype)), c, self.cell_clip
-            )
-            h_new = self.projection(m.to(inputs.dtype)).to(h.dtype)
-            if self.proj_clip is not None:
-                h_new = h_new.clamp(-self.proj_clip, self.proj_clip)
-            h, c = torch.where(valid[t], h_new, h), torch.where(valid[t], c_new, c)  # padding keeps the state
-            outputs.append(h_new * valid[t])  # ... and outputs zeros
+            gates = gates_x[t].to(h.dtype) + self.recurrent_transform(h.to(inputs.dtype))
+            h, c, y = lstm_step(gates, h, c, valid[t], project, self.cell_clip, self.proj_clip)
+            outputs.append(y)
         if not outputs:
             return inputs.new_zeros(batch, 0, self.hidden_size), (h, c)
         return torch.stack(outputs, dim=1).to(inputs.dtype), (h, c)
