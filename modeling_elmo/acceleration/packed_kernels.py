@@ -238,8 +238,11 @@ def stacked_forward_step(gates_x, t, h, c, valid, weight_hh, weight_hr, cell_cli
     tensor: dynamo specialises on an int's value (one graph per step) and on the storage offset of a step's slice,
     but not on a tensor's values, so one graph serves every step. Returns (activations, unclipped cell, unclipped
     projection, next h, next c, output)."""
-    valid, dtype = _at(valid, t, 0), weight_hh.dtype
-    gates = _at(gates_x, t, 1) + torch.bmm(h.to(dtype), weight_hh.transpose(1, 2))
+    valid, dtype, gates_x = _at(valid, t, 0), weight_hh.dtype, _at(gates_x, t, 1)
+    if gates_x.dtype == dtype:  # one dtype (training): the sum inside the product, as precise as it gets
+        gates = torch.baddbmm(gates_x, h, weight_hh.transpose(1, 2))
+    else:  # float32 gate sums of bfloat16/float16 products (inference)
+        gates = gates_x + torch.bmm(h.to(dtype), weight_hh.transpose(1, 2))
     acts, cell, c_next, m = _cell(gates, c, valid, cell_clip)
     projected = torch.bmm(m.to(dtype), weight_hr.transpose(1, 2)).to(h.dtype)
     h_next, y = _output(projected, h, valid, proj_clip)
