@@ -37,8 +37,8 @@ How a run proceeds (see `embed_file`):
   through a link), a binary input (a NUL byte in its first 64 KiB), an output folder that is missing, is a file or
   is not writable, and an output that is a folder.
 
-The running of the model (`ElmoEmbedder`, `make_batches`) lives in `modeling_elmo.embedding.inference`; this module is the
-command around it: files, chunks, HDF5, resuming, processes and the command line.
+The running of the model (`ElmoEmbedder`, `make_batches`) lives in `modeling_elmo.embedding.inference`; this module is
+the command around it: files, chunks, HDF5, resuming, processes and the command line.
 """
 
 from __future__ import annotations

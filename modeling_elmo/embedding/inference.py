@@ -3,8 +3,8 @@
 `load_elmo_model` loads the biLM of a saved folder or Hub id and refuses anything but an exact match between the
 weights and ``config.json``: transformers would otherwise initialise the missing tensors at random, print a table,
 and let the caller compute vectors from a partly random model. `ElmoEmbedder` runs the model on batches of word
-lists. Both the ``elmo embed`` command (`modeling_elmo.embedding.embed`) and `modeling_elmo.embedding.features.add_elmo_features` use
-them.
+lists. Both the ``elmo embed`` command (`modeling_elmo.embedding.embed`) and
+`modeling_elmo.embedding.features.add_elmo_features` use them.
 
 ```python
 >>> embedder = ElmoEmbedder.from_pretrained("path/or/hub-id")                        # doctest: +SKIP
@@ -237,9 +237,9 @@ def check_loading_info(
 
 
 def check_safetensors_files(folder: str | os.PathLike) -> dict[str, Any]:
-    """`modeling_elmo.utils.io_utils.check_safetensors_header` for every ``*.safetensors`` file of ``folder``: a truncated
-    or damaged file is a one-line `ValueError` before anything is allocated for it. Returns the tensors that the
-    model's weight files (``model.safetensors``, or the shards its ``model.safetensors.index.json`` lists) declare,
+    """`modeling_elmo.utils.io_utils.check_safetensors_header` for every ``*.safetensors`` file of ``folder``: a
+    truncated or damaged file is a one-line `ValueError` before anything is allocated for it. Returns the tensors that
+    the model's weight files (``model.safetensors``, or the shards its ``model.safetensors.index.json`` lists) declare,
     name -> header entry."""
     from ..utils.io_utils import check_safetensors_header, read_json_object
 
