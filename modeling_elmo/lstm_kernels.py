@@ -3,8 +3,9 @@
 """The biLM's fast recurrence in public torch operators, and helpers shared by every form of it.
 
 `stacked_lstm` computes what `ElmoLstmLayer.forward` (the reference loop) computes, for both directions at once:
-the input products of all steps in one batched product, then per step one ``baddbmm`` and one ``bmm`` over the
-stacked weights; autograd differentiates it. Layout: direction-major and time-major, ``(D, T, B, width)``.
+the input products of all steps per direction, then per step two ``bmm`` over the stacked recurrent weights;
+autograd differentiates it. Layout: direction-major and time-major, ``(D, T, B, width)``. In bfloat16 or float16
+only the products run in that dtype; state, cell and gate sums stay in float32 (`state_dtype`).
 """
 
 from __future__ import annotations
@@ -60,14 +61,27 @@ def torch_lstm(x: torch.Tensor, layer: nn.Module) -> torch.Tensor:
     cell = torch.nn.LSTM(
         weight_ih.shape[1], layer.cell_size, proj_size=layer.hidden_size, batch_first=True, device="meta"
     )
-    weights = {
-        "weight_ih_l0": weight_ih,
-        "weight_hh_l0": layer.recurrent_transform.weight,
-        "bias_ih_l0": bias,
-        "bias_hh_l0": torch.zeros_like(bias),
-        "weight_hr_l0": layer.projection.weight,
-    }
-    return torch.func.functional_call(cell, weights, (x,))[0]
+    names = ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0", "weight_hr_l0")
+    tensors = (weight_ih, layer.recurrent_transform.weight, bias, torch.zeros_like(bias), layer.projection.weight)
+    return torch.func.functional_call(cell, dict(zip(names, tensors, strict=True)), (x,))[0]
+
+
+def state_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype of the recurrence's state, cell and gate sums: float32 at least (bfloat16 runs only the products)."""
+    return torch.promote_types(dtype, torch.float32)
+
+
+def lstm_step(gates, h, c, valid, project, cell_clip: float | None, proj_clip: float | None):
+    """One step from the gate pre-activations (i, f, g, o) -> next (h, c) and this step's output. ``project`` maps the
+    projection's input to the output (unclipped); a padded step (``valid`` False) keeps the state, outputs zeros."""
+    i, f, g, o = gates.chunk(4, dim=-1)
+    c_new = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+    if cell_clip is not None:
+        c_new = c_new.clamp(-cell_clip, cell_clip)
+    h_new = project(torch.sigmoid(o) * torch.tanh(c_new)).to(h.dtype)
+    if proj_clip is not None:
+        h_new = h_new.clamp(-proj_clip, proj_clip)
+    return torch.where(valid, h_new, h), torch.where(valid, c_new, c), h_new * valid
 
 
 def stacked_lstm(
@@ -76,40 +90,28 @@ def stacked_lstm(
     layers: Sequence[nn.Module],
     state: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-    """One layer of the LSTM with a clipped projection for ``len(layers)`` directions at once.
-
-    Args:
-        inputs: (D, T, B, P), one direction per entry of ``layers`` (`ElmoLstmLayer`s with the same clips).
-        valid: (T, B) bool, True on each row's valid prefix.
-        state: (h (D, B, P), c (D, B, H)) to start from, zeros when `None`.
-
-    Returns y (D, T, B, P) (zeros past each row's length) and the final (h, c), carried over padded steps.
-    """
-    directions, steps, rows, width = inputs.shape
-    cell_clip, proj_clip = layers[0].cell_clip, layers[0].proj_clip
-    stack = lambda name: torch.stack([getattr(layer, name).weight for layer in layers])  # noqa: E731
-    weight_ih, weight_hh, weight_hr = stack("input_transform"), stack("recurrent_transform"), stack("projection")
-    bias = torch.stack([layer.input_transform.bias for layer in layers]).unsqueeze(1)  # (D, 1, 4H)
-    if state is None:
-        h = inputs.new_zeros(directions, rows, weight_hr.shape[1])
-        c = inputs.new_zeros(directions, rows, weight_hr.shape[2])
-    else:
-        h, c = state
-    gates_x = torch.baddbmm(bias, inputs.reshape(directions, steps * rows, width), weight_ih.transpose(1, 2))
-    gates_x = gates_x.view(directions, steps, rows, -1).unbind(1)  # T x (D, B, 4H)
+    """One layer of the LSTM with a clipped projection for ``len(layers)`` directions (`ElmoLstmLayer`s with the same
+    clips) at once: inputs (D, T, B, P), valid (T, B) True on each row's valid prefix, state (h (D, B, P), c (D, B, H))
+    or zeros -> y (D, T, B, P) in the inputs' dtype, zeros past each row's length, and the final (h, c) in
+    `state_dtype`, carried over padded steps."""
+    directions, steps, rows, _ = inputs.shape
+    dtype, cell_clip, proj_clip = inputs.dtype, layers[0].cell_clip, layers[0].proj_clip
+    P, H = layers[0].projection.weight.shape
+    h, c = (inputs.new_zeros(directions, rows, n) for n in (P, H)) if state is None else state
+    h, c = h.to(state_dtype(dtype)), c.to(state_dtype(dtype))
+    # the input products of all steps per direction, the recurrent ones over stacked weights (D, P, 4H), (D, H, P)
+    gates_x = [
+        F.linear(x, ls.input_transform.weight, ls.input_transform.bias).unbind(0)
+        for x, ls in zip(inputs, layers, strict=True)
+    ]
+    weight_hh = torch.stack([layer.recurrent_transform.weight for layer in layers]).transpose(1, 2)
+    weight_hr = torch.stack([layer.projection.weight for layer in layers]).transpose(1, 2)
     valid = valid.unsqueeze(-1).unbind(0)  # T x (B, 1)
-    weight_hh, weight_hr = weight_hh.transpose(1, 2), weight_hr.transpose(1, 2)  # (D, P, 4H), (D, H, P)
     outputs = []
     for t in range(steps):
-        i, f, g, o = torch.baddbmm(gates_x[t], h, weight_hh).chunk(4, dim=-1)
-        c_new = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-        if cell_clip is not None:
-            c_new = c_new.clamp(-cell_clip, cell_clip)
-        h_new = torch.bmm(torch.sigmoid(o) * torch.tanh(c_new), weight_hr)
-        if proj_clip is not None:
-            h_new = h_new.clamp(-proj_clip, proj_clip)
-        h, c = torch.where(valid[t], h_new, h), torch.where(valid[t], c_new, c)  # padding keeps the state
-        outputs.append(h_new * valid[t])  # ... and outputs zeros
+        gates = torch.stack([g[t] for g in gates_x]).to(h.dtype) + torch.bmm(h.to(dtype), weight_hh)
+        h, c, y = lstm_step(gates, h, c, valid[t], lambda m: torch.bmm(m.to(dtype), weight_hr), cell_clip, proj_clip)
+        outputs.append(y)
     if not outputs:
-        return inputs.new_zeros(directions, 0, rows, weight_hr.shape[2]), (h, c)
-    return torch.stack(outputs, dim=1), (h, c)
+        return inputs.new_zeros(directions, 0, rows, P), (h, c)
+    return torch.stack(outputs, dim=1).to(dtype), (h, c)

@@ -39,7 +39,16 @@ from .inputs_elmo import (
     with_sentence_boundaries,
     with_word_boundaries,
 )
-from .lstm_kernels import dropout_noise, fused_applies, reverse_each_row, stacked_lstm, torch_lstm, weights_readable
+from .lstm_kernels import (
+    dropout_noise,
+    fused_applies,
+    lstm_step,
+    reverse_each_row,
+    stacked_lstm,
+    state_dtype,
+    torch_lstm,
+    weights_readable,
+)
 
 # Keys of folders saved while the LSTM transforms were bare parameters -> today's keys (regex -> key).
 LEGACY_KEY_MAPPING = {
@@ -187,27 +196,20 @@ class ElmoLstmLayer(GradientCheckpointingLayer):
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """inputs (B, T, P), mask (B, T) valid prefix, state (h (B, P), c (B, H)) -> (B, T, P), final state."""
         batch, steps, _ = inputs.shape
-        if state is None:
-            h, c = inputs.new_zeros(batch, self.hidden_size), inputs.new_zeros(batch, self.cell_size)
-        else:
-            h, c = state
+        h, c = (inputs.new_zeros(batch, n) for n in (self.hidden_size, self.cell_size)) if state is None else state
+        h, c = h.to(state_dtype(inputs.dtype)), c.to(state_dtype(inputs.dtype))  # float32 in bf16/fp16 models
         # time-major steps via unbind/stack: indexing would cost a full-size zero tensor per step in the backward
         gates_x = self.input_transform(inputs.transpose(0, 1)).unbind(0)  # T x (B, 4H)
         valid = mask.t().unsqueeze(-1).unbind(0)  # T x (B, 1)
+        project = lambda m: self.projection(m.to(inputs.dtype))  # noqa: E731
         outputs = []
         for t in range(steps):
-            i, f, g, o = (gates_x[t] + self.recurrent_transform(h)).chunk(4, dim=1)
-            c_new = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-            if self.cell_clip is not None:
-                c_new = c_new.clamp(-self.cell_clip, self.cell_clip)
-            h_new = self.projection(torch.sigmoid(o) * torch.tanh(c_new))
-            if self.proj_clip is not None:
-                h_new = h_new.clamp(-self.proj_clip, self.proj_clip)
-            h, c = torch.where(valid[t], h_new, h), torch.where(valid[t], c_new, c)  # padding keeps the state
-            outputs.append(h_new * valid[t])  # ... and outputs zeros
+            gates = gates_x[t].to(h.dtype) + self.recurrent_transform(h.to(inputs.dtype))
+            h, c, y = lstm_step(gates, h, c, valid[t], project, self.cell_clip, self.proj_clip)
+            outputs.append(y)
         if not outputs:
             return inputs.new_zeros(batch, 0, self.hidden_size), (h, c)
-        return torch.stack(outputs, dim=1), (h, c)
+        return torch.stack(outputs, dim=1).to(inputs.dtype), (h, c)
 
 
 @dataclass
@@ -243,8 +245,8 @@ class ElmoLstmState:
                 )
 
     def initial(self, batch: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The states (2, L, batch, P) and (2, L, batch, H) a batch starts from."""
-        hidden, cell = self.hidden.to(like), self.cell.to(like)
+        """The states (2, L, batch, P) and (2, L, batch, H) a batch like ``like`` starts from (float32 at least)."""
+        hidden, cell = (x.to(like.device, state_dtype(like.dtype)) for x in (self.hidden, self.cell))
         missing = batch - hidden.shape[2]
         if missing > 0:
             hidden = torch.cat([hidden, hidden.new_zeros(*hidden.shape[:2], missing, hidden.shape[3])], dim=2)

@@ -22,6 +22,7 @@ from support import assert_same_numbers
 
 from modeling_elmo.embedding import embed as embed_mod
 from modeling_elmo.embedding.embed import count_lines, embed_file
+from modeling_elmo.utils import capability
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -403,22 +404,20 @@ def test_cli_refuses_a_gpu_device_without_gpu(tmp_path):
         embed_mod.main([str(tmp_path / "in.txt"), str(tmp_path / "o.h5"), "--model", "m", "--all", "--device", "cuda"])
 
 
-def test_cli_refuses_half_precision_on_cpu(tmp_path):
+@pytest.mark.parametrize(
+    ("dtype", "flags", "message"),
+    [
+        ("float16", {"avx512_bf16"}, "--dtype float16 on cpu: float16 needs a GPU"),
+        ("bfloat16", {"avx2"}, "--dtype bfloat16 on cpu: bfloat16 needs a device that multiplies bfloat16 natively"),
+    ],
+)
+def test_cli_refuses_a_dtype_the_cpu_lacks_in_one_line(tmp_path, monkeypatch, dtype, flags, message):
+    monkeypatch.setattr(capability, "_cpu_flags", lambda: frozenset(flags))
     write_lines(tmp_path / "in.txt", ["a"])
-    with pytest.raises(SystemExit, match="--dtype float16 needs a GPU"):
-        embed_mod.main(
-            [
-                str(tmp_path / "in.txt"),
-                str(tmp_path / "o.h5"),
-                "--model",
-                "m",
-                "--all",
-                "--device",
-                "cpu",
-                "--dtype",
-                "float16",
-            ]
-        )
+    arguments = [str(tmp_path / "in.txt"), str(tmp_path / "o.h5"), "--model", "m", "--all", "--device", "cpu"]
+    with pytest.raises(SystemExit, match=f"^elmo embed: error: {message}") as error:
+        embed_mod.main([*arguments, "--dtype", dtype])
+    assert "\n" not in str(error.value)
 
 
 # ---------------------------------------------------------------------------------------------------- real model
@@ -689,3 +688,16 @@ def test_a_model_whose_config_says_return_dict_false_still_embeds(tmp_path, tiny
     src = write_lines(tmp_path / "in.txt", ["The cat sat", "Hi"])
     assert embed_mod.main([str(src), str(tmp_path / "out.hdf5"), "--model", str(folder), "--all", "--no-progress"]) == 0
     np.testing.assert_allclose(read_h5(tmp_path / "out.hdf5")["1"], direct_layers(folder, ["Hi"]), rtol=1e-5, atol=1e-6)
+
+
+def test_cli_embeds_in_bf16_on_a_cpu_that_has_it_close_to_fp32(tmp_path, tiny_model_dir, monkeypatch):
+    monkeypatch.setattr(capability, "_cpu_flags", lambda: frozenset({"avx512_bf16"}))
+    src = write_lines(tmp_path / "in.txt", [line for line in MODEL_LINES if line])
+    out = tmp_path / "out.hdf5"
+    arguments = [str(src), str(out), "--model", str(tiny_model_dir), "--all", "--device", "cpu", "--no-progress"]
+    assert embed_mod.main([*arguments, "--dtype", "bfloat16"]) == 0
+    got = read_h5(out)
+    for i, line in enumerate(line for line in MODEL_LINES if line):
+        expected = direct_layers(tiny_model_dir, line.split())
+        assert got[str(i)].dtype == np.float32
+        assert 0 < np.abs(got[str(i)] - expected).max() < 0.05 * expected.std(), f"line {i}"

@@ -17,6 +17,7 @@ from modeling_elmo import (
     ElmoTokenizer,
 )
 from modeling_elmo.embedding.features import ElmoFeatureCollator, add_elmo_features
+from modeling_elmo.utils import capability
 
 TINY = dict(
     projection_dim=8,
@@ -71,6 +72,23 @@ def test_features_equal_the_model_run_one_sentence_at_a_time():
         expected = direct_layers(model, row["words"]).transpose(1, 0, 2)
         assert isinstance(row["elmo_hidden_states"], np.ndarray) and row["elmo_hidden_states"].dtype == np.float32
         np.testing.assert_allclose(row["elmo_hidden_states"], expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["cpu-with-bf16", "cpu-without-bf16"])
+def test_features_compute_in_bf16_where_the_cpu_has_it_and_refuse_in_one_line_elsewhere(monkeypatch, native):
+    monkeypatch.setattr(capability, "_cpu_flags", lambda: frozenset({"amx_bf16"} if native else {"avx2"}))
+    torch.manual_seed(0)
+    model = ElmoModel(ElmoConfig(**TINY)).eval()
+    ds = make_dataset(5)
+    if not native:
+        with pytest.raises(ValueError, match=r"^ElmoEmbedder: bfloat16 needs .*; cpu here does not: use float32\.$"):
+            add_elmo_features(ds, model, ElmoTokenizer(), words_column="words", compute_dtype=torch.bfloat16)
+        return
+    cached = add_elmo_features(ds, model, ElmoTokenizer(), words_column="words", compute_dtype=torch.bfloat16)
+    assert next(model.parameters()).dtype == torch.float32  # moved back after the run
+    for row in cached:
+        expected = direct_layers(model, row["words"]).transpose(1, 0, 2)
+        assert 0 < np.abs(row["elmo_hidden_states"] - expected).max() < 0.05 * expected.std()
 
 
 def test_features_from_a_saved_model_folder(tmp_path):

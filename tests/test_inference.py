@@ -7,6 +7,7 @@ loader's weights are compared with the saved model's tensors, which must come ba
 
 from __future__ import annotations
 
+import copy
 import json
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from modeling_elmo import (
     ElmoTokenizer,
 )
 from modeling_elmo.embedding.inference import ElmoEmbedder, load_elmo_model, load_elmo_tokenizer, make_batches
+from modeling_elmo.utils import capability
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = dict(
@@ -253,9 +255,33 @@ def test_non_finite_vectors_are_refused_where_they_leave_the_model_not_in_its_fo
         )
 
 
-def test_embedder_refuses_half_precision_on_cpu():
-    with pytest.raises(ValueError, match="needs a GPU"):
+def test_embedder_refuses_bf16_on_a_cpu_without_it_and_float16_on_any_cpu(monkeypatch):
+    monkeypatch.setattr(capability, "_cpu_flags", lambda: frozenset({"avx2"}))
+    with pytest.raises(ValueError, match=r"^ElmoEmbedder: bfloat16 needs .*; cpu here does not: use float32\.$"):
         ElmoEmbedder(ElmoModel(ElmoConfig(**TINY)), ElmoTokenizer(), device="cpu", dtype=torch.bfloat16)
+    monkeypatch.setattr(capability, "_cpu_flags", lambda: frozenset({"avx512_bf16"}))
+    with pytest.raises(ValueError, match=r"^ElmoEmbedder: float16 needs a GPU"):
+        ElmoEmbedder(ElmoModel(ElmoConfig(**TINY)), ElmoTokenizer(), device="cpu", dtype=torch.float16)
+
+
+def test_embedder_runs_bf16_on_a_cpu_that_has_it_close_to_fp32(monkeypatch):
+    monkeypatch.setattr(capability, "_cpu_flags", lambda: frozenset({"amx_bf16"}))
+    torch.manual_seed(0)
+    model = ElmoModel(ElmoConfig(**TINY))
+    sentences = [["a", "few", "words"], ["and", "some", "more", "words", "here"]]
+    exact = ElmoEmbedder(copy.deepcopy(model), ElmoTokenizer()).embed_sentences(sentences, show_progress=False)
+    embedder = ElmoEmbedder(model, ElmoTokenizer(), device="cpu", dtype=torch.bfloat16)
+    assert next(embedder.model.parameters()).dtype == torch.bfloat16
+    approximate = embedder.embed_sentences(sentences, show_progress=False)
+    for a, e in zip(approximate, exact, strict=True):
+        assert a.dtype == np.float32 and 0 < np.abs(a - e).max() < 0.05 * e.std()
+
+
+def test_load_elmo_model_refuses_bf16_on_a_cpu_without_it_in_one_line(monkeypatch, tmp_path):
+    monkeypatch.setattr(capability, "_cpu_flags", lambda: frozenset())
+    with pytest.raises(ValueError, match=r"^load_elmo_model\('.*', dtype=torch.bfloat16\): bfloat16 needs") as error:
+        load_elmo_model(tmp_path / "anything", dtype=torch.bfloat16)
+    assert "\n" not in str(error.value)
 
 
 def test_embed_sentences_shows_a_progress_bar_unless_asked_for_silence(capsys):

@@ -495,3 +495,48 @@ def test_the_shipped_kernels_hold_no_module_state_and_importing_the_package_chan
     assert model.encoder.recurrence is None  # ... and a model runs the shipped form until it is given another
     assert use_packed_kernels(model).encoder.recurrence is packed_kernels.recurrence
     assert use_packed_kernels(model, enable=False).encoder.recurrence is None
+
+
+def bf16_error_on_long_sentences(implementation: str = "fused", make_form=lambda model: model) -> list[float]:
+    """Per layer, the largest difference of a bfloat16 copy of a model from the float32 model, over that layer's
+    standard deviation, on 44- to 50-word sentences. The model remembers long (forget gates biased open), so that
+    rounding the carried cell at every step would add up along the sentences."""
+    tester = ElmoModelTester(projection_dim=32, cell_size=64, cell_clip=3.0, proj_clip=3.0)
+    model = make_form(tester.model(seed=3, lstm_implementation=implementation))
+    with torch.no_grad():
+        for layer in [*model.encoder.forward_layers, *model.encoder.backward_layers]:
+            layer.input_transform.bias[layer.cell_size : 2 * layer.cell_size] += 6.0
+    words = torch.Generator().manual_seed(0)
+    letters = "abcdefghij"
+    sentences = [
+        ["".join(letters[int(i)] for i in torch.randint(10, (2 + int(n) % 7,), generator=words)) for n in range(length)]
+        for length in (50, 47, 44)
+    ]
+    enc = tester.encode(sentences)
+    with torch.no_grad():
+        exact = model(**enc, output_hidden_states=True).hidden_states
+        approximate = model.to(torch.bfloat16)(**enc, output_hidden_states=True).hidden_states
+    return [float((a.float() - e).abs().max() / e.std()) for a, e in zip(approximate, exact, strict=True)]
+
+
+@pytest.mark.parametrize("form", ["loop", "shipped", "package", "package-threads"])
+def test_bf16_models_stay_within_five_hundredths_of_a_std_of_fp32_on_50_word_sentences(form, monkeypatch):
+    threads = torch.get_num_threads()
+    if form == "package-threads":  # as the package runs large models: one direction per thread
+        monkeypatch.setattr(RecurrencePlan, "PER_DIRECTION_FROM", 0)
+        torch.set_num_threads(2)
+    try:
+        if form in ("loop", "shipped"):
+            errors = bf16_error_on_long_sentences("loop" if form == "loop" else "fused")
+        else:
+            errors = bf16_error_on_long_sentences("fused", use_packed_kernels)
+    finally:
+        torch.set_num_threads(threads)
+    assert max(errors) < 0.05, errors
+
+
+def test_bf16_error_on_long_sentences_comes_from_a_rounded_state(monkeypatch):
+    """The control: with the state, cell and gate sums in bfloat16 too, the same measure exceeds the bound."""
+    for module in (lstm_kernels, modeling, packed_kernels):
+        monkeypatch.setattr(module, "state_dtype", lambda dtype: dtype)
+    assert max(bf16_error_on_long_sentences()) > 0.06

@@ -29,6 +29,7 @@ from torch import nn
 from torch.nn import functional as F
 from transformers.utils import logging
 
+from ..lstm_kernels import state_dtype
 from ..modeling_elmo import ElmoBiLstm
 
 logger = logging.get_logger(__name__)
@@ -236,11 +237,14 @@ def stacked_forward_step(gates_x, t, h, c, valid, weight_hh, weight_hr, cell_cli
     (D, T, B, 4H) and ``valid`` (T, B, 1) whole, indexed here. ``t`` is an int, or, compiled, a one-element index
     tensor: dynamo specialises on an int's value (one graph per step) and on the storage offset of a step's slice,
     but not on a tensor's values, so one graph serves every step. Returns (activations, unclipped cell, unclipped
-    projection,
-    next h, next c, output)."""
-    valid = _at(valid, t, 0)
-    acts, cell, c_next, m = _cell(torch.baddbmm(_at(gates_x, t, 1), h, weight_hh.transpose(1, 2)), c, valid, cell_clip)
-    projected = torch.bmm(m, weight_hr.transpose(1, 2))
+    projection, next h, next c, output)."""
+    valid, dtype, gates_x = _at(valid, t, 0), weight_hh.dtype, _at(gates_x, t, 1)
+    if gates_x.dtype == dtype:  # one dtype (training): the sum inside the product, as precise as it gets
+        gates = torch.baddbmm(gates_x, h, weight_hh.transpose(1, 2))
+    else:  # float32 gate sums of bfloat16/float16 products (inference)
+        gates = gates_x + torch.bmm(h.to(dtype), weight_hh.transpose(1, 2))
+    acts, cell, c_next, m = _cell(gates, c, valid, cell_clip)
+    projected = torch.bmm(m.to(dtype), weight_hr.transpose(1, 2)).to(h.dtype)
     h_next, y = _output(projected, h, valid, proj_clip)
     return acts, cell, projected, h_next, c_next, y
 
@@ -350,11 +354,12 @@ class RecurrencePlan:
 def _direction_forward_step(weight_hh, weight_hr, rows: int, kernels: CpuKernels):
     """The forward step of one direction (D = 1), its products in the CPU kernels' form (`CpuKernels.step_linear`)."""
     recurrent, project = kernels.step_linear(weight_hh[0], rows), kernels.step_linear(weight_hr[0], rows)
+    dtype = weight_hh.dtype
 
     def step(gates_x, h, c, valid, cell_clip, proj_clip):
-        gates = recurrent(h[0]).add_(gates_x[0]).unsqueeze(0)
+        gates = (gates_x[0] + recurrent(h[0].to(dtype))).unsqueeze(0)
         acts, cell, c_next, m = _cell(gates, c, valid, cell_clip)
-        projected = project(m[0]).unsqueeze(0)
+        projected = project(m[0].to(dtype)).unsqueeze(0).to(h.dtype)
         h_next, y = _output(projected, h, valid, proj_clip)
         return acts, cell, projected, h_next, c_next, y
 
@@ -526,7 +531,7 @@ def _direction_inference(inputs, valid, h0, c0, layers, dtype, clips, plan: Recu
         flat = inputs[d].reshape(steps * rows, width)
         weight_ih, bias = layer.input_transform.weight.to(dtype), layer.input_transform.bias.to(dtype)
         input_products = plan.kernels.dense_linear(weight_ih, bias)
-        gates_x = input_products(flat).view(1, steps, rows, -1)  # (1, T, B, 4H)
+        gates_x = input_products(flat).view(1, steps, rows, -1).to(h0.dtype)  # (1, T, B, 4H)
         weights = (
             layer.recurrent_transform.weight.to(dtype).unsqueeze(0),
             layer.projection.weight.to(dtype).unsqueeze(0),
@@ -607,47 +612,52 @@ def clipped_lstm(
         plan: how to run (tests force one); default `RecurrencePlan.for_device`.
 
     Returns y (D, T, B, P) (zeros past each row's length) and the final (h, c), carried over padded steps. Under
-    autocast the recurrence runs in the autocast dtype, as the loop's products do.
+    autocast the products run in the autocast dtype, as the loop's do; in inference, as in the shipped form, the
+    state, cell and gate sums stay in float32 (`lstm_kernels.state_dtype`), in training they run in that dtype.
     """
     directions, steps, rows, _ = inputs.shape
     device = inputs.device
     dtype = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else inputs.dtype
     P, H = layers[0].projection.weight.shape
+    needs_grad = torch.is_grad_enabled() and (
+        inputs.requires_grad
+        or any(s.requires_grad for s in state or ())
+        or any(p.requires_grad for layer in layers for p in layer.parameters())
+    )
+    # inference keeps state, cell and gate sums in float32 (the products in ``dtype``); training runs in ``dtype``
+    carried = dtype if needs_grad else state_dtype(dtype)
     if state is None:
-        h0, c0 = inputs.new_zeros(directions, rows, P, dtype=dtype), inputs.new_zeros(directions, rows, H, dtype=dtype)
+        h0, c0 = (
+            inputs.new_zeros(directions, rows, P, dtype=carried),
+            inputs.new_zeros(directions, rows, H, dtype=carried),
+        )
     else:
-        h0, c0 = state[0].to(dtype), state[1].to(dtype)
+        h0, c0 = state[0].to(carried), state[1].to(carried)
     if steps == 0:
         return inputs.new_zeros(directions, 0, rows, P, dtype=dtype), (h0, c0)
     clips = (layers[0].cell_clip, layers[0].proj_clip)
     plan = plan or RecurrencePlan.for_device(device, directions, layers[0].recurrent_transform.weight.numel())
-    needs_grad = torch.is_grad_enabled() and (
-        inputs.requires_grad
-        or h0.requires_grad
-        or c0.requires_grad
-        or any(p.requires_grad for layer in layers for p in layer.parameters())
-    )
     with torch.autocast(device.type, enabled=False):
         if plan.per_direction and not needs_grad:
-            return _direction_inference(
-                inputs.to(dtype), valid.unsqueeze(-1).to(dtype), h0, c0, layers, dtype, clips, plan
+            y, final = _direction_inference(
+                inputs.to(dtype), valid.unsqueeze(-1).to(carried), h0, c0, layers, dtype, clips, plan
             )
+            return y.to(dtype), final
         stack = lambda tensors: torch.stack(list(tensors)).to(dtype)  # noqa: E731
-        weight_ih, bias = stack(l.input_transform.weight for l in layers), stack(l.input_transform.bias for l in layers)
-        weight_hh, weight_hr = (
-            stack(l.recurrent_transform.weight for l in layers),
-            stack(l.projection.weight for l in layers),
-        )
+        weight_ih = stack(layer.input_transform.weight for layer in layers)
+        bias = stack(layer.input_transform.bias for layer in layers)
+        weight_hh = stack(layer.recurrent_transform.weight for layer in layers)
+        weight_hr = stack(layer.projection.weight for layer in layers)
         # the input products of every step and direction in one batched product (bias included)
         gates_x = torch.baddbmm(
             bias.unsqueeze(1), inputs.to(dtype).reshape(directions, steps * rows, -1), weight_ih.transpose(1, 2)
         ).view(directions, steps, rows, 4 * H)
-        valid = valid.unsqueeze(-1).to(dtype)  # (T, B, 1) 0./1.
+        valid = valid.unsqueeze(-1).to(carried)  # (T, B, 1) 0./1.
         if needs_grad:
             y, h, c = ClippedLstmRecurrence.apply(gates_x, valid, h0, c0, weight_hh, weight_hr, clips, plan)
             return y, (h, c)
-        y, final, _ = _run_forward(gates_x, valid, h0, c0, weight_hh, weight_hr, clips, plan, save=False)
-        return y, final
+        y, final, _ = _run_forward(gates_x.to(carried), valid, h0, c0, weight_hh, weight_hr, clips, plan, save=False)
+        return y.to(dtype), final
 
 
 def default_cpu_kernels() -> CpuKernels:

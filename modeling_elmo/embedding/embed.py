@@ -65,7 +65,7 @@ from tqdm.auto import tqdm
 
 from ..utils.io_utils import command_error, error_line, exclusive_lock, iter_lines, read_json_object, scan_lines
 from ..utils.launch import LaunchError, check_process_count, launched_processes, use_cpu_backend
-from .inference import DTYPES, ElmoEmbedder, load_elmo_tokenizer, make_batches
+from .inference import DTYPES, ElmoEmbedder, check_compute_dtype, load_elmo_tokenizer, make_batches
 
 logger = logging.getLogger(__name__)
 
@@ -795,7 +795,7 @@ def build_parser(prog: str = "elmo embed") -> argparse.ArgumentParser:
         "--dtype",
         choices=sorted(DTYPES),
         default="float32",
-        help="compute dtype (bfloat16/float16 need a GPU); the file is always float32",
+        help="compute dtype (bfloat16: a GPU or a CPU with native bf16; float16: a GPU); the file is always float32",
     )
     parser.add_argument("--forget-sentences", action="store_true", help="do not write the sentence_to_index dataset")
     parser.add_argument(
@@ -821,8 +821,10 @@ def main(argv: list[str] | None = None) -> int:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise command_error("embed", f"--device {args.device} asked for a GPU, but torch sees none.")
     dtype = DTYPES[args.dtype]
-    if dtype != torch.float32 and device.type == "cpu":
-        raise command_error("embed", f"--dtype {args.dtype} needs a GPU; the device is {device}.")
+    try:
+        check_compute_dtype(device, dtype, f"--dtype {args.dtype} on {device}")
+    except ValueError as error:
+        raise command_error("embed", error) from None
 
     def load() -> ElmoEmbedder:  # called by embed_file once the paths have been checked
         with _without_transformers_progress_bars():

@@ -74,7 +74,8 @@ def add_elmo_features(
             the heads expect.
         dtype: storage dtype, ``"float32"`` or ``"float16"`` (half the disk; the collator returns float32).
         device: where the model runs (default: where it is).
-        compute_dtype: dtype the model runs in (bfloat16/float16 only on a GPU). A model passed in is moved to
+        compute_dtype: dtype the model runs in (bfloat16 where the device has it natively, `check_compute_dtype`;
+            float16 on a GPU). A model passed in is moved to
             ``device`` and ``compute_dtype`` for the run and moved back afterwards.
         show_progress: show `datasets`' progress bar over the examples (``desc`` "ELMo features"); false silences it
             for this call even where `datasets` progress bars are on.

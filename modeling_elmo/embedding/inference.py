@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from ..utils.capability import require_bf16
 from ..utils.io_utils import error_line
 
 logger = logging.getLogger(__name__)
@@ -43,6 +44,19 @@ _LISTED = 8
 
 
 # ---------------------------------------------------------------------------------------------------- loading
+
+
+def check_compute_dtype(device: torch.device | str, dtype: torch.dtype, what: str) -> None:
+    """One-line `ValueError` naming ``what`` unless the model may run in ``dtype`` on ``device``: float32 anywhere;
+    bfloat16 where the device multiplies it natively (`capability.require_bf16`: a GPU, or a CPU with AVX512-BF16, AMX
+    or Arm BF16); float16 off the CPU."""
+    device = torch.device(device)
+    if dtype not in DTYPES.values():
+        raise ValueError(f"{what}: dtype must be one of {sorted(DTYPES)}, got {dtype!r}.")
+    if dtype == torch.bfloat16 and device.type in ("cpu", "cuda"):
+        require_bf16(device, what)
+    elif dtype == torch.float16 and device.type == "cpu":
+        raise ValueError(f"{what}: float16 needs a GPU; on the CPU use float32 (or bfloat16 where the CPU has it).")
 
 
 def _listed(names: Sequence[str]) -> str:
@@ -148,6 +162,8 @@ def load_elmo_model(model_name_or_path: str | os.PathLike, **kwargs: Any) -> tor
         if reserved in kwargs:
             raise ValueError(f"load_elmo_model sets {reserved} itself; do not pass it.")
     location = os.fspath(model_name_or_path)
+    if "device_map" not in kwargs and isinstance(kwargs.get("dtype"), torch.dtype):  # loaded on the CPU
+        check_compute_dtype("cpu", kwargs["dtype"], f"load_elmo_model({location!r}, dtype={kwargs['dtype']})")
     _check_location(location, _hub_kwargs(kwargs))
     if os.path.isdir(location):
         from ..configuration_elmo import ElmoConfig
@@ -355,7 +371,9 @@ class ElmoEmbedder:
             ``device`` and ``dtype`` and put in eval mode.
         tokenizer: the matching `ElmoTokenizer`.
         device: where to run; defaults to the model's device.
-        dtype: `torch.float32` (default), or `torch.bfloat16` / `torch.float16` on a GPU. Outputs are float32.
+        dtype: `torch.float32` (default); `torch.bfloat16` where ``device`` multiplies it natively (a GPU, or a CPU
+            with AVX512-BF16, AMX or Arm BF16: `check_compute_dtype`); `torch.float16` on a GPU. Outputs are float32.
+            In bfloat16 the products run in bfloat16, the LSTM's state, cell and gate sums in float32.
     """
 
     def __init__(
@@ -367,10 +385,7 @@ class ElmoEmbedder:
     ):
         base = getattr(model, "elmo", model)
         device = torch.device(device) if device is not None else next(base.parameters()).device
-        if dtype not in DTYPES.values():
-            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}.")
-        if dtype != torch.float32 and device.type == "cpu":
-            raise ValueError(f"dtype {dtype} needs a GPU; on the CPU use float32.")
+        check_compute_dtype(device, dtype, "ElmoEmbedder")
         model_width = int(base.config.max_characters_per_token)
         tokenizer_width = getattr(tokenizer, "max_characters_per_token", model_width)
         if tokenizer_width != model_width:
@@ -490,6 +505,7 @@ def _check_word_lists(sentences: Sequence[Any]) -> None:
 
 __all__ = [
     "DTYPES",
+    "check_compute_dtype",
     "HEAD_WEIGHT_PREFIXES",
     "HUB_KWARGS",
     "MODEL_INPUT_KEYS",

@@ -1,30 +1,24 @@
-"""ElmoModel forward throughput on CPU (fp32), against a per-time-step baseline and the machine's matmul peak.
+"""ElmoModel forward throughput and memory on the CPU, per form of the recurrence, against the machine's matmul peak.
 
-    OMP_NUM_THREADS=2 python scripts/bench/bench_forward.py --threads 2 --shapes 32x20 [--preset elmo-original]
+    python scripts/bench/bench_forward.py --threads 1,2 --shapes 32x20,8x50 [--preset elmo-original]
 
-For each shape (batch x tokens) it measures:
-  * ``loop``: the reference explicit-loop LSTM (``lstm_implementation="loop"``, clipping on as in every released
-    model);
-  * ``fused``: the fast recurrence (``lstm_implementation="fused"``, what ``"auto"`` picks when clipping) in the
-    installed package's form (``modeling_elmo.acceleration.packed_kernels.use_packed_kernels``): for large models each
-    direction on its own thread when there are two or more threads, per-step products on weights packed for oneDNN/MKL
-    (private torch operators);
-  * ``fused_public``: the same model in the public-API form the files shipped with a model run (a model loaded with
-    ``trust_remote_code=True``, or an exported one): ``lstm_kernels.stacked_lstm``, both directions stacked, one
-    ``bmm`` per step;
-  * ``torch``: the ``torch.lstm(proj_size=...)`` path (the same model with both clips off);
-  * ``baseline``: a straightforward per-time-step implementation of the same model, as the original PyTorch port
-    computes it (input and recurrent products inside the time loop, Conv1d character CNN, every token encoded);
-and reports tokens/s, achieved FLOP/s, the fraction of the fp32 matmul throughput measured in the same run, and
-the speed-up over the baseline and of ``fused`` over ``loop``. The implementations and the matmul are timed in
-turns, ``--repeats`` rounds, best of each kept (the highest matmul rate, so the fractions are conservative): on a
-shared machine a neighbour's load then hits every implementation alike. ``matrix_product_floor`` times each of
-the forward pass's matrix products alone, in its fastest form, and adds them up: its ``fraction_of_matmul_peak`` is
-the best this shape allows with these GEMMs run one after another (the per-step (batch x P) @ (P x 4H) products run
-far below the square-matmul peak), and each path's ``fraction_of_product_floor`` says how close the whole forward
-pass comes to that sum. FLOPs counted: character CNN, highway, projection and LSTM matrix products of every position
-the LSTMs process (boundaries included); element-wise work is not counted. It also measures the tokenizer's
-words/s against a per-character Python encoder. Prints one JSON object.
+Forms (``--forms``, each shape, thread count and form measured in its own process, so that its peak RSS is its own):
+  * ``packed``: the installed package's recurrence (``use_packed_kernels``: per-direction threads, per-step products
+    on weights packed for oneDNN/MKL, private torch operators), fp32;
+  * ``public``: the public-API form the files shipped with a model run (a model loaded with ``trust_remote_code=True``
+    without the package): ``lstm_kernels.stacked_lstm``, fp32;
+  * ``bf16`` / ``bf16_public``: the package form / the public form with the model in bfloat16 (products in bf16,
+    the recurrence's state, cell and gate sums in fp32), with the largest difference per layer from the fp32 packed
+    form relative to that layer's standard deviation;
+  * ``loop`` (the reference loop), ``torch`` (``torch.lstm(proj_size=...)``, both clips off), ``baseline`` (a
+    straightforward per-time-step port: every product inside the time loop, Conv1d character CNN).
+Each process times its form and a 2048 x 2048 fp32 matmul (bf16 forms: also a bf16 matmul) in turns, ``--repeats``
+rounds, best of each kept (bf16 forms run only where the CPU has native bf16, or with ``--force-bf16``), and
+reports tokens/s, FLOP/s as a fraction of the same-run matmul peak (bf16 forms: of
+the bf16 peak), the RSS after building the model and the peak RSS of the process after the forward calls (so the
+forward's own memory is the difference). FLOPs counted: character CNN, highway, projection and LSTM matrix products
+of every position the LSTMs process (boundaries included). ``--floor`` adds the matrix-product floor (every product
+of one forward alone in its fastest form, summed); ``--tokenizer`` the tokenizer's words/s. Prints one JSON object.
 """
 
 from __future__ import annotations
@@ -34,6 +28,8 @@ import json
 import os
 import platform
 import random
+import resource
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -45,7 +41,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
 from modeling_elmo import BOS_CHAR_IDS, EOS_CHAR_IDS, ElmoConfig, ElmoModel, encode_words  # noqa: E402
-from modeling_elmo.acceleration.packed_kernels import default_cpu_kernels, use_packed_kernels  # noqa: E402
+from modeling_elmo.acceleration.packed_kernels import use_packed_kernels  # noqa: E402
+from modeling_elmo.utils.capability import bf16_supported  # noqa: E402
 
 
 def cpu_name() -> str:
@@ -206,99 +203,125 @@ def timed_in_turns(runs: dict, repeats: int, samples: dict[str, int] | None = No
     return best
 
 
+FORMS = ("packed", "public", "bf16", "bf16_public", "loop", "torch", "baseline")
+
+
+def rss_mb(field: str = "VmRSS") -> float:
+    """This process's resident memory (``VmRSS``) or its peak so far (``VmHWM``), MB (Linux)."""
+    with open("/proc/self/status", encoding="utf-8") as handle:
+        for line in handle:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def build_model(preset: str, form: str) -> ElmoModel:
+    """The preset's model (seed 0: every form gets the same weights) in ``form``."""
+    config = ElmoConfig.from_json_file(str(REPO / "configuration" / f"{preset}.json"))
+    config.lstm_implementation = {"loop": "loop", "torch": "torch", "baseline": "loop"}.get(form, "fused")
+    if form == "torch":
+        config.cell_clip = config.proj_clip = None
+    torch.manual_seed(0)
+    model = ElmoModel(config).eval()
+    if form.startswith("bf16"):
+        model = model.to(torch.bfloat16)
+    return use_packed_kernels(model) if form in ("packed", "bf16") else model
+
+
+def layer_error(model: ElmoModel, preset: str, ids: torch.Tensor) -> list[float]:
+    """Per layer, the largest difference of ``model``'s output from the fp32 packed form, over that layer's std."""
+    reference = build_model(preset, "packed")
+    ours = model(input_ids=ids, output_hidden_states=True).hidden_states
+    exact = reference(input_ids=ids, output_hidden_states=True).hidden_states
+    return [((a.float() - b).abs().max() / b.std()).item() for a, b in zip(ours, exact, strict=True)]
+
+
+def measure(preset: str, form: str, batch: int, tokens: int, threads: int, repeats: int) -> dict:
+    """One form at one shape and thread count, in this process (see the module's docstring)."""
+    torch.set_num_threads(threads)
+    model = build_model(preset, form)
+    rss_model = rss_mb()
+    ids = random_input(batch, tokens)
+    flops = forward_flops(model.config, batch, tokens)
+    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
+    a16, b16 = torch.randn(1024, 1024, dtype=torch.bfloat16), torch.randn(1024, 1024, dtype=torch.bfloat16)
+    with torch.inference_mode():
+        runs = {
+            "forward": (lambda: baseline_forward(model, ids)) if form == "baseline" else lambda: model(input_ids=ids)
+        }
+        runs["matmul"] = lambda: a @ b
+        if form.startswith("bf16"):
+            runs["matmul_bf16"] = lambda: a16 @ b16
+        seconds = timed_in_turns(runs, repeats, samples={"matmul": 5, "matmul_bf16": 3})
+        peak_rss = rss_mb("VmHWM")
+        peak = 2 * 2048**3 / seconds["matmul"] if not form.startswith("bf16") else 2 * 1024**3 / seconds["matmul_bf16"]
+        result = {
+            "seconds": seconds["forward"],
+            "tokens_per_s": batch * tokens / seconds["forward"],
+            "gflops": flops / seconds["forward"] / 1e9,
+            "fraction_of_matmul_peak": flops / seconds["forward"] / peak,
+            "matmul_peak_gflops": 2 * 2048**3 / seconds["matmul"] / 1e9,
+            "rss_model_mb": rss_model,
+            "peak_rss_mb": peak_rss,
+        }
+        if form.startswith("bf16"):
+            result["matmul_bf16_peak_gflops"] = peak / 1e9
+            result["layer_error_over_std"] = layer_error(model, preset, ids)
+    return result
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="elmo-original")
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--threads", default="1,2", help="comma-separated intra-op thread counts")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--shapes", default="32x20,8x50", help="comma-separated BATCHxTOKENS")
-    parser.add_argument("--skip-baseline", action="store_true")
-    parser.add_argument("--skip-torch", action="store_true", help="skip the unclipped torch.lstm path")
+    parser.add_argument("--forms", default="packed,public,bf16", help=f"comma-separated, of {', '.join(FORMS)}")
+    parser.add_argument("--force-bf16", action="store_true", help="bf16 forms also on a CPU without native bf16")
+    parser.add_argument("--floor", action="store_true", help="also the matrix-product floor of each shape")
+    parser.add_argument("--tokenizer", action="store_true", help="also the tokenizer's words/s")
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # FORM:BATCHxTOKENS:THREADS, measured in this process
     args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
-    path = str(REPO / "configuration" / f"{args.preset}.json")
-
-    def build(**overrides) -> ElmoModel:
-        config = ElmoConfig.from_json_file(path)
-        for key, value in overrides.items():
-            setattr(config, key, value)
-        return ElmoModel(config).eval()
-
-    model = build(lstm_implementation="loop")
-    config = model.config
-    models = {
-        "loop": model,
-        "fused": use_packed_kernels(build(lstm_implementation="fused")),
-        "fused_public": build(lstm_implementation="fused"),
-    }
-    if not args.skip_torch:
-        models["torch"] = build(cell_clip=None, proj_clip=None, lstm_implementation="torch")
-    for other in models.values():
-        other.load_state_dict(model.state_dict())
-    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
-    report = {
-        "preset": args.preset,
-        "threads": args.threads,
-        "torch": torch.__version__,
-        "cpu": cpu_name(),
-        "cpu_cores": os.cpu_count(),
-        "cpu_kernels": default_cpu_kernels().name,
-        "shapes": {},
-    }
-    peaks = []
+    if args.one:
+        form, shape, threads = args.one.split(":")
+        batch, tokens = map(int, shape.split("x"))
+        print(json.dumps(measure(args.preset, form, batch, tokens, int(threads), args.repeats)))
+        return 0
+    forms = args.forms.split(",")
+    unknown = sorted(set(forms) - set(FORMS))
+    if unknown:
+        parser.error(f"--forms: unknown {', '.join(unknown)}; choose from {', '.join(FORMS)}")
+    config = ElmoConfig.from_json_file(str(REPO / "configuration" / f"{args.preset}.json"))
+    report = {"preset": args.preset, "torch": torch.__version__, "cpu": cpu_name(), "cpu_cores": os.cpu_count()}
+    report["parameters"] = sum(p.numel() for p in build_model(args.preset, "public").parameters())
+    report["runs"] = {}
     for shape in args.shapes.split(","):
         batch, tokens = map(int, shape.split("x"))
-        ids = random_input(batch, tokens)
-        flops = forward_flops(config, batch, tokens)
-        with torch.inference_mode():
-            runs = {name: (lambda m=m: m(input_ids=ids)) for name, m in models.items()}
-            if not args.skip_baseline:
-                runs["baseline"] = lambda: baseline_forward(model, ids)
-            runs["matmul_2048"] = lambda: a @ b
-            seconds = timed_in_turns(runs, args.repeats, samples={"matmul_2048": 10})
-            peak = 2 * 2048**3 / seconds.pop("matmul_2048")
-            peaks.append(peak)
-            results = {
-                name: {
-                    "seconds": s,
-                    "tokens_per_s": batch * tokens / s,
-                    "gflops": flops / s / 1e9,
-                    "fraction_of_matmul_peak": flops / s / peak,
-                }
-                for name, s in seconds.items()
-            }
-            reference = model(input_ids=ids).last_hidden_state
-            torch.testing.assert_close(
-                models["fused"](input_ids=ids).last_hidden_state, reference, atol=1e-4, rtol=1e-4
-            )
-            if "fused_public" in results:
-                torch.testing.assert_close(
-                    models["fused_public"](input_ids=ids).last_hidden_state, reference, atol=1e-4, rtol=1e-4
+        for threads in args.threads.split(","):
+            entry = report["runs"][f"{shape}/{threads}"] = {}
+            for form in forms:
+                if form.startswith("bf16") and not (args.force_bf16 or bf16_supported("cpu")):
+                    entry[form] = {"skipped": "this CPU has no native bfloat16 (--force-bf16 measures it emulated)"}
+                    continue
+                command = [sys.executable, __file__, "--preset", args.preset, "--repeats", str(args.repeats)]
+                done = subprocess.run(
+                    [*command, "--one", f"{form}:{shape}:{threads}"],
+                    capture_output=True,
+                    text=True,
+                    env={**os.environ, "OMP_NUM_THREADS": threads},
                 )
-                results["fused_public"]["speedup_over_loop"] = (
-                    results["loop"]["seconds"] / results["fused_public"]["seconds"]
-                )
-                results["fused"]["speedup_over_public_form"] = (
-                    results["fused_public"]["seconds"] / results["fused"]["seconds"]
-                )
-            if "baseline" in results:
-                torch.testing.assert_close(baseline_forward(model, ids)[-1][:, 1:-1], reference, atol=1e-4, rtol=1e-4)
-                for name in [n for n in results if n != "baseline"]:
-                    results[name]["speedup_over_baseline"] = results["baseline"]["seconds"] / results[name]["seconds"]
-            results["fused"]["speedup_over_loop"] = results["loop"]["seconds"] / results["fused"]["seconds"]
-        floor = matrix_product_floor(config, batch, tokens, args.repeats)
-        floor["fraction_of_matmul_peak"] = flops / floor["seconds"] / peak
-        for name in results:
-            results[name]["fraction_of_product_floor"] = floor["seconds"] / results[name]["seconds"]
-        report["shapes"][shape] = {
-            "gflop_per_call": flops / 1e9,
-            "matmul_peak_gflops": peak / 1e9,
-            "matrix_product_floor": floor,
-            **results,
-        }
-    report["matmul_peak_gflops"] = max(peaks) / 1e9
-    report["tokenizer"] = bench_tokenizer(args.repeats)
+                if done.returncode:
+                    raise SystemExit(f"bench_forward: form {form} at {shape}/{threads} failed:\n{done.stderr}")
+                entry[form] = json.loads(done.stdout)
+            if "packed" in entry and "public" in entry:
+                entry["public_over_packed_speed"] = entry["packed"]["seconds"] / entry["public"]["seconds"]
+            if "seconds" in entry.get("bf16", {}) and "packed" in entry:
+                entry["bf16_over_fp32_speed"] = entry["packed"]["seconds"] / entry["bf16"]["seconds"]
+            if args.floor:
+                torch.set_num_threads(int(threads))
+                entry["matrix_product_floor"] = matrix_product_floor(config, batch, tokens, args.repeats)
+    if args.tokenizer:
+        report["tokenizer"] = bench_tokenizer(args.repeats)
     print(json.dumps(report, indent=2))
     return 0
 
