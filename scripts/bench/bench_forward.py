@@ -280,6 +280,8 @@ def main(argv=None) -> int:
     parser.add_argument("--force-bf16", action="store_true", help="bf16 forms also on a CPU without native bf16")
     parser.add_argument("--floor", action="store_true", help="also the matrix-product floor of each shape")
     parser.add_argument("--tokenizer", action="store_true", help="also the tokenizer's words/s")
+    parser.add_argument("--skip-baseline", action="store_true", help="leave the per-time-step baseline out of --forms")
+    parser.add_argument("--skip-torch", action="store_true", help="leave torch.nn.LSTM out of --forms")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # FORM:BATCHxTOKENS:THREADS, measured in this process
     args = parser.parse_args(argv)
     if args.one:
@@ -287,7 +289,8 @@ def main(argv=None) -> int:
         batch, tokens = map(int, shape.split("x"))
         print(json.dumps(measure(args.preset, form, batch, tokens, int(threads), args.repeats)))
         return 0
-    forms = args.forms.split(",")
+    skipped = {name for name, skip in (("baseline", args.skip_baseline), ("torch", args.skip_torch)) if skip}
+    forms = [form for form in args.forms.split(",") if form not in skipped]
     unknown = sorted(set(forms) - set(FORMS))
     if unknown:
         parser.error(f"--forms: unknown {', '.join(unknown)}; choose from {', '.join(FORMS)}")
