@@ -1,12 +1,8 @@
-"""Pretraining options: one dataclass, parsed from a YAML recipe plus command-line flags (flags win), every value
-range-checked before anything runs.
+"""Pretraining options: one dataclass, parsed from a YAML recipe plus flags (flags win), every value range-checked.
 
-Every field is a flag (``--train-file``; the underscore spelling ``--train_file`` is accepted too) and a recipe key
-(``train_file`` or ``train-file``); an unknown recipe key is an error naming the key. Flags are never abbreviated
-(``--max-step`` is an error suggesting ``--max-steps``), and ``elmo pretrain --help`` lists them in groups
-(`OPTION_GROUPS`) with their real defaults. Presets (``--model-config elmo-tiny``), recipes
-(``--config quickstart``) and the quick-start corpus (``--train-file builtin:austen-emma``) are package data, found
-with `importlib.resources` wherever the package is installed.
+Every field is a flag (``--train-file``, or ``--train_file``) and a recipe key (``train_file`` or ``train-file``);
+unknown recipe keys and abbreviated flags are errors (with a suggestion). Presets, recipes and the quick-start
+corpus are package data (`importlib.resources`).
 """
 
 from __future__ import annotations
@@ -509,50 +505,25 @@ def validate(args: PretrainingArguments) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise ValueError(f"{flag(name)} must be an integer >= {minimum}, got {value!r}.")
 
-    def number(
-        name: str,
-        low: float,
-        high: float = math.inf,
-        *,
-        low_open: bool = False,
-        high_open: bool = True,
-        optional: bool = False,
-    ) -> None:
+    def number(name: str, low: float, high: float = math.inf, *, low_open: bool = False, optional: bool = False):
         value = getattr(args, name)
         if value is None and optional:
             return
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-        ok = ok and (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
+        ok = ok and (value > low if low_open else value >= low) and value < high
         if not ok:
-            interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+            interval = f"{'(' if low_open else '['}{low:g}, {high:g})"
             raise ValueError(f"{flag(name)} must be a number in {interval}, got {value!r}.")
 
-    for name in (
-        "per_device_train_batch_size",
-        "per_device_eval_batch_size",
-        "gradient_accumulation_steps",
-        "max_sentence_length",
-        "checkpoints_total_limit",
-        "logging_steps",
-        "max_consecutive_nonfinite",
-        "bucket_size",
-        "min_count",
-        "max_characters",
-    ):
+    positive = "per_device_train_batch_size per_device_eval_batch_size gradient_accumulation_steps bucket_size"
+    positive += " max_sentence_length checkpoints_total_limit logging_steps max_consecutive_nonfinite min_count"
+    for name in (*positive.split(), "max_characters"):
         integer(name, 1)
     integer("window_size", 2)
     for name in ("checkpointing_steps", "eval_steps", "dataloader_num_workers", "seed"):
         integer(name, 0)
-    for name in (
-        "max_steps",
-        "stop_after_steps",
-        "max_train_examples",
-        "max_eval_examples",
-        "num_negative_samples",
-        "max_tokens_per_batch",
-        "preprocessing_num_workers",
-        "early_stopping_patience",
-    ):
+    optional = "max_steps stop_after_steps max_train_examples max_eval_examples num_negative_samples"
+    for name in (*optional.split(), "max_tokens_per_batch", "preprocessing_num_workers", "early_stopping_patience"):
         integer(name, 1, optional=True)
     integer("vocab_size", 5, optional=True)
     number("learning_rate", 0, optional=True)
