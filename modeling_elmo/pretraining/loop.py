@@ -11,6 +11,7 @@ schedule advances on every update; ``--max-consecutive-nonfinite`` skipped in a 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -149,9 +150,7 @@ class StopFlag:
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
     def __init__(self) -> None:
-        self.reason = ""
-        self.signum: int | None = None
-        self.previous: dict[int, Any] = {}
+        self.reason, self.signum, self.previous = "", None, {}
 
     def __call__(self, signum: int, frame: Any) -> None:
         self.reason, self.signum = f"signal {signal.Signals(signum).name}", signum
@@ -164,10 +163,8 @@ class StopFlag:
 
     def __enter__(self) -> StopFlag:
         for signum in self.SIGNALS:
-            try:
+            with contextlib.suppress(ValueError):  # not in the main thread
                 self.previous[signum] = signal.signal(signum, self)
-            except ValueError:  # not in the main thread
-                pass
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -183,17 +180,9 @@ def micro_batches(s: Session, start_epoch: int, start_batch: int) -> Iterator[tu
     while True:
         produced = False
         if args.streaming:
-            stream = iter_stream_batches(
-                s.splits["train"],
-                args.per_device_train_batch_size,
-                seed=args.seed,
-                epoch=ep,
-                rank=s.accelerator.process_index,
-                num_replicas=s.world,
-                shuffle=True,
-                buffer_batches=args.bucket_size,
-                max_tokens=args.max_tokens_per_batch,
-            )
+            shard = dict(rank=s.accelerator.process_index, num_replicas=s.world, shuffle=True, seed=args.seed, epoch=ep)
+            budget = dict(buffer_batches=args.bucket_size, max_tokens=args.max_tokens_per_batch)
+            stream = iter_stream_batches(s.splits["train"], args.per_device_train_batch_size, **shard, **budget)
             for position, examples in enumerate(stream, start=1):
                 produced = True
                 if position > skip:
@@ -259,41 +248,26 @@ def host_sync(s: Session, state: TrainingState, counters: DeviceCounters, clock:
     state.skipped_updates += int(numbers["skipped"])
     state.consecutive_nonfinite = int(numbers["consecutive"])
     if numbers["skipped"]:
-        logger.warning(
-            "update %d skipped: non-finite loss or gradient%s.",
-            int(numbers["last_bad"]),
-            ""
-            if numbers["skipped"] == 1
-            else f" ({int(numbers['skipped'])} skipped since update {state.global_step - args.logging_steps})",
-        )
+        since = f" ({int(numbers['skipped'])} skipped since update {state.global_step - args.logging_steps})"
+        since = "" if numbers["skipped"] == 1 else since
+        logger.warning("update %d skipped: non-finite loss or gradient%s.", int(numbers["last_bad"]), since)
     if state.consecutive_nonfinite >= args.max_consecutive_nonfinite:
         latest = s.checkpoints.latest()
         raise SystemExit(
             f"elmo pretrain: error: stopping: {state.consecutive_nonfinite} consecutive updates had a non-finite loss "
-            f"or gradient "
-            f"(last at update {int(numbers['last_bad'])}); their updates were not applied. The last good checkpoint is "
-            f"{latest if latest else '(none was saved)'}; lower the learning rate or check the data, then resume with "
-            "--resume-from-checkpoint."
+            f"or gradient (last at update {int(numbers['last_bad'])}); their updates were not applied. The last good "
+            f"checkpoint is {latest if latest else '(none was saved)'}; lower the learning rate or check the data, "
+            "then resume with --resume-from-checkpoint."
         )
     if isinstance(s.scheduler, BudgetScheduler):
         s.scheduler.observe(state.global_step, state.train_seconds)
     if log and applied > 0:
-        now = time.time()
-        mean_loss = loss_sum / applied
-        record = {
-            "step": state.global_step,
-            "epoch": state.epoch,
-            "train_loss": mean_loss,
-            "train_ppl": math.exp(min(mean_loss, 50.0)),
-            "lr": s.scheduler.get_last_lr()[0],
-            "tokens_per_s": tokens / max(now - counters.started, 1e-9),
-            "tokens_seen": state.tokens_seen,
-            "grad_norm": numbers["grad_norm"],
-        }
+        mean_loss, rate = loss_sum / applied, tokens / max(time.time() - counters.started, 1e-9)
+        record = {"step": state.global_step, "epoch": state.epoch, "train_loss": mean_loss}
+        record.update(train_ppl=math.exp(min(mean_loss, 50.0)), lr=s.scheduler.get_last_lr()[0], tokens_per_s=rate)
+        record.update(tokens_seen=state.tokens_seen, grad_norm=numbers["grad_norm"])
         s.metrics.write(record)
-        s.progress.set_postfix(
-            loss=f"{mean_loss:.3f}", ppl=f"{record['train_ppl']:.1f}", tok_s=f"{record['tokens_per_s']:.0f}"
-        )
+        s.progress.set_postfix(loss=f"{mean_loss:.3f}", ppl=f"{record['train_ppl']:.1f}", tok_s=f"{rate:.0f}")
         if args.report_to != "none":
             accelerator.log({k: v for k, v in record.items() if k != "step"}, step=state.global_step)
     counters.reset()

@@ -1,11 +1,6 @@
-"""The run's plan: every input resolved once, before anything is written or any data are read.
-
-`plan_run` checks every flag and resolves the inputs into a frozen `Plan`: the data files (globs and folders
-expanded once, with their sizes and the data fingerprint), the vocabulary and character vocabulary a run must use
-(read once), the model configuration (the starting model's ``config.json`` read once), the checkpoint to resume and
-how the output folder is used. The data loading, the run's identity and the model all take the plan's values, so the
-run reads exactly the files it was planned on: a file added to a folder afterwards is not read, and a planned file
-that changed is refused (`Plan.check_files_unchanged`).
+"""The run's plan: every input resolved once, before anything is written or any data are read (the data files with
+their sizes and fingerprint, the vocabularies, the model configuration, the checkpoint, the output folder's use). The
+run takes the plan's values: a file added afterwards is not read, a planned file that changed is refused.
 """
 
 from __future__ import annotations
@@ -73,8 +68,7 @@ def negative_samples(model_config: dict[str, Any]) -> int:
 
 
 def build_config(model_config: dict[str, Any], vocab_size: int, characters: int | None = None):
-    """The run's `ElmoConfig`, built once, validated by its construction; errors name the flags to change.
-    ``characters``: the size of a Unicode character vocabulary (None: bytes)."""
+    """The run's `ElmoConfig` (``characters``: the size of a Unicode character vocabulary; None: bytes)."""
     from ..configuration_elmo import UNICODE_FIRST_CHARACTER, ElmoConfig
 
     if characters is not None:
@@ -103,8 +97,7 @@ def read_characters(path: Path) -> tuple[str, ...]:
 
 
 def _starting_model(folder: Path, given_config: str | None) -> tuple[dict[str, Any], Vocabulary, tuple | None]:
-    """--init-from-model's config, vocabulary and character vocabulary, each read once and checked against the
-    weights and each other."""
+    """--init-from-model's config, vocabulary and character vocabulary, checked against the weights and each other."""
     from ..configuration_elmo import ElmoConfig
     from ..embedding.inference import check_weights_fit_config
     from ..modeling_elmo import ElmoForBidirectionalLM
@@ -156,8 +149,7 @@ def _planned_vocab_size(args: PretrainingArguments, model_config: dict[str, Any]
 
 
 def plan_run(args: PretrainingArguments) -> Plan:
-    """Everything that can be checked before any file is written or any data are read: every flag, the final model
-    configuration, the starting model, the data sources, the checkpoint to resume and the output folder."""
+    """Check and resolve every input before any file is written or any data are read."""
     validate(args)
     fixed = characters = init_from = init_config = None  # `fixed`: (vocabulary, who fixes it)
     if args.init_from_model is not None:

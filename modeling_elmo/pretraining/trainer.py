@@ -438,41 +438,26 @@ def finish(
         try:
             characters = None if s.char_vocab_text is None else json.loads(s.char_vocab_text)
             save_final_model(model, s.run.vocab_file, s.run, characters)
-            s.run.write_training_metadata(
-                {
-                    "global_step": state.global_step,
-                    "model_step": chosen_step,
-                    "tokens_seen": state.tokens_seen,
-                    "skipped_updates": state.skipped_updates,
-                    "train_seconds": state.train_seconds,
-                    "wall_seconds": time.time() - started,
-                    "num_processes": s.world,
-                    "mixed_precision": s.accelerator.mixed_precision,
-                    "vocab_size": len(s.vocab_text.splitlines()),
-                    "vocab_fingerprint": s.identity["vocabulary"],
-                    "data_fingerprint": s.identity["data"],
-                    "parameters": sum(p.numel() for p in model.parameters()),
-                    "stopped_early": stop_reason or None,
-                    "best_validation_perplexity": state.best_perplexity,
-                    "best_step": state.best_step,
-                    "args": dataclasses.asdict(s.args),
-                    "versions": {m.__name__: m.__version__ for m in (torch, transformers, datasets)},
-                }
+            steps = {
+                "global_step": state.global_step,
+                "model_step": chosen_step,
+                "vocab_size": len(s.vocab_text.split()),
+            }
+            metadata = dict(steps, tokens_seen=state.tokens_seen, skipped_updates=state.skipped_updates)
+            metadata.update(
+                train_seconds=state.train_seconds, wall_seconds=time.time() - started, num_processes=s.world
             )
-            write_results(
-                s.run.eval_results_file,
-                EvaluationResults.now(
-                    model=s.run.root.name,
-                    source="elmo pretrain",
-                    perplexity=perplexities,
-                    details={
-                        "global_step": state.global_step,
-                        "model_step": chosen_step,
-                        "vocab_size": len(s.vocab_text.splitlines()),
-                        "unk_handling": UNK_HANDLING,
-                    },
-                ),
+            metadata.update(mixed_precision=s.accelerator.mixed_precision, vocab_fingerprint=s.identity["vocabulary"])
+            metadata.update(data_fingerprint=s.identity["data"], parameters=sum(p.numel() for p in model.parameters()))
+            metadata.update(stopped_early=stop_reason or None, best_validation_perplexity=state.best_perplexity)
+            metadata.update(best_step=state.best_step, args=dataclasses.asdict(s.args))
+            metadata["versions"] = {m.__name__: m.__version__ for m in (torch, transformers, datasets)}
+            s.run.write_training_metadata(metadata)
+            details = dict(steps, unk_handling=UNK_HANDLING)
+            results = EvaluationResults.now(
+                model=s.run.root.name, source="elmo pretrain", perplexity=perplexities, details=details
             )
+            write_results(s.run.eval_results_file, results)
             if s.args.plot:
                 plot_perplexity(s.run.metrics_file, s.run.perplexity_plot_file)
         except WRITE_ERRORS as exc:  # a full disk: say what the kept checkpoint holds
