@@ -226,10 +226,9 @@ def load_checkpoint(
     scheduler.load_state_dict(_read_json(folder / "scheduler.json"))
     if scaler is not None and (folder / "scaler.json").is_file():
         scaler.load_state_dict(_read_json(folder / "scaler.json"))
-    if (folder / f"rng_state_{rank}.safetensors").is_file():
-        set_rng_state(
-            _load_tensors(folder / f"rng_state_{rank}.safetensors"), _read_json(folder / f"rng_state_{rank}.json")
-        )
+    rng = folder / f"rng_state_{rank}"
+    if rng.with_suffix(".safetensors").is_file():
+        set_rng_state(_load_tensors(rng.with_suffix(".safetensors")), _read_json(rng.with_suffix(".json")))
     else:
         logger.warning(
             "checkpoint %s has no random state of process %d: its random streams start afresh.", folder, rank
@@ -263,9 +262,8 @@ class CheckpointManager:
             candidate = self.root / name
             if name and _STEP_DIR.match(name) and (candidate / STATE_FILE).is_file():
                 return candidate
-            logger.warning(
-                "%s names %r, which is not a complete checkpoint; using the newest complete one.", pointer, name
-            )
+            message = "%s names %r, which is not a complete checkpoint; using the newest complete one."
+            logger.warning(message, pointer, name)
         found = self.checkpoints()
         return found[-1] if found else None
 
@@ -311,22 +309,17 @@ class CheckpointManager:
         if float(failed.item()) > 0:
             if accelerator.is_main_process:
                 shutil.rmtree(tmp, ignore_errors=True)
-                previous = self.latest()
-                logger.error(
-                    "could not write checkpoint %s (%s); nothing was lost: the latest checkpoint is still %s.",
-                    final,
-                    error or "failed on another process",
-                    previous if previous else "(none yet)",
-                )
+                why, previous = error or "failed on another process", self.latest() or "(none yet)"
+                message = "could not write checkpoint %s (%s); nothing was lost: the latest checkpoint is still %s."
+                logger.error(message, final, why, previous)
             accelerator.wait_for_everyone()
             return None
         if accelerator.is_main_process:
             try:
                 self._commit(tmp, final)
             except OSError as exc:
-                logger.error(
-                    "could not finish checkpoint %s (%s); the latest checkpoint is still %s.", final, exc, self.latest()
-                )
+                message = "could not finish checkpoint %s (%s); the latest checkpoint is still %s."
+                logger.error(message, final, exc, self.latest())
                 shutil.rmtree(tmp, ignore_errors=True)
                 accelerator.wait_for_everyone()
                 return None

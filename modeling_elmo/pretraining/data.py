@@ -366,12 +366,9 @@ def build_vocabularies(
     if words:
         vocab = vocabulary_from_counts(counts, max_size=max_size, min_count=min_count)
         total, covered = sum(counts.values()), sum(counts[w] for w in vocab.words[4:])
+        numbers = (len(vocab), len(counts), total, 100.0 * covered / max(total, 1))
         logger.info(
-            "vocabulary: %d words (%d types in the data, %d tokens); coverage of training tokens %.2f%%",
-            len(vocab),
-            len(counts),
-            total,
-            100.0 * covered / max(total, 1),
+            "vocabulary: %d words (%d types in the data, %d tokens); coverage of training tokens %.2f%%", *numbers
         )
     if max_characters is not None:
         characters = characters_from_counts(counts, max_characters)
@@ -380,10 +377,9 @@ def build_vocabularies(
         kept = set(characters)
         total = sum(c * len(w) for w, c in counts.items())
         covered = sum(c * sum(ch in kept for ch in w) for w, c in counts.items())
+        coverage = 100.0 * covered / max(total, 1)
         logger.info(
-            "character vocabulary: %d characters; coverage of training characters %.2f%%",
-            len(characters),
-            100.0 * covered / max(total, 1),
+            "character vocabulary: %d characters; coverage of training characters %.2f%%", len(characters), coverage
         )
     return vocab, characters
 

@@ -139,89 +139,64 @@ PREPROCESSING_STAGES = ("reading the text", "building the vocabulary", "tokenisi
 
 def prepare_data(args: PretrainingArguments, accelerator: Any, plan: Plan) -> PreparedData:
     """Read the splits, fix or build the vocabulary (main process; shared with the others), tokenise."""
-    with preprocessing_progress(accelerator.is_local_main_process) as bar:
-        return _prepare_data(args, accelerator, plan, bar)
-
-
-def _prepare_data(args: PretrainingArguments, accelerator: Any, plan: Plan, bar: Any) -> PreparedData:
     from accelerate.utils import broadcast_object_list
 
-    def stage(index: int) -> None:
-        bar.n = index
-        bar.set_postfix_str(PREPROCESSING_STAGES[index] if index < len(PREPROCESSING_STAGES) else "done")
+    with preprocessing_progress(accelerator.is_local_main_process) as bar:
 
-    stage(0)
-    plan.check_files_unchanged()
-    with accelerator.main_process_first():
-        raw = load_raw_splits(
-            plan.files,
-            dataset_name=args.dataset_name,
-            dataset_config_name=args.dataset_config_name,
-            text_column=args.text_column,
-            streaming=args.streaming,
-            validation_split_percentage=args.validation_split_percentage,
-            seed=args.seed,
-            cache_dir=args.cache_dir,
-            num_proc=args.preprocessing_num_workers,
-        )
-    raw["train"] = _limit(raw["train"], args.max_train_examples)
-    for split in ("validation", "test"):
-        if split in raw:
-            raw[split] = _limit(raw[split], args.max_eval_examples)
-    stage(1)
-    vocab, characters = plan.vocab, plan.characters  # a checkpoint's, a starting model's, --vocab-file's
-    count_characters = plan.unicode and characters is None
-    if vocab is None or count_characters:  # from one count of the training words, on the main process
-        size = args.vocab_size or (
-            plan.model_config["vocab_size"] if plan.model_config.get("vocab_size", 4) > 4 else None
-        )
-        built = [None]
-        if accelerator.is_main_process:
-            built[0] = build_vocabularies(
-                raw["train"],
-                words=vocab is None,
-                max_size=size,
-                min_count=args.min_count,
-                max_characters=args.max_characters if count_characters else None,
-                num_proc=args.preprocessing_num_workers,
+        def stage(index: int) -> None:
+            bar.n = index
+            bar.set_postfix_str(PREPROCESSING_STAGES[index] if index < len(PREPROCESSING_STAGES) else "done")
+
+        stage(0)
+        plan.check_files_unchanged()
+        with accelerator.main_process_first():
+            same = "dataset_name dataset_config_name text_column streaming validation_split_percentage seed cache_dir"
+            options = {name: getattr(args, name) for name in same.split()}
+            raw = load_raw_splits(plan.files, **options, num_proc=args.preprocessing_num_workers)
+        raw["train"] = _limit(raw["train"], args.max_train_examples)
+        for split in ("validation", "test"):
+            if split in raw:
+                raw[split] = _limit(raw[split], args.max_eval_examples)
+        stage(1)
+        vocab, characters = plan.vocab, plan.characters  # a checkpoint's, a starting model's, --vocab-file's
+        count_characters = plan.unicode and characters is None
+        if vocab is None or count_characters:  # from one count of the training words, on the main process
+            size = args.vocab_size or (
+                plan.model_config["vocab_size"] if plan.model_config.get("vocab_size", 4) > 4 else None
             )
-        if accelerator.num_processes > 1:
-            broadcast_object_list(built)
-        built, characters_built = built[0]
-        vocab = built if vocab is None else vocab
-        characters = characters_built if count_characters else characters
-    if len(vocab) <= 4:
-        raise ValueError("the vocabulary has no words besides the 4 special ones.")
-    stage(2)
-    with accelerator.main_process_first():
-        splits = tokenize_splits(
-            raw,
-            vocab,
-            mode=args.batching,
-            max_sentence_length=args.max_sentence_length,
-            window_size=args.window_size,
-            num_proc=args.preprocessing_num_workers,
-            overwrite_cache=args.overwrite_cache,
-        )
-    stage(3)
-    return PreparedData(splits, vocab, None if characters is None else list(characters))
+            built = [None]
+            if accelerator.is_main_process:
+                built[0] = build_vocabularies(
+                    raw["train"],
+                    words=vocab is None,
+                    max_size=size,
+                    min_count=args.min_count,
+                    max_characters=args.max_characters if count_characters else None,
+                    num_proc=args.preprocessing_num_workers,
+                )
+            if accelerator.num_processes > 1:
+                broadcast_object_list(built)
+            built, characters_built = built[0]
+            vocab = built if vocab is None else vocab
+            characters = characters_built if count_characters else characters
+        if len(vocab) <= 4:
+            raise ValueError("the vocabulary has no words besides the 4 special ones.")
+        stage(2)
+        with accelerator.main_process_first():
+            lengths = dict(max_sentence_length=args.max_sentence_length, window_size=args.window_size)
+            workers = dict(num_proc=args.preprocessing_num_workers, overwrite_cache=args.overwrite_cache)
+            splits = tokenize_splits(raw, vocab, mode=args.batching, **lengths, **workers)
+        stage(3)
+        return PreparedData(splits, vocab, None if characters is None else list(characters))
 
 
 def build_sampler(
     train: Any, accelerator: Any, *, batch_size: int, max_tokens: int | None, seed: int, bucket_size: int
 ) -> BucketBatchSampler:
     """The training batches of this process: ``batch_size`` sequences or ``max_tokens`` padded tokens each."""
-    sampler = BucketBatchSampler(
-        example_lengths(train),
-        None if max_tokens else batch_size,
-        max_tokens=max_tokens,
-        shuffle=True,
-        seed=seed,
-        rank=accelerator.process_index,
-        num_replicas=accelerator.num_processes,
-        bucket_size=bucket_size,
-        drop_last=True,
-    )
+    shard = dict(rank=accelerator.process_index, num_replicas=accelerator.num_processes, shuffle=True, drop_last=True)
+    sizes = dict(max_tokens=max_tokens, seed=seed, bucket_size=bucket_size)
+    sampler = BucketBatchSampler(example_lengths(train), None if max_tokens else batch_size, **sizes, **shard)
     if sampler.num_batches() == 0:
         raise ValueError(
             f"the training split has {len(train)} examples: fewer than one batch of {batch_size} per process on "
@@ -317,16 +292,12 @@ def resume(s: Session, checkpoint: Path | None) -> TrainingState:
         state.epoch, state.batch_in_epoch = positions[s.accelerator.process_index]
     else:
         state.batch_in_epoch = state.batch_in_epoch * saved_world // s.world
-        logger.warning(
-            "resuming with %d processes instead of %d: the data position is converted, RNG streams differ.",
-            s.world,
-            saved_world,
-        )
+        message = "resuming with %d processes instead of %d: the data position is converted, RNG streams differ."
+        logger.warning(message, s.world, saved_world)
     s.metrics.truncate_after(state.global_step)
     # each process's example-id log, likewise: the batches of the interrupted continuation are trained again
-    MetricsLog(s.run.examples_log_file(s.accelerator.process_index), s.args.log_example_ids).truncate_after(
-        state.global_step
-    )
+    examples_log = MetricsLog(s.run.examples_log_file(s.accelerator.process_index), s.args.log_example_ids)
+    examples_log.truncate_after(state.global_step)
     if s.best is not None and state.best_step is not None and s.accelerator.is_main_process:
         s.best.restore(checkpoint, state.best_step, state.best_perplexity)
     s.last_saved_step = state.global_step
