@@ -367,12 +367,6 @@ def _optional(kind: type) -> Any:
     return convert
 
 
-def _show_default(value: Any) -> str:
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    return f"{value:g}" if isinstance(value, float) else str(value)
-
-
 class _Parser(argparse.ArgumentParser):
     """One error line (no fifty-line usage first), and a suggestion for a mistyped flag."""
 
@@ -416,7 +410,7 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             kind = int if annotation.startswith("int") else float if annotation.startswith("float") else str
             if default is not None:
-                help_text += f" (default: {_show_default(default)})"
+                help_text += f" (default: {default:g})" if isinstance(default, float) else f" (default: {default})"
             if name in VALID_CHOICES:
                 metavar = "{" + ",".join(c for c in VALID_CHOICES[name] if c) + "}"
             else:

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from safetensors import SafetensorError
 
-from ..folders.run_folder import CHECKPOINT_FILE, read_json_object
+from ..folders.run_folder import CHECKPOINT_FILE, read_json_object  # the layout, which --overwrite may delete
 from ..utils.io_utils import atomic_write_text, check_safetensors_header, follow_umask
 from .state import TrainingState
 
@@ -38,11 +38,8 @@ STATE_FILE = "trainer_state.json"
 LATEST = "latest"
 MODEL_FILE = "model.safetensors"
 BEST_MODEL_FILE = "best_model.safetensors"
-VOCAB_FILE = "vocab.txt"
-CHAR_VOCAB_FILE = "char_vocab.json"
 FORMAT_VERSION = 1
 _STEP_DIR = re.compile(r"^step_(\d+)$")
-_KNOWN_FILE = CHECKPOINT_FILE  # the layout lives in run_folder, which also knows what --overwrite may delete
 
 
 class CheckpointError(ValueError):
@@ -164,9 +161,9 @@ def write_training_files(
             os.link(best_model, folder / BEST_MODEL_FILE)
         except OSError:
             shutil.copyfile(best_model, folder / BEST_MODEL_FILE)
-    atomic_write_text(folder / VOCAB_FILE, vocab_text)
+    atomic_write_text(folder / "vocab.txt", vocab_text)
     if char_vocab_text is not None:
-        atomic_write_text(folder / CHAR_VOCAB_FILE, char_vocab_text)
+        atomic_write_text(folder / "char_vocab.json", char_vocab_text)
     atomic_write_text(folder / STATE_FILE, json.dumps(trainer_state, indent=1, sort_keys=True))
 
 
@@ -175,7 +172,7 @@ def check_checkpoint_files(folder: Path) -> None:
     from ..utils.loading import refuse_pickled_weights
 
     refuse_pickled_weights(folder)
-    unknown = sorted(p.name for p in folder.iterdir() if not (p.is_file() and _KNOWN_FILE.fullmatch(p.name)))
+    unknown = sorted(p.name for p in folder.iterdir() if not (p.is_file() and CHECKPOINT_FILE.fullmatch(p.name)))
     if unknown:
         raise CheckpointError(
             f"checkpoint {str(folder)!r} holds files that are not part of a checkpoint of this package: "

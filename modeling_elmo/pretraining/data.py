@@ -177,17 +177,14 @@ def text_dataset_from_files(
 
     files = list(files)
     stamps = [f"{os.path.getsize(f)}:{os.stat(f).st_mtime_ns}" for f in files]
-    features = datasets.Features({"text": datasets.Value("string")})
-    kwargs = {"paths": files, "stamps": stamps}
+    source = dict(
+        features=datasets.Features({"text": datasets.Value("string")}), gen_kwargs={"paths": files, "stamps": stamps}
+    )
     if streaming:
-        return datasets.IterableDataset.from_generator(_text_generator, features=features, gen_kwargs=kwargs)
+        return datasets.IterableDataset.from_generator(_text_generator, **source)
     num_proc = min(num_proc or 1, len(files))
     return datasets.Dataset.from_generator(
-        _text_generator,
-        features=features,
-        gen_kwargs=kwargs,
-        cache_dir=cache_dir,
-        num_proc=num_proc if num_proc > 1 else None,
+        _text_generator, **source, cache_dir=cache_dir, num_proc=num_proc if num_proc > 1 else None
     )
 
 

@@ -92,18 +92,12 @@ def plot_perplexity(metrics_path: Path, out_path: Path) -> None:
     train = {r["step"]: r["train_ppl"] for r in records if "train_ppl" in r}
     valid = {r["step"]: r["perplexity"] for r in records if r.get("split") == "validation"}
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    if train:
-        steps = sorted(train)
-        ax.plot(steps, [train[s] for s in steps], label="train (training loss)")
-    if valid:
-        steps = sorted(valid)
-        ax.plot(steps, [valid[s] for s in steps], "o-", label="validation (exact)")
-    ax.set_xlabel("update")
-    ax.set_ylabel("perplexity (geometric mean of directions)")
-    ax.set_yscale("log")
+    for values, style, label in ((train, "-", "train (training loss)"), (valid, "o-", "validation (exact)")):
+        if values:
+            ax.plot(sorted(values), [values[s] for s in sorted(values)], style, label=label)
+    ax.set(xlabel="update", ylabel="perplexity (geometric mean of directions)", yscale="log", title="ELMo pretraining")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
-    ax.set_title("ELMo pretraining")
     fig.tight_layout()
     tmp = out_path.with_name(out_path.name + ".tmp.png")
     fig.savefig(tmp, dpi=100)

@@ -27,7 +27,7 @@ import torch
 from ..folders.run_folder import RunFolder
 from .arguments import PretrainingArguments
 from .batching import BucketBatchSampler, Collator, FixedBatches, IndexedDataset, iter_stream_batches
-from .checkpoint import CheckpointManager, write_training_files
+from .checkpoint import FORMAT_VERSION, CheckpointManager, write_training_files
 from .evaluation import dataset_description, evaluate, metrics_record
 from .output import BestModel
 from .schedule import BudgetScheduler
@@ -49,18 +49,20 @@ class Session:
     sampler: BucketBatchSampler | None
     collator: Collator
     run: RunFolder
-    checkpoints: CheckpointManager
-    metrics: MetricsLog
     identity: dict[str, Any]
     vocab_text: str
     total_updates: int
     char_vocab_text: str | None = None  # the Unicode character vocabulary (JSON), saved in every checkpoint
-    best: BestModel | None = None
     last_saved_step: int = -1
     last_evaluated_step: int = -1
     stop_requested: str = ""
     examples_log: Any = None
     progress: Any = None
+
+    def __post_init__(self) -> None:
+        self.checkpoints = CheckpointManager(self.run.checkpoints_dir, keep_last=self.args.checkpoints_total_limit)
+        self.metrics = MetricsLog(self.run.metrics_file, self.accelerator.is_main_process)
+        self.best = BestModel(self.run.best_model_dir) if self.args.load_best_model_at_end else None
 
     @property
     def world(self) -> int:
@@ -71,16 +73,10 @@ class Session:
 
     def evaluate(self, split: str, baseline: Any = None) -> Any:
         args = self.args
-        return evaluate(
-            *(self.unwrapped(), self.splits[split], self.collator, self.accelerator),
-            batch_size=args.per_device_eval_batch_size,
-            layout=args.batching,
-            bucket_size=args.bucket_size,
-            num_workers=args.dataloader_num_workers,
-            baseline=baseline,
-            split=split,
-            description=dataset_description(args, split),
-        )
+        options = dict(batch_size=args.per_device_eval_batch_size, layout=args.batching, bucket_size=args.bucket_size)
+        options.update(num_workers=args.dataloader_num_workers, baseline=baseline, split=split)
+        options["description"] = dataset_description(args, split)
+        return evaluate(self.unwrapped(), self.splits[split], self.collator, self.accelerator, **options)
 
 
 class NonfiniteGuard:
@@ -309,26 +305,13 @@ def save_checkpoint(s: Session, state: TrainingState) -> Path | None:
     if s.world > 1:
         gathered = s.accelerator.gather(torch.tensor([positions[0]], device=s.accelerator.device))
         positions = gathered.cpu().tolist()
-    trainer_state = {"format": 1, "state": state.to_dict(), "run": s.identity, "num_processes": s.world}
+    trainer_state = {"format": FORMAT_VERSION, "state": state.to_dict(), "run": s.identity, "num_processes": s.world}
     trainer_state["positions"] = positions
     best = s.best.weights if s.best is not None and state.best_step is not None and s.best.weights.is_file() else None
-
-    def write(folder: Path) -> None:
-        write_training_files(
-            folder,
-            model=s.unwrapped(),
-            optimizer=s.optimizer,
-            scheduler=s.scheduler,
-            scaler=s.accelerator.scaler,
-            rank=s.accelerator.process_index,
-            is_main=s.accelerator.is_main_process,
-            trainer_state=trainer_state,
-            vocab_text=s.vocab_text,
-            best_model=best,
-            char_vocab_text=s.char_vocab_text,
-        )
-
-    path = s.checkpoints.save(s.accelerator, state.global_step, write)
+    files = dict(model=s.unwrapped(), optimizer=s.optimizer, scheduler=s.scheduler, scaler=s.accelerator.scaler)
+    files.update(rank=s.accelerator.process_index, is_main=s.accelerator.is_main_process, trainer_state=trainer_state)
+    files.update(vocab_text=s.vocab_text, best_model=best, char_vocab_text=s.char_vocab_text)
+    path = s.checkpoints.save(s.accelerator, state.global_step, lambda folder: write_training_files(folder, **files))
     if path is not None:
         s.last_saved_step = state.global_step
         logger.info("saved checkpoint %s", path)
@@ -343,21 +326,15 @@ class ProgressBar:
         from tqdm.auto import tqdm
 
         self.total_updates, self.budget, self.step, self.postfix = total_updates, budget_seconds, step, {}
+        shown = dict(disable=not enabled, dynamic_ncols=True)
         if budget_seconds is None:
             self.total, self.position = float(total_updates), float(step)
-            self.bar = tqdm(total=total_updates, initial=step, desc="updates", disable=not enabled, dynamic_ncols=True)
+            self.bar = tqdm(total=total_updates, initial=step, desc="updates", **shown)
         else:
             self.total, self.position = budget_seconds, self._position(step, seconds)
-            self.bar = tqdm(
-                total=budget_seconds,
-                initial=self.position,
-                desc="training minutes",
-                unit="min",
-                unit_scale=1 / 60,
-                disable=not enabled,
-                dynamic_ncols=True,
-                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total:.1f} min [{elapsed}<{remaining}{postfix}]",
-            )
+            minutes = "{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total:.1f} min [{elapsed}<{remaining}{postfix}]"
+            shown.update(desc="training minutes", unit="min", unit_scale=1 / 60, bar_format=minutes)
+            self.bar = tqdm(total=budget_seconds, initial=self.position, **shown)
             self.bar.set_postfix(updates=step, refresh=False)
 
     def _position(self, step: int, seconds: float) -> float:
@@ -377,10 +354,7 @@ class ProgressBar:
 
     def set_postfix(self, **values: Any) -> None:
         self.postfix = values
-        if self.budget is None:
-            self.bar.set_postfix(**values)
-        else:
-            self.bar.set_postfix(updates=self.step, **values)
+        self.bar.set_postfix(**({} if self.budget is None else {"updates": self.step}), **values)
 
     def close(self) -> None:
         self.bar.close()

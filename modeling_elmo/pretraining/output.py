@@ -19,7 +19,7 @@ import torch
 
 from ..folders.run_folder import RunFolder, read_json_object
 from ..utils.io_utils import atomic_write_text, exclusive_lock, follow_umask
-from .checkpoint import CheckpointManager
+from .checkpoint import BEST_MODEL_FILE, CheckpointManager
 from .state import argument_identity, identity_differences, read_run_identity, write_run_identity
 
 logger = logging.getLogger(__name__)
@@ -170,8 +170,6 @@ class BestModel:
         self._replace(lambda tmp: save_model(model, str(tmp)), step, perplexity)
 
     def restore(self, checkpoint: Path, step: int, perplexity: float) -> None:
-        from .checkpoint import BEST_MODEL_FILE
-
         source = Path(checkpoint) / BEST_MODEL_FILE
         if not source.is_file():
             raise ValueError(

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..folders.run_folder import RunFolder
+from ..folders.run_folder import RunFolder, read_json_object
 from ..utils.io_utils import atomic_write_text
 
 #: Arguments that define a run: a run resumed (or a folder reused) with other values is another run. Data files,
@@ -134,8 +134,6 @@ def identity_differences(saved: dict[str, Any], current: dict[str, Any]) -> list
 
 
 def read_run_identity(run: RunFolder) -> dict[str, Any] | None:
-    from ..folders.run_folder import read_json_object
-
     return read_json_object(run.run_identity_file, "run identity")
 
 

@@ -30,7 +30,7 @@ from .checkpoint import WRITE_ERRORS, CheckpointManager, load_checkpoint
 from .data import Vocabulary, build_vocabularies, load_raw_splits, tokenize_splits
 from .evaluation import metrics_record, plot_perplexity
 from .loop import ProgressBar, Session, evaluate_and_track, save_checkpoint, train_loop
-from .output import BestModel, data_file_arguments, open_output_folder, run_lock, save_final_model
+from .output import data_file_arguments, open_output_folder, run_lock, save_final_model
 from .plan import Plan, build_config, plan_run
 from .schedule import build_scheduler
 from .state import MetricsLog, TrainingState, identity_differences, run_identity
@@ -59,13 +59,9 @@ def build_accelerator(
     import transformers
     from accelerate import Accelerator
 
-    accelerator = Accelerator(
-        cpu=use_cpu_backend(),
-        mixed_precision=mixed_precision,
-        gradient_accumulation_steps=gradient_accumulation_steps,
-        log_with=None if report_to == "none" else report_to,
-        project_dir=project_dir,
-    )
+    options = dict(mixed_precision=mixed_precision, gradient_accumulation_steps=gradient_accumulation_steps)
+    log_with = None if report_to == "none" else report_to
+    accelerator = Accelerator(cpu=use_cpu_backend(), log_with=log_with, project_dir=project_dir, **options)
     check_process_count(accelerator.num_processes, accelerator.distributed_type)
     check_mixed_precision(accelerator.mixed_precision, accelerator.device)
     if accelerator.distributed_type.value == "FSDP":
@@ -524,12 +520,9 @@ def _train(args: PretrainingArguments, plan: Plan, accelerator: Any, started: fl
             data.vocab.char_table(config.max_characters_per_token, data.characters), characters=data.characters
         ),
         run=plan.run,
-        checkpoints=CheckpointManager(plan.run.checkpoints_dir, keep_last=args.checkpoints_total_limit),
-        metrics=MetricsLog(plan.run.metrics_file, accelerator.is_main_process),
         identity=identity,
         vocab_text="".join(w + "\n" for w in data.vocab.words),
         total_updates=total_updates,
-        best=BestModel(plan.run.best_model_dir) if args.load_best_model_at_end else None,
         char_vocab_text=char_vocab_text,
     )
     state = resume(s, plan.resume_path)
