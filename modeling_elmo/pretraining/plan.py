@@ -40,6 +40,7 @@ class Plan:
     stamps: dict[str, tuple[int, int]]  # (size, mtime_ns) of every planned file
     data_fingerprint: str  # of the training and validation data (`modeling_elmo.pretraining.state.data_fingerprint`)
     vocab: Vocabulary | None = None  # the vocabulary the run must use (None: built from the training data)
+    max_vocab_size: int | None = None  # the most words a vocabulary built from the data keeps (None: all)
     characters: tuple[str, ...] | None = None  # the character vocabulary the run must use
     unicode: bool = False  # a Unicode character vocabulary (--char-vocabulary unicode, or the starting model's)
     init_from: Path | None = None  # the model whose weights the run starts from (not when resuming)
@@ -136,13 +137,9 @@ def _starting_model(folder: Path, given_config: str | None) -> tuple[dict[str, A
     return config, vocab, characters
 
 
-def _planned_vocab_size(args: PretrainingArguments, model_config: dict[str, Any], vocab: Vocabulary | None) -> int:
-    if vocab is not None:
-        return len(vocab)
-    if args.vocab_size:
-        return args.vocab_size
-    if model_config.get("vocab_size", 4) > 4:
-        return model_config["vocab_size"]
+def _planned_vocab_size(model_config: dict[str, Any], vocab: Vocabulary | None, max_size: int | None) -> int:
+    if vocab is not None or max_size:
+        return len(vocab) if vocab is not None else max_size
     # not known before the data are counted: check everything else now, the softmax size once the vocabulary exists
     sampled = model_config.get("lm_softmax") == "sampled" and isinstance(negative_samples(model_config), int)
     return max(5, negative_samples(model_config) + 1) if sampled else 5
@@ -188,7 +185,10 @@ def plan_run(args: PretrainingArguments) -> Plan:
         )
     vocab = fixed[0] if fixed is not None else vocab
     planned_characters = len(characters) if characters else args.max_characters
-    build_config(model_config, _planned_vocab_size(args, model_config, vocab), planned_characters if unicode else None)
+    max_size = args.vocab_size or (model_config["vocab_size"] if model_config.get("vocab_size", 4) > 4 else None)
+    build_config(
+        model_config, _planned_vocab_size(model_config, vocab, max_size), planned_characters if unicode else None
+    )
     given = {split: getattr(args, name) for split, name in _DATA_FLAGS.items()}
     files = {split: tuple(expand_text_files(value, f"--{split}-file")) for split, value in given.items() if value}
     stamps = {path: (os.stat(path).st_size, os.stat(path).st_mtime_ns) for paths in files.values() for path in paths}
@@ -204,6 +204,7 @@ def plan_run(args: PretrainingArguments) -> Plan:
         stamps=stamps,
         data_fingerprint=fingerprint,
         vocab=vocab,
+        max_vocab_size=max_size,
         characters=characters if unicode else None,
         unicode=unicode,
         init_from=init_from,

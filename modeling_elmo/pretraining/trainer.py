@@ -105,7 +105,7 @@ def _limit(ds: Any, n: int | None) -> Any:
 @contextlib.contextmanager
 def preprocessing_progress(enabled: bool) -> Iterator[Any]:
     """One progress bar for the whole data preparation (on a terminal only; erased when it fails), the `datasets`
-    bars switched off meanwhile."""
+    bars switched off meanwhile; yields ``stage(index)``, which shows `PREPROCESSING_STAGES` ``[index]``."""
     import datasets
     from tqdm.auto import tqdm
 
@@ -118,8 +118,13 @@ def preprocessing_progress(enabled: bool) -> Iterator[Any]:
         disable=None if enabled else True,  # None: shown on a terminal only, never in a log file
         bar_format="{desc}: {n}/{total} stages [{elapsed}{postfix}]",
     )
+
+    def stage(index: int) -> None:
+        bar.n = index
+        bar.set_postfix_str(PREPROCESSING_STAGES[index] if index < len(PREPROCESSING_STAGES) else "done")
+
     try:
-        yield bar
+        yield stage
     except BaseException:
         bar.leave = False  # a preparation that fails says so in one line, not under a half-drawn bar
         raise
@@ -135,55 +140,51 @@ PREPROCESSING_STAGES = ("reading the text", "building the vocabulary", "tokenisi
 
 def prepare_data(args: PretrainingArguments, accelerator: Any, plan: Plan) -> PreparedData:
     """Read the splits, fix or build the vocabulary (main process; shared with the others), tokenise."""
+    with preprocessing_progress(accelerator.is_local_main_process) as stage:
+        return _prepare_data(args, accelerator, plan, stage)
+
+
+def _prepare_data(args: PretrainingArguments, accelerator: Any, plan: Plan, stage: Any) -> PreparedData:
     from accelerate.utils import broadcast_object_list
 
-    with preprocessing_progress(accelerator.is_local_main_process) as bar:
-
-        def stage(index: int) -> None:
-            bar.n = index
-            bar.set_postfix_str(PREPROCESSING_STAGES[index] if index < len(PREPROCESSING_STAGES) else "done")
-
-        stage(0)
-        plan.check_files_unchanged()
-        with accelerator.main_process_first():
-            same = "dataset_name dataset_config_name text_column streaming validation_split_percentage seed cache_dir"
-            options = {name: getattr(args, name) for name in same.split()}
-            raw = load_raw_splits(plan.files, **options, num_proc=args.preprocessing_num_workers)
-        raw["train"] = _limit(raw["train"], args.max_train_examples)
-        for split in ("validation", "test"):
-            if split in raw:
-                raw[split] = _limit(raw[split], args.max_eval_examples)
-        stage(1)
-        vocab, characters = plan.vocab, plan.characters  # a checkpoint's, a starting model's, --vocab-file's
-        count_characters = plan.unicode and characters is None
-        if vocab is None or count_characters:  # from one count of the training words, on the main process
-            size = args.vocab_size or (
-                plan.model_config["vocab_size"] if plan.model_config.get("vocab_size", 4) > 4 else None
+    stage(0)
+    plan.check_files_unchanged()
+    with accelerator.main_process_first():
+        same = "dataset_name dataset_config_name text_column streaming validation_split_percentage seed cache_dir"
+        options = {name: getattr(args, name) for name in same.split()}
+        raw = load_raw_splits(plan.files, **options, num_proc=args.preprocessing_num_workers)
+    raw["train"] = _limit(raw["train"], args.max_train_examples)
+    for split in ("validation", "test"):
+        if split in raw:
+            raw[split] = _limit(raw[split], args.max_eval_examples)
+    stage(1)
+    vocab, characters = plan.vocab, plan.characters  # a checkpoint's, a starting model's, --vocab-file's
+    count_characters = plan.unicode and characters is None
+    if vocab is None or count_characters:  # from one count of the training words, on the main process
+        counted = [None]
+        if accelerator.is_main_process:
+            counted[0] = build_vocabularies(
+                raw["train"],
+                words=vocab is None,
+                max_size=plan.max_vocab_size,
+                min_count=args.min_count,
+                max_characters=args.max_characters if count_characters else None,
+                num_proc=args.preprocessing_num_workers,
             )
-            built = [None]
-            if accelerator.is_main_process:
-                built[0] = build_vocabularies(
-                    raw["train"],
-                    words=vocab is None,
-                    max_size=size,
-                    min_count=args.min_count,
-                    max_characters=args.max_characters if count_characters else None,
-                    num_proc=args.preprocessing_num_workers,
-                )
-            if accelerator.num_processes > 1:
-                broadcast_object_list(built)
-            built, characters_built = built[0]
-            vocab = built if vocab is None else vocab
-            characters = characters_built if count_characters else characters
-        if len(vocab) <= 4:
-            raise ValueError("the vocabulary has no words besides the 4 special ones.")
-        stage(2)
-        with accelerator.main_process_first():
-            lengths = dict(max_sentence_length=args.max_sentence_length, window_size=args.window_size)
-            workers = dict(num_proc=args.preprocessing_num_workers, overwrite_cache=args.overwrite_cache)
-            splits = tokenize_splits(raw, vocab, mode=args.batching, **lengths, **workers)
-        stage(3)
-        return PreparedData(splits, vocab, None if characters is None else list(characters))
+        if accelerator.num_processes > 1:
+            broadcast_object_list(counted)
+        built, characters_built = counted[0]
+        vocab = built if vocab is None else vocab
+        characters = characters_built if count_characters else characters
+    if len(vocab) <= 4:
+        raise ValueError("the vocabulary has no words besides the 4 special ones.")
+    stage(2)
+    with accelerator.main_process_first():
+        lengths = dict(max_sentence_length=args.max_sentence_length, window_size=args.window_size)
+        workers = dict(num_proc=args.preprocessing_num_workers, overwrite_cache=args.overwrite_cache)
+        splits = tokenize_splits(raw, vocab, mode=args.batching, **lengths, **workers)
+    stage(3)
+    return PreparedData(splits, vocab, None if characters is None else list(characters))
 
 
 def build_sampler(
