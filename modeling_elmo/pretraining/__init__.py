@@ -1,13 +1,6 @@
-"""ELMo pretraining with accelerate: data, vocabulary, batching, checkpoints and the training loop.
-
-Launch with ``accelerate launch scripts/pretrain.py --config quickstart`` (or ``elmo pretrain ...``); see
-docs/pretraining.md.
-
-Modules: `arguments` (options, presets, recipes, packaged corpora), `plan` (the inputs resolved once: files,
-vocabulary, model configuration, output folder), `data` (reading, vocabulary, tokenisation), `batching` (samplers,
-collator), `state` (`TrainingState`, run identity, metrics), `schedule`, `checkpoint` (the safe checkpoint format),
-`output` (one run per folder, the final model), `evaluation`, `loop` (the training loop and its steps) and `trainer`
-(`train`, the skeleton, and `main`).
+"""ELMo pretraining with accelerate (``elmo pretrain`` or ``accelerate launch scripts/pretrain.py``; see
+docs/pretraining.md): `arguments` and `plan` (the inputs, checked and resolved once), `data` and `batching`, `state`,
+`schedule`, `checkpoint`, `output`, `evaluation`, `loop` (the training loop) and `trainer` (`train`, `main`).
 """
 
 from .arguments import PretrainingArguments, load_recipe, parse_args

@@ -1,12 +1,8 @@
-"""Pretraining options: one dataclass, parsed from a YAML recipe plus command-line flags (flags win), every value
-range-checked before anything runs.
+"""Pretraining options: one dataclass, parsed from a YAML recipe plus flags (flags win), every value range-checked.
 
-Every field is a flag (``--train-file``; the underscore spelling ``--train_file`` is accepted too) and a recipe key
-(``train_file`` or ``train-file``); an unknown recipe key is an error naming the key. Flags are never abbreviated
-(``--max-step`` is an error suggesting ``--max-steps``), and ``elmo pretrain --help`` lists them in groups
-(`OPTION_GROUPS`) with their real defaults. Presets (``--model-config elmo-tiny``), recipes
-(``--config quickstart``) and the quick-start corpus (``--train-file builtin:austen-emma``) are package data, found
-with `importlib.resources` wherever the package is installed.
+Every field is a flag (``--train-file``, or ``--train_file``) and a recipe key (``train_file`` or ``train-file``);
+unknown recipe keys and abbreviated flags are errors (with a suggestion). Presets, recipes and the quick-start
+corpus are package data (`importlib.resources`).
 """
 
 from __future__ import annotations
@@ -44,12 +40,12 @@ def _f(default: Any, help: str, **kwargs: Any) -> Any:
 
 @dataclass
 class PretrainingArguments:
-    # ------------------------------------------------------------------ data
     train_file: list[str] | None = _f(
         None,
         "Training text: files, globs, directories or a packaged corpus (`builtin:austen-emma`); one sentence or "
         "paragraph per line.",
         nargs="+",
+        group="data",
     )
     validation_file: list[str] | None = _f(
         None, "Validation text (files, globs, directories, `builtin:NAME`).", nargs="+"
@@ -65,8 +61,9 @@ class PretrainingArguments:
         "Licence of the training data, `LICENSE` or `DATA=LICENSE` per part (e.g. `gutenberg/*.txt=public-domain`): "
         "recorded for the model card (`elmo push` warns when it is unknown or research-only).",
         nargs="+",
+        metavar="[DATA=]LICENSE",
     )
-    text_column: str = _f("text", "Column holding the text in a Hub dataset.")
+    text_column: str = _f("text", "Column holding the text in a Hub dataset.", metavar="NAME")
     streaming: bool = _f(
         False, "Stream the data instead of loading it (corpora larger than memory); needs --max-steps."
     )
@@ -111,26 +108,29 @@ class PretrainingArguments:
     dataloader_num_workers: int = _f(0, "DataLoader worker processes.")
     cache_dir: str | None = _f(None, "`datasets` cache folder (default: HF_DATASETS_CACHE).")
     overwrite_cache: bool = _f(False, "Re-tokenise even if a cached result exists.")
-    # ------------------------------------------------------------------ model
     model_config: str | None = _f(
         None,
         "Model preset name (`elmo-tiny`, `elmo-27m`, ...) or a config.json path (default: "
         "`elmo-tiny`, or the architecture of --init-from-model).",
+        group="model",
+        metavar="PRESET|FILE",
     )
     init_from_model: str | None = _f(
         None,
         "Start from the weights of this saved model folder (continued, e.g. domain-adaptive, "
         "pretraining): its architecture and vocabulary are used; optimiser, schedule and "
         "data position start afresh. A resumed checkpoint's weights take precedence.",
+        metavar="DIR",
     )
     lm_softmax: str | None = _f(None, "Override the preset's training softmax: `full` or `sampled`.")
     num_negative_samples: int | None = _f(
         None, "Override the number of negative samples of the sampled softmax (fewer than the vocabulary's words)."
     )
     dropout: float | None = _f(None, "Override hidden_dropout_prob, in [0, 1).")
-    # ------------------------------------------------------------------ optimisation
     optimizer: str = _f(
-        "adamw", "`adamw` (the recipes') or `adagrad` (the original's: lr 0.2, initial accumulator 1.0)."
+        "adamw",
+        "`adamw` (the recipes') or `adagrad` (the original's: lr 0.2, initial accumulator 1.0).",
+        group="optimisation",
     )
     learning_rate: float | None = _f(
         None,
@@ -152,11 +152,12 @@ class PretrainingArguments:
     )
     max_consecutive_nonfinite: int = _f(5, "Stop after this many consecutive updates with a NaN/inf loss or gradient.")
     seed: int = _f(42, "Random seed (data order, initialisation, dropout, sampling).")
-    # ------------------------------------------------------------------ schedule and budget
     lr_scheduler_type: str = _f(
         "constant",
         "transformers `get_scheduler` name: constant, constant_with_warmup, linear, cosine, ... "
         "With --max-train-minutes: constant, constant_with_warmup, linear or cosine over the time budget.",
+        group="schedule and budget",
+        metavar="NAME",
     )
     warmup_steps: float = _f(
         0,
@@ -182,9 +183,10 @@ class PretrainingArguments:
         "Save the model of the best validation perplexity (evaluated every --eval-steps and at the end), not the last "
         "one.",
     )
-    # ------------------------------------------------------------------ checkpoints and output
     output_dir: str = _f(
-        "outputs/elmo-pretrained", "The run's folder: model, checkpoints, metrics and plots. One run per folder."
+        "outputs/elmo-pretrained",
+        "The run's folder: model, checkpoints, metrics and plots. One run per folder.",
+        group="checkpoints and output",
     )
     overwrite: bool = _f(
         False, "Clear --output-dir first when it holds another run (only the files a run writes are removed)."
@@ -192,16 +194,18 @@ class PretrainingArguments:
     checkpointing_steps: int = _f(1000, "Save the training state every N updates (0 = only at the end).")
     checkpoints_total_limit: int = _f(2, "Keep the last K checkpoints.")
     resume_from_checkpoint: str | None = _f(
-        None, "`latest` or a checkpoint folder to continue from (the run in --output-dir, same arguments)."
+        None,
+        "`latest` or a checkpoint folder to continue from (the run in --output-dir, same arguments).",
+        metavar="latest|DIR",
     )
     plot: bool = _f(True, "Write perplexity.png (train and validation perplexity) at the end.")
-    # ------------------------------------------------------------------ logging
     logging_steps: int = _f(
         50,
         "Log the train loss every N updates; the trainer reads device values (loss, non-finite updates, stop requests) "
         "only then.",
+        group="logging",
     )
-    report_to: str = _f("none", "accelerate trackers: `none`, `tensorboard`, `all`, ...")
+    report_to: str = _f("none", "accelerate trackers: `none`, `tensorboard`, `all`, ...", metavar="TRACKERS")
     log_example_ids: bool = _f(
         False, "Write the ids of the examples each process trained on to examples_rank<R>.jsonl."
     )
@@ -225,38 +229,18 @@ VALID_CHOICES = {
 BUDGET_SCHEDULES = ("constant", "constant_with_warmup", "linear", "cosine")
 
 
-#: How ``elmo pretrain --help`` groups the options: the sections of `PretrainingArguments`, named by their first field.
-_GROUP_STARTS = {
-    "train_file": "data",
-    "model_config": "model",
-    "optimizer": "optimisation",
-    "lr_scheduler_type": "schedule and budget",
-    "output_dir": "checkpoints and output",
-    "logging_steps": "logging",
-}
-
-
 def _option_groups() -> dict[str, tuple[str, ...]]:
+    """How ``elmo pretrain --help`` groups the options: the sections of `PretrainingArguments`, each named by the
+    ``group`` of its first field."""
     groups: dict[str, tuple[str, ...]] = {}
     title = ""
     for spec in dataclasses.fields(PretrainingArguments):
-        title = _GROUP_STARTS.get(spec.name, title)
+        title = spec.metadata.get("group", title)
         groups[title] = (*groups.get(title, ()), spec.name)
     return groups
 
 
 OPTION_GROUPS = _option_groups()
-
-
-_METAVARS = {
-    "data_license": "[DATA=]LICENSE",
-    "report_to": "TRACKERS",
-    "lr_scheduler_type": "NAME",
-    "resume_from_checkpoint": "latest|DIR",
-    "text_column": "NAME",
-    "model_config": "PRESET|FILE",
-    "init_from_model": "DIR",
-}
 
 
 def flag(name: str) -> str:
@@ -383,12 +367,6 @@ def _optional(kind: type) -> Any:
     return convert
 
 
-def _show_default(value: Any) -> str:
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    return f"{value:g}" if isinstance(value, float) else str(value)
-
-
 class _Parser(argparse.ArgumentParser):
     """One error line (no fifty-line usage first), and a suggestion for a mistyped flag."""
 
@@ -419,7 +397,8 @@ def build_parser() -> argparse.ArgumentParser:
         for name in names:
             spec, default = fields[name], _DEFAULTS[name]
             annotation, meta = str(spec.type), dict(spec.metadata)
-            help_text = meta.pop("help")
+            help_text, metavar = meta.pop("help"), meta.pop("metavar", None)
+            meta.pop("group", None)
             if "bool" in annotation:
                 if default:
                     help_text += f" (default: on; {flag('no_' + name)} turns it off)"
@@ -431,13 +410,11 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             kind = int if annotation.startswith("int") else float if annotation.startswith("float") else str
             if default is not None:
-                help_text += f" (default: {_show_default(default)})"
+                help_text += f" (default: {default:g})" if isinstance(default, float) else f" (default: {default})"
             if name in VALID_CHOICES:
                 metavar = "{" + ",".join(c for c in VALID_CHOICES[name] if c) + "}"
             else:
-                metavar = _METAVARS.get(name) or (
-                    name.upper().split("_")[-1] if kind is str else "N" if kind is int else "X"
-                )
+                metavar = metavar or (name.upper().split("_")[-1] if kind is str else "N" if kind is int else "X")
             convert = _optional(kind) if "None" in annotation and kind is not str else kind
             group.add_argument(flag(name), dest=name, type=convert, metavar=metavar, help=help_text, **meta)
     parser.set_defaults(**_DEFAULTS)
@@ -509,50 +486,25 @@ def validate(args: PretrainingArguments) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise ValueError(f"{flag(name)} must be an integer >= {minimum}, got {value!r}.")
 
-    def number(
-        name: str,
-        low: float,
-        high: float = math.inf,
-        *,
-        low_open: bool = False,
-        high_open: bool = True,
-        optional: bool = False,
-    ) -> None:
+    def number(name: str, low: float, high: float = math.inf, *, low_open: bool = False, optional: bool = False):
         value = getattr(args, name)
         if value is None and optional:
             return
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-        ok = ok and (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
+        ok = ok and (value > low if low_open else value >= low) and value < high
         if not ok:
-            interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+            interval = f"{'(' if low_open else '['}{low:g}, {high:g})"
             raise ValueError(f"{flag(name)} must be a number in {interval}, got {value!r}.")
 
-    for name in (
-        "per_device_train_batch_size",
-        "per_device_eval_batch_size",
-        "gradient_accumulation_steps",
-        "max_sentence_length",
-        "checkpoints_total_limit",
-        "logging_steps",
-        "max_consecutive_nonfinite",
-        "bucket_size",
-        "min_count",
-        "max_characters",
-    ):
+    positive = "per_device_train_batch_size per_device_eval_batch_size gradient_accumulation_steps bucket_size"
+    positive += " max_sentence_length checkpoints_total_limit logging_steps max_consecutive_nonfinite min_count"
+    for name in (*positive.split(), "max_characters"):
         integer(name, 1)
     integer("window_size", 2)
     for name in ("checkpointing_steps", "eval_steps", "dataloader_num_workers", "seed"):
         integer(name, 0)
-    for name in (
-        "max_steps",
-        "stop_after_steps",
-        "max_train_examples",
-        "max_eval_examples",
-        "num_negative_samples",
-        "max_tokens_per_batch",
-        "preprocessing_num_workers",
-        "early_stopping_patience",
-    ):
+    optional = "max_steps stop_after_steps max_train_examples max_eval_examples num_negative_samples"
+    for name in (*optional.split(), "max_tokens_per_batch", "preprocessing_num_workers", "early_stopping_patience"):
         integer(name, 1, optional=True)
     integer("vocab_size", 5, optional=True)
     number("learning_rate", 0, optional=True)

@@ -1,8 +1,6 @@
-"""Batching for ELMo pretraining: length-bucketed, sharded, deterministic batches of a fixed number of sentences
-or of a token budget, the collator that builds model inputs, and the streaming equivalent.
-
-Every batch list is a pure function of the example lengths, the seed and the epoch, so a resumed run (or another
-process) computes the same batches and skips those already seen.
+"""Batching for ELMo pretraining: length-bucketed, sharded batches of a number of sentences or of a token budget
+(a pure function of the lengths, seed and epoch, so a resumed run skips those already seen), the collator that builds
+model inputs, and the streaming equivalent.
 """
 
 from __future__ import annotations
@@ -29,9 +27,8 @@ def example_lengths(dataset: Any) -> np.ndarray:
 def cut_batches(
     order: np.ndarray, lengths: np.ndarray, batch_size: int | None, max_tokens: int | None
 ) -> list[np.ndarray]:
-    """Cut the length-sorted ``order`` into consecutive batches: ``batch_size`` examples each, or, with
-    ``max_tokens``, as many examples as fit in ``max_tokens`` padded tokens (examples x the longest length; an
-    example longer than the budget forms a batch of its own)."""
+    """Cut the length-sorted ``order`` into batches of ``batch_size`` examples, or of as many as fit in ``max_tokens``
+    padded tokens (a longer example forms a batch of its own)."""
     if max_tokens is None:
         return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
     batches, start, longest = [], 0, 0
@@ -47,17 +44,10 @@ def cut_batches(
 
 
 class BucketBatchSampler:
-    """Deterministic, length-bucketed, sharded batches, of a fixed number of examples or of a token budget.
-
-    For epoch ``e`` the examples are permuted with ``numpy.random.default_rng([seed, e])`` (or kept in order when
-    ``shuffle`` is false), cut into pools, sorted by length inside each pool, cut into batches (`cut_batches`:
-    ``batch_size`` examples, or with ``max_tokens`` as many as fit in that many padded tokens, so every batch carries
-    a similar number of tokens), and the batch order is shuffled again. A pool holds ``bucket_size`` batches'
-    worth of examples (with a token budget: ``bucket_size * max_tokens`` tokens of the average length). Process
-    ``rank`` of ``num_replicas`` takes batches ``rank, rank + num_replicas, ...``; with ``drop_last`` every process
-    gets the same number of batches (needed by DDP), otherwise the remainder goes to the first processes. A batch
-    list is a pure function of (lengths, seed, epoch, options): a resumed run skips the batches it has seen.
-    """
+    """Deterministic, length-bucketed, sharded batches: for epoch ``e`` the examples are permuted with
+    ``default_rng([seed, e])``, cut into pools of ``bucket_size`` batches' worth, sorted by length inside each pool,
+    cut (`cut_batches`) and the batches shuffled again. Process ``rank`` takes batches ``rank, rank + num_replicas,
+    ...``; with ``drop_last`` every process gets the same number (as DDP needs)."""
 
     def __init__(
         self,
@@ -80,15 +70,9 @@ class BucketBatchSampler:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}.")
         if not 0 <= rank < num_replicas:
             raise ValueError(f"rank {rank} is not in [0, {num_replicas}).")
-        self.lengths = np.asarray(lengths, dtype=np.int64)
-        self.batch_size = batch_size
-        self.max_tokens = max_tokens
-        self.shuffle = shuffle
-        self.seed = seed
-        self.rank = rank
-        self.num_replicas = num_replicas
-        self.bucket_size = max(1, bucket_size)
-        self.drop_last = drop_last
+        self.lengths, self.batch_size, self.max_tokens = np.asarray(lengths, dtype=np.int64), batch_size, max_tokens
+        self.shuffle, self.seed, self.rank, self.num_replicas = shuffle, seed, rank, num_replicas
+        self.bucket_size, self.drop_last = max(1, bucket_size), drop_last
         self._cache: tuple[int, list[list[int]]] | None = None
 
     def _pool_size(self) -> int:
@@ -126,13 +110,10 @@ class BucketBatchSampler:
         return mine
 
     def num_batches(self) -> int:
-        """Batches per epoch for this process (with ``drop_last``: the same on every process). With a token budget
-        the count can differ slightly between epochs; this is epoch 0's."""
+        """Batches per epoch for this process (with a token budget: epoch 0's)."""
         if self.max_tokens is not None:
             return len(self.rank_batches(0))
-        full = (
-            len(self.lengths) // self.batch_size if self.drop_last else math.ceil(len(self.lengths) / self.batch_size)
-        )
+        full = (math.floor if self.drop_last else math.ceil)(len(self.lengths) / self.batch_size)
         if self.drop_last:
             return full // self.num_replicas
         return len(range(self.rank, full, self.num_replicas))
@@ -153,12 +134,8 @@ class FixedBatches:
 
 @dataclass
 class Collator:
-    """Pad a list of tokenised examples into model inputs.
-
-    Returns ``input_ids`` (B, T, 50) character ids (vocabulary rows from ``char_table``; out-of-vocabulary words
-    encoded from their characters), ``attention_mask`` (B, T), ``labels`` (B, T) word ids with -100 at padding,
-    ``lengths`` (B,) and ``example_ids`` when the examples carry an ``index``.
-    """
+    """Pad tokenised examples into ``input_ids`` (B, T, 50) character ids, ``attention_mask``, ``labels`` (-100 at
+    padding), ``lengths`` and ``example_ids`` (when the examples carry an ``index``)."""
 
     char_table: np.ndarray
     pad_to_multiple_of: int | None = None
@@ -234,10 +211,8 @@ def iter_stream_batches(
     drop_last: bool = True,
     max_tokens: int | None = None,
 ) -> Iterator[list[dict[str, Any]]]:
-    """Batches of examples from an ``IterableDataset`` (streaming): this process's shard
-    (``split_dataset_by_node``), a seeded shuffle buffer, then length bucketing inside pools of ``buffer_batches``
-    batches (cut by `cut_batches`: ``batch_size`` examples, or ``max_tokens`` padded tokens). Deterministic given
-    ``seed`` and ``epoch``."""
+    """Batches from an ``IterableDataset``: this process's shard, a seeded shuffle buffer, then length bucketing in
+    pools of ``buffer_batches`` batches (`cut_batches`); deterministic given ``seed`` and ``epoch``."""
     from datasets.distributed import split_dataset_by_node
 
     ds = split_dataset_by_node(dataset, rank=rank, world_size=num_replicas) if num_replicas > 1 else dataset

@@ -1,26 +1,15 @@
-"""Atomic, rotating training checkpoints in a format that loads without unpickling anything.
+"""Atomic, rotating training checkpoints that load without unpickling anything.
 
-Layout under ``<output_dir>/checkpoints/``::
+Layout under ``<output_dir>/checkpoints/``: ``step_00001000/`` holds ``trainer_state.json`` (`TrainingState`, the
+run's identity, every process's data position), ``model.safetensors``, ``optimizer.safetensors`` + ``optimizer.json``
+(its tensors, and the rest of its state dict), ``scheduler.json``, ``scaler.json`` (fp16), ``rng_state_<R>.safetensors``
++ ``.json`` (process R's random generators), ``best_model.safetensors`` (--load-best-model-at-end), ``vocab.txt`` and
+``char_vocab.json``; ``latest`` names the newest complete one.
 
-    step_00001000/
-        trainer_state.json                   TrainingState, the run's identity, every process's data position
-        model.safetensors                    the model's weights
-        optimizer.safetensors, optimizer.json  the optimiser's tensors (moments, accumulators, step counts) and the
-                                             rest of its state dict (hyper-parameters, parameter groups)
-        scheduler.json                       the learning-rate schedule's state (plain numbers)
-        scaler.json                          the fp16 gradient scaler's state (fp16 runs only)
-        rng_state_<R>.safetensors, rng_state_<R>.json   process R's torch/CUDA and Python/numpy random generators
-        best_model.safetensors               the best validated weights so far (--load-best-model-at-end only)
-        vocab.txt, char_vocab.json            the word vocabulary; the character vocabulary (--char-vocabulary unicode)
-    step_00002000/
-    latest                                   text file naming the newest complete checkpoint folder
-
-Checkpoints from elsewhere are untrusted input: `load_checkpoint` reads safetensors and JSON only, and refuses a
-folder holding any other file (a pickle such as accelerate's ``custom_checkpoint_0.pkl`` or ``optimizer.bin``,
-pickled weights through `modeling_elmo.utils.loading.refuse_pickled_weights`), naming the files. A checkpoint is written
-into ``.tmp-step_N`` and renamed when every process has finished; only then is ``latest`` replaced (`os.replace`)
-and old checkpoints deleted, so a kill or a full disk at any moment leaves ``latest`` naming a complete checkpoint.
-A checkpoint of the same step already present is replaced, never silently kept.
+Checkpoints are untrusted input: only safetensors and JSON are read, and a folder holding any other file (a pickle
+such as accelerate's ``custom_checkpoint_0.pkl``) is refused, naming the files. A checkpoint is written into
+``.tmp-step_N`` and renamed once every process is done; only then is ``latest`` replaced and old ones deleted, so a
+kill or a full disk leaves ``latest`` naming a complete checkpoint (one of the same step is replaced).
 """
 
 from __future__ import annotations
@@ -37,8 +26,9 @@ from typing import Any
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 
-from ..folders.run_folder import CHECKPOINT_FILE, read_json_object
+from ..folders.run_folder import CHECKPOINT_FILE, read_json_object  # the layout, which --overwrite may delete
 from ..utils.io_utils import atomic_write_text, check_safetensors_header, follow_umask
 from .state import TrainingState
 
@@ -48,11 +38,8 @@ STATE_FILE = "trainer_state.json"
 LATEST = "latest"
 MODEL_FILE = "model.safetensors"
 BEST_MODEL_FILE = "best_model.safetensors"
-VOCAB_FILE = "vocab.txt"
-CHAR_VOCAB_FILE = "char_vocab.json"
 FORMAT_VERSION = 1
 _STEP_DIR = re.compile(r"^step_(\d+)$")
-_KNOWN_FILE = CHECKPOINT_FILE  # the layout lives in run_folder, which also knows what --overwrite may delete
 
 
 class CheckpointError(ValueError):
@@ -174,19 +161,18 @@ def write_training_files(
             os.link(best_model, folder / BEST_MODEL_FILE)
         except OSError:
             shutil.copyfile(best_model, folder / BEST_MODEL_FILE)
-    atomic_write_text(folder / VOCAB_FILE, vocab_text)
+    atomic_write_text(folder / "vocab.txt", vocab_text)
     if char_vocab_text is not None:
-        atomic_write_text(folder / CHAR_VOCAB_FILE, char_vocab_text)
+        atomic_write_text(folder / "char_vocab.json", char_vocab_text)
     atomic_write_text(folder / STATE_FILE, json.dumps(trainer_state, indent=1, sort_keys=True))
 
 
 def check_checkpoint_files(folder: Path) -> None:
-    """Refuse a checkpoint folder holding anything but the files `write_training_files` writes (pickles above all:
-    loading one runs whatever code its author put in it)."""
+    """Refuse a checkpoint folder holding anything but the files `write_training_files` writes (pickles above all)."""
     from ..utils.loading import refuse_pickled_weights
 
     refuse_pickled_weights(folder)
-    unknown = sorted(p.name for p in folder.iterdir() if not (p.is_file() and _KNOWN_FILE.fullmatch(p.name)))
+    unknown = sorted(p.name for p in folder.iterdir() if not (p.is_file() and CHECKPOINT_FILE.fullmatch(p.name)))
     if unknown:
         raise CheckpointError(
             f"checkpoint {str(folder)!r} holds files that are not part of a checkpoint of this package: "
@@ -222,7 +208,7 @@ def load_checkpoint(
     folder: Path, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, scaler: Any, rank: int
 ) -> dict[str, Any]:
     """Restore the model, optimiser, schedule, scaler and this process's random generators from ``folder``; returns
-    its checked ``trainer_state.json``. Only safetensors and JSON are read."""
+    its checked ``trainer_state.json``."""
     folder = Path(folder)
     saved = read_trainer_state(folder)
     check_checkpoint_files(folder)
@@ -237,10 +223,9 @@ def load_checkpoint(
     scheduler.load_state_dict(_read_json(folder / "scheduler.json"))
     if scaler is not None and (folder / "scaler.json").is_file():
         scaler.load_state_dict(_read_json(folder / "scaler.json"))
-    if (folder / f"rng_state_{rank}.safetensors").is_file():
-        set_rng_state(
-            _load_tensors(folder / f"rng_state_{rank}.safetensors"), _read_json(folder / f"rng_state_{rank}.json")
-        )
+    rng = folder / f"rng_state_{rank}"
+    if rng.with_suffix(".safetensors").is_file():
+        set_rng_state(_load_tensors(rng.with_suffix(".safetensors")), _read_json(rng.with_suffix(".json")))
     else:
         logger.warning(
             "checkpoint %s has no random state of process %d: its random streams start afresh.", folder, rank
@@ -249,14 +234,8 @@ def load_checkpoint(
 
 
 # ----------------------------------------------------------------------------------------------- the folder
-def _write_errors() -> tuple[type[BaseException], ...]:
-    from safetensors import SafetensorError
-
-    return (OSError, SafetensorError)
-
-
 #: What a failed write raises: `OSError`, or safetensors' `SafetensorError` (e.g. "No space left on device").
-WRITE_ERRORS = _write_errors()
+WRITE_ERRORS = (OSError, SafetensorError)
 
 
 class CheckpointManager:
@@ -280,9 +259,8 @@ class CheckpointManager:
             candidate = self.root / name
             if name and _STEP_DIR.match(name) and (candidate / STATE_FILE).is_file():
                 return candidate
-            logger.warning(
-                "%s names %r, which is not a complete checkpoint; using the newest complete one.", pointer, name
-            )
+            message = "%s names %r, which is not a complete checkpoint; using the newest complete one."
+            logger.warning(message, pointer, name)
         found = self.checkpoints()
         return found[-1] if found else None
 
@@ -305,8 +283,7 @@ class CheckpointManager:
     # ------------------------------------------------------------------ writing
     def save(self, accelerator: Any, step: int, write: Callable[[Path], None]) -> Path | None:
         """Save on every process (collective): ``write(folder)`` writes this process's files. Returns the folder, or
-        `None` if writing failed anywhere; a failure (e.g. ``OSError(ENOSPC)``) is logged with the previous
-        checkpoint that stays valid, and the partial folder is removed."""
+        `None` if writing failed anywhere (logged, naming the checkpoint that stays valid)."""
         name = f"step_{step:08d}"
         final, tmp = self.root / name, self.root / f".tmp-{name}"
         error = ""
@@ -329,22 +306,17 @@ class CheckpointManager:
         if float(failed.item()) > 0:
             if accelerator.is_main_process:
                 shutil.rmtree(tmp, ignore_errors=True)
-                previous = self.latest()
-                logger.error(
-                    "could not write checkpoint %s (%s); nothing was lost: the latest checkpoint is still %s.",
-                    final,
-                    error or "failed on another process",
-                    previous if previous else "(none yet)",
-                )
+                why, previous = error or "failed on another process", self.latest() or "(none yet)"
+                message = "could not write checkpoint %s (%s); nothing was lost: the latest checkpoint is still %s."
+                logger.error(message, final, why, previous)
             accelerator.wait_for_everyone()
             return None
         if accelerator.is_main_process:
             try:
                 self._commit(tmp, final)
             except OSError as exc:
-                logger.error(
-                    "could not finish checkpoint %s (%s); the latest checkpoint is still %s.", final, exc, self.latest()
-                )
+                message = "could not finish checkpoint %s (%s); the latest checkpoint is still %s."
+                logger.error(message, final, exc, self.latest())
                 shutil.rmtree(tmp, ignore_errors=True)
                 accelerator.wait_for_everyone()
                 return None

@@ -1,25 +1,12 @@
-"""Corpus loading, word vocabulary, tokenisation, batching and sharding for ELMo pretraining.
+"""Corpus loading, word vocabulary and tokenisation for ELMo pretraining (batching is in `batching.py`).
 
-The pipeline (every stage is a plain function, tested on its own):
-
-1. `load_raw_splits` gives a ``datasets.Dataset`` (or ``IterableDataset`` with ``streaming=True``) with one
-   ``text`` column per split, from local files/globs/directories (read as bytes and decoded with
-   ``errors="replace"``: invalid UTF-8 is counted and logged, never fatal) or from a Hub dataset.
-2. `build_vocabularies` counts whitespace-separated words with `collections.Counter` over batches of joined text
-   (about 6 M words/s per process; shards are counted in parallel) and keeps the most frequent ones, after the
-   four special words ``<pad>`` (0), ``<S>`` (1), ``</S>`` (2), ``<UNK>`` (3).
-3. `tokenize_splits` maps text to word ids with ``Dataset.map(batched=True, num_proc=...)`` (cached by a
-   fingerprint of the input, the vocabulary and the batching options). Two layouts:
-
-   * ``"sentences"`` (default): one example per line, cut into pieces of at most ``max_sentence_length`` words;
-     the model adds ``<S>``/``</S>`` itself.
-   * ``"windows"`` (the original bilm-tf batching, without state carrying): the stream ``<S> w1 .. wn </S> <S>
-     ...`` cut into windows of ``window_size`` tokens, fed with ``add_sentence_boundaries=False``.
-
-   Each example stores ``word_ids`` (int32, ``<UNK>`` = 3 for out-of-vocabulary words), the out-of-vocabulary
-   words themselves in ``oov`` (inputs always use the full character encoding of the word, as in the original),
-   and ``length``.
-Batching (`BucketBatchSampler`, `Collator`) is in `batching.py`.
+`load_raw_splits` reads text files (as bytes; invalid UTF-8 is replaced and counted, never fatal) or a Hub dataset
+into splits with one ``text`` column; `build_vocabularies` counts the words once (``<pad>``, ``<S>``, ``</S>``,
+``<UNK>`` are ids 0-3); `tokenize_splits` maps lines to word ids, cached by ``datasets``, in one of two layouts:
+``sentences`` (a line cut into pieces of at most ``max_sentence_length`` words; the model adds the boundaries) or
+``windows`` (the original's ``<S> w1 .. wn </S> <S> ...`` stream cut into ``window_size`` tokens). Each example
+holds ``word_ids`` (``<UNK>`` = 3), its out-of-vocabulary words ``oov`` (encoded from their own characters) and
+``length``.
 """
 
 from __future__ import annotations
@@ -53,15 +40,12 @@ _TOKENIZATION_VERSION = "1"
 
 # ----------------------------------------------------------------------------------------------- reading text
 _SPLIT_OF_FLAG = {"--train-file": "train", "--validation-file": "validation", "--test-file": "test"}
-#: Bytes read from the start of each file to tell text from binary data.
-_SNIFF_BYTES = 8192
 
 
 def check_is_text(path: str, what: str) -> None:
-    """Raise `ValueError` when ``path`` starts like a binary file (a NUL byte in its first 8 KB): a compressed or
-    binary file would otherwise train on garbage. Invalid UTF-8 alone is not refused (see `iter_text_lines`)."""
+    """Refuse a binary or compressed file (a NUL byte in its first 8 KB); invalid UTF-8 alone is not refused."""
     with open(path, "rb") as handle:
-        head = handle.read(_SNIFF_BYTES)
+        head = handle.read(8192)
     if b"\x00" in head:
         raise ValueError(
             f"{what}: {path!r} is not text (a NUL byte at offset {head.index(bytes(1))}); pass UTF-8 text, "
@@ -70,15 +54,9 @@ def check_is_text(path: str, what: str) -> None:
 
 
 def expand_text_files(patterns: str | Sequence[str], what: str = "--train-file") -> list[str]:
-    """Expand files, globs, directories and packaged corpora (``builtin:NAME``) into a sorted list of non-empty
-    text files.
-
-    A directory contributes every non-hidden regular file under it (recursively): the 1B Word Benchmark's shards
-    have no extension. ``builtin:NAME`` is the split of the packaged corpus that ``what`` reads (``--train-file``:
-    train, ``--validation-file``: validation, ``--test-file``: test) or ``builtin:NAME/SPLIT``. Raises `ValueError`
-    naming the pattern when it matches nothing, a named file is missing, empty or binary, or everything it matches is
-    empty.
-    """
+    """Files, globs, directories (every non-hidden file under it: the 1B Word Benchmark's shards have no
+    extension) and packaged corpora (``builtin:NAME``: the split ``what`` reads, or ``builtin:NAME/SPLIT``) as a
+    sorted list of non-empty text files; `ValueError` naming a pattern that matches nothing or no text."""
     if isinstance(patterns, (str, os.PathLike)):
         patterns = [patterns]
     files: list[str] = []
@@ -163,14 +141,8 @@ class ReadStats:
 
 
 def iter_text_lines(paths: Sequence[str], stats: ReadStats | None = None) -> Iterator[str]:
-    """Yield the lines of ``paths`` (without the line break), reading bytes and decoding UTF-8.
-
-    Invalid UTF-8 is replaced by U+FFFD and counted (a warning per file says how many lines were affected);
-    a UTF-8 byte-order mark at the start of a file is dropped; ``\\n``, ``\\r\\n`` and a lone ``\\r`` end a line
-    (`modeling_elmo.utils.io_utils.iter_lines`, as in ``elmo embed`` and ``elmo evaluate``). Line length is not limited
-    here: long lines are cut into pieces by the tokenisation step. ``stats.bytes`` counts the bytes of the lines,
-    line breaks left out.
-    """
+    """The lines of ``paths`` (as `io_utils.iter_lines` splits them; a leading BOM dropped), decoded as UTF-8:
+    invalid bytes become U+FFFD, counted and logged per file. ``stats.bytes``: the lines' bytes, breaks left out."""
     stats = stats if stats is not None else ReadStats()
     for path in paths:
         invalid = 0
@@ -205,17 +177,14 @@ def text_dataset_from_files(
 
     files = list(files)
     stamps = [f"{os.path.getsize(f)}:{os.stat(f).st_mtime_ns}" for f in files]
-    features = datasets.Features({"text": datasets.Value("string")})
-    kwargs = {"paths": files, "stamps": stamps}
+    source = dict(
+        features=datasets.Features({"text": datasets.Value("string")}), gen_kwargs={"paths": files, "stamps": stamps}
+    )
     if streaming:
-        return datasets.IterableDataset.from_generator(_text_generator, features=features, gen_kwargs=kwargs)
+        return datasets.IterableDataset.from_generator(_text_generator, **source)
     num_proc = min(num_proc or 1, len(files))
     return datasets.Dataset.from_generator(
-        _text_generator,
-        features=features,
-        gen_kwargs=kwargs,
-        cache_dir=cache_dir,
-        num_proc=num_proc if num_proc > 1 else None,
+        _text_generator, **source, cache_dir=cache_dir, num_proc=num_proc if num_proc > 1 else None
     )
 
 
@@ -231,15 +200,9 @@ def load_raw_splits(
     cache_dir: str | None = None,
     num_proc: int | None = None,
 ) -> dict[str, Any]:
-    """Load ``train``/``validation``/``test`` splits with a single ``text`` column.
-
-    ``files``: the text files of each split, already expanded (`expand_text_files`); they take precedence per split
-    over the Hub dataset. Without a validation split, ``validation_split_percentage`` percent of the training lines
-    (a seeded random choice) is held out (not in streaming mode).
-    """
+    """``train``/``validation``/``test`` with one ``text`` column: the expanded ``files`` of a split replace the Hub
+    dataset's; without a validation split, a seeded ``validation_split_percentage`` % of training lines is held out."""
     files = dict(files or {})
-    if not files.get("train") and not dataset_name:
-        raise ValueError("no training data: pass --train-file (files, globs or directories) or --dataset-name.")
     splits: dict[str, Any] = {}
     if dataset_name:
         hub = load_hub_dataset(dataset_name, dataset_config_name, cache_dir=cache_dir, streaming=streaming)
@@ -264,10 +227,6 @@ def load_raw_splits(
         if streaming:
             logger.warning("streaming: no validation split is carved out of the training data; pass --validation-file.")
         else:
-            if not 0 < validation_split_percentage < 100:
-                raise ValueError(
-                    f"--validation-split-percentage must be in (0, 100), got {validation_split_percentage}."
-                )
             lines = len(splits["train"])
             held_out = math.ceil(lines * validation_split_percentage / 100.0)
             if held_out >= lines:
@@ -284,11 +243,8 @@ def load_raw_splits(
 
 # ----------------------------------------------------------------------------------------------- vocabulary
 class Vocabulary:
-    """Word vocabulary of the LM softmax: ``<pad>``, ``<S>``, ``</S>``, ``<UNK>`` (ids 0-3), then words.
-
-    Same file format and reading rules as `ElmoTokenizer` (one word per line, specials may be listed first or not,
-    bilm-tf's ``!!!MAXTERMID`` skipped; empty lines and repeated words refused).
-    """
+    """Word vocabulary of the LM softmax: ``<pad>``, ``<S>``, ``</S>``, ``<UNK>`` (ids 0-3), then words (bilm-tf's
+    ``!!!MAXTERMID`` skipped)."""
 
     def __init__(self, words: Iterable[str]):
         self.words: list[str] = list(SPECIAL_WORDS)
@@ -310,8 +266,7 @@ class Vocabulary:
 
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> Vocabulary:
-        """The vocabulary of a file, read as `ElmoTokenizer` reads it (`read_vocabulary_file`: an empty line, a
-        repeated word or a misplaced special word is refused naming the line)."""
+        """The vocabulary of a file, read as `ElmoTokenizer` reads it (`read_vocabulary_file`)."""
         from ..tokenization_elmo import read_vocabulary_file
 
         return cls(read_vocabulary_file(path))
@@ -327,12 +282,8 @@ class Vocabulary:
         return [get(w, UNK_ID) for w in words]
 
     def char_table(self, max_characters_per_token: int = 50, characters: Sequence[str] | None = None) -> np.ndarray:
-        """Character ids of every vocabulary word as the tokenizer encodes it (`CharacterAlphabet`: the bytes, or the
-        Unicode ``characters``), ``(V, max_characters_per_token)``; row 0 (``<pad>``) is zeros, rows 1-2 the sentence
-        boundaries.
-
-        Row 3 (``<UNK>``) is never used for inputs: out-of-vocabulary words are encoded from their own characters.
-        """
+        """``(V, max_characters_per_token)`` character ids of every word as the tokenizer encodes it (bytes, or the
+        Unicode ``characters``); row 0 (``<pad>``) is zeros; out-of-vocabulary words never use row 3."""
         alphabet = CharacterAlphabet(characters, max_characters_per_token)
         table = np.zeros((len(self.words), max_characters_per_token), dtype=np.int64)
         if len(self.words) > 4:
@@ -384,15 +335,9 @@ def count_dataset_words(dataset: Any, *, num_proc: int | None = None, batch_size
 
 
 def vocabulary_from_counts(counts: Counter, *, max_size: int | None = None, min_count: int = 1) -> Vocabulary:
-    """Most frequent words first (ties by the word itself, so the result does not depend on counting order).
-
-    ``max_size`` counts the four special words; ``min_count`` drops rarer words. Literal special words in the text
-    are not counted as words.
-    """
+    """Most frequent words first (ties by the word); ``max_size`` counts the 4 special words."""
     if max_size is not None and max_size < 5:
         raise ValueError(f"--vocab-size must be at least 5 (4 special words + 1), got {max_size}.")
-    if min_count < 1:
-        raise ValueError(f"--min-count must be >= 1, got {min_count}.")
     items = [(w, c) for w, c in counts.items() if c >= min_count and w not in SPECIAL_WORDS]
     items.sort(key=lambda item: (-item[1], item[0]))
     if max_size is not None:
@@ -409,9 +354,8 @@ def build_vocabularies(
     max_characters: int | None = None,
     num_proc: int | None = None,
 ) -> tuple[Vocabulary | None, list[str] | None]:
-    """From one count of the training text's words: its word vocabulary (``words``; `vocabulary_from_counts`) and
-    its character vocabulary of ``--char-vocabulary unicode`` (``max_characters``: its size;
-    `characters_from_counts`), each None when not asked for."""
+    """From one count of the training words: the word vocabulary (``words``) and the ``max_characters`` character
+    vocabulary, each None when not asked for."""
     counts = count_dataset_words(dataset, num_proc=num_proc)
     if not counts:
         raise ValueError("the training data contains no words: cannot build a vocabulary.")
@@ -419,12 +363,9 @@ def build_vocabularies(
     if words:
         vocab = vocabulary_from_counts(counts, max_size=max_size, min_count=min_count)
         total, covered = sum(counts.values()), sum(counts[w] for w in vocab.words[4:])
+        numbers = (len(vocab), len(counts), total, 100.0 * covered / max(total, 1))
         logger.info(
-            "vocabulary: %d words (%d types in the data, %d tokens); coverage of training tokens %.2f%%",
-            len(vocab),
-            len(counts),
-            total,
-            100.0 * covered / max(total, 1),
+            "vocabulary: %d words (%d types in the data, %d tokens); coverage of training tokens %.2f%%", *numbers
         )
     if max_characters is not None:
         characters = characters_from_counts(counts, max_characters)
@@ -433,10 +374,9 @@ def build_vocabularies(
         kept = set(characters)
         total = sum(c * len(w) for w, c in counts.items())
         covered = sum(c * sum(ch in kept for ch in w) for w, c in counts.items())
+        coverage = 100.0 * covered / max(total, 1)
         logger.info(
-            "character vocabulary: %d characters; coverage of training characters %.2f%%",
-            len(characters),
-            100.0 * covered / max(total, 1),
+            "character vocabulary: %d characters; coverage of training characters %.2f%%", len(characters), coverage
         )
     return vocab, characters
 
@@ -450,12 +390,8 @@ def tokenize_batch(
     max_sentence_length: int = 100,
     window_size: int = 20,
 ) -> dict[str, list]:
-    """Turn a batch of lines into examples (see the module docstring); empty lines give no example.
-
-    ``sentences``: a line of n words gives ceil(n / max_sentence_length) examples. ``windows``: the batch's
-    ``<S> w.. </S>`` stream is cut into windows of ``window_size`` tokens and the incomplete last window of the
-    batch is dropped (at most ``window_size - 1`` tokens per map batch of 1,000 lines).
-    """
+    """A batch of lines as examples (module docstring); empty lines give none, and ``windows`` drops the batch's
+    incomplete last window."""
     get = word_to_id.get
     out_ids: list[list[int]] = []
     out_oov: list[list[str]] = []
@@ -491,18 +427,6 @@ def tokenize_batch(
     return {"word_ids": out_ids, "oov": out_oov, "length": [len(ids) for ids in out_ids]}
 
 
-def _tokenized_features():
-    import datasets
-
-    return datasets.Features(
-        {
-            "word_ids": datasets.Sequence(datasets.Value("int32")),
-            "oov": datasets.Sequence(datasets.Value("string")),
-            "length": datasets.Value("int32"),
-        }
-    )
-
-
 def tokenize_splits(
     splits: dict[str, Any],
     vocab: Vocabulary,
@@ -516,39 +440,28 @@ def tokenize_splits(
     """`tokenize_batch` over every split with ``Dataset.map(batched=True)`` (cached for map-style datasets)."""
     import datasets
 
-    if mode not in BATCHING_MODES:
-        raise ValueError(f"--batching must be one of {BATCHING_MODES}, got {mode!r}.")
-    if max_sentence_length < 1:
-        raise ValueError(f"--max-sentence-length must be >= 1, got {max_sentence_length}.")
-    if window_size < 2:
-        raise ValueError(f"--window-size must be >= 2, got {window_size}.")
-    fn_kwargs = {
-        "word_to_id": vocab.index,
-        "mode": mode,
-        "max_sentence_length": max_sentence_length,
-        "window_size": window_size,
-    }
+    fn_kwargs = dict(
+        word_to_id=vocab.index, mode=mode, max_sentence_length=max_sentence_length, window_size=window_size
+    )
     options = f"{_TOKENIZATION_VERSION}|{vocab.fingerprint()}|{mode}|{max_sentence_length}|{window_size}"
+    features = datasets.Features(
+        {
+            "word_ids": datasets.Sequence(datasets.Value("int32")),
+            "oov": datasets.Sequence(datasets.Value("string")),
+            "length": datasets.Value("int32"),
+        }
+    )
+    common = dict(batched=True, batch_size=1000, fn_kwargs=fn_kwargs, features=features)
     out = {}
     for split, ds in splits.items():
         if isinstance(ds, datasets.IterableDataset):
-            out[split] = ds.map(
-                tokenize_batch,
-                batched=True,
-                batch_size=1000,
-                fn_kwargs=fn_kwargs,
-                remove_columns=["text"],
-                features=_tokenized_features(),
-            )
+            out[split] = ds.map(tokenize_batch, remove_columns=["text"], **common)
             continue
         fingerprint = hashlib.sha256(f"{ds._fingerprint}|{options}".encode()).hexdigest()[:32]
         out[split] = ds.map(
             tokenize_batch,
-            batched=True,
-            batch_size=1000,
-            fn_kwargs=fn_kwargs,
             remove_columns=ds.column_names,
-            features=_tokenized_features(),
+            **common,
             num_proc=num_proc if num_proc and num_proc > 1 and len(ds) > 10_000 else None,
             load_from_cache_file=not overwrite_cache,
             new_fingerprint=fingerprint,

@@ -45,35 +45,14 @@ def evaluate(
     description: str = "",
 ) -> PerplexityResult:
     """Exact full-softmax perplexity of ``dataset`` (each process scores its share; the totals are reduced), with the
-    unigram ``baseline``'s on the same targets when given, through `modeling_elmo.evaluation.lm_scoring.score_batches`
-    (the
-    scoring loop ``elmo evaluate`` uses too)."""
+    unigram ``baseline``'s when given, through the scoring loop of ``elmo evaluate`` (`lm_scoring.score_batches`)."""
     import datasets
 
-    if isinstance(dataset, datasets.IterableDataset):
-        batches: Iterator = (
-            collator(examples)
-            for examples in iter_stream_batches(
-                dataset,
-                batch_size,
-                seed=0,  # not shuffled: the seed does not matter
-                epoch=0,
-                rank=accelerator.process_index,
-                num_replicas=accelerator.num_processes,
-                shuffle=False,
-                drop_last=False,
-            )
-        )
+    shard = dict(rank=accelerator.process_index, num_replicas=accelerator.num_processes, shuffle=False, drop_last=False)
+    if isinstance(dataset, datasets.IterableDataset):  # not shuffled: the seed does not matter
+        batches: Iterator = map(collator, iter_stream_batches(dataset, batch_size, seed=0, epoch=0, **shard))
     else:
-        sampler = BucketBatchSampler(
-            example_lengths(dataset),
-            batch_size,
-            shuffle=False,
-            rank=accelerator.process_index,
-            num_replicas=accelerator.num_processes,
-            bucket_size=bucket_size,
-            drop_last=False,
-        )
+        sampler = BucketBatchSampler(example_lengths(dataset), batch_size, bucket_size=bucket_size, **shard)
         batches = iter(
             torch.utils.data.DataLoader(
                 IndexedDataset(dataset),
@@ -82,14 +61,8 @@ def evaluate(
                 num_workers=num_workers,
             )
         )
-    accumulator = score_batches(
-        model,
-        batches,
-        layout=layout,
-        baseline=baseline,
-        device=accelerator.device,
-        autocast=accelerator.autocast,
-    )
+    device, autocast = accelerator.device, accelerator.autocast
+    accumulator = score_batches(model, batches, layout=layout, baseline=baseline, device=device, autocast=autocast)
     if accelerator.num_processes > 1:
         accumulator = accumulator.from_tensor(
             accelerator.reduce(accumulator.to_tensor(accelerator.device), reduction="sum").cpu()
@@ -119,18 +92,12 @@ def plot_perplexity(metrics_path: Path, out_path: Path) -> None:
     train = {r["step"]: r["train_ppl"] for r in records if "train_ppl" in r}
     valid = {r["step"]: r["perplexity"] for r in records if r.get("split") == "validation"}
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    if train:
-        steps = sorted(train)
-        ax.plot(steps, [train[s] for s in steps], label="train (training loss)")
-    if valid:
-        steps = sorted(valid)
-        ax.plot(steps, [valid[s] for s in steps], "o-", label="validation (exact)")
-    ax.set_xlabel("update")
-    ax.set_ylabel("perplexity (geometric mean of directions)")
-    ax.set_yscale("log")
+    for values, style, label in ((train, "-", "train (training loss)"), (valid, "o-", "validation (exact)")):
+        if values:
+            ax.plot(sorted(values), [values[s] for s in sorted(values)], style, label=label)
+    ax.set(xlabel="update", ylabel="perplexity (geometric mean of directions)", yscale="log", title="ELMo pretraining")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
-    ax.set_title("ELMo pretraining")
     fig.tight_layout()
     tmp = out_path.with_name(out_path.name + ".tmp.png")
     fig.savefig(tmp, dpi=100)

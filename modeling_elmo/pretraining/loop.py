@@ -1,28 +1,17 @@
 """The training loop and its steps: micro-batches, one optimiser update, host syncs, evaluation, checkpoints.
 
-Host syncs. Reading a device value on the host (``loss.item()``, ``bool(torch.isfinite(...))``) makes the CPU wait
-for the GPU. The loop keeps its running numbers on the device (`DeviceCounters`) and reads them only at a *sync
-point*: every ``--logging-steps`` updates, before an evaluation or a checkpoint, and at the end. Stop requests
-(SIGTERM, the time budget) are honoured at sync points too.
-
-Non-finite updates. A NaN/inf loss or gradient must never reach the weights, yet checking it on the host would be a
-sync per update. The guard decides on the device, from the global gradient norm that clipping computes anyway: it is
-the norm of the all-reduced gradients, so every process sees the same value and takes the same decision without a
-collective (the loss flag is all-reduced on the device as well, for a non-finite loss whose gradient is finite). How
-the update is skipped depends on the optimiser (`NonfiniteGuard`):
-
-* fused optimisers (AdamW on CPU/CUDA, Adagrad on CPU) take a ``found_inf`` tensor, the mechanism torch's
-  GradScaler uses: the kernel leaves the weights and the optimiser state (step counts included) untouched;
-* the unfused Adagrad (CUDA) gets zero gradients instead: with no learning-rate decay and no weight decay (as built
-  here), a zero gradient leaves its weights and accumulators exactly as they were;
-* any other optimiser falls back to one host read of the flag per update.
-
-The schedule advances on every update, applied or not. Skipped updates and runs of them are counted on the device;
-``--max-consecutive-nonfinite`` in a row stop the run at the next sync point, with its weights untouched meanwhile.
+Host syncs: the loop keeps its running numbers on the device (`DeviceCounters`) and reads them only at a *sync
+point* (every ``--logging-steps`` updates, before an evaluation or a checkpoint, at the end), where stop requests
+(SIGTERM, the time budget) are honoured too. Non-finite updates are skipped on the device (`NonfiniteGuard`), decided
+from the global gradient norm clipping computes anyway (the same on every process) and the all-reduced loss flag:
+fused optimisers take a ``found_inf`` tensor as with torch's GradScaler (weights and state untouched); the unfused
+Adagrad gets zero gradients (no lr or weight decay: a no-op); any other optimiser reads the flag on the host. The
+schedule advances on every update; ``--max-consecutive-nonfinite`` skipped in a row stop the run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -38,7 +27,7 @@ import torch
 from ..folders.run_folder import RunFolder
 from .arguments import PretrainingArguments
 from .batching import BucketBatchSampler, Collator, FixedBatches, IndexedDataset, iter_stream_batches
-from .checkpoint import CheckpointManager, write_training_files
+from .checkpoint import FORMAT_VERSION, CheckpointManager, write_training_files
 from .evaluation import dataset_description, evaluate, metrics_record
 from .output import BestModel
 from .schedule import BudgetScheduler
@@ -49,7 +38,7 @@ logger = logging.getLogger("modeling_elmo.pretraining")
 
 @dataclass
 class Session:
-    """Everything the loop works with, built by the steps of `modeling_elmo.pretraining.trainer.train`."""
+    """Everything the loop works with, built by `modeling_elmo.pretraining.trainer.train`."""
 
     args: PretrainingArguments
     accelerator: Any
@@ -60,18 +49,20 @@ class Session:
     sampler: BucketBatchSampler | None
     collator: Collator
     run: RunFolder
-    checkpoints: CheckpointManager
-    metrics: MetricsLog
     identity: dict[str, Any]
     vocab_text: str
     total_updates: int
     char_vocab_text: str | None = None  # the Unicode character vocabulary (JSON), saved in every checkpoint
-    best: BestModel | None = None
     last_saved_step: int = -1
     last_evaluated_step: int = -1
     stop_requested: str = ""
     examples_log: Any = None
     progress: Any = None
+
+    def __post_init__(self) -> None:
+        self.checkpoints = CheckpointManager(self.run.checkpoints_dir, keep_last=self.args.checkpoints_total_limit)
+        self.metrics = MetricsLog(self.run.metrics_file, self.accelerator.is_main_process)
+        self.best = BestModel(self.run.best_model_dir) if self.args.load_best_model_at_end else None
 
     @property
     def world(self) -> int:
@@ -81,21 +72,11 @@ class Session:
         return self.accelerator.unwrap_model(self.model)
 
     def evaluate(self, split: str, baseline: Any = None) -> Any:
-        """The perplexity of the model on ``split`` (`modeling_elmo.pretraining.evaluation.evaluate`)."""
         args = self.args
-        return evaluate(
-            self.unwrapped(),
-            self.splits[split],
-            self.collator,
-            self.accelerator,
-            batch_size=args.per_device_eval_batch_size,
-            layout=args.batching,
-            bucket_size=args.bucket_size,
-            num_workers=args.dataloader_num_workers,
-            baseline=baseline,
-            split=split,
-            description=dataset_description(args, split),
-        )
+        options = dict(batch_size=args.per_device_eval_batch_size, layout=args.batching, bucket_size=args.bucket_size)
+        options.update(num_workers=args.dataloader_num_workers, baseline=baseline, split=split)
+        options["description"] = dataset_description(args, split)
+        return evaluate(self.unwrapped(), self.splits[split], self.collator, self.accelerator, **options)
 
 
 class NonfiniteGuard:
@@ -133,15 +114,15 @@ class DeviceCounters:
     def __init__(self, device: torch.device, consecutive: int = 0):
         self.device = device
         self.consecutive = torch.tensor(float(consecutive), dtype=torch.float64, device=device)
-        self.last_bad = torch.zeros((), dtype=torch.float64, device=device)
-        self.grad_norm = torch.zeros((), dtype=torch.float64, device=device)
+        self.last_bad, self.grad_norm = self._zero(), self._zero()
         self.reset()
+
+    def _zero(self) -> torch.Tensor:
+        return torch.zeros((), dtype=torch.float64, device=self.device)
 
     def reset(self) -> None:
         self.tokens, self.started = 0, time.time()  # training targets on this process (a host count), window start
-        self.loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
-        self.applied = torch.zeros((), dtype=torch.float64, device=self.device)
-        self.skipped = torch.zeros((), dtype=torch.float64, device=self.device)
+        self.loss_sum, self.applied, self.skipped = self._zero(), self._zero(), self._zero()
 
     def add(self, loss: torch.Tensor, bad: torch.Tensor, step: int, grad_norm: torch.Tensor) -> None:
         bad64 = bad.to(torch.float64)
@@ -154,12 +135,8 @@ class DeviceCounters:
 
     def read(self) -> dict[str, float]:
         """One host sync: every number at once."""
-        values = torch.stack(
-            [self.loss_sum, self.applied, self.skipped, self.consecutive, self.last_bad, self.grad_norm]
-        ).tolist()
-        return dict(
-            zip(("loss_sum", "applied", "skipped", "consecutive", "last_bad", "grad_norm"), values, strict=False)
-        )
+        names = ("loss_sum", "applied", "skipped", "consecutive", "last_bad", "grad_norm")
+        return dict(zip(names, torch.stack([getattr(self, n) for n in names]).tolist(), strict=True))
 
 
 class StopFlag:
@@ -169,9 +146,7 @@ class StopFlag:
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
     def __init__(self) -> None:
-        self.reason = ""
-        self.signum: int | None = None
-        self.previous: dict[int, Any] = {}
+        self.reason, self.signum, self.previous = "", None, {}
 
     def __call__(self, signum: int, frame: Any) -> None:
         self.reason, self.signum = f"signal {signal.Signals(signum).name}", signum
@@ -184,10 +159,8 @@ class StopFlag:
 
     def __enter__(self) -> StopFlag:
         for signum in self.SIGNALS:
-            try:
+            with contextlib.suppress(ValueError):  # not in the main thread
                 self.previous[signum] = signal.signal(signum, self)
-            except ValueError:  # not in the main thread
-                pass
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -197,24 +170,15 @@ class StopFlag:
 
 # ----------------------------------------------------------------------------------------------- the steps
 def micro_batches(s: Session, start_epoch: int, start_batch: int) -> Iterator[tuple[int, int, dict[str, torch.Tensor]]]:
-    """(epoch, position in the epoch, batch) from ``start_batch`` of ``start_epoch`` on, epoch after epoch. The
-    remaining batches of an epoch are given to the DataLoader directly (what `skip_first_batches` does, without
-    reading the skipped ones)."""
+    """(epoch, position in the epoch, batch) from ``start_batch`` of ``start_epoch`` on, epoch after epoch (the
+    skipped batches are never read)."""
     args, ep, skip = s.args, start_epoch, start_batch
     while True:
         produced = False
         if args.streaming:
-            stream = iter_stream_batches(
-                s.splits["train"],
-                args.per_device_train_batch_size,
-                seed=args.seed,
-                epoch=ep,
-                rank=s.accelerator.process_index,
-                num_replicas=s.world,
-                shuffle=True,
-                buffer_batches=args.bucket_size,
-                max_tokens=args.max_tokens_per_batch,
-            )
+            shard = dict(rank=s.accelerator.process_index, num_replicas=s.world, shuffle=True, seed=args.seed, epoch=ep)
+            budget = dict(buffer_batches=args.bucket_size, max_tokens=args.max_tokens_per_batch)
+            stream = iter_stream_batches(s.splits["train"], args.per_device_train_batch_size, **shard, **budget)
             for position, examples in enumerate(stream, start=1):
                 produced = True
                 if position > skip:
@@ -268,17 +232,8 @@ def host_sync(s: Session, state: TrainingState, counters: DeviceCounters, clock:
     decisions (the same on every process)."""
     args, accelerator = s.args, s.accelerator
     numbers = counters.read()
-    stats = torch.tensor(
-        [
-            numbers["loss_sum"],
-            numbers["applied"],
-            float(counters.tokens),
-            clock.seconds(),
-            float(bool(s.stop_requested)),
-        ],
-        dtype=torch.float64,
-        device=accelerator.device,
-    )
+    stats = [numbers["loss_sum"], numbers["applied"], float(counters.tokens), clock.seconds(), bool(s.stop_requested)]
+    stats = torch.tensor(stats, dtype=torch.float64, device=accelerator.device)
     if s.world > 1:
         seconds = accelerator.reduce(stats[3:4].clone(), reduction="max")  # one clock for all: the slowest process's
         stats = accelerator.reduce(stats, reduction="sum")
@@ -289,41 +244,26 @@ def host_sync(s: Session, state: TrainingState, counters: DeviceCounters, clock:
     state.skipped_updates += int(numbers["skipped"])
     state.consecutive_nonfinite = int(numbers["consecutive"])
     if numbers["skipped"]:
-        logger.warning(
-            "update %d skipped: non-finite loss or gradient%s.",
-            int(numbers["last_bad"]),
-            ""
-            if numbers["skipped"] == 1
-            else f" ({int(numbers['skipped'])} skipped since update {state.global_step - args.logging_steps})",
-        )
+        since = f" ({int(numbers['skipped'])} skipped since update {state.global_step - args.logging_steps})"
+        since = "" if numbers["skipped"] == 1 else since
+        logger.warning("update %d skipped: non-finite loss or gradient%s.", int(numbers["last_bad"]), since)
     if state.consecutive_nonfinite >= args.max_consecutive_nonfinite:
         latest = s.checkpoints.latest()
         raise SystemExit(
             f"elmo pretrain: error: stopping: {state.consecutive_nonfinite} consecutive updates had a non-finite loss "
-            f"or gradient "
-            f"(last at update {int(numbers['last_bad'])}); their updates were not applied. The last good checkpoint is "
-            f"{latest if latest else '(none was saved)'}; lower the learning rate or check the data, then resume with "
-            "--resume-from-checkpoint."
+            f"or gradient (last at update {int(numbers['last_bad'])}); their updates were not applied. The last good "
+            f"checkpoint is {latest if latest else '(none was saved)'}; lower the learning rate or check the data, "
+            "then resume with --resume-from-checkpoint."
         )
     if isinstance(s.scheduler, BudgetScheduler):
         s.scheduler.observe(state.global_step, state.train_seconds)
     if log and applied > 0:
-        now = time.time()
-        mean_loss = loss_sum / applied
-        record = {
-            "step": state.global_step,
-            "epoch": state.epoch,
-            "train_loss": mean_loss,
-            "train_ppl": math.exp(min(mean_loss, 50.0)),
-            "lr": s.scheduler.get_last_lr()[0],
-            "tokens_per_s": tokens / max(now - counters.started, 1e-9),
-            "tokens_seen": state.tokens_seen,
-            "grad_norm": numbers["grad_norm"],
-        }
+        mean_loss, rate = loss_sum / applied, tokens / max(time.time() - counters.started, 1e-9)
+        record = {"step": state.global_step, "epoch": state.epoch, "train_loss": mean_loss}
+        record.update(train_ppl=math.exp(min(mean_loss, 50.0)), lr=s.scheduler.get_last_lr()[0], tokens_per_s=rate)
+        record.update(tokens_seen=state.tokens_seen, grad_norm=numbers["grad_norm"])
         s.metrics.write(record)
-        s.progress.set_postfix(
-            loss=f"{mean_loss:.3f}", ppl=f"{record['train_ppl']:.1f}", tok_s=f"{record['tokens_per_s']:.0f}"
-        )
+        s.progress.set_postfix(loss=f"{mean_loss:.3f}", ppl=f"{record['train_ppl']:.1f}", tok_s=f"{rate:.0f}")
         if args.report_to != "none":
             accelerator.log({k: v for k, v in record.items() if k != "step"}, step=state.global_step)
     counters.reset()
@@ -365,31 +305,13 @@ def save_checkpoint(s: Session, state: TrainingState) -> Path | None:
     if s.world > 1:
         gathered = s.accelerator.gather(torch.tensor([positions[0]], device=s.accelerator.device))
         positions = gathered.cpu().tolist()
-    trainer_state = {
-        "format": 1,
-        "state": state.to_dict(),
-        "run": s.identity,
-        "num_processes": s.world,
-        "positions": positions,
-    }
+    trainer_state = {"format": FORMAT_VERSION, "state": state.to_dict(), "run": s.identity, "num_processes": s.world}
+    trainer_state["positions"] = positions
     best = s.best.weights if s.best is not None and state.best_step is not None and s.best.weights.is_file() else None
-
-    def write(folder: Path) -> None:
-        write_training_files(
-            folder,
-            model=s.unwrapped(),
-            optimizer=s.optimizer,
-            scheduler=s.scheduler,
-            scaler=s.accelerator.scaler,
-            rank=s.accelerator.process_index,
-            is_main=s.accelerator.is_main_process,
-            trainer_state=trainer_state,
-            vocab_text=s.vocab_text,
-            best_model=best,
-            char_vocab_text=s.char_vocab_text,
-        )
-
-    path = s.checkpoints.save(s.accelerator, state.global_step, write)
+    files = dict(model=s.unwrapped(), optimizer=s.optimizer, scheduler=s.scheduler, scaler=s.accelerator.scaler)
+    files.update(rank=s.accelerator.process_index, is_main=s.accelerator.is_main_process, trainer_state=trainer_state)
+    files.update(vocab_text=s.vocab_text, best_model=best, char_vocab_text=s.char_vocab_text)
+    path = s.checkpoints.save(s.accelerator, state.global_step, lambda folder: write_training_files(folder, **files))
     if path is not None:
         s.last_saved_step = state.global_step
         logger.info("saved checkpoint %s", path)
@@ -397,33 +319,22 @@ def save_checkpoint(s: Session, state: TrainingState) -> Path | None:
 
 
 class ProgressBar:
-    """The training progress bar: updates out of the planned total, or, under a time budget
-    (``--max-train-minutes``), training minutes out of the budget (counting the runs a resumed checkpoint came
-    from), so that its length and its time left are those of the budget; the updates are then in its postfix.
-    Under a budget the bar shows the run's progress ``max(minutes / budget, updates / total)``, the one that ends it.
-    """
+    """Updates out of the planned total or, under ``--max-train-minutes``, training minutes (resumed runs counted)
+    out of the budget, at ``max(minutes / budget, updates / total)``, with the updates in its postfix."""
 
-    def __init__(
-        self, total_updates: int, step: int, budget_seconds: float | None, seconds: float, enabled: bool = True
-    ):
+    def __init__(self, total_updates: int, step: int, budget_seconds: float | None, seconds: float, enabled=True):
         from tqdm.auto import tqdm
 
         self.total_updates, self.budget, self.step, self.postfix = total_updates, budget_seconds, step, {}
+        shown = dict(disable=not enabled, dynamic_ncols=True)
         if budget_seconds is None:
             self.total, self.position = float(total_updates), float(step)
-            self.bar = tqdm(total=total_updates, initial=step, desc="updates", disable=not enabled, dynamic_ncols=True)
+            self.bar = tqdm(total=total_updates, initial=step, desc="updates", **shown)
         else:
             self.total, self.position = budget_seconds, self._position(step, seconds)
-            self.bar = tqdm(
-                total=budget_seconds,
-                initial=self.position,
-                desc="training minutes",
-                unit="min",
-                unit_scale=1 / 60,
-                disable=not enabled,
-                dynamic_ncols=True,
-                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total:.1f} min [{elapsed}<{remaining}{postfix}]",
-            )
+            minutes = "{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total:.1f} min [{elapsed}<{remaining}{postfix}]"
+            shown.update(desc="training minutes", unit="min", unit_scale=1 / 60, bar_format=minutes)
+            self.bar = tqdm(total=budget_seconds, initial=self.position, **shown)
             self.bar.set_postfix(updates=step, refresh=False)
 
     def _position(self, step: int, seconds: float) -> float:
@@ -443,18 +354,14 @@ class ProgressBar:
 
     def set_postfix(self, **values: Any) -> None:
         self.postfix = values
-        if self.budget is None:
-            self.bar.set_postfix(**values)
-        else:
-            self.bar.set_postfix(updates=self.step, **values)
+        self.bar.set_postfix(**({} if self.budget is None else {"updates": self.step}), **values)
 
     def close(self) -> None:
         self.bar.close()
 
 
 class TrainClock:
-    """Training seconds of this run plus those of the runs it resumed, and the share of this run's seconds the
-    training thread had a CPU core (`cpu_share`)."""
+    """Training seconds of this run plus those of the runs it resumed, and the training thread's CPU share."""
 
     def __init__(self, before: float):
         self.before, self.started, self.cpu_started = before, time.time(), time.thread_time()
@@ -463,8 +370,7 @@ class TrainClock:
         return self.before + time.time() - self.started
 
     def cpu_share(self) -> tuple[float, float]:
-        """(this run's wall seconds, the fraction of them the training thread ran on a CPU core). On an idle machine
-        a CPU run's thread computes or dispatches all the time (close to 1); a busy machine shares the core."""
+        """(this run's wall seconds, the fraction of them the training thread ran on a core: near 1 when idle)."""
         wall = time.time() - self.started
         return wall, (time.thread_time() - self.cpu_started) / wall if wall > 0 else 1.0
 
@@ -489,9 +395,8 @@ def busy_machine_warning(wall_seconds: float, share: float, updates: int) -> str
 
 # ----------------------------------------------------------------------------------------------- the loop
 def train_loop(s: Session, state: TrainingState) -> tuple[str, bool]:
-    """Train from ``state`` until ``total_updates``, a stop request, the time budget or early stopping. Returns why
-    it stopped before ``total_updates`` (``""`` if it did not) and whether the run was pre-empted (a signal or
-    ``--stop-after-steps``: checkpoint and exit) rather than finished early (time budget, early stopping)."""
+    """Train from ``state`` until ``total_updates`` or a stop; returns why it stopped early (``""``: it did not) and
+    whether it was pre-empted (a signal, ``--stop-after-steps``) rather than finished (budget, early stopping)."""
     args, accelerator = s.args, s.accelerator
     counters, guard = DeviceCounters(accelerator.device, state.consecutive_nonfinite), NonfiniteGuard(s.optimizer)
     clock, first_step = TrainClock(state.train_seconds), state.global_step
@@ -506,9 +411,8 @@ def train_loop(s: Session, state: TrainingState) -> tuple[str, bool]:
             if s.examples_log is not None and "example_ids" in batch:
                 record = {"step": state.global_step + 1, "epoch": epoch, "ids": batch["example_ids"].tolist()}
                 s.examples_log.write(json.dumps(record) + "\n")  # "step": the update this batch goes into
-            inputs = {
-                k: batch[k].to(accelerator.device, non_blocking=True) for k in ("input_ids", "attention_mask", "labels")
-            }
+            inputs = {k: batch[k].to(accelerator.device, non_blocking=True) for k in ("input_ids", "attention_mask")}
+            inputs["labels"] = batch["labels"].to(accelerator.device, non_blocking=True)
             with accelerator.accumulate(s.model):
                 loss = s.model(**inputs, add_sentence_boundaries=add_boundaries).loss
                 accelerator.backward(loss * args.loss_multiplier if args.loss_multiplier != 1.0 else loss)
@@ -535,12 +439,7 @@ def train_loop(s: Session, state: TrainingState) -> tuple[str, bool]:
                 s.stop_requested = evaluate_and_track(s, state)
             if checkpointing:
                 save_checkpoint(s, state)
-            if (
-                args.stop_after_steps is not None
-                and step >= args.stop_after_steps
-                and not done
-                and not s.stop_requested
-            ):
+            if args.stop_after_steps is not None and step >= args.stop_after_steps and not (done or s.stop_requested):
                 s.stop_requested, preempted = f"--stop-after-steps {args.stop_after_steps}", True
                 if not synced:
                     host_sync(s, state, counters, clock, log=False)

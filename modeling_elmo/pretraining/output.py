@@ -1,18 +1,6 @@
-"""The run's output folder: one run per folder, the best validated weights, and the final model written atomically.
-
-* `check_output_folder` runs before anything is written: the path must be a folder that can be created and
-  written, and a folder that already holds a run is refused unless the run is resumed (with the same arguments) or
-  ``--overwrite`` is given, which clears the run's files (and only those: a folder holding anything that
-  pretraining does not write, at any depth, is never cleared; `modeling_elmo.folders.run_folder.RunFolder.run_entries`).
-  A run with the same arguments that stopped before its first checkpoint holds nothing to resume: it is started again
-  without ``--overwrite``.
-* `run_lock` is held by the main process for the whole run: a second ``elmo pretrain`` on the same
-  ``--output-dir`` stops at once instead of writing into the same files.
-* `open_output_folder` runs once the inputs are known good: it clears (``--overwrite``), creates the folder and
-  records the run's identity in ``run.json`` (with the data files it was given, so that a run on other files is
-  told apart from a rerun).
-* `save_final_model` writes the model folder so that it becomes loadable at once: ``config.json``, the file every
-  loader looks for first, is removed before and moved in last.
+"""The run's output folder: one run per folder (`check_output_folder` before anything is written, `run_lock` for the
+whole run, `open_output_folder` once the inputs are good; ``--overwrite`` clears only the files a run writes), the
+best validated weights, and the final model written so that ``config.json`` comes last.
 """
 
 from __future__ import annotations
@@ -31,7 +19,7 @@ import torch
 
 from ..folders.run_folder import RunFolder, read_json_object
 from ..utils.io_utils import atomic_write_text, exclusive_lock, follow_umask
-from .checkpoint import CheckpointManager
+from .checkpoint import BEST_MODEL_FILE, CheckpointManager
 from .state import argument_identity, identity_differences, read_run_identity, write_run_identity
 
 logger = logging.getLogger(__name__)
@@ -41,13 +29,12 @@ _TMP_FINAL = ".tmp-final-model"
 _ADVICE = (
     "resume it with --resume-from-checkpoint latest, start it afresh with --overwrite, or choose another --output-dir"
 )
-#: The data files a run was given: recorded in ``run.json`` to tell a run on other files from a rerun (they are not
-#: part of the identity a resume checks: the data fingerprint is, so that a moved corpus can be resumed).
-DATA_FILE_ARGUMENTS = ("train_file", "validation_file", "test_file")
 
 
 def data_file_arguments(args: Any) -> dict[str, Any]:
-    return {name: getattr(args, name, None) for name in DATA_FILE_ARGUMENTS}
+    """The data files a run was given: in ``run.json`` to tell a run on other files from a rerun (a resume checks
+    the data fingerprint instead, so that a moved corpus can be resumed)."""
+    return {name: getattr(args, name, None) for name in ("train_file", "validation_file", "test_file")}
 
 
 def _data_file_differences(saved: dict[str, Any], args: Any) -> list[str]:
@@ -63,9 +50,8 @@ def _data_file_differences(saved: dict[str, Any], args: Any) -> list[str]:
 
 @contextlib.contextmanager
 def run_lock(run: RunFolder) -> Iterator[None]:
-    """Held by the main process while a run writes ``run.root``: an exclusive lock on ``RUN.lock`` beside the folder
-    (as ``elmo embed``'s), so that a second run on the same folder is refused at once with one line. Missing parent
-    folders are created for it, and removed again if the run leaves them empty."""
+    """The main process's exclusive lock on ``RUN.lock`` beside the run folder (parents created for it, and removed
+    again if left empty): a second run on the same folder is refused at once."""
     created, parent = [], run.root.absolute().parent
     while not parent.exists():
         created.append(parent)
@@ -143,9 +129,8 @@ def check_output_folder(args: Any, run: RunFolder) -> str:
 def open_output_folder(
     run: RunFolder, mode: str, identity: dict[str, Any], data_files: dict[str, Any] | None = None
 ) -> None:
-    """Main process, once the inputs are known good: clear (`OVERWRITE`: the run's own files, after checking again
-    that nothing else is there), create, and record or check the run's identity (arguments, model, data and
-    vocabulary; ``data_files``, the data files it was given, are recorded beside it)."""
+    """Main process, once the inputs are good: clear (`OVERWRITE`, checked again), create, and record (with
+    ``data_files``) or check the run's identity."""
     if mode == NEW and any(run.is_run_artefact(p.name) for p in run.entries()):
         raise ValueError(
             f"--output-dir {str(run.root)!r} was written by another run since this one started; {_ADVICE}."
@@ -172,13 +157,12 @@ def open_output_folder(
 
 # ----------------------------------------------------------------------------------------------- best model
 class BestModel:
-    """The best validated weights so far (`RunFolder.best_model_dir`): ``model.safetensors`` and ``best.json``
-    (step, perplexity), each replaced atomically; every checkpoint links to the weights, so a resume restores them."""
+    """The best validated weights so far and ``best.json`` (step, perplexity), replaced atomically; checkpoints link
+    to the weights, so a resume restores them."""
 
     def __init__(self, folder: Path):
         self.folder = Path(folder)
-        self.weights = self.folder / "model.safetensors"
-        self.info = self.folder / "best.json"
+        self.weights, self.info = self.folder / "model.safetensors", self.folder / "best.json"
 
     def save(self, model: torch.nn.Module, step: int, perplexity: float) -> None:
         from safetensors.torch import save_model
@@ -186,9 +170,6 @@ class BestModel:
         self._replace(lambda tmp: save_model(model, str(tmp)), step, perplexity)
 
     def restore(self, checkpoint: Path, step: int, perplexity: float) -> None:
-        """Put back the best weights a checkpoint links to (a resume from it)."""
-        from .checkpoint import BEST_MODEL_FILE
-
         source = Path(checkpoint) / BEST_MODEL_FILE
         if not source.is_file():
             raise ValueError(
@@ -197,7 +178,6 @@ class BestModel:
         self._replace(lambda tmp: shutil.copyfile(source, tmp), step, perplexity)
 
     def _replace(self, write: Any, step: int, perplexity: float) -> None:
-        """``write(tmp)`` the weights, then move them in and record their step and perplexity."""
         self.folder.mkdir(parents=True, exist_ok=True)
         tmp = self.folder / ".model.safetensors.tmp"
         write(tmp)
@@ -220,10 +200,8 @@ class BestModel:
 def save_final_model(
     model: torch.nn.Module, vocab_path: Path, run: RunFolder, characters: list[str] | None = None
 ) -> None:
-    """``save_pretrained`` (model, tokenizer with vocab.txt, code files, full auto_map) into the run folder so that
-    the model appears at once: the files are written into a temporary folder, the old ``config.json`` is removed,
-    every other file is moved in with `os.replace`, and ``config.json`` comes last. A kill at any moment leaves
-    either the complete model or a folder without ``config.json`` (not a model; the checkpoints are intact)."""
+    """``save_pretrained`` (model, tokenizer, code files) into a temporary folder, then moved in with ``config.json``
+    removed first and moved in last: a kill leaves the complete model or a folder that is no model."""
     from .. import ElmoTokenizer, save_model_folder
 
     tmp = run.root / _TMP_FINAL

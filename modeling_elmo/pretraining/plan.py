@@ -1,11 +1,6 @@
-"""The run's plan: every input resolved once, before anything is written or any data are read.
-
-`plan_run` checks every flag and resolves the inputs into a frozen `Plan`: the data files (globs and folders
-expanded once, with their sizes and the data fingerprint), the vocabulary and character vocabulary a run must use
-(read once), the model configuration (the starting model's ``config.json`` read once), the checkpoint to resume and
-how the output folder is used. The data loading, the run's identity and the model all take the plan's values, so the
-run reads exactly the files it was planned on: a file added to a folder afterwards is not read, and a planned file
-that changed is refused (`Plan.check_files_unchanged`).
+"""The run's plan: every input resolved once, before anything is written or any data are read (the data files with
+their sizes and fingerprint, the vocabularies, the model configuration, the checkpoint, the output folder's use). The
+run takes the plan's values: a file added afterwards is not read, a planned file that changed is refused.
 """
 
 from __future__ import annotations
@@ -45,6 +40,7 @@ class Plan:
     stamps: dict[str, tuple[int, int]]  # (size, mtime_ns) of every planned file
     data_fingerprint: str  # of the training and validation data (`modeling_elmo.pretraining.state.data_fingerprint`)
     vocab: Vocabulary | None = None  # the vocabulary the run must use (None: built from the training data)
+    max_vocab_size: int | None = None  # the most words a vocabulary built from the data keeps (None: all)
     characters: tuple[str, ...] | None = None  # the character vocabulary the run must use
     unicode: bool = False  # a Unicode character vocabulary (--char-vocabulary unicode, or the starting model's)
     init_from: Path | None = None  # the model whose weights the run starts from (not when resuming)
@@ -73,8 +69,7 @@ def negative_samples(model_config: dict[str, Any]) -> int:
 
 
 def build_config(model_config: dict[str, Any], vocab_size: int, characters: int | None = None):
-    """The run's `ElmoConfig`, built once, validated by its construction; errors name the flags to change.
-    ``characters``: the size of a Unicode character vocabulary (None: bytes)."""
+    """The run's `ElmoConfig` (``characters``: the size of a Unicode character vocabulary; None: bytes)."""
     from ..configuration_elmo import UNICODE_FIRST_CHARACTER, ElmoConfig
 
     if characters is not None:
@@ -103,8 +98,7 @@ def read_characters(path: Path) -> tuple[str, ...]:
 
 
 def _starting_model(folder: Path, given_config: str | None) -> tuple[dict[str, Any], Vocabulary, tuple | None]:
-    """--init-from-model's config, vocabulary and character vocabulary, each read once and checked against the
-    weights and each other."""
+    """--init-from-model's config, vocabulary and character vocabulary, checked against the weights and each other."""
     from ..configuration_elmo import ElmoConfig
     from ..embedding.inference import check_weights_fit_config
     from ..modeling_elmo import ElmoForBidirectionalLM
@@ -143,21 +137,16 @@ def _starting_model(folder: Path, given_config: str | None) -> tuple[dict[str, A
     return config, vocab, characters
 
 
-def _planned_vocab_size(args: PretrainingArguments, model_config: dict[str, Any], vocab: Vocabulary | None) -> int:
-    if vocab is not None:
-        return len(vocab)
-    if args.vocab_size:
-        return args.vocab_size
-    if model_config.get("vocab_size", 4) > 4:
-        return model_config["vocab_size"]
+def _planned_vocab_size(model_config: dict[str, Any], vocab: Vocabulary | None, max_size: int | None) -> int:
+    if vocab is not None or max_size:
+        return len(vocab) if vocab is not None else max_size
     # not known before the data are counted: check everything else now, the softmax size once the vocabulary exists
     sampled = model_config.get("lm_softmax") == "sampled" and isinstance(negative_samples(model_config), int)
     return max(5, negative_samples(model_config) + 1) if sampled else 5
 
 
 def plan_run(args: PretrainingArguments) -> Plan:
-    """Everything that can be checked before any file is written or any data are read: every flag, the final model
-    configuration, the starting model, the data sources, the checkpoint to resume and the output folder."""
+    """Check and resolve every input before any file is written or any data are read."""
     validate(args)
     fixed = characters = init_from = init_config = None  # `fixed`: (vocabulary, who fixes it)
     if args.init_from_model is not None:
@@ -196,7 +185,10 @@ def plan_run(args: PretrainingArguments) -> Plan:
         )
     vocab = fixed[0] if fixed is not None else vocab
     planned_characters = len(characters) if characters else args.max_characters
-    build_config(model_config, _planned_vocab_size(args, model_config, vocab), planned_characters if unicode else None)
+    max_size = args.vocab_size or (model_config["vocab_size"] if model_config.get("vocab_size", 4) > 4 else None)
+    build_config(
+        model_config, _planned_vocab_size(model_config, vocab, max_size), planned_characters if unicode else None
+    )
     given = {split: getattr(args, name) for split, name in _DATA_FLAGS.items()}
     files = {split: tuple(expand_text_files(value, f"--{split}-file")) for split, value in given.items() if value}
     stamps = {path: (os.stat(path).st_size, os.stat(path).st_mtime_ns) for paths in files.values() for path in paths}
@@ -212,6 +204,7 @@ def plan_run(args: PretrainingArguments) -> Plan:
         stamps=stamps,
         data_fingerprint=fingerprint,
         vocab=vocab,
+        max_vocab_size=max_size,
         characters=characters if unicode else None,
         unicode=unicode,
         init_from=init_from,

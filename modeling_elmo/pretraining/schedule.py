@@ -1,16 +1,10 @@
 """Learning-rate schedules: transformers' `get_scheduler` over a number of updates, or the same shapes over a time
 budget (``--max-train-minutes``), so that a fixed-minute run ends annealed.
 
-Over a budget the schedule's position is the run's progress ``max(updates / max_steps, seconds / budget)``: the
-training seconds count the runs a resumed checkpoint came from, so a budget spent in stages follows one curve. The
-seconds are read at the trainer's host syncs (every ``--logging-steps`` updates, on the main process, shared with
-every process); between two syncs the progress advances at the last measured seconds per update, so all processes
-use the same learning rate without reading a clock at every update.
-
-The progress never goes back (the learning rate of a decaying schedule never rises), so after a slow stretch (an
-evaluation, another job on the machine) the extrapolated progress can be ahead of the clock. It is then advanced
-more slowly, by ``(1 - estimate) / (1 - clock)`` of the measured rate, so that it reaches 1 when the clock does
-instead of annealing to zero before the budget is spent.
+Over a budget the position is the progress ``max(updates / max_steps, seconds / budget)`` (resumed runs' seconds
+counted), read at the trainer's host syncs (the same on every process) and extrapolated between them at the last
+measured rate. It never goes back; where it is ahead of the clock it advances by ``(1 - estimate) / (1 - clock)`` of
+the measured rate, so that it reaches 1 when the clock does.
 """
 
 from __future__ import annotations
@@ -18,13 +12,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import torch
-
 
 def schedule_factor(kind: str, progress: float, warmup: float = 0.0) -> float:
-    """The learning-rate multiplier at ``progress`` in [0, 1] of a run whose warm-up is its first ``warmup``
-    fraction: transformers' ``constant``, ``constant_with_warmup``, ``linear`` and ``cosine`` shapes (``constant``
-    ignores the warm-up, as there)."""
+    """The multiplier at ``progress`` in [0, 1] of transformers' ``constant`` (no warm-up, as there),
+    ``constant_with_warmup``, ``linear`` and ``cosine`` shapes, warming up over the first ``warmup`` fraction."""
     progress = min(max(progress, 0.0), 1.0)
     if kind == "constant":
         return 1.0
@@ -44,21 +35,13 @@ class BudgetScheduler:
     """A schedule over the run's progress (see the module docstring), with the interface of a torch scheduler
     (``step``, ``get_last_lr``, ``state_dict``/``load_state_dict``; the state is plain numbers)."""
 
-    def __init__(
-        self,
-        optimizer: torch.optim.Optimizer,
-        kind: str,
-        warmup_steps: float,
-        budget_seconds: float,
-        max_steps: int | None = None,
-    ):
-        self.optimizer = optimizer
-        self.kind = kind
+    _STATE = ("last_step", "anchor_step", "anchor_progress", "anchor_clock", "progress_per_update", "base_lrs")
+
+    def __init__(self, optimizer: Any, kind: str, warmup_steps: float, budget_seconds: float, max_steps=None):
+        self.optimizer, self.kind, self.budget_seconds, self.max_steps = optimizer, kind, budget_seconds, max_steps
         # a fraction warms up over that share of the progress; a whole number over that many updates
         self.warmup_fraction = warmup_steps if 0 < warmup_steps < 1 else 0.0
         self.warmup_updates = int(warmup_steps) if warmup_steps >= 1 else 0
-        self.budget_seconds = budget_seconds
-        self.max_steps = max_steps
         self.base_lrs = [group["lr"] for group in optimizer.param_groups]
         self.last_step = 0  # updates done
         # at the last sync: its update, the progress used then, the clock's progress then, the rate used since
@@ -71,9 +54,7 @@ class BudgetScheduler:
         return min(1.0, max(by_time, by_steps))
 
     def observe(self, step: int, seconds: float) -> None:
-        """Anchor the progress at a host sync: ``seconds`` of training after ``step`` updates (the same numbers on
-        every process). The progress never goes back; where it is ahead of the clock it advances more slowly until
-        the clock catches up (see the module docstring)."""
+        """Anchor the progress at a host sync: ``seconds`` of training after ``step`` updates (module docstring)."""
         clock = self.progress_at(step, seconds)
         progress = max(clock, self.current_progress())
         if step > self.anchor_step:
@@ -107,14 +88,7 @@ class BudgetScheduler:
         return [group["lr"] for group in self.optimizer.param_groups]
 
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "last_step": self.last_step,
-            "anchor_step": self.anchor_step,
-            "anchor_progress": self.anchor_progress,
-            "anchor_clock": self.anchor_clock,
-            "progress_per_update": self.progress_per_update,
-            "base_lrs": self.base_lrs,
-        }
+        return {key: getattr(self, key) for key in self._STATE}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for key in ("last_step", "anchor_step", "anchor_progress", "progress_per_update", "base_lrs"):
@@ -124,13 +98,8 @@ class BudgetScheduler:
 
 
 def build_scheduler(
-    optimizer: torch.optim.Optimizer,
-    kind: str,
-    warmup_steps: float,
-    total_updates: int,
-    budget_seconds: float | None = None,
-    max_steps: int | None = None,
-) -> Any:
+    optimizer: Any, kind: str, warmup_steps: float, total_updates: int, budget_seconds=None, max_steps=None
+):
     """`BudgetScheduler` over ``budget_seconds`` of training (``--max-train-minutes``), else transformers'
     `get_scheduler` over ``total_updates`` (a fractional ``warmup_steps`` is that share of them)."""
     if budget_seconds is not None:

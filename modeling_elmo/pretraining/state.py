@@ -1,6 +1,5 @@
-"""What a run is and where it stands: `TrainingState` (position, counters, best-so-far, time budget), the run's
-identity (the arguments, model, data and vocabulary that define it: one run per output folder), and the metrics log.
-"""
+"""What a run is and where it stands: `TrainingState`, the run's identity (arguments, model, data, vocabulary) and
+the metrics log."""
 
 from __future__ import annotations
 
@@ -13,54 +12,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..folders.run_folder import RunFolder
+from ..folders.run_folder import RunFolder, read_json_object
 from ..utils.io_utils import atomic_write_text
 
 #: Arguments that define a run: a run resumed (or a folder reused) with other values is another run. Data files,
 #: the vocabulary and the model are compared by their fingerprints and configuration instead of their paths.
-IDENTITY_ARGUMENTS = (
-    "dataset_name",
-    "dataset_config_name",
-    "text_column",
-    "streaming",
-    "validation_split_percentage",
-    "max_train_examples",
-    "vocab_size",
-    "min_count",
-    "char_vocabulary",
-    "max_characters",
-    "batching",
-    "window_size",
-    "max_sentence_length",
-    "per_device_train_batch_size",
-    "max_tokens_per_batch",
-    "bucket_size",
-    "seed",
-    "optimizer",
-    "learning_rate",
-    "adagrad_initial_accumulator",
-    "weight_decay",
-    "adam_beta1",
-    "adam_beta2",
-    "lr_scheduler_type",
-    "warmup_steps",
-    "gradient_accumulation_steps",
-    "max_grad_norm",
-    "loss_multiplier",
+IDENTITY_ARGUMENTS = tuple(
+    """dataset_name dataset_config_name text_column streaming validation_split_percentage max_train_examples
+    vocab_size min_count char_vocabulary max_characters batching window_size max_sentence_length
+    per_device_train_batch_size max_tokens_per_batch bucket_size seed optimizer learning_rate
+    adagrad_initial_accumulator weight_decay adam_beta1 adam_beta2 lr_scheduler_type warmup_steps
+    gradient_accumulation_steps max_grad_norm loss_multiplier""".split()
 )
 #: Config fields that define the architecture (a starting model's and --model-config's must agree on them).
-ARCHITECTURE_KEYS = (
-    "projection_dim",
-    "cell_size",
-    "num_hidden_layers",
-    "char_embedding_dim",
-    "char_cnn_filters",
-    "num_highway_layers",
-    "char_cnn_activation",
-    "max_characters_per_token",
-    "num_characters",
-    "char_vocabulary",
-    "use_skip_connections",
+ARCHITECTURE_KEYS = tuple(
+    """projection_dim cell_size num_hidden_layers char_embedding_dim char_cnn_filters num_highway_layers
+    char_cnn_activation max_characters_per_token num_characters char_vocabulary use_skip_connections""".split()
 )
 #: Config fields that define the model a run trains.
 _CLIPS_AND_SOFTMAX = ("cell_clip", "proj_clip", "lm_softmax", "num_negative_samples", "hidden_dropout_prob")
@@ -103,11 +70,7 @@ class TrainingState:
             if f.name in ("best_perplexity", "best_step") and value is None:
                 continue
             kind = float if f.name in ("best_perplexity", "train_seconds") else int
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, (int, float))
-                or (kind is int and not isinstance(value, int))
-            ):
+            if isinstance(value, bool) or not isinstance(value, int if kind is int else (int, float)):
                 raise ValueError(f"training state field {f.name} must be a number, got {value!r}.")
             if value < 0 or (isinstance(value, float) and not math.isfinite(value)):
                 raise ValueError(f"training state field {f.name} must be finite and >= 0, got {value!r}.")
@@ -124,8 +87,7 @@ class TrainingState:
 
 # ----------------------------------------------------------------------------------------------- identity
 def file_fingerprint(path: str) -> str:
-    """sha256 of a file's name, size and first megabyte (cheap on corpora of gigabytes, and independent of where
-    the file lies)."""
+    """sha256 of a file's name, size and first megabyte (cheap, and independent of where the file lies)."""
     digest = hashlib.sha256(f"{Path(path).name}|{os.path.getsize(path)}|".encode())
     with open(path, "rb") as handle:
         digest.update(handle.read(_FINGERPRINT_BYTES))
@@ -172,8 +134,6 @@ def identity_differences(saved: dict[str, Any], current: dict[str, Any]) -> list
 
 
 def read_run_identity(run: RunFolder) -> dict[str, Any] | None:
-    from ..folders.run_folder import read_json_object
-
     return read_json_object(run.run_identity_file, "run identity")
 
 
@@ -183,13 +143,11 @@ def write_run_identity(run: RunFolder, identity: dict[str, Any]) -> None:
 
 # ----------------------------------------------------------------------------------------------- metrics
 class MetricsLog:
-    """``metrics.jsonl``, appended to by the main process only; a resumed run first drops the records written after
-    its checkpoint (they belong to the interrupted continuation), so every step is logged once. The example-id logs
-    (``--log-example-ids``) are truncated the same way on resume, each by its own process."""
+    """``metrics.jsonl`` (or an example-id log), appended to by one process; a resume first drops the records after
+    its checkpoint, so every step is logged once."""
 
     def __init__(self, path: Path, enabled: bool):
-        self.path = path
-        self.enabled = enabled
+        self.path, self.enabled = path, enabled
 
     def truncate_after(self, step: int) -> None:
         """Keep the records up to ``step``; a line cut short by a kill is dropped too."""

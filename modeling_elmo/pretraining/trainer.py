@@ -1,14 +1,11 @@
-"""The ELMo pretraining command on accelerate (one CPU, one GPU, many GPUs, many nodes: the same code).
-
-`train` is the skeleton of accelerate's ``nlp_example.py``: check the inputs, build the accelerator, the data, the
-model, optimiser and schedule, ``prepare``, resume, the loop, finish. Each step is a named function here or in
-`loop.py`; the run's files are named by `modeling_elmo.folders.run_folder.RunFolder`.
-"""
+"""The ELMo pretraining command on accelerate: `train` is the skeleton of accelerate's ``nlp_example.py`` (plan,
+accelerator, data, model, optimiser, schedule, ``prepare``, resume, `loop.train_loop`, finish)."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
 import logging
 import re
@@ -33,7 +30,7 @@ from .checkpoint import WRITE_ERRORS, CheckpointManager, load_checkpoint
 from .data import Vocabulary, build_vocabularies, load_raw_splits, tokenize_splits
 from .evaluation import metrics_record, plot_perplexity
 from .loop import ProgressBar, Session, evaluate_and_track, save_checkpoint, train_loop
-from .output import BestModel, data_file_arguments, open_output_folder, run_lock, save_final_model
+from .output import data_file_arguments, open_output_folder, run_lock, save_final_model
 from .plan import Plan, build_config, plan_run
 from .schedule import build_scheduler
 from .state import MetricsLog, TrainingState, identity_differences, run_identity
@@ -43,9 +40,8 @@ logger = logging.getLogger("modeling_elmo.pretraining")
 
 # ----------------------------------------------------------------------------------------------- building
 def check_mixed_precision(mixed_precision: str | None, device: Any) -> None:
-    """Refuse, in one line, a precision the device cannot train in: bf16 autocast where ``device`` lacks native
-    bfloat16 (`capability.require_bf16`: emulated, it is many times slower than fp32), fp16 on a CPU (accelerate
-    has no loss scaler there and would train in fp32 without the non-finite update guard)."""
+    """Refuse a precision the device cannot train in: bf16 without native bfloat16 (emulated: many times slower),
+    fp16 on a CPU (no loss scaler: fp32 without the non-finite update guard)."""
     if mixed_precision == "bf16":
         require_bf16(device, "--mixed-precision bf16")
     elif mixed_precision == "fp16" and torch.device(device).type == "cpu":
@@ -58,19 +54,14 @@ def check_mixed_precision(mixed_precision: str | None, device: Any) -> None:
 def build_accelerator(
     mixed_precision: str | None, gradient_accumulation_steps: int, report_to: str, project_dir: str
 ) -> Any:
-    """The Accelerator (gloo on the CPU for a multi-process launch without GPUs), checked against the launch, and
-    per-process logging: INFO on the local main process, errors elsewhere."""
+    """The Accelerator, checked against the launch, and logging: INFO on the local main process, errors elsewhere."""
     import datasets
     import transformers
     from accelerate import Accelerator
 
-    accelerator = Accelerator(
-        cpu=use_cpu_backend(),
-        mixed_precision=mixed_precision,
-        gradient_accumulation_steps=gradient_accumulation_steps,
-        log_with=None if report_to == "none" else report_to,
-        project_dir=project_dir,
-    )
+    options = dict(mixed_precision=mixed_precision, gradient_accumulation_steps=gradient_accumulation_steps)
+    log_with = None if report_to == "none" else report_to
+    accelerator = Accelerator(cpu=use_cpu_backend(), log_with=log_with, project_dir=project_dir, **options)
     check_process_count(accelerator.num_processes, accelerator.distributed_type)
     check_mixed_precision(accelerator.mixed_precision, accelerator.device)
     if accelerator.distributed_type.value == "FSDP":
@@ -100,8 +91,6 @@ class PreparedData:
         """The word vocabulary's fingerprint, and the character vocabulary's when there is one."""
         if self.characters is None:
             return self.vocab.fingerprint()
-        import hashlib
-
         return f"{self.vocab.fingerprint()}+{hashlib.sha256(''.join(self.characters).encode('utf-8')).hexdigest()[:16]}"
 
 
@@ -115,10 +104,8 @@ def _limit(ds: Any, n: int | None) -> Any:
 
 @contextlib.contextmanager
 def preprocessing_progress(enabled: bool) -> Iterator[Any]:
-    """One progress bar for the whole preparation of the data (reading, vocabulary, tokenising), with the
-    `datasets` library's own bars (one per split and per pass) switched off meanwhile through its public API and
-    switched back on afterwards if they were on. The bar is drawn on a terminal only (never into a log file), and a
-    preparation that fails erases it before its one line."""
+    """One progress bar for the whole data preparation (on a terminal only; erased when it fails), the `datasets`
+    bars switched off meanwhile; yields ``stage(index)``, which shows `PREPROCESSING_STAGES` ``[index]``."""
     import datasets
     from tqdm.auto import tqdm
 
@@ -131,8 +118,13 @@ def preprocessing_progress(enabled: bool) -> Iterator[Any]:
         disable=None if enabled else True,  # None: shown on a terminal only, never in a log file
         bar_format="{desc}: {n}/{total} stages [{elapsed}{postfix}]",
     )
+
+    def stage(index: int) -> None:
+        bar.n = index
+        bar.set_postfix_str(PREPROCESSING_STAGES[index] if index < len(PREPROCESSING_STAGES) else "done")
+
     try:
-        yield bar
+        yield stage
     except BaseException:
         bar.leave = False  # a preparation that fails says so in one line, not under a half-drawn bar
         raise
@@ -147,31 +139,20 @@ PREPROCESSING_STAGES = ("reading the text", "building the vocabulary", "tokenisi
 
 
 def prepare_data(args: PretrainingArguments, accelerator: Any, plan: Plan) -> PreparedData:
-    """Read the splits, fix or build the vocabulary (main process; shared with the others), tokenise; one progress
-    bar for all of it (`preprocessing_progress`)."""
-    with preprocessing_progress(accelerator.is_local_main_process) as bar:
-        return _prepare_data(args, accelerator, plan, bar)
+    """Read the splits, fix or build the vocabulary (main process; shared with the others), tokenise."""
+    with preprocessing_progress(accelerator.is_local_main_process) as stage:
+        return _prepare_data(args, accelerator, plan, stage)
 
 
-def _prepare_data(args: PretrainingArguments, accelerator: Any, plan: Plan, bar: Any) -> PreparedData:
-    def stage(index: int) -> None:
-        bar.n = index
-        bar.set_postfix_str(PREPROCESSING_STAGES[index] if index < len(PREPROCESSING_STAGES) else "done")
+def _prepare_data(args: PretrainingArguments, accelerator: Any, plan: Plan, stage: Any) -> PreparedData:
+    from accelerate.utils import broadcast_object_list
 
     stage(0)
     plan.check_files_unchanged()
     with accelerator.main_process_first():
-        raw = load_raw_splits(
-            plan.files,
-            dataset_name=args.dataset_name,
-            dataset_config_name=args.dataset_config_name,
-            text_column=args.text_column,
-            streaming=args.streaming,
-            validation_split_percentage=args.validation_split_percentage,
-            seed=args.seed,
-            cache_dir=args.cache_dir,
-            num_proc=args.preprocessing_num_workers,
-        )
+        same = "dataset_name dataset_config_name text_column streaming validation_split_percentage seed cache_dir"
+        options = {name: getattr(args, name) for name in same.split()}
+        raw = load_raw_splits(plan.files, **options, num_proc=args.preprocessing_num_workers)
     raw["train"] = _limit(raw["train"], args.max_train_examples)
     for split in ("validation", "test"):
         if split in raw:
@@ -180,63 +161,39 @@ def _prepare_data(args: PretrainingArguments, accelerator: Any, plan: Plan, bar:
     vocab, characters = plan.vocab, plan.characters  # a checkpoint's, a starting model's, --vocab-file's
     count_characters = plan.unicode and characters is None
     if vocab is None or count_characters:  # from one count of the training words, on the main process
-        size = args.vocab_size or (
-            plan.model_config["vocab_size"] if plan.model_config.get("vocab_size", 4) > 4 else None
-        )
-        built, characters_built = _on_main_process(
-            accelerator,
-            build_vocabularies,
-            raw["train"],
-            words=vocab is None,
-            max_size=size,
-            min_count=args.min_count,
-            max_characters=args.max_characters if count_characters else None,
-            num_proc=args.preprocessing_num_workers,
-        )
+        counted = [None]
+        if accelerator.is_main_process:
+            counted[0] = build_vocabularies(
+                raw["train"],
+                words=vocab is None,
+                max_size=plan.max_vocab_size,
+                min_count=args.min_count,
+                max_characters=args.max_characters if count_characters else None,
+                num_proc=args.preprocessing_num_workers,
+            )
+        if accelerator.num_processes > 1:
+            broadcast_object_list(counted)
+        built, characters_built = counted[0]
         vocab = built if vocab is None else vocab
         characters = characters_built if count_characters else characters
     if len(vocab) <= 4:
         raise ValueError("the vocabulary has no words besides the 4 special ones.")
     stage(2)
     with accelerator.main_process_first():
-        splits = tokenize_splits(
-            raw,
-            vocab,
-            mode=args.batching,
-            max_sentence_length=args.max_sentence_length,
-            window_size=args.window_size,
-            num_proc=args.preprocessing_num_workers,
-            overwrite_cache=args.overwrite_cache,
-        )
+        lengths = dict(max_sentence_length=args.max_sentence_length, window_size=args.window_size)
+        workers = dict(num_proc=args.preprocessing_num_workers, overwrite_cache=args.overwrite_cache)
+        splits = tokenize_splits(raw, vocab, mode=args.batching, **lengths, **workers)
     stage(3)
     return PreparedData(splits, vocab, None if characters is None else list(characters))
-
-
-def _on_main_process(accelerator: Any, compute: Any, *args: Any, **kwargs: Any) -> Any:
-    """``compute(*args, **kwargs)`` on the main process, its result broadcast to the others."""
-    from accelerate.utils import broadcast_object_list
-
-    result = [compute(*args, **kwargs) if accelerator.is_main_process else None]
-    if accelerator.num_processes > 1:
-        broadcast_object_list(result)
-    return result[0]
 
 
 def build_sampler(
     train: Any, accelerator: Any, *, batch_size: int, max_tokens: int | None, seed: int, bucket_size: int
 ) -> BucketBatchSampler:
     """The training batches of this process: ``batch_size`` sequences or ``max_tokens`` padded tokens each."""
-    sampler = BucketBatchSampler(
-        example_lengths(train),
-        None if max_tokens else batch_size,
-        max_tokens=max_tokens,
-        shuffle=True,
-        seed=seed,
-        rank=accelerator.process_index,
-        num_replicas=accelerator.num_processes,
-        bucket_size=bucket_size,
-        drop_last=True,
-    )
+    shard = dict(rank=accelerator.process_index, num_replicas=accelerator.num_processes, shuffle=True, drop_last=True)
+    sizes = dict(max_tokens=max_tokens, seed=seed, bucket_size=bucket_size)
+    sampler = BucketBatchSampler(example_lengths(train), None if max_tokens else batch_size, **sizes, **shard)
     if sampler.num_batches() == 0:
         raise ValueError(
             f"the training split has {len(train)} examples: fewer than one batch of {batch_size} per process on "
@@ -256,10 +213,8 @@ def build_optimizer(
     device_type: str = "cpu",
     sharded: bool = False,
 ) -> torch.optim.Optimizer:
-    """Adagrad (the original's) or AdamW with decay on matrices only (``learning_rate`` None: the optimiser's
-    `DEFAULT_LEARNING_RATES`). The fused implementations (one kernel over all parameters; on a CPU 5x faster for
-    AdamW, 2.7x for Adagrad, equal to 1e-7) are used where torch has them: AdamW on CPU and CUDA, Adagrad on CPU,
-    neither for sharded parameters."""
+    """Adagrad (the original's) or AdamW with decay on matrices only, fused where torch has it and the parameters
+    are not sharded (AdamW on CPU and CUDA, Adagrad on CPU: on a CPU 5x and 2.7x faster, equal to 1e-7)."""
     params = [p for p in model.parameters() if p.requires_grad]
     lr = learning_rate if learning_rate is not None else DEFAULT_LEARNING_RATES[optimizer]
     if optimizer == "adagrad":
@@ -274,7 +229,7 @@ def build_optimizer(
 
 
 def rename_legacy_keys(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """``state_dict`` with the LSTM keys of older folders renamed (`LEGACY_KEY_MAPPING`), as loading does."""
+    """``state_dict`` with the LSTM keys of older folders renamed, as loading does."""
     from ..modeling_elmo import LEGACY_KEY_MAPPING
 
     renamed = {}
@@ -286,16 +241,14 @@ def rename_legacy_keys(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.T
 
 
 def build_model(config: Any, init_from: Path | None = None) -> torch.nn.Module:
-    """The biLM of ``config`` on the package's fast recurrence (docs/model.md), with the weights of the model folder
-    ``init_from`` when given."""
+    """The biLM of ``config`` on the fast recurrence, with the weights of the model folder ``init_from``."""
     from safetensors.torch import load_file
 
     from ..acceleration.packed_kernels import use_packed_kernels
     from ..modeling_elmo import ElmoForBidirectionalLM
 
     model = use_packed_kernels(ElmoForBidirectionalLM(config))
-    if init_from is not None:
-        folder = init_from
+    if (folder := init_from) is not None:
         state, own = rename_legacy_keys(load_file(str(folder / "model.safetensors"))), model.state_dict()
         problems = [
             f"{label}: {', '.join(keys[:5])}{' ...' if len(keys) > 5 else ''}"
@@ -316,8 +269,7 @@ def build_model(config: Any, init_from: Path | None = None) -> torch.nn.Module:
 
 
 def resume(s: Session, checkpoint: Path | None) -> TrainingState:
-    """The state to start from: fresh, or everything ``checkpoint`` holds (weights, optimiser, schedule, random
-    generators, data position, counters, best-so-far, training seconds)."""
+    """The state to start from: fresh, or everything ``checkpoint`` holds."""
     if checkpoint is None:
         return TrainingState()
     saved = load_checkpoint(
@@ -337,32 +289,22 @@ def resume(s: Session, checkpoint: Path | None) -> TrainingState:
         state.epoch, state.batch_in_epoch = positions[s.accelerator.process_index]
     else:
         state.batch_in_epoch = state.batch_in_epoch * saved_world // s.world
-        logger.warning(
-            "resuming with %d processes instead of %d: the data position is converted, RNG streams differ.",
-            s.world,
-            saved_world,
-        )
+        message = "resuming with %d processes instead of %d: the data position is converted, RNG streams differ."
+        logger.warning(message, s.world, saved_world)
     s.metrics.truncate_after(state.global_step)
     # each process's example-id log, likewise: the batches of the interrupted continuation are trained again
-    MetricsLog(s.run.examples_log_file(s.accelerator.process_index), s.args.log_example_ids).truncate_after(
-        state.global_step
-    )
+    examples_log = MetricsLog(s.run.examples_log_file(s.accelerator.process_index), s.args.log_example_ids)
+    examples_log.truncate_after(state.global_step)
     if s.best is not None and state.best_step is not None and s.accelerator.is_main_process:
         s.best.restore(checkpoint, state.best_step, state.best_perplexity)
     s.last_saved_step = state.global_step
-    logger.info(
-        "resumed from %s at update %d (epoch %d, batch %d)",
-        checkpoint,
-        state.global_step,
-        state.epoch,
-        state.batch_in_epoch,
-    )
+    where = (state.global_step, state.epoch, state.batch_in_epoch)
+    logger.info("resumed from %s at update %d (epoch %d, batch %d)", checkpoint, *where)
     return state
 
 
 def fit_unigram_baseline(train: Any, vocab_size: int, layout: str, streaming: bool) -> UnigramBaseline:
-    """The add-one unigram model of the training targets every perplexity is compared with (of the first 100,000
-    examples of a stream)."""
+    """The add-one unigram model of the training targets (of a stream's first 100,000 examples)."""
     counted = 100_000 if streaming else None
     counts = dataset_target_counts(train, vocab_size, layout, max_examples=counted)
     return UnigramBaseline.fit(
@@ -395,44 +337,26 @@ def stop_logging(s: Session) -> None:
 
 def log_summary(s: Session, data: PreparedData, config: Any) -> None:
     args = s.args
-    batch = (
-        f"{args.max_tokens_per_batch} tokens"
-        if args.max_tokens_per_batch
-        else f"{args.per_device_train_batch_size} sequences"
-    )
+    accelerator, parameters = s.accelerator, sum(p.numel() for p in s.unwrapped().parameters())
+    batch = f"{args.max_tokens_per_batch} tokens" if args.max_tokens_per_batch else None
+    batch = batch or f"{args.per_device_train_batch_size} sequences"
     logger.info("***** Running ELMo pretraining *****")
-    logger.info(
-        "  processes = %d, device = %s, distributed type = %s, mixed precision = %s",
-        s.world,
-        s.accelerator.device,
-        s.accelerator.distributed_type.value,
-        s.accelerator.mixed_precision,
-    )
-    logger.info(
-        "  vocabulary = %d words, parameters = %d (%s softmax in training)",
-        len(data.vocab),
-        sum(p.numel() for p in s.unwrapped().parameters()),
-        config.lm_softmax,
-    )
-    logger.info(
-        "  training examples = %s, batching = %s",
-        "streamed" if args.streaming else len(data.splits["train"]),
-        args.batching,
-    )
+    devices = (s.world, accelerator.device, accelerator.distributed_type.value, accelerator.mixed_precision)
+    logger.info("  processes = %d, device = %s, distributed type = %s, mixed precision = %s", *devices)
+    vocabulary = (len(data.vocab), parameters, config.lm_softmax)
+    logger.info("  vocabulary = %d words, parameters = %d (%s softmax in training)", *vocabulary)
+    examples = "streamed" if args.streaming else len(data.splits["train"])
+    logger.info("  training examples = %s, batching = %s", examples, args.batching)
     logger.info("  batch per process = %s, accumulation = %d", batch, args.gradient_accumulation_steps)
-    logger.info(
-        "  updates = %d (%s batches per process per epoch)",
-        s.total_updates,
-        s.sampler.num_batches() if s.sampler else "streamed",
-    )
+    epoch = s.sampler.num_batches() if s.sampler else "streamed"
+    logger.info("  updates = %d (%s batches per process per epoch)", s.total_updates, epoch)
 
 
 # ----------------------------------------------------------------------------------------------- finishing
 def finish(
     s: Session, state: TrainingState, stop_reason: str, preempted: bool, baseline: UnigramBaseline, started: float
 ) -> int:
-    """The last checkpoint; then, unless pre-empted: the final validation (and best-model choice), test, the model
-    folder, ``training_metadata.json``, ``eval_results.json`` and the plot."""
+    """The last checkpoint; then, unless pre-empted: the final evaluations and the run's files."""
     import datasets
     import transformers
 
@@ -464,9 +388,8 @@ def finish(
             evaluate_and_track(s, state)
         if s.args.load_best_model_at_end and state.best_step != state.global_step:
             s.best.load_into(model, state.best_step)
-            logger.info(
-                "loaded the best model: update %d, validation perplexity %.2f", state.best_step, state.best_perplexity
-            )
+            best = (state.best_step, state.best_perplexity)
+            logger.info("loaded the best model: update %d, validation perplexity %.2f", *best)
         chosen_step = state.best_step if s.args.load_best_model_at_end else state.global_step
     perplexities = []
     for split in ("validation", "test"):
@@ -476,58 +399,33 @@ def finish(
             s.metrics.write(
                 {"step": state.global_step, "split": split, "model_step": chosen_step, **metrics_record(result)}
             )
-            logger.info(
-                "%s: perplexity %.2f (forward %.2f, backward %.2f); unigram baseline %.2f",
-                split,
-                result.average,
-                result.forward,
-                result.backward,
-                result.unigram.average,
-            )
+            numbers = (result.average, result.forward, result.backward, result.unigram.average)
+            logger.info("%s: perplexity %.2f (forward %.2f, backward %.2f); unigram baseline %.2f", split, *numbers)
     s.accelerator.wait_for_everyone()
     if s.accelerator.is_main_process:
         try:
             characters = None if s.char_vocab_text is None else json.loads(s.char_vocab_text)
             save_final_model(model, s.run.vocab_file, s.run, characters)
-            s.run.write_training_metadata(
-                {
-                    "global_step": state.global_step,
-                    "model_step": chosen_step,
-                    "tokens_seen": state.tokens_seen,
-                    "skipped_updates": state.skipped_updates,
-                    "train_seconds": state.train_seconds,
-                    "wall_seconds": time.time() - started,
-                    "num_processes": s.world,
-                    "mixed_precision": s.accelerator.mixed_precision,
-                    "vocab_size": len(s.vocab_text.splitlines()),
-                    "vocab_fingerprint": s.identity["vocabulary"],
-                    "data_fingerprint": s.identity["data"],
-                    "parameters": sum(p.numel() for p in model.parameters()),
-                    "stopped_early": stop_reason or None,
-                    "best_validation_perplexity": state.best_perplexity,
-                    "best_step": state.best_step,
-                    "args": dataclasses.asdict(s.args),
-                    "versions": {
-                        "torch": torch.__version__,
-                        "transformers": transformers.__version__,
-                        "datasets": datasets.__version__,
-                    },
-                }
+            steps = {
+                "global_step": state.global_step,
+                "model_step": chosen_step,
+                "vocab_size": len(s.vocab_text.split()),
+            }
+            metadata = dict(steps, tokens_seen=state.tokens_seen, skipped_updates=state.skipped_updates)
+            metadata.update(
+                train_seconds=state.train_seconds, wall_seconds=time.time() - started, num_processes=s.world
             )
-            write_results(
-                s.run.eval_results_file,
-                EvaluationResults.now(
-                    model=s.run.root.name,
-                    source="elmo pretrain",
-                    perplexity=perplexities,
-                    details={
-                        "global_step": state.global_step,
-                        "model_step": chosen_step,
-                        "vocab_size": len(s.vocab_text.splitlines()),
-                        "unk_handling": UNK_HANDLING,
-                    },
-                ),
+            metadata.update(mixed_precision=s.accelerator.mixed_precision, vocab_fingerprint=s.identity["vocabulary"])
+            metadata.update(data_fingerprint=s.identity["data"], parameters=sum(p.numel() for p in model.parameters()))
+            metadata.update(stopped_early=stop_reason or None, best_validation_perplexity=state.best_perplexity)
+            metadata.update(best_step=state.best_step, args=dataclasses.asdict(s.args))
+            metadata["versions"] = {m.__name__: m.__version__ for m in (torch, transformers, datasets)}
+            s.run.write_training_metadata(metadata)
+            details = dict(steps, unk_handling=UNK_HANDLING)
+            results = EvaluationResults.now(
+                model=s.run.root.name, source="elmo pretrain", perplexity=perplexities, details=details
             )
+            write_results(s.run.eval_results_file, results)
             if s.args.plot:
                 plot_perplexity(s.run.metrics_file, s.run.perplexity_plot_file)
         except WRITE_ERRORS as exc:  # a full disk: say what the kept checkpoint holds
@@ -542,7 +440,6 @@ def finish(
 
 
 def _kept_checkpoint(s: Session, state: TrainingState) -> str:
-    """What is kept when the final model cannot be written: the latest checkpoint and the updates it holds."""
     latest = s.checkpoints.latest()
     if latest is None:
         return (
@@ -600,7 +497,7 @@ def _train(args: PretrainingArguments, plan: Plan, accelerator: Any, started: fl
         device_type=accelerator.device.type,
     )
     budget = 60.0 * args.max_train_minutes if args.max_train_minutes is not None else None
-    scheduler = build_scheduler(  # stepped once per update by the loop
+    scheduler = build_scheduler(
         optimizer, args.lr_scheduler_type, args.warmup_steps, total_updates, budget, args.max_steps
     )
     identity = run_identity(args, config, plan.data_fingerprint, data.vocabulary_fingerprint)
@@ -624,12 +521,9 @@ def _train(args: PretrainingArguments, plan: Plan, accelerator: Any, started: fl
             data.vocab.char_table(config.max_characters_per_token, data.characters), characters=data.characters
         ),
         run=plan.run,
-        checkpoints=CheckpointManager(plan.run.checkpoints_dir, keep_last=args.checkpoints_total_limit),
-        metrics=MetricsLog(plan.run.metrics_file, accelerator.is_main_process),
         identity=identity,
         vocab_text="".join(w + "\n" for w in data.vocab.words),
         total_updates=total_updates,
-        best=BestModel(plan.run.best_model_dir) if args.load_best_model_at_end else None,
         char_vocab_text=char_vocab_text,
     )
     state = resume(s, plan.resume_path)
