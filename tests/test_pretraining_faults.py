@@ -146,14 +146,19 @@ def test_full_disk_from_an_update_on_names_the_updates_lost(tmp_path, corpus, di
 
 
 def test_stop_flag_saves_on_the_first_ctrl_c_and_stops_at_once_on_the_second():
-    with pretrain_loop.StopFlag() as flag:
-        os.kill(os.getpid(), signal.SIGINT)
-        time.sleep(0.1)
-        assert flag.reason == "signal SIGINT"
-        with pytest.raises(KeyboardInterrupt):
+    # Python's own Ctrl-C handler before the flag (whatever an earlier test in this process left installed)
+    outer = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pretrain_loop.StopFlag() as flag:
             os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(1)
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+            time.sleep(0.1)
+            assert flag.reason == "signal SIGINT"
+            with pytest.raises(KeyboardInterrupt):
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(1)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, outer)
 
 
 def test_second_ctrl_c_ends_the_command_with_one_line(monkeypatch):
