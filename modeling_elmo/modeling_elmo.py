@@ -1,22 +1,12 @@
-# Copyright 2026 The modeling_elmo authors.
-#
-# Licensed under the Apache License, Version 2.0 (the "License");
-# you may not use this file except in compliance with the License.
-# You may obtain a copy of the License at
-#
-#     http://www.apache.org/licenses/LICENSE-2.0
-#
-# Unless required by applicable law or agreed to in writing, software
-# distributed under the License is distributed on an "AS IS" BASIS,
-# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
-# See the License for the specific language governing permissions and
-# limitations under the License.
+# Copyright 2026 The modeling_elmo authors. All rights reserved.
+# Licensed under the Apache License, Version 2.0 (http://www.apache.org/licenses/LICENSE-2.0).
 """PyTorch ELMo (Peters et al. 2018): a character CNN and a biLSTM language model. LSTM gates are in PyTorch order
 and their bias holds TensorFlow's forget bias of +1; the highway gate multiplies the transformed branch."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -28,28 +18,9 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassifierOutput
 from transformers.utils import ModelOutput
 
-from .configuration_elmo import ElmoConfig
-from .inputs_elmo import (
-    IGNORE_INDEX,
-    check_values,
-    integer_labels,
-    validated_features,
-    validated_inputs,
-    validated_word_inputs,
-    with_sentence_boundaries,
-    with_word_boundaries,
-)
-from .lstm_kernels import (
-    dropout_noise,
-    fused_applies,
-    lstm_step,
-    reverse_each_row,
-    stacked_lstm,
-    state_dtype,
-    torch_lstm,
-    weights_readable,
-)
+from .configuration_elmo import BOS_ID, EOS_ID, PAD_ID, ElmoConfig, sentence_boundary_char_ids
 
+IGNORE_INDEX = -100  # labels that predict nothing, as everywhere in transformers
 # Keys of folders saved while the LSTM transforms were bare parameters -> today's keys (regex -> key).
 LEGACY_KEY_MAPPING = {
     r"_layers\.(\d+)\.weight_ih": r"_layers.\1.input_transform.weight",
@@ -59,34 +30,197 @@ LEGACY_KEY_MAPPING = {
 }
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# Inputs: checked (each check names the bad value), and the sentence boundaries the model adds
+# ---------------------------------------------------------------------------------------------------------------
 def _host_waits_for_nothing(device: torch.device) -> bool:
     """Whether a size known only from tensor values is free to read (CPU, eager). Elsewhere the model computes on
     all rows and masks instead (same numbers)."""
     return device.type == "cpu" and not torch.compiler.is_compiling()
 
 
-def _unused_inputs(kwargs: dict, owner: str, output_attentions: bool | None = None) -> None:
-    """Accept what other models' callers pass (``token_type_ids``, ``position_ids``); refuse anything else."""
-    if output_attentions:
-        raise ValueError(f"{owner} has no attentions to return (a biLSTM): call it without output_attentions=True.")
-    if unexpected := [key for key in kwargs if key not in ("token_type_ids", "position_ids")]:
-        raise TypeError(f"{owner}.forward() got an unexpected keyword argument {unexpected[0]!r}.")
+def check_values(bad: torch.Tensor, message: str) -> None:
+    """`ValueError(message)` if any element of ``bad`` is set; skipped while tracing (a graph cannot branch on values)
+    and in training steps on an accelerator (reading the flag would make the host wait for the device)."""
+    if torch.compiler.is_compiling() or (bad.device.type != "cpu" and torch.is_grad_enabled()):
+        return
+    if bool(bad.any()):
+        raise ValueError(message)
 
 
-def _loss_kwargs(kwargs: dict, owner: str):
-    """``num_items_in_batch`` (passed by `Trainer`) out of ``kwargs``; the rest checked by `_unused_inputs`."""
-    num_items_in_batch = kwargs.pop("num_items_in_batch", None)
-    _unused_inputs(kwargs, owner, kwargs.pop("output_attentions", None))
-    return num_items_in_batch
+def _integers(values, name: str, device: torch.device, what: str, shape: tuple | None = None) -> torch.Tensor:
+    """``values`` as an int64 tensor on ``device``, of ``shape`` (batch, tokens) if given; else a `ValueError`."""
+    values = torch.as_tensor(values, device=device)
+    if shape is not None and tuple(values.shape) != tuple(shape):
+        raise ValueError(f"{name} has shape {tuple(values.shape)} but input_ids has {tuple(shape)} tokens.")
+    if values.dtype.is_floating_point or values.dtype == torch.bool or values.is_complex():
+        raise ValueError(f"{name} must {what}, got dtype {values.dtype}.")
+    return values.long()
 
 
-def _normalised(total: torch.Tensor, mean: torch.Tensor, num_items_in_batch) -> torch.Tensor:
-    """``mean``, or ``total / num_items_in_batch`` under `Trainer`'s gradient accumulation (as transformers' losses)."""
-    if num_items_in_batch is None:
-        return mean
-    return total / torch.as_tensor(num_items_in_batch, device=total.device)
+def integer_labels(labels, upper: int, what: str, device: torch.device, counted: torch.Tensor | None = None):
+    """``labels`` as int64: integers in [0, ``upper``) or -100 (ignored), checked where ``counted`` (a mask) is set."""
+    labels = _integers(labels, "labels", device, f"be integer {what}")
+    bad = ((labels < 0) | (labels >= upper)) & (labels != IGNORE_INDEX)
+    hint = " (only -100 marks a position to ignore)" if what == "word ids" else ""
+    check_values(bad if counted is None else bad & counted, f"labels hold a {what[:-1]} outside [0, {upper}){hint}.")
+    return labels
 
 
+def validated_inputs(input_ids, attention_mask, width: int, max_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The character ids (B, T, ``width``) and the token mask (B, T) bool; without a mask, a token is present where
+    its character ids are not all 0."""
+    if input_ids is None:
+        raise ValueError(f"ElmoModel needs input_ids (character ids of shape (batch, tokens, {width})).")
+    input_ids = torch.as_tensor(input_ids)
+    if input_ids.dim() != 3 or input_ids.shape[-1] != width:
+        raise ValueError(
+            f"input_ids must have shape (batch, tokens, {width}) (character ids from ElmoTokenizer), "
+            f"got {tuple(input_ids.shape)}."
+        )
+    if input_ids.dtype not in (torch.int16, torch.int32, torch.int64):
+        raise ValueError(
+            f"input_ids must hold integer character ids in [0, {max_id}] (int16, int32 or int64), "
+            f"got dtype {input_ids.dtype}."
+        )
+    if input_ids.shape[0] == 0:
+        raise ValueError("empty batch: input_ids has batch size 0.")
+    check_values((input_ids < 0) | (input_ids > max_id), f"input_ids hold a character id outside [0, {max_id}].")
+    present = (input_ids > 0).any(dim=-1)
+    if attention_mask is None:
+        return input_ids, present
+    mask = torch.as_tensor(attention_mask, device=input_ids.device)
+    if tuple(mask.shape) != tuple(present.shape):
+        raise ValueError(
+            f"attention_mask has shape {tuple(mask.shape)} but input_ids has {tuple(present.shape)} tokens."
+        )
+    check_values(mask.bool() & ~present, "attention_mask marks a token as present whose character ids are all 0.")
+    return input_ids, mask.bool()
+
+
+def with_sentence_boundaries(input_ids, mask: torch.Tensor, lengths: torch.Tensor, char_vocabulary: str = "bytes"):
+    """Left-aligned ids (B, T, C) -> (B, T + 2, C) with ``<S>`` at 0 and ``</S>`` after each row's last token (an
+    empty row too, as AllenNLP does), and the mask of the result."""
+    batch, steps, width = input_ids.shape
+    ids = input_ids.new_zeros(batch, steps + 2, width)
+    ids[:, 1:-1] = input_ids * mask.unsqueeze(-1).to(input_ids.dtype)
+    # built on the device from scalars (a host list would make the host wait; buffers would stay empty on meta)
+    bos, eos = (ids.new_empty(width) for _ in range(2))
+    for row, values in zip((bos, eos), sentence_boundary_char_ids(char_vocabulary, width), strict=True):
+        for position, value in enumerate(values[:4]):  # the rest is padding
+            row[position:] = value
+    ids[:, 0] = bos
+    ids.scatter_(1, (lengths + 1).view(batch, 1, 1).expand(batch, 1, width), eos.expand(batch, 1, width))
+    return ids, torch.arange(steps + 2, device=ids.device).unsqueeze(0) < (lengths + 2).unsqueeze(1)
+
+
+def with_word_boundaries(word_ids: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Left-aligned word ids (B, T) -> (B, T + 2) with ``<S>`` at 0 and ``</S>`` after each row's last word."""
+    ids = F.pad(torch.where(mask, word_ids, PAD_ID), (1, 1), value=PAD_ID)
+    ids[:, 0] = BOS_ID
+    return ids.scatter(1, (lengths + 1).unsqueeze(1), EOS_ID)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The recurrence: one layer of both directions at once, layout direction-major and time-major (D, T, B, width)
+# ---------------------------------------------------------------------------------------------------------------
+def reverse_each_row(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Reverse the first ``lengths[b]`` steps of every row of ``x`` (B, T, ...), leaving the padding in place."""
+    positions = torch.arange(x.shape[1], device=x.device).unsqueeze(0)  # (1, T)
+    index = torch.where(positions < lengths.unsqueeze(1), lengths.unsqueeze(1) - 1 - positions, positions)
+    return x.gather(1, index.view(index.shape + (1,) * (x.dim() - 2)).expand_as(x))
+
+
+def dropout_noise(like: torch.Tensor, dropout: float, num_layers: int) -> list[torch.Tensor] | None:
+    """Scaled dropout masks (2, T, B, P) of every layer's input (``like`` is (B, T, P)), drawn as ``F.dropout`` draws
+    them, forward stack's layers first: a seed drops the same units in every form. `None` without dropout."""
+    if dropout <= 0:
+        return None
+    drawn = [[F.dropout(torch.ones_like(like), dropout) for _ in range(num_layers)] for _ in range(2)]
+    return [torch.stack(pair).transpose(1, 2) for pair in zip(*drawn, strict=True)]
+
+
+def state_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype of the recurrence's state, cell and gate sums: float32 at least (bfloat16 runs only the products)."""
+    return torch.promote_types(dtype, torch.float32)
+
+
+def lstm_step(gates, h, c, valid, project, cell_clip: float | None, proj_clip: float | None):
+    """One step from the gate pre-activations (i, f, g, o) -> next (h, c) and this step's output. ``project`` maps the
+    projection's input to the output; a padded step (``valid`` False) keeps the state and outputs zeros."""
+    i, f, g, o = gates.chunk(4, dim=-1)
+    c_new = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+    if cell_clip is not None:
+        c_new = c_new.clamp(-cell_clip, cell_clip)
+    h_new = project(torch.sigmoid(o) * torch.tanh(c_new)).to(h.dtype)
+    if proj_clip is not None:
+        h_new = h_new.clamp(-proj_clip, proj_clip)
+    return torch.where(valid, h_new, h), torch.where(valid, c_new, c), h_new * valid
+
+
+def stacked_lstm(inputs: torch.Tensor, valid: torch.Tensor, layers: Sequence[nn.Module], state=None):
+    """The fast form, on the layers' weights: inputs (D, T, B, P), valid (T, B) True on each row's valid prefix, state
+    (h (D, B, P), c (D, B, H)) or zeros -> y (D, T, B, P) in the inputs' dtype, zeros past each row's length, and the
+    final (h, c) in `state_dtype`. The input products of all steps at once, then per step one ``bmm`` over both
+    directions' recurrent weights and one over their projections."""
+    directions, steps, rows, _ = inputs.shape
+    dtype, cell_clip, proj_clip = inputs.dtype, layers[0].cell_clip, layers[0].proj_clip
+    P, H = layers[0].projection.weight.shape
+    h, c = (inputs.new_zeros(directions, rows, n) for n in (P, H)) if state is None else state
+    h, c = h.to(state_dtype(dtype)), c.to(state_dtype(dtype))
+    gates_x = [ls.input_transform(x).unbind(0) for x, ls in zip(inputs, layers, strict=True)]
+    weight_hh = torch.stack([layer.recurrent_transform.weight for layer in layers]).transpose(1, 2)  # (D, P, 4H)
+    weight_hr = torch.stack([layer.projection.weight for layer in layers]).transpose(1, 2)  # (D, H, P)
+    valid, outputs = valid.unsqueeze(-1).unbind(0), []
+    for t in range(steps):
+        gates = torch.stack([g[t] for g in gates_x]).to(h.dtype) + torch.bmm(h.to(dtype), weight_hh)
+        h, c, y = lstm_step(gates, h, c, valid[t], lambda m: torch.bmm(m.to(dtype), weight_hr), cell_clip, proj_clip)
+        outputs.append(y)
+    y = torch.stack(outputs, dim=1).to(dtype) if outputs else inputs.new_zeros(directions, 0, rows, P)
+    return y, (h, c)
+
+
+def loop_lstm(inputs: torch.Tensor, valid: torch.Tensor, layers: Sequence[nn.Module], state=None):
+    """`stacked_lstm` as the reference: each direction's `ElmoLstmLayer` called as a module (so wrapped or hooked
+    transforms, adapters, and gradient checkpointing take effect)."""
+    results = [
+        layer(x, valid, None if state is None else (state[0][d], state[1][d]))
+        for d, (x, layer) in enumerate(zip(inputs, layers, strict=True))
+    ]
+    return torch.stack([y for y, _ in results]), tuple(torch.stack([s[k] for _, s in results]) for k in (0, 1))
+
+
+def torch_lstm(inputs: torch.Tensor, valid: torch.Tensor, layers: Sequence[nn.Module], state=None):
+    """`stacked_lstm` through ``torch.nn.LSTM(proj_size=P)`` (cuDNN on a GPU) on the layers' weights: no clipping,
+    from zero states, no final state. Right padding needs no packing: valid steps never see padded ones."""
+    outputs = []
+    for x, layer in zip(inputs, layers, strict=True):
+        weight_ih, bias = layer.input_transform.weight, layer.input_transform.bias
+        cell = nn.LSTM(weight_ih.shape[1], layer.cell_size, proj_size=layer.hidden_size, device="meta")
+        names = ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0", "weight_hr_l0")
+        weights = (weight_ih, layer.recurrent_transform.weight, bias, torch.zeros_like(bias), layer.projection.weight)
+        outputs.append(torch.func.functional_call(cell, dict(zip(names, weights, strict=True)), (x,))[0])
+    return torch.stack(outputs) * valid.unsqueeze(-1).to(inputs.dtype), None
+
+
+def weights_readable(layers: Sequence[nn.Module]) -> bool:
+    """Whether the fast forms may read the layers' weights: every transform a plain `nn.Linear` without hooks."""
+    return all(
+        type(linear) is nn.Linear and not linear._forward_hooks and not linear._forward_pre_hooks
+        for layer in layers
+        for linear in (layer.input_transform, layer.recurrent_transform, layer.projection)
+    )
+
+
+def fused_applies(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether ``"auto"`` runs the fused recurrence for inputs on ``device`` in ``dtype``: CPU and CUDA (ROCm
+    included), floating point; elsewhere (MPS, XLA, ...) the loop."""
+    return device.type in ("cpu", "cuda") and dtype.is_floating_point
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Building blocks
+# ---------------------------------------------------------------------------------------------------------------
 class ElmoHighway(nn.Module):
     """One highway layer: ``t = sigmoid(gate(x))``, ``x <- t * relu(transform(x)) + (1 - t) * x``."""
 
@@ -163,17 +297,16 @@ class ElmoCharacterEncoder(nn.Module):
         """As `encode`, each distinct word (characters and word id) encoded once where `_host_waits_for_nothing`."""
         if not _host_waits_for_nothing(char_ids.device):
             return self.encode(char_ids, word_ids)
-        if self.word_embeddings is None:
-            unique, inverse = torch.unique(char_ids, dim=0, return_inverse=True)
-            return self.encode(unique)[inverse]
-        keys = torch.cat([char_ids, word_ids.unsqueeze(-1).to(char_ids.dtype)], dim=-1)
+        keys = char_ids if word_ids is None else torch.cat([char_ids, word_ids.unsqueeze(-1).to(char_ids.dtype)], -1)
         unique, inverse = torch.unique(keys, dim=0, return_inverse=True)
+        if word_ids is None:
+            return self.encode(unique)[inverse]
         return self.encode(unique[:, :-1], unique[:, -1].long())[inverse]
 
 
 class ElmoLstmLayer(GradientCheckpointingLayer):
     """One direction of one layer: an LSTM whose output is projected (H -> P), with optional cell and projection
-    clipping. `forward` is the reference loop; steps past a row's length keep the state and output zeros."""
+    clipping. `forward` is the reference loop, time-major; steps past a row's length keep the state, output zeros."""
 
     def __init__(
         self, input_size: int, cell_size: int, hidden_size: int, cell_clip: float | None, proj_clip: float | None
@@ -188,37 +321,27 @@ class ElmoLstmLayer(GradientCheckpointingLayer):
         self.recurrent_transform = linear(hidden_size, 4 * cell_size, False)
         self.projection = linear(cell_size, hidden_size, False)
 
-    def forward(
-        self,
-        inputs: torch.Tensor,
-        mask: torch.Tensor,
-        state: tuple[torch.Tensor, torch.Tensor] | None = None,
-    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-        """inputs (B, T, P), mask (B, T) valid prefix, state (h (B, P), c (B, H)) -> (B, T, P), final state."""
-        batch, steps, _ = inputs.shape
+    def forward(self, inputs: torch.Tensor, valid: torch.Tensor, state=None):
+        """inputs (T, B, P), valid (T, B) each row's valid prefix, state (h (B, P), c (B, H)) -> (T, B, P), (h, c)."""
+        steps, batch, _ = inputs.shape
         h, c = (inputs.new_zeros(batch, n) for n in (self.hidden_size, self.cell_size)) if state is None else state
         h, c = h.to(state_dtype(inputs.dtype)), c.to(state_dtype(inputs.dtype))  # float32 in bf16/fp16 models
-        # time-major steps via unbind/stack: indexing would cost a full-size zero tensor per step in the backward
-        gates_x = self.input_transform(inputs.transpose(0, 1)).unbind(0)  # T x (B, 4H)
-        valid = mask.t().unsqueeze(-1).unbind(0)  # T x (B, 1)
-        project = lambda m: self.projection(m.to(inputs.dtype))  # noqa: E731
-        outputs = []
+        # steps via unbind/stack: indexing would cost a full-size zero tensor per step in the backward
+        gates_x, valid = self.input_transform(inputs).unbind(0), valid.unsqueeze(-1).unbind(0)  # T x (B, 4H), (B, 1)
+        project, outputs = lambda m: self.projection(m.to(inputs.dtype)), []  # noqa: E731
         for t in range(steps):
             gates = gates_x[t].to(h.dtype) + self.recurrent_transform(h.to(inputs.dtype))
             h, c, y = lstm_step(gates, h, c, valid[t], project, self.cell_clip, self.proj_clip)
             outputs.append(y)
-        if not outputs:
-            return inputs.new_zeros(batch, 0, self.hidden_size), (h, c)
-        return torch.stack(outputs, dim=1).to(inputs.dtype), (h, c)
+        y = torch.stack(outputs).to(inputs.dtype) if outputs else inputs.new_zeros(0, batch, self.hidden_size)
+        return y, (h, c)
 
 
 @dataclass
 class ElmoLstmState:
-    """LSTM states carried from one call to the next (stateful inference, as AllenNLP's ``Elmo`` and bilm-tf).
-
-    ``hidden`` (2, L, rows, P) and ``cell`` (2, L, rows, H), by direction, layer and batch row. Extra batch rows
-    start from zeros; rows beyond the batch, and empty sentences, keep their state.
-    """
+    """LSTM states carried from one call to the next (stateful inference, as AllenNLP's ``Elmo`` and bilm-tf):
+    ``hidden`` (2, L, rows, P) and ``cell`` (2, L, rows, H), by direction, layer and batch row. Extra batch rows start
+    from zeros; rows beyond the batch, and empty sentences, keep their state."""
 
     hidden: torch.Tensor
     cell: torch.Tensor
@@ -227,56 +350,47 @@ class ElmoLstmState:
     def check(state: object, num_layers: int, hidden_size: int, cell_size: int) -> None:
         """`ValueError` unless ``state`` is an `ElmoLstmState` of these sizes."""
         if not isinstance(state, ElmoLstmState):
-            raise ValueError(
-                f"lstm_state must be an ElmoLstmState (the lstm_state of a previous call), got {type(state).__name__}."
-            )
-        for name, tensor, width in (("hidden", state.hidden, hidden_size), ("cell", state.cell, cell_size)):
-            if (
-                not isinstance(tensor, torch.Tensor)
-                or tensor.dim() != 4
-                or tensor.shape[:2] != (2, num_layers)
-                or tensor.shape[3] != width
-                or tensor.shape[2] != state.hidden.shape[2]
-            ):
-                got = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+            raise ValueError(f"lstm_state must be the lstm_state of a previous call, got {type(state).__name__}.")
+        rows = tuple(state.hidden.shape[2:3]) if isinstance(state.hidden, torch.Tensor) else ()
+        for name, width in (("hidden", hidden_size), ("cell", cell_size)):
+            tensor = getattr(state, name)
+            shape = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+            if shape != (2, num_layers, *rows, width):
                 raise ValueError(
-                    f"lstm_state.{name} must have shape (2, {num_layers}, rows, {width}) for this model "
-                    f"(the same rows as lstm_state.hidden), got {got}: a state of another model?"
+                    f"lstm_state.{name} must have shape (2, {num_layers}, rows, {width}) for this model (the rows of "
+                    f"lstm_state.hidden), got {shape}: a state of another model?"
                 )
 
     def initial(self, batch: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The states (2, L, batch, P) and (2, L, batch, H) a batch like ``like`` starts from (float32 at least)."""
-        hidden, cell = (x.to(like.device, state_dtype(like.dtype)) for x in (self.hidden, self.cell))
-        missing = batch - hidden.shape[2]
-        if missing > 0:
-            hidden = torch.cat([hidden, hidden.new_zeros(*hidden.shape[:2], missing, hidden.shape[3])], dim=2)
-            cell = torch.cat([cell, cell.new_zeros(*cell.shape[:2], missing, cell.shape[3])], dim=2)
-        return hidden[:, :, :batch], cell[:, :, :batch]
+        """The states (2, L, batch, *) a batch like ``like`` starts from (float32 at least), missing rows zero."""
+        missing = max(batch - self.hidden.shape[2], 0)
+        return tuple(  # type: ignore[return-value]
+            F.pad(x.to(like.device, state_dtype(like.dtype)), (0, 0, 0, missing))[:, :, :batch]
+            for x in (self.hidden, self.cell)
+        )
 
     def advanced(self, hidden: torch.Tensor, cell: torch.Tensor, used: torch.Tensor) -> ElmoLstmState:
         """The state after a batch with final states ``hidden``/``cell`` (2, L, B, *); ``used`` (B,): non-empty rows."""
-        batch = hidden.shape[2]
-        old_hidden, old_cell = self.initial(batch, hidden)
-        keep = used.view(1, 1, -1, 1)
-        new_hidden = torch.where(keep, hidden.detach(), old_hidden)
-        new_cell = torch.where(keep, cell.detach(), old_cell)
-        rest = slice(batch, None)
-        return ElmoLstmState(
-            torch.cat([new_hidden, self.hidden[:, :, rest].to(hidden)], dim=2),
-            torch.cat([new_cell, self.cell[:, :, rest].to(cell)], dim=2),
-        )
+        batch, keep = hidden.shape[2], used.view(1, 1, -1, 1)
+        merged = [
+            torch.cat([torch.where(keep, new.detach(), old), kept[:, :, batch:].to(new)], dim=2)
+            for new, old, kept in zip(
+                (hidden, cell), self.initial(batch, hidden), (self.hidden, self.cell), strict=True
+            )
+        ]
+        return ElmoLstmState(*merged)
 
 
 class ElmoBiLstm(nn.Module):
     """Two stacks of `ElmoLstmLayer`: forward, and backward (each row read reversed over its own length). Layers
     l >= 1 add their input when ``use_skip_connections``; dropout (pretraining) acts on every layer's input.
 
-    Forms with the same parameters (``config.lstm_implementation``): `loop_forward` (the reference), `fused_forward`
-    (same numbers, both directions at once) and `torch_forward` (``torch.nn.LSTM``, no clipping). Wrapped or hooked
-    transforms (adapters) and gradient checkpointing run the loop.
+    Each layer runs both directions at once through one recurrence (`recurrence_for`), all with the same numbers:
+    `stacked_lstm` (fast), `loop_lstm` (the reference; adapters, hooks and gradient checkpointing) or `torch_lstm`
+    (no clipping), as ``config.lstm_implementation`` says.
     """
 
-    #: A replacement for `lstm_kernels.stacked_lstm` in `fused_forward` (same signature and numbers), or `None`.
+    #: A replacement for `stacked_lstm` (same signature and numbers), or `None`: the installed package's packed form.
     recurrence = None
 
     def __init__(self, config: ElmoConfig):
@@ -290,6 +404,18 @@ class ElmoBiLstm(nn.Module):
         self.forward_layers = nn.ModuleList(layer() for _ in range(config.num_hidden_layers))
         self.backward_layers = nn.ModuleList(layer() for _ in range(config.num_hidden_layers))
 
+    def recurrence_for(self, inputs: torch.Tensor, stateless: bool):
+        """The recurrence a call on ``inputs`` runs (``stateless``: no initial state given nor final state wanted)."""
+        implementation, layers = self.config.lstm_implementation, [*self.forward_layers, *self.backward_layers]
+        checkpointing = self.training and torch.is_grad_enabled() and any(x.gradient_checkpointing for x in layers)
+        if implementation == "loop" or checkpointing or not weights_readable(layers):
+            return loop_lstm
+        if self.config.uses_torch_lstm and stateless:
+            return torch_lstm
+        if implementation == "fused" or (implementation == "auto" and fused_applies(inputs.device, inputs.dtype)):
+            return stacked_lstm if self.recurrence is None or torch.compiler.is_compiling() else self.recurrence
+        return loop_lstm
+
     def forward(
         self,
         embeddings: torch.Tensor,
@@ -300,90 +426,24 @@ class ElmoBiLstm(nn.Module):
     ) -> tuple[list[torch.Tensor], tuple[torch.Tensor, torch.Tensor] | None]:
         """embeddings (B, T, P), mask (B, T) valid prefix, initial (h (2, L, B, P), c (2, L, B, H)) -> one
         (B, T, 2P) tensor per layer, and the final states (as the initial ones) when ``need_final_state``."""
-        implementation = self.config.lstm_implementation
-        checkpointing = (
-            self.training
-            and torch.is_grad_enabled()
-            and any(layer.gradient_checkpointing for layer in [*self.forward_layers, *self.backward_layers])
-        )
-        if implementation == "loop" or checkpointing or not weights_readable(self.forward_layers, self.backward_layers):
-            return self.loop_forward(embeddings, mask, initial_state, dropout)
-        if self.config.uses_torch_lstm and initial_state is None and not need_final_state:
-            return self.torch_forward(embeddings, mask, dropout), None
-        if implementation == "fused" or (
-            implementation == "auto" and fused_applies(embeddings.device, embeddings.dtype)
-        ):
-            return self.fused_forward(embeddings, mask, initial_state, dropout)
-        return self.loop_forward(embeddings, mask, initial_state, dropout)
-
-    def _merge(self, forward_out: list[torch.Tensor], backward_out: list[torch.Tensor], lengths: torch.Tensor):
-        return [
-            torch.cat([f, reverse_each_row(b, lengths)], dim=-1)
-            for f, b in zip(forward_out, backward_out, strict=False)
-        ]
-
-    def _run_stacks(self, embeddings, mask, run_layer, dropout: float):
-        """Each direction's layers in turn through ``run_layer(direction, index, layer, input) -> (output, state)``."""
-        lengths = mask.sum(dim=1)
-        outputs, finals = [], []
-        stacks = ((self.forward_layers, embeddings), (self.backward_layers, reverse_each_row(embeddings, lengths)))
-        for direction, (layers, x) in enumerate(stacks):
-            per_layer, states = [], []
-            for index, layer in enumerate(layers):
-                layer_input = F.dropout(x, dropout, training=dropout > 0)
-                y, state = run_layer(direction, index, layer, layer_input)
-                if index > 0 and self.config.use_skip_connections:
-                    y = y + layer_input * mask.unsqueeze(-1)
-                per_layer.append(y)
-                states.append(state)
-                x = y
-            outputs.append(per_layer)
-            finals.append(states)
-        return self._merge(outputs[0], outputs[1], lengths), finals
-
-    def loop_forward(self, embeddings, mask, initial_state=None, dropout: float = 0.0):
-        """The reference: `ElmoLstmLayer.forward` per layer and direction."""
-
-        def run_layer(direction, index, layer, x):
-            state = (
-                None
-                if initial_state is None
-                else (initial_state[0][direction, index], initial_state[1][direction, index])
-            )
-            return layer(x, mask, state)
-
-        layers, finals = self._run_stacks(embeddings, mask, run_layer, dropout)
-        final = tuple(torch.stack([torch.stack([s[k] for s in direction]) for direction in finals]) for k in (0, 1))
-        return layers, final  # (2, L, B, *)
-
-    def fused_forward(self, embeddings, mask, initial_state=None, dropout: float = 0.0):
-        """`loop_forward`'s numbers (and dropout draws), both directions at once in layout (2, T, B, P)."""
-        recurrence = stacked_lstm if self.recurrence is None or torch.compiler.is_compiling() else self.recurrence
-        lengths = mask.sum(dim=1)
+        recurrence = self.recurrence_for(embeddings, initial_state is None and not need_final_state)
+        lengths, valid = mask.sum(dim=1), mask.t()
         noise = dropout_noise(embeddings, dropout, len(self.forward_layers))
         x = torch.stack([embeddings, reverse_each_row(embeddings, lengths)]).transpose(1, 2)  # (2, T, B, P)
-        valid = mask.t()
-        outputs, final_h, final_c = [], [], []
-        for index, layers in enumerate(zip(self.forward_layers, self.backward_layers, strict=False)):
+        outputs, finals = [], []
+        for index, layers in enumerate(zip(self.forward_layers, self.backward_layers, strict=True)):
             layer_input = x if noise is None else x * noise[index]
             state = None if initial_state is None else (initial_state[0][:, index], initial_state[1][:, index])
-            y, (h, c) = recurrence(layer_input, valid, layers, state)
+            y, final = recurrence(layer_input, valid, layers, state)
             if index > 0 and self.config.use_skip_connections:
                 y = y + layer_input * valid.unsqueeze(-1)
             outputs.append(y.transpose(1, 2))  # (2, B, T, P)
-            final_h.append(h)
-            final_c.append(c)
+            finals.append(final)
             x = y
-        final = (torch.stack(final_h, dim=1), torch.stack(final_c, dim=1))  # (2, L, B, *)
-        return self._merge([y[0] for y in outputs], [y[1] for y in outputs], lengths), final
-
-    def torch_forward(self, embeddings, mask, dropout: float = 0.0) -> list[torch.Tensor]:
-        """``torch.nn.LSTM(proj_size=P)`` on this module's weights: no clipping, no carried state. Right padding
-        needs no packing: valid positions never see padded ones, and padded outputs are zeroed."""
-        keep = mask.unsqueeze(-1).to(embeddings.dtype)
-        return self._run_stacks(
-            embeddings, mask, lambda direction, index, layer, x: (torch_lstm(x, layer) * keep, None), dropout
-        )[0]
+        merged = [torch.cat([y[0], reverse_each_row(y[1], lengths)], dim=-1) for y in outputs]
+        if not need_final_state:
+            return merged, None
+        return merged, tuple(torch.stack([final[k] for final in finals], dim=1) for k in (0, 1))  # (2, L, B, *)
 
 
 class ElmoScalarMix(nn.Module):
@@ -440,6 +500,9 @@ class ElmoScalarMix(nn.Module):
         return list(mixed.unbind(0))
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# Pretrained base
+# ---------------------------------------------------------------------------------------------------------------
 class ElmoPreTrainedModel(PreTrainedModel):
     config_class = ElmoConfig
     base_model_prefix = "elmo"
@@ -458,11 +521,11 @@ class ElmoPreTrainedModel(PreTrainedModel):
     def _init_weights(self, module: nn.Module) -> None:
         """bilm-tf's initialisation: char table U(-1, 1), relu convolutions U(-0.05, 0.05), LSTM Glorot-uniform with
         forget bias +1, other Linears N(0, 1/fan_in) (highway gate bias -2), a head's classifier Glorot-uniform."""
-        encoder = getattr(self.base_model, "encoder", None)
-        lstm_layers = [*encoder.forward_layers, *encoder.backward_layers] if encoder is not None else []
-        lstm = next(
-            (x for x in lstm_layers if module in (x.input_transform, x.recurrent_transform, x.projection)), None
-        )
+        base, lstm = self.base_model, None
+        if (encoder := getattr(base, "encoder", None)) is not None:
+            lstm = next(
+                (x for x in [*encoder.forward_layers, *encoder.backward_layers] if module in x.children()), None
+            )
         if isinstance(module, ElmoWordEmbedding):  # rows of about unit norm
             init.normal_(module.weight, 0.0, 1.0 / math.sqrt(module.embedding_dim))
         elif isinstance(module, nn.Embedding):  # the character table
@@ -490,7 +553,7 @@ class ElmoPreTrainedModel(PreTrainedModel):
             init.xavier_uniform_(module.weight)
             init.zeros_(module.bias)
         elif isinstance(module, nn.Linear):  # highway transform or gate, projection, softmax
-            char_encoder = getattr(self.base_model, "char_encoder", None)
+            char_encoder = getattr(base, "char_encoder", None)
             gate = char_encoder is not None and any(module is highway.gate for highway in char_encoder.highways)
             init.normal_(module.weight, 0.0, math.sqrt(1.0 / module.in_features))
             init.constant_(module.bias, -2.0 if gate else 0.0)
@@ -508,10 +571,7 @@ class ElmoPreTrainedModel(PreTrainedModel):
 
     def set_input_embeddings(self, value: nn.Module) -> None:
         if self.get_input_embeddings() is None:
-            raise ValueError(
-                f"{type(self).__name__} has no token-embedding input to replace (a character model; "
-                "config.word_input_vocab_size is 0)."
-            )
+            raise ValueError(f"{type(self).__name__} has no token-embedding input to replace (a character model).")
         self.base_model.char_encoder.word_embeddings = value
 
     def resize_token_embeddings(
@@ -533,12 +593,31 @@ class ElmoPreTrainedModel(PreTrainedModel):
             return old
         new = ElmoWordEmbedding(size, old.embedding_dim, device=old.weight.device, dtype=old.weight.dtype)
         self._init_weights(new)
-        kept = min(size, old.num_embeddings)
         with torch.no_grad():
-            new.weight[:kept] = old.weight[:kept]
+            new.weight[: min(size, old.num_embeddings)] = old.weight[:size]
         self.base_model.char_encoder.word_embeddings = new.requires_grad_(old.weight.requires_grad)
         self.config.word_input_vocab_size = size
         return new
+
+
+def _unused_inputs(kwargs: dict, owner: str, output_attentions: bool | None = None) -> None:
+    """Accept what other models' callers pass (``token_type_ids``, ``position_ids``); refuse anything else."""
+    if output_attentions:
+        raise ValueError(f"{owner} has no attentions to return (a biLSTM): call it without output_attentions=True.")
+    if unexpected := [key for key in kwargs if key not in ("token_type_ids", "position_ids")]:
+        raise TypeError(f"{owner}.forward() got an unexpected keyword argument {unexpected[0]!r}.")
+
+
+def _loss_kwargs(kwargs: dict, owner: str):
+    """``num_items_in_batch`` (passed by `Trainer`) out of ``kwargs``; the rest checked by `_unused_inputs`."""
+    num_items_in_batch = kwargs.pop("num_items_in_batch", None)
+    _unused_inputs(kwargs, owner, kwargs.pop("output_attentions", None))
+    return num_items_in_batch
+
+
+def _normalised(total: torch.Tensor, mean: torch.Tensor, num_items_in_batch) -> torch.Tensor:
+    """``mean``, or ``total / num_items_in_batch`` under `Trainer`'s gradient accumulation (as transformers' losses)."""
+    return mean if num_items_in_batch is None else total / torch.as_tensor(num_items_in_batch, device=total.device)
 
 
 @dataclass
@@ -583,6 +662,9 @@ class ElmoBidirectionalLMOutput(ModelOutput):
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# Model
+# ---------------------------------------------------------------------------------------------------------------
 class ElmoModel(ElmoPreTrainedModel):
     """The ELMo biLM: character ids (batch, tokens, 50) -> all layers (batch, tokens, hidden_size). ``<S>``/``</S>``
     are added around every sentence inside the model and removed from the outputs; padding (either side) gives 0."""
@@ -635,7 +717,13 @@ class ElmoModel(ElmoPreTrainedModel):
         if config.word_input_vocab_size:  # CODEPATH: ELMoForManyLangs models read word ids too; bilm-tf's do not
             word_ids = torch.zeros_like(mask, dtype=torch.long)  # under inputs_embeds
             if inputs_embeds is None:
-                word_ids = validated_word_inputs(word_input_ids, input_ids, config.word_input_vocab_size)
+                if word_input_ids is None:
+                    raise ValueError("this model has a word-embedding input: pass word_input_ids (from its tokenizer).")
+                word_ids = _integers(word_input_ids, "word_input_ids", mask.device, "hold integer word ids", mask.shape)
+                upper = config.word_input_vocab_size
+                check_values(
+                    (word_ids < 0) | (word_ids >= upper), f"word_input_ids hold a word id outside [0, {upper})."
+                )
         batch, steps = mask.shape
         lengths = mask.sum(dim=1)
         positions = torch.arange(steps, device=mask.device).unsqueeze(0)
@@ -686,10 +774,9 @@ class ElmoModel(ElmoPreTrainedModel):
         if want_state:
             start = lstm_state or ElmoLstmState(*(f.new_zeros(f.shape[:2] + (0, f.shape[3])) for f in final))
             new_state = start.advanced(final[0], final[1], used=mask.any(dim=1))
-        hidden_states = tuple(all_layers) if output_hidden_states else None
         output = ElmoModelOutput(
             last_hidden_state=all_layers[-1],
-            hidden_states=hidden_states,
+            hidden_states=tuple(all_layers) if output_hidden_states else None,
             attention_mask=out_mask.long(),
             lstm_state=new_state,
         )
@@ -729,19 +816,12 @@ class ElmoModel(ElmoPreTrainedModel):
         return embeddings
 
 
-def _log_uniform_sample(vocab_size: int, num_samples: int, device: torch.device, generator=None):
-    """Word ids drawn with replacement from P(k) = log((k+2)/(k+1)) / log(V+1) (ids sorted by decreasing
-    frequency), and their log expected counts ``log(num_samples * P(k))``."""
-    u = torch.rand(num_samples, device=device, generator=generator)
-    ids = (torch.exp(u * math.log(vocab_size + 1)) - 1).floor().long().clamp_(0, vocab_size - 1)
-    probability = (torch.log(ids.double() + 2) - torch.log(ids.double() + 1)) / math.log(vocab_size + 1)
-    return ids, torch.log(num_samples * probability).float()
-
-
+# ---------------------------------------------------------------------------------------------------------------
+# Heads
+# ---------------------------------------------------------------------------------------------------------------
 class ElmoForBidirectionalLM(ElmoPreTrainedModel):
     """ELMo with its pretraining objective: a forward LM predicts the next word, a backward LM the previous one,
-    through one shared softmax; exact (in vocabulary chunks), or in training with ``config.lm_softmax="sampled"`` a
-    log-uniform sampled softmax with log-Q correction."""
+    through one shared softmax, exact (in vocabulary chunks). Training may replace it through `loss_function`."""
 
     def __init__(self, config: ElmoConfig):
         super().__init__(config)
@@ -755,16 +835,16 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
         self.softmax = nn.Linear(config.projection_dim, config.vocab_size)
         self.post_init()
 
-    def _targets(self, labels: torch.Tensor, mask: torch.Tensor, add_sentence_boundaries: bool) -> torch.Tensor:
-        """Word ids aligned with the biLM positions (B, T'), -100 where nothing is to be predicted."""
-        labels = labels.masked_fill(~mask, IGNORE_INDEX)
-        if not add_sentence_boundaries:
-            return labels
-        lengths, nonempty = mask.sum(dim=1), mask.any(dim=1)
-        targets = F.pad(labels, (1, 1), value=IGNORE_INDEX)
-        targets[:, 0] = torch.where(nonempty, self.config.bos_token_id, IGNORE_INDEX)
-        eos = torch.where(nonempty, self.config.eos_token_id, IGNORE_INDEX).unsqueeze(1)
-        return targets.scatter(1, (lengths + 1).unsqueeze(1), eos)
+    @property
+    def loss_function(self):
+        """The training loss per prediction, ``(hiddens, targets) -> nlls`` (lists over the two directions): the exact
+        softmax unless set (``model.loss_function = ...``; `elmo pretrain` sets its sampled softmax). Evaluation is
+        always exact."""
+        return getattr(self, "_loss_function", None) or self.full_softmax_nlls
+
+    @loss_function.setter
+    def loss_function(self, value) -> None:
+        self._loss_function = value
 
     def full_softmax_nll(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Exact -log p(target | hidden) for hidden (N, P), targets (N,), chunked over the vocabulary."""
@@ -776,19 +856,8 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
             log_normaliser = part if log_normaliser is None else torch.logaddexp(log_normaliser, part)
         return log_normaliser - ((hidden * weight[targets]).sum(-1) + bias[targets]).float()
 
-    def sampled_softmax_nll(self, hiddens: list[torch.Tensor], targets: list[torch.Tensor]) -> list[torch.Tensor]:
-        """Sampled-softmax losses of (hidden (N, P), targets (N,)) pairs sharing one negative sample: the true word's
-        logit against the sample's logits minus log Q, accidental hits removed."""
-        config, weight, bias = self.config, self.softmax.weight, self.softmax.bias
-        sampled, log_q = _log_uniform_sample(config.vocab_size, config.num_negative_samples, hiddens[0].device)
-        losses = []
-        for hidden, target in zip(hiddens, targets, strict=True):
-            true_logit = (hidden * weight[target]).sum(-1) + bias[target]
-            sample_logits = F.linear(hidden, weight[sampled], bias[sampled]) - log_q.to(hidden.dtype)  # (N, S)
-            sample_logits = sample_logits.masked_fill(sampled.unsqueeze(0) == target.unsqueeze(1), float("-inf"))
-            logits = torch.cat([true_logit.unsqueeze(1), sample_logits], dim=1).float()
-            losses.append(torch.logsumexp(logits, dim=1) - logits[:, 0])
-        return losses
+    def full_softmax_nlls(self, hiddens: list[torch.Tensor], targets: list[torch.Tensor]) -> list[torch.Tensor]:
+        return [self.full_softmax_nll(h, t) for h, t in zip(hiddens, targets, strict=True)]
 
     def forward(
         self,
@@ -849,12 +918,8 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
                     selected.append((hidden[keep], target[keep], keep[keep]))
                 else:  # every row, the others weighted 0
                     selected.append((hidden.reshape(-1, P), target.masked_fill(~keep, 0).reshape(-1), keep.reshape(-1)))
-            hiddens, targets, weights = zip(*selected, strict=True)
-            # CODEPATH: the sampled softmax trains the large-vocabulary presets; evaluation is always exact
-            if self.training and self.config.lm_softmax == "sampled":
-                nlls = self.sampled_softmax_nll(list(hiddens), list(targets))
-            else:
-                nlls = [self.full_softmax_nll(h, t) for h, t in zip(hiddens, targets, strict=True)]
+            hiddens, targets, weights = (list(x) for x in zip(*selected, strict=True))
+            nlls = (self.loss_function if self.training else self.full_softmax_nlls)(hiddens, targets)
             counts = [w.sum() for w in weights]
             sums = [torch.where(w, nll, 0.0).sum() for nll, w in zip(nlls, weights, strict=True)]
             means = [s / c.clamp_min(1) for s, c in zip(sums, counts, strict=True)]
@@ -863,6 +928,17 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
             output.forward_nll_sum, output.backward_nll_sum = sums
             output.num_forward_targets, output.num_backward_targets = counts
         return output if return_dict else output.to_tuple()
+
+    def _targets(self, labels: torch.Tensor, mask: torch.Tensor, add_sentence_boundaries: bool) -> torch.Tensor:
+        """Word ids aligned with the biLM positions (B, T'), -100 where nothing is to be predicted."""
+        labels = labels.masked_fill(~mask, IGNORE_INDEX)
+        if not add_sentence_boundaries:
+            return labels
+        lengths, nonempty = mask.sum(dim=1), mask.any(dim=1)
+        targets = F.pad(labels, (1, 1), value=IGNORE_INDEX)
+        targets[:, 0] = torch.where(nonempty, self.config.bos_token_id, IGNORE_INDEX)
+        eos = torch.where(nonempty, self.config.eos_token_id, IGNORE_INDEX).unsqueeze(1)
+        return targets.scatter(1, (lengths + 1).unsqueeze(1), eos)
 
 
 class ElmoTaskHeadMixin:
@@ -910,9 +986,22 @@ class ElmoTaskHeadMixin:
     ):
         """(num_items_in_batch, mixed (B, T, 2P), mask (B, T), the L + 1 layers or None) of a head call."""
         num_items_in_batch = _loss_kwargs(kwargs, type(self).__name__)
-        if elmo_hidden_states is not None:
-            dtype = self.scalar_mix.gamma.dtype
-            layers, mask = validated_features(elmo_hidden_states, attention_mask, self.config, dtype)
+        if elmo_hidden_states is not None:  # cached biLM layers (B, L + 1, T, 2P) and their mask
+            layers, expected = elmo_hidden_states, (self.config.num_representation_layers, self.config.hidden_size)
+            if layers.dim() != 4 or (layers.shape[1], layers.shape[3]) != expected:
+                raise ValueError(
+                    f"elmo_hidden_states must have shape (batch, {expected[0]}, tokens, {expected[1]}), "
+                    f"got {tuple(layers.shape)}."
+                )
+            if attention_mask is None:
+                raise ValueError("cached elmo_hidden_states need their attention_mask.")
+            mask = torch.as_tensor(attention_mask, device=layers.device).bool()
+            if tuple(mask.shape) != (layers.shape[0], layers.shape[2]):
+                raise ValueError(
+                    f"attention_mask has shape {tuple(mask.shape)}, but the cached features have "
+                    f"{layers.shape[0]} sentences of {layers.shape[2]} tokens."
+                )
+            layers = layers.to(self.scalar_mix.gamma.dtype)
         elif input_ids is None and inputs_embeds is None:
             raise ValueError("pass input_ids (character ids) or cached elmo_hidden_states.")
         else:

@@ -118,8 +118,6 @@ def test_feature_extraction_pipeline_with_objects_matches_a_direct_forward():
 CODE_FILES = (
     "configuration_elmo.py",
     "modeling_elmo.py",
-    "inputs_elmo.py",
-    "lstm_kernels.py",
     "pipeline_elmo.py",
     "tokenization_elmo.py",
 )

@@ -1,4 +1,4 @@
-"""The fused LSTM recurrences (the shipped `lstm_kernels.stacked_lstm`, the package's `packed_kernels.clipped_lstm`,
+"""The fused LSTM recurrences (the shipped `modeling_elmo.stacked_lstm`, the package's `packed_kernels.clipped_lstm`,
 `ElmoBiLstm.fused_forward`) against the reference loop: outputs, final states and every gradient with both clips
 active, in every form they run in (stacked, one direction at a time with public or packed products, two threads,
 compiled), dropout, the choice of implementation, and the model's mask-weighted forms for accelerators."""
@@ -10,7 +10,7 @@ import torch
 from support import assert_same_numbers
 from test_modeling_elmo import SENTENCES, ElmoModelTester
 
-from modeling_elmo import ElmoForBidirectionalLM, lstm_kernels
+from modeling_elmo import ElmoForBidirectionalLM
 from modeling_elmo import modeling_elmo as modeling
 from modeling_elmo.acceleration import packed_kernels
 from modeling_elmo.acceleration.packed_kernels import (
@@ -20,8 +20,7 @@ from modeling_elmo.acceleration.packed_kernels import (
     compile_failure,
     use_packed_kernels,
 )
-from modeling_elmo.lstm_kernels import dropout_noise, stacked_lstm
-from modeling_elmo.modeling_elmo import ElmoLstmLayer
+from modeling_elmo.modeling_elmo import ElmoLstmLayer, dropout_noise, stacked_lstm
 
 #: Relative tolerance of fast against reference (fp32): the issue's 1e-5.
 TOLERANCE = 1e-5
@@ -139,8 +138,8 @@ def reference_directions(layers, x, mask, h0, c0):
     """`ElmoLstmLayer.forward` (the loop) per direction: x (D, T, B, P) -> y (D, T, B, P), h, c."""
     ys, hs, cs = [], [], []
     for d, layer in enumerate(layers):
-        y, (h, c) = layer(x[d].transpose(0, 1), mask, (h0[d], c0[d]))
-        ys.append(y.transpose(0, 1))
+        y, (h, c) = layer(x[d], mask.t(), (h0[d], c0[d]))
+        ys.append(y)
         hs.append(h)
         cs.append(c)
     return torch.stack(ys), torch.stack(hs), torch.stack(cs)
@@ -155,7 +154,7 @@ PLANS = {
 
 
 #: (plan, CPU kernels): the packed kernels change the per-direction forms only (the stacked ones use ``bmm``);
-#: "shipped" is `lstm_kernels.stacked_lstm`, the form of the files shipped with a model.
+#: "shipped" is `modeling_elmo.stacked_lstm`, the form of the files shipped with a model.
 FORMS = (
     [("shipped", "public")]
     + [(plan, "public") for plan in PLANS]
@@ -260,7 +259,7 @@ def test_auto_uses_the_loop_where_the_fused_recurrence_does_not_apply_and_hides_
 
 
 def test_the_fused_recurrence_applies_to_floating_point_inputs_on_the_cpu_and_cuda_only():
-    applies = lstm_kernels.fused_applies
+    applies = modeling.fused_applies
     assert applies(torch.device("cpu"), torch.float32) and applies(torch.device("cpu"), torch.bfloat16)
     assert applies(torch.device("cuda", 0), torch.float16)
     assert not applies(torch.device("mps"), torch.float32) and not applies(torch.device("xla"), torch.float32)
@@ -382,7 +381,7 @@ def test_the_mask_weighted_accelerator_forms_give_the_cpu_selections_numbers(mon
 
 
 def test_shipped_kernels_module_imports_nothing_optional_at_import_time():
-    source = lstm_kernels.__file__
+    source = modeling.__file__
     with open(source, encoding="utf-8") as handle:
         text = handle.read()
     assert "import triton" not in text  # the compiler is reached through torch.compile only
@@ -391,23 +390,20 @@ def test_shipped_kernels_module_imports_nothing_optional_at_import_time():
     assert audit_shipped_code([source]) == []
 
 
-def test_auto_runs_the_fused_recurrence_when_clipping_or_carrying_state_and_torch_lstm_otherwise(monkeypatch):
-    calls = []
-    for name in ("loop_forward", "fused_forward", "torch_forward"):
-        original = getattr(modeling.ElmoBiLstm, name)
-        monkeypatch.setattr(
-            modeling.ElmoBiLstm,
-            name,
-            lambda self, *a, _name=name, _original=original, **k: calls.append(_name) or _original(self, *a, **k),
-        )
+def test_auto_runs_the_fused_recurrence_when_clipping_or_carrying_state_and_torch_lstm_otherwise():
     clipped = ElmoModelTester(cell_clip=CELL_CLIP, proj_clip=PROJ_CLIP).model()
     unclipped = ElmoModelTester(cell_clip=None, proj_clip=None).model()
+    x = torch.zeros(2, 3, unclipped.config.projection_dim)
+    assert clipped.encoder.recurrence_for(x, stateless=True) is modeling.stacked_lstm
+    assert unclipped.encoder.recurrence_for(x, stateless=True) is modeling.torch_lstm
+    assert unclipped.encoder.recurrence_for(x, stateless=False) is modeling.stacked_lstm  # a state to carry
+    assert use_packed_kernels(clipped).encoder.recurrence_for(x, stateless=True) is packed_kernels.recurrence
     enc = ElmoModelTester().encode(SENTENCES)
-    with torch.no_grad():
+    with torch.no_grad():  # and the forward runs the chosen one
+        calls = []
+        clipped.encoder.recurrence = lambda *args: calls.append(len(args)) or modeling.stacked_lstm(*args)
         clipped(**enc)
-        unclipped(**enc)
-        unclipped(**enc, return_lstm_state=True)
-    assert calls == ["fused_forward", "torch_forward", "fused_forward"]
+    assert calls == [4] * clipped.config.num_hidden_layers
 
 
 @pytest.mark.slow
@@ -479,17 +475,19 @@ def test_the_packed_form_is_chosen_per_model_also_for_remote_code_and_computes_t
         use_packed_kernels(torch.nn.Linear(2, 2))
 
 
-def test_the_shipped_kernels_hold_no_module_state_and_importing_the_package_changes_no_model():
+def test_the_shipped_model_holds_no_module_state_and_importing_the_package_changes_no_model():
     import types
 
     state = {
-        name: value
-        for name, value in vars(lstm_kernels).items()
+        name
+        for name, value in vars(modeling).items()
         if not name.startswith("__")
         and name != "annotations"  # the __future__ feature
         and not isinstance(value, (types.FunctionType, types.ModuleType, type))
+        and not callable(value)
     }
-    assert state == {}, state  # functions only: nothing a caller could swap to change how models compute
+    # constants only (labels to ignore, the key names of older folders): nothing that decides how a model computes
+    assert state == {"IGNORE_INDEX", "LEGACY_KEY_MAPPING", "PAD_ID", "BOS_ID", "EOS_ID"}, state
     model = ElmoModelTester().model()
     packed_kernels.available()  # the package module is imported and used ...
     assert model.encoder.recurrence is None  # ... and a model runs the shipped form until it is given another
@@ -537,6 +535,6 @@ def test_bf16_models_stay_within_five_hundredths_of_a_std_of_fp32_on_50_word_sen
 
 def test_bf16_error_on_long_sentences_comes_from_a_rounded_state(monkeypatch):
     """The control: with the state, cell and gate sums in bfloat16 too, the same measure exceeds the bound."""
-    for module in (lstm_kernels, modeling, packed_kernels):
+    for module in (modeling, packed_kernels):
         monkeypatch.setattr(module, "state_dtype", lambda dtype: dtype)
     assert max(bf16_error_on_long_sentences()) > 0.06

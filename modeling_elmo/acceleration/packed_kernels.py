@@ -1,7 +1,7 @@
 """The installed package's fast forms of the biLM's recurrence, chosen per model (`use_packed_kernels`); never shipped
 to the Hub with a model.
 
-`clipped_lstm` computes what the shipped `lstm_kernels.stacked_lstm` (and the reference loop) computes, with the
+`clipped_lstm` computes what the shipped `modeling_elmo.stacked_lstm` (and the reference loop) computes, with the
 same parameters, and is tested equal to it (outputs, final states and every gradient):
 
 * the recurrence of a layer is one autograd node (`ClippedLstmRecurrence`) with an explicit backward loop, so a
@@ -29,8 +29,7 @@ from torch import nn
 from torch.nn import functional as F
 from transformers.utils import logging
 
-from ..lstm_kernels import state_dtype
-from ..modeling_elmo import ElmoBiLstm
+from ..modeling_elmo import ElmoBiLstm, state_dtype
 
 logger = logging.get_logger(__name__)
 Linear = Callable[[torch.Tensor], torch.Tensor]
@@ -613,7 +612,7 @@ def clipped_lstm(
 
     Returns y (D, T, B, P) (zeros past each row's length) and the final (h, c), carried over padded steps. Under
     autocast the products run in the autocast dtype, as the loop's do; in inference, as in the shipped form, the
-    state, cell and gate sums stay in float32 (`lstm_kernels.state_dtype`), in training they run in that dtype.
+    state, cell and gate sums stay in float32 (`modeling_elmo.state_dtype`), in training they run in that dtype.
     """
     directions, steps, rows, _ = inputs.shape
     device = inputs.device
@@ -681,7 +680,7 @@ def recurrence(inputs, valid, layers, state=None):
 
 def use_packed_kernels(model: nn.Module, enable: bool = True) -> nn.Module:
     """Let ``model``'s biLM (any ELMo model, the package's classes or a copy loaded with ``trust_remote_code=True``)
-    run this module's `recurrence` (``enable=False``: the shipped `lstm_kernels.stacked_lstm` again). Only this
+    run this module's `recurrence` (``enable=False``: the shipped `modeling_elmo.stacked_lstm` again). Only this
     model changes; it computes the same numbers. Returns ``model``."""
     bilms = [m for m in model.modules() if type(m).__name__ == ElmoBiLstm.__name__ and hasattr(m, "recurrence")]
     if not bilms:

@@ -381,7 +381,7 @@ class BatchScores:
 def _score_long_sentence(lm: Any, char_ids: torch.Tensor, word_ids: torch.Tensor, max_positions: int) -> BatchScores:
     """One sentence (``char_ids`` (n, C), ``word_ids`` (n,)) scored in chunks of ``max_positions`` positions: the
     forward LM over chunks left to right, the backward LM right to left, each carrying its LSTM state."""
-    from ..inputs_elmo import with_sentence_boundaries
+    from ..modeling_elmo import with_sentence_boundaries
 
     n = char_ids.shape[0]
     device = char_ids.device

@@ -6,7 +6,7 @@ A folder written by ``elmo pretrain --output-dir RUN``::
                                           model.safetensors.index.json + model-0000N-of-0000M.safetensors)
     tokenizer_config.json, vocab.txt      the tokenizer (special_tokens_map.json, added_tokens.json when written;
                                           char_vocab.json with --char-vocabulary unicode)
-    configuration_elmo.py, inputs_elmo.py, lstm_kernels.py, modeling_elmo.py, pipeline_elmo.py,
+    configuration_elmo.py, modeling_elmo.py, pipeline_elmo.py,
     tokenization_elmo.py                  the code files (trust_remote_code loading)
     checkpoints/                          training state: step_NNNNNNNN/ folders and ``latest`` naming the newest
                                           (see modeling_elmo.pretraining.checkpoint); best/ holds the best validated
@@ -53,8 +53,6 @@ __all__ = ["CHECKPOINT_FILE", "CODE_FILES", "EvaluationFolder", "RunFolder", "re
 #: The custom-code files saved with every model (``trust_remote_code`` loads them).
 CODE_FILES = (
     "configuration_elmo.py",
-    "inputs_elmo.py",
-    "lstm_kernels.py",
     "modeling_elmo.py",
     "pipeline_elmo.py",
     "tokenization_elmo.py",

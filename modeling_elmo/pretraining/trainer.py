@@ -246,8 +246,9 @@ def build_model(config: Any, init_from: Path | None = None) -> torch.nn.Module:
 
     from ..acceleration.packed_kernels import use_packed_kernels
     from ..modeling_elmo import ElmoForBidirectionalLM
+    from .sampled_softmax import use_configured_softmax
 
-    model = use_packed_kernels(ElmoForBidirectionalLM(config))
+    model = use_configured_softmax(use_packed_kernels(ElmoForBidirectionalLM(config)))
     if (folder := init_from) is not None:
         state, own = rename_legacy_keys(load_file(str(folder / "model.safetensors"))), model.state_dict()
         problems = [

@@ -6,7 +6,7 @@ Forms (``--forms``, each shape, thread count and form measured in its own proces
   * ``packed``: the installed package's recurrence (``use_packed_kernels``: per-direction threads, per-step products
     on weights packed for oneDNN/MKL, private torch operators), fp32;
   * ``public``: the public-API form the files shipped with a model run (a model loaded with ``trust_remote_code=True``
-    without the package): ``lstm_kernels.stacked_lstm``, fp32;
+    without the package): ``modeling_elmo.stacked_lstm``, fp32;
   * ``bf16`` / ``bf16_public``: the package form / the public form with the model in bfloat16 (products in bf16,
     the recurrence's state, cell and gate sums in fp32), with the largest difference per layer from the fp32 packed
     form relative to that layer's standard deviation;

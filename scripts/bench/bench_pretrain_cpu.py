@@ -43,6 +43,7 @@ sys.path.insert(0, str(REPO))  # run from a checkout without installing
 from modeling_elmo import ElmoConfig, ElmoForBidirectionalLM  # noqa: E402
 from modeling_elmo.acceleration.packed_kernels import use_packed_kernels  # noqa: E402
 from modeling_elmo.pretraining import Collator, Vocabulary, tokenize_batch  # noqa: E402
+from modeling_elmo.pretraining.sampled_softmax import use_configured_softmax  # noqa: E402
 from modeling_elmo.utils.capability import bf16_supported  # noqa: E402
 
 try:
@@ -134,7 +135,9 @@ def train_throughput(
     for variant in variants:
         torch.manual_seed(0)
         config.lstm_implementation = variant[0]
-        models[variant] = use_packed_kernels(ElmoForBidirectionalLM(ElmoConfig.from_dict(config.to_dict()))).train()
+        models[variant] = use_configured_softmax(
+            use_packed_kernels(ElmoForBidirectionalLM(ElmoConfig.from_dict(config.to_dict())))
+        ).train()
         optimizers[variant] = build_optimizer(models[variant], **ADAGRAD)
     totals = {variant: {"tokens": 0, "positions": 0, "seconds": 0.0} for variant in variants}
     for step in range(warmup + steps):
@@ -176,7 +179,7 @@ def _ddp_worker(rank: int, world: int, config_dict: dict, batches, steps: int, p
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.manual_seed(0)
     model = torch.nn.parallel.DistributedDataParallel(
-        use_packed_kernels(ElmoForBidirectionalLM(ElmoConfig.from_dict(config_dict)))
+        use_configured_softmax(use_packed_kernels(ElmoForBidirectionalLM(ElmoConfig.from_dict(config_dict))))
     )
     optimizer = build_optimizer(model, **ADAGRAD)
     tokens, elapsed = 0, 0.0

@@ -31,6 +31,7 @@ sys.path.insert(0, str(REPO))  # run from a checkout without installing
 from modeling_elmo import ElmoConfig, ElmoForBidirectionalLM  # noqa: E402
 from modeling_elmo.acceleration.packed_kernels import use_packed_kernels  # noqa: E402
 from modeling_elmo.pretraining import Collator, Vocabulary, tokenize_batch  # noqa: E402
+from modeling_elmo.pretraining.sampled_softmax import use_configured_softmax  # noqa: E402
 
 
 def synthetic_corpus(vocab_size: int, n_words: int, seed: int = 0) -> tuple[Vocabulary, list[str]]:
@@ -131,7 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     for implementation in args.lstm_implementations:
         config.lstm_implementation = implementation
         torch.manual_seed(0)
-        model = use_packed_kernels(ElmoForBidirectionalLM(ElmoConfig.from_dict(config.to_dict())))
+        model = use_configured_softmax(
+            use_packed_kernels(ElmoForBidirectionalLM(ElmoConfig.from_dict(config.to_dict())))
+        )
         n_params = sum(p.numel() for p in model.parameters())
         optimizer = torch.optim.Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0)
         model, optimizer = accelerator.prepare(model, optimizer)

@@ -36,6 +36,7 @@ from bench_pretrain_gpu import synthetic_corpus, window_examples  # noqa: E402
 from modeling_elmo import ElmoConfig, ElmoForBidirectionalLM, ElmoModel, ElmoTokenizer  # noqa: E402
 from modeling_elmo.acceleration import packed_kernels  # noqa: E402
 from modeling_elmo.pretraining import Collator  # noqa: E402
+from modeling_elmo.pretraining.sampled_softmax import use_configured_softmax  # noqa: E402
 
 # Relative to each tensor's largest magnitude. The two forms sum in different orders; through two layers of up to 13
 # steps with both clips active and the recurrent weights doubled, fp32 rounding alone reaches 3e-6 to 2.1e-5 here
@@ -154,7 +155,7 @@ def host_syncs(device: torch.device) -> dict:
         num_negative_samples=64,
         lstm_implementation="fused",
     )
-    model = packed_kernels.use_packed_kernels(ElmoForBidirectionalLM(config)).to(device).train()
+    model = use_configured_softmax(packed_kernels.use_packed_kernels(ElmoForBidirectionalLM(config))).to(device).train()
     batch = {k: v.to(device) for k, v in batches[0].items() if k in ("input_ids", "attention_mask", "labels")}
     report = {}
     for batching, boundaries in (("windows", False), ("sentences", True)):
@@ -182,7 +183,9 @@ def bf16_loss_curves(device: torch.device, preset: str, steps: int, batch_size: 
         config.lstm_implementation = implementation
         torch.manual_seed(0)
         model = (
-            packed_kernels.use_packed_kernels(ElmoForBidirectionalLM(ElmoConfig.from_dict(config.to_dict())))
+            use_configured_softmax(
+                packed_kernels.use_packed_kernels(ElmoForBidirectionalLM(ElmoConfig.from_dict(config.to_dict())))
+            )
             .to(device)
             .train()
         )
