@@ -30,9 +30,7 @@ LEGACY_KEY_MAPPING = {
 }
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # Inputs: checked (each check names the bad value), and the sentence boundaries the model adds
-# ---------------------------------------------------------------------------------------------------------------
 def _host_waits_for_nothing(device: torch.device) -> bool:
     """Whether a size known only from tensor values is free to read (CPU, eager). Elsewhere the model computes on
     all rows and masks instead (same numbers)."""
@@ -121,9 +119,7 @@ def with_word_boundaries(word_ids: torch.Tensor, mask: torch.Tensor, lengths: to
     return ids.scatter(1, (lengths + 1).unsqueeze(1), EOS_ID)
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # The recurrence: one layer of both directions at once, layout direction-major and time-major (D, T, B, width)
-# ---------------------------------------------------------------------------------------------------------------
 def reverse_each_row(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """Reverse the first ``lengths[b]`` steps of every row of ``x`` (B, T, ...), leaving the padding in place."""
     positions = torch.arange(x.shape[1], device=x.device).unsqueeze(0)  # (1, T)
@@ -218,9 +214,7 @@ def fused_applies(device: torch.device, dtype: torch.dtype) -> bool:
     return device.type in ("cpu", "cuda") and dtype.is_floating_point
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # Building blocks
-# ---------------------------------------------------------------------------------------------------------------
 class ElmoHighway(nn.Module):
     """One highway layer: ``t = sigmoid(gate(x))``, ``x <- t * relu(transform(x)) + (1 - t) * x``."""
 
@@ -350,7 +344,9 @@ class ElmoLstmState:
     def check(state: object, num_layers: int, hidden_size: int, cell_size: int) -> None:
         """`ValueError` unless ``state`` is an `ElmoLstmState` of these sizes."""
         if not isinstance(state, ElmoLstmState):
-            raise ValueError(f"lstm_state must be the lstm_state of a previous call, got {type(state).__name__}.")
+            raise ValueError(
+                f"lstm_state must be an ElmoLstmState (the lstm_state of a previous call), got {type(state).__name__}."
+            )
         rows = tuple(state.hidden.shape[2:3]) if isinstance(state.hidden, torch.Tensor) else ()
         for name, width in (("hidden", hidden_size), ("cell", cell_size)):
             tensor = getattr(state, name)
@@ -500,9 +496,7 @@ class ElmoScalarMix(nn.Module):
         return list(mixed.unbind(0))
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # Pretrained base
-# ---------------------------------------------------------------------------------------------------------------
 class ElmoPreTrainedModel(PreTrainedModel):
     config_class = ElmoConfig
     base_model_prefix = "elmo"
@@ -662,9 +656,7 @@ class ElmoBidirectionalLMOutput(ModelOutput):
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # Model
-# ---------------------------------------------------------------------------------------------------------------
 class ElmoModel(ElmoPreTrainedModel):
     """The ELMo biLM: character ids (batch, tokens, 50) -> all layers (batch, tokens, hidden_size). ``<S>``/``</S>``
     are added around every sentence inside the model and removed from the outputs; padding (either side) gives 0."""
@@ -816,9 +808,7 @@ class ElmoModel(ElmoPreTrainedModel):
         return embeddings
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # Heads
-# ---------------------------------------------------------------------------------------------------------------
 class ElmoForBidirectionalLM(ElmoPreTrainedModel):
     """ELMo with its pretraining objective: a forward LM predicts the next word, a backward LM the previous one,
     through one shared softmax, exact (in vocabulary chunks). Training may replace it through `loss_function`."""
@@ -981,10 +971,25 @@ class ElmoTaskHeadMixin:
         """Fine-tune the biLM too: its parameters require gradients again."""
         self.elmo.requires_grad_(True)
 
-    def _mixed_layers(
-        self, kwargs, input_ids, attention_mask, elmo_hidden_states, word_input_ids, inputs_embeds, output_hidden_states
-    ):
-        """(num_items_in_batch, mixed (B, T, 2P), mask (B, T), the L + 1 layers or None) of a head call."""
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        elmo_hidden_states: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        word_input_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        **kwargs,
+    ) -> SequenceClassifierOutput | TokenClassifierOutput | tuple:
+        r"""
+        Args:
+            input_ids / attention_mask / word_input_ids / inputs_embeds: as for `ElmoModel`.
+            elmo_hidden_states: instead, cached biLM layers (batch, L + 1, tokens, 2P) with their ``attention_mask``.
+            labels: sequence classification: (batch,) class ids, floats for regression, (batch, num_labels) for
+                multi-label; token classification: (batch, tokens) class ids, -100 where nothing is predicted.
+        """
         num_items_in_batch = _loss_kwargs(kwargs, type(self).__name__)
         if elmo_hidden_states is not None:  # cached biLM layers (B, L + 1, T, 2P) and their mask
             layers, expected = elmo_hidden_states, (self.config.num_representation_layers, self.config.hidden_size)
@@ -1014,14 +1019,22 @@ class ElmoTaskHeadMixin:
                 return_dict=True,
             )
             layers, mask = torch.stack(out.hidden_states, dim=1), out.attention_mask.bool()
-        if output_hidden_states is None:
-            output_hidden_states = self.config.output_hidden_states
-        hidden_states = tuple(layers.unbind(1)) if output_hidden_states else None
-        return num_items_in_batch, self.scalar_mix(layers, mask)[0], mask, hidden_states
+        logits = self.classify(self.scalar_mix(layers, mask)[0], mask)
+        loss = None if labels is None else self.head_loss(logits, torch.as_tensor(labels, device=logits.device), mask)
+        output = self.output_class(
+            loss=None if loss is None else _normalised(*loss, num_items_in_batch),
+            logits=logits,
+            hidden_states=tuple(layers.unbind(1))
+            if (output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states)
+            else None,
+        )
+        return output if (return_dict if return_dict is not None else self.config.return_dict) else output.to_tuple()
 
 
 class ElmoForSequenceClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
     """ELMo features -> scalar mix -> masked pooling -> dropout -> linear, with transformers' ``problem_type``s."""
+
+    output_class = SequenceClassifierOutput
 
     def __init__(self, config: ElmoConfig):
         super().__init__(config)
@@ -1044,35 +1057,11 @@ class ElmoForSequenceClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
         first_or_last = mixed[torch.arange(mixed.shape[0], device=mixed.device), index]
         return first_or_last * (lengths > 0).unsqueeze(-1).to(mixed.dtype)
 
-    def forward(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        elmo_hidden_states: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
-        word_input_ids: torch.Tensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        **kwargs,
-    ) -> SequenceClassifierOutput | tuple:
-        r"""
-        Args:
-            input_ids / attention_mask / word_input_ids / inputs_embeds: as for `ElmoModel`.
-            elmo_hidden_states: instead, cached biLM layers (batch, L + 1, tokens, 2P) with their ``attention_mask``.
-            labels: (batch,) class ids, or floats for regression / (batch, num_labels) for multi-label.
-        """
-        num_items_in_batch, mixed, mask, hidden_states = self._mixed_layers(
-            kwargs, input_ids, attention_mask, elmo_hidden_states, word_input_ids, inputs_embeds, output_hidden_states
-        )
-        logits = self.classifier(self.dropout(self.pool(mixed, mask)))
-        loss = None
-        if labels is not None:
-            loss = self._loss(logits, torch.as_tensor(labels, device=logits.device), num_items_in_batch)
-        output = SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
-        return output if (return_dict if return_dict is not None else self.config.return_dict) else output.to_tuple()
+    def classify(self, mixed: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.dropout(self.pool(mixed, mask)))
 
-    def _loss(self, logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch=None) -> torch.Tensor:
+    def head_loss(self, logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor):
+        """(sum, mean) of the per-item losses of the config's ``problem_type`` (inferred from the labels if unset)."""
         if self.config.problem_type is None:
             if self.num_labels == 1:
                 self.config.problem_type = "regression"
@@ -1089,11 +1078,13 @@ class ElmoForSequenceClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
             per_item = F.cross_entropy(logits.view(-1, self.num_labels), labels, reduction="none")
         else:
             per_item = F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype), reduction="none")
-        return _normalised(per_item.sum(), per_item.mean(), num_items_in_batch)
+        return per_item.sum(), per_item.mean()
 
 
 class ElmoForTokenClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
     """ELMo features -> scalar mix -> dropout -> linear, per token (tagging). Labels -100 are ignored."""
+
+    output_class = TokenClassifierOutput
 
     def __init__(self, config: ElmoConfig):
         super().__init__(config)
@@ -1107,44 +1098,17 @@ class ElmoForTokenClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
         self.config.custom_pipelines = CUSTOM_PIPELINES
         return super().save_pretrained(save_directory, *args, **kwargs)
 
-    def forward(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        elmo_hidden_states: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
-        word_input_ids: torch.Tensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        **kwargs,
-    ) -> TokenClassifierOutput | tuple:
-        r"""
-        Args:
-            input_ids / attention_mask / ... / elmo_hidden_states: as for `ElmoForSequenceClassification`.
-            labels: (batch, tokens) class ids, -100 where nothing is to be predicted.
-        """
-        num_items_in_batch, mixed, mask, hidden_states = self._mixed_layers(
-            kwargs, input_ids, attention_mask, elmo_hidden_states, word_input_ids, inputs_embeds, output_hidden_states
-        )
-        logits = self.classifier(self.dropout(mixed))  # (B, T, num_labels)
-        loss = None
-        if labels is not None:
-            labels = torch.as_tensor(labels, device=logits.device)
-            if tuple(labels.shape) != tuple(mask.shape):
-                raise ValueError(
-                    f"labels must have shape {tuple(mask.shape)} (batch, tokens), got {tuple(labels.shape)}."
-                )
-            labels = integer_labels(labels, self.num_labels, "class ids", logits.device).masked_fill(
-                ~mask, IGNORE_INDEX
-            )
-            flat = labels.reshape(-1)
-            total = F.cross_entropy(
-                logits.reshape(-1, self.num_labels), flat, ignore_index=IGNORE_INDEX, reduction="sum"
-            )
-            loss = _normalised(total, total / (flat != IGNORE_INDEX).sum().clamp_min(1), num_items_in_batch)
-        output = TokenClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
-        return output if (return_dict if return_dict is not None else self.config.return_dict) else output.to_tuple()
+    def classify(self, mixed: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.dropout(mixed))  # (B, T, num_labels)
+
+    def head_loss(self, logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor):
+        """(sum, mean) of the cross-entropy over the labelled tokens."""
+        if tuple(labels.shape) != tuple(mask.shape):
+            raise ValueError(f"labels must have shape {tuple(mask.shape)} (batch, tokens), got {tuple(labels.shape)}.")
+        labels = integer_labels(labels, self.num_labels, "class ids", logits.device).masked_fill(~mask, IGNORE_INDEX)
+        flat = labels.reshape(-1)
+        total = F.cross_entropy(logits.reshape(-1, self.num_labels), flat, ignore_index=IGNORE_INDEX, reduction="sum")
+        return total, total / (flat != IGNORE_INDEX).sum().clamp_min(1)
 
 
 __all__ = [

@@ -41,6 +41,7 @@ from modeling_elmo.pretraining import (
 from modeling_elmo.pretraining import batching as pdata_batching
 from modeling_elmo.pretraining import data as pdata
 from modeling_elmo.pretraining import main as pretrain_main
+from modeling_elmo.pretraining.sampled_softmax import use_configured_softmax
 from modeling_elmo.utils.results import read_results
 
 REPO = Path(__file__).resolve().parents[1]
@@ -373,8 +374,10 @@ def test_every_recipe_study_variant_parses_and_the_lm_corpus_recipes_use_its_win
 def test_sampled_softmax_loss_is_close_to_full_softmax_loss_on_average():
     torch.manual_seed(0)
     V = 300
-    model = ElmoForBidirectionalLM(
-        _tiny_config(vocab_size=V, lm_softmax="sampled", num_negative_samples=60, hidden_dropout_prob=0.0)
+    model = use_configured_softmax(
+        ElmoForBidirectionalLM(
+            _tiny_config(vocab_size=V, lm_softmax="sampled", num_negative_samples=60, hidden_dropout_prob=0.0)
+        )
     )
     with torch.no_grad():  # a peaked, Zipf-like output distribution, far from uniform
         model.softmax.weight.mul_(3.0)
