@@ -1,10 +1,22 @@
-# Copyright 2026 The modeling_elmo authors. All rights reserved.
-# Licensed under the Apache License, Version 2.0 (http://www.apache.org/licenses/LICENSE-2.0).
+# Copyright 2026 The modeling_elmo authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """PyTorch ELMo (Peters et al. 2018): a character CNN and a biLSTM language model. LSTM gates are in PyTorch order
 and their bias holds TensorFlow's forget bias of +1; the highway gate multiplies the transformed branch."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -310,10 +322,10 @@ class ElmoLstmLayer(GradientCheckpointingLayer):
         self.cell_clip, self.proj_clip = cell_clip, proj_clip
         # made without drawing from the random stream (`_init_weights` initialises them)
         device = torch.empty(0).device  # the default device, or that of a `with torch.device(...)` around the model
-        linear = lambda n_in, n_out, bias: nn.utils.skip_init(nn.Linear, n_in, n_out, bias=bias, device=device)  # noqa: E731
-        self.input_transform = linear(input_size, 4 * cell_size, True)
-        self.recurrent_transform = linear(hidden_size, 4 * cell_size, False)
-        self.projection = linear(cell_size, hidden_size, False)
+        linear = functools.partial(nn.utils.skip_init, nn.Linear, device=device)
+        self.input_transform = linear(input_size, 4 * cell_size, bias=True)
+        self.recurrent_transform = linear(hidden_size, 4 * cell_size, bias=False)
+        self.projection = linear(cell_size, hidden_size, bias=False)
 
     def forward(self, inputs: torch.Tensor, valid: torch.Tensor, state=None):
         """inputs (T, B, P), valid (T, B) each row's valid prefix, state (h (B, P), c (B, H)) -> (T, B, P), (h, c)."""
@@ -322,7 +334,11 @@ class ElmoLstmLayer(GradientCheckpointingLayer):
         h, c = h.to(state_dtype(inputs.dtype)), c.to(state_dtype(inputs.dtype))  # float32 in bf16/fp16 models
         # steps via unbind/stack: indexing would cost a full-size zero tensor per step in the backward
         gates_x, valid = self.input_transform(inputs).unbind(0), valid.unsqueeze(-1).unbind(0)  # T x (B, 4H), (B, 1)
-        project, outputs = lambda m: self.projection(m.to(inputs.dtype)), []  # noqa: E731
+        outputs = []
+
+        def project(m: torch.Tensor) -> torch.Tensor:
+            return self.projection(m.to(inputs.dtype))
+
         for t in range(steps):
             gates = gates_x[t].to(h.dtype) + self.recurrent_transform(h.to(inputs.dtype))
             h, c, y = lstm_step(gates, h, c, valid[t], project, self.cell_clip, self.proj_clip)
@@ -406,7 +422,7 @@ class ElmoBiLstm(nn.Module):
         checkpointing = self.training and torch.is_grad_enabled() and any(x.gradient_checkpointing for x in layers)
         if implementation == "loop" or checkpointing or not weights_readable(layers):
             return loop_lstm
-        if self.config.uses_torch_lstm and stateless:
+        if self.config.uses_torch_lstm and stateless:  # CODEPATH: unclipped models (none of the released ones)
             return torch_lstm
         if implementation == "fused" or (implementation == "auto" and fused_applies(inputs.device, inputs.dtype)):
             return stacked_lstm if self.recurrence is None or torch.compiler.is_compiling() else self.recurrence
@@ -431,7 +447,7 @@ class ElmoBiLstm(nn.Module):
             layer_input = x if noise is None else x * noise[index]
             state = None if initial_state is None else (initial_state[0][:, index], initial_state[1][:, index])
             y, final = recurrence(layer_input, valid, layers, state)
-            if index > 0 and self.config.use_skip_connections:
+            if index > 0 and self.config.use_skip_connections:  # CODEPATH: all released models; off in ablations
                 y = y + layer_input * valid.unsqueeze(-1)
             outputs.append(y.transpose(1, 2))  # (2, B, T, P)
             finals.append(final)
@@ -490,7 +506,9 @@ class ElmoScalarMix(nn.Module):
             var = (((layers - mean) * m) ** 2).sum(dim=(0, 2, 3), keepdim=True) / count
             layers = (layers - mean) / torch.sqrt(var + 1e-12)
         weights = self.layer_weights.to(layers.dtype)
-        mixed = torch.einsum("kl,bltd->kbtd", weights, layers) * self.gamma.to(layers.dtype)[:, None, None, None]
+        # (K, L + 1) @ (L + 1, B * T * D): each output's weighted sum of the layers
+        mixed = (weights @ layers.transpose(0, 1).flatten(1)).view(-1, layers.shape[0], *layers.shape[2:])
+        mixed = mixed * self.gamma.to(layers.dtype)[:, None, None, None]
         if mask is not None:
             mixed = mixed * mask.to(layers.dtype)[None, :, :, None]
         return list(mixed.unbind(0))
