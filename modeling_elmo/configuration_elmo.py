@@ -54,18 +54,15 @@ class ElmoConfig(PretrainedConfig):
     ``2x4096_512_2048cnn_2xhighway`` model; the original ``options.json`` key of a field is given in parentheses.
 
     Args:
-        vocab_size (`int`, defaults to 4): words of the softmax (``n_tokens_vocab``), ``<pad> <S> </S> <UNK>``
-            (ids 0-3) included; 4 means no word vocabulary (feature extraction).
+        vocab_size (`int`, defaults to 4): softmax words, ``<pad> <S> </S> <UNK>`` included; 4: no vocabulary.
         projection_dim (`int`, defaults to 512): the per-direction projection P (``lstm.projection_dim``).
         hidden_size (`int`, defaults to ``2 * projection_dim``): the output width; given alone it sets P to half.
         cell_size (`int`, defaults to 4096): LSTM memory cells (``lstm.dim``).
         num_hidden_layers (`int`, defaults to 2): LSTM layers per direction (``lstm.n_layers``).
-        cell_clip, proj_clip (`float` or `None`, defaults to 3.0): clip of the cell state and of the projected output
-            (``lstm.cell_clip``, ``lstm.proj_clip``); `None`: no clipping.
+        cell_clip, proj_clip (`float` or `None`, defaults to 3.0): clips of the cell state and projection; `None`: off.
         use_skip_connections (`bool`, defaults to `True`): residual connections for layers 1 and up.
         char_embedding_dim (`int`, defaults to 16): character embedding size (``char_cnn.embedding.dim``).
-        char_cnn_filters (`list[list[int]]`, *optional*): ``[width, count]`` per convolution (``char_cnn.filters``);
-            defaults to the released models' 2048 filters of widths 1-7.
+        char_cnn_filters (`list[list[int]]`, *optional*): ``[width, count]`` per convolution; the released 2048 filters.
         num_highway_layers (`int`, defaults to 2): highway layers (``char_cnn.n_highway``).
         char_cnn_activation (`str`, defaults to `"relu"`): `"relu"` or `"tanh"` (``char_cnn.activation``).
         max_characters_per_token (`int`, defaults to 50): character slots per word, word markers included.
