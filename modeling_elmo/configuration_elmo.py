@@ -138,6 +138,9 @@ class ElmoConfig(PretrainedConfig):
         if hidden_size != 2 * projection_dim:
             width = f"2 * projection_dim = {2 * projection_dim} (the output width, both directions)"
             raise ValueError(f"`hidden_size` must be {width}, got {hidden_size!r}.")
+        if lstm_implementation == "torch" and (cell_clip, proj_clip) != (None, None):  # it would run unclipped
+            clips = f"but cell_clip={cell_clip!r} and proj_clip={proj_clip!r}; set both to None"
+            raise ValueError(f"`lstm_implementation='torch'` cannot clip (torch.nn.LSTM has no clipping), {clips}.")
         self.vocab_size = vocab_size
         self.projection_dim = projection_dim
         self.hidden_size = hidden_size

@@ -42,6 +42,16 @@ def test_the_config_builds_what_it_is_given_and_the_tools_check_refuses_it():
         check_config(config)
 
 
+def test_the_config_itself_refuses_only_what_would_change_its_meaning():
+    with pytest.raises(ValueError, match=r"^`hidden_size` must be 2 \* projection_dim = 14 \(.*\), got 15\.$"):
+        ElmoConfig(hidden_size=15)  # P would be 7: the output 14 wide, not 15
+    with pytest.raises(
+        ValueError, match=r"^`lstm_implementation='torch'` cannot clip .* cell_clip=3\.0 and proj_clip=None;"
+    ):
+        ElmoConfig(lstm_implementation="torch", proj_clip=None)  # torch.nn.LSTM would run unclipped
+    assert ElmoConfig(lstm_implementation="torch", cell_clip=None, proj_clip=None).uses_torch_lstm
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
@@ -163,8 +173,6 @@ def test_from_pretrained_takes_either_size_as_a_keyword(tmp_path):
     assert ElmoConfig.from_pretrained(tmp_path, projection_dim=4).hidden_size == 8
     with pytest.raises(ValueError, match="hidden_size` must be 2 \\* projection_dim = 8 .*got 32"):
         ElmoConfig.from_pretrained(tmp_path, projection_dim=4, hidden_size=32)
-    with pytest.raises(ValueError, match="hidden_size` must be 2 \\* projection_dim = 14 .*got 15"):
-        ElmoConfig(hidden_size=15)
 
 
 def test_an_inconsistent_pair_in_config_json_is_refused_in_one_line(tmp_path):

@@ -8,8 +8,8 @@ values of an original options file), which refuse, in one line naming the field 
 * keys that would replace a member of the class (``to_dict``, ``__class__``), label maps that are not objects, the
   legacy ``stateful: true``, a ``num_labels`` below 1;
 * a field value that cannot build a model (`check_config`): types, bounds and choices of single fields, then the
-  fields that must agree (clipping and ``torch.nn.LSTM``, filter widths and characters per word, the character
-  table, the word input, the scalar mix, sampled softmax and vocabulary);
+  fields that must agree (filter widths and characters per word, the character table, the word input, the scalar
+  mix, sampled softmax and vocabulary; `ElmoConfig` itself refuses sizes and an LSTM implementation that disagree);
 * a model of more than `MAX_PARAMETERS_LIMIT` parameters, computed from the sizes before anything is allocated;
 
 and warn of a key that looks like a misspelt field (``hiden_size``: kept as an attribute, it sets nothing).
@@ -153,24 +153,10 @@ def _check_keys(config_dict: Mapping[str, Any]) -> None:
 
 def _check_agreement(config: ElmoConfig) -> None:
     """Raise a `ValueError` for the first pair of fields that cannot build a model together."""
-    filters, mix, words, chars = (
-        config.char_cnn_filters,
-        config.scalar_mix_parameters,
-        config.word_input_vocab_size,
-        config.num_characters,
-    )
-    clips, layers, widest = (
-        (config.cell_clip, config.proj_clip),
-        config.num_hidden_layers + 1,
-        max(w for w, _ in filters),
-    )
+    mix, words, chars = config.scalar_mix_parameters, config.word_input_vocab_size, config.num_characters
+    layers, widest = config.num_hidden_layers + 1, max(width for width, _ in config.char_cnn_filters)
     unicode = config.char_vocabulary == "unicode"
     for bad, message in (
-        (
-            config.lstm_implementation == "torch" and clips != (None, None),
-            "`lstm_implementation='torch'` cannot clip (torch.nn.LSTM has no clipping), but cell_clip={!r} and "
-            "proj_clip={!r}; set both to None.".format(*clips),
-        ),
         (
             config.max_characters_per_token > MAX_CHARACTERS_PER_TOKEN_LIMIT,
             f"`max_characters_per_token` must be at most {MAX_CHARACTERS_PER_TOKEN_LIMIT} (characters per word), "
