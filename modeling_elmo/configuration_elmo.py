@@ -190,7 +190,7 @@ class ElmoConfig(PretrainedConfig):
     def from_dict(cls, config_dict: dict[str, Any], **kwargs: Any):
         # The fields among the keyword arguments build the config with the dict; one size given sets the other.
         config_dict = cls.upgraded_dict(config_dict)
-        own = {key: kwargs.pop(key) for key in list(kwargs) if key in inspect.signature(cls.__init__).parameters}
+        own = {key: kwargs.pop(key) for key in inspect.signature(cls.__init__).parameters.keys() & kwargs.keys()}
         if len({"hidden_size", "projection_dim"} & set(own)) == 1:
             config_dict = {k: v for k, v in config_dict.items() if k not in ("hidden_size", "projection_dim")}
         return super().from_dict({**config_dict, **own}, **kwargs)
