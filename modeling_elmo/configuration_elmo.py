@@ -15,15 +15,10 @@
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
-import math
 from typing import Any
 
 from transformers import PretrainedConfig
-from transformers.utils import logging
-
-logger = logging.get_logger(__name__)
 
 #: Character ids of the markers per character vocabulary: begin-of-word, end-of-word, within-word padding, ``<S>``,
 #: ``</S>``. "bytes" (bilm-tf, AllenNLP): UTF-8 bytes 0-255 and markers 256-260, all shifted by +1 so that a row of
@@ -59,29 +54,23 @@ class ElmoConfig(PretrainedConfig):
     ``2x4096_512_2048cnn_2xhighway`` model; the original ``options.json`` key of a field is given in parentheses.
 
     Args:
-        vocab_size (`int`, defaults to 4): words of the language-model softmax (``n_tokens_vocab``), counting
-            ``<pad> <S> </S> <UNK>`` (ids 0-3); 4 means no word vocabulary (feature extraction).
+        vocab_size (`int`, defaults to 4): softmax words, ``<pad> <S> </S> <UNK>`` included; 4: no vocabulary.
         projection_dim (`int`, defaults to 512): the per-direction projection P (``lstm.projection_dim``).
-        hidden_size (`int`, defaults to ``2 * projection_dim``): the output width, both directions; given alone it sets
-            P to half of it. (A ``config.json`` without ``projection_dim`` stored P here and is read that way.)
+        hidden_size (`int`, defaults to ``2 * projection_dim``): the output width; given alone it sets P to half.
         cell_size (`int`, defaults to 4096): LSTM memory cells (``lstm.dim``).
         num_hidden_layers (`int`, defaults to 2): LSTM layers per direction (``lstm.n_layers``).
-        cell_clip, proj_clip (`float` or `None`, defaults to 3.0): clip of the cell state and of the projected output
-            (``lstm.cell_clip``, ``lstm.proj_clip``); `None` turns clipping off.
+        cell_clip, proj_clip (`float` or `None`, defaults to 3.0): clips of the cell state and projection; `None`: off.
         use_skip_connections (`bool`, defaults to `True`): residual connections for layers 1 and up.
         char_embedding_dim (`int`, defaults to 16): character embedding size (``char_cnn.embedding.dim``).
-        char_cnn_filters (`list[list[int]]`, *optional*): ``[width, count]`` per convolution (``char_cnn.filters``);
-            defaults to the released models' 2048 filters of widths 1-7.
+        char_cnn_filters (`list[list[int]]`, *optional*): ``[width, count]`` per convolution; the released 2048 filters.
         num_highway_layers (`int`, defaults to 2): highway layers (``char_cnn.n_highway``).
         char_cnn_activation (`str`, defaults to `"relu"`): `"relu"` or `"tanh"` (``char_cnn.activation``).
         max_characters_per_token (`int`, defaults to 50): character slots per word, word markers included.
-        num_characters (`int`, defaults to 262): rows of the character table: 262 for `"bytes"`, 7 plus the
-            tokenizer's characters for `"unicode"`.
+        num_characters (`int`, defaults to 262): character-table rows: 262 (bytes), 7 + the tokenizer's (unicode).
         char_vocabulary (`str`, defaults to `"bytes"`): `"bytes"` (UTF-8) or `"unicode"` (the tokenizer's characters).
         word_input_vocab_size, word_input_dim (`int`, defaults to 0): a word-embedding input (ELMoForManyLangs).
         hidden_dropout_prob (`float`, defaults to 0.1): dropout on every LSTM layer's input and before the softmax.
-        lstm_implementation (`str`, defaults to `"auto"`): `"loop"`, `"fused"`, `"torch"` (``torch.nn.LSTM``, only
-            without clipping) or `"auto"`; all give the same numbers.
+        lstm_implementation (`str`, defaults to `"auto"`): `"loop"`, `"fused"`, `"torch"` (no clipping) or `"auto"`.
         num_output_representations (`int`, defaults to 1): independent scalar mixes of a head.
         scalar_mix_layer_norm (`bool`, defaults to `False`): normalise every layer before mixing.
         scalar_mix_parameters (`list[float]`, *optional*): fixed pre-softmax layer weights (not trained).
@@ -143,17 +132,17 @@ class ElmoConfig(PretrainedConfig):
         unk_token_id: int = 3,
         **kwargs: Any,
     ):
-        if projection_dim is None:
-            if hidden_size is not None and (not _is_int(hidden_size) or hidden_size < 2 or hidden_size % 2):
-                raise ValueError(
-                    f"`hidden_size` is the output width 2 * projection_dim: it must be an even integer "
-                    f">= 2, got {hidden_size!r}."
-                )
+        if projection_dim is None:  # one size given sets the other
             projection_dim = 512 if hidden_size is None else hidden_size // 2
+        hidden_size = 2 * projection_dim if hidden_size is None else hidden_size
+        if hidden_size != 2 * projection_dim:
+            width = f"2 * projection_dim = {2 * projection_dim} (the output width, both directions)"
+            raise ValueError(f"`hidden_size` must be {width}, got {hidden_size!r}.")
+        if lstm_implementation == "torch" and (cell_clip, proj_clip) != (None, None):  # it would run unclipped
+            clips = f"but cell_clip={cell_clip!r} and proj_clip={proj_clip!r}; set both to None"
+            raise ValueError(f"`lstm_implementation='torch'` cannot clip (torch.nn.LSTM has no clipping), {clips}.")
         self.vocab_size = vocab_size
         self.projection_dim = projection_dim
-        if hidden_size is None:
-            hidden_size = 2 * projection_dim if isinstance(projection_dim, int) else projection_dim
         self.hidden_size = hidden_size
         self.cell_size = cell_size
         self.num_hidden_layers = num_hidden_layers
@@ -184,36 +173,8 @@ class ElmoConfig(PretrainedConfig):
         self.lm_softmax_chunk_size = lm_softmax_chunk_size
         self.initializer_range = initializer_range
         self.unk_token_id = unk_token_id
-        self._check_inherited_kwargs(kwargs)
+        kwargs["auto_map"] = dict(AUTO_MAP)  # this package's classes only: never code from another repository
         super().__init__(pad_token_id=pad_token_id, bos_token_id=bos_token_id, eos_token_id=eos_token_id, **kwargs)
-        self.validate_elmo()
-
-    def _check_inherited_kwargs(self, kwargs: dict[str, Any]) -> None:
-        """Refuse keys that would replace a member of the class and bad label maps; set the config's own auto_map."""
-        fields = {field.name for field in dataclasses.fields(self)} | {"model_type"}
-        for key in kwargs:
-            member = inspect.getattr_static(type(self), key, None)
-            settable = key in fields or (isinstance(member, property) and member.fset is not None)
-            if key.startswith("__") or (member is not None and not settable):
-                raise ValueError(f"config key {key!r} is not a setting: it would replace ElmoConfig.{key}.")
-        for key in ("id2label", "label2id"):
-            if kwargs.get(key) is not None and not isinstance(kwargs[key], dict):
-                shown = str(kwargs[key])[:80]
-                raise ValueError(
-                    f"`{key}` must be an object mapping labels, got {type(kwargs[key]).__name__} {shown!r}."
-                )
-        if kwargs.pop("stateful", None):  # earlier versions wrote `false`
-            raise ValueError(
-                "`stateful=True` is not a configuration field any more: pass the `lstm_state` of one call to the next."
-            )
-        if not _is_int(count := kwargs.get("num_labels", 1)) or count < 1:
-            raise ValueError(f"`num_labels` must be an integer >= 1, got {count!r}.")
-        # Only this package's classes: an entry naming code elsewhere (``owner/name--module.Class``) is dropped.
-        auto_map = kwargs.get("auto_map") if isinstance(kwargs.get("auto_map"), dict) else {}
-        foreign = sorted(f"{k}: {v!r}" for k, v in auto_map.items() if str(v).split("--")[-1] != AUTO_MAP.get(k))
-        if foreign:
-            logger.warning("ElmoConfig: ignoring auto_map entries naming other code (%s).", ", ".join(foreign))
-        kwargs["auto_map"] = dict(AUTO_MAP)
 
     @staticmethod
     def upgraded_dict(config_dict: dict[str, Any]) -> dict[str, Any]:
@@ -221,38 +182,22 @@ class ElmoConfig(PretrainedConfig):
         if "projection_dim" not in config_dict and "hidden_size" in config_dict:
             config_dict = dict(config_dict)
             config_dict["projection_dim"] = size = config_dict.pop("hidden_size")
-            if _is_int(size):
+            if isinstance(size, int):
                 config_dict["hidden_size"] = 2 * size
         return config_dict
 
     @classmethod
     def from_dict(cls, config_dict: dict[str, Any], **kwargs: Any):
-        # Fields passed as keyword arguments build the config (and are validated); one size given sets the other.
-        config_dict = cls.upgraded_dict(dict(config_dict))
-        own = {key: kwargs.pop(key) for key in list(kwargs) if key in _ELMO_FIELDS}
+        # The fields among the keyword arguments build the config with the dict; one size given sets the other.
+        config_dict = cls.upgraded_dict(config_dict)
+        own = {key: kwargs.pop(key) for key in inspect.signature(cls.__init__).parameters.keys() & kwargs.keys()}
         if len({"hidden_size", "projection_dim"} & set(own)) == 1:
-            config_dict.pop("projection_dim" if "hidden_size" in own else "hidden_size", None)
+            config_dict = {k: v for k, v in config_dict.items() if k not in ("hidden_size", "projection_dim")}
         return super().from_dict({**config_dict, **own}, **kwargs)
 
     @classmethod
     def _dict_from_json_file(cls, json_file: Any) -> dict[str, Any]:
         return cls.upgraded_dict(super()._dict_from_json_file(json_file))
-
-    @classmethod
-    def get_config_dict(cls, pretrained_model_name_or_path: Any, **kwargs: Any):
-        # Refuses a folder without config.json (transformers gives the defaults) and another model type (it warns).
-        name = str(pretrained_model_name_or_path)
-        try:
-            config_dict, kwargs = super().get_config_dict(pretrained_model_name_or_path, **kwargs)
-        except RecursionError as error:  # nested deeper than the JSON reader follows
-            raise ValueError(f"the config.json of {name!r} is not valid JSON: {error}.") from None
-        if not config_dict:
-            raise ValueError(f"{name!r} holds no config.json: it is not a saved model.")
-        if (found := config_dict.get("model_type", cls.model_type)) != cls.model_type:
-            raise ValueError(
-                f"{name!r} holds a {found!r} model, not an ELMo model (model_type {found!r} instead of 'elmo')."
-            )
-        return config_dict, kwargs
 
     @property
     def num_char_cnn_filters(self) -> int:  # the width of the character-CNN output
@@ -272,122 +217,5 @@ class ElmoConfig(PretrainedConfig):
             return self.cell_clip is None and self.proj_clip is None
         return self.lstm_implementation == "torch"
 
-    def validate_elmo(self) -> None:
-        """Raise a `ValueError` naming the first field whose value cannot build a model."""
-        for name, (valid, expected) in _FIELD_RULES.items():
-            if not valid(getattr(self, name)):
-                raise ValueError(f"`{name}` must be {expected} {getattr(self, name)!r}.")
-        filters, mix, P = self.char_cnn_filters, self.scalar_mix_parameters, self.projection_dim
-        if not isinstance(filters, list) or not filters:
-            raise ValueError(f"`char_cnn_filters` must be a non-empty list of [width, count] pairs, got {filters!r}.")
-        for pair in filters:
-            if not isinstance(pair, list) or len(pair) != 2 or not all(_is_int(v) and v >= 1 for v in pair):
-                raise ValueError(
-                    f"every `char_cnn_filters` entry must be [width, count] with positive integers, got {pair!r}."
-                )
-        widest, unicode, layers = (
-            max(w for w, _ in filters),
-            self.char_vocabulary == "unicode",
-            self.num_hidden_layers + 1,
-        )
-        words, chars, clips = self.word_input_vocab_size, self.num_characters, (self.cell_clip, self.proj_clip)
-        for bad, message in (
-            (
-                self.hidden_size != 2 * P,
-                f"`hidden_size` must be 2 * projection_dim = {2 * P} (the output width, both directions), "
-                f"got {self.hidden_size!r}.",
-            ),
-            (
-                self.lstm_implementation == "torch" and clips != (None, None),
-                "`lstm_implementation='torch'` cannot clip (torch.nn.LSTM has no clipping), but cell_clip={!r} and "
-                "proj_clip={!r}; set both to None.".format(*clips),
-            ),
-            (
-                self.max_characters_per_token > MAX_CHARACTERS_PER_TOKEN_LIMIT,
-                f"`max_characters_per_token` must be at most {MAX_CHARACTERS_PER_TOKEN_LIMIT} (characters per word), "
-                f"got {self.max_characters_per_token}.",
-            ),
-            (
-                widest > self.max_characters_per_token,
-                f"a char_cnn filter of width {widest} is wider than max_characters_per_token="
-                f"{self.max_characters_per_token}.",
-            ),
-            (
-                not unicode and chars != 262,
-                f"`num_characters` must be 262 (256 bytes + 5 markers + the padding id 0), got {chars!r}.",
-            ),
-            (unicode and chars < 7, f"`num_characters` must be an integer >= 7, got {chars!r}."),
-            (
-                words and (words < 4 or not self.word_input_dim),
-                "a word input needs word_input_vocab_size >= 4 (the special words come first) and word_input_dim "
-                f">= 1, got {words} and {self.word_input_dim}.",
-            ),
-            (
-                mix is not None and len(mix) != layers,
-                f"`scalar_mix_parameters` needs one weight per layer ({layers}), got {len(mix or ())}: {mix!r}.",
-            ),
-            (
-                self.lm_softmax == "sampled" and self.num_negative_samples >= self.vocab_size,
-                f"`num_negative_samples` ({self.num_negative_samples}) must be smaller than vocab_size "
-                f"({self.vocab_size}) for a sampled softmax; use lm_softmax='full' for a small vocabulary.",
-            ),
-        ):
-            if bad:
-                raise ValueError(message)
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-_INTEGER_MINIMUMS = dict(
-    vocab_size=4,
-    projection_dim=1,
-    cell_size=1,
-    num_hidden_layers=1,
-    char_embedding_dim=1,
-    num_highway_layers=0,
-    max_characters_per_token=3,
-    num_characters=1,
-    word_input_vocab_size=0,
-    word_input_dim=0,
-    num_output_representations=1,
-    num_negative_samples=1,
-    lm_softmax_chunk_size=1,
-)
-_CHOICES = {
-    "char_cnn_activation": ("relu", "tanh"),
-    "lstm_implementation": ("auto", "loop", "fused", "torch"),
-    "classifier_pooling": ("mean", "max", "mean_max", "first", "last"),
-    "lm_softmax": ("full", "sampled"),
-    "char_vocabulary": ("bytes", "unicode"),
-}
-_POSITIVE_CLIP = (
-    lambda v: v is None or (_is_number(v) and math.isfinite(v) and v > 0),
-    "a finite positive number or None (no clipping), got",
-)
-#: Field -> (whether a value is valid, what the field must be): the checks of single fields, in order.
-_FIELD_RULES = {
-    **{
-        n: (lambda v, low=low: _is_int(v) and v >= low, f"an integer >= {low}, got")
-        for n, low in _INTEGER_MINIMUMS.items()
-    },
-    **{n: (lambda v, ok=ok: v in ok, f"one of {', '.join(map(repr, ok))}; got") for n, ok in _CHOICES.items()},
-    **dict.fromkeys(
-        ("use_skip_connections", "scalar_mix_layer_norm", "freeze_elmo"),
-        (lambda v: isinstance(v, bool), "true or false, got"),
-    ),
-    **dict.fromkeys(
-        ("hidden_dropout_prob", "classifier_dropout"),
-        (lambda v: _is_number(v) and 0.0 <= v < 1.0, "a probability in [0, 1), got"),
-    ),
-    **dict.fromkeys(("cell_clip", "proj_clip"), _POSITIVE_CLIP),
-}
-#: The fields of `ElmoConfig` itself (its constructor's arguments).
-_ELMO_FIELDS = frozenset(inspect.signature(ElmoConfig.__init__).parameters) - {"self", "kwargs"}
 
 __all__ = ["ElmoConfig"]

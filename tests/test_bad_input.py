@@ -26,7 +26,6 @@ from safetensors.torch import load_file, save_file
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy_reference as ref  # noqa: E402
 from efml_fixtures import legacy_cuda_bytes, write_efml_model, zip_folder  # noqa: E402
-from transformers import AutoModel  # noqa: E402
 
 from modeling_elmo import (  # noqa: E402
     ElmoConfig,
@@ -40,6 +39,7 @@ from modeling_elmo import (  # noqa: E402
 )
 from modeling_elmo.conversion.original_format import convert_config  # noqa: E402
 from modeling_elmo.embedding.inference import ElmoEmbedder  # noqa: E402
+from modeling_elmo.utils.config_checks import check_config, config_from_dict, load_config  # noqa: E402
 from modeling_elmo.utils.results import EvaluationResults, write_results  # noqa: E402
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "bad-input.md"
@@ -101,34 +101,34 @@ ROWS = [
     # ------------------------------------------------------------------ library
     Row(
         "library",
-        "`ElmoConfig(cell_clip=float('nan'))`",
+        "`check_config(ElmoConfig(cell_clip=float('nan')))`",
         "`cell_clip` must be a finite positive number or None (no clipping), got nan.",
-        lambda: ElmoConfig(cell_clip=float("nan")),
+        lambda: check_config(ElmoConfig(cell_clip=float("nan"))),
     ),
     Row(
         "library",
-        "`ElmoConfig(num_labels=-3)`",
+        "`config_from_dict({'num_labels': -3})`",
         "`num_labels` must be an integer >= 1, got -3.",
-        lambda: ElmoConfig(num_labels=-3),
+        lambda: config_from_dict({"num_labels": -3}),
     ),
     Row(
         "library",
-        "`ElmoConfig(vocab_size=500, lm_softmax='sampled')`",
+        "`check_config(ElmoConfig(vocab_size=500, lm_softmax='sampled'))`",
         "`num_negative_samples` (8192) must be smaller than vocab_size (500) for a sampled softmax; use "
         "lm_softmax='full' for a small vocabulary.",
-        lambda: ElmoConfig(vocab_size=500, lm_softmax="sampled"),
+        lambda: check_config(ElmoConfig(vocab_size=500, lm_softmax="sampled")),
     ),
     Row(
         "library",
-        "`ElmoConfig.from_pretrained('empty')` (a folder without `config.json`)",
+        "`load_config('empty')` (a folder without `config.json`)",
         "'empty' holds no config.json: it is not a saved model.",
-        lambda: ElmoConfig.from_pretrained("empty"),
+        lambda: load_config("empty"),
     ),
     Row(
         "library",
-        "`ElmoConfig.from_pretrained('bert')` (a BERT folder)",
+        "`load_config('bert')` (a BERT folder)",
         "'bert' holds a 'bert' model, not an ELMo model (model_type 'bert' instead of 'elmo').",
-        lambda: ElmoConfig.from_pretrained("bert"),
+        lambda: load_config("bert"),
     ),
     Row(
         "library",
@@ -189,9 +189,9 @@ ROWS = [
     ),
     Row(
         "library",
-        "`ElmoConfig(max_characters_per_token=10**6)` (also from a `config.json`)",
+        "`check_config(ElmoConfig(max_characters_per_token=10**6))` (also a `config.json` loaded by the CLI)",
         "`max_characters_per_token` must be at most 1024 (characters per word), got 1000000.",
-        lambda: ElmoConfig(max_characters_per_token=10**6),
+        lambda: check_config(ElmoConfig(max_characters_per_token=10**6)),
     ),
     Row(
         "library",
@@ -203,15 +203,9 @@ ROWS = [
     ),
     Row(
         "library",
-        "`AutoModel.from_pretrained('shadow')` (`config.json` holds `\"to_dict\": 1`)",
+        "`load_elmo_model('shadow')` (`config.json` holds `\"to_dict\": 1`)",
         "config key 'to_dict' is not a setting: it would replace ElmoConfig.to_dict.",
-        lambda: AutoModel.from_pretrained("shadow"),
-    ),
-    Row(
-        "library",
-        '`AutoModel.from_pretrained(\'labels\')` (`config.json` holds `"id2label": "pos,neg"`)',
-        "`id2label` must be an object mapping labels, got str 'pos,neg'.",
-        lambda: AutoModel.from_pretrained("labels"),
+        lambda: load_elmo_model("shadow"),
     ),
     Row(
         "library",
@@ -266,6 +260,12 @@ ROWS = [
         "`elmo embed text.txt out.h5 --model bert --top`",
         "elmo embed: error: 'bert' is not an ELMo model: its config.json has model_type 'bert', not 'elmo'.",
         ["embed", "text.txt", "out.h5", "--model", "bert", "--top"],
+    ),
+    Row(
+        "elmo embed",
+        '`elmo embed text.txt out.h5 --model labels --top` (`config.json` holds `"id2label": "pos,neg"`)',
+        "elmo embed: error: `id2label` must be an object mapping labels, got str 'pos,neg'.",
+        ["embed", "text.txt", "out.h5", "--model", "labels", "--top"],
     ),
     Row(
         "elmo embed",
@@ -334,6 +334,12 @@ ROWS = [
         "`elmo evaluate bert --task perplexity --text text.txt`",
         "elmo evaluate: error: bert holds a model of type 'bert' (config.json), not an ELMo model.",
         ["evaluate", "bert", "--task", "perplexity", "--text", "text.txt"],
+    ),
+    Row(
+        "elmo evaluate",
+        '`elmo evaluate negclip --task perplexity --text text.txt` (`config.json` holds `"cell_clip": -1`)',
+        "elmo evaluate: error: `cell_clip` must be a finite positive number or None (no clipping), got -1.",
+        ["evaluate", "negclip", "--task", "perplexity", "--text", "text.txt"],
     ),
     Row(
         "elmo evaluate",
@@ -648,7 +654,7 @@ def template(tmp_path_factory) -> Path:
     save_file(weights, root / "nan" / "model.safetensors", metadata={"format": "pt"})
     shutil.copytree(root / "lm", root / "shortvocab")
     (root / "shortvocab" / "vocab.txt").write_text("".join(f"w{i}\n" for i in range(5)))
-    for name, key, value in (("shadow", "to_dict", 1), ("labels", "id2label", "pos,neg")):
+    for name, key, value in (("shadow", "to_dict", 1), ("labels", "id2label", "pos,neg"), ("negclip", "cell_clip", -1)):
         shutil.copytree(root / "lm", root / name)
         config = json.loads((root / name / "config.json").read_text())
         (root / name / "config.json").write_text(json.dumps({**config, key: value}))

@@ -1,4 +1,5 @@
-"""ElmoConfig: validation names the bad value, options.json round trips, presets have the published sizes."""
+"""ElmoConfig builds what it is given; the tools' checks (`modeling_elmo.utils.config_checks`) name a bad key or value;
+options.json round trips; presets have the published sizes."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from support import assert_same_numbers
 
 from modeling_elmo import ElmoConfig, ElmoModel
 from modeling_elmo.conversion.original_format import config_options, convert_config
-from modeling_elmo.utils.loading import check_config
+from modeling_elmo.utils.config_checks import check_config, config_from_dict, load_config
 
 ORIGINAL_OPTIONS = {
     "lstm": {
@@ -34,16 +35,30 @@ ORIGINAL_OPTIONS = {
 }
 
 
-def test_config_rejects_unknown_activation():
-    with pytest.raises(ValueError, match="char_cnn_activation.*'gelu'"):
-        ElmoConfig(char_cnn_activation="gelu")
+def test_the_config_builds_what_it_is_given_and_the_tools_check_refuses_it():
+    config = ElmoConfig(char_cnn_activation="gelu", cell_size=2.5)  # the library builds it, as transformers' configs do
+    assert (config.char_cnn_activation, config.cell_size) == ("gelu", 2.5)
+    with pytest.raises(ValueError, match=r"^`cell_size` must be an integer >= 1, got 2\.5\.$"):
+        check_config(config)
+
+
+def test_the_config_itself_refuses_only_what_would_change_its_meaning():
+    with pytest.raises(ValueError, match=r"^`hidden_size` must be 2 \* projection_dim = 14 \(.*\), got 15\.$"):
+        ElmoConfig(hidden_size=15)  # P would be 7: the output 14 wide, not 15
+    with pytest.raises(
+        ValueError, match=r"^`lstm_implementation='torch'` cannot clip .* cell_clip=3\.0 and proj_clip=None;"
+    ):
+        ElmoConfig(lstm_implementation="torch", proj_clip=None)  # torch.nn.LSTM would run unclipped
+    assert ElmoConfig(lstm_implementation="torch", cell_clip=None, proj_clip=None).uses_torch_lstm
 
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"hidden_size": 0}, "hidden_size.*even.*got 0"),
-        ({"hidden_size": 15}, "hidden_size.*even.*got 15"),
+        ({"char_cnn_activation": "gelu"}, r"^`char_cnn_activation` must be one of 'relu', 'tanh'; got 'gelu'\.$"),
+        ({"hidden_size": 0}, "projection_dim.*got 0"),  # a dict without projection_dim: hidden_size is P
+        ({"hidden_size": "16"}, "projection_dim.*got '16'"),
+        ({"projection_dim": 8, "hidden_size": 15}, "hidden_size` must be 2 \\* projection_dim = 16.*got 15"),
         ({"projection_dim": 0}, "projection_dim"),
         ({"projection_dim": 8, "hidden_size": 12}, "hidden_size` must be 2 \\* projection_dim = 16.*got 12"),
         ({"cell_size": 2.5}, "cell_size"),
@@ -66,11 +81,16 @@ def test_config_rejects_unknown_activation():
         ({"num_labels": -3}, "num_labels.*-3"),
         ({"num_labels": 0}, "num_labels"),
         ({"lm_softmax_chunk_size": 0}, "lm_softmax_chunk_size"),
+        ({"char_cnn_filters": 5}, "char_cnn_filters` must be a non-empty list .*got 5"),
+        ({"scalar_mix_parameters": 5}, "scalar_mix_parameters` must be a list of numbers .*got 5"),
+        ({"num_labels": 2.5}, "num_labels.*2.5"),
+        ({"max_characters_per_token": 10**6}, "max_characters_per_token` must be at most 1024"),
+        ({"cell_size": "x" * 10**6}, r"cell_size` must be an integer >= 1, got 'x{79}\.\.\.\.$"),
     ],
 )
-def test_config_rejects_bad_values_and_names_them(kwargs, message):
+def test_the_tools_refuse_bad_values_in_one_line_naming_them(kwargs, message):
     with pytest.raises(ValueError, match=message):
-        ElmoConfig(**kwargs)
+        config_from_dict(kwargs)
 
 
 def test_hidden_size_is_the_output_width_and_projection_dim_the_per_direction_size():
@@ -173,7 +193,7 @@ def test_an_inconsistent_pair_in_config_json_is_refused_in_one_line(tmp_path):
         ("to_dict", 1),
         ("__class__", "x"),
         ("use_return_dict", False),
-        ("validate_elmo", None),
+        ("upgraded_dict", None),
         ("attribute_map", {}),
         ("num_char_cnn_filters", 3),
     ],
@@ -183,7 +203,7 @@ def test_a_key_that_would_replace_part_of_the_class_is_refused_naming_it(tmp_pat
     data[key] = value
     (tmp_path / "config.json").write_text(json.dumps(data))
     with pytest.raises(ValueError, match=f"^config key '{key}' is not a setting: it would replace ElmoConfig.{key}.$"):
-        ElmoConfig.from_pretrained(tmp_path)
+        load_config(tmp_path)
 
 
 @pytest.mark.parametrize("key", ["id2label", "label2id"])
@@ -191,7 +211,7 @@ def test_label_maps_that_are_not_objects_are_refused_naming_the_key(tmp_path, ke
     data = {**ElmoConfig(projection_dim=8).to_dict(), key: "positive,negative"}
     (tmp_path / "config.json").write_text(json.dumps(data))
     with pytest.raises(ValueError, match=f"`{key}` must be an object mapping labels, got str 'positive,negative'"):
-        ElmoConfig.from_pretrained(tmp_path)
+        load_config(tmp_path)
 
 
 def test_unknown_keys_are_kept_as_transformers_keeps_them_and_survive_a_save(tmp_path, caplog):
@@ -252,7 +272,7 @@ def test_a_config_of_too_many_parameters_is_refused_before_anything_is_allocated
 
 def test_values_are_still_validated_next_to_unknown_keys():
     with pytest.raises(ValueError, match="`projection_dim` must be an integer >= 1, got 0"):
-        ElmoConfig(projection_dim=0, hiden_size=16)
+        config_from_dict({"projection_dim": 0, "hiden_size": 16})
 
 
 def test_configs_saved_by_transformers_and_earlier_versions_still_load(tmp_path):
@@ -263,17 +283,22 @@ def test_configs_saved_by_transformers_and_earlier_versions_still_load(tmp_path)
     saved = json.loads((tmp_path / "config.json").read_text())
     saved["stateful"] = False  # written by earlier versions of this package
     (tmp_path / "config.json").write_text(json.dumps(saved))
-    loaded = ElmoConfig.from_pretrained(tmp_path)
-    assert (loaded.projection_dim, loaded.num_labels, loaded.id2label[2]) == (16, 3, "c")
-    assert not hasattr(loaded, "stateful")
+    for loaded in (ElmoConfig.from_pretrained(tmp_path), load_config(tmp_path)):
+        assert (loaded.projection_dim, loaded.num_labels, loaded.id2label[2]) == (16, 3, "c")
+    saved["stateful"] = True  # a model that relied on carried states: refused by the tools, with what to do instead
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    with pytest.raises(
+        ValueError, match="^`stateful=True` is not a configuration field any more: pass the `lstm_state`"
+    ):
+        load_config(tmp_path)
 
 
-def test_from_pretrained_refuses_a_folder_without_config_and_another_model_type(tmp_path):
+def test_the_tools_refuse_a_folder_without_config_and_another_model_type(tmp_path):
     with pytest.raises(ValueError, match="holds no config.json"):
-        ElmoConfig.from_pretrained(tmp_path)
+        load_config(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert", "hidden_size": 8}))
     with pytest.raises(ValueError, match="holds a 'bert' model, not an ELMo model"):
-        ElmoConfig.from_pretrained(tmp_path)
+        load_config(tmp_path)
 
 
 def test_every_config_carries_the_full_auto_map():
@@ -365,6 +390,7 @@ def test_every_preset_builds_and_round_trips_through_save_pretrained(tmp_path):
         config = ElmoConfig.from_json_file(str(path))
         config.save_pretrained(tmp_path / path.stem)
         assert ElmoConfig.from_pretrained(tmp_path / path.stem).to_dict() == config.to_dict()
+        assert load_config(tmp_path / path.stem).to_dict() == config.to_dict()  # what the tools load: the same
 
 
 def test_upgrading_a_dict_saved_before_projection_dim_leaves_the_given_dict_as_it_was():

@@ -52,8 +52,8 @@ from ..folders.output_folder import (
     write_folder_atomically,
 )
 from ..hub.card import CardInputs, write_model_card
+from ..utils.config_checks import check_config
 from ..utils.io_utils import sha256_of_file
-from ..utils.loading import check_config
 from .efml_format import CHAR_SYMBOLS, WORD_SYMBOLS, EfmlModel, read_efml_model, safe_extract_zip
 from .efml_reference import efml_forward
 

@@ -17,8 +17,8 @@ import h5py
 import numpy as np
 
 from ..configuration_elmo import ElmoConfig
+from ..utils.config_checks import config_from_dict
 from ..utils.io_utils import read_json_object
-from ..utils.loading import check_config
 
 #: The HDF5 group of one LSTM cell: ``d`` = 0 is the forward stack, 1 the backward stack; ``l`` the layer.
 LSTM_CELL = "RNN_{d}/RNN/MultiRNNCell/Cell{l}/LSTMCell"
@@ -106,9 +106,7 @@ def convert_config(options: dict[str, Any], **kwargs: Any) -> ElmoConfig:
         values["hidden_dropout_prob"] = options["dropout"]
     if "n_tokens_vocab" in options:
         values["vocab_size"] = options["n_tokens_vocab"]
-    config = ElmoConfig(**{**values, **kwargs})
-    check_config(config, "options.json")
-    return config
+    return config_from_dict({**values, **kwargs}, "options.json")
 
 
 def config_options(config: ElmoConfig) -> dict[str, Any]:

@@ -154,9 +154,9 @@ def load_elmo_model(model_name_or_path: str | os.PathLike, **kwargs: Any) -> tor
             message names the tensors.
     """
     from ..acceleration.packed_kernels import use_packed_kernels
-    from ..configuration_elmo import ElmoConfig
     from ..modeling_elmo import ElmoModel
-    from ..utils.loading import check_config
+    from ..utils.config_checks import load_config
+    from ..utils.loading import refuse_pickled_weights
 
     for reserved in ("output_loading_info", "ignore_mismatched_sizes", "use_safetensors"):
         if reserved in kwargs:
@@ -166,18 +166,13 @@ def load_elmo_model(model_name_or_path: str | os.PathLike, **kwargs: Any) -> tor
         check_compute_dtype("cpu", kwargs["dtype"], f"load_elmo_model({location!r}, dtype={kwargs['dtype']})")
     _check_location(location, _hub_kwargs(kwargs))
     if os.path.isdir(location):
-        from ..configuration_elmo import ElmoConfig
-        from ..utils.loading import refuse_pickled_weights
-
         refuse_pickled_weights(location)
-        config = kwargs.get("config") or ElmoConfig.from_pretrained(location)
-        check_config(config, f"the config.json of model {location!r}")  # the bounds first: no layout of a huge model
-        check_weights_fit_config(location, ElmoModel, config, ignore_unexpected=HEAD_WEIGHT_PREFIXES)
-    try:
-        config = ElmoConfig.from_pretrained(location, **_hub_kwargs(kwargs))
-    except (OSError, ValueError) as error:
+    try:  # checked (sizes bounded) before the weights' shapes are laid out
+        config = load_config(location, f"the config.json of model {location!r}", **_hub_kwargs(kwargs))
+    except OSError as error:
         raise ValueError(f"cannot read the config of model {location!r}: {error_line(error)}") from None
-    check_config(config, f"the config.json of model {location!r}")
+    if os.path.isdir(location):
+        check_weights_fit_config(location, ElmoModel, config, ignore_unexpected=HEAD_WEIGHT_PREFIXES)
     try:
         with quiet_load_report():
             # ignore_mismatched_sizes: report wrong shapes in loading_info (checked below) instead of a RuntimeError

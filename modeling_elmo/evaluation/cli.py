@@ -149,11 +149,13 @@ def load_model_and_tokenizer(model: str, device: torch.device, need_lm: bool):
     """Load the trained model (`ElmoForBidirectionalLM` when it has a word vocabulary, else `ElmoModel`)
     and its tokenizer from a folder or Hub id `resolve_model` accepted. Returns (lm or None, base ElmoModel,
     tokenizer, config)."""
-    from modeling_elmo import ElmoConfig, ElmoForBidirectionalLM, ElmoModel, ElmoTokenizer
+    from modeling_elmo import ElmoForBidirectionalLM, ElmoModel, ElmoTokenizer
+
+    from ..utils.config_checks import load_config
 
     check_model_location(model)
     try:
-        config = ElmoConfig.from_pretrained(model)
+        config = load_config(model, f"the config.json of model {model!r}")
     except OSError as error:  # a Hub id that cannot be fetched
         raise ValueError(
             f"model {model!r} is not a local folder and cannot be loaded from the Hub ({str(error).splitlines()[0]})"

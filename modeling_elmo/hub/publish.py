@@ -294,13 +294,11 @@ def _load_model_and_tokenizer(run: RunFolder, dtype: str = "float32"):
     import torch
 
     from .. import modeling_elmo
-    from ..configuration_elmo import ElmoConfig
     from ..embedding.inference import check_loading_info, check_weights_fit_config, quiet_load_report
     from ..tokenization_elmo import ElmoTokenizer
-    from ..utils.loading import check_config
+    from ..utils.config_checks import load_config
 
-    config = ElmoConfig.from_pretrained(run.root)
-    check_config(config, str(run.config_file))
+    config = load_config(run.root, str(run.config_file))
     if config.return_dict is not True:  # every caller of a published model expects output objects
         logger.warning(
             "%s sets return_dict %r: published as true (the default), so that the model returns output "

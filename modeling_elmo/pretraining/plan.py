@@ -69,8 +69,9 @@ def negative_samples(model_config: dict[str, Any]) -> int:
 
 
 def build_config(model_config: dict[str, Any], vocab_size: int, characters: int | None = None):
-    """The run's `ElmoConfig` (``characters``: the size of a Unicode character vocabulary; None: bytes)."""
-    from ..configuration_elmo import UNICODE_FIRST_CHARACTER, ElmoConfig
+    """The run's `ElmoConfig`, checked (``characters``: the size of a Unicode character vocabulary; None: bytes)."""
+    from ..configuration_elmo import UNICODE_FIRST_CHARACTER
+    from ..utils.config_checks import config_from_dict
 
     if characters is not None:
         model_config = {
@@ -85,7 +86,7 @@ def build_config(model_config: dict[str, Any], vocab_size: int, characters: int 
             f"words: pass --num-negative-samples below {vocab_size}, or --lm-softmax full."
         )
     try:
-        return ElmoConfig.from_dict({**model_config, "vocab_size": vocab_size})
+        return config_from_dict({**model_config, "vocab_size": vocab_size}, "it")
     except (TypeError, ValueError) as error:
         raise ValueError(f"the model configuration is impossible: {error}") from None
 
@@ -102,6 +103,7 @@ def _starting_model(folder: Path, given_config: str | None) -> tuple[dict[str, A
     from ..configuration_elmo import ElmoConfig
     from ..embedding.inference import check_weights_fit_config
     from ..modeling_elmo import ElmoForBidirectionalLM
+    from ..utils.config_checks import config_from_dict
     from ..utils.loading import refuse_pickled_weights
 
     name = f"--init-from-model {str(folder)!r}"
@@ -114,7 +116,7 @@ def _starting_model(folder: Path, given_config: str | None) -> tuple[dict[str, A
     refuse_pickled_weights(folder)
     config = read_model_preset(str(folder / "config.json"))
     try:
-        built = ElmoConfig.from_dict(config)
+        built = config_from_dict(config, "it")
     except (TypeError, ValueError) as error:
         raise ValueError(f"{name}: its config.json is impossible ({error}).") from None
     # a truncated or damaged file, or a config.json whose sizes its weights do not have: one line, before the model

@@ -7,9 +7,7 @@
   reached (`HubUnreachableError`), instead of after the Hub client's retries.
 * `refuse_pickled_weights` is the package's one guard against unpickling a model folder: every loader of folders
   from elsewhere (and the publisher) calls it.
-* `check_config` is what the package's loaders and converters check in a config beyond its values (which `ElmoConfig`
-  validates itself): a bound on the parameters it implies, checked before anything is allocated, and a warning for
-  keys that look like a misspelt field.
+* What the loaders check in a model's config is `modeling_elmo.utils.config_checks`.
 
 Not part of the Hub code files.
 """
@@ -20,18 +18,14 @@ import logging
 import os
 import re
 from pathlib import Path
-from typing import Any
 
 from . import io_utils
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "MAX_PARAMETERS_LIMIT",
     "HubUnreachableError",
-    "check_config",
     "check_model_location",
-    "implied_num_parameters",
     "looks_like_local_path",
     "refuse_pickled_weights",
 ]
@@ -121,72 +115,3 @@ def refuse_pickled_weights(folder: str | os.PathLike) -> None:
             "environment (load it, then `model.save_pretrained(folder)` writes model.safetensors) and remove the "
             "pickle."
         )
-
-
-# ----------------------------------------------------------------------------------------------- configs
-#: A model of more parameters than this (40 GB of float32; the largest released model has 94 M) cannot be what a
-#: config or options file was meant to describe.
-MAX_PARAMETERS_LIMIT = 10**10
-
-
-def implied_num_parameters(config: Any) -> int:
-    """How many parameters the model an `ElmoConfig` describes has (the language model's softmax included),
-    computed from the sizes alone: nothing is allocated."""
-    d_c, F, P, H = config.char_embedding_dim, config.num_char_cnn_filters, config.projection_dim, config.cell_size
-    characters = config.num_characters * d_c + sum(w * d_c * n + n for w, n in config.char_cnn_filters)
-    highways = config.num_highway_layers * 2 * (F * F + F)
-    lstms = 2 * config.num_hidden_layers * (8 * H * P + 4 * H + H * P)
-    words = config.word_input_vocab_size * config.word_input_dim if config.word_input_vocab_size else 0
-    return characters + words + highways + config.token_features_size * P + P + lstms + config.vocab_size * (P + 1)
-
-
-def _edit_distance(a: str, b: str) -> int:
-    """Levenshtein distance, with a swap of two neighbouring characters counted as one edit."""
-    previous2, previous = None, list(range(len(b) + 1))
-    for i, x in enumerate(a, 1):
-        current = [i]
-        for j, y in enumerate(b, 1):
-            cost = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (x != y))
-            if previous2 is not None and i > 1 and j > 1 and x == b[j - 2] and a[i - 2] == y:
-                cost = min(cost, previous2[j - 2] + 1)
-            current.append(cost)
-        previous2, previous = previous, current
-    return previous[-1]
-
-
-def _close_field(key: str, fields: list[str]) -> str | None:
-    """The field ``key`` is most likely a misspelling of: at most 2 edits away (1 for names of up to 6 characters),
-    or the same words in another order; `None` when no field is that close."""
-    allowed = 1 if len(key) <= 6 else 2
-    best = min(fields, key=lambda name: (_edit_distance(key.lower(), name), name))
-    if _edit_distance(key.lower(), best) <= allowed:
-        return best
-    words = sorted(key.lower().split("_"))
-    return next((name for name in fields if sorted(name.split("_")) == words), None)
-
-
-def check_config(config: Any, source: str = "the config") -> None:
-    """Raise `ValueError` when ``config`` (an `ElmoConfig`) describes more than `MAX_PARAMETERS_LIMIT` parameters;
-    log a warning for each key that is no ELMo field but is close to one (``hiden_size``: it is kept as an attribute
-    and does not set ``hidden_size``)."""
-    from transformers import PretrainedConfig
-
-    from ..configuration_elmo import _ELMO_FIELDS
-
-    implied = implied_num_parameters(config)
-    if implied > MAX_PARAMETERS_LIMIT:
-        raise ValueError(
-            f"{source} describes a model of {implied:.3g} parameters (char_cnn_filters: "
-            f"{config.num_char_cnn_filters:,} filters, projection_dim {config.projection_dim}, cell_size "
-            f"{config.cell_size}, vocab_size {config.vocab_size}), more than the "
-            f"{MAX_PARAMETERS_LIMIT:.0e} this package builds; the file is damaged or not meant for it."
-        )
-    fields = sorted(_ELMO_FIELDS)
-    known = set(PretrainedConfig().to_dict()) | set(_ELMO_FIELDS)
-    for key in sorted(set(config.to_dict()) - known):
-        close = None if key.startswith("_") else _close_field(key, fields)
-        if close is not None:
-            logger.warning(
-                f"{source} has the unknown field {key!r}: did you mean {close!r}? It is kept as an "
-                f"attribute and does not set {close!r}."
-            )
