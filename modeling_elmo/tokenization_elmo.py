@@ -80,20 +80,19 @@ class CharacterAlphabet:
         for position, word in enumerate(words):
             if not (isinstance(word, str) and word):
                 raise ValueError(f"empty word or non-string {word!r:.40} at position {position}: words are strings.")
-        n, (bow, eow, pad) = len(words), self.markers[:3]
+        n, (bow, eow, pad), cut = len(words), self.markers[:3], self.width - 2
+        if self.characters is None:  # ids are the UTF-8 bytes + 1
+            pieces = [word.encode("utf-8", "ignore")[:cut] for word in words]
+            flat = np.frombuffer(b"".join(pieces), dtype=np.uint8).astype(np.int64) + 1
+        else:
+            pieces, get = [word[:cut] for word in words], self.char_to_id.get
+            flat = np.fromiter((get(c, UNICODE_UNKNOWN_CHARACTER) for p in pieces for c in p), dtype=np.int64)
+        # Vectorised: Python touches each word once, numpy fills the rows.
+        lengths = np.fromiter(map(len, pieces), dtype=np.int64, count=n)
+        starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
         out = np.full((n, self.width), pad, dtype=np.int64)
         out[:, 0] = bow
-        if self.characters is None:  # vectorised: Python touches each word once, numpy fills the rows
-            encoded = [word.encode("utf-8", "ignore")[: self.width - 2] for word in words]
-            lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=n)
-            flat = np.frombuffer(b"".join(encoded), dtype=np.uint8).astype(np.int64) + 1  # ids are bytes + 1
-            starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
-            out[np.repeat(np.arange(n), lengths), np.arange(flat.size) - starts + 1] = flat
-        else:
-            lengths = np.zeros(n, dtype=np.int64)
-            for position, word in enumerate(words):
-                ids = [self.char_to_id.get(c, UNICODE_UNKNOWN_CHARACTER) for c in word[: self.width - 2]]
-                out[position, 1 : len(ids) + 1], lengths[position] = ids, len(ids)
+        out[np.repeat(np.arange(n), lengths), np.arange(flat.size) - starts + 1] = flat
         out[np.arange(n), lengths + 1] = eow
         for position, word in enumerate(words):
             if word in self.boundary_words:
@@ -251,8 +250,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
 
     def word_ids_of(self, words: Sequence[str]) -> list[int]:
         """Word-vocabulary ids of ``words`` (``<UNK>`` for unknown words; added tokens have their added ids)."""
-        added = self._added_tokens_encoder
-        return [added[w] if w in added else self.vocab.get(w, UNK_ID) for w in words]
+        return self.convert_tokens_to_ids(list(words))
 
     def _as_word_lists(self, text: Any, is_split_into_words: bool) -> tuple[list[list[str]], bool]:
         """The accepted input forms as a list of word lists, and whether a batch was given."""
@@ -260,7 +258,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
             return [self.split_words(text)], False
         if isinstance(text, str) or not isinstance(text, (list, tuple)):
             hint = " (with is_split_into_words=True, a list of words or of word lists)" if is_split_into_words else ""
-            raise ValueError(f"text must be a string or a list{hint}, got {type(text).__name__}.")
+            raise ValueError(f"text must be a string or a list{hint}, got {type(text).__name__} {text!r:.40}.")
         if not text:
             raise ValueError("empty batch: pass at least one sentence.")
         if is_split_into_words and all(isinstance(word, str) for word in text):
@@ -327,10 +325,9 @@ class ElmoTokenizer(PreTrainedTokenizer):
         """Character rows (words, 50) give the words joined by spaces, a batch of them a list of strings (absent words
         dropped); word ids (1-D / 2-D) are read through the word vocabulary."""
         array = np.asarray(token_ids.detach().cpu() if hasattr(token_ids, "detach") else token_ids)
-        rows = array.ndim == 2 and array.shape[-1] == self.max_characters_per_token and array.dtype != object
-        if array.ndim == 3 or (array.ndim == 2 and not rows):
-            return [self.decode(part, skip_special_tokens=skip_special_tokens, **kwargs) for part in array]
-        if rows:
+        if array.ndim == 3:
+            return [self.decode(sentence, skip_special_tokens=skip_special_tokens) for sentence in array]
+        if array.ndim == 2 and array.shape[-1] == self.max_characters_per_token and array.dtype != object:
             skipped = self.alphabet.boundary_words if skip_special_tokens else ()
             return " ".join(w for w in map(self.alphabet.decode, array) if w is not None and w not in skipped)
         return super().decode(array.tolist(), skip_special_tokens=skip_special_tokens, **kwargs)
