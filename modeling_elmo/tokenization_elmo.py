@@ -76,7 +76,7 @@ class CharacterAlphabet:
         return 262 if self.characters is None else UNICODE_FIRST_CHARACTER + len(self.characters)
 
     def encode(self, words: Sequence[str]) -> np.ndarray:
-        """Character ids of ``words``, shape ``(len(words), width)``, int64. A lone surrogate is dropped."""
+        """Character ids of ``words``, shape ``(len(words), width)``, int64 (bytes: a lone surrogate is dropped)."""
         for position, word in enumerate(words):
             if not (isinstance(word, str) and word):
                 raise ValueError(f"empty word or non-string {word!r:.40} at position {position}: words are strings.")
