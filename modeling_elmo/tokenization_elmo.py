@@ -132,6 +132,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
         word_input_vocab_file (`str`, *optional*): the vocabulary of a model's word-embedding input (JSON list of words,
             ids 4 on): the tokenizer then also returns ``word_input_ids`` (exact matches, ``<UNK>`` otherwise).
         characters, input_words (`list[str]`, *optional*, keyword only): the same two vocabularies as lists.
+        pad_token, bos_token, eos_token, unk_token (`str`, *optional*): default to ``<pad> <S> </S> <UNK>``.
 
     Example:
 
@@ -152,10 +153,6 @@ class ElmoTokenizer(PreTrainedTokenizer):
         max_characters_per_token: int = 50,
         split_pattern: str = "words",
         do_lower_case: bool = False,
-        pad_token: str = PAD_WORD,
-        bos_token: str = SPECIAL_WORDS[BOS_ID],
-        eos_token: str = SPECIAL_WORDS[EOS_ID],
-        unk_token: str = UNK_WORD,
         char_vocab_file: str | None = None,
         word_input_vocab_file: str | None = None,
         **kwargs: Any,
@@ -187,17 +184,14 @@ class ElmoTokenizer(PreTrainedTokenizer):
         self.do_lower_case = do_lower_case
         pattern = "|".join(map(re.escape, self.alphabet.boundary_words)) + "|" + _WORD_PATTERNS[split_pattern]
         self._splitter = hf_pre_tokenizers.Split(Regex(pattern), behavior="removed", invert=True)
+        specials = dict(zip(("pad_token", "bos_token", "eos_token", "unk_token"), SPECIAL_WORDS, strict=True))
         super().__init__(
-            pad_token=pad_token,
-            bos_token=bos_token,
-            eos_token=eos_token,
-            unk_token=unk_token,
+            **{**specials, **kwargs},
             max_characters_per_token=max_characters_per_token,
             split_pattern=split_pattern,
             do_lower_case=do_lower_case,
             char_vocab_file=char_vocab_file,
             word_input_vocab_file=word_input_vocab_file,
-            **kwargs,
         )
         if self.input_words is not None:
             self.model_input_names = [*self.model_input_names, "word_input_ids"]

@@ -135,6 +135,16 @@ def test_word_vocabulary_gives_label_ids_with_unknown_words(tmp_path):
     assert tok.decode([4, 5, 3]) == "the bank <UNK>"
 
 
+def test_lower_casing_gives_pre_split_words_and_raw_text_the_same_rows_and_word_ids(tmp_path):
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("the\nbank\n", encoding="utf-8")
+    tok = ElmoTokenizer(vocab_file=str(vocab), do_lower_case=True)
+    split = tok(["The", "BANK", "<S>"], is_split_into_words=True, return_word_ids=True)
+    raw = tok("The BANK <S>", return_word_ids=True)
+    assert split["word_ids"] == raw["word_ids"] == [4, 5, 1] and split["input_ids"] == raw["input_ids"]
+    assert tok.decode(split["input_ids"]) == "the bank <S>"
+
+
 def test_save_and_auto_tokenizer_round_trip_is_exact(tmp_path):
     vocab = tmp_path / "words.txt"
     vocab.write_text("the\nbank\n", encoding="utf-8")
