@@ -25,8 +25,6 @@ import numpy as np
 from tokenizers import Regex
 from tokenizers import pre_tokenizers as hf_pre_tokenizers
 from transformers import BatchEncoding, PreTrainedTokenizer
-from transformers.tokenization_utils_base import TruncationStrategy
-from transformers.utils import PaddingStrategy, TensorType
 
 from .configuration_elmo import (
     BOS_ID,
@@ -50,8 +48,6 @@ VOCAB_FILES_NAMES = {
 }
 #: The words of the text read as the sentence-boundary tokens, per character vocabulary (as each original does).
 BOUNDARY_WORDS = {"bytes": ("<S>", "</S>"), "unicode": ("<bos>", "<eos>")}
-#: Per-word entries besides ``input_ids`` and the value a padded position gets.
-_PAD_VALUES = {"attention_mask": 0, "word_ids": PAD_ID, "word_input_ids": PAD_ID, "special_tokens_mask": 1}
 #: How raw strings are split into words (the alphabet's boundary words always stay whole).
 _WORD_PATTERNS = {"words": r"\w+|[^\w\s]+", "whitespace": r"\S+"}
 
@@ -63,7 +59,7 @@ class CharacterAlphabet:
 
     def __init__(self, characters: Sequence[str] | None = None, max_characters_per_token: int = 50):
         if characters is not None:
-            characters = _checked_list(characters, "character vocabulary", lambda c: len(c) == 1, "single characters")
+            characters = _distinct(characters, "character vocabulary", lambda c: len(c) == 1, "single characters")
         self.characters = characters
         self.width = max_characters_per_token
         self.char_vocabulary = "bytes" if characters is None else "unicode"
@@ -80,26 +76,23 @@ class CharacterAlphabet:
         return 262 if self.characters is None else UNICODE_FIRST_CHARACTER + len(self.characters)
 
     def encode(self, words: Sequence[str]) -> np.ndarray:
-        """Character ids of ``words``, shape ``(len(words), width)``, int64. A lone surrogate is dropped."""
+        """Character ids of ``words``, shape ``(len(words), width)``, int64 (bytes: a lone surrogate is dropped)."""
         for position, word in enumerate(words):
-            if not isinstance(word, str):
-                raise ValueError(f"words must be strings, got {type(word).__name__} {word!r} at position {position}.")
-            if not word:
-                raise ValueError(f"empty word at position {position}: words must contain at least one character.")
-        n, (bow, eow, pad) = len(words), self.markers[:3]
+            if not (isinstance(word, str) and word):
+                raise ValueError(f"empty word or non-string {word!r:.40} at position {position}: words are strings.")
+        n, (bow, eow, pad), cut = len(words), self.markers[:3], self.width - 2
+        if self.characters is None:  # ids are the UTF-8 bytes + 1
+            pieces = [word.encode("utf-8", "ignore")[:cut] for word in words]
+            flat = np.frombuffer(b"".join(pieces), dtype=np.uint8).astype(np.int64) + 1
+        else:
+            pieces, get = [word[:cut] for word in words], self.char_to_id.get
+            flat = np.fromiter((get(c, UNICODE_UNKNOWN_CHARACTER) for p in pieces for c in p), dtype=np.int64)
+        # Vectorised: Python touches each word once, numpy fills the rows.
+        lengths = np.fromiter(map(len, pieces), dtype=np.int64, count=n)
+        starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
         out = np.full((n, self.width), pad, dtype=np.int64)
         out[:, 0] = bow
-        if self.characters is None:  # vectorised: Python touches each word once, numpy fills the rows
-            encoded = [word.encode("utf-8", "ignore")[: self.width - 2] for word in words]
-            lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=n)
-            flat = np.frombuffer(b"".join(encoded), dtype=np.uint8).astype(np.int64) + 1  # ids are bytes + 1
-            starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
-            out[np.repeat(np.arange(n), lengths), np.arange(flat.size) - starts + 1] = flat
-        else:
-            lengths = np.zeros(n, dtype=np.int64)
-            for position, word in enumerate(words):
-                ids = [self.char_to_id.get(c, UNICODE_UNKNOWN_CHARACTER) for c in word[: self.width - 2]]
-                out[position, 1 : len(ids) + 1], lengths[position] = ids, len(ids)
+        out[np.repeat(np.arange(n), lengths), np.arange(flat.size) - starts + 1] = flat
         out[np.arange(n), lengths + 1] = eow
         for position, word in enumerate(words):
             if word in self.boundary_words:
@@ -123,32 +116,6 @@ class CharacterAlphabet:
         return "".join(self.characters[i - first] if 0 <= i - first < count else "\ufffd" for i in body.tolist())
 
 
-def read_vocabulary_file(path: str | os.PathLike) -> list[str]:
-    """The words of a vocabulary file, one per line (bilm-tf's ``!!!MAXTERMID`` line skipped). A line that would shift
-    the ids of later words (empty, a repeated word, a special word after other words) is a `ValueError` naming it."""
-    shown, words, first_line = os.fspath(path), [], {}
-    if not os.path.isfile(path):
-        raise ValueError(f"vocabulary file {shown!r} does not exist.")
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            word = line.rstrip("\n").rstrip("\r")
-            if word == "!!!MAXTERMID":
-                continue
-            shifts = "would shift the id of every later word"
-            if not word.strip():
-                problem = f"is empty; every line must hold one word (an empty line {shifts})"
-            elif word in first_line:
-                problem = f"repeats the word {word!r} of line {first_line[word]} (a repeated word {shifts})"
-            elif word in SPECIAL_WORDS and any(w not in SPECIAL_WORDS for w in words):
-                problem = f"lists the special word {word!r} after other words; the special words come first (ids 0-3)"
-            else:
-                first_line[word] = number
-                words.append(word)
-                continue
-            raise ValueError(f"vocabulary file {shown!r}: line {number} {problem}.")
-    return words
-
-
 class ElmoTokenizer(PreTrainedTokenizer):
     r"""Character tokenizer for ELMo: ``input_ids`` (batch, words, ``max_characters_per_token``) and ``attention_mask``
     (batch, words), one row per word (word-level labels align with the rows as they are); no boundary is added.
@@ -165,6 +132,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
         word_input_vocab_file (`str`, *optional*): the vocabulary of a model's word-embedding input (JSON list of words,
             ids 4 on): the tokenizer then also returns ``word_input_ids`` (exact matches, ``<UNK>`` otherwise).
         characters, input_words (`list[str]`, *optional*, keyword only): the same two vocabularies as lists.
+        pad_token, bos_token, eos_token, unk_token (`str`, *optional*): default to ``<pad> <S> </S> <UNK>``.
 
     Example:
 
@@ -185,10 +153,6 @@ class ElmoTokenizer(PreTrainedTokenizer):
         max_characters_per_token: int = 50,
         split_pattern: str = "words",
         do_lower_case: bool = False,
-        pad_token: str = PAD_WORD,
-        bos_token: str = SPECIAL_WORDS[BOS_ID],
-        eos_token: str = SPECIAL_WORDS[EOS_ID],
-        unk_token: str = UNK_WORD,
         char_vocab_file: str | None = None,
         word_input_vocab_file: str | None = None,
         **kwargs: Any,
@@ -200,20 +164,16 @@ class ElmoTokenizer(PreTrainedTokenizer):
         width, limit = max_characters_per_token, MAX_CHARACTERS_PER_TOKEN_LIMIT
         if type(width) is not int or not 3 <= width <= limit:
             raise ValueError(f"`max_characters_per_token` must be an integer in [3, {limit}], got {width!r}.")
-        words = list(SPECIAL_WORDS) + ([] if vocab_file is None else read_vocabulary_file(vocab_file))
-        self.vocab = {word: i for i, word in enumerate(dict.fromkeys(words))}
+        self.vocab = _read_vocabulary(vocab_file) if vocab_file else {w: i for i, w in enumerate(SPECIAL_WORDS)}
         self.ids_to_words = {i: w for w, i in self.vocab.items()}
         if char_vocab_file is not None and characters is None:
-            characters = _read_string_list(char_vocab_file, "character vocabulary")
+            characters = _read_json_list(char_vocab_file, "character vocabulary")
         if word_input_vocab_file is not None and input_words is None:
-            input_words = _read_string_list(word_input_vocab_file, "word-input vocabulary")
+            input_words = _read_json_list(word_input_vocab_file, "word-input vocabulary")
         self.alphabet = CharacterAlphabet(characters, max_characters_per_token)
         if input_words is not None:
-            input_words = _checked_list(input_words, "word-input vocabulary", bool, "non-empty words")
-            if specials := sorted(set(input_words) & set(SPECIAL_WORDS)):
-                raise ValueError(
-                    f"the word-input vocabulary lists the special word(s) {specials}: they have the fixed ids 0-3."
-                )
+            kind = "distinct words other than the special words (ids 0-3)"
+            input_words = _distinct(input_words, "word-input vocabulary", lambda w: w not in SPECIAL_WORDS, kind)
         self.input_words = input_words
         # The text's boundary words are the boundary words of the word input too (as in ELMoForManyLangs).
         boundaries = dict(zip(self.alphabet.boundary_words, (BOS_ID, EOS_ID), strict=True))
@@ -224,17 +184,14 @@ class ElmoTokenizer(PreTrainedTokenizer):
         self.do_lower_case = do_lower_case
         pattern = "|".join(map(re.escape, self.alphabet.boundary_words)) + "|" + _WORD_PATTERNS[split_pattern]
         self._splitter = hf_pre_tokenizers.Split(Regex(pattern), behavior="removed", invert=True)
+        specials = dict(zip(("pad_token", "bos_token", "eos_token", "unk_token"), SPECIAL_WORDS, strict=True))
         super().__init__(
-            pad_token=pad_token,
-            bos_token=bos_token,
-            eos_token=eos_token,
-            unk_token=unk_token,
+            **{**specials, **kwargs},
             max_characters_per_token=max_characters_per_token,
             split_pattern=split_pattern,
             do_lower_case=do_lower_case,
             char_vocab_file=char_vocab_file,
             word_input_vocab_file=word_input_vocab_file,
-            **kwargs,
         )
         if self.input_words is not None:
             self.model_input_names = [*self.model_input_names, "word_input_ids"]
@@ -263,23 +220,21 @@ class ElmoTokenizer(PreTrainedTokenizer):
         return " ".join(tokens)
 
     def save_vocabulary(self, save_directory: str, filename_prefix: str | None = None) -> tuple[str, ...]:
-        if not os.path.isdir(save_directory):
-            raise ValueError(f"vocabulary directory {save_directory!r} does not exist.")
-        prefix = filename_prefix + "-" if filename_prefix else ""
-        written = [os.path.join(save_directory, prefix + VOCAB_FILES_NAMES["vocab_file"])]
-        with open(written[0], "w", encoding="utf-8") as handle:
-            handle.writelines(self.ids_to_words[i] + "\n" for i in range(len(self.ids_to_words)))
+        texts = {"vocab_file": "".join(word + "\n" for word in self.vocab)}  # in id order
         for key, listed in (("char_vocab_file", self.characters), ("word_input_vocab_file", self.input_words)):
             if listed is not None:  # JSON: any character, whitespace too
-                written.append(os.path.join(save_directory, prefix + VOCAB_FILES_NAMES[key]))
-                with open(written[-1], "w", encoding="utf-8") as handle:
-                    handle.write(json.dumps(listed, ensure_ascii=False, indent=0) + "\n")
-        return tuple(written)
+                texts[key] = json.dumps(listed, ensure_ascii=False, indent=0) + "\n"
+        prefix = filename_prefix + "-" if filename_prefix else ""
+        paths = tuple(os.path.join(save_directory, prefix + VOCAB_FILES_NAMES[key]) for key in texts)
+        for path, text in zip(paths, texts.values(), strict=True):
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write(text)
+        return paths
 
     def split_words(self, text: str) -> list[str]:
         """A raw string's words, as the tokenizer splits them (added and special tokens stay whole)."""
         if not isinstance(text, str):
-            raise ValueError(f"text must be a string, got {type(text).__name__}: {text!r}.")
+            raise ValueError(f"text must be a string, got {type(text).__name__}: {text!r:.40}.")
         return self.tokenize(text)
 
     def _cased(self, words: Iterable[str]) -> list[str]:
@@ -289,129 +244,76 @@ class ElmoTokenizer(PreTrainedTokenizer):
 
     def word_ids_of(self, words: Sequence[str]) -> list[int]:
         """Word-vocabulary ids of ``words`` (``<UNK>`` for unknown words; added tokens have their added ids)."""
-        added = self._added_tokens_encoder
-        return [added[w] if w in added else self.vocab.get(w, UNK_ID) for w in words]
-
-    def word_input_ids_of(self, words: Sequence[str]) -> list[int]:
-        """Word-input ids of ``words`` cut to ``max_characters_per_token - 2`` characters; ``<UNK>`` (3) if unknown."""
-        cut = self.max_characters_per_token - 2
-        return [self.input_word_to_id.get(w[:cut], UNK_ID) for w in self._cased(words)]
+        return self.convert_tokens_to_ids(list(words))
 
     def _as_word_lists(self, text: Any, is_split_into_words: bool) -> tuple[list[list[str]], bool]:
         """The accepted input forms as a list of word lists, and whether a batch was given."""
         if isinstance(text, str) and not is_split_into_words:
             return [self.split_words(text)], False
         if isinstance(text, str) or not isinstance(text, (list, tuple)):
-            hint = " (with is_split_into_words=True, pass a list of words)." if is_split_into_words else "."
-            raise ValueError(
-                f"text must be a string, a list of strings or a list of word lists, got {type(text).__name__}{hint}"
-            )
-        if len(text) == 0:
+            hint = " (with is_split_into_words=True, a list of words or of word lists)" if is_split_into_words else ""
+            raise ValueError(f"text must be a string or a list{hint}, got {type(text).__name__} {text!r:.40}.")
+        if not text:
             raise ValueError("empty batch: pass at least one sentence.")
-        if not is_split_into_words:
-            for i, sentence in enumerate(text):
-                if not isinstance(sentence, str):
-                    raise ValueError(
-                        f"item {i} of the batch is not a string but {type(sentence).__name__} {sentence!r:.40}; "
-                        "for pre-split words pass is_split_into_words=True."
-                    )
-            return [self.split_words(s) for s in text], True
-        if all(isinstance(t, str) for t in text):
-            return [list(text)], False
-        for i, sentence in enumerate(text):
-            if not (isinstance(sentence, (list, tuple)) and all(isinstance(w, str) for w in sentence)):
-                raise ValueError(f"sentence {i} must be a list of word strings, got {sentence!r:.80}.")
-        return [list(s) for s in text], True
+        if is_split_into_words and all(isinstance(word, str) for word in text):
+            return [self._cased(text)], False
+        for i, item in enumerate(text):
+            if is_split_into_words and not (isinstance(item, (list, tuple)) and all(isinstance(w, str) for w in item)):
+                raise ValueError(f"sentence {i} must be a list of word strings, got {item!r:.80}.")
+            if not is_split_into_words and not isinstance(item, str):
+                raise ValueError(
+                    f"item {i} of the batch is not a string but {type(item).__name__} {item!r:.40}; "
+                    "for pre-split words pass is_split_into_words=True."
+                )
+        return [self._cased(s) if is_split_into_words else self.split_words(s) for s in text], True
 
     # An ELMo token is a row of character ids, not one id: `_encode_plus` (abstract in the base class) builds the rows
     # and hands them to the base `pad`, whose per-example hook `_pad` pads with all-zero rows.
-    def _encode_plus(
-        self,
-        text: Any,
-        text_pair: Any = None,
-        padding_strategy: PaddingStrategy = PaddingStrategy.DO_NOT_PAD,
-        truncation_strategy: Any = None,
-        max_length: int | None = None,
-        is_split_into_words: bool = False,
-        pad_to_multiple_of: int | None = None,
-        padding_side: str | None = None,
-        return_tensors: str | TensorType | None = None,
-        return_attention_mask: bool | None = None,
-        return_special_tokens_mask: bool = False,
-        return_length: bool = False,
-        return_word_ids: bool = False,
-        truncation_side: str | None = None,
-        **kwargs: Any,
-    ) -> BatchEncoding:
-        if text_pair is not None:
-            raise ValueError("ElmoTokenizer encodes single sentences; text pairs are not supported.")
-        for flag in ("return_overflowing_tokens", "return_offsets_mapping"):
-            if kwargs.get(flag):
-                raise ValueError(f"ElmoTokenizer does not support {flag}=True.")
-        for name, value in (("max_length", max_length), ("pad_to_multiple_of", pad_to_multiple_of)):
+    def _encode_plus(self, text: Any, text_pair: Any = None, **kwargs: Any) -> BatchEncoding:
+        if text_pair is not None or kwargs.get("return_overflowing_tokens") or kwargs.get("return_offsets_mapping"):
+            raise ValueError("ElmoTokenizer encodes single sentences: no text pairs, overflowing tokens or offsets.")
+        for name in ("max_length", "pad_to_multiple_of"):
+            value = kwargs.get(name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
                 raise ValueError(f"`{name}` must be a positive integer (a number of words) or None, got {value!r}.")
-        sentences, batched = self._as_word_lists(text, is_split_into_words)
-        if max_length is not None and truncation_strategy not in (None, TruncationStrategy.DO_NOT_TRUNCATE):
-            side = _checked_side("truncation_side", truncation_side or self.truncation_side)
-            sentences = [s[:max_length] if side == "right" else s[-max_length:] for s in sentences]
-        # Lists: arrays would make the base `pad` return arrays where lists were asked for.
-        features: dict[str, list] = {"input_ids": [self.alphabet.encode(self._cased(s)).tolist() for s in sentences]}
-        if return_special_tokens_mask:  # no token is added: 1 marks the special words of the text
+        sentences, batched = self._as_word_lists(text, kwargs.get("is_split_into_words", False))
+        length, return_tensors = kwargs.get("max_length"), kwargs.get("return_tensors")
+        if length is not None and kwargs.get("truncation_strategy") not in (None, "do_not_truncate"):
+            side = kwargs.get("truncation_side") or self.truncation_side
+            if side not in ("left", "right"):
+                raise ValueError(f"`truncation_side` must be 'left' or 'right', got {side!r}.")
+            sentences = [s[:length] if side == "right" else s[-length:] for s in sentences]
+        features = {"input_ids": [self.alphabet.encode(s).tolist() for s in sentences]}
+        if kwargs.get("return_special_tokens_mask"):  # no token is added: 1 marks the special words of the text
             specials = set(self.all_special_tokens)
             features["special_tokens_mask"] = [[int(w in specials) for w in s] for s in sentences]
-        if return_word_ids:
+        if kwargs.get("return_word_ids"):
             features["word_ids"] = [self.word_ids_of(s) for s in sentences]
-        if self.input_words is not None:
-            features["word_input_ids"] = [self.word_input_ids_of(s) for s in sentences]
-        if return_length:
+        if self.input_words is not None:  # a word is looked up as it is encoded: cut to the row's characters
+            cut = self.max_characters_per_token - 2
+            features["word_input_ids"] = [[self.input_word_to_id.get(w[:cut], UNK_ID) for w in s] for s in sentences]
+        if kwargs.get("return_length"):
             features["length"] = [len(s) for s in sentences]
-        encoding = self.pad(
-            features,
-            padding=padding_strategy,
-            max_length=max_length,
-            pad_to_multiple_of=pad_to_multiple_of,
-            padding_side=padding_side,
-            return_attention_mask=return_attention_mask,
-            return_tensors=return_tensors,
-        )
+        options = ("max_length", "pad_to_multiple_of", "padding_side", "return_attention_mask", "return_tensors")
+        padding = kwargs.get("padding_strategy", "do_not_pad")
+        encoding = self.pad(features, padding=padding, **{option: kwargs.get(option) for option in options})
         if return_tensors is None:  # lists, as any tokenizer returns them
             encoding["input_ids"] = [rows.tolist() for rows in encoding["input_ids"]]
             if not batched:
-                encoding = BatchEncoding({key: value[0] for key, value in encoding.items()})
+                return BatchEncoding({key: value[0] for key, value in encoding.items()})
         return encoding
 
-    def _pad(
-        self,
-        encoded_inputs: dict[str, Any],
-        max_length: int | None = None,
-        padding_strategy: PaddingStrategy = PaddingStrategy.DO_NOT_PAD,
-        pad_to_multiple_of: int | None = None,
-        padding_side: str | None = None,
-        return_attention_mask: bool | None = None,
-    ) -> dict:
+    def _pad(self, encoded_inputs: dict[str, Any], padding_side: str | None = None, **kwargs: Any) -> dict:
+        """The base class pads one example's masks; its rows get all-zero rows (an array), its word ids `PAD_ID`."""
         rows = np.asarray(encoded_inputs["input_ids"], dtype=np.int64).reshape(-1, self.max_characters_per_token)
-        encoded_inputs["input_ids"] = rows
-        if return_attention_mask is None:
-            return_attention_mask = "attention_mask" in self.model_input_names
-        if return_attention_mask and "attention_mask" not in encoded_inputs:
-            encoded_inputs["attention_mask"] = [1] * len(rows)
-        if padding_strategy == PaddingStrategy.LONGEST:
-            max_length = len(rows)
-        if padding_strategy == PaddingStrategy.DO_NOT_PAD or max_length is None:
-            return encoded_inputs
-        if pad_to_multiple_of:
-            max_length = -(-max_length // pad_to_multiple_of) * pad_to_multiple_of
-        right = _checked_side("padding_side", padding_side or self.padding_side) == "right"
-        missing = max_length - len(rows)
-        if missing > 0:
-            zeros = np.zeros((missing, rows.shape[1]), dtype=np.int64)
-            encoded_inputs["input_ids"] = np.concatenate([rows, zeros] if right else [zeros, rows])
-            for key, fill in _PAD_VALUES.items():
-                if key in encoded_inputs:
-                    values, padding = list(encoded_inputs[key]), [fill] * missing
-                    encoded_inputs[key] = values + padding if right else padding + values
-        return encoded_inputs
+        padded = super()._pad(encoded_inputs, padding_side=padding_side, **kwargs)
+        missing, left = len(padded["input_ids"]) - len(rows), (padding_side or self.padding_side) == "left"
+        blank = np.zeros((missing, rows.shape[1]), dtype=np.int64)
+        padded["input_ids"] = np.concatenate([blank, rows] if left else [rows, blank])
+        for key in set(padded) & {"word_ids", "word_input_ids"}:
+            ids, padding = list(padded[key]), [PAD_ID] * missing
+            padded[key] = padding + ids if left else ids + padding
+        return padded
 
     def decode(self, token_ids: Any, skip_special_tokens: bool = False, **kwargs: Any) -> Any:
         """Character rows (words, 50) give the words joined by spaces, a batch of them a list of strings (absent words
@@ -420,48 +322,54 @@ class ElmoTokenizer(PreTrainedTokenizer):
         if array.ndim == 3:
             return [self.decode(sentence, skip_special_tokens=skip_special_tokens) for sentence in array]
         if array.ndim == 2 and array.shape[-1] == self.max_characters_per_token and array.dtype != object:
-            words = [w for w in map(self.alphabet.decode, array) if w is not None]
-            if skip_special_tokens:
-                words = [w for w in words if w not in self.alphabet.boundary_words]
-            return " ".join(words)
-        if array.ndim == 2:
-            return [self.decode(row, skip_special_tokens=skip_special_tokens, **kwargs) for row in array]
+            skipped = self.alphabet.boundary_words if skip_special_tokens else ()
+            return " ".join(w for w in map(self.alphabet.decode, array) if w is not None and w not in skipped)
         return super().decode(array.tolist(), skip_special_tokens=skip_special_tokens, **kwargs)
 
-    def batch_decode(self, sequences: Any, skip_special_tokens: bool = False, **kwargs: Any) -> list[str]:
-        return [self.decode(s, skip_special_tokens=skip_special_tokens, **kwargs) for s in sequences]
 
-
-def _read_string_list(path: str, what: str) -> list[str]:
-    """A JSON list of strings from ``path``; anything else is a `ValueError` naming the file."""
+def _open(path: str, what: str) -> Any:
     if not os.path.isfile(path):
         raise ValueError(f"{what} file {path!r} does not exist.")
+    return open(path, encoding="utf-8")
+
+
+def _read_vocabulary(path: str) -> dict[str, int]:
+    """Word ids of a vocabulary file: the special words (ids 0-3, listed first or not at all), then a word per line
+    (bilm-tf's ``!!!MAXTERMID`` skipped). A line that would shift the ids of the words after it is a `ValueError`."""
+    with _open(path, "vocabulary") as handle:
+        lines = [line.rstrip("\n") for line in handle]
+    vocab = {word: i for i, word in enumerate(SPECIAL_WORDS)}
+    first = next((n for n, word in enumerate(lines) if word not in SPECIAL_WORDS), len(lines))
+    for number, word in enumerate(lines[first:], start=first + 1):
+        if word in vocab or not word.strip():
+            problem = f"repeats the word {word!r} (a repeated word" if word.strip() else "is empty (an empty line"
+            raise ValueError(
+                f"vocabulary file {path!r}: line {number} {problem} would shift the id of every later word)."
+            )
+        if word != "!!!MAXTERMID":
+            vocab[word] = len(vocab)
+    return vocab
+
+
+def _read_json_list(path: str, what: str) -> list:
     try:
-        with open(path, encoding="utf-8") as handle:
+        with _open(path, what) as handle:
             listed = json.load(handle)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:
         raise ValueError(f"{what} file {path!r} is not valid JSON ({error}).") from None
-    if not isinstance(listed, list) or not all(isinstance(v, str) for v in listed):
-        raise ValueError(f"{what} file {path!r} must hold a JSON list of strings.")
+    if not isinstance(listed, list):
+        raise ValueError(f"{what} file {path!r} must hold a JSON list, got {type(listed).__name__}.")
     return listed
 
 
-def _checked_list(values: Sequence[str], what: str, valid: Any, kind: str) -> list[str]:
-    """``values`` as a list, each ``valid`` and none twice; a `ValueError` naming the first bad one otherwise."""
+def _distinct(values: Iterable[str], what: str, valid: Any, kind: str) -> list[str]:
+    """``values`` as a list, each a ``valid`` string listed once; a `ValueError` naming the first that is not."""
     values, seen = list(values), set()
     for position, value in enumerate(values):
-        if not isinstance(value, str) or not valid(value):
-            raise ValueError(f"a {what} lists {kind}, got {value!r} at position {position}.")
-        if value in seen:
-            raise ValueError(f"the {what} lists {value!r} twice.")
+        if not (isinstance(value, str) and value and valid(value)) or value in seen:
+            raise ValueError(f"the {what} must list {kind}, got {value!r:.40} at position {position}.")
         seen.add(value)
     return values
 
 
-def _checked_side(name: str, side: str) -> str:
-    if side not in ("left", "right"):
-        raise ValueError(f"{name} must be 'left' or 'right', got {side!r}.")
-    return side
-
-
-__all__ = ["CharacterAlphabet", "ElmoTokenizer", "read_vocabulary_file"]
+__all__ = ["CharacterAlphabet", "ElmoTokenizer"]

@@ -183,8 +183,8 @@ ROWS = [
     Row(
         "library",
         "`ElmoTokenizer(vocab_file='dup.txt')` (a word listed twice)",
-        "vocabulary file 'dup.txt': line 3 repeats the word 'w1' of line 2 (a repeated word would shift the id of "
-        "every later word).",
+        "vocabulary file 'dup.txt': line 3 repeats the word 'w1' (a repeated word would shift the id of every "
+        "later word).",
         lambda: ElmoTokenizer(vocab_file="dup.txt"),
     ),
     Row(

@@ -93,12 +93,12 @@ def test_the_starting_model_and_the_vocabulary_are_read_once(tmp_path, accelerat
     vocab.save(tmp_path / "vocab.txt")
     train = _write_lines(tmp_path / "train.txt", 12)
 
-    from modeling_elmo import tokenization_elmo
+    from modeling_elmo.pretraining import data as data_module
 
     vocab_reads, config_reads = [], []
-    read_vocabulary, read_preset = tokenization_elmo.read_vocabulary_file, arguments.read_model_preset
+    read_vocabulary, read_preset = data_module.read_vocabulary_file, arguments.read_model_preset
     monkeypatch.setattr(
-        tokenization_elmo, "read_vocabulary_file", lambda path: vocab_reads.append(Path(path)) or read_vocabulary(path)
+        data_module, "read_vocabulary_file", lambda path: vocab_reads.append(Path(path)) or read_vocabulary(path)
     )
     monkeypatch.setattr(plan_module, "read_model_preset", lambda name: config_reads.append(name) or read_preset(name))
 

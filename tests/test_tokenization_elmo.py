@@ -10,6 +10,7 @@ import torch
 from transformers import AutoTokenizer, DataCollatorWithPadding
 
 from modeling_elmo import BOS_CHAR_IDS, EOS_CHAR_IDS, ElmoTokenizer, decode_char_ids, encode_words
+from modeling_elmo.tokenization_elmo import CharacterAlphabet
 
 PAD = 261
 
@@ -45,6 +46,22 @@ def test_vectorised_encoder_equals_per_character_encoder_on_random_words():
     words = ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 70))) for _ in range(500)]
     expected = np.array([per_character_reference(w) for w in words])
     np.testing.assert_array_equal(encode_words(words), expected)
+
+
+def test_unicode_alphabet_equals_a_per_character_encoder_on_random_words():
+    """ELMoForManyLangs' layout, one character at a time: 2 begin, the listed characters from id 7 (6 if unknown,
+    a lone surrogate included), 3 end, 1 padding; a word keeps its first ``width - 2`` characters."""
+    characters = list("abé漢🙂<>S")
+    rng = random.Random(1)
+    pool = characters + ["?", "\ud800", "Z"]
+    words = ["".join(rng.choice(pool) for _ in range(rng.randint(1, 15))) for _ in range(300)]
+
+    def reference(word: str) -> list[int]:
+        ids = [7 + characters.index(c) if c in characters else 6 for c in word[:10]]
+        return [2, *ids, 3] + [1] * (12 - len(ids) - 2)
+
+    rows = CharacterAlphabet(characters, max_characters_per_token=12).encode(words)
+    np.testing.assert_array_equal(rows, np.array([reference(w) for w in words]))
 
 
 def test_long_words_keep_their_first_48_bytes_even_inside_a_character():
@@ -116,6 +133,16 @@ def test_word_vocabulary_gives_label_ids_with_unknown_words(tmp_path):
     )
     assert enc["word_ids"].tolist() == [[4, 5, 3], [5, 0, 0]]
     assert tok.decode([4, 5, 3]) == "the bank <UNK>"
+
+
+def test_lower_casing_gives_pre_split_words_and_raw_text_the_same_rows_and_word_ids(tmp_path):
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("the\nbank\n", encoding="utf-8")
+    tok = ElmoTokenizer(vocab_file=str(vocab), do_lower_case=True)
+    split = tok(["The", "BANK", "<S>"], is_split_into_words=True, return_word_ids=True)
+    raw = tok("The BANK <S>", return_word_ids=True)
+    assert split["word_ids"] == raw["word_ids"] == [4, 5, 1] and split["input_ids"] == raw["input_ids"]
+    assert tok.decode(split["input_ids"]) == "the bank <S>"
 
 
 def test_save_and_auto_tokenizer_round_trip_is_exact(tmp_path):

@@ -1,10 +1,12 @@
 """A vocabulary file gives each word the id of its line, so a line that would shift the ids of the words after it
-(an empty line, a repeated word, a special word after other words) is refused naming the line, by the tokenizer,
-by pretraining (``--vocab-file``) and when a model is loaded for scoring or publishing; a vocabulary of another size
-than the model's softmax is refused too. (They used to be dropped silently: every later word id shifted by one
-against the softmax.)"""
+(an empty line, a repeated word, a special word after other words) is refused naming the line: in full by the strict
+reader of the tools (pretraining's ``--vocab-file``, ``read_vocabulary_file``), as an empty line or a repeated word by
+the tokenizer (also when a model is loaded for scoring or publishing); a vocabulary of another size than the model's
+softmax is refused too. (They used to be dropped silently: every later word id shifted by one against the softmax.)"""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 import torch
@@ -12,26 +14,36 @@ import torch
 from modeling_elmo import ElmoConfig, ElmoForBidirectionalLM, ElmoTokenizer, save_model_folder
 from modeling_elmo.evaluation.cli import main as evaluate_main
 from modeling_elmo.pretraining import main as pretrain_main
-from modeling_elmo.pretraining.data import Vocabulary
-from modeling_elmo.tokenization_elmo import read_vocabulary_file
+from modeling_elmo.pretraining.data import Vocabulary, read_vocabulary_file
 
-BAD = [
-    ("a\nb\n\nc\n", "line 3 is empty"),
-    ("a\nb\nc\n\n", "line 4 is empty"),
-    ("a\n   \nb\n", "line 2 is empty"),
-    ("a\nb\nc\nb\n", "line 4 repeats the word 'b' of line 2"),
-    ("<S>\n</S>\n<UNK>\nthe\n<S>\n", "line 5 repeats the word '<S>' of line 1"),
-    ("the\ncat\n<UNK>\n", "line 3 lists the special word '<UNK>' after other words"),
+EMPTY, REPEATED = "(an empty line would shift", "(a repeated word would shift"
+BAD = [  # the file, what the strict reader says, what the tokenizer says
+    ("a\nb\n\nc\n", "line 3 is empty", f"line 3 is empty {EMPTY}"),
+    ("a\nb\nc\n\n", "line 4 is empty", f"line 4 is empty {EMPTY}"),
+    ("a\n   \nb\n", "line 2 is empty", f"line 2 is empty {EMPTY}"),
+    ("a\nb\nc\nb\n", "line 4 repeats the word 'b' of line 2", f"line 4 repeats the word 'b' {REPEATED}"),
+    (
+        "<S>\n</S>\n<UNK>\nthe\n<S>\n",
+        "line 5 repeats the word '<S>' of line 1",
+        f"line 5 repeats the word '<S>' {REPEATED}",
+    ),
+    (
+        "the\ncat\n<UNK>\n",
+        "line 3 lists the special word '<UNK>' after other words",
+        f"line 3 repeats the word '<UNK>' {REPEATED}",
+    ),
 ]
 
 
-@pytest.mark.parametrize("text,message", BAD)
-def test_a_line_that_would_shift_the_word_ids_is_refused_naming_it(tmp_path, text, message):
+@pytest.mark.parametrize("text,strict,short", BAD)
+def test_a_line_that_would_shift_the_word_ids_is_refused_naming_it(tmp_path, text, strict, short):
     path = tmp_path / "vocab.txt"
     path.write_text(text)
-    for read in (read_vocabulary_file, lambda p: ElmoTokenizer(vocab_file=str(p)), Vocabulary.from_file):
-        with pytest.raises(ValueError, match=f"vocabulary file '{path}': {message}"):
+    for read in (read_vocabulary_file, Vocabulary.from_file):
+        with pytest.raises(ValueError, match=re.escape(f"vocabulary file '{path}': {strict}")):
             read(path)
+    with pytest.raises(ValueError, match=re.escape(f"vocabulary file '{path}': {short}")):
+        ElmoTokenizer(vocab_file=str(path))
 
 
 def test_the_files_this_package_and_bilm_tf_write_are_read_in_line_order(tmp_path):

@@ -242,6 +242,32 @@ def load_raw_splits(
 
 
 # ----------------------------------------------------------------------------------------------- vocabulary
+def read_vocabulary_file(path: str | os.PathLike) -> list[str]:
+    """The words of a vocabulary file, one per line (bilm-tf's ``!!!MAXTERMID`` line skipped). A line that would shift
+    the ids of later words (empty, a repeated word, a special word after other words) is a `ValueError` naming it."""
+    shown, words, first_line = os.fspath(path), [], {}
+    if not os.path.isfile(path):
+        raise ValueError(f"vocabulary file {shown!r} does not exist.")
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            word = line.rstrip("\n").rstrip("\r")
+            if word == "!!!MAXTERMID":
+                continue
+            shifts = "would shift the id of every later word"
+            if not word.strip():
+                problem = f"is empty; every line must hold one word (an empty line {shifts})"
+            elif word in first_line:
+                problem = f"repeats the word {word!r} of line {first_line[word]} (a repeated word {shifts})"
+            elif word in SPECIAL_WORDS and any(w not in SPECIAL_WORDS for w in words):
+                problem = f"lists the special word {word!r} after other words; the special words come first (ids 0-3)"
+            else:
+                first_line[word] = number
+                words.append(word)
+                continue
+            raise ValueError(f"vocabulary file {shown!r}: line {number} {problem}.")
+    return words
+
+
 class Vocabulary:
     """Word vocabulary of the LM softmax: ``<pad>``, ``<S>``, ``</S>``, ``<UNK>`` (ids 0-3), then words (bilm-tf's
     ``!!!MAXTERMID`` skipped)."""
@@ -266,9 +292,7 @@ class Vocabulary:
 
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> Vocabulary:
-        """The vocabulary of a file, read as `ElmoTokenizer` reads it (`read_vocabulary_file`)."""
-        from ..tokenization_elmo import read_vocabulary_file
-
+        """The vocabulary of a file, read strictly (`read_vocabulary_file`)."""
         return cls(read_vocabulary_file(path))
 
     def save(self, path: str | os.PathLike) -> None:
