@@ -52,6 +52,7 @@ from modeling_elmo.utils.capability import bf16_supported  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from forward_timing import best_time, rss_mb, time_forward  # noqa: E402
+from public_prototypes import PROTOTYPES, use_prototype  # noqa: E402
 
 
 def cpu_name() -> str:
@@ -181,7 +182,7 @@ def bench_tokenizer(repeats: int) -> dict:
     }
 
 
-FORMS = ("packed", "public", "allennlp", "bf16", "bf16_public", "loop", "torch", "baseline")
+FORMS = ("packed", "public", "allennlp", "bf16", "bf16_public", "loop", "torch", "baseline", *PROTOTYPES)
 NO_ALLENNLP = "no Python with allennlp: give --allennlp-python PATH (docs/benchmarks.md says how to make one)"
 
 
@@ -195,6 +196,8 @@ def build_model(preset: str, form: str) -> ElmoModel:
     model = ElmoModel(config).eval()
     if form.startswith("bf16"):
         model = model.to(torch.bfloat16)
+    if form in PROTOTYPES:
+        return use_prototype(model, form)
     return use_packed_kernels(model) if form in ("packed", "bf16") else model
 
 
@@ -219,6 +222,12 @@ def measure(preset: str, form: str, batch: int, tokens: int, threads: int, repea
         a16, b16 = torch.randn(1024, 1024, dtype=torch.bfloat16), torch.randn(1024, 1024, dtype=torch.bfloat16)
         extra = {"matmul_bf16": lambda: a16 @ b16}
     result = {**time_forward(forward, flops, batch * tokens, repeats, extra), "rss_model_mb": rss_model}
+    if form in PROTOTYPES:  # the same model with the shipped recurrence again
+        with torch.inference_mode():
+            ours = torch.stack(model(input_ids=ids, output_hidden_states=True).hidden_states)
+            use_packed_kernels(model, enable=False)
+            public = torch.stack(model(input_ids=ids, output_hidden_states=True).hidden_states)
+        result["largest_difference_from_public"] = (ours - public).abs().max().item()
     if form.startswith("bf16"):
         peak = 2 * 1024**3 / result.pop("seconds_of")["matmul_bf16"]
         result["fraction_of_matmul_peak"] = flops / result["seconds"] / peak
