@@ -4,9 +4,9 @@ process-wide setting, given to one model through ``ElmoBiLstm.recurrence``: the 
 its own Python thread (matrix products release the GIL), each direction's per-step products ``F.linear`` on its own
 weights, the intra-op thread count left as it is (``torch.set_num_threads`` is process-wide).
 
-Also tried, not kept (docs/benchmarks.md has the figures): each direction's step as one ``torch.compile``d module
-with ``options={"freezing": True}`` (torch 2.13 ignores ``freezing`` given that way: the weights stay graph inputs,
-8 s per call against the public form's 1.8 s at 32 x 20).
+Also tried, not kept: each direction's step as one ``torch.compile``d module with ``options={"freezing": True}``
+(torch 2.13 ignores ``freezing`` given that way: the weights stay graph inputs; ``bench_step_products.py`` times
+the compiled product).
 """
 
 from __future__ import annotations
