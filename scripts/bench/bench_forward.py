@@ -7,6 +7,12 @@ Forms (``--forms``, each shape, thread count and form measured in its own proces
     on weights packed for oneDNN/MKL, private torch operators), fp32;
   * ``public``: the public-API form the files shipped with a model run (a model loaded with ``trust_remote_code=True``
     without the package): ``modeling_elmo.stacked_lstm``, fp32;
+  * ``allennlp``: AllenNLP's own ``_ElmoBiLm`` (unmodified) on the same weights written as an original release
+    (``options.json`` + ``weights.hdf5``), run by ``allennlp_forward.py`` in ``--allennlp-python`` (a virtual
+    environment with allennlp 2.10; this interpreter where it has allennlp; skipped with one line where neither),
+    with the largest difference of each layer from the public form;
+  * ``public_threads``: a prototype (``public_prototypes.py``): the public form with each direction on its own
+    Python thread, with the largest difference from the public form;
   * ``bf16`` / ``bf16_public``: the package form / the public form with the model in bfloat16 (products in bf16,
     the recurrence's state, cell and gate sums in fp32), with the largest difference per layer from the fp32 packed
     form relative to that layer's standard deviation;
@@ -24,16 +30,17 @@ of one forward alone in its fastest form, summed); ``--tokenizer`` the tokenizer
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
 import random
-import resource
 import subprocess
 import sys
-import time
+import tempfile
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -42,7 +49,12 @@ sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
 from modeling_elmo import BOS_CHAR_IDS, EOS_CHAR_IDS, ElmoConfig, ElmoModel, encode_words  # noqa: E402
 from modeling_elmo.acceleration.packed_kernels import use_packed_kernels  # noqa: E402
+from modeling_elmo.conversion.original_writer import write_original_release  # noqa: E402
 from modeling_elmo.utils.capability import bf16_supported  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from forward_timing import best_time, rss_mb, time_forward  # noqa: E402
+from public_prototypes import PROTOTYPES, use_prototype  # noqa: E402
 
 
 def cpu_name() -> str:
@@ -55,21 +67,6 @@ def cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
-
-
-def best_time(fn, repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
-
-
-def matmul_peak(repeats: int) -> float:
-    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
-    return 2 * 2048**3 / best_time(lambda: a @ b, repeats * 3)
 
 
 def forward_flops(config: ElmoConfig, batch: int, tokens: int) -> float:
@@ -187,32 +184,8 @@ def bench_tokenizer(repeats: int) -> dict:
     }
 
 
-def timed_in_turns(runs: dict, repeats: int, samples: dict[str, int] | None = None) -> dict[str, float]:
-    """Best-of seconds of every callable of ``runs``, timed in turns (one warm-up each first): ``repeats`` rounds,
-    in each ``samples.get(name, 1)`` timings of ``name`` (short runs such as the matmul get more chances to meet a
-    quiet moment of a shared machine)."""
-    for fn in runs.values():
-        fn()
-    best = {name: float("inf") for name in runs}
-    for _ in range(repeats):
-        for name, fn in runs.items():
-            for _ in range((samples or {}).get(name, 1)):
-                start = time.perf_counter()
-                fn()
-                best[name] = min(best[name], time.perf_counter() - start)
-    return best
-
-
-FORMS = ("packed", "public", "bf16", "bf16_public", "loop", "torch", "baseline")
-
-
-def rss_mb(field: str = "VmRSS") -> float:
-    """This process's resident memory (``VmRSS``) or its peak so far (``VmHWM``), MB (Linux)."""
-    with open("/proc/self/status", encoding="utf-8") as handle:
-        for line in handle:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+FORMS = ("packed", "public", "allennlp", "bf16", "bf16_public", "loop", "torch", "baseline", *PROTOTYPES)
+NO_ALLENNLP = "no Python with allennlp: give --allennlp-python PATH (docs/benchmarks.md says how to make one)"
 
 
 def build_model(preset: str, form: str) -> ElmoModel:
@@ -225,6 +198,8 @@ def build_model(preset: str, form: str) -> ElmoModel:
     model = ElmoModel(config).eval()
     if form.startswith("bf16"):
         model = model.to(torch.bfloat16)
+    if form in PROTOTYPES:
+        return use_prototype(model, form)
     return use_packed_kernels(model) if form in ("packed", "bf16") else model
 
 
@@ -243,31 +218,78 @@ def measure(preset: str, form: str, batch: int, tokens: int, threads: int, repea
     rss_model = rss_mb()
     ids = random_input(batch, tokens)
     flops = forward_flops(model.config, batch, tokens)
-    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
-    a16, b16 = torch.randn(1024, 1024, dtype=torch.bfloat16), torch.randn(1024, 1024, dtype=torch.bfloat16)
-    with torch.inference_mode():
-        runs = {
-            "forward": (lambda: baseline_forward(model, ids)) if form == "baseline" else lambda: model(input_ids=ids)
-        }
-        runs["matmul"] = lambda: a @ b
-        if form.startswith("bf16"):
-            runs["matmul_bf16"] = lambda: a16 @ b16
-        seconds = timed_in_turns(runs, repeats, samples={"matmul": 5, "matmul_bf16": 3})
-        peak_rss = rss_mb("VmHWM")
-        peak = 2 * 2048**3 / seconds["matmul"] if not form.startswith("bf16") else 2 * 1024**3 / seconds["matmul_bf16"]
-        result = {
-            "seconds": seconds["forward"],
-            "tokens_per_s": batch * tokens / seconds["forward"],
-            "gflops": flops / seconds["forward"] / 1e9,
-            "fraction_of_matmul_peak": flops / seconds["forward"] / peak,
-            "matmul_peak_gflops": 2 * 2048**3 / seconds["matmul"] / 1e9,
-            "rss_model_mb": rss_model,
-            "peak_rss_mb": peak_rss,
-        }
-        if form.startswith("bf16"):
-            result["matmul_bf16_peak_gflops"] = peak / 1e9
+    forward = (lambda: baseline_forward(model, ids)) if form == "baseline" else lambda: model(input_ids=ids)
+    extra = None
+    if form.startswith("bf16"):
+        a16, b16 = torch.randn(1024, 1024, dtype=torch.bfloat16), torch.randn(1024, 1024, dtype=torch.bfloat16)
+        extra = {"matmul_bf16": lambda: a16 @ b16}
+    result = {**time_forward(forward, flops, batch * tokens, repeats, extra), "rss_model_mb": rss_model}
+    if form in PROTOTYPES:  # the same model with the shipped recurrence again
+        with torch.inference_mode():
+            ours = torch.stack(model(input_ids=ids, output_hidden_states=True).hidden_states)
+            use_packed_kernels(model, enable=False)
+            public = torch.stack(model(input_ids=ids, output_hidden_states=True).hidden_states)
+        result["largest_difference_from_public"] = (ours - public).abs().max().item()
+    if form.startswith("bf16"):
+        peak = 2 * 1024**3 / result.pop("seconds_of")["matmul_bf16"]
+        result["fraction_of_matmul_peak"] = flops / result["seconds"] / peak
+        result["matmul_bf16_peak_gflops"] = peak / 1e9
+        with torch.inference_mode():
             result["layer_error_over_std"] = layer_error(model, preset, ids)
     return result
+
+
+def run_json(command: list[str], threads: str, what: str) -> dict:
+    """Run one measuring process with ``threads`` OpenMP threads; its JSON line, or exit naming ``what`` failed."""
+    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": threads})
+    if done.returncode:
+        raise SystemExit(f"bench_forward: {what} failed:\n{done.stderr}")
+    return json.loads(done.stdout)
+
+
+def allennlp_python(given: str | None) -> str | None:
+    """The interpreter of the allennlp form: ``--allennlp-python``, else this one where it has allennlp, else None."""
+    if given:
+        return given
+    return sys.executable if importlib.util.find_spec("allennlp") else None
+
+
+class AllennlpRuns:
+    """The allennlp form: the preset's weights (seed 0, as every form) written once as an original release into a
+    temporary folder, per shape the input ids, and the layers of AllenNLP's first call compared with the public
+    form's."""
+
+    def __init__(self, python: str, preset: str, repeats: int, folder: Path):
+        self.python, self.repeats, self.folder = python, repeats, folder
+        self.model = build_model(preset, "public")
+        self.release = write_original_release(self.model, folder / "release")
+
+    def measure(self, batch: int, tokens: int, threads: str) -> dict:
+        ids = random_input(batch, tokens)
+        ids_path, layers_path = self.folder / f"ids-{batch}x{tokens}.npy", self.folder / f"layers-{batch}x{tokens}.npz"
+        np.save(ids_path, ids.numpy())
+        options, weights = self.release
+        command = [self.python, str(Path(__file__).with_name("allennlp_forward.py")), "--ids", str(ids_path)]
+        command += ["--options", str(options), "--weights", str(weights), "--activations", str(layers_path)]
+        command += ["--flops", str(forward_flops(self.model.config, batch, tokens)), "--threads", threads]
+        result = run_json([*command, "--repeats", str(self.repeats)], threads, f"form allennlp at {batch}x{tokens}")
+        with torch.inference_mode():
+            ours = torch.stack(self.model(input_ids=ids, output_hidden_states=True).hidden_states)
+        theirs = torch.from_numpy(np.load(layers_path, allow_pickle=False)["layers"])
+        per_layer = (ours - theirs).abs().amax(dim=(1, 2, 3))
+        result["largest_difference_from_public_per_layer"] = per_layer.tolist()
+        return result
+
+
+def speed_ratios(entry: dict) -> dict:
+    """``A_over_B_speed`` (B's seconds over A's) for the pairs of measured forms that the docs compare."""
+    pairs = [("public", "packed"), ("packed", "allennlp"), ("public", "allennlp"), ("bf16", "packed")]
+    measured = {form for form, result in entry.items() if "seconds" in result}
+    return {
+        f"{a}_over_{b}_speed" if a != "bf16" else "bf16_over_fp32_speed": entry[b]["seconds"] / entry[a]["seconds"]
+        for a, b in pairs
+        if {a, b} <= measured
+    }
 
 
 def main(argv=None) -> int:
@@ -276,7 +298,10 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", default="1,2", help="comma-separated intra-op thread counts")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--shapes", default="32x20,8x50", help="comma-separated BATCHxTOKENS")
-    parser.add_argument("--forms", default="packed,public,bf16", help=f"comma-separated, of {', '.join(FORMS)}")
+    parser.add_argument(
+        "--forms", default="packed,public,allennlp,bf16", help=f"comma-separated, of {', '.join(FORMS)}"
+    )
+    parser.add_argument("--allennlp-python", help="a Python with allennlp 2.10, for the allennlp form")
     parser.add_argument("--force-bf16", action="store_true", help="bf16 forms also on a CPU without native bf16")
     parser.add_argument("--floor", action="store_true", help="also the matrix-product floor of each shape")
     parser.add_argument("--tokenizer", action="store_true", help="also the tokenizer's words/s")
@@ -294,35 +319,34 @@ def main(argv=None) -> int:
     unknown = sorted(set(forms) - set(FORMS))
     if unknown:
         parser.error(f"--forms: unknown {', '.join(unknown)}; choose from {', '.join(FORMS)}")
+    if args.allennlp_python and not os.access(args.allennlp_python, os.X_OK):
+        parser.error(f"--allennlp-python: {args.allennlp_python!r} is not an executable file")
+    python = allennlp_python(args.allennlp_python) if "allennlp" in forms else None
+    if "allennlp" in forms and python is None:
+        print(f"bench_forward: the allennlp form is skipped: {NO_ALLENNLP}", file=sys.stderr)
     config = ElmoConfig.from_json_file(str(REPO / "configuration" / f"{args.preset}.json"))
     report = {"preset": args.preset, "torch": torch.__version__, "cpu": cpu_name(), "cpu_cores": os.cpu_count()}
     report["parameters"] = sum(p.numel() for p in build_model(args.preset, "public").parameters())
     report["runs"] = {}
-    for shape in args.shapes.split(","):
-        batch, tokens = map(int, shape.split("x"))
-        for threads in args.threads.split(","):
-            entry = report["runs"][f"{shape}/{threads}"] = {}
-            for form in forms:
-                if form.startswith("bf16") and not (args.force_bf16 or bf16_supported("cpu")):
-                    entry[form] = {"skipped": "this CPU has no native bfloat16 (--force-bf16 measures it emulated)"}
-                    continue
-                command = [sys.executable, __file__, "--preset", args.preset, "--repeats", str(args.repeats)]
-                done = subprocess.run(
-                    [*command, "--one", f"{form}:{shape}:{threads}"],
-                    capture_output=True,
-                    text=True,
-                    env={**os.environ, "OMP_NUM_THREADS": threads},
-                )
-                if done.returncode:
-                    raise SystemExit(f"bench_forward: form {form} at {shape}/{threads} failed:\n{done.stderr}")
-                entry[form] = json.loads(done.stdout)
-            if "packed" in entry and "public" in entry:
-                entry["public_over_packed_speed"] = entry["packed"]["seconds"] / entry["public"]["seconds"]
-            if "seconds" in entry.get("bf16", {}) and "packed" in entry:
-                entry["bf16_over_fp32_speed"] = entry["packed"]["seconds"] / entry["bf16"]["seconds"]
-            if args.floor:
-                torch.set_num_threads(int(threads))
-                entry["matrix_product_floor"] = matrix_product_floor(config, batch, tokens, args.repeats)
+    with tempfile.TemporaryDirectory(prefix="bench-forward-") as folder:
+        allennlp = AllennlpRuns(python, args.preset, args.repeats, Path(folder)) if python else None
+        for shape in args.shapes.split(","):
+            batch, tokens = map(int, shape.split("x"))
+            for threads in args.threads.split(","):
+                entry = report["runs"][f"{shape}/{threads}"] = {}
+                for form in forms:
+                    if form.startswith("bf16") and not (args.force_bf16 or bf16_supported("cpu")):
+                        entry[form] = {"skipped": "this CPU has no native bfloat16 (--force-bf16 measures it emulated)"}
+                    elif form == "allennlp":
+                        entry[form] = allennlp.measure(batch, tokens, threads) if allennlp else {"skipped": NO_ALLENNLP}
+                    else:
+                        command = [sys.executable, __file__, "--preset", args.preset, "--repeats", str(args.repeats)]
+                        command += ["--one", f"{form}:{shape}:{threads}"]
+                        entry[form] = run_json(command, threads, f"form {form} at {shape}/{threads}")
+                entry.update(speed_ratios(entry))
+                if args.floor:
+                    torch.set_num_threads(int(threads))
+                    entry["matrix_product_floor"] = matrix_product_floor(config, batch, tokens, args.repeats)
     if args.tokenizer:
         report["tokenizer"] = bench_tokenizer(args.repeats)
     print(json.dumps(report, indent=2))
