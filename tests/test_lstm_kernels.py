@@ -538,3 +538,15 @@ def test_bf16_error_on_long_sentences_comes_from_a_rounded_state(monkeypatch):
     for module in (modeling, packed_kernels):
         monkeypatch.setattr(module, "state_dtype", lambda dtype: dtype)
     assert max(bf16_error_on_long_sentences()) > 0.06
+
+
+def test_on_threads_runs_the_first_piece_on_the_calling_thread_and_the_others_on_workers_in_order():
+    import threading
+
+    threads = torch.get_num_threads()
+    seen = packed_kernels.on_threads(lambda i: (i, threading.get_ident(), torch.get_num_threads()), 3)
+    assert [i for i, _, _ in seen] == [0, 1, 2]
+    assert seen[0][1] == threading.get_ident()  # the caller works too: one thread (and allocator arena) fewer
+    assert all(ident != threading.get_ident() for _, ident, _ in seen[1:])
+    assert all(count == 1 for _, _, count in seen)  # one intra-op thread per piece
+    assert torch.get_num_threads() == threads  # the caller's setting back

@@ -112,9 +112,10 @@ def on_threads(run: Callable[[int], object], count: int) -> list:
         with torch.set_grad_enabled(grad):
             return run(i)
 
-    try:
-        with ThreadPoolExecutor(max_workers=count, thread_name_prefix="elmo") as pool:
-            return list(pool.map(work, range(count)))
+    try:  # the first piece on the calling thread: one thread (and one allocator arena) fewer
+        with ThreadPoolExecutor(max_workers=count - 1, thread_name_prefix="elmo") as pool:
+            others = pool.map(work, range(1, count))
+            return [work(0), *others]
     finally:
         torch.set_num_threads(threads)
 
