@@ -1037,15 +1037,14 @@ class ElmoTaskHeadMixin:
                 return_dict=True,
             )
             layers, mask = torch.stack(out.hidden_states, dim=1), out.attention_mask.bool()
-        logits = self.classify(self.scalar_mix(layers, mask)[0], mask)
-        loss = None if labels is None else self.head_loss(logits, torch.as_tensor(labels, device=logits.device), mask)
-        output = self.output_class(
-            loss=None if loss is None else _normalised(*loss, num_items_in_batch),
-            logits=logits,
-            hidden_states=tuple(layers.unbind(1))
-            if (output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states)
-            else None,
-        )
+        logits, loss = self.classify(self.scalar_mix(layers, mask)[0], mask), None
+        if labels is not None:
+            total, mean = self.head_loss(logits, torch.as_tensor(labels, device=logits.device), mask)
+            loss = _normalised(total, mean, num_items_in_batch)
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
+        hidden_states = tuple(layers.unbind(1)) if output_hidden_states else None
+        output = self.output_class(loss=loss, logits=logits, hidden_states=hidden_states)
         return output if (return_dict if return_dict is not None else self.config.return_dict) else output.to_tuple()
 
 
