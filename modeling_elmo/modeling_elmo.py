@@ -166,24 +166,33 @@ def lstm_step(gates, h, c, valid, project, cell_clip: float | None, proj_clip: f
     return torch.where(valid, h_new, h), torch.where(valid, c_new, c), h_new * valid
 
 
+def steps_per_input_product(rows: int, gates: int) -> int:
+    """How many steps' input products (``rows`` x ``gates`` per step and direction) the fast forms compute at once:
+    as many as hold about 2**22 numbers (8 steps of 32 sentences of the original model), so that their memory does not
+    grow with the length of the sentences, at least one."""
+    return max(1, 2**22 // max(1, rows * gates))
+
+
 def stacked_lstm(inputs: torch.Tensor, valid: torch.Tensor, layers: Sequence[nn.Module], state=None):
     """The fast form, on the layers' weights: inputs (D, T, B, P), valid (T, B) True on each row's valid prefix, state
     (h (D, B, P), c (D, B, H)) or zeros -> y (D, T, B, P) in the inputs' dtype, zeros past each row's length, and the
-    final (h, c) in `state_dtype`. The input products of all steps at once, then per step one ``bmm`` over both
-    directions' recurrent weights and one over their projections."""
+    final (h, c) in `state_dtype`. The input products of a block of steps at once (`steps_per_input_product`), then
+    per step one ``bmm`` over both directions' recurrent weights and one over their projections."""
     directions, steps, rows, _ = inputs.shape
     dtype, cell_clip, proj_clip = inputs.dtype, layers[0].cell_clip, layers[0].proj_clip
     P, H = layers[0].projection.weight.shape
     h, c = (inputs.new_zeros(directions, rows, n) for n in (P, H)) if state is None else state
     h, c = h.to(state_dtype(dtype)), c.to(state_dtype(dtype))
-    gates_x = [ls.input_transform(x).unbind(0) for x, ls in zip(inputs, layers, strict=True)]
     weight_hh = torch.stack([layer.recurrent_transform.weight for layer in layers]).transpose(1, 2)  # (D, P, 4H)
     weight_hr = torch.stack([layer.projection.weight for layer in layers]).transpose(1, 2)  # (D, H, P)
-    valid, outputs = valid.unsqueeze(-1).unbind(0), []
-    for t in range(steps):
-        gates = torch.stack([g[t] for g in gates_x]).to(h.dtype) + torch.bmm(h.to(dtype), weight_hh)
-        h, c, y = lstm_step(gates, h, c, valid[t], lambda m: torch.bmm(m.to(dtype), weight_hr), cell_clip, proj_clip)
-        outputs.append(y)
+    valid, outputs, block = valid.unsqueeze(-1), [], steps_per_input_product(rows, 4 * H)
+    for start in range(0, steps, block):
+        gates_x = [ls.input_transform(x[start : start + block]) for x, ls in zip(inputs, layers, strict=True)]
+        for t in range(start, min(start + block, steps)):
+            gates = torch.stack([g[t - start] for g in gates_x]).to(h.dtype) + torch.bmm(h.to(dtype), weight_hh)
+            project = lambda m: torch.bmm(m.to(dtype), weight_hr)  # noqa: E731
+            h, c, y = lstm_step(gates, h, c, valid[t], project, cell_clip, proj_clip)
+            outputs.append(y)
     y = torch.stack(outputs, dim=1).to(dtype) if outputs else inputs.new_zeros(directions, 0, rows, P)
     return y, (h, c)
 
@@ -284,14 +293,26 @@ class ElmoCharacterEncoder(nn.Module):
         x = embedded.transpose(1, 2)
         return torch.cat([self.activation(conv(x).amax(dim=-1)) for conv in self.convolutions], dim=-1)
 
+    def words_per_piece(self, embedded: torch.Tensor) -> int:
+        """How many words the CNN takes at a time. On a CPU, as many as keep the largest product (words x windows x
+        filters) near 2**22 numbers: it stays in cache, which is faster and bounds the memory (93 words of the
+        original model); elsewhere 4096 words, fewer and larger kernels."""
+        if embedded.device.type != "cpu":
+            return 4096
+        windows = [(embedded.shape[1] - conv.kernel_size[0] + 1) * conv.out_channels for conv in self.convolutions]
+        return max(1, 2**22 // max(windows))
+
     def encode(self, char_ids: torch.Tensor, word_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """(N, C) character ids (and (N,) word ids) -> (N, P), every row; the CNN runs on chunks of words to bound
-        the memory of the unfolded windows."""
+        """(N, C) character ids (and (N,) word ids) -> (N, P), every row; the CNN runs on pieces of
+        `words_per_piece` words."""
         embedded = self.char_embeddings(char_ids)
+        words = self.words_per_piece(embedded)
         if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
-            pieces = [self._gradient_checkpointing_func(self.convolve, chunk) for chunk in embedded.split(512)]
+            pieces = [
+                self._gradient_checkpointing_func(self.convolve, piece) for piece in embedded.split(min(words, 512))
+            ]
         else:
-            pieces = [self.convolve(chunk) for chunk in embedded.split(4096)]
+            pieces = [self.convolve(piece) for piece in embedded.split(words)]
         x = torch.cat(pieces) if pieces else self.convolve(embedded)
         for highway in self.highways:
             x = highway(x)

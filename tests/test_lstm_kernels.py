@@ -208,6 +208,41 @@ def test_every_form_of_the_fused_recurrence_equals_the_reference_layer_loop(plan
         assert compile_failure("aot_eager") is None  # the compiled steps really ran
 
 
+@pytest.mark.parametrize("block", [1, 3, 7])
+@pytest.mark.parametrize(
+    ("plan", "form"), [("shipped", "public"), ("per-direction", "packed"), ("two-threads", "packed")]
+)
+def test_input_products_in_blocks_of_steps_give_the_numbers_of_all_steps_at_once(plan, form, block, monkeypatch):
+    """The fast inference forms compute the input products `steps_per_input_product` steps at a time (memory
+    bounded for long sentences): blocks of 1, 3 (the last one short) and all 7 steps give the reference loop's
+    outputs and final states; the bound holds at least one step and about 2**22 numbers."""
+    torch.manual_seed(0)
+    P, H, B, T = 8, 16, 5, 7
+    layers = [ElmoLstmLayer(P, H, P, CELL_CLIP, PROJ_CLIP) for _ in range(2)]
+    for parameter in (p for layer in layers for p in layer.parameters()):
+        torch.nn.init.uniform_(parameter, -1.0, 1.0)
+    x, h0, c0 = torch.randn(2, T, B, P), torch.randn(2, B, P), torch.randn(2, B, H)
+    valid = torch.arange(T)[:, None] < torch.tensor([7, 3, 0, 5, 1])[None]
+    blocks = []
+    for module in (modeling, packed_kernels):
+        monkeypatch.setattr(module, "steps_per_input_product", lambda rows, gates: blocks.append(rows) or block)
+    with torch.no_grad():
+        expected = reference_directions(layers, x, valid.t(), h0, c0)
+        if plan == "shipped":
+            y, (h, c) = stacked_lstm(x, valid, layers, (h0, c0))
+        else:
+            chosen = RecurrencePlan(**PLANS[plan], kernels=kernels_named(form))
+            y, (h, c) = clipped_lstm(x, valid, layers, (h0, c0), plan=chosen)
+    assert blocks and set(blocks) == {B}  # the blocked code ran
+    for name, a, e in zip("yhc", (y, h, c), expected, strict=True):
+        assert_same_numbers(a, e, rtol=TOLERANCE, what=name)
+    monkeypatch.undo()
+    for rows, gates in [(32, 16384), (8, 16384), (1, 64), (10**6, 16384)]:
+        steps = modeling.steps_per_input_product(rows, gates)
+        assert steps >= 1 and (steps == 1 or steps * rows * gates <= 2**22 < (steps + 1) * rows * gates)
+    assert modeling.steps_per_input_product(32, 16384) == 8
+
+
 def test_fused_dropout_drops_the_same_units_as_the_loop_when_seeded_alike(cpu_form):
     tester, (loop, fused) = clipping_pair()
     fused = cpu_form(fused)

@@ -644,6 +644,36 @@ def test_character_convolutions_run_as_conv1d_modules_that_hooks_see_and_torch_c
     assert not torch.allclose(zeroed, normal)  # the hooks' outputs were used
 
 
+def test_the_character_cnn_in_pieces_of_any_size_gives_the_numbers_of_one_piece(tester, monkeypatch):
+    """The CNN takes `words_per_piece` words at a time: any piece size computes the same token vectors, also under
+    gradient checkpointing; on a CPU a piece's largest product holds at most 2**22 numbers (93 words of the
+    original model), elsewhere pieces are 4096 words."""
+    from modeling_elmo.modeling_elmo import ElmoCharacterEncoder
+
+    model = tester.model()
+    encoder = model.char_encoder
+    ids = tester.encode(SENTENCES)["input_ids"].flatten(0, 1)
+    with torch.no_grad():
+        whole = encoder.encode(ids)
+    assert len(ids) > 3 and encoder.words_per_piece(encoder.char_embeddings(ids)) > len(ids)  # one piece above
+    for words in (1, 3):
+        monkeypatch.setattr(ElmoCharacterEncoder, "words_per_piece", lambda self, embedded, n=words: n)
+        with torch.no_grad():
+            torch.testing.assert_close(encoder.encode(ids), whole, rtol=1e-6, atol=1e-6)
+        model.gradient_checkpointing_enable()
+        model.train()
+        torch.testing.assert_close(encoder.encode(ids), whole, rtol=1e-6, atol=1e-6)
+        model.gradient_checkpointing_disable()
+        model.eval()
+    monkeypatch.undo()
+    with torch.device("meta"):
+        original = ElmoCharacterEncoder(ElmoConfig())
+    characters = torch.empty(1, 50, original.char_embeddings.embedding_dim)
+    largest = max((50 - conv.kernel_size[0] + 1) * conv.out_channels for conv in original.convolutions)
+    assert original.words_per_piece(characters) == 93 and 93 * largest <= 2**22 < 94 * largest
+    assert original.words_per_piece(characters.to("meta")) == 4096
+
+
 # ------------------------------------------------------------------ what transformers' clients pass and call
 def test_inputs_embeds_are_the_character_encoders_token_vectors(tester):
     """The encoder's own output given as inputs_embeds reproduces the call with input_ids (left padding too)."""

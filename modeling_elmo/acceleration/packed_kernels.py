@@ -29,7 +29,7 @@ from torch import nn
 from torch.nn import functional as F
 from transformers.utils import logging
 
-from ..modeling_elmo import ElmoBiLstm, state_dtype
+from ..modeling_elmo import ElmoBiLstm, state_dtype, steps_per_input_product
 
 logger = logging.get_logger(__name__)
 Linear = Callable[[torch.Tensor], torch.Tensor]
@@ -523,20 +523,29 @@ def _run_forward(gates_x, valid, h0, c0, weight_hh, weight_hr, clips, plan: Recu
 
 def _direction_inference(inputs, valid, h0, c0, layers, dtype, clips, plan: RecurrencePlan):
     """CPU inference: each direction's input products and recurrence on its own thread (when planned), on the
-    layers' own weights (no stacked copies)."""
+    layers' own weights (no stacked copies), the input products a block of steps at a time
+    (`steps_per_input_product`)."""
 
     def run(d: int):
         layer = layers[d]
         steps, rows, width = inputs[d].shape
-        flat = inputs[d].reshape(steps * rows, width)
         weight_ih, bias = layer.input_transform.weight.to(dtype), layer.input_transform.bias.to(dtype)
         input_products = plan.kernels.dense_linear(weight_ih, bias)
-        gates_x = input_products(flat).view(1, steps, rows, -1).to(h0.dtype)  # (1, T, B, 4H)
-        weights = (
+        step = _direction_forward_step(
             layer.recurrent_transform.weight.to(dtype).unsqueeze(0),
             layer.projection.weight.to(dtype).unsqueeze(0),
+            rows,
+            plan.kernels,
         )
-        return _forward_loop(gates_x, valid, h0[d : d + 1], c0[d : d + 1], *weights, clips, plan, save=False)
+        h, c, outputs, block = h0[d : d + 1], c0[d : d + 1], [], steps_per_input_product(rows, weight_ih.shape[0])
+        for start in range(0, steps, block):
+            gates_x = input_products(inputs[d, start : start + block].reshape(-1, width)).view(
+                -1, 1, rows, bias.shape[0]
+            )
+            for t, gates in enumerate(gates_x.to(h.dtype), start):
+                *_, h, c, y = step(gates, h, c, valid[t], *clips)
+                outputs.append(y)
+        return torch.stack(outputs, dim=1), (h, c)
 
     parts = _each_direction(run, inputs.shape[0], plan)
     return torch.cat([part[0] for part in parts]), (
