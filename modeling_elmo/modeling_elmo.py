@@ -294,10 +294,11 @@ class ElmoCharacterEncoder(nn.Module):
         return torch.cat([self.activation(conv(x).amax(dim=-1)) for conv in self.convolutions], dim=-1)
 
     def words_per_piece(self, embedded: torch.Tensor) -> int:
-        """How many words the CNN takes at a time. On a CPU, as many as keep the largest product (words x windows x
-        filters) near 2**22 numbers: it stays in cache, which is faster and bounds the memory (93 words of the
-        original model); elsewhere 4096 words, fewer and larger kernels."""
-        if embedded.device.type != "cpu":
+        """How many words the CNN takes at a time. In inference on a CPU, as many as keep the largest product (words x
+        windows x filters) near 2**22 numbers: it stays in cache, which is faster and bounds the memory (93 words of
+        the original model). Elsewhere 4096 words, fewer and larger kernels; so in training too, whose backward keeps
+        every piece's products anyway."""
+        if embedded.device.type != "cpu" or embedded.requires_grad:
             return 4096
         windows = [(embedded.shape[1] - conv.kernel_size[0] + 1) * conv.out_channels for conv in self.convolutions]
         return max(1, 2**22 // max(windows))

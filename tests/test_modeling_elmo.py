@@ -646,8 +646,8 @@ def test_character_convolutions_run_as_conv1d_modules_that_hooks_see_and_torch_c
 
 def test_the_character_cnn_in_pieces_of_any_size_gives_the_numbers_of_one_piece(tester, monkeypatch):
     """The CNN takes `words_per_piece` words at a time: any piece size computes the same token vectors, also under
-    gradient checkpointing; on a CPU a piece's largest product holds at most 2**22 numbers (93 words of the
-    original model), elsewhere pieces are 4096 words."""
+    gradient checkpointing; in inference on a CPU a piece's largest product holds at most 2**22 numbers (93 words of
+    the original model), elsewhere pieces are 4096 words."""
     from modeling_elmo.modeling_elmo import ElmoCharacterEncoder
 
     model = tester.model()
@@ -672,6 +672,7 @@ def test_the_character_cnn_in_pieces_of_any_size_gives_the_numbers_of_one_piece(
     largest = max((50 - conv.kernel_size[0] + 1) * conv.out_channels for conv in original.convolutions)
     assert original.words_per_piece(characters) == 93 and 93 * largest <= 2**22 < 94 * largest
     assert original.words_per_piece(characters.to("meta")) == 4096
+    assert original.words_per_piece(characters.requires_grad_()) == 4096  # training: the backward keeps them all
 
 
 # ------------------------------------------------------------------ what transformers' clients pass and call
