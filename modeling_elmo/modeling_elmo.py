@@ -293,21 +293,29 @@ class ElmoCharacterEncoder(nn.Module):
         x = embedded.transpose(1, 2)
         return torch.cat([self.activation(conv(x).amax(dim=-1)) for conv in self.convolutions], dim=-1)
 
-    def words_per_piece(self, embedded: torch.Tensor) -> int:
-        """How many words the CNN takes at a time. In inference on a CPU, as many as keep the largest product (words x
-        windows x filters) near 2**22 numbers: it stays in cache, which is faster and bounds the memory (93 words of
-        the original model). Elsewhere 4096 words, fewer and larger kernels; so in training too, whose backward keeps
-        every piece's products anyway."""
+    def piece_sizes(self, embedded: torch.Tensor) -> tuple[int, int]:
+        """(words per CNN piece, words per highway piece) for ``embedded`` (N, C, d_c). In inference on a CPU, as many
+        as keep a CNN piece's largest product (words x windows x filters) and a highway piece's temporaries (words x
+        F) near 2**22 numbers each: they stay in cache, which is faster, and the memory is bounded (93 and 2048 words
+        of the original model). Elsewhere 4096 words for the CNN and all for the highways: fewer, larger kernels; so
+        in training too, whose backward keeps every piece's products anyway."""
         if embedded.device.type != "cpu" or embedded.requires_grad:
-            return 4096
+            return 4096, max(1, len(embedded))
         windows = [(embedded.shape[1] - conv.kernel_size[0] + 1) * conv.out_channels for conv in self.convolutions]
-        return max(1, 2**22 // max(windows))
+        return max(1, 2**22 // max(windows)), max(1, 2**22 // max(self.projection.in_features, 1))
+
+    def token_vectors(self, features: torch.Tensor, word_vectors: torch.Tensor | None = None) -> torch.Tensor:
+        """CNN features (N, F) (and word vectors (N, d_w)) -> (N, P): highways, [word vector; features], projection."""
+        for highway in self.highways:
+            features = highway(features)
+        if word_vectors is not None:
+            features = torch.cat([word_vectors.to(features.dtype), features], dim=-1)  # the word vector first
+        return self.projection(features)
 
     def encode(self, char_ids: torch.Tensor, word_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """(N, C) character ids (and (N,) word ids) -> (N, P), every row; the CNN runs on pieces of
-        `words_per_piece` words."""
+        """(N, C) character ids (and (N,) word ids) -> (N, P), every row, in pieces of `piece_sizes` words."""
         embedded = self.char_embeddings(char_ids)
-        words = self.words_per_piece(embedded)
+        words, rows = self.piece_sizes(embedded)
         if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
             pieces = [
                 self._gradient_checkpointing_func(self.convolve, piece) for piece in embedded.split(min(words, 512))
@@ -315,11 +323,12 @@ class ElmoCharacterEncoder(nn.Module):
         else:
             pieces = [self.convolve(piece) for piece in embedded.split(words)]
         x = torch.cat(pieces) if pieces else self.convolve(embedded)
-        for highway in self.highways:
-            x = highway(x)
-        if self.word_embeddings is not None:
-            x = torch.cat([self.word_embeddings(word_ids).to(x.dtype), x], dim=-1)  # the word vector first
-        return self.projection(x)
+        word_vectors = None if self.word_embeddings is None else self.word_embeddings(word_ids)
+        if len(x) <= rows:
+            return self.token_vectors(x, word_vectors)
+        pieces = x.split(rows)
+        word_pieces = [None] * len(pieces) if word_vectors is None else word_vectors.split(rows)
+        return torch.cat([self.token_vectors(*piece) for piece in zip(pieces, word_pieces, strict=True)])
 
     def forward(self, char_ids: torch.Tensor, word_ids: torch.Tensor | None = None) -> torch.Tensor:
         """As `encode`, each distinct word (characters and word id) encoded once where `_host_waits_for_nothing`."""

@@ -644,25 +644,30 @@ def test_character_convolutions_run_as_conv1d_modules_that_hooks_see_and_torch_c
     assert not torch.allclose(zeroed, normal)  # the hooks' outputs were used
 
 
-def test_the_character_cnn_in_pieces_of_any_size_gives_the_numbers_of_one_piece(tester, monkeypatch):
-    """The CNN takes `words_per_piece` words at a time: any piece size computes the same token vectors, also under
-    gradient checkpointing; in inference on a CPU a piece's largest product holds at most 2**22 numbers (93 words of
-    the original model), elsewhere pieces are 4096 words."""
+@pytest.mark.parametrize("word_input", [False, True], ids=["characters", "characters-and-words"])
+def test_the_character_encoder_in_pieces_of_any_size_gives_the_numbers_of_one_piece(word_input, monkeypatch):
+    """The CNN and the highways take `piece_sizes` words at a time: any sizes compute the same token vectors (with
+    a word input too), also under gradient checkpointing. In inference on a CPU a CNN piece's largest product and a
+    highway piece's temporaries hold at most 2**22 numbers (93 and 2048 words of the original model); elsewhere
+    and in training the CNN takes 4096 words and the highways all."""
     from modeling_elmo.modeling_elmo import ElmoCharacterEncoder
 
+    tester = ElmoModelTester(**({"word_input_vocab_size": 20, "word_input_dim": 3} if word_input else {}))
     model = tester.model()
     encoder = model.char_encoder
     ids = tester.encode(SENTENCES)["input_ids"].flatten(0, 1)
+    word_ids = torch.arange(len(ids)) % 20 if word_input else None
     with torch.no_grad():
-        whole = encoder.encode(ids)
-    assert len(ids) > 3 and encoder.words_per_piece(encoder.char_embeddings(ids)) > len(ids)  # one piece above
-    for words in (1, 3):
-        monkeypatch.setattr(ElmoCharacterEncoder, "words_per_piece", lambda self, embedded, n=words: n)
+        whole = encoder.encode(ids, word_ids)
+        words, rows = encoder.piece_sizes(encoder.char_embeddings(ids))
+    assert len(ids) > 3 and min(words, rows) > len(ids)  # one piece of each above
+    for sizes in ((1, 1), (3, 2), (5, 7)):
+        monkeypatch.setattr(ElmoCharacterEncoder, "piece_sizes", lambda self, embedded, n=sizes: n)
         with torch.no_grad():
-            torch.testing.assert_close(encoder.encode(ids), whole, rtol=1e-6, atol=1e-6)
+            torch.testing.assert_close(encoder.encode(ids, word_ids), whole, rtol=1e-6, atol=1e-6)
         model.gradient_checkpointing_enable()
         model.train()
-        torch.testing.assert_close(encoder.encode(ids), whole, rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(encoder.encode(ids, word_ids), whole, rtol=1e-6, atol=1e-6)
         model.gradient_checkpointing_disable()
         model.eval()
     monkeypatch.undo()
@@ -670,9 +675,9 @@ def test_the_character_cnn_in_pieces_of_any_size_gives_the_numbers_of_one_piece(
         original = ElmoCharacterEncoder(ElmoConfig())
     characters = torch.empty(1, 50, original.char_embeddings.embedding_dim)
     largest = max((50 - conv.kernel_size[0] + 1) * conv.out_channels for conv in original.convolutions)
-    assert original.words_per_piece(characters) == 93 and 93 * largest <= 2**22 < 94 * largest
-    assert original.words_per_piece(characters.to("meta")) == 4096
-    assert original.words_per_piece(characters.requires_grad_()) == 4096  # training: the backward keeps them all
+    assert original.piece_sizes(characters) == (93, 2048) and 93 * largest <= 2**22 < 94 * largest
+    assert original.piece_sizes(torch.empty(3, 50, 16, device="meta")) == (4096, 3)
+    assert original.piece_sizes(characters.requires_grad_()) == (4096, 1)  # training: the backward keeps them all
 
 
 # ------------------------------------------------------------------ what transformers' clients pass and call

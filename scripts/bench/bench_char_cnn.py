@@ -4,7 +4,7 @@ seconds of ``--repeats`` calls and the rise of the process's peak RSS over the b
 
     OMP_NUM_THREADS=2 python scripts/bench/bench_char_cnn.py --threads 2 --shape 32x20 --pieces auto,4096,256,64
 
-``auto`` is the model's own choice (`ElmoCharacterEncoder.words_per_piece`: on a CPU about 2**22 numbers in the
+``auto`` is the model's own choice (`ElmoCharacterEncoder.piece_sizes`: in inference on a CPU about 2**22 numbers in the
 largest product, 93 words of ``elmo-original``); ``4096`` puts every word of a 32x20 batch in one piece. Batches
 are `bench_forward.random_input` (random words of full length). Prints one JSON object.
 """
@@ -37,7 +37,7 @@ def measure(preset: str, piece: str, batch: int, tokens: int, threads: int, repe
     before = rss_mb("VmHWM")
     with torch.inference_mode():
         embedded = encoder.char_embeddings(words)
-        size = encoder.words_per_piece(embedded) if piece == "auto" else int(piece)
+        size = encoder.piece_sizes(embedded)[0] if piece == "auto" else int(piece)
         seconds = best_time(lambda: torch.cat([encoder.convolve(part) for part in embedded.split(size)]), repeats)
     return {
         "words": len(words),
