@@ -186,11 +186,14 @@ def stacked_lstm(inputs: torch.Tensor, valid: torch.Tensor, layers: Sequence[nn.
     weight_hh = torch.stack([layer.recurrent_transform.weight for layer in layers]).transpose(1, 2)  # (D, P, 4H)
     weight_hr = torch.stack([layer.projection.weight for layer in layers]).transpose(1, 2)  # (D, H, P)
     valid, outputs, block = valid.unsqueeze(-1), [], steps_per_input_product(rows, 4 * H)
+
+    def project(m: torch.Tensor) -> torch.Tensor:
+        return torch.bmm(m.to(dtype), weight_hr)
+
     for start in range(0, steps, block):
         gates_x = [ls.input_transform(x[start : start + block]) for x, ls in zip(inputs, layers, strict=True)]
         for t in range(start, min(start + block, steps)):
             gates = torch.stack([g[t - start] for g in gates_x]).to(h.dtype) + torch.bmm(h.to(dtype), weight_hh)
-            project = lambda m: torch.bmm(m.to(dtype), weight_hr)  # noqa: E731
             h, c, y = lstm_step(gates, h, c, valid[t], project, cell_clip, proj_clip)
             outputs.append(y)
     y = torch.stack(outputs, dim=1).to(dtype) if outputs else inputs.new_zeros(directions, 0, rows, P)

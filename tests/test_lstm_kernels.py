@@ -585,3 +585,28 @@ def test_on_threads_runs_the_first_piece_on_the_calling_thread_and_the_others_on
     assert all(ident != threading.get_ident() for _, ident, _ in seen[1:])
     assert all(count == 1 for _, _, count in seen)  # one intra-op thread per piece
     assert torch.get_num_threads() == threads  # the caller's setting back
+
+
+@pytest.mark.parametrize("name", ["public_threads", "public_columns"])
+def test_the_benchmarked_public_prototypes_compute_the_shipped_recurrences_numbers(name, monkeypatch):
+    """`scripts/bench/public_prototypes.py` (measured by ``bench_forward.py --forms NAME``) gives `stacked_lstm`'s
+    outputs and final states, from zeros and from a carried state, with padded rows."""
+    import sys
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "scripts" / "bench"))
+    prototype = __import__("public_prototypes").PROTOTYPES[name]
+    sys.modules.pop("public_prototypes", None)
+    torch.manual_seed(0)
+    P, H, B, T = 8, 16, 5, 7
+    layers = [ElmoLstmLayer(P, H, P, CELL_CLIP, PROJ_CLIP) for _ in range(2)]
+    for parameter in (p for layer in layers for p in layer.parameters()):
+        torch.nn.init.uniform_(parameter, -1.0, 1.0)
+    x = torch.randn(2, T, B, P)
+    valid = torch.arange(T)[:, None] < torch.tensor([7, 3, 0, 5, 1])[None]
+    for state in (None, (torch.randn(2, B, P), torch.randn(2, B, H))):
+        with torch.no_grad():
+            expected, (h, c) = stacked_lstm(x, valid, layers, state)
+            actual, (h2, c2) = prototype(x, valid, layers, state)
+        for what, a, e in (("y", actual, expected), ("h", h2, h), ("c", c2, c)):
+            assert_same_numbers(a, e, rtol=TOLERANCE, what=what)
