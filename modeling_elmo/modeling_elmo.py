@@ -305,7 +305,7 @@ class ElmoCharacterEncoder(nn.Module):
         if embedded.device.type != "cpu" or embedded.requires_grad:
             return 4096, max(1, len(embedded))
         windows = [(embedded.shape[1] - conv.kernel_size[0] + 1) * conv.out_channels for conv in self.convolutions]
-        return max(1, 2**22 // max(windows)), max(1, 2**22 // max(self.projection.in_features, 1))
+        return max(1, 2**22 // max(windows)), max(1, 2**22 // self.projection.in_features)
 
     def token_vectors(self, features: torch.Tensor, word_vectors: torch.Tensor | None = None) -> torch.Tensor:
         """CNN features (N, F) (and word vectors (N, d_w)) -> (N, P): highways, [word vector; features], projection."""

@@ -680,6 +680,24 @@ def test_the_character_encoder_in_pieces_of_any_size_gives_the_numbers_of_one_pi
     assert original.piece_sizes(characters.requires_grad_()) == (4096, 1)  # training: the backward keeps them all
 
 
+@pytest.mark.slow  # starts processes
+def test_the_character_cnn_benchmark_times_every_piece_size_in_its_own_process():
+    """``scripts/bench/bench_char_cnn.py`` (its figures are in docs/benchmarks.md) runs each piece size in a process
+    of its own and reports the model's own choice under ``auto``."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "bench" / "bench_char_cnn.py"
+    command = [sys.executable, str(script), "--preset", "elmo-tiny", "--pieces", "auto,7", "--repeats", "1"]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    pieces = json.loads(done.stdout)["pieces"]
+    assert [pieces[p]["words_per_piece"] for p in ("auto", "7")] == [5461, 7]  # elmo-tiny: 2**22 // (48 x 16)
+    assert pieces["auto"]["words"] == pieces["7"]["words"] > 7 and all(p["seconds"] > 0 for p in pieces.values())
+
+
 # ------------------------------------------------------------------ what transformers' clients pass and call
 def test_inputs_embeds_are_the_character_encoders_token_vectors(tester):
     """The encoder's own output given as inputs_embeds reproduces the call with input_ids (left padding too)."""

@@ -537,13 +537,12 @@ def _direction_inference(inputs, valid, h0, c0, layers, dtype, clips, plan: Recu
             rows,
             plan.kernels,
         )
-        h, c, outputs, block = h0[d : d + 1], c0[d : d + 1], [], steps_per_input_product(rows, weight_ih.shape[0])
+        gates = weight_ih.shape[0]  # 4H
+        h, c, outputs, block = h0[d : d + 1], c0[d : d + 1], [], steps_per_input_product(rows, gates)
         for start in range(0, steps, block):
-            gates_x = input_products(inputs[d, start : start + block].reshape(-1, width)).view(
-                -1, 1, rows, bias.shape[0]
-            )
-            for t, gates in enumerate(gates_x.to(h.dtype), start):
-                *_, h, c, y = step(gates, h, c, valid[t], *clips)
+            gates_x = input_products(inputs[d, start : start + block].reshape(-1, width)).view(-1, 1, rows, gates)
+            for t, step_gates in enumerate(gates_x.to(h.dtype), start):
+                *_, h, c, y = step(step_gates, h, c, valid[t], *clips)
                 outputs.append(y)
         return torch.stack(outputs, dim=1), (h, c)
 

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_forward import REPO, random_input  # noqa: E402
+from bench_forward import REPO, random_input, run_json  # noqa: E402
 from forward_timing import best_time, rss_mb  # noqa: E402
 
 from modeling_elmo import ElmoConfig  # noqa: E402  (bench_forward put the checkout on the path)
@@ -66,10 +65,7 @@ def main(argv=None) -> int:
     report = {"preset": args.preset, "shape": args.shape, "threads": args.threads, "pieces": {}}
     for piece in args.pieces.split(","):
         command = [sys.executable, __file__, *(argv if argv is not None else sys.argv[1:]), "--one", piece]
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
-        if done.returncode:
-            raise SystemExit(f"bench_char_cnn: piece size {piece} failed: {done.stderr.strip().splitlines()[-1:]}")
-        report["pieces"][piece] = json.loads(done.stdout)
+        report["pieces"][piece] = run_json(command, str(args.threads), f"piece size {piece}")
     print(json.dumps(report, indent=2))
     return 0
 

@@ -243,7 +243,7 @@ def run_json(command: list[str], threads: str, what: str) -> dict:
     """Run one measuring process with ``threads`` OpenMP threads; its JSON line, or exit naming ``what`` failed."""
     done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": threads})
     if done.returncode:
-        raise SystemExit(f"bench_forward: {what} failed:\n{done.stderr}")
+        raise SystemExit(f"{Path(command[1]).stem}: {what} failed:\n{done.stderr}")
     return json.loads(done.stdout)
 
 
