@@ -550,15 +550,20 @@ def test_kill_9_during_a_conversion_leaves_a_temporary_folder_that_the_next_run_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
-def test_a_killed_conversions_temporary_folder_is_removed_by_the_next_run(release, tmp_path):
+def test_a_killed_conversions_temporary_folder_is_removed_by_the_next_run(release, tmp_path, monkeypatch):
+    from modeling_elmo.folders.manifest import new_temporary
+
     _, options_path, weights_path = release
-    killed = tmp_path / ".out.converting-999999999-x1y2"  # its process no longer exists
-    (killed / "model.safetensors").parent.mkdir()
+    with monkeypatch.context() as patch:  # as a process that no longer exists made it
+        patch.setattr(os, "getpid", lambda: 999_999_999)
+        killed = new_temporary(tmp_path / "out", "converting", "elmo convert")
     (killed / "model.safetensors").write_bytes(b"\0" * 1000)
-    running = tmp_path / f".out.converting-{os.getppid()}-x1y2"  # another run at work: left alone
-    running.mkdir()
+    users = tmp_path / ".out.converting-999999999-x1y2"  # named like one, without our marker: the user's (L7, L8)
+    users.mkdir()
+    (users / "notes.txt").write_text("mine")
     assert main(["--options", options_path, "--weights", weights_path, "--output", str(tmp_path / "out")]) == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == [running.name, "out"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [users.name, "out"]
+    assert (users / "notes.txt").read_text() == "mine"
 
 
 def test_script_converts_from_the_command_line(release, tmp_path, monkeypatch):
