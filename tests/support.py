@@ -100,3 +100,23 @@ def plant(entry: Path, kind: str, victim: Path) -> str:
         victim.write_text("another user's file")
     entry.symlink_to(victim)
     return "a symbolic link"
+
+
+#: ``python -c KILLED_AFTER_MOVING_ASIDE MODULE ARGS...``: run ``MODULE.main(ARGS)`` and `kill -9` the process right
+#: after it moved the earlier output aside (the first rename into a ``.NAME.old-*/content`` folder).
+KILLED_AFTER_MOVING_ASIDE = textwrap.dedent(
+    """
+    import importlib, os, signal, sys
+
+    real_rename = os.rename
+
+    def rename(source, target, *args, **kwargs):
+        real_rename(source, target, *args, **kwargs)
+        moved = os.fspath(target)
+        if os.path.basename(moved) == "content" and ".old-" in os.path.basename(os.path.dirname(moved)):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    os.rename = rename
+    sys.exit(importlib.import_module(sys.argv[1]).main(sys.argv[2:]))
+    """
+)

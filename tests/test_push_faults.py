@@ -196,3 +196,32 @@ def test_a_template_reaching_for_python_internals_is_refused_before_it_runs(mode
     message = str(exit_.value.code)
     assert "reaches outside the card's values" in message and "\n" not in message, message
     assert not witness.exists() and not (tmp_path / "repo").exists()
+
+
+# ---------------------------------------------------------------------------------------------- a killed swap (L6)
+@pytest.mark.slow
+def test_a_push_killed_in_its_swap_is_undone_by_the_next_push_even_one_that_fails_late(model_dir, tmp_path, caplog):
+    """L6: `kill -9` right after the earlier output folder was moved aside; a later push that fails late (its card
+    template) puts the earlier folder back with a line and deletes nothing."""
+    import logging
+    import subprocess
+    import sys
+
+    from support import KILLED_AFTER_MOVING_ASIDE
+
+    out = tmp_path / "repo"
+    args = [str(model_dir), "--repo-id", "me/elmo-tiny", "--dry-run", "--output-dir", str(out)]
+    assert hub.main(args) == 0
+    earlier = {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_AFTER_MOVING_ASIDE, "modeling_elmo.hub", *args], capture_output=True, text=True
+    )
+    assert killed.returncode == -9, killed.stderr
+    assert not out.exists()
+    template = tmp_path / "card.md"
+    template.write_text("---\n{{ card_data }}\n---\n# {{ model_id }}\n")  # lacks required fields: fails late
+    with caplog.at_level(logging.WARNING), pytest.raises(SystemExit, match="missing the field"):
+        hub.main([*args, "--template", str(template)])
+    assert {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file()} == earlier
+    assert f"elmo push was interrupted while replacing '{out}'" in caplog.text
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["card.md", "repo"]

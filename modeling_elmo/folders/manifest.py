@@ -40,6 +40,7 @@ __all__ = [
     "CONTENT",
     "MANIFEST",
     "TEMPORARY_MARKER",
+    "check_output_name",
     "check_replaceable",
     "file_record",
     "foreign_files",
@@ -327,6 +328,16 @@ def _recover_one(output: Path, command: str, kind: str, content: Path) -> str | 
     return line
 
 
+def check_output_name(output: str | os.PathLike, command: str) -> None:
+    """Raise `ValueError` when ``output`` (``.``, ``..``, ``/``) has no name of its own to give a new folder."""
+    if Path(output).name in ("", ".", ".."):
+        raise ValueError(
+            f"output folder {str(output)!r} names the current folder, its parent or the root, not a folder of its "
+            f"own: {command} writes a new folder beside it and then gives it the output's name. Give a folder "
+            "name (such as 'out/elmo')."
+        )
+
+
 #: The locks this process holds on output folders, by thread: a command that calls another one for the same folder
 #: (``convert_release`` -> ``convert``) holds the lock once.
 _HELD: set[tuple[str, int]] = set()
@@ -340,12 +351,7 @@ def output_lock(output: str | os.PathLike, command: str) -> Iterator[None]:
     what a killed run left beside the output is finished or undone (`recover_interrupted`). Missing parent folders
     are created for it and removed again when the block fails and leaves them empty."""
     output = Path(output)
-    if output.name in ("", ".", ".."):
-        raise ValueError(
-            f"output folder {str(output)!r} names the current folder, its parent or the root, not a folder of its "
-            f"own: {command} writes a new folder beside it and then gives it the output's name. Give a folder "
-            "name (such as 'out/elmo')."
-        )
+    check_output_name(output, command)
     lock = output.with_name(output.name + ".lock")
     key = (os.path.abspath(lock), threading.get_ident())
     if key in _HELD:

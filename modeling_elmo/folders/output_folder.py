@@ -19,7 +19,15 @@ from pathlib import Path
 from typing import TypeVar
 
 from ..utils.io_utils import is_within
-from .manifest import check_replaceable, install_folder, new_temporary, output_lock, remove_temporary, write_manifest
+from .manifest import (
+    check_output_name,
+    check_replaceable,
+    install_folder,
+    new_temporary,
+    output_lock,
+    remove_temporary,
+    write_manifest,
+)
 
 _Function = TypeVar("_Function", bound=Callable)
 
@@ -59,6 +67,7 @@ def check_output_location(output_dir: str | os.PathLike) -> Path:
     return it as a `Path`. Writes nothing (see `check_output_dir`)."""
     output_dir = Path(output_dir)
     shown = str(output_dir)
+    check_output_name(output_dir, COMMAND)
     if output_dir.is_symlink():  # replacing it would replace the link, not fill the folder it points to
         raise ValueError(f"output {shown!r} is a symbolic link; give the folder it points to, or a new name.")
     if output_dir.exists() and not output_dir.is_dir():
