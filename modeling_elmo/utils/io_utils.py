@@ -107,7 +107,8 @@ def open_regular(path: str | os.PathLike, flags: int, what: str) -> int:
     import stat
 
     try:
-        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+        # O_TRUNC would empty the file before it is checked: it is applied once the file passed (below)
+        fd = os.open(path, (flags & ~os.O_TRUNC) | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
     except OSError as error:
         if error.errno in (errno.ELOOP, errno.ENXIO):  # a link; a FIFO without a reader (write-only open)
             check_regular_or_absent(path, what)
@@ -125,6 +126,8 @@ def open_regular(path: str | os.PathLike, flags: int, what: str) -> int:
             f"{what} {str(path)!r} is a hard link to another file ({info.st_nlink} names share it); refusing to "
             "write through it (remove it if it is not yours to keep)."
         )
+    if flags & os.O_TRUNC:
+        os.ftruncate(fd, 0)
     return fd
 
 
