@@ -677,7 +677,8 @@ def render_model_card(template: str | os.PathLike, card_data: Any, context: Mapp
         raise ValueError(f"model-card template {template_path}: {error.message}.") from None
     except SecurityError as error:
         raise ValueError(
-            f"model-card template {template_path} reaches outside the card's values ({error}); a template may "
+            f"model-card template {template_path} reaches outside the card's values ({str(error).rstrip('.')}); a "
+            "template may "
             "only use the fields and Jinja's own filters."
         ) from None
     if not content.lstrip().startswith("---"):
