@@ -120,3 +120,16 @@ KILLED_AFTER_MOVING_ASIDE = textwrap.dedent(
     sys.exit(importlib.import_module(sys.argv[1]).main(sys.argv[2:]))
     """
 )
+
+
+def left_by_a_killed_run(output: Path, kind: str, command: str, *, content: bool = True, pid: int = 999_999_999):
+    """A temporary folder of ``kind`` beside ``output`` as `modeling_elmo.folders.manifest.new_temporary` makes it in
+    another run (one that was killed, with process id ``pid``); returns its payload path."""
+    import pytest
+
+    from modeling_elmo.folders import manifest
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(os, "getpid", lambda: pid)
+        patch.setattr(manifest, "_run_token", lambda: "a-killed-run")
+        return manifest.new_temporary(output, kind, command, content=content)

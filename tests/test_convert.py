@@ -545,18 +545,16 @@ def test_kill_9_during_a_conversion_leaves_a_temporary_folder_that_the_next_run_
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=60)
     (left,) = [p for p in tmp_path.iterdir() if p.name.startswith(".out.converting-")]
-    assert (left / "model.safetensors").is_file() and not out.exists()
+    assert (left / "content" / "model.safetensors").is_file() and not out.exists()
     assert main(["--options", options_path, "--weights", weights_path, "--output", str(out)]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
 def test_a_killed_conversions_temporary_folder_is_removed_by_the_next_run(release, tmp_path, monkeypatch):
-    from modeling_elmo.folders.manifest import new_temporary
+    from support import left_by_a_killed_run
 
     _, options_path, weights_path = release
-    with monkeypatch.context() as patch:  # as a process that no longer exists made it
-        patch.setattr(os, "getpid", lambda: 999_999_999)
-        killed = new_temporary(tmp_path / "out", "converting", "elmo convert")
+    killed = left_by_a_killed_run(tmp_path / "out", "converting", "elmo convert")
     (killed / "model.safetensors").write_bytes(b"\0" * 1000)
     users = tmp_path / ".out.converting-999999999-x1y2"  # named like one, without our marker: the user's (L7, L8)
     users.mkdir()

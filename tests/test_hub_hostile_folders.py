@@ -269,11 +269,9 @@ def test_a_second_push_replaces_its_own_output_and_only_a_killed_runs_marked_tem
     assert _push(model, out) == 0
     recorded = json.loads((out / MANIFEST).read_text())
     assert recorded["command"] == "elmo push" and "model.safetensors" in recorded["files"]
-    from modeling_elmo.folders.manifest import new_temporary
+    from support import left_by_a_killed_run
 
-    with pytest.MonkeyPatch.context() as patch:  # as a process that no longer exists made it
-        patch.setattr(os, "getpid", lambda: 999_999_999)
-        stale = new_temporary(out, "staging", "elmo push").parent
+    stale = left_by_a_killed_run(out, "staging", "elmo push").parent
     users = tmp_path / f".out.staging-{os.getppid()}-abc"  # named like one, without our marker: the user's
     users.mkdir()
     assert _push(model, out) == 0

@@ -16,7 +16,7 @@ import sys
 import threading
 
 import pytest
-from support import plant
+from support import left_by_a_killed_run, plant
 
 from modeling_elmo.folders import manifest as manifest_module
 from modeling_elmo.folders.manifest import (
@@ -89,10 +89,7 @@ def test_a_manifest_that_is_not_one_records_nothing(tmp_path):
 
 
 def _left_by_a_killed_run(monkeypatch, output, kind, command="elmo convert", *, content=True):
-    """A temporary folder as `new_temporary` makes it in another process (one that was killed)."""
-    with monkeypatch.context() as patch:
-        patch.setattr(os, "getpid", lambda: 999_999_999)
-        return new_temporary(output, kind, command, content=content)
+    return left_by_a_killed_run(output, kind, command, content=content)
 
 
 def _users_own_folders(tmp_path):
@@ -189,6 +186,24 @@ def test_an_earlier_output_is_kept_aside_when_the_name_holds_something_else(tmp_
         (said,) = recover_interrupted(out)
         assert f"the earlier output is kept in {str(aside)!r}; nothing was deleted" in said
     assert (aside / "model.bin").read_text() == "x" and (out / "notes.txt").read_text() == "the user's, made since"
+
+
+def test_a_killed_runs_temporaries_are_recovered_even_under_this_processs_own_id(tmp_path):
+    """In a container every run may have the same small process id: a run is told by its marker's random token."""
+    out = tmp_path / "out"
+    aside = left_by_a_killed_run(out, ASIDE, "elmo push", content=False, pid=os.getpid())
+    os.rename(_folder(tmp_path, "model.bin"), aside)
+    (said,) = recover_interrupted(out)
+    assert "elmo push was interrupted while replacing" in said and (out / "model.bin").read_text() == "x"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_a_file_put_in_place_of_the_aside_folder_is_kept_with_a_line(tmp_path):
+    out = tmp_path / "out"
+    aside = left_by_a_killed_run(out, ASIDE, "elmo convert", content=False)
+    aside.write_text("not a folder")
+    (said,) = recover_interrupted(out)
+    assert "holds something it did not put there" in said and aside.read_text() == "not a folder"
 
 
 @pytest.mark.parametrize("planted", ["aside content", "aside folder", "marker"])

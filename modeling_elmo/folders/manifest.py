@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import json
 import logging
 import os
 import re
+import secrets
 import shutil
 import stat
 import tempfile
@@ -186,6 +188,13 @@ def temporary_prefix(output: str | os.PathLike, kind: str) -> str:
     return f".{Path(output).name}.{kind}-{os.getpid()}-"
 
 
+@functools.cache
+def _run_token() -> str:
+    """A random name of this process's run, recorded in its markers: a process id can come back (a container's
+    commands often all run as the same small pid), so it alone cannot tell our own temporaries from a killed run's."""
+    return secrets.token_hex(16)
+
+
 def new_temporary(output: str | os.PathLike, kind: str, command: str, *, content: bool = True) -> Path:
     """Create a fresh temporary folder of ``kind`` beside ``output`` (`tempfile.mkdtemp`: a new unique name, private)
     holding its marker (`TEMPORARY_MARKER`: ``command``, ``kind``, the output's name, this process); return the path
@@ -195,7 +204,7 @@ def new_temporary(output: str | os.PathLike, kind: str, command: str, *, content
     is killed: a folder that merely has a name like this one is somebody else's and is never touched."""
     output = Path(output)
     folder = Path(tempfile.mkdtemp(prefix=temporary_prefix(output, kind), dir=output.absolute().parent))
-    record = {"command": command, "kind": kind, "output": output.name, "pid": os.getpid()}
+    record = {"command": command, "kind": kind, "output": output.name, "pid": os.getpid(), "run": _run_token()}
     fd = os.open(folder / TEMPORARY_MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         handle.write(json.dumps(record) + "\n")
@@ -275,7 +284,7 @@ def recover_interrupted(output: str | os.PathLike) -> list[str]:
         if record is None:
             _remove_if_empty_temporary(folder, output)
             continue
-        if record["pid"] == os.getpid():
+        if record.get("run") == _run_token():  # this run's own, at work
             continue
         try:
             line = _recover_one(output, record["command"], record["kind"], folder / CONTENT)
@@ -306,6 +315,11 @@ def _recover_one(output: Path, command: str, kind: str, content: Path) -> str | 
     shown = str(output)
     aside = kind == ASIDE and content.is_dir() and not content.is_symlink()
     line = None
+    if kind == ASIDE and os.path.lexists(content) and not aside:  # we only ever move a folder aside
+        return (
+            f"{str(content.parent)!r}, a temporary folder of an interrupted {command} run, holds something it did not "
+            f"put there ({str(content)!r} is not a folder); nothing was deleted. Move it away."
+        )
     if aside and not os.path.lexists(output):
         os.rename(content, output)
         line = (
