@@ -283,6 +283,29 @@ class SecondRunWhileEmbedding(FakeEmbedder):
         return super().embed_batch(sentences)
 
 
+def test_a_run_finding_its_output_locked_by_another_command_names_that_command(tmp_path):
+    import threading
+
+    from modeling_elmo.folders.manifest import output_lock
+
+    held, release = threading.Event(), threading.Event()
+
+    def push_holds_the_name():
+        with output_lock(tmp_path / "out.h5", "elmo push"):
+            held.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=push_holds_the_name)
+    thread.start()
+    try:
+        assert held.wait(30)
+        with pytest.raises(ValueError, match=r"^another elmo push run is writing '.*out\.h5'"):
+            run(tmp_path)
+    finally:
+        release.set()
+        thread.join(30)
+
+
 def test_second_run_on_the_same_output_fails_at_once_and_the_first_completes(tmp_path):
     _, reference = run(tmp_path, name="ref.h5", chunk_size=4)
     second = FakeEmbedder()

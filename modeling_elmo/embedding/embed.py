@@ -258,9 +258,10 @@ def _output_lock(output: Path) -> contextlib.AbstractContextManager[None]:
     path = _lock_path(output)
     return exclusive_lock(
         path,
-        busy=f"another elmo embed run is writing {str(output)!r} (it holds {str(path)!r}); "
+        busy=f"another {{holder}} run is writing {str(output)!r} (it holds {str(path)!r}); "
         "wait for it to end, or choose another output.",
         unwritable=f"cannot write next to the output {str(output)!r}",
+        holder="elmo embed",
     )
 
 
