@@ -225,3 +225,13 @@ def test_a_push_killed_in_its_swap_is_undone_by_the_next_push_even_one_that_fail
     assert {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file()} == earlier
     assert f"elmo push was interrupted while replacing '{out}'" in caplog.text
     assert sorted(p.name for p in tmp_path.iterdir()) == ["card.md", "repo"]
+
+
+@pytest.mark.parametrize("output", [".", "/"])
+def test_an_output_dir_of_the_current_folder_or_the_root_is_refused_in_words(model_dir, tmp_path, monkeypatch, output):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        hub.main([str(model_dir), "--repo-id", "me/x", "--dry-run", "--output-dir", output])
+    message = str(exit_.value.code)
+    assert message.startswith(f"elmo push: error: output folder {output!r} names the current folder"), message
+    assert list(tmp_path.iterdir()) == []

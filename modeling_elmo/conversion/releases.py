@@ -430,6 +430,7 @@ def _fetch_locked(
         if force_download:  # the cached file stays until the new one replaces it
             discard_part(part_path(destination))
         elif check_regular_or_absent(destination, "the cached file"):
+            check_folder()  # a file found through a folder swapped meanwhile is not the cache's
             try:
                 check_file(release, role, destination, f"the cache ({destination})")
             except DownloadError as error:
