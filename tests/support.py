@@ -100,3 +100,36 @@ def plant(entry: Path, kind: str, victim: Path) -> str:
         victim.write_text("another user's file")
     entry.symlink_to(victim)
     return "a symbolic link"
+
+
+#: ``python -c KILLED_AFTER_MOVING_ASIDE MODULE ARGS...``: run ``MODULE.main(ARGS)`` and `kill -9` the process right
+#: after it moved the earlier output aside (the first rename into a ``.NAME.old-*/content`` folder).
+KILLED_AFTER_MOVING_ASIDE = textwrap.dedent(
+    """
+    import importlib, os, signal, sys
+
+    real_rename = os.rename
+
+    def rename(source, target, *args, **kwargs):
+        real_rename(source, target, *args, **kwargs)
+        moved = os.fspath(target)
+        if os.path.basename(moved) == "content" and ".old-" in os.path.basename(os.path.dirname(moved)):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    os.rename = rename
+    sys.exit(importlib.import_module(sys.argv[1]).main(sys.argv[2:]))
+    """
+)
+
+
+def left_by_a_killed_run(output: Path, kind: str, command: str, *, content: bool = True, pid: int = 999_999_999):
+    """A temporary folder of ``kind`` beside ``output`` as `modeling_elmo.folders.manifest.new_temporary` makes it in
+    another run (one that was killed, with process id ``pid``); returns its payload path."""
+    import pytest
+
+    from modeling_elmo.folders import manifest
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(os, "getpid", lambda: pid)
+        patch.setattr(manifest, "_run_token", lambda: "a-killed-run")
+        return manifest.new_temporary(output, kind, command, content=content)

@@ -545,20 +545,71 @@ def test_kill_9_during_a_conversion_leaves_a_temporary_folder_that_the_next_run_
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=60)
     (left,) = [p for p in tmp_path.iterdir() if p.name.startswith(".out.converting-")]
-    assert (left / "model.safetensors").is_file() and not out.exists()
+    assert (left / "content" / "model.safetensors").is_file() and not out.exists()
     assert main(["--options", options_path, "--weights", weights_path, "--output", str(out)]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
-def test_a_killed_conversions_temporary_folder_is_removed_by_the_next_run(release, tmp_path):
+def test_a_killed_conversions_temporary_folder_is_removed_by_the_next_run(release, tmp_path, monkeypatch):
+    from support import left_by_a_killed_run
+
     _, options_path, weights_path = release
-    killed = tmp_path / ".out.converting-999999999-x1y2"  # its process no longer exists
-    (killed / "model.safetensors").parent.mkdir()
+    killed = left_by_a_killed_run(tmp_path / "out", "converting", "elmo convert")
     (killed / "model.safetensors").write_bytes(b"\0" * 1000)
-    running = tmp_path / f".out.converting-{os.getppid()}-x1y2"  # another run at work: left alone
-    running.mkdir()
+    users = tmp_path / ".out.converting-999999999-x1y2"  # named like one, without our marker: the user's (L7, L8)
+    users.mkdir()
+    (users / "notes.txt").write_text("mine")
     assert main(["--options", options_path, "--weights", weights_path, "--output", str(tmp_path / "out")]) == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == [running.name, "out"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [users.name, "out"]
+    assert (users / "notes.txt").read_text() == "mine"
+
+
+@pytest.mark.slow
+def test_a_conversion_killed_after_moving_the_earlier_output_aside_is_undone_by_the_next_run(release, tmp_path, caplog):
+    """L4, L5: `kill -9` right after the earlier output was moved aside; the next run (one that fails, then one
+    without --overwrite) puts it back with a line and never deletes it; the user's look-alike folders survive."""
+    import logging
+    import subprocess
+
+    from support import KILLED_AFTER_MOVING_ASIDE
+
+    _, options_path, weights_path = release
+    out = tmp_path / "out" / "kc"
+    args = ["--options", options_path, "--weights", weights_path, "--output", str(out)]
+    assert main(args) == 0
+    earlier = {p.name: p.read_bytes() for p in out.iterdir()}
+    users = tmp_path / "out" / ".kc.old-2023-12-31"
+    users.mkdir()
+    (users / "notes.txt").write_text("mine")
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_AFTER_MOVING_ASIDE, "modeling_elmo.conversion.convert", *args, "--overwrite"],
+        capture_output=True,
+        text=True,
+    )
+    assert killed.returncode == -9, killed.stderr
+    assert not out.exists()  # the earlier output is in a temporary folder now
+    broken = tmp_path / "broken_options.json"
+    broken.write_text("{")
+    with caplog.at_level(logging.WARNING), pytest.raises(SystemExit, match="elmo convert: error: "):
+        main(["--options", str(broken), "--weights", weights_path, "--output", str(out), "--overwrite"])
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == earlier
+    assert f"elmo convert was interrupted while replacing '{out}'" in caplog.text and "back in place" in caplog.text
+    with pytest.raises(SystemExit, match="exists and is not empty"):
+        main(args)  # without --overwrite: the earlier conversion is there, and stays
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == earlier
+    assert sorted(p.name for p in out.parent.iterdir()) == [".kc.old-2023-12-31", "kc"]
+    assert (users / "notes.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("output", [".", "/"])
+def test_an_output_of_the_current_folder_or_the_root_is_refused_in_words(release, tmp_path, monkeypatch, output):
+    _, options_path, weights_path = release
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        main(["--options", options_path, "--weights", weights_path, "--output", output])
+    message = str(exit_.value.code)
+    assert message.startswith(f"elmo convert: error: output folder {output!r} names the current folder"), message
+    assert "empty name" not in message
 
 
 def test_script_converts_from_the_command_line(release, tmp_path, monkeypatch):

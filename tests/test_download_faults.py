@@ -427,3 +427,82 @@ def test_a_file_put_into_the_output_during_the_download_is_kept_and_the_conversi
     )
     assert [p.name for p in out.iterdir()] == ["notes.txt"] and (out / "notes.txt").read_text() == "mine"
     assert sorted(p.name for p in out.parent.iterdir()) == ["new"], "no temporary folder or lock left"
+
+
+# ----------------------------------------------------------------------------------------- swapped folders, hard links
+def test_a_cache_folder_swapped_for_a_link_while_the_server_delays_is_refused_and_nothing_lands_outside(
+    server, served, release, tmp_path
+):
+    """X8: the folder is pinned when the lock is taken and checked again before every write."""
+    folder = _cache(tmp_path, release)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    server.trickle_head[served["options"]] = (0.01, 0)  # the answer takes a while to come
+
+    def swap_once_asked():
+        deadline = time.monotonic() + 60
+        while not server.requests and time.monotonic() < deadline:
+            time.sleep(0.005)
+        folder.rename(folder.with_name("moved"))
+        folder.symlink_to(outside, target_is_directory=True)
+
+    swapper = threading.Thread(target=swap_once_asked)
+    swapper.start()
+    try:
+        with pytest.raises(ValueError, match=r"the release cache folder '.*' was replaced \(by a link or another"):
+            fetch_release(release, tmp_path / "cache", base_url=server.url, progress=False)
+    finally:
+        swapper.join(60)
+    assert folder.is_symlink() and list(outside.iterdir()) == []
+
+
+@pytest.mark.parametrize("server_resumes", [True, False], ids=["server honours Range", "server ignores Range"])
+def test_a_part_that_is_a_hard_link_to_another_file_never_changes_that_file(
+    server, served, release, tmp_path, synthetic_files, server_resumes
+):
+    """X9, X10: the `.part` name is reused to resume, so a hard link there is refused where it would be written; a
+    download that starts over writes a new file under the name."""
+    server.ignore_range = not server_resumes
+    folder = _cache(tmp_path, release)
+    folder.mkdir(parents=True)
+    victim = tmp_path / "other-user" / "notes.txt"
+    victim.parent.mkdir()
+    victim.write_bytes(synthetic_files[1][:40])  # looks like the start of the file
+    part = folder / (release.filename("options") + ".part")
+    os.link(victim, part)
+    record = {"url": release.url("options", server.url), "etag": server.etag(synthetic_files[1])}
+    record["last_modified"] = "Wed, 01 Feb 2018 00:00:00 GMT"
+    (folder / (part.name + ".json")).write_text(json.dumps(record))
+    if server_resumes:
+        with pytest.raises(ValueError) as raised:
+            fetch_release(release, tmp_path / "cache", base_url=server.url, progress=False)
+        assert str(raised.value) == (
+            f"the partial download {str(part)!r} is a hard link to another file (2 names share it); refusing to "
+            "write through it (remove it if it is not yours to keep)."
+        )
+    else:
+        fetched = fetch_release(release, tmp_path / "cache", base_url=server.url, progress=False)
+        assert fetched.paths["options"].read_bytes() == synthetic_files[1]
+    assert victim.read_bytes() == synthetic_files[1][:40] and os.stat(victim).st_nlink == (2 if server_resumes else 1)
+
+
+def test_a_lock_held_by_another_process_is_waited_for_with_a_line_naming_it_and_then_given_up(
+    server, served, release, tmp_path, monkeypatch, caplog
+):
+    """A shared `flock` held on the cache's lock (another user's process): a line says who holds it, and the wait
+    ends with one line after `LOCK_WAIT_SECONDS`."""
+    import fcntl
+
+    folder = _cache(tmp_path, release)
+    folder.mkdir(parents=True)
+    lock = folder.with_name(f".{folder.name}.lock")
+    monkeypatch.setattr(download, "LOCK_WAIT_SECONDS", 1.0)
+    with open(lock, "w") as other:
+        fcntl.flock(other.fileno(), fcntl.LOCK_SH)
+        with caplog.at_level(logging.WARNING), pytest.raises(DownloadError) as raised:
+            fetch_release(release, tmp_path / "cache", base_url=server.url, progress=False)
+    holder = f"process {os.getpid()} of user "
+    assert f"waiting for {holder}" in caplog.text and "(shared lock)" in caplog.text
+    assert str(raised.value).startswith(f"gave up after 1 s waiting for {holder}")
+    assert f"which holds {lock}, the lock of the release cache {folder}" in str(raised.value)
+    assert server.requests == []

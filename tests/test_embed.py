@@ -18,7 +18,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from support import assert_same_numbers
+from support import assert_same_numbers, plant
 
 from modeling_elmo.embedding import embed as embed_mod
 from modeling_elmo.embedding.embed import count_lines, embed_file
@@ -283,6 +283,29 @@ class SecondRunWhileEmbedding(FakeEmbedder):
         return super().embed_batch(sentences)
 
 
+def test_a_run_finding_its_output_locked_by_another_command_names_that_command(tmp_path):
+    import threading
+
+    from modeling_elmo.folders.manifest import output_lock
+
+    held, release = threading.Event(), threading.Event()
+
+    def push_holds_the_name():
+        with output_lock(tmp_path / "out.h5", "elmo push"):
+            held.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=push_holds_the_name)
+    thread.start()
+    try:
+        assert held.wait(30)
+        with pytest.raises(ValueError, match=r"^another elmo push run is writing '.*out\.h5'"):
+            run(tmp_path)
+    finally:
+        release.set()
+        thread.join(30)
+
+
 def test_second_run_on_the_same_output_fails_at_once_and_the_first_completes(tmp_path):
     _, reference = run(tmp_path, name="ref.h5", chunk_size=4)
     second = FakeEmbedder()
@@ -354,8 +377,8 @@ def test_run_of_two_processes_can_be_finished_by_one(tmp_path):
 
 
 def test_run_killed_while_merging_is_finished_by_resume(tmp_path, monkeypatch):
-    def killed_merge(*args, **kwargs):
-        (tmp_path / "out.h5.merging").write_bytes(b"half a file")
+    def killed_merge(partial, *args, **kwargs):
+        (partial / "out.h5.k1ll3d_x.tmp").write_bytes(b"half a file")  # what `kill -9` leaves of the merged file
         raise KeyboardInterrupt("simulated kill")
 
     with monkeypatch.context() as patch:
@@ -367,7 +390,28 @@ def test_run_killed_while_merging_is_finished_by_resume(tmp_path, monkeypatch):
     report = run(tmp_path, chunk_size=4, embedder=fake, resume=True)[0]
     assert fake.batches == [] and report.resumed_lines == len(SENTENCES)
     assert len(read_h5(tmp_path / "out.h5")) == len(SENTENCES) + 1
-    assert not (tmp_path / "out.h5.merging").exists()
+    assert not (tmp_path / "out.h5.partial").exists()
+
+
+@pytest.mark.parametrize("planted", ["link to a file outside", "dangling link", "hard link"])
+def test_a_planted_merging_or_chunk_name_is_never_written_through(tmp_path, planted):
+    """X6, X7, X11: ``OUTPUT.merging`` (the name an earlier version merged into) planted as a link or a hard link to
+    another file: the file is untouched and nothing is created outside (every temporary has a fresh unique name)."""
+    outside = tmp_path / "elsewhere" / "victim.txt"
+    outside.parent.mkdir()
+    merging = tmp_path / "out.h5.merging"
+    if planted == "hard link":
+        outside.write_text("another user's file")
+        os.link(outside, merging)
+    else:
+        plant(merging, planted, outside)
+    before = sorted(p.name for p in outside.parent.iterdir())
+    report, out = run(tmp_path, chunk_size=4)
+    assert len(read_h5(out)) == len(SENTENCES) + 1
+    assert sorted(p.name for p in outside.parent.iterdir()) == before
+    if before:
+        assert outside.read_text() == "another user's file"
+    assert os.path.lexists(tmp_path / "out.h5.merging")  # not ours to delete
 
 
 def test_resume_without_interrupted_run_starts_afresh(tmp_path):

@@ -153,9 +153,9 @@ def disk_of(monkeypatch):
     """``disk_of(n)``: from now on, HDF5 files that `elmo embed` writes fail once ``n`` bytes are written."""
     init = embed_mod._GuardedFile.__init__
 
-    def limited(self, path):
-        init(self, path)
-        self.handle = _FullDisk(self.handle, path)
+    def limited(self, destination, scratch):
+        init(self, destination, scratch)
+        self.handle = _FullDisk(self.handle, destination)
 
     def set_budget(nbytes: int) -> None:
         _FullDisk.budget = nbytes
@@ -171,7 +171,7 @@ def test_a_full_disk_while_writing_a_chunk_keeps_the_finished_chunks_and_resume_
     write_lines(reference / "in.txt", LINES)
     disk_of(10**12)
     _embed(reference, FakeEmbedder())
-    sizes = [_FullDisk.written[f"chunk-{k:08d}.h5.tmp"] for k in range(3)]
+    sizes = [_FullDisk.written[f"chunk-{k:08d}.h5"] for k in range(3)]
     disk_of(sizes[0] + sizes[1] + sizes[2] // 2)  # room for two chunks and half of the third
     with pytest.raises(OSError) as raised:
         _embed(tmp_path, FakeEmbedder())
@@ -201,7 +201,7 @@ def test_a_full_disk_while_merging_keeps_every_chunk(tmp_path, disk_of, monkeypa
         return real_merge(*args, **kwargs)
 
     monkeypatch.setattr(embed_mod, "merge_chunks", merge_on_a_full_disk)
-    with pytest.raises(OSError, match=r"merging the chunks into '.*out\.h5\.merging' failed: No space left"):
+    with pytest.raises(OSError, match=r"merging the chunks into '.*out\.h5' failed: No space left"):
         _embed(tmp_path, FakeEmbedder())
     assert len(list((tmp_path / "out.h5.partial").glob("chunk-*.h5"))) == 4
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "out.h5.partial"]

@@ -264,18 +264,19 @@ def test_an_output_folder_holding_another_saved_model_is_refused_and_kept(model,
     assert (other / "model.safetensors").read_bytes() == before
 
 
-def test_a_second_push_replaces_its_own_output_and_a_killed_runs_temporaries_are_removed(model, tmp_path):
+def test_a_second_push_replaces_its_own_output_and_only_a_killed_runs_marked_temporaries_are_removed(model, tmp_path):
     out = tmp_path / "out"
     assert _push(model, out) == 0
     recorded = json.loads((out / MANIFEST).read_text())
     assert recorded["command"] == "elmo push" and "model.safetensors" in recorded["files"]
-    stale = tmp_path / ".out.staging-999999999-abc"  # of a process that no longer exists
-    live = tmp_path / f".out.staging-{os.getppid()}-abc"  # of a process that runs
-    stale.mkdir()
-    live.mkdir()
+    from support import left_by_a_killed_run
+
+    stale = left_by_a_killed_run(out, "staging", "elmo push").parent
+    users = tmp_path / f".out.staging-{os.getppid()}-abc"  # named like one, without our marker: the user's
+    users.mkdir()
     assert _push(model, out) == 0
-    assert not stale.exists() and live.exists()
-    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".out.")) == [live.name]
+    assert not stale.exists() and users.exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".out.")) == [users.name]
     (out / "notes.txt").write_text("mine")
     with pytest.raises(SystemExit, match="elmo push did not write 'notes.txt'"):
         _push(model, out)

@@ -59,3 +59,29 @@ def test_command_error_is_one_line_naming_the_command_with_exit_status_1():
     with pytest.raises(SystemExit) as excinfo:
         raise io_utils.command_error("convert", ValueError("options file 'o.json'\ndoes not exist."))
     assert excinfo.value.code == "elmo convert: error: options file 'o.json' does not exist."
+
+
+def test_a_file_with_a_second_hard_link_is_read_but_never_written_through(tmp_path):
+    import os
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("another user's file")
+    planted = tmp_path / "download.part"
+    os.link(victim, planted)
+    os.close(io_utils.open_regular(planted, os.O_RDONLY, "the partial download"))  # reading changes nothing
+    for flags in (os.O_WRONLY | os.O_APPEND, os.O_RDWR | os.O_CREAT, os.O_WRONLY | os.O_TRUNC):
+        with pytest.raises(ValueError, match=r"is a hard link to another file \(2 names share it\); refusing"):
+            io_utils.open_regular(planted, flags, "the partial download")
+    assert victim.read_text() == "another user's file"
+
+
+def test_a_lock_file_that_is_a_hard_link_is_refused_and_the_file_it_shares_is_unchanged(tmp_path):
+    import os
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("another user's file")
+    os.link(victim, tmp_path / "out.lock")
+    with pytest.raises(ValueError, match="is a hard link to another file"):
+        with io_utils.exclusive_lock(tmp_path / "out.lock", "busy", holder="elmo convert"):
+            pytest.fail("the lock was taken")
+    assert victim.read_text() == "another user's file"

@@ -126,3 +126,52 @@ def test_a_plan_without_a_starting_model_fixes_no_vocabulary_and_cannot_be_chang
     assert plan.folder_mode == "new" and plan.run.root == tmp_path / "run"
     with pytest.raises(AttributeError):  # frozen: nothing later changes what was planned
         plan.files = {}
+
+
+def _starting_model_with(tmp_path, **config_changes) -> Path:
+    import json
+
+    vocab = Vocabulary(WORDS)
+    model = tmp_path / "start"
+    config = ElmoConfig(
+        vocab_size=len(vocab),
+        projection_dim=8,
+        cell_size=16,
+        char_embedding_dim=4,
+        char_cnn_filters=[[1, 4], [2, 8]],
+        num_highway_layers=1,
+    )
+    ElmoForBidirectionalLM(config).save_pretrained(model)
+    vocab.save(model / "vocab.txt")
+    saved = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**saved, **config_changes}))
+    return model
+
+
+@pytest.mark.parametrize(
+    "impl", ["attacker/helpers--evil_mod.EvilPipe", "../../evil_mod.X", "evil_mod.Y", "modeling_elmo.NoSuchPipeline"]
+)
+def test_a_starting_model_whose_custom_pipeline_names_foreign_code_is_refused_in_one_line(tmp_path, impl):
+    """X5: `--init-from-model` never carries another folder's code references into the user's new model."""
+    pipelines = {"text-classification": {"impl": impl, "pt": ["AutoModel"], "type": "text"}}
+    model = _starting_model_with(tmp_path, custom_pipelines=pipelines)
+    train = _write_lines(tmp_path / "train.txt", 12)
+    with pytest.raises(ValueError) as raised:
+        plan_run(_args(tmp_path, "--train-file", str(train), "--init-from-model", str(model)))
+    message = str(raised.value)
+    assert message.startswith(f"--init-from-model {str(model)!r}: its config.json custom_pipelines entry")
+    assert repr(impl) in message and "refusing to start a model from it" in message
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_starting_models_own_pipeline_and_auto_map_are_not_carried_into_the_new_model(tmp_path):
+    from modeling_elmo.pipeline_elmo import CUSTOM_PIPELINES
+
+    foreign_auto_map = {"AutoModel": "attacker/repo--evil.Model"}
+    model = _starting_model_with(tmp_path, custom_pipelines=CUSTOM_PIPELINES, auto_map=foreign_auto_map)
+    train = _write_lines(tmp_path / "train.txt", 12)
+    plan = plan_run(_args(tmp_path, "--train-file", str(train), "--init-from-model", str(model)))
+    assert "custom_pipelines" not in plan.model_config and "auto_map" not in plan.model_config
+    from modeling_elmo import AUTO_MAP
+
+    assert ElmoConfig(**plan.model_config).auto_map == AUTO_MAP

@@ -96,3 +96,142 @@ def test_return_dict_false_in_config_json_is_published_as_true_with_a_warning(mo
         )
     assert json.loads((tmp_path / "repo" / "config.json").read_text()).get("return_dict", True) is True
     assert any("sets return_dict False: published as true" in r.getMessage() for r in caplog.records)
+
+
+# ---------------------------------------------------------------------------------------------- hostile folders (X4)
+def _hostile_copy(model_dir, tmp_path, **config_changes):
+    import json
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(model_dir, model)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, **config_changes}))
+    return model
+
+
+FOREIGN_PIPELINES = {
+    "another repository": "attacker/helpers--evil_mod.EvilPipe",
+    "a path out of the folder": "../../evil_mod.X",
+    "a module the model does not ship": "evil_mod.Y",
+}
+
+
+@pytest.mark.parametrize("where", sorted(FOREIGN_PIPELINES))
+def test_a_custom_pipeline_naming_foreign_code_is_refused_in_one_line_and_nothing_written(model_dir, tmp_path, where):
+    """X4: ``custom_pipelines`` is guarded like ``auto_map``: only a class of the model's own code files."""
+    impl = FOREIGN_PIPELINES[where]
+    pipelines = {"text-classification": {"impl": impl, "pt": ["AutoModelForSequenceClassification"], "type": "text"}}
+    model = _hostile_copy(model_dir, tmp_path, custom_pipelines=pipelines)
+    with pytest.raises(SystemExit) as exit_:
+        hub.main([str(model), "--repo-id", "me/elmo-tiny", "--dry-run", "--output-dir", str(tmp_path / "repo")])
+    message = str(exit_.value.code)
+    entry = "custom_pipelines entry 'text-classification'"
+    assert message.startswith(f"elmo push: error: {model / 'config.json'}: {entry}"), message
+    assert repr(impl) in message and "refusing to publish it" in message and "\n" not in message, message
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+def test_a_custom_pipeline_with_a_default_model_to_download_is_refused(model_dir, tmp_path):
+    pipelines = {
+        "token-classification": {
+            "impl": "pipeline_elmo.ElmoTokenClassificationPipeline",
+            "pt": ["AutoModelForTokenClassification"],
+            "default": {"model": {"pt": ["attacker/model", "main"]}},
+        }
+    }
+    model = _hostile_copy(model_dir, tmp_path, custom_pipelines=pipelines)
+    with pytest.raises(SystemExit, match="has key\\(s\\) 'default', which no model may carry"):
+        hub.main([str(model), "--repo-id", "me/elmo-tiny", "--dry-run", "--output-dir", str(tmp_path / "repo")])
+
+
+def test_the_packages_own_custom_pipeline_is_published(model_dir, tmp_path):
+    import json
+
+    from modeling_elmo.pipeline_elmo import CUSTOM_PIPELINES
+
+    model = _hostile_copy(model_dir, tmp_path, custom_pipelines=CUSTOM_PIPELINES)
+    hub.main([str(model), "--repo-id", "me/elmo-tiny", "--dry-run", "--output-dir", str(tmp_path / "repo")])
+    assert json.loads((tmp_path / "repo" / "config.json").read_text())["custom_pipelines"] == CUSTOM_PIPELINES
+
+
+# ---------------------------------------------------------------------------------------------- secrets, templates
+SECRETS = {
+    "an AWS access key id": "AKIA" + "QWERTYUIOPASDFGH",
+    "a GitHub token": "ghp_" + "a1B2" * 9,
+    "a GitHub fine-grained token": "github_pat_" + "11ABCDEFG0" * 3,
+}
+
+
+@pytest.mark.parametrize("kind", sorted(SECRETS))
+@pytest.mark.parametrize("where", ["id2label", "vocab.txt"])
+def test_an_aws_or_github_credential_in_a_published_file_is_refused(model_dir, tmp_path, kind, where):
+    secret = SECRETS[kind]
+    if where == "id2label":
+        model = _hostile_copy(model_dir, tmp_path, id2label={"0": secret, "1": "O"}, label2id={secret: 0, "O": 1})
+    else:
+        model = _hostile_copy(model_dir, tmp_path)
+        vocab = (model / "vocab.txt").read_text().splitlines()
+        (model / "vocab.txt").write_text("\n".join([*vocab[:-1], secret]) + "\n")
+    with pytest.raises(SystemExit) as exit_:
+        hub.main([str(model), "--repo-id", "me/elmo-tiny", "--dry-run", "--output-dir", str(tmp_path / "repo")])
+    message = str(exit_.value.code)
+    assert f"contains what looks like {kind}" in message and secret not in message, message
+    assert not (tmp_path / "repo").exists()
+
+
+def test_a_template_reaching_for_python_internals_is_refused_before_it_runs(model_dir, tmp_path):
+    """X12: the template is rendered in Jinja's immutable sandbox; the command it tries to run never runs."""
+    witness = tmp_path / "ran"
+    template = tmp_path / "card.md"
+    template.write_text(
+        "---\n{{ card_data }}\n---\n# {{ model_id }}\n{{ evaluation_section }}\n{{ training_section }}\n"
+        "{{ self.__init__.__globals__.__builtins__.__import__('os').system('touch " + str(witness) + "') }}\n"
+    )
+    with pytest.raises(SystemExit) as exit_:
+        hub.main(
+            [str(model_dir), "--repo-id", "me/x", "--dry-run", "--output-dir", str(tmp_path / "repo")]
+            + ["--template", str(template)]
+        )
+    message = str(exit_.value.code)
+    assert "reaches outside the card's values" in message and "\n" not in message, message
+    assert not witness.exists() and not (tmp_path / "repo").exists()
+
+
+# ---------------------------------------------------------------------------------------------- a killed swap (L6)
+@pytest.mark.slow
+def test_a_push_killed_in_its_swap_is_undone_by_the_next_push_even_one_that_fails_late(model_dir, tmp_path, caplog):
+    """L6: `kill -9` right after the earlier output folder was moved aside; a later push that fails late (its card
+    template) puts the earlier folder back with a line and deletes nothing."""
+    import logging
+    import subprocess
+    import sys
+
+    from support import KILLED_AFTER_MOVING_ASIDE
+
+    out = tmp_path / "repo"
+    args = [str(model_dir), "--repo-id", "me/elmo-tiny", "--dry-run", "--output-dir", str(out)]
+    assert hub.main(args) == 0
+    earlier = {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_AFTER_MOVING_ASIDE, "modeling_elmo.hub", *args], capture_output=True, text=True
+    )
+    assert killed.returncode == -9, killed.stderr
+    assert not out.exists()
+    template = tmp_path / "card.md"
+    template.write_text("---\n{{ card_data }}\n---\n# {{ model_id }}\n")  # lacks required fields: fails late
+    with caplog.at_level(logging.WARNING), pytest.raises(SystemExit, match="missing the field"):
+        hub.main([*args, "--template", str(template)])
+    assert {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file()} == earlier
+    assert f"elmo push was interrupted while replacing '{out}'" in caplog.text
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["card.md", "repo"]
+
+
+@pytest.mark.parametrize("output", [".", "/"])
+def test_an_output_dir_of_the_current_folder_or_the_root_is_refused_in_words(model_dir, tmp_path, monkeypatch, output):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        hub.main([str(model_dir), "--repo-id", "me/x", "--dry-run", "--output-dir", output])
+    message = str(exit_.value.code)
+    assert message.startswith(f"elmo push: error: output folder {output!r} names the current folder"), message
+    assert list(tmp_path.iterdir()) == []

@@ -59,8 +59,7 @@ import torch
 from safetensors import SafetensorError
 
 from ..configuration_elmo import ElmoConfig
-from ..folders.manifest import remove_stale_temporaries
-from ..folders.output_folder import TEMPORARY_KINDS, check_atol, check_output_dir, locks_output, write_folder_atomically
+from ..folders.output_folder import check_atol, check_output_dir, locks_output, write_folder_atomically
 from ..hub.card import CardInputs, write_model_card
 from ..utils import io_utils
 from .download import DEFAULT_ATTEMPTS, DownloadError
@@ -173,7 +172,6 @@ def convert(
 
     check_atol(atol)
     output_dir = check_output_dir(output_dir, overwrite, inputs=(options_path, weights_path))
-    remove_stale_temporaries(output_dir, TEMPORARY_KINDS)  # left by a run that was killed
     # 1. Options -> config.
     options = read_options(options_path)
     config = convert_config(options)

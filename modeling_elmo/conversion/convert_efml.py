@@ -43,9 +43,7 @@ import numpy as np
 import torch
 
 from ..configuration_elmo import SPECIAL_WORDS, ElmoConfig
-from ..folders.manifest import remove_stale_temporaries
 from ..folders.output_folder import (
-    TEMPORARY_KINDS,
     check_atol,
     check_output_dir,
     locks_output,
@@ -364,7 +362,6 @@ def convert_efml(
 
     check_atol(atol)
     output_dir = check_output_dir(output_dir, overwrite, inputs=(source, architecture) if architecture else (source,))
-    remove_stale_temporaries(output_dir, TEMPORARY_KINDS)  # left by a run that was killed
     source = Path(source)
     if not source.exists():
         raise ValueError(f"{str(source)!r} does not exist.")

@@ -77,31 +77,122 @@ def part_path(path: str | os.PathLike) -> Path:
     return path.with_name(path.name + ".part")
 
 
+#: How long a download waits for another process holding the release cache's lock before it gives up with a line.
+LOCK_WAIT_SECONDS = 1800.0
+
+
+def _lock_holders(fd: int) -> str:
+    """Who holds a lock on the file open as ``fd``, as Linux's ``/proc/locks`` tells: ``process 123 (user bob)``,
+    joined by commas; empty where that cannot be read."""
+    import pwd
+
+    info = os.fstat(fd)
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as handle:
+            lines = handle.read(1 << 20).splitlines()
+    except OSError:
+        return ""
+    found = []
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 6 or "->" in fields:  # a process waiting for the lock, not holding it
+            continue
+        pid, where = fields[4], fields[5].split(":")
+        try:
+            same = (int(where[0], 16), int(where[1], 16), int(where[2])) == (
+                os.major(info.st_dev),
+                os.minor(info.st_dev),
+                info.st_ino,
+            )
+        except (IndexError, ValueError):
+            continue
+        if not same:
+            continue
+        kind = "shared" if fields[3] == "READ" else "exclusive"
+        try:
+            user = pwd.getpwuid(os.stat(f"/proc/{pid}").st_uid).pw_name
+        except (OSError, KeyError):
+            user = "unknown"
+        found.append(f"process {pid} of user {user} ({kind} lock)")
+    return ", ".join(dict.fromkeys(found))
+
+
 @contextlib.contextmanager
-def cache_lock(folder: Path) -> Iterator[None]:
+def cache_lock(folder: Path) -> Iterator[Callable[[], None]]:
     """Hold an exclusive `fcntl.flock` on ``.<release>.lock`` beside the release's cache folder (the file stays; a
-    lock dies with its process).
+    lock dies with its process); yield a check that the folder is still the one the lock was taken for.
 
     A second download of the same release into the same cache waits for the first one and then finds its files
-    complete in the cache, instead of writing the same ``.part`` at the same time.
+    complete in the cache, instead of writing the same ``.part`` at the same time. While it waits it says for whom
+    (the process and user holding the lock, where the system tells), and after `LOCK_WAIT_SECONDS` it gives up with
+    a `DownloadError` naming them: a lock held by another user's process (shared or not) never blocks for ever.
+
+    The cache folder is opened once here (without following a link): the check raises `ValueError` when the path
+    no longer leads to that folder (swapped for a link or another folder while a server delayed its answer), and the
+    downloads call it before each write, so nothing lands in a folder someone put in its place.
     """
     import fcntl
+
+    try:
+        folder_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as error:
+        raise ValueError(
+            f"the release cache folder {str(folder)!r} is not a folder of its own ({error.strerror or error}); "
+            "refusing to download through it (remove it, or give another --cache-dir)."
+        ) from None
+    identity = os.fstat(folder_fd)
+
+    def check_folder() -> None:
+        try:
+            current = os.lstat(folder)
+        except OSError:
+            current = None
+        if current is None or not os.path.samestat(current, identity):
+            raise ValueError(
+                f"the release cache folder {str(folder)!r} was replaced (by a link or another folder) while the "
+                "download ran; nothing more is written there. Check who can write its parent folder, and run again."
+            )
 
     path = folder.with_name(f".{folder.name}.lock")
     try:
         handle = os.fdopen(open_regular(path, os.O_RDWR | os.O_CREAT, "the cache's lock file"), "rb")
     except OSError as error:
+        os.close(folder_fd)
         raise DownloadError(f"cannot write in the release cache folder {folder}: {error.strerror or error}.") from None
+    except ValueError:
+        os.close(folder_fd)
+        raise
     with handle:
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            logger.warning("another process is downloading into %s; waiting for it to finish", folder)
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+            holders = _lock_holders(handle.fileno()) or "another process"
+            logger.warning(
+                "waiting for %s, which holds %s, the lock of the release cache %s (giving up after %.0f s)",
+                holders,
+                path,
+                folder,
+                LOCK_WAIT_SECONDS,
+            )
+            deadline = time.monotonic() + LOCK_WAIT_SECONDS
+            while True:
+                time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+                try:
+                    fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        os.close(folder_fd)
+                        raise DownloadError(
+                            f"gave up after {LOCK_WAIT_SECONDS:.0f} s waiting for {holders}, which holds {path}, the "
+                            f"lock of the release cache {folder}; wait for it to end, or give another --cache-dir."
+                        ) from None
         try:
-            yield
+            check_folder()
+            yield check_folder
         finally:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+            os.close(folder_fd)
 
 
 # ----------------------------------------------------------------------------------------------- HTTP
@@ -290,6 +381,7 @@ def download_file(
     retry_wait: float = 1.0,
     progress: bool = True,
     session: Any = None,
+    check_folder: Callable[[], None] | None = None,
 ) -> Download:
     """Download ``url`` to ``destination`` through ``<destination>.part``, resuming a ``.part`` left by an earlier
     attempt with an HTTP ``Range`` request.
@@ -308,9 +400,10 @@ def download_file(
     headers included: when it passes, the connection is shut down whatever the server is sending (default: from
     ``max_bytes`` at `MIN_AVERAGE_RATE`, plus `DEADLINE_GRACE_SECONDS`; none without ``max_bytes``; a ``session``
     passed in is not tracked, only the body is checked against the deadline then); a server that sends nothing for
-    ``read_timeout`` seconds times out the attempt. ``check_complete(part)`` may raise for a
-    finished file (a sha256 check). A dropped connection, a body shorter than announced, a timeout and HTTP 5xx/429
-    answers lead to another attempt, up to ``attempts`` in all (waiting ``retry_wait * attempt`` seconds in
+    ``read_timeout`` seconds times out the attempt. ``check_complete(part)`` may raise for a finished file (a sha256
+    check). ``check_folder()`` (`cache_lock`'s) is called before every write into the destination's folder and raises
+    when that folder was swapped meanwhile. A dropped connection, a body shorter than announced, a timeout and HTTP
+    5xx/429 answers lead to another attempt, up to ``attempts`` in all (waiting ``retry_wait * attempt`` seconds in
     between); the ``.part`` file is kept for the next call when all fail. A file that fails a check is deleted.
     Raises `DownloadError` naming the file and the URL.
     """
@@ -321,6 +414,7 @@ def download_file(
     destination = Path(destination)
     part = part_path(destination)
     name = destination.name
+    check_folder = check_folder or (lambda: None)
     if deadline is None and max_bytes is not None:
         deadline = DEADLINE_GRACE_SECONDS + max_bytes / MIN_AVERAGE_RATE
     started = time.monotonic()
@@ -345,6 +439,7 @@ def download_file(
         for attempt in range(1, max(1, attempts) + 1):
             if remaining() <= 0:
                 raise past_deadline()
+            check_folder()
             offset, validator = _resumable_offset(part, url)
             headers = {"Accept-Encoding": "identity", "User-Agent": "modeling_elmo"}
             if offset:
@@ -395,14 +490,16 @@ def download_file(
                         problem = check_size(total)
                         if problem:
                             raise DownloadError(f"{name} at {url}: the server announces {problem}.")
+                    check_folder()  # the answer may have been held back while the folder was swapped
                     if mode == "wb":  # what the .part will hold: the next attempt resumes only the same file
+                        discard_part(part)  # a new file under the name, never one linked to another file
                         record = {"url": url, "final_url": final_url, **served}
                         atomic_write_text(_record_path(part), json.dumps(record))
                     limit = min(
                         total if total is not None else math.inf, max_bytes if max_bytes is not None else math.inf
                     )
                     received = offset
-                    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if mode == "ab" else os.O_TRUNC)
+                    flags = os.O_WRONLY | (os.O_APPEND if mode == "ab" else os.O_CREAT | os.O_EXCL)
                     with (
                         os.fdopen(open_regular(part, flags, "the partial download"), mode) as handle,
                         tqdm(
@@ -472,6 +569,7 @@ def download_file(
         except DownloadError:
             discard_part(part)
             raise
+        check_folder()
         os.replace(part, destination)
         _record_path(part).unlink(missing_ok=True)
         return Download(path=destination, url=url, final_url=final_url)

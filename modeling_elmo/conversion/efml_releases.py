@@ -16,12 +16,14 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from ..utils.io_utils import atomic_write_text, check_regular_or_absent
 from .download import (
     DEFAULT_ATTEMPTS,
     DownloadError,
+    cache_lock,
     download_file,
     make_cache_folder,
     part_path,
@@ -140,10 +142,28 @@ def fetch_efml_release(
     """
     release = get_efml_release(release) if isinstance(release, str) else release
     folder = make_cache_folder(Path(cache_dir if cache_dir is not None else default_cache_dir()) / release.name)
+    with cache_lock(folder) as check_folder:  # one writer at a time; the folder checked before each write
+        return _fetch_zip_locked(
+            release, folder, check_folder, base_url, mirror, force_download, attempts, retry_wait, progress
+        )
+
+
+def _fetch_zip_locked(
+    release: EfmlRelease,
+    folder: Path,
+    check_folder: Callable[[], None],
+    base_url: str | None,
+    mirror: str | None,
+    force_download: bool,
+    attempts: int,
+    retry_wait: float,
+    progress: bool,
+) -> tuple[Path, str]:
     destination = folder / release.filename
     origin = destination.with_name(destination.name + ".source")
     url = release.url(base_url)
     if force_download:
+        check_folder()
         part_path(destination).unlink(missing_ok=True)
     elif check_regular_or_absent(destination, "the cached file"):
         try:
@@ -160,6 +180,7 @@ def fetch_efml_release(
             progress=progress,
             check_size=lambda size: zip_size_problem(release, size),
             check_complete=lambda path: _check_zip(release, path, url),
+            check_folder=check_folder,
         )
         where = url
     except DownloadError as error:
@@ -168,14 +189,16 @@ def fetch_efml_release(
             raise
         logger.info("%s; trying the Hub mirror %s", error, mirror)
         try:
-            where = _fetch_from_mirror(release, mirror, destination)
+            check_folder()
+            where = _fetch_from_mirror(release, mirror, destination, check_folder)
         except DownloadError as mirror_error:
             raise DownloadError(f"{str(error).rstrip('.')}; {mirror_error}") from None
+    check_folder()
     atomic_write_text(origin, where + "\n")
     return destination, where
 
 
-def _fetch_from_mirror(release: EfmlRelease, repo_id: str, destination: Path) -> str:
+def _fetch_from_mirror(release: EfmlRelease, repo_id: str, destination: Path, check_folder: Callable[[], None]) -> str:
     import huggingface_hub
 
     where = f"hf://{repo_id}/{release.filename}"
@@ -189,6 +212,7 @@ def _fetch_from_mirror(release: EfmlRelease, repo_id: str, destination: Path) ->
         ) from None
     try:
         _check_zip(release, fetched, where)
+        check_folder()
         os.replace(fetched, destination)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

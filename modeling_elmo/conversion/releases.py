@@ -38,7 +38,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -337,7 +337,7 @@ class FetchedRelease:
     cached: dict[str, bool]
 
 
-def _fetch_from_mirror(release: Release, role: str, destination: Path) -> str:
+def _fetch_from_mirror(release: Release, role: str, destination: Path, check_folder: Callable[[], None]) -> str:
     """Fetch ``role`` from the release's Hub mirror into ``destination`` (checked); return its ``hf://`` address."""
     import huggingface_hub
 
@@ -354,6 +354,7 @@ def _fetch_from_mirror(release: Release, role: str, destination: Path) -> str:
         raise DownloadError(f"the Hub mirror {where} failed: {error_line(error, 200, named=True)}") from None
     try:
         check_file(release, role, fetched, where)
+        check_folder()
         os.replace(fetched, destination)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -386,10 +387,11 @@ def fetch_release(
     """
     release = get_release(release) if isinstance(release, str) else release
     folder = make_cache_folder(release_cache_dir(release, cache_dir))
-    with cache_lock(folder):
+    with cache_lock(folder) as check_folder:
         return _fetch_locked(
             release,
             folder,
+            check_folder,
             base_url=base_url,
             force_download=force_download,
             use_mirror=use_mirror,
@@ -411,6 +413,7 @@ def max_size(release: Release, role: str) -> int:
 def _fetch_locked(
     release: Release,
     folder: Path,
+    check_folder: Callable[[], None],
     *,
     base_url: str | None,
     force_download: bool,
@@ -427,6 +430,7 @@ def _fetch_locked(
         if force_download:  # the cached file stays until the new one replaces it
             discard_part(part_path(destination))
         elif check_regular_or_absent(destination, "the cached file"):
+            check_folder()  # a file found through a folder swapped meanwhile is not the cache's
             try:
                 check_file(release, role, destination, f"the cache ({destination})")
             except DownloadError as error:
@@ -446,6 +450,7 @@ def _fetch_locked(
                 check_complete=lambda path, role=role, url=url: check_file(release, role, path, url),
                 max_bytes=max_size(release, role),
                 deadline=deadlines.get(role),
+                check_folder=check_folder,
             )
             sources[role] = downloaded.source
         except DownloadError as error:
@@ -453,10 +458,12 @@ def _fetch_locked(
                 raise
             logger.info("%s; trying the Hub mirror %s", error, release.mirror.repo_id)
             try:
-                sources[role] = _fetch_from_mirror(release, role, destination)
+                check_folder()
+                sources[role] = _fetch_from_mirror(release, role, destination, check_folder)
             except DownloadError as mirror_error:
                 raise DownloadError(f"{str(error).rstrip('.')}; {mirror_error}") from None
             discard_part(part_path(destination))  # an unfinished primary download is of no use now
+        check_folder()
         atomic_write_text(origin_path(destination), sources[role] + "\n")
         paths[role], cached[role] = destination, False
     return FetchedRelease(release=release, paths=paths, sources=sources, cached=cached)

@@ -53,6 +53,7 @@ import os
 import re
 import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -63,7 +64,15 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..utils.io_utils import command_error, error_line, exclusive_lock, iter_lines, read_json_object, scan_lines
+from ..utils.io_utils import (
+    command_error,
+    current_umask,
+    error_line,
+    exclusive_lock,
+    iter_lines,
+    read_json_object,
+    scan_lines,
+)
 from ..utils.launch import LaunchError, check_process_count, launched_processes, use_cpu_backend
 from .inference import DTYPES, ElmoEmbedder, check_compute_dtype, load_elmo_tokenizer, make_batches
 
@@ -249,9 +258,10 @@ def _output_lock(output: Path) -> contextlib.AbstractContextManager[None]:
     path = _lock_path(output)
     return exclusive_lock(
         path,
-        busy=f"another elmo embed run is writing {str(output)!r} (it holds {str(path)!r}); "
+        busy=f"another {{holder}} run is writing {str(output)!r} (it holds {str(path)!r}); "
         "wait for it to end, or choose another output.",
         unwritable=f"cannot write next to the output {str(output)!r}",
+        holder="elmo embed",
     )
 
 
@@ -268,16 +278,20 @@ class _GuardedFile:
     closes; `check` raises the recorded error (the file is then deleted by its owner: its content is incomplete).
     """
 
-    def __init__(self, path: Path):
-        self.path = path
-        self.handle = open(path, "w+b")
+    def __init__(self, destination: Path, scratch: Path):
+        """A new file under a fresh unique name in the folder ``scratch`` (`tempfile.mkstemp`: never a name someone
+        could have planted as a link or a hard link to another file), meant to become ``destination``."""
+        fd, name = tempfile.mkstemp(dir=scratch, prefix=f"{destination.name}.", suffix=".tmp")
+        self.path, self.destination = Path(name), destination
+        os.fchmod(fd, 0o666 & ~current_umask())  # like any new file, not mkstemp's private mode
+        self.handle = os.fdopen(fd, "w+b")
         self.error: OSError | None = None
 
     def check(self, doing: str) -> None:
         if self.error is not None:
             code = self.error.errno
             detail = os.strerror(code) if code else str(self.error)
-            raise OSError(code or 0, f"{doing} {str(self.path)!r} failed: {detail}")
+            raise OSError(code or 0, f"{doing} {str(self.destination)!r} failed: {detail}")
 
     def write(self, data: Any) -> int:
         size = memoryview(data).nbytes
@@ -321,11 +335,13 @@ class _GuardedFile:
 
 
 @contextlib.contextmanager
-def _hdf5_writer(path: Path, doing: str) -> Iterator[tuple[h5py.File, _GuardedFile]]:
-    """A new HDF5 file at ``path`` written through a `_GuardedFile`; removed again unless the block completes and
-    every byte reached the disk. A failed write is raised as one `OSError` (with its errno: 28 for a full disk) that
-    names ``path``."""
-    guard = _GuardedFile(path)
+def _hdf5_writer(destination: Path, scratch: Path, doing: str) -> Iterator[tuple[h5py.File, _GuardedFile]]:
+    """A new HDF5 file written through a `_GuardedFile` under a fresh name in ``scratch`` (the run's ``.partial``
+    folder), renamed to ``destination`` once the block completes and every byte reached the disk, removed otherwise:
+    nothing is ever written through a name that existed before. A failed write is raised as one `OSError` (with its
+    errno: 28 for a full disk) that names ``destination``."""
+    guard = _GuardedFile(destination, scratch)
+    path = guard.path
     try:
         try:
             h5 = h5py.File(guard, "w")
@@ -347,6 +363,7 @@ def _hdf5_writer(path: Path, doing: str) -> Iterator[tuple[h5py.File, _GuardedFi
         path.unlink(missing_ok=True)
         raise
     guard.close()
+    os.replace(path, destination)
 
 
 def write_chunk(
@@ -370,9 +387,8 @@ def write_chunk(
     tokens = [tokenize(text) for _, text, _ in lines]
     keys = [text if use_sentence_keys else str(index) for index, text, _ in lines]
     empty_shape = (embedder.num_layers, 0, embedder.output_size) if mode == "all" else (0, embedder.output_size)
-    tmp = path.with_name(path.name + ".tmp")
     doing = "writing the chunk"
-    with _hdf5_writer(tmp, doing) as (h5, guard):
+    with _hdf5_writer(path, path.parent, doing) as (h5, guard):
         for j, t in enumerate(tokens):
             if not t:
                 h5.create_dataset(keys[j], data=np.zeros(empty_shape, dtype=np.float32))
@@ -402,20 +418,19 @@ def write_chunk(
         h5.attrs["invalid_utf8_lines"] = len(invalid)
         h5.attrs["first_invalid_utf8_line"] = invalid[0] if invalid else -1
         h5.attrs["num_tokens"] = num_tokens
-    os.replace(tmp, path)
     return num_tokens
 
 
 def merge_chunks(
     partial: Path, output: Path, num_chunks: int, *, settings: dict[str, Any], report: EmbedReport
 ) -> None:
-    """Copy the chunk files, in line order, into one HDF5 file written atomically at ``output``."""
-    tmp = output.with_name(output.name + ".merging")
+    """Copy the chunk files, in line order, into one HDF5 file written atomically at ``output`` (under a fresh name
+    in ``partial`` until it is complete)."""
     mapping: dict[str, str] = {}
     write_mapping = not settings["forget_sentences"] and not settings["use_sentence_keys"]
     first_invalid = None
     doing = "merging the chunks into"
-    with _hdf5_writer(tmp, doing) as (dst, guard):
+    with _hdf5_writer(output, partial, doing) as (dst, guard):
         for k in range(num_chunks):
             with h5py.File(_chunk_path(partial, k), "r") as src:
                 for key in src:
@@ -437,7 +452,6 @@ def merge_chunks(
         dst.attrs["model"] = settings["model"]
         dst.attrs["num_lines"] = report.num_lines
     report.first_invalid_utf8_line = first_invalid
-    os.replace(tmp, output)
 
 
 # ---------------------------------------------------------------------------------------------------- driver
@@ -660,6 +674,13 @@ def _is_embed_output(path: Path) -> bool:
         return False
 
 
+def _partial_file_pattern(output: Path) -> str:
+    """The names a run writes in its ``.partial`` folder: the run record, the chunks, and their temporaries and the
+    merged output's (``NAME.XXXXXXXX.tmp``, `_GuardedFile`; ``NAME.tmp`` from an earlier version)."""
+    own = rf"{re.escape(RUN_FILE)}|chunk-\d{{8}}\.h5"
+    return rf"(?:{own})|(?:{own}|{re.escape(output.name)})(?:\.[A-Za-z0-9_]+)?\.tmp"
+
+
 def _check_replaceable(output: Path, partial: Path) -> None:
     """``--overwrite`` replaces only what an earlier ``elmo embed`` wrote: an output that is not a regular file (a
     device such as ``/dev/null``, a FIFO) or not an HDF5 file of elmo embed, and a ``.partial`` folder that is not an
@@ -681,9 +702,7 @@ def _check_replaceable(output: Path, partial: Path) -> None:
             else sorted(
                 p.name
                 for p in partial.iterdir()
-                if not (
-                    p.is_file() and re.fullmatch(rf"{re.escape(RUN_FILE)}(\.tmp)?|chunk-\d{{8}}\.h5(\.tmp)?", p.name)
-                )
+                if not (p.is_file() and re.fullmatch(_partial_file_pattern(output), p.name))
             )
         )
         if foreign:

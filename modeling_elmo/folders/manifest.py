@@ -10,18 +10,24 @@ command, a file the command wrote and the user then edited, a file a manifest li
 While a command writes a folder it holds a lock beside it (`output_lock`), and it puts the new folder in place with
 `install_folder`, which checks the output again at that moment: whatever appeared there meanwhile is never replaced.
 
-Temporary folders are named after their output and the process that made them (`temporary_prefix`); a run removes
-the ones of processes that no longer exist (`remove_stale_temporaries`), so a run killed with ``kill -9`` leaves
-nothing behind for longer than the next run.
+Every temporary folder beside the output (the folder being written, the earlier output moved aside while the new one
+takes its name) gets a fresh unique name and a marker file inside it that says what it is for (`new_temporary`). A
+run killed with ``kill -9`` at any step leaves folders that the next command on the same output finishes or undoes
+as soon as it holds the lock (`recover_interrupted`), with one line each: the earlier output goes back to its name,
+or, when the new one had already taken it, is removed as the killed run would have done. A folder beside the output
+without our marker (``out/.sk.old-2023-12-31/``, however it is named) is never touched.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import json
+import logging
 import os
 import re
+import secrets
 import shutil
 import stat
 import tempfile
@@ -29,20 +35,28 @@ import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from ..utils.io_utils import atomic_write_text, exclusive_lock, read_json, sha256_of_file
+from ..utils.io_utils import atomic_write_text, exclusive_lock, follow_umask, read_json, sha256_of_file
 
 __all__ = [
+    "ASIDE",
+    "CONTENT",
     "MANIFEST",
+    "TEMPORARY_MARKER",
+    "check_output_name",
     "check_replaceable",
     "file_record",
     "foreign_files",
     "install_folder",
+    "new_temporary",
     "output_lock",
     "read_manifest",
-    "remove_stale_temporaries",
+    "recover_interrupted",
+    "remove_temporary",
     "temporary_prefix",
     "write_manifest",
 ]
+
+logger = logging.getLogger(__name__)
 
 MANIFEST = ".elmo-manifest.json"
 
@@ -158,37 +172,184 @@ def check_replaceable(folder: str | os.PathLike, command: str, what: str) -> Non
         )
 
 
+#: The file inside each temporary folder that proves it is one of ours (`new_temporary`): what it is for, and for
+#: which output. A folder beside the output without it, or with one this user did not write, is never touched.
+TEMPORARY_MARKER = ".elmo-temporary.json"
+#: The entry of a temporary folder that holds its payload: the folder being written, or the output moved aside.
+CONTENT = "content"
+#: The kind of temporary folder that holds an earlier output moved aside while a new one takes its name.
+ASIDE = "old"
+_MARKER_MAX_BYTES = 4096
+
+
 def temporary_prefix(output: str | os.PathLike, kind: str) -> str:
     """The name prefix of a temporary folder of ``kind`` next to ``output``, tied to this process:
     ``.NAME.KIND-PID-``."""
     return f".{Path(output).name}.{kind}-{os.getpid()}-"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's live process
-        return True
-    return True
+@functools.cache
+def _run_token() -> str:
+    """A random name of this process's run, recorded in its markers: a process id can come back (a container's
+    commands often all run as the same small pid), so it alone cannot tell our own temporaries from a killed run's."""
+    return secrets.token_hex(16)
 
 
-def remove_stale_temporaries(output: str | os.PathLike, kinds: Iterable[str]) -> list[Path]:
-    """Remove the temporary folders of ``kinds`` next to ``output`` whose process no longer runs (a run killed
-    before it could clean up); returns them. A folder of a live process (another run at work) is left alone."""
+def new_temporary(output: str | os.PathLike, kind: str, command: str, *, content: bool = True) -> Path:
+    """Create a fresh temporary folder of ``kind`` beside ``output`` (`tempfile.mkdtemp`: a new unique name, private)
+    holding its marker (`TEMPORARY_MARKER`: ``command``, ``kind``, the output's name, this process); return the path
+    of its payload, ``FOLDER/content`` (created empty, with the umask's mode, unless ``content`` is false).
+
+    The marker is what lets a later run (`recover_interrupted`) finish or undo what this one leaves behind when it
+    is killed: a folder that merely has a name like this one is somebody else's and is never touched."""
     output = Path(output)
-    parent = output.parent
-    if not parent.is_dir():
-        return []
-    pattern = re.compile(rf"\.{re.escape(output.name)}\.(?:{'|'.join(map(re.escape, kinds))})-(\d+)-[^/]*")
-    removed = []
-    for path in parent.iterdir():
-        match = pattern.fullmatch(path.name)
-        if match and path.is_dir() and not path.is_symlink() and not _alive(int(match.group(1))):
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
-    return removed
+    folder = Path(tempfile.mkdtemp(prefix=temporary_prefix(output, kind), dir=output.absolute().parent))
+    record = {"command": command, "kind": kind, "output": output.name, "pid": os.getpid(), "run": _run_token()}
+    fd = os.open(folder / TEMPORARY_MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(json.dumps(record) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    payload = folder / CONTENT
+    if content:
+        payload.mkdir()
+        follow_umask(payload, folder=True)
+    return payload
+
+
+def _marker_of(folder: Path, output: Path) -> dict | None:
+    """The marker record of ``folder`` when it proves the folder is a temporary of ``output`` that this user's
+    `new_temporary` made: a real folder (not a link) owned by us, named like one, holding a regular file with one link,
+    owned by us, whose record names the same output, kind and process as the folder's name. Otherwise `None`."""
+    match = re.fullmatch(rf"\.{re.escape(output.name)}\.([a-z]+)-(\d+)-[A-Za-z0-9_]+", folder.name)
+    if match is None:
+        return None
+    uid = os.geteuid()
+    try:
+        info = os.lstat(folder)
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != uid:
+            return None
+        fd = os.open(folder / TEMPORARY_MARKER, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        marker = os.fstat(handle.fileno())
+        if not stat.S_ISREG(marker.st_mode) or marker.st_uid != uid or marker.st_nlink != 1:
+            return None
+        try:
+            record = json.loads(handle.read(_MARKER_MAX_BYTES).decode("utf-8"))
+        except (ValueError, RecursionError):
+            return None
+    expected = {"kind": match.group(1), "output": output.name, "pid": int(match.group(2))}
+    if not (isinstance(record, dict) and isinstance(record.get("command"), str)):
+        return None
+    if any(record.get(key) != value for key, value in expected.items()):
+        return None
+    return record
+
+
+def remove_temporary(payload: str | os.PathLike) -> None:
+    """Remove the temporary folder whose payload is ``payload`` (`new_temporary`): the payload first, then the marker,
+    then the folder, so that a run killed on the way leaves a folder its marker still proves to be ours."""
+    folder = Path(payload).parent
+    content = folder / CONTENT
+    if os.path.lexists(content):
+        if content.is_symlink() or not content.is_dir():
+            content.unlink()
+        else:
+            shutil.rmtree(content)
+    with contextlib.suppress(FileNotFoundError):
+        (folder / TEMPORARY_MARKER).unlink()
+    with contextlib.suppress(OSError):  # anything else in it is not ours to delete
+        folder.rmdir()
+
+
+def recover_interrupted(output: str | os.PathLike) -> list[str]:
+    """Finish or undo what runs killed while writing ``output`` left beside it; return the lines said (each also
+    logged as a warning). Called by `output_lock`, so by every command before it looks at ``output``.
+
+    Only folders proven ours by their marker (`_marker_of`) are looked at. An earlier output moved aside (`ASIDE`)
+    goes back to its name when that is free (the swap is undone); when a complete output of the same command holds the
+    name (the swap had finished), the earlier one is removed as the swap would have; otherwise it is kept where it is
+    and the line says where. Any other temporary (a folder being written) is removed."""
+    output = Path(output)
+    parent = output.absolute().parent
+    said: list[str] = []
+    try:
+        entries = sorted(parent.iterdir())
+    except OSError:
+        return said
+    for folder in entries:
+        record = _marker_of(folder, output)
+        if record is None:
+            _remove_if_empty_temporary(folder, output)
+            continue
+        if record.get("run") == _run_token():  # this run's own, at work
+            continue
+        try:
+            line = _recover_one(output, record["command"], record["kind"], folder / CONTENT)
+        except OSError as error:
+            raise ValueError(
+                f"cannot finish or undo what an interrupted {record['command']} run left in {str(folder)!r}: "
+                f"{error.strerror or error}; nothing was deleted."
+            ) from None
+        if line:
+            logger.warning("%s", line)
+            said.append(line)
+    return said
+
+
+def _remove_if_empty_temporary(folder: Path, output: Path) -> None:
+    """Remove ``folder`` if it is an empty folder of ours named exactly as `new_temporary` names them (a run killed
+    between creating it and writing its marker); it holds nothing, so nothing can be lost."""
+    match = re.fullmatch(rf"\.{re.escape(output.name)}\.[a-z]+-(\d+)-[a-z0-9_]{{8}}", folder.name)
+    if match is None or int(match.group(1)) == os.getpid():
+        return
+    with contextlib.suppress(OSError):
+        if stat.S_ISDIR((info := os.lstat(folder)).st_mode) and info.st_uid == os.geteuid():
+            os.rmdir(folder)  # only ever succeeds on an empty folder
+
+
+def _recover_one(output: Path, command: str, kind: str, content: Path) -> str | None:
+    """`recover_interrupted` for one temporary folder of ours; returns the line to say, if any."""
+    shown = str(output)
+    aside = kind == ASIDE and content.is_dir() and not content.is_symlink()
+    line = None
+    if kind == ASIDE and os.path.lexists(content) and not aside:  # we only ever move a folder aside
+        return (
+            f"{str(content.parent)!r}, a temporary folder of an interrupted {command} run, holds something it did not "
+            f"put there ({str(content)!r} is not a folder); nothing was deleted. Move it away."
+        )
+    if aside and not os.path.lexists(output):
+        os.rename(content, output)
+        line = (
+            f"{command} was interrupted while replacing {shown!r}: the earlier output, which it had moved aside "
+            f"to {str(content)!r}, is back in place."
+        )
+    elif aside and output.is_dir() and not output.is_symlink() and not foreign_files(output, command):
+        line = (
+            f"{command} was interrupted after replacing {shown!r}: the earlier output it had replaced "
+            f"({str(content)!r}) was removed, as that run would have done."
+        )
+    elif aside:
+        return (
+            f"{command} was interrupted while replacing {shown!r}, which now holds other files: the earlier "
+            f"output is kept in {str(content)!r}; nothing was deleted. Move it back or away."
+        )
+    elif os.path.lexists(content):
+        line = f"removed the unfinished output of an interrupted {command} run: {str(content.parent)!r}."
+    remove_temporary(content)
+    return line
+
+
+def check_output_name(output: str | os.PathLike, command: str) -> None:
+    """Raise `ValueError` when ``output`` (``.``, ``..``, ``/``) has no name of its own to give a new folder."""
+    if Path(output).name in ("", ".", ".."):
+        raise ValueError(
+            f"output folder {str(output)!r} names the current folder, its parent or the root, not a folder of its "
+            f"own: {command} writes a new folder beside it and then gives it the output's name. Give a folder "
+            "name (such as 'out/elmo')."
+        )
 
 
 #: The locks this process holds on output folders, by thread: a command that calls another one for the same folder
@@ -200,9 +361,11 @@ _HELD: set[tuple[str, int]] = set()
 def output_lock(output: str | os.PathLike, command: str) -> Iterator[None]:
     """Hold an exclusive lock on ``OUTPUT.lock`` beside the output folder while ``command`` writes it
     (`io_utils.exclusive_lock`: a link or FIFO there is refused, a killed run leaves no stale lock): a second run
-    for the same folder is refused at once with one line. Missing parent folders are created for it and removed
-    again when the block fails and leaves them empty."""
+    for the same folder is refused at once with one line naming the command that holds it. Once the lock is held,
+    what a killed run left beside the output is finished or undone (`recover_interrupted`). Missing parent folders
+    are created for it and removed again when the block fails and leaves them empty."""
     output = Path(output)
+    check_output_name(output, command)
     lock = output.with_name(output.name + ".lock")
     key = (os.path.abspath(lock), threading.get_ident())
     if key in _HELD:
@@ -220,10 +383,12 @@ def output_lock(output: str | os.PathLike, command: str) -> Iterator[None]:
     try:
         with exclusive_lock(
             lock,
-            f"another {command} run is writing {str(output)!r} (it holds {str(lock)!r}); wait "
+            f"another {{holder}} run is writing {str(output)!r} (it holds {str(lock)!r}); wait "
             "for it to end, or choose another output folder.",
             unwritable=f"cannot write next to the output folder {str(output)!r}",
+            holder=command,
         ):
+            recover_interrupted(output)
             _HELD.add(key)
             try:
                 yield
@@ -263,25 +428,25 @@ def install_folder(staging: str | os.PathLike, output: str | os.PathLike, comman
             "was replaced. Move those files away, or choose another folder."
         )
     check_replaceable(output, command, what)
-    retired = Path(tempfile.mkdtemp(prefix=temporary_prefix(output, "old"), dir=output.parent))
-    old = retired / "old"
-    os.rename(output, old)
+    aside = new_temporary(output, ASIDE, command, content=False)
+    os.rename(output, aside)
     try:
-        check_replaceable(old, command, what)
+        check_replaceable(aside, command, what)
     except ValueError:
         try:
-            os.rename(old, output)
+            os.rename(aside, output)
         except OSError:
             raise ValueError(
-                f"{what} changed while {command} replaced it; nothing was deleted: its files are kept in {str(old)!r}."
+                f"{what} changed while {command} replaced it; nothing was deleted: its files are kept in "
+                f"{str(aside)!r}."
             ) from None
-        os.rmdir(retired)
+        remove_temporary(aside)
         raise
     try:
         os.rename(staging, output)
     except OSError:
         raise ValueError(
             f"{what} appeared again while {command} replaced it; nothing was deleted: the previous "
-            f"output is kept in {str(old)!r}."
+            f"output is kept in {str(aside)!r}."
         ) from None
-    shutil.rmtree(retired, ignore_errors=True)
+    remove_temporary(aside)

@@ -13,21 +13,26 @@ import functools
 import inspect
 import math
 import os
-import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from ..utils.io_utils import follow_umask, is_within
-from .manifest import check_replaceable, install_folder, output_lock, temporary_prefix, write_manifest
+from ..utils.io_utils import is_within
+from .manifest import (
+    check_output_name,
+    check_replaceable,
+    install_folder,
+    new_temporary,
+    output_lock,
+    remove_temporary,
+    write_manifest,
+)
 
 _Function = TypeVar("_Function", bound=Callable)
 
 #: The command whose manifest a converted folder carries (`modeling_elmo.folders.manifest`).
 COMMAND = "elmo convert"
-#: Temporary folders next to the output: the conversion being written, the output it replaces.
-TEMPORARY_KINDS = ("converting", "old")
 
 
 def check_output_dir(
@@ -62,6 +67,7 @@ def check_output_location(output_dir: str | os.PathLike) -> Path:
     return it as a `Path`. Writes nothing (see `check_output_dir`)."""
     output_dir = Path(output_dir)
     shown = str(output_dir)
+    check_output_name(output_dir, COMMAND)
     if output_dir.is_symlink():  # replacing it would replace the link, not fill the folder it points to
         raise ValueError(f"output {shown!r} is a symbolic link; give the folder it points to, or a new name.")
     if output_dir.exists() and not output_dir.is_dir():
@@ -128,26 +134,25 @@ def write_folder_atomically(output_dir: Path, fill: Callable[[Path], None], *, o
     staging: Path | None = None
     try:
         created = _make_parents(parent)
-        staging = Path(tempfile.mkdtemp(prefix=temporary_prefix(output_dir, "converting"), dir=parent))
-        follow_umask(staging, folder=True)  # mkdtemp makes it private; the result should look like any new folder
+        staging = new_temporary(parent / output_dir.name, "converting", COMMAND)
         fill(staging)
         write_manifest(staging, COMMAND, (p.relative_to(staging).as_posix() for p in staging.rglob("*") if p.is_file()))
         install_folder(staging, output_dir, COMMAND, overwrite=overwrite)
     except BaseException as error:
         if staging is not None:
-            shutil.rmtree(staging, ignore_errors=True)
+            remove_temporary(staging)
         for folder in reversed(created):  # deepest first; only the empty folders this call made
             with contextlib.suppress(OSError):
                 folder.rmdir()
         if isinstance(error, OSError):
             raise ValueError(f"cannot write the output folder {str(output_dir)!r}: {error}") from None
         raise
+    remove_temporary(staging)  # the marker left in its folder once the output took the payload
     return output_dir
 
 
 __all__ = [
     "COMMAND",
-    "TEMPORARY_KINDS",
     "check_atol",
     "check_output_dir",
     "check_output_location",

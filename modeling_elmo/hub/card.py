@@ -635,17 +635,20 @@ def render_model_card(template: str | os.PathLike, card_data: Any, context: Mapp
     ``ModelCard.from_template``, but strict).
 
     Raises `ValueError` naming the field when the template lacks one of `REQUIRED_TEMPLATE_FIELDS` or uses a
-    field that neither ``context`` nor ``card_data`` provides.
+    field that neither ``context`` nor ``card_data`` provides. A template is text from the user (``--template``), so
+    it is rendered in Jinja's immutable sandbox: one that reaches for Python internals (``self.__init__``, a
+    method that changes a value) is refused with one line before anything of it runs.
     """
     import jinja2
     from huggingface_hub import ModelCard
     from jinja2 import meta
+    from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 
     template_path = Path(template)
     if not template_path.is_file():
         raise ValueError(f"model-card template {str(template)!r} does not exist.")
     source = template_path.read_text(encoding="utf-8")
-    environment = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    environment = ImmutableSandboxedEnvironment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     try:
         parsed = environment.parse(source)
     except jinja2.TemplateSyntaxError as error:
@@ -672,6 +675,12 @@ def render_model_card(template: str | os.PathLike, card_data: Any, context: Mapp
         content = environment.from_string(source).render(**values)
     except jinja2.UndefinedError as error:
         raise ValueError(f"model-card template {template_path}: {error.message}.") from None
+    except SecurityError as error:
+        raise ValueError(
+            f"model-card template {template_path} reaches outside the card's values ({str(error).rstrip('.')}); a "
+            "template may "
+            "only use the fields and Jinja's own filters."
+        ) from None
     if not content.lstrip().startswith("---"):
         raise ValueError(
             f"model-card template {template_path} must start with the YAML block '---\\n{{{{ card_data }}}}\\n---'."

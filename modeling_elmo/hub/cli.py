@@ -18,6 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ..folders import manifest as manifest_module
 from ..folders.run_folder import RunFolder, read_json_object
 from ..utils.io_utils import command_error
 from ..utils.results import read_results
@@ -119,16 +120,19 @@ def _card_inputs(args) -> CardInputs:
 
 @contextlib.contextmanager
 def _warnings_on_stderr():
-    """The card's warnings (a data licence, a value left out of the metadata) as ``elmo push: warning: ...`` lines."""
+    """The card's warnings (a data licence, a value left out of the metadata) and what was done about an interrupted
+    earlier push (`modeling_elmo.folders.manifest.recover_interrupted`) as ``elmo push: warning: ...`` lines."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(f"{PROG}: warning: %(message)s"))
     handler.setLevel(logging.WARNING)
-    card_logger = logging.getLogger(card_module.__name__)
-    card_logger.addHandler(handler)
+    loggers = [logging.getLogger(card_module.__name__), logging.getLogger(manifest_module.__name__)]
+    for logger in loggers:
+        logger.addHandler(handler)
     try:
         yield
     finally:
-        card_logger.removeHandler(handler)
+        for logger in loggers:
+            logger.removeHandler(handler)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,7 +17,6 @@ import logging
 import os
 import re
 import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -26,16 +25,16 @@ from ..folders.manifest import (
     MANIFEST,
     check_replaceable,
     install_folder,
+    new_temporary,
     output_lock,
-    remove_stale_temporaries,
-    temporary_prefix,
+    remove_temporary,
     write_manifest,
 )
 from ..folders.run_folder import CODE_FILES, EvaluationFolder, RunFolder
 from ..utils.io_utils import atomic_write_text, check_safetensors_header, follow_umask, is_within, read_json_object
 from ..utils.loading import refuse_pickled_weights
 from .card import CardInputs, build_model_card
-from .safety import audit_shipped_code, scan_for_secrets
+from .safety import audit_shipped_code, custom_pipelines_problem, scan_for_secrets
 
 __all__ = [
     "ALLOWED_FILES",
@@ -82,8 +81,6 @@ PLOT_SIGNATURES = {".png": b"\x89PNG\r\n\x1a\n", ".jpg": b"\xff\xd8\xff", ".jpeg
 PLOT_SUFFIXES = tuple(PLOT_SIGNATURES)
 MAX_PLOT_BYTES = 5 * 2**20
 COMMAND = "elmo push"
-#: Temporary folders next to the output folder: the folder being assembled, the saved model, the folder replaced.
-_TEMPORARY_KINDS = ("staging", "saving", "old")
 #: The weight dtypes a published model may have (safetensors names): floating point only.
 FLOAT_DTYPES = {"F16": "float16", "BF16": "bfloat16", "F32": "float32", "F64": "float64"}
 
@@ -116,6 +113,11 @@ def check_model_folder(model_dir: str | os.PathLike) -> RunFolder:
     run = RunFolder(path)
     check_published_inputs(run)
     run.require_elmo_model(tokenizer=True)
+    problem = custom_pipelines_problem(
+        read_json_object(run.config_file, "config", required=True).get("custom_pipelines"), PACKAGE_DIR
+    )
+    if problem:
+        raise ValueError(f"{run.config_file}: {problem}; refusing to publish it.")
     return run
 
 
@@ -417,11 +419,16 @@ def save_for_hub(model: Any, tokenizer: Any, folder: str | os.PathLike) -> None:
 
 def check_auto_map(folder: str | os.PathLike) -> None:
     """Raise `ValueError` unless ``config.json``'s ``auto_map`` names every auto class of `modeling_elmo.AUTO_MAP`
-    and each entry (and the tokenizer's) points to a class defined in a code file of the folder."""
+    and each entry (and the tokenizer's) points to a class defined in a code file of the folder, and its
+    ``custom_pipelines`` (if any) only the folder's own pipeline classes (`safety.custom_pipelines_problem`)."""
     from .. import AUTO_MAP
 
     run = RunFolder(folder)
-    auto_map = read_json_object(run.config_file, "config", required=True).get("auto_map") or {}
+    config = read_json_object(run.config_file, "config", required=True)
+    problem = custom_pipelines_problem(config.get("custom_pipelines"), run.root)
+    if problem:
+        raise ValueError(f"{run.config_file}: {problem}; refusing to publish it.")
+    auto_map = config.get("auto_map") or {}
     missing = sorted(set(AUTO_MAP) - set(auto_map))
     if missing:
         raise ValueError(f"{run.config_file} auto_map lacks {missing}.")
@@ -483,8 +490,8 @@ def assemble_repo_folder(
     validate_repo_id(repo_id)
     run = check_model_folder(model_dir)
     output_dir = Path(output_dir)
-    _prepare_output_dir(output_dir, run.root)
-    with output_lock(output_dir, COMMAND):
+    with output_lock(output_dir, COMMAND):  # finishes or undoes a swap a killed push left, before looking at it
+        _prepare_output_dir(output_dir, run.root)
         return _assemble_locked(run, output_dir, repo_id, card, plots)
 
 
@@ -498,17 +505,18 @@ def _assemble_locked(
 
     model, tokenizer = _load_model_and_tokenizer(run, dtype)
     output_dir.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_temporaries(output_dir, _TEMPORARY_KINDS)  # left by a run that was killed
-    staging = Path(tempfile.mkdtemp(prefix=temporary_prefix(output_dir, "staging"), dir=output_dir.parent))
-    follow_umask(staging, folder=True)  # mkdtemp makes it private; the published folder is meant to be read
+    staging = new_temporary(output_dir, "staging", COMMAND)
     try:
-        with tempfile.TemporaryDirectory(dir=output_dir.parent, prefix=temporary_prefix(output_dir, "saving")) as saved:
+        saved = new_temporary(output_dir, "saving", COMMAND)
+        try:
             save_for_hub(model, tokenizer, saved)
             for name in list_folder(saved):
                 if is_allowed_file(name):
-                    shutil.copyfile(Path(saved) / name, staging / name)
+                    shutil.copyfile(saved / name, staging / name)
                 else:
                     logger.info("not published (not on the allow-list): %s", name)
+        finally:
+            remove_temporary(saved)
         plot_names = []
         if plot_paths:
             (staging / "plots").mkdir()
@@ -536,8 +544,7 @@ def _assemble_locked(
         write_manifest(staging, COMMAND, files)
         install_folder(staging, output_dir, COMMAND, overwrite=replacing)  # checked again at this moment
     finally:
-        if staging.exists():
-            shutil.rmtree(staging)
+        remove_temporary(staging)
     return files
 
 

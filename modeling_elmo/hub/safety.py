@@ -22,7 +22,9 @@ __all__ = [
     "FORBIDDEN_STDLIB_IMPORTS",
     "HF_TOKEN_PATTERN",
     "PRIVATE_TORCH",
+    "SECRET_PATTERNS",
     "audit_shipped_code",
+    "custom_pipelines_problem",
     "is_within",
     "refuse_pickled_weights",
     "resolve_token",
@@ -89,19 +91,75 @@ PRIVATE_TORCH = "a private torch API (torch.ops.* or an underscored name), which
 
 #: A Hugging Face access token (user or organisation).
 HF_TOKEN_PATTERN = re.compile(r"\bhf_[A-Za-z0-9]{30,}\b")
+#: The credentials a published text file must not hold, by what they are (the name goes into the refusal): a Hugging
+#: Face token, an AWS access key id (long-term ``AKIA``, temporary ``ASIA``), GitHub tokens (classic ``ghp_`` and
+#: the OAuth, user-to-server, server-to-server and refresh kinds, and fine-grained ``github_pat_``).
+SECRET_PATTERNS = {
+    "a Hugging Face access token (hf_...)": HF_TOKEN_PATTERN,
+    "an AWS access key id (AKIA...)": re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
+    "a GitHub token (ghp_...)": re.compile(r"\bgh[pousr]_[A-Za-z0-9]{36,}\b"),
+    "a GitHub fine-grained token (github_pat_...)": re.compile(r"\bgithub_pat_[A-Za-z0-9_]{22,}\b"),
+}
 
 
 # ----------------------------------------------------------------------------------------------- secrets
 def scan_for_secrets(folder: str | os.PathLike, files: Iterable[str]) -> None:
-    """Raise `ValueError` naming the file if a text file of ``files`` (relative to ``folder``) contains a Hugging
-    Face token."""
+    """Raise `ValueError` naming the file and the kind of credential if a text file of ``files`` (relative to
+    ``folder``) contains one of `SECRET_PATTERNS` (the token itself is not repeated)."""
     for name in files:
         if name.endswith((".json", ".md", ".py", ".txt")):
             text = (Path(folder) / name).read_text(encoding="utf-8", errors="replace")
-            if HF_TOKEN_PATTERN.search(text):
-                raise ValueError(
-                    f"{name} contains what looks like a Hugging Face access token (hf_...); refusing to publish it."
-                )
+            for what, pattern in SECRET_PATTERNS.items():
+                if pattern.search(text):
+                    raise ValueError(f"{name} contains what looks like {what}; refusing to publish it.")
+
+
+# ----------------------------------------------------------------------------------------------- code references
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: The keys of a ``custom_pipelines`` entry transformers reads; ``default`` (a model to download) is not one a
+#: published model may carry.
+_PIPELINE_KEYS = frozenset({"impl", "pt", "tf", "type"})
+
+
+def custom_pipelines_problem(value: object, code_dir: str | os.PathLike) -> str | None:
+    """Why the ``custom_pipelines`` of a ``config.json`` may not be carried into a model or published, or `None`.
+
+    Guarded as ``auto_map`` is: each task's ``impl`` must be ``module.Class`` with ``module.py`` one of the package's
+    code files (`CODE_FILES`) present in ``code_dir`` and defining ``Class``: a reference to another repository
+    (``owner/repo--module.Class``), a path (``../evil.X``) or any other module would make a client with
+    ``trust_remote_code=True`` fetch and run code that is not the model's. ``pt``/``tf`` name classes, ``type`` is a
+    word, and nothing else may be there."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        return f"custom_pipelines must be an object of pipeline tasks, not {type(value).__name__}"
+    for task, entry in value.items():
+        if not isinstance(entry, dict):
+            return f"custom_pipelines entry {task!r} must be an object, not {type(entry).__name__}"
+        extra = sorted(set(entry) - _PIPELINE_KEYS)
+        if extra:
+            return f"custom_pipelines entry {task!r} has key(s) {', '.join(map(repr, extra))}, which no model may carry"
+        impl = entry.get("impl")
+        module, _, class_name = impl.partition(".") if isinstance(impl, str) else ("", "", "")
+        code = Path(code_dir) / f"{module}.py"
+        if not (_IDENTIFIER.fullmatch(module) and _IDENTIFIER.fullmatch(class_name) and code.name in CODE_FILES):
+            return (
+                f"custom_pipelines entry {task!r} names {impl!r}, not a class of the model's own code files "
+                f"({', '.join(CODE_FILES)}): a client would fetch and run code from elsewhere"
+            )
+        if not code.is_file() or code.is_symlink():
+            return f"custom_pipelines entry {task!r} names {impl!r}, but {code.name} is not in {str(code_dir)!r}"
+        defined = {n.name for n in ast.parse(code.read_text(encoding="utf-8")).body if isinstance(n, ast.ClassDef)}
+        if class_name not in defined:
+            return f"custom_pipelines entry {task!r} names {impl!r}, but {code.name} defines no class {class_name}"
+        for key in ("pt", "tf"):
+            names = entry.get(key, [])
+            names = [names] if isinstance(names, str) else names
+            if not isinstance(names, list) or not all(isinstance(n, str) and _IDENTIFIER.fullmatch(n) for n in names):
+                return f"custom_pipelines entry {task!r} has {key}={names!r}; it must list class names"
+        if not isinstance(entry.get("type", "text"), str) or not _IDENTIFIER.fullmatch(entry.get("type", "text")):
+            return f"custom_pipelines entry {task!r} has type={entry.get('type')!r}, not a pipeline type"
+    return None
 
 
 def resolve_token(forbidden_dirs: Iterable[str | os.PathLike] = ()) -> str:

@@ -61,8 +61,8 @@ def run_lock(run: RunFolder) -> Iterator[None]:
     try:
         with exclusive_lock(
             run.root.with_name(run.root.name + ".lock"),
-            f"another elmo pretrain run is writing {str(run.root)!r}; wait for it to end, or choose "
-            "another --output-dir.",
+            f"another {{holder}} run is writing {str(run.root)!r}; wait for it to end, or choose another --output-dir.",
+            holder="elmo pretrain",
         ):
             yield
     finally:

@@ -147,6 +147,22 @@ def _planned_vocab_size(model_config: dict[str, Any], vocab: Vocabulary | None, 
     return max(5, negative_samples(model_config) + 1) if sampled else 5
 
 
+def _drop_code_references(model_config: dict[str, Any], args: PretrainingArguments) -> None:
+    """Refuse a starting config (``--init-from-model``'s or ``--model-config``) whose ``custom_pipelines`` names code
+    other than this package's pipeline (`modeling_elmo.hub.safety.custom_pipelines_problem`, the guard of ``elmo
+    push``), then drop it and ``auto_map``: the new model's own classes decide them, so nothing of another folder's
+    code references is carried into the user's model."""
+    from ..hub.safety import custom_pipelines_problem
+
+    problem = custom_pipelines_problem(model_config.get("custom_pipelines"), Path(__file__).resolve().parents[1])
+    if problem:
+        given = args.model_config is not None
+        source = f"--model-config {args.model_config!r}" if given else f"--init-from-model {args.init_from_model!r}"
+        raise ValueError(f"{source}: its config.json {problem}; refusing to start a model from it.")
+    model_config.pop("custom_pipelines", None)
+    model_config.pop("auto_map", None)
+
+
 def plan_run(args: PretrainingArguments) -> Plan:
     """Check and resolve every input before any file is written or any data are read."""
     validate(args)
@@ -162,6 +178,7 @@ def plan_run(args: PretrainingArguments) -> Plan:
     model_config.update(
         {key: getattr(args, name) for name, key in CONFIG_OVERRIDES.items() if getattr(args, name) is not None}
     )
+    _drop_code_references(model_config, args)
     unicode = args.char_vocabulary == "unicode" or model_config.get("char_vocabulary") == "unicode"
     if init_from is not None and unicode != (characters is not None):
         raise ValueError(

@@ -100,32 +100,48 @@ def check_regular_or_absent(path: str | os.PathLike, what: str) -> bool:
 
 def open_regular(path: str | os.PathLike, flags: int, what: str) -> int:
     """``os.open(path, flags)`` that never follows a link and never blocks (a FIFO, a device), and refuses anything
-    but a regular file with a `ValueError` naming it; returns the file descriptor. ``flags`` may hold ``O_CREAT``
+    but a regular file with a `ValueError` naming it, and for writing a file with more than one hard link (writing
+    would change the file under its other name); returns the file descriptor. ``flags`` may hold ``O_CREAT``
     (a new file gets the umask's mode). An `OSError` of another kind (no permission...) is raised as it is."""
     import errno
     import stat
 
     try:
-        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+        # O_TRUNC would empty the file before it is checked: it is applied once the file passed (below)
+        fd = os.open(path, (flags & ~os.O_TRUNC) | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
     except OSError as error:
         if error.errno in (errno.ELOOP, errno.ENXIO):  # a link; a FIFO without a reader (write-only open)
             check_regular_or_absent(path, what)
         raise
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
         os.close(fd)
         raise ValueError(
-            f"{what} {str(path)!r} is {_kind(mode)}, not a regular file; refusing to use it (remove it "
+            f"{what} {str(path)!r} is {_kind(info.st_mode)}, not a regular file; refusing to use it (remove it "
             "if it is not yours to keep)."
         )
+    if flags & (os.O_WRONLY | os.O_RDWR) and info.st_nlink > 1:
+        os.close(fd)
+        raise ValueError(
+            f"{what} {str(path)!r} is a hard link to another file ({info.st_nlink} names share it); refusing to "
+            "write through it (remove it if it is not yours to keep)."
+        )
+    if flags & os.O_TRUNC:
+        os.ftruncate(fd, 0)
     return fd
 
 
 @contextlib.contextmanager
-def exclusive_lock(path: str | os.PathLike, busy: str, unwritable: str | None = None) -> Iterator[None]:
+def exclusive_lock(
+    path: str | os.PathLike, busy: str, unwritable: str | None = None, *, holder: str | None = None
+) -> Iterator[None]:
     """Hold an exclusive `fcntl.flock` on the file ``path`` while the block runs; raise `ValueError` with the
     message ``busy`` at once if another process holds it (and, when the file cannot be created, one starting with
     ``unwritable``).
+
+    ``holder`` (a command, ``elmo push``) is written into the lock file while it is held, and ``{holder}`` in the
+    ``busy`` message of a process that finds the lock taken becomes the holder's name as the file says it (several
+    commands share a lock when they write the same output): the line names the command in the way.
 
     The lock file is opened without following a link and without blocking (`open_regular`): a link planted there
     (to a file outside, or dangling) or a FIFO is refused with one line naming it, nothing is created through it.
@@ -149,8 +165,9 @@ def exclusive_lock(path: str | os.PathLike, busy: str, unwritable: str | None = 
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            named = _lock_holder(handle.fileno()) or "elmo"
             handle.close()
-            raise ValueError(busy) from None
+            raise ValueError(busy.replace("{holder}", named)) from None
         try:
             current = os.lstat(path)
         except FileNotFoundError:
@@ -158,6 +175,9 @@ def exclusive_lock(path: str | os.PathLike, busy: str, unwritable: str | None = 
         if current is not None and os.path.samestat(current, os.fstat(handle.fileno())):
             break
         handle.close()  # removed (and maybe re-created) by the process that held it: lock the file at the path
+    if holder is not None:
+        os.ftruncate(handle.fileno(), 0)
+        os.pwrite(handle.fileno(), holder.encode("utf-8"), 0)
     try:
         yield
     finally:
@@ -165,6 +185,15 @@ def exclusive_lock(path: str | os.PathLike, busy: str, unwritable: str | None = 
             if os.path.samestat(os.lstat(path), os.fstat(handle.fileno())):
                 path.unlink()  # while still locked, so no other process can be holding this file
         handle.close()
+
+
+def _lock_holder(fd: int) -> str:
+    """The command a lock file names (`exclusive_lock`'s ``holder``): its first 100 bytes, printable ASCII only."""
+    try:
+        text = os.pread(fd, 100, 0).decode("ascii", "replace")
+    except OSError:
+        return ""
+    return text if re.fullmatch(r"[A-Za-z0-9 ._-]+", text) else ""
 
 
 def host_reachable(url: str, timeout: float = 3.0) -> bool:
