@@ -166,6 +166,19 @@ def lstm_step(gates, h, c, valid, project, cell_clip: float | None, proj_clip: f
     return torch.where(valid, h_new, h), torch.where(valid, c_new, c), h_new * valid
 
 
+def _exporting() -> bool:
+    """Whether `torch.export` (the dynamo ONNX exporter included) traces the model: the sizes of an input may then be
+    symbolic (dynamic batch and word axes), and no count of pieces or steps may be read from them. torch before 2.7
+    has no `torch.compiler.is_exporting`: any trace counts."""
+    return getattr(torch.compiler, "is_exporting", torch.compiler.is_compiling)()
+
+
+def _scanned(steps: int) -> bool:
+    """Whether the recurrence runs as one ``scan`` (torch's loop operator, ONNX ``Scan``): torch.export (torch 2.7 and
+    later) tracing a dynamic word axis, whose number of steps no Python loop can follow."""
+    return isinstance(steps, torch.SymInt) and hasattr(torch.compiler, "is_exporting") and _exporting()
+
+
 def steps_per_input_product(rows: int, gates: int) -> int:
     """How many steps' input products (``rows`` x ``gates`` per step and direction) the fast forms compute at once:
     as many as hold about 2**22 numbers (8 steps of 32 sentences of the original model), so that their memory does not
@@ -176,8 +189,9 @@ def steps_per_input_product(rows: int, gates: int) -> int:
 def stacked_lstm(inputs: torch.Tensor, valid: torch.Tensor, layers: Sequence[nn.Module], state=None):
     """The fast form, on the layers' weights: inputs (D, T, B, P), valid (T, B) True on each row's valid prefix, state
     (h (D, B, P), c (D, B, H)) or zeros -> y (D, T, B, P) in the inputs' dtype, zeros past each row's length, and the
-    final (h, c) in `state_dtype`. The input products of a block of steps at once (`steps_per_input_product`), then
-    per step one ``bmm`` over both directions' recurrent weights and one over their projections."""
+    final (h, c) in `state_dtype`. The input products of a block of steps at once (`steps_per_input_product`; all
+    steps in an exported trace), then per step one ``bmm`` over both directions' recurrent weights and one over their
+    projections (as one ``scan`` where `_scanned`)."""
     directions, steps, rows, _ = inputs.shape
     dtype, cell_clip, proj_clip = inputs.dtype, layers[0].cell_clip, layers[0].proj_clip
     P, H = layers[0].projection.weight.shape
@@ -185,11 +199,24 @@ def stacked_lstm(inputs: torch.Tensor, valid: torch.Tensor, layers: Sequence[nn.
     h, c = h.to(state_dtype(dtype)), c.to(state_dtype(dtype))
     weight_hh = torch.stack([layer.recurrent_transform.weight for layer in layers]).transpose(1, 2)  # (D, P, 4H)
     weight_hr = torch.stack([layer.projection.weight for layer in layers]).transpose(1, 2)  # (D, H, P)
-    valid, outputs, block = valid.unsqueeze(-1), [], steps_per_input_product(rows, 4 * H)
+    valid, outputs = valid.unsqueeze(-1), []
 
     def project(m: torch.Tensor) -> torch.Tensor:
         return torch.bmm(m.to(dtype), weight_hr)
 
+    if _scanned(steps):
+        from torch._higher_order_ops.scan import scan  # torch's recurrence operator for export (ONNX Scan)
+
+        def step(carry, xs):
+            gates = xs[0].to(carry[0].dtype) + torch.bmm(carry[0].to(dtype), weight_hh)
+            h, c, y = lstm_step(gates, *carry, xs[1], project, cell_clip, proj_clip)
+            return (h, c), y
+
+        gates_x = torch.stack([ls.input_transform(x) for x, ls in zip(inputs, layers, strict=True)], dim=1)
+        (h, c), y = scan(step, (h, c), (gates_x, valid))  # y: (T, D, B, P)
+        return y.transpose(0, 1).to(dtype), (h, c)
+    # traced: all steps' products at once (a block size read from a dynamic batch would fix the batch)
+    block = max(1, steps) if _exporting() else steps_per_input_product(rows, 4 * H)
     for start in range(0, steps, block):
         gates_x = [ls.input_transform(x[start : start + block]) for x, ls in zip(inputs, layers, strict=True)]
         for t in range(start, min(start + block, steps)):
@@ -318,15 +345,18 @@ class ElmoCharacterEncoder(nn.Module):
     def encode(self, char_ids: torch.Tensor, word_ids: torch.Tensor | None = None) -> torch.Tensor:
         """(N, C) character ids (and (N,) word ids) -> (N, P), every row, in pieces of `piece_sizes` words."""
         embedded = self.char_embeddings(char_ids)
+        word_vectors = None if self.word_embeddings is None else self.word_embeddings(word_ids)
+        checkpointing = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
+        if _exporting() and not checkpointing:  # one piece: no piece count read from a traced (dynamic) shape
+            return self.token_vectors(self.convolve(embedded), word_vectors)
         words, rows = self.piece_sizes(embedded)
-        if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
+        if checkpointing:
             pieces = [
                 self._gradient_checkpointing_func(self.convolve, piece) for piece in embedded.split(min(words, 512))
             ]
         else:
             pieces = [self.convolve(piece) for piece in embedded.split(words)]
         x = torch.cat(pieces) if pieces else self.convolve(embedded)
-        word_vectors = None if self.word_embeddings is None else self.word_embeddings(word_ids)
         if len(x) <= rows:
             return self.token_vectors(x, word_vectors)
         pieces = x.split(rows)

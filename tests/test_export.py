@@ -1,6 +1,7 @@
-"""`torch.export` and ONNX (through the dynamo exporter) of every ELMo class in eval mode at a fixed shape: the
-exported program computes what the eager model computes, on the example inputs and on other inputs of the same
-shape (other words, other lengths, left padding), and holds only standard operators."""
+"""`torch.export` and ONNX (through the dynamo exporter) of every ELMo class in eval mode, at a fixed shape and with
+dynamic batch and word axes: the exported program computes what the eager model computes, on the example inputs and
+on other inputs (other words, other lengths, left padding; with dynamic axes, more and fewer sentences and words),
+and holds only standard operators."""
 
 from __future__ import annotations
 
@@ -25,6 +26,18 @@ OUTPUTS = {
 }
 #: Four sentences padded to 6 tokens, as `SENTENCES`, with other words and lengths (one row left-padded).
 OTHER_SENTENCES = [["Rivers", "rise"], ["Seeds", "grow", "in", "the", "warm", "soil"], ["Yes"], ["A", "b", "c", "d"]]
+#: Batches of other shapes than `SENTENCES` (4 x 6): more sentences and words, fewer, a single word.
+OTHER_SHAPES = [
+    [["Seeds", "grow", "in", "the", "warm", "soil", "of", "the", "valley", "."], ["Yes"], *OTHER_SENTENCES],
+    [["Rivers", "rise"], ["A", "b", "c"]],
+    [["Yes"]],
+]
+
+
+def dynamic_axes(names=("input_ids", "attention_mask")) -> dict:
+    """Dynamic batch and word axes for each input (the character axis is the config's, fixed)."""
+    batch, words = torch.export.Dim("batch", min=1, max=4096), torch.export.Dim("words", min=1, max=4096)
+    return {name: {0: batch, 1: words} for name in names}
 
 
 def inputs(tester: ElmoModelTester, sentences, left_padded_row: int | None = None):
@@ -68,6 +81,24 @@ def test_exported_program_of_every_class_equals_the_eager_model_at_its_shape(cls
             assert torch.equal(exported["attention_mask"], eager["attention_mask"])
     # the two inputs differ, and so do the outputs: nothing was frozen into the program from the example
     assert not torch.allclose(results[0][0][OUTPUTS[cls]], results[1][0][OUTPUTS[cls]])
+
+
+@pytest.mark.parametrize("cls", list(OUTPUTS), ids=lambda c: c.__name__)
+def test_export_with_dynamic_batch_and_word_axes_runs_on_other_shapes_with_the_eager_outputs(cls):
+    """Nothing in the trace reads a size of the example (a piece or step count, a block of steps): torch.export would
+    refuse the dynamic dimensions otherwise; the one program runs on batches of other sizes and lengths."""
+    tester = ElmoModelTester(num_labels=3)
+    model = tester.model(cls, seed=4, cell_clip=3.0, proj_clip=3.0).eval()
+    program = torch.export.export(model, inputs(tester, SENTENCES), dynamic_shapes=dynamic_axes())
+    standard_operators_only(program)
+    assert len(program.range_constraints) == 2  # batch and words stay symbols
+    name = OUTPUTS[cls]
+    for sentences in OTHER_SHAPES:
+        args = inputs(tester, sentences, left_padded_row=None if cls is ElmoForBidirectionalLM else len(sentences) - 1)
+        with torch.no_grad():
+            exported, eager = program.module()(*args), model(*args)
+        assert exported[name].shape == eager[name].shape and eager[name].shape[0] == len(sentences)
+        assert_same_numbers(exported[name], eager[name], rtol=TOLERANCE, what=f"{cls.__name__} {name}")
 
 
 def test_exported_language_model_computes_the_eager_loss_from_labels():
@@ -124,6 +155,32 @@ def test_onnx_export_through_dynamo_runs_in_onnxruntime_with_the_eager_outputs(t
         with torch.no_grad():
             eager = model(ids, mask)
         assert_same_numbers(hidden, eager.last_hidden_state, rtol=TOLERANCE, what="ONNX last_hidden_state")
+        assert (out_mask == eager.attention_mask.numpy()).all()
+
+
+def test_onnx_export_with_dynamic_batch_and_word_axes_runs_in_onnxruntime_on_other_shapes(tmp_path):
+    pytest.importorskip("onnxscript", reason="ONNX export needs the optional packages onnx and onnxscript")
+    onnxruntime = pytest.importorskip("onnxruntime", reason="running the ONNX model needs the optional onnxruntime")
+    tester = ElmoModelTester()
+    model = tester.model(ElmoModel, seed=4, cell_clip=3.0, proj_clip=3.0).eval()
+    onnx_program = torch.onnx.export(
+        model,
+        inputs(tester, SENTENCES),
+        dynamo=True,
+        verbose=False,
+        input_names=["input_ids", "attention_mask"],
+        output_names=["last_hidden_state", "attention_mask_out"],
+        dynamic_shapes=dynamic_axes(),
+    )
+    onnx_program.save(str(tmp_path / "elmo.onnx"))
+    session = onnxruntime.InferenceSession(str(tmp_path / "elmo.onnx"), providers=["CPUExecutionProvider"])
+    for sentences in OTHER_SHAPES:
+        ids, mask = inputs(tester, sentences, left_padded_row=len(sentences) - 1)
+        hidden, out_mask = session.run(None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
+        with torch.no_grad():
+            eager = model(ids, mask)
+        assert hidden.shape == tuple(eager.last_hidden_state.shape)
+        assert_same_numbers(hidden, eager.last_hidden_state, rtol=TOLERANCE, what=f"ONNX, {tuple(mask.shape)}")
         assert (out_mask == eager.attention_mask.numpy()).all()
 
 
