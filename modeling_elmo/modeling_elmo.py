@@ -284,6 +284,8 @@ class ElmoCharConvolution(nn.Conv1d):
     (faster on a CPU than the convolution kernel for few input channels)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if (self.stride, self.padding, self.dilation, self.groups) != ((1,), (0,), (1,), 1):
+            return super().forward(x)  # not a valid convolution of stride 1 (made by an adapter, say): torch's kernel
         n, dim, length = x.shape
         width, windows = self.kernel_size[0], length - self.kernel_size[0] + 1
         # (N, d_c, C - w + 1, w) -> (N, C - w + 1, d_c, w): the window layout of the weight (filters, d_c, w)
@@ -311,6 +313,8 @@ class ElmoCharacterEncoder(nn.Module):
         self.convolutions = nn.ModuleList(
             ElmoCharConvolution(config.char_embedding_dim, count, width) for width, count in config.char_cnn_filters
         )
+        # (width, count) per convolution, read here rather than from the modules (an adapter may wrap them)
+        self.filters = [(width, count) for width, count in config.char_cnn_filters]
         # CODEPATH: relu in the released bilm-tf/AllenNLP models, tanh in ELMoForManyLangs'
         self.activation = torch.relu if config.char_cnn_activation == "relu" else torch.tanh
         self.highways = nn.ModuleList(
@@ -331,7 +335,7 @@ class ElmoCharacterEncoder(nn.Module):
         in training too, whose backward keeps every piece's products anyway."""
         if embedded.device.type != "cpu" or embedded.requires_grad:
             return 4096, max(1, len(embedded))
-        windows = [(embedded.shape[1] - conv.kernel_size[0] + 1) * conv.out_channels for conv in self.convolutions]
+        windows = [(embedded.shape[1] - width + 1) * count for width, count in self.filters]
         return max(1, 2**22 // max(windows)), max(1, 2**22 // self.projection.in_features)
 
     def token_vectors(self, features: torch.Tensor, word_vectors: torch.Tensor | None = None) -> torch.Tensor:
