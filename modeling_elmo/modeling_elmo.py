@@ -669,6 +669,10 @@ class ElmoPreTrainedModel(PreTrainedModel):
             size = -(-size // pad_to_multiple_of) * pad_to_multiple_of
         if isinstance(size, bool) or not isinstance(size, int) or size < 4:
             raise ValueError(f"new_num_tokens must be an integer >= 4 (the special words come first), got {size!r}.")
+        try:  # bounded as a config's word input is, before anything is allocated
+            self.config.check_fields({"word_input_vocab_size": size})
+        except ValueError as error:
+            raise ValueError(f"new_num_tokens={size}: {error}") from None
         if size == old.num_embeddings:
             return old
         new = ElmoWordEmbedding(size, old.embedding_dim, device=old.weight.device, dtype=old.weight.dtype)
