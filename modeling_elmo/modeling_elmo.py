@@ -575,7 +575,7 @@ class ElmoScalarMix(nn.Module):
             layers = (layers - mean) / torch.sqrt(var + 1e-12)
         weights = self.layer_weights.to(layers.dtype)
         # (K, L + 1) @ (L + 1, B * T * D): each output's weighted sum of the layers
-        mixed = (weights @ layers.transpose(0, 1).flatten(1)).view(-1, layers.shape[0], *layers.shape[2:])
+        mixed = (weights @ layers.transpose(0, 1).flatten(1)).view(len(weights), layers.shape[0], *layers.shape[2:])
         mixed = mixed * self.gamma.to(layers.dtype)[:, None, None, None]
         if mask is not None:
             mixed = mixed * mask.to(layers.dtype)[None, :, :, None]
