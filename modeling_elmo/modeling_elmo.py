@@ -173,12 +173,6 @@ def _exporting() -> bool:
     return getattr(torch.compiler, "is_exporting", torch.compiler.is_compiling)()
 
 
-def _scanned(steps: int) -> bool:
-    """Whether the recurrence runs as one ``scan`` (torch's loop operator, ONNX ``Scan``): torch.export (torch 2.7 and
-    later) tracing a dynamic word axis, whose number of steps no Python loop can follow."""
-    return isinstance(steps, torch.SymInt) and hasattr(torch.compiler, "is_exporting") and _exporting()
-
-
 def steps_per_input_product(rows: int, gates: int) -> int:
     """How many steps' input products (``rows`` x ``gates`` per step and direction) the fast forms compute at once:
     as many as hold about 2**22 numbers (8 steps of 32 sentences of the original model), so that their memory does not
@@ -191,7 +185,7 @@ def stacked_lstm(inputs: torch.Tensor, valid: torch.Tensor, layers: Sequence[nn.
     (h (D, B, P), c (D, B, H)) or zeros -> y (D, T, B, P) in the inputs' dtype, zeros past each row's length, and the
     final (h, c) in `state_dtype`. The input products of a block of steps at once (`steps_per_input_product`; all
     steps in an exported trace), then per step one ``bmm`` over both directions' recurrent weights and one over their
-    projections (as one ``scan`` where `_scanned`)."""
+    projections."""
     directions, steps, rows, _ = inputs.shape
     dtype, cell_clip, proj_clip = inputs.dtype, layers[0].cell_clip, layers[0].proj_clip
     P, H = layers[0].projection.weight.shape
@@ -204,17 +198,12 @@ def stacked_lstm(inputs: torch.Tensor, valid: torch.Tensor, layers: Sequence[nn.
     def project(m: torch.Tensor) -> torch.Tensor:
         return torch.bmm(m.to(dtype), weight_hr)
 
-    if _scanned(steps):
-        from torch._higher_order_ops.scan import scan  # torch's recurrence operator for export (ONNX Scan)
-
-        def step(carry, xs):
-            gates = xs[0].to(carry[0].dtype) + torch.bmm(carry[0].to(dtype), weight_hh)
-            h, c, y = lstm_step(gates, *carry, xs[1], project, cell_clip, proj_clip)
-            return (h, c), y
-
-        gates_x = torch.stack([ls.input_transform(x) for x, ls in zip(inputs, layers, strict=True)], dim=1)
-        (h, c), y = scan(step, (h, c), (gates_x, valid))  # y: (T, D, B, P)
-        return y.transpose(0, 1).to(dtype), (h, c)
+    if isinstance(steps, torch.SymInt) and hasattr(torch.compiler, "is_exporting") and _exporting():
+        raise ValueError(
+            "torch.export of a dynamic word axis: this recurrence is a Python loop over the words, which a trace fixes "
+            "to the example's length; export with a fixed number of words, or within the installed package's "
+            "modeling_elmo.export.dynamic_words(model) (one scan over the words)."
+        )
     # traced: all steps' products at once (a block size read from a dynamic batch would fix the batch)
     block = max(1, steps) if _exporting() else steps_per_input_product(rows, 4 * H)
     for start in range(0, steps, block):

@@ -223,13 +223,14 @@ LIBRARY_PATH_VALUES = [
 
 
 @pytest.mark.parametrize(("key", "value", "message"), LIBRARY_PATH_VALUES, ids=lambda v: repr(v)[:20])
-@pytest.mark.parametrize("how", ["AutoModel remote code", "ElmoModel", "ElmoConfig"])
+@pytest.mark.parametrize("how", ["AutoModel", "remote code", "ElmoConfig"])
 def test_the_library_path_refuses_a_config_value_that_would_compute_nonsense_in_one_line(
     tmp_path, key, value, message, how
 ):
-    """What the commands refuse, `AutoModel.from_pretrained` (the folder's own code files), the package's classes
-    and the config's constructor refuse with the same line, through the same check."""
+    """What the commands refuse, `AutoModel.from_pretrained`, the folder's own code files (remote code) and the
+    config's constructor refuse with the same line, through the same check."""
     from transformers import AutoModel
+    from transformers.dynamic_module_utils import get_class_from_dynamic_module
 
     small = dict(projection_dim=8, cell_size=16, char_embedding_dim=4, char_cnn_filters=[[1, 4]], num_highway_layers=0)
     ElmoModel(ElmoConfig(**small)).save_pretrained(tmp_path)
@@ -238,8 +239,8 @@ def test_the_library_path_refuses_a_config_value_that_would_compute_nonsense_in_
     with pytest.raises(ValueError, match=message) as refused:
         if how == "ElmoConfig":
             ElmoConfig(**{**small, key: value})
-        elif how == "ElmoModel":
-            ElmoModel.from_pretrained(tmp_path)
+        elif how == "remote code":  # the folder's own code files, as a client without this package runs them
+            get_class_from_dynamic_module("modeling_elmo.ElmoModel", str(tmp_path)).from_pretrained(tmp_path)
         else:
             AutoModel.from_pretrained(tmp_path, trust_remote_code=True)
     assert "\n" not in str(refused.value)
