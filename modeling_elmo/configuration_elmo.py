@@ -15,7 +15,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
+import math
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from transformers import PretrainedConfig
@@ -42,6 +45,90 @@ AUTO_MAP = {
 }
 
 
+#: No vocabulary holds more words than this (the trillion-word Google Web 1T corpus has 13.6 M distinct words): a
+#: word table or softmax of more rows (each of `projection_dim` or `word_input_dim` numbers) is a mistake.
+MAX_VOCABULARY_LIMIT = 10**8
+#: The least value of each integer field (the vocabularies': `FIELD_RULES`).
+INTEGER_MINIMUMS = dict(
+    projection_dim=1,
+    hidden_size=2,
+    cell_size=1,
+    num_hidden_layers=1,
+    char_embedding_dim=1,
+    num_highway_layers=0,
+    max_characters_per_token=3,
+    num_characters=1,
+    word_input_dim=0,
+    num_output_representations=1,
+    num_negative_samples=1,
+    lm_softmax_chunk_size=1,
+)
+#: The values each field of a few choices may take.
+CHOICES = {
+    "char_cnn_activation": ("relu", "tanh"),
+    "lstm_implementation": ("auto", "loop", "fused", "torch"),
+    "classifier_pooling": ("mean", "max", "mean_max", "first", "last"),
+    "lm_softmax": ("full", "sampled"),
+    "char_vocabulary": ("bytes", "unicode"),
+}
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _filters_valid(filters: Any) -> bool:
+    return (
+        isinstance(filters, list)
+        and bool(filters)
+        and all(isinstance(p, list) and len(p) == 2 and all(_is_int(v) and v >= 1 for v in p) for p in filters)
+    )
+
+
+#: Field -> (whether a value is valid, what the field must be): the rule of each field on its own, in order.
+FIELD_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    **{n: (lambda v, low=low: _is_int(v) and v >= low, f"an integer >= {low},") for n, low in INTEGER_MINIMUMS.items()},
+    **{
+        n: (
+            lambda v, low=low: _is_int(v) and low <= v <= MAX_VOCABULARY_LIMIT,
+            f"an integer in [{low}, {MAX_VOCABULARY_LIMIT:,}],",
+        )
+        for n, low in (("vocab_size", 4), ("word_input_vocab_size", 0))
+    },
+    **{n: (lambda v, ok=ok: v in ok, f"one of {', '.join(map(repr, ok))};") for n, ok in CHOICES.items()},
+    **dict.fromkeys(
+        ("use_skip_connections", "scalar_mix_layer_norm", "freeze_elmo"),
+        (lambda v: isinstance(v, bool), "true or false,"),
+    ),
+    **dict.fromkeys(
+        ("hidden_dropout_prob", "classifier_dropout"),
+        (lambda v: _is_number(v) and 0.0 <= v < 1.0, "a probability in [0, 1),"),
+    ),
+    **dict.fromkeys(
+        ("cell_clip", "proj_clip"),
+        (
+            lambda v: v is None or (_is_number(v) and math.isfinite(v) and v > 0),
+            "a finite positive number or None (no clipping),",
+        ),
+    ),
+    "char_cnn_filters": (_filters_valid, "a non-empty list of [width, count] pairs of positive integers,"),
+    "scalar_mix_parameters": (
+        lambda v: v is None or (isinstance(v, list) and all(_is_number(w) for w in v)),
+        "a list of numbers (one weight per layer) or None,",
+    ),
+}
+
+
+def shown(value: Any) -> str:
+    """``repr(value)``, cut to a few dozen characters (a hostile file may hold a value of megabytes)."""
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:80]}..."
+
+
 def sentence_boundary_char_ids(char_vocabulary: str, max_characters_per_token: int) -> tuple[list[int], list[int]]:
     """The character-id rows of ``<S>`` and ``</S>``: begin-of-word, the sentence marker, end-of-word, padding."""
     bow, eow, pad, bos, eos = CHARACTER_MARKERS[char_vocabulary]
@@ -52,6 +139,8 @@ def sentence_boundary_char_ids(char_vocabulary: str, max_characters_per_token: i
 class ElmoConfig(PretrainedConfig):
     r"""Configuration of an ELMo bidirectional language model and its task heads. The defaults build the released
     ``2x4096_512_2048cnn_2xhighway`` model; the original ``options.json`` key of a field is given in parentheses.
+    A value that would build a model computing nonsense (a type, bound or choice a field does not take, fields that
+    disagree, a key that would replace a member of the class) is a one-line `ValueError` naming it.
 
     Args:
         vocab_size (`int`, defaults to 4): softmax words, ``<pad> <S> </S> <UNK>`` included; 4: no vocabulary.
@@ -132,6 +221,10 @@ class ElmoConfig(PretrainedConfig):
         unk_token_id: int = 3,
         **kwargs: Any,
     ):
+        self.check_keys(kwargs)
+        self.check_fields(
+            {k: v for k, v in (("projection_dim", projection_dim), ("hidden_size", hidden_size)) if v is not None}
+        )
         if projection_dim is None:  # one size given sets the other
             projection_dim = 512 if hidden_size is None else hidden_size // 2
         hidden_size = 2 * projection_dim if hidden_size is None else hidden_size
@@ -152,7 +245,9 @@ class ElmoConfig(PretrainedConfig):
         self.char_embedding_dim = char_embedding_dim
         if char_cnn_filters is None:  # the released models' filters
             char_cnn_filters = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
-        self.char_cnn_filters = [list(f) if isinstance(f, (list, tuple)) else f for f in char_cnn_filters]
+        if isinstance(char_cnn_filters, (list, tuple)):
+            char_cnn_filters = [list(f) if isinstance(f, (list, tuple)) else f for f in char_cnn_filters]
+        self.char_cnn_filters = char_cnn_filters
         self.num_highway_layers = num_highway_layers
         self.char_cnn_activation = char_cnn_activation
         self.max_characters_per_token = max_characters_per_token
@@ -164,7 +259,8 @@ class ElmoConfig(PretrainedConfig):
         self.lstm_implementation = lstm_implementation
         self.num_output_representations = num_output_representations
         self.scalar_mix_layer_norm = scalar_mix_layer_norm
-        self.scalar_mix_parameters = list(scalar_mix_parameters) if scalar_mix_parameters is not None else None
+        mix = scalar_mix_parameters
+        self.scalar_mix_parameters = list(mix) if isinstance(mix, (list, tuple)) else mix
         self.classifier_pooling = classifier_pooling
         self.classifier_dropout = classifier_dropout
         self.freeze_elmo = freeze_elmo
@@ -173,8 +269,72 @@ class ElmoConfig(PretrainedConfig):
         self.lm_softmax_chunk_size = lm_softmax_chunk_size
         self.initializer_range = initializer_range
         self.unk_token_id = unk_token_id
+        self.check_fields({name: getattr(self, name) for name in FIELD_RULES})
+        self.check_agreement()
         kwargs["auto_map"] = dict(AUTO_MAP)  # this package's classes only: never code from another repository
         super().__init__(pad_token_id=pad_token_id, bos_token_id=bos_token_id, eos_token_id=eos_token_id, **kwargs)
+
+    @classmethod
+    def check_keys(cls, keys: Iterable[str]) -> None:
+        """`ValueError` for a key that would replace a member of the class (``to_dict``, ``__class__``) rather than
+        set a value: transformers sets every key of a config dict on the config as it is."""
+        settings = {
+            *inspect.signature(cls.__init__).parameters,
+            *(field.name for field in (dataclasses.fields(cls) if dataclasses.is_dataclass(cls) else ())),
+            "model_type",
+        }
+        for key in keys:
+            member = inspect.getattr_static(cls, key, None)
+            settable = key in settings or (isinstance(member, property) and member.fset is not None)
+            if key.startswith("__") or (member is not None and not settable):
+                raise ValueError(f"config key {shown(key)} is not a setting: it would replace ElmoConfig.{key[:80]}.")
+
+    @staticmethod
+    def check_fields(values: Mapping[str, Any]) -> None:
+        """`ValueError` naming the first field among ``values`` whose value breaks its rule (`FIELD_RULES`): a value
+        that would build a model computing nonsense, or none at all."""
+        for name, (valid, expected) in FIELD_RULES.items():
+            if name in values and not valid(values[name]):
+                raise ValueError(f"`{name}` must be {expected} got {shown(values[name])}.")
+
+    def check_agreement(self) -> None:
+        """`ValueError` for the first pair of fields (each valid on its own) that cannot build a model together."""
+        mix, words, chars = self.scalar_mix_parameters, self.word_input_vocab_size, self.num_characters
+        layers, widest = self.num_hidden_layers + 1, max(width for width, _ in self.char_cnn_filters)
+        unicode = self.char_vocabulary == "unicode"
+        for bad, message in (
+            (
+                self.max_characters_per_token > MAX_CHARACTERS_PER_TOKEN_LIMIT,
+                f"`max_characters_per_token` must be at most {MAX_CHARACTERS_PER_TOKEN_LIMIT} (characters per word), "
+                f"got {self.max_characters_per_token}.",
+            ),
+            (
+                widest > self.max_characters_per_token,
+                f"a char_cnn filter of width {widest} is wider than max_characters_per_token="
+                f"{self.max_characters_per_token}.",
+            ),
+            (
+                not unicode and chars != 262,
+                f"`num_characters` must be 262 (256 bytes + 5 markers + the padding id 0), got {chars!r}.",
+            ),
+            (unicode and chars < 7, f"`num_characters` must be an integer >= 7, got {chars!r}."),
+            (
+                words and (words < 4 or not self.word_input_dim),
+                "a word input needs word_input_vocab_size >= 4 (the special words come first) and word_input_dim "
+                f">= 1, got {words} and {self.word_input_dim}.",
+            ),
+            (
+                mix is not None and len(mix) != layers,
+                f"`scalar_mix_parameters` needs one weight per layer ({layers}), got {len(mix or ())}: {shown(mix)}.",
+            ),
+            (
+                self.lm_softmax == "sampled" and self.num_negative_samples >= self.vocab_size,
+                f"`num_negative_samples` ({self.num_negative_samples}) must be smaller than vocab_size "
+                f"({self.vocab_size}) for a sampled softmax; use lm_softmax='full' for a small vocabulary.",
+            ),
+        ):
+            if bad:
+                raise ValueError(message)
 
     @staticmethod
     def upgraded_dict(config_dict: dict[str, Any]) -> dict[str, Any]:

@@ -166,6 +166,13 @@ def lstm_step(gates, h, c, valid, project, cell_clip: float | None, proj_clip: f
     return torch.where(valid, h_new, h), torch.where(valid, c_new, c), h_new * valid
 
 
+def _exporting() -> bool:
+    """Whether `torch.export` (the dynamo ONNX exporter included) traces the model: the sizes of an input may then be
+    symbolic (dynamic batch and word axes), and no count of pieces or steps may be read from them. torch before 2.7
+    has no `torch.compiler.is_exporting`: any trace counts."""
+    return getattr(torch.compiler, "is_exporting", torch.compiler.is_compiling)()
+
+
 def steps_per_input_product(rows: int, gates: int) -> int:
     """How many steps' input products (``rows`` x ``gates`` per step and direction) the fast forms compute at once:
     as many as hold about 2**22 numbers (8 steps of 32 sentences of the original model), so that their memory does not
@@ -176,8 +183,9 @@ def steps_per_input_product(rows: int, gates: int) -> int:
 def stacked_lstm(inputs: torch.Tensor, valid: torch.Tensor, layers: Sequence[nn.Module], state=None):
     """The fast form, on the layers' weights: inputs (D, T, B, P), valid (T, B) True on each row's valid prefix, state
     (h (D, B, P), c (D, B, H)) or zeros -> y (D, T, B, P) in the inputs' dtype, zeros past each row's length, and the
-    final (h, c) in `state_dtype`. The input products of a block of steps at once (`steps_per_input_product`), then
-    per step one ``bmm`` over both directions' recurrent weights and one over their projections."""
+    final (h, c) in `state_dtype`. The input products of a block of steps at once (`steps_per_input_product`; all
+    steps in an exported trace), then per step one ``bmm`` over both directions' recurrent weights and one over their
+    projections."""
     directions, steps, rows, _ = inputs.shape
     dtype, cell_clip, proj_clip = inputs.dtype, layers[0].cell_clip, layers[0].proj_clip
     P, H = layers[0].projection.weight.shape
@@ -185,11 +193,19 @@ def stacked_lstm(inputs: torch.Tensor, valid: torch.Tensor, layers: Sequence[nn.
     h, c = h.to(state_dtype(dtype)), c.to(state_dtype(dtype))
     weight_hh = torch.stack([layer.recurrent_transform.weight for layer in layers]).transpose(1, 2)  # (D, P, 4H)
     weight_hr = torch.stack([layer.projection.weight for layer in layers]).transpose(1, 2)  # (D, H, P)
-    valid, outputs, block = valid.unsqueeze(-1), [], steps_per_input_product(rows, 4 * H)
+    valid, outputs = valid.unsqueeze(-1), []
 
     def project(m: torch.Tensor) -> torch.Tensor:
         return torch.bmm(m.to(dtype), weight_hr)
 
+    if isinstance(steps, torch.SymInt) and hasattr(torch.compiler, "is_exporting") and _exporting():
+        raise ValueError(
+            "torch.export of a dynamic word axis: this recurrence is a Python loop over the words, which a trace fixes "
+            "to the example's length; export with a fixed number of words, or within the installed package's "
+            "modeling_elmo.export.dynamic_words(model) (one scan over the words)."
+        )
+    # traced: all steps' products at once (a block size read from a dynamic batch would fix the batch)
+    block = max(1, steps) if _exporting() else steps_per_input_product(rows, 4 * H)
     for start in range(0, steps, block):
         gates_x = [ls.input_transform(x[start : start + block]) for x, ls in zip(inputs, layers, strict=True)]
         for t in range(start, min(start + block, steps)):
@@ -257,6 +273,8 @@ class ElmoCharConvolution(nn.Conv1d):
     (faster on a CPU than the convolution kernel for few input channels)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if (self.stride, self.padding, self.dilation, self.groups) != ((1,), (0,), (1,), 1):
+            return super().forward(x)  # not a valid convolution of stride 1 (made by an adapter, say): torch's kernel
         n, dim, length = x.shape
         width, windows = self.kernel_size[0], length - self.kernel_size[0] + 1
         # (N, d_c, C - w + 1, w) -> (N, C - w + 1, d_c, w): the window layout of the weight (filters, d_c, w)
@@ -284,6 +302,8 @@ class ElmoCharacterEncoder(nn.Module):
         self.convolutions = nn.ModuleList(
             ElmoCharConvolution(config.char_embedding_dim, count, width) for width, count in config.char_cnn_filters
         )
+        # (width, count) per convolution, read here rather than from the modules (an adapter may wrap them)
+        self.filters = [(width, count) for width, count in config.char_cnn_filters]
         # CODEPATH: relu in the released bilm-tf/AllenNLP models, tanh in ELMoForManyLangs'
         self.activation = torch.relu if config.char_cnn_activation == "relu" else torch.tanh
         self.highways = nn.ModuleList(
@@ -304,7 +324,7 @@ class ElmoCharacterEncoder(nn.Module):
         in training too, whose backward keeps every piece's products anyway."""
         if embedded.device.type != "cpu" or embedded.requires_grad:
             return 4096, max(1, len(embedded))
-        windows = [(embedded.shape[1] - conv.kernel_size[0] + 1) * conv.out_channels for conv in self.convolutions]
+        windows = [(embedded.shape[1] - width + 1) * count for width, count in self.filters]
         return max(1, 2**22 // max(windows)), max(1, 2**22 // self.projection.in_features)
 
     def token_vectors(self, features: torch.Tensor, word_vectors: torch.Tensor | None = None) -> torch.Tensor:
@@ -318,15 +338,18 @@ class ElmoCharacterEncoder(nn.Module):
     def encode(self, char_ids: torch.Tensor, word_ids: torch.Tensor | None = None) -> torch.Tensor:
         """(N, C) character ids (and (N,) word ids) -> (N, P), every row, in pieces of `piece_sizes` words."""
         embedded = self.char_embeddings(char_ids)
+        word_vectors = None if self.word_embeddings is None else self.word_embeddings(word_ids)
+        checkpointing = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
+        if _exporting() and not checkpointing:  # one piece: no piece count read from a traced (dynamic) shape
+            return self.token_vectors(self.convolve(embedded), word_vectors)
         words, rows = self.piece_sizes(embedded)
-        if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
+        if checkpointing:
             pieces = [
                 self._gradient_checkpointing_func(self.convolve, piece) for piece in embedded.split(min(words, 512))
             ]
         else:
             pieces = [self.convolve(piece) for piece in embedded.split(words)]
         x = torch.cat(pieces) if pieces else self.convolve(embedded)
-        word_vectors = None if self.word_embeddings is None else self.word_embeddings(word_ids)
         if len(x) <= rows:
             return self.token_vectors(x, word_vectors)
         pieces = x.split(rows)
@@ -541,7 +564,7 @@ class ElmoScalarMix(nn.Module):
             layers = (layers - mean) / torch.sqrt(var + 1e-12)
         weights = self.layer_weights.to(layers.dtype)
         # (K, L + 1) @ (L + 1, B * T * D): each output's weighted sum of the layers
-        mixed = (weights @ layers.transpose(0, 1).flatten(1)).view(-1, layers.shape[0], *layers.shape[2:])
+        mixed = (weights @ layers.transpose(0, 1).flatten(1)).view(len(weights), layers.shape[0], *layers.shape[2:])
         mixed = mixed * self.gamma.to(layers.dtype)[:, None, None, None]
         if mask is not None:
             mixed = mixed * mask.to(layers.dtype)[None, :, :, None]
@@ -635,6 +658,10 @@ class ElmoPreTrainedModel(PreTrainedModel):
             size = -(-size // pad_to_multiple_of) * pad_to_multiple_of
         if isinstance(size, bool) or not isinstance(size, int) or size < 4:
             raise ValueError(f"new_num_tokens must be an integer >= 4 (the special words come first), got {size!r}.")
+        try:  # bounded as a config's word input is, before anything is allocated
+            self.config.check_fields({"word_input_vocab_size": size})
+        except ValueError as error:
+            raise ValueError(f"new_num_tokens={size}: {error}") from None
         if size == old.num_embeddings:
             return old
         new = ElmoWordEmbedding(size, old.embedding_dim, device=old.weight.device, dtype=old.weight.dtype)

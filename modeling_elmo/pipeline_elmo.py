@@ -47,7 +47,8 @@ class ElmoTokenClassificationPipeline(TokenClassificationPipeline):
             raise ValueError(
                 f"When `is_split_into_words=False`, `sentence` must be a string, got {type(sentence).__name__}."
             )
-        inputs = self.tokenizer(words, is_split_into_words=True, return_tensors="pt")
+        # a batch of one sentence: a text without words (``""``) is one empty sentence, tagged as no entity
+        inputs = self.tokenizer([words], is_split_into_words=True, return_tensors="pt")
         offsets, cursor = [], 0
         for word in words:  # the words in the order they occur in the text
             start = sentence.find(word, cursor)

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
+from transformers import AutoModel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy_reference as ref  # noqa: E402
@@ -206,6 +207,38 @@ ROWS = [
         "`load_elmo_model('shadow')` (`config.json` holds `\"to_dict\": 1`)",
         "config key 'to_dict' is not a setting: it would replace ElmoConfig.to_dict.",
         lambda: load_elmo_model("shadow"),
+    ),
+    Row(
+        "library",
+        "`AutoModel.from_pretrained('cuda', trust_remote_code=True)` (`config.json` holds "
+        '`"lstm_implementation": "cuda"`; also `ElmoConfig(lstm_implementation=\'cuda\')`)',
+        "`lstm_implementation` must be one of 'auto', 'loop', 'fused', 'torch'; got 'cuda'.",
+        lambda: AutoModel.from_pretrained("cuda", trust_remote_code=True),
+    ),
+    Row(
+        "library",
+        '`AutoModel.from_pretrained(\'textclip\', trust_remote_code=True)` (`config.json` holds `"cell_clip": "3"`)',
+        "`cell_clip` must be a finite positive number or None (no clipping), got '3'.",
+        lambda: AutoModel.from_pretrained("textclip", trust_remote_code=True),
+    ),
+    Row(
+        "library",
+        "`AutoModel.from_pretrained('chars10', trust_remote_code=True)` (`config.json` holds `\"num_characters\": 10`)",
+        "`num_characters` must be 262 (256 bytes + 5 markers + the padding id 0), got 10.",
+        lambda: AutoModel.from_pretrained("chars10", trust_remote_code=True),
+    ),
+    Row(
+        "library",
+        "`AutoModel.from_pretrained('classkey', trust_remote_code=True)` (`config.json` holds "
+        '`"__class__": "ElmoConfig"`)',
+        "config key '__class__' is not a setting: it would replace ElmoConfig.__class__.",
+        lambda: AutoModel.from_pretrained("classkey", trust_remote_code=True),
+    ),
+    Row(
+        "library",
+        "`model.resize_token_embeddings(10**9)` (a model with a word input)",
+        "new_num_tokens=1000000000: `word_input_vocab_size` must be an integer in [0, 100,000,000], got 1000000000.",
+        lambda: ElmoModel(_tiny_config(word_input_vocab_size=10, word_input_dim=6)).resize_token_embeddings(10**9),
     ),
     Row(
         "library",
@@ -654,7 +687,15 @@ def template(tmp_path_factory) -> Path:
     save_file(weights, root / "nan" / "model.safetensors", metadata={"format": "pt"})
     shutil.copytree(root / "lm", root / "shortvocab")
     (root / "shortvocab" / "vocab.txt").write_text("".join(f"w{i}\n" for i in range(5)))
-    for name, key, value in (("shadow", "to_dict", 1), ("labels", "id2label", "pos,neg"), ("negclip", "cell_clip", -1)):
+    for name, key, value in (
+        ("shadow", "to_dict", 1),
+        ("labels", "id2label", "pos,neg"),
+        ("negclip", "cell_clip", -1),
+        ("classkey", "__class__", "ElmoConfig"),
+        ("cuda", "lstm_implementation", "cuda"),
+        ("textclip", "cell_clip", "3"),
+        ("chars10", "num_characters", 10),
+    ):
         shutil.copytree(root / "lm", root / name)
         config = json.loads((root / name / "config.json").read_text())
         (root / name / "config.json").write_text(json.dumps({**config, key: value}))

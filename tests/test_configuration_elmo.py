@@ -35,11 +35,15 @@ ORIGINAL_OPTIONS = {
 }
 
 
-def test_the_config_builds_what_it_is_given_and_the_tools_check_refuses_it():
-    config = ElmoConfig(char_cnn_activation="gelu", cell_size=2.5)  # the library builds it, as transformers' configs do
-    assert (config.char_cnn_activation, config.cell_size) == ("gelu", 2.5)
+def test_the_config_refuses_a_value_that_would_compute_nonsense_and_the_tools_check_a_changed_config():
+    with pytest.raises(ValueError, match=r"^`cell_size` must be an integer >= 1, got 2\.5\.$"):
+        ElmoConfig(char_cnn_activation="relu", cell_size=2.5)
+    config = ElmoConfig()
+    config.cell_size = 2.5  # set after it was built: the tools' check still names it
     with pytest.raises(ValueError, match=r"^`cell_size` must be an integer >= 1, got 2\.5\.$"):
         check_config(config)
+    mixed = ElmoConfig(char_cnn_filters=((1, 4), [2, 8]), scalar_mix_parameters=(0.0, 1.0, 2.0))  # tuples: lists
+    assert (mixed.char_cnn_filters, mixed.scalar_mix_parameters) == ([[1, 4], [2, 8]], [0.0, 1.0, 2.0])
 
 
 def test_the_config_itself_refuses_only_what_would_change_its_meaning():
@@ -203,6 +207,44 @@ def test_a_key_that_would_replace_part_of_the_class_is_refused_naming_it(tmp_pat
     data[key] = value
     (tmp_path / "config.json").write_text(json.dumps(data))
     with pytest.raises(ValueError, match=f"^config key '{key}' is not a setting: it would replace ElmoConfig.{key}.$"):
+        load_config(tmp_path)
+
+
+LIBRARY_PATH_VALUES = [
+    ("projection_dim", -16, r"^`projection_dim` must be an integer >= 1, got -16\.$"),
+    ("projection_dim", 0, r"^`projection_dim` must be an integer >= 1, got 0\.$"),
+    ("num_characters", 10, r"^`num_characters` must be 262 \(256 bytes \+ 5 markers \+ the padding id 0\), got 10\.$"),
+    ("cell_clip", "3", r"^`cell_clip` must be a finite positive number or None \(no clipping\), got '3'\.$"),
+    ("num_hidden_layers", 2.0, r"^`num_hidden_layers` must be an integer >= 1, got 2\.0\.$"),
+    ("lstm_implementation", "cuda", r"^`lstm_implementation` must be one of 'auto', 'loop', 'fused', 'torch'; got"),
+    ("to_dict", 1, r"^config key 'to_dict' is not a setting: it would replace ElmoConfig\.to_dict\.$"),
+    ("__class__", "ElmoConfig", r"^config key '__class__' is not a setting: it would replace ElmoConfig\.__class__\.$"),
+]
+
+
+@pytest.mark.parametrize(("key", "value", "message"), LIBRARY_PATH_VALUES, ids=lambda v: repr(v)[:20])
+@pytest.mark.parametrize("how", ["AutoModel", "remote code", "ElmoConfig"])
+def test_the_library_path_refuses_a_config_value_that_would_compute_nonsense_in_one_line(
+    tmp_path, key, value, message, how
+):
+    """What the commands refuse, `AutoModel.from_pretrained`, the folder's own code files (remote code) and the
+    config's constructor refuse with the same line, through the same check."""
+    from transformers import AutoModel
+    from transformers.dynamic_module_utils import get_class_from_dynamic_module
+
+    small = dict(projection_dim=8, cell_size=16, char_embedding_dim=4, char_cnn_filters=[[1, 4]], num_highway_layers=0)
+    ElmoModel(ElmoConfig(**small)).save_pretrained(tmp_path)
+    data = {**json.loads((tmp_path / "config.json").read_text()), key: value}
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=message) as refused:
+        if how == "ElmoConfig":
+            ElmoConfig(**{**small, key: value})
+        elif how == "remote code":  # the folder's own code files, as a client without this package runs them
+            get_class_from_dynamic_module("modeling_elmo.ElmoModel", str(tmp_path)).from_pretrained(tmp_path)
+        else:
+            AutoModel.from_pretrained(tmp_path, trust_remote_code=True)
+    assert "\n" not in str(refused.value)
+    with pytest.raises(ValueError, match=message):  # the commands' reading of the folder: the same line
         load_config(tmp_path)
 
 

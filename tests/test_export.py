@@ -1,6 +1,7 @@
-"""`torch.export` and ONNX (through the dynamo exporter) of every ELMo class in eval mode at a fixed shape: the
-exported program computes what the eager model computes, on the example inputs and on other inputs of the same
-shape (other words, other lengths, left padding), and holds only standard operators."""
+"""`torch.export` and ONNX (through the dynamo exporter) of every ELMo class in eval mode, at a fixed shape and with
+dynamic batch and word axes: the exported program computes what the eager model computes, on the example inputs and
+on other inputs (other words, other lengths, left padding; with dynamic axes, more and fewer sentences and words),
+and holds only standard operators."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ import pytest
 import torch
 from support import assert_same_numbers
 from test_modeling_elmo import SENTENCES, ElmoModelTester
+from transformers.dynamic_module_utils import get_class_from_dynamic_module
 
 from modeling_elmo import ElmoForBidirectionalLM, ElmoForSequenceClassification, ElmoForTokenClassification, ElmoModel
 from modeling_elmo.acceleration.packed_kernels import RecurrencePlan, use_packed_kernels
+from modeling_elmo.export import dynamic_words
 
 pytestmark = pytest.mark.slow  # torch.export and the dynamo ONNX exporter trace and compile the model
 
@@ -25,6 +28,18 @@ OUTPUTS = {
 }
 #: Four sentences padded to 6 tokens, as `SENTENCES`, with other words and lengths (one row left-padded).
 OTHER_SENTENCES = [["Rivers", "rise"], ["Seeds", "grow", "in", "the", "warm", "soil"], ["Yes"], ["A", "b", "c", "d"]]
+#: Batches of other shapes than `SENTENCES` (4 x 6): more sentences and words, fewer, a single word.
+OTHER_SHAPES = [
+    [["Seeds", "grow", "in", "the", "warm", "soil", "of", "the", "valley", "."], ["Yes"], *OTHER_SENTENCES],
+    [["Rivers", "rise"], ["A", "b", "c"]],
+    [["Yes"]],
+]
+
+
+def dynamic_axes(names=("input_ids", "attention_mask")) -> dict:
+    """Dynamic batch and word axes for each input (the character axis is the config's, fixed)."""
+    batch, words = torch.export.Dim("batch", min=1, max=4096), torch.export.Dim("words", min=1, max=4096)
+    return {name: {0: batch, 1: words} for name in names}
 
 
 def inputs(tester: ElmoModelTester, sentences, left_padded_row: int | None = None):
@@ -68,6 +83,54 @@ def test_exported_program_of_every_class_equals_the_eager_model_at_its_shape(cls
             assert torch.equal(exported["attention_mask"], eager["attention_mask"])
     # the two inputs differ, and so do the outputs: nothing was frozen into the program from the example
     assert not torch.allclose(results[0][0][OUTPUTS[cls]], results[1][0][OUTPUTS[cls]])
+
+
+@pytest.mark.parametrize("cls", [*OUTPUTS, "remote code"], ids=lambda c: getattr(c, "__name__", c))
+def test_export_with_dynamic_batch_and_word_axes_runs_on_other_shapes_with_the_eager_outputs(cls, tmp_path):
+    """Nothing in the trace reads a size of the example (a piece or step count, a block of steps): torch.export would
+    refuse the dynamic dimensions otherwise; the one program runs on batches of other sizes and lengths. Also for a
+    model loaded with ``trust_remote_code=True`` (its classes from its own code files)."""
+    tester = ElmoModelTester(num_labels=3)
+    model = tester.model(ElmoModel if cls == "remote code" else cls, seed=4, cell_clip=3.0, proj_clip=3.0).eval()
+    if cls == "remote code":
+        model.save_pretrained(tmp_path / "m")
+        remote = get_class_from_dynamic_module("modeling_elmo.ElmoModel", str(tmp_path / "m"))  # the folder's code
+        model, cls = remote.from_pretrained(tmp_path / "m").eval(), ElmoModel
+        assert type(model).__module__.startswith("transformers_modules.")
+    with dynamic_words(model):
+        program = torch.export.export(model, inputs(tester, SENTENCES), dynamic_shapes=dynamic_axes())
+    assert "recurrence_for" not in vars(model.base_model.encoder)  # as it was, outside
+    standard_operators_only(program)
+    assert len(program.range_constraints) == 2  # batch and words stay symbols
+    name = OUTPUTS[cls]
+    for sentences in OTHER_SHAPES:
+        args = inputs(tester, sentences, left_padded_row=None if cls is ElmoForBidirectionalLM else len(sentences) - 1)
+        with torch.no_grad():
+            exported, eager = program.module()(*args), model(*args)
+        assert exported[name].shape == eager[name].shape and eager[name].shape[0] == len(sentences)
+        assert_same_numbers(exported[name], eager[name], rtol=TOLERANCE, what=f"{cls.__name__} {name}")
+
+
+def test_the_shipped_form_exports_a_dynamic_batch_and_refuses_a_dynamic_word_axis_in_one_line():
+    """Without `dynamic_words` (a model as the Hub files give it): a dynamic batch, the words fixed, runs on other
+    batch sizes; a dynamic word axis is refused by name rather than fixed to the example's length."""
+    tester = ElmoModelTester()
+    model = tester.model(ElmoModel, seed=4, cell_clip=3.0, proj_clip=3.0).eval()
+    example = inputs(tester, SENTENCES)
+    batch = torch.export.Dim("batch", min=1, max=4096)
+    program = torch.export.export(
+        model, example, dynamic_shapes={"input_ids": {0: batch}, "attention_mask": {0: batch}}
+    )
+    for sentences in (OTHER_SENTENCES + OTHER_SENTENCES[:2], OTHER_SENTENCES[1:2]):  # 6 and 1 sentences of 6 words
+        args = inputs(tester, sentences)
+        assert args[1].shape[1] == example[1].shape[1] == 6
+        with torch.no_grad():
+            exported, eager = program.module()(*args), model(*args)
+        assert_same_numbers(exported.last_hidden_state, eager.last_hidden_state, rtol=TOLERANCE, what="batch")
+    if not hasattr(torch.compiler, "is_exporting"):
+        pytest.skip("torch before 2.7 cannot tell an export from a compilation: the word axis is left to torch.export")
+    with pytest.raises(ValueError, match=r"^torch\.export of a dynamic word axis: .*\.dynamic_words\(model\)"):
+        torch.export.export(model, example, dynamic_shapes=dynamic_axes())
 
 
 def test_exported_language_model_computes_the_eager_loss_from_labels():
@@ -124,6 +187,33 @@ def test_onnx_export_through_dynamo_runs_in_onnxruntime_with_the_eager_outputs(t
         with torch.no_grad():
             eager = model(ids, mask)
         assert_same_numbers(hidden, eager.last_hidden_state, rtol=TOLERANCE, what="ONNX last_hidden_state")
+        assert (out_mask == eager.attention_mask.numpy()).all()
+
+
+def test_onnx_export_with_dynamic_batch_and_word_axes_runs_in_onnxruntime_on_other_shapes(tmp_path):
+    pytest.importorskip("onnxscript", reason="ONNX export needs the optional packages onnx and onnxscript")
+    onnxruntime = pytest.importorskip("onnxruntime", reason="running the ONNX model needs the optional onnxruntime")
+    tester = ElmoModelTester()
+    model = tester.model(ElmoModel, seed=4, cell_clip=3.0, proj_clip=3.0).eval()
+    with dynamic_words(model):
+        onnx_program = torch.onnx.export(
+            model,
+            inputs(tester, SENTENCES),
+            dynamo=True,
+            verbose=False,
+            input_names=["input_ids", "attention_mask"],
+            output_names=["last_hidden_state", "attention_mask_out"],
+            dynamic_shapes=dynamic_axes(),
+        )
+    onnx_program.save(str(tmp_path / "elmo.onnx"))
+    session = onnxruntime.InferenceSession(str(tmp_path / "elmo.onnx"), providers=["CPUExecutionProvider"])
+    for sentences in OTHER_SHAPES:
+        ids, mask = inputs(tester, sentences, left_padded_row=len(sentences) - 1)
+        hidden, out_mask = session.run(None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
+        with torch.no_grad():
+            eager = model(ids, mask)
+        assert hidden.shape == tuple(eager.last_hidden_state.shape)
+        assert_same_numbers(hidden, eager.last_hidden_state, rtol=TOLERANCE, what=f"ONNX, {tuple(mask.shape)}")
         assert (out_mask == eager.attention_mask.numpy()).all()
 
 

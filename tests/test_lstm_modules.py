@@ -78,6 +78,49 @@ def test_lora_on_the_lstm_changes_the_output_trains_and_merges_to_the_same_numbe
         assert_same_numbers(merged(**enc).last_hidden_state, adapted.detach(), rtol=TOLERANCE, what="merged")
 
 
+def test_lora_on_the_character_convolutions_computes_the_adapted_weights_trains_and_merges():
+    """PEFT wraps an `ElmoCharConvolution` as it wraps a `Conv1d` (its adapter convolutions made by the same class);
+    the adapted model computes what the model with the weights ``W + scale * B A`` computes, eager and in pieces."""
+    tester, model = clipping_model()
+    enc = tester.encode(SENTENCES)
+    with torch.no_grad():
+        plain = model(**enc).last_hidden_state
+    wrapped = lora_model(model, target_modules=["convolutions.0", "convolutions.2"])
+    with torch.no_grad():  # the CPU inference path (pieces sized from the filters), then with autograd
+        adapted = wrapped(**enc).last_hidden_state
+    adapted_grad = wrapped(**enc).last_hidden_state
+    assert_same_numbers(adapted_grad.detach(), adapted, rtol=TOLERANCE, what="with autograd")
+    by_hand = ElmoModelTester(cell_clip=CELL_CLIP, proj_clip=PROJ_CLIP).model(ElmoModel)
+    by_hand.load_state_dict(clipping_model()[1].state_dict())
+    for index in (0, 2):
+        lora = wrapped.base_model.model.char_encoder.convolutions[index]
+        a, b = lora.lora_A["default"].weight, lora.lora_B["default"].weight  # (r, d_c, w), (filters, r, 1)
+        delta = torch.einsum("fr,rcw->fcw", b[..., 0], a) * lora.scaling["default"]
+        with torch.no_grad():
+            by_hand.char_encoder.convolutions[index].weight.add_(delta)
+    with torch.no_grad():
+        expected = by_hand(**enc).last_hidden_state
+    assert (expected - plain).abs().max() > 1e-4  # the adapters change the output
+    assert_same_numbers(adapted, expected, rtol=TOLERANCE, what="LoRA on the convolutions")
+    adapted_grad.square().sum().backward()
+    lora_grads = {n: p.grad for n, p in wrapped.named_parameters() if "lora_" in n}
+    assert len(lora_grads) == 4 and all(g is not None and g.abs().sum() > 0 for g in lora_grads.values())
+    merged = wrapped.merge_and_unload()
+    assert all(type(conv) is modeling.ElmoCharConvolution for conv in merged.char_encoder.convolutions)
+    with torch.no_grad():
+        assert_same_numbers(merged(**enc).last_hidden_state, expected, rtol=TOLERANCE, what="merged")
+
+
+def test_a_character_convolution_with_padding_or_stride_computes_what_conv1d_computes():
+    x = torch.randn(3, 4, 9)
+    for options in ({"padding": 1}, {"stride": 2}, {"dilation": 2}, {}):
+        torch.manual_seed(0)
+        ours = modeling.ElmoCharConvolution(4, 5, 3, **options)
+        torch.manual_seed(0)
+        plain = torch.nn.Conv1d(4, 5, 3, **options)
+        assert_same_numbers(ours(x), plain(x), rtol=TOLERANCE, what=str(options))
+
+
 def test_a_hooked_lstm_transform_is_computed_through_the_module():
     tester, model = clipping_model()
     enc = tester.encode(SENTENCES)

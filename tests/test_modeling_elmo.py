@@ -19,6 +19,7 @@ from modeling_elmo import (
     ElmoTokenizer,
     encode_words,
 )
+from modeling_elmo import modeling_elmo as modeling
 
 SENTENCES = [
     ["The", "bank", "closed", "early", "today", "."],
@@ -774,3 +775,16 @@ def test_resizing_the_word_input_table_keeps_its_rows_and_the_model_reloads(tmp_
     assert torch.equal(again.get_input_embeddings().weight, new.weight)
     with pytest.raises(ValueError, match="new_num_tokens must be an integer >= 4"):
         model.resize_token_embeddings(2)
+
+
+def test_resizing_the_word_input_beyond_any_vocabulary_is_refused_before_allocating(monkeypatch):
+    """10**9 words of 6 numbers would be 24 GB: refused with the bound a config's word input has, nothing built."""
+    model = ElmoModelTester(word_input_vocab_size=10, word_input_dim=6).model()
+    allocated = []
+    monkeypatch.setattr(modeling, "ElmoWordEmbedding", lambda *a, **k: allocated.append(a))
+    message = r"^new_num_tokens=1000000000: `word_input_vocab_size` must be an integer in \[0, 100,000,000\], got"
+    with pytest.raises(ValueError, match=message):
+        model.resize_token_embeddings(10**9)
+    with pytest.raises(ValueError, match=r"`word_input_vocab_size` must be an integer in \[0, 100,000,000\]"):
+        ElmoConfig(word_input_vocab_size=10**8 + 1, word_input_dim=6)
+    assert not allocated and model.get_input_embeddings().num_embeddings == 10 == model.config.word_input_vocab_size

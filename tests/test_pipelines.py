@@ -68,6 +68,16 @@ def test_token_classification_pipeline_on_pre_split_words_and_on_words_the_text_
     assert [(e["word"], e["start"]) for e in entities] == [("paris", None), ("bank", None)]  # read back from the rows
 
 
+@pytest.mark.parametrize("text", ["", "   ", " \n\t "])
+def test_token_classification_pipeline_on_text_without_words_returns_no_entities(tmp_path, text):
+    model, folder = saved_tagger(tmp_path / "tagger")
+    tagger = pipeline("token-classification", model=str(folder), trust_remote_code=True)
+    assert tagger(text) == [] and tagger(text, ignore_labels=[], aggregation_strategy="simple") == []
+    entities = tagger([text, TAGGED_TEXT], ignore_labels=[])  # in a batch with a text that has words
+    assert entities[0] == []
+    assert_same_entities(entities[1], expected_entities(model))
+
+
 def test_feature_extraction_and_text_classification_pipelines(tmp_path):
     torch.manual_seed(0)
     encoder, classifier = (

@@ -1,0 +1,66 @@
+"""`scanned_lstm`: the shipped `stacked_lstm` as one ``scan`` over the words (torch's loop operator; ONNX ``Scan``),
+which `torch.export` traces for any number of words; `dynamic_words`: a model exporting through it."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Iterator, Sequence
+
+import torch
+from torch import nn
+
+from ..modeling_elmo import ElmoBiLstm, lstm_step, stacked_lstm, state_dtype
+
+
+def scanned_lstm(inputs: torch.Tensor, valid: torch.Tensor, layers: Sequence[nn.Module], state=None):
+    """`stacked_lstm` (same arguments, results and numbers), its steps as one ``scan``: the input products of all
+    steps at once, then per step one ``bmm`` over both directions' recurrent weights and one over their projections."""
+    from torch._higher_order_ops.scan import scan  # torch 2.6 and later; a prototype, not a public name
+
+    directions, _, rows, _ = inputs.shape
+    dtype, cell_clip, proj_clip = inputs.dtype, layers[0].cell_clip, layers[0].proj_clip
+    P, H = layers[0].projection.weight.shape
+    h, c = (inputs.new_zeros(directions, rows, n) for n in (P, H)) if state is None else state
+    h, c = h.to(state_dtype(dtype)), c.to(state_dtype(dtype))
+    weight_hh = torch.stack([layer.recurrent_transform.weight for layer in layers]).transpose(1, 2)  # (D, P, 4H)
+    weight_hr = torch.stack([layer.projection.weight for layer in layers]).transpose(1, 2)  # (D, H, P)
+
+    def project(m: torch.Tensor) -> torch.Tensor:
+        return torch.bmm(m.to(dtype), weight_hr)
+
+    def step(carry, xs):
+        gates_t, valid_t = xs
+        gates = gates_t.to(carry[0].dtype) + torch.bmm(carry[0].to(dtype), weight_hh)
+        h, c, y = lstm_step(gates, *carry, valid_t, project, cell_clip, proj_clip)
+        return (h, c), y
+
+    gates_x = torch.stack([layer.input_transform(x) for x, layer in zip(inputs, layers, strict=True)], dim=1)
+    (h, c), y = scan(step, (h, c), (gates_x, valid.unsqueeze(-1)))  # gates_x (T, D, B, 4H) -> y (T, D, B, P)
+    return y.transpose(0, 1).to(dtype), (h, c)
+
+
+def _scanned_recurrence_for(chosen, inputs: torch.Tensor, stateless: bool):
+    """`scanned_lstm` where ``chosen`` (an `ElmoBiLstm`'s own choice) gives `stacked_lstm`: the package's, or the
+    copy in the code files of a model loaded as remote code."""
+    recurrence = chosen(inputs, stateless)
+    return scanned_lstm if getattr(recurrence, "__name__", None) == stacked_lstm.__name__ else recurrence
+
+
+@contextlib.contextmanager
+def dynamic_words(model: nn.Module) -> Iterator[nn.Module]:
+    """Within it, ``model`` (any ELMo class, also one loaded with ``trust_remote_code=True``) runs `scanned_lstm`
+    where it would run `stacked_lstm`, so that `torch.export.export(model, ..., dynamic_shapes=...)` and
+    ``torch.onnx.export(..., dynamo=True)`` keep a dynamic word axis; the exported program keeps it after. Outside,
+    the model is as it was. Models whose recurrence is the per-layer loop (``lstm_implementation="loop"``, adapters on
+    the LSTM transforms) still export with a fixed number of words."""
+    encoders = [module for module in model.modules() if type(module).__name__ == ElmoBiLstm.__name__]
+    if not encoders:
+        raise ValueError(f"{type(model).__name__} holds no ELMo biLSTM (an ElmoBiLstm module) to export.")
+    for encoder in encoders:
+        encoder.recurrence_for = functools.partial(_scanned_recurrence_for, encoder.recurrence_for)
+    try:
+        yield model
+    finally:
+        for encoder in encoders:
+            del encoder.recurrence_for
