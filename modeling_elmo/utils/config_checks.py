@@ -24,6 +24,7 @@ import inspect
 import logging
 import math
 import os
+import reprlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -38,6 +39,7 @@ __all__ = [
     "config_from_dict",
     "implied_num_parameters",
     "load_config",
+    "shown_value",
 ]
 
 #: The fields of `ElmoConfig` itself (its constructor's arguments).
@@ -55,10 +57,26 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _shown(value: Any) -> str:
-    """``repr(value)``, cut to a few dozen characters (a hostile file may hold a value of megabytes)."""
-    text = repr(value)
+#: Formats a value no further than its first ~100 characters and 40 items, whatever its size.
+class _BoundedRepr(reprlib.Repr):
+    def repr_int(self, x: int, level: int) -> str:  # Python refuses to format an integer of over 4,300 digits
+        return super().repr_int(x, level) if x.bit_length() < 640 else f"<an integer of {x.bit_length():,} bits>"
+
+
+_BOUNDED_REPR = _BoundedRepr()
+_BOUNDED_REPR.maxlevel, _BOUNDED_REPR.maxstring, _BOUNDED_REPR.maxother, _BOUNDED_REPR.maxlong = 4, 200, 200, 200
+for _kind in ("maxlist", "maxtuple", "maxdict", "maxset", "maxfrozenset", "maxdeque", "maxarray"):
+    setattr(_BOUNDED_REPR, _kind, 40)
+
+
+def shown_value(value: Any) -> str:
+    """``repr(value)``, cut to 80 characters: the one way an error line quotes a value of the input (a hostile file
+    may hold a value of megabytes, a record of millions of tokens); a value is never formatted beyond its start."""
+    text = _BOUNDED_REPR.repr(value)
     return text if len(text) <= 80 else f"{text[:80]}..."
+
+
+_shown = shown_value
 
 
 def _filters_valid(filters: Any) -> bool:
