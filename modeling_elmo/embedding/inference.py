@@ -266,18 +266,26 @@ def check_weights_fit_config(
         os.path.isfile(os.path.join(folder, name)) for name in ("model.safetensors", "model.safetensors.index.json")
     ):
         return  # no weights at all: from_pretrained says so
-    with torch.device("meta"):
-        model = model_class(config)
-    prefix = f"{model.base_model_prefix}." if model.base_model_prefix else ""
+    prefix = f"{model_class.base_model_prefix}." if model_class.base_model_prefix else ""
 
     def key(name: str) -> str:  # transformers adds or strips the base model's prefix as the classes need
         return name[len(prefix) :] if prefix and name.startswith(prefix) else name
 
-    wanted = {key(name): tuple(tensor.shape) for name, tensor in model.state_dict().items()}
+    held = sum(1 for name in declared if not key(name).startswith(ignore_unexpected))
+    layers, highways = config.num_hidden_layers, config.num_highway_layers
+    needed = 2 * layers + highways + len(config.char_cnn_filters)  # each at least one tensor: counted, not built
+    if held < needed:
+        raise ValueError(
+            f"the weights of model {os.fspath(folder)!r} do not match its config.json: its {layers} LSTM layer(s) "
+            f"per direction, {highways} highway layer(s) and {len(config.char_cnn_filters)} character filter(s) need "
+            f"at least {needed:,} tensors; the weights hold {held:,}. Refusing to run a partly random model."
+        )
+    with torch.device("meta"):
+        model = model_class(config)
+    state = model.state_dict()  # once: every call builds the whole mapping anew
+    wanted = {key(name): tuple(tensor.shape) for name, tensor in state.items()}
     saved = {key(name): tuple(int(n) for n in entry["shape"]) for name, entry in declared.items()}
-    with_prefix = {
-        name: f"{prefix}{name}" if prefix and f"{prefix}{name}" in model.state_dict() else name for name in wanted
-    }
+    with_prefix = {name: f"{prefix}{name}" if prefix and f"{prefix}{name}" in state else name for name in wanted}
     info = {
         "missing_keys": [with_prefix[name] for name in wanted if name not in saved],
         "unexpected_keys": [name for name in declared if key(name) not in wanted],  # as the file names them
