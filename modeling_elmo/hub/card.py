@@ -777,7 +777,8 @@ def build_model_card(
         "num_layers": config.num_representation_layers,
         "evaluation_section": _evaluation_section(inputs.results),
         "training_section": _training_section(metadata, kind),
-        "training_data": ", ".join(escape_markdown(_cut(_scrub(d))) for d in datasets or training_files) or "not recorded",
+        "training_data": ", ".join(escape_markdown(_cut(_scrub(d))) for d in datasets or training_files)
+        or "not recorded",
         "data_licenses": "; ".join(
             f"{escape_markdown(_scrub(data))}: {escape_markdown(license_)}"
             for data, license_ in _data_licenses(data_licenses)
