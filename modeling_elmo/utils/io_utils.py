@@ -168,10 +168,15 @@ def exclusive_lock(path: str | os.PathLike, busy: str, unwritable: str | None = 
 
 
 def host_reachable(url: str, timeout: float = 3.0) -> bool:
-    """Whether a TCP connection to the host of ``url`` opens within ``timeout`` seconds (one attempt, no retries)."""
+    """Whether a TCP connection to the host of ``url`` opens within ``timeout`` seconds (one attempt, no retries):
+    to the proxy that the environment names for it instead (``http_proxy``, ``https_proxy``, ``all_proxy``, unless
+    ``no_proxy`` exempts the host), as requests, which downloads it, will connect."""
     from urllib.parse import urlparse
 
-    parsed = urlparse(url)
+    from requests.utils import get_environ_proxies, prepend_scheme_if_needed, select_proxy
+
+    proxy = select_proxy(url, get_environ_proxies(url))
+    parsed = urlparse(prepend_scheme_if_needed(proxy, "http") if proxy else url)
     if not parsed.hostname:
         return False
     try:
