@@ -63,7 +63,17 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..utils.io_utils import command_error, error_line, exclusive_lock, iter_lines, read_json_object, scan_lines
+from ..utils.io_utils import (
+    MAX_LINE_BYTES,
+    MAX_SENTENCE_TOKENS,
+    LineTooLongError,
+    command_error,
+    error_line,
+    exclusive_lock,
+    iter_lines,
+    read_json_object,
+    scan_lines,
+)
 from ..utils.launch import LaunchError, check_process_count, launched_processes, use_cpu_backend
 from .inference import DTYPES, ElmoEmbedder, check_compute_dtype, load_elmo_tokenizer, make_batches
 
@@ -144,16 +154,27 @@ def _decode(raw: bytes, index: int) -> tuple[str, bool]:
 Line = tuple[int, str, bool]  # (line index, stripped text, had invalid UTF-8)
 
 
+@contextlib.contextmanager
+def _refusing_long_lines(path: Path) -> Iterator[None]:
+    try:
+        yield
+    except LineTooLongError as error:
+        raise ValueError(
+            f"input file {str(path)!r}: line {error.number - 1} has more than {MAX_LINE_BYTES:,} bytes; a line is "
+            f"one sentence, embedded whole (at most {MAX_LINE_BYTES:,} bytes and {MAX_SENTENCE_TOKENS:,} tokens)."
+        ) from None
+
+
 def iter_chunks(path: Path, chunk_size: int, wanted: Callable[[int], bool]) -> Iterator[tuple[int, list[Line]]]:
     """Stream ``(chunk_index, [(line_index, text, had_invalid_utf8), ...])`` for the chunks ``wanted`` accepts.
 
     Lines of other chunks are read but not decoded; at most one chunk is held in memory.
     """
-    with open(path, "rb") as handle:
+    with open(path, "rb") as handle, _refusing_long_lines(path):
         chunk: list[Line] = []
         chunk_index = 0
         take = wanted(0)
-        for index, raw in enumerate(iter_lines(handle)):
+        for index, raw in enumerate(iter_lines(handle, max_line_bytes=MAX_LINE_BYTES)):
             k = index // chunk_size
             if k != chunk_index:
                 if take:
@@ -368,6 +389,12 @@ def write_chunk(
     one-line `OSError`; the chunks finished before it stay.
     """
     tokens = [tokenize(text) for _, text, _ in lines]
+    for (index, _, _), sentence in zip(lines, tokens, strict=True):
+        if len(sentence) > MAX_SENTENCE_TOKENS:
+            raise ValueError(
+                f"input line {index} holds {len(sentence):,} tokens; a line is one sentence, embedded whole (at "
+                f"most {MAX_SENTENCE_TOKENS:,} tokens)."
+            )
     keys = [text if use_sentence_keys else str(index) for index, text, _ in lines]
     empty_shape = (embedder.num_layers, 0, embedder.output_size) if mode == "all" else (0, embedder.output_size)
     tmp = path.with_name(path.name + ".tmp")

@@ -21,6 +21,8 @@ from pathlib import Path
 
 from ..utils.config_checks import shown_value
 from ..utils.io_utils import (
+    MAX_LINE_BYTES,
+    MAX_SENTENCE_TOKENS,
     LineTooLongError,
     hub_reachable,
     iter_lines,
@@ -87,10 +89,6 @@ def _require_nonempty(items: list, what: str, path: Path | str) -> list:
     return items
 
 
-#: The longest line an evaluation file may hold, and the most tokens of one sentence (or WSD context, or SST-2
-#: row): a sentence is embedded whole, so a longer one would need memory out of proportion (a 5 M-token record).
-MAX_LINE_BYTES = 1 << 20
-MAX_SENTENCE_TOKENS = 10_000
 #: The most distinct tags a tagging probe learns (UD's XPOS tag sets have a few thousand at most).
 MAX_TAGS = 5_000
 

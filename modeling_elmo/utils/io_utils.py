@@ -279,6 +279,12 @@ def command_error(command: str, error: BaseException | str) -> SystemExit:
 _LINE_BREAK = re.compile(rb"\r\n|\r|\n")
 
 
+#: The longest line that `elmo embed` and `elmo evaluate` read as one sentence (or record), and the most tokens of
+#: one sentence: a sentence is embedded whole, so a longer one would need memory out of proportion to a batch.
+MAX_LINE_BYTES = 1 << 20
+MAX_SENTENCE_TOKENS = 10_000
+
+
 class LineTooLongError(ValueError):
     """A line of more bytes than its reader takes (`iter_lines`' ``max_line_bytes``); ``number`` counts from 1."""
 
