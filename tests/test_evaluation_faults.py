@@ -157,16 +157,16 @@ def _peak_while(call) -> tuple[BaseException | None, int]:
 
 
 def test_a_perplexity_text_line_of_megabytes_is_one_line_read_in_bounded_memory(model_dir, tmp_path, capsys):
-    """The 200 MB line of 100 M words (scaled to 20 MB): refused after its first MiB, the memory bounded by that,
+    """The 200 MB line of 100 M words (scaled to 20 MB): refused after its first 4 MiB, the memory bounded by that,
     not by the line; through the command, one line naming the file and the line."""
     text = tmp_path / "long.txt"
     text.write_bytes(b"a short line\n" + b"w " * 10_000_000 + b"\n")
     error, peak = _peak_while(lambda: ev_data.read_text_sentences(text))
     assert str(error) == (
-        f"text file {str(text)!r}: line 2 has more than 1,048,576 bytes; a line holds one sentence or record (at "
-        "most 1,048,576 bytes)"
+        f"text file {str(text)!r}: line 2 has more than 4,194,304 bytes; a line holds one sentence or record (at "
+        "most 4,194,304 bytes)"
     )
-    assert peak < 8 * 2**20, peak
+    assert peak < 16 * 2**20, peak
     with pytest.raises(SystemExit):
         main([str(model_dir), "--task", "perplexity", "--text", str(text), "--output-dir", str(tmp_path / "r")])
     lines = [line for line in capsys.readouterr().err.strip().splitlines() if not line.startswith("Loading")]
@@ -180,13 +180,13 @@ def test_a_wsd_record_of_millions_of_tokens_is_refused_without_quoting_it(tmp_pa
     long_line = tmp_path / "wsd.jsonl"
     long_line.write_text(json.dumps({"tokens": ["w"] * 2_000_000, "word": "bank", "sense": "bank%1"}) + "\n")
     error, peak = _peak_while(lambda: ev_data.read_wsd_jsonl(long_line))
-    assert "line 1 has more than 1,048,576 bytes" in str(error) and peak < 8 * 2**20, (error, peak)
+    assert "line 1 has more than 4,194,304 bytes" in str(error) and peak < 16 * 2**20, (error, peak)
     many = tmp_path / "many.jsonl"
-    many.write_text(json.dumps({"tokens": ["w"] * 20_000 + ["bank"], "word": "bank", "sense": "bank%1"}) + "\n")
+    many.write_text(json.dumps({"tokens": ["w"] * 120_000 + ["bank"], "word": "bank", "sense": "bank%1"}) + "\n")
     with pytest.raises(ValueError) as caught:
         ev_data.read_wsd_jsonl(many)
     assert str(caught.value) == (
-        f"{many}:1: a sentence of 20,001 tokens; sentences are embedded whole, so at most 10,000 tokens each"
+        f"{many}:1: a sentence of 120,001 tokens; sentences are embedded whole, so at most 100,000 tokens each"
     )
     absent = tmp_path / "absent.jsonl"
     absent.write_text(json.dumps({"tokens": ["w" * 100_000] * 5, "word": "x" * 100_000, "sense": "s%1"}) + "\n")
@@ -221,7 +221,7 @@ def test_a_conllu_file_of_a_million_tags_or_a_huge_sentence_is_one_line(tmp_path
         f"{tags}:5101: tag 'TAG5000' is distinct tag number 5,001 of the file; a tagging"
     )
     long = tmp_path / "long.conllu"
-    long.write_text("".join(f"{i + 1}\tw\tw\tNOUN\t_\t_\t0\troot\t_\t_\n" for i in range(12_000)))
+    long.write_text("".join(f"{i + 1}\tw\tw\tNOUN\t_\t_\t0\troot\t_\t_\n" for i in range(100_001)))
     with pytest.raises(ValueError) as caught:
         ev_data.read_conllu(long)
-    assert str(caught.value).startswith(f"{long}:10001: a sentence of 10,001 tokens")
+    assert str(caught.value).startswith(f"{long}:100001: a sentence of 100,001 tokens")

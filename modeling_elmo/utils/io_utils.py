@@ -281,8 +281,8 @@ _LINE_BREAK = re.compile(rb"\r\n|\r|\n")
 
 #: The longest line that `elmo embed` and `elmo evaluate` read as one sentence (or record), and the most tokens of
 #: one sentence: a sentence is embedded whole, so a longer one would need memory out of proportion to a batch.
-MAX_LINE_BYTES = 1 << 20
-MAX_SENTENCE_TOKENS = 10_000
+MAX_LINE_BYTES = 4 << 20
+MAX_SENTENCE_TOKENS = 100_000
 
 
 class LineTooLongError(ValueError):
