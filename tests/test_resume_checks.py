@@ -96,6 +96,16 @@ ROWS = [
         r"optimizer state 'exp_avg_sq' of parameter 1 holds non-finite values\.",
     ),
     (
+        "a negative second moment",
+        _edit_tensors("optimizer.safetensors", lambda t: t["state.2.exp_avg_sq"].fill_(-1.0)),
+        r"optimizer state 'exp_avg_sq' of parameter 2 holds negative values\.",
+    ),
+    (
+        "a step count beyond the checkpoint's update",
+        _edit_tensors("optimizer.safetensors", lambda t: t["state.0.step"].fill_(1e6)),
+        r"optimizer state 'step' of parameter 0 is 1e\+06, not in \[0, 2\] \(the checkpoint's update\)\.",
+    ),
+    (
         "weights holding inf",
         _edit_tensors("model.safetensors", lambda t: next(v for v in t.values() if v.dim() == 2).fill_(float("inf"))),
         r"holds non-finite weights",

@@ -127,10 +127,15 @@ def _finite_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def check_optimizer_state(optimizer: torch.optim.Optimizer, loaded: dict[str, Any]) -> None:
+#: Optimiser states that are sums of squares: a negative value would make the update NaN.
+_NON_NEGATIVE_STATES = frozenset({"exp_avg_sq", "max_exp_avg_sq", "sum"})
+
+
+def check_optimizer_state(optimizer: torch.optim.Optimizer, loaded: dict[str, Any], global_step: int) -> None:
     """Refuse an optimiser state that would train another model than the run's: its groups' hyperparameters must be
     the run's (all but the learning rate, which the schedule sets), each state tensor must have its parameter's shape
-    (or be a scalar such as ``step``) and every value must be finite. `CheckpointError` names the first wrong one."""
+    (or be a scalar such as ``step``, at most ``global_step``), every value must be finite and sums of squares
+    non-negative. `CheckpointError` names the first wrong one."""
     own = optimizer.param_groups
     groups = loaded["param_groups"]
     if len(groups) != len(own):
@@ -170,9 +175,16 @@ def check_optimizer_state(optimizer: torch.optim.Optimizer, loaded: dict[str, An
                         f"optimizer state {name!r} of parameter {param} has shape {tuple(value.shape)}; the "
                         f"parameter's is {shape}."
                     )
-                if not (value.is_floating_point() or value.is_complex()) or not bool(torch.isfinite(value).all()):
+                if value.is_floating_point() and not bool(torch.isfinite(value).all()):
                     raise CheckpointError(f"optimizer state {name!r} of parameter {param} holds non-finite values.")
-            elif not _finite_number(value):
+                if name in _NON_NEGATIVE_STATES and bool((value < 0).any()):
+                    raise CheckpointError(f"optimizer state {name!r} of parameter {param} holds negative values.")
+                if name == "step" and not 0 <= float(value.reshape(-1)[0]) <= global_step:
+                    raise CheckpointError(
+                        f"optimizer state 'step' of parameter {param} is {float(value.reshape(-1)[0]):g}, not in "
+                        f"[0, {global_step}] (the checkpoint's update)."
+                    )
+            elif not _finite_number(value) or (name == "step" and not 0 <= value <= global_step):
                 raise CheckpointError(f"optimizer state {name!r} of parameter {param} is {_cut(value)}.")
 
 
@@ -368,7 +380,7 @@ def load_checkpoint(
         optimizer_state = optimizer_from_files(
             _load_tensors(folder / "optimizer.safetensors"), _read_json(folder / "optimizer.json")
         )
-        check_optimizer_state(optimizer, optimizer_state)
+        check_optimizer_state(optimizer, optimizer_state, saved["state"].global_step)
         scheduler_state = _read_json(folder / "scheduler.json")
         check_scheduler_state(scheduler, scheduler_state, saved["state"].global_step)
         rng = folder / f"rng_state_{rank}"

@@ -175,11 +175,11 @@ def host_reachable(url: str, timeout: float = 3.0) -> bool:
 
     from requests.utils import get_environ_proxies, prepend_scheme_if_needed, select_proxy
 
-    proxy = select_proxy(url, get_environ_proxies(url))
-    parsed = urlparse(prepend_scheme_if_needed(proxy, "http") if proxy else url)
-    if not parsed.hostname:
-        return False
     try:
+        proxy = select_proxy(url, get_environ_proxies(url))
+        parsed = urlparse(prepend_scheme_if_needed(proxy, "http") if proxy else url)
+        if not parsed.hostname:
+            return False
         port = parsed.port or (443 if parsed.scheme == "https" else 80)
         with socket.create_connection((parsed.hostname, port), timeout=timeout):
             return True
