@@ -126,7 +126,9 @@ def safe_extract_zip(archive: str | os.PathLike, target: str | os.PathLike) -> P
                 )
             total += member.file_size
             packed += member.compress_size
-        if total > max(SMALL_MEMBER_BYTES, MAX_MEMBER_RATIO * packed):  # members each under the bound add up too
+        # members each under the bound add up too; the archive's own size, as members may share their data
+        packed = min(packed, archive.stat().st_size)
+        if total > max(SMALL_MEMBER_BYTES, MAX_MEMBER_RATIO * packed):
             raise ValueError(
                 f"{archive.name} inflates from {packed:,} to {total:,} bytes in all: no model compresses so well "
                 "(a zip bomb?); nothing was unpacked."
