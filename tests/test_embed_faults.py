@@ -425,3 +425,28 @@ def test_a_sentence_of_more_tokens_than_one_is_embedded_with_is_one_line(tmp_pat
     message = _cli_error(tmp_path, tiny_model_dir)
     assert "input line 1 holds 120,000 tokens; a line is one sentence, embedded whole (at most 100,000" in message
     assert not (tmp_path / "out.h5").exists()
+
+
+def test_elmo_embed_never_reads_the_word_vocabulary(tmp_path, tiny_model_dir, monkeypatch):
+    """Issue 35, M4: a vocab.txt of 10 M lines took gigabytes in `elmo embed`, which needs no word ids; it is not
+    read now, and the vectors are those of the tokenizer with the vocabulary."""
+    from modeling_elmo import tokenization_elmo
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model)
+    (model / "vocab.txt").write_text("".join(f"w{i}\n" for i in range(1000)))
+    read = []
+    real = tokenization_elmo._read_vocabulary
+    monkeypatch.setattr(tokenization_elmo, "_read_vocabulary", lambda path: read.append(path) or real(path))
+    write_lines(tmp_path / "in.txt", LINES)
+    out = tmp_path / "out.h5"
+    assert embed_mod.main([str(tmp_path / "in.txt"), str(out), "--model", str(model), "--all", "--no-progress"]) in (
+        0,
+        None,
+    )
+    assert not [p for p in read if str(model) in p], read
+    with_words = ElmoEmbedder.from_pretrained(model)
+    expected = with_words.embed_sentences([line.split() for line in LINES])
+    got = read_h5(out)
+    for index, vectors in enumerate(expected):
+        np.testing.assert_allclose(got[str(index)], vectors, rtol=1e-5, atol=1e-6)

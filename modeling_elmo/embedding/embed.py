@@ -855,12 +855,12 @@ def main(argv: list[str] | None = None) -> int:
 
     def load() -> ElmoEmbedder:  # called by embed_file once the paths have been checked
         with _without_transformers_progress_bars():
-            return ElmoEmbedder.from_pretrained(args.model, device=device, dtype=dtype)
+            return ElmoEmbedder.from_pretrained(args.model, device=device, dtype=dtype, words=False)
 
     try:
         tokenize: Callable[[str], list[str]] = str.split
         if args.raw_text:
-            tokenize = load_elmo_tokenizer(args.model).split_words
+            tokenize = load_elmo_tokenizer(args.model, words=False).split_words
         report = embed_file(
             args.input_file,
             args.output_file,

@@ -325,15 +325,28 @@ def weights_fingerprint(model: torch.nn.Module) -> str:
     return digest.hexdigest()
 
 
-def load_elmo_tokenizer(model_name_or_path: str | os.PathLike, **kwargs: Any) -> Any:
+def load_elmo_tokenizer(model_name_or_path: str | os.PathLike, words: bool = True, **kwargs: Any) -> Any:
     """Load the `ElmoTokenizer` of an ELMo model folder or Hub id, with the checks and one-line errors of
-    `load_elmo_model` (``kwargs``: ``revision``, ``cache_dir``, ``token``, ...)."""
+    `load_elmo_model` (``kwargs``: ``revision``, ``cache_dir``, ``token``, ...).
+
+    ``words=False``: without the word vocabulary (``vocab.txt`` is not read; only the special words have ids), for
+    work that needs only the character ids and the word input, such as embedding: a vocabulary of millions of words
+    costs gigabytes of memory."""
+    import tempfile
+
     from ..tokenization_elmo import ElmoTokenizer
 
     location = os.fspath(model_name_or_path)
     _check_location(location, _hub_kwargs(kwargs))
     try:
-        return ElmoTokenizer.from_pretrained(location, **kwargs)
+        if words:
+            return ElmoTokenizer.from_pretrained(location, **kwargs)
+        with (
+            tempfile.TemporaryDirectory() as folder
+        ):  # a caller's vocab_file is the one path that replaces the folder's
+            empty = os.path.join(folder, "vocab.txt")
+            open(empty, "w").close()
+            return ElmoTokenizer.from_pretrained(location, vocab_file=empty, **kwargs)
     except (OSError, ValueError) as error:
         raise ValueError(f"cannot load the tokenizer of model {location!r}: {error_line(error)}") from None
 
@@ -417,14 +430,17 @@ class ElmoEmbedder:
         model_name_or_path: str | os.PathLike,
         device: str | torch.device | None = None,
         dtype: torch.dtype = torch.float32,
+        words: bool = True,
         **kwargs: Any,
     ) -> ElmoEmbedder:
         """Load the biLM with `load_elmo_model` (strict) and the tokenizer from a folder or Hub id.
 
         ``kwargs`` go to `load_elmo_model`; those of `HUB_KWARGS` (``revision``, ``token``, ...) also to the tokenizer.
+        ``words=False`` loads the tokenizer without its word vocabulary (`load_elmo_tokenizer`): the vectors are the
+        same, as the biLM reads characters (and its word input has its own list).
         """
         model = load_elmo_model(model_name_or_path, **kwargs)
-        tokenizer = load_elmo_tokenizer(model_name_or_path, **_hub_kwargs(kwargs))
+        tokenizer = load_elmo_tokenizer(model_name_or_path, words=words, **_hub_kwargs(kwargs))
         return cls(model, tokenizer, device=device, dtype=dtype)
 
     def embed_batch(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
