@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
+import reprlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -123,9 +124,22 @@ FIELD_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
+class _BoundedRepr(reprlib.Repr):
+    """A repr that formats no more than the start of a value, whatever its size."""
+
+    def repr_int(self, x: int, level: int) -> str:  # Python refuses to format an integer of over 4,300 digits
+        return super().repr_int(x, level) if x.bit_length() < 640 else f"<an integer of {x.bit_length():,} bits>"
+
+
+_BOUNDED_REPR = _BoundedRepr()  # (keyword arguments of Repr need Python 3.12)
+_BOUNDED_REPR.maxlevel, _BOUNDED_REPR.maxstring, _BOUNDED_REPR.maxother, _BOUNDED_REPR.maxlong = 4, 200, 200, 200
+_BOUNDED_REPR.maxlist = _BOUNDED_REPR.maxtuple = _BOUNDED_REPR.maxdict = _BOUNDED_REPR.maxset = 40
+
+
 def shown(value: Any) -> str:
-    """``repr(value)``, cut to a few dozen characters (a hostile file may hold a value of megabytes)."""
-    text = repr(value)
+    """``repr(value)``, cut to 80 characters: the one way an error line quotes a value of the input (a hostile file
+    may hold a value of megabytes, a record of millions of tokens); a value is never formatted beyond its start."""
+    text = _BOUNDED_REPR.repr(value)
     return text if len(text) <= 80 else f"{text[:80]}..."
 
 

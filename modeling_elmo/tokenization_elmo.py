@@ -165,7 +165,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
         if type(width) is not int or not 3 <= width <= limit:
             raise ValueError(f"`max_characters_per_token` must be an integer in [3, {limit}], got {width!r}.")
         self.vocab = _read_vocabulary(vocab_file) if vocab_file else {w: i for i, w in enumerate(SPECIAL_WORDS)}
-        self.ids_to_words = {i: w for w, i in self.vocab.items()}
+        self.ids_to_words = list(self.vocab)  # the ids are 0, 1, ... in the file's order: a list, not a second dict
         if char_vocab_file is not None and characters is None:
             characters = _read_json_list(char_vocab_file, "character vocabulary")
         if word_input_vocab_file is not None and input_words is None:
@@ -214,7 +214,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
         return self.vocab.get(token, UNK_ID)
 
     def _convert_id_to_token(self, index: int) -> str:
-        return self.ids_to_words.get(int(index), UNK_WORD)
+        index = int(index)
+        return self.ids_to_words[index] if 0 <= index < len(self.ids_to_words) else UNK_WORD
 
     def convert_tokens_to_string(self, tokens: list[str]) -> str:
         return " ".join(tokens)
@@ -336,18 +337,23 @@ def _open(path: str, what: str) -> Any:
 def _read_vocabulary(path: str) -> dict[str, int]:
     """Word ids of a vocabulary file: the special words (ids 0-3, listed first or not at all), then a word per line
     (bilm-tf's ``!!!MAXTERMID`` skipped). A line that would shift the ids of the words after it is a `ValueError`."""
-    with _open(path, "vocabulary") as handle:
-        lines = [line.rstrip("\n") for line in handle]
     vocab = {word: i for i, word in enumerate(SPECIAL_WORDS)}
-    first = next((n for n, word in enumerate(lines) if word not in SPECIAL_WORDS), len(lines))
-    for number, word in enumerate(lines[first:], start=first + 1):
-        if word in vocab or not word.strip():
-            problem = f"repeats the word {word!r} (a repeated word" if word.strip() else "is empty (an empty line"
-            raise ValueError(
-                f"vocabulary file {path!r}: line {number} {problem} would shift the id of every later word)."
-            )
-        if word != "!!!MAXTERMID":
-            vocab[word] = len(vocab)
+    leading = True  # the special words listed first
+    with _open(path, "vocabulary") as handle:  # streamed: memory holds the mapping, not the lines as well
+        for number, line in enumerate(handle, start=1):
+            word = line.rstrip("\n")
+            if leading and word in SPECIAL_WORDS:
+                continue
+            leading = False
+            if word in vocab or not word.strip():
+                problem = (
+                    f"repeats the word {word[:80]!r} (a repeated word" if word.strip() else "is empty (an empty line"
+                )
+                raise ValueError(
+                    f"vocabulary file {path!r}: line {number} {problem} would shift the id of every later word)."
+                )
+            if word != "!!!MAXTERMID":
+                vocab[word] = len(vocab)
     return vocab
 
 

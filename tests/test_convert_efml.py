@@ -10,6 +10,7 @@ import copy
 import dataclasses
 import json
 import os
+import re
 import sys
 import zipfile
 from pathlib import Path
@@ -754,3 +755,46 @@ def test_zip_holding_two_models_is_reported_by_the_zip_name(efml_folder, tmp_pat
         f"elmo convert: error: {str(archive)!r} is not an ELMoForManyLangs model: 2 folders hold an encoder.pkl."
     ), message
     assert "elmo-efml-" not in message
+
+
+def test_a_zip_of_many_small_members_that_together_inflate_beyond_the_bound_is_refused_unpacked(efml_folder, tmp_path):
+    """Issue 35, M6: 400 members of 1 MiB of zeros, each under the per-member bound, were unpacked (377 MB from a
+    476 KB zip); the zip's total is bounded by the same ratio, before anything is written."""
+    archive = zip_folder(efml_folder, tmp_path / "padded.zip")
+    with zipfile.ZipFile(archive, "a", zipfile.ZIP_DEFLATED) as handle:
+        for number in range(40):
+            handle.writestr(f"model/padding-{number}.txt", bytes(1 << 20))
+    assert archive.stat().st_size < 600_000
+    with pytest.raises(ValueError) as error:
+        safe_extract_zip(archive, tmp_path / "target")
+    assert re.fullmatch(
+        r"padded\.zip inflates from [\d,]+ to [\d,]+ bytes in all: no model compresses so well \(a zip bomb\?\); "
+        r"nothing was unpacked\.",
+        str(error.value),
+    ), error.value
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["padded.zip"]
+
+
+def test_a_zip_whose_directory_overstates_its_members_compressed_sizes_is_bounded_by_its_own_size(
+    efml_folder, tmp_path
+):
+    """Attacker pass on M6: the central directory may claim compressed sizes the archive does not hold (members
+    sharing their data); the total is bounded by the archive's real size."""
+    import struct
+
+    archive = zip_folder(efml_folder, tmp_path / "claims.zip")
+    with zipfile.ZipFile(archive, "a", zipfile.ZIP_DEFLATED) as handle:
+        for number in range(40):
+            handle.writestr(f"model/padding-{number}.txt", bytes(1 << 20))
+    data = bytearray(archive.read_bytes())
+    start = 0
+    while (start := data.find(b"PK\x01\x02", start)) >= 0:  # each central directory entry: claim 1 MiB compressed
+        if data[start + 46 : start + 46 + 14] == b"model/padding-":
+            struct.pack_into("<I", data, start + 20, 1 << 20)
+        start += 4
+    archive.write_bytes(bytes(data))
+    claimed = sum(m.compress_size for m in zipfile.ZipFile(archive).infolist())
+    assert claimed > 40 << 20 > 64 * archive.stat().st_size // 2
+    with pytest.raises(ValueError, match=r"claims\.zip inflates from [\d,]+ to [\d,]+ bytes in all"):
+        safe_extract_zip(archive, tmp_path / "target")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["claims.zip"]

@@ -395,3 +395,58 @@ def test_cli_a_lock_planted_as_a_link_or_fifo_is_one_line_and_nothing_is_created
     kept = ["another user's file"] if planted.startswith("link to") else []
     assert [p.read_text() for p in outside.parent.iterdir()] == kept
     assert sorted(p.name for p in tmp_path.iterdir()) == ["elsewhere", "in.txt", "out.h5.lock"]
+
+
+# ---------------------------------------------------------------------------------------------------- issue 35: sizes
+def test_a_line_of_megabytes_is_one_line_read_in_memory_bounded_by_a_block(tmp_path, tiny_model_dir):
+    """The 200 MB line of 100 M words (``--max-batch-tokens 1000``) and the 1 GB one-word line (M5), scaled to
+    20 MB: refused once its first 4 MiB is read, the memory bounded by that, not by the line (the sentence-to-index
+    map never sees it)."""
+    import tracemalloc
+
+    write_lines(tmp_path / "in.txt", ["a short line", "w " * 10_000_000, "another"])
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError) as error:
+            for _ in embed_mod.iter_chunks(tmp_path / "in.txt", 3, lambda k: True):
+                pass
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * 2**20, peak
+    assert str(error.value).startswith(f"input file {str(tmp_path / 'in.txt')!r}: line 1 has more than 4,194,304 ")
+    message = _cli_error(tmp_path, tiny_model_dir, "--max-batch-tokens", "1000")
+    assert "line 1 has more than 4,194,304 bytes; a line is one sentence, embedded whole" in message, message
+    assert not (tmp_path / "out.h5").exists()
+
+
+def test_a_sentence_of_more_tokens_than_one_is_embedded_with_is_one_line(tmp_path, tiny_model_dir):
+    write_lines(tmp_path / "in.txt", ["a short line", "w " * 120_000])
+    message = _cli_error(tmp_path, tiny_model_dir)
+    assert "input line 1 holds 120,000 tokens; a line is one sentence, embedded whole (at most 100,000" in message
+    assert not (tmp_path / "out.h5").exists()
+
+
+def test_elmo_embed_never_reads_the_word_vocabulary(tmp_path, tiny_model_dir, monkeypatch):
+    """Issue 35, M4: a vocab.txt of 10 M lines took gigabytes in `elmo embed`, which needs no word ids; it is not
+    read now, and the vectors are those of the tokenizer with the vocabulary."""
+    from modeling_elmo import tokenization_elmo
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model)
+    (model / "vocab.txt").write_text("".join(f"w{i}\n" for i in range(1000)))
+    read = []
+    real = tokenization_elmo._read_vocabulary
+    monkeypatch.setattr(tokenization_elmo, "_read_vocabulary", lambda path: read.append(path) or real(path))
+    write_lines(tmp_path / "in.txt", LINES)
+    out = tmp_path / "out.h5"
+    assert embed_mod.main([str(tmp_path / "in.txt"), str(out), "--model", str(model), "--all", "--no-progress"]) in (
+        0,
+        None,
+    )
+    assert not [p for p in read if str(model) in p], read
+    with_words = ElmoEmbedder.from_pretrained(model)
+    expected = with_words.embed_sentences([line.split() for line in LINES])
+    got = read_h5(out)
+    for index, vectors in enumerate(expected):
+        np.testing.assert_allclose(got[str(index)], vectors, rtol=1e-5, atol=1e-6)

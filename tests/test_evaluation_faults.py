@@ -138,3 +138,90 @@ def test_evaluate_reads_invalid_utf8_text_end_to_end(model_dir, tmp_path, capsys
     )
     results = json.loads((tmp_path / "out" / "eval_results.json").read_text())
     assert "perplexity" in json.dumps(results)
+
+
+# ----------------------------------------------------------------------------------------------- issue 35: sizes
+def _peak_while(call) -> tuple[BaseException | None, int]:
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        call()
+        raised = None
+    except ValueError as error:
+        raised = error
+    finally:
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    return raised, peak
+
+
+def test_a_perplexity_text_line_of_megabytes_is_one_line_read_in_bounded_memory(model_dir, tmp_path, capsys):
+    """The 200 MB line of 100 M words (scaled to 20 MB): refused after its first 4 MiB, the memory bounded by that,
+    not by the line; through the command, one line naming the file and the line."""
+    text = tmp_path / "long.txt"
+    text.write_bytes(b"a short line\n" + b"w " * 10_000_000 + b"\n")
+    error, peak = _peak_while(lambda: ev_data.read_text_sentences(text))
+    assert str(error) == (
+        f"text file {str(text)!r}: line 2 has more than 4,194,304 bytes; a line holds one sentence or record (at "
+        "most 4,194,304 bytes)"
+    )
+    assert peak < 16 * 2**20, peak
+    with pytest.raises(SystemExit):
+        main([str(model_dir), "--task", "perplexity", "--text", str(text), "--output-dir", str(tmp_path / "r")])
+    lines = [line for line in capsys.readouterr().err.strip().splitlines() if not line.startswith("Loading")]
+    assert len(lines) == 1 and lines[0].startswith("elmo evaluate: error: text file") and "line 2 has" in lines[0]
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_wsd_record_of_millions_of_tokens_is_refused_without_quoting_it(tmp_path):
+    """The 5 M-token WSD record (scaled): one line, not a MemoryError; neither it nor a shorter over-long record is
+    quoted whole in the message."""
+    long_line = tmp_path / "wsd.jsonl"
+    long_line.write_text(json.dumps({"tokens": ["w"] * 2_000_000, "word": "bank", "sense": "bank%1"}) + "\n")
+    error, peak = _peak_while(lambda: ev_data.read_wsd_jsonl(long_line))
+    assert "line 1 has more than 4,194,304 bytes" in str(error) and peak < 16 * 2**20, (error, peak)
+    many = tmp_path / "many.jsonl"
+    many.write_text(json.dumps({"tokens": ["w"] * 120_000 + ["bank"], "word": "bank", "sense": "bank%1"}) + "\n")
+    with pytest.raises(ValueError) as caught:
+        ev_data.read_wsd_jsonl(many)
+    assert str(caught.value) == (
+        f"{many}:1: a sentence of 120,001 tokens; sentences are embedded whole, so at most 100,000 tokens each"
+    )
+    absent = tmp_path / "absent.jsonl"
+    absent.write_text(json.dumps({"tokens": ["w" * 100_000] * 5, "word": "x" * 100_000, "sense": "s%1"}) + "\n")
+    with pytest.raises(ValueError) as caught:
+        ev_data.read_wsd_jsonl(absent)
+    assert "does not occur in its sentence" in str(caught.value) and len(str(caught.value)) < 400
+
+
+def test_an_sst2_row_is_never_quoted_whole_in_an_error(tmp_path):
+    path = tmp_path / "sst2.tsv"
+    path.write_text("label\tsentence\n0\ta\tb" + "c" * 900_000 + "\n")
+    with pytest.raises(ValueError) as caught:
+        ev_data.read_sst2(path)
+    message = str(caught.value)
+    assert (
+        message.startswith(f"{path}:2: expected 2 tab-separated columns, got 3: ['0', 'a', 'bccc")
+        and len(message) < 300
+    ), message[:400]
+
+
+def test_a_conllu_file_of_a_million_tags_or_a_huge_sentence_is_one_line(tmp_path):
+    """M8 (every token its own tag) and the 2 M-token CoNLL-U sentence (both scaled): refused while reading."""
+    tags = tmp_path / "tags.conllu"
+    tags.write_text(
+        "".join(
+            f"{i % 50 + 1}\tw\tw\tTAG{i}\t_\t_\t0\troot\t_\t_\n" + ("\n" if i % 50 == 49 else "") for i in range(6000)
+        )
+    )
+    with pytest.raises(ValueError) as caught:
+        ev_data.read_conllu(tags)
+    assert str(caught.value).startswith(
+        f"{tags}:5101: tag 'TAG5000' is distinct tag number 5,001 of the file; a tagging"
+    )
+    long = tmp_path / "long.conllu"
+    long.write_text("".join(f"{i + 1}\tw\tw\tNOUN\t_\t_\t0\troot\t_\t_\n" for i in range(100_001)))
+    with pytest.raises(ValueError) as caught:
+        ev_data.read_conllu(long)
+    assert str(caught.value).startswith(f"{long}:100001: a sentence of 100,001 tokens")

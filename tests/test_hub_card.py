@@ -309,3 +309,24 @@ def test_an_earlier_conversion_without_a_files_list_gets_its_checksums_in_the_ta
         num_parameters=1,
     )
     assert f"| weights.hdf5 | — | — | {digest} |" in card.text and "| x.json | — | — | — |" in card.text
+
+
+def test_a_dataset_name_of_megabytes_is_cut_in_the_card_and_its_metadata():
+    """Issue 35 (Minor): a 5 MB dataset name in a results file was published twice in the card (the table and the
+    model-index); each place now shows at most a couple of hundred characters of it."""
+    from modeling_elmo.hub.card import MAX_SHOWN_CHARACTERS
+
+    name = "corpus" + "x" * 5_000_000
+    results = EvaluationResults.now(
+        "elmo-tiny",
+        "elmo evaluate",
+        perplexity=[PerplexityResult(name, "test", 80.0, 82.0, 81.0, 1000, 10, 0.05)],
+        scores=[ScoreResult("probe-pos", name, "test", "layer 0", "accuracy", 0.9, 5000)],
+    )
+    config = make_config(architectures=["ElmoForBidirectionalLM"], vocab_size=40)
+    card, _ = build_model_card(config, "me/elmo-tiny", CardInputs(results=[results]), num_parameters=10)
+    text = str(card)
+    assert len(text) < 40_000, len(text)
+    assert "corpus" + "x" * (MAX_SHOWN_CHARACTERS - 6) + "…" in text
+    for entry in ModelCardData(**card.data.to_dict()).eval_results:
+        assert len(entry.dataset_name) <= MAX_SHOWN_CHARACTERS and len(entry.dataset_type) <= MAX_SHOWN_CHARACTERS

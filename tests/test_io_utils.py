@@ -85,3 +85,32 @@ def test_a_lock_file_that_is_a_hard_link_is_refused_and_the_file_it_shares_is_un
         with io_utils.exclusive_lock(tmp_path / "out.lock", "busy", holder="elmo convert"):
             pytest.fail("the lock was taken")
     assert victim.read_text() == "another user's file"
+
+
+def test_a_host_reachable_only_through_the_environments_proxy_is_reachable(monkeypatch):
+    """Issue 35 (Minor): with ``http_proxy`` naming a working proxy and the host reachable only through it, the
+    reachability probe said "cannot download"; it now connects where requests will (the proxy), and honours
+    ``no_proxy``."""
+    import socket
+    import threading
+
+    from modeling_elmo.utils.io_utils import host_reachable
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted = []
+    thread = threading.Thread(target=lambda: accepted.append(listener.accept()[0].close()), daemon=True)
+    thread.start()
+    url = "http://release.invalid/elmo/options.json"  # .invalid never resolves: only the proxy can reach it
+    for name in ("http_proxy", "https_proxy", "all_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    try:
+        assert not host_reachable(url, timeout=1.0)
+        monkeypatch.setenv("http_proxy", f"127.0.0.1:{listener.getsockname()[1]}")
+        monkeypatch.setenv("no_proxy", "release.invalid")
+        assert not host_reachable(url, timeout=1.0) and accepted == []
+        monkeypatch.delenv("no_proxy")
+        assert host_reachable(url, timeout=1.0)
+        thread.join(5)
+        assert len(accepted) == 1
+    finally:
+        listener.close()

@@ -238,3 +238,57 @@ def test_json_nested_200000_deep_is_a_value_error_in_every_reader(tmp_path):
     (tmp_path / "wsd.jsonl").write_text(DEEP_JSON + "\n")
     with pytest.raises(ValueError, match=r"wsd.jsonl:1: not valid JSON \(maximum recursion"):
         read_wsd_jsonl(tmp_path / "wsd.jsonl")
+
+
+@pytest.mark.parametrize(
+    "edit,needed",
+    [
+        ({"num_hidden_layers": 100_000}, "its 100000 LSTM layer(s) per direction, 1 highway layer(s) and 2 character"),
+        ({"num_highway_layers": 100_000}, "its 2 LSTM layer(s) per direction, 100000 highway layer(s) and 2 character"),
+        ({"char_cnn_filters": [[1, 1]] * 3000}, "1 highway layer(s) and 3000 character filter(s) need at least"),
+    ],
+)
+def test_a_config_counting_more_layers_than_the_weights_hold_is_refused_without_building_a_model(
+    small_model, monkeypatch, edit, needed
+):
+    """Issue 35, H4-H8: the layers a config.json counts are compared with the tensors the safetensors header holds
+    arithmetically, before any model (even on the meta device) is built."""
+    import json
+    import time
+
+    from modeling_elmo import ElmoModel
+    from modeling_elmo.embedding.inference import check_weights_fit_config
+    from modeling_elmo.utils.config_checks import config_from_dict
+
+    config = json.loads((small_model / "config.json").read_text())
+    config.update(edit)
+    (small_model / "config.json").write_text(json.dumps(config))
+    built = []
+    monkeypatch.setattr(ElmoModel, "__init__", lambda self, *a, **k: built.append(1) or 1 / 0)
+    start = time.perf_counter()
+    with pytest.raises(ValueError) as error:
+        check_weights_fit_config(small_model, ElmoModel, config_from_dict(config))
+    assert time.perf_counter() - start < 5 and built == []
+    message = str(error.value)
+    assert message.startswith(f"the weights of model {str(small_model)!r} do not match its config.json: "), message
+    assert needed in message and "the weights hold 2" in message, message
+
+
+def test_the_shape_check_reads_the_state_dict_once(small_model, monkeypatch):
+    """The shape comparison builds the (meta) model's state dict once, not once per tensor (quadratic)."""
+    import torch
+
+    from modeling_elmo import ElmoModel
+    from modeling_elmo.embedding.inference import check_weights_fit_config
+    from modeling_elmo.utils.config_checks import load_config
+
+    calls = []
+    real = torch.nn.Module.state_dict
+
+    def counted(self, *args, **kwargs):
+        calls.append(type(self))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.Module, "state_dict", counted)
+    check_weights_fit_config(small_model, ElmoModel, load_config(str(small_model)), ignore_unexpected=("softmax.",))
+    assert calls.count(ElmoModel) == 1

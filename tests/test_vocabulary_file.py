@@ -108,3 +108,15 @@ def test_a_vocabulary_of_another_size_than_the_softmax_is_refused_when_scoring(t
         )
     assert "its softmax has 24 rows" in capsys.readouterr().err
     assert not (tmp_path / "lm" / "evaluation").exists()
+
+
+def test_ids_map_back_to_words_through_one_list_and_out_of_range_ids_to_unk(tmp_path):
+    """Issue 35, M4 (in part): the vocabulary is read as a stream and ids map back through a list (not a second
+    mapping of every word); an id outside it is <UNK>, as before."""
+    from modeling_elmo import ElmoTokenizer
+
+    (tmp_path / "vocab.txt").write_text("<pad>\n<S>\n</S>\n<UNK>\nthe\ncat\n")
+    tokenizer = ElmoTokenizer(vocab_file=str(tmp_path / "vocab.txt"))
+    assert isinstance(tokenizer.ids_to_words, list) and len(tokenizer.ids_to_words) == tokenizer.vocab_size == 6
+    assert tokenizer.convert_ids_to_tokens([4, 5, 6, -1, 10**9]) == ["the", "cat", "<UNK>", "<UNK>", "<UNK>"]
+    assert [tokenizer.convert_tokens_to_ids(w) for w in ("the", "cat", "dog")] == [4, 5, 3]

@@ -78,7 +78,8 @@ ALLOWED_PICKLE_GLOBALS = frozenset(
 #: An unpacked model is a few hundred MB; a zip announcing more than this is refused before anything is written.
 MAX_UNPACKED_BYTES = 8 << 30
 #: Weights and vocabularies deflate by a few times at most (float weights barely at all): a member that inflates to
-#: more than this many times its compressed size, beyond `SMALL_MEMBER_BYTES`, is not part of a model.
+#: more than this many times its compressed size, beyond `SMALL_MEMBER_BYTES`, is not part of a model; nor is a zip
+#: whose members together do.
 MAX_MEMBER_RATIO = 64
 SMALL_MEMBER_BYTES = 1 << 20
 #: The first bytes a weight file of the model may start with: a pickle of protocol 2 (the legacy ``torch.save``
@@ -103,7 +104,7 @@ def safe_extract_zip(archive: str | os.PathLike, target: str | os.PathLike) -> P
         raise ValueError(f"{str(archive)!r} is not a readable zip archive ({error}).") from None
     with handle:
         members = handle.infolist()
-        total = 0
+        total = packed = 0
         for member in members:
             name = member.filename
             parts = name.replace("\\", "/").split("/")
@@ -124,6 +125,14 @@ def safe_extract_zip(archive: str | os.PathLike, target: str | os.PathLike) -> P
                     "nothing was unpacked."
                 )
             total += member.file_size
+            packed += member.compress_size
+        # members each under the bound add up too; the archive's own size, as members may share their data
+        packed = min(packed, archive.stat().st_size)
+        if total > max(SMALL_MEMBER_BYTES, MAX_MEMBER_RATIO * packed):
+            raise ValueError(
+                f"{archive.name} inflates from {packed:,} to {total:,} bytes in all: no model compresses so well "
+                "(a zip bomb?); nothing was unpacked."
+            )
         if total > MAX_UNPACKED_BYTES:
             raise ValueError(
                 f"{archive.name} unpacks to {total:,} bytes, more than a model can hold "

@@ -65,6 +65,9 @@ import torch
 from tqdm.auto import tqdm
 
 from ..utils.io_utils import (
+    MAX_LINE_BYTES,
+    MAX_SENTENCE_TOKENS,
+    LineTooLongError,
     command_error,
     current_umask,
     error_line,
@@ -153,16 +156,27 @@ def _decode(raw: bytes, index: int) -> tuple[str, bool]:
 Line = tuple[int, str, bool]  # (line index, stripped text, had invalid UTF-8)
 
 
+@contextlib.contextmanager
+def _refusing_long_lines(path: Path) -> Iterator[None]:
+    try:
+        yield
+    except LineTooLongError as error:
+        raise ValueError(
+            f"input file {str(path)!r}: line {error.number - 1} has more than {MAX_LINE_BYTES:,} bytes; a line is "
+            f"one sentence, embedded whole (at most {MAX_LINE_BYTES:,} bytes and {MAX_SENTENCE_TOKENS:,} tokens)."
+        ) from None
+
+
 def iter_chunks(path: Path, chunk_size: int, wanted: Callable[[int], bool]) -> Iterator[tuple[int, list[Line]]]:
     """Stream ``(chunk_index, [(line_index, text, had_invalid_utf8), ...])`` for the chunks ``wanted`` accepts.
 
     Lines of other chunks are read but not decoded; at most one chunk is held in memory.
     """
-    with open(path, "rb") as handle:
+    with open(path, "rb") as handle, _refusing_long_lines(path):
         chunk: list[Line] = []
         chunk_index = 0
         take = wanted(0)
-        for index, raw in enumerate(iter_lines(handle)):
+        for index, raw in enumerate(iter_lines(handle, max_line_bytes=MAX_LINE_BYTES)):
             k = index // chunk_size
             if k != chunk_index:
                 if take:
@@ -385,6 +399,12 @@ def write_chunk(
     one-line `OSError`; the chunks finished before it stay.
     """
     tokens = [tokenize(text) for _, text, _ in lines]
+    for (index, _, _), sentence in zip(lines, tokens, strict=True):
+        if len(sentence) > MAX_SENTENCE_TOKENS:
+            raise ValueError(
+                f"input line {index} holds {len(sentence):,} tokens; a line is one sentence, embedded whole (at "
+                f"most {MAX_SENTENCE_TOKENS:,} tokens)."
+            )
     keys = [text if use_sentence_keys else str(index) for index, text, _ in lines]
     empty_shape = (embedder.num_layers, 0, embedder.output_size) if mode == "all" else (0, embedder.output_size)
     doing = "writing the chunk"
@@ -847,12 +867,12 @@ def main(argv: list[str] | None = None) -> int:
 
     def load() -> ElmoEmbedder:  # called by embed_file once the paths have been checked
         with _without_transformers_progress_bars():
-            return ElmoEmbedder.from_pretrained(args.model, device=device, dtype=dtype)
+            return ElmoEmbedder.from_pretrained(args.model, device=device, dtype=dtype, words=False)
 
     try:
         tokenize: Callable[[str], list[str]] = str.split
         if args.raw_text:
-            tokenize = load_elmo_tokenizer(args.model).split_words
+            tokenize = load_elmo_tokenizer(args.model, words=False).split_words
         report = embed_file(
             args.input_file,
             args.output_file,

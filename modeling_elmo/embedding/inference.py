@@ -266,18 +266,26 @@ def check_weights_fit_config(
         os.path.isfile(os.path.join(folder, name)) for name in ("model.safetensors", "model.safetensors.index.json")
     ):
         return  # no weights at all: from_pretrained says so
-    with torch.device("meta"):
-        model = model_class(config)
-    prefix = f"{model.base_model_prefix}." if model.base_model_prefix else ""
+    prefix = f"{model_class.base_model_prefix}." if model_class.base_model_prefix else ""
 
     def key(name: str) -> str:  # transformers adds or strips the base model's prefix as the classes need
         return name[len(prefix) :] if prefix and name.startswith(prefix) else name
 
-    wanted = {key(name): tuple(tensor.shape) for name, tensor in model.state_dict().items()}
+    held = sum(1 for name in declared if not key(name).startswith(ignore_unexpected))
+    layers, highways = config.num_hidden_layers, config.num_highway_layers
+    needed = 2 * layers + highways + len(config.char_cnn_filters)  # each at least one tensor: counted, not built
+    if held < needed:
+        raise ValueError(
+            f"the weights of model {os.fspath(folder)!r} do not match its config.json: its {layers} LSTM layer(s) "
+            f"per direction, {highways} highway layer(s) and {len(config.char_cnn_filters)} character filter(s) need "
+            f"at least {needed:,} tensors; the weights hold {held:,}. Refusing to run a partly random model."
+        )
+    with torch.device("meta"):
+        model = model_class(config)
+    state = model.state_dict()  # once: every call builds the whole mapping anew
+    wanted = {key(name): tuple(tensor.shape) for name, tensor in state.items()}
     saved = {key(name): tuple(int(n) for n in entry["shape"]) for name, entry in declared.items()}
-    with_prefix = {
-        name: f"{prefix}{name}" if prefix and f"{prefix}{name}" in model.state_dict() else name for name in wanted
-    }
+    with_prefix = {name: f"{prefix}{name}" if prefix and f"{prefix}{name}" in state else name for name in wanted}
     info = {
         "missing_keys": [with_prefix[name] for name in wanted if name not in saved],
         "unexpected_keys": [name for name in declared if key(name) not in wanted],  # as the file names them
@@ -317,15 +325,28 @@ def weights_fingerprint(model: torch.nn.Module) -> str:
     return digest.hexdigest()
 
 
-def load_elmo_tokenizer(model_name_or_path: str | os.PathLike, **kwargs: Any) -> Any:
+def load_elmo_tokenizer(model_name_or_path: str | os.PathLike, words: bool = True, **kwargs: Any) -> Any:
     """Load the `ElmoTokenizer` of an ELMo model folder or Hub id, with the checks and one-line errors of
-    `load_elmo_model` (``kwargs``: ``revision``, ``cache_dir``, ``token``, ...)."""
+    `load_elmo_model` (``kwargs``: ``revision``, ``cache_dir``, ``token``, ...).
+
+    ``words=False``: without the word vocabulary (``vocab.txt`` is not read; only the special words have ids), for
+    work that needs only the character ids and the word input, such as embedding: a vocabulary of millions of words
+    costs gigabytes of memory."""
+    import tempfile
+
     from ..tokenization_elmo import ElmoTokenizer
 
     location = os.fspath(model_name_or_path)
     _check_location(location, _hub_kwargs(kwargs))
     try:
-        return ElmoTokenizer.from_pretrained(location, **kwargs)
+        if words:
+            return ElmoTokenizer.from_pretrained(location, **kwargs)
+        with (
+            tempfile.TemporaryDirectory() as folder
+        ):  # a caller's vocab_file is the one path that replaces the folder's
+            empty = os.path.join(folder, "vocab.txt")
+            open(empty, "w").close()
+            return ElmoTokenizer.from_pretrained(location, vocab_file=empty, **kwargs)
     except (OSError, ValueError) as error:
         raise ValueError(f"cannot load the tokenizer of model {location!r}: {error_line(error)}") from None
 
@@ -409,14 +430,17 @@ class ElmoEmbedder:
         model_name_or_path: str | os.PathLike,
         device: str | torch.device | None = None,
         dtype: torch.dtype = torch.float32,
+        words: bool = True,
         **kwargs: Any,
     ) -> ElmoEmbedder:
         """Load the biLM with `load_elmo_model` (strict) and the tokenizer from a folder or Hub id.
 
         ``kwargs`` go to `load_elmo_model`; those of `HUB_KWARGS` (``revision``, ``token``, ...) also to the tokenizer.
+        ``words=False`` loads the tokenizer without its word vocabulary (`load_elmo_tokenizer`): the vectors are the
+        same, as the biLM reads characters (and its word input has its own list).
         """
         model = load_elmo_model(model_name_or_path, **kwargs)
-        tokenizer = load_elmo_tokenizer(model_name_or_path, **_hub_kwargs(kwargs))
+        tokenizer = load_elmo_tokenizer(model_name_or_path, words=words, **_hub_kwargs(kwargs))
         return cls(model, tokenizer, device=device, dtype=dtype)
 
     def embed_batch(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:

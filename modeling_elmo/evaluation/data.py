@@ -11,6 +11,7 @@ within seconds with `HubUnreachableError` when the Hub cannot be reached.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -18,7 +19,14 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..utils.io_utils import hub_reachable, iter_lines  # hub_reachable: one probe for every command (re-exported here)
+from ..configuration_elmo import shown
+from ..utils.io_utils import (
+    MAX_LINE_BYTES,
+    MAX_SENTENCE_TOKENS,
+    LineTooLongError,
+    hub_reachable,
+    iter_lines,
+)  # hub_reachable: one probe for every command (re-exported here)
 from ..utils.loading import HubUnreachableError
 
 __all__ = [
@@ -81,6 +89,37 @@ def _require_nonempty(items: list, what: str, path: Path | str) -> list:
     return items
 
 
+#: The most distinct tags a tagging probe learns (UD's XPOS tag sets have a few thousand at most).
+MAX_TAGS = 5_000
+
+
+@contextlib.contextmanager
+def _refusing_long_lines(path: Path, what: str) -> Iterator[None]:
+    try:
+        yield
+    except LineTooLongError as error:
+        raise ValueError(
+            f"{what} {str(path)!r}: {error}; a line holds one sentence or record (at most {MAX_LINE_BYTES:,} bytes)"
+        ) from None
+
+
+def _check_sentence_length(count: int, where: str) -> None:
+    if count > MAX_SENTENCE_TOKENS:
+        raise ValueError(
+            f"{where}: a sentence of {count:,} tokens; sentences are embedded whole, so at most "
+            f"{MAX_SENTENCE_TOKENS:,} tokens each"
+        )
+
+
+def _check_tag_count(tags: set[str], tag: str, where: str) -> None:
+    tags.add(tag)
+    if len(tags) > MAX_TAGS:
+        raise ValueError(
+            f"{where}: tag {shown(tag)} is distinct tag number {len(tags):,} of the file; a tagging probe "
+            f"learns at most {MAX_TAGS:,} (is the tag column right?)"
+        )
+
+
 def _text_lines(path: Path, what: str) -> Iterator[tuple[int, str]]:
     """(line number, line without its line break) of a UTF-8 text file (a byte-order mark is dropped; ``\n``,
     ``\r\n`` and a lone ``\r`` end a line).
@@ -91,8 +130,8 @@ def _text_lines(path: Path, what: str) -> Iterator[tuple[int, str]]:
     if not path.is_file():
         raise ValueError(f"{what} {str(path)!r} {'is not a file' if path.exists() else 'does not exist'}")
     invalid, first_invalid = 0, 0
-    with open(path, "rb") as handle:
-        for lineno, raw in enumerate(iter_lines(handle), start=1):
+    with open(path, "rb") as handle, _refusing_long_lines(path, what):
+        for lineno, raw in enumerate(iter_lines(handle, max_line_bytes=MAX_LINE_BYTES), start=1):
             if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
                 raw = raw[3:]
             if b"\x00" in raw:
@@ -120,8 +159,9 @@ def read_text_sentences(path: str | Path, max_sentences: int | None = None) -> l
     """
     path = Path(path)
     sentences: list[list[str]] = []
-    for _, line in _text_lines(path, "text file"):
+    for lineno, line in _text_lines(path, "text file"):
         tokens = line.split()
+        _check_sentence_length(len(tokens), f"{path}:{lineno}")
         if tokens:
             sentences.append(tokens)
             if max_sentences is not None and len(sentences) >= max_sentences:
@@ -143,15 +183,16 @@ def read_sst2(path: str | Path, max_examples: int | None = None) -> list[Labelle
             continue
         row = line.split("\t")
         if len(row) != 2:
-            raise ValueError(f"{path}:{lineno}: expected 2 tab-separated columns, got {len(row)}: {row!r}")
+            raise ValueError(f"{path}:{lineno}: expected 2 tab-separated columns, got {len(row)}: {shown(row)}")
         if label_col is None:
             label_col = 0 if row[0].strip() in ("0", "1") else 1
         label_text, text = row[label_col].strip(), row[1 - label_col]
         if label_text not in ("0", "1"):
-            raise ValueError(f"{path}:{lineno}: label must be 0 or 1, got {label_text!r}")
+            raise ValueError(f"{path}:{lineno}: label must be 0 or 1, got {shown(label_text)}")
         tokens = text.split()
         if not tokens:
             raise ValueError(f"{path}:{lineno}: empty sentence")
+        _check_sentence_length(len(tokens), f"{path}:{lineno}")
         out.append(LabelledSentence(tokens, int(label_text)))
         if max_examples is not None and len(out) >= max_examples:
             break
@@ -171,6 +212,7 @@ def read_conllu(path: str | Path, column: str = "upos", max_sentences: int | Non
     out: list[TaggedSentence] = []
     tokens: list[str] = []
     tags: list[str] = []
+    seen_tags: set[str] = set()
     sent_id = ""
 
     def flush() -> None:
@@ -196,6 +238,8 @@ def read_conllu(path: str | Path, column: str = "upos", max_sentences: int | Non
             continue
         tokens.append(fields[1])
         tags.append(fields[col])
+        _check_sentence_length(len(tokens), f"{path}:{lineno}")
+        _check_tag_count(seen_tags, fields[col], f"{path}:{lineno}")
     flush()
     if max_sentences is not None:
         out = out[:max_sentences]
@@ -209,6 +253,7 @@ def read_ptb_tagged(path: str | Path) -> list[TaggedSentence]:
     out: list[TaggedSentence] = []
     tokens: list[str] = []
     tags: list[str] = []
+    seen_tags: set[str] = set()
     source = ""
     for lineno, line in _text_lines(path, "tagged file"):
         if "\t" not in line:
@@ -218,11 +263,13 @@ def read_ptb_tagged(path: str | Path) -> list[TaggedSentence]:
             if line.startswith("#"):
                 source = line[1:].strip()
             elif line.strip():
-                raise ValueError(f"{path}:{lineno}: expected 'word<TAB>tag', got {line!r}")
+                raise ValueError(f"{path}:{lineno}: expected 'word<TAB>tag', got {shown(line)}")
             continue
         word, tag = line.split("\t", 1)
         tokens.append(word)
         tags.append(tag)
+        _check_sentence_length(len(tokens), f"{path}:{lineno}")
+        _check_tag_count(seen_tags, tag, f"{path}:{lineno}")
     if tokens:
         out.append(TaggedSentence(tokens, tags, source))
     return _require_nonempty(out, "tagged file", path)
@@ -279,34 +326,43 @@ def parse_wsd_record(obj: object, where: str = "<record>", lineno: int = 0) -> W
     if not isinstance(obj, dict):
         raise ValueError(f"{where}: expected a JSON object, got {type(obj).__name__}")
     tokens = obj.get("tokens")
+    if isinstance(tokens, list):
+        _check_sentence_length(len(tokens), where)
     if not isinstance(tokens, list) or not tokens or not all(isinstance(t, str) and t.strip() for t in tokens):
-        raise ValueError(f"{where}: 'tokens' must be a non-empty list of non-empty strings, got {tokens!r}")
+        raise ValueError(f"{where}: 'tokens' must be a non-empty list of non-empty strings, got {shown(tokens)}")
     word = obj.get("word")
     if not isinstance(word, str) or not word:
-        raise ValueError(f"{where}: 'word' must be a non-empty string, got {word!r}")
+        raise ValueError(f"{where}: 'word' must be a non-empty string, got {shown(word)}")
     index = obj.get("index")
     if index is None:
         positions = [i for i, t in enumerate(tokens) if t == word]
         if not positions:
-            raise ValueError(f"{where}: word {word!r} does not occur in its sentence {' '.join(tokens)!r}")
+            raise ValueError(
+                f"{where}: word {shown(word)} does not occur in its sentence "
+                f"{shown(' '.join(tokens[:100]))}"
+            )
         if len(positions) > 1:
             raise ValueError(
-                f"{where}: word {word!r} occurs {len(positions)} times in its sentence; give 'index' to say which"
+                f"{where}: word {shown(word)} occurs {len(positions)} times in its sentence; give 'index' to "
+                "say which"
             )
         index = positions[0]
     elif isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(tokens):
-        raise ValueError(f"{where}: 'index' {index!r} is not a position in a sentence of {len(tokens)} tokens")
+        raise ValueError(
+            f"{where}: 'index' {shown(index)} is not a position in a sentence of {len(tokens)} tokens"
+        )
     elif tokens[index] != word:
         raise ValueError(
-            f"{where}: word {word!r} is missing from its sentence at index {index} (found {tokens[index]!r})"
+            f"{where}: word {shown(word)} is missing from its sentence at index {index} (found "
+            f"{shown(tokens[index])})"
         )
     lemma = obj.get("lemma", word)
     if not isinstance(lemma, str) or not lemma:
-        raise ValueError(f"{where}: 'lemma' must be a non-empty string, got {lemma!r}")
+        raise ValueError(f"{where}: 'lemma' must be a non-empty string, got {shown(lemma)}")
     sense = obj.get("sense")
     if not isinstance(sense, str) or not SENSE_LABEL_PATTERN.match(sense):
         raise ValueError(
-            f"{where}: unknown sense label format {sense!r}: a sense is one token of letters, digits "
+            f"{where}: unknown sense label format {shown(sense)}: a sense is one token of letters, digits "
             "and _ . : % / ' + - (e.g. 'HARD1', 'bank%1:14:00::')"
         )
     return WsdOccurrence(list(tokens), int(index), lemma, sense, lineno)

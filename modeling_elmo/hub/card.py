@@ -261,8 +261,17 @@ def _words(key: str) -> list[str]:
     return [w for w in re.split(r"[^a-z0-9]+", re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", str(key)).lower()) if w]
 
 
+#: The most characters of one value (a dataset's name, a setting) that the card shows: a value of megabytes in a
+#: results file is cut, never published whole (in the text or the metadata).
+MAX_SHOWN_CHARACTERS = 200
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MAX_SHOWN_CHARACTERS else f"{text[:MAX_SHOWN_CHARACTERS]}…"
+
+
 def _slug(text: str) -> str:
-    return "-".join(_words(text)) or "unknown"
+    return "-".join(_words(str(text)[: 2 * MAX_SHOWN_CHARACTERS]))[:MAX_SHOWN_CHARACTERS].strip("-") or "unknown"
 
 
 def _scrub(value: Any) -> Any:
@@ -291,7 +300,9 @@ def escape_markdown(text: Any) -> str:
 
 def _plain(text: Any) -> str:
     """A name for the YAML metadata: one line, no markup characters."""
-    return " ".join(re.sub(r"[<>&\"'`\\{}\[\]]", "", str(_scrub(text))).split())[:200]
+    return " ".join(re.sub(r"[<>&\"'`\\{}\[\]]", "", str(_scrub(str(text)[: 2 * MAX_SHOWN_CHARACTERS]))).split())[
+        :MAX_SHOWN_CHARACTERS
+    ]
 
 
 def _valid(values: Sequence[str], pattern: re.Pattern, what: str) -> list[str]:
@@ -312,7 +323,7 @@ def _cell(value: Any) -> str:
         text = ", ".join(f"{v:.6g}" if isinstance(v, float) else str(_scrub(v)) for v in value)
     else:
         text = str(_scrub(value))
-    return escape_markdown(text)
+    return escape_markdown(_cut(text))
 
 
 def _flatten(obj: Any, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
@@ -775,7 +786,8 @@ def build_model_card(
         "num_layers": config.num_representation_layers,
         "evaluation_section": _evaluation_section(inputs.results),
         "training_section": _training_section(metadata, kind),
-        "training_data": ", ".join(escape_markdown(_scrub(d)) for d in datasets or training_files) or "not recorded",
+        "training_data": ", ".join(escape_markdown(_cut(_scrub(d))) for d in datasets or training_files)
+        or "not recorded",
         "data_licenses": "; ".join(
             f"{escape_markdown(_scrub(data))}: {escape_markdown(license_)}"
             for data, license_ in _data_licenses(data_licenses)

@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from ..configuration_elmo import shown
 from ..utils.io_utils import error_line
 
 #: ``--train-file builtin:NAME`` (or ``builtin:NAME/SPLIT``) names a corpus shipped in `modeling_elmo.corpora`.
@@ -326,21 +327,93 @@ def load_recipe(path: str | os.PathLike) -> dict[str, Any]:
     """Read a YAML recipe (a path or a packaged recipe name); keys may use ``-`` or ``_``. Raises `ValueError`
     naming an unknown key."""
     source = recipe_path(os.fspath(path))
+    if source.stat().st_size > MAX_RECIPE_BYTES:
+        raise ValueError(
+            f"recipe {os.fspath(path)!r} has {source.stat().st_size:,} bytes; a recipe is a few option values "
+            f"(at most {MAX_RECIPE_BYTES:,} bytes)."
+        )
     try:
-        data = yaml.safe_load(source.read_text(encoding="utf-8")) or {}
+        data = yaml.load(source.read_text(encoding="utf-8"), Loader=_RecipeLoader) or {}  # noqa: S506 (safe, no alias)
     except (yaml.YAMLError, RecursionError) as error:  # RecursionError: nested deeper than the parser follows
-        raise ValueError(f"recipe {os.fspath(path)!r} is not valid YAML ({error}).") from None
+        raise ValueError(f"recipe {os.fspath(path)!r} is not valid YAML ({error_line(str(error))}).") from None
+    except _AliasError as error:
+        raise ValueError(
+            f"recipe {os.fspath(path)!r} uses the YAML alias *{shown(str(error))[1:-1]}: recipes take plain "
+            "values (an alias can expand a small file into billions of values); write the value out."
+        ) from None
     if not isinstance(data, dict):
         raise ValueError(f"recipe {os.fspath(path)!r} must be a mapping of option names to values.")
     out = {}
     for key, value in data.items():
         name = str(key).replace("-", "_")
         if name not in ARGUMENT_NAMES:
-            raise ValueError(f"recipe {os.fspath(path)!r}: unknown key {key!r}.")
+            raise ValueError(f"recipe {os.fspath(path)!r}: unknown key {shown(key)}.")
         if name in ("train_file", "validation_file", "test_file") and isinstance(value, str):
             value = [value]
+        wanted = _recipe_value_kind(name)
+        if wanted.startswith("a string") and isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = str(value)  # `dataset_config_name: 2019`
+        if not _is_of_kind(value, wanted):
+            raise ValueError(
+                f"recipe {os.fspath(path)!r}: {key} must be {wanted}, got {shown(value)} "
+                f"(a {type(value).__name__})."
+            )
         out[name] = value
     return out
+
+
+#: The largest recipe file read (the packaged ones have a few hundred bytes).
+MAX_RECIPE_BYTES = 1 << 20
+
+
+class _AliasError(Exception):
+    """A recipe used a YAML alias (carries its anchor's name)."""
+
+
+class _RecipeLoader(yaml.SafeLoader):
+    """`yaml.SafeLoader` that refuses aliases (``*name``) before composing anything from them: a few hundred bytes of
+    nested aliases ("billion laughs") expand into gigabytes of values."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            raise _AliasError(self.peek_event().anchor)
+        return super().compose_node(parent, index)
+
+
+def _recipe_value_kind(name: str) -> str:
+    """What a recipe value of option ``name`` must be, in words, from the field's annotation."""
+    annotation = str(next(f.type for f in dataclasses.fields(PretrainingArguments) if f.name == name))
+    kind = (
+        "a list of file names"
+        if annotation.startswith("list")
+        else "true or false"
+        if annotation.startswith("bool")
+        else "an integer"
+        if annotation.startswith("int")
+        else "a number"
+        if annotation.startswith("float")
+        else "a string"
+    )
+    return f"{kind} or null" if "None" in annotation else kind
+
+
+def _is_of_kind(value: Any, kind: str) -> bool:
+    """Whether a recipe value fits; a string does for any single value (argparse converts it as a flag's text)."""
+    if value is None:
+        return kind.endswith(" or null")
+    if kind.startswith("a list"):
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    if isinstance(value, str):
+        return True
+    if kind.startswith("true"):
+        return isinstance(value, bool)
+    if isinstance(value, bool):
+        return False
+    if kind.startswith("an integer"):
+        return isinstance(value, int)
+    if kind.startswith("a number"):
+        return isinstance(value, (int, float))
+    return isinstance(value, str)
 
 
 def _one_line_error(message: str) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import random
 import re
@@ -89,16 +90,134 @@ def optimizer_to_files(state_dict: dict[str, Any]) -> tuple[dict[str, torch.Tens
 
 
 def optimizer_from_files(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> dict[str, Any]:
+    """The optimiser state dict that `optimizer_to_files` split; raises `CheckpointError` where the files are not of
+    that form (a tensor named that is not there, a state that is not a mapping)."""
+    if not (isinstance(meta.get("state"), dict) and isinstance(meta.get("param_groups"), list)):
+        raise CheckpointError("optimizer.json is not an optimiser state (no 'state' mapping and 'param_groups' list).")
     state = {}
     for param, entries in meta["state"].items():
-        state[int(param)] = {
-            name: tensors[value["tensor"]] if isinstance(value, dict) and "tensor" in value else value
-            for name, value in entries.items()
-        }
-    groups = [
-        dict(group, betas=tuple(group["betas"])) if "betas" in group else dict(group) for group in meta["param_groups"]
-    ]
+        if not (isinstance(entries, dict) and param.isdecimal()):
+            raise CheckpointError(f"optimizer.json: malformed state of parameter {_cut(param)}.")
+        state[int(param)] = {}
+        for name, value in entries.items():
+            if isinstance(value, dict):
+                if value.get("tensor") not in tensors:
+                    raise CheckpointError(f"optimizer.json names tensor {_cut(value)}, which is not in its file.")
+                value = tensors[value["tensor"]]
+            state[int(param)][name] = value
+    groups = []
+    for group in meta["param_groups"]:
+        if not isinstance(group, dict):
+            raise CheckpointError(f"optimizer.json: malformed parameter group {_cut(group)}.")
+        groups.append(dict(group, betas=tuple(group["betas"])) if isinstance(group.get("betas"), list) else dict(group))
     return {"state": state, "param_groups": groups}
+
+
+def _cut(value: Any) -> str:
+    from ..configuration_elmo import shown
+
+    return shown(value)
+
+
+#: Optimiser group fields that say how the update is computed on this machine, not what it computes.
+_IMPLEMENTATION_FIELDS = frozenset({"foreach", "fused", "capturable", "differentiable"})
+
+
+def _finite_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+#: Optimiser states that are sums of squares: a negative value would make the update NaN.
+_NON_NEGATIVE_STATES = frozenset({"exp_avg_sq", "max_exp_avg_sq", "sum"})
+
+
+def check_optimizer_state(optimizer: torch.optim.Optimizer, loaded: dict[str, Any], global_step: int) -> None:
+    """Refuse an optimiser state that would train another model than the run's: its groups' hyperparameters must be
+    the run's (all but the learning rate, which the schedule sets), each state tensor must have its parameter's shape
+    (or be a scalar such as ``step``, at most ``global_step``), every value must be finite and sums of squares
+    non-negative. `CheckpointError` names the first wrong one."""
+    own = optimizer.param_groups
+    groups = loaded["param_groups"]
+    if len(groups) != len(own):
+        raise CheckpointError(f"optimizer.json has {len(groups)} parameter groups; the run's optimiser has {len(own)}.")
+    params: dict[int, torch.Tensor] = {}
+    index = 0
+    for number, (saved, mine) in enumerate(zip(groups, own, strict=True)):
+        ids = saved.get("params")
+        expected = list(range(index, index + len(mine["params"])))
+        if ids != expected:
+            raise CheckpointError(
+                f"optimizer.json: group {number} holds parameters {_cut(ids)}; the run's are {_cut(expected)}."
+            )
+        params.update(zip(expected, mine["params"], strict=True))
+        index += len(expected)
+        for key, value in saved.items():
+            if key in ("params", *_IMPLEMENTATION_FIELDS):
+                continue
+            if key not in mine:
+                raise CheckpointError(f"optimizer.json: group {number} has an unknown field {_cut(key)}.")
+            if key == "lr":
+                if not (_finite_number(value) and value >= 0):
+                    raise CheckpointError(f"optimizer.json: group {number} has learning rate {_cut(value)}.")
+            elif value != mine[key] or type(value) is not type(mine[key]):
+                raise CheckpointError(
+                    f"optimizer.json: group {number} has {key} {_cut(value)}; the run's arguments give "
+                    f"{_cut(mine[key])}."
+                )
+    for param, entries in loaded["state"].items():
+        if param not in params:
+            raise CheckpointError(f"optimizer.json holds a state for parameter {param}; the model has {len(params)}.")
+        shape = tuple(params[param].shape)
+        for name, value in entries.items():
+            if torch.is_tensor(value):
+                if value.dim() and tuple(value.shape) != shape:
+                    raise CheckpointError(
+                        f"optimizer state {name!r} of parameter {param} has shape {tuple(value.shape)}; the "
+                        f"parameter's is {shape}."
+                    )
+                if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+                    raise CheckpointError(f"optimizer state {name!r} of parameter {param} holds non-finite values.")
+                if name in _NON_NEGATIVE_STATES and bool((value < 0).any()):
+                    raise CheckpointError(f"optimizer state {name!r} of parameter {param} holds negative values.")
+                if name == "step" and not 0 <= float(value.reshape(-1)[0]) <= global_step:
+                    raise CheckpointError(
+                        f"optimizer state 'step' of parameter {param} is {float(value.reshape(-1)[0]):g}, not in "
+                        f"[0, {global_step}] (the checkpoint's update)."
+                    )
+            elif not _finite_number(value) or (name == "step" and not 0 <= value <= global_step):
+                raise CheckpointError(f"optimizer state {name!r} of parameter {param} is {_cut(value)}.")
+
+
+def check_scheduler_state(scheduler: Any, saved: dict[str, Any], global_step: int) -> None:
+    """Refuse a ``scheduler.json`` that is not the run's schedule at ``global_step``: only the fields the scheduler
+    writes, each of its type, the base learning rates of the run's arguments, the position of the checkpoint."""
+    fresh = scheduler.state_dict()
+    unknown = sorted(set(saved) - set(fresh))
+    if unknown:
+        raise CheckpointError(f"scheduler.json has fields {_cut(unknown)} that the run's scheduler does not write.")
+    for key, value in saved.items():
+        mine = fresh[key]
+        same_kind = type(value) is type(mine) or (_finite_number(value) and isinstance(mine, float))
+        if not same_kind or (isinstance(value, float) and not math.isfinite(value)):
+            raise CheckpointError(f"scheduler.json: {key} is {_cut(value)}, not a value of its kind.")
+        if key in ("base_lrs", "lr_lambdas") and value != mine:
+            raise CheckpointError(
+                f"scheduler.json: {key} is {_cut(value)}; the run's arguments give {_cut(mine)} (resume with the run's "
+                "own arguments, or start a new run)."
+            )
+        if isinstance(value, list) and not all(v is None or _finite_number(v) or isinstance(v, dict) for v in value):
+            raise CheckpointError(f"scheduler.json: {key} is {_cut(value)}, not a list of numbers.")
+    step_field = "last_step" if "last_step" in fresh else "last_epoch"
+    if saved.get(step_field) != global_step:
+        raise CheckpointError(
+            f"scheduler.json: {step_field} is {_cut(saved.get(step_field))}, but the checkpoint is at update "
+            f"{global_step}."
+        )
+    for key in ("anchor_progress", "anchor_clock", "progress_per_update"):
+        if key in saved and not 0 <= saved[key] <= 1:
+            raise CheckpointError(f"scheduler.json: {key} is {_cut(saved[key])}, not in [0, 1].")
+    if "anchor_step" in saved and not 0 <= saved["anchor_step"] <= global_step:
+        raise CheckpointError(f"scheduler.json: anchor_step is {saved['anchor_step']}, after update {global_step}.")
 
 
 def rng_state() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -114,14 +233,52 @@ def rng_state() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     }
 
 
+def _words(values: Any, count: int, bound: int) -> bool:
+    return isinstance(values, list) and len(values) == count and all(type(v) is int and 0 <= v < bound for v in values)
+
+
 def set_rng_state(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
-    torch.set_rng_state(tensors["torch"])
+    """Restore the generators `rng_state` saved; raises `CheckpointError` (nothing restored) for a state that is not
+    of their form."""
+    own = torch.get_rng_state()
+    for key, value in tensors.items():
+        if not (key == "torch" or (key.startswith("cuda.") and key[5:].isdecimal())):
+            raise CheckpointError(f"random state file holds an unknown tensor {_cut(key)}.")
+        if value.dtype != torch.uint8 or value.dim() != 1 or (key == "torch" and value.shape != own.shape):
+            raise CheckpointError(f"random state {key!r} has dtype {value.dtype} and shape {tuple(value.shape)}.")
+    if "torch" not in tensors:
+        raise CheckpointError("random state file holds no 'torch' generator state.")
+    python, numpy_state = meta.get("python"), meta.get("numpy")
+    if not (
+        isinstance(python, list)
+        and len(python) == 3
+        and python[0] == 3
+        and _words(python[1], 625, 1 << 32)
+        and python[1][-1] <= 624
+        and (python[2] is None or _finite_number(python[2]))
+    ):
+        raise CheckpointError(f"random state 'python' is {_cut(python)}, not a Mersenne Twister state.")
+    if not (
+        isinstance(numpy_state, list)
+        and len(numpy_state) == 5
+        and numpy_state[0] == "MT19937"
+        and _words(numpy_state[1], 624, 1 << 32)
+        and type(numpy_state[2]) is int
+        and 0 <= numpy_state[2] <= 624
+        and numpy_state[3] in (0, 1)
+        and _finite_number(numpy_state[4])
+    ):
+        raise CheckpointError(f"random state 'numpy' is {_cut(numpy_state)}, not a Mersenne Twister state.")
+    try:
+        torch.set_rng_state(tensors["torch"])
+    except RuntimeError as error:
+        raise CheckpointError(f"random state 'torch' is not a generator state ({error}).") from None
     cuda = [tensors[k] for k in sorted((k for k in tensors if k.startswith("cuda.")), key=lambda k: int(k[5:]))]
     if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
         torch.cuda.set_rng_state_all(cuda)
-    version, internal, gauss = meta["python"]
+    version, internal, gauss = python
     random.setstate((version, tuple(internal), gauss))
-    name, keys, pos, has_gauss, cached = meta["numpy"]
+    name, keys, pos, has_gauss, cached = numpy_state
     np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
 
 
@@ -216,16 +373,38 @@ def load_checkpoint(
     own = model.state_dict()
     if set(weights) != set(own) or any(weights[k].shape != own[k].shape for k in own):
         raise CheckpointError(f"checkpoint {str(folder)!r} holds weights of another model shape.")
+    bad = sorted(k for k, v in weights.items() if v.is_floating_point() and not bool(torch.isfinite(v).all()))
+    if bad:
+        raise CheckpointError(f"checkpoint {str(folder)!r} holds non-finite weights ({_cut(bad)}).")
+    try:
+        optimizer_state = optimizer_from_files(
+            _load_tensors(folder / "optimizer.safetensors"), _read_json(folder / "optimizer.json")
+        )
+        check_optimizer_state(optimizer, optimizer_state, saved["state"].global_step)
+        scheduler_state = _read_json(folder / "scheduler.json")
+        check_scheduler_state(scheduler, scheduler_state, saved["state"].global_step)
+        rng = folder / f"rng_state_{rank}"
+        rng_files = None
+        if rng.with_suffix(".safetensors").is_file():
+            rng_files = _load_tensors(rng.with_suffix(".safetensors")), _read_json(rng.with_suffix(".json"))
+    except CheckpointError as error:
+        raise CheckpointError(f"checkpoint {str(folder)!r}: {error}") from None
     model.load_state_dict(weights, strict=True)
-    optimizer.load_state_dict(
-        optimizer_from_files(_load_tensors(folder / "optimizer.safetensors"), _read_json(folder / "optimizer.json"))
-    )
-    scheduler.load_state_dict(_read_json(folder / "scheduler.json"))
+    optimizer.load_state_dict(optimizer_state)
+    scheduler.load_state_dict(scheduler_state)
+    if isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR):  # the schedule, not the file, sets the rates
+        lambdas = zip(scheduler.base_lrs, scheduler.lr_lambdas, strict=True)
+        rates = [base * fn(scheduler.last_epoch) for base, fn in lambdas]
+        for group, rate in zip(optimizer.param_groups, rates, strict=True):
+            group["lr"] = rate
+        scheduler._last_lr = rates
     if scaler is not None and (folder / "scaler.json").is_file():
         scaler.load_state_dict(_read_json(folder / "scaler.json"))
-    rng = folder / f"rng_state_{rank}"
-    if rng.with_suffix(".safetensors").is_file():
-        set_rng_state(_load_tensors(rng.with_suffix(".safetensors")), _read_json(rng.with_suffix(".json")))
+    if rng_files is not None:
+        try:
+            set_rng_state(*rng_files)
+        except CheckpointError as error:
+            raise CheckpointError(f"checkpoint {str(folder)!r}: {error}") from None
     else:
         logger.warning(
             "checkpoint %s has no random state of process %d: its random streams start afresh.", folder, rank

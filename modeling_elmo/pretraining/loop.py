@@ -301,6 +301,10 @@ def save_checkpoint(s: Session, state: TrainingState) -> Path | None:
     if state.consecutive_nonfinite:
         logger.warning("update %d: no checkpoint during a run of non-finite updates.", state.global_step)
         return None
+    if not all(bool(torch.isfinite(p).all()) for p in s.unwrapped().parameters()):  # the same on every process
+        message = "update %d: the model holds non-finite weights: no checkpoint is written; the latest is still %s."
+        logger.error(message, state.global_step, s.checkpoints.latest())
+        return None
     positions = [[state.epoch, state.batch_in_epoch]]
     if s.world > 1:
         gathered = s.accelerator.gather(torch.tensor([positions[0]], device=s.accelerator.device))

@@ -197,13 +197,18 @@ def _lock_holder(fd: int) -> str:
 
 
 def host_reachable(url: str, timeout: float = 3.0) -> bool:
-    """Whether a TCP connection to the host of ``url`` opens within ``timeout`` seconds (one attempt, no retries)."""
+    """Whether a TCP connection to the host of ``url`` opens within ``timeout`` seconds (one attempt, no retries):
+    to the proxy that the environment names for it instead (``http_proxy``, ``https_proxy``, ``all_proxy``, unless
+    ``no_proxy`` exempts the host), as requests, which downloads it, will connect."""
     from urllib.parse import urlparse
 
-    parsed = urlparse(url)
-    if not parsed.hostname:
-        return False
+    from requests.utils import get_environ_proxies, prepend_scheme_if_needed, select_proxy
+
     try:
+        proxy = select_proxy(url, get_environ_proxies(url))
+        parsed = urlparse(prepend_scheme_if_needed(proxy, "http") if proxy else url)
+        if not parsed.hostname:
+            return False
         port = parsed.port or (443 if parsed.scheme == "https" else 80)
         with socket.create_connection((parsed.hostname, port), timeout=timeout):
             return True
@@ -303,14 +308,31 @@ def command_error(command: str, error: BaseException | str) -> SystemExit:
 _LINE_BREAK = re.compile(rb"\r\n|\r|\n")
 
 
-def iter_lines(handle: BinaryIO, block_size: int = 1 << 20) -> Iterator[bytes]:
+#: The longest line that `elmo embed` and `elmo evaluate` read as one sentence (or record), and the most tokens of
+#: one sentence: a sentence is embedded whole, so a longer one would need memory out of proportion to a batch.
+MAX_LINE_BYTES = 4 << 20
+MAX_SENTENCE_TOKENS = 100_000
+
+
+class LineTooLongError(ValueError):
+    """A line of more bytes than its reader takes (`iter_lines`' ``max_line_bytes``); ``number`` counts from 1."""
+
+    def __init__(self, number: int, limit: int):
+        super().__init__(f"line {number} has more than {limit:,} bytes")
+        self.number, self.limit = number, limit
+
+
+def iter_lines(handle: BinaryIO, block_size: int = 1 << 20, max_line_bytes: int | None = None) -> Iterator[bytes]:
     """The lines of a binary file, without their line breaks, streamed in blocks of ``block_size`` bytes.
 
     ``\\n``, ``\\r\\n`` and a lone ``\\r`` all end a line (a ``\\r\\n`` split across two blocks counts once); a
     last line without a line break counts, an empty file has no lines. Memory holds one block and one line; a block
-    without ``\\r`` is split at C speed.
+    without ``\\r`` is split at C speed. With ``max_line_bytes``, a longer line raises `LineTooLongError` as soon as
+    that many of its bytes are read (memory then holds at most one block more).
     """
     pieces: list[bytes] = []  # the start of a line that continues in the next block
+    held = 0  # bytes in pieces
+    number = 0  # lines yielded
     after_cr = False  # the previous block ended with "\r": a "\n" starting this block belongs to it
     while block := handle.read(block_size):
         if after_cr and block.startswith(b"\n"):
@@ -320,11 +342,22 @@ def iter_lines(handle: BinaryIO, block_size: int = 1 << 20) -> Iterator[bytes]:
         if len(parts) == 1:  # no line break in this block
             if parts[0]:
                 pieces.append(parts[0])
+                held += len(parts[0])
+                if max_line_bytes is not None and held > max_line_bytes:
+                    raise LineTooLongError(number + 1, max_line_bytes)
             continue
         if pieces:
             parts[0] = b"".join(pieces) + parts[0]
+        if max_line_bytes is not None:
+            for offset, part in enumerate(parts[:-1]):
+                if len(part) > max_line_bytes:
+                    raise LineTooLongError(number + offset + 1, max_line_bytes)
+        number += len(parts) - 1
         yield from parts[:-1]
         pieces = [parts[-1]] if parts[-1] else []
+        held = len(parts[-1])
+        if max_line_bytes is not None and held > max_line_bytes:
+            raise LineTooLongError(number + 1, max_line_bytes)
     if pieces:
         yield b"".join(pieces)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import json
 import math
 import os
@@ -208,6 +209,12 @@ def read_results(path: str | os.PathLike) -> EvaluationResults:
         raise ValueError(f"results file {path}: {error}.") from None
 
 
+@functools.cache
+def _fields_of(tp: Any) -> tuple[dict[str, Any], dict[str, dataclasses.Field]]:
+    """A schema dataclass's resolved type hints and fields, worked out once per class (not once per record)."""
+    return typing.get_type_hints(tp), {f.name: f for f in dataclasses.fields(tp)}
+
+
 def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
 
@@ -227,8 +234,7 @@ def _decode(tp: Any, value: Any, where: str) -> Any:
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise ValueError(f"field {name!r} must be an object, got {type(value).__name__}")
-        hints = typing.get_type_hints(tp)
-        fields = {f.name: f for f in dataclasses.fields(tp)}
+        hints, fields = _fields_of(tp)
         unknown = sorted(set(value) - set(fields))
         if unknown:
             raise ValueError(f"unknown field {(where + '.' if where else '') + unknown[0]!r}")
