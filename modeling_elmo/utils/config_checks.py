@@ -131,7 +131,11 @@ def _check_fields(values: Mapping[str, Any]) -> None:
 def _check_keys(config_dict: Mapping[str, Any]) -> None:
     """Refuse the keys of a config dict that transformers would set on the config as they are: keys replacing a
     member of the class, label maps that are not objects, a legacy ``stateful: true``, a ``num_labels`` below 1."""
-    settings = {field.name for field in dataclasses.fields(ElmoConfig)} | {"model_type"} | ELMO_FIELDS
+    if dataclasses.is_dataclass(ElmoConfig):
+        base = {field.name for field in dataclasses.fields(ElmoConfig)}
+    else:  # transformers 5.0-5.3: the base config is a plain class
+        base = set(inspect.signature(ElmoConfig.__mro__[1].__init__).parameters)
+    settings = base | {"model_type"} | ELMO_FIELDS
     for key in config_dict:
         member = inspect.getattr_static(ElmoConfig, key, None)
         settable = key in settings or (isinstance(member, property) and member.fset is not None)
