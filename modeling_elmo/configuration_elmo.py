@@ -292,8 +292,8 @@ class ElmoConfig(PretrainedConfig):
     def check_keys(cls, keys: Iterable[str]) -> None:
         """`ValueError` for a key that would replace a member of the class (``to_dict``, ``__class__``) rather than
         set a value: transformers sets every key of a config dict on the config as it is."""
-        settings = {
-            *inspect.signature(cls.__init__).parameters,
+        settings = {  # a dataclass's fields, or (transformers before 5.4) the constructors' arguments
+            *(param for klass in cls.__mro__[:-1] for param in inspect.signature(klass.__init__).parameters),
             *(field.name for field in (dataclasses.fields(cls) if dataclasses.is_dataclass(cls) else ())),
             "model_type",
         }

@@ -17,7 +17,9 @@ and their bias holds TensorFlow's forget bias of +1; the highway gate multiplies
 from __future__ import annotations
 
 import functools
+import json
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -25,21 +27,53 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 from transformers import PreTrainedModel
-from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassifierOutput
 from transformers.utils import ModelOutput
 
 from .configuration_elmo import BOS_ID, EOS_ID, PAD_ID, ElmoConfig, sentence_boundary_char_ids
 
+try:
+    from transformers import initialization as init
+except ImportError:  # transformers 4.x runs `_init_weights` only where a checkpoint left weights out: torch's own do
+    from types import SimpleNamespace
+
+    init = SimpleNamespace(**vars(nn.init), copy_=lambda tensor, other: tensor.copy_(other))
+
 IGNORE_INDEX = -100  # labels that predict nothing, as everywhere in transformers
 # Keys of folders saved while the LSTM transforms were bare parameters -> today's keys (regex -> key).
 LEGACY_KEY_MAPPING = {
-    r"_layers\.(\d+)\.weight_ih": r"_layers.\1.input_transform.weight",
-    r"_layers\.(\d+)\.bias": r"_layers.\1.input_transform.bias",
-    r"_layers\.(\d+)\.weight_hh": r"_layers.\1.recurrent_transform.weight",
-    r"_layers\.(\d+)\.weight_hr": r"_layers.\1.projection.weight",
+    r"_layers.(\d+).weight_ih": r"_layers.\1.input_transform.weight",
+    r"_layers.(\d+).bias": r"_layers.\1.input_transform.bias",
+    r"_layers.(\d+).weight_hh": r"_layers.\1.recurrent_transform.weight",
+    r"_layers.(\d+).weight_hr": r"_layers.\1.projection.weight",
 }
+
+
+def _holds_legacy_keys(folder, kwargs: dict) -> bool:
+    """Whether the safetensors checkpoint `from_pretrained` reads from ``folder`` (a path or Hub id, with its
+    ``subfolder``, ``revision``, ``variant``...) names LSTM parameters as `LEGACY_KEY_MAPPING`'s patterns do."""
+    from transformers.utils import cached_file
+
+    names = ("cache_dir", "force_download", "proxies", "token", "revision", "local_files_only", "subfolder")
+    hub = {name: kwargs[name] for name in names if name in kwargs}
+    variant = f".{kwargs['variant']}" if kwargs.get("variant") else ""
+    for name in (f"model{variant}.safetensors", f"model.safetensors.index{variant}.json"):
+        try:
+            path = cached_file(folder, name, **hub) if folder is not None else None
+        except (OSError, ValueError):  # not there: `from_pretrained` looks for the weights itself and says why
+            continue
+        if path is None:
+            continue
+        with open(path, "rb") as file:  # an index, or a safetensors file: 8 bytes of header size, the JSON header
+            size = None if name.endswith(".json") else int.from_bytes(file.read(8), "little")
+            try:
+                header = json.loads(file.read(size) if size is None or size < 2**27 else b"{}")
+            except ValueError:  # a damaged file: `from_pretrained` says so
+                return False
+        keys = header.get("weight_map", {}) if isinstance(header, dict) and name.endswith(".json") else header
+        return any(re.search(pattern, key) for pattern in LEGACY_KEY_MAPPING for key in keys if isinstance(key, str))
+    return False
 
 
 # Inputs: checked (each check names the bad value), and the sentence boundaries the model adds
@@ -582,9 +616,11 @@ class ElmoPreTrainedModel(PreTrainedModel):
     _keys_to_ignore_on_load_unexpected = [r"^softmax\.", r"^classifier\.", r"^scalar_mix\."]
 
     @classmethod
-    def from_pretrained(cls, *args, **kwargs):
-        kwargs.setdefault("key_mapping", LEGACY_KEY_MAPPING)  # folders saved before the LSTM transforms were Linears
-        return super().from_pretrained(*args, **kwargs)
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        # Only for a checkpoint that holds them: transformers 5.0-5.3 reverse a key_mapping on every save, used or not.
+        if "key_mapping" not in kwargs and _holds_legacy_keys(pretrained_model_name_or_path, kwargs):
+            kwargs["key_mapping"] = LEGACY_KEY_MAPPING
+        return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
@@ -633,6 +669,11 @@ class ElmoPreTrainedModel(PreTrainedModel):
             init.ones_(module.gamma)
         else:  # a module ELMo does not define (an adapter's layer, say)
             super()._init_weights(module)
+
+    def get_correct_attn_implementation(self, requested_attention: str | None, is_init_check: bool = False) -> str:
+        """ELMo has no attention: every ``attn_implementation`` a client asks for ("sdpa", "flash_attention_2", ...)
+        is accepted and runs the same code, recorded as "eager"."""
+        return "eager"
 
     def get_input_embeddings(self) -> nn.Module | None:
         """The word-embedding input of a model that has one, else `None` (characters are not a token table)."""

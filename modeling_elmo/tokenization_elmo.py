@@ -304,6 +304,10 @@ class ElmoTokenizer(PreTrainedTokenizer):
                 return BatchEncoding({key: value[0] for key, value in encoding.items()})
         return encoding
 
+    def _batch_encode_plus(self, batch_text_or_text_pairs: Any, **kwargs: Any) -> BatchEncoding:
+        """transformers 4.x hands a batch here (5.x hands everything to `_encode_plus`)."""
+        return self._encode_plus(list(batch_text_or_text_pairs), **kwargs)
+
     def _pad(self, encoded_inputs: dict[str, Any], padding_side: str | None = None, **kwargs: Any) -> dict:
         """The base class pads one example's masks; its rows get all-zero rows (an array), its word ids `PAD_ID`."""
         rows = np.asarray(encoded_inputs["input_ids"], dtype=np.int64).reshape(-1, self.max_characters_per_token)

@@ -45,8 +45,11 @@ def assert_same_numbers(actual: Any, expected: Any, rtol: float = RELATIVE_TOLER
 _BLOCK_PACKAGE = "import sys\nsys.modules['modeling_elmo'] = None  # only a saved folder's own code may run here\n"
 
 
-def run_without_package(script: str, *argv: Any, workdir: Path, timeout: float = 600) -> Any:
-    """Run ``script`` in a new interpreter in ``workdir``, offline, with `modeling_elmo` unimportable.
+def run_without_package(
+    script: str, *argv: Any, workdir: Path, timeout: float = 600, python: str = sys.executable
+) -> Any:
+    """Run ``script`` in a new interpreter (``python``: this one, or another environment's) in ``workdir``, offline,
+    with `modeling_elmo` unimportable.
 
     ``argv`` reaches the script as ``sys.argv[1:]``. The script's last line of output must be JSON, which is returned.
     """
@@ -62,7 +65,7 @@ def run_without_package(script: str, *argv: Any, workdir: Path, timeout: float =
         HF_DATASETS_CACHE=str(workdir / "datasets"),
     )
     result = subprocess.run(
-        [sys.executable, "-c", _BLOCK_PACKAGE + textwrap.dedent(script), *map(str, argv)],
+        [python, "-c", _BLOCK_PACKAGE + textwrap.dedent(script), *map(str, argv)],
         cwd=workdir,
         env=env,
         capture_output=True,
