@@ -338,23 +338,18 @@ def parse_wsd_record(obj: object, where: str = "<record>", lineno: int = 0) -> W
         positions = [i for i, t in enumerate(tokens) if t == word]
         if not positions:
             raise ValueError(
-                f"{where}: word {shown(word)} does not occur in its sentence "
-                f"{shown(' '.join(tokens[:100]))}"
+                f"{where}: word {shown(word)} does not occur in its sentence {shown(' '.join(tokens[:100]))}"
             )
         if len(positions) > 1:
             raise ValueError(
-                f"{where}: word {shown(word)} occurs {len(positions)} times in its sentence; give 'index' to "
-                "say which"
+                f"{where}: word {shown(word)} occurs {len(positions)} times in its sentence; give 'index' to say which"
             )
         index = positions[0]
     elif isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(tokens):
-        raise ValueError(
-            f"{where}: 'index' {shown(index)} is not a position in a sentence of {len(tokens)} tokens"
-        )
+        raise ValueError(f"{where}: 'index' {shown(index)} is not a position in a sentence of {len(tokens)} tokens")
     elif tokens[index] != word:
         raise ValueError(
-            f"{where}: word {shown(word)} is missing from its sentence at index {index} (found "
-            f"{shown(tokens[index])})"
+            f"{where}: word {shown(word)} is missing from its sentence at index {index} (found {shown(tokens[index])})"
         )
     lemma = obj.get("lemma", word)
     if not isinstance(lemma, str) or not lemma:

@@ -355,8 +355,7 @@ def load_recipe(path: str | os.PathLike) -> dict[str, Any]:
             value = str(value)  # `dataset_config_name: 2019`
         if not _is_of_kind(value, wanted):
             raise ValueError(
-                f"recipe {os.fspath(path)!r}: {key} must be {wanted}, got {shown(value)} "
-                f"(a {type(value).__name__})."
+                f"recipe {os.fspath(path)!r}: {key} must be {wanted}, got {shown(value)} (a {type(value).__name__})."
             )
         out[name] = value
     return out
