@@ -131,7 +131,10 @@ def _check_fields(values: Mapping[str, Any]) -> None:
 def _check_keys(config_dict: Mapping[str, Any]) -> None:
     """Refuse the keys of a config dict that transformers would set on the config as they are: keys replacing a
     member of the class, label maps that are not objects, a legacy ``stateful: true``, a ``num_labels`` below 1."""
-    settings = {field.name for field in dataclasses.fields(ElmoConfig)} | {"model_type"} | ELMO_FIELDS
+    # transformers declares PretrainedConfig's settings as dataclass fields from 5.4 on; before, they are instance
+    # attributes set in __init__, which getattr_static does not find on the class
+    fields = dataclasses.fields(ElmoConfig) if dataclasses.is_dataclass(ElmoConfig) else ()
+    settings = {field.name for field in fields} | {"model_type"} | ELMO_FIELDS
     for key in config_dict:
         member = inspect.getattr_static(ElmoConfig, key, None)
         settable = key in settings or (isinstance(member, property) and member.fset is not None)
