@@ -115,6 +115,15 @@ def test_each_sentence_is_its_own_sequence_where_sentences_are_set_and_whitespac
     assert_same_numbers(doc.vector, doc.tensor[[t.i for t in doc if not t.is_space]].mean(axis=0))
 
 
+def test_a_saved_pipeline_loads_back_with_the_component_and_the_same_vectors(saved, tmp_path):
+    _, folder = saved
+    nlp = pipeline(folder, layer=-1, batch_size=4)
+    nlp.to_disk(tmp_path / "pipeline")
+    again = spacy.load(tmp_path / "pipeline")
+    assert again.pipe_names == ["elmo"] and again.get_pipe("elmo").layer == -1
+    assert_same_numbers(again(TEXTS[0]).tensor, nlp(TEXTS[0]).tensor)
+
+
 def test_an_empty_doc_gets_an_empty_tensor(saved):
     _, folder = saved
     doc = pipeline(folder)("")
