@@ -1004,12 +1004,13 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
         top, full_mask = outputs.last_hidden_state, outputs.attention_mask.bool()  # boundary positions included
         # (B, T) word positions: with boundaries, position p holds a word iff position p + 1 is inside the row
         tokens = full_mask[:, 2:] if add_sentence_boundaries else full_mask
-        output = ElmoBidirectionalLMOutput(last_hidden_state=top, hidden_states=outputs.hidden_states)
+        # the output is built once, at the end: transformers before 5.4 drop fields set on a built output
+        states = {"last_hidden_state": top, "hidden_states": outputs.hidden_states}
         if add_sentence_boundaries and not keep_sentence_boundaries:  # one row per word
             words = tokens.unsqueeze(-1).to(top.dtype)
-            output.last_hidden_state = top[:, 1:-1] * words
+            states["last_hidden_state"] = top[:, 1:-1] * words
             if outputs.hidden_states is not None:
-                output.hidden_states = tuple(layer[:, 1:-1] * words for layer in outputs.hidden_states)
+                states["hidden_states"] = tuple(layer[:, 1:-1] * words for layer in outputs.hidden_states)
         if labels is not None:
             labels = integer_labels(labels, self.config.vocab_size, "word ids", top.device, counted=tokens)
             if tuple(labels.shape) != tuple(tokens.shape):
@@ -1033,10 +1034,11 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
             counts = [w.sum() for w in weights]
             sums = [torch.where(w, nll, 0.0).sum() for nll, w in zip(nlls, weights, strict=True)]
             means = [s / c.clamp_min(1) for s, c in zip(sums, counts, strict=True)]
-            output.loss = _normalised(0.5 * (sums[0] + sums[1]), 0.5 * (means[0] + means[1]), num_items_in_batch)
-            output.forward_loss, output.backward_loss = means
-            output.forward_nll_sum, output.backward_nll_sum = sums
-            output.num_forward_targets, output.num_backward_targets = counts
+            states["loss"] = _normalised(0.5 * (sums[0] + sums[1]), 0.5 * (means[0] + means[1]), num_items_in_batch)
+            states["forward_loss"], states["backward_loss"] = means
+            states["forward_nll_sum"], states["backward_nll_sum"] = sums
+            states["num_forward_targets"], states["num_backward_targets"] = counts
+        output = ElmoBidirectionalLMOutput(**states)
         return output if return_dict else output.to_tuple()
 
     def _targets(self, labels: torch.Tensor, mask: torch.Tensor, add_sentence_boundaries: bool) -> torch.Tensor:

@@ -1,14 +1,16 @@
-"""Flair on ELMo: `integrations/flair_elmo.py`'s `ElmoEmbeddings`, run in Flair's own environment (Flair 0.15 needs
-transformers < 5, where this package cannot be installed), gives each Flair token the folder's vectors for its word
-(compared with this package's output here), and a `SequenceTagger` trains on them, saves and loads.
+"""Flair on ELMo: `modeling_elmo/integrations/flair_elmo.py`'s `ElmoEmbeddings`, run in Flair's own environment
+(Flair 0.15 needs transformers < 5, where this package cannot be installed), gives each Flair token the folder's
+vectors for its word (compared with this package's output here), and a `SequenceTagger` trains on them, saves and
+loads.
 
-Needs ``ELMO_FLAIR_PYTHON``, the path of a Python whose environment holds Flair 0.15 (and transformers 4.57, which
-Flair pulls), without this package; skips without it."""
+Needs ``ELMO_TRANSFORMERS4_PYTHON``, the path of a Python whose environment holds Flair 0.15 (and transformers 4.57,
+which Flair pulls), without this package; skips without it. The file is copied alone, as a Flair user would."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -18,8 +20,8 @@ from test_ecosystem_clients import tiny_config_with
 
 from modeling_elmo import ElmoModel, ElmoTokenizer, save_model_folder
 
-INTEGRATIONS = Path(__file__).resolve().parents[1] / "integrations"
-FLAIR_PYTHON = os.environ.get("ELMO_FLAIR_PYTHON")
+FLAIR_FILE = Path(__file__).resolve().parents[1] / "modeling_elmo" / "integrations" / "flair_elmo.py"
+FLAIR_PYTHON = os.environ.get("ELMO_TRANSFORMERS4_PYTHON")
 SENTENCES = [["The", "river", "bank", "flooded", "twice", "."], ["Paris", "is", "on", "the", "Seine"], ["Banks", "."]]
 TAGS = [["O", "O", "O", "O", "O", "O"], ["LOC", "O", "O", "O", "LOC"], ["O", "O"]]  # token tags (not spans)
 
@@ -75,16 +77,19 @@ print(json.dumps({"version": flair.__version__, "vectors": vectors, "losses": lo
 
 @pytest.mark.slow
 @pytest.mark.skipif(
-    not FLAIR_PYTHON, reason="set ELMO_FLAIR_PYTHON to a Python with flair 0.15 and transformers 4.57 (CI sets it)"
+    not FLAIR_PYTHON,
+    reason="set ELMO_TRANSFORMERS4_PYTHON to a Python with flair 0.15 and transformers 4.57 (CI sets it)",
 )
 def test_flair_tokens_get_the_folders_word_vectors_and_a_sequence_tagger_trains_saves_and_loads(tmp_path):
     torch.manual_seed(0)
     model = ElmoModel(tiny_config_with(hidden_dropout_prob=0.0)).eval()
     save_model_folder(model, ElmoTokenizer(), tmp_path / "elmo")
+    (tmp_path / "flair-code").mkdir()
+    shutil.copyfile(FLAIR_FILE, tmp_path / "flair-code" / "flair_elmo.py")  # the one file, alone
     got = run_without_package(
         FLAIR,
         tmp_path / "elmo",
-        INTEGRATIONS,
+        tmp_path / "flair-code",
         json.dumps(SENTENCES),
         json.dumps(TAGS),
         tmp_path / "tagger.pt",

@@ -11,7 +11,8 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""ELMo word vectors for Flair: one standalone file, to copy next to the code that uses it.
+"""ELMo word vectors for Flair: one standalone file, to copy next to the code that uses it (it imports nothing of
+this package).
 
 Flair (0.15) needs transformers < 5, where this package cannot be installed; this file needs neither: it loads a
 saved ELMo folder (or Hub repository) through its own code, ``AutoModel``/``AutoTokenizer`` with
