@@ -101,10 +101,14 @@ def test_fused_softmax_runs_only_in_float32_outside_autocast():
         assert not softmax_kernels.applies(torch.zeros(2, WIDTH), layer.weight)
 
 
-def test_fused_softmax_refuses_a_second_backward_instead_of_wrong_gradients():
-    layer = torch.nn.Linear(WIDTH, VOCAB)
+def test_fused_sampled_softmax_refuses_a_second_backward_and_the_exact_one_allows_it():
+    layer, targets = torch.nn.Linear(WIDTH, VOCAB), torch.tensor([1, 2, 3, 4])
     hidden = torch.randn(4, WIDTH, requires_grad=True)
-    loss = softmax_kernels.FullSoftmaxNll.apply(hidden, layer.weight, layer.bias, torch.tensor([1, 2, 3, 4]))
+    sampled, log_q = log_uniform_sample(VOCAB, 40, torch.device("cpu"), torch.Generator().manual_seed(3))
+    loss = softmax_kernels.SampledSoftmaxNll.apply(hidden, layer.weight, layer.bias, targets, sampled, log_q)
     loss.sum().backward(retain_graph=True)
-    with pytest.raises(RuntimeError, match="already differentiated"):
+    with pytest.raises(RuntimeError, match="already differentiated"):  # its saved exponentials were scaled in place
         loss.sum().backward()
+    loss = softmax_kernels.FullSoftmaxNll.apply(hidden, layer.weight, layer.bias, targets)  # keeps no logits
+    first = torch.autograd.grad(loss.sum(), hidden, retain_graph=True)[0]
+    assert torch.equal(torch.autograd.grad(loss.sum(), hidden)[0], first)

@@ -6,13 +6,14 @@ operators) and is tested equal to it, losses and every gradient; they are faster
 * the logits are made a block of rows at a time, small enough to stay in the cache from the product through the
   exponentials and their sum (a narrow output layer, such as elmo-tiny's 16 columns, otherwise spends its time
   moving a logits matrix of N x V numbers through memory again and again);
-* they are exponentiated in place once, and the backward reuses them: the gradient of the logits is that buffer
-  scaled in place (autograd's ``logsumexp`` backward subtracts, exponentiates and multiplies again);
+* they are exponentiated in place once, and the gradient of the logits is that buffer scaled in place (autograd's
+  ``logsumexp`` backward subtracts, exponentiates and multiplies again): the sampled form keeps the blocks for its
+  backward, the exact form makes them again there (`FullSoftmaxNll`);
 * the gradient of the output layer is one dense tensor, written by one product per block and a few ``index_add_``,
   instead of one zero-filled vocabulary-sized tensor per gathered row set and direction.
 
 Training on the CPU in float32 only (`applies`); elsewhere, under autocast or in other dtypes the plain forms run.
-The backward scales the saved exponentials in place, so a graph through these nodes is differentiated once (a
+The sampled form's backward scales its saved exponentials in place, so a graph through it is differentiated once (a
 second backward raises).
 """
 
@@ -103,26 +104,47 @@ class _Once:
 
 class FullSoftmaxNll(torch.autograd.Function):
     """``-log softmax(hidden @ weight.T + bias)[n, targets[n]]`` (N,) for hidden (N, P), a block of rows at a time
-    (`rows_per_block`; each block's exponentials are kept for the backward, as autograd keeps the logits)."""
+    (`rows_per_block`) in one buffer. The backward makes each block's logits again instead of keeping them: the
+    memory is one block whatever the vocabulary (N x V numbers kept otherwise), and for a narrow output layer the
+    product costs about what writing and reading them back would (``elmo-tiny``: the same step time within the spread
+    of runs on a shared machine)."""
 
     @staticmethod
     def forward(ctx, hidden, weight, bias, targets):
         hidden, weight, bias = hidden.detach(), weight.detach(), bias.detach()
-        log_normaliser, tops, exps = _blocked_forward(hidden, weight, bias, None, None)
-        ctx.save_for_backward(hidden, weight, targets, log_normaliser, tops, *exps)
+        logs = [exp.sum(dim=1).log_().add_(top) for _, exp, top in _full_blocks(hidden, weight, bias)]
+        log_normaliser = torch.cat(logs) if logs else hidden.new_zeros(0)
+        ctx.save_for_backward(hidden, weight, bias, targets, log_normaliser)
         return log_normaliser - _target_logits(hidden, weight, bias, targets)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
-        _Once.claim(ctx)
-        hidden, weight, targets, log_normaliser, tops, *exps = ctx.saved_tensors
-        grad_hidden, grad_weight, grad_bias = _blocked_backward(grad, hidden, weight, log_normaliser, tops, exps)
+        hidden, weight, bias, targets, log_normaliser = ctx.saved_tensors
+        grad_hidden, grad_weight, grad_bias = torch.empty_like(hidden), torch.zeros_like(weight), torch.zeros_like(bias)
+        for part, exp, top in _full_blocks(hidden, weight, bias):
+            # exp(logit - top) * exp(top - log normaliser) = softmax, times the incoming gradient
+            probs = exp.mul_((grad[part] * torch.exp(top - log_normaliser[part])).unsqueeze(1))
+            torch.mm(probs, weight, out=grad_hidden[part])
+            grad_weight.addmm_(probs.t(), hidden[part])
+            grad_bias += probs.sum(dim=0)
         # the target logit's part: -grad on its row of the output layer
         grad_hidden.addcmul_(grad.unsqueeze(1), weight[targets], value=-1)
         grad_weight.index_add_(0, targets, hidden * grad.unsqueeze(1), alpha=-1)
         grad_bias.index_add_(0, targets, grad, alpha=-1)
         return grad_hidden, grad_weight, grad_bias, None
+
+
+def _full_blocks(hidden, weight, bias):
+    """(rows, exp(logits - row maximum), row maximum) per block of rows, the exponentials in one reused buffer (valid
+    until the next block)."""
+    block = rows_per_block(weight.shape[0])
+    buffer = hidden.new_empty(min(block, len(hidden)), weight.shape[0])
+    for start in range(0, len(hidden), block):
+        rows = hidden[start : start + block]
+        logits = torch.addmm(bias, rows, weight.t(), out=buffer[: len(rows)])
+        top = logits.amax(dim=1)
+        yield slice(start, start + len(rows)), logits.sub_(top.unsqueeze(1)).exp_(), top
 
 
 class SampledSoftmaxNll(torch.autograd.Function):
