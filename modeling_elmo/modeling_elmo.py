@@ -346,9 +346,12 @@ class ElmoCharacterEncoder(nn.Module):
         self.projection = nn.Linear(config.token_features_size, config.projection_dim)
 
     def convolve(self, embedded: torch.Tensor) -> torch.Tensor:
-        """(N, C, d_c) -> (N, F): each filter's maximum over positions, then the activation (both monotone)."""
+        """(N, C, d_c) -> (N, F): each filter's maximum over positions, then the activation (both monotone). With
+        autograd, ``max`` (its backward writes the maximum's position; ``amax``'s compares every window, 3x slower):
+        tied windows are identical (padding), so their gradients are the same either way."""
         x = embedded.transpose(1, 2)
-        return torch.cat([self.activation(conv(x).amax(dim=-1)) for conv in self.convolutions], dim=-1)
+        pool = (lambda s: s.max(dim=-1).values) if torch.is_grad_enabled() else (lambda s: s.amax(dim=-1))
+        return torch.cat([self.activation(pool(conv(x))) for conv in self.convolutions], dim=-1)
 
     def piece_sizes(self, embedded: torch.Tensor) -> tuple[int, int]:
         """(words per CNN piece, words per highway piece) for ``embedded`` (N, C, d_c). In inference on a CPU, as many

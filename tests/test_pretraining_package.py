@@ -375,6 +375,13 @@ def test_cpu_benchmark_imports_the_public_api_and_runs_two_steps():
     bf16 = record["fused_bf16"]  # the same steps in bf16 autocast, against the bf16 matmul peak
     assert bf16["fraction_of_matmul_peak"] == pytest.approx(bf16["achieved_flop_per_s"] / lines[1]["flop_per_s"])
     assert record["bf16_over_fp32"] > 0 and abs(bf16["final_loss"] - record["fused"]["final_loss"]) < 0.05
+    # the same rates in CPU time, against the matmul peak in CPU time
+    fused, matmul = record["fused"], lines[0]
+    assert 0 < fused["cpu_share"] <= 1.05 and matmul["flop_per_cpu_s"] > 0
+    wall_to_cpu = matmul["flop_per_s"] / matmul["flop_per_cpu_s"] / fused["cpu_share"]
+    assert fused["fraction_of_matmul_peak_cpu_time"] == pytest.approx(
+        fused["fraction_of_matmul_peak"] * wall_to_cpu, rel=0.02
+    )
 
 
 def test_the_lm_corpus_recipes_record_a_licence_for_every_training_file_and_the_card_warns_of_the_research_only_one():

@@ -5,7 +5,12 @@ import torch
 from test_modeling_elmo import SENTENCES, ElmoModelTester
 
 from modeling_elmo import ElmoForBidirectionalLM
-from modeling_elmo.pretraining.sampled_softmax import SampledSoftmaxLoss, log_uniform_sample, use_configured_softmax
+from modeling_elmo.pretraining.sampled_softmax import (
+    FullSoftmaxLoss,
+    SampledSoftmaxLoss,
+    log_uniform_sample,
+    use_configured_softmax,
+)
 
 
 def test_sampled_softmax_loss_estimates_the_full_loss():
@@ -38,9 +43,8 @@ def test_configured_sampled_softmax_trains_and_evaluation_stays_exact():
     plain = tester.model(ElmoForBidirectionalLM)
     sampled = use_configured_softmax(tester.model(ElmoForBidirectionalLM))
     assert isinstance(sampled.loss_function, SampledSoftmaxLoss)
-    assert use_configured_softmax(
-        ElmoModelTester(vocab_size=300).model(ElmoForBidirectionalLM)
-    ).loss_function.__func__ is (ElmoForBidirectionalLM.full_softmax_nlls)
+    exact = use_configured_softmax(ElmoModelTester(vocab_size=300).model(ElmoForBidirectionalLM))
+    assert isinstance(exact.loss_function, FullSoftmaxLoss) and exact.loss_function.softmax is exact.softmax
     enc = tester.encode(SENTENCES)
     labels = torch.randint(4, 300, enc["attention_mask"].shape).masked_fill(enc["attention_mask"] == 0, -100)
     with torch.no_grad():

@@ -366,21 +366,6 @@ def _direction_forward_step(weight_hh, weight_hr, rows: int, kernels: CpuKernels
     return step
 
 
-def _direction_backward_step(weight_hh, weight_hr, rows: int, kernels: CpuKernels):
-    """The backward step of one direction (D = 1): the transposed products in the CPU kernels' form."""
-    weight_hh_t, weight_hr_t = weight_hh[0].t().contiguous(), weight_hr[0].t().contiguous()
-    recurrent = kernels.step_linear(weight_hh_t, rows)  # grad_gates @ W_hh
-    project = kernels.step_linear(weight_hr_t, rows)  # grad_projected @ W_hr
-
-    def step(grad_y, grad_h, grad_c, valid, acts, cell, projected, c, cell_clip, proj_clip):
-        grad_projected, grad_h_kept = _output_backward(grad_y, grad_h, valid, projected, proj_clip)
-        grad_m = project(grad_projected[0]).unsqueeze(0)
-        grad_gates, grad_c_prev = _cell_backward(grad_m, grad_c, valid, acts, cell, c, cell_clip)
-        return grad_gates, grad_projected, recurrent(grad_gates[0]).add_(grad_h_kept[0]).unsqueeze(0), grad_c_prev
-
-    return step
-
-
 def _with_fallback(steps: _CompiledSteps, name: str, plain: Callable) -> Callable:
     """``steps.<name>``, or ``plain`` from the first call that fails on (compiling it, or recompiling it for new
     shapes beyond dynamo's limit); the failure is recorded once per process in ``steps.failed``, so later calls do not
@@ -446,51 +431,86 @@ def _forward_loop(gates_x, valid, h0, c0, weight_hh, weight_hr, clips, plan: Rec
     return y, (h, c), tuple(torch.stack(parts, dim=1) for parts in (acts, cells, projections, hs, cs))
 
 
+def _step_factors(acts, cells, cs, valid, clips):
+    """What every backward step of the uncompiled forms multiplies by, computed for all steps at once (a few large
+    operations instead of a few dozen small ones per step): the gate factors (D, T, B, 4H) (``d gates`` = factors x
+    [grad cell x 3; grad m]), ``d m / d cell`` (D, T, B, H), the cell clip's mask (or `None`), ``1 - valid`` and
+    ``tanh(clipped cell)`` (also the projection inputs' factor)."""
+    cell_clip = clips[0]
+    i, f, g, o = acts.chunk(4, dim=-1)
+    clipped = cells.clamp(-cell_clip, cell_clip) if cell_clip is not None else cells
+    tanh_c = _tanh(clipped)
+    factors = torch.cat([g * i * (1 - i), cs[:, :-1] * f * (1 - f), i * (1 - g * g), tanh_c * o * (1 - o)], dim=-1)
+    cell_mask = (cells.abs() <= cell_clip).to(cells.dtype) if cell_clip is not None else None  # inclusive, as clamp
+    return factors, o * (1 - tanh_c * tanh_c), cell_mask, 1 - valid, tanh_c
+
+
+def _factored_backward_loop(grad_y, grad_h, grad_c, valid, saved, clips, project_back, recur_back):
+    """The backward loop of the uncompiled forms on `_step_factors`: per step the two products (``project_back``:
+    grad projection -> grad m; ``recur_back``: (grad gates, grad h kept) -> grad h) and about a dozen element-wise
+    operations; the numbers of `stacked_backward_step` (to rounding). Returns the gate and projection gradients
+    (D, T, B, *), the initial state's gradients and ``tanh(clipped cell)``."""
+    acts, cells, projections, _, cs = saved
+    steps, proj_clip = acts.shape[1], clips[1]
+    factors, dm_dcell, cell_mask, invalid, tanh_c = _step_factors(acts, cells, cs, valid, clips)
+    proj_mask = (projections.abs() <= proj_clip).to(projections.dtype) if proj_clip is not None else None
+    forget = acts[..., cells.shape[-1] : 2 * cells.shape[-1]]
+    grad_gates, grad_projections = [None] * steps, [None] * steps
+    for t in reversed(range(steps)):
+        grad_projected = (grad_y[:, t] + grad_h) * valid[t]
+        if proj_mask is not None:
+            grad_projected.mul_(proj_mask[:, t])
+        grad_m = project_back(grad_projected)
+        grad_cell = torch.addcmul(grad_c * valid[t], grad_m, dm_dcell[:, t])
+        if cell_mask is not None:
+            grad_cell.mul_(cell_mask[:, t])
+        grad_gates[t] = torch.cat([grad_cell, grad_cell, grad_cell, grad_m], dim=-1).mul_(factors[:, t])
+        grad_projections[t] = grad_projected
+        grad_c = torch.addcmul(grad_c * invalid[t], grad_cell, forget[:, t])
+        grad_h = recur_back(grad_gates[t], grad_h * invalid[t])
+    return torch.stack(grad_gates, dim=1), torch.stack(grad_projections, dim=1), grad_h, grad_c, tanh_c
+
+
 def _backward_loop(grad_y, grad_h, grad_c, valid, saved, weight_hh, weight_hr, clips, plan: RecurrencePlan):
     """The backward of `_forward_loop`: -> gradients of gates_x (D, T, B, 4H), h0, c0, weight_hh, weight_hr."""
     acts, cells, projections, hs, cs = saved
-    directions, steps, rows = acts.shape[:3]
+    steps, rows = acts.shape[1:3]
     cell_clip, proj_clip = clips
-    if plan.per_direction:
-        step = _direction_backward_step(weight_hh, weight_hr, rows, plan.kernels)
-        call = lambda t, gh, gc: step(
-            grad_y[:, t],
-            gh,
-            gc,
-            valid[t],
-            acts[:, t],
-            cells[:, t],
-            projections[:, t],  # noqa: E731
-            cs[:, t],
-            cell_clip,
-            proj_clip,
-        )
-    else:
+    if plan.compiled:  # the compiled stacked step (a GPU), on the saved tensors whole
         backward_step, index = _stacked_steps(plan)[1], _step_indices(plan, steps, acts.device)
         grad_y, grad_h, grad_c, valid = _fresh(grad_y), _fresh(grad_h), _fresh(grad_c), _fresh(valid)
-        call = lambda t, gh, gc: backward_step(
-            grad_y,
-            index[t],
-            gh,
-            gc,
-            valid,
-            acts,
-            cells,
-            projections,
-            cs,  # noqa: E731
-            weight_hh,
-            weight_hr,
-            cell_clip,
-            proj_clip,
+        grad_gates, grad_projections = [None] * steps, [None] * steps
+        for t in reversed(range(steps)):
+            grad_gates[t], grad_projections[t], grad_h, grad_c = backward_step(
+                grad_y, index[t], grad_h, grad_c, valid, acts, cells, projections, cs, weight_hh, weight_hr, *clips
+            )
+        grad_gates, grad_projections = torch.stack(grad_gates, 1), torch.stack(grad_projections, 1)
+        tanh_c = _tanh(cells.clamp(-cell_clip, cell_clip) if cell_clip is not None else cells)
+    else:
+        if plan.per_direction:  # D = 1: the transposed products in the CPU kernels' form
+            project = plan.kernels.step_linear(weight_hr[0].t().contiguous(), rows)  # grad_projected @ W_hr
+            recurrent = plan.kernels.step_linear(weight_hh[0].t().contiguous(), rows)  # grad_gates @ W_hh
+
+            def project_back(x):
+                return project(x[0]).unsqueeze(0)
+
+            def recur_back(x, kept):
+                return recurrent(x[0]).add_(kept[0]).unsqueeze(0)
+
+        else:
+
+            def project_back(x):
+                return torch.bmm(x, weight_hr)
+
+            def recur_back(x, kept):
+                return torch.baddbmm(kept, x, weight_hh)
+
+        grad_gates, grad_projections, grad_h, grad_c, tanh_c = _factored_backward_loop(
+            grad_y, grad_h, grad_c, valid, saved, clips, project_back, recur_back
         )
-    grad_gates, grad_projections = [None] * steps, [None] * steps
-    for t in reversed(range(steps)):
-        grad_gates[t], grad_projections[t], grad_h, grad_c = call(t, grad_h, grad_c)
-    grad_gates = torch.stack(grad_gates, dim=1)  # (D, T, B, 4H): also the gradient of the input products
-    grad_projections = torch.stack(grad_projections, dim=1)  # (D, T, B, P)
-    H = cells.shape[-1]
-    clipped = cells.clamp(-cell_clip, cell_clip) if cell_clip is not None else cells
-    m = acts[..., 3 * H :] * _tanh(clipped)  # the projection inputs of every step, recomputed at once
+    # (D, T, B, 4H): also the gradient of the input products; the weights' gradients, one product over all steps
+    directions = acts.shape[0]
+    m = acts[..., 3 * tanh_c.shape[-1] :] * tanh_c  # the projection inputs of every step, recomputed at once
     flat = lambda x: x.reshape(directions, steps * rows, x.shape[-1])  # noqa: E731
     grad_weight_hh = torch.bmm(flat(grad_gates).transpose(1, 2), flat(hs[:, :steps]))  # (D, 4H, P)
     grad_weight_hr = torch.bmm(flat(grad_projections).transpose(1, 2), flat(m))  # (D, P, H)

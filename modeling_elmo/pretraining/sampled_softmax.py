@@ -12,6 +12,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ..acceleration import softmax_kernels
+
 
 def log_uniform_sample(vocab_size: int, num_samples: int, device: torch.device, generator=None):
     """Word ids drawn with replacement from P(k) = log((k+2)/(k+1)) / log(V+1) (ids sorted by decreasing
@@ -32,6 +34,10 @@ class SampledSoftmaxLoss:
     def __call__(self, hiddens: list[torch.Tensor], targets: list[torch.Tensor]) -> list[torch.Tensor]:
         weight, bias = self.softmax.weight, self.softmax.bias
         sampled, log_q = log_uniform_sample(weight.shape[0], self.num_samples, weight.device)
+        if all(softmax_kernels.applies(hidden, weight) for hidden in hiddens):  # one fused node, same numbers
+            return softmax_kernels.joined(
+                softmax_kernels.SampledSoftmaxNll, hiddens, targets, self.softmax, sampled, log_q
+            )
         losses = []
         for hidden, target in zip(hiddens, targets, strict=True):
             true_logit = (hidden * weight[target]).sum(-1) + bias[target]
@@ -42,9 +48,25 @@ class SampledSoftmaxLoss:
         return losses
 
 
+class FullSoftmaxLoss:
+    """``(hiddens, targets) -> nlls`` of the exact softmax through ``softmax`` (the model's output layer):
+    `ElmoForBidirectionalLM.full_softmax_nll`'s numbers, both directions in one fused node where it applies
+    (`acceleration.softmax_kernels`; its memory bounded by blocks of rows), else ``plain`` (the model's own)."""
+
+    def __init__(self, softmax: nn.Linear, plain):
+        self.softmax, self.plain = softmax, plain
+
+    def __call__(self, hiddens: list[torch.Tensor], targets: list[torch.Tensor]) -> list[torch.Tensor]:
+        if all(softmax_kernels.applies(hidden, self.softmax.weight) for hidden in hiddens):
+            return softmax_kernels.joined(softmax_kernels.FullSoftmaxNll, hiddens, targets, self.softmax)
+        return self.plain(hiddens, targets)
+
+
 def use_configured_softmax(model: nn.Module) -> nn.Module:
     """``model`` (an `ElmoForBidirectionalLM`) training with the softmax its config names: the sampled one for
-    ``lm_softmax="sampled"``, else the exact one. Returns the model."""
+    ``lm_softmax="sampled"``, else the exact one (`FullSoftmaxLoss`). Returns the model."""
     if model.config.lm_softmax == "sampled":
         model.loss_function = SampledSoftmaxLoss(model.softmax, model.config.num_negative_samples)
+    else:
+        model.loss_function = FullSoftmaxLoss(model.softmax, model.full_softmax_nlls)
     return model
