@@ -2,6 +2,6 @@
 Hub code files (the loop operator it traces is not a public torch API; the shipped files export with dynamic batches
 and a fixed number of words)."""
 
-from .recurrence import dynamic_words, scanned_lstm
+from .recurrence import dynamic_words, onnx_translates_scan, scanned_lstm
 
-__all__ = ["dynamic_words", "scanned_lstm"]
+__all__ = ["dynamic_words", "onnx_translates_scan", "scanned_lstm"]

@@ -40,6 +40,16 @@ def scanned_lstm(inputs: torch.Tensor, valid: torch.Tensor, layers: Sequence[nn.
     return y.transpose(0, 1).to(dtype), (h, c)
 
 
+def onnx_translates_scan() -> bool:
+    """Whether this torch's dynamo ONNX exporter translates ``scan`` into ONNX ``Scan``: torch 2.6's does not (there
+    a dynamic word axis reaches `torch.export`, not ONNX); 2.13 and 2.15 do."""
+    try:
+        from torch.onnx._internal.exporter._torchlib.ops import hop
+    except ImportError:
+        return False
+    return hasattr(hop, "higher_order_scan")
+
+
 def _scanned_recurrence_for(chosen, inputs: torch.Tensor, stateless: bool):
     """`scanned_lstm` where ``chosen`` (an `ElmoBiLstm`'s own choice) gives `stacked_lstm`: the package's, or the
     copy in the code files of a model loaded as remote code."""
@@ -50,7 +60,7 @@ def _scanned_recurrence_for(chosen, inputs: torch.Tensor, stateless: bool):
 @contextlib.contextmanager
 def dynamic_words(model: nn.Module) -> Iterator[nn.Module]:
     """Within it, ``model`` (any ELMo class, also one loaded with ``trust_remote_code=True``) runs `scanned_lstm`
-    where it would run `stacked_lstm`, so that `torch.export.export(model, ..., dynamic_shapes=...)` and
+    where it would run `stacked_lstm`, without gradients, so that `torch.export.export(model, ..., dynamic_shapes=...)` and
     ``torch.onnx.export(..., dynamo=True)`` keep a dynamic word axis; the exported program keeps it after. Outside,
     the model is as it was. Models whose recurrence is the per-layer loop (``lstm_implementation="loop"``, adapters on
     the LSTM transforms) still export with a fixed number of words."""
@@ -59,8 +69,9 @@ def dynamic_words(model: nn.Module) -> Iterator[nn.Module]:
         raise ValueError(f"{type(model).__name__} holds no ELMo biLSTM (an ElmoBiLstm module) to export.")
     for encoder in encoders:
         encoder.recurrence_for = functools.partial(_scanned_recurrence_for, encoder.recurrence_for)
-    try:
-        yield model
+    try:  # an export is inference: without gradients (torch 2.6's scan also refuses a carry gaining one)
+        with torch.no_grad():
+            yield model
     finally:
         for encoder in encoders:
             del encoder.recurrence_for
