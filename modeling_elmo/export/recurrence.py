@@ -60,10 +60,10 @@ def _scanned_recurrence_for(chosen, inputs: torch.Tensor, stateless: bool):
 @contextlib.contextmanager
 def dynamic_words(model: nn.Module) -> Iterator[nn.Module]:
     """Within it, ``model`` (any ELMo class, also one loaded with ``trust_remote_code=True``) runs `scanned_lstm`
-    where it would run `stacked_lstm`, without gradients, so that `torch.export.export(model, ..., dynamic_shapes=...)` and
-    ``torch.onnx.export(..., dynamo=True)`` keep a dynamic word axis; the exported program keeps it after. Outside,
-    the model is as it was. Models whose recurrence is the per-layer loop (``lstm_implementation="loop"``, adapters on
-    the LSTM transforms) still export with a fixed number of words."""
+    where it would run `stacked_lstm`, without gradients, so that `torch.export.export(model, ...,
+    dynamic_shapes=...)` and ``torch.onnx.export(..., dynamo=True)`` keep a dynamic word axis; the exported program
+    keeps it after. Outside, the model is as it was. Models whose recurrence is the per-layer loop
+    (``lstm_implementation="loop"``, adapters on the LSTM transforms) still export with a fixed number of words."""
     encoders = [module for module in model.modules() if type(module).__name__ == ElmoBiLstm.__name__]
     if not encoders:
         raise ValueError(f"{type(model).__name__} holds no ELMo biLSTM (an ElmoBiLstm module) to export.")
