@@ -1,5 +1,6 @@
-"""The installed package's fast forms of the biLM's recurrence, chosen per model (`use_packed_kernels`); never shipped
-to the Hub with a model.
+"""The installed package's fast forms of the biLM's recurrence, chosen per model (`use_packed_kernels`; in CPU
+inference every model file of this recurrence interface looks `recurrence` up by itself: `RECURRENCE_INTERFACE`);
+never shipped to the Hub with a model.
 
 `clipped_lstm` computes what the shipped `modeling_elmo.stacked_lstm` (and the reference loop) computes, with the
 same parameters, and is tested equal to it (outputs, final states and every gradient):
@@ -33,6 +34,11 @@ from ..modeling_elmo import ElmoBiLstm, state_dtype, steps_per_input_product
 
 logger = logging.get_logger(__name__)
 Linear = Callable[[torch.Tensor], torch.Tensor]
+
+#: The version of what a model file looks up here (``modeling_elmo.installed_packed_recurrence``): `recurrence` (its
+#: signature and its numbers) and `available`. Raised whenever either changes incompatibly; a shipped model file plugs
+#: this module's recurrence in only where its own ``PACKED_RECURRENCE_INTERFACE`` is the same number.
+RECURRENCE_INTERFACE = 1
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -689,17 +695,22 @@ def recurrence(inputs, valid, layers, state=None):
 
 def use_packed_kernels(model: nn.Module, enable: bool = True) -> nn.Module:
     """Let ``model``'s biLM (any ELMo model, the package's classes or a copy loaded with ``trust_remote_code=True``)
-    run this module's `recurrence` (``enable=False``: the shipped `modeling_elmo.stacked_lstm` again). Only this
+    run this module's `recurrence` in every mode, training included (``enable=False``: the shipped
+    `modeling_elmo.stacked_lstm` in every mode, also in the CPU inference where a model file of this package's
+    recurrence interface would run `recurrence` by itself: `modeling_elmo.installed_packed_recurrence`). Only this
     model changes; it computes the same numbers. Returns ``model``."""
     bilms = [m for m in model.modules() if type(m).__name__ == ElmoBiLstm.__name__ and hasattr(m, "recurrence")]
     if not bilms:
         raise ValueError(f"{type(model).__name__} holds no ELMo biLM (ElmoBiLstm); nothing to give the packed form.")
     for bilm in bilms:
         bilm.recurrence = recurrence if enable else None
+        if not enable and hasattr(bilm, "installed_recurrence"):
+            bilm.installed_recurrence = None
     return model
 
 
 __all__ = [
+    "RECURRENCE_INTERFACE",
     "ClippedLstmRecurrence",
     "CpuKernels",
     "PackedCpuKernels",
