@@ -230,8 +230,7 @@ def test_input_products_in_blocks_of_steps_give_the_numbers_of_all_steps_at_once
     x, h0, c0 = torch.randn(2, T, B, P), torch.randn(2, B, P), torch.randn(2, B, H)
     valid = torch.arange(T)[:, None] < torch.tensor([7, 3, 0, 5, 1])[None]
     blocks = []
-    for module in (modeling, packed_kernels):
-        monkeypatch.setattr(module, "steps_per_input_product", lambda rows, gates: blocks.append(rows) or block)
+    monkeypatch.setattr(modeling, "steps_per_input_product", lambda rows, gates: blocks.append(rows) or block)
     with torch.no_grad():
         expected = reference_directions(layers, x, valid.t(), h0, c0)
         if plan == "shipped":
@@ -586,8 +585,7 @@ def test_bf16_models_stay_within_five_hundredths_of_a_std_of_fp32_on_50_word_sen
 
 def test_bf16_error_on_long_sentences_comes_from_a_rounded_state(monkeypatch):
     """The control: with the state, cell and gate sums in bfloat16 too, the same measure exceeds the bound."""
-    for module in (modeling, packed_kernels):
-        monkeypatch.setattr(module, "state_dtype", lambda dtype: dtype)
+    monkeypatch.setattr(modeling, "state_dtype", lambda dtype: dtype)  # the package's form follows the model file
     assert max(bf16_error_on_long_sentences()) > 0.06
 
 

@@ -21,6 +21,7 @@ Conventions: recurrence tensors are direction-major and time-major, ``(D, T, B, 
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -30,8 +31,6 @@ from torch import nn
 from torch.nn import functional as F
 from transformers.utils import logging
 
-from ..modeling_elmo import ElmoBiLstm, state_dtype, steps_per_input_product
-
 logger = logging.get_logger(__name__)
 Linear = Callable[[torch.Tensor], torch.Tensor]
 
@@ -39,6 +38,14 @@ Linear = Callable[[torch.Tensor], torch.Tensor]
 #: signature and its numbers) and `available`. Raised whenever either changes incompatibly; a shipped model file plugs
 #: this module's recurrence in only where its own ``PACKED_RECURRENCE_INTERFACE`` is the same number.
 RECURRENCE_INTERFACE = 1
+
+
+def model_file(layers: Sequence[nn.Module]):
+    """The model file the ``layers`` come from (the package's ``modeling_elmo.modeling_elmo``, or a copy loaded with
+    ``trust_remote_code=True``), whose rules this module follows (``state_dtype``, ``steps_per_input_product``). Read
+    from the layers rather than imported: the model file imports this module to find `recurrence`, and an import
+    back would close a circle; `RECURRENCE_INTERFACE` keeps the two in step."""
+    return sys.modules[type(layers[0]).__module__]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -544,7 +551,8 @@ def _direction_inference(inputs, valid, h0, c0, layers, dtype, clips, plan: Recu
             plan.kernels,
         )
         gates = weight_ih.shape[0]  # 4H
-        h, c, outputs, block = h0[d : d + 1], c0[d : d + 1], [], steps_per_input_product(rows, gates)
+        h, c, outputs = h0[d : d + 1], c0[d : d + 1], []
+        block = model_file(layers).steps_per_input_product(rows, gates)
         for start in range(0, steps, block):
             gates_x = input_products(inputs[d, start : start + block].reshape(-1, width)).view(-1, 1, rows, gates)
             for t, step_gates in enumerate(gates_x.to(h.dtype), start):
@@ -639,7 +647,7 @@ def clipped_lstm(
         or any(p.requires_grad for layer in layers for p in layer.parameters())
     )
     # inference keeps state, cell and gate sums in float32 (the products in ``dtype``); training runs in ``dtype``
-    carried = dtype if needs_grad else state_dtype(dtype)
+    carried = dtype if needs_grad else model_file(layers).state_dtype(dtype)
     if state is None:
         h0, c0 = (
             inputs.new_zeros(directions, rows, P, dtype=carried),
@@ -699,7 +707,7 @@ def use_packed_kernels(model: nn.Module, enable: bool = True) -> nn.Module:
     `modeling_elmo.stacked_lstm` in every mode, also in the CPU inference where a model file of this package's
     recurrence interface would run `recurrence` by itself: `modeling_elmo.installed_packed_recurrence`). Only this
     model changes; it computes the same numbers. Returns ``model``."""
-    bilms = [m for m in model.modules() if type(m).__name__ == ElmoBiLstm.__name__ and hasattr(m, "recurrence")]
+    bilms = [m for m in model.modules() if type(m).__name__ == "ElmoBiLstm" and hasattr(m, "recurrence")]
     if not bilms:
         raise ValueError(f"{type(model).__name__} holds no ELMo biLM (ElmoBiLstm); nothing to give the packed form.")
     for bilm in bilms:
