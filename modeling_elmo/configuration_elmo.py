@@ -174,6 +174,8 @@ class ElmoConfig(PretrainedConfig):
         word_input_vocab_size, word_input_dim (`int`, defaults to 0): a word-embedding input (ELMoForManyLangs).
         hidden_dropout_prob (`float`, defaults to 0.1): dropout on every LSTM layer's input and before the softmax.
         lstm_implementation (`str`, defaults to `"auto"`): `"loop"`, `"fused"`, `"torch"` (no clipping) or `"auto"`.
+        use_packed_kernels (`bool`, defaults to `True`): CPU inference runs the installed ``modeling_elmo`` package's
+            packed recurrence where the package is installed (same numbers; the shipped files alone run the public one).
         num_output_representations (`int`, defaults to 1): independent scalar mixes of a head.
         scalar_mix_layer_norm (`bool`, defaults to `False`): normalise every layer before mixing.
         scalar_mix_parameters (`list[float]`, *optional*): fixed pre-softmax layer weights (not trained).
@@ -219,6 +221,7 @@ class ElmoConfig(PretrainedConfig):
         word_input_dim: int = 0,
         hidden_dropout_prob: float = 0.1,
         lstm_implementation: str = "auto",
+        use_packed_kernels: bool = True,
         num_output_representations: int = 1,
         scalar_mix_layer_norm: bool = False,
         scalar_mix_parameters: list[float] | None = None,
@@ -271,6 +274,7 @@ class ElmoConfig(PretrainedConfig):
         self.word_input_dim = word_input_dim
         self.hidden_dropout_prob = hidden_dropout_prob
         self.lstm_implementation = lstm_implementation
+        self.use_packed_kernels = use_packed_kernels
         self.num_output_representations = num_output_representations
         self.scalar_mix_layer_norm = scalar_mix_layer_norm
         mix = scalar_mix_parameters

@@ -273,6 +273,25 @@ def torch_lstm(inputs: torch.Tensor, valid: torch.Tensor, layers: Sequence[nn.Mo
     return torch.stack(outputs) * valid.unsqueeze(-1).to(inputs.dtype), None
 
 
+#: The version of the package's recurrence interface this file plugs in (`installed_packed_recurrence`): an installed
+#: ``modeling_elmo`` package whose ``packed_kernels.RECURRENCE_INTERFACE`` differs is not used.
+PACKED_RECURRENCE_INTERFACE = 1
+
+
+def installed_packed_recurrence():
+    """The installed ``modeling_elmo`` package's packed CPU recurrence (`stacked_lstm`'s signature and numbers), or
+    `None`: no package, a package of another recurrence interface (`PACKED_RECURRENCE_INTERFACE`), or a torch build
+    without its packed products. Looked up when a biLM is built, as transformers' models look up optional kernels;
+    importing it registers nothing."""
+    try:  # the one import of the package a shipped file makes (`modeling_elmo.hub.safety.PACKAGE_KERNELS_IMPORT`)
+        from modeling_elmo.acceleration import packed_kernels as kernels
+    except ImportError:
+        return None
+    if getattr(kernels, "RECURRENCE_INTERFACE", None) != PACKED_RECURRENCE_INTERFACE or not kernels.available():
+        return None
+    return kernels.recurrence
+
+
 def weights_readable(layers: Sequence[nn.Module]) -> bool:
     """Whether the fast forms may read the layers' weights: every transform a plain `nn.Linear` without hooks."""
     return all(
@@ -493,15 +512,20 @@ class ElmoBiLstm(nn.Module):
 
     Each layer runs both directions at once through one recurrence (`recurrence_for`), all with the same numbers:
     `stacked_lstm` (fast), `loop_lstm` (the reference; adapters, hooks and gradient checkpointing) or `torch_lstm`
-    (no clipping), as ``config.lstm_implementation`` says.
+    (no clipping), as ``config.lstm_implementation`` says. Where the ``modeling_elmo`` package is installed, CPU
+    inference runs its packed form of `stacked_lstm` instead (`installed_packed_recurrence`; off with
+    ``config.use_packed_kernels=False``).
     """
 
-    #: A replacement for `stacked_lstm` (same signature and numbers), or `None`: the installed package's packed form.
+    #: A replacement for `stacked_lstm` in every mode (same signature and numbers), or `None`: the package's
+    #: ``use_packed_kernels(model)`` sets it (its packed form, for training too).
     recurrence = None
 
     def __init__(self, config: ElmoConfig):
         super().__init__()
         self.config = config
+        #: The installed package's packed recurrence (`installed_packed_recurrence`), for CPU inference, or `None`.
+        self.installed_recurrence = installed_packed_recurrence()
         P = config.projection_dim
 
         def layer() -> ElmoLstmLayer:
@@ -519,8 +543,21 @@ class ElmoBiLstm(nn.Module):
         if self.config.uses_torch_lstm and stateless:  # CODEPATH: unclipped models (none of the released ones)
             return torch_lstm
         if implementation == "fused" or (implementation == "auto" and fused_applies(inputs.device, inputs.dtype)):
-            return stacked_lstm if self.recurrence is None or torch.compiler.is_compiling() else self.recurrence
+            if torch.compiler.is_compiling():
+                return stacked_lstm
+            if self.recurrence is not None:
+                return self.recurrence
+            return self.installed_recurrence if self.packed_inference(inputs) else stacked_lstm
         return loop_lstm
+
+    def packed_inference(self, inputs: torch.Tensor) -> bool:
+        """Whether a call on ``inputs`` runs the installed package's packed form: found, not switched off
+        (``config.use_packed_kernels``), on the CPU, in eval mode and without gradients (training runs the public
+        form)."""
+        if self.installed_recurrence is None or not self.config.use_packed_kernels or inputs.device.type != "cpu":
+            return False
+        gradients = inputs.requires_grad or any(p.requires_grad for p in self.parameters())
+        return not self.training and not (torch.is_grad_enabled() and gradients)
 
     def forward(
         self,

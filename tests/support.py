@@ -78,6 +78,15 @@ def run_without_package(
     return json.loads(lines[-1])
 
 
+def in_the_public_form(model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` (built by this package) computing in the public form, the one the shipped files run alone (without
+    the package's packed recurrence): its outputs then match a `run_without_package` process's at
+    `RELATIVE_TOLERANCE`, the packed form's only to 1e-5. Returns ``model``."""
+    from modeling_elmo.acceleration.packed_kernels import use_packed_kernels
+
+    return use_packed_kernels(model, enable=False)
+
+
 def reset_accelerate_state() -> None:
     """Forget accelerate's process-wide state, so that the next `Accelerator` of this process starts afresh (several
     training runs in one test process)."""

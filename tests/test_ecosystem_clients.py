@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from support import assert_same_numbers, run_without_package
+from support import assert_same_numbers, in_the_public_form, run_without_package
 from test_lstm_modules import clipping_model, write_legacy_folder
 from test_modeling_elmo import SENTENCES as MODEL_SENTENCES
 
@@ -118,6 +118,7 @@ def test_feature_extraction_and_text_classification_pipelines_without_the_packag
         saved_with_tokenizer(classifier, tmp_path / "classifier"),
     )
     got = run_without_package(FEATURE_AND_TEXT_PIPELINES, *folders, TAGGED_TEXT, workdir=tmp_path / "fresh")
+    encoder, classifier = in_the_public_form(encoder), in_the_public_form(classifier)
     encoding = ElmoTokenizer()(TAGGED_TEXT, return_tensors="pt")
     with torch.no_grad():
         features = encoder(**encoding).last_hidden_state[0]
@@ -162,7 +163,7 @@ def sentence_transformer_run(tmp_path_factory):
     got = run_without_package(
         SENTENCE_TRANSFORMERS, tmp_path / "encoder", json.dumps(ST_SENTENCES), workdir=tmp_path / "fresh"
     )
-    return model, got
+    return in_the_public_form(model), got
 
 
 @pytest.mark.slow
@@ -314,7 +315,7 @@ def test_a_folder_written_before_projection_dim_loads_with_its_meaning_without_t
     assert report == {"projection_dim": 8, "hidden_size": 16}
     batch = ElmoTokenizer()(SENTENCES, is_split_into_words=True, padding=True, return_tensors="pt")
     with torch.no_grad():
-        expected = model(**batch).last_hidden_state
+        expected = in_the_public_form(model)(**batch).last_hidden_state
     assert_same_numbers(load_file(tmp_path / "out.safetensors")["top"], expected, what="legacy folder")
 
 

@@ -647,8 +647,12 @@ def test_bench_embed_reports_throughput_against_a_baseline_and_the_matmul_peak(t
         import bench_embed
     finally:
         sys.path.pop(0)
-    assert bench_embed.main(["--lines", "30", "--models", "tiny", "--chunk-size", "10", "--baseline-lines", "20"]) == 0
+    argv = ["--lines", "30", "--models", "tiny", "--chunk-size", "10", "--baseline-lines", "20"]
+    assert bench_embed.main([*argv, "--word-vectors-lines", "12"]) == 0
     result = json.loads(capsys.readouterr().out)
+    comparison = result["models"]["tiny"]["kept_word_vectors_off_and_on"]
+    assert comparison["lines"] == 12 and all(len(comparison["seconds"][mode]) == 2 for mode in ("off", "on"))
+    assert comparison["speedup"] > 0
     assert result["input"]["lines"] == 30 and result["input"]["tokens"] > 30
     tiny = result["models"]["tiny"]
     assert tiny["sentences_per_second"] > 0 and tiny["baseline"]["lines"] == 20

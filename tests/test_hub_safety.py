@@ -98,6 +98,32 @@ def test_code_audit_catches_network_pickle_foreign_and_file_access(tmp_path):
         assert expected in problems, expected
 
 
+def test_code_audit_admits_the_package_kernels_import_only_inside_a_function_and_only_that_module(tmp_path):
+    code = tmp_path / "modeling_elmo.py"
+    code.write_text(
+        textwrap.dedent("""
+        def find():
+            try:
+                from modeling_elmo.acceleration import packed_kernels as kernels
+            except ImportError:
+                return None
+            return kernels
+    """)
+    )
+    assert audit_shipped_code([code]) == []
+    code.write_text(
+        textwrap.dedent("""
+        from modeling_elmo.acceleration import packed_kernels
+        def find():
+            from modeling_elmo.acceleration import packed_kernels, other
+            from modeling_elmo import hub
+            import modeling_elmo.acceleration.packed_kernels
+    """)
+    )
+    problems = audit_shipped_code([code])
+    assert [problem.split(":")[1] for problem in problems] == ["2", "4", "5", "6"], problems
+
+
 def test_shipped_files_contain_no_private_torch_operator():
     """The files the audit ships (`CODE_FILES`) name no private torch API anywhere, comments and docstrings included:
     the packed oneDNN/MKL products live in the package-only ``packed_kernels.py``."""

@@ -210,6 +210,42 @@ def test_embed_sentences_equals_the_model_run_one_sentence_at_a_time(tmp_path):
             assert_same_numbers(layers, direct_layers(saved, words), what=" ".join(words))
 
 
+def test_kept_word_vectors_give_the_numbers_of_the_model_and_stay_within_their_bound(tmp_path, monkeypatch):
+    """Each distinct word goes through the character encoder once (`ElmoEmbedder.token_vectors`); the layers are
+    those of the model run on the character ids, and at most ``max_cached_words`` vectors are kept."""
+    save(tmp_path / "m")
+    embedder = ElmoEmbedder.from_pretrained(tmp_path / "m")
+    encoded_words = []
+    encode = embedder.model.char_encoder.forward
+
+    def spy(ids, *word_ids):  # the embedder's calls (the model's own, for the sentence boundaries, pass word ids)
+        if not word_ids:
+            encoded_words.append(len(ids))
+        return encode(ids, *word_ids)
+
+    monkeypatch.setattr(embedder.model.char_encoder, "forward", spy)
+    sentences = [s for s in SENTENCES if s] * 3  # every word again in later batches
+    got = embedder.embed_sentences(sentences, batch_size=2, show_progress=False)
+    distinct = {word for sentence in sentences for word in sentence}
+    assert sum(encoded_words) == len(distinct) == len(embedder.word_vectors)  # each word encoded once, then kept
+    embedder.max_cached_words = 0  # the model's own forward on the character ids
+    expected = embedder.embed_sentences(sentences, batch_size=2, show_progress=False)
+    for words, layers, want in zip(sentences, got, expected, strict=True):
+        assert_same_numbers(layers, want, what=" ".join(words))
+    bounded = ElmoEmbedder.from_pretrained(tmp_path / "m")
+    bounded.max_cached_words = 3
+    again = bounded.embed_sentences(sentences, batch_size=2, show_progress=False)
+    assert len(bounded.word_vectors) == 3
+    for words, layers, want in zip(sentences, again, expected, strict=True):
+        assert_same_numbers(layers, want, what=" ".join(words))
+
+
+def test_a_model_with_a_word_input_keeps_no_word_vectors(tmp_path):
+    model = save(tmp_path / "m", word_input_vocab_size=10, word_input_dim=4)
+    embedder = ElmoEmbedder(model, ElmoTokenizer())
+    assert embedder.max_cached_words == 0
+
+
 def test_embed_batch_refuses_an_empty_sentence(tmp_path):
     embedder = ElmoEmbedder(ElmoModel(ElmoConfig(**TINY)), ElmoTokenizer())
     with pytest.raises(ValueError, match="empty sentence"):

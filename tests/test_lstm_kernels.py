@@ -70,7 +70,13 @@ def cpu_form(request, monkeypatch):
         yield lambda model: use_packed_kernels(model)
         torch.set_num_threads(before)
         return
-    yield (lambda model: model) if request.param == "shipped" else (lambda model: use_packed_kernels(model))
+    yield shipped_form if request.param == "shipped" else (lambda model: use_packed_kernels(model))
+
+
+def shipped_form(model):
+    """``model`` running the shipped `stacked_lstm` also in inference (the package's form switched off)."""
+    model.config.use_packed_kernels = False
+    return model
 
 
 @pytest.mark.parametrize("stateful", [False, True], ids=["stateless", "stateful"])
@@ -224,8 +230,7 @@ def test_input_products_in_blocks_of_steps_give_the_numbers_of_all_steps_at_once
     x, h0, c0 = torch.randn(2, T, B, P), torch.randn(2, B, P), torch.randn(2, B, H)
     valid = torch.arange(T)[:, None] < torch.tensor([7, 3, 0, 5, 1])[None]
     blocks = []
-    for module in (modeling, packed_kernels):
-        monkeypatch.setattr(module, "steps_per_input_product", lambda rows, gates: blocks.append(rows) or block)
+    monkeypatch.setattr(modeling, "steps_per_input_product", lambda rows, gates: blocks.append(rows) or block)
     with torch.no_grad():
         expected = reference_directions(layers, x, valid.t(), h0, c0)
         if plan == "shipped":
@@ -278,8 +283,9 @@ def test_auto_uses_the_loop_where_the_fused_recurrence_does_not_apply_and_hides_
         raise RuntimeError("a bug in the fused recurrence (test)")
 
     tester, (loop, fused) = clipping_pair()
-    auto = tester.model(seed=3, lstm_implementation="auto")
+    auto = shipped_form(tester.model(seed=3, lstm_implementation="auto"))
     auto.load_state_dict(fused.state_dict())
+    shipped_form(fused)
     enc = tester.encode(SENTENCES)
     with torch.no_grad():
         expected = loop(**enc).last_hidden_state
@@ -497,15 +503,21 @@ def test_the_packed_form_is_chosen_per_model_also_for_remote_code_and_computes_t
     monkeypatch.setattr(
         packed_kernels, "clipped_lstm", lambda *a, _run=packed_kernels.clipped_lstm: calls.append(1) or _run(*a)
     )
+    other.config.use_packed_kernels = False
     with torch.no_grad():
-        public = remote(**enc).last_hidden_state
-        assert not calls  # the shipped form until asked
-        packed = use_packed_kernels(remote)(**enc).last_hidden_state
-        assert calls  # this model now runs the package's form ...
-        calls.clear()
-        other(**enc)
-        assert not calls  # ... and only this one
+        public = other(**enc).last_hidden_state
+        assert not calls  # the shipped form where switched off ...
+        packed = remote(**enc).last_hidden_state
+        assert calls  # ... the package's form found by the folder's own code in inference
     assert_same_numbers(packed, public, rtol=TOLERANCE, what="packed against public form")
+    calls.clear()
+    remote.train()(**enc).last_hidden_state.sum().backward()
+    assert not calls  # training runs the shipped form until asked ...
+    use_packed_kernels(remote)(**enc).last_hidden_state.sum().backward()
+    assert calls  # ... this model now runs the package's form in training too ...
+    calls.clear()
+    other.train()(**enc)
+    assert not calls  # ... and only this one
     with pytest.raises(ValueError, match="holds no ELMo biLM"):
         use_packed_kernels(torch.nn.Linear(2, 2))
 
@@ -521,13 +533,16 @@ def test_the_shipped_model_holds_no_module_state_and_importing_the_package_chang
         and not isinstance(value, (types.FunctionType, types.ModuleType, type))
         and not callable(value)
     }
-    # constants only (labels to ignore, the key names of older folders): nothing that decides how a model computes
-    assert state == {"IGNORE_INDEX", "LEGACY_KEY_MAPPING", "PAD_ID", "BOS_ID", "EOS_ID"}, state
+    # constants only (labels to ignore, the key names of older folders, the recurrence interface it plugs in):
+    # nothing that decides how a model computes
+    expected = {"IGNORE_INDEX", "LEGACY_KEY_MAPPING", "PAD_ID", "BOS_ID", "EOS_ID", "PACKED_RECURRENCE_INTERFACE"}
+    assert state == expected, state
     model = ElmoModelTester().model()
     packed_kernels.available()  # the package module is imported and used ...
     assert model.encoder.recurrence is None  # ... and a model runs the shipped form until it is given another
     assert use_packed_kernels(model).encoder.recurrence is packed_kernels.recurrence
     assert use_packed_kernels(model, enable=False).encoder.recurrence is None
+    assert model.encoder.installed_recurrence is None  # not even in inference
 
 
 def bf16_error_on_long_sentences(implementation: str = "fused", make_form=lambda model: model) -> list[float]:
@@ -570,8 +585,7 @@ def test_bf16_models_stay_within_five_hundredths_of_a_std_of_fp32_on_50_word_sen
 
 def test_bf16_error_on_long_sentences_comes_from_a_rounded_state(monkeypatch):
     """The control: with the state, cell and gate sums in bfloat16 too, the same measure exceeds the bound."""
-    for module in (modeling, packed_kernels):
-        monkeypatch.setattr(module, "state_dtype", lambda dtype: dtype)
+    monkeypatch.setattr(modeling, "state_dtype", lambda dtype: dtype)  # the package's form follows the model file
     assert max(bf16_error_on_long_sentences()) > 0.06
 
 

@@ -1,5 +1,6 @@
-"""The installed package's fast forms of the biLM's recurrence, chosen per model (`use_packed_kernels`); never shipped
-to the Hub with a model.
+"""The installed package's fast forms of the biLM's recurrence, chosen per model (`use_packed_kernels`; in CPU
+inference every model file of this recurrence interface looks `recurrence` up by itself: `RECURRENCE_INTERFACE`);
+never shipped to the Hub with a model.
 
 `clipped_lstm` computes what the shipped `modeling_elmo.stacked_lstm` (and the reference loop) computes, with the
 same parameters, and is tested equal to it (outputs, final states and every gradient):
@@ -20,6 +21,7 @@ Conventions: recurrence tensors are direction-major and time-major, ``(D, T, B, 
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -29,10 +31,21 @@ from torch import nn
 from torch.nn import functional as F
 from transformers.utils import logging
 
-from ..modeling_elmo import ElmoBiLstm, state_dtype, steps_per_input_product
-
 logger = logging.get_logger(__name__)
 Linear = Callable[[torch.Tensor], torch.Tensor]
+
+#: The version of what a model file looks up here (``modeling_elmo.installed_packed_recurrence``): `recurrence` (its
+#: signature and its numbers) and `available`. Raised whenever either changes incompatibly; a shipped model file plugs
+#: this module's recurrence in only where its own ``PACKED_RECURRENCE_INTERFACE`` is the same number.
+RECURRENCE_INTERFACE = 1
+
+
+def model_file(layers: Sequence[nn.Module]):
+    """The model file the ``layers`` come from (the package's ``modeling_elmo.modeling_elmo``, or a copy loaded with
+    ``trust_remote_code=True``), whose rules this module follows (``state_dtype``, ``steps_per_input_product``). Read
+    from the layers rather than imported: the model file imports this module to find `recurrence`, and an import
+    back would close a circle; `RECURRENCE_INTERFACE` keeps the two in step."""
+    return sys.modules[type(layers[0]).__module__]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -558,7 +571,8 @@ def _direction_inference(inputs, valid, h0, c0, layers, dtype, clips, plan: Recu
             plan.kernels,
         )
         gates = weight_ih.shape[0]  # 4H
-        h, c, outputs, block = h0[d : d + 1], c0[d : d + 1], [], steps_per_input_product(rows, gates)
+        h, c, outputs = h0[d : d + 1], c0[d : d + 1], []
+        block = model_file(layers).steps_per_input_product(rows, gates)
         for start in range(0, steps, block):
             gates_x = input_products(inputs[d, start : start + block].reshape(-1, width)).view(-1, 1, rows, gates)
             for t, step_gates in enumerate(gates_x.to(h.dtype), start):
@@ -653,7 +667,7 @@ def clipped_lstm(
         or any(p.requires_grad for layer in layers for p in layer.parameters())
     )
     # inference keeps state, cell and gate sums in float32 (the products in ``dtype``); training runs in ``dtype``
-    carried = dtype if needs_grad else state_dtype(dtype)
+    carried = dtype if needs_grad else model_file(layers).state_dtype(dtype)
     if state is None:
         h0, c0 = (
             inputs.new_zeros(directions, rows, P, dtype=carried),
@@ -709,17 +723,22 @@ def recurrence(inputs, valid, layers, state=None):
 
 def use_packed_kernels(model: nn.Module, enable: bool = True) -> nn.Module:
     """Let ``model``'s biLM (any ELMo model, the package's classes or a copy loaded with ``trust_remote_code=True``)
-    run this module's `recurrence` (``enable=False``: the shipped `modeling_elmo.stacked_lstm` again). Only this
+    run this module's `recurrence` in every mode, training included (``enable=False``: the shipped
+    `modeling_elmo.stacked_lstm` in every mode, also in the CPU inference where a model file of this package's
+    recurrence interface would run `recurrence` by itself: `modeling_elmo.installed_packed_recurrence`). Only this
     model changes; it computes the same numbers. Returns ``model``."""
-    bilms = [m for m in model.modules() if type(m).__name__ == ElmoBiLstm.__name__ and hasattr(m, "recurrence")]
+    bilms = [m for m in model.modules() if type(m).__name__ == "ElmoBiLstm" and hasattr(m, "recurrence")]
     if not bilms:
         raise ValueError(f"{type(model).__name__} holds no ELMo biLM (ElmoBiLstm); nothing to give the packed form.")
     for bilm in bilms:
         bilm.recurrence = recurrence if enable else None
+        if not enable and hasattr(bilm, "installed_recurrence"):
+            bilm.installed_recurrence = None
     return model
 
 
 __all__ = [
+    "RECURRENCE_INTERFACE",
     "ClippedLstmRecurrence",
     "CpuKernels",
     "PackedCpuKernels",

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import itertools
 import logging
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -28,6 +29,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from ..modeling_elmo import validated_inputs
 from ..utils.capability import require_bf16
 from ..utils.io_utils import error_line
 
@@ -41,6 +43,9 @@ HEAD_WEIGHT_PREFIXES = ("softmax.", "classifier.", "scalar_mix.")
 HUB_KWARGS = ("revision", "cache_dir", "token", "local_files_only", "force_download")
 #: How many tensor names an error message lists before it says "and N more".
 _LISTED = 8
+#: The numbers of token vectors an `ElmoEmbedder` keeps for the words it has seen (2**24: 64 MB in float32, 32,768
+#: words of the original model): the character encoder runs once per distinct word, not once per batch.
+WORD_CACHE_NUMBERS = 2**24
 
 
 # ---------------------------------------------------------------------------------------------------- loading
@@ -417,6 +422,12 @@ class ElmoEmbedder:
         self.device = device
         self.num_layers = int(base.config.num_representation_layers)  # L + 1
         self.output_size = int(base.config.hidden_size)  # 2P
+        #: Token vectors of words seen before, by their character ids (`token_vectors`); at most
+        #: ``max_cached_words`` (0 for a model with a word-embedding input: its vectors come from the model's forward).
+        self.word_vectors: dict[bytes, torch.Tensor] = {}
+        self.max_cached_words = (
+            0 if base.config.word_input_vocab_size else WORD_CACHE_NUMBERS // base.config.projection_dim
+        )
 
     @functools.cached_property
     def weights_fingerprint(self) -> str:
@@ -455,8 +466,12 @@ class ElmoEmbedder:
         encoded = self.tokenizer(
             [list(s) for s in sentences], is_split_into_words=True, padding=True, return_tensors="pt"
         )
+        inputs = model_inputs(encoded, self.device)
         with torch.inference_mode():
-            out = self.model(**model_inputs(encoded, self.device), output_hidden_states=True, return_dict=True)
+            if self.max_cached_words:  # the same numbers, each distinct word through the character encoder once
+                embeds = self.token_vectors(encoded["input_ids"], encoded["attention_mask"])
+                inputs = {"inputs_embeds": embeds, "attention_mask": inputs["attention_mask"]}
+            out = self.model(**inputs, output_hidden_states=True, return_dict=True)
             layers = torch.stack(tuple(out.hidden_states), dim=1).float().cpu().numpy()  # (B, L+1, T, 2P)
         # checked here, where the vectors have left the device anyway (the model's forward makes the host wait for
         # no check): every export and cache of vectors (`elmo embed`, `add_elmo_features`) goes through this
@@ -465,6 +480,31 @@ class ElmoEmbedder:
                 "the ELMo model produced NaN or infinite vectors: its weights are probably corrupt."
             )
         return [layers[i, :, : len(s)] for i, s in enumerate(sentences)]
+
+    def token_vectors(self, char_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """The token vectors (B, T, P) of a batch (character ids (B, T, C) and mask (B, T) from the tokenizer, on the
+        CPU), as the model's character encoder computes them: kept ones for words seen before (`word_vectors`), the
+        others encoded now, once per distinct word, and kept while fewer than ``max_cached_words`` are."""
+        config = self.model.config
+        char_ids, mask = validated_inputs(
+            char_ids, attention_mask, int(config.max_characters_per_token), int(config.num_characters) - 1
+        )
+        rows = char_ids[mask]
+        keys = [row.tobytes() for row in rows.numpy()]
+        first_seen: dict[bytes, int] = {}
+        for i, key in enumerate(keys):
+            if key not in self.word_vectors:
+                first_seen.setdefault(key, i)
+        new: dict[bytes, torch.Tensor] = {}
+        if first_seen:
+            vectors = self.model.char_encoder(rows[list(first_seen.values())].to(self.device))
+            new = dict(zip(first_seen, vectors, strict=True))
+            room = max(0, self.max_cached_words - len(self.word_vectors))
+            self.word_vectors.update(itertools.islice(new.items(), room))
+        flat = torch.stack([self.word_vectors[key] if key in self.word_vectors else new[key] for key in keys])
+        embeds = flat.new_zeros(*mask.shape, flat.shape[-1])
+        embeds[mask.to(flat.device)] = flat
+        return embeds
 
     def embed_sentences(
         self,

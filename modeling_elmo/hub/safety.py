@@ -18,6 +18,7 @@ from ..utils.loading import refuse_pickled_weights
 
 __all__ = [
     "ALLOWED_CODE_IMPORTS",
+    "PACKAGE_KERNELS_IMPORT",
     "FORBIDDEN_CALLS",
     "FORBIDDEN_STDLIB_IMPORTS",
     "HF_TOKEN_PATTERN",
@@ -33,6 +34,9 @@ __all__ = [
 
 #: Third-party modules the shipped code files may import.
 ALLOWED_CODE_IMPORTS = frozenset({"torch", "transformers", "numpy", "tokenizers"})
+#: The one import of this package a shipped file may make, inside a function (never at import time): its packed
+#: kernels (``modeling_elmo.installed_packed_recurrence``), found where the package is installed.
+PACKAGE_KERNELS_IMPORT = ("modeling_elmo.acceleration", "packed_kernels")
 #: Standard-library modules the shipped code must not import: network, processes, pickling, native code,
 #: dynamic imports.
 FORBIDDEN_STDLIB_IMPORTS = frozenset(
@@ -206,12 +210,19 @@ def _private_torch(dotted: str | None) -> bool:
     return parts[1] == "ops" or any(part.startswith("_") and not part.endswith("__") for part in parts[1:])
 
 
+def _imports_package_kernels(node: ast.ImportFrom) -> bool:
+    """Whether ``node`` is exactly ``from modeling_elmo.acceleration import packed_kernels [as name]``."""
+    module, name = PACKAGE_KERNELS_IMPORT
+    return not node.level and node.module == module and [alias.name for alias in node.names] == [name]
+
+
 def audit_shipped_code(paths: Iterable[str | os.PathLike]) -> list[str]:
     """Problems in the custom-code files shipped to the Hub (an empty list means they pass).
 
     A shipped file may import torch, transformers, numpy, tokenizers, the other shipped files (relative
-    imports) and standard-library modules other than `FORBIDDEN_STDLIB_IMPORTS` (network, processes,
-    pickling, native code, dynamic imports); it may not call any of `FORBIDDEN_CALLS` (``eval``, ``exec``,
+    imports), standard-library modules other than `FORBIDDEN_STDLIB_IMPORTS` (network, processes,
+    pickling, native code, dynamic imports) and, inside a function, this package's kernels module
+    (`PACKAGE_KERNELS_IMPORT`); it may not call any of `FORBIDDEN_CALLS` (``eval``, ``exec``,
     ``torch.load``, ...) nor use torch's private APIs (`PRIVATE_TORCH`: ``torch.ops.*``, ``torch._assert_async``,
     ``torch.utils._triton``, ...), and its module level (outside functions and classes) may not call ``open``.
     """
@@ -222,7 +233,15 @@ def audit_shipped_code(paths: Iterable[str | os.PathLike]) -> list[str]:
     for path in paths:
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         private_lines: set[int] = set()
+        in_functions = {
+            id(node)
+            for function in ast.walk(tree)
+            if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef))
+            for node in ast.walk(function)
+        }
         for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and id(node) in in_functions and _imports_package_kernels(node):
+                continue
             if isinstance(node, ast.Attribute) and node.lineno not in private_lines and _private_torch(_dotted(node)):
                 private_lines.add(node.lineno)  # the outermost chain of a line is met first: one problem per line
                 problems.append(f"{path.name}:{node.lineno}: uses {_dotted(node)}, {PRIVATE_TORCH}")

@@ -10,11 +10,13 @@ weights (the speed does not depend on the values). Prints one JSON object.
 
 Two references are measured in the same run:
   * ``baseline``: the first ``--baseline-lines`` lines embedded batch after batch in file order (no length sorting,
-    no files), the way a simple loop over `ElmoEmbedder.embed_batch` would; ``speedup_over_baseline`` is the
-    pipeline's sentences/s over the baseline's;
+    no files, no kept word vectors), the way a simple loop over the model (AllenNLP's old command) would;
+    ``speedup_over_baseline`` is the pipeline's sentences/s over the baseline's;
   * ``matmul_peak_gflops``: a square matrix product in the compute dtype on the device; ``fraction_of_matmul_peak``
     is the pipeline's useful FLOP/s (the forward pass's matrix products at every position the biLM runs, words
     and the two boundaries, padding excluded; counted as in ``bench_forward.py``) over that peak.
+With ``--word-vectors-lines N``: ``kept_word_vectors_off_and_on``, the first N lines embedded in sorted batches with the
+embedder's kept word vectors off and on, in turns (the seconds of each, and the speedup of the best times).
 """
 
 from __future__ import annotations
@@ -106,7 +108,16 @@ def matmul_peak(device: str, dtype: torch.dtype, n: int = 2048, repeats: int = 5
 
 
 def baseline_sentences_per_second(embedder: ElmoEmbedder, path: Path, num_lines: int, batch_size: int) -> dict:
-    """Embed the first ``num_lines`` lines in file order, ``batch_size`` at a time: no sorting, no output files."""
+    """Embed the first ``num_lines`` lines in file order, ``batch_size`` at a time: no sorting, no output files, the
+    model's own forward on every batch (no kept word vectors: ``max_cached_words`` 0 for the loop, restored after)."""
+    kept, embedder.max_cached_words = embedder.max_cached_words, 0
+    try:
+        return _baseline(embedder, path, num_lines, batch_size)
+    finally:
+        embedder.max_cached_words = kept
+
+
+def _baseline(embedder: ElmoEmbedder, path: Path, num_lines: int, batch_size: int) -> dict:
     with open(path, encoding="utf-8") as handle:
         sentences = [line.split() for _, line in zip(range(num_lines), handle, strict=False)]
     sentences = [s for s in sentences if s]
@@ -125,6 +136,28 @@ def baseline_sentences_per_second(embedder: ElmoEmbedder, path: Path, num_lines:
     }
 
 
+def kept_word_vectors_comparison(embedder: ElmoEmbedder, path: Path, num_lines: int, batch_size: int) -> dict:
+    """Seconds to embed the first ``num_lines`` lines in length-sorted batches (`ElmoEmbedder.embed_sentences`) with
+    the kept word vectors off and on (each from none kept), in turns, two rounds; the speedup of the best times."""
+    with open(path, encoding="utf-8") as handle:
+        sentences = [line.split() for _, line in zip(range(num_lines), handle, strict=False)]
+    kept, seconds = embedder.max_cached_words, {"off": [], "on": []}
+    try:
+        for modes in (("off", "on"), ("on", "off")):
+            for mode in modes:
+                embedder.word_vectors.clear()
+                embedder.max_cached_words = kept if mode == "on" else 0
+                start = time.perf_counter()
+                embedder.embed_sentences(sentences, batch_size=batch_size, show_progress=False)
+                seconds[mode].append(time.perf_counter() - start)
+    finally:
+        embedder.word_vectors.clear()
+        embedder.max_cached_words = kept
+    speedup = min(seconds["off"]) / min(seconds["on"])
+    rounded = {mode: [round(x, 3) for x in values] for mode, values in seconds.items()}
+    return {"lines": len(sentences), "seconds": rounded, "speedup": round(speedup, 3)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--lines", type=int, default=100_000)
@@ -137,6 +170,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--synthetic", action="store_true", help="random Zipfian sentences instead of the corpus lines")
     parser.add_argument(
         "--baseline-lines", type=int, default=1000, help="lines embedded by the unsorted baseline (at most --lines)"
+    )
+    parser.add_argument(
+        "--word-vectors-lines",
+        type=int,
+        default=0,
+        help="also time this many lines with the embedder's kept word vectors off and on, in turns (0: not)",
     )
     args = parser.parse_args(argv)
     if args.lines < 1 or args.baseline_lines < 1:
@@ -184,6 +223,11 @@ def main(argv: list[str] | None = None) -> int:
             baseline = baseline_sentences_per_second(
                 embedder, src, min(args.baseline_lines, args.lines), args.batch_size
             )
+            comparison = None
+            if args.word_vectors_lines > 0:
+                comparison = kept_word_vectors_comparison(
+                    embedder, src, min(args.word_vectors_lines, args.lines), args.batch_size
+                )
             positions = report.num_tokens + 2 * (report.embedded_lines - report.blank_lines)
             achieved = positions * forward_flops(config, 1, 1) / 3 / report.seconds  # forward_flops counts 3 positions
             results["models"][name] = {
@@ -199,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
                 "fraction_of_matmul_peak": round(achieved / (results["matmul_peak_gflops"] * 1e9), 4),
                 "output_megabytes": round(out.stat().st_size / 2**20, 1),
             }
+            if comparison is not None:
+                results["models"][name]["kept_word_vectors_off_and_on"] = comparison
             out.unlink()
     print(json.dumps(results, indent=2))
     return 0

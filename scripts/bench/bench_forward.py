@@ -6,7 +6,10 @@ Forms (``--forms``, each shape, thread count and form measured in its own proces
   * ``packed``: the installed package's recurrence (``use_packed_kernels``: per-direction threads, per-step products
     on weights packed for oneDNN/MKL, private torch operators), fp32;
   * ``public``: the public-API form the files shipped with a model run (a model loaded with ``trust_remote_code=True``
-    without the package): ``modeling_elmo.stacked_lstm``, fp32;
+    without the package, or with ``use_packed_kernels=False`` in its config): ``modeling_elmo.stacked_lstm``, fp32;
+  * ``automodel``: the model saved and loaded back as ``AutoModel.from_pretrained(folder, trust_remote_code=True)``
+    loads it where the package is installed: the folder's own code, which finds the package's packed recurrence by
+    itself (``modeling_elmo.installed_packed_recurrence``); reports the recurrence it ran, fp32;
   * ``allennlp``: AllenNLP's own ``_ElmoBiLm`` (unmodified) on the same weights written as an original release
     (``options.json`` + ``weights.hdf5``), run by ``allennlp_forward.py`` in ``--allennlp-python`` (a virtual
     environment with allennlp 2.10; this interpreter where it has allennlp; skipped with one line where neither),
@@ -43,6 +46,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from transformers.dynamic_module_utils import get_class_from_dynamic_module
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
@@ -184,7 +188,7 @@ def bench_tokenizer(repeats: int) -> dict:
     }
 
 
-FORMS = ("packed", "public", "allennlp", "bf16", "bf16_public", "loop", "torch", "baseline", *PROTOTYPES)
+FORMS = ("packed", "public", "automodel", "allennlp", "bf16", "bf16_public", "loop", "torch", "baseline", *PROTOTYPES)
 NO_ALLENNLP = "no Python with allennlp: give --allennlp-python PATH (docs/benchmarks.md says how to make one)"
 
 
@@ -194,8 +198,15 @@ def build_model(preset: str, form: str) -> ElmoModel:
     config.lstm_implementation = {"loop": "loop", "torch": "torch", "baseline": "loop"}.get(form, "fused")
     if form == "torch":
         config.cell_clip = config.proj_clip = None
+    config.use_packed_kernels = form in ("packed", "bf16", "automodel")  # the others run what they name
     torch.manual_seed(0)
     model = ElmoModel(config).eval()
+    if form == "automodel":
+        with tempfile.TemporaryDirectory(prefix="bench-forward-automodel-") as folder:
+            model.save_pretrained(folder)
+            # the folder's own code, as AutoModel(trust_remote_code=True) gives it where the package's classes are not
+            # registered (they are in this process)
+            return get_class_from_dynamic_module("modeling_elmo.ElmoModel", folder).from_pretrained(folder).eval()
     if form.startswith("bf16"):
         model = model.to(torch.bfloat16)
     if form in PROTOTYPES:
@@ -224,6 +235,10 @@ def measure(preset: str, form: str, batch: int, tokens: int, threads: int, repea
         a16, b16 = torch.randn(1024, 1024, dtype=torch.bfloat16), torch.randn(1024, 1024, dtype=torch.bfloat16)
         extra = {"matmul_bf16": lambda: a16 @ b16}
     result = {**time_forward(forward, flops, batch * tokens, repeats, extra), "rss_model_mb": rss_model}
+    if form == "automodel":
+        with torch.inference_mode():
+            chosen = model.encoder.recurrence_for(torch.zeros(1, 1, 1, 1), True)
+        result["module"], result["recurrence"] = type(model).__module__, f"{chosen.__module__}.{chosen.__name__}"
     if form in PROTOTYPES:  # the same model with the shipped recurrence again
         with torch.inference_mode():
             ours = torch.stack(model(input_ids=ids, output_hidden_states=True).hidden_states)
@@ -284,6 +299,7 @@ class AllennlpRuns:
 def speed_ratios(entry: dict) -> dict:
     """``A_over_B_speed`` (B's seconds over A's) for the pairs of measured forms that the docs compare."""
     pairs = [("public", "packed"), ("packed", "allennlp"), ("public", "allennlp"), ("bf16", "packed")]
+    pairs += [("automodel", "public"), ("automodel", "packed"), ("automodel", "allennlp")]
     measured = {form for form, result in entry.items() if "seconds" in result}
     return {
         f"{a}_over_{b}_speed" if a != "bf16" else "bf16_over_fp32_speed": entry[b]["seconds"] / entry[a]["seconds"]
