@@ -22,7 +22,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from efml_fixtures import CHARACTERS, WORDS, efml_weights, legacy_cuda_bytes, write_efml_model, zip_folder  # noqa: E402
 from release_server import server  # noqa: E402,F401  (the fixture)
-from support import assert_same_numbers, run_without_package  # noqa: E402
+from support import assert_same_numbers, in_the_public_form, run_without_package  # noqa: E402
 
 from modeling_elmo import ElmoModel, ElmoTokenizer, cli  # noqa: E402
 from modeling_elmo.conversion import convert_efml as ce  # noqa: E402
@@ -157,7 +157,7 @@ def test_zip_converts_like_the_folder(efml_folder, converted, tmp_path):
 
 @pytest.mark.slow
 def test_converted_folder_loads_through_the_auto_classes_without_the_package(converted, tmp_path):
-    model = ElmoModel.from_pretrained(converted).eval()
+    model = in_the_public_form(ElmoModel.from_pretrained(converted).eval())  # the form the shipped files run alone
     tokenizer = ElmoTokenizer.from_pretrained(converted)
     encoding = tokenizer(SENTENCES, is_split_into_words=True, padding=True, return_tensors="pt")
     with torch.no_grad():

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from support import assert_same_numbers, run_without_package
+from support import assert_same_numbers, in_the_public_form, run_without_package
 from test_ecosystem_clients import tiny_config_with
 
 from modeling_elmo import ElmoModel, ElmoTokenizer, save_model_folder
@@ -82,7 +82,7 @@ print(json.dumps({"version": flair.__version__, "vectors": vectors, "losses": lo
 )
 def test_flair_tokens_get_the_folders_word_vectors_and_a_sequence_tagger_trains_saves_and_loads(tmp_path):
     torch.manual_seed(0)
-    model = ElmoModel(tiny_config_with(hidden_dropout_prob=0.0)).eval()
+    model = in_the_public_form(ElmoModel(tiny_config_with(hidden_dropout_prob=0.0)).eval())  # as the files run alone
     save_model_folder(model, ElmoTokenizer(), tmp_path / "elmo")
     (tmp_path / "flair-code").mkdir()
     shutil.copyfile(FLAIR_FILE, tmp_path / "flair-code" / "flair_elmo.py")  # the one file, alone
