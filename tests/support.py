@@ -10,11 +10,13 @@ only where the bits must match by construction (stored weights read back, intege
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +87,28 @@ def in_the_public_form(model: torch.nn.Module) -> torch.nn.Module:
     from modeling_elmo.acceleration.packed_kernels import use_packed_kernels
 
     return use_packed_kernels(model, enable=False)
+
+
+@contextlib.contextmanager
+def lock_held_elsewhere(output: Path, command: str):
+    """Within it, ``output``'s lock is held by a concurrent run of ``command`` (another thread)."""
+    from modeling_elmo.folders.manifest import output_lock
+
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with output_lock(output, command):
+            held.set()
+            release.wait(60)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    try:
+        assert held.wait(30), f"the concurrent {command} did not take the lock of {output}"
+        yield
+    finally:
+        release.set()
+        thread.join(30)
 
 
 def reset_accelerate_state() -> None:

@@ -22,7 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # numpy_reference, however pytest imports this file
 import numpy_reference as ref  # noqa: E402
-from support import run_without_package  # noqa: E402
+from support import lock_held_elsewhere, run_without_package  # noqa: E402
 
 from modeling_elmo.conversion.convert import (  # noqa: E402
     convert,
@@ -445,28 +445,10 @@ def test_overwrite_refuses_a_card_the_user_edited_and_a_file_listed_in_the_manif
 
 
 def test_a_second_conversion_into_a_folder_being_converted_is_refused_in_one_line(release, tmp_path):
-    import threading
-
-    from modeling_elmo.folders.manifest import output_lock
-
     _, options_path, weights_path = release
     out = tmp_path / "out"
-    held, done = threading.Event(), threading.Event()
-
-    def first_conversion():
-        with output_lock(out, "elmo convert"):
-            held.set()
-            done.wait(60)
-
-    thread = threading.Thread(target=first_conversion)
-    thread.start()
-    try:
-        assert held.wait(30)
-        with pytest.raises(SystemExit) as exit_:
-            main(["--options", options_path, "--weights", weights_path, "--output", str(out)])
-    finally:
-        done.set()
-        thread.join(30)
+    with lock_held_elsewhere(out, "elmo convert"), pytest.raises(SystemExit) as exit_:
+        main(["--options", options_path, "--weights", weights_path, "--output", str(out)])
     assert str(exit_.value.code) == (
         f"elmo convert: error: another elmo convert run is writing '{out}' (it holds "
         f"'{out}.lock'); wait for it to end, or choose another output folder."

@@ -18,7 +18,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from support import assert_same_numbers, plant
+from support import assert_same_numbers, lock_held_elsewhere, plant
 
 from modeling_elmo.embedding import embed as embed_mod
 from modeling_elmo.embedding.embed import count_lines, embed_file
@@ -284,26 +284,9 @@ class SecondRunWhileEmbedding(FakeEmbedder):
 
 
 def test_a_run_finding_its_output_locked_by_another_command_names_that_command(tmp_path):
-    import threading
-
-    from modeling_elmo.folders.manifest import output_lock
-
-    held, release = threading.Event(), threading.Event()
-
-    def push_holds_the_name():
-        with output_lock(tmp_path / "out.h5", "elmo push"):
-            held.set()
-            release.wait(30)
-
-    thread = threading.Thread(target=push_holds_the_name)
-    thread.start()
-    try:
-        assert held.wait(30)
+    with lock_held_elsewhere(tmp_path / "out.h5", "elmo push"):
         with pytest.raises(ValueError, match=r"^another elmo push run is writing '.*out\.h5'"):
             run(tmp_path)
-    finally:
-        release.set()
-        thread.join(30)
 
 
 def test_second_run_on_the_same_output_fails_at_once_and_the_first_completes(tmp_path):

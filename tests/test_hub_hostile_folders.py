@@ -17,6 +17,7 @@ import torch
 from huggingface_hub import ModelCard
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
+from support import lock_held_elsewhere
 
 from modeling_elmo import AUTO_MAP, ElmoConfig, ElmoForBidirectionalLM, ElmoTokenizer, hub, save_model_folder
 from modeling_elmo.folders.manifest import MANIFEST
@@ -314,26 +315,9 @@ def test_a_file_the_user_puts_into_the_output_while_it_is_assembled_is_kept_and_
 
 
 def test_a_second_push_into_an_output_being_assembled_is_refused_in_one_line(model, tmp_path):
-    import threading
-
-    from modeling_elmo.folders.manifest import output_lock
-
     out = tmp_path / "out"
-    held, done = threading.Event(), threading.Event()
-
-    def first_push():
-        with output_lock(out, "elmo push"):
-            held.set()
-            done.wait(60)
-
-    thread = threading.Thread(target=first_push)
-    thread.start()
-    try:
-        assert held.wait(30)
+    with lock_held_elsewhere(out, "elmo push"):
         _refused(model, out, f"another elmo push run is writing '{out}' (it holds '{out}.lock'); wait for it to end")
-    finally:
-        done.set()
-        thread.join(30)
     assert not out.exists()
 
 

@@ -13,10 +13,9 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 
 import pytest
-from support import left_by_a_killed_run, plant
+from support import left_by_a_killed_run, lock_held_elsewhere, plant
 
 from modeling_elmo.folders import manifest as manifest_module
 from modeling_elmo.folders.manifest import (
@@ -311,24 +310,10 @@ def test_a_file_added_after_the_check_is_found_once_the_output_is_moved_aside_an
 # ----------------------------------------------------------------------------------------------- one writer
 def test_a_second_command_on_a_held_output_is_refused_at_once(tmp_path):
     out = tmp_path / "new" / "out"
-    held, release = threading.Event(), threading.Event()
-
-    def hold():
+    busy = f"another elmo convert run is writing '{out}' \\(it holds '{out}.lock'\\)"
+    with lock_held_elsewhere(out, "elmo convert"), pytest.raises(ValueError, match=busy):
         with output_lock(out, "elmo convert"):
-            held.set()
-            release.wait(30)
-
-    thread = threading.Thread(target=hold)
-    thread.start()
-    try:
-        assert held.wait(30)
-        busy = f"another elmo convert run is writing '{out}' \\(it holds '{out}.lock'\\)"
-        with pytest.raises(ValueError, match=busy):
-            with output_lock(out, "elmo convert"):
-                pass
-    finally:
-        release.set()
-        thread.join(30)
+            pass
     with output_lock(out, "elmo convert"), output_lock(out, "elmo convert"):  # re-entrant within one call chain
         assert (tmp_path / "new" / "out.lock").is_file()
     assert sorted(p.name for p in (tmp_path / "new").iterdir()) == []
@@ -336,23 +321,10 @@ def test_a_second_command_on_a_held_output_is_refused_at_once(tmp_path):
 
 def test_a_command_losing_the_lock_race_names_the_command_that_holds_it(tmp_path):
     out = tmp_path / "out"
-    held, release = threading.Event(), threading.Event()
-
-    def hold():
-        with output_lock(out, "elmo push"):
-            held.set()
-            release.wait(30)
-
-    thread = threading.Thread(target=hold)
-    thread.start()
-    try:
-        assert held.wait(30)
+    with lock_held_elsewhere(out, "elmo push"):
         with pytest.raises(ValueError, match=f"^another elmo push run is writing '{out}'"):
             with output_lock(out, "elmo convert"):
                 pass
-    finally:
-        release.set()
-        thread.join(30)
 
 
 @pytest.mark.parametrize("output", [".", "/", "..", "out/.."])
