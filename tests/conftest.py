@@ -43,6 +43,11 @@ def shared_data() -> Path:
     return path
 
 
+def pytest_unconfigure(config):
+    """The private caches made above go with the session (they are this process's own temporary folder)."""
+    shutil.rmtree(_CACHE, ignore_errors=True)
+
+
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(items):
     for item in items:
