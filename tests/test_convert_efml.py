@@ -648,8 +648,8 @@ def test_a_wrongly_typed_architecture_value_is_one_line_naming_the_file_and_the_
         ),
         (
             "y" * 5_000_000 + "\t2",
-            "char.dic line 3 lists 'yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy..., "
-            "which is neither one character nor one of the symbols",
+            "char.dic line 3 lists 'yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy"
+            "yyyyyyyyyyyyyyyyy..., which is neither one character nor one of the symbols",
         ),
     ],
 )
