@@ -462,9 +462,9 @@ def _written_names(release) -> list[str]:
     return [f"{n}{suffix}" for n in names for suffix in ("", ".part", ".part.json", ".source")]
 
 
-#: `CacheFolder.check` runs at the lock (1), and for each of the two files before the request, after the answer's
-#: headers, before the final rename and before the source record is written (4 x 2).
-_CHECKS = 9
+#: `CacheFolder.check` runs at the lock (1), for each of the two files before the request, after the answer's headers,
+#: before the final rename and before the source record is written (4 x 2), and once all is done (1).
+_CHECKS = 10
 
 
 @pytest.mark.parametrize("swapped_after", range(1, _CHECKS + 1))
@@ -537,6 +537,56 @@ def test_a_download_outside_a_cache_writes_in_its_folder_as_opened(server, serve
     assert list(outside.iterdir()) == []
     part = tmp_path / "moved" / "options.json.part"
     assert part.read_bytes() == server.files[served["options"]], "kept, whole, for the next run"
+
+
+@pytest.mark.parametrize("same_file_system", [True, False], ids=["renamed", "copied across file systems"])
+def test_a_file_staged_outside_the_cache_is_installed_in_the_folder_as_opened(tmp_path, monkeypatch, same_file_system):
+    """The Hub mirror's file (staged outside the cache, since the Hub client writes by path) reaches the folder that
+    was opened, even once its path leads elsewhere; across file systems through a fresh temporary, none left."""
+    import errno
+
+    folder, outside = tmp_path / "cache", tmp_path / "outside"
+    folder.mkdir()
+    outside.mkdir()
+    staged = tmp_path / "staging" / "weights.hdf5"
+    staged.parent.mkdir()
+    staged.write_bytes(b"w" * 3_000_000)
+    cache = download.CacheFolder(folder)
+    folder.rename(tmp_path / "moved")
+    folder.symlink_to(outside, target_is_directory=True)
+    if not same_file_system:
+        real_replace = os.replace
+
+        def across(src, dst, **where):
+            if where.get("src_dir_fd") is None:
+                raise OSError(errno.EXDEV, "Invalid cross-device link")
+            return real_replace(src, dst, **where)
+
+        monkeypatch.setattr(download.os, "replace", across)
+    try:
+        cache.install(staged, "weights.hdf5")
+    finally:
+        cache.close()
+    assert os.listdir(tmp_path / "moved") == ["weights.hdf5"] and list(outside.iterdir()) == []
+    assert (tmp_path / "moved" / "weights.hdf5").read_bytes() == b"w" * 3_000_000
+
+
+def test_an_atomic_write_in_the_cache_that_fails_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch):
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    (folder / "x.source").write_text("old\n")
+    cache = download.CacheFolder(folder)
+
+    def blocks():
+        yield b"new"
+        raise OSError(28, "No space left on device")
+
+    try:
+        with pytest.raises(OSError, match="No space left"):
+            cache.write_atomic("x.source", blocks())
+    finally:
+        cache.close()
+    assert os.listdir(folder) == ["x.source"] and (folder / "x.source").read_text() == "old\n"
 
 
 @pytest.mark.parametrize("server_resumes", [True, False], ids=["server honours Range", "server ignores Range"])

@@ -465,6 +465,7 @@ def _fetch_locked(
         cache.check()
         cache.write_atomic(origin_path(destination).name, (sources[role] + "\n").encode("utf-8"))
         paths[role], cached[role] = destination, False
+    cache.check()  # the paths returned lead to the files checked here
     return FetchedRelease(release=release, paths=paths, sources=sources, cached=cached)
 
 
