@@ -7,9 +7,11 @@ recorded beside it (``<file>.part.json``), so that a file changed on the server 
 bytes. One deadline bounds the whole file (a server trickling a byte at a time is cut off), a bound on the bytes
 stops a server sending too much, and every failure is a `DownloadError` of one line naming the file and the URL.
 
-The cache helpers (`make_cache_folder`, `cache_lock`, `read_origin`) keep a cache folder real (no link followed),
-one writer at a time, and the source of every cached file beside it (``<file>.source``). The release catalogues
-(`modeling_elmo.conversion.releases`, `modeling_elmo.conversion.efml_releases`) say what to download and check it.
+The cache helpers (`make_cache_folder`, `cache_lock`, `CacheFolder`, `read_origin`) keep a cache folder real (no
+link followed), one writer at a time, written only relative to the folder opened at the lock (``dir_fd``: a folder
+swapped for a link never receives a byte), and the source of every cached file beside it (``<file>.source``). The
+release catalogues (`modeling_elmo.conversion.releases`, `modeling_elmo.conversion.efml_releases`) say what to download
+and check it.
 """
 
 from __future__ import annotations
