@@ -173,15 +173,21 @@ def test_a_line_longer_than_the_bound_is_refused_naming_the_file_and_line_withou
     assert sum(reads) < 2 * MAX_LINE_BYTES + (4 << 20), "read as far as the bound, never the whole line"
 
 
-def test_a_line_longer_than_the_bound_is_one_line_from_the_dataset_builder(tmp_path):
-    """The same refusal through `text_dataset_from_files` (datasets wraps what its generator raises)."""
+@pytest.mark.parametrize("workers", [1, pytest.param(2, marks=pytest.mark.slow)], ids=["in process", "2 workers"])
+def test_a_line_longer_than_the_bound_is_one_line_from_the_dataset_builder(tmp_path, workers):
+    """The same refusal through `text_dataset_from_files` (datasets wraps what its generator raises; from a worker
+    process only the remote traceback's text comes back)."""
     from modeling_elmo.utils.io_utils import MAX_LINE_BYTES
 
-    path = tmp_path / "long.txt"
+    fine, path = tmp_path / "fine.txt", tmp_path / "long.txt"
+    fine.write_bytes(b"fine\n" * 3)
     path.write_bytes(b"fine\n" * 3 + b"x " * (MAX_LINE_BYTES // 2 + 1) + b"\n")
     with pytest.raises(pdata.TextLineTooLongError) as raised:
-        pdata.text_dataset_from_files([str(path)], cache_dir=str(tmp_path / "cache"))
-    assert str(raised.value).startswith(f"text file {str(path)!r}: line 4 has more than 4,194,304 bytes;")
+        pdata.text_dataset_from_files([str(fine), str(path)], cache_dir=str(tmp_path / "cache"), num_proc=workers)
+    assert str(raised.value) == (
+        f"text file {str(path)!r}: line 4 has more than 4,194,304 bytes; a line holds one sentence or paragraph: "
+        "break the text into lines."
+    )
 
 
 def test_missing_empty_and_textless_inputs_raise_errors_naming_them(tmp_path):

@@ -226,9 +226,27 @@ def text_dataset_from_files(
             _text_generator, **source, cache_dir=cache_dir, num_proc=num_proc if num_proc > 1 else None
         )
     except datasets.exceptions.DatasetGenerationError as error:  # datasets wraps what the generator raised
-        if isinstance(error.__cause__, TextLineTooLongError):
-            raise TextLineTooLongError(str(error.__cause__)) from None
+        message = _line_error(error)
+        if message is not None:
+            raise TextLineTooLongError(message) from None
         raise
+
+
+def _line_error(error: BaseException) -> str | None:
+    """The message of the `TextLineTooLongError` under datasets' wrapping of ``error``: its cause in this process,
+    or, from a worker process (``num_proc``), the last line of the remote traceback that datasets passes on."""
+    seen: set[int] = set()
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, TextLineTooLongError):
+            return str(cause)
+        prefix = f"{TextLineTooLongError.__module__}.{TextLineTooLongError.__name__}: "
+        found = [line[len(prefix) :] for line in str(cause).splitlines() if line.startswith(prefix)]
+        if found:
+            return found[-1]
+        cause = cause.__cause__
+    return None
 
 
 def load_raw_splits(
