@@ -190,6 +190,18 @@ def test_a_line_longer_than_the_bound_is_one_line_from_the_dataset_builder(tmp_p
     )
 
 
+def test_a_repeated_word_of_megabytes_in_a_vocabulary_file_is_quoted_bounded(tmp_path):
+    path = tmp_path / "vocab.txt"
+    word = "w" * 1_000_000
+    path.write_text(f"the\n{word}\ncat\n{word}\n", encoding="utf-8")
+    with pytest.raises(ValueError) as raised:
+        pdata.read_vocabulary_file(path)
+    assert str(raised.value) == (
+        f"vocabulary file {str(path)!r}: line 4 repeats the word '{'w' * 79}... of line 2 (a repeated word would "
+        "shift the id of every later word)."
+    )
+
+
 def test_missing_empty_and_textless_inputs_raise_errors_naming_them(tmp_path):
     with pytest.raises(ValueError, match="does not exist"):
         expand_text_files([str(tmp_path / "nope.txt")])

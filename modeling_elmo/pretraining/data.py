@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..configuration_elmo import BOS_ID, EOS_ID, SPECIAL_WORDS, UNK_ID
+from ..configuration_elmo import BOS_ID, EOS_ID, SPECIAL_WORDS, UNK_ID, shown
 from ..evaluation.lm_scoring import LAYOUTS as BATCHING_MODES
 from ..tokenization_elmo import CharacterAlphabet
 from ..utils.io_utils import MAX_LINE_BYTES, LineTooLongError, atomic_write_text, hub_reachable, iter_lines
@@ -306,9 +306,9 @@ def load_raw_splits(
 def read_vocabulary_file(path: str | os.PathLike) -> list[str]:
     """The words of a vocabulary file, one per line (bilm-tf's ``!!!MAXTERMID`` line skipped). A line that would shift
     the ids of later words (empty, a repeated word, a special word after other words) is a `ValueError` naming it."""
-    shown, words, first_line = os.fspath(path), [], {}
+    where, words, first_line = os.fspath(path), [], {}
     if not os.path.isfile(path):
-        raise ValueError(f"vocabulary file {shown!r} does not exist.")
+        raise ValueError(f"vocabulary file {where!r} does not exist.")
     with open(path, encoding="utf-8") as handle:
         for number, line in enumerate(handle, start=1):
             word = line.rstrip("\n").rstrip("\r")
@@ -318,14 +318,14 @@ def read_vocabulary_file(path: str | os.PathLike) -> list[str]:
             if not word.strip():
                 problem = f"is empty; every line must hold one word (an empty line {shifts})"
             elif word in first_line:
-                problem = f"repeats the word {word!r} of line {first_line[word]} (a repeated word {shifts})"
+                problem = f"repeats the word {shown(word)} of line {first_line[word]} (a repeated word {shifts})"
             elif word in SPECIAL_WORDS and any(w not in SPECIAL_WORDS for w in words):
                 problem = f"lists the special word {word!r} after other words; the special words come first (ids 0-3)"
             else:
                 first_line[word] = number
                 words.append(word)
                 continue
-            raise ValueError(f"vocabulary file {shown!r}: line {number} {problem}.")
+            raise ValueError(f"vocabulary file {where!r}: line {number} {problem}.")
     return words
 
 
