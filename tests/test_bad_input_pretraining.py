@@ -311,6 +311,12 @@ ROWS = [
         r"config\.json implies",
     ),
     (
+        "training file with a line of more than 4 MiB",
+        lambda t: ["--train-file", _file(t / "big.txt", b"the cat\n" * 10 + b"x " * (2 * 1024 * 1024 + 5) + b"\n")],
+        r"text file '.*big\.txt': line 11 has more than 4,194,304 bytes; a line holds one sentence or paragraph: "
+        r"break the text into lines\.",
+    ),
+    (
         "unknown recipe",
         lambda t: ["--config", "nope"],
         r"--config: recipe 'nope' is neither a file nor a packaged recipe \(.*quickstart",

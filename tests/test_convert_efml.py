@@ -644,12 +644,12 @@ def test_a_wrongly_typed_architecture_value_is_one_line_naming_the_file_and_the_
         (
             "x\t" + "7" * 5000,
             "char.dic line 3 is not 'token<TAB>id' (the id a number): 'x\\t7777777777777777777777777777777"
-            "777777777777777777777777777'... (5,002 characters).",
+            "777777777777777777777777777777777777777777777...",
         ),
         (
             "y" * 5_000_000 + "\t2",
-            "char.dic line 3 lists 'yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy'... "
-            "(5,000,000 characters), which is neither one character nor one of the symbols",
+            "char.dic line 3 lists 'yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy"
+            "yyyyyyyyyyyyyyyyy..., which is neither one character nor one of the symbols",
         ),
     ],
 )

@@ -456,6 +456,139 @@ def test_a_cache_folder_swapped_for_a_link_while_the_server_delays_is_refused_an
     assert folder.is_symlink() and list(outside.iterdir()) == []
 
 
+def _written_names(release) -> list[str]:
+    """Every name a download of ``release`` writes in its cache folder."""
+    names = [release.filename(role) for role in ("options", "weights")]
+    return [f"{n}{suffix}" for n in names for suffix in ("", ".part", ".part.json", ".source")]
+
+
+#: `CacheFolder.check` runs at the lock (1), for each of the two files before the request, after the answer's headers,
+#: before the final rename and before the source record is written (4 x 2), and once all is done (1).
+_CHECKS = 10
+
+
+@pytest.mark.parametrize("swapped_after", range(1, _CHECKS + 1))
+def test_a_cache_folder_swapped_right_after_a_check_passed_never_receives_a_byte(
+    server, served, release, tmp_path, synthetic_files, monkeypatch, swapped_after
+):
+    """X8: the folder is swapped for a link to another folder in the window between a check that passed and the
+    write it guards, at each step of the download. Every write goes to the folder as it was opened (``dir_fd``), so
+    the link's target is untouched; the download ends with one line at the next check, or (swapped after the last
+    one) completes in the folder that was opened."""
+    folder = _cache(tmp_path, release)
+    folder.mkdir(parents=True)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for name in _written_names(release):  # another user's files under every name the download writes
+        (outside / name).write_bytes(b"not yours: " + name.encode())
+    before = {p.name: p.read_bytes() for p in outside.iterdir()}
+    moved = folder.with_name("moved")
+    checks = []
+    real_check = download.CacheFolder.check
+
+    def check_then_swap(self):
+        checks.append(1)
+        real_check(self)
+        if len(checks) == swapped_after:  # the check passed; the folder is swapped before the write it guards
+            folder.rename(moved)
+            folder.symlink_to(outside, target_is_directory=True)
+
+    monkeypatch.setattr(download.CacheFolder, "check", check_then_swap)
+    if swapped_after < _CHECKS:
+        with pytest.raises(ValueError) as raised:
+            fetch_release(release, tmp_path / "cache", base_url=server.url, progress=False)
+        assert str(raised.value) == (
+            f"the release cache folder {str(folder)!r} was replaced (by a link or another folder) while the download "
+            "ran; nothing more is written there. Check who can write its parent folder, and run again."
+        )
+    else:
+        fetched = fetch_release(release, tmp_path / "cache", base_url=server.url, progress=False)
+        assert fetched.paths["weights"] == folder / release.filename("weights")
+        assert (moved / release.filename("options")).read_bytes() == synthetic_files[1]
+        assert (moved / release.filename("weights")).read_bytes() == synthetic_files[2]
+        assert (moved / (release.filename("weights") + ".source")).read_text() == (
+            release.url("weights", server.url) + "\n"
+        )
+    assert len(checks) == swapped_after + (swapped_after < _CHECKS), "the next check stops the download"
+    assert folder.is_symlink() and {p.name: p.read_bytes() for p in outside.iterdir()} == before
+    # what was written before the swap is in the folder that was opened, complete or resumable, never a temporary
+    assert not [p.name for p in moved.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_a_download_outside_a_cache_writes_in_its_folder_as_opened(server, served, release, tmp_path, monkeypatch):
+    """`download_file` called on its own opens the destination's folder itself: swapped during the transfer, the
+    folder that was opened receives the file, the link's target nothing."""
+    folder, outside = tmp_path / "here", tmp_path / "outside"
+    folder.mkdir()
+    outside.mkdir()
+    real_open = download.CacheFolder.open
+
+    def open_then_swap(self, name, flags, what):
+        fd = real_open(self, name, flags, what)
+        if name.endswith(".part") and not folder.is_symlink():
+            folder.rename(tmp_path / "moved")
+            folder.symlink_to(outside, target_is_directory=True)
+        return fd
+
+    monkeypatch.setattr(download.CacheFolder, "open", open_then_swap)
+    url = release.url("options", server.url)
+    with pytest.raises(ValueError, match=r"^the release cache folder '.*here' was replaced"):
+        download_file(url, folder / "options.json", progress=False)
+    assert list(outside.iterdir()) == []
+    part = tmp_path / "moved" / "options.json.part"
+    assert part.read_bytes() == server.files[served["options"]], "kept, whole, for the next run"
+
+
+@pytest.mark.parametrize("same_file_system", [True, False], ids=["renamed", "copied across file systems"])
+def test_a_file_staged_outside_the_cache_is_installed_in_the_folder_as_opened(tmp_path, monkeypatch, same_file_system):
+    """The Hub mirror's file (staged outside the cache, since the Hub client writes by path) reaches the folder that
+    was opened, even once its path leads elsewhere; across file systems through a fresh temporary, none left."""
+    import errno
+
+    folder, outside = tmp_path / "cache", tmp_path / "outside"
+    folder.mkdir()
+    outside.mkdir()
+    staged = tmp_path / "staging" / "weights.hdf5"
+    staged.parent.mkdir()
+    staged.write_bytes(b"w" * 3_000_000)
+    cache = download.CacheFolder(folder)
+    folder.rename(tmp_path / "moved")
+    folder.symlink_to(outside, target_is_directory=True)
+    if not same_file_system:
+        real_replace = os.replace
+
+        def across(src, dst, **where):
+            if where.get("src_dir_fd") is None:
+                raise OSError(errno.EXDEV, "Invalid cross-device link")
+            return real_replace(src, dst, **where)
+
+        monkeypatch.setattr(download.os, "replace", across)
+    try:
+        cache.install(staged, "weights.hdf5")
+    finally:
+        cache.close()
+    assert os.listdir(tmp_path / "moved") == ["weights.hdf5"] and list(outside.iterdir()) == []
+    assert (tmp_path / "moved" / "weights.hdf5").read_bytes() == b"w" * 3_000_000
+
+
+def test_an_atomic_write_in_the_cache_that_fails_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch):
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    (folder / "x.source").write_text("old\n")
+    cache = download.CacheFolder(folder)
+
+    def blocks():
+        yield b"new"
+        raise OSError(28, "No space left on device")
+
+    try:
+        with pytest.raises(OSError, match="No space left"):
+            cache.write_atomic("x.source", blocks())
+    finally:
+        cache.close()
+    assert os.listdir(folder) == ["x.source"] and (folder / "x.source").read_text() == "old\n"
+
+
 @pytest.mark.parametrize("server_resumes", [True, False], ids=["server honours Range", "server ignores Range"])
 def test_a_part_that_is_a_hard_link_to_another_file_never_changes_that_file(
     server, served, release, tmp_path, synthetic_files, server_resumes

@@ -135,6 +135,73 @@ def test_old_mac_line_ends_are_line_ends(tmp_path):
     assert list(iter_text_lines([str(path)])) == ["one two", "three", "", "four", "five"]
 
 
+def test_a_line_longer_than_the_bound_is_refused_naming_the_file_and_line_without_reading_it_whole(tmp_path):
+    """Issue 35: a training file of one 1 GiB line (sparse, no line break) is refused once 4 MiB of the line are
+    read, in one line naming the file and the line number; lines up to the bound are read whole."""
+    from modeling_elmo.utils.io_utils import MAX_LINE_BYTES
+
+    path = tmp_path / "huge.txt"
+    with open(path, "wb") as handle:
+        handle.write(b"a short line\n" + b"w" * MAX_LINE_BYTES + b"\n")  # the longest line taken, then a huge one
+        handle.truncate(handle.tell() + (1 << 30))
+    reads = []
+    real_iter_lines = pdata.iter_lines
+
+    class Counting:
+        def __init__(self, handle):
+            self.handle = handle
+
+        def read(self, n=-1):
+            data = self.handle.read(n)
+            reads.append(len(data))
+            return data
+
+    def counting(handle, **kwargs):
+        return real_iter_lines(Counting(handle), **kwargs)
+
+    lines = pdata.iter_text_lines([str(path)])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pdata, "iter_lines", counting)
+        assert next(lines) == "a short line"
+        assert len(next(lines)) == MAX_LINE_BYTES
+        with pytest.raises(pdata.TextLineTooLongError) as raised:
+            next(lines)
+    assert str(raised.value) == (
+        f"text file {str(path)!r}: line 3 has more than 4,194,304 bytes; a line holds one sentence or paragraph: "
+        "break the text into lines."
+    )
+    assert sum(reads) < 2 * MAX_LINE_BYTES + (4 << 20), "read as far as the bound, never the whole line"
+
+
+@pytest.mark.parametrize("workers", [1, pytest.param(2, marks=pytest.mark.slow)], ids=["in process", "2 workers"])
+def test_a_line_longer_than_the_bound_is_one_line_from_the_dataset_builder(tmp_path, workers):
+    """The same refusal through `text_dataset_from_files` (datasets wraps what its generator raises; from a worker
+    process only the remote traceback's text comes back)."""
+    from modeling_elmo.utils.io_utils import MAX_LINE_BYTES
+
+    fine, path = tmp_path / "fine.txt", tmp_path / "long.txt"
+    fine.write_bytes(b"fine\n" * 3)
+    path.write_bytes(b"fine\n" * 3 + b"x " * (MAX_LINE_BYTES // 2 + 1) + b"\n")
+    with pytest.raises(pdata.TextLineTooLongError) as raised:
+        pdata.text_dataset_from_files([str(fine), str(path)], cache_dir=str(tmp_path / "cache"), num_proc=workers)
+    assert str(raised.value) == (
+        f"text file {str(path)!r}: line 4 has more than 4,194,304 bytes; a line holds one sentence or paragraph: "
+        "break the text into lines."
+    )
+
+
+def test_a_repeated_word_of_megabytes_in_a_vocabulary_file_is_quoted_bounded(tmp_path):
+    path = tmp_path / "vocab.txt"
+    word = "w" * 1_000_000
+    path.write_text(f"the\n{word}\ncat\n{word}\n", encoding="utf-8")
+    with pytest.raises(ValueError) as raised:
+        pdata.read_vocabulary_file(path)
+    assert str(raised.value) == (
+        f"vocabulary file {str(path)!r}: line 4 repeats the word '{'w' * 79}... of line 2 (a repeated word would "
+        "shift the id of every later word)."
+    )
+
+
 def test_missing_empty_and_textless_inputs_raise_errors_naming_them(tmp_path):
     with pytest.raises(ValueError, match="does not exist"):
         expand_text_files([str(tmp_path / "nope.txt")])

@@ -76,6 +76,44 @@ def test_a_planned_file_changed_before_loading_is_refused_naming_it(tmp_path, ac
         prepare_data(args, accelerator, plan)
 
 
+@pytest.mark.parametrize("how", ["in place", "replaced"])
+def test_a_planned_file_rewritten_with_its_size_and_mtime_kept_is_refused_naming_it(tmp_path, accelerator, how):
+    """Issue 35: a copy over the file that keeps its size and mtime (``cp -p`` writes in place, ``rsync -t`` renames
+    a new file over it) is noticed mid-run: a new ctime, or a new inode."""
+    import os
+    import time
+
+    planned = _write_lines(tmp_path / "train.txt", 12)
+    args = _args(tmp_path, "--train-file", str(planned))
+    plan = plan_run(args)
+    before = os.stat(planned)
+    time.sleep(0.02)  # a later ctime, on file systems of coarse time stamps too
+    swapped = planned.read_bytes().replace(b"the", b"dog")
+    if how == "in place":
+        planned.write_bytes(swapped)
+    else:
+        staged = tmp_path / ".train.txt.rsync"
+        staged.write_bytes(swapped)
+        os.utime(staged, ns=(before.st_atime_ns, before.st_mtime_ns))
+        os.replace(staged, planned)
+    os.utime(planned, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = os.stat(planned)
+    assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    with pytest.raises(ValueError) as raised:
+        prepare_data(args, accelerator, plan)
+    assert str(raised.value) == (
+        f"--train-file: {str(planned)!r} changed after the run started (rewritten or replaced, with the same size); "
+        "run the command again once the data are complete."
+    )
+
+
+def test_an_unchanged_planned_file_passes_the_mid_run_check(tmp_path):
+    planned = _write_lines(tmp_path / "train.txt", 12)
+    plan = plan_run(_args(tmp_path, "--train-file", str(planned)))
+    planned.read_bytes()  # reading changes neither its ctime nor its inode
+    plan.check_files_unchanged()
+
+
 def test_the_starting_model_and_the_vocabulary_are_read_once(tmp_path, accelerator, monkeypatch):
     vocab = Vocabulary(WORDS)
     model = tmp_path / "start"

@@ -391,10 +391,10 @@ def test_complete_part_file_is_finished_after_a_416_answer(server, served, relea
     """A run stopped between the last byte and the rename: the server has nothing more to send (HTTP 416)."""
     real_replace = os.replace
 
-    def killed_before_the_rename(src, dst):
+    def killed_before_the_rename(src, dst, **where):  # (renames in the cache are relative to its open folder)
         if str(src).endswith("weights.hdf5.part"):
             raise KeyboardInterrupt("killed")
-        real_replace(src, dst)
+        real_replace(src, dst, **where)
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(download.os, "replace", killed_before_the_rename)

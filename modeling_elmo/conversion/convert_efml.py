@@ -367,7 +367,7 @@ def convert_efml(
         raise ValueError(f"{str(source)!r} does not exist.")
     with tempfile.TemporaryDirectory(prefix="elmo-efml-") as unpacked:
         folder = safe_extract_zip(source, Path(unpacked) / "model") if source.is_file() else source
-        efml = read_efml_model(folder, architecture, shown=str(source) if source.is_file() else None)
+        efml = read_efml_model(folder, architecture, shown_as=str(source) if source.is_file() else None)
         config = efml_config(efml)
         model = ElmoModel(config)
         try:

@@ -7,9 +7,11 @@ recorded beside it (``<file>.part.json``), so that a file changed on the server 
 bytes. One deadline bounds the whole file (a server trickling a byte at a time is cut off), a bound on the bytes
 stops a server sending too much, and every failure is a `DownloadError` of one line naming the file and the URL.
 
-The cache helpers (`make_cache_folder`, `cache_lock`, `read_origin`) keep a cache folder real (no link followed),
-one writer at a time, and the source of every cached file beside it (``<file>.source``). The release catalogues
-(`modeling_elmo.conversion.releases`, `modeling_elmo.conversion.efml_releases`) say what to download and check it.
+The cache helpers (`make_cache_folder`, `cache_lock`, `CacheFolder`, `read_origin`) keep a cache folder real (no
+link followed), one writer at a time, written only relative to the folder opened at the lock (``dir_fd``: a folder
+swapped for a link never receives a byte), and the source of every cached file beside it (``<file>.source``). The
+release catalogues (`modeling_elmo.conversion.releases`, `modeling_elmo.conversion.efml_releases`) say what to download
+and check it.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..utils.io_utils import atomic_write_text, check_regular_or_absent, error_line, open_regular
+from ..utils.io_utils import check_regular_or_absent, error_line, open_regular
 
 logger = logging.getLogger(__name__)
 
@@ -61,20 +63,141 @@ def make_cache_folder(folder: Path) -> Path:
     return folder
 
 
-def read_origin(path: Path, default: str) -> str:
+def read_origin(path: Path, default: str, cache: CacheFolder | None = None) -> str:
     """Where the cached file ``path`` came from, as its ``.source`` record says (at most 4 KB of it), else
-    ``default``. The record must be a regular file: a link or a FIFO planted there is refused, naming it."""
+    ``default`` (read in ``cache``, the pinned folder, where given). The record must be a regular file: a link or a
+    FIFO planted there is refused, naming it."""
     origin = origin_path(path)
-    if not check_regular_or_absent(origin, "the cached file's source record"):
+    where = cache.fd if cache is not None else None
+    if not check_regular_or_absent(origin, "the cached file's source record", folder_fd=where):
         return default
-    with os.fdopen(open_regular(origin, os.O_RDONLY, "the cached file's source record"), "rb") as handle:
-        return " ".join(handle.read(4096).decode("utf-8", "replace").split()) or default
+    with os.fdopen(open_regular(origin, os.O_RDONLY, "the cached file's source record", folder_fd=where), "rb") as f:
+        return " ".join(f.read(4096).decode("utf-8", "replace").split()) or default
 
 
 def part_path(path: str | os.PathLike) -> Path:
     """Where an unfinished download of ``path`` is kept (``<name>.part``, next to it)."""
     path = Path(path)
     return path.with_name(path.name + ".part")
+
+
+class CacheFolder:
+    """A cache folder opened once, without following a link, and held open: every file in it is created, written,
+    renamed and removed relative to that open folder (``dir_fd``), never through its path, so a folder swapped for a
+    link or another folder after it was opened never receives a byte (what is written lands in the folder that was
+    opened, wherever it now is). `check` says whether the path still leads to it, so that a download stops with a
+    line instead of finishing in a folder no one will look in. Names are file names in the folder (no ``/``)."""
+
+    def __init__(self, path: str | os.PathLike, *, follow_link: bool = False) -> None:
+        self.path = Path(path)
+        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | (0 if follow_link else os.O_NOFOLLOW)
+        try:
+            self.fd = os.open(self.path, flags)
+        except OSError as error:
+            raise ValueError(
+                f"the release cache folder {str(self.path)!r} is not a folder of its own ({error.strerror or error}); "
+                "refusing to download through it (remove it, or give another --cache-dir)."
+            ) from None
+        self._identity = os.fstat(self.fd)
+        self._follow = follow_link
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def check(self) -> None:
+        """Raise a `ValueError` when the folder's path no longer leads to the folder that was opened."""
+        try:
+            current = os.stat(self.path) if self._follow else os.lstat(self.path)
+        except OSError:
+            current = None
+        if current is None or not os.path.samestat(current, self._identity):
+            raise ValueError(
+                f"the release cache folder {str(self.path)!r} was replaced (by a link or another folder) while the "
+                "download ran; nothing more is written there. Check who can write its parent folder, and run again."
+            )
+
+    def shown(self, name: str) -> Path:
+        """The path a message names for ``name``."""
+        return self.path / name
+
+    def reading_path(self, name: str) -> Path:
+        """A path that reads ``name`` in the opened folder wherever it now is (Linux's ``/proc/self/fd``), for
+        readers that take a path (a checksum); elsewhere the path itself."""
+        proc = Path(f"/proc/self/fd/{self.fd}")
+        return proc / name if proc.is_dir() else self.path / name
+
+    def is_regular_or_absent(self, name: str, what: str) -> bool:
+        """`io_utils.check_regular_or_absent` of ``name`` in the opened folder."""
+        return check_regular_or_absent(self.shown(name), what, folder_fd=self.fd)
+
+    def open(self, name: str, flags: int, what: str) -> int:
+        """`io_utils.open_regular` of ``name`` in the opened folder."""
+        return open_regular(self.shown(name), flags, what, folder_fd=self.fd)
+
+    def size(self, name: str) -> int:
+        """Bytes of ``name`` (0 when it is absent)."""
+        try:
+            return os.stat(name, dir_fd=self.fd, follow_symlinks=False).st_size
+        except FileNotFoundError:
+            return 0
+
+    def unlink(self, name: str) -> None:
+        """Remove ``name`` (a link there is removed, never followed); nothing there is fine."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name, dir_fd=self.fd)
+
+    def replace(self, source: str, name: str) -> None:
+        os.replace(source, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+
+    def discard_part(self, name: str) -> None:
+        """Remove the unfinished download of ``name`` and its record."""
+        part = part_path(name).name
+        self.unlink(part)
+        self.unlink(_record_path(Path(part)).name)
+
+    def _temporary(self, name: str) -> tuple[int, str]:
+        """A new file under a fresh unique name beside ``name`` (``O_CREAT | O_EXCL``: never one that was there)."""
+        import secrets
+
+        while True:
+            temporary = f".{name}.{secrets.token_hex(8)}.tmp"
+            try:
+                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+                return os.open(temporary, flags, 0o666, dir_fd=self.fd), temporary
+            except FileExistsError:
+                continue
+
+    def write_atomic(self, name: str, data: bytes | Iterator[bytes]) -> None:
+        """Write ``data`` (bytes, or blocks of them) to a fresh temporary in the folder, flush it to disk and give it
+        the name ``name`` (atomic: ``name`` is the old file or the whole new one); the temporary is removed on any
+        error."""
+        fd, temporary = self._temporary(name)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                for block in [data] if isinstance(data, bytes) else data:
+                    handle.write(block)
+                handle.flush()
+                os.fsync(handle.fileno())
+            self.replace(temporary, name)
+        except BaseException:
+            self.unlink(temporary)
+            raise
+
+    def install(self, source: Path, name: str) -> None:
+        """Move the finished file ``source`` (outside the folder, in a private staging folder) into the folder as
+        ``name``: renamed where both are on one file system, else copied to a fresh temporary first."""
+        import errno
+
+        try:
+            os.replace(source, name, dst_dir_fd=self.fd)
+            return
+        except OSError as error:
+            if error.errno != errno.EXDEV:
+                raise
+        with open(source, "rb") as handle:
+            self.write_atomic(name, iter(lambda: handle.read(_CHUNK), b""))
 
 
 #: How long a download waits for another process holding the release cache's lock before it gives up with a line.
@@ -118,49 +241,30 @@ def _lock_holders(fd: int) -> str:
 
 
 @contextlib.contextmanager
-def cache_lock(folder: Path) -> Iterator[Callable[[], None]]:
+def cache_lock(folder: Path) -> Iterator[CacheFolder]:
     """Hold an exclusive `fcntl.flock` on ``.<release>.lock`` beside the release's cache folder (the file stays; a
-    lock dies with its process); yield a check that the folder is still the one the lock was taken for.
+    lock dies with its process); yield the folder, opened (`CacheFolder`).
 
     A second download of the same release into the same cache waits for the first one and then finds its files
     complete in the cache, instead of writing the same ``.part`` at the same time. While it waits it says for whom
     (the process and user holding the lock, where the system tells), and after `LOCK_WAIT_SECONDS` it gives up with
     a `DownloadError` naming them: a lock held by another user's process (shared or not) never blocks for ever.
 
-    The cache folder is opened once here (without following a link): the check raises `ValueError` when the path
-    no longer leads to that folder (swapped for a link or another folder while a server delayed its answer), and the
-    downloads call it before each write, so nothing lands in a folder someone put in its place.
+    The cache folder is opened once here (without following a link), and every file in it is written relative to
+    that open folder: a folder swapped for a link or another folder while a server delayed its answer never receives
+    a byte, and `CacheFolder.check` (called before each step) stops the download with a `ValueError` naming it.
     """
     import fcntl
 
-    try:
-        folder_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as error:
-        raise ValueError(
-            f"the release cache folder {str(folder)!r} is not a folder of its own ({error.strerror or error}); "
-            "refusing to download through it (remove it, or give another --cache-dir)."
-        ) from None
-    identity = os.fstat(folder_fd)
-
-    def check_folder() -> None:
-        try:
-            current = os.lstat(folder)
-        except OSError:
-            current = None
-        if current is None or not os.path.samestat(current, identity):
-            raise ValueError(
-                f"the release cache folder {str(folder)!r} was replaced (by a link or another folder) while the "
-                "download ran; nothing more is written there. Check who can write its parent folder, and run again."
-            )
-
+    cache = CacheFolder(folder)
     path = folder.with_name(f".{folder.name}.lock")
     try:
         handle = os.fdopen(open_regular(path, os.O_RDWR | os.O_CREAT, "the cache's lock file"), "rb")
     except OSError as error:
-        os.close(folder_fd)
+        cache.close()
         raise DownloadError(f"cannot write in the release cache folder {folder}: {error.strerror or error}.") from None
     except ValueError:
-        os.close(folder_fd)
+        cache.close()
         raise
     with handle:
         try:
@@ -182,17 +286,17 @@ def cache_lock(folder: Path) -> Iterator[Callable[[], None]]:
                     break
                 except BlockingIOError:
                     if time.monotonic() >= deadline:
-                        os.close(folder_fd)
+                        cache.close()
                         raise DownloadError(
                             f"gave up after {LOCK_WAIT_SECONDS:.0f} s waiting for {holders}, which holds {path}, the "
                             f"lock of the release cache {folder}; wait for it to end, or give another --cache-dir."
                         ) from None
         try:
-            check_folder()
-            yield check_folder
+            cache.check()
+            yield cache
         finally:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-            os.close(folder_fd)
+            cache.close()
 
 
 # ----------------------------------------------------------------------------------------------- HTTP
@@ -240,20 +344,21 @@ def _validator(headers: Mapping[str, str]) -> dict[str, str]:
     return found
 
 
-def _resumable_offset(part: Path, url: str) -> tuple[int, dict[str, str]]:
-    """How many bytes of ``part`` may be resumed from ``url``, and the validator to send with ``If-Range``.
+def _resumable_offset(cache: CacheFolder, part: Path, url: str) -> tuple[int, dict[str, str]]:
+    """How many bytes of ``part`` (in ``cache``) may be resumed from ``url``, and the validator to send with
+    ``If-Range``.
 
     A ``.part`` counts only when its record names the same URL and a validator of the server's file: a ``.part``
     from another URL (another ``--base-url``) or from a server that gave no validator is discarded, since splicing
     two files of the same size would pass every size check.
     """
     record_path = _record_path(part)
-    check_regular_or_absent(record_path, "the download record")
-    if not check_regular_or_absent(part, "the partial download"):
-        record_path.unlink(missing_ok=True)
+    cache.is_regular_or_absent(record_path.name, "the download record")
+    if not cache.is_regular_or_absent(part.name, "the partial download"):
+        cache.unlink(record_path.name)
         return 0, {}
     try:
-        with os.fdopen(open_regular(record_path, os.O_RDONLY, "the download record"), "rb") as handle:
+        with os.fdopen(cache.open(record_path.name, os.O_RDONLY, "the download record"), "rb") as handle:
             record = json.loads(handle.read(_RECORD_MAX_BYTES).decode("utf-8"))
     except (OSError, ValueError, RecursionError):
         record = None
@@ -270,15 +375,10 @@ def _resumable_offset(part: Path, url: str) -> tuple[int, dict[str, str]]:
             else "its server gave no ETag or Last-Modified to check it against"
         )
         logger.info("discarding %s (%s); downloading %s from the start", part, why, url)
-        part.unlink()
-        record_path.unlink(missing_ok=True)
+        cache.unlink(part.name)
+        cache.unlink(record_path.name)
         return 0, {}
-    return part.stat().st_size, {k: record[k] for k in ("etag", "last_modified") if record.get(k)}
-
-
-def discard_part(part: Path) -> None:
-    part.unlink(missing_ok=True)
-    _record_path(part).unlink(missing_ok=True)
+    return cache.size(part.name), {k: record[k] for k in ("etag", "last_modified") if record.get(k)}
 
 
 class _Deadline:
@@ -381,7 +481,7 @@ def download_file(
     retry_wait: float = 1.0,
     progress: bool = True,
     session: Any = None,
-    check_folder: Callable[[], None] | None = None,
+    cache: CacheFolder | None = None,
 ) -> Download:
     """Download ``url`` to ``destination`` through ``<destination>.part``, resuming a ``.part`` left by an earlier
     attempt with an HTTP ``Range`` request.
@@ -401,10 +501,12 @@ def download_file(
     ``max_bytes`` at `MIN_AVERAGE_RATE`, plus `DEADLINE_GRACE_SECONDS`; none without ``max_bytes``; a ``session``
     passed in is not tracked, only the body is checked against the deadline then); a server that sends nothing for
     ``read_timeout`` seconds times out the attempt. ``check_complete(part)`` may raise for a finished file (a sha256
-    check). ``check_folder()`` (`cache_lock`'s) is called before every write into the destination's folder and raises
-    when that folder was swapped meanwhile. A dropped connection, a body shorter than announced, a timeout and HTTP
-    5xx/429 answers lead to another attempt, up to ``attempts`` in all (waiting ``retry_wait * attempt`` seconds in
-    between); the ``.part`` file is kept for the next call when all fail. A file that fails a check is deleted.
+    check). Every file is written relative to the destination's folder as it was opened at the start (``cache``,
+    `cache_lock`'s, else the folder is opened here): a folder swapped meanwhile never receives a byte, and
+    ``cache.check()``, called before each step, stops the download with a `ValueError` naming it. A dropped
+    connection, a body shorter than announced, a timeout and HTTP 5xx/429 answers lead to another attempt, up to
+    ``attempts`` in all (waiting ``retry_wait * attempt`` seconds in between); the ``.part`` file is kept for the
+    next call when all fail. A file that fails a check is deleted.
     Raises `DownloadError` naming the file and the URL.
     """
     import requests
@@ -414,7 +516,12 @@ def download_file(
     destination = Path(destination)
     part = part_path(destination)
     name = destination.name
-    check_folder = check_folder or (lambda: None)
+    own_cache = cache is None
+    if cache is None:
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        cache = CacheFolder(destination.parent, follow_link=True)
+    elif cache.path != destination.parent:
+        raise ValueError(f"{destination} is not in the cache folder {cache.path}")
     if deadline is None and max_bytes is not None:
         deadline = DEADLINE_GRACE_SECONDS + max_bytes / MIN_AVERAGE_RATE
     started = time.monotonic()
@@ -423,7 +530,7 @@ def download_file(
         return math.inf if deadline is None else deadline - (time.monotonic() - started)
 
     def past_deadline() -> DownloadError:
-        kept = part.stat().st_size if part.exists() else 0
+        kept = cache.size(part.name)
         resume = f"; {kept:,} bytes are kept in {part} and the next run resumes from there" if kept else ""
         return DownloadError(
             f"cannot download {name} from {url}: timed out, the file did not arrive within its "
@@ -439,8 +546,8 @@ def download_file(
         for attempt in range(1, max(1, attempts) + 1):
             if remaining() <= 0:
                 raise past_deadline()
-            check_folder()
-            offset, validator = _resumable_offset(part, url)
+            cache.check()
+            offset, validator = _resumable_offset(cache, part, url)
             headers = {"Accept-Encoding": "identity", "User-Agent": "modeling_elmo"}
             if offset:
                 headers["Range"] = f"bytes={offset}-"
@@ -460,7 +567,7 @@ def download_file(
                         _, total = _total_from_content_range(response.headers.get("Content-Range"))
                         if total == offset:
                             break
-                        discard_part(part)
+                        cache.discard_part(name)
                         raise _Transient(f"the server refused to resume at byte {offset:,}; starting again")
                     if status in (429,) or status >= 500:
                         raise _Transient(f"HTTP {status} {response.reason}")
@@ -471,7 +578,7 @@ def download_file(
                         start, total = _total_from_content_range(response.headers.get("Content-Range"))
                         changed = served and any(validator.get(k) not in (None, v) for k, v in served.items())
                         if start != offset or changed:
-                            discard_part(part)  # another version of the file (a server that ignored If-Range)
+                            cache.discard_part(name)  # another version of the file (a server that ignored If-Range)
                             raise _Transient(
                                 f"the server's file changed or it resumed at byte {start} instead of "
                                 f"{offset:,}; starting again"
@@ -490,18 +597,18 @@ def download_file(
                         problem = check_size(total)
                         if problem:
                             raise DownloadError(f"{name} at {url}: the server announces {problem}.")
-                    check_folder()  # the answer may have been held back while the folder was swapped
+                    cache.check()  # the answer may have been held back while the folder was swapped
                     if mode == "wb":  # what the .part will hold: the next attempt resumes only the same file
-                        discard_part(part)  # a new file under the name, never one linked to another file
+                        cache.discard_part(name)  # a new file under the name, never one linked to another file
                         record = {"url": url, "final_url": final_url, **served}
-                        atomic_write_text(_record_path(part), json.dumps(record))
+                        cache.write_atomic(_record_path(part).name, json.dumps(record).encode("utf-8"))
                     limit = min(
                         total if total is not None else math.inf, max_bytes if max_bytes is not None else math.inf
                     )
                     received = offset
                     flags = os.O_WRONLY | (os.O_APPEND if mode == "ab" else os.O_CREAT | os.O_EXCL)
                     with (
-                        os.fdopen(open_regular(part, flags, "the partial download"), mode) as handle,
+                        os.fdopen(cache.open(part.name, flags, "the partial download"), mode) as handle,
                         tqdm(
                             total=total,
                             initial=offset,
@@ -516,7 +623,7 @@ def download_file(
                             received += len(block)
                             if received > limit:
                                 handle.close()
-                                discard_part(part)
+                                cache.discard_part(name)
                                 bound = (
                                     f"more than the {total:,} announced"
                                     if total is not None and total <= limit
@@ -534,12 +641,12 @@ def download_file(
                         os.fsync(handle.fileno())
                 if guard.expired:  # a body cut short by the deadline
                     raise past_deadline()
-                received = part.stat().st_size
+                received = cache.size(part.name)
                 if total is not None and received < total:
                     raise _Transient(f"the connection closed after {received:,} of {total:,} bytes")
                 break
             except (_Transient, requests.RequestException, urllib3.exceptions.HTTPError) as error:
-                received = part.stat().st_size if part.exists() else 0
+                received = cache.size(part.name)
                 if isinstance(error, _Transient):
                     last_problem = str(error)
                 elif _is_timeout(error):
@@ -556,27 +663,29 @@ def download_file(
                 if attempt < attempts and retry_wait > 0:
                     time.sleep(min(retry_wait * attempt, max(0.0, remaining())))
         else:
-            kept = part.stat().st_size if part.exists() else 0
+            kept = cache.size(part.name)
             resume = f"; {kept:,} bytes are kept in {part} and the next run resumes from there" if kept else ""
             raise DownloadError(f"cannot download {name} from {url} ({attempts} attempts): {last_problem}{resume}.")
         try:
-            size = part.stat().st_size
+            size = cache.size(part.name)
             problem = check_size(size) if check_size is not None else None
             if problem:
                 raise DownloadError(f"{name} downloaded from {url} has {problem}.")
             if check_complete is not None:
-                check_complete(part)
+                check_complete(cache.reading_path(part.name))  # the file in the opened folder, wherever it is
         except DownloadError:
-            discard_part(part)
+            cache.discard_part(name)
             raise
-        check_folder()
-        os.replace(part, destination)
-        _record_path(part).unlink(missing_ok=True)
+        cache.check()
+        cache.replace(part.name, name)
+        cache.unlink(_record_path(part).name)
         return Download(path=destination, url=url, final_url=final_url)
     finally:
         guard.cancel()
         if own_session:
             session.close()
+        if own_cache:
+            cache.close()
 
 
 def _is_timeout(error: BaseException) -> bool:
@@ -612,10 +721,10 @@ def _body_blocks(response: Any):
 
 __all__ = [
     "DEFAULT_ATTEMPTS",
+    "CacheFolder",
     "Download",
     "DownloadError",
     "cache_lock",
-    "discard_part",
     "download_file",
     "make_cache_folder",
     "origin_path",

@@ -39,7 +39,8 @@ from typing import Any
 
 import torch
 
-from ..utils.io_utils import read_json_object
+from ..configuration_elmo import shown
+from ..utils.io_utils import error_line, read_json_object
 
 logger = logging.getLogger(__name__)
 
@@ -110,17 +111,17 @@ def safe_extract_zip(archive: str | os.PathLike, target: str | os.PathLike) -> P
             parts = name.replace("\\", "/").split("/")
             if name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":") or ".." in parts:
                 raise ValueError(
-                    f"{archive.name} holds {_shown(name)}, a path outside the folder it unpacks into; "
+                    f"{archive.name} holds {shown(name)}, a path outside the folder it unpacks into; "
                     "nothing was unpacked."
                 )
             if not _plain_member(member):
                 raise ValueError(
-                    f"{archive.name} holds {_shown(name)}, which is not a plain file or folder (a link?); "
+                    f"{archive.name} holds {shown(name)}, which is not a plain file or folder (a link?); "
                     "nothing was unpacked."
                 )
             if member.file_size > max(SMALL_MEMBER_BYTES, MAX_MEMBER_RATIO * member.compress_size):
                 raise ValueError(
-                    f"{archive.name} holds {_shown(name)}, which inflates from {member.compress_size:,} "
+                    f"{archive.name} holds {shown(name)}, which inflates from {member.compress_size:,} "
                     f"to {member.file_size:,} bytes: no file of a model compresses so well (a zip bomb?); "
                     "nothing was unpacked."
                 )
@@ -155,14 +156,9 @@ def safe_extract_zip(archive: str | os.PathLike, target: str | os.PathLike) -> P
         except BaseException as error:
             shutil.rmtree(staging, ignore_errors=True)
             if isinstance(error, (zipfile.BadZipFile, EOFError, OSError)):
-                raise ValueError(f"cannot unpack {archive.name}: {_shown(str(error), 200)}.") from None
+                raise ValueError(f"cannot unpack {archive.name}: {error_line(error, 200)}.") from None
             raise
     return target
-
-
-def _shown(text: str, limit: int = 80) -> str:
-    """``repr(text)``, cut to about ``limit`` characters: an error line never quotes a whole hostile value."""
-    return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text):,} characters)"
 
 
 def _plain_member(member: zipfile.ZipInfo) -> bool:
@@ -182,28 +178,28 @@ def _extract_member(handle: zipfile.ZipFile, member: zipfile.ZipInfo, destinatio
         while block := source.read(1 << 20):
             if written == 0 and member.filename.endswith(".pkl") and not block.startswith(PICKLE_MAGIC):
                 raise ValueError(
-                    f"{archive} holds {_shown(member.filename)}, which does not start like a PyTorch "
+                    f"{archive} holds {shown(member.filename)}, which does not start like a PyTorch "
                     f"weight file (its first bytes are {block[:8]!r}); nothing was unpacked."
                 )
             written += len(block)
             if written > member.file_size:
                 raise ValueError(
-                    f"{archive} holds {_shown(member.filename)}, which inflates beyond the "
+                    f"{archive} holds {shown(member.filename)}, which inflates beyond the "
                     f"{member.file_size:,} bytes its entry declares; nothing was unpacked."
                 )
             sink.write(block)
 
 
-def model_folder_of(root: str | os.PathLike, shown: str | None = None) -> Path:
+def model_folder_of(root: str | os.PathLike, shown_as: str | None = None) -> Path:
     """The folder under ``root`` (``root`` itself or one below it, as zips often nest one) that holds the model;
-    errors call ``root`` ``shown`` (the zip it was unpacked from) where given."""
+    errors call ``root`` ``shown_as`` (the zip it was unpacked from) where given."""
     root = Path(root)
     if (root / "encoder.pkl").is_file():
         return root
     found = sorted(path.parent for path in root.rglob("encoder.pkl") if path.is_file())
     if len(found) != 1:
         raise ValueError(
-            f"{shown or str(root)!r} is not an ELMoForManyLangs model: "
+            f"{shown_as or str(root)!r} is not an ELMoForManyLangs model: "
             + ("no encoder.pkl in it." if not found else f"{len(found)} folders hold an encoder.pkl.")
         )
     return found[0]
@@ -244,11 +240,11 @@ def read_dic(path: str | os.PathLike, symbols: tuple[str, ...] | None = None) ->
         # isdigit() alone would take "²" or "٣"; more than 18 digits is no id of a vocabulary (and int() of
         # thousands of digits is refused by Python itself)
         if len(fields) != 2 or not (fields[1].isascii() and fields[1].isdigit() and len(fields[1]) <= 18):
-            raise ValueError(f"{path.name} line {number} is not 'token<TAB>id' (the id a number): {_shown(line, 60)}.")
+            raise ValueError(f"{path.name} line {number} is not 'token<TAB>id' (the id a number): {shown(line)}.")
         token, index = fields[0], int(fields[1])
         if symbols is not None and len(token) != 1 and token not in symbols:
             raise ValueError(
-                f"{path.name} line {number} lists {_shown(token, 60)}, which is neither one character "
+                f"{path.name} line {number} lists {shown(token)}, which is neither one character "
                 f"nor one of the symbols {' '.join(symbols)}."
             )
         if index in seen:
@@ -354,7 +350,7 @@ def load_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
             count = int((~torch.isfinite(tensor)).sum())
             raise ValueError(
-                f"{path.name}: tensor {_shown(name)} holds {count:,} NaN or infinite value(s); a model "
+                f"{path.name}: tensor {shown(name)} holds {count:,} NaN or infinite value(s); a model "
                 "converted from it would compute NaN, so it is refused."
             )
     return dict(state)
@@ -388,7 +384,7 @@ def check_tensor_storage(state: dict[str, torch.Tensor], name: str) -> None:
         problem = _view_problem(tensor)
         if problem:
             raise ValueError(
-                f"{name}: tensor {_shown(key)} of shape {tuple(tensor.shape)} {problem}: a weight file "
+                f"{name}: tensor {shown(key)} of shape {tuple(tensor.shape)} {problem}: a weight file "
                 "stores every value of every tensor, so it is refused."
             )
         declared += tensor.numel() * tensor.element_size()
@@ -482,16 +478,16 @@ def json_repr(value: Any) -> str:
 
 
 def read_efml_model(
-    folder: str | os.PathLike, architecture: str | os.PathLike | None = None, shown: str | None = None
+    folder: str | os.PathLike, architecture: str | os.PathLike | None = None, shown_as: str | None = None
 ) -> EfmlModel:
     """Read the model in ``folder`` (or the one folder below it that holds it). A missing file, a damaged
     vocabulary or weight file, a wrongly typed architecture value, or a pickle referencing anything but tensors
-    is a `ValueError` naming the file; messages call ``folder`` ``shown`` where given (the zip it came from)."""
-    folder = model_folder_of(folder, shown)
+    is a `ValueError` naming the file; messages call ``folder`` ``shown_as`` where given (the zip it came from)."""
+    folder = model_folder_of(folder, shown_as)
     missing = [name for name in REQUIRED_FILES if not (folder / name).is_file()]
     if missing:
         raise ValueError(
-            f"{shown or str(folder)!r} is not a complete ELMoForManyLangs model: {', '.join(missing)} missing."
+            f"{shown_as or str(folder)!r} is not a complete ELMoForManyLangs model: {', '.join(missing)} missing."
         )
     training_config = _json_file(folder / "config.json")
     arch, source = resolve_architecture(folder, training_config, architecture)

@@ -16,17 +16,16 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
-from ..utils.io_utils import atomic_write_text, check_regular_or_absent
 from .download import (
     DEFAULT_ATTEMPTS,
+    CacheFolder,
     DownloadError,
     cache_lock,
     download_file,
     make_cache_folder,
-    part_path,
+    origin_path,
     read_origin,
 )
 from .releases import default_cache_dir
@@ -142,16 +141,13 @@ def fetch_efml_release(
     """
     release = get_efml_release(release) if isinstance(release, str) else release
     folder = make_cache_folder(Path(cache_dir if cache_dir is not None else default_cache_dir()) / release.name)
-    with cache_lock(folder) as check_folder:  # one writer at a time; the folder checked before each write
-        return _fetch_zip_locked(
-            release, folder, check_folder, base_url, mirror, force_download, attempts, retry_wait, progress
-        )
+    with cache_lock(folder) as cache:  # one writer at a time; every file written in the folder as opened
+        return _fetch_zip_locked(release, cache, base_url, mirror, force_download, attempts, retry_wait, progress)
 
 
 def _fetch_zip_locked(
     release: EfmlRelease,
-    folder: Path,
-    check_folder: Callable[[], None],
+    cache: CacheFolder,
     base_url: str | None,
     mirror: str | None,
     force_download: bool,
@@ -159,18 +155,18 @@ def _fetch_zip_locked(
     retry_wait: float,
     progress: bool,
 ) -> tuple[Path, str]:
-    destination = folder / release.filename
-    origin = destination.with_name(destination.name + ".source")
+    destination = cache.path / release.filename
     url = release.url(base_url)
     if force_download:
-        check_folder()
-        part_path(destination).unlink(missing_ok=True)
-    elif check_regular_or_absent(destination, "the cached file"):
+        cache.check()
+        cache.discard_part(destination.name)
+    elif cache.is_regular_or_absent(destination.name, "the cached file"):
+        cache.check()  # a file found through a folder swapped meanwhile is not the cache's
         try:
-            _check_zip(release, destination, f"the cache ({destination})")
+            _check_zip(release, cache.reading_path(destination.name), f"the cache ({destination})")
         except DownloadError as error:
             raise DownloadError(f"{error} Delete it or rerun with --force-download.") from None
-        return destination, read_origin(destination, url)
+        return destination, read_origin(destination, url, cache)
     try:
         download_file(
             url,
@@ -180,7 +176,7 @@ def _fetch_zip_locked(
             progress=progress,
             check_size=lambda size: zip_size_problem(release, size),
             check_complete=lambda path: _check_zip(release, path, url),
-            check_folder=check_folder,
+            cache=cache,
         )
         where = url
     except DownloadError as error:
@@ -189,20 +185,22 @@ def _fetch_zip_locked(
             raise
         logger.info("%s; trying the Hub mirror %s", error, mirror)
         try:
-            check_folder()
-            where = _fetch_from_mirror(release, mirror, destination, check_folder)
+            cache.check()
+            where = _fetch_from_mirror(release, mirror, destination, cache)
         except DownloadError as mirror_error:
             raise DownloadError(f"{str(error).rstrip('.')}; {mirror_error}") from None
-    check_folder()
-    atomic_write_text(origin, where + "\n")
+    cache.check()
+    cache.write_atomic(origin_path(destination).name, (where + "\n").encode("utf-8"))
     return destination, where
 
 
-def _fetch_from_mirror(release: EfmlRelease, repo_id: str, destination: Path, check_folder: Callable[[], None]) -> str:
+def _fetch_from_mirror(release: EfmlRelease, repo_id: str, destination: Path, cache: CacheFolder) -> str:
+    """Fetch the zip from the Hub ``repo_id`` into ``destination`` (checked); the Hub client writes by path, into a
+    private staging folder outside the cache, and the checked zip is moved (or copied) into the opened cache."""
     import huggingface_hub
 
     where = f"hf://{repo_id}/{release.filename}"
-    staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}.mirror-", dir=destination.parent))
+    staging = Path(tempfile.mkdtemp(prefix=f"elmo-{destination.name}.mirror-"))
     try:
         fetched = Path(huggingface_hub.hf_hub_download(repo_id, release.filename, local_dir=staging))
     except Exception as error:  # the Hub client raises many kinds (offline, HTTP, auth, file system)
@@ -212,11 +210,11 @@ def _fetch_from_mirror(release: EfmlRelease, repo_id: str, destination: Path, ch
         ) from None
     try:
         _check_zip(release, fetched, where)
-        check_folder()
-        os.replace(fetched, destination)
+        cache.check()
+        cache.install(fetched, destination.name)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    part_path(destination).unlink(missing_ok=True)
+    cache.discard_part(destination.name)
     return where
 
 

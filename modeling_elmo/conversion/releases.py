@@ -38,20 +38,19 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..utils.io_utils import atomic_write_text, check_regular_or_absent, error_line, sha256_of_file
+from ..utils.io_utils import error_line, sha256_of_file
 from .download import (
     DEFAULT_ATTEMPTS,
+    CacheFolder,
     DownloadError,
     cache_lock,
-    discard_part,
     download_file,
     make_cache_folder,
     origin_path,
-    part_path,
     read_origin,
 )
 from .original_format import config_summary, convert_config, expected_dataset_shapes
@@ -337,14 +336,16 @@ class FetchedRelease:
     cached: dict[str, bool]
 
 
-def _fetch_from_mirror(release: Release, role: str, destination: Path, check_folder: Callable[[], None]) -> str:
-    """Fetch ``role`` from the release's Hub mirror into ``destination`` (checked); return its ``hf://`` address."""
+def _fetch_from_mirror(release: Release, role: str, destination: Path, cache: CacheFolder) -> str:
+    """Fetch ``role`` from the release's Hub mirror into ``destination`` (checked); return its ``hf://`` address.
+    The Hub client writes by path, so it writes into a private staging folder outside the cache; the checked file
+    is then moved (or copied) into the opened cache folder."""
     import huggingface_hub
 
     mirror = release.mirror
     filename = mirror.filenames[role]
     where = f"hf://{mirror.repo_id}/{filename}"
-    staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}.mirror-", dir=destination.parent))
+    staging = Path(tempfile.mkdtemp(prefix=f"elmo-{destination.name}.mirror-"))
     try:
         fetched = Path(
             huggingface_hub.hf_hub_download(mirror.repo_id, filename, revision=mirror.revision, local_dir=staging)
@@ -354,8 +355,8 @@ def _fetch_from_mirror(release: Release, role: str, destination: Path, check_fol
         raise DownloadError(f"the Hub mirror {where} failed: {error_line(error, 200, named=True)}") from None
     try:
         check_file(release, role, fetched, where)
-        check_folder()
-        os.replace(fetched, destination)
+        cache.check()
+        cache.install(fetched, destination.name)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return where
@@ -387,11 +388,10 @@ def fetch_release(
     """
     release = get_release(release) if isinstance(release, str) else release
     folder = make_cache_folder(release_cache_dir(release, cache_dir))
-    with cache_lock(folder) as check_folder:
+    with cache_lock(folder) as cache:
         return _fetch_locked(
             release,
-            folder,
-            check_folder,
+            cache,
             base_url=base_url,
             force_download=force_download,
             use_mirror=use_mirror,
@@ -412,8 +412,7 @@ def max_size(release: Release, role: str) -> int:
 
 def _fetch_locked(
     release: Release,
-    folder: Path,
-    check_folder: Callable[[], None],
+    cache: CacheFolder,
     *,
     base_url: str | None,
     force_download: bool,
@@ -425,17 +424,17 @@ def _fetch_locked(
 ) -> FetchedRelease:
     paths, sources, cached = {}, {}, {}
     for role in FILE_ROLES:
-        destination = folder / release.filename(role)
+        destination = cache.path / release.filename(role)
         url = release.url(role, base_url)
         if force_download:  # the cached file stays until the new one replaces it
-            discard_part(part_path(destination))
-        elif check_regular_or_absent(destination, "the cached file"):
-            check_folder()  # a file found through a folder swapped meanwhile is not the cache's
+            cache.discard_part(destination.name)
+        elif cache.is_regular_or_absent(destination.name, "the cached file"):
+            cache.check()  # a file found through a folder swapped meanwhile is not the cache's
             try:
-                check_file(release, role, destination, f"the cache ({destination})")
+                check_file(release, role, cache.reading_path(destination.name), f"the cache ({destination})")
             except DownloadError as error:
                 raise DownloadError(f"{error} Delete it or rerun with --force-download.") from None
-            sources[role] = read_origin(destination, url)
+            sources[role] = read_origin(destination, url, cache)
             paths[role], cached[role] = destination, True
             logger.info("using the cached %s", destination)
             continue
@@ -450,7 +449,7 @@ def _fetch_locked(
                 check_complete=lambda path, role=role, url=url: check_file(release, role, path, url),
                 max_bytes=max_size(release, role),
                 deadline=deadlines.get(role),
-                check_folder=check_folder,
+                cache=cache,
             )
             sources[role] = downloaded.source
         except DownloadError as error:
@@ -458,14 +457,15 @@ def _fetch_locked(
                 raise
             logger.info("%s; trying the Hub mirror %s", error, release.mirror.repo_id)
             try:
-                check_folder()
-                sources[role] = _fetch_from_mirror(release, role, destination, check_folder)
+                cache.check()
+                sources[role] = _fetch_from_mirror(release, role, destination, cache)
             except DownloadError as mirror_error:
                 raise DownloadError(f"{str(error).rstrip('.')}; {mirror_error}") from None
-            discard_part(part_path(destination))  # an unfinished primary download is of no use now
-        check_folder()
-        atomic_write_text(origin_path(destination), sources[role] + "\n")
+            cache.discard_part(destination.name)  # an unfinished primary download is of no use now
+        cache.check()
+        cache.write_atomic(origin_path(destination).name, (sources[role] + "\n").encode("utf-8"))
         paths[role], cached[role] = destination, False
+    cache.check()  # the paths returned lead to the files checked here
     return FetchedRelease(release=release, paths=paths, sources=sources, cached=cached)
 
 

@@ -25,10 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from ..configuration_elmo import BOS_ID, EOS_ID, SPECIAL_WORDS, UNK_ID
+from ..configuration_elmo import BOS_ID, EOS_ID, SPECIAL_WORDS, UNK_ID, shown
 from ..evaluation.lm_scoring import LAYOUTS as BATCHING_MODES
 from ..tokenization_elmo import CharacterAlphabet
-from ..utils.io_utils import atomic_write_text, hub_reachable, iter_lines
+from ..utils.io_utils import MAX_LINE_BYTES, LineTooLongError, atomic_write_text, hub_reachable, iter_lines
 from ..utils.loading import HubUnreachableError
 from .arguments import BUILTIN_PREFIX, builtin_corpus_file
 
@@ -140,14 +140,22 @@ class ReadStats:
     bytes: int = 0
 
 
+class TextLineTooLongError(ValueError):
+    """A line of a training text file longer than `MAX_LINE_BYTES`; the message names the file and the line."""
+
+
 def iter_text_lines(paths: Sequence[str], stats: ReadStats | None = None) -> Iterator[str]:
     """The lines of ``paths`` (as `io_utils.iter_lines` splits them; a leading BOM dropped), decoded as UTF-8:
-    invalid bytes become U+FFFD, counted and logged per file. ``stats.bytes``: the lines' bytes, breaks left out."""
+    invalid bytes become U+FFFD, counted and logged per file. ``stats.bytes``: the lines' bytes, breaks left out.
+
+    A line holds a sentence or a paragraph: one of more than `io_utils.MAX_LINE_BYTES` (4 MiB) is a
+    `TextLineTooLongError` naming the file and the line, raised once that many of its bytes are read (memory holds
+    at most that and a block, never a whole multi-gigabyte line)."""
     stats = stats if stats is not None else ReadStats()
     for path in paths:
         invalid = 0
         with open(path, "rb") as handle:
-            for number, raw in enumerate(iter_lines(handle)):
+            for number, raw in enumerate(_bounded_lines(handle, path)):
                 if number == 0 and raw.startswith(b"\xef\xbb\xbf"):
                     raw = raw[3:]
                 stats.bytes += len(raw)
@@ -161,6 +169,16 @@ def iter_text_lines(paths: Sequence[str], stats: ReadStats | None = None) -> Ite
         if invalid:
             logger.warning("%s: %d line(s) were not valid UTF-8; bad bytes were replaced by U+FFFD.", path, invalid)
         stats.invalid_utf8_lines += invalid
+
+
+def _bounded_lines(handle: Any, path: str) -> Iterator[bytes]:
+    try:
+        yield from iter_lines(handle, max_line_bytes=MAX_LINE_BYTES)
+    except LineTooLongError as error:
+        raise TextLineTooLongError(
+            f"text file {str(path)!r}: line {error.number:,} has more than {MAX_LINE_BYTES:,} bytes; a line holds one "
+            "sentence or paragraph: break the text into lines."
+        ) from None
 
 
 #: `content_stamp` hashes this many blocks of this many bytes, spread evenly over the file (first and last included).
@@ -203,9 +221,32 @@ def text_dataset_from_files(
     if streaming:
         return datasets.IterableDataset.from_generator(_text_generator, **source)
     num_proc = min(num_proc or 1, len(files))
-    return datasets.Dataset.from_generator(
-        _text_generator, **source, cache_dir=cache_dir, num_proc=num_proc if num_proc > 1 else None
-    )
+    try:
+        return datasets.Dataset.from_generator(
+            _text_generator, **source, cache_dir=cache_dir, num_proc=num_proc if num_proc > 1 else None
+        )
+    except datasets.exceptions.DatasetGenerationError as error:  # datasets wraps what the generator raised
+        message = _line_error(error)
+        if message is not None:
+            raise TextLineTooLongError(message) from None
+        raise
+
+
+def _line_error(error: BaseException) -> str | None:
+    """The message of the `TextLineTooLongError` under datasets' wrapping of ``error``: its cause in this process,
+    or, from a worker process (``num_proc``), the last line of the remote traceback that datasets passes on."""
+    seen: set[int] = set()
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, TextLineTooLongError):
+            return str(cause)
+        prefix = f"{TextLineTooLongError.__module__}.{TextLineTooLongError.__name__}: "
+        found = [line[len(prefix) :] for line in str(cause).splitlines() if line.startswith(prefix)]
+        if found:
+            return found[-1]
+        cause = cause.__cause__
+    return None
 
 
 def load_raw_splits(
@@ -265,9 +306,9 @@ def load_raw_splits(
 def read_vocabulary_file(path: str | os.PathLike) -> list[str]:
     """The words of a vocabulary file, one per line (bilm-tf's ``!!!MAXTERMID`` line skipped). A line that would shift
     the ids of later words (empty, a repeated word, a special word after other words) is a `ValueError` naming it."""
-    shown, words, first_line = os.fspath(path), [], {}
+    where, words, first_line = os.fspath(path), [], {}
     if not os.path.isfile(path):
-        raise ValueError(f"vocabulary file {shown!r} does not exist.")
+        raise ValueError(f"vocabulary file {where!r} does not exist.")
     with open(path, encoding="utf-8") as handle:
         for number, line in enumerate(handle, start=1):
             word = line.rstrip("\n").rstrip("\r")
@@ -277,14 +318,14 @@ def read_vocabulary_file(path: str | os.PathLike) -> list[str]:
             if not word.strip():
                 problem = f"is empty; every line must hold one word (an empty line {shifts})"
             elif word in first_line:
-                problem = f"repeats the word {word!r} of line {first_line[word]} (a repeated word {shifts})"
+                problem = f"repeats the word {shown(word)} of line {first_line[word]} (a repeated word {shifts})"
             elif word in SPECIAL_WORDS and any(w not in SPECIAL_WORDS for w in words):
                 problem = f"lists the special word {word!r} after other words; the special words come first (ids 0-3)"
             else:
                 first_line[word] = number
                 words.append(word)
                 continue
-            raise ValueError(f"vocabulary file {shown!r}: line {number} {problem}.")
+            raise ValueError(f"vocabulary file {where!r}: line {number} {problem}.")
     return words
 
 

@@ -37,7 +37,7 @@ class Plan:
     folder_mode: str  # `modeling_elmo.pretraining.output`'s NEW, OVERWRITE or RESUME
     model_config: dict[str, Any]  # the preset (or the starting model's config) with every override
     files: dict[str, tuple[str, ...]]  # the expanded text files of each split given as files
-    stamps: dict[str, tuple[int, int]]  # (size, mtime_ns) of every planned file
+    stamps: dict[str, tuple[int, ...]]  # `file_stamp` of every planned file
     data_fingerprint: str  # of the training and validation data (`modeling_elmo.pretraining.state.data_fingerprint`)
     vocab: Vocabulary | None = None  # the vocabulary the run must use (None: built from the training data)
     max_vocab_size: int | None = None  # the most words a vocabulary built from the data keeps (None: all)
@@ -54,11 +54,25 @@ class Plan:
                     stat = os.stat(path)
                 except OSError:
                     raise ValueError(f"--{split}-file: {path!r} was removed after the run started.") from None
-                if (stat.st_size, stat.st_mtime_ns) != self.stamps[path]:
-                    raise ValueError(
-                        f"--{split}-file: {path!r} changed after the run started (size {self.stamps[path][0]} -> "
-                        f"{stat.st_size} bytes); run the command again once the data are complete."
+                if file_stamp(stat) != self.stamps[path]:
+                    was = self.stamps[path][0]
+                    how = (
+                        f"size {was} -> {stat.st_size} bytes"
+                        if was != stat.st_size
+                        else "rewritten or replaced, with the same size"
                     )
+                    raise ValueError(
+                        f"--{split}-file: {path!r} changed after the run started ({how}); run the command again "
+                        "once the data are complete."
+                    )
+
+
+def file_stamp(stat: os.stat_result) -> tuple[int, ...]:
+    """What tells a planned file changed mid-run: its size and mtime, and its device, inode and ctime. A copy over
+    it that keeps size and mtime (``cp -p``, ``rsync -t``, ``tar``) makes a new inode or, written in place, a new
+    ctime, which no user can set back (the datasets cache is keyed by a sample of the content as well:
+    `modeling_elmo.pretraining.data.content_stamp`)."""
+    return (stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_dev, stat.st_ino)
 
 
 def negative_samples(model_config: dict[str, Any]) -> int:
@@ -210,7 +224,7 @@ def plan_run(args: PretrainingArguments) -> Plan:
     )
     given = {split: getattr(args, name) for split, name in _DATA_FLAGS.items()}
     files = {split: tuple(expand_text_files(value, f"--{split}-file")) for split, value in given.items() if value}
-    stamps = {path: (os.stat(path).st_size, os.stat(path).st_mtime_ns) for paths in files.values() for path in paths}
+    stamps = {path: file_stamp(os.stat(path)) for paths in files.values() for path in paths}
     if args.dataset_name:
         check_hub_dataset(args.dataset_name)
     dataset = " ".join(filter(None, (args.dataset_name, args.dataset_config_name))) or None

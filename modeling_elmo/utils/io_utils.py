@@ -80,14 +80,18 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-def check_regular_or_absent(path: str | os.PathLike, what: str) -> bool:
+def check_regular_or_absent(path: str | os.PathLike, what: str, *, folder_fd: int | None = None) -> bool:
     """Whether ``path`` is a regular file (`False` when nothing is there); a link (even to a regular file) or
     anything else is a `ValueError` naming it, so that the package never writes through, or trusts, a planted
-    link."""
+    link. With ``folder_fd``, ``path``'s name is looked up in that open folder (its parent by identity, not by its
+    path); messages still name ``path``."""
     import stat
 
     try:
-        mode = os.lstat(path).st_mode
+        if folder_fd is None:
+            mode = os.lstat(path).st_mode
+        else:
+            mode = os.stat(Path(path).name, dir_fd=folder_fd, follow_symlinks=False).st_mode
     except FileNotFoundError:
         return False
     if not stat.S_ISREG(mode):
@@ -98,20 +102,23 @@ def check_regular_or_absent(path: str | os.PathLike, what: str) -> bool:
     return True
 
 
-def open_regular(path: str | os.PathLike, flags: int, what: str) -> int:
+def open_regular(path: str | os.PathLike, flags: int, what: str, *, folder_fd: int | None = None) -> int:
     """``os.open(path, flags)`` that never follows a link and never blocks (a FIFO, a device), and refuses anything
     but a regular file with a `ValueError` naming it, and for writing a file with more than one hard link (writing
     would change the file under its other name); returns the file descriptor. ``flags`` may hold ``O_CREAT``
-    (a new file gets the umask's mode). An `OSError` of another kind (no permission...) is raised as it is."""
+    (a new file gets the umask's mode). An `OSError` of another kind (no permission...) is raised as it is.
+    With ``folder_fd``, ``path``'s name is opened in that open folder (``dir_fd``: its parent by identity, however
+    its path was changed meanwhile); messages still name ``path``."""
     import errno
     import stat
 
+    name, where = (path, {}) if folder_fd is None else (Path(path).name, {"dir_fd": folder_fd})
     try:
         # O_TRUNC would empty the file before it is checked: it is applied once the file passed (below)
-        fd = os.open(path, (flags & ~os.O_TRUNC) | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+        fd = os.open(name, (flags & ~os.O_TRUNC) | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666, **where)
     except OSError as error:
         if error.errno in (errno.ELOOP, errno.ENXIO):  # a link; a FIFO without a reader (write-only open)
-            check_regular_or_absent(path, what)
+            check_regular_or_absent(path, what, folder_fd=folder_fd)
         raise
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode):
