@@ -320,6 +320,40 @@ def test_release_downloads_converts_and_names_language_and_source(efml_served, c
     assert sorted(p.name for p in (tmp_path / "cache" / "efml-de").iterdir()) == ["142.zip", "142.zip.source"]
 
 
+@pytest.mark.parametrize("cached", [False, True], ids=["downloaded", "found in the cache"])
+def test_a_cache_folder_swapped_for_a_link_to_another_zip_once_fetched_still_converts_the_checked_zip(
+    efml_served, converted, tmp_path, monkeypatch, cached
+):
+    """X8: the zip is read after the cache's lock is released. Right after `fetch_efml_release` returns, the folder is
+    swapped for a link to a folder holding another model's valid zip under the same name: the conversion unpacks
+    the zip that was checked, held open since."""
+    import hashlib
+
+    base_url, _, data = efml_served
+    folder = tmp_path / "cache" / "efml-de"
+    impostor = tmp_path / "impostor"
+    impostor.mkdir()
+    zip_folder(write_efml_model(tmp_path / "other.model", seed=4), impostor / "142.zip")
+    if cached:
+        efml_releases.fetch_efml_release("efml-de", tmp_path / "cache", base_url=base_url, progress=False)
+    real_fetch = efml_releases.fetch_efml_release
+
+    def fetch_then_swap(*args, **kwargs):
+        fetched = real_fetch(*args, **kwargs)
+        folder.rename(tmp_path / "moved")
+        folder.symlink_to(impostor, target_is_directory=True)
+        return fetched
+
+    monkeypatch.setattr(efml_releases, "fetch_efml_release", fetch_then_swap)
+    assert _convert_release(base_url, tmp_path) == 0
+    out = tmp_path / "out"
+    assert folder.is_symlink()
+    assert (out / "model.safetensors").read_bytes() == (converted / "model.safetensors").read_bytes()
+    archive = json.loads((out / "conversion_metadata.json").read_text(encoding="utf-8"))["files"][0]
+    assert archive["name"] == "142.zip" and archive["sha256"] == hashlib.sha256(data).hexdigest()
+    assert archive["bytes"] == len(data)
+
+
 def test_interrupted_download_keeps_its_part_and_the_next_run_resumes(efml_served, server, tmp_path):  # noqa: F811
     base_url, path, data = efml_served
     assert len(data) > 9000

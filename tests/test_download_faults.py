@@ -539,6 +539,100 @@ def test_a_download_outside_a_cache_writes_in_its_folder_as_opened(server, serve
     assert part.read_bytes() == server.files[served["options"]], "kept, whole, for the next run"
 
 
+@pytest.mark.parametrize("cached", [False, True], ids=["downloaded", "found in the cache"])
+def test_a_cache_folder_swapped_for_a_link_to_other_release_files_once_fetched_still_converts_the_checked_files(
+    server, served, release, tmp_path, synthetic_files, monkeypatch, cached
+):
+    """X8: the conversion reads the release's files after the cache's lock is released. Right after `fetch_release`
+    returns, the folder is swapped for a link to another copy of the release (valid files, other weights, which
+    would pass every check): the conversion reads the files that were checked, held open since, and converts them."""
+    import hashlib
+
+    import numpy_reference as ref
+    import torch
+    from safetensors.torch import load_file
+
+    from modeling_elmo.conversion import convert
+
+    folder = _cache(tmp_path, release)
+    impostor = tmp_path / "impostor"
+    made = ref.write_original_files(impostor, synthetic_files[0], seed=12)
+    for role, path in zip(("options", "weights"), made, strict=True):
+        Path(path).rename(impostor / release.filename(role))
+    if cached:
+        fetch_release(release, tmp_path / "cache", base_url=server.url, progress=False)
+    real_fetch = convert.fetch_release
+
+    def fetch_then_swap(*args, **kwargs):
+        fetched = real_fetch(*args, **kwargs)
+        folder.rename(tmp_path / "moved")
+        folder.symlink_to(impostor, target_is_directory=True)
+        return fetched
+
+    monkeypatch.setattr(convert, "fetch_release", fetch_then_swap)
+    out = tmp_path / "out"
+    cache_dir = str(tmp_path / "cache")
+    assert (
+        cli.main(
+            [
+                "convert",
+                "--release",
+                "original",
+                "--base-url",
+                server.url,
+                "--cache-dir",
+                cache_dir,
+                "--output",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    assert folder.is_symlink()
+    metadata = json.loads((out / "conversion_metadata.json").read_text())
+    assert metadata["sha256"] == {
+        release.filename(role): hashlib.sha256(data).hexdigest()
+        for role, data in (("options", synthetic_files[1]), ("weights", synthetic_files[2]))
+    }
+    config = convert.convert_config(dict(synthetic_files[0]))
+    genuine = convert.convert_state_dict(tmp_path / "moved" / release.filename("weights"), config)
+    other = convert.convert_state_dict(impostor / release.filename("weights"), config)
+    written = load_file(out / "model.safetensors")
+    assert set(genuine) <= set(written)
+    assert all(torch.equal(written[name], genuine[name]) for name in genuine)
+    assert not torch.equal(written["char_encoder.projection.weight"], other["char_encoder.projection.weight"])
+
+
+def test_a_damaged_cached_weight_file_read_through_its_open_descriptor_is_named_by_its_cache_path(
+    server, served, release, tmp_path, synthetic_files
+):
+    """The conversion reads the cached files through the descriptors held open since the check; a weight file that
+    passes the size check but is no HDF5 is still named by its path in the cache, not by ``/proc/self/fd/N``."""
+    folder = _cache(tmp_path, release)
+    folder.mkdir(parents=True)
+    (folder / release.filename("options")).write_bytes(synthetic_files[1])
+    weights = folder / release.filename("weights")
+    weights.write_bytes(b"\0" * len(synthetic_files[2]))  # a plausible size, no HDF5 signature
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(
+            [
+                "convert",
+                "--release",
+                "original",
+                "--base-url",
+                server.url,
+                "--cache-dir",
+                str(tmp_path / "cache"),
+                "--output",
+                str(tmp_path / "out"),
+            ]
+        )
+    message = str(exit_.value.code)
+    assert message.startswith(f"elmo convert: error: weights file {str(weights)!r} cannot be read as HDF5"), message
+    assert "/proc/" not in message and "\n" not in message
+    assert server.requests == [] and not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("same_file_system", [True, False], ids=["renamed", "copied across file systems"])
 def test_a_file_staged_outside_the_cache_is_installed_in_the_folder_as_opened(tmp_path, monkeypatch, same_file_system):
     """The Hub mirror's file (staged outside the cache, since the Hub client writes by path) reaches the folder that

@@ -50,6 +50,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -159,6 +160,7 @@ def convert(
     *,
     release: Release | None = None,
     sources: dict[str, str] | None = None,
+    read_from: Mapping[str, Path] | None = None,
 ) -> Path:
     """Convert, validate and save; returns the output folder.
 
@@ -167,33 +169,44 @@ def convert(
     into place at the end, so a folder with the final name is always complete; on any failure nothing is left.
     ``release`` (a `modeling_elmo.conversion.releases.Release`) adds the release's name and published figures to the
     model card and ``conversion_metadata.json``; ``sources`` maps ``options``/``weights`` to where the files came from.
+    ``read_from`` maps a role to the path to read its file through instead (`FetchedRelease.reading_path`: a cached
+    release file held open since it was checked); ``options_path``/``weights_path`` still name the files.
     """
     from .. import ElmoModel, ElmoTokenizer, save_model_folder
 
     check_atol(atol)
     output_dir = check_output_dir(output_dir, overwrite, inputs=(options_path, weights_path))
-    # 1. Options -> config.
-    options = read_options(options_path)
-    config = convert_config(options)
-    # 2. HDF5 -> state dict -> model.
-    with open_hdf5(weights_path) as h5:
-        state_dict = convert_state_dict(h5, config)
-        model = ElmoModel(config)
-        load_converted_state_dict(model, state_dict)
-        model.eval()
-        # 3. Same numbers as the original computation?
-        max_diff = validate_converted_model(model, options, h5, atol=atol)
-    # 4. Save into a temporary sibling, then move into place.
     files = {"options": Path(options_path), "weights": Path(weights_path)}
-    described = [
-        {
-            "name": path.name,
-            "origin": (sources or {}).get(role, "local file"),
-            "bytes": path.stat().st_size,
-            "sha256": io_utils.sha256_of_file(path),
-        }
-        for role, path in files.items()
-    ]
+    reading = {role: Path((read_from or {}).get(role, path)) for role, path in files.items()}
+    try:
+        # 1. Options -> config.
+        options = read_options(reading["options"])
+        config = convert_config(options)
+        # 2. HDF5 -> state dict -> model.
+        with open_hdf5(reading["weights"]) as h5:
+            state_dict = convert_state_dict(h5, config)
+            model = ElmoModel(config)
+            load_converted_state_dict(model, state_dict)
+            model.eval()
+            # 3. Same numbers as the original computation?
+            max_diff = validate_converted_model(model, options, h5, atol=atol)
+        described = [
+            {
+                "name": path.name,
+                "origin": (sources or {}).get(role, "local file"),
+                "bytes": reading[role].stat().st_size,
+                "sha256": io_utils.sha256_of_file(reading[role]),
+            }
+            for role, path in files.items()
+        ]
+    except ValueError as error:  # messages name the files, not the paths they were read through
+        message = str(error)
+        for role in sorted(files, key=lambda role: -len(str(reading[role]))):
+            message = message.replace(str(reading[role]), str(files[role]))
+        if message == str(error):
+            raise
+        raise ValueError(message) from None
+    # 4. Save into a temporary sibling, then move into place.
     num_parameters = sum(p.numel() for p in model.parameters())
     metadata: dict[str, Any] = {
         "converted_from": (
@@ -287,7 +300,7 @@ def convert_release(
     check_atol(atol)
     check_output_dir(output_dir, overwrite, inputs=(cache_dir,) if cache_dir else ())
     check_release_reachable(release, cache_dir, base_url=base_url, force_download=force_download, use_mirror=use_mirror)
-    fetched = fetch_release(
+    with fetch_release(
         release,
         cache_dir,
         base_url=base_url,
@@ -296,16 +309,18 @@ def convert_release(
         attempts=attempts or DEFAULT_ATTEMPTS,
         retry_wait=retry_wait,
         progress=progress,
-    )
-    return convert(
-        fetched.paths["options"],
-        fetched.paths["weights"],
-        output_dir,
-        overwrite=overwrite,
-        atol=atol,
-        release=release,
-        sources=fetched.sources,
-    )
+        keep_open=True,  # read the files checked under the cache's lock, whatever the cache's path leads to later
+    ) as fetched:
+        return convert(
+            fetched.paths["options"],
+            fetched.paths["weights"],
+            output_dir,
+            overwrite=overwrite,
+            atol=atol,
+            release=release,
+            sources=fetched.sources,
+            read_from={role: fetched.reading_path(role) for role in FILE_ROLES},
+        )
 
 
 # ------------------------------------------------------------------------------------------------ CLI

@@ -351,23 +351,27 @@ def convert_efml(
     language: str | None = None,
     repository_id: int | None = None,
     sources: dict[str, str] | None = None,
+    read_from: str | os.PathLike | None = None,
 ) -> Path:
     """Convert the ELMoForManyLangs model in ``source`` (a folder, or a zip unpacked with `safe_extract_zip` into a
     temporary folder), check it against the float64 reference, and write ``output_dir`` atomically (safetensors,
     tokenizer with its vocabularies, code files, model card, ``conversion_metadata.json``). Returns the folder.
     ``architecture`` overrides the architecture json; ``language`` is the model's language code (``de``; a code of
-    the release table gets its name in the card). Raises `ValueError` naming the problem; nothing is written
-    then."""
+    the release table gets its name in the card). ``read_from`` is a path to read the zip ``source`` through
+    instead (`OpenedFile.reading_path`: a cached zip held open since it was checked); ``source`` still names it.
+    Raises `ValueError` naming the problem; nothing is written then."""
     from .. import ElmoModel, save_model_folder
 
     check_atol(atol)
     output_dir = check_output_dir(output_dir, overwrite, inputs=(source, architecture) if architecture else (source,))
     source = Path(source)
-    if not source.exists():
+    reading = Path(read_from) if read_from is not None else source
+    if not reading.exists():
         raise ValueError(f"{str(source)!r} does not exist.")
+    zipped = reading.is_file()
     with tempfile.TemporaryDirectory(prefix="elmo-efml-") as unpacked:
-        folder = safe_extract_zip(source, Path(unpacked) / "model") if source.is_file() else source
-        efml = read_efml_model(folder, architecture, shown_as=str(source) if source.is_file() else None)
+        folder = safe_extract_zip(reading, Path(unpacked) / "model", shown_as=source) if zipped else source
+        efml = read_efml_model(folder, architecture, shown_as=str(source) if zipped else None)
         config = efml_config(efml)
         model = ElmoModel(config)
         try:
@@ -379,15 +383,15 @@ def convert_efml(
         model.eval()
         tokenizer = efml_tokenizer(efml, config)
         differences = validate_efml_conversion(model, tokenizer, efml, validation_sentences(efml), atol)
-        inside = f"in {source.name}" if source.is_file() else "local folder"
+        inside = f"in {source.name}" if zipped else "local folder"
         files = [
             {"name": p.name, "origin": inside, "bytes": p.stat().st_size, "sha256": sha256_of_file(p)}
             for p in sorted(efml.folder.iterdir())
             if p.is_file()
         ]
-        if source.is_file():
+        if zipped:
             archive = {"name": source.name, "origin": (sources or {}).get("zip", "local file")}
-            files.insert(0, {**archive, "bytes": source.stat().st_size, "sha256": sha256_of_file(source)})
+            files.insert(0, {**archive, "bytes": reading.stat().st_size, "sha256": sha256_of_file(reading)})
     name = _language_name(language)
     metadata = {
         "converted_from": "ELMoForManyLangs model" + (f" ({name})" if name else ""),
@@ -453,16 +457,19 @@ def convert_efml_release(
         attempts=attempts or DEFAULT_ATTEMPTS,
         retry_wait=retry_wait,
         progress=progress,
+        keep_open=True,  # read the zip checked under the cache's lock, whatever the cache's path leads to later
     )
-    return convert_efml(
-        archive,
-        output_dir,
-        overwrite=overwrite,
-        atol=atol,
-        language=release.code,
-        repository_id=release.repository_id,
-        sources={"zip": where},
-    )
+    with archive:
+        return convert_efml(
+            archive.path,
+            output_dir,
+            overwrite=overwrite,
+            atol=atol,
+            language=release.code,
+            repository_id=release.repository_id,
+            sources={"zip": where},
+            read_from=archive.reading_path,
+        )
 
 
 __all__ = [

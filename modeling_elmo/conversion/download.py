@@ -122,6 +122,10 @@ class CacheFolder:
         """The path a message names for ``name``."""
         return self.path / name
 
+    def open_file(self, name: str, what: str = "the cached file") -> OpenedFile:
+        """``name`` in the opened folder, opened for reading (no link followed, a regular file) and held open."""
+        return OpenedFile(self.shown(name), self.open(name, os.O_RDONLY, what))
+
     def reading_path(self, name: str) -> Path:
         """A path that reads ``name`` in the opened folder wherever it now is (Linux's ``/proc/self/fd``), for
         readers that take a path (a checksum); elsewhere the path itself."""
@@ -198,6 +202,34 @@ class CacheFolder:
                 raise
         with open(source, "rb") as handle:
             self.write_atomic(name, iter(lambda: handle.read(_CHUNK), b""))
+
+
+class OpenedFile:
+    """A cache file held open (`CacheFolder.open_file`, under the cache's lock): `reading_path` reads that very file,
+    whatever its name or its folder's path lead to later (a folder swapped for a link to other files, a newer
+    download renamed over the name), so what is checked and what is read later are the same bytes. ``path`` is the
+    name messages use. Close it (or use it as a context manager) when done."""
+
+    def __init__(self, path: Path, fd: int) -> None:
+        self.path, self.fd = path, fd
+
+    @property
+    def reading_path(self) -> Path:
+        """A path that opens this file itself (Linux's ``/proc/self/fd/N``), for readers that take a path (h5py,
+        zipfile, a checksum); elsewhere the path itself."""
+        proc = Path("/proc/self/fd")
+        return proc / str(self.fd) if self.fd >= 0 and proc.is_dir() else self.path
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self) -> OpenedFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 #: How long a download waits for another process holding the release cache's lock before it gives up with a line.
@@ -724,6 +756,7 @@ __all__ = [
     "CacheFolder",
     "Download",
     "DownloadError",
+    "OpenedFile",
     "cache_lock",
     "download_file",
     "make_cache_folder",

@@ -89,20 +89,24 @@ PICKLE_MAGIC = (b"\x80\x02", b"PK\x03\x04")
 
 
 # --------------------------------------------------------------------------------------------------- the zip
-def safe_extract_zip(archive: str | os.PathLike, target: str | os.PathLike) -> Path:
+def safe_extract_zip(
+    archive: str | os.PathLike, target: str | os.PathLike, *, shown_as: str | os.PathLike | None = None
+) -> Path:
     """Unpack ``archive`` into the new folder ``target``; return it.
 
     Every member is checked before anything is written: an absolute path, a ``..`` component, a link or a device,
     or a total size above `MAX_UNPACKED_BYTES` is a `ValueError` naming the archive and the member. The members
-    are unpacked into a temporary sibling that becomes ``target`` only when complete.
+    are unpacked into a temporary sibling that becomes ``target`` only when complete. ``shown_as`` is the archive's
+    path in messages when ``archive`` is a path it is read through (a cached zip held open).
     """
     archive, target = Path(archive), Path(target)
+    named = Path(shown_as) if shown_as is not None else archive
     if target.exists():
-        raise ValueError(f"cannot unpack {archive.name} into {str(target)!r}: it exists.")
+        raise ValueError(f"cannot unpack {named.name} into {str(target)!r}: it exists.")
     try:
         handle = zipfile.ZipFile(archive)
     except (zipfile.BadZipFile, OSError) as error:
-        raise ValueError(f"{str(archive)!r} is not a readable zip archive ({error}).") from None
+        raise ValueError(f"{str(named)!r} is not a readable zip archive ({error}).") from None
     with handle:
         members = handle.infolist()
         total = packed = 0
@@ -111,17 +115,17 @@ def safe_extract_zip(archive: str | os.PathLike, target: str | os.PathLike) -> P
             parts = name.replace("\\", "/").split("/")
             if name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":") or ".." in parts:
                 raise ValueError(
-                    f"{archive.name} holds {shown(name)}, a path outside the folder it unpacks into; "
+                    f"{named.name} holds {shown(name)}, a path outside the folder it unpacks into; "
                     "nothing was unpacked."
                 )
             if not _plain_member(member):
                 raise ValueError(
-                    f"{archive.name} holds {shown(name)}, which is not a plain file or folder (a link?); "
+                    f"{named.name} holds {shown(name)}, which is not a plain file or folder (a link?); "
                     "nothing was unpacked."
                 )
             if member.file_size > max(SMALL_MEMBER_BYTES, MAX_MEMBER_RATIO * member.compress_size):
                 raise ValueError(
-                    f"{archive.name} holds {shown(name)}, which inflates from {member.compress_size:,} "
+                    f"{named.name} holds {shown(name)}, which inflates from {member.compress_size:,} "
                     f"to {member.file_size:,} bytes: no file of a model compresses so well (a zip bomb?); "
                     "nothing was unpacked."
                 )
@@ -131,12 +135,12 @@ def safe_extract_zip(archive: str | os.PathLike, target: str | os.PathLike) -> P
         packed = min(packed, archive.stat().st_size)
         if total > max(SMALL_MEMBER_BYTES, MAX_MEMBER_RATIO * packed):
             raise ValueError(
-                f"{archive.name} inflates from {packed:,} to {total:,} bytes in all: no model compresses so well "
+                f"{named.name} inflates from {packed:,} to {total:,} bytes in all: no model compresses so well "
                 "(a zip bomb?); nothing was unpacked."
             )
         if total > MAX_UNPACKED_BYTES:
             raise ValueError(
-                f"{archive.name} unpacks to {total:,} bytes, more than a model can hold "
+                f"{named.name} unpacks to {total:,} bytes, more than a model can hold "
                 f"({MAX_UNPACKED_BYTES:,}); nothing was unpacked."
             )
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -146,17 +150,17 @@ def safe_extract_zip(archive: str | os.PathLike, target: str | os.PathLike) -> P
             for member in members:
                 destination = (staging / member.filename).resolve()
                 if root not in destination.parents and destination != root:  # belt and braces after the checks
-                    raise ValueError(f"{archive.name} holds {member.filename!r}, a path outside the folder.")
+                    raise ValueError(f"{named.name} holds {member.filename!r}, a path outside the folder.")
                 if member.is_dir():
                     destination.mkdir(parents=True, exist_ok=True)
                     continue
                 destination.parent.mkdir(parents=True, exist_ok=True)
-                _extract_member(handle, member, destination, archive.name)
+                _extract_member(handle, member, destination, named.name)
             os.replace(staging, target)
         except BaseException as error:
             shutil.rmtree(staging, ignore_errors=True)
             if isinstance(error, (zipfile.BadZipFile, EOFError, OSError)):
-                raise ValueError(f"cannot unpack {archive.name}: {error_line(error, 200)}.") from None
+                raise ValueError(f"cannot unpack {named.name}: {error_line(error, 200)}.") from None
             raise
     return target
 

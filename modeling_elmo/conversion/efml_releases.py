@@ -22,6 +22,7 @@ from .download import (
     DEFAULT_ATTEMPTS,
     CacheFolder,
     DownloadError,
+    OpenedFile,
     cache_lock,
     download_file,
     make_cache_folder,
@@ -131,18 +132,38 @@ def fetch_efml_release(
     attempts: int = DEFAULT_ATTEMPTS,
     retry_wait: float = 1.0,
     progress: bool = True,
-) -> tuple[Path, str]:
+    keep_open: bool = False,
+) -> tuple[Path | OpenedFile, str]:
     """Make sure ``release``'s zip is in the cache, checked; return its path and where it came from.
 
     A cached zip is checked again and used without any request (unless ``force_download``). Otherwise it is
     downloaded from the NLPL repository (``base_url``) through `download_file`, which keeps an interrupted
     download as ``<id>.zip.part`` and resumes it next time; when that fails and a Hub ``mirror`` is named (or
-    ``$ELMO_EFML_HUB_MIRROR``), the zip is fetched from there. Raises `DownloadError`.
+    ``$ELMO_EFML_HUB_MIRROR``), the zip is fetched from there. The zip is checked once more as it is opened at the
+    end (no link followed); with ``keep_open`` that open file (`OpenedFile`; close it) comes back instead of the
+    path, and a reader of its ``reading_path`` reads the bytes checked here even when the folder's path is swapped
+    for a link to another zip once the lock is released. Raises `DownloadError`.
     """
     release = get_efml_release(release) if isinstance(release, str) else release
     folder = make_cache_folder(Path(cache_dir if cache_dir is not None else default_cache_dir()) / release.name)
     with cache_lock(folder) as cache:  # one writer at a time; every file written in the folder as opened
-        return _fetch_zip_locked(release, cache, base_url, mirror, force_download, attempts, retry_wait, progress)
+        destination, where = _fetch_zip_locked(
+            release, cache, base_url, mirror, force_download, attempts, retry_wait, progress
+        )
+        opened = cache.open_file(destination.name)  # the zip as it is read later, checked as opened
+        try:
+            try:
+                _check_zip(release, opened.reading_path, f"the cache ({destination})")
+            except DownloadError as error:
+                raise DownloadError(f"{error} Delete it or rerun with --force-download.") from None
+            cache.check()
+        except BaseException:
+            opened.close()
+            raise
+    if keep_open:
+        return opened, where
+    opened.close()
+    return destination, where
 
 
 def _fetch_zip_locked(
@@ -161,11 +182,7 @@ def _fetch_zip_locked(
         cache.check()
         cache.discard_part(destination.name)
     elif cache.is_regular_or_absent(destination.name, "the cached file"):
-        cache.check()  # a file found through a folder swapped meanwhile is not the cache's
-        try:
-            _check_zip(release, cache.reading_path(destination.name), f"the cache ({destination})")
-        except DownloadError as error:
-            raise DownloadError(f"{error} Delete it or rerun with --force-download.") from None
+        cache.check()  # a file found through a folder swapped meanwhile is not the cache's; checked once opened
         return destination, read_origin(destination, url, cache)
     try:
         download_file(

@@ -47,6 +47,7 @@ from .download import (
     DEFAULT_ATTEMPTS,
     CacheFolder,
     DownloadError,
+    OpenedFile,
     cache_lock,
     download_file,
     make_cache_folder,
@@ -328,12 +329,29 @@ def check_file(release: Release, role: str, path: Path, where: str) -> None:
 @dataclasses.dataclass
 class FetchedRelease:
     """Where a release's files are now (``paths``), where they came from (``sources``, a URL or ``hf://``), and
-    which were already in the cache (``cached``)."""
+    which were already in the cache (``cached``). With `fetch_release`'s ``keep_open``, ``opened`` holds each file as
+    it was checked under the cache's lock, open (`reading_path`); close it (or use it as a context manager)."""
 
     release: Release
     paths: dict[str, Path]
     sources: dict[str, str]
     cached: dict[str, bool]
+    opened: dict[str, OpenedFile] = dataclasses.field(default_factory=dict)
+
+    def reading_path(self, role: str) -> Path:
+        """Where to read ``role``'s file: the very file that was checked (`OpenedFile.reading_path`, whatever the
+        cache folder's path leads to now) when it is held open, else its path in the cache."""
+        return self.opened[role].reading_path if role in self.opened else self.paths[role]
+
+    def close(self) -> None:
+        for opened in self.opened.values():
+            opened.close()
+
+    def __enter__(self) -> FetchedRelease:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _fetch_from_mirror(release: Release, role: str, destination: Path, cache: CacheFolder) -> str:
@@ -373,6 +391,7 @@ def fetch_release(
     retry_wait: float = 1.0,
     progress: bool = True,
     deadlines: Mapping[str, float] | None = None,
+    keep_open: bool = False,
 ) -> FetchedRelease:
     """Make sure ``release``'s ``options.json`` and ``weights.hdf5`` are in the cache, checked; return where.
 
@@ -383,8 +402,10 @@ def fetch_release(
     Hub mirror, from the mirror. Where each file came from is kept next to it (``<name>.source``; the URL that
     answered, with the one asked for when a redirect led elsewhere). While it works, the call holds a lock on the
     release's cache folder: a second call for the same cache waits for it. A file may take at most
-    ``deadlines[role]`` seconds (default: see `download_file`). Raises `DownloadError` (one line: file, source,
-    problem).
+    ``deadlines[role]`` seconds (default: see `download_file`). Every file is checked once more as it is opened at
+    the end (no link followed); with ``keep_open`` it stays open (`FetchedRelease.opened`), and a reader of
+    `FetchedRelease.reading_path` reads the bytes checked here even when the folder's path is swapped for a link to
+    other files once the lock is released. Raises `DownloadError` (one line: file, source, problem).
     """
     release = get_release(release) if isinstance(release, str) else release
     folder = make_cache_folder(release_cache_dir(release, cache_dir))
@@ -399,6 +420,7 @@ def fetch_release(
             retry_wait=retry_wait,
             progress=progress,
             deadlines=deadlines or {},
+            keep_open=keep_open,
         )
 
 
@@ -421,52 +443,94 @@ def _fetch_locked(
     retry_wait: float,
     progress: bool,
     deadlines: Mapping[str, float],
+    keep_open: bool,
 ) -> FetchedRelease:
-    paths, sources, cached = {}, {}, {}
-    for role in FILE_ROLES:
-        destination = cache.path / release.filename(role)
-        url = release.url(role, base_url)
-        if force_download:  # the cached file stays until the new one replaces it
-            cache.discard_part(destination.name)
-        elif cache.is_regular_or_absent(destination.name, "the cached file"):
-            cache.check()  # a file found through a folder swapped meanwhile is not the cache's
-            try:
-                check_file(release, role, cache.reading_path(destination.name), f"the cache ({destination})")
-            except DownloadError as error:
-                raise DownloadError(f"{error} Delete it or rerun with --force-download.") from None
-            sources[role] = read_origin(destination, url, cache)
-            paths[role], cached[role] = destination, True
-            logger.info("using the cached %s", destination)
-            continue
-        try:
-            downloaded = download_file(
-                url,
-                destination,
+    fetched = FetchedRelease(release=release, paths={}, sources={}, cached={})
+    try:
+        for role in FILE_ROLES:
+            _fetch_file_locked(
+                release,
+                role,
+                cache,
+                fetched,
+                base_url=base_url,
+                force_download=force_download,
+                use_mirror=use_mirror,
                 attempts=attempts,
                 retry_wait=retry_wait,
                 progress=progress,
-                check_size=lambda size, role=role: size_problem(release, role, size),
-                check_complete=lambda path, role=role, url=url: check_file(release, role, path, url),
-                max_bytes=max_size(release, role),
-                deadline=deadlines.get(role),
-                cache=cache,
+                deadlines=deadlines,
             )
-            sources[role] = downloaded.source
-        except DownloadError as error:
-            if not (use_mirror and release.mirror is not None and role in release.mirror.filenames):
-                raise
-            logger.info("%s; trying the Hub mirror %s", error, release.mirror.repo_id)
+            destination = fetched.paths[role]
+            # the file as it is read later: opened here (no link followed) and checked as opened
+            fetched.opened[role] = opened = cache.open_file(destination.name)
             try:
-                cache.check()
-                sources[role] = _fetch_from_mirror(release, role, destination, cache)
-            except DownloadError as mirror_error:
-                raise DownloadError(f"{str(error).rstrip('.')}; {mirror_error}") from None
-            cache.discard_part(destination.name)  # an unfinished primary download is of no use now
-        cache.check()
-        cache.write_atomic(origin_path(destination).name, (sources[role] + "\n").encode("utf-8"))
-        paths[role], cached[role] = destination, False
-    cache.check()  # the paths returned lead to the files checked here
-    return FetchedRelease(release=release, paths=paths, sources=sources, cached=cached)
+                check_file(release, role, opened.reading_path, f"the cache ({destination})")
+            except DownloadError as error:
+                raise DownloadError(f"{error} Delete it or rerun with --force-download.") from None
+        cache.check()  # the paths returned lead to the files checked here
+    except BaseException:
+        fetched.close()
+        raise
+    if not keep_open:
+        fetched.close()
+        fetched.opened = {}
+    return fetched
+
+
+def _fetch_file_locked(
+    release: Release,
+    role: str,
+    cache: CacheFolder,
+    fetched: FetchedRelease,
+    *,
+    base_url: str | None,
+    force_download: bool,
+    use_mirror: bool,
+    attempts: int,
+    retry_wait: float,
+    progress: bool,
+    deadlines: Mapping[str, float],
+) -> None:
+    """Put ``role``'s file into the cache (or find it there) and record it in ``fetched``."""
+    paths, sources, cached = fetched.paths, fetched.sources, fetched.cached
+    destination = cache.path / release.filename(role)
+    url = release.url(role, base_url)
+    if force_download:  # the cached file stays until the new one replaces it
+        cache.discard_part(destination.name)
+    elif cache.is_regular_or_absent(destination.name, "the cached file"):
+        cache.check()  # a file found through a folder swapped meanwhile is not the cache's
+        sources[role] = read_origin(destination, url, cache)
+        paths[role], cached[role] = destination, True
+        logger.info("using the cached %s", destination)
+        return
+    try:
+        downloaded = download_file(
+            url,
+            destination,
+            attempts=attempts,
+            retry_wait=retry_wait,
+            progress=progress,
+            check_size=lambda size, role=role: size_problem(release, role, size),
+            check_complete=lambda path, role=role, url=url: check_file(release, role, path, url),
+            max_bytes=max_size(release, role),
+            deadline=deadlines.get(role),
+            cache=cache,
+        )
+        sources[role] = downloaded.source
+    except DownloadError as error:
+        if not (use_mirror and release.mirror is not None and role in release.mirror.filenames):
+            raise
+        logger.info("%s; trying the Hub mirror %s", error, release.mirror.repo_id)
+        try:
+            cache.check()
+            sources[role] = _fetch_from_mirror(release, role, destination, cache)
+        except DownloadError as mirror_error:
+            raise DownloadError(f"{str(error).rstrip('.')}; {mirror_error}") from None
+        cache.discard_part(destination.name)  # an unfinished primary download is of no use now
+    cache.check()
+    cache.write_atomic(origin_path(destination).name, (sources[role] + "\n").encode("utf-8"))
+    paths[role], cached[role] = destination, False
 
 
 __all__ = [
