@@ -633,6 +633,48 @@ def test_a_damaged_cached_weight_file_read_through_its_open_descriptor_is_named_
     assert server.requests == [] and not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("planted", ["FIFO", "folder", "hard link"])
+def test_a_fifo_a_folder_or_a_hard_link_at_the_cache_lock_is_refused_naming_it(
+    server, served, release, tmp_path, planted
+):
+    """The ``.<release>.lock`` file beside the cache folder is opened without following a link (a link there:
+    `test_links_planted_for_the_record_the_cached_file_the_lock_or_the_release_folder_are_refused`), must be a regular
+    file (a FIFO is not waited on) and have one name (a hard link to another user's file is not opened for writing)."""
+    folder = _cache(tmp_path, release)
+    folder.mkdir(parents=True)
+    lock = folder.with_name(f".{folder.name}.lock")
+    victim = tmp_path / "victim"
+    victim.write_text("another user's file")
+    if planted == "FIFO":
+        os.mkfifo(lock)
+        problem = "is a FIFO, not a regular file"
+    elif planted == "folder":
+        lock.mkdir()
+        problem = "is a folder, not a regular file"
+    else:
+        os.link(victim, lock)
+        problem = "is a hard link to another file (2 names share it)"
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(
+            [
+                "convert",
+                "--release",
+                "original",
+                "--base-url",
+                server.url,
+                "--cache-dir",
+                str(tmp_path / "cache"),
+                "--output",
+                str(tmp_path / "out"),
+            ]
+        )
+    message = str(exit_.value.code)
+    assert message.startswith(f"elmo convert: error: the cache's lock file {str(lock)!r} {problem}; refusing"), message
+    assert "\n" not in message
+    assert victim.read_text() == "another user's file"
+    assert server.requests == [] and list(folder.iterdir()) == [] and not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("same_file_system", [True, False], ids=["renamed", "copied across file systems"])
 def test_a_file_staged_outside_the_cache_is_installed_in_the_folder_as_opened(tmp_path, monkeypatch, same_file_system):
     """The Hub mirror's file (staged outside the cache, since the Hub client writes by path) reaches the folder that

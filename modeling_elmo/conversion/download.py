@@ -88,11 +88,11 @@ class CacheFolder:
     opened, wherever it now is). `check` says whether the path still leads to it, so that a download stops with a
     line instead of finishing in a folder no one will look in. Names are file names in the folder (no ``/``)."""
 
-    def __init__(self, path: str | os.PathLike, *, follow_link: bool = False) -> None:
+    def __init__(self, path: str | os.PathLike, *, follow_link: bool = False, parent_fd: int | None = None) -> None:
         self.path = Path(path)
         flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | (0 if follow_link else os.O_NOFOLLOW)
-        try:
-            self.fd = os.open(self.path, flags)
+        try:  # with ``parent_fd``, the folder's name is opened in that open parent
+            self.fd = os.open(self.path if parent_fd is None else self.path.name, flags, dir_fd=parent_fd)
         except OSError as error:
             raise ValueError(
                 f"the release cache folder {str(self.path)!r} is not a folder of its own ({error.strerror or error}); "
@@ -275,7 +275,10 @@ def _lock_holders(fd: int) -> str:
 @contextlib.contextmanager
 def cache_lock(folder: Path) -> Iterator[CacheFolder]:
     """Hold an exclusive `fcntl.flock` on ``.<release>.lock`` beside the release's cache folder (the file stays; a
-    lock dies with its process); yield the folder, opened (`CacheFolder`).
+    lock dies with its process); yield the folder, opened (`CacheFolder`). The lock file is opened without following
+    a link and must be a regular file of one name: a link, a FIFO, a folder or a hard link to another file planted
+    there is a `ValueError` naming it, and nothing is opened through it. The lock and the folder are both opened in
+    their parent folder, opened once.
 
     A second download of the same release into the same cache waits for the first one and then finds its files
     complete in the cache, instead of writing the same ``.part`` at the same time. While it waits it says for whom
@@ -288,16 +291,26 @@ def cache_lock(folder: Path) -> Iterator[CacheFolder]:
     """
     import fcntl
 
-    cache = CacheFolder(folder)
-    path = folder.with_name(f".{folder.name}.lock")
-    try:
-        handle = os.fdopen(open_regular(path, os.O_RDWR | os.O_CREAT, "the cache's lock file"), "rb")
+    path, what = folder.with_name(f".{folder.name}.lock"), "the cache's lock file"
+    try:  # the folder and its lock are opened in one open parent: siblings, however the parent's path changes
+        parent = os.open(folder.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as error:
-        cache.close()
-        raise DownloadError(f"cannot write in the release cache folder {folder}: {error.strerror or error}.") from None
-    except ValueError:
-        cache.close()
-        raise
+        raise DownloadError(f"cannot open the release cache folder {folder}: {error.strerror or error}.") from None
+    try:
+        cache = CacheFolder(folder, parent_fd=parent)
+        try:  # never through a link, a FIFO or a hard link to another file: a `ValueError` naming the lock file
+            handle = os.fdopen(open_regular(path, os.O_RDWR | os.O_CREAT, what, folder_fd=parent), "rb")
+        except OSError as error:
+            cache.close()
+            check_regular_or_absent(path, what, folder_fd=parent)  # a folder planted there is named as one
+            raise DownloadError(
+                f"cannot write in the release cache folder {folder}: {error.strerror or error}."
+            ) from None
+        except ValueError:
+            cache.close()
+            raise
+    finally:
+        os.close(parent)
     with handle:
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
