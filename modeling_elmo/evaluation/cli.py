@@ -164,8 +164,9 @@ def load_model_and_tokenizer(model: str, device: torch.device, need_lm: bool):
         ) from None
     if Path(model).is_dir():
         check_safetensors_files(model)  # a truncated or damaged file: one line, before anything is allocated
-        if need_lm and config.vocab_size > 4:  # streamed, before the model or the word mapping is built
-            _check_vocabulary_size(model, vocabulary_size_of(RunFolder(model).vocab_file), config.vocab_size)
+        vocab_file = RunFolder(model).vocab_file
+        if need_lm and config.vocab_size > 4 and vocab_file.is_file():  # streamed, before anything is built
+            _check_vocabulary_size(model, vocabulary_size_of(vocab_file), config.vocab_size)
     lm = None
     if config.vocab_size > 4:
         lm, info = _load_checked(
