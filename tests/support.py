@@ -169,3 +169,41 @@ def left_by_a_killed_run(output: Path, kind: str, command: str, *, content: bool
         patch.setattr(os, "getpid", lambda: pid)
         patch.setattr(manifest, "_run_token", lambda: "a-killed-run")
         return manifest.new_temporary(output, kind, command, content=content)
+
+
+#: Runs ``elmo ARGS`` in this process and writes its peak resident memory (kilobytes, Linux) as the last line of
+#: stderr, whether the command ends well or not: ``VmHWM`` of its own memory map (``getrusage``'s ``ru_maxrss`` starts
+#: at the peak of the process that started it).
+_PEAK_MEMORY_DRIVER = textwrap.dedent(
+    """
+    import re, sys
+    from modeling_elmo.cli import main
+    try:
+        code = main(sys.argv[1:])
+    except SystemExit as exit:
+        code = exit.code
+    if isinstance(code, str):  # the one-line error of the command
+        sys.stderr.write(code + "\\n")
+        code = 1
+    with open("/proc/self/status") as status:
+        peak = re.search(r"VmHWM:\\s*(\\d+) kB", status.read()).group(1)
+    sys.stderr.write(f"\\npeak-kb {peak}\\n")
+    sys.exit(code)
+    """
+)
+
+
+def elmo_peak_memory(*args: Any, cwd: Path | None = None) -> tuple[int, str, int]:
+    """``elmo ARGS`` in a fresh process: (exit status, its stderr without the last line, peak resident bytes)."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    done = subprocess.run(
+        [sys.executable, "-c", _PEAK_MEMORY_DRIVER, *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=600,
+    )
+    err, _, last = done.stderr.rstrip().rpartition("\n")
+    assert last.startswith("peak-kb "), done.stderr[-2000:]
+    return done.returncode, err, int(last.split()[1]) * 1024

@@ -420,6 +420,32 @@ def test_a_line_of_megabytes_is_one_line_read_in_memory_bounded_by_a_block(tmp_p
     assert not (tmp_path / "out.h5").exists()
 
 
+@pytest.mark.slow
+def test_a_line_holding_one_huge_word_is_refused_with_memory_bounded_by_the_line_limit(tmp_path, tiny_model_dir):
+    """Issue 35, M5: one 1 GB line holding one word, scaled to 64 MiB. The word alone could be embedded (it is cut to
+    the model's characters per token), but the line is the sentence: the output's sentence-to-index map (and
+    ``--use-sentence-keys``) keeps its whole text, so it is refused once MAX_LINE_BYTES of it are read, with memory
+    bounded by that limit, not by the line."""
+    from support import elmo_peak_memory
+
+    from modeling_elmo.utils.io_utils import MAX_LINE_BYTES
+
+    line = 64 * 2**20
+    (tmp_path / "small.txt").write_text("a short line\n")
+    (tmp_path / "huge.txt").write_bytes(b"a short line\n" + b"w" * line + b"\nanother\n")
+    peaks = {}
+    for name in ("small", "huge"):
+        args = ("embed", tmp_path / f"{name}.txt", tmp_path / f"{name}.h5", "--model", tiny_model_dir, "--top")
+        code, err, peaks[name] = elmo_peak_memory(*args, "--no-progress")
+        assert code == (1 if name == "huge" else 0), err[-2000:]
+    assert err.splitlines()[-1] == (
+        f"elmo embed: error: input file {str(tmp_path / 'huge.txt')!r}: line 1 has more than {MAX_LINE_BYTES:,} "
+        f"bytes; a line is one sentence, embedded whole (at most {MAX_LINE_BYTES:,} bytes and 100,000 tokens)."
+    )
+    assert not (tmp_path / "huge.h5").exists()
+    assert peaks["huge"] - peaks["small"] < 4 * MAX_LINE_BYTES < line // 2, peaks
+
+
 def test_a_sentence_of_more_tokens_than_one_is_embedded_with_is_one_line(tmp_path, tiny_model_dir):
     write_lines(tmp_path / "in.txt", ["a short line", "w " * 120_000])
     message = _cli_error(tmp_path, tiny_model_dir)

@@ -330,3 +330,31 @@ def test_a_dataset_name_of_megabytes_is_cut_in_the_card_and_its_metadata():
     assert "corpus" + "x" * (MAX_SHOWN_CHARACTERS - 6) + "…" in text
     for entry in ModelCardData(**card.data.to_dict()).eval_results:
         assert len(entry.dataset_name) <= MAX_SHOWN_CHARACTERS and len(entry.dataset_type) <= MAX_SHOWN_CHARACTERS
+
+
+def test_a_card_shows_a_bounded_number_of_rows_and_counts_the_rest(tmp_path):
+    """Issue 35, M7: the card listed every row of a results file (130,000) in the text and the model-index; each
+    table now shows the first MAX_CARD_ROWS rows and says how many more the results file holds, and the model-index
+    holds the first MAX_INDEXED_RESULTS entries."""
+    from modeling_elmo.hub.card import MAX_CARD_ROWS, MAX_INDEXED_RESULTS
+
+    scores = [
+        ScoreResult("probe-pos", "ud", "test", f"layer {i}", "accuracy", i / 1000, MIN_INDEXED_EXAMPLES)
+        for i in range(MAX_CARD_ROWS + 150)
+    ]
+    perplexity = [
+        PerplexityResult(f"text{i}.txt", "held-out", 20.0, 21.0, 20.5, 100, 3, 0.01) for i in range(MAX_CARD_ROWS + 1)
+    ]
+    results = EvaluationResults.now("m", "elmo evaluate", perplexity=perplexity, scores=scores)
+    config = make_config(architectures=["ElmoForBidirectionalLM"], vocab_size=40)
+    card, _ = build_model_card(config, "me/elmo", CardInputs(results=[results]), num_parameters=10)
+    assert sum(line.startswith("| probe-pos |") for line in card.text.splitlines()) == MAX_CARD_ROWS
+    assert sum(line.startswith("| text") for line in card.text.splitlines()) == MAX_CARD_ROWS
+    assert "Not shown here: 1 more of these rows, in eval_results.json." in card.text
+    assert "Not shown here: 150 more of these rows, in eval_results.json." in card.text
+    total = 3 * len(perplexity) + len(scores)
+    assert f"The `model-index` holds the first {MAX_INDEXED_RESULTS} of these {total:,} numbers." in card.text
+    assert len(card.data.eval_results) == MAX_INDEXED_RESULTS
+    assert [e.metric_name for e in card.data.eval_results[:3]] == [
+        f"Perplexity ({c})" for c in ("forward", "backward", "average")
+    ]

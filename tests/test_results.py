@@ -180,3 +180,83 @@ def test_reading_a_results_file_resolves_each_schema_class_once_not_once_per_ent
     )
     assert len(read_results(path).scores) == 5000
     assert len(resolved) == len(set(resolved)) <= 5
+
+
+# ----------------------------------------------------------------------------------------------- issue 35, M7
+# A valid results file of 130,000 entries (91 MB) ran `elmo push` past 300 s and 3 GB. A results file is now refused
+# past MAX_RESULTS_BYTES before it is parsed, and past MAX_RESULTS_ENTRIES records before any record is built;
+# `write_results` refuses to write what `read_results` would refuse.
+def _scores(n: int) -> EvaluationResults:
+    score = ScoreResult("probe-pos", "ud", "test", "layer 0", "accuracy", 0.5, 100)
+    return EvaluationResults.now("m", "elmo evaluate", scores=[score] * n)
+
+
+def test_a_results_file_past_the_size_limit_is_refused_in_one_line_before_it_is_parsed(tmp_path, monkeypatch):
+    from modeling_elmo.utils import io_utils, results
+
+    path = tmp_path / "eval_results.json"
+    path.write_text(json.dumps(_scores(3).to_dict()) + " " * 2000)
+    monkeypatch.setattr(results, "MAX_RESULTS_BYTES", 1000)
+    monkeypatch.setattr(io_utils, "read_json", lambda *a: pytest.fail("the file was parsed"))
+    with pytest.raises(ValueError) as error:
+        read_results(path)
+    size = path.stat().st_size
+    assert str(error.value) == (
+        f"results file {path}: {size:,} bytes, more than the 1,000 a results file may have (an evaluation writes a "
+        "few kilobytes)."
+    )
+
+
+def test_a_results_file_past_the_entry_limit_is_refused_before_a_record_is_built(tmp_path, monkeypatch):
+    from modeling_elmo.utils import results
+
+    path = write_results(tmp_path / "eval_results.json", _scores(101))
+    monkeypatch.setattr(results, "MAX_RESULTS_ENTRIES", 100)
+    monkeypatch.setattr(results, "_decode", lambda *a: pytest.fail("records were built"))
+    with pytest.raises(ValueError, match=r"eval_results.json: 101 perplexity and score records, more than the 100 "):
+        read_results(path)
+    with pytest.raises(ValueError, match=r"refusing to write .*: 101 perplexity and score records"):
+        write_results(tmp_path / "again.json", _scores(101))
+    assert not (tmp_path / "again.json").exists()
+
+
+def test_the_limits_admit_a_results_file_of_the_most_entries():
+    from modeling_elmo.utils.results import MAX_RESULTS_BYTES, MAX_RESULTS_ENTRIES
+
+    text = json.dumps(_scores(MAX_RESULTS_ENTRIES).to_dict(), indent=2)
+    assert len(text) < MAX_RESULTS_BYTES // 4  # the bytes limit never refuses what the entry limit admits
+
+
+@pytest.mark.slow
+def test_push_of_results_files_takes_memory_in_proportion_and_refuses_one_past_the_limit(tmp_path):
+    """`elmo push --dry-run` of a model whose results file holds the most records a file may (10,000), and of one
+    whose file is past the size limit (refused before it is parsed), against the same push with one record."""
+    import torch
+    from support import elmo_peak_memory
+
+    from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer, save_model_folder
+    from modeling_elmo.utils.results import MAX_RESULTS_BYTES, MAX_RESULTS_ENTRIES
+
+    config = ElmoConfig(projection_dim=8, cell_size=16, char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 8]])
+    torch.manual_seed(0)
+    peaks, sizes = {}, {}
+    for name in ("one", "most", "over"):
+        model = tmp_path / name / "model"
+        save_model_folder(ElmoModel(config), ElmoTokenizer(), model)
+        results = model / "eval_results.json"
+        write_results(results, _scores(MAX_RESULTS_ENTRIES if name == "most" else 1))
+        if name == "over":  # still valid JSON
+            results.write_text(results.read_text() + " " * MAX_RESULTS_BYTES)
+        sizes[name] = results.stat().st_size
+        code, err, peaks[name] = elmo_peak_memory(
+            "push", model, "--repo-id", "me/elmo", "--dry-run", "--output-dir", tmp_path / name / "out"
+        )
+        assert code == (1 if name == "over" else 0), err[-2000:]
+    assert err.splitlines()[-1] == (
+        f"elmo push: error: results file {tmp_path / 'over' / 'model' / 'eval_results.json'}: {sizes['over']:,} "
+        f"bytes, more than the {MAX_RESULTS_BYTES:,} a results file may have (an evaluation writes a few kilobytes)."
+    )
+    card = (tmp_path / "most" / "out" / "README.md").read_text()
+    assert len(card) < 100_000 and f"Not shown here: {MAX_RESULTS_ENTRIES - 100:,} more of these rows" in card
+    assert peaks["most"] - peaks["one"] < 8 * sizes["most"], (peaks, sizes)
+    assert peaks["over"] - peaks["one"] < sizes["over"] // 4, (peaks, sizes)

@@ -29,6 +29,7 @@ from ..embedding.inference import (
     check_loading_info,
     check_safetensors_files,
     check_weights_fit_config,
+    load_elmo_tokenizer,
     quiet_load_report,
     refuse_nonfinite_weights,
 )
@@ -37,6 +38,7 @@ from ..folders.run_folder import EvaluationFolder, RunFolder
 from ..utils.io_utils import atomic_write_text
 from ..utils.loading import check_model_location, refuse_pickled_weights
 from ..utils.results import EvaluationResults, read_results, write_results
+from ..utils.vocab_file import vocabulary_size_of
 from . import data as ev_data
 from .metrics import mcnemar_exact, most_frequent_tag_accuracy
 from .report import markdown_report, score_records, write_plots
@@ -162,6 +164,9 @@ def load_model_and_tokenizer(model: str, device: torch.device, need_lm: bool):
         ) from None
     if Path(model).is_dir():
         check_safetensors_files(model)  # a truncated or damaged file: one line, before anything is allocated
+        vocab_file = RunFolder(model).vocab_file
+        if need_lm and config.vocab_size > 4 and vocab_file.is_file():  # streamed, before anything is built
+            _check_vocabulary_size(model, vocabulary_size_of(vocab_file), config.vocab_size)
     lm = None
     if config.vocab_size > 4:
         lm, info = _load_checked(
@@ -185,20 +190,25 @@ def load_model_and_tokenizer(model: str, device: torch.device, need_lm: bool):
     path = Path(model)
     if path.is_dir() and not RunFolder(path).has_tokenizer() and not RunFolder(path).vocab_file.exists():
         tokenizer = ElmoTokenizer()  # character ids need no files; word ids (perplexity) do
-    else:
-        tokenizer = ElmoTokenizer.from_pretrained(model)
+    else:  # only the perplexity maps words to ids: the probes never build the word mapping
+        tokenizer = load_elmo_tokenizer(model, words=need_lm)
     if tokenizer.max_characters_per_token != config.max_characters_per_token:
         raise ValueError(
             f"the tokenizer of model {model!r} writes {tokenizer.max_characters_per_token} characters "
             f"per word but the model reads {config.max_characters_per_token} (config.json); the two files "
             "belong to different models"
         )
-    if need_lm and lm is not None and tokenizer.vocab_size != config.vocab_size:
-        raise ValueError(
-            f"the vocabulary of model {model!r} has {tokenizer.vocab_size} words but its softmax has "
-            f"{config.vocab_size} rows (config.json vocab_size): the perplexity would score other words."
-        )
+    if need_lm and lm is not None:
+        _check_vocabulary_size(model, tokenizer.vocab_size, config.vocab_size)
     return lm, base, tokenizer, config
+
+
+def _check_vocabulary_size(model: str, words: int, rows: int) -> None:
+    if words != rows:
+        raise ValueError(
+            f"the vocabulary of model {model!r} has {words} words but its softmax has {rows} rows (config.json "
+            "vocab_size): the perplexity would score other words."
+        )
 
 
 def _load_checked(model_class, model: str, config, **ignore):

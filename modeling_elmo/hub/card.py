@@ -90,6 +90,11 @@ METRIC_NAMES = {"accuracy": "Accuracy", "accuracy_ties_half": "Accuracy, ties as
 #: A score decided on fewer examples (WSD occurrences that are not ties, dev sentences, tokens) stays out of the
 #: ``model-index``: at 3 examples an accuracy of 0.0 or 1.0 says nothing about the model.
 MIN_INDEXED_EXAMPLES = 50
+#: The most rows each results table of the card shows, and the most entries of its ``model-index``: the rest are
+#: counted in the card ("N more in eval_results.json"), so that a results file of any length gives a card of bounded
+#: size (an evaluation writes tens of records).
+MAX_CARD_ROWS = 100
+MAX_INDEXED_RESULTS = 100
 #: Model licences that let anyone use the model for anything (the data-licence warning applies to them).
 PERMISSIVE_LICENSES = frozenset({"apache-2.0", "mit", "bsd-2-clause", "bsd-3-clause", "cc-by-4.0", "cc0-1.0"})
 #: Data licences that do not allow every use, and words that say the licence is not known.
@@ -346,13 +351,13 @@ def _split_for_hub(split: str) -> str | None:
 
 
 # ----------------------------------------------------------------------------------------------- sections
-def eval_results_for_hub(results: Sequence[EvaluationResults]) -> list:
-    """`huggingface_hub.EvalResult` entries of the model's own numbers: the LM's perplexities (not the unigram
-    baseline's, not the untrained model's) and the probe scores that are defined and decided on at least
-    `MIN_INDEXED_EXAMPLES` examples."""
+def eval_results_for_hub(results: Sequence[EvaluationResults], limit: int = MAX_INDEXED_RESULTS) -> list:
+    """`huggingface_hub.EvalResult` entries of the model's own numbers, the first ``limit`` of them: the LM's
+    perplexities (not the unigram baseline's, not the untrained model's) and the probe scores that are defined and
+    decided on at least `MIN_INDEXED_EXAMPLES` examples (`_indexed_count` counts them all)."""
     from huggingface_hub import EvalResult
 
-    entries = []
+    entries: list = []
     for result in results:
         for p in result.perplexity:
             for column in ("forward", "backward", "average"):
@@ -368,9 +373,9 @@ def eval_results_for_hub(results: Sequence[EvaluationResults]) -> list:
                         metric_value=round(getattr(p, column), 4),
                     )
                 )
-        for s in result.scores:
-            if s.value is None or s.examples < MIN_INDEXED_EXAMPLES:
-                continue
+                if len(entries) >= limit:
+                    return entries
+        for s in filter(_indexed, result.scores):
             entries.append(
                 EvalResult(
                     task_type=TASK_TYPES.get(s.task, "other"),
@@ -383,7 +388,25 @@ def eval_results_for_hub(results: Sequence[EvaluationResults]) -> list:
                     metric_value=round(s.value, 6),
                 )
             )
+            if len(entries) >= limit:
+                return entries
     return entries
+
+
+def _indexed(score: ScoreResult) -> bool:
+    return score.value is not None and score.examples >= MIN_INDEXED_EXAMPLES
+
+
+def _indexed_count(results: Sequence[EvaluationResults]) -> int:
+    """How many entries `eval_results_for_hub` would give without a limit."""
+    return sum(3 * len(r.perplexity) + sum(map(_indexed, r.scores)) for r in results)
+
+
+def _more_rows(total: int) -> list[str]:
+    """The line under a table cut at `MAX_CARD_ROWS` rows."""
+    if total <= MAX_CARD_ROWS:
+        return []
+    return ["", f"Not shown here: {total - MAX_CARD_ROWS:,} more of these rows, in eval_results.json."]
 
 
 def _perplexity_rows(records: Sequence[PerplexityResult]) -> list[str]:
@@ -461,7 +484,8 @@ def _evaluation_section(results: Sequence[EvaluationResults]) -> str:
             "is their geometric mean. The unigram baseline is the perplexity of word frequencies alone, for "
             "scale; it is not in the `model-index`.",
             "",
-            *_perplexity_rows(perplexity),
+            *_perplexity_rows(perplexity[:MAX_CARD_ROWS]),
+            *_more_rows(len(perplexity)),
             "",
         ]
     if scores:
@@ -473,9 +497,13 @@ def _evaluation_section(results: Sequence[EvaluationResults]) -> str:
             f"decided on fewer than {MIN_INDEXED_EXAMPLES} examples is shown here but left out of the "
             "`model-index`.",
             "",
-            *_score_rows(scores),
+            *_score_rows(scores[:MAX_CARD_ROWS]),
+            *_more_rows(len(scores)),
             "",
         ]
+    indexed = _indexed_count(results)
+    if indexed > MAX_INDEXED_RESULTS:
+        parts.append(f"The `model-index` holds the first {MAX_INDEXED_RESULTS} of these {indexed:,} numbers.")
     return "\n".join(parts).rstrip() + "\n"
 
 

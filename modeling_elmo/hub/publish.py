@@ -33,6 +33,7 @@ from ..folders.manifest import (
 from ..folders.run_folder import CODE_FILES, EvaluationFolder, RunFolder
 from ..utils.io_utils import atomic_write_text, check_safetensors_header, follow_umask, is_within, read_json_object
 from ..utils.loading import refuse_pickled_weights
+from ..utils.vocab_file import copy_vocabulary_file, vocabulary_size_of
 from .card import CardInputs, build_model_card
 from .safety import audit_shipped_code, custom_pipelines_problem, scan_for_secrets
 
@@ -291,16 +292,28 @@ def _plots(run: RunFolder, extra: Sequence[str]) -> list[Path]:
 
 # ----------------------------------------------------------------------------------------------- saving
 def _load_model_and_tokenizer(run: RunFolder, dtype: str = "float32"):
-    """The model (in ``dtype``, the weights' own) and the tokenizer of a checked folder; a word vocabulary whose
-    size is not the softmax's is refused (every word id would point at another word's row)."""
+    """The model (in ``dtype``, the weights' own) and the tokenizer of a checked folder, without its word vocabulary
+    (`_assemble_locked` copies ``vocab.txt`` as a stream); a word vocabulary whose size is not the softmax's is
+    refused (every word id would point at another word's row), read as a stream before anything is built."""
     import torch
 
     from .. import modeling_elmo
-    from ..embedding.inference import check_loading_info, check_weights_fit_config, quiet_load_report
-    from ..tokenization_elmo import ElmoTokenizer
+    from ..embedding.inference import (
+        check_loading_info,
+        check_weights_fit_config,
+        load_elmo_tokenizer,
+        quiet_load_report,
+    )
     from ..utils.config_checks import load_config
 
     config = load_config(run.root, str(run.config_file))
+    words = vocabulary_size_of(run.vocab_file)
+    if words != config.vocab_size and config.vocab_size != 4:
+        raise ValueError(
+            f"the tokenizer's vocabulary ({run.vocab_file.name}) has {words} words but the "
+            f"model's softmax has {config.vocab_size} rows (config.json vocab_size): word ids would point "
+            "at other words' rows. Publish the vocabulary the model was trained with."
+        )
     if config.return_dict is not True:  # every caller of a published model expects output objects
         logger.warning(
             "%s sets return_dict %r: published as true (the default), so that the model returns output "
@@ -332,15 +345,9 @@ def _load_model_and_tokenizer(run: RunFolder, dtype: str = "float32"):
         raise ValueError(f"cannot load the weights in {run.root}: {type(error).__name__}: {text}") from None
     check_loading_info(str(run.root), info)
     try:
-        tokenizer = ElmoTokenizer.from_pretrained(run.root)
-    except (OSError, ValueError) as error:
+        tokenizer = load_elmo_tokenizer(run.root, words=False)
+    except ValueError as error:
         raise ValueError(f"the tokenizer in {run.root} cannot be loaded: {error}") from None
-    if tokenizer.vocab_size != config.vocab_size and config.vocab_size != 4:
-        raise ValueError(
-            f"the tokenizer's vocabulary ({run.vocab_file.name}) has {tokenizer.vocab_size} words but the "
-            f"model's softmax has {config.vocab_size} rows (config.json vocab_size): word ids would point "
-            "at other words' rows. Publish the vocabulary the model was trained with."
-        )
     return model.eval(), tokenizer
 
 
@@ -510,6 +517,9 @@ def _assemble_locked(
         saved = new_temporary(output_dir, "saving", COMMAND)
         try:
             save_for_hub(model, tokenizer, saved)
+            if run.vocab_file.is_file():  # checked by `_load_model_and_tokenizer`; never held as a mapping
+                (saved / RunFolder.VOCAB).unlink()
+                copy_vocabulary_file(run.vocab_file, saved / RunFolder.VOCAB)
             for name in list_folder(saved):
                 if is_allowed_file(name):
                     shutil.copyfile(saved / name, staging / name)

@@ -9,7 +9,7 @@ import ast
 import os
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from ..folders.run_folder import CODE_FILES
@@ -112,10 +112,26 @@ def scan_for_secrets(folder: str | os.PathLike, files: Iterable[str]) -> None:
     ``folder``) contains one of `SECRET_PATTERNS` (the token itself is not repeated)."""
     for name in files:
         if name.endswith((".json", ".md", ".py", ".txt")):
-            text = (Path(folder) / name).read_text(encoding="utf-8", errors="replace")
-            for what, pattern in SECRET_PATTERNS.items():
-                if pattern.search(text):
-                    raise ValueError(f"{name} contains what looks like {what}; refusing to publish it.")
+            for text in _whole_lines(Path(folder) / name):
+                for what, pattern in SECRET_PATTERNS.items():
+                    if pattern.search(text):
+                        raise ValueError(f"{name} contains what looks like {what}; refusing to publish it.")
+
+
+def _whole_lines(path: Path, block_size: int = 1 << 20) -> Iterator[str]:
+    """The text of ``path`` in pieces of about ``block_size`` characters that end at a line break (no credential
+    holds one): memory holds a block and the longest line, not the file (a ``vocab.txt`` may have 10 M lines)."""
+    carry = ""
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        while block := handle.read(block_size):
+            end = block.rfind("\n") + 1
+            if end:
+                yield carry + block[:end]
+                carry = block[end:]
+            else:
+                carry += block
+    if carry:
+        yield carry
 
 
 # ----------------------------------------------------------------------------------------------- code references

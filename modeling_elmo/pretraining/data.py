@@ -335,15 +335,14 @@ class Vocabulary:
 
     def __init__(self, words: Iterable[str]):
         self.words: list[str] = list(SPECIAL_WORDS)
-        seen = set(self.words)
+        self.index: dict[str, int] = {w: i for i, w in enumerate(self.words)}  # also what has been seen
         for word in words:
-            if not word or word == "!!!MAXTERMID" or word in seen:
+            if not word or word == "!!!MAXTERMID" or word in self.index:
                 continue
             if any(ch.isspace() for ch in word):
                 raise ValueError(f"vocabulary word {word!r} contains whitespace.")
-            seen.add(word)
+            self.index[word] = len(self.words)
             self.words.append(word)
-        self.index: dict[str, int] = {w: i for i, w in enumerate(self.words)}
 
     def __len__(self) -> int:
         return len(self.words)

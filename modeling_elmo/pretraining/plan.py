@@ -119,6 +119,7 @@ def _starting_model(folder: Path, given_config: str | None) -> tuple[dict[str, A
     from ..modeling_elmo import ElmoForBidirectionalLM
     from ..utils.config_checks import config_from_dict
     from ..utils.loading import refuse_pickled_weights
+    from ..utils.vocab_file import count_vocabulary_words
 
     name = f"--init-from-model {str(folder)!r}"
     missing = [file for file in INIT_MODEL_FILES if not (folder / file).is_file()]
@@ -135,12 +136,13 @@ def _starting_model(folder: Path, given_config: str | None) -> tuple[dict[str, A
         raise ValueError(f"{name}: its config.json is impossible ({error}).") from None
     # a truncated or damaged file, or a config.json whose sizes its weights do not have: one line, before the model
     check_weights_fit_config(folder, ElmoForBidirectionalLM, built)
-    vocab = Vocabulary.from_file(folder / "vocab.txt")
-    if len(vocab) != config.get("vocab_size"):
+    words = count_vocabulary_words(folder / "vocab.txt")  # streamed: a file that does not fit is never held
+    if words != config.get("vocab_size"):
         raise ValueError(
-            f"{name}: its vocab.txt has {len(vocab)} words but its softmax has {config.get('vocab_size')} rows "
+            f"{name}: its vocab.txt has {words} words but its softmax has {config.get('vocab_size')} rows "
             "(config.json vocab_size); word ids would point at other words' rows."
         )
+    vocab = Vocabulary.from_file(folder / "vocab.txt")
     if given_config is not None:
         own, given = ElmoConfig.upgraded_dict(config), ElmoConfig.upgraded_dict(read_model_preset(given_config))
         bad = [k for k in ARCHITECTURE_KEYS if k in own and k in given and own[k] != given[k]]

@@ -26,6 +26,8 @@ from typing import Any
 from .io_utils import atomic_write_text, read_json_object
 
 __all__ = [
+    "MAX_RESULTS_BYTES",
+    "MAX_RESULTS_ENTRIES",
     "SCHEMA_VERSION",
     "EvaluationResults",
     "PerplexityResult",
@@ -39,6 +41,11 @@ __all__ = [
 
 #: Version of the layout below; `read_results` refuses any other.
 SCHEMA_VERSION = 1
+#: The largest results file `read_results` reads, and the most records (perplexities and scores together) it takes:
+#: an evaluation writes tens of records in a few kilobytes, so a file past either is not one (`write_results` refuses
+#: to write one, too). Checked before the file is parsed, and before any record is built.
+MAX_RESULTS_BYTES = 16 << 20
+MAX_RESULTS_ENTRIES = 10_000
 
 
 def _finite(value: float | None, name: str, minimum: float | None = None, maximum: float | None = None) -> None:
@@ -182,6 +189,7 @@ def write_results(path: str | os.PathLike, results: EvaluationResults) -> Path:
     data = results.to_dict()
     try:
         text = json.dumps(data, indent=2, allow_nan=False) + "\n"
+        _check_size(len(text.encode("utf-8")), data)
         _decode(EvaluationResults, json.loads(text), "")
     except (TypeError, ValueError) as error:
         raise ValueError(f"refusing to write {path}: {error}") from None
@@ -192,6 +200,10 @@ def write_results(path: str | os.PathLike, results: EvaluationResults) -> Path:
 def read_results(path: str | os.PathLike) -> EvaluationResults:
     """Read a results file; raises `ValueError` naming the file and the first bad field."""
     path = Path(path)
+    try:
+        _check_size(path.stat().st_size if path.is_file() else 0)
+    except ValueError as error:
+        raise ValueError(f"results file {path}: {error}.") from None
     data = read_json_object(path, "results", required=True)
     if "schema_version" not in data:
         raise ValueError(
@@ -204,9 +216,26 @@ def read_results(path: str | os.PathLike) -> EvaluationResults:
             f"reads {SCHEMA_VERSION})."
         )
     try:
+        _check_size(0, data)
         return _decode(EvaluationResults, data, "")
     except ValueError as error:
         raise ValueError(f"results file {path}: {error}.") from None
+
+
+def _check_size(size: int, data: Any = None) -> None:
+    """Refuse a results file of more than `MAX_RESULTS_BYTES` bytes or (``data``, parsed) `MAX_RESULTS_ENTRIES`."""
+    if size > MAX_RESULTS_BYTES:
+        raise ValueError(
+            f"{size:,} bytes, more than the {MAX_RESULTS_BYTES:,} a results file may have (an evaluation writes a "
+            "few kilobytes)"
+        )
+    if isinstance(data, dict):
+        entries = sum(len(data.get(key)) for key in ("perplexity", "scores") if isinstance(data.get(key), list))
+        if entries > MAX_RESULTS_ENTRIES:
+            raise ValueError(
+                f"{entries:,} perplexity and score records, more than the {MAX_RESULTS_ENTRIES:,} a results file may "
+                "hold (an evaluation writes tens)"
+            )
 
 
 @functools.cache
