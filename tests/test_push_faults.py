@@ -4,11 +4,14 @@ not match ``config.json`` each end with one line ``elmo push: error: ...`` (they
 
 from __future__ import annotations
 
+import re
 import socket
+from pathlib import Path
 
 import pytest
 import torch
 from huggingface_hub import constants
+from packaging.requirements import Requirement
 
 from modeling_elmo import ElmoConfig, ElmoForBidirectionalLM, ElmoTokenizer, hub, save_model_folder
 
@@ -196,6 +199,44 @@ def test_a_template_reaching_for_python_internals_is_refused_before_it_runs(mode
     message = str(exit_.value.code)
     assert "reaches outside the card's values" in message and "\n" not in message, message
     assert not witness.exists() and not (tmp_path / "repo").exists()
+
+
+def _card_template(tmp_path, line: str):
+    template = tmp_path / "card.md"
+    template.write_text(
+        "---\n{{ card_data }}\n---\n# {{ model_id }}\n{{ evaluation_section }}\n{{ training_section }}\n" + line + "\n"
+    )
+    return template
+
+
+def test_a_template_reading_the_environment_through_attr_format_is_refused(model_dir, tmp_path, monkeypatch):
+    """Attacker pass on X12: ``|attr('format')`` hands ``str.format`` a function's globals; jinja2 before 3.1.6 let
+    it read ``os.environ`` (a credential) into the card. The range requires 3.1.6, and the installed one refuses."""
+    monkeypatch.setenv("ELMO_TEST_SECRET", "the-secret-value")
+    template = _card_template(
+        tmp_path, "{{ ('{0.__globals__[os].environ[ELMO_TEST_SECRET]}'|attr('format'))(lipsum) }}"
+    )
+    args = [str(model_dir), "--repo-id", "me/x", "--dry-run", "--output-dir", str(tmp_path / "repo")]
+    with pytest.raises(SystemExit) as exit_:
+        hub.main([*args, "--template", str(template)])
+    message = str(exit_.value.code)
+    assert "reaches outside the card's values" in message and "the-secret-value" not in message, message
+    assert not (tmp_path / "repo").exists()
+    import jinja2
+
+    monkeypatch.setattr(jinja2, "__version__", "3.1.5")  # an environment that kept an older jinja2
+    with pytest.raises(SystemExit) as exit_:
+        hub.main([*args, "--template", str(template)])
+    assert "jinja2 3.1.5 is installed; its sandbox lets a template read Python internals" in str(exit_.value.code)
+    assert not (tmp_path / "repo").exists()
+
+
+def test_the_jinja2_range_excludes_the_releases_whose_sandbox_lets_a_template_out():
+    pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()  # (tomllib: Python 3.11)
+    (jinja,) = [Requirement(r) for r in re.findall(r'^\s*"(jinja2[^"]*)",', pyproject, re.MULTILINE)]
+    assert not any(jinja.specifier.contains(v) for v in ("3.1.0", "3.1.4", "3.1.5")) and jinja.specifier.contains(
+        "3.1.6"
+    )
 
 
 # ---------------------------------------------------------------------------------------------- a killed swap (L6)

@@ -641,6 +641,12 @@ def default_template_path(kind: str) -> Path:
     return TEMPLATE_DIR / f"{kind}.md"
 
 
+#: The first jinja2 release whose sandbox keeps a template in: 3.1.5 and earlier let ``|attr('format')`` reach
+#: ``str.format`` unguarded (CVE-2025-27516), so
+#: ``{{ ('{0.__globals__[os].environ[HF_TOKEN]}'|attr('format'))(lipsum) }}`` rendered the token into the card.
+JINJA_SANDBOX_FLOOR = (3, 1, 6)
+
+
 def render_model_card(template: str | os.PathLike, card_data: Any, context: Mapping[str, Any]):
     """Render a Jinja template into a `huggingface_hub.ModelCard` (the same rendering as
     ``ModelCard.from_template``, but strict).
@@ -655,6 +661,12 @@ def render_model_card(template: str | os.PathLike, card_data: Any, context: Mapp
     from jinja2 import meta
     from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 
+    if tuple(int(part) for part in re.findall(r"\d+", jinja2.__version__)[:3]) < JINJA_SANDBOX_FLOOR:
+        raise ValueError(
+            f"jinja2 {jinja2.__version__} is installed; its sandbox lets a template read Python internals (the "
+            f"environment's variables, credentials among them) through |attr('format'). Install jinja2>="
+            f"{'.'.join(map(str, JINJA_SANDBOX_FLOOR))} to render a --template."
+        )
     template_path = Path(template)
     if not template_path.is_file():
         raise ValueError(f"model-card template {str(template)!r} does not exist.")
