@@ -102,9 +102,20 @@ FIELD_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     },
     **{n: (lambda v, ok=ok: v in ok, f"one of {', '.join(map(repr, ok))};") for n, ok in CHOICES.items()},
     **dict.fromkeys(
-        ("use_skip_connections", "scalar_mix_layer_norm", "freeze_elmo"),
+        ("use_skip_connections", "scalar_mix_layer_norm", "freeze_elmo", "use_packed_kernels"),
         (lambda v: isinstance(v, bool), "true or false,"),
     ),
+    # every word vocabulary starts with <pad> <S> </S> <UNK>: the language model's loss and scores predict <S> and </S>
+    # by these ids (another one would train and score against another word's row, silently)
+    **{
+        f"{n}_token_id": (lambda v, i=i: _is_int(v) and v == i, f"{i}, the id of {w} in every ELMo vocabulary,")
+        for n, i, w in (("bos", BOS_ID, BOS_WORD), ("eos", EOS_ID, EOS_WORD))
+    },
+    **{
+        f"{n}_token_id": (lambda v, i=i: v is None or (_is_int(v) and v == i), f"{i} (the id of {w}) or None,")
+        for n, i, w in (("pad", PAD_ID, PAD_WORD), ("unk", UNK_ID, UNK_WORD))
+    },
+    "initializer_range": (lambda v: _is_number(v) and math.isfinite(v) and v >= 0, "a finite number >= 0,"),
     **dict.fromkeys(
         ("hidden_dropout_prob", "classifier_dropout"),
         (lambda v: _is_number(v) and 0.0 <= v < 1.0, "a probability in [0, 1),"),
@@ -118,8 +129,8 @@ FIELD_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     ),
     "char_cnn_filters": (_filters_valid, "a non-empty list of [width, count] pairs of positive integers,"),
     "scalar_mix_parameters": (
-        lambda v: v is None or (isinstance(v, list) and all(_is_number(w) for w in v)),
-        "a list of numbers (one weight per layer) or None,",
+        lambda v: v is None or (isinstance(v, list) and all(_is_number(w) and math.isfinite(w) for w in v)),
+        "a list of finite numbers (one weight per layer) or None,",
     ),
 }
 
@@ -287,7 +298,8 @@ class ElmoConfig(PretrainedConfig):
         self.lm_softmax_chunk_size = lm_softmax_chunk_size
         self.initializer_range = initializer_range
         self.unk_token_id = unk_token_id
-        self.check_fields({name: getattr(self, name) for name in FIELD_RULES})
+        ids = {"pad_token_id": pad_token_id, "bos_token_id": bos_token_id, "eos_token_id": eos_token_id}
+        self.check_fields({name: ids[name] if name in ids else getattr(self, name) for name in FIELD_RULES})
         self.check_agreement()
         kwargs["auto_map"] = dict(AUTO_MAP)  # this package's classes only: never code from another repository
         super().__init__(pad_token_id=pad_token_id, bos_token_id=bos_token_id, eos_token_id=eos_token_id, **kwargs)
