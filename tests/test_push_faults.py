@@ -239,6 +239,63 @@ def test_the_jinja2_range_excludes_the_releases_whose_sandbox_lets_a_template_ou
     )
 
 
+# ---------------------------------------------------------------------------------------------- assembled, then sent
+def test_a_second_push_into_the_folder_being_uploaded_is_refused_and_the_upload_sends_what_was_checked(
+    model_dir, tmp_path, monkeypatch
+):
+    """Attacker pass on the push's lock: it was held while the folder was assembled and released before the upload,
+    so a second push (another model) could replace the folder while the first one sent it: a mix of two models, files
+    the first push never scanned."""
+    import threading
+
+    from modeling_elmo.folders.manifest import read_manifest
+    from modeling_elmo.hub import cli as hub_cli
+
+    out, sent, second = tmp_path / "repo", {}, []
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+
+    def second_push():
+        try:
+            hub.main([str(model_dir), "--repo-id", "me/other", "--dry-run", "--output-dir", str(out)])
+        except SystemExit as exit_:
+            second.append(str(exit_.code))
+
+    def upload(folder, repo_id, *, files, **kwargs):
+        thread = threading.Thread(target=second_push)
+        thread.start()
+        thread.join()
+        sent.update({name: (Path(folder) / name).read_bytes() for name in files})
+        return "https://hub.example/me/elmo-tiny"
+
+    monkeypatch.setattr(hub_cli, "upload_repo_folder", upload)
+    assert hub.main([str(model_dir), "--repo-id", "me/elmo-tiny", "--output-dir", str(out)]) == 0
+    assert len(second) == 1 and "another elmo push run is writing" in second[0], second
+    recorded = read_manifest(out)["files"]
+    assert sorted(sent) == sorted(recorded) and b"me/elmo-tiny" in sent["README.md"]
+
+
+def test_a_folder_changed_between_assembling_and_uploading_is_not_uploaded(model_dir, tmp_path, monkeypatch):
+    from modeling_elmo.hub import cli as hub_cli
+
+    out, uploads = tmp_path / "repo", []
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    real = hub_cli.assemble_repo_folder
+
+    def assemble_then_edit(*args, **kwargs):
+        files = real(*args, **kwargs)
+        with open(out / "README.md", "a") as handle:  # after the secret scan
+            handle.write("token: " + TOKEN + "\n")
+        return files
+
+    monkeypatch.setattr(hub_cli, "assemble_repo_folder", assemble_then_edit)
+    monkeypatch.setattr(hub_cli, "upload_repo_folder", lambda *args, **kwargs: uploads.append(args))
+    with pytest.raises(SystemExit) as exit_:
+        hub.main([str(model_dir), "--repo-id", "me/elmo-tiny", "--output-dir", str(out)])
+    message = str(exit_.value.code)
+    assert "changed after it was assembled and checked ('README.md' is not as written); nothing was uploaded" in message
+    assert not uploads and TOKEN not in message
+
+
 # ---------------------------------------------------------------------------------------------- a killed swap (L6)
 @pytest.mark.slow
 def test_a_push_killed_in_its_swap_is_undone_by_the_next_push_even_one_that_fails_late(model_dir, tmp_path, caplog):
