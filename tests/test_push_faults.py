@@ -231,6 +231,33 @@ def test_a_template_reading_the_environment_through_attr_format_is_refused(model
     assert not (tmp_path / "repo").exists()
 
 
+@pytest.mark.parametrize(
+    "expression, message",
+    [
+        ("{{ 1 / 0 }}", "fails while rendering: ZeroDivisionError: division by zero."),
+        ("{{ '{0}{1}'.format('a') }}", "fails while rendering: IndexError: "),
+        (
+            "{{ 'x' * 10**10 }}",
+            "fails while rendering: ValueError: a repetition of 1 items 10,000,000,000 times is too",
+        ),
+        ("{{ [0] * 10**9 }}", "a repetition of 1 items 1,000,000,000 times is too large"),
+        ("{{ 2 ** (10**11) }}", "fails while rendering: ValueError: a power of 2-bit number to 100,000,000,000 is"),
+    ],
+)
+def test_a_template_that_fails_or_builds_a_huge_value_is_one_line(model_dir, tmp_path, expression, message):
+    """Attacker pass on X12: what the sandbox allows can still raise (a traceback) or allocate gigabytes from a
+    template of 20 bytes; ``*`` and ``**`` are bounded, and any failure while rendering is one line."""
+    template = _card_template(tmp_path, expression)
+    with pytest.raises(SystemExit) as exit_:
+        hub.main(
+            [str(model_dir), "--repo-id", "me/x", "--dry-run", "--output-dir", str(tmp_path / "repo")]
+            + ["--template", str(template)]
+        )
+    text = str(exit_.value.code)
+    assert text.startswith(f"elmo push: error: model-card template {template} ") and "\n" not in text, text
+    assert message in text and not (tmp_path / "repo").exists()
+
+
 def test_the_jinja2_range_excludes_the_releases_whose_sandbox_lets_a_template_out():
     pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()  # (tomllib: Python 3.11)
     (jinja,) = [Requirement(r) for r in re.findall(r'^\s*"(jinja2[^"]*)",', pyproject, re.MULTILINE)]
