@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
+import re
 import reprlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -49,6 +50,8 @@ AUTO_MAP = {
 #: No vocabulary holds more words than this (the trillion-word Google Web 1T corpus has 13.6 M distinct words): a
 #: word table or softmax of more rows (each of `projection_dim` or `word_input_dim` numbers) is a mistake.
 MAX_VOCABULARY_LIMIT = 10**8
+#: No classifier has more labels than this (a config's ``num_labels`` gets a label name each).
+MAX_LABELS = 10**6
 #: The least value of each integer field (the vocabularies': `FIELD_RULES`).
 INTEGER_MINIMUMS = dict(
     projection_dim=1,
@@ -250,6 +253,7 @@ class ElmoConfig(PretrainedConfig):
         **kwargs: Any,
     ):
         self.check_keys(kwargs)
+        self.check_labels(kwargs)
         self.check_fields(
             {k: v for k, v in (("projection_dim", projection_dim), ("hidden_size", hidden_size)) if v is not None}
         )
@@ -318,6 +322,22 @@ class ElmoConfig(PretrainedConfig):
             settable = key in settings or (isinstance(member, property) and member.fset is not None)
             if key.startswith("__") or (member is not None and not settable):
                 raise ValueError(f"config key {shown(key)} is not a setting: it would replace ElmoConfig.{key[:80]}.")
+
+    @staticmethod
+    def check_labels(values: Mapping[str, Any]) -> None:
+        """`ValueError` for a ``num_labels`` that is not an integer in [1, `MAX_LABELS`] (transformers builds a label
+        name for each: ``"num_labels": 1000000000``, 20 bytes of a config, took gigabytes) or an ``id2label`` whose
+        keys are not label numbers."""
+        count = values.get("num_labels")
+        if count is not None and not (_is_int(count) and 1 <= count <= MAX_LABELS):
+            raise ValueError(f"`num_labels` must be an integer in [1, {MAX_LABELS:,}], got {shown(count)}.")
+        id2label = values.get("id2label")
+        if isinstance(id2label, Mapping):
+            if len(id2label) > MAX_LABELS:
+                raise ValueError(f"`id2label` names {len(id2label):,} labels; at most {MAX_LABELS:,} are taken.")
+            bad = next((key for key in id2label if not re.fullmatch(r"\d{1,7}", str(key))), None)
+            if bad is not None:
+                raise ValueError(f"`id2label` keys must be label numbers (0, 1, ...), got {shown(bad)}.")
 
     @staticmethod
     def check_fields(values: Mapping[str, Any]) -> None:

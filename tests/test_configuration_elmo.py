@@ -230,6 +230,9 @@ LIBRARY_PATH_VALUES = [
     # attacker pass: the language model's loss and scores predicted word 7 in place of <S> (a lower loss, silently)
     ("bos_token_id", 7, r"^`bos_token_id` must be 1, the id of <S> in every ELMo vocabulary, got 7\.$"),
     ("eos_token_id", 10**6, r"^`eos_token_id` must be 2, the id of </S> in every ELMo vocabulary, got 1000000\.$"),
+    # attacker pass: transformers names each label; 20 bytes of config.json took gigabytes
+    ("num_labels", 10**9, r"^`num_labels` must be an integer in \[1, 1,000,000\], got 1000000000\.$"),
+    ("id2label", {"a": "x"}, r"^`id2label` keys must be label numbers \(0, 1, \.\.\.\), got 'a'\.$"),
 ]
 
 
