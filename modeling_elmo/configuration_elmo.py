@@ -326,11 +326,20 @@ class ElmoConfig(PretrainedConfig):
     @staticmethod
     def check_labels(values: Mapping[str, Any]) -> None:
         """`ValueError` for a ``num_labels`` that is not an integer in [1, `MAX_LABELS`] (transformers builds a label
-        name for each: ``"num_labels": 1000000000``, 20 bytes of a config, took gigabytes) or an ``id2label`` whose
-        keys are not label numbers."""
+        name for each: ``"num_labels": 1000000000``, 20 bytes of a config, took gigabytes), an ``id2label`` whose
+        keys are not label numbers, and an ``attn_implementation`` naming a Hub kernel repository (``org/name``:
+        transformers would fetch and load its code for a model that has no attention)."""
         count = values.get("num_labels")
         if count is not None and not (_is_int(count) and 1 <= count <= MAX_LABELS):
             raise ValueError(f"`num_labels` must be an integer in [1, {MAX_LABELS:,}], got {shown(count)}.")
+        for key in ("attn_implementation", "_attn_implementation", "_attn_implementation_internal"):
+            named = values.get(key)
+            for name in named.values() if isinstance(named, Mapping) else [named]:
+                if isinstance(name, str) and "/" in name:
+                    raise ValueError(
+                        f"`{key}` names the Hub kernel repository {shown(name)}, which transformers would download "
+                        "and load; ELMo has no attention: leave it out."
+                    )
         id2label = values.get("id2label")
         if isinstance(id2label, Mapping):
             if len(id2label) > MAX_LABELS:

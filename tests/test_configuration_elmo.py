@@ -233,6 +233,8 @@ LIBRARY_PATH_VALUES = [
     # attacker pass: transformers names each label; 20 bytes of config.json took gigabytes
     ("num_labels", 10**9, r"^`num_labels` must be an integer in \[1, 1,000,000\], got 1000000000\.$"),
     ("id2label", {"a": "x"}, r"^`id2label` keys must be label numbers \(0, 1, \.\.\.\), got 'a'\.$"),
+    # attacker pass: transformers (which requires `kernels`) fetched and loaded the named kernel repository's code
+    ("attn_implementation", "kernels-community/x", r"^`attn_implementation` names the Hub kernel repository 'kern"),
 ]
 
 
