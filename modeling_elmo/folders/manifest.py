@@ -28,6 +28,7 @@ import logging
 import os
 import re
 import secrets
+import shutil
 import stat
 import tempfile
 import threading
@@ -280,14 +281,13 @@ def _remove_tree(folder: Path) -> None:
     the way leaves recorded files, empty folders and the manifest that records them, so a later run can still tell
     that nothing in it is anybody else's (`_only_commands_files`)."""
     manifest = folder / MANIFEST
-    for root, dirs, files in os.walk(folder, topdown=False):
-        base = Path(root)
-        for name in files:
-            if base / name != manifest:
-                (base / name).unlink()
-        for name in dirs:
-            path = base / name
-            path.unlink() if path.is_symlink() else path.rmdir()
+    for entry in os.scandir(folder):
+        if entry.name == MANIFEST:
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path)  # (its descriptor-based walk never follows a link swapped in meanwhile)
+        else:
+            os.unlink(entry.path)
     manifest.unlink(missing_ok=True)
     folder.rmdir()
 
