@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
+import re
 import reprlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -49,6 +50,8 @@ AUTO_MAP = {
 #: No vocabulary holds more words than this (the trillion-word Google Web 1T corpus has 13.6 M distinct words): a
 #: word table or softmax of more rows (each of `projection_dim` or `word_input_dim` numbers) is a mistake.
 MAX_VOCABULARY_LIMIT = 10**8
+#: No classifier has more labels than this (a config's ``num_labels`` gets a label name each).
+MAX_LABELS = 10**6
 #: The least value of each integer field (the vocabularies': `FIELD_RULES`).
 INTEGER_MINIMUMS = dict(
     projection_dim=1,
@@ -102,9 +105,20 @@ FIELD_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     },
     **{n: (lambda v, ok=ok: v in ok, f"one of {', '.join(map(repr, ok))};") for n, ok in CHOICES.items()},
     **dict.fromkeys(
-        ("use_skip_connections", "scalar_mix_layer_norm", "freeze_elmo"),
+        ("use_skip_connections", "scalar_mix_layer_norm", "freeze_elmo", "use_packed_kernels"),
         (lambda v: isinstance(v, bool), "true or false,"),
     ),
+    # every word vocabulary starts with <pad> <S> </S> <UNK>: the language model's loss and scores predict <S> and </S>
+    # by these ids (another one would train and score against another word's row, silently)
+    **{
+        f"{n}_token_id": (lambda v, i=i: _is_int(v) and v == i, f"{i}, the id of {w} in every ELMo vocabulary,")
+        for n, i, w in (("bos", BOS_ID, BOS_WORD), ("eos", EOS_ID, EOS_WORD))
+    },
+    **{
+        f"{n}_token_id": (lambda v, i=i: v is None or (_is_int(v) and v == i), f"{i} (the id of {w}) or None,")
+        for n, i, w in (("pad", PAD_ID, PAD_WORD), ("unk", UNK_ID, UNK_WORD))
+    },
+    "initializer_range": (lambda v: _is_number(v) and math.isfinite(v) and v >= 0, "a finite number >= 0,"),
     **dict.fromkeys(
         ("hidden_dropout_prob", "classifier_dropout"),
         (lambda v: _is_number(v) and 0.0 <= v < 1.0, "a probability in [0, 1),"),
@@ -118,8 +132,8 @@ FIELD_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     ),
     "char_cnn_filters": (_filters_valid, "a non-empty list of [width, count] pairs of positive integers,"),
     "scalar_mix_parameters": (
-        lambda v: v is None or (isinstance(v, list) and all(_is_number(w) for w in v)),
-        "a list of numbers (one weight per layer) or None,",
+        lambda v: v is None or (isinstance(v, list) and all(_is_number(w) and math.isfinite(w) for w in v)),
+        "a list of finite numbers (one weight per layer) or None,",
     ),
 }
 
@@ -239,6 +253,7 @@ class ElmoConfig(PretrainedConfig):
         **kwargs: Any,
     ):
         self.check_keys(kwargs)
+        self.check_labels(kwargs)
         self.check_fields(
             {k: v for k, v in (("projection_dim", projection_dim), ("hidden_size", hidden_size)) if v is not None}
         )
@@ -287,7 +302,8 @@ class ElmoConfig(PretrainedConfig):
         self.lm_softmax_chunk_size = lm_softmax_chunk_size
         self.initializer_range = initializer_range
         self.unk_token_id = unk_token_id
-        self.check_fields({name: getattr(self, name) for name in FIELD_RULES})
+        ids = {"pad_token_id": pad_token_id, "bos_token_id": bos_token_id, "eos_token_id": eos_token_id}
+        self.check_fields({name: ids[name] if name in ids else getattr(self, name) for name in FIELD_RULES})
         self.check_agreement()
         kwargs["auto_map"] = dict(AUTO_MAP)  # this package's classes only: never code from another repository
         super().__init__(pad_token_id=pad_token_id, bos_token_id=bos_token_id, eos_token_id=eos_token_id, **kwargs)
@@ -306,6 +322,31 @@ class ElmoConfig(PretrainedConfig):
             settable = key in settings or (isinstance(member, property) and member.fset is not None)
             if key.startswith("__") or (member is not None and not settable):
                 raise ValueError(f"config key {shown(key)} is not a setting: it would replace ElmoConfig.{key[:80]}.")
+
+    @staticmethod
+    def check_labels(values: Mapping[str, Any]) -> None:
+        """`ValueError` for a ``num_labels`` that is not an integer in [1, `MAX_LABELS`] (transformers builds a label
+        name for each: ``"num_labels": 1000000000``, 20 bytes of a config, took gigabytes), an ``id2label`` whose
+        keys are not label numbers, and an ``attn_implementation`` naming a Hub kernel repository (``org/name``:
+        transformers would fetch and load its code for a model that has no attention)."""
+        count = values.get("num_labels")
+        if count is not None and not (_is_int(count) and 1 <= count <= MAX_LABELS):
+            raise ValueError(f"`num_labels` must be an integer in [1, {MAX_LABELS:,}], got {shown(count)}.")
+        for key in ("attn_implementation", "_attn_implementation", "_attn_implementation_internal"):
+            named = values.get(key)
+            for name in named.values() if isinstance(named, Mapping) else [named]:
+                if isinstance(name, str) and "/" in name:
+                    raise ValueError(
+                        f"`{key}` names the Hub kernel repository {shown(name)}, which transformers would download "
+                        "and load; ELMo has no attention: leave it out."
+                    )
+        id2label = values.get("id2label")
+        if isinstance(id2label, Mapping):
+            if len(id2label) > MAX_LABELS:
+                raise ValueError(f"`id2label` names {len(id2label):,} labels; at most {MAX_LABELS:,} are taken.")
+            bad = next((key for key in id2label if not re.fullmatch(r"\d{1,7}", str(key))), None)
+            if bad is not None:
+                raise ValueError(f"`id2label` keys must be label numbers (0, 1, ...), got {shown(bad)}.")
 
     @staticmethod
     def check_fields(values: Mapping[str, Any]) -> None:

@@ -236,6 +236,13 @@ ROWS = [
     ),
     Row(
         "library",
+        "`AutoModel.from_pretrained('bos7', trust_remote_code=True)` (`config.json` holds `\"bos_token_id\": 7`; the "
+        "language model's loss and scores would predict word 7 for `<S>`)",
+        "`bos_token_id` must be 1, the id of <S> in every ELMo vocabulary, got 7.",
+        lambda: AutoModel.from_pretrained("bos7", trust_remote_code=True),
+    ),
+    Row(
+        "library",
         "`model.resize_token_embeddings(10**9)` (a model with a word input)",
         "new_num_tokens=1000000000: `word_input_vocab_size` must be an integer in [0, 100,000,000], got 1000000000.",
         lambda: ElmoModel(_tiny_config(word_input_vocab_size=10, word_input_dim=6)).resize_token_embeddings(10**9),
@@ -695,6 +702,7 @@ def template(tmp_path_factory) -> Path:
         ("cuda", "lstm_implementation", "cuda"),
         ("textclip", "cell_clip", "3"),
         ("chars10", "num_characters", 10),
+        ("bos7", "bos_token_id", 7),
     ):
         shutil.copytree(root / "lm", root / name)
         config = json.loads((root / name / "config.json").read_text())

@@ -57,3 +57,17 @@ def test_overwrite_never_deletes_a_partial_folder_holding_other_files(tmp_path):
         run(tmp_path, overwrite=True)
     assert (partial / "my_results.csv").read_text() == "mine"
     assert not (tmp_path / "out.h5").exists()
+
+
+@pytest.mark.parametrize("option", ["resume", "overwrite", None])
+def test_a_partial_folder_that_is_a_link_is_never_read_nor_written_through(tmp_path, option):
+    """Attacker pass on issue 35: ``--resume`` with ``OUT.partial`` a link to another folder holding an interrupted
+    run's record and chunks merged them from there, wrote its temporaries there, then stopped on ``rmtree``."""
+    run(tmp_path, name="first.h5")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep.txt").write_text("the user's")
+    (tmp_path / "out.h5.partial").symlink_to(elsewhere)
+    with pytest.raises(ValueError, match=r"out.h5.partial', where an interrupted run's chunks are kept, is a symbolic"):
+        run(tmp_path, **({option: True} if option else {}))
+    assert [p.name for p in elsewhere.iterdir()] == ["keep.txt"] and not (tmp_path / "out.h5").exists()

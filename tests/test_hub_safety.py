@@ -44,6 +44,26 @@ def test_a_token_in_a_file_to_publish_is_refused_naming_the_file(tmp_path):
         scan_for_secrets(tmp_path, ["model.safetensors", "README.md"])
 
 
+@pytest.mark.parametrize(
+    "text, kind",
+    [
+        ("AKIA" + "QWERTYUIOPASDFGH" + "_prod", "an AWS access key id"),  # a label, a file name
+        ("label_" + TOKEN, "a Hugging Face access token"),
+        ("data/x_" + TOKEN + ".txt", "a Hugging Face access token"),
+        ("my_" + "ghp_" + "a1B2" * 9 + "_ci", "a GitHub token"),
+        ("key_github_pat_" + "a1B2" * 6, "a GitHub fine-grained token"),
+    ],
+)
+def test_a_credential_joined_to_other_words_by_an_underscore_is_found(tmp_path, text, kind):
+    """Attacker pass on the secret scan: ``_`` is a word character, so a regex word boundary did not see a credential
+    written as ``AKIA..._prod`` or ``label_hf_...`` (an ``id2label`` entry, a vocabulary word, a data file name)."""
+    (tmp_path / "vocab.txt").write_text(f"<pad>\n{text}\n")
+    with pytest.raises(ValueError, match=f"vocab.txt contains what looks like {kind}"):
+        scan_for_secrets(tmp_path, ["vocab.txt"])
+    (tmp_path / "vocab.txt").write_text("<pad>\nxAKIAQWERTYUIOPASDFGH\nahf_" + "Z" * 34 + "\n")  # inside longer words
+    scan_for_secrets(tmp_path, ["vocab.txt"])
+
+
 def test_the_token_comes_from_the_environment_or_the_stored_login_never_from_a_published_folder(tmp_path, monkeypatch):
     login = tmp_path / "login" / "token"
     login.parent.mkdir()

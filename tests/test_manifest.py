@@ -164,6 +164,7 @@ def test_a_swap_killed_after_the_new_output_took_the_name_is_finished_with_a_lin
     out = tmp_path / "out"
     aside = _left_by_a_killed_run(monkeypatch, out, ASIDE, content=False)
     earlier = _folder(tmp_path, "model.bin")
+    write_manifest(earlier, "elmo convert", ["model.bin"])  # an output is moved aside only once it proved replaceable
     os.rename(earlier, aside)
     new = tmp_path / "new"
     new.mkdir()
@@ -185,6 +186,77 @@ def test_an_earlier_output_is_kept_aside_when_the_name_holds_something_else(tmp_
         (said,) = recover_interrupted(out)
         assert f"the earlier output is kept in {str(aside)!r}; nothing was deleted" in said
     assert (aside / "model.bin").read_text() == "x" and (out / "notes.txt").read_text() == "the user's, made since"
+
+
+def _moved_aside_by_a_killed_run(tmp_path, out, command="elmo convert"):
+    """An earlier output of ``command`` (its manifest, as `install_folder` requires) moved aside by a killed swap."""
+    aside = left_by_a_killed_run(out, ASIDE, command, content=False)
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    (earlier / "model.bin").write_text("earlier")
+    write_manifest(earlier, command, ["model.bin"])
+    os.rename(earlier, aside)
+    return aside
+
+
+def test_an_earlier_output_moved_aside_comes_back_when_the_name_holds_an_empty_folder(tmp_path):
+    """Attacker pass on L4-L6: a script's ``mkdir -p out`` between the killed swap and the next run is no output; the
+    earlier output was deleted as if the swap had finished."""
+    out = tmp_path / "out"
+    _moved_aside_by_a_killed_run(tmp_path, out)
+    out.mkdir()
+    (said,) = recover_interrupted(out)
+    assert "is back in place" in said
+    assert (out / "model.bin").read_text() == "earlier" and sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+@pytest.mark.parametrize("holder", ["a manifest recording nothing", "another command's output", "no manifest"])
+def test_an_earlier_output_is_removed_only_once_a_complete_output_of_its_command_holds_the_name(tmp_path, holder):
+    out = tmp_path / "out"
+    aside = _moved_aside_by_a_killed_run(tmp_path, out)
+    out.mkdir()
+    if holder == "a manifest recording nothing":
+        write_manifest(out, "elmo convert", [])
+    else:
+        (out / "model.bin").write_text("new")
+        if holder == "another command's output":
+            write_manifest(out, "elmo push", ["model.bin"])
+    for _ in range(2):
+        (said,) = recover_interrupted(out)
+        assert f"the earlier output is kept in {str(aside)!r}; nothing was deleted" in said
+    assert (aside / "model.bin").read_text() == "earlier"
+
+
+def test_files_added_to_an_earlier_output_moved_aside_are_kept_with_a_line(tmp_path):
+    """A user who found the aside folder after the kill and put notes into it: the finished swap must not delete them
+    with the earlier output."""
+    out = tmp_path / "out"
+    aside = _moved_aside_by_a_killed_run(tmp_path, out)
+    (aside / "notes.txt").write_text("the user's, written since")
+    new = tmp_path / "new"
+    new.mkdir()
+    (new / "model.bin").write_text("new")
+    write_manifest(new, "elmo convert", ["model.bin"])
+    os.rename(new, out)
+    (said,) = recover_interrupted(out)
+    assert "the earlier output holds 'notes.txt', which it did not write" in said and "nothing was deleted" in said
+    assert (aside / "notes.txt").exists() and (aside / "model.bin").read_text() == "earlier"
+
+
+def test_a_copy_of_a_temporary_under_another_name_is_the_users(tmp_path):
+    """``cp -a .out.old-PID-xxxxxxxx .out.old-PID-mybackup``: the copy carries the marker but not its own name."""
+    out = tmp_path / "out"
+    aside = _moved_aside_by_a_killed_run(tmp_path, out)
+    backup = aside.parent.with_name(aside.parent.name.rsplit("-", 1)[0] + "-mybackup")
+    shutil.copytree(aside.parent, backup)
+    new = tmp_path / "new"
+    new.mkdir()
+    (new / "model.bin").write_text("new")
+    write_manifest(new, "elmo convert", ["model.bin"])
+    os.rename(new, out)
+    (said,) = recover_interrupted(out)
+    assert str(aside) in said and str(backup) not in said
+    assert (backup / "content" / "model.bin").read_text() == "earlier" and not aside.parent.exists()
 
 
 def test_a_killed_runs_temporaries_are_recovered_even_under_this_processs_own_id(tmp_path):

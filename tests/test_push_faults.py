@@ -4,11 +4,14 @@ not match ``config.json`` each end with one line ``elmo push: error: ...`` (they
 
 from __future__ import annotations
 
+import re
 import socket
+from pathlib import Path
 
 import pytest
 import torch
 from huggingface_hub import constants
+from packaging.requirements import Requirement
 
 from modeling_elmo import ElmoConfig, ElmoForBidirectionalLM, ElmoTokenizer, hub, save_model_folder
 
@@ -196,6 +199,128 @@ def test_a_template_reaching_for_python_internals_is_refused_before_it_runs(mode
     message = str(exit_.value.code)
     assert "reaches outside the card's values" in message and "\n" not in message, message
     assert not witness.exists() and not (tmp_path / "repo").exists()
+
+
+def _card_template(tmp_path, line: str):
+    template = tmp_path / "card.md"
+    template.write_text(
+        "---\n{{ card_data }}\n---\n# {{ model_id }}\n{{ evaluation_section }}\n{{ training_section }}\n" + line + "\n"
+    )
+    return template
+
+
+def test_a_template_reading_the_environment_through_attr_format_is_refused(model_dir, tmp_path, monkeypatch):
+    """Attacker pass on X12: ``|attr('format')`` hands ``str.format`` a function's globals; jinja2 before 3.1.6 let
+    it read ``os.environ`` (a credential) into the card. The range requires 3.1.6, and the installed one refuses."""
+    monkeypatch.setenv("ELMO_TEST_SECRET", "the-secret-value")
+    template = _card_template(
+        tmp_path, "{{ ('{0.__globals__[os].environ[ELMO_TEST_SECRET]}'|attr('format'))(lipsum) }}"
+    )
+    args = [str(model_dir), "--repo-id", "me/x", "--dry-run", "--output-dir", str(tmp_path / "repo")]
+    with pytest.raises(SystemExit) as exit_:
+        hub.main([*args, "--template", str(template)])
+    message = str(exit_.value.code)
+    assert "reaches outside the card's values" in message and "the-secret-value" not in message, message
+    assert not (tmp_path / "repo").exists()
+    import jinja2
+
+    monkeypatch.setattr(jinja2, "__version__", "3.1.5")  # an environment that kept an older jinja2
+    with pytest.raises(SystemExit) as exit_:
+        hub.main([*args, "--template", str(template)])
+    assert "jinja2 3.1.5 is installed; its sandbox lets a template read Python internals" in str(exit_.value.code)
+    assert not (tmp_path / "repo").exists()
+
+
+@pytest.mark.parametrize(
+    "expression, message",
+    [
+        ("{{ 1 / 0 }}", "fails while rendering: ZeroDivisionError: division by zero."),
+        ("{{ '{0}{1}'.format('a') }}", "fails while rendering: IndexError: "),
+        (
+            "{{ 'x' * 10**10 }}",
+            "fails while rendering: ValueError: a repetition of 1 items 10,000,000,000 times is too",
+        ),
+        ("{{ [0] * 10**9 }}", "a repetition of 1 items 1,000,000,000 times is too large"),
+        ("{{ 2 ** (10**11) }}", "fails while rendering: ValueError: a power of 2-bit number to 100,000,000,000 is"),
+    ],
+)
+def test_a_template_that_fails_or_builds_a_huge_value_is_one_line(model_dir, tmp_path, expression, message):
+    """Attacker pass on X12: what the sandbox allows can still raise (a traceback) or allocate gigabytes from a
+    template of 20 bytes; ``*`` and ``**`` are bounded, and any failure while rendering is one line."""
+    template = _card_template(tmp_path, expression)
+    with pytest.raises(SystemExit) as exit_:
+        hub.main(
+            [str(model_dir), "--repo-id", "me/x", "--dry-run", "--output-dir", str(tmp_path / "repo")]
+            + ["--template", str(template)]
+        )
+    text = str(exit_.value.code)
+    assert text.startswith(f"elmo push: error: model-card template {template} ") and "\n" not in text, text
+    assert message in text and not (tmp_path / "repo").exists()
+
+
+def test_the_jinja2_range_excludes_the_releases_whose_sandbox_lets_a_template_out():
+    pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()  # (tomllib: Python 3.11)
+    (jinja,) = [Requirement(r) for r in re.findall(r'^\s*"(jinja2[^"]*)",', pyproject, re.MULTILINE)]
+    assert not any(jinja.specifier.contains(v) for v in ("3.1.0", "3.1.4", "3.1.5")) and jinja.specifier.contains(
+        "3.1.6"
+    )
+
+
+# ---------------------------------------------------------------------------------------------- assembled, then sent
+def test_a_second_push_into_the_folder_being_uploaded_is_refused_and_the_upload_sends_what_was_checked(
+    model_dir, tmp_path, monkeypatch
+):
+    """Attacker pass on the push's lock: it was held while the folder was assembled and released before the upload,
+    so a second push (another model) could replace the folder while the first one sent it: a mix of two models, files
+    the first push never scanned."""
+    import threading
+
+    from modeling_elmo.folders.manifest import read_manifest
+    from modeling_elmo.hub import cli as hub_cli
+
+    out, sent, second = tmp_path / "repo", {}, []
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+
+    def second_push():
+        try:
+            hub.main([str(model_dir), "--repo-id", "me/other", "--dry-run", "--output-dir", str(out)])
+        except SystemExit as exit_:
+            second.append(str(exit_.code))
+
+    def upload(folder, repo_id, *, files, **kwargs):
+        thread = threading.Thread(target=second_push)
+        thread.start()
+        thread.join()
+        sent.update({name: (Path(folder) / name).read_bytes() for name in files})
+        return "https://hub.example/me/elmo-tiny"
+
+    monkeypatch.setattr(hub_cli, "upload_repo_folder", upload)
+    assert hub.main([str(model_dir), "--repo-id", "me/elmo-tiny", "--output-dir", str(out)]) == 0
+    assert len(second) == 1 and "another elmo push run is writing" in second[0], second
+    recorded = read_manifest(out)["files"]
+    assert sorted(sent) == sorted(recorded) and b"me/elmo-tiny" in sent["README.md"]
+
+
+def test_a_folder_changed_between_assembling_and_uploading_is_not_uploaded(model_dir, tmp_path, monkeypatch):
+    from modeling_elmo.hub import cli as hub_cli
+
+    out, uploads = tmp_path / "repo", []
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    real = hub_cli.assemble_repo_folder
+
+    def assemble_then_edit(*args, **kwargs):
+        files = real(*args, **kwargs)
+        with open(out / "README.md", "a") as handle:  # after the secret scan
+            handle.write("token: " + TOKEN + "\n")
+        return files
+
+    monkeypatch.setattr(hub_cli, "assemble_repo_folder", assemble_then_edit)
+    monkeypatch.setattr(hub_cli, "upload_repo_folder", lambda *args, **kwargs: uploads.append(args))
+    with pytest.raises(SystemExit) as exit_:
+        hub.main([str(model_dir), "--repo-id", "me/elmo-tiny", "--output-dir", str(out)])
+    message = str(exit_.value.code)
+    assert "changed after it was assembled and checked ('README.md' is not as written); nothing was uploaded" in message
+    assert not uploads and TOKEN not in message
 
 
 # ---------------------------------------------------------------------------------------------- a killed swap (L6)

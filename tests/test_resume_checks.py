@@ -90,6 +90,16 @@ ROWS = [
         _edit_tensors("optimizer.safetensors", _transpose_a_moment),
         r"optimizer state 'exp_avg' of parameter \d+ has shape \(\d+, \d+\); the parameter's is \(\d+, \d+\)\.",
     ),
+    (  # attacker pass: a scalar passed the shape check and broadcast over the parameter (NaN from then on)
+        "a moment that is a scalar",
+        _edit_tensors("optimizer.safetensors", lambda t: t.__setitem__("state.0.exp_avg", torch.tensor(0.5))),
+        r"optimizer state 'exp_avg' of parameter 0 has shape \(\); the parameter's is \(\d+, \d+\)\.",
+    ),
+    (  # attacker pass: Adam's bias correction divides by 1 - beta ** step; 1.5 scaled every update, silently
+        "a step count that is not a whole number",
+        _edit_tensors("optimizer.safetensors", lambda t: t["state.3.step"].fill_(1.5)),
+        r"optimizer state 'step' of parameter 3 is 1\.5, not a whole number in \[0, 2\] \(the checkpoint's update\)\.",
+    ),
     (
         "a moment holding NaN",
         _edit_tensors("optimizer.safetensors", lambda t: t["state.1.exp_avg_sq"].fill_(float("nan"))),
@@ -103,7 +113,7 @@ ROWS = [
     (
         "a step count beyond the checkpoint's update",
         _edit_tensors("optimizer.safetensors", lambda t: t["state.0.step"].fill_(1e6)),
-        r"optimizer state 'step' of parameter 0 is 1e\+06, not in \[0, 2\] \(the checkpoint's update\)\.",
+        r"optimizer state 'step' of parameter 0 is 1e\+06, not a whole number in \[0, 2\] \(the checkpoint's",
     ),
     (
         "weights holding inf",

@@ -596,6 +596,12 @@ def _embed_locked(
     show_progress: bool,
 ) -> EmbedReport:
     partial = _partial_dir(output)
+    if partial.is_symlink() or (os.path.lexists(partial) and not partial.is_dir()):  # --resume would work through it
+        raise ValueError(
+            f"{str(partial)!r}, where an interrupted run's chunks are kept, is "
+            f"{'a symbolic link' if partial.is_symlink() else 'not a folder'}; elmo embed never reads or writes "
+            "through one. Remove it if it is not yours to keep."
+        )
     if output.exists() and not overwrite:
         raise ValueError(f"output file {str(output)!r} already exists; pass --overwrite to replace it.")
     if overwrite:

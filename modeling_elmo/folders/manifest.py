@@ -197,14 +197,22 @@ def _run_token() -> str:
 
 def new_temporary(output: str | os.PathLike, kind: str, command: str, *, content: bool = True) -> Path:
     """Create a fresh temporary folder of ``kind`` beside ``output`` (`tempfile.mkdtemp`: a new unique name, private)
-    holding its marker (`TEMPORARY_MARKER`: ``command``, ``kind``, the output's name, this process); return the path
+    holding its marker (`TEMPORARY_MARKER`: ``command``, ``kind``, the output's name, this process, the folder's own
+    name); return the path
     of its payload, ``FOLDER/content`` (created empty, with the umask's mode, unless ``content`` is false).
 
     The marker is what lets a later run (`recover_interrupted`) finish or undo what this one leaves behind when it
     is killed: a folder that merely has a name like this one is somebody else's and is never touched."""
     output = Path(output)
     folder = Path(tempfile.mkdtemp(prefix=temporary_prefix(output, kind), dir=output.absolute().parent))
-    record = {"command": command, "kind": kind, "output": output.name, "pid": os.getpid(), "run": _run_token()}
+    record = {
+        "command": command,
+        "kind": kind,
+        "output": output.name,
+        "pid": os.getpid(),
+        "run": _run_token(),
+        "folder": folder.name,
+    }
     fd = os.open(folder / TEMPORARY_MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         handle.write(json.dumps(record) + "\n")
@@ -220,7 +228,9 @@ def new_temporary(output: str | os.PathLike, kind: str, command: str, *, content
 def _marker_of(folder: Path, output: Path) -> dict | None:
     """The marker record of ``folder`` when it proves the folder is a temporary of ``output`` that this user's
     `new_temporary` made: a real folder (not a link) owned by us, named like one, holding a regular file with one link,
-    owned by us, whose record names the same output, kind and process as the folder's name. Otherwise `None`."""
+    owned by us, whose record names the same output, kind and process as the folder's name, and the folder's own name
+    (a copy of a temporary under another name, ``cp -a .out.old-123-abcd1234 .out.old-123-mybackup``, is the user's;
+    a marker of an earlier version, without it, is judged by the rest). Otherwise `None`."""
     match = re.fullmatch(rf"\.{re.escape(output.name)}\.([a-z]+)-(\d+)-[A-Za-z0-9_]+", folder.name)
     if match is None:
         return None
@@ -245,6 +255,8 @@ def _marker_of(folder: Path, output: Path) -> dict | None:
         return None
     if any(record.get(key) != value for key, value in expected.items()):
         return None
+    if record.get("folder", folder.name) != folder.name:
+        return None
     return record
 
 
@@ -257,11 +269,33 @@ def remove_temporary(payload: str | os.PathLike) -> None:
         if content.is_symlink() or not content.is_dir():
             content.unlink()
         else:
-            shutil.rmtree(content)
+            _remove_tree(content)
     with contextlib.suppress(FileNotFoundError):
         (folder / TEMPORARY_MARKER).unlink()
     with contextlib.suppress(OSError):  # anything else in it is not ours to delete
         folder.rmdir()
+
+
+def _remove_tree(folder: Path) -> None:
+    """Remove ``folder`` and everything below it (links removed, never followed), its manifest last: a run killed on
+    the way leaves recorded files, empty folders and the manifest that records them, so a later run can still tell
+    that nothing in it is anybody else's (`_only_commands_files`)."""
+    manifest = folder / MANIFEST
+    for entry in os.scandir(folder):
+        if entry.name == MANIFEST:
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path)  # (its descriptor-based walk never follows a link swapped in meanwhile)
+        else:
+            os.unlink(entry.path)
+    manifest.unlink(missing_ok=True)
+    folder.rmdir()
+
+
+def _only_commands_files(folder: Path, command: str) -> list[str]:
+    """The files of ``folder`` that ``command`` did not write as they are (`foreign_files`); empty folders do not
+    count (what a removal killed half-way leaves, `_remove_tree`; they hold nothing to lose)."""
+    return [name for name in foreign_files(folder, command) if not name.endswith("/")]
 
 
 def recover_interrupted(output: str | os.PathLike) -> list[str]:
@@ -269,9 +303,11 @@ def recover_interrupted(output: str | os.PathLike) -> list[str]:
     logged as a warning). Called by `output_lock`, so by every command before it looks at ``output``.
 
     Only folders proven ours by their marker (`_marker_of`) are looked at. An earlier output moved aside (`ASIDE`)
-    goes back to its name when that is free (the swap is undone); when a complete output of the same command holds the
-    name (the swap had finished), the earlier one is removed as the swap would have; otherwise it is kept where it is
-    and the line says where. Any other temporary (a folder being written) is removed."""
+    goes back to its name when that is free or an empty folder (the swap is undone: ``mkdir -p out`` before the next
+    run is no output); when a complete output of the same command holds the name (its manifest, every file as
+    recorded: the swap had finished), the earlier one is removed as the swap would have, provided it still holds
+    only that command's files; otherwise it is kept where it is and the line says where. Any other temporary (a
+    folder being written) is removed."""
     output = Path(output)
     parent = output.absolute().parent
     said: list[str] = []
@@ -320,26 +356,40 @@ def _recover_one(output: Path, command: str, kind: str, content: Path) -> str | 
             f"{str(content.parent)!r}, a temporary folder of an interrupted {command} run, holds something it did not "
             f"put there ({str(content)!r} is not a folder); nothing was deleted. Move it away."
         )
-    if aside and not os.path.lexists(output):
+    free = not os.path.lexists(output) or (output.is_dir() and not output.is_symlink() and not any(output.iterdir()))
+    if aside and free:  # renaming a folder onto an empty one replaces it; one filled meanwhile makes it fail
         os.rename(content, output)
         line = (
             f"{command} was interrupted while replacing {shown!r}: the earlier output, which it had moved aside "
             f"to {str(content)!r}, is back in place."
         )
-    elif aside and output.is_dir() and not output.is_symlink() and not foreign_files(output, command):
+    elif aside and _complete_output(output, command) and not _only_commands_files(content, command):
         line = (
             f"{command} was interrupted after replacing {shown!r}: the earlier output it had replaced "
             f"({str(content)!r}) was removed, as that run would have done."
         )
     elif aside:
+        added = _only_commands_files(content, command)
+        now = f", and the earlier output holds {added[0]!r}, which it did not write" if added else ", which now holds"
         return (
-            f"{command} was interrupted while replacing {shown!r}, which now holds other files: the earlier "
-            f"output is kept in {str(content)!r}; nothing was deleted. Move it back or away."
+            f"{command} was interrupted while replacing {shown!r}{now if added else now + ' other files'}: the "
+            f"earlier output is kept in {str(content)!r}; nothing was deleted. Move it back or away."
         )
     elif os.path.lexists(content):
         line = f"removed the unfinished output of an interrupted {command} run: {str(content.parent)!r}."
     remove_temporary(content)
     return line
+
+
+def _complete_output(output: Path, command: str) -> bool:
+    """Whether ``output`` is a folder that ``command`` wrote whole: its manifest is ``command``'s and lists at least
+    one file, and the folder holds exactly what it records (`foreign_files`)."""
+    if output.is_symlink() or not output.is_dir():
+        return False
+    manifest = read_manifest(output)
+    if manifest is None or manifest["command"] != command or not manifest["files"]:
+        return False
+    return not foreign_files(output, command)
 
 
 def check_output_name(output: str | os.PathLike, command: str) -> None:

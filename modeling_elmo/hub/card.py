@@ -669,6 +669,39 @@ def default_template_path(kind: str) -> Path:
     return TEMPLATE_DIR / f"{kind}.md"
 
 
+#: The first jinja2 release whose sandbox keeps a template in: 3.1.5 and earlier let ``|attr('format')`` reach
+#: ``str.format`` unguarded (CVE-2025-27516), so
+#: ``{{ ('{0.__globals__[os].environ[HF_TOKEN]}'|attr('format'))(lipsum) }}`` rendered the token into the card.
+JINJA_SANDBOX_FLOOR = (3, 1, 6)
+
+
+#: The most items (characters, list entries, bits of a number) that ``*`` or ``**`` in a card template may build: a
+#: template of 20 bytes (``{{ 'x' * 10**10 }}``, ``{{ 2 ** 10**11 }}``) would otherwise allocate gigabytes.
+MAX_TEMPLATE_VALUE = 10**7
+
+
+def _bounded_binop(context: Any, operator: str, left: Any, right: Any) -> Any:
+    """``left * right`` or ``left ** right`` of a card template, refused (`ValueError`) where the result would hold
+    more than `MAX_TEMPLATE_VALUE` items or bits."""
+    if operator == "*":
+        for sequence, count in ((left, right), (right, left)):
+            if (
+                isinstance(sequence, (str, list, tuple))
+                and isinstance(count, int)
+                and len(sequence) * count > (MAX_TEMPLATE_VALUE)
+            ):
+                raise ValueError(f"a repetition of {len(sequence):,} items {count:,} times is too large")
+        return left * right
+    if (
+        isinstance(left, int)
+        and isinstance(right, int)
+        and right > 0
+        and left.bit_length() * right > MAX_TEMPLATE_VALUE
+    ):
+        raise ValueError(f"a power of {left.bit_length():,}-bit number to {right:,} is too large")
+    return left**right
+
+
 def render_model_card(template: str | os.PathLike, card_data: Any, context: Mapping[str, Any]):
     """Render a Jinja template into a `huggingface_hub.ModelCard` (the same rendering as
     ``ModelCard.from_template``, but strict).
@@ -683,11 +716,19 @@ def render_model_card(template: str | os.PathLike, card_data: Any, context: Mapp
     from jinja2 import meta
     from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 
+    if tuple(int(part) for part in re.findall(r"\d+", jinja2.__version__)[:3]) < JINJA_SANDBOX_FLOOR:
+        raise ValueError(
+            f"jinja2 {jinja2.__version__} is installed; its sandbox lets a template read Python internals (the "
+            f"environment's variables, credentials among them) through |attr('format'). Install jinja2>="
+            f"{'.'.join(map(str, JINJA_SANDBOX_FLOOR))} to render a --template."
+        )
     template_path = Path(template)
     if not template_path.is_file():
         raise ValueError(f"model-card template {str(template)!r} does not exist.")
     source = template_path.read_text(encoding="utf-8")
     environment = ImmutableSandboxedEnvironment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    environment.intercepted_binops = frozenset({"*", "**"})  # the two that build values of any size from two digits
+    environment.call_binop = _bounded_binop
     try:
         parsed = environment.parse(source)
     except jinja2.TemplateSyntaxError as error:
@@ -719,6 +760,11 @@ def render_model_card(template: str | os.PathLike, card_data: Any, context: Mapp
             f"model-card template {template_path} reaches outside the card's values ({str(error).rstrip('.')}); a "
             "template may "
             "only use the fields and Jinja's own filters."
+        ) from None
+    except Exception as error:  # the template's own arithmetic and filters: 1/0, '{0}'.format(), a value too large
+        text = " ".join(str(error).split())[:200]
+        raise ValueError(
+            f"model-card template {template_path} fails while rendering: {type(error).__name__}: {text}."
         ) from None
     if not content.lstrip().startswith("---"):
         raise ValueError(

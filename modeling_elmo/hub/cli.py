@@ -24,7 +24,7 @@ from ..utils.io_utils import command_error
 from ..utils.results import read_results
 from . import card as card_module
 from .card import CARD_KINDS, CardInputs
-from .publish import assemble_repo_folder, check_model_folder, upload_repo_folder, validate_repo_id
+from .publish import COMMAND, assemble_repo_folder, check_model_folder, upload_repo_folder, validate_repo_id
 from .safety import resolve_token
 
 __all__ = ["build_parser", "main"]
@@ -135,6 +135,19 @@ def _warnings_on_stderr():
             logger.removeHandler(handler)
 
 
+def _check_unchanged(output_dir: Path, files: list[str]) -> None:
+    """Raise `ValueError` unless ``output_dir`` holds exactly the ``files`` that were assembled, checked and recorded in
+    its manifest, each as recorded (size and sha256): what is uploaded is what was scanned."""
+    missing = [name for name in files if not (output_dir / name).is_file()]
+    changed = missing or manifest_module.foreign_files(output_dir, COMMAND)
+    if changed:
+        raise ValueError(
+            f"the repository folder {str(output_dir)!r} changed after it was assembled and checked "
+            f"({changed[0]!r} {'is missing' if missing else 'is not as written'}); nothing was uploaded. Run the "
+            "push again."
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     with _warnings_on_stderr():
@@ -158,6 +171,8 @@ def _run(args: argparse.Namespace) -> int:
         with contextlib.ExitStack() as stack:
             if output_dir is None:
                 output_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="elmo-hub-"))) / "repo"
+            # held from assembling to the end of the upload: another push cannot replace the folder being sent
+            stack.enter_context(manifest_module.output_lock(output_dir, COMMAND))
             files = assemble_repo_folder(model_dir, output_dir, args.repo_id, card, plots=args.plot)
             total = sum((output_dir / name).stat().st_size for name in files)
             print(f"Repository folder: {output_dir}")
@@ -170,6 +185,7 @@ def _run(args: argparse.Namespace) -> int:
                     f"revision {args.revision or 'main'}; nothing was sent."
                 )
                 return 0
+            _check_unchanged(output_dir, files)
             url = upload_repo_folder(
                 output_dir,
                 args.repo_id,

@@ -93,16 +93,20 @@ FORBIDDEN_CALLS = frozenset(
 #: its users have, and torch changes its internals (``torch.ops.*`` operators, underscored names) without notice.
 PRIVATE_TORCH = "a private torch API (torch.ops.* or an underscored name), which changes between releases"
 
+#: Where a credential starts and ends: not inside a longer run of letters and digits. Not a regex word boundary
+#: (``\b``): ``_`` is a word character, so ``token_hf_...``, ``AKIA..._prod`` or ``x_ghp_...`` (a label, a file name)
+#: would hide the credential from it.
+_START, _END = r"(?<![A-Za-z0-9])", r"(?![A-Za-z0-9])"
 #: A Hugging Face access token (user or organisation).
-HF_TOKEN_PATTERN = re.compile(r"\bhf_[A-Za-z0-9]{30,}\b")
+HF_TOKEN_PATTERN = re.compile(rf"{_START}hf_[A-Za-z0-9]{{30,}}{_END}")
 #: The credentials a published text file must not hold, by what they are (the name goes into the refusal): a Hugging
 #: Face token, an AWS access key id (long-term ``AKIA``, temporary ``ASIA``), GitHub tokens (classic ``ghp_`` and
 #: the OAuth, user-to-server, server-to-server and refresh kinds, and fine-grained ``github_pat_``).
 SECRET_PATTERNS = {
     "a Hugging Face access token (hf_...)": HF_TOKEN_PATTERN,
-    "an AWS access key id (AKIA...)": re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
-    "a GitHub token (ghp_...)": re.compile(r"\bgh[pousr]_[A-Za-z0-9]{36,}\b"),
-    "a GitHub fine-grained token (github_pat_...)": re.compile(r"\bgithub_pat_[A-Za-z0-9_]{22,}\b"),
+    "an AWS access key id (AKIA...)": re.compile(rf"{_START}(?:AKIA|ASIA)[0-9A-Z]{{16}}{_END}"),
+    "a GitHub token (ghp_...)": re.compile(rf"{_START}gh[pousr]_[A-Za-z0-9]{{36,}}{_END}"),
+    "a GitHub fine-grained token (github_pat_...)": re.compile(rf"{_START}github_pat_[A-Za-z0-9_]{{22,}}"),
 }
 
 

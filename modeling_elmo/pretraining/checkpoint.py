@@ -131,11 +131,18 @@ def _finite_number(value: Any) -> bool:
 _NON_NEGATIVE_STATES = frozenset({"exp_avg_sq", "max_exp_avg_sq", "sum"})
 
 
+def _update_count(value: float, global_step: int) -> bool:
+    """Whether ``value`` can be an optimiser's count of updates at ``global_step``: a whole number in [0, global_step]
+    (Adam's bias correction divides by ``1 - beta ** step``: 1.5 or 0.25 would scale every update, silently)."""
+    return 0 <= value <= global_step and float(value).is_integer()
+
+
 def check_optimizer_state(optimizer: torch.optim.Optimizer, loaded: dict[str, Any], global_step: int) -> None:
     """Refuse an optimiser state that would train another model than the run's: its groups' hyperparameters must be
     the run's (all but the learning rate, which the schedule sets), each state tensor must have its parameter's shape
-    (or be a scalar such as ``step``, at most ``global_step``), every value must be finite and sums of squares
-    non-negative. `CheckpointError` names the first wrong one."""
+    (only ``step`` may be a scalar, a whole number at most ``global_step``: a scalar moment would broadcast over its
+    parameter and train NaN), every value must be finite and sums of squares non-negative. `CheckpointError` names the
+    first wrong one."""
     own = optimizer.param_groups
     groups = loaded["param_groups"]
     if len(groups) != len(own):
@@ -170,7 +177,7 @@ def check_optimizer_state(optimizer: torch.optim.Optimizer, loaded: dict[str, An
         shape = tuple(params[param].shape)
         for name, value in entries.items():
             if torch.is_tensor(value):
-                if value.dim() and tuple(value.shape) != shape:
+                if not (name == "step" and value.dim() == 0) and tuple(value.shape) != shape:
                     raise CheckpointError(
                         f"optimizer state {name!r} of parameter {param} has shape {tuple(value.shape)}; the "
                         f"parameter's is {shape}."
@@ -179,12 +186,12 @@ def check_optimizer_state(optimizer: torch.optim.Optimizer, loaded: dict[str, An
                     raise CheckpointError(f"optimizer state {name!r} of parameter {param} holds non-finite values.")
                 if name in _NON_NEGATIVE_STATES and bool((value < 0).any()):
                     raise CheckpointError(f"optimizer state {name!r} of parameter {param} holds negative values.")
-                if name == "step" and not 0 <= float(value.reshape(-1)[0]) <= global_step:
+                if name == "step" and not _update_count(float(value.reshape(-1)[0]), global_step):
                     raise CheckpointError(
-                        f"optimizer state 'step' of parameter {param} is {float(value.reshape(-1)[0]):g}, not in "
-                        f"[0, {global_step}] (the checkpoint's update)."
+                        f"optimizer state 'step' of parameter {param} is {float(value.reshape(-1)[0]):g}, not a whole "
+                        f"number in [0, {global_step}] (the checkpoint's update)."
                     )
-            elif not _finite_number(value) or (name == "step" and not 0 <= value <= global_step):
+            elif not _finite_number(value) or (name == "step" and not _update_count(value, global_step)):
                 raise CheckpointError(f"optimizer state {name!r} of parameter {param} is {_cut(value)}.")
 
 
