@@ -10,15 +10,15 @@ Every variant is the `cpu-lm-corpus` recipe (the `elmo-cpu` preset on `lm-corpus
 settings under study pinned to the baseline's (`BASELINE`) and a few flags changed (`VARIANTS`), so the study
 reproduces whatever the recipe's defaults are now. Each run is trained for the same number of minutes on one
 thread; `--parallel 2` runs two at a time (one per core). With several marks (`--minutes 10,30,60`) one run per
-variant trains for the last and saves snapshots at the others (`elmo pretrain --save-at-minutes`: the schedules of
-`BASELINE` and `VARIANTS` are constant after a warm-up in updates, so a snapshot at 10 minutes is the model of a
-10-minute run; the cosine variants are refused there). `--before-python` trains each variant a second time with the
-package of another environment (an earlier revision), side by side, every point scored by this environment's
-`elmo evaluate`; where that package has no --save-at-minutes, it trains one run per mark. Runs and evaluations that
-are done are not repeated, so the script can be stopped and started again. The untrained comparison
-(`--compare-untrained`) is computed once, with the first point: the probes read the biLM only, and every variant's
-biLM has the same shape and the same seed. Prints a Markdown table and writes it to `OUTPUT_DIR/study.md` and
-`study.json`.
+variant trains for the last and saves snapshots at the others (`elmo pretrain --save-at-minutes`): the schedule is
+constant after a warm-up in updates, so a snapshot at 10 minutes is the model of a 10-minute run; the cosine and
+early-stopping variants, where it is not, train one run per mark. `--before-python` trains each variant a second
+time with the package of another environment (an earlier revision), side by side, every point scored by this
+environment's `elmo evaluate`; where that package has no --save-at-minutes, it trains one run per mark. Runs and
+evaluations that are done are not repeated, so the script can be stopped and started again. The untrained
+comparison (`--compare-untrained`) is computed once, with the first point: the probes read the biLM only, and every
+variant's biLM has the same shape and the same seed. Prints a Markdown table and writes it to `OUTPUT_DIR/study.md`
+and `study.json`.
 """
 
 from __future__ import annotations
@@ -194,16 +194,19 @@ def supports_snapshots(python: str, cwd: Path) -> bool:
     return "--save-at-minutes" in help_text
 
 
-def schedule_of(variant: str) -> str:
-    """The --lr-scheduler-type a variant trains with (its flags after `BASELINE`'s; the last one wins)."""
+def snapshots_apply(variant: str) -> bool:
+    """Whether a variant's snapshot at M minutes is the model of an M-minute run: a schedule that does not depend on
+    the run's length (its flags after `BASELINE`'s; the last one wins), and no best-model selection or early stop."""
     flags = BASELINE + VARIANTS[variant]
-    return [flags[i + 1] for i, flag in enumerate(flags) if flag == "--lr-scheduler-type"][-1]
+    schedule = [flags[i + 1] for i, flag in enumerate(flags) if flag == "--lr-scheduler-type"][-1]
+    selects = {"--load-best-model-at-end", "--early-stopping-patience"} & set(flags)
+    return schedule in ("constant", "constant_with_warmup") and not selects
 
 
 def plan_jobs(names: list[str], args: argparse.Namespace) -> list[Job]:
     """Per variant, one run per environment (this one, then --before-python's) that gives every mark with
-    snapshots, or one run per mark where that environment's package has no --save-at-minutes or the variant's
-    schedule runs over the budget (a cosine). A variant's runs come one after the other, so `--parallel 2` trains
+    snapshots, or one run per mark where that environment's package has no --save-at-minutes or snapshots do not
+    apply to the variant (`snapshots_apply`). A variant's runs come one after the other, so `--parallel 2` trains
     its before and after side by side."""
     environments = {"after": sys.executable}
     if args.before_python:
@@ -218,7 +221,7 @@ def plan_jobs(names: list[str], args: argparse.Namespace) -> list[Job]:
         for label, python in environments.items():
             run = out / (name if label == "after" else f"{name}@{label}")
             supported = run.is_dir() if snapshots[label] is None else snapshots[label]
-            if not earlier or (supported and schedule_of(name) in ("constant", "constant_with_warmup")):
+            if not earlier or (supported and snapshots_apply(name)):
                 jobs.append(Job(name, label, python, run, last, earlier))
             else:
                 jobs += [Job(name, label, python, run.with_name(f"{run.name}-{m:g}min"), m) for m in args.minutes]

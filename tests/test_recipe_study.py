@@ -110,6 +110,13 @@ def test_the_study_trains_one_run_per_mark_where_snapshots_do_not_apply(tmp_path
         output_dir=tmp_path, minutes=[10.0, 30.0, 60.0], before_python=old, before_label="before", table_only=False
     )
     jobs = study.plan_jobs(["baseline", "cosine-budget"], args)
+    assert [name for name in study.VARIANTS if not study.snapshots_apply(name)] == [
+        "cosine-budget",
+        "early-stopping",
+        "windows-cosine-lr-0.004",
+        "windows-cosine",
+        "windows-cosine-lr-0.004-seed-2",
+    ]
     shown = [(j.variant, j.package, j.run.name, j.minutes, j.save_at) for j in jobs]
     assert shown == [
         ("baseline", "after", "baseline", 60.0, [10.0, 30.0]),
