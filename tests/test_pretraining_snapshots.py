@@ -209,3 +209,15 @@ def test_a_snapshot_left_half_written_by_a_kill_is_removed_and_written_by_the_re
     assert _run(*argv, "--resume-from-checkpoint", "latest") == 0
     assert [p.name for p in (out / RunFolder.SNAPSHOTS).iterdir()] == ["minutes-0.2"]
     assert RunFolder(out).snapshots() == {0.2: RunFolder(out).snapshot_dir(0.2)}
+
+
+@pytest.mark.slow
+def test_snapshots_beside_best_model_selection_say_they_hold_the_weights_of_their_minute(
+    corpus, tmp_path, fake_clock, caplog
+):
+    argv = _args(corpus, tmp_path / "run", "--max-steps", "12", "--save-at-minutes", "0.2")
+    argv += ["--eval-steps", "4", "--load-best-model-at-end"]
+    with caplog.at_level("WARNING", logger="modeling_elmo.pretraining"):
+        assert _run(*argv) == 0
+    assert "a snapshot holds the weights of its minute, not the best validated ones" in caplog.text
+    assert list(RunFolder(tmp_path / "run").snapshots()) == [0.2]

@@ -341,6 +341,11 @@ class Snapshots:
                 seconds / 60,
             )
         self.pending = [m for m in marks if m not in written and m not in missed]
+        if self.pending and s.args.load_best_model_at_end:
+            logger.warning(
+                "--save-at-minutes with --load-best-model-at-end: a snapshot holds the weights of its minute, not "
+                "the best validated ones that a run of that many minutes would save."
+            )
         if s.world > 1:  # the main process's view, so that every process waits for the same snapshots
             from accelerate.utils import broadcast_object_list
 
