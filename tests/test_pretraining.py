@@ -389,6 +389,7 @@ def _recipe_study():
 
     spec = importlib.util.spec_from_file_location("recipe_study", REPO / "scripts" / "recipe_study.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 
@@ -400,10 +401,9 @@ def _studied(args) -> dict:
 
 def test_every_recipe_study_variant_parses_and_the_lm_corpus_recipes_use_its_winner(tmp_path):
     study = _recipe_study()
-    options = study.argparse.Namespace(data_dir=tmp_path, minutes=10.0, output_dir=tmp_path / "study", seed=1)
-    parsed = {
-        name: parse_args(study.pretrain_command(name, flags, options)[4:]) for name, flags in study.VARIANTS.items()
-    }
+    options = study.argparse.Namespace(data_dir=tmp_path, seed=1, extra_flags="")
+    jobs = {name: study.Job(name, "after", sys.executable, tmp_path / "study" / name, 10.0) for name in study.VARIANTS}
+    parsed = {name: parse_args(study.pretrain_command(job, options)[4:]) for name, job in jobs.items()}
     baseline = _studied(parsed["baseline"])  # what the lm-corpus recipes said before the study, whatever they say now
     assert baseline == {
         "vocab_size": 20000,

@@ -24,6 +24,9 @@ A folder written by ``elmo pretrain --output-dir RUN``::
     eval_results.json                     the final perplexities (docs/results.md)
     perplexity.png                        the training curve
     evaluation/                           what ``elmo evaluate RUN`` writes (`EvaluationFolder`)
+    snapshots/minutes-M/                  the model when the training time passed M minutes (--save-at-minutes):
+                                          a model folder with snapshot.json (minutes, updates, tokens) and, once
+                                          ``elmo evaluate`` has scored it, its evaluation/
 
 A folder written by ``elmo convert`` holds the model, tokenizer and code files, a ``README.md``,
 ``conversion_metadata.json`` (the source files, their checksums, the numerical check) and ``.elmo-manifest.json``,
@@ -46,7 +49,7 @@ from typing import Any
 
 from ..utils.io_utils import atomic_write_text, check_json_files, read_json_object
 from ..utils.results import EvaluationResults, read_results
-from .manifest import MANIFEST
+from .manifest import CONTENT, MANIFEST, TEMPORARY_MARKER
 
 __all__ = ["CHECKPOINT_FILE", "CODE_FILES", "EvaluationFolder", "RunFolder", "read_json_object"]
 
@@ -64,6 +67,10 @@ CHECKPOINT_FILE = re.compile(
 )
 #: A file being written atomically (`modeling_elmo.utils.io_utils.atomic_write_bytes`): ``.NAME.XXXXXXXX.tmp``.
 _ATOMIC_TEMPORARY = re.compile(r"\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp")
+#: A snapshot's folder name (``snapshots/minutes-M``) and the temporary folder one is written in
+#: (`modeling_elmo.folders.manifest.new_temporary`: ``.minutes-M.snapshot-PID-XXXXXXXX``).
+_SNAPSHOT = re.compile(r"minutes-(?P<minutes>[0-9][0-9.e+-]*)")
+_SNAPSHOT_TEMPORARY = re.compile(r"\.minutes-[0-9][0-9.e+-]*\.snapshot-\d+-[A-Za-z0-9_]+")
 #: What tensorboard (``--report-to tensorboard``) writes into the tracker folder.
 _TRACKER_FILE = re.compile(r"events\.out\.tfevents\..+|hparams\.yml")
 
@@ -149,6 +156,8 @@ class RunFolder:
     EVAL_RESULTS = "eval_results.json"
     PERPLEXITY_PLOT = "perplexity.png"
     EVALUATION = "evaluation"
+    SNAPSHOTS = "snapshots"
+    SNAPSHOT_INFO = "snapshot.json"
 
     def __init__(self, root: str | os.PathLike):
         self.root = Path(root)
@@ -225,6 +234,21 @@ class RunFolder:
         """Where ``elmo evaluate`` writes by default."""
         return EvaluationFolder(self.root / self.EVALUATION)
 
+    def snapshot_dir(self, minutes: float) -> Path:
+        """The model of the run when its training time passed ``minutes`` (``elmo pretrain --save-at-minutes``)."""
+        return self.root / self.SNAPSHOTS / f"minutes-{minutes:g}"
+
+    def snapshots(self) -> dict[float, Path]:
+        """The complete snapshots of the run, by their minutes (ascending)."""
+        found = {}
+        folder = self.root / self.SNAPSHOTS
+        for entry in sorted(folder.iterdir()) if folder.is_dir() else []:
+            match = _SNAPSHOT.fullmatch(entry.name)
+            if match and not entry.is_symlink() and RunFolder(entry).has_model():
+                with contextlib.suppress(ValueError):
+                    found[float(match.group("minutes"))] = entry
+        return dict(sorted(found.items()))
+
     # ------------------------------------------------------------------ what the folder holds
     def has_weights(self) -> bool:
         return self.weights_file.is_file() or self.weights_index_file.is_file()
@@ -299,8 +323,10 @@ class RunFolder:
         top, rest = parts[0], parts[1:]
         if not rest:
             if is_dir:
-                return top in (self.CHECKPOINTS, self.EVALUATION, self.TRACKER_LOGS, ".tmp-final-model")
+                return top in (self.CHECKPOINTS, self.EVALUATION, self.TRACKER_LOGS, ".tmp-final-model", self.SNAPSHOTS)
             return _written(top, self._run_file)
+        if top == self.SNAPSHOTS:
+            return self._is_snapshot_entry(rest, is_dir)
         if top == ".tmp-final-model":  # the final model being saved
             return len(rest) == 1 and not is_dir and self._model_file(rest[0])
         if top == self.EVALUATION:
@@ -321,6 +347,36 @@ class RunFolder:
                         rest[1], lambda n: n in ("model.safetensors", "best.json")
                     )
         return False
+
+    def _is_snapshot_entry(self, parts: tuple[str, ...], is_dir: bool) -> bool:
+        """`_is_run_entry` under ``snapshots/``: a snapshot folder (model files, ``snapshot.json``, its evaluation) or
+        the temporary folder one is written in (its marker, and the same files in its payload folder)."""
+        name, rest = parts[0], parts[1:]
+        if _SNAPSHOT.fullmatch(name):
+            if not rest:
+                return is_dir
+            if rest[0] == self.EVALUATION:
+                return (
+                    len(rest) == 1 and is_dir or len(rest) == 2 and not is_dir and EvaluationFolder.is_own_file(rest[1])
+                )
+            return len(rest) == 1 and not is_dir and _written(rest[0], self._snapshot_file)
+        if _SNAPSHOT_TEMPORARY.fullmatch(name):
+            if not rest:
+                return is_dir
+            if rest == (TEMPORARY_MARKER,):
+                return not is_dir
+            if rest[0] == CONTENT:
+                return (
+                    len(rest) == 1
+                    and is_dir
+                    or len(rest) == 2
+                    and not is_dir
+                    and _written(rest[1], self._snapshot_file)
+                )
+        return False
+
+    def _snapshot_file(self, name: str) -> bool:
+        return self._model_file(name) or name == self.SNAPSHOT_INFO
 
     def run_entries(self) -> tuple[list[Path], list[str]]:
         """The entries of the folder that a training run writes (files, then their folders, deepest first), and

@@ -175,6 +175,14 @@ class PretrainingArguments:
     stop_after_steps: int | None = _f(
         None, "Save a checkpoint and exit after this many updates without changing the schedule (time-sliced jobs)."
     )
+    save_at_minutes: str | None = _f(
+        None,
+        "Save the model as it is when the training time (counted as --max-train-minutes counts it, resumed runs "
+        "included) passes each of these minutes, e.g. `10,30`, into snapshots/minutes-M/ (a model folder `elmo "
+        "evaluate` reads). A snapshot is the model an M-minute run would give only when the schedule does not depend "
+        "on the run's length: constant or constant_with_warmup with --warmup-steps in updates (others are refused).",
+        metavar="M,M,...",
+    )
     eval_steps: int = _f(0, "Evaluate on the validation split every N updates (0 = only at the end).")
     early_stopping_patience: int | None = _f(
         None, "Stop after this many evaluations (--eval-steps) without a better validation perplexity."
@@ -545,6 +553,44 @@ def parse_args(argv: list[str] | None = None) -> PretrainingArguments:
     return args
 
 
+#: The schedules whose learning rate at minute M does not depend on the run's length (`snapshot_minutes`).
+LENGTH_FREE_SCHEDULES = ("constant", "constant_with_warmup")
+
+
+def snapshot_minutes(args: PretrainingArguments) -> list[float]:
+    """The training minutes of ``--save-at-minutes`` (ascending; empty when it is not given); raises `ValueError`
+    for a value that is not a list of numbers > 0, a mark at or past --max-train-minutes (there is the final model),
+    and a schedule that depends on the run's length (a snapshot of it is not the model of a shorter run)."""
+    text = args.save_at_minutes
+    if text is None or not str(text).strip():
+        return []
+    marks = []
+    for item in str(text).split(","):
+        try:
+            mark = float(item)
+        except ValueError:
+            mark = math.nan
+        if not (math.isfinite(mark) and mark > 0):
+            raise ValueError(f"--save-at-minutes must be minutes > 0 separated by commas, e.g. 10,30; got {text!r}.")
+        marks.append(mark)
+    if args.max_train_minutes is not None and max(marks) >= args.max_train_minutes:
+        raise ValueError(
+            f"--save-at-minutes {text}: {max(marks):g} is not before --max-train-minutes {args.max_train_minutes:g} "
+            "(the run's own model is the model at the end)."
+        )
+    if args.lr_scheduler_type not in LENGTH_FREE_SCHEDULES or 0 < args.warmup_steps < 1:
+        what = (
+            f"--warmup-steps {args.warmup_steps:g} is a fraction of the run"
+            if args.lr_scheduler_type in LENGTH_FREE_SCHEDULES
+            else f"--lr-scheduler-type {args.lr_scheduler_type} runs over the run's length"
+        )
+        raise ValueError(
+            f"--save-at-minutes needs a schedule that does not depend on the run's length ({what}): a snapshot would "
+            "not be the model of a shorter run; use constant or constant_with_warmup with --warmup-steps in updates."
+        )
+    return sorted(set(marks))
+
+
 def validate(args: PretrainingArguments) -> None:
     """Raise `ValueError` naming the flag and its value for any value out of range or any impossible combination."""
     for name, choices in VALID_CHOICES.items():
@@ -604,6 +650,7 @@ def validate(args: PretrainingArguments) -> None:
             f"--lr-scheduler-type {args.lr_scheduler_type} cannot run over a --max-train-minutes budget; "
             f"use one of {list(BUDGET_SCHEDULES)}."
         )
+    snapshot_minutes(args)
     if args.streaming and not args.max_steps:
         raise ValueError("--streaming needs --max-steps (a stream has no known length).")
     if not args.train_file and not args.dataset_name:

@@ -25,11 +25,11 @@ from typing import Any
 import torch
 
 from ..folders.run_folder import RunFolder
-from .arguments import PretrainingArguments
+from .arguments import PretrainingArguments, snapshot_minutes
 from .batching import BucketBatchSampler, Collator, FixedBatches, IndexedDataset, iter_stream_batches
 from .checkpoint import FORMAT_VERSION, CheckpointManager, write_training_files
 from .evaluation import dataset_description, evaluate, metrics_record
-from .output import BestModel
+from .output import BestModel, recover_snapshots, save_snapshot
 from .schedule import BudgetScheduler
 from .state import MetricsLog, TrainingState
 
@@ -322,6 +322,58 @@ def save_checkpoint(s: Session, state: TrainingState) -> Path | None:
     return path
 
 
+class Snapshots:
+    """The ``--save-at-minutes`` marks still to save: at a host sync (the clock the same on every process) each mark
+    the training time has passed gets its snapshot (`modeling_elmo.pretraining.output.save_snapshot`). A mark whose
+    snapshot exists is never saved again (a resumed run); one the resumed run starts past without it is skipped with
+    a warning (the weights of that moment are gone). The seconds spent writing are taken off the clock."""
+
+    def __init__(self, s: Session, seconds: float):
+        self.s, marks = s, snapshot_minutes(s.args)
+        if s.accelerator.is_main_process:
+            recover_snapshots(s.run, marks)
+        written = [m for m in marks if RunFolder(s.run.snapshot_dir(m)).has_model()]
+        missed = [m for m in marks if m not in written and 60 * m <= seconds]
+        if missed:
+            logger.warning(
+                "no snapshot at %s minutes: the resumed run starts after %.2f minutes of training.",
+                ", ".join(f"{m:g}" for m in missed),
+                seconds / 60,
+            )
+        self.pending = [m for m in marks if m not in written and m not in missed]
+        if self.pending and s.args.load_best_model_at_end:
+            logger.warning(
+                "--save-at-minutes with --load-best-model-at-end: a snapshot holds the weights of its minute, not "
+                "the best validated ones that a run of that many minutes would save."
+            )
+        if s.world > 1:  # the main process's view, so that every process waits for the same snapshots
+            from accelerate.utils import broadcast_object_list
+
+            self.pending = broadcast_object_list([self.pending])[0]
+
+    def save_due(self, state: TrainingState, clock: TrainClock) -> None:
+        s = self.s
+        due = [m for m in self.pending if state.train_seconds >= 60 * m]
+        if not due:
+            return
+        started = time.time()
+        self.pending = [m for m in self.pending if m not in due]
+        if s.accelerator.is_main_process:
+            info = {"train_seconds": state.train_seconds, "global_step": state.global_step}
+            info.update(tokens_seen=state.tokens_seen, epoch=state.epoch, num_processes=s.world)
+            characters = None if s.char_vocab_text is None else json.loads(s.char_vocab_text)
+            for mark in due:
+                try:
+                    path = save_snapshot(
+                        s.unwrapped(), s.run.vocab_file, s.run, mark, {"minutes": mark, **info}, characters
+                    )
+                    logger.info("update %d: saved the %g-minute snapshot %s", state.global_step, mark, path)
+                except ValueError as error:  # the run goes on: its checkpoints and model are worth more
+                    logger.error("update %d: no %g-minute snapshot: %s", state.global_step, mark, error)
+        s.accelerator.wait_for_everyone()
+        clock.started += time.time() - started
+
+
 class ProgressBar:
     """Updates out of the planned total or, under ``--max-train-minutes``, training minutes (resumed runs counted)
     out of the budget, at ``max(minutes / budget, updates / total)``, with the updates in its postfix."""
@@ -404,6 +456,7 @@ def train_loop(s: Session, state: TrainingState) -> tuple[str, bool]:
     args, accelerator = s.args, s.accelerator
     counters, guard = DeviceCounters(accelerator.device, state.consecutive_nonfinite), NonfiniteGuard(s.optimizer)
     clock, first_step = TrainClock(state.train_seconds), state.global_step
+    snapshots = Snapshots(s, state.train_seconds)
     add_boundaries = args.batching == "sentences"
     update_loss, micro = torch.zeros((), device=accelerator.device), 0
     preempted, synced = False, True
@@ -438,6 +491,7 @@ def train_loop(s: Session, state: TrainingState) -> tuple[str, bool]:
                 s.stop_requested, preempted = flag.reason, True
             if synced:  # after this, every process has the same stop_requested
                 host_sync(s, state, counters, clock, log=logging_point)
+                snapshots.save_due(state, clock)
                 preempted = preempted or s.stop_requested == "stop requested on another process"
             if evaluating and not s.stop_requested:
                 s.stop_requested = evaluate_and_track(s, state)
@@ -447,11 +501,13 @@ def train_loop(s: Session, state: TrainingState) -> tuple[str, bool]:
                 s.stop_requested, preempted = f"--stop-after-steps {args.stop_after_steps}", True
                 if not synced:
                     host_sync(s, state, counters, clock, log=False)
+                    snapshots.save_due(state, clock)
                     synced = True
             if done or (s.stop_requested and synced):
                 break
         if not synced:
             host_sync(s, state, counters, clock, log=False)
+            snapshots.save_due(state, clock)
     if accelerator.device.type == "cpu":
         warning = busy_machine_warning(*clock.cpu_share(), state.global_step - first_step)
         if warning:

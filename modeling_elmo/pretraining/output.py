@@ -1,6 +1,7 @@
 """The run's output folder: one run per folder (`check_output_folder` before anything is written, `run_lock` for the
 whole run, `open_output_folder` once the inputs are good; ``--overwrite`` clears only the files a run writes), the
-best validated weights, and the final model written so that ``config.json`` comes last.
+best validated weights, the snapshots of ``--save-at-minutes`` (each a model folder put in place whole), and the
+final model written so that ``config.json`` comes last.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 import torch
 
+from ..folders.manifest import install_folder, new_temporary, recover_interrupted, remove_temporary
 from ..folders.run_folder import RunFolder, read_json_object
 from ..utils.io_utils import atomic_write_text, exclusive_lock, follow_umask
 from .checkpoint import BEST_MODEL_FILE, CheckpointManager
@@ -196,24 +198,61 @@ class BestModel:
         load_model(model, str(self.weights), strict=True)
 
 
-# ----------------------------------------------------------------------------------------------- final model
+# ----------------------------------------------------------------------------------------------- model folders
+def write_model_folder(model: torch.nn.Module, vocab_path: Path, folder: Path, characters: list[str] | None) -> None:
+    """``save_pretrained`` of the model and its tokenizer (the run's vocabulary) and the code files into ``folder``."""
+    from .. import ElmoTokenizer, save_model_folder
+
+    tokenizer = ElmoTokenizer(
+        vocab_file=str(vocab_path),
+        split_pattern="whitespace",
+        characters=characters,
+        max_characters_per_token=model.config.max_characters_per_token,
+    )
+    save_model_folder(model, tokenizer, folder)
+
+
+#: The command named in the markers of the snapshots' temporary folders (`modeling_elmo.folders.manifest`).
+SNAPSHOT_COMMAND = "elmo pretrain"
+
+
+def recover_snapshots(run: RunFolder, minutes: list[float]) -> None:
+    """Remove what a run killed while writing the snapshot of each of ``minutes`` left (proven by its marker)."""
+    for mark in minutes:
+        if run.snapshot_dir(mark).parent.is_dir():
+            recover_interrupted(run.snapshot_dir(mark))
+
+
+def save_snapshot(
+    model: torch.nn.Module, vocab_path: Path, run: RunFolder, minutes: float, info: dict[str, Any], characters=None
+) -> Path:
+    """The model folder ``snapshots/minutes-M`` with ``snapshot.json`` (``info``), written in a fresh temporary folder
+    beside it and renamed into place whole; raises `ValueError` when the name is taken (a snapshot is never
+    rewritten) or the files cannot be written."""
+    target = run.snapshot_dir(minutes)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    recover_interrupted(target)
+    staging = new_temporary(target, "snapshot", SNAPSHOT_COMMAND)
+    try:
+        write_model_folder(model, vocab_path, staging, characters)
+        atomic_write_text(staging / RunFolder.SNAPSHOT_INFO, json.dumps(info, sort_keys=True) + "\n")
+        install_folder(staging, target, SNAPSHOT_COMMAND, overwrite=False)
+    except OSError as error:
+        raise ValueError(f"cannot write the snapshot {str(target)!r}: {error.strerror or error}") from None
+    finally:
+        remove_temporary(staging)
+    return target
+
+
 def save_final_model(
     model: torch.nn.Module, vocab_path: Path, run: RunFolder, characters: list[str] | None = None
 ) -> None:
     """``save_pretrained`` (model, tokenizer, code files) into a temporary folder, then moved in with ``config.json``
     removed first and moved in last: a kill leaves the complete model or a folder that is no model."""
-    from .. import ElmoTokenizer, save_model_folder
-
     tmp = run.root / _TMP_FINAL
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        tokenizer = ElmoTokenizer(
-            vocab_file=str(vocab_path),
-            split_pattern="whitespace",
-            characters=characters,
-            max_characters_per_token=model.config.max_characters_per_token,
-        )
-        save_model_folder(model, tokenizer, tmp)
+        write_model_folder(model, vocab_path, tmp, characters)
         run.config_file.unlink(missing_ok=True)
         for item in sorted(tmp.iterdir()):
             if item.name != RunFolder.CONFIG:
