@@ -56,6 +56,47 @@ def test_fused_full_softmax_has_the_exact_softmax_losses_and_gradients(chunk, bl
         assert_same_numbers(a, e, what=name)
 
 
+@pytest.mark.parametrize("eager_limit", [None, 0], ids=["gradients-in-forward", "too-large-to-keep"])
+@pytest.mark.parametrize("weighting", ["per-segment", "per-row"])
+def test_fused_full_softmax_makes_each_block_once_for_per_direction_losses_with_exact_gradients(
+    eager_limit, weighting, block_rows, monkeypatch
+):
+    """Segments (the directions) of 20, 0 and 30 rows: a gradient constant within each (a mean per direction) gets the
+    gradients made in the forward pass, each block of logits made once; any other gradient, or an output layer above
+    the limit, makes the blocks again in the backward. The same numbers as the plain softmax every way."""
+    if eager_limit is not None:
+        monkeypatch.setattr(softmax_kernels, "EAGER_GRADIENT_NUMBERS", eager_limit)
+    made = []  # the rows of logits made
+    blocks = softmax_kernels._probability_blocks
+
+    def counted(*args):
+        for part, probs, log in blocks(*args):
+            made.append(len(probs))
+            yield part, probs, log
+
+    monkeypatch.setattr(softmax_kernels, "_probability_blocks", counted)
+    model = ElmoModelTester(vocab_size=VOCAB).model(ElmoForBidirectionalLM)
+    layer, segments = model.softmax, (20, 0, 30)
+    weights = torch.cat([torch.full((n,), 1.0 / (n or 1)) * (k + 1) for k, n in enumerate(segments)])
+    if weighting == "per-row":
+        weights = weights * torch.linspace(0.5, 1.5, 50)
+
+    def run(loss):
+        hidden = torch.randn(50, WIDTH, generator=torch.Generator().manual_seed(1)).requires_grad_()
+        targets = torch.randint(0, VOCAB, (50,), generator=torch.Generator().manual_seed(2))
+        layer.zero_grad()
+        nll = loss(hidden, targets)
+        (nll * weights).sum().backward()
+        return nll.detach(), hidden.grad, layer.weight.grad.clone(), layer.bias.grad.clone()
+
+    expected = run(model.full_softmax_nll)
+    made.clear()
+    actual = run(lambda h, t: softmax_kernels.FullSoftmaxNll.apply(h, *layer.parameters(), t, segments))
+    for name, a, e in zip(("nll", "hidden", "weight", "bias"), actual, expected, strict=True):
+        assert_same_numbers(a, e, what=name)
+    assert sum(made) == 50 * (1 + (weighting == "per-row" or eager_limit == 0))
+
+
 def test_fused_sampled_softmax_has_the_plain_losses_and_gradients_with_accidental_hits(block_rows):
     layer = torch.nn.Linear(WIDTH, VOCAB)
     sampled, log_q = log_uniform_sample(VOCAB, 40, torch.device("cpu"), torch.Generator().manual_seed(3))

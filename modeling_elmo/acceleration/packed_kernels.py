@@ -453,39 +453,50 @@ def _step_factors(acts, cells, cs, valid, clips):
     i, f, g, o = acts.chunk(4, dim=-1)
     clipped = cells.clamp(-cell_clip, cell_clip) if cell_clip is not None else cells
     tanh_c = _tanh(clipped)
-    factors = torch.cat([g * i * (1 - i), cs[:, :-1] * f * (1 - f), i * (1 - g * g), tanh_c * o * (1 - o)], dim=-1)
+    factors = torch.empty_like(acts)  # each quarter written in its place: no concatenation of four copies
+    quarters = factors.chunk(4, dim=-1)
+    torch.mul(g * i, 1 - i, out=quarters[0])
+    torch.mul(cs[:, :-1] * f, 1 - f, out=quarters[1])
+    torch.mul(i, 1 - g * g, out=quarters[2])
+    torch.mul(tanh_c * o, 1 - o, out=quarters[3])
     cell_mask = (cells.abs() <= cell_clip).to(cells.dtype) if cell_clip is not None else None  # inclusive, as clamp
     return factors, o * (1 - tanh_c * tanh_c), cell_mask, 1 - valid, tanh_c
 
 
-def _factored_backward_loop(grad_y, grad_h, grad_c, valid, saved, clips, project_back, recur_back):
+def _factored_backward_loop(grad_y, grad_h, grad_c, valid, saved, clips, project_back, recur_back, out=None):
     """The backward loop of the uncompiled forms on `_step_factors`: per step the two products (``project_back``:
     grad projection -> grad m; ``recur_back``: (grad gates, grad h kept) -> grad h) and about a dozen element-wise
     operations; the numbers of `stacked_backward_step` (to rounding). Returns the gate and projection gradients
-    (D, T, B, *), the initial state's gradients and ``tanh(clipped cell)``."""
+    (D, T, B, *) (the gate gradients written to ``out`` when given), the initial state's gradients and
+    ``tanh(clipped cell)``."""
     acts, cells, projections, _, cs = saved
     steps, proj_clip = acts.shape[1], clips[1]
     factors, dm_dcell, cell_mask, invalid, tanh_c = _step_factors(acts, cells, cs, valid, clips)
     proj_mask = (projections.abs() <= proj_clip).to(projections.dtype) if proj_clip is not None else None
-    forget = acts[..., cells.shape[-1] : 2 * cells.shape[-1]]
-    grad_gates, grad_projections = [None] * steps, [None] * steps
+    H = cells.shape[-1]
+    forget = acts[..., H : 2 * H]
+    # each step's gradients written into their place in the results (no per-step concatenation, no stack at the end)
+    grad_gates = torch.empty_like(factors) if out is None else out
+    grad_projections = torch.empty_like(projections)
+    cell_gates = (grad_gates[..., : 3 * H].unflatten(-1, (3, H)), factors[..., : 3 * H].unflatten(-1, (3, H)))
     for t in reversed(range(steps)):
-        grad_projected = (grad_y[:, t] + grad_h) * valid[t]
+        grad_projected = torch.add(grad_y[:, t], grad_h, out=grad_projections[:, t]).mul_(valid[t])
         if proj_mask is not None:
             grad_projected.mul_(proj_mask[:, t])
         grad_m = project_back(grad_projected)
         grad_cell = torch.addcmul(grad_c * valid[t], grad_m, dm_dcell[:, t])
         if cell_mask is not None:
             grad_cell.mul_(cell_mask[:, t])
-        grad_gates[t] = torch.cat([grad_cell, grad_cell, grad_cell, grad_m], dim=-1).mul_(factors[:, t])
-        grad_projections[t] = grad_projected
+        torch.mul(grad_cell.unsqueeze(-2), cell_gates[1][:, t], out=cell_gates[0][:, t])  # i, f, g: grad cell
+        torch.mul(grad_m, factors[:, t, :, 3 * H :], out=grad_gates[:, t, :, 3 * H :])  # o: grad m
         grad_c = torch.addcmul(grad_c * invalid[t], grad_cell, forget[:, t])
-        grad_h = recur_back(grad_gates[t], grad_h * invalid[t])
-    return torch.stack(grad_gates, dim=1), torch.stack(grad_projections, dim=1), grad_h, grad_c, tanh_c
+        grad_h = recur_back(grad_gates[:, t], grad_h * invalid[t])
+    return grad_gates, grad_projections, grad_h, grad_c, tanh_c
 
 
-def _backward_loop(grad_y, grad_h, grad_c, valid, saved, weight_hh, weight_hr, clips, plan: RecurrencePlan):
-    """The backward of `_forward_loop`: -> gradients of gates_x (D, T, B, 4H), h0, c0, weight_hh, weight_hr."""
+def _backward_loop(grad_y, grad_h, grad_c, valid, saved, weight_hh, weight_hr, clips, plan: RecurrencePlan, out=None):
+    """The backward of `_forward_loop`: -> gradients of gates_x (D, T, B, 4H) (written to ``out`` when given, on the
+    uncompiled forms), h0, c0, weight_hh, weight_hr."""
     acts, cells, projections, hs, cs = saved
     steps, rows = acts.shape[1:3]
     cell_clip, proj_clip = clips
@@ -519,7 +530,7 @@ def _backward_loop(grad_y, grad_h, grad_c, valid, saved, weight_hh, weight_hr, c
                 return torch.baddbmm(kept, x, weight_hh)
 
         grad_gates, grad_projections, grad_h, grad_c, tanh_c = _factored_backward_loop(
-            grad_y, grad_h, grad_c, valid, saved, clips, project_back, recur_back
+            grad_y, grad_h, grad_c, valid, saved, clips, project_back, recur_back, out
         )
     # (D, T, B, 4H): also the gradient of the input products; the weights' gradients, one product over all steps
     directions = acts.shape[0]
@@ -617,6 +628,7 @@ class ClippedLstmRecurrence(torch.autograd.Function):
             grads = _backward_loop(grad_y, grad_h, grad_c, valid, saved, weight_hh, weight_hr, clips, plan)
         else:
             one = lambda x, d: x[d : d + 1]  # noqa: E731
+            grad_gates = like.new_empty(directions, *like.shape[1:])  # each direction's written in place, not joined
             parts = _each_direction(
                 lambda d: _backward_loop(
                     one(grad_y, d),
@@ -628,11 +640,12 @@ class ClippedLstmRecurrence(torch.autograd.Function):
                     one(weight_hr, d),
                     clips,
                     plan,
+                    out=one(grad_gates, d),
                 ),
                 directions,
                 plan,
             )
-            grads = [torch.cat(tensors) for tensors in zip(*parts, strict=False)]
+            grads = [grad_gates, *(torch.cat(tensors) for tensors in list(zip(*parts, strict=False))[1:])]
         grad_gates, grad_h0, grad_c0, grad_weight_hh, grad_weight_hr = grads
         return grad_gates, None, grad_h0, grad_c0, grad_weight_hh, grad_weight_hr, None, None
 

@@ -6,9 +6,11 @@ operators) and is tested equal to it, losses and every gradient; they are faster
 * the logits are made a block of rows at a time, small enough to stay in the cache from the product through the
   exponentials and their sum (a narrow output layer, such as elmo-tiny's 16 columns, otherwise spends its time
   moving a logits matrix of N x V numbers through memory again and again);
-* they are exponentiated in place once, and the gradient of the logits is that buffer scaled in place (autograd's
-  ``logsumexp`` backward subtracts, exponentiates and multiplies again): the sampled form keeps the blocks for its
-  backward, the exact form makes them again there (`FullSoftmaxNll`);
+* they are exponentiated once, and the gradient of the logits is that buffer scaled (autograd's ``logsumexp``
+  backward subtracts, exponentiates and multiplies again): the sampled form keeps the blocks for its backward; the
+  exact form (`FullSoftmaxNll`) takes torch's fused softmax kernel and, for an output layer of a modest size, makes
+  its gradients in the forward pass while each block is in the cache (else it makes the blocks again in the
+  backward);
 * the gradient of the output layer is one dense tensor, written by one product per block and a few ``index_add_``,
   instead of one zero-filled vocabulary-sized tensor per gathered row set and direction.
 
@@ -102,49 +104,101 @@ class _Once:
         ctx.used = True
 
 
+#: `FullSoftmaxNll` makes the output layer's gradients in its forward pass when they are at most this many numbers
+#: (segments x (V x P + V)): 64 MiB of float32, ``elmo-tiny``'s 10,000 x 16 layer 200 times over.
+EAGER_GRADIENT_NUMBERS = 2**24
+
+
 class FullSoftmaxNll(torch.autograd.Function):
     """``-log softmax(hidden @ weight.T + bias)[n, targets[n]]`` (N,) for hidden (N, P), a block of rows at a time
-    (`rows_per_block`) in one buffer. The backward makes each block's logits again instead of keeping them: the
-    memory is one block whatever the vocabulary (N x V numbers kept otherwise), and for a narrow output layer the
-    product costs about what writing and reading them back would (``elmo-tiny``: the same step time within the spread
-    of runs on a shared machine)."""
+    (`rows_per_block`), the probabilities through torch's fused softmax kernel (`_probability_blocks`).
+
+    ``segments``: the row counts of consecutive groups of rows (the directions, `joined`) whose incoming gradient is
+    the same number within each group, as a loss that averages or sums each group gives. Then the forward pass, while
+    a block's probabilities are in the cache, also makes the gradients for a gradient of one per row (per group for
+    the output layer, at most `EAGER_GRADIENT_NUMBERS` numbers), and the backward only scales them: each block's
+    logits are made and exponentiated once per step instead of twice. A backward whose gradient is not constant
+    within each group (any other weighting) makes each block's logits again and computes the exact gradients from
+    them, as it does for a single group too large to keep: the memory is then one block whatever the vocabulary."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, targets):
+    def forward(ctx, hidden, weight, bias, targets, segments=None):
         hidden, weight, bias = hidden.detach(), weight.detach(), bias.detach()
-        logs = [exp.sum(dim=1).log_().add_(top) for _, exp, top in _full_blocks(hidden, weight, bias)]
-        log_normaliser = torch.cat(logs) if logs else hidden.new_zeros(0)
-        ctx.save_for_backward(hidden, weight, bias, targets, log_normaliser)
-        return log_normaliser - _target_logits(hidden, weight, bias, targets)
+        segments = tuple(segments) if segments is not None else (len(hidden),)
+        ctx.eager = any(ctx.needs_input_grad[:3]) and len(segments) * (weight.numel() + len(bias)) <= (
+            EAGER_GRADIENT_NUMBERS
+        )
+        bounds = [(start - size, start) for start, size in zip(_running_sums(segments), segments, strict=True)]
+        if not ctx.eager:
+            logs = [log for _, _, log in _probability_blocks(hidden, weight, bias)]
+            ctx.save_for_backward(hidden, weight, bias, targets)
+            return _joined_or_empty(logs, hidden) - _target_logits(hidden, weight, bias, targets)
+        grad_hidden = torch.empty_like(hidden)
+        grad_weights = weight.new_zeros(len(segments), *weight.shape)
+        grad_biases = bias.new_zeros(len(segments), len(bias))
+        logs = []
+        for index, (start, end) in enumerate(bounds):
+            rows = hidden[start:end]
+            for part, probs, log in _probability_blocks(rows, weight, bias):
+                logs.append(log)
+                torch.mm(probs, weight, out=grad_hidden[start:end][part])
+                grad_weights[index].addmm_(probs.t(), rows[part])
+                grad_biases[index] += probs.sum(dim=0)
+            # the target logit's part: -1 on its row of the output layer
+            grad_weights[index].index_add_(0, targets[start:end], rows, alpha=-1)
+            grad_biases[index].index_add_(0, targets[start:end], bias.new_ones(end - start), alpha=-1)
+        grad_hidden.sub_(weight[targets])
+        ctx.bounds = bounds
+        ctx.save_for_backward(hidden, weight, bias, targets, grad_hidden, grad_weights, grad_biases)
+        return _joined_or_empty(logs, hidden) - _target_logits(hidden, weight, bias, targets)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
-        hidden, weight, bias, targets, log_normaliser = ctx.saved_tensors
+        hidden, weight, bias, targets, *made = ctx.saved_tensors
+        if ctx.eager and all(bool((grad[start:end] == grad[start]).all()) for start, end in ctx.bounds if end > start):
+            grad_hidden, grad_weights, grad_biases = made
+            scales = torch.stack([grad[start] if end > start else grad.new_zeros(()) for start, end in ctx.bounds])
+            grad_weight = (grad_weights * scales.view(-1, 1, 1)).sum(dim=0)
+            return grad_hidden * grad.unsqueeze(1), grad_weight, scales @ grad_biases, None, None
         grad_hidden, grad_weight, grad_bias = torch.empty_like(hidden), torch.zeros_like(weight), torch.zeros_like(bias)
-        for part, exp, top in _full_blocks(hidden, weight, bias):
-            # exp(logit - top) * exp(top - log normaliser) = softmax, times the incoming gradient
-            probs = exp.mul_((grad[part] * torch.exp(top - log_normaliser[part])).unsqueeze(1))
-            torch.mm(probs, weight, out=grad_hidden[part])
-            grad_weight.addmm_(probs.t(), hidden[part])
-            grad_bias += probs.sum(dim=0)
+        for part, probs, _ in _probability_blocks(hidden, weight, bias):
+            scale = grad[part].unsqueeze(1)  # on the narrow operands: the blocks are read by the products only
+            torch.mm(probs, weight, out=grad_hidden[part]).mul_(scale)
+            grad_weight.addmm_(probs.t(), hidden[part] * scale)
+            grad_bias.addmv_(probs.t(), grad[part])
         # the target logit's part: -grad on its row of the output layer
         grad_hidden.addcmul_(grad.unsqueeze(1), weight[targets], value=-1)
         grad_weight.index_add_(0, targets, hidden * grad.unsqueeze(1), alpha=-1)
         grad_bias.index_add_(0, targets, grad, alpha=-1)
-        return grad_hidden, grad_weight, grad_bias, None
+        return grad_hidden, grad_weight, grad_bias, None, None
 
 
-def _full_blocks(hidden, weight, bias):
-    """(rows, exp(logits - row maximum), row maximum) per block of rows, the exponentials in one reused buffer (valid
-    until the next block)."""
+def _running_sums(sizes) -> list[int]:
+    total, sums = 0, []
+    for size in sizes:
+        total += size
+        sums.append(total)
+    return sums
+
+
+def _joined_or_empty(parts: list[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
+    return torch.cat(parts) if parts else like.new_zeros(0)
+
+
+def _probability_blocks(hidden, weight, bias):
+    """(rows, softmax of the logits, log normalisers) per block of rows, the probabilities from torch's fused softmax
+    kernel (about twice as fast as subtracting the maximum and exponentiating in place), the logits and probabilities
+    in two reused buffers (valid until the next block). The log normaliser is the largest logit less the log of the
+    largest probability (that logit's, never below 1 / V: no underflow)."""
     block = rows_per_block(weight.shape[0])
-    buffer = hidden.new_empty(min(block, len(hidden)), weight.shape[0])
+    logits_buffer = hidden.new_empty(min(block, len(hidden)), weight.shape[0])
+    probs_buffer = torch.empty_like(logits_buffer)
     for start in range(0, len(hidden), block):
         rows = hidden[start : start + block]
-        logits = torch.addmm(bias, rows, weight.t(), out=buffer[: len(rows)])
-        top = logits.amax(dim=1)
-        yield slice(start, start + len(rows)), logits.sub_(top.unsqueeze(1)).exp_(), top
+        logits = torch.addmm(bias, rows, weight.t(), out=logits_buffer[: len(rows)])
+        probs = torch.softmax(logits, dim=1, out=probs_buffer[: len(rows)])
+        yield slice(start, start + len(rows)), probs, logits.amax(dim=1).sub_(probs.amax(dim=1).log_())
 
 
 class SampledSoftmaxNll(torch.autograd.Function):

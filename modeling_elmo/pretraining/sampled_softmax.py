@@ -58,7 +58,8 @@ class FullSoftmaxLoss:
 
     def __call__(self, hiddens: list[torch.Tensor], targets: list[torch.Tensor]) -> list[torch.Tensor]:
         if all(softmax_kernels.applies(hidden, self.softmax.weight) for hidden in hiddens):
-            return softmax_kernels.joined(softmax_kernels.FullSoftmaxNll, hiddens, targets, self.softmax)
+            segments = tuple(len(target) for target in targets)  # one incoming gradient per direction, in practice
+            return softmax_kernels.joined(softmax_kernels.FullSoftmaxNll, hiddens, targets, self.softmax, segments)
         return self.plain(hiddens, targets)
 
 
