@@ -984,6 +984,12 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
                 f"ElmoForBidirectionalLM needs a word vocabulary, but config.vocab_size={config.vocab_size} "
                 "(only the special words); build a vocabulary first."
             )
+        for name, expected in (("bos_token_id", BOS_ID), ("eos_token_id", EOS_ID)):
+            if getattr(config, name) != expected:  # another id would score the boundaries as another word, silently
+                raise ValueError(
+                    f"ElmoForBidirectionalLM predicts <S> and </S> as words {BOS_ID} and {EOS_ID} of every ELMo "
+                    f"vocabulary, but config.{name}={str(getattr(config, name))[:40]}."
+                )
         self.elmo = ElmoModel(config)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.softmax = nn.Linear(config.projection_dim, config.vocab_size)

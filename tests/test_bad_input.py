@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from transformers import AutoModel
+from transformers import AutoModel, AutoModelForPreTraining
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy_reference as ref  # noqa: E402
@@ -236,10 +236,11 @@ ROWS = [
     ),
     Row(
         "library",
-        "`AutoModel.from_pretrained('bos7', trust_remote_code=True)` (`config.json` holds `\"bos_token_id\": 7`; the "
-        "language model's loss and scores would predict word 7 for `<S>`)",
-        "`bos_token_id` must be 1, the id of <S> in every ELMo vocabulary, got 7.",
-        lambda: AutoModel.from_pretrained("bos7", trust_remote_code=True),
+        "`AutoModelForPreTraining.from_pretrained('bos7', trust_remote_code=True)` (`config.json` holds "
+        "`\"bos_token_id\": 7`; the language model's loss and scores would predict word 7 for `<S>`)",
+        "ElmoForBidirectionalLM predicts <S> and </S> as words 1 and 2 of every ELMo vocabulary, but "
+        "config.bos_token_id=7.",
+        lambda: AutoModelForPreTraining.from_pretrained("bos7", trust_remote_code=True),
     ),
     Row(
         "library",

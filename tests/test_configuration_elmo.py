@@ -91,10 +91,9 @@ def test_the_config_itself_refuses_only_what_would_change_its_meaning():
         ({"max_characters_per_token": 10**6}, "max_characters_per_token` must be at most 1024"),
         ({"cell_size": "x" * 10**6}, r"cell_size` must be an integer >= 1, got 'x{79}\.\.\.\.$"),
         # attacker pass on issue 35: values the checks let through that compute nonsense
-        ({"bos_token_id": 7}, r"`bos_token_id` must be 1, the id of <S> in every ELMo vocabulary, got 7"),
-        ({"eos_token_id": 3}, r"`eos_token_id` must be 2, the id of </S>"),
-        ({"bos_token_id": None}, r"`bos_token_id` must be 1.*got None"),
-        ({"pad_token_id": 5}, r"`pad_token_id` must be 0 \(the id of <pad>\) or None, got 5"),
+        ({"bos_token_id": -1}, r"`bos_token_id` must be an integer >= 0 or None, got -1"),
+        ({"eos_token_id": "2"}, r"`eos_token_id` must be an integer >= 0 or None, got '2'"),
+        ({"pad_token_id": 1.5}, r"`pad_token_id` must be an integer >= 0 or None, got 1\.5"),
         ({"use_packed_kernels": "no"}, r"`use_packed_kernels` must be true or false, got 'no'"),
         ({"scalar_mix_parameters": [float("nan")] * 3}, r"scalar_mix_parameters` must be a list of finite numbers"),
         ({"initializer_range": float("nan")}, r"`initializer_range` must be a finite number >= 0, got nan"),
@@ -103,6 +102,23 @@ def test_the_config_itself_refuses_only_what_would_change_its_meaning():
 def test_the_tools_refuse_bad_values_in_one_line_naming_them(kwargs, message):
     with pytest.raises(ValueError, match=message):
         config_from_dict(kwargs)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"), [("bos_token_id", 7), ("eos_token_id", 3), ("bos_token_id", None), ("eos_token_id", 0)]
+)
+def test_the_language_model_refuses_boundary_ids_other_than_its_vocabularys_while_the_config_takes_them(
+    tiny_config, key, value
+):
+    from modeling_elmo import ElmoForBidirectionalLM
+
+    tiny = {**tiny_config.to_diff_dict(), "vocab_size": 12}
+    config = ElmoConfig(**{**tiny, key: value})  # any id, as transformers' own config tests set
+    assert getattr(config, key) == value
+    ElmoModel(config)  # the encoder never reads them
+    with pytest.raises(ValueError, match=rf"^ElmoForBidirectionalLM predicts <S> and </S> as words 1 and 2 .*{key}="):
+        ElmoForBidirectionalLM(config)
+    ElmoForBidirectionalLM(ElmoConfig(**tiny))
 
 
 def test_hidden_size_is_the_output_width_and_projection_dim_the_per_direction_size():
@@ -227,9 +243,7 @@ LIBRARY_PATH_VALUES = [
     ("lstm_implementation", "cuda", r"^`lstm_implementation` must be one of 'auto', 'loop', 'fused', 'torch'; got"),
     ("to_dict", 1, r"^config key 'to_dict' is not a setting: it would replace ElmoConfig\.to_dict\.$"),
     ("__class__", "ElmoConfig", r"^config key '__class__' is not a setting: it would replace ElmoConfig\.__class__\.$"),
-    # attacker pass: the language model's loss and scores predicted word 7 in place of <S> (a lower loss, silently)
-    ("bos_token_id", 7, r"^`bos_token_id` must be 1, the id of <S> in every ELMo vocabulary, got 7\.$"),
-    ("eos_token_id", 10**6, r"^`eos_token_id` must be 2, the id of </S> in every ELMo vocabulary, got 1000000\.$"),
+    ("bos_token_id", -7, r"^`bos_token_id` must be an integer >= 0 or None, got -7\.$"),
     # attacker pass: transformers names each label; 20 bytes of config.json took gigabytes
     ("num_labels", 10**9, r"^`num_labels` must be an integer in \[1, 1,000,000\], got 1000000000\.$"),
     ("id2label", {"a": "x"}, r"^`id2label` keys must be label numbers \(0, 1, \.\.\.\), got 'a'\.$"),
