@@ -237,7 +237,7 @@ ROWS = [
     Row(
         "library",
         "`AutoModelForPreTraining.from_pretrained('bos7', trust_remote_code=True)` (`config.json` holds "
-        "`\"bos_token_id\": 7`; the language model's loss and scores would predict word 7 for `<S>`)",
+        '`"bos_token_id": 7`; the language model\'s loss and scores would predict word 7 for `<S>`)',
         "ElmoForBidirectionalLM predicts <S> and </S> as words 1 and 2 of every ELMo vocabulary, but "
         "config.bos_token_id=7.",
         lambda: AutoModelForPreTraining.from_pretrained("bos7", trust_remote_code=True),
