@@ -645,6 +645,66 @@ def test_bench_embed_reports_throughput_against_a_baseline_and_the_matmul_peak(t
     assert result["matmul_peak_gflops"] > 0 and 0 < tiny["fraction_of_matmul_peak"] < 1
 
 
+def _bench_embed():
+    sys.path.insert(0, str(REPO / "scripts" / "bench"))
+    try:
+        import bench_embed
+    finally:
+        sys.path.pop(0)
+    return bench_embed
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["--only-allennlp"], "--only-allennlp needs --allennlp-python"),
+        (["--threads", "0"], "'0'"),
+        (["--threads", "one"], "'one'"),
+        (["--rounds", "0"], "--rounds be positive"),
+    ],
+)
+def test_bench_embed_refuses_a_bad_comparison_setting_in_one_line(argv, named):
+    with pytest.raises(SystemExit) as stopped:
+        _bench_embed().main(["--lines", "5", "--synthetic", *argv])
+    message = str(stopped.value)
+    assert named in message and "\n" not in message
+
+
+@pytest.mark.slow
+def test_bench_embed_measures_each_processs_own_peak_memory(tmp_path):
+    bench_embed = _bench_embed()
+    torch.zeros(2**27)  # this process: torch and 512 MB more; the children are measured apart from it
+    allocate = "import numpy; a = numpy.ones(2**26); print(a.sum())"  # 512 MB
+    big = bench_embed.timed_process([sys.executable, "-c", allocate], 1, tmp_path / "big.log")
+    small = bench_embed.timed_process([sys.executable, "-c", "print(1)"], 1, tmp_path / "small.log")
+    assert 512 <= big["peak_rss_mb"] < 700 and small["peak_rss_mb"] < 100
+    assert small["seconds"] > 0 and len(small["load_before"]) == 3
+    with pytest.raises(SystemExit, match="failed \\(status 3\\)"):
+        bench_embed.timed_process([sys.executable, "-c", "raise SystemExit(3)"], 1, tmp_path / "fail.log")
+
+
+@pytest.mark.slow
+def test_bench_embed_compares_elmo_embed_with_allennlps_loop_on_the_same_weights(capsys, shared_data):
+    """Needs a Python with allennlp 2.10 (docs/benchmarks.md) in ``ELMO_ALLENNLP_PYTHON``."""
+    python = os.environ.get("ELMO_ALLENNLP_PYTHON")
+    if not python:
+        pytest.skip("ELMO_ALLENNLP_PYTHON (a Python with allennlp 2.10, docs/benchmarks.md) is not set")
+    argv = ["--lines", "70", "--models", "tiny", "--only-allennlp", "--allennlp-python", python, "--threads", "1,2"]
+    assert _bench_embed().main([*argv, "--rounds", "2"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert "models" not in result or not result["models"]  # --only-allennlp: nothing measured in process
+    tiny = result["against_allennlp"]["tiny"]
+    assert tiny["tokens"] > 70 and set(tiny["threads"]) == {"1", "2"}
+    for entry in tiny["threads"].values():
+        runs = entry["runs"]
+        assert all(len(runs[impl]) == 2 and all(r["peak_rss_mb"] > 50 for r in runs[impl]) for impl in runs)
+        best = {impl: min(r["seconds"] for r in runs[impl]) for impl in runs}
+        assert entry["speedup"] == pytest.approx(best["allennlp"] / best["package"], rel=0.01, abs=0.006)
+        assert entry["tokens_per_second"]["package"] == pytest.approx(tiny["tokens"] / best["package"], rel=1e-3)
+    # the same weights and the same layers: AllenNLP's first batch (fresh LSTM state) equals the package's output
+    assert tiny["largest_difference_first_batch"] < 1e-4
+
+
 def _free_port() -> int:
     import socket
 

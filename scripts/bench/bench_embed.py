@@ -15,6 +15,18 @@ Two references are measured in the same run:
   * ``matmul_peak_gflops``: a square matrix product in the compute dtype on the device; ``fraction_of_matmul_peak``
     is the pipeline's useful FLOP/s (the forward pass's matrix products at every position the biLM runs, words
     and the two boundaries, padding excluded; counted as in ``bench_forward.py``) over that peak.
+With ``--allennlp-python PY`` (a Python with allennlp 2.10, docs/benchmarks.md), ``against_allennlp``: the whole
+``elmo embed --all`` command against the loop of AllenNLP's old ``allennlp elmo`` command on AllenNLP's own biLM
+(`allennlp_embed.py` in ``PY``: file order, batches of 64, every layer to HDF5), each in its own process, on the same
+weights written as an original release, for each of ``--threads`` (1,2), alternating which runs first, ``--rounds``
+(2) rounds: seconds, CPU seconds, peak RSS and load averages of every run, tokens/s of the best runs, ``speedup``
+(AllenNLP's best seconds over the package's), ``cpu_seconds_ratio`` (the same for CPU seconds), ``memory_ratio``
+(package over AllenNLP), and the outputs' largest difference on the first batch
+(``--only-allennlp``: that comparison alone)::
+
+    OMP_NUM_THREADS=1 python scripts/bench/bench_embed.py --lines 10000 --models small --only-allennlp \
+        --allennlp-python allennlp-env/bin/python
+
 With ``--word-vectors-lines N``: ``kept_word_vectors_off_and_on``, the first N lines embedded in sorted batches with the
 embedder's kept word vectors off and on, in turns (the seconds of each, and the speedup of the best times).
 """
@@ -22,9 +34,11 @@ embedder's kept word vectors off and on, in turns (the seconds of each, and the 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import itertools
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -36,6 +50,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
 from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer  # noqa: E402
+from modeling_elmo.conversion.original_writer import write_original_release  # noqa: E402
 from modeling_elmo.embedding.embed import embed_file  # noqa: E402
 from modeling_elmo.embedding.inference import DTYPES, ElmoEmbedder  # noqa: E402
 
@@ -43,7 +58,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_forward import cpu_name, forward_flops  # noqa: E402
 
 CORPUS_FILES = ("brown.txt", "masc.txt")
-SHAPES = {"tiny": "elmo-tiny.json", "small": "elmo-small.json", "original": "elmo-original.json"}
+SHAPES = {
+    "tiny": "elmo-tiny.json",
+    "cpu": "elmo-cpu.json",
+    "small": "elmo-small.json",
+    "original": "elmo-original.json",
+}
 
 
 def shared_data() -> Path:
@@ -158,6 +178,113 @@ def kept_word_vectors_comparison(embedder: ElmoEmbedder, path: Path, num_lines: 
     return {"lines": len(sentences), "seconds": rounded, "speedup": round(speedup, 3)}
 
 
+#: Runs argv[2:] and writes its exit status, peak RSS (KB) and CPU seconds to argv[1]: a small process between the
+#: benchmark and the measured one, because a child's ``ru_maxrss`` starts at its parent's resident size at the fork
+#: (Linux keeps the larger of the two across ``exec``): this one's is a few MB, the benchmark's holds torch and a model.
+RSS_LAUNCHER = (
+    "import json, os, subprocess, sys\n"
+    "process = subprocess.Popen(sys.argv[2:])\n"
+    "_, status, usage = os.wait4(process.pid, 0)\n"
+    "process.returncode = os.waitstatus_to_exitcode(status)\n"
+    "with open(sys.argv[1], 'w') as out:\n"
+    "    json.dump([process.returncode, usage.ru_maxrss, usage.ru_utime + usage.ru_stime], out)\n"
+)
+
+
+def timed_process(command: list[str], threads: int, log: Path) -> dict:
+    """Run ``command`` with ``threads`` OpenMP threads (this checkout first on the import path); its wall seconds,
+    CPU seconds (user and system, all its threads: less sensitive than the wall time to other work on the machine),
+    peak RSS (the kernel's ``ru_maxrss`` of that process, through `RSS_LAUNCHER`) and the load averages before it.
+    Exits naming the command when it fails."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    load = [round(x, 2) for x in os.getloadavg()]
+    usage = log.with_suffix(".rusage.json")
+    with open(log, "w", encoding="utf-8") as out:
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", RSS_LAUNCHER, str(usage), *command], stdout=out, stderr=out, env=env)
+        seconds = time.perf_counter() - start
+    status, max_rss_kb, cpu_seconds = json.loads(usage.read_text())
+    if status:
+        text = log.read_text(encoding="utf-8", errors="replace")
+        raise SystemExit(f"bench_embed: {Path(command[1]).name} failed (status {status}):\n{text[-3000:]}")
+    return {
+        "seconds": round(seconds, 3),
+        "cpu_seconds": round(cpu_seconds, 3),
+        "peak_rss_mb": round(max_rss_kb / 1024, 1),
+        "load_before": load,
+    }
+
+
+def allennlp_comparison(
+    config: ElmoConfig, src: Path, folder: Path, python: str, threads: list[int], rounds: int, batch_size: int
+) -> dict:
+    """`elmo embed --all` (the whole command, in its own process) against AllenNLP's loop (`allennlp_embed.py` in
+    ``python``, its own process: file order, batches of 64, every layer to HDF5) on the same weights (seed 0, written
+    as an original release), for each thread count, alternating which runs first, ``rounds`` rounds. Per thread
+    count: each run's `timed_process` figures, the tokens/s of the best run of each, ``speedup`` (AllenNLP's best
+    seconds over the package's), ``cpu_seconds_ratio`` (the same for CPU seconds) and ``memory_ratio`` (the
+    package's largest peak RSS over AllenNLP's); and the largest difference between the two outputs on the first
+    batch (AllenNLP's state is fresh there only)."""
+    torch.manual_seed(0)
+    model = ElmoModel(config).eval()
+    model_dir = folder / "model"
+    model.save_pretrained(model_dir)
+    ElmoTokenizer().save_pretrained(model_dir)
+    options, weights = write_original_release(model, folder / "release")
+    del model
+    outputs = {"package": folder / "package.h5", "allennlp": folder / "allennlp.h5"}
+    commands = {
+        "package": [sys.executable, "-m", "modeling_elmo.embedding.embed", str(src), str(outputs["package"])]
+        + ["--model", str(model_dir), "--all", "--device", "cpu", "--no-progress", "--batch-size", str(batch_size)],
+        "allennlp": [python, str(Path(__file__).with_name("allennlp_embed.py")), str(src), str(outputs["allennlp"])]
+        + ["--options", str(options), "--weights", str(weights), "--batch-size", "64"],
+    }
+    with open(src, encoding="utf-8") as handle:
+        tokens = sum(len(line.split()) for line in handle)
+    runs = {n: {impl: [] for impl in commands} for n in threads}
+    for round_index in range(rounds):
+        order = list(commands) if round_index % 2 == 0 else list(reversed(commands))
+        for n in threads:
+            for impl in order:
+                outputs[impl].unlink(missing_ok=True)
+                runs[n][impl].append(timed_process(commands[impl], n, folder / f"{impl}.log"))
+    result = {"tokens": tokens, "threads": {}}
+    for n in threads:
+        best = {impl: min(r["seconds"] for r in runs[n][impl]) for impl in commands}
+        peak = {impl: max(r["peak_rss_mb"] for r in runs[n][impl]) for impl in commands}
+        cpu = {impl: min(r["cpu_seconds"] for r in runs[n][impl]) for impl in commands}
+        result["threads"][str(n)] = {
+            "runs": runs[n],
+            "tokens_per_second": {impl: round(tokens / best[impl], 1) for impl in commands},
+            "speedup": round(best["allennlp"] / best["package"], 2),
+            "cpu_seconds_ratio": round(cpu["allennlp"] / cpu["package"], 2),
+            "memory_ratio": round(peak["package"] / peak["allennlp"], 2),
+        }
+    result["largest_difference_first_batch"] = first_batch_difference(outputs, batch_size=64)
+    return result
+
+
+def first_batch_difference(outputs: dict[str, Path], batch_size: int) -> float:
+    """The largest absolute difference between the two HDF5 outputs over the lines of AllenNLP's first batch."""
+    import h5py
+    import numpy as np
+
+    largest = 0.0
+    with h5py.File(outputs["package"], "r") as ours, h5py.File(outputs["allennlp"], "r") as theirs:
+        for key in (str(i) for i in range(batch_size)):
+            if key in theirs:
+                largest = max(largest, float(np.abs(ours[key][()] - theirs[key][()]).max(initial=0.0)))
+    return largest
+
+
+def allennlp_python(given: str | None) -> str | None:
+    """The interpreter of the allennlp baseline: ``--allennlp-python``, else this one where it has allennlp."""
+    if given:
+        return given
+    return sys.executable if importlib.util.find_spec("allennlp") else None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--lines", type=int, default=100_000)
@@ -177,7 +304,31 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="also time this many lines with the embedder's kept word vectors off and on, in turns (0: not)",
     )
+    parser.add_argument(
+        "--allennlp-python",
+        help="a Python with allennlp 2.10 (docs/benchmarks.md): also run the whole `elmo embed --all` against "
+        "AllenNLP's loop, each in its own process",
+    )
+    parser.add_argument("--threads", default="1,2", help="thread counts of the allennlp comparison (default 1,2)")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of the allennlp comparison, alternating (2)")
+    parser.add_argument(
+        "--only-allennlp", action="store_true", help="run the allennlp comparison only (no in-process measurements)"
+    )
     args = parser.parse_args(argv)
+    try:
+        threads = [int(n) for n in args.threads.split(",") if n.strip()]
+    except ValueError:
+        threads = []
+    if not threads or min(threads) < 1 or args.rounds < 1:
+        raise SystemExit(
+            f"bench_embed: --threads must list positive integers and --rounds be positive, got "
+            f"{args.threads!r} and {args.rounds}."
+        )
+    python = allennlp_python(args.allennlp_python)
+    if args.only_allennlp and python is None:
+        raise SystemExit(
+            "bench_embed: --only-allennlp needs --allennlp-python (a Python with allennlp 2.10, docs/benchmarks.md)."
+        )
     if args.lines < 1 or args.baseline_lines < 1:
         raise SystemExit(
             f"bench_embed: --lines and --baseline-lines must be positive, got {args.lines} and {args.baseline_lines}."
@@ -204,6 +355,15 @@ def main(argv: list[str] | None = None) -> int:
         src = Path(tmp) / "input.txt"
         results["input"] = write_input(src, args.lines, args.synthetic)
         for name in names:
+            if python is not None:
+                folder = Path(tmp) / f"{name}-allennlp"
+                folder.mkdir()
+                against = allennlp_comparison(
+                    load_shape(name), src, folder, python, threads, args.rounds, args.batch_size
+                )
+                results.setdefault("against_allennlp", {})[name] = against
+            if args.only_allennlp:
+                continue
             torch.manual_seed(0)
             config = load_shape(name)
             embedder = ElmoEmbedder(ElmoModel(config), ElmoTokenizer(), device=args.device, dtype=DTYPES[args.dtype])
