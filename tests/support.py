@@ -207,3 +207,24 @@ def elmo_peak_memory(*args: Any, cwd: Path | None = None) -> tuple[int, str, int
     err, _, last = done.stderr.rstrip().rpartition("\n")
     assert last.startswith("peak-kb "), done.stderr[-2000:]
     return done.returncode, err, int(last.split()[1]) * 1024
+
+
+def random_corpus(path: Path, *, seed: int, words: int, lines: int, longest: int) -> Path:
+    """A training text at ``path``: ``lines`` lines of 3 to ``longest - 1`` words drawn from ``w0`` ... by numpy's
+    generator of ``seed``."""
+    rng = np.random.default_rng(seed)
+    vocabulary = [f"w{i}" for i in range(words)]
+    text = [" ".join(rng.choice(vocabulary, size=rng.integers(3, longest))) for _ in range(lines)]
+    path.write_text("\n".join(text) + "\n", encoding="utf-8")
+    return path
+
+
+def tiny_pretrain_args(corpus: Path, out: Path, *extra: str, checkpointing_steps: int, eval_examples: int = 20):
+    """`elmo pretrain` arguments for a few quick updates on ``corpus`` into ``out`` (its HF cache beside it, batches
+    of 8, a log line per update, seed 5, no plot), then ``extra``."""
+    return [
+        *("--train-file", str(corpus), "--output-dir", str(out), "--cache-dir", str(out.parent / "hf-cache")),
+        *("--per-device-train-batch-size", "8", "--logging-steps", "1", "--seed", "5", "--no-plot"),
+        *("--checkpointing-steps", str(checkpointing_steps), "--max-eval-examples", str(eval_examples)),
+        *extra,
+    ]

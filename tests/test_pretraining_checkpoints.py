@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from support import reset_accelerate_state
+from support import random_corpus, reset_accelerate_state, tiny_pretrain_args
 
 from modeling_elmo.folders.run_folder import RunFolder
 from modeling_elmo.pretraining import CheckpointManager, output, train_losses_by_step
@@ -31,37 +31,12 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
-    rng = np.random.default_rng(0)
-    words = [f"w{i}" for i in range(120)]
-    lines = [" ".join(rng.choice(words, size=rng.integers(3, 15), p=None)) for _ in range(400)]
     path = tmp_path_factory.mktemp("corpus") / "train.txt"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
+    return random_corpus(path, seed=0, words=120, lines=400, longest=15)
 
 
 def _args(corpus: Path, out: Path, *extra: str) -> list[str]:
-    return [
-        "--train-file",
-        str(corpus),
-        "--output-dir",
-        str(out),
-        "--cache-dir",
-        str(out.parent / "hf-cache"),
-        "--per-device-train-batch-size",
-        "8",
-        "--logging-steps",
-        "1",
-        "--checkpointing-steps",
-        "4",
-        "--seed",
-        "5",
-        "--dropout",
-        "0.1",
-        "--max-eval-examples",
-        "20",
-        "--no-plot",
-        *extra,
-    ]
+    return tiny_pretrain_args(corpus, out, "--dropout", "0.1", *extra, checkpointing_steps=4, eval_examples=20)
 
 
 def _run(*argv: str) -> int:

@@ -14,11 +14,10 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 import safetensors.torch
 from safetensors import SafetensorError
-from support import reset_accelerate_state
+from support import random_corpus, reset_accelerate_state, tiny_pretrain_args
 
 from modeling_elmo.folders.run_folder import RunFolder
 from modeling_elmo.pretraining import CheckpointManager, train_losses_by_step, trainer
@@ -32,35 +31,12 @@ FULL = "Error while serializing: I/O error: No space left on device (os error 28
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
-    rng = np.random.default_rng(1)
-    words = [f"w{i}" for i in range(100)]
-    lines = [" ".join(rng.choice(words, size=rng.integers(3, 12))) for _ in range(300)]
     path = tmp_path_factory.mktemp("corpus") / "train.txt"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
+    return random_corpus(path, seed=1, words=100, lines=300, longest=12)
 
 
 def _args(corpus: Path, out: Path, *extra: str) -> list[str]:
-    return [
-        "--train-file",
-        str(corpus),
-        "--output-dir",
-        str(out),
-        "--cache-dir",
-        str(out.parent / "hf-cache"),
-        "--per-device-train-batch-size",
-        "8",
-        "--logging-steps",
-        "1",
-        "--checkpointing-steps",
-        "4",
-        "--seed",
-        "5",
-        "--max-eval-examples",
-        "20",
-        "--no-plot",
-        *extra,
-    ]
+    return tiny_pretrain_args(corpus, out, *extra, checkpointing_steps=4, eval_examples=20)
 
 
 def _run(*argv: str) -> int:

@@ -10,9 +10,8 @@ import json
 import os
 from pathlib import Path
 
-import numpy as np
 import pytest
-from support import plant, reset_accelerate_state
+from support import plant, random_corpus, reset_accelerate_state, tiny_pretrain_args
 
 from modeling_elmo import AUTO_MAP
 from modeling_elmo.folders.run_folder import RunFolder
@@ -31,37 +30,12 @@ USER_FILES = {
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
-    rng = np.random.default_rng(0)
-    words = [f"w{i}" for i in range(80)]
-    lines = [" ".join(rng.choice(words, size=rng.integers(3, 12))) for _ in range(300)]
     path = tmp_path_factory.mktemp("corpus") / "a.txt"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
+    return random_corpus(path, seed=0, words=80, lines=300, longest=12)
 
 
 def _args(corpus: Path, out: Path, *extra: str) -> list[str]:
-    return [
-        "--train-file",
-        str(corpus),
-        "--output-dir",
-        str(out),
-        "--cache-dir",
-        str(out.parent / "hf-cache"),
-        "--per-device-train-batch-size",
-        "8",
-        "--logging-steps",
-        "1",
-        "--checkpointing-steps",
-        "2",
-        "--seed",
-        "5",
-        "--max-eval-examples",
-        "10",
-        "--max-steps",
-        "4",
-        "--no-plot",
-        *extra,
-    ]
+    return tiny_pretrain_args(corpus, out, "--max-steps", "4", *extra, checkpointing_steps=2, eval_examples=10)
 
 
 def _run(*argv: str) -> int:
@@ -227,7 +201,7 @@ def test_two_runs_started_at_once_into_one_new_folder_give_one_run(corpus, tmp_p
     out = tmp_path / "run"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     script = Path(__file__).resolve().parents[1] / "scripts" / "pretrain.py"
-    argv = [sys.executable, str(script), *_args(corpus, out)[:-3], "--max-steps", "30", "--no-plot"]
+    argv = [sys.executable, str(script), *_args(corpus, out, "--max-steps", "30")]
     runs = [
         subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for _ in range(2)
     ]

@@ -12,11 +12,10 @@ import json
 import types
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
-from support import assert_same_numbers, reset_accelerate_state
+from support import assert_same_numbers, random_corpus, reset_accelerate_state, tiny_pretrain_args
 
 from modeling_elmo import ElmoForBidirectionalLM
 from modeling_elmo.folders.run_folder import RunFolder
@@ -29,39 +28,13 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
-    rng = np.random.default_rng(0)
-    words = [f"w{i}" for i in range(120)]
-    lines = [" ".join(rng.choice(words, size=rng.integers(3, 15))) for _ in range(400)]
     path = tmp_path_factory.mktemp("corpus") / "train.txt"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
+    return random_corpus(path, seed=0, words=120, lines=400, longest=15)
 
 
 def _args(corpus: Path, out: Path, *extra: str) -> list[str]:
-    return [
-        "--train-file",
-        str(corpus),
-        "--output-dir",
-        str(out),
-        "--cache-dir",
-        str(out.parent / "hf-cache"),
-        "--per-device-train-batch-size",
-        "8",
-        "--logging-steps",
-        "1",
-        "--checkpointing-steps",
-        "0",
-        "--seed",
-        "5",
-        "--max-eval-examples",
-        "20",
-        "--no-plot",
-        "--lr-scheduler-type",
-        "constant_with_warmup",
-        "--warmup-steps",
-        "3",
-        *extra,
-    ]
+    schedule = ("--lr-scheduler-type", "constant_with_warmup", "--warmup-steps", "3")
+    return tiny_pretrain_args(corpus, out, *schedule, *extra, checkpointing_steps=0, eval_examples=20)
 
 
 def _run(*argv: str) -> int:
