@@ -115,6 +115,11 @@ ROWS = [
         _edit_tensors("optimizer.safetensors", lambda t: t["state.0.step"].fill_(1e6)),
         r"optimizer state 'step' of parameter 0 is 1e\+06, not a whole number in \[0, 2\] \(the checkpoint's",
     ),
+    (  # attacker pass: one parameter's moments and count dropped restarted at zero on resume, silently
+        "one parameter's optimiser state dropped",
+        _edit_json("optimizer.json", lambda j: j["state"].pop("3")),
+        r"optimizer\.json holds the state of \d+ parameters, but the checkpoint recorded \d+: missing \[3\]\.",
+    ),
     (
         "weights holding inf",
         _edit_tensors("model.safetensors", lambda t: next(v for v in t.values() if v.dim() == 2).fill_(float("inf"))),

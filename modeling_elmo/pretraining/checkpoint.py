@@ -137,12 +137,19 @@ def _update_count(value: float, global_step: int) -> bool:
     return 0 <= value <= global_step and float(value).is_integer()
 
 
-def check_optimizer_state(optimizer: torch.optim.Optimizer, loaded: dict[str, Any], global_step: int) -> None:
+#: The key of ``trainer_state.json`` listing the parameters that have an optimiser state (absent before it existed).
+OPTIMIZER_STATES = "optimizer_states"
+
+
+def check_optimizer_state(
+    optimizer: torch.optim.Optimizer, loaded: dict[str, Any], global_step: int, recorded: Any = None
+) -> None:
     """Refuse an optimiser state that would train another model than the run's: its groups' hyperparameters must be
     the run's (all but the learning rate, which the schedule sets), each state tensor must have its parameter's shape
     (only ``step`` may be a scalar, a whole number at most ``global_step``: a scalar moment would broadcast over its
-    parameter and train NaN), every value must be finite and sums of squares non-negative. `CheckpointError` names the
-    first wrong one."""
+    parameter and train NaN), every value must be finite and sums of squares non-negative, and the parameters with a
+    state those ``recorded`` in ``trainer_state.json`` where it records them. `CheckpointError` names the first wrong
+    one."""
     own = optimizer.param_groups
     groups = loaded["param_groups"]
     if len(groups) != len(own):
@@ -171,6 +178,15 @@ def check_optimizer_state(optimizer: torch.optim.Optimizer, loaded: dict[str, An
                     f"optimizer.json: group {number} has {key} {_cut(value)}; the run's arguments give "
                     f"{_cut(mine[key])}."
                 )
+    if recorded is not None:
+        if not (isinstance(recorded, list) and all(type(p) is int for p in recorded)):
+            raise CheckpointError(f"trainer_state.json: malformed {OPTIMIZER_STATES} {_cut(recorded)}.")
+        missing, extra = sorted(set(recorded) - set(loaded["state"])), sorted(set(loaded["state"]) - set(recorded))
+        if missing or extra:
+            raise CheckpointError(
+                f"optimizer.json holds the state of {len(loaded['state'])} parameters, but the checkpoint recorded "
+                f"{len(recorded)}: " + (f"missing {_cut(missing)}" if missing else f"not recorded {_cut(extra)}") + "."
+            )
     for param, entries in loaded["state"].items():
         if param not in params:
             raise CheckpointError(f"optimizer.json holds a state for parameter {param}; the model has {len(params)}.")
@@ -328,6 +344,9 @@ def write_training_files(
     atomic_write_text(folder / "vocab.txt", vocab_text)
     if char_vocab_text is not None:
         atomic_write_text(folder / "char_vocab.json", char_vocab_text)
+    # which parameters have an optimiser state, kept apart from optimizer.json: a state dropped there (a parameter's
+    # moments and count restarting at zero on resume) is found by the comparison in `check_optimizer_state`
+    trainer_state = {**trainer_state, OPTIMIZER_STATES: sorted(int(param) for param in meta["state"])}
     atomic_write_text(folder / STATE_FILE, json.dumps(trainer_state, indent=1, sort_keys=True))
 
 
@@ -387,7 +406,7 @@ def load_checkpoint(
         optimizer_state = optimizer_from_files(
             _load_tensors(folder / "optimizer.safetensors"), _read_json(folder / "optimizer.json")
         )
-        check_optimizer_state(optimizer, optimizer_state, saved["state"].global_step)
+        check_optimizer_state(optimizer, optimizer_state, saved["state"].global_step, saved.get(OPTIMIZER_STATES))
         scheduler_state = _read_json(folder / "scheduler.json")
         check_scheduler_state(scheduler, scheduler_state, saved["state"].global_step)
         rng = folder / f"rng_state_{rank}"
