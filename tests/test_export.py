@@ -219,6 +219,24 @@ def test_onnx_export_with_dynamic_batch_and_word_axes_runs_in_onnxruntime_on_oth
         assert (out_mask == eager.attention_mask.numpy()).all()
 
 
+def test_an_onnx_export_of_a_dynamic_word_axis_where_onnx_cannot_translate_scan_is_one_line():
+    pytest.importorskip("onnxscript", reason="ONNX export needs the optional packages onnx and onnxscript")
+    if onnx_translates_scan():
+        pytest.skip(f"torch {torch.__version__}'s ONNX exporter translates scan (the ONNX test above runs the export)")
+    tester = ElmoModelTester()
+    model = tester.model(ElmoModel, seed=4).eval()
+    with pytest.raises(RuntimeError) as raised, dynamic_words(model):
+        torch.onnx.export(model, inputs(tester, SENTENCES), dynamo=True, verbose=False, dynamic_shapes=dynamic_axes())
+    message = str(raised.value)
+    assert message == (
+        f"torch {torch.__version__}'s ONNX exporter has no translation of scan, the dynamic word axis of "
+        "dynamic_words: export it with torch.export.export, or to ONNX with torch >= 2.7 (or outside dynamic_words, "
+        "with a fixed number of words)."
+    )
+    assert type(raised.value.__cause__).__name__ == "ConversionError"  # torch's own error stays as the cause
+    assert "recurrence_for" not in vars(model.base_model.encoder)  # as it was, after the failure too
+
+
 def test_a_model_loaded_as_remote_code_without_the_package_exports_and_runs_the_public_form(tmp_path):
     """The files shipped with a model, alone (the package unimportable): they run the public-API CPU form and
     export to a program equal to the eager model."""

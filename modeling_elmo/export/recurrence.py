@@ -50,6 +50,15 @@ def onnx_translates_scan() -> bool:
     return hasattr(hop, "higher_order_scan")
 
 
+def _fails_to_translate_scan(error: BaseException) -> bool:
+    """Whether ``error`` (or what caused it) is the ONNX exporter finding no translation of the ``scan`` operator."""
+    while error is not None:
+        if type(error).__name__ in ("DispatchError", "ConversionError") and "scan" in str(error).lower():
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
 def _scanned_recurrence_for(chosen, inputs: torch.Tensor, stateless: bool):
     """`scanned_lstm` where ``chosen`` (an `ElmoBiLstm`'s own choice) gives `stacked_lstm`: the package's, or the
     copy in the code files of a model loaded as remote code."""
@@ -72,6 +81,14 @@ def dynamic_words(model: nn.Module) -> Iterator[nn.Module]:
     try:  # an export is inference: without gradients (torch 2.6's scan also refuses a carry gaining one)
         with torch.no_grad():
             yield model
+    except Exception as error:
+        if onnx_translates_scan() or not _fails_to_translate_scan(error):
+            raise
+        raise RuntimeError(
+            f"torch {torch.__version__}'s ONNX exporter has no translation of scan, the dynamic word axis of "
+            "dynamic_words: export it with torch.export.export, or to ONNX with torch >= 2.7 (or outside "
+            "dynamic_words, with a fixed number of words)."
+        ) from error
     finally:
         for encoder in encoders:
             del encoder.recurrence_for
