@@ -411,3 +411,22 @@ def test_the_template_child_gets_nothing_of_the_environment(tmp_path, monkeypatc
     assert seen["isolated"] == 1
     assert set(seen["environ"]) <= {"LC_CTYPE"}, seen["environ"]  # at most the locale Python itself sets
     assert str(tmp_path) not in seen["path"]
+
+
+@pytest.mark.slow  # a template outside the package renders in a child interpreter
+def test_a_template_child_that_dies_is_one_line_naming_the_template(tmp_path, monkeypatch):
+    """A child that ends otherwise (a traceback, a signal) is one line naming the template, not its traceback."""
+    from modeling_elmo.hub import card_sandbox
+
+    dying = tmp_path / "dying.py"
+    dying.write_text("import sys\nsys.stdin.read()\nraise RuntimeError('the child broke')\n")
+    monkeypatch.setattr(card_sandbox, "__file__", str(dying))
+    template = tmp_path / "card.md"
+    template.write_text(
+        "---\n{{ card_data }}\n---\n# {{ model_id }}\n{{ evaluation_section }}\n{{ training_section }}\n"
+    )
+    with pytest.raises(ValueError) as error:
+        build_model_card(make_config(), "me/x", CardInputs(template=str(template)), num_parameters=10)
+    assert str(error.value) == (
+        f"model-card template {template}: rendering ended with exit status 1 (RuntimeError: the child broke)."
+    )

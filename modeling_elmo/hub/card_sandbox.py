@@ -82,11 +82,14 @@ def main(argv: list[str]) -> int:
     """The child: limit the address space to ``argv[0]`` bytes, read the request, write the text."""
     try:
         import resource
-    except ImportError:  # no address-space limit on this platform: the time limit still holds
+    except ImportError:  # no address-space limit on this platform (Windows): the time limit still holds
         resource = None
     if resource is not None:
         limit = int(argv[0])
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        try:
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        except (ValueError, OSError):  # a platform (macOS) or a hard limit that refuses it: the time limit still holds
+            pass
     try:
         request = json.loads(sys.stdin.buffer.read().decode("utf-8"))
         text = render_template(request["source"], request["values"], request["name"])
