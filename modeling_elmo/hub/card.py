@@ -683,6 +683,9 @@ JINJA_SANDBOX_FLOOR = (3, 1, 6)
 #: package's own and are rendered in this process.
 TEMPLATE_MEMORY_LIMIT = 1 << 30
 TEMPLATE_TIME_LIMIT = 60.0
+#: The longest text (characters) a ``--template`` may render, plus four times the size of the template and its values:
+#: what comes back from the child is read into this process.
+TEMPLATE_TEXT_LIMIT = 16 * 2**20
 
 
 def _is_builtin_template(path: Path) -> bool:
@@ -693,9 +696,10 @@ def _render_in_child(source: str, values: dict[str, Any], name: str, time_limit:
     """`card_sandbox.render_template` in a separate, isolated interpreter with bounded memory and time."""
     request = json.dumps({"name": name, "source": source, "values": values}).encode("utf-8")
     memory_limit = TEMPLATE_MEMORY_LIMIT + 8 * len(request)
+    text_limit = TEMPLATE_TEXT_LIMIT + 4 * len(request)
     try:
         done = subprocess.run(
-            [sys.executable, "-I", card_sandbox.__file__, str(memory_limit)],
+            [sys.executable, "-I", card_sandbox.__file__, str(memory_limit), str(text_limit)],
             input=request,
             capture_output=True,
             env={},  # nothing of this process's environment (a token above all) reaches the template

@@ -1,13 +1,14 @@
 """Rendering a model-card template in Jinja's immutable sandbox, in this process or as a child interpreter.
 
 This module imports only the standard library and jinja2, so that ``elmo push --template T`` can run it as a script
-in a separate, isolated interpreter (``python -I card_sandbox.py MEMORY_LIMIT``, an empty environment): the request
-(``{"name", "source", "values"}`` as JSON) comes on stdin, the rendered text goes to stdout. The child limits its own
-address space to ``MEMORY_LIMIT`` bytes before it reads anything (`resource.setrlimit`, where the platform has it),
-and `modeling_elmo.hub.card` stops it after a time limit: a template is text from the user, and filters given huge
-widths (``'x'|center(10**10)``, ``'{:>9999999999}'.format(1)``) or nested loops would otherwise exhaust the memory of
-``elmo push`` or never end. Exit status: 0 rendered, `EXIT_REFUSED` (one line on stderr: the template's own error),
-`EXIT_MEMORY` (the render ran out of its memory).
+in a separate, isolated interpreter (``python -I card_sandbox.py MEMORY_LIMIT TEXT_LIMIT``, an empty environment): the
+request (``{"name", "source", "values"}`` as JSON) comes on stdin, the rendered text (at most ``TEXT_LIMIT``
+characters) goes to stdout. The child limits its own address space to ``MEMORY_LIMIT`` bytes before it reads anything
+(`resource.setrlimit`, where the platform has it), and `modeling_elmo.hub.card` stops it after a time limit: a
+template is text from the user, and filters given huge widths (``'x'|center(10**10)``, ``'{:>9999999999}'.format(1)``)
+or nested loops would otherwise exhaust the memory of ``elmo push`` or never end. Exit status: 0 rendered,
+`EXIT_REFUSED` (one line on stderr: the template's own error or a text too long), `EXIT_MEMORY` (the render ran out
+of its memory).
 """
 
 from __future__ import annotations
@@ -79,7 +80,8 @@ def render_template(source: str, values: dict[str, Any], name: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    """The child: limit the address space to ``argv[0]`` bytes, read the request, write the text."""
+    """The child: limit the address space to ``argv[0]`` bytes, read the request, write the text (refused where it
+    is longer than ``argv[1]`` characters)."""
     try:
         import resource
     except ImportError:  # no address-space limit on this platform (Windows): the time limit still holds
@@ -93,6 +95,11 @@ def main(argv: list[str]) -> int:
     try:
         request = json.loads(sys.stdin.buffer.read().decode("utf-8"))
         text = render_template(request["source"], request["values"], request["name"])
+        if len(text) > int(argv[1]):
+            raise ValueError(
+                f"model-card template {request['name']} renders {len(text):,} characters, more than the "
+                f"{int(argv[1]):,} a card may have here."
+            )
         sys.stdout.buffer.write(text.encode("utf-8"))
         sys.stdout.buffer.flush()
     except MemoryError:
