@@ -3,6 +3,7 @@ schema (the model's own numbers in the ``model-index``; baselines and untrained 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -358,3 +359,74 @@ def test_a_card_shows_a_bounded_number_of_rows_and_counts_the_rest(tmp_path):
     assert [e.metric_name for e in card.data.eval_results[:3]] == [
         f"Perplexity ({c})" for c in ("forward", "backward", "average")
     ]
+
+
+@pytest.mark.slow  # a template outside the package renders in a child interpreter
+@pytest.mark.parametrize("name", [*CARD_KINDS, "converted_efml"])
+def test_a_user_template_renders_in_the_child_exactly_as_in_process(name, tmp_path):
+    """Issue 35: a --template (a copy of a built-in one) rendered in the isolated child gives the very card the
+    built-in one gives in this process, with results, labels and non-ASCII text in its values."""
+    from modeling_elmo.hub.card import TEMPLATE_DIR
+
+    kind = name.split("_")[0]
+    config = make_config(
+        architectures=["ElmoForSequenceClassification" if kind == "classifier" else "ElmoModel"],
+        id2label={0: "négatif", 1: "pos | <b>"},
+        label2id={"négatif": 0, "pos | <b>": 1},
+    )
+    builtin = TEMPLATE_DIR / f"{name}.md"
+    copy = tmp_path / f"{name}.md"
+    copy.write_text(builtin.read_text(encoding="utf-8"), encoding="utf-8")
+    inputs = dict(kind=kind, base_model="me/elmo-base", results=_results(), datasets=["wikitext", "données <b>"])
+    in_process, _ = build_model_card(
+        config, "me/elmo-card", CardInputs(**inputs, template=str(builtin)), num_parameters=9
+    )
+    in_child, _ = build_model_card(config, "me/elmo-card", CardInputs(**inputs, template=str(copy)), num_parameters=9)
+    assert in_child.content == in_process.content
+    assert "données" in in_child.content and "wikitext" in in_child.content
+
+
+@pytest.mark.slow  # a template outside the package renders in a child interpreter
+def test_the_template_child_gets_nothing_of_the_environment(tmp_path, monkeypatch):
+    """Issue 35: even a sandbox escape would find no HF_TOKEN: the child runs isolated (``-I``: no PYTHON* variables,
+    no user site, no script folder on the path) with an empty environment. The child script is replaced by one that
+    does what an escape could (reads the environment, the flags and the path) and writes it into the card."""
+    from modeling_elmo.hub import card_sandbox
+
+    monkeypatch.setenv("HF_TOKEN", "hf_" + "s" * 34)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    escaped = tmp_path / "escaped.py"
+    escaped.write_text(
+        "import json, os, sys\nsys.stdin.read()\n"
+        "seen = {'environ': dict(os.environ), 'isolated': sys.flags.isolated, 'path': sys.path}\n"
+        "print('---\\n---\\n' + json.dumps(seen))\n"
+    )
+    monkeypatch.setattr(card_sandbox, "__file__", str(escaped))
+    template = tmp_path / "card.md"
+    template.write_text(
+        "---\n{{ card_data }}\n---\n# {{ model_id }}\n{{ evaluation_section }}\n{{ training_section }}\n"
+    )
+    card, _ = build_model_card(make_config(), "me/x", CardInputs(template=str(template)), num_parameters=10)
+    seen = json.loads(card.content.split("---\n")[-1])
+    assert seen["isolated"] == 1
+    assert set(seen["environ"]) <= {"LC_CTYPE"}, seen["environ"]  # at most the locale Python itself sets
+    assert str(tmp_path) not in seen["path"]
+
+
+@pytest.mark.slow  # a template outside the package renders in a child interpreter
+def test_a_template_child_that_dies_is_one_line_naming_the_template(tmp_path, monkeypatch):
+    """A child that ends otherwise (a traceback, a signal) is one line naming the template, not its traceback."""
+    from modeling_elmo.hub import card_sandbox
+
+    dying = tmp_path / "dying.py"
+    dying.write_text("import sys\nsys.stdin.read()\nraise RuntimeError('the child broke')\n")
+    monkeypatch.setattr(card_sandbox, "__file__", str(dying))
+    template = tmp_path / "card.md"
+    template.write_text(
+        "---\n{{ card_data }}\n---\n# {{ model_id }}\n{{ evaluation_section }}\n{{ training_section }}\n"
+    )
+    with pytest.raises(ValueError) as error:
+        build_model_card(make_config(), "me/x", CardInputs(template=str(template)), num_parameters=10)
+    assert str(error.value) == (
+        f"model-card template {template}: rendering ended with exit status 1 (RuntimeError: the child broke)."
+    )

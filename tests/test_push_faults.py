@@ -183,6 +183,7 @@ def test_an_aws_or_github_credential_in_a_published_file_is_refused(model_dir, t
     assert not (tmp_path / "repo").exists()
 
 
+@pytest.mark.slow  # a --template renders in a child interpreter
 def test_a_template_reaching_for_python_internals_is_refused_before_it_runs(model_dir, tmp_path):
     """X12: the template is rendered in Jinja's immutable sandbox; the command it tries to run never runs."""
     witness = tmp_path / "ran"
@@ -209,6 +210,7 @@ def _card_template(tmp_path, line: str):
     return template
 
 
+@pytest.mark.slow  # a --template renders in a child interpreter
 def test_a_template_reading_the_environment_through_attr_format_is_refused(model_dir, tmp_path, monkeypatch):
     """Attacker pass on X12: ``|attr('format')`` hands ``str.format`` a function's globals; jinja2 before 3.1.6 let
     it read ``os.environ`` (a credential) into the card. The range requires 3.1.6, and the installed one refuses."""
@@ -231,6 +233,7 @@ def test_a_template_reading_the_environment_through_attr_format_is_refused(model
     assert not (tmp_path / "repo").exists()
 
 
+@pytest.mark.slow  # a --template renders in a child interpreter
 @pytest.mark.parametrize(
     "expression, message",
     [
@@ -256,6 +259,58 @@ def test_a_template_that_fails_or_builds_a_huge_value_is_one_line(model_dir, tmp
     text = str(exit_.value.code)
     assert text.startswith(f"elmo push: error: model-card template {template} ") and "\n" not in text, text
     assert message in text and not (tmp_path / "repo").exists()
+
+
+def test_a_template_refused_before_rendering_starts_no_child(model_dir, tmp_path):
+    """Syntax, required and unknown fields and the jinja2 floor are checked in this process, before the child starts
+    (this test is in the fast loop, which refuses a process)."""
+    args = [str(model_dir), "--repo-id", "me/x", "--dry-run", "--output-dir", str(tmp_path / "repo")]
+    for line, message in (("{% for %}", "has a syntax error on line 7"), ("{{ colour }}", "uses the field(s) colour")):
+        with pytest.raises(SystemExit) as exit_:
+            hub.main([*args, "--template", str(_card_template(tmp_path, line))])
+        assert message in str(exit_.value.code), exit_.value.code
+
+
+@pytest.mark.slow  # a --template renders in a child interpreter
+@pytest.mark.parametrize(
+    "expression, message",
+    [
+        ("{{ 'x'|center(10**10) }}", "rendering used more than 1.00 GiB of memory."),
+        ("{{ 'x'|indent(10**10, first=True) }}", "rendering used more than 1.00 GiB of memory."),
+        ("{{ '{:>9999999999}'.format(1) }}", "rendering used more than 1.00 GiB of memory."),
+        ("{{ ('x' * 10**6).replace('x', 'y' * 10**6) }}", "rendering used more than 1.00 GiB of memory."),
+        ("{{ (['x' * 10**7] * 10**6)|join }}", "rendering used more than 1.00 GiB of memory."),
+        ("{{ 'x'|center(4 * 10**8) }}", " renders 400,000,4"),
+        (
+            "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}",
+            "rendering did not finish within 3 s.",
+        ),
+    ],
+)
+def test_a_template_exhausting_memory_or_time_ends_in_one_line_naming_it(
+    model_dir, tmp_path, monkeypatch, expression, message
+):
+    """Issue 35: filters with huge widths, growing joins and replaces, and nested loops are stopped by the child's
+    memory limit (1 GiB plus the input's size), its text limit (what comes back into ``elmo push``) and the time
+    limit (here 3 s), in one line naming the template."""
+    import time
+
+    from modeling_elmo.hub import card
+
+    monkeypatch.setattr(card, "TEMPLATE_TIME_LIMIT", 3.0)
+    template = _card_template(tmp_path, expression)
+    start = time.monotonic()
+    with pytest.raises(SystemExit) as exit_:
+        hub.main(
+            [str(model_dir), "--repo-id", "me/x", "--dry-run", "--output-dir", str(tmp_path / "repo")]
+            + ["--template", str(template)]
+        )
+    elapsed = time.monotonic() - start
+    text = str(exit_.value.code)
+    assert text.startswith(f"elmo push: error: model-card template {template}") and "\n" not in text, text
+    assert message in text
+    assert elapsed < 30, elapsed  # the 3 s limit plus start-up under load, not the hours of the unbounded render
+    assert not (tmp_path / "repo").exists()
 
 
 def test_the_jinja2_range_excludes_the_releases_whose_sandbox_lets_a_template_out():

@@ -38,12 +38,14 @@ import json
 import logging
 import os
 import re
+import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..utils.results import EvaluationResults, PerplexityResult, ScoreResult, data_file_label
+from . import card_sandbox
 from .safety import HF_TOKEN_PATTERN
 
 __all__ = [
@@ -675,46 +677,72 @@ def default_template_path(kind: str) -> Path:
 JINJA_SANDBOX_FLOOR = (3, 1, 6)
 
 
-#: The most items (characters, list entries, bits of a number) that ``*`` or ``**`` in a card template may build: a
-#: template of 20 bytes (``{{ 'x' * 10**10 }}``, ``{{ 2 ** 10**11 }}``) would otherwise allocate gigabytes.
-MAX_TEMPLATE_VALUE = 10**7
+#: A ``--template`` is text from the user: it is rendered in a child interpreter (`card_sandbox`, run with ``-I`` and
+#: an empty environment) whose address space is limited to this many bytes plus eight times the size of the template
+#: and its values, and which is stopped after `TEMPLATE_TIME_LIMIT` seconds. The templates of `TEMPLATE_DIR` are the
+#: package's own and are rendered in this process.
+TEMPLATE_MEMORY_LIMIT = 1 << 30
+TEMPLATE_TIME_LIMIT = 60.0
+#: The longest text (characters) a ``--template`` may render, plus four times the size of the template and its values:
+#: what comes back from the child is read into this process.
+TEMPLATE_TEXT_LIMIT = 16 * 2**20
 
 
-def _bounded_binop(context: Any, operator: str, left: Any, right: Any) -> Any:
-    """``left * right`` or ``left ** right`` of a card template, refused (`ValueError`) where the result would hold
-    more than `MAX_TEMPLATE_VALUE` items or bits."""
-    if operator == "*":
-        for sequence, count in ((left, right), (right, left)):
-            if (
-                isinstance(sequence, (str, list, tuple))
-                and isinstance(count, int)
-                and len(sequence) * count > (MAX_TEMPLATE_VALUE)
-            ):
-                raise ValueError(f"a repetition of {len(sequence):,} items {count:,} times is too large")
-        return left * right
-    if (
-        isinstance(left, int)
-        and isinstance(right, int)
-        and right > 0
-        and left.bit_length() * right > MAX_TEMPLATE_VALUE
-    ):
-        raise ValueError(f"a power of {left.bit_length():,}-bit number to {right:,} is too large")
-    return left**right
+def _is_builtin_template(path: Path) -> bool:
+    return path.resolve().parent == TEMPLATE_DIR.resolve()
 
 
-def render_model_card(template: str | os.PathLike, card_data: Any, context: Mapping[str, Any]):
+def _render_in_child(source: str, values: dict[str, Any], name: str, time_limit: float) -> str:
+    """`card_sandbox.render_template` in a separate, isolated interpreter with bounded memory and time."""
+    request = json.dumps({"name": name, "source": source, "values": values}).encode("utf-8")
+    memory_limit = TEMPLATE_MEMORY_LIMIT + 8 * len(request)
+    text_limit = TEMPLATE_TEXT_LIMIT + 4 * len(request)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-I", card_sandbox.__file__, str(memory_limit), str(text_limit)],
+            input=request,
+            capture_output=True,
+            env={},  # nothing of this process's environment (a token above all) reaches the template
+            timeout=time_limit,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise ValueError(f"model-card template {name}: rendering did not finish within {time_limit:g} s.") from None
+    if done.returncode == 0:
+        return done.stdout.decode("utf-8")
+    stderr = done.stderr.decode("utf-8", "replace").strip()
+    if done.returncode == card_sandbox.EXIT_REFUSED and stderr and "\n" not in stderr:
+        raise ValueError(stderr)
+    if done.returncode == card_sandbox.EXIT_MEMORY or "MemoryError" in stderr:
+        raise ValueError(
+            f"model-card template {name}: rendering used more than {memory_limit / 2**30:.2f} GiB of memory."
+        )
+    how = f"signal {-done.returncode}" if done.returncode < 0 else f"exit status {done.returncode}"
+    last = stderr.splitlines()[-1][:200] if stderr else "no message"
+    raise ValueError(f"model-card template {name}: rendering ended with {how} ({last}).")
+
+
+def render_model_card(
+    template: str | os.PathLike,
+    card_data: Any,
+    context: Mapping[str, Any],
+    *,
+    time_limit: float | None = None,
+):
     """Render a Jinja template into a `huggingface_hub.ModelCard` (the same rendering as
     ``ModelCard.from_template``, but strict).
 
     Raises `ValueError` naming the field when the template lacks one of `REQUIRED_TEMPLATE_FIELDS` or uses a
     field that neither ``context`` nor ``card_data`` provides. A template is text from the user (``--template``), so
     it is rendered in Jinja's immutable sandbox: one that reaches for Python internals (``self.__init__``, a
-    method that changes a value) is refused with one line before anything of it runs.
+    method that changes a value) is refused with one line before anything of it runs. The syntax and the fields are
+    checked here; a template outside `TEMPLATE_DIR` is then rendered in a child interpreter (`_render_in_child`) with
+    bounded memory and at most ``time_limit`` seconds (default `TEMPLATE_TIME_LIMIT`), each refused in one line
+    naming the template.
     """
     import jinja2
     from huggingface_hub import ModelCard
     from jinja2 import meta
-    from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 
     if tuple(int(part) for part in re.findall(r"\d+", jinja2.__version__)[:3]) < JINJA_SANDBOX_FLOOR:
         raise ValueError(
@@ -726,11 +754,8 @@ def render_model_card(template: str | os.PathLike, card_data: Any, context: Mapp
     if not template_path.is_file():
         raise ValueError(f"model-card template {str(template)!r} does not exist.")
     source = template_path.read_text(encoding="utf-8")
-    environment = ImmutableSandboxedEnvironment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
-    environment.intercepted_binops = frozenset({"*", "**"})  # the two that build values of any size from two digits
-    environment.call_binop = _bounded_binop
     try:
-        parsed = environment.parse(source)
+        parsed = card_sandbox.sandboxed_environment().parse(source)
     except jinja2.TemplateSyntaxError as error:
         raise ValueError(
             f"model-card template {template_path} has a syntax error on line {error.lineno}: {error.message}."
@@ -751,21 +776,12 @@ def render_model_card(template: str | os.PathLike, card_data: Any, context: Mapp
             f"model-card template {template_path} uses the field(s) {', '.join(unknown)}, which no "
             f"value fills (known fields: {', '.join(sorted(values))})."
         )
-    try:
-        content = environment.from_string(source).render(**values)
-    except jinja2.UndefinedError as error:
-        raise ValueError(f"model-card template {template_path}: {error.message}.") from None
-    except SecurityError as error:
-        raise ValueError(
-            f"model-card template {template_path} reaches outside the card's values ({str(error).rstrip('.')}); a "
-            "template may "
-            "only use the fields and Jinja's own filters."
-        ) from None
-    except Exception as error:  # the template's own arithmetic and filters: 1/0, '{0}'.format(), a value too large
-        text = " ".join(str(error).split())[:200]
-        raise ValueError(
-            f"model-card template {template_path} fails while rendering: {type(error).__name__}: {text}."
-        ) from None
+    if _is_builtin_template(template_path):
+        content = card_sandbox.render_template(source, values, str(template_path))
+    else:
+        content = _render_in_child(
+            source, values, str(template_path), TEMPLATE_TIME_LIMIT if time_limit is None else time_limit
+        )
     if not content.lstrip().startswith("---"):
         raise ValueError(
             f"model-card template {template_path} must start with the YAML block '---\\n{{{{ card_data }}}}\\n---'."
