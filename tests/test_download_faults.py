@@ -20,6 +20,12 @@ from modeling_elmo.conversion.download import DownloadError, download_file
 from modeling_elmo.conversion.releases import fetch_release
 
 
+def _convert_argv(server, tmp_path, *extra: str) -> list[str]:
+    """`elmo convert` of the original release from ``server`` with the cache and output in ``tmp_path``."""
+    cache, out = str(tmp_path / "cache"), str(tmp_path / "out")
+    return ["convert", "--release", "original", "--base-url", server.url, "--cache-dir", cache, "--output", out, *extra]
+
+
 @pytest.fixture(autouse=True)
 def no_hub(monkeypatch):
     import huggingface_hub
@@ -124,22 +130,7 @@ def test_redirect_is_followed_and_recorded_with_the_url_that_served_the_file(
     server.files[elsewhere] = synthetic_files[2]
     server.redirects[served["weights"]] = _host(server) + elsewhere
     with caplog.at_level(logging.WARNING, logger="modeling_elmo.conversion.download"):
-        assert (
-            cli.main(
-                [
-                    "convert",
-                    "--release",
-                    "original",
-                    "--base-url",
-                    server.url,
-                    "--cache-dir",
-                    str(tmp_path / "cache"),
-                    "--output",
-                    str(tmp_path / "out"),
-                ]
-            )
-            == 0
-        )
+        assert cli.main(_convert_argv(server, tmp_path)) == 0
     asked = release.url("weights", server.url)
     recorded = f"{_host(server)}{elsewhere} (redirected from {asked})"
     metadata = json.loads((tmp_path / "out" / "conversion_metadata.json").read_text())
@@ -155,20 +146,7 @@ def test_endless_body_without_content_length_is_cut_off_at_the_size_bound(server
     server.endless.add(served["options"])
     started = time.monotonic()
     with pytest.raises(SystemExit) as exit_:
-        cli.main(
-            [
-                "convert",
-                "--release",
-                "original",
-                "--base-url",
-                server.url,
-                "--cache-dir",
-                str(tmp_path / "cache"),
-                "--output",
-                str(tmp_path / "out"),
-                "--no-mirror",
-            ]
-        )
+        cli.main(_convert_argv(server, tmp_path, "--no-mirror"))
     message = str(exit_.value.code)
     assert message == (
         f"elmo convert: error: {release.filename('options')} from {release.url('options', server.url)}: "
@@ -183,19 +161,7 @@ def test_trickling_server_meets_the_deadline_of_the_file(server, served, release
     monkeypatch.setattr(download, "DEADLINE_GRACE_SECONDS", 1.0)  # options.json: 1 s + 65,536 B at 100 kB/s
     started = time.monotonic()
     with pytest.raises(SystemExit) as exit_:
-        cli.main(
-            [
-                "convert",
-                "--release",
-                "original",
-                "--base-url",
-                server.url,
-                "--cache-dir",
-                str(tmp_path / "cache"),
-                "--output",
-                str(tmp_path / "out"),
-            ]
-        )
+        cli.main(_convert_argv(server, tmp_path))
     elapsed = time.monotonic() - started
     message = str(exit_.value.code)
     assert (
@@ -256,20 +222,7 @@ def test_a_server_trickling_its_status_line_or_headers_meets_the_deadline_of_the
     monkeypatch.setattr(download, "DEADLINE_GRACE_SECONDS", 1.0)  # options.json: 1 s + 65,536 B at 100 kB/s
     started = time.monotonic()
     with pytest.raises(SystemExit) as exit_:
-        cli.main(
-            [
-                "convert",
-                "--release",
-                "original",
-                "--base-url",
-                server.url,
-                "--cache-dir",
-                str(tmp_path / "cache"),
-                "--output",
-                str(tmp_path / "out"),
-                "--no-mirror",
-            ]
-        )
+        cli.main(_convert_argv(server, tmp_path, "--no-mirror"))
     elapsed = time.monotonic() - started
     message = str(exit_.value.code)
     assert message == (
@@ -325,19 +278,7 @@ def test_a_part_planted_in_a_shared_cache_is_refused_and_nothing_is_written_thro
     server.ignore_range = True
     part, victim = _planted_part(tmp_path, release, server, planted)
     with pytest.raises(SystemExit) as exit_:
-        cli.main(
-            [
-                "convert",
-                "--release",
-                "original",
-                "--base-url",
-                server.url,
-                "--cache-dir",
-                str(tmp_path / "cache"),
-                "--output",
-                str(tmp_path / "out"),
-            ]
-        )
+        cli.main(_convert_argv(server, tmp_path))
     kind = "a FIFO" if planted == "FIFO" else "a symbolic link"
     assert str(exit_.value.code) == (
         f"elmo convert: error: the partial download {str(part)!r} is {kind}, not a "
@@ -373,19 +314,7 @@ def test_links_planted_for_the_record_the_cached_file_the_lock_or_the_release_fo
         if where == "source record":  # beside a complete cached file, whose origin it would name
             (folder / release.filename("options")).write_bytes(synthetic_files[1])
     with pytest.raises(SystemExit) as exit_:
-        cli.main(
-            [
-                "convert",
-                "--release",
-                "original",
-                "--base-url",
-                server.url,
-                "--cache-dir",
-                str(tmp_path / "cache"),
-                "--output",
-                str(tmp_path / "out"),
-            ]
-        )
+        cli.main(_convert_argv(server, tmp_path))
     message = str(exit_.value.code)
     assert message.startswith(f"elmo convert: error: {what} {str(planted)!r} is a symbolic link"), message
     assert "\n" not in message
@@ -614,19 +543,7 @@ def test_a_damaged_cached_weight_file_read_through_its_open_descriptor_is_named_
     weights = folder / release.filename("weights")
     weights.write_bytes(b"\0" * len(synthetic_files[2]))  # a plausible size, no HDF5 signature
     with pytest.raises(SystemExit) as exit_:
-        cli.main(
-            [
-                "convert",
-                "--release",
-                "original",
-                "--base-url",
-                server.url,
-                "--cache-dir",
-                str(tmp_path / "cache"),
-                "--output",
-                str(tmp_path / "out"),
-            ]
-        )
+        cli.main(_convert_argv(server, tmp_path))
     message = str(exit_.value.code)
     assert message.startswith(f"elmo convert: error: weights file {str(weights)!r} cannot be read as HDF5"), message
     assert "/proc/" not in message and "\n" not in message
@@ -655,19 +572,7 @@ def test_a_fifo_a_folder_or_a_hard_link_at_the_cache_lock_is_refused_naming_it(
         os.link(victim, lock)
         problem = "is a hard link to another file (2 names share it)"
     with pytest.raises(SystemExit) as exit_:
-        cli.main(
-            [
-                "convert",
-                "--release",
-                "original",
-                "--base-url",
-                server.url,
-                "--cache-dir",
-                str(tmp_path / "cache"),
-                "--output",
-                str(tmp_path / "out"),
-            ]
-        )
+        cli.main(_convert_argv(server, tmp_path))
     message = str(exit_.value.code)
     assert message.startswith(f"elmo convert: error: the cache's lock file {str(lock)!r} {problem}; refusing"), message
     assert "\n" not in message
