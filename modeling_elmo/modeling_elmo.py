@@ -214,6 +214,21 @@ def steps_per_input_product(rows: int, gates: int) -> int:
     return max(1, 2**22 // max(1, rows * gates))
 
 
+def stacked_state_and_weights(inputs: torch.Tensor, layers: Sequence[nn.Module], state=None):
+    """What the stacked recurrences start from: the state (h, c) in `state_dtype` (zeros where ``state`` is None),
+    both directions' recurrent weights (D, P, 4H) and their projection as one ``bmm`` in the inputs' dtype."""
+    directions, _, rows, _ = inputs.shape
+    dtype, (P, H) = inputs.dtype, layers[0].projection.weight.shape
+    h, c = (inputs.new_zeros(directions, rows, n) for n in (P, H)) if state is None else state
+    weight_hh = torch.stack([layer.recurrent_transform.weight for layer in layers]).transpose(1, 2)
+    weight_hr = torch.stack([layer.projection.weight for layer in layers]).transpose(1, 2)  # (D, H, P)
+
+    def project(m: torch.Tensor) -> torch.Tensor:
+        return torch.bmm(m.to(dtype), weight_hr)
+
+    return (h.to(state_dtype(dtype)), c.to(state_dtype(dtype))), weight_hh, project
+
+
 def stacked_lstm(inputs: torch.Tensor, valid: torch.Tensor, layers: Sequence[nn.Module], state=None):
     """The fast form, on the layers' weights: inputs (D, T, B, P), valid (T, B) True on each row's valid prefix, state
     (h (D, B, P), c (D, B, H)) or zeros -> y (D, T, B, P) in the inputs' dtype, zeros past each row's length, and the
@@ -222,15 +237,8 @@ def stacked_lstm(inputs: torch.Tensor, valid: torch.Tensor, layers: Sequence[nn.
     projections."""
     directions, steps, rows, _ = inputs.shape
     dtype, cell_clip, proj_clip = inputs.dtype, layers[0].cell_clip, layers[0].proj_clip
-    P, H = layers[0].projection.weight.shape
-    h, c = (inputs.new_zeros(directions, rows, n) for n in (P, H)) if state is None else state
-    h, c = h.to(state_dtype(dtype)), c.to(state_dtype(dtype))
-    weight_hh = torch.stack([layer.recurrent_transform.weight for layer in layers]).transpose(1, 2)  # (D, P, 4H)
-    weight_hr = torch.stack([layer.projection.weight for layer in layers]).transpose(1, 2)  # (D, H, P)
-    valid, outputs = valid.unsqueeze(-1), []
-
-    def project(m: torch.Tensor) -> torch.Tensor:
-        return torch.bmm(m.to(dtype), weight_hr)
+    (h, c), weight_hh, project = stacked_state_and_weights(inputs, layers, state)
+    valid, outputs, (P, H) = valid.unsqueeze(-1), [], layers[0].projection.weight.shape
 
     if isinstance(steps, torch.SymInt) and hasattr(torch.compiler, "is_exporting") and _exporting():
         raise ValueError(

@@ -10,7 +10,7 @@ from collections.abc import Iterator, Sequence
 import torch
 from torch import nn
 
-from ..modeling_elmo import ElmoBiLstm, lstm_step, stacked_lstm, state_dtype
+from ..modeling_elmo import ElmoBiLstm, lstm_step, stacked_lstm, stacked_state_and_weights
 
 
 def scanned_lstm(inputs: torch.Tensor, valid: torch.Tensor, layers: Sequence[nn.Module], state=None):
@@ -18,16 +18,8 @@ def scanned_lstm(inputs: torch.Tensor, valid: torch.Tensor, layers: Sequence[nn.
     steps at once, then per step one ``bmm`` over both directions' recurrent weights and one over their projections."""
     from torch._higher_order_ops.scan import scan  # torch 2.6 and later; a prototype, not a public name
 
-    directions, _, rows, _ = inputs.shape
     dtype, cell_clip, proj_clip = inputs.dtype, layers[0].cell_clip, layers[0].proj_clip
-    P, H = layers[0].projection.weight.shape
-    h, c = (inputs.new_zeros(directions, rows, n) for n in (P, H)) if state is None else state
-    h, c = h.to(state_dtype(dtype)), c.to(state_dtype(dtype))
-    weight_hh = torch.stack([layer.recurrent_transform.weight for layer in layers]).transpose(1, 2)  # (D, P, 4H)
-    weight_hr = torch.stack([layer.projection.weight for layer in layers]).transpose(1, 2)  # (D, H, P)
-
-    def project(m: torch.Tensor) -> torch.Tensor:
-        return torch.bmm(m.to(dtype), weight_hr)
+    (h, c), weight_hh, project = stacked_state_and_weights(inputs, layers, state)
 
     def step(carry, xs):
         gates_t, valid_t = xs
