@@ -705,6 +705,25 @@ def test_bench_embed_compares_elmo_embed_with_allennlps_loop_on_the_same_weights
     assert tiny["largest_difference_first_batch"] < 1e-4
 
 
+def test_bench_embed_runs_elmo_embed_in_the_chosen_dtype_against_allennlps_float32_loop(tmp_path, monkeypatch):
+    bench_embed = _bench_embed()
+    commands = []
+
+    def record(command, threads, log):
+        commands.append((Path(command[1]).name if command[1].endswith(".py") else command[2], command))
+        return {"seconds": 1.0, "cpu_seconds": 1.0, "peak_rss_mb": 100.0, "load_before": [0.0, 0.0, 0.0]}
+
+    monkeypatch.setattr(bench_embed, "timed_process", record)
+    monkeypatch.setattr(bench_embed, "first_batch_difference", lambda outputs, batch_size: 0.0)
+    src = write_lines(tmp_path / "in.txt", ["a b c", "d e"])
+    config = bench_embed.load_shape("tiny")
+    bench_embed.allennlp_comparison(config, src, tmp_path, "python-with-allennlp", [1], 1, 64, "bfloat16")
+    by_name = dict(commands)
+    package = by_name["modeling_elmo.embedding.embed"]
+    assert package[package.index("--dtype") + 1] == "bfloat16"
+    assert "--dtype" not in by_name["allennlp_embed.py"]  # AllenNLP's loop stays in float32
+
+
 def _free_port() -> int:
     import socket
 

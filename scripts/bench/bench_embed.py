@@ -217,7 +217,14 @@ def timed_process(command: list[str], threads: int, log: Path) -> dict:
 
 
 def allennlp_comparison(
-    config: ElmoConfig, src: Path, folder: Path, python: str, threads: list[int], rounds: int, batch_size: int
+    config: ElmoConfig,
+    src: Path,
+    folder: Path,
+    python: str,
+    threads: list[int],
+    rounds: int,
+    batch_size: int,
+    dtype: str = "float32",
 ) -> dict:
     """`elmo embed --all` (the whole command, in its own process) against AllenNLP's loop (`allennlp_embed.py` in
     ``python``, its own process: file order, batches of 64, every layer to HDF5) on the same weights (seed 0, written
@@ -225,7 +232,8 @@ def allennlp_comparison(
     count: each run's `timed_process` figures, the tokens/s of the best run of each, ``speedup`` (AllenNLP's best
     seconds over the package's), ``cpu_seconds_ratio`` (the same for CPU seconds) and ``memory_ratio`` (the
     package's largest peak RSS over AllenNLP's); and the largest difference between the two outputs on the first
-    batch (AllenNLP's state is fresh there only)."""
+    batch (AllenNLP's state is fresh there only). ``dtype``: the package's compute dtype (`elmo embed --dtype`;
+    AllenNLP's loop runs in float32)."""
     torch.manual_seed(0)
     model = ElmoModel(config).eval()
     model_dir = folder / "model"
@@ -236,7 +244,8 @@ def allennlp_comparison(
     outputs = {"package": folder / "package.h5", "allennlp": folder / "allennlp.h5"}
     commands = {
         "package": [sys.executable, "-m", "modeling_elmo.embedding.embed", str(src), str(outputs["package"])]
-        + ["--model", str(model_dir), "--all", "--device", "cpu", "--no-progress", "--batch-size", str(batch_size)],
+        + ["--model", str(model_dir), "--all", "--device", "cpu", "--no-progress", "--batch-size", str(batch_size)]
+        + ["--dtype", dtype],
         "allennlp": [python, str(Path(__file__).with_name("allennlp_embed.py")), str(src), str(outputs["allennlp"])]
         + ["--options", str(options), "--weights", str(weights), "--batch-size", "64"],
     }
@@ -359,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
                 folder = Path(tmp) / f"{name}-allennlp"
                 folder.mkdir()
                 against = allennlp_comparison(
-                    load_shape(name), src, folder, python, threads, args.rounds, args.batch_size
+                    load_shape(name), src, folder, python, threads, args.rounds, args.batch_size, args.dtype
                 )
                 results.setdefault("against_allennlp", {})[name] = against
             if args.only_allennlp:
