@@ -908,7 +908,10 @@ def test_streaming_windows_run_trains_and_saves(tmp_path, corpus_files):
 
 
 @pytest.mark.slow
-def test_bf16_autocast_trains_on_a_cpu_with_native_bf16_with_fp32_weights(tmp_path, corpus_files, monkeypatch):
+@pytest.mark.parametrize("precision", ["bf16", "auto"])
+def test_bf16_autocast_trains_on_a_cpu_with_native_bf16_with_fp32_weights(
+    tmp_path, corpus_files, monkeypatch, precision
+):
     from modeling_elmo.utils import capability
 
     monkeypatch.setattr(capability, "_cpu_flags", lambda: frozenset({"avx2", "avx512_bf16"}))
@@ -924,7 +927,7 @@ def test_bf16_autocast_trains_on_a_cpu_with_native_bf16_with_fp32_weights(tmp_pa
 
     monkeypatch.setattr(ElmoForBidirectionalLM, "forward", forward)
     out = tmp_path / "bf16"
-    assert pretrain_main(_run_args(corpus_files, out, "--max-steps", "3", "--mixed-precision", "bf16")) == 0
+    assert pretrain_main(_run_args(corpus_files, out, "--max-steps", "3", "--mixed-precision", precision)) == 0
     assert autocast == [(True, torch.bfloat16, torch.float32)] * 3  # the products in bf16, the loss reduced in fp32
     losses = train_losses_by_step(out / "metrics.jsonl")
     assert sorted(losses) == [1, 2, 3] and all(math.isfinite(v) for v in losses.values())
@@ -933,6 +936,42 @@ def test_bf16_autocast_trains_on_a_cpu_with_native_bf16_with_fp32_weights(tmp_pa
     assert {p.dtype for p in model.parameters()} == {torch.float32}
 
 
-def test_the_cpu_recipe_trains_in_fp32_and_an_explicit_flag_overrides_it():
-    assert parse_args(["--config", "cpu-lm-corpus"]).mixed_precision == "no"  # "no" quoted: YAML would read False
+def test_the_cpu_recipe_trains_in_bf16_only_where_the_cpu_has_it_and_an_explicit_flag_overrides_it():
+    assert parse_args(["--config", "cpu-lm-corpus"]).mixed_precision == "auto"
+    assert parse_args(["--config", "cpu-lm-corpus", "--mixed-precision", "no"]).mixed_precision == "no"
     assert parse_args(["--config", "cpu-lm-corpus", "--mixed-precision", "bf16"]).mixed_precision == "bf16"
+
+
+@pytest.mark.parametrize(
+    "flags, cpu, cuda_bf16, expected",
+    [
+        ({"avx2", "avx512_bf16"}, True, False, "bf16"),
+        ({"avx2", "amx_bf16"}, True, True, "bf16"),
+        ({"avx2"}, True, True, "no"),  # accelerate told to use the CPU: the CPU decides, not the GPU beside it
+        ({"avx2"}, False, False, "no"),  # no GPU: the CPU
+        ({"avx2"}, False, True, "bf16"),  # a GPU with bf16 trains the run
+    ],
+)
+def test_auto_mixed_precision_is_bf16_exactly_where_the_training_device_has_it_natively(
+    monkeypatch, flags, cpu, cuda_bf16, expected
+):
+    from modeling_elmo.pretraining.trainer import resolve_mixed_precision
+    from modeling_elmo.utils import capability
+
+    monkeypatch.setattr(capability, "_cpu_flags", lambda: frozenset(flags))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda_bf16)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: cuda_bf16)
+    assert resolve_mixed_precision("auto", cpu) == expected
+    for given in (None, "no", "bf16", "fp16"):
+        assert resolve_mixed_precision(given, cpu) == given  # only auto is resolved
+
+
+@pytest.mark.slow
+def test_auto_mixed_precision_trains_in_fp32_on_a_cpu_without_native_bf16(tmp_path, corpus_files, monkeypatch):
+    from modeling_elmo.utils import capability
+
+    monkeypatch.setattr(capability, "_cpu_flags", lambda: frozenset({"avx2"}))
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "1")
+    out = tmp_path / "auto"
+    assert pretrain_main(_run_args(corpus_files, out, "--max-steps", "2", "--mixed-precision", "auto")) == 0
+    assert json.loads((out / "training_metadata.json").read_text())["mixed_precision"] == "no"

@@ -149,7 +149,8 @@ class PretrainingArguments:
     )
     mixed_precision: str | None = _f(
         None,
-        "`no`, `fp16` (a GPU) or `bf16` (a GPU or a CPU with native bfloat16); default: what `accelerate launch` says.",
+        "`no`, `fp16` (a GPU), `bf16` (a GPU or a CPU with native bfloat16) or `auto` (bf16 where the device has it "
+        "natively, else no); default: what `accelerate launch` says.",
     )
     max_consecutive_nonfinite: int = _f(5, "Stop after this many consecutive updates with a NaN/inf loss or gradient.")
     seed: int = _f(42, "Random seed (data order, initialisation, dropout, sampling).")
@@ -232,7 +233,7 @@ VALID_CHOICES = {
     "char_vocabulary": ("bytes", "unicode"),
     "optimizer": ("adagrad", "adamw"),
     "lm_softmax": (None, "full", "sampled"),
-    "mixed_precision": (None, "no", "fp16", "bf16"),
+    "mixed_precision": (None, "no", "fp16", "bf16", "auto"),
 }
 #: Schedules that run over the elapsed fraction of a --max-train-minutes budget (see `schedule.py`).
 BUDGET_SCHEDULES = ("constant", "constant_with_warmup", "linear", "cosine")

@@ -20,7 +20,7 @@ import torch
 
 from ..evaluation.lm_scoring import UNK_HANDLING, UnigramBaseline, dataset_target_counts
 from ..folders.run_folder import RunFolder
-from ..utils.capability import require_bf16
+from ..utils.capability import bf16_supported, require_bf16
 from ..utils.io_utils import atomic_write_text, command_error
 from ..utils.launch import check_process_count, use_cpu_backend
 from ..utils.results import EvaluationResults, write_results
@@ -51,6 +51,16 @@ def check_mixed_precision(mixed_precision: str | None, device: Any) -> None:
         )
 
 
+def resolve_mixed_precision(mixed_precision: str | None, cpu: bool) -> str | None:
+    """``auto``: ``bf16`` where the device the run trains on multiplies bfloat16 natively (`bf16_supported`: a CPU with
+    AVX512-BF16, AMX or Arm BF16, or a GPU with bf16), else ``no``; any other value as given. ``cpu``: accelerate is
+    told to run on the CPU (`use_cpu_backend`)."""
+    if mixed_precision != "auto":
+        return mixed_precision
+    device = "cpu" if cpu or not torch.cuda.is_available() else "cuda"
+    return "bf16" if bf16_supported(device) else "no"
+
+
 def build_accelerator(
     mixed_precision: str | None, gradient_accumulation_steps: int, report_to: str, project_dir: str
 ) -> Any:
@@ -59,9 +69,11 @@ def build_accelerator(
     import transformers
     from accelerate import Accelerator
 
-    options = dict(mixed_precision=mixed_precision, gradient_accumulation_steps=gradient_accumulation_steps)
+    cpu = use_cpu_backend()
+    options = dict(mixed_precision=resolve_mixed_precision(mixed_precision, cpu))
+    options.update(gradient_accumulation_steps=gradient_accumulation_steps)
     log_with = None if report_to == "none" else report_to
-    accelerator = Accelerator(cpu=use_cpu_backend(), log_with=log_with, project_dir=project_dir, **options)
+    accelerator = Accelerator(cpu=cpu, log_with=log_with, project_dir=project_dir, **options)
     check_process_count(accelerator.num_processes, accelerator.distributed_type)
     check_mixed_precision(accelerator.mixed_precision, accelerator.device)
     if accelerator.distributed_type.value == "FSDP":
