@@ -340,6 +340,22 @@ def test_embed_uses_the_shared_launch_check(monkeypatch):
         embed._Processes()
 
 
+def test_cpu_benchmark_window_batches_have_one_shape_so_ddp_processes_wait_on_no_longer_batch(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "scripts" / "bench"))
+    import bench_pretrain_cpu as bench
+
+    lines = bench.load_sentences(CORPUS / "train.txt", limit=400)
+    vocab = bench.most_frequent_words(lines, 300)
+    windows = bench.make_batches(lines, vocab, 8, 4, "windows")
+    sentences = bench.make_batches(lines, vocab, 8, 4, "sentences")
+    assert len(windows) == 4 and {tuple(b["input_ids"].shape) for b in windows} == {
+        tuple(windows[0]["input_ids"].shape)
+    }
+    assert windows[0]["input_ids"].shape[:2] == (8, 20)  # 20 positions of the <S> w.. </S> stream
+    assert bool(windows[0]["attention_mask"].all())
+    assert len({b["input_ids"].shape[1] for b in sentences}) > 1  # pools from across the length range
+
+
 @pytest.mark.slow
 def test_cpu_benchmark_imports_the_public_api_and_runs_two_steps():
     script = REPO / "scripts" / "bench" / "bench_pretrain_cpu.py"

@@ -113,7 +113,18 @@ def load_sentences(path: Path, limit: int = 20000) -> list[str]:
     return [line for line in lines if 1 <= len(line.split()) <= 40][:limit]
 
 
-def make_batches(lines: list[str], vocab: Vocabulary, batch_size: int, n: int) -> list[dict[str, torch.Tensor]]:
+def make_batches(
+    lines: list[str], vocab: Vocabulary, batch_size: int, n: int, batching: str = "sentences"
+) -> list[dict[str, torch.Tensor]]:
+    """``n`` batches of ``batch_size`` examples: sentences of up to 40 words from pools of similar length across the
+    length range, or (``windows``, the lm-corpus recipes' batching) consecutive 20-token windows of the stream, every
+    batch the same shape."""
+    if batching == "windows":
+        out = tokenize_batch({"text": lines}, word_to_id=vocab.index, mode="windows", window_size=20)
+        examples = [{"word_ids": i, "oov": o} for i, o in zip(out["word_ids"], out["oov"], strict=False)]
+        collate = Collator(vocab.char_table())
+        chosen = [examples[i * batch_size : (i + 1) * batch_size] for i in range(n)]
+        return [collate(c) for c in chosen if len(c) == batch_size]
     out = tokenize_batch({"text": lines}, word_to_id=vocab.index, mode="sentences", max_sentence_length=40)
     examples = sorted(
         ({"word_ids": i, "oov": o} for i, o in zip(out["word_ids"], out["oov"], strict=False)),
@@ -240,6 +251,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--presets", nargs="+", default=["elmo-tiny", "elmo-27m"])
     parser.add_argument("--text", default=str(SHARED / "lm-corpus" / "masc.txt"))
     parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument(
+        "--batching",
+        choices=("sentences", "windows"),
+        default="sentences",
+        help="sentences of up to 40 words from across the length range (default), or 20-token windows of the "
+        "stream, as the lm-corpus recipes train (every batch, on every DDP process, the same shape)",
+    )
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2, help="untimed rounds before the --steps timed ones")
     parser.add_argument("--vocab-size", type=int, default=None, help="default: the preset's (tiny: 10,000)")
@@ -280,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
         config.vocab_size = len(vocab)
         if config.lm_softmax == "sampled" and config.num_negative_samples >= config.vocab_size:
             config.num_negative_samples = config.vocab_size // 2
-        batches = make_batches(lines, vocab, args.batch_size, max(args.steps, 4))
+        batches = make_batches(lines, vocab, args.batch_size, max(args.steps, 4), args.batching)
         runs = train_throughput(
             config,
             batches,
@@ -296,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
             "vocab_size": config.vocab_size,
             "lm_softmax": config.lm_softmax,
             "batch_size": args.batch_size,
+            "batching": args.batching,
             "steps": args.steps,
             "threads": torch.get_num_threads(),
         }
