@@ -25,7 +25,7 @@ torch.set_num_threads(1)
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 #: Fixtures shared by several modules: a local HTTP server serving a synthetic original release.
-pytest_plugins = ["release_server"]
+pytest_plugins = ["release_server", "support.evaluation"]
 
 
 def shared_data_dir() -> Path:

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 from support import plant
-from test_embed import TINY, FakeEmbedder, read_h5, write_lines
+from support.embedding import TINY, FakeEmbedder, read_h5, write_lines
 
 from modeling_elmo.embedding import embed as embed_mod
 from modeling_elmo.embedding.embed import embed_file

@@ -8,7 +8,7 @@ import os
 import stat
 
 import pytest
-from test_embed import SENTENCES, FakeEmbedder, read_h5, run
+from support.embedding import SENTENCES, FakeEmbedder, read_h5, run
 
 from modeling_elmo.embedding.embed import embed_file
 

@@ -11,7 +11,7 @@ import struct
 
 import pytest
 import torch
-from test_evaluation import TINY, WORDS
+from support.evaluation import TINY, WORDS
 
 from modeling_elmo.evaluation import data as ev_data
 from modeling_elmo.evaluation.cli import main

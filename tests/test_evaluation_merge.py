@@ -8,7 +8,6 @@ import json
 import shutil
 
 import pytest
-from test_evaluation import tiny  # noqa: F401  (the fixture: a tiny biLM folder)
 
 from modeling_elmo.evaluation.cli import main
 from modeling_elmo.folders.run_folder import RunFolder

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 from support import assert_same_numbers
-from test_modeling_elmo import SENTENCES, ElmoModelTester
+from support.model import SENTENCES, ElmoModelTester
 from transformers.dynamic_module_utils import get_class_from_dynamic_module
 
 from modeling_elmo import ElmoForBidirectionalLM, ElmoForSequenceClassification, ElmoForTokenClassification, ElmoModel

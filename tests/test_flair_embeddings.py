@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from support import assert_same_numbers, in_the_public_form, run_without_package
-from test_ecosystem_clients import tiny_config_with
+from support.clients import tiny_config_with
 
 from modeling_elmo import ElmoModel, ElmoTokenizer, save_model_folder
 

@@ -16,14 +16,14 @@ import pytest
 import torch
 from safetensors.torch import load_file
 from support import assert_same_numbers, in_the_public_form, run_without_package
-from test_ecosystem_clients import (
+from support.clients import (
     TAG_LABELS,
     TAGGED_TEXT,
     assert_same_entities,
     expected_entities,
     tiny_config_with,
 )
-from test_lstm_modules import clipping_model, write_legacy_folder
+from support.model import clipping_model, write_legacy_folder
 from transformers import AutoModel, Trainer, TrainingArguments
 
 from modeling_elmo import (

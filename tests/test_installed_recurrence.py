@@ -14,7 +14,7 @@ import sys
 import pytest
 import torch
 from support import assert_same_numbers, run_without_package
-from test_ecosystem_clients import TAGGED_TEXT, saved_with_tokenizer, tiny_config_with
+from support.clients import TAGGED_TEXT, saved_with_tokenizer, tiny_config_with
 from transformers import AutoModel, pipeline
 from transformers.dynamic_module_utils import get_class_from_dynamic_module
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 from support import assert_same_numbers
-from test_modeling_elmo import SENTENCES, ElmoModelTester
+from support.model import SENTENCES, ElmoModelTester
 
 from modeling_elmo import ElmoForBidirectionalLM
 from modeling_elmo import modeling_elmo as modeling

@@ -5,27 +5,25 @@ from __future__ import annotations
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from support import assert_same_numbers
-from test_modeling_elmo import SENTENCES, ElmoModelTester
+from support.model import (
+    CELL_CLIP,
+    LEGACY_NAMES,
+    PROJ_CLIP,
+    SENTENCES,
+    ElmoModelTester,
+    clipping_model,
+    write_legacy_folder,
+)
 
-from modeling_elmo import ElmoForBidirectionalLM, ElmoLstmState, ElmoModel, save_model_folder
+from modeling_elmo import ElmoForBidirectionalLM, ElmoLstmState, ElmoModel
 from modeling_elmo import modeling_elmo as modeling
 from modeling_elmo.acceleration.packed_kernels import use_packed_kernels
 from modeling_elmo.pretraining.trainer import rename_legacy_keys
 
 TOLERANCE = 1e-5
-CELL_CLIP, PROJ_CLIP = 0.5, 0.4
 LSTM_LINEARS = ("input_transform", "recurrent_transform", "projection")
-
-
-def clipping_model(cls=ElmoModel, seed=3, **overrides):
-    tester = ElmoModelTester(cell_clip=CELL_CLIP, proj_clip=PROJ_CLIP, **overrides)
-    model = tester.model(cls, seed=seed)
-    with torch.no_grad():
-        for parameter in model.base_model.encoder.parameters():
-            parameter.mul_(3.0)  # both clips act often
-    return tester, model
 
 
 # ------------------------------------------------------------------------------------------------- PEFT adapters
@@ -134,27 +132,6 @@ def test_a_hooked_lstm_transform_is_computed_through_the_module():
 
 
 # ------------------------------------------------------------------------------------------------- older folders
-LEGACY_NAMES = {
-    "input_transform.weight": "weight_ih",
-    "input_transform.bias": "bias",
-    "recurrent_transform.weight": "weight_hh",
-    "projection.weight": "weight_hr",
-}
-
-
-def write_legacy_folder(model, folder) -> None:
-    """``model`` saved as the code before the LSTM transforms became modules saved it: the same folder, with the
-    LSTM parameters under their older names (``...layers.{l}.weight_ih``, ``bias``, ``weight_hh``, ``weight_hr``)."""
-    save_model_folder(model, None, folder)
-    weights = load_file(str(folder / "model.safetensors"))
-    renamed = {}
-    for key, tensor in weights.items():
-        for new, old in LEGACY_NAMES.items():
-            if "_layers." in key and key.endswith("." + new):
-                key = key[: -len(new)] + old
-        renamed[key] = tensor
-    assert sum(k.endswith(".weight_hr") for k in renamed) == 4
-    save_file(renamed, str(folder / "model.safetensors"), metadata={"format": "pt"})
 
 
 def test_a_folder_with_the_older_lstm_parameter_names_loads_and_saves_back_with_identical_outputs(tmp_path):

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 import pytest
 import torch
 from support import assert_same_numbers
+from support.model import SENTENCES, ElmoModelTester
 
 from modeling_elmo import (
     ElmoConfig,
@@ -20,43 +19,6 @@ from modeling_elmo import (
     encode_words,
 )
 from modeling_elmo import modeling_elmo as modeling
-
-SENTENCES = [
-    ["The", "bank", "closed", "early", "today", "."],
-    ["A", "river", "bank"],
-    ["Cells", "divide"],
-    ["Plant", "the", "seeds", "in", "spring"],
-]
-
-
-class ElmoModelTester:
-    """A tiny configuration and the inputs the tests share."""
-
-    def __init__(self, **overrides):
-        values = dict(
-            projection_dim=8,
-            cell_size=16,
-            num_hidden_layers=2,
-            char_embedding_dim=4,
-            char_cnn_filters=[[1, 4], [2, 8], [3, 8]],
-            num_highway_layers=2,
-            vocab_size=40,
-            hidden_dropout_prob=0.0,
-            classifier_dropout=0.0,
-        )
-        values.update(overrides)
-        self.config = ElmoConfig(**values)
-        self.tokenizer = ElmoTokenizer()
-
-    def model(self, cls=ElmoModel, seed=0, **overrides):
-        torch.manual_seed(seed)
-        config = copy.deepcopy(self.config)
-        for key, value in overrides.items():
-            setattr(config, key, value)
-        return cls(config).eval()
-
-    def encode(self, sentences=SENTENCES, **kwargs):
-        return self.tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt", **kwargs)
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 from support import assert_same_numbers
-from test_ecosystem_clients import (
+from support.clients import (
     TAGGED_TEXT,
     assert_same_entities,
     expected_entities,

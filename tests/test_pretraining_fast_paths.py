@@ -10,7 +10,7 @@ from unittest import mock
 import pytest
 import torch
 from support import assert_same_numbers
-from test_modeling_elmo import SENTENCES, ElmoModelTester
+from support.model import SENTENCES, ElmoModelTester
 
 from modeling_elmo import ElmoForBidirectionalLM
 from modeling_elmo.acceleration import softmax_kernels

@@ -2,7 +2,7 @@
 only, through transformers' ``model.loss_function``."""
 
 import torch
-from test_modeling_elmo import SENTENCES, ElmoModelTester
+from support.model import SENTENCES, ElmoModelTester
 
 from modeling_elmo import ElmoForBidirectionalLM
 from modeling_elmo.pretraining.sampled_softmax import (

@@ -4,7 +4,7 @@
 import pytest
 import torch
 from support import assert_same_numbers
-from test_modeling_elmo import ElmoModelTester
+from support.model import ElmoModelTester
 from torch.nn import functional as F
 
 from modeling_elmo import ElmoForBidirectionalLM
