@@ -51,6 +51,7 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_text",
     "check_regular_or_absent",
+    "create_file",
     "current_umask",
     "exclusive_lock",
     "follow_umask",
@@ -206,6 +207,14 @@ def remove_empty_folders(created: Iterable[Path]) -> None:
 
 
 # ----------------------------------------------------------------------------------------------- writing a file
+def create_file(path: str | os.PathLike, *, flags: int = os.O_RDWR) -> int:
+    """Create the new file ``path`` (``O_CREAT | O_EXCL``: never one that was there, never through a link) with
+    the umask's mode; return its descriptor."""
+    fd = os.open(path, flags | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    os.fchmod(fd, 0o666 & ~current_umask())
+    return fd
+
+
 def _create_temporary_file(path: Path, *, dir_fd: int | None = None, suffix: str = "") -> tuple[int, str | Path]:
     """A new file under a fresh unique name beside ``path`` (``O_CREAT | O_EXCL``: never one that was there), with
     the umask's mode; returns its descriptor and its name (in ``dir_fd``) or path."""
