@@ -535,9 +535,12 @@ def test_kill_9_during_a_conversion_leaves_a_temporary_folder_that_the_next_run_
 def test_a_killed_conversions_temporary_folder_is_removed_by_the_next_run(release, tmp_path, monkeypatch):
     from support import left_by_a_killed_run
 
+    from modeling_elmo.folders.manifest import write_manifest
+
     _, options_path, weights_path = release
     killed = left_by_a_killed_run(tmp_path / "out", "converting", "elmo convert")
     (killed / "model.safetensors").write_bytes(b"\0" * 1000)
+    write_manifest(killed, "elmo convert", ["model.safetensors"])  # killed once its files were recorded
     users = tmp_path / ".out.converting-999999999-x1y2"  # named like one, without our marker: the user's (L7, L8)
     users.mkdir()
     (users / "notes.txt").write_text("mine")

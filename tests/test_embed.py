@@ -305,15 +305,21 @@ def test_run_of_two_processes_can_be_finished_by_one(tmp_path):
 
 
 def test_run_killed_while_merging_is_finished_by_resume(tmp_path, monkeypatch):
-    def killed_merge(partial, *args, **kwargs):
-        (partial / "out.h5.k1ll3d_x.tmp").write_bytes(b"half a file")  # what `kill -9` leaves of the merged file
+    killed = []  # the write that never ended (held, so that nothing cleans it up: as `kill -9` leaves it)
+
+    def killed_merge(partial, output, *args, records, **kwargs):
+        writing = records.writing(output, keep=False)
+        fd, temporary = writing.__enter__()
+        os.write(fd, b"half a file")  # what `kill -9` leaves of the merged file
+        os.close(fd)
+        killed.append((writing, temporary))
         raise KeyboardInterrupt("simulated kill")
 
     with monkeypatch.context() as patch:
         patch.setattr(embed_mod, "merge_chunks", killed_merge)
         with pytest.raises(KeyboardInterrupt):
             run(tmp_path, chunk_size=4)
-    assert not (tmp_path / "out.h5").exists()
+    assert not (tmp_path / "out.h5").exists() and killed[0][1].read_bytes() == b"half a file"
     fake = FakeEmbedder()
     report = run(tmp_path, chunk_size=4, embedder=fake, resume=True)[0]
     assert fake.batches == [] and report.resumed_lines == len(SENTENCES)

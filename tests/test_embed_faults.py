@@ -178,7 +178,7 @@ def test_a_full_disk_while_writing_a_chunk_keeps_the_finished_chunks_and_resume_
     assert raised.value.errno == errno.ENOSPC
     assert "writing the chunk" in str(raised.value) and "\n" not in str(raised.value)
     partial = tmp_path / "out.h5.partial"
-    finished = sorted(p.name for p in partial.iterdir())
+    finished = sorted(p.name for p in partial.iterdir() if not p.name.startswith(".elmo-embed-records-"))
     assert "run.json" in finished and not any(name.endswith(".tmp") for name in finished)
     assert len(finished) == 1 + 2  # two chunks were finished, the failed one left nothing
     assert not (tmp_path / "out.h5").exists() and not (tmp_path / "out.h5.lock").exists()

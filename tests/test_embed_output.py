@@ -53,9 +53,12 @@ def test_overwrite_never_deletes_a_partial_folder_holding_other_files(tmp_path):
     partial.mkdir()
     (partial / "chunk-00000000.h5").write_bytes(b"")
     (partial / "my_results.csv").write_text("mine")
-    with pytest.raises(ValueError, match=r"holds what an interrupted elmo embed run does not write \(my_results.csv\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"holds what an interrupted elmo embed run does not write \(chunk-00000000.h5, my_results.csv\)",
+    ):  # a file merely named like a chunk, that no record of the run lists, is not the run's either
         run(tmp_path, overwrite=True)
-    assert (partial / "my_results.csv").read_text() == "mine"
+    assert (partial / "my_results.csv").read_text() == "mine" and (partial / "chunk-00000000.h5").is_file()
     assert not (tmp_path / "out.h5").exists()
 
 

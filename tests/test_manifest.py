@@ -113,7 +113,10 @@ def test_only_temporaries_proven_ours_by_their_marker_are_ever_removed(tmp_path,
     out = tmp_path / "out"
     users = _users_own_folders(tmp_path)
     ours = _left_by_a_killed_run(monkeypatch, out, "converting")
-    (ours / "model.safetensors").write_bytes(b"half")
+    (ours / "model.safetensors").write_bytes(b"whole")
+    write_manifest(ours, "elmo convert", ["model.safetensors"])  # killed once its files were recorded
+    half = _left_by_a_killed_run(monkeypatch, out, "converting")
+    (half / "model.safetensors").write_bytes(b"half")  # killed before: nothing proves all of it is the run's
     forged = {}  # a marker that proves nothing: a link, a hard link, another output's, another process's
     for label in ("link", "hard link", "other output", "other process"):
         folder = tmp_path / f".out.converting-999999999-{label.replace(' ', '')}"
@@ -135,8 +138,18 @@ def test_only_temporaries_proven_ours_by_their_marker_are_ever_removed(tmp_path,
         forged[folder.name] = label
     mine = new_temporary(out, "converting", "elmo convert")  # this process's own, at work: left alone
     said = recover_interrupted(out)
-    assert said == [f"removed the unfinished output of an interrupted elmo convert run: {str(ours.parent)!r}."]
-    assert not ours.parent.exists() and mine.is_dir()
+    assert f"removed the unfinished output of an interrupted elmo convert run: {str(ours.parent)!r}." in said
+    assert (
+        f"{str(half.parent)!r}, the unfinished output of an interrupted elmo convert run, holds 'model.safetensors', "
+        "which no record of it lists; it was left alone: remove it yourself if it is not yours."
+    ) in said
+    old_format = tmp_path / ".out.converting-999999999-otherprocess"  # pid 7: an earlier version's marker
+    assert (
+        f"{str(old_format)!r} looks like a temporary folder of an interrupted elmo convert run, but its marker is of "
+        "an earlier version, which does not prove it; it was left alone: remove it yourself if it is not yours."
+    ) in said
+    assert len(said) == 3, said
+    assert not ours.parent.exists() and mine.is_dir() and (half / "model.safetensors").read_bytes() == b"half"
     _assert_users_folders_intact(tmp_path, users)
     for name, label in forged.items():
         assert (tmp_path / name / "notes.txt").read_text() == label
@@ -151,6 +164,7 @@ def test_an_earlier_output_moved_aside_by_a_killed_run_is_put_back_with_a_line(t
     os.rename(earlier, aside)  # killed right after moving the earlier output aside (L4)
     unfinished = _left_by_a_killed_run(monkeypatch, out, "converting")
     (unfinished / "model.bin").write_text("new")
+    write_manifest(unfinished, "elmo convert", ["model.bin"])  # killed once its files were recorded
     with caplog.at_level(logging.WARNING), output_lock(out, "elmo convert"):
         pass
     assert (out / "model.bin").read_text() == "x" and not foreign_files(out, "elmo convert")
@@ -254,8 +268,12 @@ def test_a_copy_of_a_temporary_under_another_name_is_the_users(tmp_path):
     (new / "model.bin").write_text("new")
     write_manifest(new, "elmo convert", ["model.bin"])
     os.rename(new, out)
-    (said,) = recover_interrupted(out)
-    assert str(aside) in said and str(backup) not in said
+    removed, left = sorted(recover_interrupted(out), key=lambda line: str(backup) in line)
+    assert str(aside) in removed and str(backup) not in removed
+    assert left == (
+        f"{str(backup)!r} looks like a temporary folder of an interrupted elmo convert run, but its marker names "
+        "another folder, process or token than its name; it was left alone: remove it yourself if it is not yours."
+    )
     assert (backup / "content" / "model.bin").read_text() == "earlier" and not aside.parent.exists()
 
 

@@ -162,14 +162,13 @@ def test_a_snapshot_left_half_written_by_a_kill_is_removed_and_written_by_the_re
     class Killed(BaseException):
         pass
 
-    def dies_after_writing(model, vocab, folder, characters):
-        real(model, vocab, folder, characters)
-        raise Killed
+    def dies_before_installing(staging, target, command, *, overwrite):
+        raise Killed  # the snapshot is written whole in its temporary folder, with the record of its files
 
-    real = output.write_model_folder
     with monkeypatch.context() as killed:
-        killed.setattr(output, "write_model_folder", dies_after_writing)
+        killed.setattr(output, "install_folder", dies_before_installing)
         killed.setattr(output, "remove_temporary", lambda payload: None)  # a killed process cleans nothing up
+        killed.setattr("modeling_elmo.folders.files._own_start_time", lambda: 1)  # as if it started at another time
         with pytest.raises(Killed):
             _run(*argv)
     left = list((out / RunFolder.SNAPSHOTS).iterdir())
@@ -178,7 +177,7 @@ def test_a_snapshot_left_half_written_by_a_kill_is_removed_and_written_by_the_re
     assert RunFolder(out).run_entries()[1] == []  # the temporary is the run's: --overwrite may clear it
     # a new process (another run token) resumes: the leftover is proven by its marker and removed, the mark passed
     # again and the snapshot written whole
-    monkeypatch.setattr("modeling_elmo.folders.manifest._run_token", lambda: "another-process")
+    monkeypatch.setattr("modeling_elmo.folders.files._run_token", lambda: "another-process")
     assert _run(*argv, "--resume-from-checkpoint", "latest") == 0
     assert [p.name for p in (out / RunFolder.SNAPSHOTS).iterdir()] == ["minutes-0.2"]
     assert RunFolder(out).snapshots() == {0.2: RunFolder(out).snapshot_dir(0.2)}

@@ -175,9 +175,12 @@ def convert(
     from .. import ElmoModel, ElmoTokenizer, save_model_folder
 
     check_atol(atol)
-    output_dir = check_output_dir(output_dir, overwrite, inputs=(options_path, weights_path))
     files = {"options": Path(options_path), "weights": Path(weights_path)}
     reading = {role: Path((read_from or {}).get(role, path)) for role, path in files.items()}
+    for role, path in files.items():  # a mistyped source is named before anything about the output is said
+        if not os.path.exists(reading[role]):
+            raise ValueError(f"{role} file {str(path)!r} does not exist.")
+    output_dir = check_output_dir(output_dir, overwrite, inputs=(options_path, weights_path))
     try:
         # 1. Options -> config.
         options = read_options(reading["options"])

@@ -28,7 +28,15 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..utils.io_utils import check_regular_or_absent, error_line, open_regular
+from ..folders.files import (
+    atomic_write_bytes,
+    check_regular_or_absent,
+    exclusive_lock,
+    open_regular,
+    remove_file,
+    replace,
+)
+from ..utils.io_utils import error_line
 
 logger = logging.getLogger(__name__)
 
@@ -147,47 +155,24 @@ class CacheFolder:
         except FileNotFoundError:
             return 0
 
-    def unlink(self, name: str) -> None:
+    def remove(self, name: str) -> None:
         """Remove ``name`` (a link there is removed, never followed); nothing there is fine."""
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(name, dir_fd=self.fd)
+        remove_file(name, dir_fd=self.fd)
 
     def replace(self, source: str, name: str) -> None:
-        os.replace(source, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        replace(source, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
 
     def discard_part(self, name: str) -> None:
         """Remove the unfinished download of ``name`` and its record."""
         part = part_path(name).name
-        self.unlink(part)
-        self.unlink(_record_path(Path(part)).name)
-
-    def _temporary(self, name: str) -> tuple[int, str]:
-        """A new file under a fresh unique name beside ``name`` (``O_CREAT | O_EXCL``: never one that was there)."""
-        import secrets
-
-        while True:
-            temporary = f".{name}.{secrets.token_hex(8)}.tmp"
-            try:
-                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-                return os.open(temporary, flags, 0o666, dir_fd=self.fd), temporary
-            except FileExistsError:
-                continue
+        self.remove(part)
+        self.remove(_record_path(Path(part)).name)
 
     def write_atomic(self, name: str, data: bytes | Iterator[bytes]) -> None:
         """Write ``data`` (bytes, or blocks of them) to a fresh temporary in the folder, flush it to disk and give it
-        the name ``name`` (atomic: ``name`` is the old file or the whole new one); the temporary is removed on any
-        error."""
-        fd, temporary = self._temporary(name)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                for block in [data] if isinstance(data, bytes) else data:
-                    handle.write(block)
-                handle.flush()
-                os.fsync(handle.fileno())
-            self.replace(temporary, name)
-        except BaseException:
-            self.unlink(temporary)
-            raise
+        the name ``name`` (`files.atomic_write_bytes`: ``name`` is the old file or the whole new one); the temporary
+        is removed on any error."""
+        atomic_write_bytes(self.shown(name), data, dir_fd=self.fd)
 
     def install(self, source: Path, name: str) -> None:
         """Move the finished file ``source`` (outside the folder, in a private staging folder) into the folder as
@@ -195,7 +180,7 @@ class CacheFolder:
         import errno
 
         try:
-            os.replace(source, name, dst_dir_fd=self.fd)
+            replace(source, name, dst_dir_fd=self.fd)
             return
         except OSError as error:
             if error.errno != errno.EXDEV:
@@ -236,42 +221,6 @@ class OpenedFile:
 LOCK_WAIT_SECONDS = 1800.0
 
 
-def _lock_holders(fd: int) -> str:
-    """Who holds a lock on the file open as ``fd``, as Linux's ``/proc/locks`` tells: ``process 123 (user bob)``,
-    joined by commas; empty where that cannot be read."""
-    import pwd
-
-    info = os.fstat(fd)
-    try:
-        with open("/proc/locks", encoding="ascii", errors="replace") as handle:
-            lines = handle.read(1 << 20).splitlines()
-    except OSError:
-        return ""
-    found = []
-    for line in lines:
-        fields = line.split()
-        if len(fields) < 6 or "->" in fields:  # a process waiting for the lock, not holding it
-            continue
-        pid, where = fields[4], fields[5].split(":")
-        try:
-            same = (int(where[0], 16), int(where[1], 16), int(where[2])) == (
-                os.major(info.st_dev),
-                os.minor(info.st_dev),
-                info.st_ino,
-            )
-        except (IndexError, ValueError):
-            continue
-        if not same:
-            continue
-        kind = "shared" if fields[3] == "READ" else "exclusive"
-        try:
-            user = pwd.getpwuid(os.stat(f"/proc/{pid}").st_uid).pw_name
-        except (OSError, KeyError):
-            user = "unknown"
-        found.append(f"process {pid} of user {user} ({kind} lock)")
-    return ", ".join(dict.fromkeys(found))
-
-
 @contextlib.contextmanager
 def cache_lock(folder: Path) -> Iterator[CacheFolder]:
     """Hold an exclusive `fcntl.flock` on ``.<release>.lock`` beside the release's cache folder (the file stays; a
@@ -289,59 +238,35 @@ def cache_lock(folder: Path) -> Iterator[CacheFolder]:
     that open folder: a folder swapped for a link or another folder while a server delayed its answer never receives
     a byte, and `CacheFolder.check` (called before each step) stops the download with a `ValueError` naming it.
     """
-    import fcntl
-
-    path, what = folder.with_name(f".{folder.name}.lock"), "the cache's lock file"
-    try:  # the folder and its lock are opened in one open parent: siblings, however the parent's path changes
-        parent = os.open(folder.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError as error:
-        raise DownloadError(f"cannot open the release cache folder {folder}: {error.strerror or error}.") from None
-    try:
-        cache = CacheFolder(folder, parent_fd=parent)
-        try:  # never through a link, a FIFO or a hard link to another file: a `ValueError` naming the lock file
-            handle = os.fdopen(open_regular(path, os.O_RDWR | os.O_CREAT, what, folder_fd=parent), "rb")
+    path = folder.with_name(f".{folder.name}.lock")
+    with contextlib.ExitStack() as stack:
+        try:  # the folder and its lock are opened in one open parent: siblings, however the parent's path changes
+            parent = os.open(folder.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as error:
-            cache.close()
-            check_regular_or_absent(path, what, folder_fd=parent)  # a folder planted there is named as one
-            raise DownloadError(
-                f"cannot write in the release cache folder {folder}: {error.strerror or error}."
-            ) from None
-        except ValueError:
-            cache.close()
-            raise
-    finally:
-        os.close(parent)
-    with handle:
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holders = _lock_holders(handle.fileno()) or "another process"
-            logger.warning(
-                "waiting for %s, which holds %s, the lock of the release cache %s (giving up after %.0f s)",
-                holders,
+            raise DownloadError(f"cannot open the release cache folder {folder}: {error.strerror or error}.") from None
+        stack.callback(os.close, parent)
+        cache = CacheFolder(folder, parent_fd=parent)
+        stack.callback(cache.close)
+        stack.enter_context(
+            exclusive_lock(  # never through a link, a FIFO, a folder or a hard link: a `ValueError` naming it
                 path,
-                folder,
-                LOCK_WAIT_SECONDS,
+                f"another process holds {path}",
+                lambda error: DownloadError(
+                    f"cannot write in the release cache folder {folder}: {error.strerror or error}."
+                ),
+                what="the cache's lock file",
+                folder_fd=parent,
+                wait=LOCK_WAIT_SECONDS,
+                waiting_for=f"the lock of the release cache {folder}",
+                gave_up=lambda holders: DownloadError(
+                    f"gave up after {LOCK_WAIT_SECONDS:.0f} s waiting for {holders}, which holds {path}, the "
+                    f"lock of the release cache {folder}; wait for it to end, or give another --cache-dir."
+                ),
+                keep_file=True,
             )
-            deadline = time.monotonic() + LOCK_WAIT_SECONDS
-            while True:
-                time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
-                try:
-                    fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        cache.close()
-                        raise DownloadError(
-                            f"gave up after {LOCK_WAIT_SECONDS:.0f} s waiting for {holders}, which holds {path}, the "
-                            f"lock of the release cache {folder}; wait for it to end, or give another --cache-dir."
-                        ) from None
-        try:
-            cache.check()
-            yield cache
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-            cache.close()
+        )
+        cache.check()
+        yield cache
 
 
 # ----------------------------------------------------------------------------------------------- HTTP
@@ -400,7 +325,7 @@ def _resumable_offset(cache: CacheFolder, part: Path, url: str) -> tuple[int, di
     record_path = _record_path(part)
     cache.is_regular_or_absent(record_path.name, "the download record")
     if not cache.is_regular_or_absent(part.name, "the partial download"):
-        cache.unlink(record_path.name)
+        cache.remove(record_path.name)
         return 0, {}
     try:
         with os.fdopen(cache.open(record_path.name, os.O_RDONLY, "the download record"), "rb") as handle:
@@ -420,8 +345,8 @@ def _resumable_offset(cache: CacheFolder, part: Path, url: str) -> tuple[int, di
             else "its server gave no ETag or Last-Modified to check it against"
         )
         logger.info("discarding %s (%s); downloading %s from the start", part, why, url)
-        cache.unlink(part.name)
-        cache.unlink(record_path.name)
+        cache.remove(part.name)
+        cache.remove(record_path.name)
         return 0, {}
     return cache.size(part.name), {k: record[k] for k in ("etag", "last_modified") if record.get(k)}
 
@@ -723,7 +648,7 @@ def download_file(
             raise
         cache.check()
         cache.replace(part.name, name)
-        cache.unlink(_record_path(part).name)
+        cache.remove(_record_path(part).name)
         return Download(path=destination, url=url, final_url=final_url)
     finally:
         guard.cancel()

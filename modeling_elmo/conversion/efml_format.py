@@ -30,9 +30,7 @@ import logging
 import math
 import os
 import pickletools
-import shutil
 import stat
-import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -40,6 +38,7 @@ from typing import Any
 import torch
 
 from ..configuration_elmo import shown
+from ..folders.files import new_private_folder, remove_own_folder, replace
 from ..utils.io_utils import error_line, read_json_object
 
 logger = logging.getLogger(__name__)
@@ -144,7 +143,7 @@ def safe_extract_zip(
                 f"({MAX_UNPACKED_BYTES:,}); nothing was unpacked."
             )
         target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.unpacking-", dir=target.parent))
+        staging = new_private_folder(target.name, "unpacking", target.parent)
         try:
             root = staging.resolve()
             for member in members:
@@ -156,9 +155,9 @@ def safe_extract_zip(
                     continue
                 destination.parent.mkdir(parents=True, exist_ok=True)
                 _extract_member(handle, member, destination, named.name)
-            os.replace(staging, target)
+            replace(staging, target)
         except BaseException as error:
-            shutil.rmtree(staging, ignore_errors=True)
+            remove_own_folder(staging)
             if isinstance(error, (zipfile.BadZipFile, EOFError, OSError)):
                 raise ValueError(f"cannot unpack {named.name}: {error_line(error, 200)}.") from None
             raise

@@ -14,10 +14,9 @@ import dataclasses
 import logging
 import os
 import re
-import shutil
-import tempfile
 from pathlib import Path
 
+from ..folders.files import new_private_folder, remove_own_folder
 from .download import (
     DEFAULT_ATTEMPTS,
     CacheFolder,
@@ -217,11 +216,11 @@ def _fetch_from_mirror(release: EfmlRelease, repo_id: str, destination: Path, ca
     import huggingface_hub
 
     where = f"hf://{repo_id}/{release.filename}"
-    staging = Path(tempfile.mkdtemp(prefix=f"elmo-{destination.name}.mirror-"))
+    staging = new_private_folder(destination.name, "mirror")
     try:
         fetched = Path(huggingface_hub.hf_hub_download(repo_id, release.filename, local_dir=staging))
     except Exception as error:  # the Hub client raises many kinds (offline, HTTP, auth, file system)
-        shutil.rmtree(staging, ignore_errors=True)
+        remove_own_folder(staging)
         raise DownloadError(
             f"the Hub mirror {where} failed: {type(error).__name__}: {' '.join(str(error).split())[:200]}"
         ) from None
@@ -230,7 +229,7 @@ def _fetch_from_mirror(release: EfmlRelease, repo_id: str, destination: Path, ca
         cache.check()
         cache.install(fetched, destination.name)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        remove_own_folder(staging)
     cache.discard_part(destination.name)
     return where
 

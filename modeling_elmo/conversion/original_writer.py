@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from ..configuration_elmo import ElmoConfig
-from ..utils.io_utils import atomic_write_text
+from ..folders.files import atomic_output, atomic_write_text
 from .convert import _DIRECTIONS, _tf_gates_to_torch
 from .original_format import LSTM_CELL, config_options
 
@@ -63,16 +63,9 @@ def write_original_release(model: torch.nn.Module, folder: str | os.PathLike) ->
         if os.path.lexists(path):
             raise ValueError(f"{str(path)!r} already exists: not overwriting it.")
     folder.mkdir(parents=True, exist_ok=True)
-    partial = weights.with_name(weights.name + ".partial")
-    h5 = h5py.File(partial, "x")  # refuses a file of that name: only what this call created is removed below
-    try:
-        with h5:
-            for name, array in original_weights(model.state_dict(), model.config).items():
-                h5.create_dataset(name, data=array)
-        os.replace(partial, weights)
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
+    with atomic_output(weights) as partial, h5py.File(partial, "w") as h5:  # a fresh file of this call's own
+        for name, array in original_weights(model.state_dict(), model.config).items():
+            h5.create_dataset(name, data=array)
     atomic_write_text(options, json.dumps(config_options(model.config), indent=2) + "\n")
     return options, weights
 

@@ -36,12 +36,11 @@ import logging
 import math
 import os
 import re
-import shutil
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..folders.files import new_private_folder, remove_own_folder
 from ..utils.io_utils import error_line, sha256_of_file
 from .download import (
     DEFAULT_ATTEMPTS,
@@ -363,20 +362,20 @@ def _fetch_from_mirror(release: Release, role: str, destination: Path, cache: Ca
     mirror = release.mirror
     filename = mirror.filenames[role]
     where = f"hf://{mirror.repo_id}/{filename}"
-    staging = Path(tempfile.mkdtemp(prefix=f"elmo-{destination.name}.mirror-"))
+    staging = new_private_folder(destination.name, "mirror")
     try:
         fetched = Path(
             huggingface_hub.hf_hub_download(mirror.repo_id, filename, revision=mirror.revision, local_dir=staging)
         )
     except Exception as error:  # the Hub client raises many kinds (offline, HTTP, auth, file system)
-        shutil.rmtree(staging, ignore_errors=True)
+        remove_own_folder(staging)
         raise DownloadError(f"the Hub mirror {where} failed: {error_line(error, 200, named=True)}") from None
     try:
         check_file(release, role, fetched, where)
         cache.check()
         cache.install(fetched, destination.name)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        remove_own_folder(staging)
     return where
 
 

@@ -50,10 +50,7 @@ import json
 import logging
 import math
 import os
-import re
-import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -69,7 +66,6 @@ from ..utils.io_utils import (
     MAX_SENTENCE_TOKENS,
     LineTooLongError,
     command_error,
-    current_umask,
     error_line,
     exclusive_lock,
     iter_lines,
@@ -78,6 +74,7 @@ from ..utils.io_utils import (
 )
 from ..utils.launch import LaunchError, check_process_count, launched_processes, use_cpu_backend
 from .inference import DTYPES, ElmoEmbedder, check_compute_dtype, load_elmo_tokenizer, make_batches
+from .partial_folder import PartialRecords, proven_names, remove_proven, unproven_entries
 
 logger = logging.getLogger(__name__)
 
@@ -292,12 +289,11 @@ class _GuardedFile:
     closes; `check` raises the recorded error (the file is then deleted by its owner: its content is incomplete).
     """
 
-    def __init__(self, destination: Path, scratch: Path):
-        """A new file under a fresh unique name in the folder ``scratch`` (`tempfile.mkstemp`: never a name someone
-        could have planted as a link or a hard link to another file), meant to become ``destination``."""
-        fd, name = tempfile.mkstemp(dir=scratch, prefix=f"{destination.name}.", suffix=".tmp")
-        self.path, self.destination = Path(name), destination
-        os.fchmod(fd, 0o666 & ~current_umask())  # like any new file, not mkstemp's private mode
+    def __init__(self, destination: Path, opened: tuple[int, Path]):
+        """The new file ``opened`` (descriptor, path: a fresh unique name, `PartialRecords.writing`, never a name
+        someone could have planted as a link or a hard link to another file), meant to become ``destination``."""
+        fd, self.path = opened
+        self.destination = destination
         self.handle = os.fdopen(fd, "w+b")
         self.error: OSError | None = None
 
@@ -349,18 +345,28 @@ class _GuardedFile:
 
 
 @contextlib.contextmanager
-def _hdf5_writer(destination: Path, scratch: Path, doing: str) -> Iterator[tuple[h5py.File, _GuardedFile]]:
-    """A new HDF5 file written through a `_GuardedFile` under a fresh name in ``scratch`` (the run's ``.partial``
-    folder), renamed to ``destination`` once the block completes and every byte reached the disk, removed otherwise:
-    nothing is ever written through a name that existed before. A failed write is raised as one `OSError` (with its
-    errno: 28 for a full disk) that names ``destination``."""
-    guard = _GuardedFile(destination, scratch)
-    path = guard.path
+def _hdf5_writer(
+    destination: Path, records: PartialRecords, doing: str, *, keep: bool
+) -> Iterator[tuple[h5py.File, _GuardedFile]]:
+    """A new HDF5 file written through a `_GuardedFile` under a fresh name in the run's ``.partial`` folder
+    (`PartialRecords.writing`: recorded, and with ``keep`` recorded once finished), renamed to ``destination`` once
+    the block completes and every byte reached the disk, removed otherwise: nothing is ever written through a name
+    that existed before. A failed write is raised as one `OSError` (with its errno: 28 for a full disk) that names
+    ``destination``."""
+    with records.writing(destination, keep=keep) as opened:
+        guard = _GuardedFile(destination, opened)
+        with _guarded(guard, doing) as h5:
+            yield h5, guard
+
+
+@contextlib.contextmanager
+def _guarded(guard: _GuardedFile, doing: str) -> Iterator[h5py.File]:
+    """`_hdf5_writer`'s HDF5 file on ``guard``: flushed to disk, closed; a failed write raised naming it."""
     try:
         try:
             h5 = h5py.File(guard, "w")
             try:
-                yield h5, guard
+                yield h5
             finally:
                 h5.close()
             guard.flush()
@@ -372,12 +378,8 @@ def _hdf5_writer(destination: Path, scratch: Path, doing: str) -> Iterator[tuple
                     raise
                 guard.error = error
         guard.check(doing)
-    except BaseException:
+    finally:
         guard.close()
-        path.unlink(missing_ok=True)
-        raise
-    guard.close()
-    os.replace(path, destination)
 
 
 def write_chunk(
@@ -392,6 +394,7 @@ def write_chunk(
     use_sentence_keys: bool,
     forget_sentences: bool,
     progress: Any = None,
+    records: PartialRecords | None = None,
 ) -> int:
     """Embed one chunk of lines into the HDF5 file ``path`` (atomically); return its number of tokens.
 
@@ -408,7 +411,8 @@ def write_chunk(
     keys = [text if use_sentence_keys else str(index) for index, text, _ in lines]
     empty_shape = (embedder.num_layers, 0, embedder.output_size) if mode == "all" else (0, embedder.output_size)
     doing = "writing the chunk"
-    with _hdf5_writer(path, path.parent, doing) as (h5, guard):
+    records = records if records is not None else PartialRecords(path.parent)
+    with _hdf5_writer(path, records, doing, keep=True) as (h5, guard):
         for j, t in enumerate(tokens):
             if not t:
                 h5.create_dataset(keys[j], data=np.zeros(empty_shape, dtype=np.float32))
@@ -442,7 +446,13 @@ def write_chunk(
 
 
 def merge_chunks(
-    partial: Path, output: Path, num_chunks: int, *, settings: dict[str, Any], report: EmbedReport
+    partial: Path,
+    output: Path,
+    num_chunks: int,
+    *,
+    settings: dict[str, Any],
+    report: EmbedReport,
+    records: PartialRecords | None = None,
 ) -> None:
     """Copy the chunk files, in line order, into one HDF5 file written atomically at ``output`` (under a fresh name
     in ``partial`` until it is complete)."""
@@ -450,7 +460,8 @@ def merge_chunks(
     write_mapping = not settings["forget_sentences"] and not settings["use_sentence_keys"]
     first_invalid = None
     doing = "merging the chunks into"
-    with _hdf5_writer(output, partial, doing) as (dst, guard):
+    records = records if records is not None else PartialRecords(partial)
+    with _hdf5_writer(output, records, doing, keep=False) as (dst, guard):
         for k in range(num_chunks):
             with h5py.File(_chunk_path(partial, k), "r") as src:
                 for key in src:
@@ -639,8 +650,10 @@ def _embed_locked(
     if resume:  # every process checks the recorded settings itself
         _check_resumable(partial, settings)
 
+    records = PartialRecords(partial, processes.index)
     mine = [k for k in range(num_chunks) if k % processes.count == processes.index]
-    done = {k for k in mine if _chunk_path(partial, k).exists()}
+    recorded = proven_names(partial)  # a file merely named like a chunk is not one
+    done = {k for k in mine if _chunk_path(partial, k).name in recorded}
     lines_of = lambda k: min(chunk_size, num_lines - k * chunk_size)  # noqa: E731
     report.resumed_lines = sum(lines_of(k) for k in done)
     todo = set(mine) - done
@@ -667,16 +680,26 @@ def _embed_locked(
                 use_sentence_keys=use_sentence_keys,
                 forget_sentences=forget_sentences,
                 progress=progress,
+                records=records,
             )
             report.embedded_lines += len(lines)
     report.seconds = time.perf_counter() - start
     processes.wait()
     if processes.is_main:
-        missing = [k for k in range(num_chunks) if not _chunk_path(partial, k).exists()]
+        recorded = proven_names(partial)
+        missing = [k for k in range(num_chunks) if _chunk_path(partial, k).name not in recorded]
         if missing:
             raise RuntimeError(f"chunks {missing[:10]} of {partial} are missing after embedding.")
-        merge_chunks(partial, output, num_chunks, settings=settings, report=report)
-        shutil.rmtree(partial)
+        merge_chunks(partial, output, num_chunks, settings=settings, report=report, records=records)
+        left = remove_proven(partial)
+        if left:
+            logger.warning(
+                "%s: %r was kept: it holds %s, which no record of elmo embed lists; remove it yourself if it is "
+                "not yours.",
+                output,
+                str(partial),
+                ", ".join(left[:5]) + (f" (and {len(left) - 5} more)" if len(left) > 5 else ""),
+            )
         report.merged = True
         if report.invalid_utf8_lines:
             logger.warning(
@@ -700,13 +723,6 @@ def _is_embed_output(path: Path) -> bool:
         return False
 
 
-def _partial_file_pattern(output: Path) -> str:
-    """The names a run writes in its ``.partial`` folder: the run record, the chunks, and their temporaries and the
-    merged output's (``NAME.XXXXXXXX.tmp``, `_GuardedFile`; ``NAME.tmp`` from an earlier version)."""
-    own = rf"{re.escape(RUN_FILE)}|chunk-\d{{8}}\.h5"
-    return rf"(?:{own})|(?:{own}|{re.escape(output.name)})(?:\.[A-Za-z0-9_]+)?\.tmp"
-
-
 def _check_replaceable(output: Path, partial: Path) -> None:
     """``--overwrite`` replaces only what an earlier ``elmo embed`` wrote: an output that is not a regular file (a
     device such as ``/dev/null``, a FIFO) or not an HDF5 file of elmo embed, and a ``.partial`` folder that is not an
@@ -722,15 +738,7 @@ def _check_replaceable(output: Path, partial: Path) -> None:
             "replaces only those. Choose another output."
         )
     if os.path.lexists(partial):
-        foreign = (
-            [partial.name]
-            if partial.is_symlink() or not partial.is_dir()
-            else sorted(
-                p.name
-                for p in partial.iterdir()
-                if not (p.is_file() and re.fullmatch(_partial_file_pattern(output), p.name))
-            )
-        )
+        foreign = [partial.name] if partial.is_symlink() or not partial.is_dir() else unproven_entries(partial)
         if foreign:
             raise ValueError(
                 f"{str(partial)!r} holds what an interrupted elmo embed run does not write "
@@ -739,17 +747,29 @@ def _check_replaceable(output: Path, partial: Path) -> None:
 
 
 def _prepare_partial(partial: Path, settings: dict[str, Any], *, resume: bool) -> None:
+    """Main process: start ``partial`` (the run record, recorded), or continue the interrupted run in it
+    (``resume``: what the killed run was writing is removed where its records prove it); with ``--overwrite``
+    the interrupted run's files are removed first, only those its records list as they are
+    (`partial_folder.remove_proven`: `_check_replaceable` refused anything else)."""
     if partial.exists() and not resume:  # overwrite: discard the interrupted run
-        shutil.rmtree(partial)
+        left = remove_proven(partial)
+        if left:  # appeared since the check
+            raise ValueError(
+                f"{str(partial)!r} holds what an interrupted elmo embed run does not write ({', '.join(left[:5])}); "
+                "--overwrite never deletes it. Move it away."
+            )
     if partial.exists():
         _check_resumable(partial, settings)
-        for stale in partial.glob("*.tmp"):  # a chunk that was being written when the run was killed
-            stale.unlink()
+        if RUN_FILE not in proven_names(partial):
+            raise ValueError(
+                f"{str(partial)!r} holds no record of elmo embed proving its {RUN_FILE} (a run of an earlier version, "
+                "or files that are not a run's); nothing was deleted: remove it yourself if it is not yours, then "
+                "run again."
+            )
+        remove_proven(partial, temporaries_only=True)  # what the killed run was writing
         return
     partial.mkdir()
-    tmp = partial / (RUN_FILE + ".tmp")
-    tmp.write_text(json.dumps(settings, indent=2))
-    os.replace(tmp, partial / RUN_FILE)
+    PartialRecords(partial).write_text(partial / RUN_FILE, json.dumps(settings, indent=2))
 
 
 def _check_resumable(partial: Path, settings: dict[str, Any]) -> None:

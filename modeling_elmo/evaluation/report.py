@@ -7,10 +7,10 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
+from ..folders.files import atomic_output
 from ..folders.run_folder import EvaluationFolder, RunFolder
 from ..utils.results import EvaluationResults, ScoreResult, UntrainedComparison
 
@@ -355,8 +355,9 @@ def write_plots(results: EvaluationResults, folder: EvaluationFolder, run: RunFo
 
 
 def _save(fig, path: Path, plt) -> str:
-    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, path)
+    try:
+        with atomic_output(path, suffix=path.suffix) as tmp:
+            fig.savefig(tmp, dpi=110)
+    finally:
+        plt.close(fig)
     return path.name  # relative to the evaluation folder (no machine paths in the results)

@@ -22,20 +22,32 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import functools
 import json
 import logging
 import os
-import re
-import secrets
-import shutil
 import stat
-import tempfile
 import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from ..utils.io_utils import atomic_write_text, exclusive_lock, follow_umask, read_json, sha256_of_file
+from ..utils.io_utils import read_json
+from .files import (
+    ASIDE,
+    CONTENT,
+    MANIFEST,
+    TEMPORARY_MARKER,
+    atomic_write_text,
+    exclusive_lock,
+    make_folders,
+    new_temporary,
+    prove_temporary,
+    remove_empty_folder,
+    remove_empty_folders,
+    remove_temporary,
+    rename,
+    sha256_of_file,
+    temporary_folder_pattern,
+)
 
 __all__ = [
     "ASIDE",
@@ -52,13 +64,10 @@ __all__ = [
     "read_manifest",
     "recover_interrupted",
     "remove_temporary",
-    "temporary_prefix",
     "write_manifest",
 ]
 
 logger = logging.getLogger(__name__)
-
-MANIFEST = ".elmo-manifest.json"
 
 
 def file_record(path: str | os.PathLike) -> dict | None:
@@ -172,129 +181,9 @@ def check_replaceable(folder: str | os.PathLike, command: str, what: str) -> Non
         )
 
 
-#: The file inside each temporary folder that proves it is one of ours (`new_temporary`): what it is for, and for
-#: which output. A folder beside the output without it, or with one this user did not write, is never touched.
-TEMPORARY_MARKER = ".elmo-temporary.json"
-#: The entry of a temporary folder that holds its payload: the folder being written, or the output moved aside.
-CONTENT = "content"
-#: The kind of temporary folder that holds an earlier output moved aside while a new one takes its name.
-ASIDE = "old"
-_MARKER_MAX_BYTES = 4096
-
-
-def temporary_prefix(output: str | os.PathLike, kind: str) -> str:
-    """The name prefix of a temporary folder of ``kind`` next to ``output``, tied to this process:
-    ``.NAME.KIND-PID-``."""
-    return f".{Path(output).name}.{kind}-{os.getpid()}-"
-
-
-@functools.cache
-def _run_token() -> str:
-    """A random name of this process's run, recorded in its markers: a process id can come back (a container's
-    commands often all run as the same small pid), so it alone cannot tell our own temporaries from a killed run's."""
-    return secrets.token_hex(16)
-
-
-def new_temporary(output: str | os.PathLike, kind: str, command: str, *, content: bool = True) -> Path:
-    """Create a fresh temporary folder of ``kind`` beside ``output`` (`tempfile.mkdtemp`: a new unique name, private)
-    holding its marker (`TEMPORARY_MARKER`: ``command``, ``kind``, the output's name, this process, the folder's own
-    name); return the path
-    of its payload, ``FOLDER/content`` (created empty, with the umask's mode, unless ``content`` is false).
-
-    The marker is what lets a later run (`recover_interrupted`) finish or undo what this one leaves behind when it
-    is killed: a folder that merely has a name like this one is somebody else's and is never touched."""
-    output = Path(output)
-    folder = Path(tempfile.mkdtemp(prefix=temporary_prefix(output, kind), dir=output.absolute().parent))
-    record = {
-        "command": command,
-        "kind": kind,
-        "output": output.name,
-        "pid": os.getpid(),
-        "run": _run_token(),
-        "folder": folder.name,
-    }
-    fd = os.open(folder / TEMPORARY_MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(json.dumps(record) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    payload = folder / CONTENT
-    if content:
-        payload.mkdir()
-        follow_umask(payload, folder=True)
-    return payload
-
-
-def _marker_of(folder: Path, output: Path) -> dict | None:
-    """The marker record of ``folder`` when it proves the folder is a temporary of ``output`` that this user's
-    `new_temporary` made: a real folder (not a link) owned by us, named like one, holding a regular file with one link,
-    owned by us, whose record names the same output, kind and process as the folder's name, and the folder's own name
-    (a copy of a temporary under another name, ``cp -a .out.old-123-abcd1234 .out.old-123-mybackup``, is the user's;
-    a marker of an earlier version, without it, is judged by the rest). Otherwise `None`."""
-    match = re.fullmatch(rf"\.{re.escape(output.name)}\.([a-z]+)-(\d+)-[A-Za-z0-9_]+", folder.name)
-    if match is None:
-        return None
-    uid = os.geteuid()
-    try:
-        info = os.lstat(folder)
-        if not stat.S_ISDIR(info.st_mode) or info.st_uid != uid:
-            return None
-        fd = os.open(folder / TEMPORARY_MARKER, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as handle:
-        marker = os.fstat(handle.fileno())
-        if not stat.S_ISREG(marker.st_mode) or marker.st_uid != uid or marker.st_nlink != 1:
-            return None
-        try:
-            record = json.loads(handle.read(_MARKER_MAX_BYTES).decode("utf-8"))
-        except (ValueError, RecursionError):
-            return None
-    expected = {"kind": match.group(1), "output": output.name, "pid": int(match.group(2))}
-    if not (isinstance(record, dict) and isinstance(record.get("command"), str)):
-        return None
-    if any(record.get(key) != value for key, value in expected.items()):
-        return None
-    if record.get("folder", folder.name) != folder.name:
-        return None
-    return record
-
-
-def remove_temporary(payload: str | os.PathLike) -> None:
-    """Remove the temporary folder whose payload is ``payload`` (`new_temporary`): the payload first, then the marker,
-    then the folder, so that a run killed on the way leaves a folder its marker still proves to be ours."""
-    folder = Path(payload).parent
-    content = folder / CONTENT
-    if os.path.lexists(content):
-        if content.is_symlink() or not content.is_dir():
-            content.unlink()
-        else:
-            _remove_tree(content)
-    with contextlib.suppress(FileNotFoundError):
-        (folder / TEMPORARY_MARKER).unlink()
-    with contextlib.suppress(OSError):  # anything else in it is not ours to delete
-        folder.rmdir()
-
-
-def _remove_tree(folder: Path) -> None:
-    """Remove ``folder`` and everything below it (links removed, never followed), its manifest last: a run killed on
-    the way leaves recorded files, empty folders and the manifest that records them, so a later run can still tell
-    that nothing in it is anybody else's (`_only_commands_files`)."""
-    manifest = folder / MANIFEST
-    for entry in os.scandir(folder):
-        if entry.name == MANIFEST:
-            continue
-        if entry.is_dir(follow_symlinks=False):
-            shutil.rmtree(entry.path)  # (its descriptor-based walk never follows a link swapped in meanwhile)
-        else:
-            os.unlink(entry.path)
-    manifest.unlink(missing_ok=True)
-    folder.rmdir()
-
-
 def _only_commands_files(folder: Path, command: str) -> list[str]:
     """The files of ``folder`` that ``command`` did not write as they are (`foreign_files`); empty folders do not
-    count (what a removal killed half-way leaves, `_remove_tree`; they hold nothing to lose)."""
+    count (what a removal killed half-way leaves, `files.remove_tree`; they hold nothing to lose)."""
     return [name for name in foreign_files(folder, command) if not name.endswith("/")]
 
 
@@ -302,12 +191,14 @@ def recover_interrupted(output: str | os.PathLike) -> list[str]:
     """Finish or undo what runs killed while writing ``output`` left beside it; return the lines said (each also
     logged as a warning). Called by `output_lock`, so by every command before it looks at ``output``.
 
-    Only folders proven ours by their marker (`_marker_of`) are looked at. An earlier output moved aside (`ASIDE`)
-    goes back to its name when that is free or an empty folder (the swap is undone: ``mkdir -p out`` before the next
-    run is no output); when a complete output of the same command holds the name (its manifest, every file as
-    recorded: the swap had finished), the earlier one is removed as the swap would have, provided it still holds
-    only that command's files; otherwise it is kept where it is and the line says where. Any other temporary (a
-    folder being written) is removed."""
+    Only folders that `files.prove_temporary` proves a killed run's (its marker names the folder and its token, its
+    process has ended) are looked at; one whose marker proves less is left alone with a line. An earlier output
+    moved aside (`ASIDE`) goes back to its name when that is free or an empty folder (the swap is undone: ``mkdir
+    -p out`` before the next run is no output); when a complete output of the same command holds the name (its
+    manifest, every file as recorded: the swap had finished), the earlier one is removed as the swap would have,
+    provided it still holds only that command's files; otherwise it is kept where it is and the line says where.
+    Any other temporary (a folder being written) is removed when it holds nothing, or exactly what its manifest
+    records; otherwise it is left alone with a line."""
     output = Path(output)
     parent = output.absolute().parent
     said: list[str] = []
@@ -316,19 +207,18 @@ def recover_interrupted(output: str | os.PathLike) -> list[str]:
     except OSError:
         return said
     for folder in entries:
-        record = _marker_of(folder, output)
+        record, line = prove_temporary(folder, output)
         if record is None:
-            _remove_if_empty_temporary(folder, output)
-            continue
-        if record.get("run") == _run_token():  # this run's own, at work
-            continue
-        try:
-            line = _recover_one(output, record["command"], record["kind"], folder / CONTENT)
-        except OSError as error:
-            raise ValueError(
-                f"cannot finish or undo what an interrupted {record['command']} run left in {str(folder)!r}: "
-                f"{error.strerror or error}; nothing was deleted."
-            ) from None
+            if line is None:
+                _remove_if_empty_temporary(folder, output)
+        else:
+            try:
+                line = _recover_one(output, record["command"], record["kind"], folder / CONTENT)
+            except OSError as error:
+                raise ValueError(
+                    f"cannot finish or undo what an interrupted {record['command']} run left in {str(folder)!r}: "
+                    f"{error.strerror or error}; nothing was deleted."
+                ) from None
         if line:
             logger.warning("%s", line)
             said.append(line)
@@ -338,16 +228,21 @@ def recover_interrupted(output: str | os.PathLike) -> list[str]:
 def _remove_if_empty_temporary(folder: Path, output: Path) -> None:
     """Remove ``folder`` if it is an empty folder of ours named exactly as `new_temporary` names them (a run killed
     between creating it and writing its marker); it holds nothing, so nothing can be lost."""
-    match = re.fullmatch(rf"\.{re.escape(output.name)}\.[a-z]+-(\d+)-[a-z0-9_]{{8}}", folder.name)
-    if match is None or int(match.group(1)) == os.getpid():
+    match = temporary_folder_pattern(output.name).fullmatch(folder.name)
+    if match is None or int(match.group("pid")) == os.getpid() or len(match.group("token")) != 16:
         return
     with contextlib.suppress(OSError):
         if stat.S_ISDIR((info := os.lstat(folder)).st_mode) and info.st_uid == os.geteuid():
-            os.rmdir(folder)  # only ever succeeds on an empty folder
+            remove_empty_folder(folder)  # only ever succeeds on an empty folder
+
+
+def _holds_nothing(folder: Path) -> bool:
+    """Whether ``folder`` holds no file at all (empty folders only: what a removal killed half-way leaves)."""
+    return all(name.endswith("/") for name in _entries(folder))
 
 
 def _recover_one(output: Path, command: str, kind: str, content: Path) -> str | None:
-    """`recover_interrupted` for one temporary folder of ours; returns the line to say, if any."""
+    """`recover_interrupted` for one proven temporary folder; returns the line to say, if any."""
     shown = str(output)
     aside = kind == ASIDE and content.is_dir() and not content.is_symlink()
     line = None
@@ -358,7 +253,7 @@ def _recover_one(output: Path, command: str, kind: str, content: Path) -> str | 
         )
     free = not os.path.lexists(output) or (output.is_dir() and not output.is_symlink() and not any(output.iterdir()))
     if aside and free:  # renaming a folder onto an empty one replaces it; one filled meanwhile makes it fail
-        os.rename(content, output)
+        rename(content, output)
         line = (
             f"{command} was interrupted while replacing {shown!r}: the earlier output, which it had moved aside "
             f"to {str(content)!r}, is back in place."
@@ -376,6 +271,19 @@ def _recover_one(output: Path, command: str, kind: str, content: Path) -> str | 
             f"earlier output is kept in {str(content)!r}; nothing was deleted. Move it back or away."
         )
     elif os.path.lexists(content):
+        if content.is_symlink() or not content.is_dir():
+            return (
+                f"{str(content.parent)!r}, a temporary folder of an interrupted {command} run, holds something it "
+                f"did not put there ({str(content)!r} is not a folder); it was left alone: remove it yourself if it "
+                "is not yours."
+            )
+        if not (_holds_nothing(content) or _complete_output(content, command)):
+            unlisted = _only_commands_files(content, command)
+            which = f"{unlisted[0]!r}, which no record of it lists" if unlisted else "files no record of it lists"
+            return (
+                f"{str(content.parent)!r}, the unfinished output of an interrupted {command} run, holds {which}; "
+                "it was left alone: remove it yourself if it is not yours."
+            )
         line = f"removed the unfinished output of an interrupted {command} run: {str(content.parent)!r}."
     remove_temporary(content)
     return line
@@ -421,13 +329,8 @@ def output_lock(output: str | os.PathLike, command: str) -> Iterator[None]:
     if key in _HELD:
         yield
         return
-    created, parent = [], output.absolute().parent
-    while not parent.exists() and not parent.is_symlink():
-        created.append(parent)
-        parent = parent.parent
     try:
-        for folder in reversed(created):
-            folder.mkdir()
+        created = make_folders(output.absolute().parent)
     except OSError as error:
         raise ValueError(f"cannot create the output folder {str(output)!r}: {error.strerror or error}.") from None
     try:
@@ -445,9 +348,7 @@ def output_lock(output: str | os.PathLike, command: str) -> Iterator[None]:
             finally:
                 _HELD.discard(key)
     except BaseException:
-        for folder in created:  # deepest first; only the empty folders made here
-            with contextlib.suppress(OSError):
-                folder.rmdir()
+        remove_empty_folders(created)  # deepest first; only the empty folders made here
         raise
 
 
@@ -464,7 +365,7 @@ def install_folder(staging: str | os.PathLike, output: str | os.PathLike, comman
     staging, output = Path(staging), Path(output)
     what = f"output folder {str(output)!r}"
     try:
-        os.rename(staging, output)
+        rename(staging, output)
         return
     except OSError as error:
         if error.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
@@ -479,12 +380,12 @@ def install_folder(staging: str | os.PathLike, output: str | os.PathLike, comman
         )
     check_replaceable(output, command, what)
     aside = new_temporary(output, ASIDE, command, content=False)
-    os.rename(output, aside)
+    rename(output, aside)
     try:
         check_replaceable(aside, command, what)
     except ValueError:
         try:
-            os.rename(aside, output)
+            rename(aside, output)
         except OSError:
             raise ValueError(
                 f"{what} changed while {command} replaced it; nothing was deleted: its files are kept in "
@@ -493,7 +394,7 @@ def install_folder(staging: str | os.PathLike, output: str | os.PathLike, comman
         remove_temporary(aside)
         raise
     try:
-        os.rename(staging, output)
+        rename(staging, output)
     except OSError:
         raise ValueError(
             f"{what} appeared again while {command} replaced it; nothing was deleted: the previous "

@@ -8,24 +8,22 @@ the final name is always complete, and a failure leaves nothing behind.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import inspect
 import math
 import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
 from ..utils.io_utils import is_within
+from .files import make_folders, probe_writable, remove_empty_folders, remove_temporary
 from .manifest import (
     check_output_name,
     check_replaceable,
     install_folder,
     new_temporary,
     output_lock,
-    remove_temporary,
     write_manifest,
 )
 
@@ -78,7 +76,7 @@ def check_output_location(output_dir: str | os.PathLike) -> Path:
     if not ancestor.is_dir():
         raise ValueError(f"output folder {shown!r} cannot be created: {str(ancestor)!r} is a file, not a folder.")
     try:
-        os.rmdir(tempfile.mkdtemp(prefix=".elmo-convert-check-", dir=ancestor))
+        probe_writable(ancestor)
     except OSError as error:
         raise ValueError(
             f"output folder {shown!r} cannot be written: nothing can be created in {str(ancestor)!r} "
@@ -112,17 +110,6 @@ def check_atol(atol: float) -> None:
         )
 
 
-def _make_parents(folder: Path) -> list[Path]:
-    """Create ``folder`` and its missing parents; return the ones created, deepest last."""
-    missing = []
-    while not folder.exists():
-        missing.append(folder)
-        folder = folder.parent
-    for path in reversed(missing):
-        path.mkdir()
-    return list(reversed(missing))
-
-
 def write_folder_atomically(output_dir: Path, fill: Callable[[Path], None], *, overwrite: bool = False) -> Path:
     """Let ``fill(folder)`` write a fresh temporary folder next to ``output_dir``, record its files in a manifest,
     then rename it into place (`modeling_elmo.folders.manifest.install_folder`: an output that appeared meanwhile is
@@ -133,7 +120,7 @@ def write_folder_atomically(output_dir: Path, fill: Callable[[Path], None], *, o
     created: list[Path] = []
     staging: Path | None = None
     try:
-        created = _make_parents(parent)
+        created = make_folders(parent)
         staging = new_temporary(parent / output_dir.name, "converting", COMMAND)
         fill(staging)
         write_manifest(staging, COMMAND, (p.relative_to(staging).as_posix() for p in staging.rglob("*") if p.is_file()))
@@ -141,9 +128,7 @@ def write_folder_atomically(output_dir: Path, fill: Callable[[Path], None], *, o
     except BaseException as error:
         if staging is not None:
             remove_temporary(staging)
-        for folder in reversed(created):  # deepest first; only the empty folders this call made
-            with contextlib.suppress(OSError):
-                folder.rmdir()
+        remove_empty_folders(created)  # deepest first; only the empty folders this call made
         if isinstance(error, OSError):
             raise ValueError(f"cannot write the output folder {str(output_dir)!r}: {error}") from None
         raise

@@ -47,9 +47,17 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..utils.io_utils import atomic_write_text, check_json_files, read_json_object
+from ..utils.io_utils import check_json_files, read_json_object
 from ..utils.results import EvaluationResults, read_results
-from .manifest import CONTENT, MANIFEST, TEMPORARY_MARKER
+from .files import (
+    CONTENT,
+    MANIFEST,
+    TEMPORARY_FILE,
+    TEMPORARY_MARKER,
+    atomic_write_text,
+    remove_empty_folder,
+    remove_file,
+)
 
 __all__ = ["CHECKPOINT_FILE", "CODE_FILES", "EvaluationFolder", "RunFolder", "read_json_object"]
 
@@ -65,10 +73,10 @@ CHECKPOINT_FILE = re.compile(
     r"trainer_state\.json|model\.safetensors|best_model\.safetensors|optimizer\.(safetensors|json)|"
     r"scheduler\.json|scaler\.json|vocab\.txt|char_vocab\.json|rng_state_\d+\.(safetensors|json)"
 )
-#: A file being written atomically (`modeling_elmo.utils.io_utils.atomic_write_bytes`): ``.NAME.XXXXXXXX.tmp``.
-_ATOMIC_TEMPORARY = re.compile(r"\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp")
+#: A file being written atomically (`modeling_elmo.folders.files.atomic_write_bytes`): ``.NAME.TOKEN.tmp``.
+_ATOMIC_TEMPORARY = TEMPORARY_FILE
 #: A snapshot's folder name (``snapshots/minutes-M``) and the temporary folder one is written in
-#: (`modeling_elmo.folders.manifest.new_temporary`: ``.minutes-M.snapshot-PID-XXXXXXXX``).
+#: (`modeling_elmo.folders.files.new_temporary`: ``.minutes-M.snapshot-PID-TOKEN``).
 _SNAPSHOT = re.compile(r"minutes-(?P<minutes>[0-9][0-9.e+-]*)")
 _SNAPSHOT_TEMPORARY = re.compile(r"\.minutes-[0-9][0-9.e+-]*\.snapshot-\d+-[A-Za-z0-9_]+")
 #: What tensorboard (``--report-to tensorboard``) writes into the tracker folder.
@@ -376,7 +384,7 @@ class RunFolder:
         return False
 
     def _snapshot_file(self, name: str) -> bool:
-        return self._model_file(name) or name == self.SNAPSHOT_INFO
+        return self._model_file(name) or name in (self.SNAPSHOT_INFO, MANIFEST)
 
     def run_entries(self) -> tuple[list[Path], list[str]]:
         """The entries of the folder that a training run writes (files, then their folders, deepest first), and
@@ -415,10 +423,9 @@ class RunFolder:
         ours, _ = self.run_entries()
         for path in ours:
             if path.is_dir() and not path.is_symlink():
-                with contextlib.suppress(OSError):
-                    path.rmdir()  # a folder that still holds something that is not the run's stays
+                remove_empty_folder(path)  # a folder that still holds something that is not the run's stays
             else:
-                path.unlink(missing_ok=True)
+                remove_file(path)
 
     def is_conversion(self) -> bool:
         """Whether ``elmo convert`` wrote the folder."""

@@ -21,17 +21,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..folders.manifest import (
+from ..folders.files import (
     MANIFEST,
-    check_replaceable,
-    install_folder,
+    atomic_write_text,
+    follow_umask,
     new_temporary,
-    output_lock,
+    open_regular,
+    remove_file,
     remove_temporary,
-    write_manifest,
 )
+from ..folders.manifest import check_replaceable, install_folder, output_lock, write_manifest
 from ..folders.run_folder import CODE_FILES, EvaluationFolder, RunFolder
-from ..utils.io_utils import atomic_write_text, check_safetensors_header, follow_umask, is_within, read_json_object
+from ..utils.io_utils import check_safetensors_header, is_within, read_json_object
 from ..utils.loading import refuse_pickled_weights
 from ..utils.vocab_file import copy_vocabulary_file, vocabulary_size_of
 from .card import CardInputs, build_model_card
@@ -133,8 +134,10 @@ def _allowed_roots(root: Path) -> list[Path]:
 
 def check_published_inputs(run: RunFolder) -> None:
     """Raise `ValueError` naming the file if one that publishing reads from the model folder (config, weights,
-    tokenizer files, metadata, results, plots) is a link that leads out of the folder, or is not a regular file
-    (a FIFO, a device): publishing never follows a link to a file elsewhere (``perplexity.png`` -> ``/etc/passwd``)."""
+    tokenizer files, metadata, results, plots) is a link that leads out of the folder, a hard link (a file with
+    another name, which may lie outside the folder: `files.open_regular`'s ``alone``), or is not a regular file
+    (a FIFO, a device): publishing never reads a file elsewhere through a name in the folder (``perplexity.png``
+    -> ``/etc/passwd``)."""
     root = run.root
     roots = _allowed_roots(root)
     names = [
@@ -164,6 +167,8 @@ def check_published_inputs(run: RunFolder) -> None:
                 raise ValueError(f"{path} is not a folder.")
         elif not path.is_file():
             raise ValueError(f"{path} is not a regular file; publishing reads regular files only.")
+        elif not path.is_symlink():  # (a link inside the folder: its target is one of these names, checked too)
+            os.close(open_regular(path, os.O_RDONLY, "the model folder's file", alone=True))
 
 
 def check_weights(run: RunFolder) -> str:
@@ -518,7 +523,7 @@ def _assemble_locked(
         try:
             save_for_hub(model, tokenizer, saved)
             if run.vocab_file.is_file():  # checked by `_load_model_and_tokenizer`; never held as a mapping
-                (saved / RunFolder.VOCAB).unlink()
+                remove_file(saved / RunFolder.VOCAB)
                 copy_vocabulary_file(run.vocab_file, saved / RunFolder.VOCAB)
             for name in list_folder(saved):
                 if is_allowed_file(name):

@@ -14,6 +14,7 @@ kill or a full disk leaves ``latest`` naming a complete checkpoint (one of the s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -29,8 +30,9 @@ import numpy as np
 import torch
 from safetensors import SafetensorError
 
+from ..folders.files import atomic_write_text, follow_umask, remove_tree, replace
 from ..folders.run_folder import CHECKPOINT_FILE, read_json_object  # the layout, which --overwrite may delete
-from ..utils.io_utils import atomic_write_text, check_safetensors_header, follow_umask
+from ..utils.io_utils import check_safetensors_header
 from .state import TrainingState
 
 logger = logging.getLogger(__name__)
@@ -443,6 +445,13 @@ def load_checkpoint(
 WRITE_ERRORS = (OSError, SafetensorError)
 
 
+def _remove_quietly(folder: Path) -> None:
+    """Remove a checkpoint folder of the run's own ``checkpoints/`` (`files.remove_tree`); one that cannot be
+    removed stays (the next save tries again)."""
+    with contextlib.suppress(OSError):
+        remove_tree(folder)
+
+
 class CheckpointManager:
     def __init__(self, root: str | os.PathLike, keep_last: int = 2):
         self.root = Path(root)
@@ -495,8 +504,8 @@ class CheckpointManager:
         if accelerator.is_main_process:
             try:
                 self.root.mkdir(parents=True, exist_ok=True)
-                if tmp.exists():
-                    shutil.rmtree(tmp)
+                if os.path.lexists(tmp):
+                    remove_tree(tmp)
                 tmp.mkdir()
             except OSError as exc:
                 error = f"{type(exc).__name__}: {exc}"
@@ -510,7 +519,7 @@ class CheckpointManager:
         failed = accelerator.reduce(failed, reduction="sum") if accelerator.num_processes > 1 else failed
         if float(failed.item()) > 0:
             if accelerator.is_main_process:
-                shutil.rmtree(tmp, ignore_errors=True)
+                _remove_quietly(tmp)
                 why, previous = error or "failed on another process", self.latest() or "(none yet)"
                 message = "could not write checkpoint %s (%s); nothing was lost: the latest checkpoint is still %s."
                 logger.error(message, final, why, previous)
@@ -522,7 +531,7 @@ class CheckpointManager:
             except OSError as exc:
                 message = "could not finish checkpoint %s (%s); the latest checkpoint is still %s."
                 logger.error(message, final, exc, self.latest())
-                shutil.rmtree(tmp, ignore_errors=True)
+                _remove_quietly(tmp)
                 accelerator.wait_for_everyone()
                 return None
             self._rotate(keep=final)
@@ -533,16 +542,16 @@ class CheckpointManager:
         old = self.root / f".old-{final.name}"
         if final.exists():  # never keep a checkpoint of this step from before: the new one replaces it
             logger.warning("replacing the existing checkpoint %s.", final)
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(final, old)
-        os.replace(tmp, final)
+            _remove_quietly(old)
+            replace(final, old)
+        replace(tmp, final)
         atomic_write_text(self.root / LATEST, final.name + "\n")
-        shutil.rmtree(old, ignore_errors=True)
+        _remove_quietly(old)
 
     def _rotate(self, keep: Path) -> None:
         found = self.checkpoints()
         for old in found[: max(0, len(found) - self.keep_last)]:
             if old != keep:
-                shutil.rmtree(old, ignore_errors=True)
+                _remove_quietly(old)
         for stale in [*self.root.glob(".tmp-step_*"), *self.root.glob(".old-step_*")]:
-            shutil.rmtree(stale, ignore_errors=True)
+            _remove_quietly(stale)

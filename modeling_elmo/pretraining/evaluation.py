@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ from typing import Any
 import torch
 
 from ..evaluation.lm_scoring import UnigramBaseline, score_batches
+from ..folders.files import atomic_output
 from ..utils.results import PerplexityResult, data_file_label
 from .arguments import PretrainingArguments
 from .batching import BucketBatchSampler, Collator, FixedBatches, IndexedDataset, example_lengths, iter_stream_batches
@@ -99,7 +99,8 @@ def plot_perplexity(metrics_path: Path, out_path: Path) -> None:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    tmp = out_path.with_name(out_path.name + ".tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, out_path)
+    try:
+        with atomic_output(out_path, suffix=".png") as tmp:
+            fig.savefig(tmp, dpi=100)
+    finally:
+        plt.close(fig)

@@ -9,18 +9,28 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..folders.manifest import install_folder, new_temporary, recover_interrupted, remove_temporary
+from ..folders.files import (
+    atomic_output,
+    atomic_write_text,
+    exclusive_lock,
+    make_folders,
+    new_temporary,
+    probe_writable,
+    remove_empty_folders,
+    remove_file,
+    remove_temporary,
+    remove_tree,
+    replace,
+)
+from ..folders.manifest import install_folder, recover_interrupted, write_manifest
 from ..folders.run_folder import RunFolder, read_json_object
-from ..utils.io_utils import atomic_write_text, exclusive_lock, follow_umask
 from .checkpoint import BEST_MODEL_FILE, CheckpointManager
 from .state import argument_identity, identity_differences, read_run_identity, write_run_identity
 
@@ -54,12 +64,7 @@ def _data_file_differences(saved: dict[str, Any], args: Any) -> list[str]:
 def run_lock(run: RunFolder) -> Iterator[None]:
     """The main process's exclusive lock on ``RUN.lock`` beside the run folder (parents created for it, and removed
     again if left empty): a second run on the same folder is refused at once."""
-    created, parent = [], run.root.absolute().parent
-    while not parent.exists():
-        created.append(parent)
-        parent = parent.parent
-    for folder in reversed(created):
-        folder.mkdir()
+    created = make_folders(run.root.absolute().parent)
     try:
         with exclusive_lock(
             run.root.with_name(run.root.name + ".lock"),
@@ -68,9 +73,7 @@ def run_lock(run: RunFolder) -> Iterator[None]:
         ):
             yield
     finally:
-        for folder in created:  # deepest first
-            with contextlib.suppress(OSError):
-                folder.rmdir()
+        remove_empty_folders(created)  # deepest first
 
 
 def check_output_folder(args: Any, run: RunFolder) -> str:
@@ -85,7 +88,7 @@ def check_output_folder(args: Any, run: RunFolder) -> str:
     if not ancestor.is_dir():
         raise ValueError(f"--output-dir {str(root)!r} cannot be created: {str(ancestor)!r} is a file.")
     try:  # permissions alone do not tell (root, read-only mounts): try
-        os.rmdir(tempfile.mkdtemp(prefix=".elmo-write-probe-", dir=ancestor))
+        probe_writable(ancestor)
     except OSError as error:
         raise ValueError(f"--output-dir {str(root)!r} cannot be written ({error.strerror or error}).") from None
     entries = run.entries()
@@ -154,7 +157,8 @@ def open_output_folder(
             raise ValueError(f"cannot resume the run in {str(run.root)!r}: {'; '.join(differences)}.")
     else:
         write_run_identity(run, {**identity, "data_files": data_files} if data_files is not None else identity)
-    shutil.rmtree(run.root / _TMP_FINAL, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        remove_tree(run.root / _TMP_FINAL)  # the final model being saved when the run was killed (`run_entries`)
 
 
 # ----------------------------------------------------------------------------------------------- best model
@@ -181,10 +185,8 @@ class BestModel:
 
     def _replace(self, write: Any, step: int, perplexity: float) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
-        tmp = self.folder / ".model.safetensors.tmp"
-        write(tmp)
-        follow_umask(tmp)
-        os.replace(tmp, self.weights)
+        with atomic_output(self.weights) as tmp:
+            write(tmp)
         atomic_write_text(self.info, json.dumps({"step": step, "perplexity": perplexity}) + "\n")
 
     def load_into(self, model: torch.nn.Module, step: int) -> None:
@@ -236,6 +238,7 @@ def save_snapshot(
     try:
         write_model_folder(model, vocab_path, staging, characters)
         atomic_write_text(staging / RunFolder.SNAPSHOT_INFO, json.dumps(info, sort_keys=True) + "\n")
+        write_manifest(staging, SNAPSHOT_COMMAND, (p.relative_to(staging).as_posix() for p in staging.rglob("*")))
         install_folder(staging, target, SNAPSHOT_COMMAND, overwrite=False)
     except OSError as error:
         raise ValueError(f"cannot write the snapshot {str(target)!r}: {error.strerror or error}") from None
@@ -250,13 +253,15 @@ def save_final_model(
     """``save_pretrained`` (model, tokenizer, code files) into a temporary folder, then moved in with ``config.json``
     removed first and moved in last: a kill leaves the complete model or a folder that is no model."""
     tmp = run.root / _TMP_FINAL
-    shutil.rmtree(tmp, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        remove_tree(tmp)
     try:
         write_model_folder(model, vocab_path, tmp, characters)
-        run.config_file.unlink(missing_ok=True)
+        remove_file(run.config_file)
         for item in sorted(tmp.iterdir()):
             if item.name != RunFolder.CONFIG:
-                os.replace(item, run.root / item.name)
-        os.replace(tmp / RunFolder.CONFIG, run.config_file)
+                replace(item, run.root / item.name)
+        replace(tmp / RunFolder.CONFIG, run.config_file)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            remove_tree(tmp)

@@ -1,206 +1,27 @@
-"""Small file and network helpers shared by the tools (not part of the Hub code files)."""
+"""Small file-reading and network helpers shared by the tools (not part of the Hub code files)."""
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import re
 import socket
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-
-def current_umask() -> int:
-    """The process's file-mode creation mask (read from ``/proc`` where it can be, so that it is never changed)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as handle:
-            for line in handle:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def follow_umask(path: str | os.PathLike, *, folder: bool = False) -> None:
-    """Give ``path`` the mode a new file (``folder``: a new folder) gets under the umask: `tempfile` makes its files
-    0600 and its folders 0700, which would hide a shared model folder's weights from the users who can read the
-    rest of it."""
-    os.chmod(path, (0o777 if folder else 0o666) & ~current_umask())
-
-
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that ``path`` is either the old file or the complete new one, never a part.
-
-    The data go to a unique temporary file in the same folder (mode as the umask says, like any new file), are
-    flushed to disk, and replace ``path`` with `os.replace` (atomic on one file system). On any error the temporary
-    file is removed and the error raised.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o666 & ~current_umask())
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """`atomic_write_bytes` for UTF-8 text."""
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def _kind(mode: int) -> str:
-    """What a non-regular file is, in words."""
-    import stat
-
-    for test, name in (
-        (stat.S_ISLNK, "a symbolic link"),
-        (stat.S_ISDIR, "a folder"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISCHR, "a device"),
-        (stat.S_ISBLK, "a device"),
-    ):
-        if test(mode):
-            return name
-    return "not a regular file"
-
-
-def check_regular_or_absent(path: str | os.PathLike, what: str, *, folder_fd: int | None = None) -> bool:
-    """Whether ``path`` is a regular file (`False` when nothing is there); a link (even to a regular file) or
-    anything else is a `ValueError` naming it, so that the package never writes through, or trusts, a planted
-    link. With ``folder_fd``, ``path``'s name is looked up in that open folder (its parent by identity, not by its
-    path); messages still name ``path``."""
-    import stat
-
-    try:
-        if folder_fd is None:
-            mode = os.lstat(path).st_mode
-        else:
-            mode = os.stat(Path(path).name, dir_fd=folder_fd, follow_symlinks=False).st_mode
-    except FileNotFoundError:
-        return False
-    if not stat.S_ISREG(mode):
-        raise ValueError(
-            f"{what} {str(path)!r} is {_kind(mode)}, not a regular file; refusing to use it (remove it "
-            "if it is not yours to keep)."
-        )
-    return True
-
-
-def open_regular(path: str | os.PathLike, flags: int, what: str, *, folder_fd: int | None = None) -> int:
-    """``os.open(path, flags)`` that never follows a link and never blocks (a FIFO, a device), and refuses anything
-    but a regular file with a `ValueError` naming it, and for writing a file with more than one hard link (writing
-    would change the file under its other name); returns the file descriptor. ``flags`` may hold ``O_CREAT``
-    (a new file gets the umask's mode). An `OSError` of another kind (no permission...) is raised as it is.
-    With ``folder_fd``, ``path``'s name is opened in that open folder (``dir_fd``: its parent by identity, however
-    its path was changed meanwhile); messages still name ``path``."""
-    import errno
-    import stat
-
-    name, where = (path, {}) if folder_fd is None else (Path(path).name, {"dir_fd": folder_fd})
-    try:
-        # O_TRUNC would empty the file before it is checked: it is applied once the file passed (below)
-        fd = os.open(name, (flags & ~os.O_TRUNC) | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666, **where)
-    except OSError as error:
-        if error.errno in (errno.ELOOP, errno.ENXIO):  # a link; a FIFO without a reader (write-only open)
-            check_regular_or_absent(path, what, folder_fd=folder_fd)
-        raise
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
-        os.close(fd)
-        raise ValueError(
-            f"{what} {str(path)!r} is {_kind(info.st_mode)}, not a regular file; refusing to use it (remove it "
-            "if it is not yours to keep)."
-        )
-    if flags & (os.O_WRONLY | os.O_RDWR) and info.st_nlink > 1:
-        os.close(fd)
-        raise ValueError(
-            f"{what} {str(path)!r} is a hard link to another file ({info.st_nlink} names share it); refusing to "
-            "write through it (remove it if it is not yours to keep)."
-        )
-    if flags & os.O_TRUNC:
-        os.ftruncate(fd, 0)
-    return fd
-
-
-@contextlib.contextmanager
-def exclusive_lock(
-    path: str | os.PathLike, busy: str, unwritable: str | None = None, *, holder: str | None = None
-) -> Iterator[None]:
-    """Hold an exclusive `fcntl.flock` on the file ``path`` while the block runs; raise `ValueError` with the
-    message ``busy`` at once if another process holds it (and, when the file cannot be created, one starting with
-    ``unwritable``).
-
-    ``holder`` (a command, ``elmo push``) is written into the lock file while it is held, and ``{holder}`` in the
-    ``busy`` message of a process that finds the lock taken becomes the holder's name as the file says it (several
-    commands share a lock when they write the same output): the line names the command in the way.
-
-    The lock file is opened without following a link and without blocking (`open_regular`): a link planted there
-    (to a file outside, or dangling) or a FIFO is refused with one line naming it, nothing is created through it.
-    The operating system releases the lock when its process dies, so a killed run never leaves a stale lock. The
-    file is removed when the block ends. A process that opened the file just before an earlier holder removed it
-    would lock a deleted file: the lock is only taken once it is on the file at the path.
-    """
-    import fcntl
-
-    path = Path(path)
-    while True:
-        try:
-            fd = open_regular(path, os.O_RDWR | os.O_CREAT, "lock file")
-        except ValueError as error:
-            raise ValueError(f"{unwritable}: {error}" if unwritable else str(error)) from None
-        except OSError as error:
-            if unwritable is None:
-                raise ValueError(f"cannot create the lock file {str(path)!r}: {error.strerror}.") from None
-            raise ValueError(f"{unwritable}: {error.strerror} ({str(path)!r}).") from None
-        handle = os.fdopen(fd, "rb")
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            named = _lock_holder(handle.fileno()) or "elmo"
-            handle.close()
-            raise ValueError(busy.replace("{holder}", named)) from None
-        try:
-            current = os.lstat(path)
-        except FileNotFoundError:
-            current = None
-        if current is not None and os.path.samestat(current, os.fstat(handle.fileno())):
-            break
-        handle.close()  # removed (and maybe re-created) by the process that held it: lock the file at the path
-    if holder is not None:
-        os.ftruncate(handle.fileno(), 0)
-        os.pwrite(handle.fileno(), holder.encode("utf-8"), 0)
-    try:
-        yield
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            if os.path.samestat(os.lstat(path), os.fstat(handle.fileno())):
-                path.unlink()  # while still locked, so no other process can be holding this file
-        handle.close()
-
-
-def _lock_holder(fd: int) -> str:
-    """The command a lock file names (`exclusive_lock`'s ``holder``): its first 100 bytes, printable ASCII only."""
-    try:
-        text = os.pread(fd, 100, 0).decode("ascii", "replace")
-    except OSError:
-        return ""
-    return text if re.fullmatch(r"[A-Za-z0-9 ._-]+", text) else ""
+# Writing, locking and opening files live in `modeling_elmo.folders.files`; these names stay importable from here.
+from ..folders.files import (  # noqa: F401
+    atomic_write_bytes,
+    atomic_write_text,
+    check_regular_or_absent,
+    current_umask,
+    exclusive_lock,
+    follow_umask,
+    open_regular,
+    sha256_of_file,
+)
 
 
 def host_reachable(url: str, timeout: float = 3.0) -> bool:
@@ -367,15 +188,6 @@ def iter_lines(handle: BinaryIO, block_size: int = 1 << 20, max_line_bytes: int 
             raise LineTooLongError(number + 1, max_line_bytes)
     if pieces:
         yield b"".join(pieces)
-
-
-def sha256_of_file(path: str | os.PathLike, block_size: int = 1 << 20) -> str:
-    """The hex sha256 of a file's bytes, read in blocks of ``block_size``."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(block_size):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def scan_lines(path: str | os.PathLike, block_size: int = 1 << 20) -> tuple[int, str]:

@@ -159,16 +159,20 @@ KILLED_AFTER_MOVING_ASIDE = textwrap.dedent(
 
 
 def left_by_a_killed_run(output: Path, kind: str, command: str, *, content: bool = True, pid: int = 999_999_999):
-    """A temporary folder of ``kind`` beside ``output`` as `modeling_elmo.folders.manifest.new_temporary` makes it in
-    another run (one that was killed, with process id ``pid``); returns its payload path."""
+    """A temporary folder of ``kind`` beside ``output`` as `modeling_elmo.folders.files.new_temporary` makes it in
+    another run (one that was killed, with process id ``pid``, started at clock tick 1: a process id of a live
+    process given here is one reused since); returns its payload path."""
     import pytest
 
-    from modeling_elmo.folders import manifest
+    from modeling_elmo.folders import files
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(os, "getpid", lambda: pid)
-        patch.setattr(manifest, "_run_token", lambda: "a-killed-run")
-        return manifest.new_temporary(output, kind, command, content=content)
+        patch.setattr(files, "_run_token", lambda: "a-killed-run")
+        patch.setattr(files, "_own_start_time", lambda: 1)
+        payload = files.new_temporary(output, kind, command, content=content)
+    files._MADE.discard(os.fspath(payload.parent))  # made by "another run"
+    return payload
 
 
 #: Runs ``elmo ARGS`` in this process and writes its peak resident memory (kilobytes, Linux) as the last line of
