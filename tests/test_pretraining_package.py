@@ -36,6 +36,10 @@ def test_presets_recipes_and_accelerate_configs_are_package_data_equal_to_the_ch
     assert arguments.recipe_names() == sorted(p.stem for p in (REPO / "configuration" / "recipes").glob("*.yaml"))
     for path in (REPO / "configuration" / "accelerate").glob("*.yaml"):
         assert (files / "accelerate" / path.name).read_text() == path.read_text()
+    spacy_configs = sorted((REPO / "configuration" / "spacy").glob("*.cfg"))
+    assert spacy_configs
+    for path in spacy_configs:
+        assert (files / "spacy" / path.name).read_text() == path.read_text()
     assert arguments.read_model_preset("tiny") == json.loads((REPO / "configuration" / "elmo-tiny.json").read_text())
     with pytest.raises(ValueError, match="neither a file nor a preset.*elmo-tiny"):
         arguments.read_model_preset("elmo-huge")
