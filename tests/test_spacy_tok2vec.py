@@ -314,3 +314,39 @@ def test_spacy_train_trains_the_packaged_config_and_the_pipeline_loads_and_annot
         assert all(t.tag_ in nlp.get_pipe("tagger").labels for t in doc)
     else:
         assert set(doc.cats) == {"negative", "positive"} and sum(doc.cats.values()) == pytest.approx(1, abs=1e-5)
+
+
+@pytest.mark.slow
+def test_the_comparison_trains_both_tok2vecs_on_the_same_sentences_and_reports_their_dev_scores(folder, tmp_path):
+    from modeling_elmo.integrations.spacy_training import compare_tok2vecs
+
+    data = tmp_path / "data"
+    for task_folder in ("pos-ud-ewt", "sentiment-sst2"):
+        (data / task_folder).mkdir(parents=True)
+    tagged, labelled = training_sentences()
+    conllu = ""
+    for s in tagged:
+        conllu += "".join(
+            f"{i + 1}\t{w}\t_\t{t}\t_\t_\t0\t_\t_\t_\n" for i, (w, t) in enumerate(zip(s.tokens, s.tags, strict=True))
+        )
+        conllu += "\n"
+    for split in ("train", "dev"):
+        (data / "pos-ud-ewt" / f"en_ewt-ud-{split}.conllu").write_text(conllu, encoding="utf-8")
+        tsv = "label\tsentence\n" + "".join(f"{s.label}\t{' '.join(s.tokens)}\n" for s in labelled)
+        (data / "sentiment-sst2" / f"{split}.tsv").write_text(tsv, encoding="utf-8")
+    rows = compare_tok2vecs(
+        str(folder),
+        data,
+        tmp_path / "out",
+        train_sentences={"tagger": 30, "textcat": 30},
+        max_epochs={"tagger": 1, "textcat": 1},
+    )
+    assert [(r["task"], r["tok2vec"], r["train_sentences"], r["epochs"]) for r in rows] == [
+        ("tagger", "elmo.Tok2Vec.v1", 30, 1),
+        ("tagger", "spacy.HashEmbedCNN.v2", 30, 1),
+        ("textcat", "elmo.Tok2Vec.v1", 30, 1),
+        ("textcat", "spacy.HashEmbedCNN.v2", 30, 1),
+    ]
+    for row in rows:
+        scores = [row["tag_acc"]] if row["task"] == "tagger" else [row["cats_micro_f"], row["cats_macro_f"]]
+        assert all(0 <= score <= 1 for score in scores) and row["seconds"] > 0, row

@@ -126,6 +126,71 @@ def train_pipeline(
     return TrainedPipeline(best, dict(meta.get("performance") or {}), seconds)
 
 
+#: The comparison's tasks: the data (under the shared data folder), the DocBin writer, the score names.
+TASKS = {
+    "tagger": ("pos-ud-ewt/en_ewt-ud-train.conllu", "pos-ud-ewt/en_ewt-ud-dev.conllu", ("tag_acc",)),
+    "textcat": ("sentiment-sst2/train.tsv", "sentiment-sst2/dev.tsv", ("cats_micro_f", "cats_macro_f")),
+}
+
+
+def compare_tok2vecs(
+    bilm: str,
+    data_dir: str | os.PathLike,
+    output: str | os.PathLike,
+    tasks: Sequence[str] = ("tagger", "textcat"),
+    train_sentences: dict[str, int] | None = None,
+    max_epochs: dict[str, int] | None = None,
+    timeout: float | None = None,
+) -> list[dict[str, Any]]:
+    """Train each task's base config with ``elmo.Tok2Vec.v1`` on ``bilm`` and with `hashembed_config`'s
+    ``spacy.HashEmbedCNN.v2``, on the same first ``train_sentences[task]`` training sentences (UD English EWT for the
+    tagger, SST-2 for the text classifier, under ``data_dir``) for ``max_epochs[task]`` epochs, scored on the whole
+    dev set; returns one row per run (task, tok2vec, train sentences, epochs, dev scores, seconds)."""
+    from ..evaluation.data import read_conllu, read_sst2
+
+    sizes = {"tagger": 2000, "textcat": 10000, **(train_sentences or {})}
+    epochs = {"tagger": 20, "textcat": 5, **(max_epochs or {})}
+    data_dir, output = Path(data_dir), Path(output)
+    rows = []
+    for task in tasks:
+        if task not in TASKS:
+            raise ValueError(f"unknown task {task!r} (one of {', '.join(TASKS)}).")
+        train_file, dev_file, score_names = TASKS[task]
+        folder = output / task
+        folder.mkdir(parents=True, exist_ok=True)
+        if task == "tagger":
+            count = tagged_docbin(read_conllu(data_dir / train_file, max_sentences=sizes[task]), folder / "train.spacy")
+            tagged_docbin(read_conllu(data_dir / dev_file), folder / "dev.spacy")
+        else:
+            count = labelled_docbin(read_sst2(data_dir / train_file, max_examples=sizes[task]), folder / "train.spacy")
+            labelled_docbin(read_sst2(data_dir / dev_file), folder / "dev.spacy")
+        elmo = base_config_text(task)
+        overrides = {"training.max_epochs": epochs[task], "training.max_steps": 0, "training.patience": 0}
+        for name, config, extra in (
+            ("elmo.Tok2Vec.v1", elmo, {f"components.{task}.model.tok2vec.model": os.fspath(bilm)}),
+            ("spacy.HashEmbedCNN.v2", hashembed_config(elmo), {}),
+        ):
+            trained = train_pipeline(
+                config,
+                folder / "train.spacy",
+                folder / "dev.spacy",
+                folder / name.split(".")[1].lower(),
+                {**overrides, **extra},
+                timeout=timeout,
+            )
+            rows.append(
+                {
+                    "task": task,
+                    "tok2vec": name,
+                    "train_sentences": count,
+                    "epochs": epochs[task],
+                    **{score: trained.scores.get(score) for score in score_names},
+                    "seconds": round(trained.seconds, 1),
+                }
+            )
+    return rows
+
+
 def _config_value(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
@@ -142,8 +207,10 @@ def _spacy(*args: str, timeout: float | None) -> None:
 __all__ = [
     "HASH_EMBED_CNN",
     "SENTIMENT_LABELS",
+    "TASKS",
     "TrainedPipeline",
     "base_config_text",
+    "compare_tok2vecs",
     "hashembed_config",
     "labelled_docbin",
     "tagged_docbin",
