@@ -145,6 +145,26 @@ def test_unknown_keys_of_the_config_and_tokenizer_config_are_not_published(model
     assert json.loads((tmp_path / "out" / "tokenizer_config.json").read_text())["split_pattern"] == "words"
 
 
+def test_what_transformers_writes_of_a_tokenizers_loading_is_neither_published_nor_reported(model, tmp_path, caplog):
+    """transformers 5 saves ``is_local`` and ``local_files_only`` of every loaded tokenizer: the folder's own
+    tokenizer_config.json holds them after a load and save, as the dry run's copy does."""
+    ElmoTokenizer.from_pretrained(str(model), local_files_only=True).save_pretrained(str(model))
+    assert {"is_local", "local_files_only"} <= set(json.loads((model / "tokenizer_config.json").read_text()))
+    with caplog.at_level("WARNING", logger="modeling_elmo.hub.publish"):
+        assert _push(model, tmp_path / "out") == 0
+    assert not [r.getMessage() for r in caplog.records if "not published" in r.getMessage()]
+    published = json.loads((tmp_path / "out" / "tokenizer_config.json").read_text())
+    assert not {"is_local", "local_files_only"} & set(published) and published["split_pattern"] == "words"
+    data = json.loads((model / "tokenizer_config.json").read_text())
+    (model / "tokenizer_config.json").write_text(json.dumps({**data, "apikey": "sk-live-0123456789"}))
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="modeling_elmo.hub.publish"):
+        assert _push(model, tmp_path / "again") == 0
+    assert [r.getMessage() for r in caplog.records if "not published" in r.getMessage()] == [
+        "not published (not a setting of this package or of transformers): apikey of tokenizer_config.json"
+    ]
+
+
 def test_an_html_dataset_name_is_escaped_in_the_text_and_left_out_of_the_yaml(model, tmp_path):
     (model / "training_metadata.json").write_text(json.dumps({"args": {"dataset_name": HOSTILE_NAME}}))
     assert _push(model, tmp_path / "out", "--license", "mit") == 0

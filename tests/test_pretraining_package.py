@@ -36,6 +36,10 @@ def test_presets_recipes_and_accelerate_configs_are_package_data_equal_to_the_ch
     assert arguments.recipe_names() == sorted(p.stem for p in (REPO / "configuration" / "recipes").glob("*.yaml"))
     for path in (REPO / "configuration" / "accelerate").glob("*.yaml"):
         assert (files / "accelerate" / path.name).read_text() == path.read_text()
+    spacy_configs = sorted((REPO / "configuration" / "spacy").glob("*.cfg"))
+    assert spacy_configs
+    for path in spacy_configs:
+        assert (files / "spacy" / path.name).read_text() == path.read_text()
     assert arguments.read_model_preset("tiny") == json.loads((REPO / "configuration" / "elmo-tiny.json").read_text())
     with pytest.raises(ValueError, match="neither a file nor a preset.*elmo-tiny"):
         arguments.read_model_preset("elmo-huge")
@@ -410,6 +414,22 @@ def test_the_lm_corpus_recipes_record_a_licence_for_every_training_file_and_the_
         assert {entry.split("=")[0] for entry in args.data_license} == {data_file_label(f) for f in args.train_file}
         warning = data_license_warning("apache-2.0", args.data_license)
         assert "(reuters_training.txt: research-only (Reuters-21578))" in warning, name  # and nothing else
+
+
+def test_the_quickstart_recipe_records_the_builtin_corpus_as_public_domain_and_the_card_does_not_warn():
+    from modeling_elmo.hub.card import data_license_warning
+    from modeling_elmo.pretraining.arguments import parse_args
+    from modeling_elmo.utils.results import data_file_label
+
+    args = parse_args(["--config", "quickstart"])
+    assert args.data_license == [f"{data_file_label(args.train_file[0])}=public-domain"]
+    assert "Public domain" in (REPO / "modeling_elmo" / "corpora" / "austen-emma" / "README.md").read_text()
+    assert data_license_warning("apache-2.0", args.data_license) is None
+    # the recipe's licence goes with the recipe's data: a file of one's own is not called public domain
+    own = parse_args(["--config", "quickstart", "--train-file", "my_corpus.txt"])
+    assert own.data_license is None and "is not recorded" in data_license_warning("apache-2.0", own.data_license)
+    stated = parse_args(["--config", "quickstart", "--train-file", "my_corpus.txt", "--data-license", "cc-by-4.0"])
+    assert stated.data_license == ["cc-by-4.0"]
 
 
 def test_the_results_name_the_training_files_a_glob_with_its_folder():

@@ -382,6 +382,14 @@ TOKENIZER_CONFIG_KEYS = frozenset(
 )
 
 
+#: What transformers itself writes into a saved ``tokenizer_config.json`` about how the tokenizer was loaded on this
+#: machine (transformers 5 records ``is_local`` and ``local_files_only`` of every ``from_pretrained``; older versions
+#: wrote the others): not settings, so neither published nor reported.
+TRANSFORMERS_LOAD_KEYS = frozenset(
+    {"device_map", "files_loaded", "is_local", "local_files_only", "name_or_path", "special_tokens_map_file"}
+)
+
+
 def config_keys() -> frozenset[str]:
     """The keys a published ``config.json`` may hold: the fields of `ElmoConfig` and transformers' own (not the
     local path it was loaded from). A key a loaded config merely carried along is not published."""
@@ -390,14 +398,17 @@ def config_keys() -> frozenset[str]:
     return frozenset(ElmoConfig().to_dict()) - {"_name_or_path"} | {"torch_dtype", "custom_pipelines"}
 
 
-def _keep_known_keys(path: Path, allowed: frozenset[str]) -> dict[str, Any]:
-    """Rewrite the JSON object in ``path`` without the keys outside ``allowed`` (their names are logged); return it."""
+def _keep_known_keys(path: Path, allowed: frozenset[str], unsaid: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """Rewrite the JSON object in ``path`` without the keys outside ``allowed``; return it. The names of the dropped
+    keys are logged, except those of ``unsaid`` (what transformers itself writes)."""
     data = read_json_object(path, path.stem, required=True)
     dropped = sorted(set(data) - allowed)
-    if dropped:
+    reported = [key for key in dropped if key not in unsaid]
+    if reported:
         logger.warning(
-            "not published (not a setting of this package or of transformers): %s of %s", ", ".join(dropped), path.name
+            "not published (not a setting of this package or of transformers): %s of %s", ", ".join(reported), path.name
         )
+    if dropped:
         data = {key: value for key, value in data.items() if key in allowed}
         atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
     return data
@@ -421,7 +432,7 @@ def save_for_hub(model: Any, tokenizer: Any, folder: str | os.PathLike) -> None:
     finally:
         model.config.auto_map = previous
     _keep_known_keys(run.config_file, config_keys())
-    data = _keep_known_keys(run.tokenizer_config_file, TOKENIZER_CONFIG_KEYS)
+    data = _keep_known_keys(run.tokenizer_config_file, TOKENIZER_CONFIG_KEYS, TRANSFORMERS_LOAD_KEYS)
     if data.get("auto_map") != TOKENIZER_AUTO_MAP:
         data["auto_map"] = TOKENIZER_AUTO_MAP
         atomic_write_text(run.tokenizer_config_file, json.dumps(data, indent=2, sort_keys=True) + "\n")

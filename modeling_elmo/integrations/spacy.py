@@ -72,7 +72,7 @@ class ElmoComponent:
 
     def set_vectors(self, docs: list[Doc]) -> list[Doc]:
         """Run the biLM over every sequence of ``docs`` at once and set each Doc's tensor and hooks."""
-        pieces = [(doc, positions) for doc in docs for positions in _sequences(doc)]
+        pieces = [(doc, positions) for doc in docs for positions in word_sequences(doc)]
         layers = self.embedder.embed_sentences(
             [[doc[i].text for i in positions] for doc, positions in pieces],
             batch_size=self.batch_size,
@@ -89,7 +89,7 @@ class ElmoComponent:
         return docs
 
 
-def _sequences(doc: Doc) -> list[list[int]]:
+def word_sequences(doc: Doc) -> list[list[int]]:
     """Positions of the non-whitespace tokens of each sentence of ``doc`` (the whole Doc where no component set
     sentence boundaries); sentences of whitespace only are dropped."""
     spans = list(doc.sents) if doc.has_annotation("SENT_START") else [doc[:]]

@@ -540,8 +540,8 @@ def parse_args(argv: list[str] | None = None) -> PretrainingArguments:
     if pre.config:
         recipe = load_recipe(pre.config)
         given = {k for k in DATA_SOURCE_FIELDS if getattr(pre, k) != _DEFAULTS[k]}
-        if given:
-            recipe = {k: v for k, v in recipe.items() if k not in DATA_SOURCE_FIELDS}
+        if given:  # the recipe's data licence is that of the recipe's data: it goes with it
+            recipe = {k: v for k, v in recipe.items() if k not in (*DATA_SOURCE_FIELDS, "data_license")}
         parser.set_defaults(**recipe)
     namespace = _parse(parser, argv)
     values = {k: v for k, v in vars(namespace).items() if k in ARGUMENT_NAMES}
