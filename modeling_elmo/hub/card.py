@@ -44,6 +44,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..utils.package_data import data_folder
 from ..utils.results import EvaluationResults, PerplexityResult, ScoreResult, data_file_label
 from . import card_sandbox
 from .safety import HF_TOKEN_PATTERN
@@ -67,13 +68,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-PACKAGE_DIR = Path(__file__).resolve().parents[1]
-#: Model-card templates: ``model_cards/<kind>.md`` next to the package in a source tree; a wheel ships the same
-#: files as ``modeling_elmo/model_cards/``.
-TEMPLATE_DIR = next(
-    (d for d in (PACKAGE_DIR.parent / "model_cards", PACKAGE_DIR / "model_cards") if (d / "pretrained.md").is_file()),
-    PACKAGE_DIR.parent / "model_cards",
-)
+#: Model-card templates: ``model_cards/<kind>.md``, installed as ``modeling_elmo/model_cards/`` or in a checkout's
+#: top level (`utils.package_data.data_folder`).
+TEMPLATE_DIR = data_folder("model_cards")
 CARD_KINDS = ("pretrained", "converted", "classifier")
 #: Placeholders every template must use (a card without them would lose its metadata or its numbers).
 REQUIRED_TEMPLATE_FIELDS = ("card_data", "model_id", "evaluation_section", "training_section")

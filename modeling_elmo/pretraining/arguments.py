@@ -2,7 +2,7 @@
 
 Every field is a flag (``--train-file``, or ``--train_file``) and a recipe key (``train_file`` or ``train-file``);
 unknown recipe keys and abbreviated flags are errors (with a suggestion). Presets, recipes and the quick-start
-corpus are package data (`importlib.resources`).
+corpus are package data (`utils.package_data`).
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
-import importlib.resources
 import json
 import math
 import os
@@ -23,6 +22,7 @@ import yaml
 
 from ..configuration_elmo import shown
 from ..utils.io_utils import error_line
+from ..utils.package_data import data_folder
 
 #: ``--train-file builtin:NAME`` (or ``builtin:NAME/SPLIT``) names a corpus shipped in `modeling_elmo.corpora`.
 BUILTIN_PREFIX = "builtin:"
@@ -258,19 +258,10 @@ def flag(name: str) -> str:
 
 
 # ----------------------------------------------------------------------------------------------- packaged files
-def _package_files(package: str) -> Any:
-    try:
-        return importlib.resources.files(package)
-    except ModuleNotFoundError:
-        raise ValueError(
-            f"the package data {package} is not installed: install the package (`pip install -e .` in a "
-            "checkout, or the wheel)."
-        ) from None
-
-
-def configuration_files() -> Any:
-    """The packaged ``configuration/`` folder (presets, ``recipes/``, ``accelerate/``) as an importlib Traversable."""
-    return _package_files("modeling_elmo.configuration")
+def configuration_files() -> Path:
+    """The ``configuration/`` folder (presets, ``recipes/``, ``accelerate/``): installed or a checkout's
+    (`utils.package_data.data_folder`)."""
+    return data_folder("configuration")
 
 
 def preset_names() -> list[str]:
@@ -322,7 +313,7 @@ def builtin_corpus_file(spec: str, default_split: str) -> str:
     """The file of ``builtin:NAME`` (split ``default_split``) or ``builtin:NAME/SPLIT``."""
     name, _, split = spec[len(BUILTIN_PREFIX) :].partition("/")
     split = split or default_split
-    corpora = _package_files("modeling_elmo.corpora")
+    corpora = data_folder("corpora")
     available = sorted(p.name for p in corpora.iterdir() if (p / "README.md").is_file())
     if name not in available:
         raise ValueError(f"{spec!r}: no packaged corpus {name!r} (packaged: {', '.join(available)}).")
