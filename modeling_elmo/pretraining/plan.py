@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from ..folders.run_folder import RunFolder
-from .arguments import PretrainingArguments, read_model_preset, validate
 from .checkpoint import CheckpointManager, check_checkpoint_files, read_trainer_state
 from .data import Vocabulary, check_hub_dataset, expand_text_files
+from .options import PretrainingArguments, validate
 from .output import check_output_folder
+from .recipes import read_model_preset
 from .settings import BatchSettings, DataSettings, LoopSettings, settings_from_arguments
 from .state import ARCHITECTURE_KEYS, data_fingerprint
 

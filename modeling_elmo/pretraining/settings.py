@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from .arguments import PretrainingArguments, snapshot_minutes
+from .options import PretrainingArguments, snapshot_minutes
 
 __all__ = ["BatchSettings", "DataSettings", "LoopSettings", "settings_from_arguments"]
 

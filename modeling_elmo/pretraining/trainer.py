@@ -24,12 +24,13 @@ from ..utils.capability import bf16_supported, require_bf16
 from ..utils.io_utils import atomic_write_text, command_error
 from ..utils.launch import check_process_count, use_cpu_backend
 from ..utils.results import EvaluationResults, write_results
-from .arguments import DEFAULT_LEARNING_RATES, PretrainingArguments, parse_args
+from .arguments import parse_args
 from .batching import BucketBatchSampler, Collator, example_lengths
 from .checkpoint import WRITE_ERRORS, CheckpointManager, load_checkpoint
 from .data import Vocabulary, build_vocabularies, load_raw_splits, tokenize_splits
 from .evaluation import dataset_description, metrics_record, plot_perplexity
 from .loop import ProgressBar, Session, evaluate_and_track, save_checkpoint, train_loop
+from .options import DEFAULT_LEARNING_RATES, PretrainingArguments
 from .output import data_file_arguments, open_output_folder, run_lock, save_final_model
 from .plan import Plan, build_config, plan_run
 from .schedule import build_scheduler
