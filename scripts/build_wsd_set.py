@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 
 try:
-    from modeling_elmo.evaluation.cli import build_wsd_main
+    from modeling_elmo.evaluation.wsd import build_wsd_main
 except ModuleNotFoundError as error:  # the package is not installed (scripts never import the clone's folder)
     if not (error.name or "").startswith("modeling_elmo"):
         raise

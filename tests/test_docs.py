@@ -81,3 +81,24 @@ def test_the_classifier_on_cached_features_example_runs_and_reports_accuracy(tmp
     predictions = namespace["trainer"].predict(namespace["dev"])
     expected = float((predictions.predictions.argmax(-1) == predictions.label_ids).mean())
     assert accuracy == expected and 0.0 <= accuracy <= 1.0
+
+
+def _heading_anchors(page: Path) -> set[str]:
+    """GitHub's anchors of a page's headings: lower case, punctuation but ``-`` and ``_`` dropped, spaces to ``-``."""
+    headings = [line.lstrip("#").strip() for line in page.read_text(encoding="utf-8").splitlines() if line[:1] == "#"]
+    return {re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-") for heading in headings}
+
+
+def test_the_benchmark_index_lists_every_file_of_scripts_bench_and_links_to_existing_docs_sections():
+    bench = DOCS.parent / "scripts" / "bench"
+    text = (bench / "README.md").read_text(encoding="utf-8")
+    listed = re.findall(r"^\| `([\w.]+)` \|", text, flags=re.M)
+    assert sorted(listed) == sorted(p.name for p in bench.iterdir() if p.suffix in (".py", ".sh"))
+    assert len(listed) == len(set(listed))
+    links = re.findall(r"\]\(\.\./\.\./docs/([\w.-]+\.md)#([\w-]+)\)", text)
+    benchmarks = [name for name in listed if name.startswith("bench_")]
+    assert len(links) >= len(benchmarks)
+    for page, anchor in links:
+        assert anchor in _heading_anchors(DOCS / page), f"{page}#{anchor}"
+    assert not list(bench.glob("*prototype*"))  # prototypes live apart, in scripts/prototypes/
+    assert (DOCS.parent / "scripts" / "prototypes" / "public_prototypes.py").is_file()

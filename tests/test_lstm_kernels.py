@@ -603,12 +603,12 @@ def test_on_threads_runs_the_first_piece_on_the_calling_thread_and_the_others_on
 
 @pytest.mark.parametrize("name", ["public_threads", "public_columns"])
 def test_the_benchmarked_public_prototypes_compute_the_shipped_recurrences_numbers(name, monkeypatch):
-    """`scripts/bench/public_prototypes.py` (measured by ``bench_forward.py --forms NAME``) gives `stacked_lstm`'s
+    """`scripts/prototypes/public_prototypes.py` (measured by ``bench_forward.py --forms NAME``) gives `stacked_lstm`'s
     outputs and final states, from zeros and from a carried state, with padded rows."""
     import sys
     from pathlib import Path
 
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "scripts" / "bench"))
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "scripts" / "prototypes"))
     prototype = __import__("public_prototypes").PROTOTYPES[name]
     sys.modules.pop("public_prototypes", None)
     torch.manual_seed(0)

@@ -55,7 +55,7 @@ def test_a_file_added_to_the_folder_after_planning_is_not_read(tmp_path, acceler
     assert plan.data_fingerprint == data_fingerprint({"train": [str(planned)]}, None)
 
     added = _write_lines(folder / "b.txt", 30, start=3)  # the folder changes between planning and loading
-    data = prepare_data(args, accelerator, plan)
+    data = prepare_data(plan.data, accelerator, plan)
     assert len(data.splits["train"]) == 12, "only the planned file's lines are read"
     assert plan_run(args).data_fingerprint != plan.data_fingerprint, "a new plan would see the added file"
     assert plan_run(args).files == {"train": (str(planned), str(added))}
@@ -73,7 +73,7 @@ def test_a_planned_file_changed_before_loading_is_refused_naming_it(tmp_path, ac
         planned.unlink()
     message = "changed after the run started" if change == "appended" else "was removed after the run started"
     with pytest.raises(ValueError, match=f"--train-file: {str(planned)!r} {message}"):
-        prepare_data(args, accelerator, plan)
+        prepare_data(plan.data, accelerator, plan)
 
 
 @pytest.mark.parametrize("how", ["in place", "replaced"])
@@ -100,7 +100,7 @@ def test_a_planned_file_rewritten_with_its_size_and_mtime_kept_is_refused_naming
     after = os.stat(planned)
     assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
     with pytest.raises(ValueError) as raised:
-        prepare_data(args, accelerator, plan)
+        prepare_data(plan.data, accelerator, plan)
     assert str(raised.value) == (
         f"--train-file: {str(planned)!r} changed after the run started (rewritten or replaced, with the same size); "
         "run the command again once the data are complete."
@@ -150,7 +150,7 @@ def test_the_starting_model_and_the_vocabulary_are_read_once(tmp_path, accelerat
         str(tmp_path / "vocab.txt"),
     )
     plan = plan_run(args)
-    data = prepare_data(args, accelerator, plan)
+    data = prepare_data(plan.data, accelerator, plan)
     assert sorted(vocab_reads) == sorted([model / "vocab.txt", tmp_path / "vocab.txt"]), "each vocabulary read once"
     assert config_reads == [str(model / "config.json")], "the starting model's config read once"
     assert data.vocab == vocab and plan.init_from == model

@@ -295,9 +295,9 @@ def test_a_template_exhausting_memory_or_time_ends_in_one_line_naming_it(
     limit (here 3 s), in one line naming the template."""
     import time
 
-    from modeling_elmo.hub import card
+    from modeling_elmo.hub import card_render
 
-    monkeypatch.setattr(card, "TEMPLATE_TIME_LIMIT", 3.0)
+    monkeypatch.setattr(card_render, "TEMPLATE_TIME_LIMIT", 3.0)
     template = _card_template(tmp_path, expression)
     start = time.monotonic()
     with pytest.raises(SystemExit) as exit_:

@@ -18,6 +18,7 @@ surface form the same vector, so there almost every occurrence is a tie. Reporte
 
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 import random
@@ -171,3 +172,29 @@ def build_wsd_subset(
     atomic_write_text(out_path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
     summary["occurrences"] = len(records)
     return summary
+
+
+def build_wsd_main(argv: list[str] | None = None) -> int:
+    """Entry point of ``scripts/build_wsd_set.py``."""
+    p = argparse.ArgumentParser(
+        prog="build_wsd_set.py",
+        description="Build the small balanced sense-labelled JSONL from the Senseval line/hard/serve/interest corpus.",
+    )
+    p.add_argument(
+        "--data-dir", type=Path, required=True, help=f"data folder holding {SENSEVAL_TSV} (e.g. the shared data folder)"
+    )
+    p.add_argument("--out", type=Path, default=DEFAULT_WSD_SET)
+    p.add_argument("--senses-per-word", type=int, default=3)
+    p.add_argument("--per-sense", type=int, default=30)
+    p.add_argument("--max-tokens", type=int, default=40)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    tsv = args.data_dir / SENSEVAL_TSV
+    if not tsv.exists():
+        p.exit(2, f"{p.prog}: error: source corpus {tsv} not found (check --data-dir)\n")
+    try:
+        summary = build_wsd_subset(tsv, args.out, args.senses_per_word, args.per_sense, args.max_tokens, args.seed)
+    except ValueError as e:
+        p.exit(2, f"{p.prog}: error: {e}\n")
+    print(json.dumps(summary, indent=2))
+    return 0

@@ -27,30 +27,46 @@ Markdown and HTML before it goes into the text (`escape_markdown`); the YAML met
 ids that are valid Hub ids, language codes and license ids of the Hub's form, and names without markup.
 
 A model without results gets a card that says so and no ``model-index``.
+
+This module writes the card's text; `card_index` makes its ``model-index`` and checks the ids of its metadata,
+`card_values` makes the user's values safe for either, and `card_render` renders the template (a ``--template`` in
+the child interpreter of `card_sandbox`).
 """
 
 from __future__ import annotations
 
 import ast
 import dataclasses
-import html
 import json
 import logging
 import os
 import re
-import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..utils.results import EvaluationResults, PerplexityResult, ScoreResult, data_file_label
-from . import card_sandbox
-from .safety import HF_TOKEN_PATTERN
+from .card_index import (
+    HUB_ID,
+    LANGUAGE,
+    LICENSE,
+    MAX_INDEXED_RESULTS,
+    MIN_INDEXED_EXAMPLES,
+    eval_results_for_hub,
+    indexed_count,
+    valid_ids,
+)
+from .card_render import CARD_KINDS, REQUIRED_TEMPLATE_FIELDS, TEMPLATE_DIR, default_template_path, render_model_card
+from .card_settings import CARD_SETTINGS, card_settings
+from .card_values import MAX_SHOWN_CHARACTERS, _cut, _scrub, escape_markdown
 
 __all__ = [
     "CARD_KINDS",
     "CARD_SETTINGS",
+    "MAX_CARD_ROWS",
+    "MAX_INDEXED_RESULTS",
+    "MAX_SHOWN_CHARACTERS",
     "MIN_INDEXED_EXAMPLES",
     "REQUIRED_TEMPLATE_FIELDS",
     "TEMPLATE_DIR",
@@ -67,36 +83,10 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-PACKAGE_DIR = Path(__file__).resolve().parents[1]
-#: Model-card templates: ``model_cards/<kind>.md`` next to the package in a source tree; a wheel ships the same
-#: files as ``modeling_elmo/model_cards/``.
-TEMPLATE_DIR = next(
-    (d for d in (PACKAGE_DIR.parent / "model_cards", PACKAGE_DIR / "model_cards") if (d / "pretrained.md").is_file()),
-    PACKAGE_DIR.parent / "model_cards",
-)
-CARD_KINDS = ("pretrained", "converted", "classifier")
-#: Placeholders every template must use (a card without them would lose its metadata or its numbers).
-REQUIRED_TEMPLATE_FIELDS = ("card_data", "model_id", "evaluation_section", "training_section")
-#: The Hub task type of each evaluation task (the ``model-index`` groups results by it).
-TASK_TYPES = {
-    "probe-sentiment": "text-classification",
-    "probe-pos": "token-classification",
-    "wsd-probe": "token-classification",
-}
-TASK_NAMES = {
-    "probe-sentiment": "Sentiment probe (frozen features)",
-    "probe-pos": "Part-of-speech probe (frozen features)",
-    "wsd-probe": "Word-sense nearest-neighbour probe",
-}
-METRIC_NAMES = {"accuracy": "Accuracy", "accuracy_ties_half": "Accuracy, ties as half"}
-#: A score decided on fewer examples (WSD occurrences that are not ties, dev sentences, tokens) stays out of the
-#: ``model-index``: at 3 examples an accuracy of 0.0 or 1.0 says nothing about the model.
-MIN_INDEXED_EXAMPLES = 50
-#: The most rows each results table of the card shows, and the most entries of its ``model-index``: the rest are
-#: counted in the card ("N more in eval_results.json"), so that a results file of any length gives a card of bounded
-#: size (an evaluation writes tens of records).
+#: The most rows each results table of the card shows (and `card_index.MAX_INDEXED_RESULTS` the most entries of its
+#: ``model-index``): the rest are counted in the card ("N more in eval_results.json"), so that a results file of any
+#: length gives a card of bounded size (an evaluation writes tens of records).
 MAX_CARD_ROWS = 100
-MAX_INDEXED_RESULTS = 100
 #: Model licences that let anyone use the model for anything (the data-licence warning applies to them).
 PERMISSIVE_LICENSES = frozenset({"apache-2.0", "mit", "bsd-2-clause", "bsd-3-clause", "cc-by-4.0", "cc0-1.0"})
 #: Data licences that do not allow every use, and words that say the licence is not known.
@@ -106,126 +96,8 @@ _RESTRICTED_DATA_LICENSE = re.compile(
     re.IGNORECASE,
 )
 
-#: The settings a card lists (dotted key paths of the training or conversion metadata): an allow-list, so that a
-#: key this package does not write (``apikey``, ``credentials``, ``db_url``, ...) never reaches a public card.
-#: ``published.<figure>`` of a conversion is listed too (`_is_card_setting`); its checksums are in the source files
-#: table.
-_RUN_ARGUMENTS = (
-    "train_file",
-    "validation_file",
-    "test_file",
-    "dataset_name",
-    "dataset_config_name",
-    "validation_split_percentage",
-    "max_train_examples",
-    "max_eval_examples",
-    "vocab_file",
-    "vocab_size",
-    "min_count",
-    "batching",
-    "window_size",
-    "max_sentence_length",
-    "per_device_train_batch_size",
-    "per_device_eval_batch_size",
-    "max_tokens_per_batch",
-    "bucket_size",
-    "model_config",
-    "init_from_model",
-    "lm_softmax",
-    "num_negative_samples",
-    "dropout",
-    "seed",
-    "optimizer",
-    "learning_rate",
-    "adagrad_initial_accumulator",
-    "weight_decay",
-    "adam_beta1",
-    "adam_beta2",
-    "lr_scheduler_type",
-    "warmup_steps",
-    "num_train_epochs",
-    "max_steps",
-    "gradient_accumulation_steps",
-    "max_grad_norm",
-    "loss_multiplier",
-    "mixed_precision",
-    "checkpointing_steps",
-    "max_train_minutes",
-    "eval_steps",
-    "early_stopping_patience",
-    "load_best_model_at_end",
-    "data_license",
-)
-CARD_SETTINGS = frozenset(
-    {
-        # elmo pretrain (training_metadata.json)
-        "global_step",
-        "model_step",
-        "tokens_seen",
-        "skipped_updates",
-        "train_seconds",
-        "wall_seconds",
-        "num_processes",
-        "mixed_precision",
-        "vocab_size",
-        "vocab_fingerprint",
-        "data_fingerprint",
-        "parameters",
-        "stopped_early",
-        "best_validation_perplexity",
-        "best_step",
-        "versions.torch",
-        "versions.transformers",
-        "versions.datasets",
-        *(f"args.{name}" for name in _RUN_ARGUMENTS),
-        # a classifier's training metadata (written by the user's own training script)
-        "datasets",
-        "data_licenses",
-        "base_model",
-        "epochs",
-        "num_train_epochs",
-        "learning_rate",
-        "batch_size",
-        "per_device_train_batch_size",
-        "seed",
-        "weight_decay",
-        "warmup_steps",
-        "max_steps",
-        "optimizer",
-        "lr_scheduler_type",
-        "freeze_elmo",
-        # elmo convert (conversion_metadata.json)
-        "converted_from",
-        "options_file",
-        "weights_file",
-        "validation_max_abs_difference",
-        "validation_max_abs_difference_per_layer",
-        "validation_atol",
-        "num_parameters",
-        "release",
-        # elmo convert --efml / --release efml-LANG
-        "language_name",
-        "nlpl_repository_id",
-        "architecture",
-    }
-)
 #: ``conversion_metadata.json``'s ``source_format`` of an ELMoForManyLangs conversion: its card has its own template.
 EFML_SOURCE_FORMAT = "elmoformanylangs"
-#: The figures a release's authors published (`modeling_elmo.conversion.releases.Release.published_figures`).
-_PUBLISHED_FIGURES = (
-    "parameters",
-    "parameters_in_weight_file",
-    "srl_f1",
-    "constituency_parsing_f1",
-    "lm_perplexity",
-    "lm_perplexity_note",
-    "training_data",
-)
-#: What the YAML metadata accepts: Hub ids (``name`` or ``owner/name``), language codes, license ids.
-_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?")
-_LANGUAGE = re.compile(r"[a-zA-Z]{2,3}([-_][A-Za-z0-9]{2,8})*")
-_LICENSE = re.compile(r"[a-z0-9][a-z0-9.+-]{0,63}")
-
 PAPER_CITATION = """@inproceedings{peters-etal-2018-deep,
     title = "Deep Contextualized Word Representations",
     author = "Peters, Matthew E.  and
@@ -264,63 +136,6 @@ class CardInputs:
 
 
 # ----------------------------------------------------------------------------------------------- small helpers
-def _words(key: str) -> list[str]:
-    return [w for w in re.split(r"[^a-z0-9]+", re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", str(key)).lower()) if w]
-
-
-#: The most characters of one value (a dataset's name, a setting) that the card shows: a value of megabytes in a
-#: results file is cut, never published whole (in the text or the metadata).
-MAX_SHOWN_CHARACTERS = 200
-
-
-def _cut(text: str) -> str:
-    return text if len(text) <= MAX_SHOWN_CHARACTERS else f"{text[:MAX_SHOWN_CHARACTERS]}…"
-
-
-def _slug(text: str) -> str:
-    return "-".join(_words(str(text)[: 2 * MAX_SHOWN_CHARACTERS]))[:MAX_SHOWN_CHARACTERS].strip("-") or "unknown"
-
-
-def _scrub(value: Any) -> Any:
-    """A value safe to print in a public card: absolute paths become their last part (with its folder for a glob,
-    `data_file_label`), tokens and the user and password of a URL are masked."""
-    if isinstance(value, str):
-        value = HF_TOKEN_PATTERN.sub("hf_***", value)
-        value = re.sub(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s]*@", r"\1***@", value)
-        if os.path.isabs(value) or re.match(r"^[A-Za-z]:[\\/]", value) or value.startswith("~"):
-            value = data_file_label(value) or value
-    return value
-
-
-#: Markdown punctuation that could start markup mid-line; ``_`` only where it could open or close emphasis (not
-#: between two letters or digits, as in ``tiny_corpus``).
-_MARKDOWN_SPECIAL = re.compile(r"([\\`*{}\[\]()!|~]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9]))")
-
-
-def escape_markdown(text: Any) -> str:
-    """``text`` as literal characters in Markdown and HTML: no tag, link, image, emphasis, code span or table
-    cell boundary can come out of it (Markdown punctuation is backslash-escaped, ``& < >`` become entities, line
-    breaks become spaces; quotes stay, as no tag can be opened to put them in)."""
-    text = " ".join(str(text).split())
-    return html.escape(_MARKDOWN_SPECIAL.sub(r"\\\1", text), quote=False)
-
-
-def _plain(text: Any) -> str:
-    """A name for the YAML metadata: one line, no markup characters."""
-    return " ".join(re.sub(r"[<>&\"'`\\{}\[\]]", "", str(_scrub(str(text)[: 2 * MAX_SHOWN_CHARACTERS]))).split())[
-        :MAX_SHOWN_CHARACTERS
-    ]
-
-
-def _valid(values: Sequence[str], pattern: re.Pattern, what: str) -> list[str]:
-    """The values that match ``pattern``; the others are left out of the YAML metadata (with a warning)."""
-    kept = [v for v in values if isinstance(v, str) and pattern.fullmatch(v)]
-    for value in values:
-        if value not in kept:
-            logger.warning("not a valid %s, left out of the card's metadata: %r", what, value)
-    return kept
-
-
 def _cell(value: Any) -> str:
     if value is None:
         return "—"
@@ -333,12 +148,6 @@ def _cell(value: Any) -> str:
     return escape_markdown(_cut(text))
 
 
-def _flatten(obj: Any, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
-    if isinstance(obj, Mapping):
-        return [item for key, value in obj.items() for item in _flatten(value, prefix + (str(key),))]
-    return [(prefix, obj)]
-
-
 def _as_list(value: Any) -> list[str]:
     if isinstance(value, str) and value:
         return [value]
@@ -347,63 +156,7 @@ def _as_list(value: Any) -> list[str]:
     return []
 
 
-def _split_for_hub(split: str) -> str | None:
-    """The model-index split: None for text that is not a named split of a dataset."""
-    return None if split in ("held-out", "all") else split
-
-
 # ----------------------------------------------------------------------------------------------- sections
-def eval_results_for_hub(results: Sequence[EvaluationResults], limit: int = MAX_INDEXED_RESULTS) -> list:
-    """`huggingface_hub.EvalResult` entries of the model's own numbers, the first ``limit`` of them: the LM's
-    perplexities (not the unigram baseline's, not the untrained model's) and the probe scores that are defined and
-    decided on at least `MIN_INDEXED_EXAMPLES` examples (`_indexed_count` counts them all)."""
-    from huggingface_hub import EvalResult
-
-    entries: list = []
-    for result in results:
-        for p in result.perplexity:
-            for column in ("forward", "backward", "average"):
-                entries.append(
-                    EvalResult(
-                        task_type="text-generation",
-                        task_name="Bidirectional language modeling",
-                        dataset_type=_slug(p.dataset),
-                        dataset_name=_plain(p.dataset),
-                        dataset_split=_split_for_hub(_plain(p.split)),
-                        metric_type="perplexity",
-                        metric_name=f"Perplexity ({column})",
-                        metric_value=round(getattr(p, column), 4),
-                    )
-                )
-                if len(entries) >= limit:
-                    return entries
-        for s in filter(_indexed, result.scores):
-            entries.append(
-                EvalResult(
-                    task_type=TASK_TYPES.get(s.task, "other"),
-                    task_name=TASK_NAMES.get(s.task, _plain(s.task)),
-                    dataset_type=_slug(s.dataset),
-                    dataset_name=_plain(s.dataset),
-                    dataset_split=_split_for_hub(_plain(s.split)),
-                    metric_type="accuracy" if s.metric.startswith("accuracy") else _slug(s.metric),
-                    metric_name=f"{METRIC_NAMES.get(s.metric, _plain(s.metric))} ({_plain(s.representation)})",
-                    metric_value=round(s.value, 6),
-                )
-            )
-            if len(entries) >= limit:
-                return entries
-    return entries
-
-
-def _indexed(score: ScoreResult) -> bool:
-    return score.value is not None and score.examples >= MIN_INDEXED_EXAMPLES
-
-
-def _indexed_count(results: Sequence[EvaluationResults]) -> int:
-    """How many entries `eval_results_for_hub` would give without a limit."""
-    return sum(3 * len(r.perplexity) + sum(map(_indexed, r.scores)) for r in results)
-
-
 def _more_rows(total: int) -> list[str]:
     """The line under a table cut at `MAX_CARD_ROWS` rows."""
     if total <= MAX_CARD_ROWS:
@@ -503,18 +256,10 @@ def _evaluation_section(results: Sequence[EvaluationResults]) -> str:
             *_more_rows(len(scores)),
             "",
         ]
-    indexed = _indexed_count(results)
+    indexed = indexed_count(results)
     if indexed > MAX_INDEXED_RESULTS:
         parts.append(f"The `model-index` holds the first {MAX_INDEXED_RESULTS} of these {indexed:,} numbers.")
     return "\n".join(parts).rstrip() + "\n"
-
-
-def _is_card_setting(key_path: tuple[str, ...]) -> bool:
-    """Whether the metadata entry at ``key_path`` is one a card lists: `CARD_SETTINGS` or a released figure
-    (``published.<figure>``). A conversion's checksums are in the source files table (`_source_files_section`)."""
-    if ".".join(key_path) in CARD_SETTINGS:
-        return True
-    return len(key_path) == 2 and key_path[0] == "published" and key_path[1] in _PUBLISHED_FIGURES
 
 
 def _source_text(metadata: Mapping[str, Any]) -> str:
@@ -554,13 +299,12 @@ def _training_section(metadata: Mapping[str, Any] | None, kind: str) -> str:
             return "No conversion metadata was supplied; see the source release for its training details."
         return "No training metadata was supplied when this card was written."
     rows = []
-    for key_path, value in _flatten(metadata):
+    # an allow-list: only the settings this package writes (never a credential, even masked)
+    for key_path, value in card_settings(metadata):
         if isinstance(value, (list, tuple)) and all(isinstance(v, (str, int, float, bool)) for v in value):
             pass
         elif not isinstance(value, (str, int, float, bool)) or value is None:
             continue
-        if not _is_card_setting(key_path):
-            continue  # an allow-list: only the settings this package writes (never a credential, even masked)
         rows.append(f"| {_cell('.'.join(key_path))} | {_cell(value)} |")
     if not rows:
         return "The metadata holds no scalar entries."
@@ -665,130 +409,6 @@ def _plots_section(plot_names: Sequence[str]) -> str:
 
 
 # ----------------------------------------------------------------------------------------------- rendering
-def default_template_path(kind: str) -> Path:
-    if kind not in CARD_KINDS:
-        raise ValueError(f"card kind must be one of {', '.join(CARD_KINDS)}; got {kind!r}.")
-    return TEMPLATE_DIR / f"{kind}.md"
-
-
-#: The first jinja2 release whose sandbox keeps a template in: 3.1.5 and earlier let ``|attr('format')`` reach
-#: ``str.format`` unguarded (CVE-2025-27516), so
-#: ``{{ ('{0.__globals__[os].environ[HF_TOKEN]}'|attr('format'))(lipsum) }}`` rendered the token into the card.
-JINJA_SANDBOX_FLOOR = (3, 1, 6)
-
-
-#: A ``--template`` is text from the user: it is rendered in a child interpreter (`card_sandbox`, run with ``-I`` and
-#: an empty environment) whose address space is limited to this many bytes plus eight times the size of the template
-#: and its values, and which is stopped after `TEMPLATE_TIME_LIMIT` seconds. The templates of `TEMPLATE_DIR` are the
-#: package's own and are rendered in this process.
-TEMPLATE_MEMORY_LIMIT = 1 << 30
-TEMPLATE_TIME_LIMIT = 60.0
-#: The longest text (characters) a ``--template`` may render, plus four times the size of the template and its values:
-#: what comes back from the child is read into this process.
-TEMPLATE_TEXT_LIMIT = 16 * 2**20
-
-
-def _is_builtin_template(path: Path) -> bool:
-    return path.resolve().parent == TEMPLATE_DIR.resolve()
-
-
-def _render_in_child(source: str, values: dict[str, Any], name: str, time_limit: float) -> str:
-    """`card_sandbox.render_template` in a separate, isolated interpreter with bounded memory and time."""
-    request = json.dumps({"name": name, "source": source, "values": values}).encode("utf-8")
-    memory_limit = TEMPLATE_MEMORY_LIMIT + 8 * len(request)
-    text_limit = TEMPLATE_TEXT_LIMIT + 4 * len(request)
-    try:
-        done = subprocess.run(
-            [sys.executable, "-I", card_sandbox.__file__, str(memory_limit), str(text_limit)],
-            input=request,
-            capture_output=True,
-            env={},  # nothing of this process's environment (a token above all) reaches the template
-            timeout=time_limit,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        raise ValueError(f"model-card template {name}: rendering did not finish within {time_limit:g} s.") from None
-    if done.returncode == 0:
-        return done.stdout.decode("utf-8")
-    stderr = done.stderr.decode("utf-8", "replace").strip()
-    if done.returncode == card_sandbox.EXIT_REFUSED and stderr and "\n" not in stderr:
-        raise ValueError(stderr)
-    if done.returncode == card_sandbox.EXIT_MEMORY or "MemoryError" in stderr:
-        raise ValueError(
-            f"model-card template {name}: rendering used more than {memory_limit / 2**30:.2f} GiB of memory."
-        )
-    how = f"signal {-done.returncode}" if done.returncode < 0 else f"exit status {done.returncode}"
-    last = stderr.splitlines()[-1][:200] if stderr else "no message"
-    raise ValueError(f"model-card template {name}: rendering ended with {how} ({last}).")
-
-
-def render_model_card(
-    template: str | os.PathLike,
-    card_data: Any,
-    context: Mapping[str, Any],
-    *,
-    time_limit: float | None = None,
-):
-    """Render a Jinja template into a `huggingface_hub.ModelCard` (the same rendering as
-    ``ModelCard.from_template``, but strict).
-
-    Raises `ValueError` naming the field when the template lacks one of `REQUIRED_TEMPLATE_FIELDS` or uses a
-    field that neither ``context`` nor ``card_data`` provides. A template is text from the user (``--template``), so
-    it is rendered in Jinja's immutable sandbox: one that reaches for Python internals (``self.__init__``, a
-    method that changes a value) is refused with one line before anything of it runs. The syntax and the fields are
-    checked here; a template outside `TEMPLATE_DIR` is then rendered in a child interpreter (`_render_in_child`) with
-    bounded memory and at most ``time_limit`` seconds (default `TEMPLATE_TIME_LIMIT`), each refused in one line
-    naming the template.
-    """
-    import jinja2
-    from huggingface_hub import ModelCard
-    from jinja2 import meta
-
-    if tuple(int(part) for part in re.findall(r"\d+", jinja2.__version__)[:3]) < JINJA_SANDBOX_FLOOR:
-        raise ValueError(
-            f"jinja2 {jinja2.__version__} is installed; its sandbox lets a template read Python internals (the "
-            f"environment's variables, credentials among them) through |attr('format'). Install jinja2>="
-            f"{'.'.join(map(str, JINJA_SANDBOX_FLOOR))} to render a --template."
-        )
-    template_path = Path(template)
-    if not template_path.is_file():
-        raise ValueError(f"model-card template {str(template)!r} does not exist.")
-    source = template_path.read_text(encoding="utf-8")
-    try:
-        parsed = card_sandbox.sandboxed_environment().parse(source)
-    except jinja2.TemplateSyntaxError as error:
-        raise ValueError(
-            f"model-card template {template_path} has a syntax error on line {error.lineno}: {error.message}."
-        ) from None
-    used = meta.find_undeclared_variables(parsed)
-    missing_required = [name for name in REQUIRED_TEMPLATE_FIELDS if name not in used]
-    if missing_required:
-        raise ValueError(
-            f"model-card template {template_path} is missing the field(s) "
-            f"{', '.join('{{ ' + n + ' }}' for n in missing_required)}."
-        )
-    values = dict(card_data.to_dict())
-    values.update(context)
-    values["card_data"] = card_data.to_yaml()
-    unknown = sorted(used - set(values))
-    if unknown:
-        raise ValueError(
-            f"model-card template {template_path} uses the field(s) {', '.join(unknown)}, which no "
-            f"value fills (known fields: {', '.join(sorted(values))})."
-        )
-    if _is_builtin_template(template_path):
-        content = card_sandbox.render_template(source, values, str(template_path))
-    else:
-        content = _render_in_child(
-            source, values, str(template_path), TEMPLATE_TIME_LIMIT if time_limit is None else time_limit
-        )
-    if not content.lstrip().startswith("---"):
-        raise ValueError(
-            f"model-card template {template_path} must start with the YAML block '---\\n{{{{ card_data }}}}\\n---'."
-        )
-    return ModelCard(content)
-
-
 def detect_card_kind(config: Any, converted: bool = False) -> str:
     """``classifier`` for a classification head; ``converted`` for a converted release (its conversion metadata,
     or a bare ``ElmoModel`` without a word vocabulary, which is what ``elmo convert`` writes); else
@@ -840,11 +460,11 @@ def build_model_card(
     # a biLM is its own base unless the user says otherwise
     base_model = inputs.base_model or (metadata.get("base_model") if kind == "classifier" else None)
     base_model = base_model if isinstance(base_model, str) else None
-    language = _valid(inputs.language or _as_list(metadata.get("language")), _LANGUAGE, "language code") or ["en"]
+    language = valid_ids(inputs.language or _as_list(metadata.get("language")), LANGUAGE, "language code") or ["en"]
     license_ = (
-        _valid([inputs.license or metadata.get("license") or "apache-2.0"], _LICENSE, "license id") or ["other"]
+        valid_ids([inputs.license or metadata.get("license") or "apache-2.0"], LICENSE, "license id") or ["other"]
     )[0]
-    hub_datasets = _valid(datasets, _HUB_ID, "Hub dataset id")
+    hub_datasets = valid_ids(datasets, HUB_ID, "Hub dataset id")
     license_warning = data_license_warning(str(license_), data_licenses) if kind != "converted" else None
     if license_warning:
         logger.warning("%s: %s", repo_id, license_warning)
@@ -858,7 +478,7 @@ def build_model_card(
         tags=tags,
         datasets=hub_datasets or None,
         pipeline_tag=pipeline_tag,
-        base_model=(_valid([base_model], _HUB_ID, "Hub model id") or [None])[0] if base_model else None,
+        base_model=(valid_ids([base_model], HUB_ID, "Hub model id") or [None])[0] if base_model else None,
         metrics=sorted({e.metric_type for e in eval_results}) or None,
         model_name=model_name if eval_results else None,
         eval_results=eval_results or None,

@@ -23,6 +23,7 @@ from ..folders.run_folder import RunFolder, read_json_object
 from ..utils.io_utils import command_error
 from ..utils.results import read_results
 from . import card as card_module
+from . import card_index
 from .card import CARD_KINDS, CardInputs
 from .publish import COMMAND, assemble_repo_folder, check_model_folder, upload_repo_folder, validate_repo_id
 from .safety import resolve_token
@@ -125,7 +126,7 @@ def _warnings_on_stderr():
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(f"{PROG}: warning: %(message)s"))
     handler.setLevel(logging.WARNING)
-    loggers = [logging.getLogger(card_module.__name__), logging.getLogger(manifest_module.__name__)]
+    loggers = [logging.getLogger(m.__name__) for m in (card_module, card_index, manifest_module)]
     for logger in loggers:
         logger.addHandler(handler)
     try:

@@ -1,6 +1,8 @@
 """ELMo pretraining with accelerate (``elmo pretrain`` or ``accelerate launch scripts/pretrain.py``; see
-docs/pretraining.md): `arguments` and `plan` (the inputs, checked and resolved once), `data` and `batching`, `state`,
-`schedule`, `checkpoint`, `output`, `evaluation`, `loop` (the training loop) and `trainer` (`train`, `main`).
+docs/pretraining.md): `options` (the options and their checks), `recipes` (presets, recipes, packaged corpora),
+`arguments` (the command-line parser), `plan` and `settings` (the inputs, checked and resolved once), `data` and
+`batching`, `state`, `schedule`, `checkpoint`, `output`, `evaluation`, `loop` (the training loop) and `trainer`
+(`train`, `main`).
 """
 
 from .arguments import PretrainingArguments, load_recipe, parse_args

@@ -30,7 +30,7 @@ from ..evaluation.lm_scoring import LAYOUTS as BATCHING_MODES
 from ..tokenization_elmo import CharacterAlphabet
 from ..utils.io_utils import MAX_LINE_BYTES, LineTooLongError, atomic_write_text, hub_reachable, iter_lines
 from ..utils.loading import HubUnreachableError
-from .arguments import BUILTIN_PREFIX, builtin_corpus_file
+from .recipes import BUILTIN_PREFIX, builtin_corpus_file
 
 logger = logging.getLogger(__name__)
 

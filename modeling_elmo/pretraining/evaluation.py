@@ -13,8 +13,8 @@ import torch
 from ..evaluation.lm_scoring import UnigramBaseline, score_batches
 from ..folders.files import atomic_output
 from ..utils.results import PerplexityResult, data_file_label
-from .arguments import PretrainingArguments
 from .batching import BucketBatchSampler, Collator, FixedBatches, IndexedDataset, example_lengths, iter_stream_batches
+from .options import PretrainingArguments
 from .state import read_metrics
 
 

@@ -18,19 +18,19 @@ import math
 import signal
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from ..folders.run_folder import RunFolder
-from .arguments import PretrainingArguments, snapshot_minutes
 from .batching import BucketBatchSampler, Collator, FixedBatches, IndexedDataset, iter_stream_batches
 from .checkpoint import FORMAT_VERSION, CheckpointManager, write_training_files
-from .evaluation import dataset_description, evaluate, metrics_record
+from .evaluation import evaluate, metrics_record
 from .output import BestModel, recover_snapshots, save_snapshot
 from .schedule import BudgetScheduler
+from .settings import BatchSettings, LoopSettings
 from .state import MetricsLog, TrainingState
 
 logger = logging.getLogger("modeling_elmo.pretraining")
@@ -40,7 +40,8 @@ logger = logging.getLogger("modeling_elmo.pretraining")
 class Session:
     """Everything the loop works with, built by `modeling_elmo.pretraining.trainer.train`."""
 
-    args: PretrainingArguments
+    batches: BatchSettings
+    loop: LoopSettings
     accelerator: Any
     model: torch.nn.Module
     optimizer: Any
@@ -52,6 +53,10 @@ class Session:
     identity: dict[str, Any]
     vocab_text: str
     total_updates: int
+    #: what each evaluation split is, for the results (`evaluation.dataset_description`)
+    split_descriptions: dict[str, str] = field(default_factory=dict)
+    #: the run's arguments as recorded (``training_metadata.json``'s ``args``, the trackers' config): only written
+    recorded_arguments: dict[str, Any] = field(default_factory=dict)
     char_vocab_text: str | None = None  # the Unicode character vocabulary (JSON), saved in every checkpoint
     last_saved_step: int = -1
     last_evaluated_step: int = -1
@@ -60,9 +65,9 @@ class Session:
     progress: Any = None
 
     def __post_init__(self) -> None:
-        self.checkpoints = CheckpointManager(self.run.checkpoints_dir, keep_last=self.args.checkpoints_total_limit)
+        self.checkpoints = CheckpointManager(self.run.checkpoints_dir, keep_last=self.loop.checkpoints_total_limit)
         self.metrics = MetricsLog(self.run.metrics_file, self.accelerator.is_main_process)
-        self.best = BestModel(self.run.best_model_dir) if self.args.load_best_model_at_end else None
+        self.best = BestModel(self.run.best_model_dir) if self.loop.load_best_model_at_end else None
 
     @property
     def world(self) -> int:
@@ -72,10 +77,10 @@ class Session:
         return self.accelerator.unwrap_model(self.model)
 
     def evaluate(self, split: str, baseline: Any = None) -> Any:
-        args = self.args
-        options = dict(batch_size=args.per_device_eval_batch_size, layout=args.batching, bucket_size=args.bucket_size)
-        options.update(num_workers=args.dataloader_num_workers, baseline=baseline, split=split)
-        options["description"] = dataset_description(args, split)
+        batches = self.batches
+        options = dict(batch_size=batches.per_device_eval_batch_size, layout=batches.batching)
+        options.update(bucket_size=batches.bucket_size, num_workers=batches.dataloader_num_workers)
+        options.update(baseline=baseline, split=split, description=self.split_descriptions.get(split, split))
         return evaluate(self.unwrapped(), self.splits[split], self.collator, self.accelerator, **options)
 
 
@@ -172,13 +177,14 @@ class StopFlag:
 def micro_batches(s: Session, start_epoch: int, start_batch: int) -> Iterator[tuple[int, int, dict[str, torch.Tensor]]]:
     """(epoch, position in the epoch, batch) from ``start_batch`` of ``start_epoch`` on, epoch after epoch (the
     skipped batches are never read)."""
-    args, ep, skip = s.args, start_epoch, start_batch
+    batches, ep, skip = s.batches, start_epoch, start_batch
     while True:
         produced = False
-        if args.streaming:
-            shard = dict(rank=s.accelerator.process_index, num_replicas=s.world, shuffle=True, seed=args.seed, epoch=ep)
-            budget = dict(buffer_batches=args.bucket_size, max_tokens=args.max_tokens_per_batch)
-            stream = iter_stream_batches(s.splits["train"], args.per_device_train_batch_size, **shard, **budget)
+        if batches.streaming:
+            shard = dict(rank=s.accelerator.process_index, num_replicas=s.world, shuffle=True, seed=batches.seed)
+            budget = dict(buffer_batches=batches.bucket_size, max_tokens=batches.max_tokens_per_batch)
+            size = batches.per_device_train_batch_size
+            stream = iter_stream_batches(s.splits["train"], size, **shard, epoch=ep, **budget)
             for position, examples in enumerate(stream, start=1):
                 produced = True
                 if position > skip:
@@ -189,10 +195,10 @@ def micro_batches(s: Session, start_epoch: int, start_batch: int) -> Iterator[tu
                 IndexedDataset(s.splits["train"]),
                 batch_sampler=FixedBatches(rank_batches[skip:]),
                 collate_fn=s.collator,
-                num_workers=args.dataloader_num_workers,
+                num_workers=batches.dataloader_num_workers,
                 pin_memory=s.accelerator.device.type == "cuda",
                 # a private generator: creating the iterator must not consume the global RNG (exact resume)
-                generator=torch.Generator().manual_seed(args.seed + ep),
+                generator=torch.Generator().manual_seed(batches.seed + ep),
             )
             produced = len(rank_batches) > 0
             for position, batch in enumerate(loader, start=skip + 1):
@@ -207,9 +213,9 @@ def micro_batches(s: Session, start_epoch: int, start_batch: int) -> Iterator[tu
 
 def apply_update(s: Session, guard: NonfiniteGuard, loss: torch.Tensor, counters: DeviceCounters, step: int) -> None:
     """Clip, decide on the device whether the update is finite, step (or skip), schedule, zero the gradients."""
-    args, accelerator = s.args, s.accelerator
-    if args.max_grad_norm:
-        norm = accelerator.clip_grad_norm_(s.model.parameters(), args.max_grad_norm)
+    settings, accelerator = s.loop, s.accelerator
+    if settings.max_grad_norm:
+        norm = accelerator.clip_grad_norm_(s.model.parameters(), settings.max_grad_norm)
     else:
         norm = torch.nn.utils.get_total_norm([p.grad for p in s.model.parameters() if p.grad is not None])
     norm = torch.as_tensor(norm, device=accelerator.device)
@@ -230,7 +236,7 @@ def apply_update(s: Session, guard: NonfiniteGuard, loss: torch.Tensor, counters
 def host_sync(s: Session, state: TrainingState, counters: DeviceCounters, clock: TrainClock, *, log: bool) -> None:
     """Read the device counters into ``state``, stop a run of non-finite updates, log the window, and take the stop
     decisions (the same on every process)."""
-    args, accelerator = s.args, s.accelerator
+    settings, accelerator = s.loop, s.accelerator
     numbers = counters.read()
     stats = [numbers["loss_sum"], numbers["applied"], float(counters.tokens), clock.seconds(), bool(s.stop_requested)]
     stats = torch.tensor(stats, dtype=torch.float64, device=accelerator.device)
@@ -244,10 +250,10 @@ def host_sync(s: Session, state: TrainingState, counters: DeviceCounters, clock:
     state.skipped_updates += int(numbers["skipped"])
     state.consecutive_nonfinite = int(numbers["consecutive"])
     if numbers["skipped"]:
-        since = f" ({int(numbers['skipped'])} skipped since update {state.global_step - args.logging_steps})"
+        since = f" ({int(numbers['skipped'])} skipped since update {state.global_step - settings.logging_steps})"
         since = "" if numbers["skipped"] == 1 else since
         logger.warning("update %d skipped: non-finite loss or gradient%s.", int(numbers["last_bad"]), since)
-    if state.consecutive_nonfinite >= args.max_consecutive_nonfinite:
+    if state.consecutive_nonfinite >= settings.max_consecutive_nonfinite:
         latest = s.checkpoints.latest()
         raise SystemExit(
             f"elmo pretrain: error: stopping: {state.consecutive_nonfinite} consecutive updates had a non-finite loss "
@@ -264,13 +270,13 @@ def host_sync(s: Session, state: TrainingState, counters: DeviceCounters, clock:
         record.update(tokens_seen=state.tokens_seen, grad_norm=numbers["grad_norm"])
         s.metrics.write(record)
         s.progress.set_postfix(loss=f"{mean_loss:.3f}", ppl=f"{record['train_ppl']:.1f}", tok_s=f"{rate:.0f}")
-        if args.report_to != "none":
+        if settings.report_to != "none":
             accelerator.log({k: v for k, v in record.items() if k != "step"}, step=state.global_step)
     counters.reset()
     if stop_votes > 0:
         s.stop_requested = s.stop_requested or "stop requested on another process"
-    elif args.max_train_minutes is not None and seconds > 60 * args.max_train_minutes:
-        s.stop_requested = f"time budget of {args.max_train_minutes:g} minutes"
+    elif settings.max_train_minutes is not None and seconds > 60 * settings.max_train_minutes:
+        s.stop_requested = f"time budget of {settings.max_train_minutes:g} minutes"
 
 
 def evaluate_and_track(s: Session, state: TrainingState) -> str:
@@ -280,14 +286,14 @@ def evaluate_and_track(s: Session, state: TrainingState) -> str:
     s.last_evaluated_step = state.global_step
     s.metrics.write({"step": state.global_step, "split": "validation", **metrics_record(result)})
     logger.info("update %d: validation perplexity %.2f", state.global_step, result.average)
-    if s.args.report_to != "none":
+    if s.loop.report_to != "none":
         s.accelerator.log({"validation_perplexity": result.average}, step=state.global_step)
     improved = state.record_evaluation(result.average)
     if improved and s.best is not None:
         if s.accelerator.is_main_process:
             s.best.save(s.unwrapped(), state.global_step, result.average)
         s.accelerator.wait_for_everyone()
-    patience = s.args.early_stopping_patience
+    patience = s.loop.early_stopping_patience
     if patience and state.evaluations_since_best >= patience:
         return (
             f"early stopping: {patience} evaluations without a better validation perplexity than "
@@ -329,7 +335,7 @@ class Snapshots:
     a warning (the weights of that moment are gone). The seconds spent writing are taken off the clock."""
 
     def __init__(self, s: Session, seconds: float):
-        self.s, marks = s, snapshot_minutes(s.args)
+        self.s, marks = s, list(s.loop.snapshot_minutes)
         if s.accelerator.is_main_process:
             recover_snapshots(s.run, marks)
         written = [m for m in marks if RunFolder(s.run.snapshot_dir(m)).has_model()]
@@ -341,7 +347,7 @@ class Snapshots:
                 seconds / 60,
             )
         self.pending = [m for m in marks if m not in written and m not in missed]
-        if self.pending and s.args.load_best_model_at_end:
+        if self.pending and s.loop.load_best_model_at_end:
             logger.warning(
                 "--save-at-minutes with --load-best-model-at-end: a snapshot holds the weights of its minute, not "
                 "the best validated ones that a run of that many minutes would save."
@@ -453,11 +459,11 @@ def busy_machine_warning(wall_seconds: float, share: float, updates: int) -> str
 def train_loop(s: Session, state: TrainingState) -> tuple[str, bool]:
     """Train from ``state`` until ``total_updates`` or a stop; returns why it stopped early (``""``: it did not) and
     whether it was pre-empted (a signal, ``--stop-after-steps``) rather than finished (budget, early stopping)."""
-    args, accelerator = s.args, s.accelerator
+    settings, accelerator = s.loop, s.accelerator
     counters, guard = DeviceCounters(accelerator.device, state.consecutive_nonfinite), NonfiniteGuard(s.optimizer)
     clock, first_step = TrainClock(state.train_seconds), state.global_step
     snapshots = Snapshots(s, state.train_seconds)
-    add_boundaries = args.batching == "sentences"
+    add_boundaries = s.batches.batching == "sentences"
     update_loss, micro = torch.zeros((), device=accelerator.device), 0
     preempted, synced = False, True
     s.model.train()
@@ -472,7 +478,8 @@ def train_loop(s: Session, state: TrainingState) -> tuple[str, bool]:
             inputs["labels"] = batch["labels"].to(accelerator.device, non_blocking=True)
             with accelerator.accumulate(s.model):
                 loss = s.model(**inputs, add_sentence_boundaries=add_boundaries).loss
-                accelerator.backward(loss * args.loss_multiplier if args.loss_multiplier != 1.0 else loss)
+                multiplier = settings.loss_multiplier
+                accelerator.backward(loss * multiplier if multiplier != 1.0 else loss)
                 update_loss, micro = update_loss + loss.detach(), micro + 1
                 counters.tokens += int(batch["lengths"].sum())  # a host tensor: no device sync
                 state.epoch, state.batch_in_epoch = epoch, position
@@ -483,9 +490,9 @@ def train_loop(s: Session, state: TrainingState) -> tuple[str, bool]:
             state.global_step += 1
             s.progress.advance(state.global_step, clock.seconds())
             step, done = state.global_step, state.global_step >= s.total_updates
-            evaluating = bool(args.eval_steps) and step % args.eval_steps == 0 and "validation" in s.splits
-            checkpointing = bool(args.checkpointing_steps) and step % args.checkpointing_steps == 0
-            logging_point = step % args.logging_steps == 0 or done
+            evaluating = bool(settings.eval_steps) and step % settings.eval_steps == 0 and "validation" in s.splits
+            checkpointing = bool(settings.checkpointing_steps) and step % settings.checkpointing_steps == 0
+            logging_point = step % settings.logging_steps == 0 or done
             synced = logging_point or evaluating or checkpointing
             if flag.reason and not s.stop_requested:
                 s.stop_requested, preempted = flag.reason, True
@@ -497,8 +504,9 @@ def train_loop(s: Session, state: TrainingState) -> tuple[str, bool]:
                 s.stop_requested = evaluate_and_track(s, state)
             if checkpointing:
                 save_checkpoint(s, state)
-            if args.stop_after_steps is not None and step >= args.stop_after_steps and not (done or s.stop_requested):
-                s.stop_requested, preempted = f"--stop-after-steps {args.stop_after_steps}", True
+            stop_after = settings.stop_after_steps
+            if stop_after is not None and step >= stop_after and not (done or s.stop_requested):
+                s.stop_requested, preempted = f"--stop-after-steps {stop_after}", True
                 if not synced:
                     host_sync(s, state, counters, clock, log=False)
                     snapshots.save_due(state, clock)

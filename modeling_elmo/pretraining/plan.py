@@ -7,15 +7,17 @@ from __future__ import annotations
 
 import inspect
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..folders.run_folder import RunFolder
-from .arguments import PretrainingArguments, read_model_preset, validate
 from .checkpoint import CheckpointManager, check_checkpoint_files, read_trainer_state
 from .data import Vocabulary, check_hub_dataset, expand_text_files
+from .options import PretrainingArguments, validate
 from .output import check_output_folder
+from .recipes import read_model_preset
+from .settings import BatchSettings, DataSettings, LoopSettings, settings_from_arguments
 from .state import ARCHITECTURE_KEYS, data_fingerprint
 
 DEFAULT_MODEL_CONFIG = "elmo-tiny"
@@ -45,6 +47,10 @@ class Plan:
     unicode: bool = False  # a Unicode character vocabulary (--char-vocabulary unicode, or the starting model's)
     init_from: Path | None = None  # the model whose weights the run starts from (not when resuming)
     resume_path: Path | None = None
+    # the settings of the data builder, the batching and the training loop (`settings_from_arguments`)
+    data: DataSettings = field(default_factory=DataSettings)
+    batches: BatchSettings = field(default_factory=BatchSettings)
+    loop: LoopSettings = field(default_factory=LoopSettings)
 
     def check_files_unchanged(self) -> None:
         """Refuse a planned file that was removed or changed since planning (the run's fingerprint names it)."""
@@ -231,6 +237,7 @@ def plan_run(args: PretrainingArguments) -> Plan:
         check_hub_dataset(args.dataset_name)
     dataset = " ".join(filter(None, (args.dataset_name, args.dataset_config_name))) or None
     fingerprint = data_fingerprint({k: list(v) for k, v in files.items() if k != "test"}, dataset)
+    data_settings, batch_settings, loop_settings = settings_from_arguments(args)
     return Plan(
         run=run,
         folder_mode=check_output_folder(args, run),
@@ -244,4 +251,7 @@ def plan_run(args: PretrainingArguments) -> Plan:
         unicode=unicode,
         init_from=init_from,
         resume_path=resume_path,
+        data=data_settings,
+        batches=batch_settings,
+        loop=loop_settings,
     )

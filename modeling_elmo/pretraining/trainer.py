@@ -24,15 +24,17 @@ from ..utils.capability import bf16_supported, require_bf16
 from ..utils.io_utils import atomic_write_text, command_error
 from ..utils.launch import check_process_count, use_cpu_backend
 from ..utils.results import EvaluationResults, write_results
-from .arguments import DEFAULT_LEARNING_RATES, PretrainingArguments, parse_args
+from .arguments import parse_args
 from .batching import BucketBatchSampler, Collator, example_lengths
 from .checkpoint import WRITE_ERRORS, CheckpointManager, load_checkpoint
 from .data import Vocabulary, build_vocabularies, load_raw_splits, tokenize_splits
-from .evaluation import metrics_record, plot_perplexity
+from .evaluation import dataset_description, metrics_record, plot_perplexity
 from .loop import ProgressBar, Session, evaluate_and_track, save_checkpoint, train_loop
+from .options import DEFAULT_LEARNING_RATES, PretrainingArguments
 from .output import data_file_arguments, open_output_folder, run_lock, save_final_model
 from .plan import Plan, build_config, plan_run
 from .schedule import build_scheduler
+from .settings import DataSettings
 from .state import MetricsLog, TrainingState, identity_differences, run_identity
 
 logger = logging.getLogger("modeling_elmo.pretraining")
@@ -150,25 +152,25 @@ def preprocessing_progress(enabled: bool) -> Iterator[Any]:
 PREPROCESSING_STAGES = ("reading the text", "building the vocabulary", "tokenising")
 
 
-def prepare_data(args: PretrainingArguments, accelerator: Any, plan: Plan) -> PreparedData:
-    """Read the splits, fix or build the vocabulary (main process; shared with the others), tokenise."""
+def prepare_data(settings: DataSettings, accelerator: Any, plan: Plan) -> PreparedData:
+    """Read the splits of ``plan`` as ``settings`` say, fix or build the vocabulary (main process; shared with the
+    others), tokenise."""
     with preprocessing_progress(accelerator.is_local_main_process) as stage:
-        return _prepare_data(args, accelerator, plan, stage)
+        return _prepare_data(settings, accelerator, plan, stage)
 
 
-def _prepare_data(args: PretrainingArguments, accelerator: Any, plan: Plan, stage: Any) -> PreparedData:
+def _prepare_data(settings: DataSettings, accelerator: Any, plan: Plan, stage: Any) -> PreparedData:
     from accelerate.utils import broadcast_object_list
 
     stage(0)
     plan.check_files_unchanged()
     with accelerator.main_process_first():
-        same = "dataset_name dataset_config_name text_column streaming validation_split_percentage seed cache_dir"
-        options = {name: getattr(args, name) for name in same.split()}
-        raw = load_raw_splits(plan.files, **options, num_proc=args.preprocessing_num_workers)
-    raw["train"] = _limit(raw["train"], args.max_train_examples)
+        options = settings.reading_options()
+        raw = load_raw_splits(plan.files, **options, num_proc=settings.preprocessing_num_workers)
+    raw["train"] = _limit(raw["train"], settings.max_train_examples)
     for split in ("validation", "test"):
         if split in raw:
-            raw[split] = _limit(raw[split], args.max_eval_examples)
+            raw[split] = _limit(raw[split], settings.max_eval_examples)
     stage(1)
     vocab, characters = plan.vocab, plan.characters  # a checkpoint's, a starting model's, --vocab-file's
     count_characters = plan.unicode and characters is None
@@ -179,9 +181,9 @@ def _prepare_data(args: PretrainingArguments, accelerator: Any, plan: Plan, stag
                 raw["train"],
                 words=vocab is None,
                 max_size=plan.max_vocab_size,
-                min_count=args.min_count,
-                max_characters=args.max_characters if count_characters else None,
-                num_proc=args.preprocessing_num_workers,
+                min_count=settings.min_count,
+                max_characters=settings.max_characters if count_characters else None,
+                num_proc=settings.preprocessing_num_workers,
             )
         if accelerator.num_processes > 1:
             broadcast_object_list(counted)
@@ -192,9 +194,9 @@ def _prepare_data(args: PretrainingArguments, accelerator: Any, plan: Plan, stag
         raise ValueError("the vocabulary has no words besides the 4 special ones.")
     stage(2)
     with accelerator.main_process_first():
-        lengths = dict(max_sentence_length=args.max_sentence_length, window_size=args.window_size)
-        workers = dict(num_proc=args.preprocessing_num_workers, overwrite_cache=args.overwrite_cache)
-        splits = tokenize_splits(raw, vocab, mode=args.batching, **lengths, **workers)
+        lengths = dict(max_sentence_length=settings.max_sentence_length, window_size=settings.window_size)
+        workers = dict(num_proc=settings.preprocessing_num_workers, overwrite_cache=settings.overwrite_cache)
+        splits = tokenize_splits(raw, vocab, mode=settings.batching, **lengths, **workers)
     stage(3)
     return PreparedData(splits, vocab, None if characters is None else list(characters))
 
@@ -306,7 +308,7 @@ def resume(s: Session, checkpoint: Path | None) -> TrainingState:
         logger.warning(message, s.world, saved_world)
     s.metrics.truncate_after(state.global_step)
     # each process's example-id log, likewise: the batches of the interrupted continuation are trained again
-    examples_log = MetricsLog(s.run.examples_log_file(s.accelerator.process_index), s.args.log_example_ids)
+    examples_log = MetricsLog(s.run.examples_log_file(s.accelerator.process_index), s.loop.log_example_ids)
     examples_log.truncate_after(state.global_step)
     if s.best is not None and state.best_step is not None and s.accelerator.is_main_process:
         s.best.restore(checkpoint, state.best_step, state.best_perplexity)
@@ -327,18 +329,22 @@ def fit_unigram_baseline(train: Any, vocab_size: int, layout: str, streaming: bo
 
 def start_logging(s: Session, state: TrainingState, data: PreparedData, config: Any) -> None:
     """Trackers, the "Running" summary, the progress bar and the example-id log."""
-    args, accelerator = s.args, s.accelerator
-    if args.report_to != "none":
+    accelerator = s.accelerator
+    if s.loop.report_to != "none":
+        values = s.recorded_arguments.items()
         accelerator.init_trackers(
             RunFolder.TRACKER_LOGS,
-            config={k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in vars(args).items()},
+            config={k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in values},
         )
     log_summary(s, data, config)
-    budget = 60.0 * args.max_train_minutes if args.max_train_minutes is not None else None
     s.progress = ProgressBar(
-        s.total_updates, state.global_step, budget, state.train_seconds, enabled=accelerator.is_local_main_process
+        s.total_updates,
+        state.global_step,
+        s.loop.budget_seconds,
+        state.train_seconds,
+        enabled=accelerator.is_local_main_process,
     )
-    if args.log_example_ids:
+    if s.loop.log_example_ids:
         s.examples_log = open(s.run.examples_log_file(accelerator.process_index), "a", encoding="utf-8")
 
 
@@ -349,18 +355,18 @@ def stop_logging(s: Session) -> None:
 
 
 def log_summary(s: Session, data: PreparedData, config: Any) -> None:
-    args = s.args
+    batches = s.batches
     accelerator, parameters = s.accelerator, sum(p.numel() for p in s.unwrapped().parameters())
-    batch = f"{args.max_tokens_per_batch} tokens" if args.max_tokens_per_batch else None
-    batch = batch or f"{args.per_device_train_batch_size} sequences"
+    batch = f"{batches.max_tokens_per_batch} tokens" if batches.max_tokens_per_batch else None
+    batch = batch or f"{batches.per_device_train_batch_size} sequences"
     logger.info("***** Running ELMo pretraining *****")
     devices = (s.world, accelerator.device, accelerator.distributed_type.value, accelerator.mixed_precision)
     logger.info("  processes = %d, device = %s, distributed type = %s, mixed precision = %s", *devices)
     vocabulary = (len(data.vocab), parameters, config.lm_softmax)
     logger.info("  vocabulary = %d words, parameters = %d (%s softmax in training)", *vocabulary)
-    examples = "streamed" if args.streaming else len(data.splits["train"])
-    logger.info("  training examples = %s, batching = %s", examples, args.batching)
-    logger.info("  batch per process = %s, accumulation = %d", batch, args.gradient_accumulation_steps)
+    examples = "streamed" if batches.streaming else len(data.splits["train"])
+    logger.info("  training examples = %s, batching = %s", examples, batches.batching)
+    logger.info("  batch per process = %s, accumulation = %d", batch, s.loop.gradient_accumulation_steps)
     epoch = s.sampler.num_batches() if s.sampler else "streamed"
     logger.info("  updates = %d (%s batches per process per epoch)", s.total_updates, epoch)
 
@@ -396,14 +402,14 @@ def finish(
         logger.info("stopped at update %d: %s.", state.global_step, stop_reason)
     model = s.unwrapped()
     chosen_step = state.global_step
-    if "validation" in s.splits and (s.args.load_best_model_at_end or s.args.early_stopping_patience):
+    if "validation" in s.splits and (s.loop.load_best_model_at_end or s.loop.early_stopping_patience):
         if s.last_evaluated_step != state.global_step:
             evaluate_and_track(s, state)
-        if s.args.load_best_model_at_end and state.best_step != state.global_step:
+        if s.loop.load_best_model_at_end and state.best_step != state.global_step:
             s.best.load_into(model, state.best_step)
             best = (state.best_step, state.best_perplexity)
             logger.info("loaded the best model: update %d, validation perplexity %.2f", *best)
-        chosen_step = state.best_step if s.args.load_best_model_at_end else state.global_step
+        chosen_step = state.best_step if s.loop.load_best_model_at_end else state.global_step
     perplexities = []
     for split in ("validation", "test"):
         if split in s.splits:
@@ -431,7 +437,7 @@ def finish(
             metadata.update(mixed_precision=s.accelerator.mixed_precision, vocab_fingerprint=s.identity["vocabulary"])
             metadata.update(data_fingerprint=s.identity["data"], parameters=sum(p.numel() for p in model.parameters()))
             metadata.update(stopped_early=stop_reason or None, best_validation_perplexity=state.best_perplexity)
-            metadata.update(best_step=state.best_step, args=dataclasses.asdict(s.args))
+            metadata.update(best_step=state.best_step, args=dict(s.recorded_arguments))
             metadata["versions"] = {m.__name__: m.__version__ for m in (torch, transformers, datasets)}
             s.run.write_training_metadata(metadata)
             details = dict(steps, unk_handling=UNK_HANDLING)
@@ -439,7 +445,7 @@ def finish(
                 model=s.run.root.name, source="elmo pretrain", perplexity=perplexities, details=details
             )
             write_results(s.run.eval_results_file, results)
-            if s.args.plot:
+            if s.loop.plot:
                 plot_perplexity(s.run.metrics_file, s.run.perplexity_plot_file)
         except WRITE_ERRORS as exc:  # a full disk: say what the kept checkpoint holds
             raise SystemExit(
@@ -485,17 +491,17 @@ def _train(args: PretrainingArguments, plan: Plan, accelerator: Any, started: fl
     from accelerate.utils import set_seed
 
     set_seed(args.seed)
-    data = prepare_data(args, accelerator, plan)
+    data = prepare_data(plan.data, accelerator, plan)
     config = build_config(plan.model_config, len(data.vocab), None if data.characters is None else len(data.characters))
     sampler, total_updates = None, args.max_steps
     if not args.streaming:
         sampler = build_sampler(
             data.splits["train"],
             accelerator,
-            batch_size=args.per_device_train_batch_size,
-            max_tokens=args.max_tokens_per_batch,
-            seed=args.seed,
-            bucket_size=args.bucket_size,
+            batch_size=plan.batches.per_device_train_batch_size,
+            max_tokens=plan.batches.max_tokens_per_batch,
+            seed=plan.batches.seed,
+            bucket_size=plan.batches.bucket_size,
         )
         epoch_updates = int(args.num_train_epochs * sampler.num_batches()) // args.gradient_accumulation_steps
         total_updates = args.max_steps or max(1, epoch_updates)
@@ -509,9 +515,8 @@ def _train(args: PretrainingArguments, plan: Plan, accelerator: Any, started: fl
         initial_accumulator=args.adagrad_initial_accumulator,
         device_type=accelerator.device.type,
     )
-    budget = 60.0 * args.max_train_minutes if args.max_train_minutes is not None else None
     scheduler = build_scheduler(
-        optimizer, args.lr_scheduler_type, args.warmup_steps, total_updates, budget, args.max_steps
+        optimizer, args.lr_scheduler_type, args.warmup_steps, total_updates, plan.loop.budget_seconds, args.max_steps
     )
     identity = run_identity(args, config, plan.data_fingerprint, data.vocabulary_fingerprint)
     char_vocab_text = None if data.characters is None else json.dumps(data.characters, ensure_ascii=False) + "\n"
@@ -523,7 +528,8 @@ def _train(args: PretrainingArguments, plan: Plan, accelerator: Any, started: fl
     accelerator.wait_for_everyone()
     model, optimizer = accelerator.prepare(model, optimizer)
     s = Session(
-        args=args,
+        batches=plan.batches,
+        loop=plan.loop,
         accelerator=accelerator,
         model=model,
         optimizer=optimizer,
@@ -538,6 +544,8 @@ def _train(args: PretrainingArguments, plan: Plan, accelerator: Any, started: fl
         vocab_text="".join(w + "\n" for w in data.vocab.words),
         total_updates=total_updates,
         char_vocab_text=char_vocab_text,
+        split_descriptions={split: dataset_description(args, split) for split in ("validation", "test")},
+        recorded_arguments=dataclasses.asdict(args),
     )
     state = resume(s, plan.resume_path)
     baseline = fit_unigram_baseline(data.splits["train"], len(data.vocab), args.batching, args.streaming)

@@ -14,8 +14,9 @@ Forms (``--forms``, each shape, thread count and form measured in its own proces
     (``options.json`` + ``weights.hdf5``), run by ``allennlp_forward.py`` in ``--allennlp-python`` (a virtual
     environment with allennlp 2.10; this interpreter where it has allennlp; skipped with one line where neither),
     with the largest difference of each layer from the public form;
-  * ``public_threads`` / ``public_columns``: prototypes (``public_prototypes.py``): the public form with each
-    direction on its own Python thread / with the state as columns, with the largest difference from the public form;
+  * ``public_threads`` / ``public_columns``: prototypes (``scripts/prototypes/public_prototypes.py``): the public
+    form with each direction on its own Python thread / with the state as columns, with the largest difference from
+    the public form;
   * ``bf16`` / ``bf16_public``: the package form / the public form with the model in bfloat16 (products in bf16,
     the recurrence's state, cell and gate sums in fp32), with the largest difference per layer from the fp32 packed
     form relative to that layer's standard deviation;
@@ -57,6 +58,7 @@ from modeling_elmo.conversion.original_writer import write_original_release  # n
 from modeling_elmo.utils.capability import bf16_supported  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(REPO / "scripts" / "prototypes"))
 from forward_timing import best_time, rss_mb, time_forward  # noqa: E402
 from public_prototypes import PROTOTYPES, use_prototype  # noqa: E402
 

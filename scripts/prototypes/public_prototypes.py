@@ -1,7 +1,8 @@
 """Prototypes of a faster public-API recurrence (the form the files shipped with a model run), measured by
-``bench_forward.py --forms public_threads,public_columns``: `modeling_elmo.stacked_lstm`'s numbers with public torch
-APIs only and no process-wide setting, given to one model through ``ElmoBiLstm.recurrence``. ``public_threads``: the
-two directions of a layer each on its own Python thread (matrix products release the GIL), each direction's per-step
+``scripts/bench/bench_forward.py --forms public_threads,public_columns``: `modeling_elmo.stacked_lstm`'s numbers
+with public torch APIs only and no process-wide setting, given to one model through
+``ElmoBiLstm.recurrence``. ``public_threads``: the two directions of a layer each on its own Python thread (matrix
+products release the GIL), each direction's per-step
 products ``F.linear`` on its own weights, the intra-op thread count left as it is (``torch.set_num_threads`` is
 process-wide). ``public_columns``: the state as columns, the weights as the left operands (no weight copies).
 
