@@ -4,7 +4,10 @@ with files and sockets blocked)."""
 
 from __future__ import annotations
 
+import base64
+import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -62,6 +65,139 @@ def test_a_credential_joined_to_other_words_by_an_underscore_is_found(tmp_path, 
         scan_for_secrets(tmp_path, ["vocab.txt"])
     (tmp_path / "vocab.txt").write_text("<pad>\nxAKIAQWERTYUIOPASDFGH\nahf_" + "Z" * 34 + "\n")  # inside longer words
     scan_for_secrets(tmp_path, ["vocab.txt"])
+
+
+# Example credentials of each kind (made up; the AWS pair is the documentation's example).
+AWS_KEY_ID, AWS_SECRET = "AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+PEM = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAx4kPZ1\n-----END RSA PRIVATE KEY-----"
+GITHUB = "ghp_" + "a1B2" * 9
+
+
+def _refusal(folder: Path, name: str) -> str:
+    with pytest.raises(ValueError) as error:
+        scan_for_secrets(folder, [name])
+    return str(error.value)
+
+
+@pytest.mark.parametrize(
+    "text, kind",
+    [
+        (f"aws_secret_access_key = {AWS_SECRET}\n[default]\n", "an AWS secret access key (aws_secret_access_key"),
+        (f'{{"AWS_SECRET_ACCESS_KEY": "{AWS_SECRET}"}}\n', "an AWS secret access key (aws_secret_access_key"),
+        (f"id {AWS_KEY_ID}\nsecret {AWS_SECRET}\n", "an AWS secret access key (beside its AKIA... id)"),
+        (f"{AWS_SECRET} {AWS_KEY_ID}\n", "an AWS secret access key (beside its AKIA... id)"),
+        (PEM + "\n", "a PEM private key"),
+        ("-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n", "a PEM private key"),
+        ("-----BEGIN PRIVATE KEY-----\n", "a PEM private key"),
+        ("-----BEGIN ENCRYPTED PRIVATE KEY-----\n", "a PEM private key"),
+    ],
+)
+def test_aws_secret_keys_and_pem_private_keys_are_refused_naming_the_file_and_line(tmp_path, text, kind):
+    (tmp_path / "README.md").write_text("# a card\n\nsome text\n" + text)
+    message = _refusal(tmp_path, "README.md")
+    assert message.startswith(f"README.md contains what looks like {kind}") and "(line 4)" in message, message
+    assert AWS_SECRET not in message and "MIIE" not in message
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a sha1 of the weights: 2fd4e1c67a2d28fced849ee1bb76e7391b93eb12\n",  # 40 characters, no key id beside it
+        "a path: data/wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\n",
+        "aws_secret_access_key = (set it in your environment)\n",
+        "-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE\n-----END PUBLIC KEY-----\n",
+        "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUJ\n",
+        "an access key id looks like AKIA followed by sixteen letters or digits\n",
+    ],
+)
+def test_a_public_key_a_digest_or_a_mention_of_a_key_is_not_a_secret(tmp_path, text):
+    (tmp_path / "README.md").write_text(text)
+    scan_for_secrets(tmp_path, ["README.md"])
+
+
+@pytest.mark.parametrize(
+    "name, text, kind, line",
+    [
+        ("vocab.txt", f"the\nof\n{TOKEN[:3]}\n{TOKEN[3:]}\n", "a Hugging Face access token", 3),
+        ("vocab.txt", f"the\nh\nf\n_\n{TOKEN[3:15]}\n{TOKEN[15:]}\nend\n", "a Hugging Face access token", 2),
+        ("vocab.txt", f"the\n{AWS_KEY_ID[:4]}\n{AWS_KEY_ID[4:12]}\n{AWS_KEY_ID[12:]}\n", "an AWS access key id", 2),
+        ("vocab.txt", f"x\n{GITHUB[:10]}\n{GITHUB[10:]}\n", "a GitHub token", 2),
+        ("vocab.txt", "x\ngithub\n_pat_\n" + "11ABCDEFG0" * 3 + "\n", "a GitHub fine-grained token", 2),
+        ("README.md", f"labels: {TOKEN[:9]} {TOKEN[9:]}\n", "a Hugging Face access token", 1),
+        ("README.md", f"- {AWS_KEY_ID[:4]}-{AWS_KEY_ID[4:]}\n", "an AWS access key id", 1),
+        (
+            "config.json",
+            json.dumps({"id2label": {"0": TOKEN[:3], "1": TOKEN[3:20], "2": TOKEN[20:]}, "vocab_size": 7}, indent=2),
+            "a Hugging Face access token",
+            3,
+        ),
+        (
+            "config.json",
+            json.dumps({"label2id": {AWS_KEY_ID[:8]: 0, AWS_KEY_ID[8:]: 1}, "x": 2}, indent=2),
+            "an AWS access key id",
+            3,
+        ),
+    ],
+)
+def test_a_token_split_over_adjacent_words_or_lines_is_found_naming_the_line(tmp_path, name, text, kind, line):
+    """``hf_`` on one line of vocab.txt and the rest on the next (or in the next label, the next word of the card)
+    was published: each piece alone is no token. Adjacent pieces are joined and scanned again."""
+    (tmp_path / name).write_text(text)
+    message = _refusal(tmp_path, name)
+    assert message.startswith(f"{name} contains what looks like {kind}") and f"(line {line})" in message, message
+
+
+def test_a_split_token_across_two_blocks_of_a_large_file_is_found(tmp_path):
+    """The file is read a block at a time; the pieces of a token on either side of a block's end are joined."""
+    from modeling_elmo.hub.safety import find_secret
+
+    head = "".join(f"w{i}\n" for i in range(300))
+    (tmp_path / "vocab.txt").write_text(head + f"{TOKEN[:5]}\n{TOKEN[5:]}\nw\n")
+    for block_size in (len(head) + 2, len(head) + len(TOKEN[:5]) + 1, 64):
+        assert find_secret(tmp_path / "vocab.txt", block_size=block_size) == (
+            "a Hugging Face access token (hf_...)",
+            301,
+        )
+
+
+@pytest.mark.parametrize(
+    "encoded",
+    [
+        base64.b64encode(TOKEN.encode()).decode(),
+        base64.b64encode(f"my login: {TOKEN} (keep it)".encode()).decode(),
+        base64.b64encode(f"({AWS_KEY_ID})".encode()).decode(),
+        base64.urlsafe_b64encode(f"??>{GITHUB}".encode()).decode(),
+        base64.b64encode(PEM.encode()).decode(),
+        base64.encodebytes(("a long text before the token " * 4 + TOKEN).encode()).decode(),  # wrapped at 76
+    ],
+)
+def test_base64_that_decodes_to_a_token_is_found(tmp_path, encoded):
+    (tmp_path / "README.md").write_text(f"# card\n\nweights id: {encoded}\n")
+    message = _refusal(tmp_path, "README.md")
+    assert ", base64-encoded (line 3" in message and encoded.splitlines()[0] not in message, message
+
+
+def test_ordinary_vocabulary_base64_data_and_near_misses_pass(tmp_path):
+    """The real vocabulary of the built-in corpus, base64 of an image and of random bytes, acronyms and long words
+    on adjacent lines: nothing is refused."""
+    corpus = PACKAGE_DIR / "corpora" / "austen-emma"
+    words = {
+        w for part in ("train", "validation", "test") for line in open(corpus / f"{part}.txt") for w in line.split()
+    }
+    assert len(words) > 5000
+    (tmp_path / "vocab.txt").write_text("<pad>\n" + "\n".join(sorted(words)) + "\n")
+    (tmp_path / "shuffled.txt").write_text("\n".join(random.Random(0).sample(sorted(words), len(words))) + "\n")
+    random_bytes = random.Random(1).randbytes(200_000)
+    image = base64.encodebytes(b"\x89PNG\r\n\x1a\n" + random_bytes).decode()
+    (tmp_path / "README.md").write_text(
+        f"# card\n\n![plot](data:image/png;base64,{base64.b64encode(random_bytes).decode()})\n\n{image}\n"
+        "ASIA\nNATO\nUSA\nUNESCO\nhf\nmodel\nA\nKIA\ngh\np\nthe\ninternationalization\ncharacteristically\n"
+        f"AKIA is how a key id starts; hf_ a token; {'Q' * 16}\n"
+    )
+    (tmp_path / "config.json").write_text(
+        json.dumps({"id2label": {str(i): f"B-{t}" for i, t in enumerate(["PER", "LOC", "ORG", "MISC"])}}, indent=2)
+    )
+    scan_for_secrets(tmp_path, ["vocab.txt", "shuffled.txt", "README.md", "config.json"])
 
 
 def test_the_token_comes_from_the_environment_or_the_stored_login_never_from_a_published_folder(tmp_path, monkeypatch):

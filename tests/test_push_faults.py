@@ -183,6 +183,45 @@ def test_an_aws_or_github_credential_in_a_published_file_is_refused(model_dir, t
     assert not (tmp_path / "repo").exists()
 
 
+HIDDEN_SECRETS = {
+    "a token split over two vocab.txt lines": ("vocab.txt", "hf_\n" + "Zq" * 17, "a Hugging Face access token"),
+    "an AWS secret key beside its id in two labels": (
+        "id2label",
+        ("AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"),
+        "an AWS secret access key (beside its AKIA... id)",
+    ),
+    "a PEM private key in a label": ("id2label", ("-----BEGIN EC PRIVATE KEY-----", "O"), "a PEM private key"),
+    "a base64-encoded token in vocab.txt": (
+        "vocab.txt",
+        "aGZfWnFacVpxWnFacVpxWnFacVpxWnFacVpxWnFacVpxWnFacVpx",
+        "a Hugging Face access token (hf_...), base64-encoded",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HIDDEN_SECRETS))
+def test_a_split_encoded_or_pem_secret_is_refused_in_one_line_and_nothing_written(model_dir, tmp_path, case):
+    where, secret, kind = HIDDEN_SECRETS[case]
+    if where == "id2label":
+        labels = dict(enumerate(secret))
+        model = _hostile_copy(model_dir, tmp_path, id2label=labels, label2id={v: k for k, v in labels.items()})
+        file = "config.json"
+    else:
+        model = _hostile_copy(model_dir, tmp_path)
+        vocab = (model / "vocab.txt").read_text().splitlines()
+        kept = vocab[: -len(secret.splitlines())]  # the same number of words: the size check passes
+        (model / "vocab.txt").write_text("\n".join([*kept, secret]) + "\n")
+        file = "vocab.txt"
+    with pytest.raises(SystemExit) as exit_:
+        hub.main([str(model), "--repo-id", "me/elmo-tiny", "--dry-run", "--output-dir", str(tmp_path / "repo")])
+    message = str(exit_.value.code)
+    pattern = rf"elmo push: error: {file} contains what looks like {re.escape(kind)}.* \(line \d+\); refusing to"
+    assert re.fullmatch(pattern + r" publish it\.", message), message
+    parts = secret if isinstance(secret, tuple) else secret.split()
+    assert not any(part in message for part in parts if len(part) > 3)  # the label "O" is in any message
+    assert not (tmp_path / "repo").exists()
+
+
 @pytest.mark.slow  # a --template renders in a child interpreter
 def test_a_template_reaching_for_python_internals_is_refused_before_it_runs(model_dir, tmp_path):
     """X12: the template is rendered in Jinja's immutable sandbox; the command it tries to run never runs."""

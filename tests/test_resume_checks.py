@@ -160,6 +160,21 @@ ROWS = [
         lambda c: (c / "rng_state_0.json").write_bytes(b"{}\n"),
         r"random state 'python' is None, not a Mersenne Twister state\.",
     ),
+    (  # it stopped with "error: Overflow when unpacking long long", naming neither the file nor the field
+        "a data position of 10**30",
+        _edit_json("trainer_state.json", lambda j: j["positions"][0].__setitem__(0, 10**30)),
+        r"trainer_state\.json: positions\[0\]\[0\] \(the epoch of process 0\) is 10{30}, above 4,611,",
+    ),
+    (
+        "a batch position of 10**400",
+        _edit_json("trainer_state.json", lambda j: j["positions"][0].__setitem__(1, 10**400)),
+        r"trainer_state\.json: positions\[0\]\[1\] \(the batch of process 0\) is a number of 401 digits, above",
+    ),
+    (
+        "a training-state count of 10**30",
+        _edit_json("trainer_state.json", lambda j: j["state"].__setitem__("epoch", 10**30)),
+        r"trainer_state\.json: training state field epoch is 10{30}, above 4,611,686,018,427,387,904\.",
+    ),
     (
         "a torch generator state of 3 bytes",
         _edit_tensors("rng_state_0.safetensors", lambda t: t.__setitem__("torch", torch.zeros(3, dtype=torch.uint8))),

@@ -184,3 +184,24 @@ def test_a_fresh_process_adds_the_component_by_name_without_importing_the_packag
     expected = model_layers(model, TEXTS[1].split()).mean(axis=0)
     got = np.array(json.loads(run.stdout.splitlines()[-1]), dtype=np.float32)
     assert_same_numbers(got, expected, KERNEL_RTOL)
+
+
+@pytest.mark.parametrize("device", ["cuda:7", "cuda:x", "tpu"])
+def test_a_device_torch_cannot_use_is_refused_in_one_line_naming_it(saved, device):
+    """``device="cuda:7"`` on a machine without it gave a bare ``AssertionError`` from inside torch."""
+    import torch
+
+    if device == "cuda:7" and torch.cuda.device_count() > 7:
+        pytest.skip("this machine has a cuda:7")
+    _, folder = saved
+    nlp = spacy.blank("en")
+    with pytest.raises(ValueError) as caught:
+        nlp.add_pipe("elmo", config={"model": str(folder), "device": device})
+    message = str(caught.value)
+    if device != "cuda:7":
+        expected = f"elmo component: device '{device}' is not a device torch knows ("
+    elif torch.cuda.is_available():
+        expected = "elmo component: device 'cuda:7' does not exist: torch sees "
+    else:
+        expected = "elmo component: device 'cuda:7' asked for a GPU, but torch sees none."
+    assert message.startswith(expected) and "\n" not in message, message

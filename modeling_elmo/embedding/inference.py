@@ -51,6 +51,31 @@ WORD_CACHE_NUMBERS = 2**24
 # ---------------------------------------------------------------------------------------------------- loading
 
 
+def check_device(device: torch.device | str, what: str) -> torch.device:
+    """``device`` as a `torch.device`; a one-line `ValueError` naming ``what`` and the device unless torch can put a
+    tensor there (``"cuda:7"`` on a machine without it raised a bare ``AssertionError`` from deep inside torch)."""
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError) as error:
+        raise ValueError(f"{what}: device {str(device)!r} is not a device torch knows ({error}).") from None
+    if device.type in ("cpu", "meta"):
+        return device
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"{what}: device {str(device)!r} asked for a GPU, but torch sees none.")
+        count = torch.cuda.device_count()
+        if device.index is not None and device.index >= count:
+            raise ValueError(
+                f"{what}: device {str(device)!r} does not exist: torch sees {count} GPU(s), cuda:0 to cuda:{count - 1}."
+            )
+    try:
+        torch.empty(0, device=device)
+    except (AssertionError, RuntimeError) as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ValueError(f"{what}: device {str(device)!r} is not usable here ({reason}).") from None
+    return device
+
+
 def check_compute_dtype(device: torch.device | str, dtype: torch.dtype, what: str) -> None:
     """One-line `ValueError` naming ``what`` unless the model may run in ``dtype`` on ``device``: float32 anywhere;
     bfloat16 where the device multiplies it natively (`capability.require_bf16`: a GPU, or a CPU with AVX512-BF16, AMX
@@ -402,7 +427,7 @@ class ElmoEmbedder:
         dtype: torch.dtype = torch.float32,
     ):
         base = getattr(model, "elmo", model)
-        device = torch.device(device) if device is not None else next(base.parameters()).device
+        device = check_device(device, "ElmoEmbedder") if device is not None else next(base.parameters()).device
         check_compute_dtype(device, dtype, "ElmoEmbedder")
         model_width = int(base.config.max_characters_per_token)
         tokenizer_width = getattr(tokenizer, "max_characters_per_token", model_width)

@@ -6,10 +6,13 @@ and the custom code shipped with a model passes an audit.
 from __future__ import annotations
 
 import ast
+import binascii
 import os
 import re
+import string
 import sys
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..folders.run_folder import CODE_FILES
@@ -24,8 +27,10 @@ __all__ = [
     "HF_TOKEN_PATTERN",
     "PRIVATE_TORCH",
     "SECRET_PATTERNS",
+    "SPLIT_TOKENS",
     "audit_shipped_code",
     "custom_pipelines_problem",
+    "find_secret",
     "is_within",
     "refuse_pickled_weights",
     "resolve_token",
@@ -99,27 +104,233 @@ PRIVATE_TORCH = "a private torch API (torch.ops.* or an underscored name), which
 _START, _END = r"(?<![A-Za-z0-9])", r"(?![A-Za-z0-9])"
 #: A Hugging Face access token (user or organisation).
 HF_TOKEN_PATTERN = re.compile(rf"{_START}hf_[A-Za-z0-9]{{30,}}{_END}")
-#: The credentials a published text file must not hold, by what they are (the name goes into the refusal): a Hugging
-#: Face token, an AWS access key id (long-term ``AKIA``, temporary ``ASIA``), GitHub tokens (classic ``ghp_`` and
-#: the OAuth, user-to-server, server-to-server and refresh kinds, and fine-grained ``github_pat_``).
+_AWS_KEY_ID = r"(?:AKIA|ASIA)[0-9A-Z]{16}"
+#: An AWS secret access key: 40 characters of base64's alphabet, not inside a longer run of them.
+_AWS_SECRET = r"(?<![A-Za-z0-9/+])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])"
+#: How far apart an AWS key id and its secret key may stand to be "beside" each other (the same or the next lines of
+#: a credentials file, a card, two labels).
+_AWS_PAIR_GAP = 200
+#: The credentials a published text file must not hold, by what they are (the name goes into the refusal): AWS secret
+#: access keys (an ``aws_secret_access_key`` assignment, or 40 base64 characters beside an access key id), a PEM
+#: private-key block, a Hugging Face token, an AWS access key id (long-term ``AKIA``, temporary ``ASIA``), GitHub
+#: tokens (classic ``ghp_`` and the OAuth, user-to-server, server-to-server and refresh kinds, and fine-grained
+#: ``github_pat_``).
+_AWS_PAIR = "an AWS secret access key (beside its AKIA... id)"
+_AWS_KEY_ID_PATTERN = re.compile(rf"{_START}{_AWS_KEY_ID}{_END}")
 SECRET_PATTERNS = {
+    "an AWS secret access key (aws_secret_access_key = ...)": re.compile(
+        r"(?i)aws[_-]?secret[_-]?access[_-]?key[\"']?\s*[:=]\s*[\"']?" + _AWS_SECRET
+    ),
+    _AWS_PAIR: re.compile(
+        rf"{_START}{_AWS_KEY_ID}{_END}[\s\S]{{0,{_AWS_PAIR_GAP}}}?{_AWS_SECRET}"
+        rf"|{_AWS_SECRET}[\s\S]{{0,{_AWS_PAIR_GAP}}}?{_START}{_AWS_KEY_ID}{_END}"
+    ),
+    "a PEM private key (-----BEGIN ... PRIVATE KEY-----)": re.compile(r"(?i)-----\s*BEGIN[A-Z0-9 ]*PRIVATE\s+KEY"),
     "a Hugging Face access token (hf_...)": HF_TOKEN_PATTERN,
-    "an AWS access key id (AKIA...)": re.compile(rf"{_START}(?:AKIA|ASIA)[0-9A-Z]{{16}}{_END}"),
+    "an AWS access key id (AKIA...)": _AWS_KEY_ID_PATTERN,
     "a GitHub token (ghp_...)": re.compile(rf"{_START}gh[pousr]_[A-Za-z0-9]{{36,}}{_END}"),
     "a GitHub fine-grained token (github_pat_...)": re.compile(rf"{_START}github_pat_[A-Za-z0-9_]{{22,}}"),
 }
 
 
+@dataclass(frozen=True)
+class _TokenShape:
+    """A token as a prefix and a body: what the scan of split tokens joins adjacent words into."""
+
+    what: str
+    prefixes: tuple[str, ...]
+    body: frozenset[str]
+    shortest: int
+    longest: int | None = None
+
+
+_ALNUM = frozenset(string.ascii_letters + string.digits)
+#: The tokens looked for when written in pieces over adjacent words or lines (``hf_`` on one line of ``vocab.txt``,
+#: the rest on the next; ``AKIA`` in one label, the rest in the next).
+SPLIT_TOKENS = (
+    _TokenShape("a Hugging Face access token (hf_...)", ("hf_",), _ALNUM, 30),
+    _TokenShape(
+        "an AWS access key id (AKIA...)", ("AKIA", "ASIA"), frozenset(string.ascii_uppercase + string.digits), 16, 16
+    ),
+    _TokenShape("a GitHub token (ghp_...)", tuple(f"gh{c}_" for c in "pousr"), _ALNUM, 36),
+    _TokenShape("a GitHub fine-grained token (github_pat_...)", ("github_pat_",), _ALNUM | {"_"}, 22),
+)
+#: At most this many characters of adjacent pieces are joined into one candidate token.
+SPLIT_TOKEN_CHARACTERS = 160
+#: A piece of a split token: a run of letters, digits and ``_`` (anything else, a line break, a space, a quote, a
+#: comma, a dash, separates pieces).
+_PIECE = re.compile(r"[A-Za-z0-9_]+")
+#: In a JSON file the pieces skip what is not a label or value: a number outside quotes (``label2id``'s ids) and a
+#: key made of digits only (``id2label``'s ids), so that ``{"0": "hf_AB...", "1": "CD..."}`` joins the two labels.
+_JSON_PIECE = re.compile(
+    r'"\d+"\s*:|(?<![A-Za-z0-9_."])-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![A-Za-z0-9_."])|([A-Za-z0-9_]+)'
+)
+_PREFIXES = sorted({p for shape in SPLIT_TOKENS for p in shape.prefixes}, key=len)
+#: Where a split token may start: a piece that begins with a token's prefix, or that is a beginning of one (``h``,
+#: ``hf``, ``AK``, ``github``) and ends there.
+_SPLIT_START = re.compile(
+    r"(?<![A-Za-z0-9_])(?:"
+    + "|".join(re.escape(p) for p in _PREFIXES)
+    + "|(?:"
+    + "|".join(sorted({re.escape(p[:n]) for p in _PREFIXES for n in range(1, len(p))}, key=len, reverse=True))
+    + ")(?![A-Za-z0-9_]))"
+)
+#: What a credential of `SECRET_PATTERNS` begins with: the base64 scan looks for these, encoded.
+ENCODED_PREFIXES = (
+    "hf_",
+    "AKIA",
+    "ASIA",
+    *(f"gh{c}_" for c in "pousr"),
+    "github_pat_",
+    "-----BEGIN",
+    "aws_secret_access_key",
+    "AWS_SECRET_ACCESS_KEY",
+)
+
+
+def _encoded_cores(prefix: bytes) -> set[str]:
+    """The base64 characters that encode ``prefix`` whatever surrounds it: one string for each of the three places
+    it may start within a group of three bytes, in both alphabets (standard and URL-safe)."""
+    cores = set()
+    for shift in range(3):
+        encoded = binascii.b2a_base64(bytes(shift) + prefix + bytes(3), newline=False).decode()
+        first, last = -(-8 * shift // 6), (8 * (shift + len(prefix))) // 6  # characters inside the prefix's bits
+        cores |= {encoded[first:last], encoded[first:last].translate(str.maketrans("+/", "-_"))}
+    return cores
+
+
+#: Where base64 may hold a credential: one of the `ENCODED_PREFIXES`, encoded.
+_ENCODED_PREFIX = re.compile(
+    "|".join(sorted({re.escape(c) for p in ENCODED_PREFIXES for c in _encoded_cores(p.encode())}, key=len)[::-1])
+)
+_BASE64_CHARACTER = re.compile(r"[A-Za-z0-9+/_=\-]")
+#: A run of base64 (either alphabet), possibly wrapped over lines.
+_BASE64_RUN = re.compile(r"(?:[A-Za-z0-9+/_-]|\r?\n)+")
+#: Base64 characters looked at around an encoded prefix: enough for the longest credential and the text around it.
+_BASE64_WINDOW = 512
+_URLSAFE = str.maketrans("-_", "+/")
+
+
 # ----------------------------------------------------------------------------------------------- secrets
 def scan_for_secrets(folder: str | os.PathLike, files: Iterable[str]) -> None:
-    """Raise `ValueError` naming the file and the kind of credential if a text file of ``files`` (relative to
-    ``folder``) contains one of `SECRET_PATTERNS` (the token itself is not repeated)."""
+    """Raise `ValueError` naming the file, the line and the kind of credential if a text file of ``files`` (relative
+    to ``folder``) holds one (the token itself is not repeated): one of `SECRET_PATTERNS`, a token of `SPLIT_TOKENS`
+    written in pieces over adjacent words or lines, or base64 that decodes to one of them."""
     for name in files:
         if name.endswith((".json", ".md", ".py", ".txt")):
-            for text in _whole_lines(Path(folder) / name):
-                for what, pattern in SECRET_PATTERNS.items():
-                    if pattern.search(text):
-                        raise ValueError(f"{name} contains what looks like {what}; refusing to publish it.")
+            found = find_secret(Path(folder) / name, json_file=name.endswith(".json"))
+            if found:
+                what, line = found
+                raise ValueError(f"{name} contains what looks like {what} (line {line}); refusing to publish it.")
+
+
+def find_secret(path: Path, *, json_file: bool = False, block_size: int = 1 << 20) -> tuple[str, int] | None:
+    """The kind and line number of the first credential in the text file ``path`` (see `scan_for_secrets`), or
+    `None`. The file is read a block at a time; each block is scanned with the last lines of the one before it (up to
+    4 KiB), so a credential or a split token over two blocks is seen: memory holds a block, not the file."""
+    line = 1  # the line at which `text` starts
+    tail = ""
+    for block in _whole_lines(path, block_size):
+        text = tail + block
+        found = _secret_in(text, json_file)
+        if found:
+            what, offset = found
+            return what, line + text.count("\n", 0, offset)
+        keep = text[-4096:]
+        cut = keep.find("\n") + 1 if len(text) > 4096 else 0
+        tail = keep[cut:] if "\n" in keep else ""
+        line += text.count("\n") - tail.count("\n")
+    return None
+
+
+def _secret_in(text: str, json_file: bool) -> tuple[str, int] | None:
+    """The kind and offset of the first credential in ``text``, or `None`."""
+    hits = []
+    for rank, (what, pattern) in enumerate(SECRET_PATTERNS.items()):
+        if what == _AWS_PAIR and not _AWS_KEY_ID_PATTERN.search(text):
+            continue  # a secret key is looked for beside an id only where there is an id
+        if match := pattern.search(text):
+            hits.append((match.start(), rank, what))
+    for rank, found in enumerate((_split_token(text, json_file), _base64_token(text)), len(SECRET_PATTERNS)):
+        if found:
+            hits.append((found[1], rank, found[0]))
+    if not hits:
+        return None
+    offset, _, what = min(hits)
+    return what, offset
+
+
+def _split_token(text: str, json_file: bool) -> tuple[str, int] | None:
+    """A token of `SPLIT_TOKENS` written over two or more adjacent pieces of ``text`` (see `_PIECE`, `_JSON_PIECE`),
+    as (kind, offset of its first piece)."""
+    pieces = _JSON_PIECE if json_file else _PIECE
+    for start in _SPLIT_START.finditer(text):
+        joined, count = "", 0
+        for piece in pieces.finditer(text, start.start()):
+            word = piece.group(1) if json_file else piece.group()
+            if word is None:
+                continue  # a number or an id key of a JSON file
+            joined += word
+            count += 1
+            if len(joined) > SPLIT_TOKEN_CHARACTERS or not _may_become_token(joined):
+                break
+            if count > 1 and (what := _is_token(joined)):
+                return what, start.start()
+    return None
+
+
+def _may_become_token(joined: str) -> bool:
+    """Whether ``joined`` is the beginning of a token of `SPLIT_TOKENS` (or a whole one)."""
+    for shape in SPLIT_TOKENS:
+        for prefix in shape.prefixes:
+            if prefix.startswith(joined):
+                return True
+            if joined.startswith(prefix):
+                body = joined[len(prefix) :]
+                if all(c in shape.body for c in body) and (shape.longest is None or len(body) <= shape.longest):
+                    return True
+    return False
+
+
+def _is_token(joined: str) -> str | None:
+    """The kind of token ``joined`` is, or `None`."""
+    for shape in SPLIT_TOKENS:
+        for prefix in shape.prefixes:
+            if joined.startswith(prefix):
+                body = joined[len(prefix) :]
+                if (
+                    len(body) >= shape.shortest
+                    and (shape.longest is None or len(body) <= shape.longest)
+                    and all(c in shape.body for c in body)
+                ):
+                    return shape.what
+    return None
+
+
+def _base64_token(text: str) -> tuple[str, int] | None:
+    """A credential written as base64 (either alphabet, wrapped over lines or not) in ``text``, as (kind, offset).
+
+    Where the text holds one of the `ENCODED_PREFIXES` encoded, the base64 around it is decoded at its four
+    alignments and the decoded text scanned with `SECRET_PATTERNS`: only a whole credential counts, never a mere
+    prefix, so ordinary long words and other base64 data (an image) do not."""
+    for hit in _ENCODED_PREFIX.finditer(text):
+        start = hit.start()
+        low = max(0, start - _BASE64_WINDOW)
+        while start > low and (_BASE64_CHARACTER.match(text, start - 1) or text[start - 1] in "\r\n"):
+            start -= 1
+        run = _BASE64_RUN.match(text, start, hit.start() + _BASE64_WINDOW)
+        data = re.sub(r"\s", "", run.group() if run else "").rstrip("=").translate(_URLSAFE)
+        for shift in range(4):
+            part = data[shift:]
+            part = part[: len(part) // 4 * 4] if len(part) % 4 == 1 else part + "=" * (-len(part) % 4)
+            try:  # a last group of two or three characters is padded: the bytes it holds count
+                decoded = binascii.a2b_base64(part).decode("latin-1")
+            except binascii.Error:
+                continue
+            for what, pattern in SECRET_PATTERNS.items():
+                if pattern.search(decoded):
+                    return f"{what}, base64-encoded", start
+    return None
 
 
 def _whole_lines(path: Path, block_size: int = 1 << 20) -> Iterator[str]:

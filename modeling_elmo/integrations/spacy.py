@@ -27,7 +27,7 @@ import numpy as np
 from spacy.language import Language
 from spacy.tokens import Doc, Span, Token
 
-from ..embedding.inference import ElmoEmbedder
+from ..embedding.inference import ElmoEmbedder, check_device
 
 #: ``layer`` value that averages every layer (the character CNN and each LSTM layer) with equal weights.
 AVERAGE = "average"
@@ -44,6 +44,7 @@ class ElmoComponent:
     """
 
     def __init__(self, model: str, layer: int | str = AVERAGE, batch_size: int = 32, device: str = "cpu"):
+        check_device(device, "elmo component")  # before the model is loaded
         self.embedder = ElmoEmbedder.from_pretrained(model, device=device)
         num_layers = self.embedder.num_layers
         if layer != AVERAGE and (isinstance(layer, bool) or not isinstance(layer, int)):

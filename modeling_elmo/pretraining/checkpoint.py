@@ -33,7 +33,7 @@ from safetensors import SafetensorError
 from ..folders.files import atomic_write_text, follow_umask, remove_tree, replace
 from ..folders.run_folder import CHECKPOINT_FILE, read_json_object  # the layout, which --overwrite may delete
 from ..utils.io_utils import check_safetensors_header
-from .state import TrainingState
+from .state import MAX_COUNT, TrainingState, shown_count
 
 logger = logging.getLogger(__name__)
 
@@ -378,14 +378,22 @@ def read_trainer_state(folder: Path) -> dict[str, Any]:
     try:
         data["state"] = TrainingState.from_dict(data.get("state") or {})
     except (TypeError, ValueError) as error:
-        raise CheckpointError(f"checkpoint {str(folder)!r}: {error}") from None
+        raise CheckpointError(f"checkpoint {str(folder)!r}: {STATE_FILE}: {error}") from None
     positions = data.get("positions")
     if not (
         isinstance(positions, list)
         and all(isinstance(p, list) and len(p) == 2 and all(type(v) is int and v >= 0 for v in p) for p in positions)
         and positions
     ):
-        raise CheckpointError(f"checkpoint {str(folder)!r}: malformed data positions {positions!r}.")
+        shown = repr(positions) if len(repr(positions)) < 200 else f"{repr(positions)[:200]}..."
+        raise CheckpointError(f"checkpoint {str(folder)!r}: {STATE_FILE}: malformed data positions {shown}.")
+    for rank, position in enumerate(positions):
+        for index, (what, value) in enumerate(zip(("epoch", "batch"), position, strict=True)):
+            if value > MAX_COUNT:
+                raise CheckpointError(
+                    f"checkpoint {str(folder)!r}: {STATE_FILE}: positions[{rank}][{index}] (the {what} of process "
+                    f"{rank}) is {shown_count(value)}, above {MAX_COUNT:,}."
+                )
     return data
 
 

@@ -36,6 +36,16 @@ MODEL_KEYS = ("vocab_size", *ARCHITECTURE_KEYS, *_CLIPS_AND_SOFTMAX)
 _FINGERPRINT_BYTES = 1 << 20
 
 
+#: The largest count (update, epoch, batch, token) a saved state may hold: a seed plus an epoch stays a 64-bit
+#: integer, which torch's and numpy's generators take (``10**30`` stopped a resumed run in the generator).
+MAX_COUNT = 2**62
+
+
+def shown_count(value: int) -> str:
+    """``value`` for a message: its digits, or how many there are when that is too long to read."""
+    return str(value) if value < 10**40 else f"a number of {len(str(value)):,} digits"
+
+
 @dataclass
 class TrainingState:
     """Where a run stands; saved in every checkpoint (``trainer_state.json``) and restored on resume."""
@@ -74,6 +84,8 @@ class TrainingState:
                 raise ValueError(f"training state field {f.name} must be a number, got {value!r}.")
             if value < 0 or (isinstance(value, float) and not math.isfinite(value)):
                 raise ValueError(f"training state field {f.name} must be finite and >= 0, got {value!r}.")
+            if kind is int and value > MAX_COUNT:
+                raise ValueError(f"training state field {f.name} is {shown_count(value)}, above {MAX_COUNT:,}.")
         return state
 
     def record_evaluation(self, perplexity: float) -> bool:
