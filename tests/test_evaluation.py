@@ -815,7 +815,7 @@ def test_unreachable_hub_without_data_dir_is_one_line_naming_data_dir(tiny, tmp_
         len(lines) == 1 and "nyu-mll/glue is not in the local datasets cache" in lines[0] and "--data-dir" in lines[0]
     )
     # online mode, no connection: a closed local port stands for the unreachable Hub; no retries
-    monkeypatch.setattr("huggingface_hub.is_offline_mode", lambda: False)
+    monkeypatch.setattr("modeling_elmo.utils.compat.is_offline_mode", lambda: False)
     monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")
     started = time.perf_counter()
     with pytest.raises(SystemExit):

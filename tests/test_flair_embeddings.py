@@ -1,113 +1,132 @@
-"""Flair on ELMo: `modeling_elmo/integrations/flair_elmo.py`'s `ElmoEmbeddings`, run in Flair's own environment
-(Flair 0.15 needs transformers < 5, where this package cannot be installed), gives each Flair token the folder's
-vectors for its word (compared with this package's output here), and a `SequenceTagger` trains on them, saves and
-loads.
+"""Flair on ELMo: `modeling_elmo.integrations.flair`'s `ElmoEmbeddings` from the installed package gives each Flair
+token the folder's vectors for its word, and a `SequenceTagger` on them trains, saves, and loads with
+`SequenceTagger.load` in a fresh process.
 
-Needs ``ELMO_TRANSFORMERS4_PYTHON``, the path of a Python whose environment holds Flair 0.15 (and transformers 4.57,
-which Flair pulls), without this package; skips without it. The file is copied alone, as a Flair user would."""
+Runs where Flair is installed beside the package (CI's ``transformers4`` environment: Flair 0.15.1, which keeps
+transformers 4.57); skips elsewhere."""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-from pathlib import Path
+import re
+import subprocess
+import sys
 
 import pytest
 import torch
-from support import assert_same_numbers, in_the_public_form, run_without_package
+from support import assert_same_numbers
 from support.clients import tiny_config_with
 
 from modeling_elmo import ElmoModel, ElmoTokenizer, save_model_folder
 
-FLAIR_FILE = Path(__file__).resolve().parents[1] / "modeling_elmo" / "integrations" / "flair_elmo.py"
-FLAIR_PYTHON = os.environ.get("ELMO_TRANSFORMERS4_PYTHON")
+flair = pytest.importorskip("flair", reason="Flair is not installed here (pip install flair beside the package)")
+from flair.data import Dictionary, Sentence  # noqa: E402
+from flair.models import SequenceTagger  # noqa: E402
+
+from modeling_elmo.integrations.flair import ElmoEmbeddings  # noqa: E402
+
 SENTENCES = [["The", "river", "bank", "flooded", "twice", "."], ["Paris", "is", "on", "the", "Seine"], ["Banks", "."]]
 TAGS = [["O", "O", "O", "O", "O", "O"], ["LOC", "O", "O", "O", "LOC"], ["O", "O"]]  # token tags (not spans)
 
-FLAIR = """
-import json, sys, torch, flair
-sys.path.insert(0, sys.argv[2])
-from flair.data import Dictionary, Sentence
+# A fresh interpreter: the tagger file and the folder are all it has; it imports the package's module for Flair to
+# know the class, as a user's script does.
+LOAD = """
+import json, sys
+from flair.data import Sentence
 from flair.models import SequenceTagger
-from flair_elmo import ElmoEmbeddings
-folder, sentences, tags = sys.argv[1], json.loads(sys.argv[3]), json.loads(sys.argv[4])
+import modeling_elmo.integrations.flair
+tagger = SequenceTagger.load(sys.argv[1])
+sentences = [Sentence(words) for words in json.loads(sys.argv[2])]
+tagger.predict(sentences, label_name="predicted")
+print(json.dumps([[(t.get_label("predicted").value, t.get_label("predicted").score) for t in s] for s in sentences]))
+"""
 
-def tagged():
+
+@pytest.fixture
+def folder(tmp_path):
+    torch.manual_seed(0)
+    model = ElmoModel(tiny_config_with(hidden_dropout_prob=0.0)).eval()
+    save_model_folder(model, ElmoTokenizer(), tmp_path / "elmo")
+    return tmp_path / "elmo"
+
+
+def tagged() -> list[Sentence]:
     out = []
-    for words, labels in zip(sentences, tags):
+    for words, labels in zip(SENTENCES, TAGS, strict=True):
         sentence = Sentence(words)
-        for token, label in zip(sentence, labels):
+        for token, label in zip(sentence, labels, strict=True):
             token.add_label("ner", label)
         out.append(sentence)
     return out
 
-vectors = {}
-for mode in ("all", "top", "average"):
-    embedded = [Sentence(words) for words in sentences]
-    embeddings = ElmoEmbeddings(folder, mode=mode, batch_size=2)
-    embeddings.embed(embedded)
-    vectors[mode] = [[token.get_embedding().tolist() for token in sentence] for sentence in embedded]
-    vectors[mode + "_length"] = embeddings.embedding_length
-dictionary = Dictionary(add_unk=False)
-for label in ("O", "LOC"):
-    dictionary.add_item(label)
-torch.manual_seed(0)
-tagger = SequenceTagger(hidden_size=8, embeddings=ElmoEmbeddings(folder), tag_dictionary=dictionary, tag_type="ner",
-                        use_crf=False, use_rnn=False, reproject_embeddings=False)
-optimizer = torch.optim.Adam(tagger.parameters(), lr=0.1)
-losses = []
-for step in range(40):
-    loss, count = tagger.forward_loss(tagged())
-    optimizer.zero_grad()
-    (loss / count).backward()
-    optimizer.step()
-    losses.append(float(loss) / count)
-tagger.save(sys.argv[5])
-loaded = SequenceTagger.load(sys.argv[5])
-predicted = {}
-for name, model in (("trained", tagger), ("loaded", loaded)):
-    sentences_out = tagged()
-    model.predict(sentences_out, label_name="predicted")
-    predicted[name] = [[(t.get_label("predicted").value, t.get_label("predicted").score) for t in s]
-                       for s in sentences_out]
-print(json.dumps({"version": flair.__version__, "vectors": vectors, "losses": losses, "predicted": predicted}))
-"""
+
+def test_flair_tokens_get_the_folders_word_vectors_in_every_mode(folder):
+    model = ElmoModel.from_pretrained(folder).eval()
+    for mode in ("all", "top", "average"):
+        embeddings = ElmoEmbeddings(str(folder), mode=mode, batch_size=2)
+        embedded = [Sentence(words) for words in SENTENCES]
+        embeddings.embed(embedded)
+        for i, words in enumerate(SENTENCES):
+            encoding = ElmoTokenizer()([words], is_split_into_words=True, return_tensors="pt")
+            with torch.no_grad():
+                layers = [layer[0] for layer in model(**encoding, output_hidden_states=True).hidden_states]
+            want = {"all": torch.cat(layers, -1), "top": layers[-1], "average": torch.stack(layers).mean(0)}[mode]
+            assert embeddings.embedding_length == want.shape[-1]
+            got = torch.stack([token.get_embedding().cpu() for token in embedded[i]])
+            assert_same_numbers(got, want, what=f"{mode}, sentence {i}")
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(
-    not FLAIR_PYTHON,
-    reason="set ELMO_TRANSFORMERS4_PYTHON to a Python with flair 0.15 and transformers 4.57 (CI sets it)",
-)
-def test_flair_tokens_get_the_folders_word_vectors_and_a_sequence_tagger_trains_saves_and_loads(tmp_path):
+def test_bad_settings_and_a_missing_folder_are_one_line_naming_the_value(folder, tmp_path):
+    with pytest.raises(ValueError, match=r"^mode must be one of \('all', 'top', 'average'\), got 'last'\.$"):
+        ElmoEmbeddings(str(folder), mode="last")
+    with pytest.raises(ValueError, match=r"^batch_size must be a positive integer, got 0\.$"):
+        ElmoEmbeddings(str(folder), batch_size=0)
+    missing = tmp_path / "no-such-folder"
+    with pytest.raises(ValueError, match="^" + re.escape(f"model '{missing}' does not exist (no such folder)") + "$"):
+        ElmoEmbeddings(str(missing))
+
+
+@pytest.mark.slow  # trains, and loads in a fresh process
+def test_a_sequence_tagger_on_elmo_trains_saves_and_loads_in_a_fresh_process(folder, tmp_path):
+    dictionary = Dictionary(add_unk=False)
+    for label in ("O", "LOC"):
+        dictionary.add_item(label)
     torch.manual_seed(0)
-    model = in_the_public_form(ElmoModel(tiny_config_with(hidden_dropout_prob=0.0)).eval())  # as the files run alone
-    save_model_folder(model, ElmoTokenizer(), tmp_path / "elmo")
-    (tmp_path / "flair-code").mkdir()
-    shutil.copyfile(FLAIR_FILE, tmp_path / "flair-code" / "flair_elmo.py")  # the one file, alone
-    got = run_without_package(
-        FLAIR,
-        tmp_path / "elmo",
-        tmp_path / "flair-code",
-        json.dumps(SENTENCES),
-        json.dumps(TAGS),
-        tmp_path / "tagger.pt",
-        workdir=tmp_path / "client",
-        python=FLAIR_PYTHON,
+    tagger = SequenceTagger(
+        hidden_size=8,
+        embeddings=ElmoEmbeddings(str(folder)),
+        tag_dictionary=dictionary,
+        tag_type="ner",
+        use_crf=False,
+        use_rnn=False,
+        reproject_embeddings=False,
     )
-    assert got["version"].startswith("0.15"), got["version"]
-    for i, words in enumerate(SENTENCES):
-        encoding = ElmoTokenizer()([words], is_split_into_words=True, return_tensors="pt")
-        with torch.no_grad():
-            layers = [layer[0] for layer in model(**encoding, output_hidden_states=True).hidden_states]
-        expected = {"all": torch.cat(layers, -1), "top": layers[-1], "average": torch.stack(layers).mean(0)}
-        for mode, want in expected.items():
-            assert got["vectors"][mode + "_length"] == want.shape[-1]
-            assert_same_numbers(torch.tensor(got["vectors"][mode][i]), want, what=f"{mode}, sentence {i}")
-    losses = got["losses"]
+    optimizer = torch.optim.Adam(tagger.parameters(), lr=0.1)
+    losses = []
+    for _ in range(40):
+        loss, count = tagger.forward_loss(tagged())
+        optimizer.zero_grad()
+        (loss / count).backward()
+        optimizer.step()
+        losses.append(float(loss.detach()) / count)
     assert losses[-1] < 0.5 * losses[0], losses
-    trained, loaded = got["predicted"]["trained"], got["predicted"]["loaded"]
+    tagger.save(tmp_path / "tagger.pt")
+    sentences = tagged()
+    tagger.predict(sentences, label_name="predicted")
+    trained = [[(t.get_label("predicted").value, t.get_label("predicted").score) for t in s] for s in sentences]
+
+    environment = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    run = subprocess.run(
+        [sys.executable, "-c", LOAD, str(tmp_path / "tagger.pt"), json.dumps(SENTENCES)],
+        cwd=tmp_path,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
+    loaded = json.loads(run.stdout.strip().splitlines()[-1])
     assert [[label for label, _ in s] for s in loaded] == [[label for label, _ in s] for s in trained]
     assert [len(s) for s in trained] == [len(words) for words in SENTENCES]  # a tag for every word
     assert_same_numbers([score for s in loaded for _, score in s], [score for s in trained for _, score in s])

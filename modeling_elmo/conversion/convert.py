@@ -252,7 +252,7 @@ def check_release_reachable(
     """Raise `~modeling_elmo.conversion.download.DownloadError` at once when files of ``release`` must be downloaded and
     neither the release server nor (where there is one) its Hub mirror can be reached: one connection attempt each,
     within seconds, instead of every download's retries. The message names what works offline."""
-    from huggingface_hub import is_offline_mode
+    from ..utils.compat import is_offline_mode
 
     folder = release_cache_dir(release, cache_dir)
     missing = [

@@ -370,7 +370,9 @@ def _load_from_hub(path: str, **kwargs):
     """`datasets.load_dataset(path, **kwargs)`, or `HubUnreachableError` within seconds (no retries) when the Hub
     cannot be reached: offline mode without a cached copy, or no connection to the endpoint."""
     import datasets
-    from huggingface_hub import constants, is_offline_mode
+    from huggingface_hub import constants
+
+    from ..utils.compat import is_offline_mode
 
     advice = (
         "pass --data-dir FOLDER with a local copy of the probe data (see docs/evaluation.md), or set "

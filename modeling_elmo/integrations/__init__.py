@@ -1,3 +1,2 @@
-"""ELMo inside other NLP libraries: `spacy` (the ``elmo`` pipeline component; its library, an optional extra of the
-package, is imported only when used) and `flair_elmo` (Flair's `ElmoEmbeddings`: a standalone file for Flair's own
-environment, which needs transformers < 5; it imports nothing of this package)."""
+"""ELMo inside other NLP libraries: `spacy` (the ``elmo`` pipeline component) and `flair` (Flair's
+`ElmoEmbeddings`). Each imports its library, an optional install beside the package, only when it is imported."""

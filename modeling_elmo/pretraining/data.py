@@ -106,7 +106,9 @@ _OFFLINE_ALTERNATIVE = (
 def check_hub_dataset(dataset_name: str) -> None:
     """Raise `HubUnreachableError` within seconds when ``dataset_name`` must come from the Hub but the Hub cannot be
     reached (a local dataset folder passes; in offline mode the cache is tried when the data are loaded)."""
-    from huggingface_hub import constants, is_offline_mode
+    from huggingface_hub import constants
+
+    from ..utils.compat import is_offline_mode
 
     if os.path.exists(dataset_name) or is_offline_mode():
         return

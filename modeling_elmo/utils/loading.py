@@ -62,7 +62,9 @@ def check_model_location(location: str | os.PathLike, what: str = "model", filen
     or for a Hub id that is not in the local cache in offline mode; `HubUnreachableError` (within seconds: one TCP
     connection attempt) for a Hub id when the Hub cannot be reached.
     """
-    from huggingface_hub import constants, is_offline_mode, try_to_load_from_cache
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    from .compat import is_offline_mode
 
     location = os.fspath(location)
     if os.path.exists(location):

@@ -11,23 +11,22 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""ELMo word vectors for Flair: one standalone file, to copy next to the code that uses it (it imports nothing of
-this package).
+"""ELMo word vectors for Flair (0.15, on transformers 4.57, or any later release that installs beside this package).
 
-Flair (0.15) needs transformers < 5, where this package cannot be installed; this file needs neither: it loads a
-saved ELMo folder (or Hub repository) through its own code, ``AutoModel``/``AutoTokenizer`` with
-``trust_remote_code=True``, which runs on transformers 4.57 and 5.x. Flair's `TransformerWordEmbeddings` cannot drive
-ELMo: it aligns sub-tokens to words through a fast tokenizer's ``word_ids`` or by re-splitting the text (ELMo reads one
-row of characters per word, from a slow tokenizer) and takes the model output's last field as the hidden states.
+Flair's `TransformerWordEmbeddings` cannot drive ELMo: it aligns sub-tokens to words through a fast tokenizer's
+``word_ids`` or by re-splitting the text (ELMo reads one row of characters per word, from its own tokenizer) and takes
+the model output's last field as the hidden states. `ElmoEmbeddings` gives each Flair token its word's vector.
 
     from flair.models import SequenceTagger
-    from flair_elmo import ElmoEmbeddings
+    from modeling_elmo.integrations.flair import ElmoEmbeddings
 
     embeddings = ElmoEmbeddings("path/to/elmo-folder")  # every layer concatenated; mode="top" or "average" too
     tagger = SequenceTagger(hidden_size=256, embeddings=embeddings, tag_dictionary=tags, tag_type="ner")
 
-A saved tagger keeps the folder's path (or Hub id): `SequenceTagger.load` needs this module imported and the folder
-still there.
+A saved tagger keeps the folder's path (or Hub id), not its weights: `SequenceTagger.load` needs this module imported
+(it registers the class with Flair) and the folder still there.
+
+This module is named after the library it serves; ``import flair`` below is the real Flair (imports are absolute).
 """
 
 from __future__ import annotations
@@ -37,7 +36,10 @@ import torch
 from flair.data import Sentence
 from flair.embeddings import TokenEmbeddings
 from flair.embeddings.base import register_embeddings
-from transformers import AutoModel, AutoTokenizer
+
+from ..modeling_elmo import ElmoModel
+from ..tokenization_elmo import ElmoTokenizer
+from ..utils.loading import check_model_location
 
 MODES = ("all", "top", "average")
 
@@ -48,7 +50,7 @@ class ElmoEmbeddings(TokenEmbeddings):
     Flair's former AllenNLP-based class), the top layer (``"top"``) or their mean (``"average"``).
 
     Args:
-        model: a saved ELMo folder or Hub repository id (its own code runs: ``trust_remote_code=True``).
+        model: a saved ELMo folder or Hub repository id (loaded by this package's classes: no remote code runs).
         mode: ``"all"``, ``"top"`` or ``"average"``.
         fine_tune: train the biLM with the tagger (the vectors are then recomputed every epoch).
         batch_size: sentences per forward pass.
@@ -63,8 +65,9 @@ class ElmoEmbeddings(TokenEmbeddings):
         self.static_embeddings = not fine_tune
         super().__init__()
         self.model_name, self.mode, self.fine_tune, self.batch_size = str(model), mode, fine_tune, batch_size
-        self.tokenizer = AutoTokenizer.from_pretrained(self.model_name, trust_remote_code=True)
-        self.model = AutoModel.from_pretrained(self.model_name, trust_remote_code=True)
+        check_model_location(self.model_name)  # one line naming a folder that does not exist
+        self.tokenizer = ElmoTokenizer.from_pretrained(self.model_name)
+        self.model = ElmoModel.from_pretrained(self.model_name)
         self.model.requires_grad_(fine_tune)
         layers = self.model.config.num_hidden_layers + 1
         self._embedding_length = self.model.config.hidden_size * (layers if mode == "all" else 1)
