@@ -184,8 +184,8 @@ class ElmoConfig(PretrainedConfig):
         word_input_vocab_size, word_input_dim (`int`, defaults to 0): a word-embedding input (ELMoForManyLangs).
         hidden_dropout_prob (`float`, defaults to 0.1): dropout on every LSTM layer's input and before the softmax.
         lstm_implementation (`str`, defaults to `"auto"`): `"loop"`, `"fused"`, `"torch"` (no clipping) or `"auto"`.
-        use_packed_kernels (`bool`, defaults to `True`): CPU inference runs the installed ``modeling_elmo`` package's
-            packed recurrence where the package is installed (same numbers; the shipped files alone run the public one).
+        use_packed_kernels (`bool`, defaults to `True`): the fused recurrence runs the installed ``modeling_elmo``
+            package's kernels where the package is installed (same numbers, faster); `False`: the shipped form always.
         num_output_representations (`int`, defaults to 1): independent scalar mixes of a head.
         scalar_mix_layer_norm (`bool`, defaults to `False`): normalise every layer before mixing.
         scalar_mix_parameters (`list[float]`, *optional*): fixed pre-softmax layer weights (not trained).

@@ -281,23 +281,27 @@ def torch_lstm(inputs: torch.Tensor, valid: torch.Tensor, layers: Sequence[nn.Mo
     return torch.stack(outputs) * valid.unsqueeze(-1).to(inputs.dtype), None
 
 
-#: The version of the package's recurrence interface this file plugs in (`installed_packed_recurrence`): an installed
-#: ``modeling_elmo`` package whose ``packed_kernels.RECURRENCE_INTERFACE`` differs is not used.
-PACKED_RECURRENCE_INTERFACE = 1
-
-
-def installed_packed_recurrence():
-    """The installed ``modeling_elmo`` package's packed CPU recurrence (`stacked_lstm`'s signature and numbers), or
-    `None`: no package, a package of another recurrence interface (`PACKED_RECURRENCE_INTERFACE`), or a torch build
-    without its packed products. Looked up when a biLM is built, as transformers' models look up optional kernels;
-    importing it registers nothing."""
-    try:  # the one import of the package a shipped file makes (`modeling_elmo.hub.safety.PACKAGE_KERNELS_IMPORT`)
-        from modeling_elmo.acceleration import packed_kernels as kernels
+def installed_kernels():
+    """The installed ``modeling_elmo`` package's fast LSTM kernels (its ``acceleration.packed_kernels`` module), or
+    `None`: no such package, one without `packed_lstm`, or a torch build without the packed products. The one import
+    of the package in the shipped files, as transformers' Mamba looks for ``mamba_ssm``; it registers nothing."""
+    try:
+        from modeling_elmo.acceleration import packed_kernels
     except ImportError:
         return None
-    if getattr(kernels, "RECURRENCE_INTERFACE", None) != PACKED_RECURRENCE_INTERFACE or not kernels.available():
-        return None
-    return kernels.recurrence
+    usable = callable(getattr(packed_kernels, "packed_lstm", None)) and packed_kernels.available()
+    return packed_kernels if usable else None
+
+
+def packed_lstm(inputs: torch.Tensor, valid: torch.Tensor, layers: Sequence[nn.Module], state=None):
+    """`stacked_lstm`'s signature and numbers, computed by the installed package's kernels (`installed_kernels`) from
+    the layers' tensors and clips."""
+    weights = [
+        (ls.input_transform.weight, ls.input_transform.bias, ls.recurrent_transform.weight, ls.projection.weight)
+        for ls in layers
+    ]
+    clips = {"cell_clip": layers[0].cell_clip, "proj_clip": layers[0].proj_clip}
+    return installed_kernels().packed_lstm(inputs, valid, weights, state, **clips)
 
 
 def weights_readable(layers: Sequence[nn.Module]) -> bool:
@@ -524,20 +528,16 @@ class ElmoBiLstm(nn.Module):
 
     Each layer runs both directions at once through one recurrence (`recurrence_for`), all with the same numbers:
     `stacked_lstm` (fast), `loop_lstm` (the reference; adapters, hooks and gradient checkpointing) or `torch_lstm`
-    (no clipping), as ``config.lstm_implementation`` says. Where the ``modeling_elmo`` package is installed, CPU
-    inference runs its packed form of `stacked_lstm` instead (`installed_packed_recurrence`; off with
-    ``config.use_packed_kernels=False``).
+    (no clipping), as ``config.lstm_implementation`` says. Where the ``modeling_elmo`` package is installed and
+    ``config.use_packed_kernels`` is true, the fast form is its kernels' (`packed_lstm`, the same numbers).
     """
 
-    #: A replacement for `stacked_lstm` in every mode (same signature and numbers), or `None`: the package's
-    #: ``use_packed_kernels(model)`` sets it (its packed form, for training too).
+    #: A replacement for `stacked_lstm` (same signature and numbers) for experiments, or `None`.
     recurrence = None
 
     def __init__(self, config: ElmoConfig):
         super().__init__()
         self.config = config
-        #: The installed package's packed recurrence (`installed_packed_recurrence`), for CPU inference, or `None`.
-        self.installed_recurrence = installed_packed_recurrence()
         P = config.projection_dim
 
         def layer() -> ElmoLstmLayer:
@@ -559,17 +559,8 @@ class ElmoBiLstm(nn.Module):
                 return stacked_lstm
             if self.recurrence is not None:
                 return self.recurrence
-            return self.installed_recurrence if self.packed_inference(inputs) else stacked_lstm
+            return packed_lstm if self.config.use_packed_kernels and installed_kernels() else stacked_lstm
         return loop_lstm
-
-    def packed_inference(self, inputs: torch.Tensor) -> bool:
-        """Whether a call on ``inputs`` runs the installed package's packed form: found, not switched off
-        (``config.use_packed_kernels``), on the CPU, in eval mode and without gradients (training runs the public
-        form)."""
-        if self.installed_recurrence is None or not self.config.use_packed_kernels or inputs.device.type != "cpu":
-            return False
-        gradients = inputs.requires_grad or any(p.requires_grad for p in self.parameters())
-        return not self.training and not (torch.is_grad_enabled() and gradients)
 
     def forward(
         self,

@@ -11,7 +11,6 @@ from test_modeling_elmo import SENTENCES, ElmoModelTester
 
 from modeling_elmo import ElmoForBidirectionalLM, ElmoLstmState, ElmoModel, save_model_folder
 from modeling_elmo import modeling_elmo as modeling
-from modeling_elmo.acceleration.packed_kernels import use_packed_kernels
 from modeling_elmo.pretraining.trainer import rename_legacy_keys
 
 TOLERANCE = 1e-5
@@ -54,8 +53,7 @@ def test_all_linear_lora_reaches_every_lstm_transform_and_the_character_encoder_
 @pytest.mark.parametrize("form", ["shipped", "package"])
 def test_lora_on_the_lstm_changes_the_output_trains_and_merges_to_the_same_numbers(implementation, form):
     tester, model = clipping_model(lstm_implementation=implementation)
-    if form == "package":
-        use_packed_kernels(model)
+    model.config.use_packed_kernels = form == "package"
     enc = tester.encode(SENTENCES)
     with torch.no_grad():
         plain = model(**enc).last_hidden_state
@@ -188,8 +186,7 @@ def test_a_folder_with_the_older_lstm_parameter_names_loads_and_saves_back_with_
 @pytest.mark.parametrize("form", ["shipped", "package"])
 def test_gradient_checkpointing_gives_the_same_loss_and_gradients(implementation, form):
     tester, model = clipping_model(ElmoForBidirectionalLM, lstm_implementation=implementation)
-    if form == "package":
-        use_packed_kernels(model)
+    model.config.use_packed_kernels = form == "package"
     enc = tester.encode(SENTENCES)
     labels = torch.randint(4, 40, enc["attention_mask"].shape).masked_fill(enc["attention_mask"] == 0, -100)
     results = []
@@ -232,8 +229,7 @@ def test_gradient_checkpointing_recomputes_the_lstm_and_the_character_convolutio
 @pytest.mark.parametrize("form", ["shipped", "package"])
 def test_fullgraph_compiled_model_matches_eager(form):
     tester, model = clipping_model()
-    if form == "package":
-        use_packed_kernels(model)  # never traced: the compiled model runs the shipped form
+    model.config.use_packed_kernels = form == "package"  # never traced: the compiled model runs the shipped form
     enc = tester.encode(SENTENCES)
     compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
     with torch.no_grad():

@@ -253,14 +253,14 @@ def rename_legacy_keys(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.T
 
 
 def build_model(config: Any, init_from: Path | None = None) -> torch.nn.Module:
-    """The biLM of ``config`` on the fast recurrence, with the weights of the model folder ``init_from``."""
+    """The biLM of ``config`` (its recurrence as ``config.use_packed_kernels`` says), with the weights of the model
+    folder ``init_from``."""
     from safetensors.torch import load_file
 
-    from ..acceleration.packed_kernels import use_packed_kernels
     from ..modeling_elmo import ElmoForBidirectionalLM
     from .sampled_softmax import use_configured_softmax
 
-    model = use_configured_softmax(use_packed_kernels(ElmoForBidirectionalLM(config)))
+    model = use_configured_softmax(ElmoForBidirectionalLM(config))
     if (folder := init_from) is not None:
         state, own = rename_legacy_keys(load_file(str(folder / "model.safetensors"))), model.state_dict()
         problems = [
