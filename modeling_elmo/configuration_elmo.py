@@ -57,9 +57,7 @@ INTEGER_MINIMUMS = dict(
     projection_dim=1,
     hidden_size=2,
     cell_size=1,
-    num_hidden_layers=1,
     char_embedding_dim=1,
-    num_highway_layers=0,
     max_characters_per_token=3,
     num_characters=1,
     word_input_dim=0,
@@ -67,6 +65,10 @@ INTEGER_MINIMUMS = dict(
     num_negative_samples=1,
     lm_softmax_chunk_size=1,
 )
+#: The most layers of each kind a config may stack (the released models have 2 of each, ELMoForManyLangs 2 and 1):
+#: every layer is a module transformers builds and initialises before it reads a weight, so that a folder asking for
+#: thousands (beside small weights) would keep a loader busy for minutes before any error could name it.
+MAX_LAYERS = 64
 #: The values each field of a few choices may take.
 CHOICES = {
     "char_cnn_activation": ("relu", "tanh"),
@@ -96,6 +98,10 @@ def _filters_valid(filters: Any) -> bool:
 #: Field -> (whether a value is valid, what the field must be): the rule of each field on its own, in order.
 FIELD_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     **{n: (lambda v, low=low: _is_int(v) and v >= low, f"an integer >= {low},") for n, low in INTEGER_MINIMUMS.items()},
+    **{
+        n: (lambda v, low=low: _is_int(v) and low <= v <= MAX_LAYERS, f"an integer in [{low}, {MAX_LAYERS}] (layers),")
+        for n, low in (("num_hidden_layers", 1), ("num_highway_layers", 0))
+    },
     **{
         n: (
             lambda v, low=low: _is_int(v) and low <= v <= MAX_VOCABULARY_LIMIT,

@@ -50,9 +50,31 @@ LEGACY_KEY_MAPPING = {
 }
 
 
+def renamed_legacy_key(key: str) -> str:
+    """``key`` with an older LSTM parameter name renamed as loading renames it (`LEGACY_KEY_MAPPING`)."""
+    for pattern, replacement in LEGACY_KEY_MAPPING.items():
+        key = re.sub(pattern, replacement, key)
+    return key
+
+
+def check_no_legacy_clash(keys, source: str) -> bool:
+    """Whether ``keys`` (a checkpoint's tensor names) hold older LSTM names; `ValueError` where one of them and its
+    current name are both there: loading would take one or the other tensor, a silent mix of two models."""
+    keys = {key for key in keys if isinstance(key, str)}
+    legacy = sorted(key for key in keys if renamed_legacy_key(key) != key)
+    clash = next((key for key in legacy if renamed_legacy_key(key) in keys), None)
+    if clash is not None:
+        raise ValueError(
+            f"{source} holds both {clash!r} (an older LSTM parameter name) and {renamed_legacy_key(clash)!r} (its "
+            "current name): it mixes two checkpoints; keep one of the two tensors."
+        )
+    return bool(legacy)
+
+
 def _holds_legacy_keys(folder, kwargs: dict) -> bool:
     """Whether the safetensors checkpoint `from_pretrained` reads from ``folder`` (a path or Hub id, with its
-    ``subfolder``, ``revision``, ``variant``...) names LSTM parameters as `LEGACY_KEY_MAPPING`'s patterns do."""
+    ``subfolder``, ``revision``, ``variant``...) names LSTM parameters as `LEGACY_KEY_MAPPING`'s patterns do;
+    `ValueError` where it also holds the current name of one (`check_no_legacy_clash`)."""
     from transformers.utils import cached_file
 
     names = ("cache_dir", "force_download", "proxies", "token", "revision", "local_files_only", "subfolder")
@@ -72,7 +94,7 @@ def _holds_legacy_keys(folder, kwargs: dict) -> bool:
             except ValueError:  # a damaged file: `from_pretrained` says so
                 return False
         keys = header.get("weight_map", {}) if isinstance(header, dict) and name.endswith(".json") else header
-        return any(re.search(pattern, key) for pattern in LEGACY_KEY_MAPPING for key in keys if isinstance(key, str))
+        return check_no_legacy_clash(keys if isinstance(keys, dict) else (), f"the checkpoint {str(path)!r}")
     return False
 
 
@@ -1125,21 +1147,23 @@ class ElmoTaskHeadMixin:
         if self.config.freeze_elmo:  # CODEPATH: heads of a pretrained biLM (default) train only the mix and classifier
             self.freeze_elmo()
 
-    @classmethod
-    def from_pretrained(cls, *args, **kwargs):
-        """transformers' `from_pretrained`, the biLM then frozen as ``config.freeze_elmo`` says."""
-        loaded = super().from_pretrained(*args, **kwargs)
-        model = loaded[0] if isinstance(loaded, tuple) else loaded
-        if model.config.freeze_elmo:
-            model.freeze_elmo()
-        return loaded
+    def tie_weights(self, *args, **kwargs):
+        """transformers' `tie_weights` (ELMo ties nothing), then the biLM frozen again if it was: `from_pretrained`
+        calls it once the loaded weights are in place, and transformers 5 places them as new parameters that
+        require gradients."""
+        tied = super().tie_weights(*args, **kwargs)
+        if getattr(self, "_elmo_frozen", False):
+            self.elmo.requires_grad_(False)
+        return tied
 
     def freeze_elmo(self) -> None:
         """Freeze the biLM: its parameters stop requiring gradients (the mix and classifier still train)."""
+        self._elmo_frozen = True
         self.elmo.requires_grad_(False)
 
     def unfreeze_elmo(self) -> None:
         """Fine-tune the biLM too: its parameters require gradients again."""
+        self._elmo_frozen = False
         self.elmo.requires_grad_(True)
 
     def forward(
@@ -1261,12 +1285,13 @@ class ElmoForTokenClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
         self._build_head(config, config.hidden_size)
         self.post_init()
 
-    def save_pretrained(self, save_directory, *args, **kwargs):
-        """`PreTrainedModel.save_pretrained`, the config naming the word-level token-classification pipeline."""
+    @staticmethod
+    def custom_pipelines() -> dict:
+        """The ``config.custom_pipelines`` entry of this head's word-level pipeline, which the package's tools write
+        where they make a model folder (``save_model_folder``)."""
         from .pipeline_elmo import CUSTOM_PIPELINES  # a relative import: saving copies pipeline_elmo.py too
 
-        self.config.custom_pipelines = CUSTOM_PIPELINES
-        return super().save_pretrained(save_directory, *args, **kwargs)
+        return CUSTOM_PIPELINES
 
     def classify(self, mixed: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.dropout(mixed))  # (B, T, num_labels)

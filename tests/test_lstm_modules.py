@@ -181,6 +181,45 @@ def test_a_folder_with_the_older_lstm_parameter_names_loads_and_saves_back_with_
     )
 
 
+def test_a_checkpoint_holding_an_older_and_the_current_lstm_name_is_refused_in_one_line_on_every_path(tmp_path):
+    """A checkpoint with both ``...weight_hr`` and ``...projection.weight`` (different values) would load one or the
+    other of each pair: a silent mix of two models. AutoModel, the heads, the folder's own code, the package's loader
+    and pretraining's ``--init-from-model`` refuse it, in one line naming both tensors."""
+    from transformers import AutoModel, AutoModelForSequenceClassification
+    from transformers.dynamic_module_utils import get_class_from_dynamic_module
+
+    from modeling_elmo import ElmoForSequenceClassification, load_elmo_model
+
+    _, model = clipping_model()
+    save_model_folder(model, None, tmp_path / "mixed")
+    path = tmp_path / "mixed" / "model.safetensors"
+    weights = load_file(str(path))
+    current = "encoder.forward_layers.1.projection.weight"
+    weights["encoder.forward_layers.1.weight_hr"] = weights[current] + 1.0
+    save_file(weights, str(path), metadata={"format": "pt"})
+    layer = r"'encoder\.forward_layers\.1\."
+    pattern = rf"holds both {layer}weight_hr' .* and {layer}projection\.weight'"
+    loaders = [
+        AutoModel.from_pretrained,
+        ElmoModel.from_pretrained,
+        ElmoForSequenceClassification.from_pretrained,
+        AutoModelForSequenceClassification.from_pretrained,
+        get_class_from_dynamic_module("modeling_elmo.ElmoModel", str(tmp_path / "mixed")).from_pretrained,
+    ]
+    for load in loaders:
+        with pytest.raises(ValueError, match=pattern) as raised:
+            load(tmp_path / "mixed")
+        assert "\n" not in str(raised.value)
+    unexpected = r"1 unexpected tensor\(s\) \(encoder\.forward_layers\.1\.weight_hr\)"
+    with pytest.raises(ValueError, match=unexpected) as raised:
+        load_elmo_model(tmp_path / "mixed")  # the tools' loader (elmo embed, elmo evaluate) checks every name itself
+    assert "\n" not in str(raised.value)
+    with pytest.raises(ValueError, match=r"--init-from-model 'm' holds both 'encoder\.forward_layers\.1\.weight_hr'"):
+        rename_legacy_keys(weights, "--init-from-model 'm'")
+    del weights[current]  # the older name alone loads renamed
+    assert current in rename_legacy_keys(weights)
+
+
 # ------------------------------------------------------------------------------------------ gradient checkpointing
 @pytest.mark.parametrize("implementation", ["fused", "loop"])
 @pytest.mark.parametrize("form", ["shipped", "package"])
