@@ -31,7 +31,8 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassifierOutput
 from transformers.utils import ModelOutput
 
-from .configuration_elmo import BOS_ID, EOS_ID, PAD_ID, ElmoConfig, sentence_boundary_char_ids
+from .configuration_elmo import BOS_ID, EOS_ID, PAD_ID, ElmoConfig
+from .tokenization_elmo import sentence_boundary_char_ids
 
 try:
     from transformers import initialization as init

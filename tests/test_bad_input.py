@@ -245,10 +245,10 @@ ROWS = [
     ),
     Row(
         "library",
-        "`AutoModel.from_pretrained('classkey', trust_remote_code=True)` (`config.json` holds "
-        '`"__class__": "ElmoConfig"`)',
+        '`load_elmo_model(\'classkey\')` (`config.json` holds `"__class__": "ElmoConfig"`; every command that '
+        "reads a model folder alike)",
         "config key '__class__' is not a setting: it would replace ElmoConfig.__class__.",
-        lambda: AutoModel.from_pretrained("classkey", trust_remote_code=True),
+        lambda: load_elmo_model("classkey"),
     ),
     Row(
         "library",

@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from ..configuration_elmo import shown
+from ..utils.config_checks import shown
 from ..utils.io_utils import error_line, read_json_object
 
 logger = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from ..configuration_elmo import shown
+from ..utils.config_checks import shown
 from ..utils.io_utils import error_line
 
 #: ``--train-file builtin:NAME`` (or ``builtin:NAME/SPLIT``) names a corpus shipped in `modeling_elmo.corpora`.
