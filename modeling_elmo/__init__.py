@@ -147,12 +147,15 @@ def save_model_folder(
     folder: str | os.PathLike,
     **save_kwargs: Any,
 ) -> str:
-    """``model.save_pretrained`` (safetensors, code files, full ``auto_map``) and ``tokenizer.save_pretrained`` into
-    ``folder``: the folder loads through every Auto class, with or without this package installed."""
+    """``model.save_pretrained`` (safetensors, code files, full ``auto_map``; a tagger's config naming its
+    token-classification pipeline, ``custom_pipelines``) and ``tokenizer.save_pretrained`` into ``folder``: the
+    folder loads through every Auto class and pipeline, with or without this package installed."""
     register_auto_classes()
     from .utils.io_utils import follow_umask
 
     folder = os.fspath(folder)
+    if callable(pipelines := getattr(model, "custom_pipelines", None)):  # a tagger's word-level pipeline
+        model.config.custom_pipelines = pipelines()
     model.save_pretrained(folder, **save_kwargs)
     if tokenizer is not None:
         tokenizer.save_pretrained(folder)

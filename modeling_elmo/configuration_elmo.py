@@ -11,25 +11,18 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""ELMo model configuration, and the character and word ids the tokenizer and the model share."""
+"""ELMo model configuration, and the word ids the tokenizer and the model share."""
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import math
-import re
 import reprlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from transformers import PretrainedConfig
 
-#: Character ids of the markers per character vocabulary: begin-of-word, end-of-word, within-word padding, ``<S>``,
-#: ``</S>``. "bytes" (bilm-tf, AllenNLP): UTF-8 bytes 0-255 and markers 256-260, all shifted by +1 so that a row of
-#: zeros marks an absent word. "unicode" (ELMoForManyLangs): unshifted; 6 is an unknown character, 7 on are listed.
-CHARACTER_MARKERS = {"bytes": (259, 260, 261, 257, 258), "unicode": (2, 3, 1, 4, 5)}
-UNICODE_UNKNOWN_CHARACTER, UNICODE_FIRST_CHARACTER = 6, 7
 #: A word of more than this many characters is no word (the released models read 50).
 MAX_CHARACTERS_PER_TOKEN_LIMIT = 1024
 
@@ -50,16 +43,12 @@ AUTO_MAP = {
 #: No vocabulary holds more words than this (the trillion-word Google Web 1T corpus has 13.6 M distinct words): a
 #: word table or softmax of more rows (each of `projection_dim` or `word_input_dim` numbers) is a mistake.
 MAX_VOCABULARY_LIMIT = 10**8
-#: No classifier has more labels than this (a config's ``num_labels`` gets a label name each).
-MAX_LABELS = 10**6
 #: The least value of each integer field (the vocabularies': `FIELD_RULES`).
 INTEGER_MINIMUMS = dict(
     projection_dim=1,
     hidden_size=2,
     cell_size=1,
-    num_hidden_layers=1,
     char_embedding_dim=1,
-    num_highway_layers=0,
     max_characters_per_token=3,
     num_characters=1,
     word_input_dim=0,
@@ -67,6 +56,10 @@ INTEGER_MINIMUMS = dict(
     num_negative_samples=1,
     lm_softmax_chunk_size=1,
 )
+#: The most layers of each kind a config may stack (the released models have 2 of each, ELMoForManyLangs 2 and 1):
+#: every layer is a module transformers builds and initialises before it reads a weight, so that a folder asking for
+#: thousands (beside small weights) would keep a loader busy for minutes before any error could name it.
+MAX_LAYERS = 64
 #: The values each field of a few choices may take.
 CHOICES = {
     "char_cnn_activation": ("relu", "tanh"),
@@ -96,6 +89,10 @@ def _filters_valid(filters: Any) -> bool:
 #: Field -> (whether a value is valid, what the field must be): the rule of each field on its own, in order.
 FIELD_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     **{n: (lambda v, low=low: _is_int(v) and v >= low, f"an integer >= {low},") for n, low in INTEGER_MINIMUMS.items()},
+    **{
+        n: (lambda v, low=low: _is_int(v) and low <= v <= MAX_LAYERS, f"an integer in [{low}, {MAX_LAYERS}] (layers),")
+        for n, low in (("num_hidden_layers", 1), ("num_highway_layers", 0))
+    },
     **{
         n: (
             lambda v, low=low: _is_int(v) and low <= v <= MAX_VOCABULARY_LIMIT,
@@ -134,37 +131,12 @@ FIELD_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
-class _BoundedRepr(reprlib.Repr):
-    """A repr that formats no more than the start of a value, whatever its size."""
-
-    def repr_int(self, x: int, level: int) -> str:  # Python refuses to format an integer of over 4,300 digits
-        return super().repr_int(x, level) if x.bit_length() < 640 else f"<an integer of {x.bit_length():,} bits>"
-
-
-_BOUNDED_REPR = _BoundedRepr()  # (keyword arguments of Repr need Python 3.12)
-_BOUNDED_REPR.maxlevel, _BOUNDED_REPR.maxstring, _BOUNDED_REPR.maxother, _BOUNDED_REPR.maxlong = 4, 200, 200, 200
-_BOUNDED_REPR.maxlist = _BOUNDED_REPR.maxtuple = _BOUNDED_REPR.maxdict = _BOUNDED_REPR.maxset = 40
-
-
-def shown(value: Any) -> str:
-    """``repr(value)``, cut to 80 characters: the one way an error line quotes a value of the input (a hostile file
-    may hold a value of megabytes, a record of millions of tokens); a value is never formatted beyond its start."""
-    text = _BOUNDED_REPR.repr(value)
-    return text if len(text) <= 80 else f"{text[:80]}..."
-
-
-def sentence_boundary_char_ids(char_vocabulary: str, max_characters_per_token: int) -> tuple[list[int], list[int]]:
-    """The character-id rows of ``<S>`` and ``</S>``: begin-of-word, the sentence marker, end-of-word, padding."""
-    bow, eow, pad, bos, eos = CHARACTER_MARKERS[char_vocabulary]
-    padding = [pad] * (max_characters_per_token - 3)
-    return [bow, bos, eow, *padding], [bow, eos, eow, *padding]
-
-
 class ElmoConfig(PretrainedConfig):
     r"""Configuration of an ELMo bidirectional language model and its task heads. The defaults build the released
     ``2x4096_512_2048cnn_2xhighway`` model; the original ``options.json`` key of a field is given in parentheses.
     A value that would build a model computing nonsense (a type, bound or choice a field does not take, fields that
-    disagree, a key that would replace a member of the class) is a one-line `ValueError` naming it.
+    disagree) is a one-line `ValueError` naming the field and the value. (The package's tools check the config of a
+    folder they read further: ``modeling_elmo.utils.config_checks``.)
 
     Args:
         vocab_size (`int`, defaults to 4): softmax words, ``<pad> <S> </S> <UNK>`` included; 4: no vocabulary.
@@ -184,8 +156,8 @@ class ElmoConfig(PretrainedConfig):
         word_input_vocab_size, word_input_dim (`int`, defaults to 0): a word-embedding input (ELMoForManyLangs).
         hidden_dropout_prob (`float`, defaults to 0.1): dropout on every LSTM layer's input and before the softmax.
         lstm_implementation (`str`, defaults to `"auto"`): `"loop"`, `"fused"`, `"torch"` (no clipping) or `"auto"`.
-        use_packed_kernels (`bool`, defaults to `True`): CPU inference runs the installed ``modeling_elmo`` package's
-            packed recurrence where the package is installed (same numbers; the shipped files alone run the public one).
+        use_packed_kernels (`bool`, defaults to `True`): the fused recurrence runs the installed ``modeling_elmo``
+            package's kernels where the package is installed (same numbers, faster); `False`: the shipped form always.
         num_output_representations (`int`, defaults to 1): independent scalar mixes of a head.
         scalar_mix_layer_norm (`bool`, defaults to `False`): normalise every layer before mixing.
         scalar_mix_parameters (`list[float]`, *optional*): fixed pre-softmax layer weights (not trained).
@@ -248,8 +220,6 @@ class ElmoConfig(PretrainedConfig):
         unk_token_id: int = 3,
         **kwargs: Any,
     ):
-        self.check_keys(kwargs)
-        self.check_labels(kwargs)
         self.check_fields(
             {k: v for k, v in (("projection_dim", projection_dim), ("hidden_size", hidden_size)) if v is not None}
         )
@@ -304,53 +274,13 @@ class ElmoConfig(PretrainedConfig):
         kwargs["auto_map"] = dict(AUTO_MAP)  # this package's classes only: never code from another repository
         super().__init__(pad_token_id=pad_token_id, bos_token_id=bos_token_id, eos_token_id=eos_token_id, **kwargs)
 
-    @classmethod
-    def check_keys(cls, keys: Iterable[str]) -> None:
-        """`ValueError` for a key that would replace a member of the class (``to_dict``, ``__class__``) rather than
-        set a value: transformers sets every key of a config dict on the config as it is."""
-        settings = {  # a dataclass's fields, or (transformers before 5.4) the constructors' arguments
-            *(param for klass in cls.__mro__[:-1] for param in inspect.signature(klass.__init__).parameters),
-            *(field.name for field in (dataclasses.fields(cls) if dataclasses.is_dataclass(cls) else ())),
-            "model_type",
-        }
-        for key in keys:
-            member = inspect.getattr_static(cls, key, None)
-            settable = key in settings or (isinstance(member, property) and member.fset is not None)
-            if key.startswith("__") or (member is not None and not settable):
-                raise ValueError(f"config key {shown(key)} is not a setting: it would replace ElmoConfig.{key[:80]}.")
-
     @staticmethod
-    def check_labels(values: Mapping[str, Any]) -> None:
-        """`ValueError` for a ``num_labels`` that is not an integer in [1, `MAX_LABELS`] (transformers builds a label
-        name for each: ``"num_labels": 1000000000``, 20 bytes of a config, took gigabytes), an ``id2label`` whose
-        keys are not label numbers, and an ``attn_implementation`` naming a Hub kernel repository (``org/name``:
-        transformers would fetch and load its code for a model that has no attention)."""
-        count = values.get("num_labels")
-        if count is not None and not (_is_int(count) and 1 <= count <= MAX_LABELS):
-            raise ValueError(f"`num_labels` must be an integer in [1, {MAX_LABELS:,}], got {shown(count)}.")
-        for key in ("attn_implementation", "_attn_implementation", "_attn_implementation_internal"):
-            named = values.get(key)
-            for name in named.values() if isinstance(named, Mapping) else [named]:
-                if isinstance(name, str) and "/" in name:
-                    raise ValueError(
-                        f"`{key}` names the Hub kernel repository {shown(name)}, which transformers would download "
-                        "and load; ELMo has no attention: leave it out."
-                    )
-        id2label = values.get("id2label")
-        if isinstance(id2label, Mapping):
-            if len(id2label) > MAX_LABELS:
-                raise ValueError(f"`id2label` names {len(id2label):,} labels; at most {MAX_LABELS:,} are taken.")
-            bad = next((key for key in id2label if not re.fullmatch(r"\d{1,7}", str(key))), None)
-            if bad is not None:
-                raise ValueError(f"`id2label` keys must be label numbers (0, 1, ...), got {shown(bad)}.")
-
-    @staticmethod
-    def check_fields(values: Mapping[str, Any]) -> None:
+    def check_fields(values: Mapping[str, Any], show: Callable[[Any], str] = reprlib.repr) -> None:
         """`ValueError` naming the first field among ``values`` whose value breaks its rule (`FIELD_RULES`): a value
-        that would build a model computing nonsense, or none at all."""
+        that would build a model computing nonsense, or none at all; ``show`` quotes the value."""
         for name, (valid, expected) in FIELD_RULES.items():
             if name in values and not valid(values[name]):
-                raise ValueError(f"`{name}` must be {expected} got {shown(values[name])}.")
+                raise ValueError(f"`{name}` must be {expected} got {show(values[name])}.")
 
     def check_agreement(self) -> None:
         """`ValueError` for the first pair of fields (each valid on its own) that cannot build a model together."""
@@ -380,7 +310,8 @@ class ElmoConfig(PretrainedConfig):
             ),
             (
                 mix is not None and len(mix) != layers,
-                f"`scalar_mix_parameters` needs one weight per layer ({layers}), got {len(mix or ())}: {shown(mix)}.",
+                f"`scalar_mix_parameters` needs one weight per layer ({layers}), got {len(mix or ())}: "
+                f"{reprlib.repr(mix)}.",
             ),
             (
                 self.lm_softmax == "sampled" and self.num_negative_samples >= self.vocab_size,

@@ -31,7 +31,8 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassifierOutput
 from transformers.utils import ModelOutput
 
-from .configuration_elmo import BOS_ID, EOS_ID, PAD_ID, ElmoConfig, sentence_boundary_char_ids
+from .configuration_elmo import BOS_ID, EOS_ID, PAD_ID, ElmoConfig
+from .tokenization_elmo import sentence_boundary_char_ids
 
 try:
     from transformers import initialization as init
@@ -50,9 +51,31 @@ LEGACY_KEY_MAPPING = {
 }
 
 
+def renamed_legacy_key(key: str) -> str:
+    """``key`` with an older LSTM parameter name renamed as loading renames it (`LEGACY_KEY_MAPPING`)."""
+    for pattern, replacement in LEGACY_KEY_MAPPING.items():
+        key = re.sub(pattern, replacement, key)
+    return key
+
+
+def check_no_legacy_clash(keys, source: str) -> bool:
+    """Whether ``keys`` (a checkpoint's tensor names) hold older LSTM names; `ValueError` where one of them and its
+    current name are both there: loading would take one or the other tensor, a silent mix of two models."""
+    keys = {key for key in keys if isinstance(key, str)}
+    legacy = sorted(key for key in keys if renamed_legacy_key(key) != key)
+    clash = next((key for key in legacy if renamed_legacy_key(key) in keys), None)
+    if clash is not None:
+        raise ValueError(
+            f"{source} holds both {clash!r} (an older LSTM parameter name) and {renamed_legacy_key(clash)!r} (its "
+            "current name): it mixes two checkpoints; keep one of the two tensors."
+        )
+    return bool(legacy)
+
+
 def _holds_legacy_keys(folder, kwargs: dict) -> bool:
     """Whether the safetensors checkpoint `from_pretrained` reads from ``folder`` (a path or Hub id, with its
-    ``subfolder``, ``revision``, ``variant``...) names LSTM parameters as `LEGACY_KEY_MAPPING`'s patterns do."""
+    ``subfolder``, ``revision``, ``variant``...) names LSTM parameters as `LEGACY_KEY_MAPPING`'s patterns do;
+    `ValueError` where it also holds the current name of one (`check_no_legacy_clash`)."""
     from transformers.utils import cached_file
 
     names = ("cache_dir", "force_download", "proxies", "token", "revision", "local_files_only", "subfolder")
@@ -72,7 +95,7 @@ def _holds_legacy_keys(folder, kwargs: dict) -> bool:
             except ValueError:  # a damaged file: `from_pretrained` says so
                 return False
         keys = header.get("weight_map", {}) if isinstance(header, dict) and name.endswith(".json") else header
-        return any(re.search(pattern, key) for pattern in LEGACY_KEY_MAPPING for key in keys if isinstance(key, str))
+        return check_no_legacy_clash(keys if isinstance(keys, dict) else (), f"the checkpoint {str(path)!r}")
     return False
 
 
@@ -281,23 +304,27 @@ def torch_lstm(inputs: torch.Tensor, valid: torch.Tensor, layers: Sequence[nn.Mo
     return torch.stack(outputs) * valid.unsqueeze(-1).to(inputs.dtype), None
 
 
-#: The version of the package's recurrence interface this file plugs in (`installed_packed_recurrence`): an installed
-#: ``modeling_elmo`` package whose ``packed_kernels.RECURRENCE_INTERFACE`` differs is not used.
-PACKED_RECURRENCE_INTERFACE = 1
-
-
-def installed_packed_recurrence():
-    """The installed ``modeling_elmo`` package's packed CPU recurrence (`stacked_lstm`'s signature and numbers), or
-    `None`: no package, a package of another recurrence interface (`PACKED_RECURRENCE_INTERFACE`), or a torch build
-    without its packed products. Looked up when a biLM is built, as transformers' models look up optional kernels;
-    importing it registers nothing."""
-    try:  # the one import of the package a shipped file makes (`modeling_elmo.hub.safety.PACKAGE_KERNELS_IMPORT`)
-        from modeling_elmo.acceleration import packed_kernels as kernels
+def installed_kernels():
+    """The installed ``modeling_elmo`` package's fast LSTM kernels (its ``acceleration.packed_kernels`` module), or
+    `None`: no such package, one without `packed_lstm`, or a torch build without the packed products. The one import
+    of the package in the shipped files, as transformers' Mamba looks for ``mamba_ssm``; it registers nothing."""
+    try:
+        from modeling_elmo.acceleration import packed_kernels
     except ImportError:
         return None
-    if getattr(kernels, "RECURRENCE_INTERFACE", None) != PACKED_RECURRENCE_INTERFACE or not kernels.available():
-        return None
-    return kernels.recurrence
+    usable = callable(getattr(packed_kernels, "packed_lstm", None)) and packed_kernels.available()
+    return packed_kernels if usable else None
+
+
+def packed_lstm(inputs: torch.Tensor, valid: torch.Tensor, layers: Sequence[nn.Module], state=None):
+    """`stacked_lstm`'s signature and numbers, computed by the installed package's kernels (`installed_kernels`) from
+    the layers' tensors and clips."""
+    weights = [
+        (ls.input_transform.weight, ls.input_transform.bias, ls.recurrent_transform.weight, ls.projection.weight)
+        for ls in layers
+    ]
+    clips = {"cell_clip": layers[0].cell_clip, "proj_clip": layers[0].proj_clip}
+    return installed_kernels().packed_lstm(inputs, valid, weights, state, **clips)
 
 
 def weights_readable(layers: Sequence[nn.Module]) -> bool:
@@ -524,20 +551,16 @@ class ElmoBiLstm(nn.Module):
 
     Each layer runs both directions at once through one recurrence (`recurrence_for`), all with the same numbers:
     `stacked_lstm` (fast), `loop_lstm` (the reference; adapters, hooks and gradient checkpointing) or `torch_lstm`
-    (no clipping), as ``config.lstm_implementation`` says. Where the ``modeling_elmo`` package is installed, CPU
-    inference runs its packed form of `stacked_lstm` instead (`installed_packed_recurrence`; off with
-    ``config.use_packed_kernels=False``).
+    (no clipping), as ``config.lstm_implementation`` says. Where the ``modeling_elmo`` package is installed and
+    ``config.use_packed_kernels`` is true, the fast form is its kernels' (`packed_lstm`, the same numbers).
     """
 
-    #: A replacement for `stacked_lstm` in every mode (same signature and numbers), or `None`: the package's
-    #: ``use_packed_kernels(model)`` sets it (its packed form, for training too).
+    #: A replacement for `stacked_lstm` (same signature and numbers) for experiments, or `None`.
     recurrence = None
 
     def __init__(self, config: ElmoConfig):
         super().__init__()
         self.config = config
-        #: The installed package's packed recurrence (`installed_packed_recurrence`), for CPU inference, or `None`.
-        self.installed_recurrence = installed_packed_recurrence()
         P = config.projection_dim
 
         def layer() -> ElmoLstmLayer:
@@ -559,17 +582,8 @@ class ElmoBiLstm(nn.Module):
                 return stacked_lstm
             if self.recurrence is not None:
                 return self.recurrence
-            return self.installed_recurrence if self.packed_inference(inputs) else stacked_lstm
+            return packed_lstm if self.config.use_packed_kernels and installed_kernels() else stacked_lstm
         return loop_lstm
-
-    def packed_inference(self, inputs: torch.Tensor) -> bool:
-        """Whether a call on ``inputs`` runs the installed package's packed form: found, not switched off
-        (``config.use_packed_kernels``), on the CPU, in eval mode and without gradients (training runs the public
-        form)."""
-        if self.installed_recurrence is None or not self.config.use_packed_kernels or inputs.device.type != "cpu":
-            return False
-        gradients = inputs.requires_grad or any(p.requires_grad for p in self.parameters())
-        return not self.training and not (torch.is_grad_enabled() and gradients)
 
     def forward(
         self,
@@ -1134,21 +1148,23 @@ class ElmoTaskHeadMixin:
         if self.config.freeze_elmo:  # CODEPATH: heads of a pretrained biLM (default) train only the mix and classifier
             self.freeze_elmo()
 
-    @classmethod
-    def from_pretrained(cls, *args, **kwargs):
-        """transformers' `from_pretrained`, the biLM then frozen as ``config.freeze_elmo`` says."""
-        loaded = super().from_pretrained(*args, **kwargs)
-        model = loaded[0] if isinstance(loaded, tuple) else loaded
-        if model.config.freeze_elmo:
-            model.freeze_elmo()
-        return loaded
+    def tie_weights(self, *args, **kwargs):
+        """transformers' `tie_weights` (ELMo ties nothing), then the biLM frozen again if it was: `from_pretrained`
+        calls it once the loaded weights are in place, and transformers 5 places them as new parameters that
+        require gradients."""
+        tied = super().tie_weights(*args, **kwargs)
+        if getattr(self, "_elmo_frozen", False):
+            self.elmo.requires_grad_(False)
+        return tied
 
     def freeze_elmo(self) -> None:
         """Freeze the biLM: its parameters stop requiring gradients (the mix and classifier still train)."""
+        self._elmo_frozen = True
         self.elmo.requires_grad_(False)
 
     def unfreeze_elmo(self) -> None:
         """Fine-tune the biLM too: its parameters require gradients again."""
+        self._elmo_frozen = False
         self.elmo.requires_grad_(True)
 
     def forward(
@@ -1270,12 +1286,13 @@ class ElmoForTokenClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
         self._build_head(config, config.hidden_size)
         self.post_init()
 
-    def save_pretrained(self, save_directory, *args, **kwargs):
-        """`PreTrainedModel.save_pretrained`, the config naming the word-level token-classification pipeline."""
+    @staticmethod
+    def custom_pipelines() -> dict:
+        """The ``config.custom_pipelines`` entry of this head's word-level pipeline, which the package's tools write
+        where they make a model folder (``save_model_folder``)."""
         from .pipeline_elmo import CUSTOM_PIPELINES  # a relative import: saving copies pipeline_elmo.py too
 
-        self.config.custom_pipelines = CUSTOM_PIPELINES
-        return super().save_pretrained(save_directory, *args, **kwargs)
+        return CUSTOM_PIPELINES
 
     def classify(self, mixed: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.dropout(mixed))  # (B, T, num_labels)

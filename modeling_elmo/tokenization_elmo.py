@@ -28,18 +28,28 @@ from transformers import BatchEncoding, PreTrainedTokenizer
 
 from .configuration_elmo import (
     BOS_ID,
-    CHARACTER_MARKERS,
     EOS_ID,
     MAX_CHARACTERS_PER_TOKEN_LIMIT,
     PAD_ID,
     PAD_WORD,
     SPECIAL_WORDS,
-    UNICODE_FIRST_CHARACTER,
-    UNICODE_UNKNOWN_CHARACTER,
     UNK_ID,
     UNK_WORD,
-    sentence_boundary_char_ids,
 )
+
+#: Character ids of the markers per character vocabulary: begin-of-word, end-of-word, within-word padding, ``<S>``,
+#: ``</S>``. "bytes" (bilm-tf, AllenNLP): UTF-8 bytes 0-255 and markers 256-260, all shifted by +1 so that a row of
+#: zeros marks an absent word. "unicode" (ELMoForManyLangs): unshifted; 6 is an unknown character, 7 on are listed.
+CHARACTER_MARKERS = {"bytes": (259, 260, 261, 257, 258), "unicode": (2, 3, 1, 4, 5)}
+UNICODE_UNKNOWN_CHARACTER, UNICODE_FIRST_CHARACTER = 6, 7
+
+
+def sentence_boundary_char_ids(char_vocabulary: str, max_characters_per_token: int) -> tuple[list[int], list[int]]:
+    """The character-id rows of ``<S>`` and ``</S>``: begin-of-word, the sentence marker, end-of-word, padding."""
+    bow, eow, pad, bos, eos = CHARACTER_MARKERS[char_vocabulary]
+    padding = [pad] * (max_characters_per_token - 3)
+    return [bow, bos, eow, *padding], [bow, eos, eow, *padding]
+
 
 VOCAB_FILES_NAMES = {
     "vocab_file": "vocab.txt",

@@ -223,16 +223,32 @@ ROWS = [
     ),
     Row(
         "library",
+        "`AutoModel.from_pretrained('layers1000', trust_remote_code=True)` (`config.json` holds "
+        '`"num_hidden_layers": 1000` beside small weights; the same for `num_highway_layers`)',
+        "`num_hidden_layers` must be an integer in [1, 64] (layers), got 1000.",
+        lambda: AutoModel.from_pretrained("layers1000", trust_remote_code=True),
+    ),
+    Row(
+        "library",
+        "`AutoModel.from_pretrained('mixednames')` (`model.safetensors` holds an LSTM tensor under its older name "
+        "`...weight_hr` and its current one `...projection.weight`; the heads and the folder's own code alike)",
+        "the checkpoint 'mixednames/model.safetensors' holds both 'elmo.encoder.forward_layers.0.weight_hr' (an "
+        "older LSTM parameter name) and 'elmo.encoder.forward_layers.0.projection.weight' (its current name): it "
+        "mixes two checkpoints; keep one of the two tensors.",
+        lambda: AutoModel.from_pretrained("mixednames"),
+    ),
+    Row(
+        "library",
         "`AutoModel.from_pretrained('chars10', trust_remote_code=True)` (`config.json` holds `\"num_characters\": 10`)",
         "`num_characters` must be 262 (256 bytes + 5 markers + the padding id 0), got 10.",
         lambda: AutoModel.from_pretrained("chars10", trust_remote_code=True),
     ),
     Row(
         "library",
-        "`AutoModel.from_pretrained('classkey', trust_remote_code=True)` (`config.json` holds "
-        '`"__class__": "ElmoConfig"`)',
+        '`load_elmo_model(\'classkey\')` (`config.json` holds `"__class__": "ElmoConfig"`; every command that '
+        "reads a model folder alike)",
         "config key '__class__' is not a setting: it would replace ElmoConfig.__class__.",
-        lambda: AutoModel.from_pretrained("classkey", trust_remote_code=True),
+        lambda: load_elmo_model("classkey"),
     ),
     Row(
         "library",
@@ -704,10 +720,16 @@ def template(tmp_path_factory) -> Path:
         ("textclip", "cell_clip", "3"),
         ("chars10", "num_characters", 10),
         ("bos7", "bos_token_id", 7),
+        ("layers1000", "num_hidden_layers", 1000),
     ):
         shutil.copytree(root / "lm", root / name)
         config = json.loads((root / name / "config.json").read_text())
         (root / name / "config.json").write_text(json.dumps({**config, key: value}))
+    shutil.copytree(root / "lm", root / "mixednames")
+    weights = load_file(str(root / "mixednames" / "model.safetensors"))
+    current = "elmo.encoder.forward_layers.0.projection.weight"
+    weights["elmo.encoder.forward_layers.0.weight_hr"] = weights[current] + 1.0
+    save_file(weights, str(root / "mixednames" / "model.safetensors"), metadata={"format": "pt"})
     (root / "proj").mkdir()
     (root / "proj" / "README.md").write_text("my project\n")
     shutil.copytree(root / "lm", root / "truncated")

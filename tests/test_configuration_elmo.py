@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+import time
 
 import pytest
 import torch
@@ -239,11 +241,19 @@ LIBRARY_PATH_VALUES = [
     ("projection_dim", 0, r"^`projection_dim` must be an integer >= 1, got 0\.$"),
     ("num_characters", 10, r"^`num_characters` must be 262 \(256 bytes \+ 5 markers \+ the padding id 0\), got 10\.$"),
     ("cell_clip", "3", r"^`cell_clip` must be a finite positive number or None \(no clipping\), got '3'\.$"),
-    ("num_hidden_layers", 2.0, r"^`num_hidden_layers` must be an integer >= 1, got 2\.0\.$"),
+    ("num_hidden_layers", 2.0, r"^`num_hidden_layers` must be an integer in \[1, 64\] \(layers\), got 2\.0\.$"),
+    # issue 42: beside small weights, transformers built these for over a minute before any line
+    ("num_hidden_layers", 1000, r"^`num_hidden_layers` must be an integer in \[1, 64\] \(layers\), got 1000\.$"),
+    ("num_highway_layers", 100_000, r"^`num_highway_layers` must be an integer in \[0, 64\] \(layers\), got 100000\.$"),
     ("lstm_implementation", "cuda", r"^`lstm_implementation` must be one of 'auto', 'loop', 'fused', 'torch'; got"),
+    ("bos_token_id", -7, r"^`bos_token_id` must be an integer >= 0 or None, got -7\.$"),
+]
+#: What only a hostile or damaged file holds: refused where the package's tools read a folder of others
+#: (`utils.config_checks`); a ``trust_remote_code`` user of the folder trusts its files already. (These rows ran on
+#: the library path too before the shipped config became a config of a model only.)
+HOSTILE_FILE_VALUES = [
     ("to_dict", 1, r"^config key 'to_dict' is not a setting: it would replace ElmoConfig\.to_dict\.$"),
     ("__class__", "ElmoConfig", r"^config key '__class__' is not a setting: it would replace ElmoConfig\.__class__\.$"),
-    ("bos_token_id", -7, r"^`bos_token_id` must be an integer >= 0 or None, got -7\.$"),
     # attacker pass: transformers names each label; 20 bytes of config.json took gigabytes
     ("num_labels", 10**9, r"^`num_labels` must be an integer in \[1, 1,000,000\], got 1000000000\.$"),
     ("id2label", {"a": "x"}, r"^`id2label` keys must be label numbers \(0, 1, \.\.\.\), got 'a'\.$"),
@@ -266,6 +276,7 @@ def test_the_library_path_refuses_a_config_value_that_would_compute_nonsense_in_
     ElmoModel(ElmoConfig(**small)).save_pretrained(tmp_path)
     data = {**json.loads((tmp_path / "config.json").read_text()), key: value}
     (tmp_path / "config.json").write_text(json.dumps(data))
+    start = time.perf_counter()
     with pytest.raises(ValueError, match=message) as refused:
         if how == "ElmoConfig":
             ElmoConfig(**{**small, key: value})
@@ -273,9 +284,35 @@ def test_the_library_path_refuses_a_config_value_that_would_compute_nonsense_in_
             get_class_from_dynamic_module("modeling_elmo.ElmoModel", str(tmp_path)).from_pretrained(tmp_path)
         else:
             AutoModel.from_pretrained(tmp_path, trust_remote_code=True)
-    assert "\n" not in str(refused.value)
+    assert "\n" not in str(refused.value) and time.perf_counter() - start < 10  # before anything is built
     with pytest.raises(ValueError, match=message):  # the commands' reading of the folder: the same line
         load_config(tmp_path)
+
+
+@pytest.mark.parametrize(("key", "value", "message"), HOSTILE_FILE_VALUES, ids=lambda v: repr(v)[:20])
+def test_the_commands_refuse_a_config_value_of_a_hostile_file_in_one_line(tmp_path, key, value, message):
+    """The package's loader and every command that reads a model folder (here ``elmo embed``) refuse what only a
+    hostile file holds, in one line naming the key and the value, before anything is built."""
+    from modeling_elmo import ElmoTokenizer, load_elmo_model
+    from modeling_elmo.cli import main
+
+    small = dict(projection_dim=8, cell_size=16, char_embedding_dim=4, char_cnn_filters=[[1, 4]], num_highway_layers=0)
+    ElmoModel(ElmoConfig(**small)).save_pretrained(tmp_path / "m")
+    ElmoTokenizer().save_pretrained(tmp_path / "m")
+    data = {**json.loads((tmp_path / "m" / "config.json").read_text()), key: value}
+    (tmp_path / "m" / "config.json").write_text(json.dumps(data))
+    for load in (load_config, load_elmo_model):
+        with pytest.raises(ValueError, match=message[1:-1] if message.endswith("$") else message[1:]) as refused:
+            load(tmp_path / "m")
+        assert "\n" not in str(refused.value)
+    (tmp_path / "in.txt").write_text("the bank\n")
+    argv = ["embed", "--model", str(tmp_path / "m"), "--top", str(tmp_path / "in.txt"), str(tmp_path / "out.h5")]
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    lines = str(exited.value).splitlines()
+    assert len(lines) == 1 and lines[0].startswith("elmo embed: error: "), lines
+    assert re.search(message[1:-1] if message.endswith("$") else message[1:], lines[0]), lines
+    assert not (tmp_path / "out.h5").exists()
 
 
 @pytest.mark.parametrize("key", ["id2label", "label2id"])

@@ -12,7 +12,7 @@ from support.model import SENTENCES, ElmoModelTester
 from transformers.dynamic_module_utils import get_class_from_dynamic_module
 
 from modeling_elmo import ElmoForBidirectionalLM, ElmoForSequenceClassification, ElmoForTokenClassification, ElmoModel
-from modeling_elmo.acceleration.packed_kernels import RecurrencePlan, use_packed_kernels
+from modeling_elmo.acceleration.packed_kernels import RecurrencePlan
 from modeling_elmo.export import dynamic_words, onnx_translates_scan
 
 pytestmark = pytest.mark.slow  # torch.export and the dynamo ONNX exporter trace and compile the model
@@ -150,12 +150,13 @@ def test_exported_language_model_computes_the_eager_loss_from_labels():
 
 
 def test_export_of_a_model_given_the_package_form_traces_public_operators_with_the_same_numbers(monkeypatch):
-    """A model the package gave its fast form (`use_packed_kernels`: packed oneDNN/MKL products for large models) is
-    traced in the shipped public form (a program must run wherever torch runs), with the same numbers."""
+    """A model on the package's fast form (``config.use_packed_kernels``: packed oneDNN/MKL products for large
+    models) is traced in the shipped public form (a program must run wherever torch runs), with the same numbers."""
     monkeypatch.setattr(RecurrencePlan, "PER_DIRECTION_FROM", 0)  # the large-model form on the tiny model
     tester = ElmoModelTester()
     example = inputs(tester, SENTENCES)
-    model = use_packed_kernels(tester.model(ElmoModel, seed=4, cell_clip=3.0, proj_clip=3.0).eval())
+    model = tester.model(ElmoModel, seed=4, cell_clip=3.0, proj_clip=3.0).eval()
+    assert model.config.use_packed_kernels is True
     program = torch.export.export(model, example)
     results = []
     for args in (example, inputs(tester, OTHER_SENTENCES, 1)):

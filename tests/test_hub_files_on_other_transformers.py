@@ -207,6 +207,7 @@ encoding = tokenizer(sentences, is_split_into_words=True, padding=True, return_t
 rows = [{"input_ids": encoding["input_ids"][i], "attention_mask": encoding["attention_mask"][i],
          "labels": torch.tensor(labels[i])} for i in range(len(sentences))]
 model = AutoModelForTokenClassification.from_pretrained(root + "/tagger", trust_remote_code=True)
+trainable_elmo = [name for name, p in model.named_parameters() if p.requires_grad and name.startswith("elmo.")]
 before = {name: p.detach().clone() for name, p in model.named_parameters()}
 args = TrainingArguments(output_dir=root + "/run", per_device_train_batch_size=len(rows), max_steps=1,
                          learning_rate=0.1, report_to=[], save_strategy="no", use_cpu=True)
@@ -224,6 +225,7 @@ again = {n: AutoModel.from_pretrained(f"{root}/{n}", trust_remote_code=True) for
 names = {n: sorted(load_file(f"{root}/{n}/model.safetensors")) for n in ("trained", "encoder-again", "old-again")}
 with torch.no_grad():
     out = {"version": transformers.__version__, "loss": loss, "moved": moved, "names": names,
+           "trainable_elmo": trainable_elmo,
            "trained": model(**encoding).logits.tolist(), "reloaded": trained(**encoding).logits.tolist(),
            "again": {name: m(**encoding).last_hidden_state.tolist() for name, m in again.items()}}
 print(json.dumps(out))
@@ -253,6 +255,7 @@ def test_the_hub_files_train_and_save_back_exactly_under_transformers_4(tmp_path
     assert got["version"].startswith("4."), got["version"]
     assert_same_numbers(torch.tensor(got["loss"]), expected_loss, rtol=1e-5, what="the step's loss")
     assert got["moved"] and all(not name.startswith("elmo.") for name in got["moved"]), got["moved"]  # biLM frozen
+    assert got["trainable_elmo"] == []  # frozen by from_pretrained itself (config.freeze_elmo)
     assert_same_numbers(torch.tensor(got["reloaded"]), torch.tensor(got["trained"]), what="trained, saved, reloaded")
     assert got["names"]["trained"] == names(tmp_path / "tagger")
     assert got["names"]["encoder-again"] == names(tmp_path / "encoder")

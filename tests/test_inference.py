@@ -198,9 +198,7 @@ SENTENCES = [
 
 
 def test_embed_sentences_equals_the_model_run_one_sentence_at_a_time(tmp_path):
-    from modeling_elmo.acceleration.packed_kernels import use_packed_kernels
-
-    saved = use_packed_kernels(save(tmp_path / "m"))  # the form the embedder gives the models it loads
+    saved = save(tmp_path / "m")  # its config's form, the package's kernels, as the embedder runs it
     embedder = ElmoEmbedder.from_pretrained(tmp_path / "m")
     got = embedder.embed_sentences(SENTENCES, batch_size=2, show_progress=False)
     assert len(got) == len(SENTENCES)
@@ -330,13 +328,18 @@ def test_embed_sentences_shows_a_progress_bar_unless_asked_for_silence(capsys):
     assert "ELMo" in err and "12/12" in err
 
 
-def test_the_package_loader_gives_the_models_it_loads_the_package_form_and_no_other_model(tmp_path):
-    """Models the package loads run its fast recurrence (`packed_kernels.use_packed_kernels`); importing the package
-    changes no other model (the shipped files alone run the public form: tests/test_export.py)."""
+def test_the_package_loader_runs_the_recurrence_the_saved_config_names(tmp_path):
+    """Models the package loads run the form their ``config.use_packed_kernels`` says: the package's kernels by
+    default, the shipped public form where the folder says false (the shipped files alone run the public form:
+    tests/test_export.py)."""
     from modeling_elmo import ElmoModel
-    from modeling_elmo.acceleration import packed_kernels
+    from modeling_elmo import modeling_elmo as modeling
 
     save(tmp_path / "m")
-    loaded = load_elmo_model(tmp_path / "m")
-    assert loaded.encoder.recurrence is packed_kernels.recurrence
-    assert ElmoModel.from_pretrained(tmp_path / "m").encoder.recurrence is None
+    x = torch.zeros(2, 3, 1, 16)
+    for loaded in (load_elmo_model(tmp_path / "m"), ElmoModel.from_pretrained(tmp_path / "m")):
+        assert loaded.encoder.recurrence is None and loaded.encoder.recurrence_for(x, True) is modeling.packed_lstm
+    save(tmp_path / "off", use_packed_kernels=False)
+    for loaded in (load_elmo_model(tmp_path / "off"), ElmoEmbedder.from_pretrained(tmp_path / "off").model):
+        assert loaded.config.use_packed_kernels is False
+        assert loaded.encoder.recurrence_for(x, True) is modeling.stacked_lstm

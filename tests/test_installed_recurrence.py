@@ -1,8 +1,9 @@
-"""The shipped model file looks up the installed package's packed recurrence by itself (`installed_packed_recurrence`):
-every client that builds a model where the package is installed (`AutoModel`, with or without ``trust_remote_code``,
-pipelines, sentence-transformers, `Trainer`'s evaluation) runs it in CPU inference, with the public form's numbers;
-``config.use_packed_kernels=False``, training, gradients and a package of another recurrence interface run the public
-form; the shipped files alone still run the public form (`support.run_without_package`)."""
+"""The shipped model file checks for the installed package's kernels by itself (`modeling_elmo.installed_kernels`)
+and calls `packed_kernels.packed_lstm`: every client that builds a model where the package is installed
+(`AutoModel`, with or without ``trust_remote_code``, pipelines, sentence-transformers, `Trainer`) runs it, with the
+public form's numbers and gradients; ``config.use_packed_kernels=False`` and a package without `packed_lstm` or
+without packed products run the public form; the shipped files alone still run the public form
+(`support.run_without_package`)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import sys
 
 import pytest
 import torch
-from support import assert_same_numbers, run_without_package
+from support import assert_same_numbers, in_the_public_form, run_without_package
 from support.clients import TAGGED_TEXT, saved_with_tokenizer, tiny_config_with
 from transformers import AutoModel, pipeline
 from transformers.dynamic_module_utils import get_class_from_dynamic_module
@@ -21,7 +22,7 @@ from transformers.dynamic_module_utils import get_class_from_dynamic_module
 from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer, save_model_folder
 from modeling_elmo import modeling_elmo as modeling
 from modeling_elmo.acceleration import packed_kernels
-from modeling_elmo.acceleration.packed_kernels import RecurrencePlan, use_packed_kernels
+from modeling_elmo.acceleration.packed_kernels import RecurrencePlan
 
 #: Packed per-step products against the public form's (fp32): summation orders differ in the last bits.
 TOLERANCE = 1e-5
@@ -30,18 +31,18 @@ SENTENCES = ["The river bank .", "A bank", "Ein Haus am See , und ein Boot !"]
 
 @pytest.fixture
 def packed_calls(monkeypatch) -> list[tuple]:
-    """The calls of the package's packed recurrence (its `clipped_lstm`), run as large models run it (one direction
-    at a time on packed products) also on the tiny test models."""
+    """The calls of the package's kernel entry (`packed_kernels.packed_lstm`, what a model file calls), run as large
+    models run it (one direction at a time on packed products) also on the tiny test models."""
     if not packed_kernels.available():
         pytest.skip("this torch build has neither oneDNN's nor MKL's packed products (not an x86 build)")
     monkeypatch.setattr(RecurrencePlan, "PER_DIRECTION_FROM", 0)
-    calls, run = [], packed_kernels.clipped_lstm
+    calls, run = [], packed_kernels.packed_lstm
 
     def spy(inputs, *args, **kwargs):
         calls.append(tuple(inputs.shape))
         return run(inputs, *args, **kwargs)
 
-    monkeypatch.setattr(packed_kernels, "clipped_lstm", spy)
+    monkeypatch.setattr(packed_kernels, "packed_lstm", spy)
     return calls
 
 
@@ -58,7 +59,7 @@ def encoded(sentences=SENTENCES) -> dict[str, torch.Tensor]:
 
 def public_layers(model: torch.nn.Module) -> torch.Tensor:
     """All layers of ``model`` on `SENTENCES` in the public form (a copy with the package form switched off)."""
-    public = use_packed_kernels(copy.deepcopy(model), enable=False)
+    public = in_the_public_form(copy.deepcopy(model))
     with torch.no_grad():
         return torch.stack(public(**encoded(), output_hidden_states=True).hidden_states)
 
@@ -75,7 +76,7 @@ def test_automodel_from_a_folder_runs_the_packed_form_with_the_public_numbers(tm
     loader = folder_class(tmp_path / "m") if remote_code else AutoModel
     model = loader.from_pretrained(tmp_path / "m").eval()
     assert type(model).__module__.startswith("transformers_modules.") == remote_code
-    assert model.encoder.installed_recurrence is packed_kernels.recurrence and model.encoder.recurrence is None
+    assert model.encoder.recurrence is None and model.config.use_packed_kernels is True
     with torch.no_grad():
         layers = torch.stack(model(**encoded(), output_hidden_states=True).hidden_states)
     assert len(packed_calls) == model.config.num_hidden_layers  # one call per layer, both directions in it
@@ -112,38 +113,45 @@ def test_a_config_saved_without_the_switch_loads_with_the_packed_form_on(tmp_pat
     assert packed_calls
 
 
-def test_training_mode_and_gradients_run_the_public_form(packed_calls):
+def test_training_mode_and_gradients_run_the_packed_form_with_the_public_gradients(packed_calls):
     torch.manual_seed(0)
     model = ElmoModel(tiny_config_with())
+    public = in_the_public_form(copy.deepcopy(model))
     inputs = encoded()
     for mode, no_grad in (("train", True), ("train", False), ("eval", False)):
+        packed_calls.clear()
         getattr(model, mode)()
         with torch.set_grad_enabled(not no_grad):
             out = model(**inputs).last_hidden_state
-        assert packed_calls == [], (mode, no_grad)
-    out.sum().backward()  # the public form's gradients
-    assert all(p.grad is not None for p in model.encoder.parameters())
-    model.eval().requires_grad_(False)  # frozen and in eval mode: no gradient is wanted, the packed form runs
-    model(**inputs)
-    assert packed_calls
+        assert len(packed_calls) == model.config.num_hidden_layers, (mode, no_grad)
+    out.sum().backward()  # the package form's gradients (eval mode: no dropout) ...
+    public.eval()(**inputs).last_hidden_state.sum().backward()
+    calls = len(packed_calls)
+    for (name, packed), shipped in zip(model.encoder.named_parameters(), public.encoder.parameters(), strict=True):
+        assert_same_numbers(packed.grad, shipped.grad, rtol=TOLERANCE, what=name)  # ... are the public form's
+    assert len(packed_calls) == calls
 
 
-def test_a_package_of_another_recurrence_interface_or_without_packed_products_is_not_plugged_in(monkeypatch):
-    monkeypatch.setattr(packed_kernels, "RECURRENCE_INTERFACE", modeling.PACKED_RECURRENCE_INTERFACE + 1)
-    assert modeling.installed_packed_recurrence() is None
-    monkeypatch.setattr(packed_kernels, "RECURRENCE_INTERFACE", modeling.PACKED_RECURRENCE_INTERFACE)
-    monkeypatch.setattr(packed_kernels, "available", lambda: False)
-    assert modeling.installed_packed_recurrence() is None
+def test_a_package_without_the_kernel_entry_or_without_packed_products_is_not_called(monkeypatch):
+    assert modeling.installed_kernels() is packed_kernels
     model = ElmoModel(tiny_config_with()).eval()
-    assert model.encoder.installed_recurrence is None
+    x = torch.zeros(2, 3, 4, 16)
+    assert model.encoder.recurrence_for(x, True) is modeling.packed_lstm
+    monkeypatch.delattr(packed_kernels, "packed_lstm")  # an installed package of another version
+    assert modeling.installed_kernels() is None
+    assert model.encoder.recurrence_for(x, True) is modeling.stacked_lstm
+    monkeypatch.undo()
+    monkeypatch.setattr(packed_kernels, "available", lambda: False)
+    assert modeling.installed_kernels() is None
     with torch.no_grad():
-        assert model.encoder.recurrence_for(torch.zeros(2, 3, 4, 16), True) is modeling.stacked_lstm
+        assert model.encoder.recurrence_for(x, True) is modeling.stacked_lstm
 
 
-def test_use_packed_kernels_off_runs_the_public_form_in_inference_too(packed_calls):
-    model = use_packed_kernels(ElmoModel(tiny_config_with()).eval(), enable=False)
+def test_use_packed_kernels_off_runs_the_public_form_in_training_too(packed_calls):
+    model = ElmoModel(tiny_config_with(use_packed_kernels=False))
+    model(**encoded()).last_hidden_state.sum().backward()
     with torch.no_grad():
-        model(**encoded())
+        model.eval()(**encoded())
     assert packed_calls == []
 
 
@@ -155,7 +163,7 @@ def test_pipelines_run_the_packed_form_with_the_public_numbers(tmp_path, packed_
         features = torch.tensor(extractor(TAGGED_TEXT)[0])
         assert packed_calls, options
         with torch.no_grad():
-            public = use_packed_kernels(copy.deepcopy(model), enable=False)(**encoded([TAGGED_TEXT]))
+            public = in_the_public_form(copy.deepcopy(model))(**encoded([TAGGED_TEXT]))
         assert_same_numbers(features, public.last_hidden_state[0], rtol=TOLERANCE, what=f"features {options}")
 
 
@@ -167,7 +175,7 @@ def test_sentence_transformers_runs_the_packed_form_with_the_public_numbers(tmp_
     encoder = sentence_transformers.SentenceTransformer(str(tmp_path / "encoder"), trust_remote_code=True, device="cpu")
     vectors = torch.as_tensor(encoder.encode(SENTENCES))
     assert packed_calls
-    public = use_packed_kernels(copy.deepcopy(model), enable=False)
+    public = in_the_public_form(copy.deepcopy(model))
     inputs = encoded()
     with torch.no_grad():
         top = public(**inputs).last_hidden_state
@@ -183,7 +191,8 @@ def test_saving_and_reloading_a_model_that_found_the_packed_form_keeps_its_weigh
         first = model(**encoded()).last_hidden_state
         again = reloaded(**encoded()).last_hidden_state
     assert_same_numbers(again, first)
-    assert copy.deepcopy(model).encoder.installed_recurrence is packed_kernels.recurrence
+    copied = copy.deepcopy(model)
+    assert copied.encoder.recurrence_for(torch.zeros(2, 3, 4, 16), True) is modeling.packed_lstm
 
 
 @pytest.mark.slow
@@ -200,7 +209,8 @@ def test_the_shipped_files_alone_run_the_public_form_with_the_packed_numbers(tmp
         with torch.no_grad():
             layers = torch.stack(model(**batch, output_hidden_states=True).hidden_states)
             chosen = model.encoder.recurrence_for(layers[0], True).__name__
-        print(json.dumps({"installed": model.encoder.installed_recurrence, "chosen": chosen,
+        installed = sys.modules[type(model).__module__].installed_kernels()
+        print(json.dumps({"installed": installed, "chosen": chosen,
                           "layers": layers.tolist()}))
     """,
         tmp_path / "m",
@@ -210,7 +220,7 @@ def test_the_shipped_files_alone_run_the_public_form_with_the_packed_numbers(tmp
     assert report["installed"] is None and report["chosen"] == "stacked_lstm"
     with torch.no_grad():
         packed = torch.stack(model(**encoded(), output_hidden_states=True).hidden_states)
-    assert model.encoder.installed_recurrence is packed_kernels.recurrence
+    assert model.encoder.recurrence_for(packed[0], True) is modeling.packed_lstm
     assert_same_numbers(report["layers"], packed, rtol=TOLERANCE, what="shipped files alone against the package")
 
 
@@ -218,14 +228,14 @@ def test_the_shipped_files_alone_run_the_public_form_with_the_packed_numbers(tmp
 def test_building_a_model_registers_nothing_with_transformers(tmp_path):
     """The lookup imports the package's kernels module only: no Auto class registration, no other process state."""
     script = (
-        "import json, torch, transformers\n"
+        "import json, sys, torch, transformers\n"
         "from modeling_elmo.modeling_elmo import ElmoModel\n"
         "from modeling_elmo.configuration_elmo import ElmoConfig\n"
         "import modeling_elmo\n"
         "model = ElmoModel(ElmoConfig(projection_dim=8, cell_size=16, char_cnn_filters=[[1, 4]]))\n"
         "from transformers.models.auto.configuration_auto import CONFIG_MAPPING\n"
         "print(json.dumps({'registered': modeling_elmo._registered, 'elmo_in_auto': 'elmo' in CONFIG_MAPPING,\n"
-        "                  'found': model.encoder.installed_recurrence is not None}))\n"
+        "                  'found': sys.modules[type(model).__module__].installed_kernels() is not None}))\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -234,7 +244,7 @@ def test_building_a_model_registers_nothing_with_transformers(tmp_path):
 
 
 @pytest.mark.slow  # a Trainer step
-def test_trainer_evaluates_with_the_packed_form_and_trains_with_the_public_one(tmp_path, packed_calls):
+def test_trainer_trains_and_evaluates_with_the_packed_form(tmp_path, packed_calls):
     from datasets import Dataset
     from transformers import DataCollatorWithPadding, Trainer, TrainingArguments
 
@@ -252,10 +262,11 @@ def test_trainer_evaluates_with_the_packed_form_and_trains_with_the_public_one(t
     trainer = Trainer(model=model, args=args, train_dataset=data, eval_dataset=data,
                       data_collator=DataCollatorWithPadding(tokenizer))  # fmt: skip
     trainer.train()
-    assert packed_calls == []  # the training step: the public form, autograd's gradients
+    assert packed_calls  # the training step: the package's form, its explicit backward
+    packed_calls.clear()
     predicted = trainer.predict(data).predictions
-    assert packed_calls  # evaluation: eval mode, no gradients
-    public = use_packed_kernels(copy.deepcopy(model).eval(), enable=False)
+    assert packed_calls  # evaluation
+    public = in_the_public_form(copy.deepcopy(model).eval())
     with torch.no_grad():
         logits = public(**encoded(SENTENCES)).logits
     assert_same_numbers(predicted[:3], logits, rtol=TOLERANCE, what="Trainer.predict against the public form")

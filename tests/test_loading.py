@@ -243,8 +243,9 @@ def test_json_nested_200000_deep_is_a_value_error_in_every_reader(tmp_path):
 @pytest.mark.parametrize(
     "edit,needed",
     [
-        ({"num_hidden_layers": 100_000}, "its 100000 LSTM layer(s) per direction, 1 highway layer(s) and 2 character"),
-        ({"num_highway_layers": 100_000}, "its 2 LSTM layer(s) per direction, 100000 highway layer(s) and 2 character"),
+        # the most layers a config may ask for (`configuration_elmo.MAX_LAYERS`; more: tests/test_configuration_elmo.py)
+        ({"num_hidden_layers": 64}, "its 64 LSTM layer(s) per direction, 1 highway layer(s) and 2 character"),
+        ({"num_highway_layers": 64}, "its 2 LSTM layer(s) per direction, 64 highway layer(s) and 2 character"),
         ({"char_cnn_filters": [[1, 1]] * 3000}, "1 highway layer(s) and 3000 character filter(s) need at least"),
     ],
 )

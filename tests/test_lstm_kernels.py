@@ -13,18 +13,28 @@ from support.model import SENTENCES, ElmoModelTester
 from modeling_elmo import ElmoForBidirectionalLM
 from modeling_elmo import modeling_elmo as modeling
 from modeling_elmo.acceleration import packed_kernels
-from modeling_elmo.acceleration.packed_kernels import (
-    CpuKernels,
-    RecurrencePlan,
-    clipped_lstm,
-    compile_failure,
-    use_packed_kernels,
-)
+from modeling_elmo.acceleration.packed_kernels import CpuKernels, RecurrencePlan, compile_failure
 from modeling_elmo.modeling_elmo import ElmoLstmLayer, dropout_noise, stacked_lstm
 
 #: Relative tolerance of fast against reference (fp32): the issue's 1e-5.
 TOLERANCE = 1e-5
 CELL_CLIP, PROJ_CLIP = 0.5, 0.4
+
+
+def clipped_lstm(x, valid, layers, state=None, plan=None):
+    """The package's `packed_kernels.clipped_lstm` on the tensors and clips of ``layers`` (`ElmoLstmLayer`s)."""
+    weights = [
+        (ls.input_transform.weight, ls.input_transform.bias, ls.recurrent_transform.weight, ls.projection.weight)
+        for ls in layers
+    ]
+    clips = {"cell_clip": layers[0].cell_clip, "proj_clip": layers[0].proj_clip}
+    return packed_kernels.clipped_lstm(x, valid, weights, state, plan=plan, **clips)
+
+
+def package_form(model):
+    """``model`` running the installed package's kernels (``config.use_packed_kernels``, the default)."""
+    model.config.use_packed_kernels = True
+    return model
 
 
 def clipping_pair(cls=None, **overrides):
@@ -67,14 +77,14 @@ def cpu_form(request, monkeypatch):
         monkeypatch.setattr(packed_kernels, "default_cpu_kernels", lambda: kernels_named("packed"))
         before = torch.get_num_threads()
         torch.set_num_threads(2)
-        yield lambda model: use_packed_kernels(model)
+        yield package_form
         torch.set_num_threads(before)
         return
-    yield shipped_form if request.param == "shipped" else (lambda model: use_packed_kernels(model))
+    yield shipped_form if request.param == "shipped" else package_form
 
 
 def shipped_form(model):
-    """``model`` running the shipped `stacked_lstm` also in inference (the package's form switched off)."""
+    """``model`` running the shipped `stacked_lstm` in every mode (the package's form switched off)."""
     model.config.use_packed_kernels = False
     return model
 
@@ -230,7 +240,8 @@ def test_input_products_in_blocks_of_steps_give_the_numbers_of_all_steps_at_once
     x, h0, c0 = torch.randn(2, T, B, P), torch.randn(2, B, P), torch.randn(2, B, H)
     valid = torch.arange(T)[:, None] < torch.tensor([7, 3, 0, 5, 1])[None]
     blocks = []
-    monkeypatch.setattr(modeling, "steps_per_input_product", lambda rows, gates: blocks.append(rows) or block)
+    module = modeling if plan == "shipped" else packed_kernels  # each form's own rule, the same in both
+    monkeypatch.setattr(module, "steps_per_input_product", lambda rows, gates: blocks.append(rows) or block)
     with torch.no_grad():
         expected = reference_directions(layers, x, valid.t(), h0, c0)
         if plan == "shipped":
@@ -242,10 +253,11 @@ def test_input_products_in_blocks_of_steps_give_the_numbers_of_all_steps_at_once
     for name, a, e in zip("yhc", (y, h, c), expected, strict=True):
         assert_same_numbers(a, e, rtol=TOLERANCE, what=name)
     monkeypatch.undo()
-    for rows, gates in [(32, 16384), (8, 16384), (1, 64), (10**6, 16384)]:
-        steps = modeling.steps_per_input_product(rows, gates)
-        assert steps >= 1 and (steps == 1 or steps * rows * gates <= 2**22 < (steps + 1) * rows * gates)
-    assert modeling.steps_per_input_product(32, 16384) == 8
+    for rule in (modeling.steps_per_input_product, packed_kernels.steps_per_input_product):
+        for rows, gates in [(32, 16384), (8, 16384), (1, 64), (10**6, 16384)]:
+            steps = rule(rows, gates)
+            assert steps >= 1 and (steps == 1 or steps * rows * gates <= 2**22 < (steps + 1) * rows * gates)
+        assert rule(32, 16384) == 8
 
 
 def test_fused_dropout_drops_the_same_units_as_the_loop_when_seeded_alike(cpu_form):
@@ -432,13 +444,13 @@ def test_shipped_kernels_module_imports_nothing_optional_at_import_time():
 
 
 def test_auto_runs_the_fused_recurrence_when_clipping_or_carrying_state_and_torch_lstm_otherwise():
-    clipped = ElmoModelTester(cell_clip=CELL_CLIP, proj_clip=PROJ_CLIP).model()
-    unclipped = ElmoModelTester(cell_clip=None, proj_clip=None).model()
+    clipped = shipped_form(ElmoModelTester(cell_clip=CELL_CLIP, proj_clip=PROJ_CLIP).model())
+    unclipped = shipped_form(ElmoModelTester(cell_clip=None, proj_clip=None).model())
     x = torch.zeros(2, 3, unclipped.config.projection_dim)
     assert clipped.encoder.recurrence_for(x, stateless=True) is modeling.stacked_lstm
     assert unclipped.encoder.recurrence_for(x, stateless=True) is modeling.torch_lstm
     assert unclipped.encoder.recurrence_for(x, stateless=False) is modeling.stacked_lstm  # a state to carry
-    assert use_packed_kernels(clipped).encoder.recurrence_for(x, stateless=True) is packed_kernels.recurrence
+    assert package_form(clipped).encoder.recurrence_for(x, stateless=True) is modeling.packed_lstm
     enc = ElmoModelTester().encode(SENTENCES)
     with torch.no_grad():  # and the forward runs the chosen one
         calls = []
@@ -493,7 +505,7 @@ def test_the_packed_form_is_chosen_per_model_also_for_remote_code_and_computes_t
     monkeypatch.setattr(RecurrencePlan, "PER_DIRECTION_FROM", 0)  # the per-direction form, where the kernels act
     tester = ElmoModelTester(cell_clip=CELL_CLIP, proj_clip=PROJ_CLIP)
     tester.model(seed=5).save_pretrained(tmp_path / "m")
-    # the folder's own code, as trust_remote_code loads it where the package is not installed
+    # the folder's own code, as trust_remote_code loads it where the package's classes are not registered
     remote_class = get_class_from_dynamic_module("modeling_elmo.ElmoModel", str(tmp_path / "m"))
     remote = remote_class.from_pretrained(tmp_path / "m").eval()
     other = remote_class.from_pretrained(tmp_path / "m").eval()
@@ -501,25 +513,21 @@ def test_the_packed_form_is_chosen_per_model_also_for_remote_code_and_computes_t
     enc = tester.encode(SENTENCES)
     calls = []
     monkeypatch.setattr(
-        packed_kernels, "clipped_lstm", lambda *a, _run=packed_kernels.clipped_lstm: calls.append(1) or _run(*a)
+        packed_kernels, "packed_lstm", lambda *a, _run=packed_kernels.packed_lstm, **k: calls.append(1) or _run(*a, **k)
     )
     other.config.use_packed_kernels = False
     with torch.no_grad():
         public = other(**enc).last_hidden_state
         assert not calls  # the shipped form where switched off ...
         packed = remote(**enc).last_hidden_state
-        assert calls  # ... the package's form found by the folder's own code in inference
+        assert calls  # ... the package's form found by the folder's own code
     assert_same_numbers(packed, public, rtol=TOLERANCE, what="packed against public form")
     calls.clear()
     remote.train()(**enc).last_hidden_state.sum().backward()
-    assert not calls  # training runs the shipped form until asked ...
-    use_packed_kernels(remote)(**enc).last_hidden_state.sum().backward()
-    assert calls  # ... this model now runs the package's form in training too ...
+    assert calls  # in training too ...
     calls.clear()
     other.train()(**enc)
-    assert not calls  # ... and only this one
-    with pytest.raises(ValueError, match="holds no ELMo biLM"):
-        use_packed_kernels(torch.nn.Linear(2, 2))
+    assert not calls  # ... and only where the config says so
 
 
 def test_the_shipped_model_holds_no_module_state_and_importing_the_package_changes_no_model():
@@ -533,16 +541,17 @@ def test_the_shipped_model_holds_no_module_state_and_importing_the_package_chang
         and not isinstance(value, (types.FunctionType, types.ModuleType, type))
         and not callable(value)
     }
-    # constants only (labels to ignore, the key names of older folders, the recurrence interface it plugs in):
-    # nothing that decides how a model computes
-    expected = {"IGNORE_INDEX", "LEGACY_KEY_MAPPING", "PAD_ID", "BOS_ID", "EOS_ID", "PACKED_RECURRENCE_INTERFACE"}
+    # constants only (labels to ignore, the key names of older folders): nothing that decides how a model computes
+    expected = {"IGNORE_INDEX", "LEGACY_KEY_MAPPING", "PAD_ID", "BOS_ID", "EOS_ID"}
     assert state == expected, state
     model = ElmoModelTester().model()
     packed_kernels.available()  # the package module is imported and used ...
-    assert model.encoder.recurrence is None  # ... and a model runs the shipped form until it is given another
-    assert use_packed_kernels(model).encoder.recurrence is packed_kernels.recurrence
-    assert use_packed_kernels(model, enable=False).encoder.recurrence is None
-    assert model.encoder.installed_recurrence is None  # not even in inference
+    assert model.encoder.recurrence is None  # ... and only the model's config chooses its recurrence
+    x = torch.zeros(2, 3, 1, model.config.projection_dim)
+    assert model.encoder.recurrence_for(x, stateless=True) is modeling.packed_lstm
+    assert shipped_form(model).encoder.recurrence_for(x, stateless=True) is modeling.stacked_lstm
+    with torch.no_grad():
+        assert shipped_form(model).encoder.recurrence_for(x, stateless=True) is modeling.stacked_lstm  # inference too
 
 
 def bf16_error_on_long_sentences(implementation: str = "fused", make_form=lambda model: model) -> list[float]:
@@ -575,9 +584,9 @@ def test_bf16_models_stay_within_five_hundredths_of_a_std_of_fp32_on_50_word_sen
         torch.set_num_threads(2)
     try:
         if form in ("loop", "shipped"):
-            errors = bf16_error_on_long_sentences("loop" if form == "loop" else "fused")
+            errors = bf16_error_on_long_sentences("loop" if form == "loop" else "fused", shipped_form)
         else:
-            errors = bf16_error_on_long_sentences("fused", use_packed_kernels)
+            errors = bf16_error_on_long_sentences("fused", package_form)
     finally:
         torch.set_num_threads(threads)
     assert max(errors) < 0.05, errors
@@ -585,8 +594,10 @@ def test_bf16_models_stay_within_five_hundredths_of_a_std_of_fp32_on_50_word_sen
 
 def test_bf16_error_on_long_sentences_comes_from_a_rounded_state(monkeypatch):
     """The control: with the state, cell and gate sums in bfloat16 too, the same measure exceeds the bound."""
-    monkeypatch.setattr(modeling, "state_dtype", lambda dtype: dtype)  # the package's form follows the model file
-    assert max(bf16_error_on_long_sentences()) > 0.06
+    monkeypatch.setattr(modeling, "state_dtype", lambda dtype: dtype)
+    monkeypatch.setattr(packed_kernels, "state_dtype", lambda dtype: dtype)  # each form's own rule
+    assert max(bf16_error_on_long_sentences("fused", shipped_form)) > 0.06
+    assert max(bf16_error_on_long_sentences("fused", package_form)) > 0.06
 
 
 def test_on_threads_runs_the_first_piece_on_the_calling_thread_and_the_others_on_workers_in_order():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 from support import assert_same_numbers
 from support.model import (
     CELL_CLIP,
@@ -17,9 +17,8 @@ from support.model import (
     write_legacy_folder,
 )
 
-from modeling_elmo import ElmoForBidirectionalLM, ElmoLstmState, ElmoModel
+from modeling_elmo import ElmoForBidirectionalLM, ElmoLstmState, ElmoModel, save_model_folder
 from modeling_elmo import modeling_elmo as modeling
-from modeling_elmo.acceleration.packed_kernels import use_packed_kernels
 from modeling_elmo.pretraining.trainer import rename_legacy_keys
 
 TOLERANCE = 1e-5
@@ -52,8 +51,7 @@ def test_all_linear_lora_reaches_every_lstm_transform_and_the_character_encoder_
 @pytest.mark.parametrize("form", ["shipped", "package"])
 def test_lora_on_the_lstm_changes_the_output_trains_and_merges_to_the_same_numbers(implementation, form):
     tester, model = clipping_model(lstm_implementation=implementation)
-    if form == "package":
-        use_packed_kernels(model)
+    model.config.use_packed_kernels = form == "package"
     enc = tester.encode(SENTENCES)
     with torch.no_grad():
         plain = model(**enc).last_hidden_state
@@ -160,13 +158,51 @@ def test_a_folder_with_the_older_lstm_parameter_names_loads_and_saves_back_with_
     )
 
 
+def test_a_checkpoint_holding_an_older_and_the_current_lstm_name_is_refused_in_one_line_on_every_path(tmp_path):
+    """A checkpoint with both ``...weight_hr`` and ``...projection.weight`` (different values) would load one or the
+    other of each pair: a silent mix of two models. AutoModel, the heads, the folder's own code, the package's loader
+    and pretraining's ``--init-from-model`` refuse it, in one line naming both tensors."""
+    from transformers import AutoModel, AutoModelForSequenceClassification
+    from transformers.dynamic_module_utils import get_class_from_dynamic_module
+
+    from modeling_elmo import ElmoForSequenceClassification, load_elmo_model
+
+    _, model = clipping_model()
+    save_model_folder(model, None, tmp_path / "mixed")
+    path = tmp_path / "mixed" / "model.safetensors"
+    weights = load_file(str(path))
+    current = "encoder.forward_layers.1.projection.weight"
+    weights["encoder.forward_layers.1.weight_hr"] = weights[current] + 1.0
+    save_file(weights, str(path), metadata={"format": "pt"})
+    layer = r"'encoder\.forward_layers\.1\."
+    pattern = rf"holds both {layer}weight_hr' .* and {layer}projection\.weight'"
+    loaders = [
+        AutoModel.from_pretrained,
+        ElmoModel.from_pretrained,
+        ElmoForSequenceClassification.from_pretrained,
+        AutoModelForSequenceClassification.from_pretrained,
+        get_class_from_dynamic_module("modeling_elmo.ElmoModel", str(tmp_path / "mixed")).from_pretrained,
+    ]
+    for load in loaders:
+        with pytest.raises(ValueError, match=pattern) as raised:
+            load(tmp_path / "mixed")
+        assert "\n" not in str(raised.value)
+    unexpected = r"1 unexpected tensor\(s\) \(encoder\.forward_layers\.1\.weight_hr\)"
+    with pytest.raises(ValueError, match=unexpected) as raised:
+        load_elmo_model(tmp_path / "mixed")  # the tools' loader (elmo embed, elmo evaluate) checks every name itself
+    assert "\n" not in str(raised.value)
+    with pytest.raises(ValueError, match=r"--init-from-model 'm' holds both 'encoder\.forward_layers\.1\.weight_hr'"):
+        rename_legacy_keys(weights, "--init-from-model 'm'")
+    del weights[current]  # the older name alone loads renamed
+    assert current in rename_legacy_keys(weights)
+
+
 # ------------------------------------------------------------------------------------------ gradient checkpointing
 @pytest.mark.parametrize("implementation", ["fused", "loop"])
 @pytest.mark.parametrize("form", ["shipped", "package"])
 def test_gradient_checkpointing_gives_the_same_loss_and_gradients(implementation, form):
     tester, model = clipping_model(ElmoForBidirectionalLM, lstm_implementation=implementation)
-    if form == "package":
-        use_packed_kernels(model)
+    model.config.use_packed_kernels = form == "package"
     enc = tester.encode(SENTENCES)
     labels = torch.randint(4, 40, enc["attention_mask"].shape).masked_fill(enc["attention_mask"] == 0, -100)
     results = []
@@ -209,8 +245,7 @@ def test_gradient_checkpointing_recomputes_the_lstm_and_the_character_convolutio
 @pytest.mark.parametrize("form", ["shipped", "package"])
 def test_fullgraph_compiled_model_matches_eager(form):
     tester, model = clipping_model()
-    if form == "package":
-        use_packed_kernels(model)  # never traced: the compiled model runs the shipped form
+    model.config.use_packed_kernels = form == "package"  # never traced: the compiled model runs the shipped form
     enc = tester.encode(SENTENCES)
     compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
     with torch.no_grad():

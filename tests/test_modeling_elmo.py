@@ -449,6 +449,32 @@ def test_freezing_is_requires_grad_so_trainable_counts_are_right_and_follow_the_
         assert model.num_parameters(only_trainable=True) == head
 
 
+def test_from_pretrained_gives_a_frozen_bilm_through_every_loader_and_unfreezing_lasts(tmp_path):
+    """No `from_pretrained` override: the heads freeze again once the loaded weights are in place (`tie_weights`,
+    which transformers calls last), through the package's classes, the Auto classes and the folder's own code."""
+    from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
+    from transformers.dynamic_module_utils import get_class_from_dynamic_module
+
+    from modeling_elmo import save_model_folder
+
+    tester = ElmoModelTester(num_labels=3)
+    for cls, auto in (
+        (ElmoForSequenceClassification, AutoModelForSequenceClassification),
+        (ElmoForTokenClassification, AutoModelForTokenClassification),
+    ):
+        folder = str(tmp_path / cls.__name__)
+        save_model_folder(tester.model(cls), None, folder)
+        remote = get_class_from_dynamic_module(f"modeling_elmo.{cls.__name__}", folder)
+        for load in (cls.from_pretrained, auto.from_pretrained, remote.from_pretrained):
+            model = load(folder)
+            assert not any(p.requires_grad for p in model.elmo.parameters()), load
+            assert all(p.requires_grad for p in (*model.classifier.parameters(), *model.scalar_mix.parameters()))
+            model.unfreeze_elmo()
+            model.tie_weights()  # as resizing calls it: an unfrozen biLM stays unfrozen
+            assert all(p.requires_grad for p in model.elmo.parameters())
+            assert all(p.requires_grad for p in load(folder, freeze_elmo=False).elmo.parameters())
+
+
 def test_cached_features_give_the_same_logits_as_character_input():
     tester = ElmoModelTester(num_labels=4)
     for cls in (ElmoForSequenceClassification, ElmoForTokenClassification):

@@ -70,7 +70,8 @@ def test_pretraining_steps_match_the_reference_forms_step_by_step(softmax):
         from modeling_elmo.pretraining.sampled_softmax import use_configured_softmax
 
         use_configured_softmax(reference)  # its plain form, under `reference_forms`
-    assert fast.elmo.encoder.recurrence is not None and fast.config.lstm_implementation == "auto"
+    chosen = fast.elmo.encoder.recurrence_for(torch.zeros(2, 3, 1, tester.config.projection_dim), True)
+    assert chosen.__name__ == "packed_lstm" and fast.config.lstm_implementation == "auto"
     expected, actual = train_steps(reference, batches, True), train_steps(fast, batches, False)
     for step, ((loss, grads), (ref_loss, ref_grads)) in enumerate(zip(actual, expected, strict=True)):
         assert_same_numbers(loss, ref_loss, what=f"loss of step {step}")

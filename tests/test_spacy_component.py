@@ -21,8 +21,8 @@ from modeling_elmo import ElmoModel, ElmoTokenizer, save_model_folder
 REPO_ROOT = Path(__file__).resolve().parents[1]
 spacy = pytest.importorskip("spacy", reason='spaCy is an optional extra: pip install ".[spacy]"')
 
-#: The component runs the package's packed recurrence (`use_packed_kernels`, as `ElmoEmbedder` does), the model here
-#: the plain one: another summation order through two LSTM layers.
+#: The component runs the package's packed recurrence (``config.use_packed_kernels``, as `ElmoEmbedder` does), the
+#: model here the plain one: another summation order through two LSTM layers.
 KERNEL_RTOL = 1e-5
 TEXTS = ["The bank raised its rates .", "We sat on the river bank", "Hi"]
 

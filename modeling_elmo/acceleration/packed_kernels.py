@@ -1,9 +1,10 @@
-"""The installed package's fast forms of the biLM's recurrence, chosen per model (`use_packed_kernels`; in CPU
-inference every model file of this recurrence interface looks `recurrence` up by itself: `RECURRENCE_INTERFACE`);
-never shipped to the Hub with a model.
+"""The installed package's fast forms of the biLM's recurrence, never shipped to the Hub with a model: the shipped
+model file checks that this module is there (as transformers' Mamba checks for ``mamba_ssm``) and, where its
+``config.use_packed_kernels`` says so, calls `packed_lstm` with the layer's tensors and settings. Nothing here reads
+the model file.
 
-`clipped_lstm` computes what the shipped `modeling_elmo.stacked_lstm` (and the reference loop) computes, with the
-same parameters, and is tested equal to it (outputs, final states and every gradient):
+`clipped_lstm` computes what the shipped `modeling_elmo.stacked_lstm` (and the reference loop) computes, from the
+same tensors, and is tested equal to it (outputs, final states and every gradient):
 
 * the recurrence of a layer is one autograd node (`ClippedLstmRecurrence`) with an explicit backward loop, so a
   training step records one node per layer instead of a dozen per time step, and every weight gradient is one large
@@ -21,31 +22,39 @@ Conventions: recurrence tensors are direction-major and time-major, ``(D, T, B, 
 from __future__ import annotations
 
 import functools
-import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
-from torch import nn
 from torch.nn import functional as F
 from transformers.utils import logging
 
 logger = logging.get_logger(__name__)
 Linear = Callable[[torch.Tensor], torch.Tensor]
 
-#: The version of what a model file looks up here (``modeling_elmo.installed_packed_recurrence``): `recurrence` (its
-#: signature and its numbers) and `available`. Raised whenever either changes incompatibly; a shipped model file plugs
-#: this module's recurrence in only where its own ``PACKED_RECURRENCE_INTERFACE`` is the same number.
-RECURRENCE_INTERFACE = 1
+
+class LstmWeights(NamedTuple):
+    """One direction's tensors of a layer: input product ``weight_ih`` (4H, P) and ``bias`` (4H), recurrent
+    ``weight_hh`` (4H, P), projection ``weight_hr`` (P, H); gate order (i, f, g, o)."""
+
+    weight_ih: torch.Tensor
+    bias: torch.Tensor
+    weight_hh: torch.Tensor
+    weight_hr: torch.Tensor
 
 
-def model_file(layers: Sequence[nn.Module]):
-    """The model file the ``layers`` come from (the package's ``modeling_elmo.modeling_elmo``, or a copy loaded with
-    ``trust_remote_code=True``), whose rules this module follows (``state_dtype``, ``steps_per_input_product``). Read
-    from the layers rather than imported: the model file imports this module to find `recurrence`, and an import
-    back would close a circle; `RECURRENCE_INTERFACE` keeps the two in step."""
-    return sys.modules[type(layers[0]).__module__]
+def state_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype inference keeps the state, cell and gate sums in: float32 at least (half precision runs only the
+    products), the rule of the shipped form."""
+    return torch.promote_types(dtype, torch.float32)
+
+
+def steps_per_input_product(rows: int, gates: int) -> int:
+    """How many steps' input products (``rows`` x ``gates`` each) inference computes at once: about 2**22 numbers,
+    at least one step (the rule of the shipped form, so that memory does not grow with the sentences' length)."""
+    return max(1, 2**22 // max(1, rows * gates))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -565,25 +574,22 @@ def _run_forward(gates_x, valid, h0, c0, weight_hh, weight_hr, clips, plan: Recu
     return y, final, [tensor for part in parts for tensor in (part[2] or ())]
 
 
-def _direction_inference(inputs, valid, h0, c0, layers, dtype, clips, plan: RecurrencePlan):
+def _direction_inference(inputs, valid, h0, c0, weights, dtype, clips, plan: RecurrencePlan):
     """CPU inference: each direction's input products and recurrence on its own thread (when planned), on the
     layers' own weights (no stacked copies), the input products a block of steps at a time
     (`steps_per_input_product`)."""
 
     def run(d: int):
-        layer = layers[d]
+        own = weights[d]
         steps, rows, width = inputs[d].shape
-        weight_ih, bias = layer.input_transform.weight.to(dtype), layer.input_transform.bias.to(dtype)
+        weight_ih, bias = own.weight_ih.to(dtype), own.bias.to(dtype)
         input_products = plan.kernels.dense_linear(weight_ih, bias)
         step = _direction_forward_step(
-            layer.recurrent_transform.weight.to(dtype).unsqueeze(0),
-            layer.projection.weight.to(dtype).unsqueeze(0),
-            rows,
-            plan.kernels,
+            own.weight_hh.to(dtype).unsqueeze(0), own.weight_hr.to(dtype).unsqueeze(0), rows, plan.kernels
         )
         gates = weight_ih.shape[0]  # 4H
         h, c, outputs = h0[d : d + 1], c0[d : d + 1], []
-        block = model_file(layers).steps_per_input_product(rows, gates)
+        block = steps_per_input_product(rows, gates)
         for start in range(0, steps, block):
             gates_x = input_products(inputs[d, start : start + block].reshape(-1, width)).view(-1, 1, rows, gates)
             for t, step_gates in enumerate(gates_x.to(h.dtype), start):
@@ -653,34 +659,39 @@ class ClippedLstmRecurrence(torch.autograd.Function):
 def clipped_lstm(
     inputs: torch.Tensor,
     valid: torch.Tensor,
-    layers: Sequence[torch.nn.Module],
+    weights: Sequence[LstmWeights],
     state: tuple[torch.Tensor, torch.Tensor] | None = None,
+    *,
+    cell_clip: float | None,
+    proj_clip: float | None,
     plan: RecurrencePlan | None = None,
 ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-    """One layer of the LSTM with a clipped projection, for ``len(layers)`` directions at once.
+    """One layer of the LSTM with a clipped projection, for ``len(weights)`` directions at once.
 
     Args:
-        inputs: (D, T, B, P), time-major, one direction per entry of ``layers`` (each reads its own sequence).
+        inputs: (D, T, B, P), time-major, one direction per entry of ``weights`` (each reads its own sequence).
         valid: (T, B) bool, True on each row's valid prefix.
-        layers: D `ElmoLstmLayer`s (the clips are the same for all).
+        weights: D `LstmWeights` (tuples of the four tensors), one per direction.
         state: (h (D, B, P), c (D, B, H)) to start from, zeros when `None`.
+        cell_clip, proj_clip: the clips of the cell and the projection (`None`: off).
         plan: how to run (tests force one); default `RecurrencePlan.for_device`.
 
     Returns y (D, T, B, P) (zeros past each row's length) and the final (h, c), carried over padded steps. Under
     autocast the products run in the autocast dtype, as the loop's do; in inference, as in the shipped form, the
-    state, cell and gate sums stay in float32 (`modeling_elmo.state_dtype`), in training they run in that dtype.
+    state, cell and gate sums stay in float32 (`state_dtype`), in training they run in that dtype.
     """
+    weights = [LstmWeights(*own) for own in weights]
     directions, steps, rows, _ = inputs.shape
     device = inputs.device
     dtype = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else inputs.dtype
-    P, H = layers[0].projection.weight.shape
+    P, H = weights[0].weight_hr.shape
     needs_grad = torch.is_grad_enabled() and (
         inputs.requires_grad
         or any(s.requires_grad for s in state or ())
-        or any(p.requires_grad for layer in layers for p in layer.parameters())
+        or any(tensor.requires_grad for own in weights for tensor in own)
     )
     # inference keeps state, cell and gate sums in float32 (the products in ``dtype``); training runs in ``dtype``
-    carried = dtype if needs_grad else model_file(layers).state_dtype(dtype)
+    carried = dtype if needs_grad else state_dtype(dtype)
     if state is None:
         h0, c0 = (
             inputs.new_zeros(directions, rows, P, dtype=carried),
@@ -690,19 +701,16 @@ def clipped_lstm(
         h0, c0 = state[0].to(carried), state[1].to(carried)
     if steps == 0:
         return inputs.new_zeros(directions, 0, rows, P, dtype=dtype), (h0, c0)
-    clips = (layers[0].cell_clip, layers[0].proj_clip)
-    plan = plan or RecurrencePlan.for_device(device, directions, layers[0].recurrent_transform.weight.numel())
+    clips = (cell_clip, proj_clip)
+    plan = plan or RecurrencePlan.for_device(device, directions, weights[0].weight_hh.numel())
     with torch.autocast(device.type, enabled=False):
         if plan.per_direction and not needs_grad:
             y, final = _direction_inference(
-                inputs.to(dtype), valid.unsqueeze(-1).to(carried), h0, c0, layers, dtype, clips, plan
+                inputs.to(dtype), valid.unsqueeze(-1).to(carried), h0, c0, weights, dtype, clips, plan
             )
             return y.to(dtype), final
         stack = lambda tensors: torch.stack(list(tensors)).to(dtype)  # noqa: E731
-        weight_ih = stack(layer.input_transform.weight for layer in layers)
-        bias = stack(layer.input_transform.bias for layer in layers)
-        weight_hh = stack(layer.recurrent_transform.weight for layer in layers)
-        weight_hr = stack(layer.projection.weight for layer in layers)
+        weight_ih, bias, weight_hh, weight_hr = (stack(tensors) for tensors in zip(*weights, strict=True))
         # the input products of every step and direction in one batched product (bias included)
         gates_x = torch.baddbmm(
             bias.unsqueeze(1), inputs.to(dtype).reshape(directions, steps * rows, -1), weight_ih.transpose(1, 2)
@@ -727,31 +735,15 @@ def _warn_once_on_compile_failure(inputs: torch.Tensor) -> None:
         )
 
 
-def recurrence(inputs, valid, layers, state=None):
-    """`clipped_lstm` with the default plan, in the signature of `ElmoBiLstm.recurrence`."""
-    result = clipped_lstm(inputs, valid, layers, state)
+def packed_lstm(inputs, valid, weights, state=None, *, cell_clip, proj_clip):
+    """The entry the shipped model file calls: `clipped_lstm` with the default plan (inputs (D, T, B, P), valid
+    (T, B), one `LstmWeights` per direction, state or `None`, the two clips) -> y (D, T, B, P), final (h, c)."""
+    result = clipped_lstm(inputs, valid, weights, state, cell_clip=cell_clip, proj_clip=proj_clip)
     _warn_once_on_compile_failure(inputs)
     return result
 
 
-def use_packed_kernels(model: nn.Module, enable: bool = True) -> nn.Module:
-    """Let ``model``'s biLM (any ELMo model, the package's classes or a copy loaded with ``trust_remote_code=True``)
-    run this module's `recurrence` in every mode, training included (``enable=False``: the shipped
-    `modeling_elmo.stacked_lstm` in every mode, also in the CPU inference where a model file of this package's
-    recurrence interface would run `recurrence` by itself: `modeling_elmo.installed_packed_recurrence`). Only this
-    model changes; it computes the same numbers. Returns ``model``."""
-    bilms = [m for m in model.modules() if type(m).__name__ == "ElmoBiLstm" and hasattr(m, "recurrence")]
-    if not bilms:
-        raise ValueError(f"{type(model).__name__} holds no ELMo biLM (ElmoBiLstm); nothing to give the packed form.")
-    for bilm in bilms:
-        bilm.recurrence = recurrence if enable else None
-        if not enable and hasattr(bilm, "installed_recurrence"):
-            bilm.installed_recurrence = None
-    return model
-
-
 __all__ = [
-    "RECURRENCE_INTERFACE",
     "ClippedLstmRecurrence",
     "CpuKernels",
     "PackedCpuKernels",
@@ -760,7 +752,9 @@ __all__ = [
     "clipped_lstm",
     "compile_failure",
     "default_cpu_kernels",
+    "LstmWeights",
     "on_threads",
-    "recurrence",
-    "use_packed_kernels",
+    "packed_lstm",
+    "state_dtype",
+    "steps_per_input_product",
 ]

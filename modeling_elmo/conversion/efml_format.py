@@ -37,8 +37,8 @@ from typing import Any
 
 import torch
 
-from ..configuration_elmo import shown
 from ..folders.files import new_private_folder, remove_own_folder, replace
+from ..utils.config_checks import shown
 from ..utils.io_utils import error_line, read_json_object
 
 logger = logging.getLogger(__name__)

@@ -183,7 +183,6 @@ def load_elmo_model(model_name_or_path: str | os.PathLike, **kwargs: Any) -> tor
             another shape than ``config.json`` implies, or a tensor that belongs to no ELMo model is present. The
             message names the tensors.
     """
-    from ..acceleration.packed_kernels import use_packed_kernels
     from ..modeling_elmo import ElmoModel
     from ..utils.config_checks import load_config
     from ..utils.loading import refuse_pickled_weights
@@ -221,7 +220,7 @@ def load_elmo_model(model_name_or_path: str | os.PathLike, **kwargs: Any) -> tor
         raise ValueError(f"cannot load the weights of model {location!r}: {error_line(error, named=True)}") from None
     check_loading_info(location, info, ignore_unexpected=HEAD_WEIGHT_PREFIXES)
     refuse_nonfinite_weights(model, location)
-    return use_packed_kernels(model.eval())  # the package's fast recurrence, for this model (docs/model.md)
+    return model.eval()  # its fast recurrence as config.use_packed_kernels says (docs/model.md)
 
 
 def check_loading_info(
@@ -437,9 +436,7 @@ class ElmoEmbedder:
                 f"(max_characters_per_token in tokenizer_config.json) but the model reads "
                 f"{model_width} (config.json); the two files belong to different models."
             )
-        from ..acceleration.packed_kernels import use_packed_kernels
-
-        self.model = use_packed_kernels(base.to(device=device, dtype=dtype).eval())  # the package's fast recurrence
+        self.model = base.to(device=device, dtype=dtype).eval()  # the recurrence config.use_packed_kernels says
         self.tokenizer = tokenizer
         self.device = device
         self.num_layers = int(base.config.num_representation_layers)  # L + 1

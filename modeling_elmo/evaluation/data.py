@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..configuration_elmo import shown
+from ..utils.config_checks import shown
 from ..utils.io_utils import (
     MAX_LINE_BYTES,
     MAX_SENTENCE_TOKENS,

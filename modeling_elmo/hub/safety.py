@@ -40,7 +40,7 @@ __all__ = [
 #: Third-party modules the shipped code files may import.
 ALLOWED_CODE_IMPORTS = frozenset({"torch", "transformers", "numpy", "tokenizers"})
 #: The one import of this package a shipped file may make, inside a function (never at import time): its packed
-#: kernels (``modeling_elmo.installed_packed_recurrence``), found where the package is installed.
+#: kernels (``modeling_elmo.installed_kernels``), found where the package is installed.
 PACKAGE_KERNELS_IMPORT = ("modeling_elmo.acceleration", "packed_kernels")
 #: Standard-library modules the shipped code must not import: network, processes, pickling, native code,
 #: dynamic imports.

@@ -116,7 +116,7 @@ def optimizer_from_files(tensors: dict[str, torch.Tensor], meta: dict[str, Any])
 
 
 def _cut(value: Any) -> str:
-    from ..configuration_elmo import shown
+    from ..utils.config_checks import shown
 
     return shown(value)
 

@@ -90,7 +90,7 @@ def negative_samples(model_config: dict[str, Any]) -> int:
 
 def build_config(model_config: dict[str, Any], vocab_size: int, characters: int | None = None):
     """The run's `ElmoConfig`, checked (``characters``: the size of a Unicode character vocabulary; None: bytes)."""
-    from ..configuration_elmo import UNICODE_FIRST_CHARACTER
+    from ..tokenization_elmo import UNICODE_FIRST_CHARACTER
     from ..utils.config_checks import config_from_dict
 
     if characters is not None:

@@ -8,7 +8,6 @@ import dataclasses
 import hashlib
 import json
 import logging
-import re
 import sys
 import time
 from collections.abc import Iterator
@@ -242,29 +241,27 @@ def build_optimizer(
     return torch.optim.AdamW(groups, lr=lr, betas=betas, fused=fused)
 
 
-def rename_legacy_keys(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """``state_dict`` with the LSTM keys of older folders renamed, as loading does."""
-    from ..modeling_elmo import LEGACY_KEY_MAPPING
+def rename_legacy_keys(state_dict: dict[str, torch.Tensor], source: str = "the checkpoint") -> dict[str, torch.Tensor]:
+    """``state_dict`` with the LSTM keys of older folders renamed, as loading does; `ValueError` for a checkpoint
+    that holds an older name and its current one (`modeling_elmo.check_no_legacy_clash`)."""
+    from ..modeling_elmo import check_no_legacy_clash, renamed_legacy_key
 
-    renamed = {}
-    for key, tensor in state_dict.items():
-        for pattern, replacement in LEGACY_KEY_MAPPING.items():
-            key = re.sub(pattern, replacement, key)
-        renamed[key] = tensor
-    return renamed
+    check_no_legacy_clash(state_dict, source)
+    return {renamed_legacy_key(key): tensor for key, tensor in state_dict.items()}
 
 
 def build_model(config: Any, init_from: Path | None = None) -> torch.nn.Module:
-    """The biLM of ``config`` on the fast recurrence, with the weights of the model folder ``init_from``."""
+    """The biLM of ``config`` (its recurrence as ``config.use_packed_kernels`` says), with the weights of the model
+    folder ``init_from``."""
     from safetensors.torch import load_file
 
-    from ..acceleration.packed_kernels import use_packed_kernels
     from ..modeling_elmo import ElmoForBidirectionalLM
     from .sampled_softmax import use_configured_softmax
 
-    model = use_configured_softmax(use_packed_kernels(ElmoForBidirectionalLM(config)))
+    model = use_configured_softmax(ElmoForBidirectionalLM(config))
     if (folder := init_from) is not None:
-        state, own = rename_legacy_keys(load_file(str(folder / "model.safetensors"))), model.state_dict()
+        weights = load_file(str(folder / "model.safetensors"))
+        state, own = rename_legacy_keys(weights, f"--init-from-model {folder}"), model.state_dict()
         problems = [
             f"{label}: {', '.join(keys[:5])}{' ...' if len(keys) > 5 else ''}"
             for label, keys in (

@@ -1,15 +1,18 @@
-"""What the package's tools check in a model configuration before they build anything from it.
+"""What the package's tools check in a model configuration before they build anything from it: the hardening against
+folders of others (hostile or damaged files) lives here, where the commands read foreign folders.
 
-`ElmoConfig` (shipped with every model) refuses, as it is built, what would build a model computing nonsense: keys
-that would replace a member of the class (``to_dict``, ``__class__``; `ElmoConfig.check_keys`), a field value of the
-wrong type, bound or choice (`ElmoConfig.check_fields`), fields that disagree (filter widths and characters per word,
-the character table, the word input, the scalar mix, sampled softmax and vocabulary; `ElmoConfig.check_agreement`),
-sizes and an LSTM implementation that disagree. The tools of this package (``elmo`` commands, `load_elmo_model`, the
-converters, pretraining's plan, the publisher) read a config through `load_config` (a model folder or Hub id) or
-`config_from_dict` (a ``config.json``'s content, a preset, the values of an original options file), which also
-refuse, in one line naming the field and the value:
+`ElmoConfig` (shipped with every model) refuses, as it is built, what a user could set that would build a model
+computing nonsense: a field value of the wrong type, bound or choice (`ElmoConfig.check_fields`), fields that disagree
+(filter widths and characters per word, the character table, the word input, the scalar mix, sampled softmax and
+vocabulary; `ElmoConfig.check_agreement`), sizes and an LSTM implementation that disagree. The tools of this package
+(``elmo`` commands, `load_elmo_model`, the converters, pretraining's plan, the publisher) read a config through
+`load_config` (a model folder or Hub id) or `config_from_dict` (a ``config.json``'s content, a preset, the values of
+an original options file), which also refuse, in one line naming the field and the value (quoted by `shown`, bounded
+whatever its size):
 
-* label maps that are not objects, the legacy ``stateful: true``, a ``num_labels`` below 1;
+* keys that would replace a member of the class (``to_dict``, ``__class__``) rather than set a value;
+* a ``num_labels`` outside [1, `MAX_LABELS`], label maps that are not objects or whose keys are not label numbers, an
+  ``attn_implementation`` naming a Hub kernel repository, the legacy ``stateful: true``;
 * a built config's fields changed since into what `ElmoConfig` refuses (`check_config`);
 * a model of more than `MAX_PARAMETERS_LIMIT` parameters, computed from the sizes before anything is allocated;
 
@@ -20,23 +23,30 @@ Not part of the Hub code files.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 import os
-from collections.abc import Mapping
+import re
+import reprlib
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..configuration_elmo import FIELD_RULES, ElmoConfig, shown
+from ..configuration_elmo import FIELD_RULES, ElmoConfig
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "ELMO_FIELDS",
+    "MAX_LABELS",
     "MAX_PARAMETERS_LIMIT",
     "check_config",
+    "check_keys",
+    "check_labels",
     "config_from_dict",
     "implied_num_parameters",
     "load_config",
+    "shown",
 ]
 
 #: The fields of `ElmoConfig` itself (its constructor's arguments).
@@ -44,12 +54,74 @@ ELMO_FIELDS = frozenset(inspect.signature(ElmoConfig.__init__).parameters) - {"s
 #: A model of more parameters than this (40 GB of float32; the largest released model has 94 M) cannot be what a
 #: config or options file was meant to describe.
 MAX_PARAMETERS_LIMIT = 10**10
+#: No classifier has more labels than this (a config's ``num_labels`` gets a label name each).
+MAX_LABELS = 10**6
+
+
+class _BoundedRepr(reprlib.Repr):
+    """A repr that formats no more than the start of a value, whatever its size."""
+
+    def repr_int(self, x: int, level: int) -> str:  # Python refuses to format an integer of over 4,300 digits
+        return super().repr_int(x, level) if x.bit_length() < 640 else f"<an integer of {x.bit_length():,} bits>"
+
+
+_BOUNDED_REPR = _BoundedRepr()  # (keyword arguments of Repr need Python 3.12)
+_BOUNDED_REPR.maxlevel, _BOUNDED_REPR.maxstring, _BOUNDED_REPR.maxother, _BOUNDED_REPR.maxlong = 4, 200, 200, 200
+_BOUNDED_REPR.maxlist = _BOUNDED_REPR.maxtuple = _BOUNDED_REPR.maxdict = _BOUNDED_REPR.maxset = 40
+
+
+def shown(value: Any) -> str:
+    """``repr(value)``, cut to 80 characters: the one way an error line quotes a value of the input (a hostile file
+    may hold a value of megabytes, a record of millions of tokens); a value is never formatted beyond its start."""
+    text = _BOUNDED_REPR.repr(value)
+    return text if len(text) <= 80 else f"{text[:80]}..."
+
+
+def check_keys(keys: Iterable[str]) -> None:
+    """`ValueError` for a key that would replace a member of `ElmoConfig` (``to_dict``, ``__class__``) rather than
+    set a value: transformers sets every key of a config dict on the config as it is."""
+    settings = {  # a dataclass's fields, or (transformers before 5.4) the constructors' arguments
+        *(param for klass in ElmoConfig.__mro__[:-1] for param in inspect.signature(klass.__init__).parameters),
+        *(field.name for field in (dataclasses.fields(ElmoConfig) if dataclasses.is_dataclass(ElmoConfig) else ())),
+        "model_type",
+    }
+    for key in keys:
+        member = inspect.getattr_static(ElmoConfig, key, None)
+        settable = key in settings or (isinstance(member, property) and member.fset is not None)
+        if key.startswith("__") or (member is not None and not settable):
+            raise ValueError(f"config key {shown(key)} is not a setting: it would replace ElmoConfig.{key[:80]}.")
+
+
+def check_labels(values: Mapping[str, Any]) -> None:
+    """`ValueError` for a ``num_labels`` that is not an integer in [1, `MAX_LABELS`] (transformers builds a label
+    name for each: ``"num_labels": 1000000000``, 20 bytes of a config, took gigabytes), an ``id2label`` whose keys
+    are not label numbers, and an ``attn_implementation`` naming a Hub kernel repository (``org/name``: transformers
+    would fetch and load its code for a model that has no attention)."""
+    count = values.get("num_labels")
+    if count is not None and not (isinstance(count, int) and not isinstance(count, bool) and 1 <= count <= MAX_LABELS):
+        raise ValueError(f"`num_labels` must be an integer in [1, {MAX_LABELS:,}], got {shown(count)}.")
+    for key in ("attn_implementation", "_attn_implementation", "_attn_implementation_internal"):
+        named = values.get(key)
+        for name in named.values() if isinstance(named, Mapping) else [named]:
+            if isinstance(name, str) and "/" in name:
+                raise ValueError(
+                    f"`{key}` names the Hub kernel repository {shown(name)}, which transformers would download "
+                    "and load; ELMo has no attention: leave it out."
+                )
+    id2label = values.get("id2label")
+    if isinstance(id2label, Mapping):
+        if len(id2label) > MAX_LABELS:
+            raise ValueError(f"`id2label` names {len(id2label):,} labels; at most {MAX_LABELS:,} are taken.")
+        bad = next((key for key in id2label if not re.fullmatch(r"\d{1,7}", str(key))), None)
+        if bad is not None:
+            raise ValueError(f"`id2label` keys must be label numbers (0, 1, ...), got {shown(bad)}.")
 
 
 def _check_keys(config_dict: Mapping[str, Any]) -> None:
-    """Refuse the keys of a config dict that transformers would set on the config as they are: keys replacing a
-    member of the class, label maps that are not objects, a legacy ``stateful: true``, a ``num_labels`` below 1."""
-    ElmoConfig.check_keys(config_dict)
+    """Refuse the keys of a config dict that transformers would set on the config as they are (`check_keys`,
+    `check_labels`), label maps that are not objects, a legacy ``stateful: true``, and field values that break their
+    rule (quoted by `shown`)."""
+    check_keys(config_dict)
     for key in ("id2label", "label2id"):
         if config_dict.get(key) is not None and not isinstance(config_dict[key], dict):
             text = str(config_dict[key])[:80]
@@ -63,6 +135,8 @@ def _check_keys(config_dict: Mapping[str, Any]) -> None:
     count = config_dict.get("num_labels", 1)
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
         raise ValueError(f"`num_labels` must be an integer >= 1, got {shown(count)}.")
+    check_labels(config_dict)
+    ElmoConfig.check_fields(ElmoConfig.upgraded_dict(dict(config_dict)), show=shown)
 
 
 def implied_num_parameters(config: ElmoConfig) -> int:
@@ -107,7 +181,8 @@ def check_config(config: ElmoConfig, source: str = "the config") -> None:
     each key that is no field but is close to one (``hiden_size``: it is kept as an attribute and sets nothing)."""
     from transformers import PretrainedConfig
 
-    config.check_fields({name: getattr(config, name) for name in FIELD_RULES})  # it may have changed since built
+    check_labels({"num_labels": config.num_labels, "id2label": config.id2label})
+    config.check_fields({name: getattr(config, name) for name in FIELD_RULES}, show=shown)  # changed since built?
     config.check_agreement()
     implied = implied_num_parameters(config)
     if implied > MAX_PARAMETERS_LIMIT:

@@ -11,7 +11,7 @@ records the peak RSS again. ``step_peak_mib`` is the difference: what the step i
 ``kept_for_backward_mib`` is what autograd holds between the forward and the backward pass: the distinct storages of
 the tensors saved for the backward pass (parameters left out), counted by a `saved_tensors_hooks` around the forward
 (inside a checkpointed unit, the checkpoint's own hooks take over: what it recomputes is not counted). ``--form
-package`` gives the model the installed package's recurrence (`packed_kernels.use_packed_kernels`, what ``elmo
+package`` gives the model the installed package's recurrence (``config.use_packed_kernels``, what ``elmo
 pretrain`` runs), ``shipped`` the files shipped with a model.
 """
 
@@ -33,14 +33,12 @@ def one_step(preset: str, batch: int, words: int, vocab: int, checkpointing: boo
     import torch
 
     from modeling_elmo import ElmoConfig, ElmoForBidirectionalLM
-    from modeling_elmo.acceleration.packed_kernels import use_packed_kernels
 
     torch.manual_seed(0)
     config = ElmoConfig.from_json_file(str(REPO / "configuration" / f"{preset}.json"))
     config.vocab_size, config.lm_softmax = vocab, "full"
+    config.use_packed_kernels = form == "package"
     model = ElmoForBidirectionalLM(config).train()
-    if form == "package":
-        use_packed_kernels(model)
     if checkpointing:
         model.gradient_checkpointing_enable()
     ids = torch.randint(7, 200, (batch, words, 50))

@@ -3,13 +3,13 @@
     python scripts/bench/bench_forward.py --threads 1,2 --shapes 32x20,8x50 [--preset elmo-original]
 
 Forms (``--forms``, each shape, thread count and form measured in its own process, so that its peak RSS is its own):
-  * ``packed``: the installed package's recurrence (``use_packed_kernels``: per-direction threads, per-step products
-    on weights packed for oneDNN/MKL, private torch operators), fp32;
+  * ``packed``: the installed package's recurrence (``config.use_packed_kernels``: per-direction threads, per-step
+    products on weights packed for oneDNN/MKL, private torch operators), fp32;
   * ``public``: the public-API form the files shipped with a model run (a model loaded with ``trust_remote_code=True``
     without the package, or with ``use_packed_kernels=False`` in its config): ``modeling_elmo.stacked_lstm``, fp32;
   * ``automodel``: the model saved and loaded back as ``AutoModel.from_pretrained(folder, trust_remote_code=True)``
     loads it where the package is installed: the folder's own code, which finds the package's packed recurrence by
-    itself (``modeling_elmo.installed_packed_recurrence``); reports the recurrence it ran, fp32;
+    itself (``modeling_elmo.installed_kernels``); reports the recurrence it ran, fp32;
   * ``allennlp``: AllenNLP's own ``_ElmoBiLm`` (unmodified) on the same weights written as an original release
     (``options.json`` + ``weights.hdf5``), run by ``allennlp_forward.py`` in ``--allennlp-python`` (a virtual
     environment with allennlp 2.10; this interpreter where it has allennlp; skipped with one line where neither),
@@ -53,7 +53,6 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
 from modeling_elmo import BOS_CHAR_IDS, EOS_CHAR_IDS, ElmoConfig, ElmoModel, encode_words  # noqa: E402
-from modeling_elmo.acceleration.packed_kernels import use_packed_kernels  # noqa: E402
 from modeling_elmo.conversion.original_writer import write_original_release  # noqa: E402
 from modeling_elmo.utils.capability import bf16_supported  # noqa: E402
 
@@ -213,7 +212,7 @@ def build_model(preset: str, form: str) -> ElmoModel:
         model = model.to(torch.bfloat16)
     if form in PROTOTYPES:
         return use_prototype(model, form)
-    return use_packed_kernels(model) if form in ("packed", "bf16") else model
+    return model
 
 
 def layer_error(model: ElmoModel, preset: str, ids: torch.Tensor) -> list[float]:
@@ -244,7 +243,7 @@ def measure(preset: str, form: str, batch: int, tokens: int, threads: int, repea
     if form in PROTOTYPES:  # the same model with the shipped recurrence again
         with torch.inference_mode():
             ours = torch.stack(model(input_ids=ids, output_hidden_states=True).hidden_states)
-            use_packed_kernels(model, enable=False)
+            model.encoder.recurrence = None
             public = torch.stack(model(input_ids=ids, output_hidden_states=True).hidden_states)
         result["largest_difference_from_public"] = (ours - public).abs().max().item()
     if form.startswith("bf16"):

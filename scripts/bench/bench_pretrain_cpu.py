@@ -45,7 +45,6 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
 from modeling_elmo import ElmoConfig, ElmoForBidirectionalLM  # noqa: E402
-from modeling_elmo.acceleration.packed_kernels import use_packed_kernels  # noqa: E402
 from modeling_elmo.pretraining import Collator, Vocabulary, tokenize_batch  # noqa: E402
 from modeling_elmo.pretraining.sampled_softmax import use_configured_softmax  # noqa: E402
 from modeling_elmo.utils.capability import bf16_supported  # noqa: E402
@@ -154,7 +153,7 @@ def train_throughput(
         torch.manual_seed(0)
         config.lstm_implementation = variant[0]
         models[variant] = use_configured_softmax(
-            use_packed_kernels(ElmoForBidirectionalLM(ElmoConfig.from_dict(config.to_dict())))
+            ElmoForBidirectionalLM(ElmoConfig.from_dict(config.to_dict()))  # the packed form: use_packed_kernels
         ).train()
         optimizers[variant] = build_optimizer(models[variant], **ADAGRAD)
     totals = {variant: {"tokens": 0, "positions": 0, "seconds": 0.0, "cpu_seconds": 0.0} for variant in variants}
@@ -200,7 +199,7 @@ def _ddp_worker(rank: int, world: int, config_dict: dict, batches, steps: int, p
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.manual_seed(0)
     model = torch.nn.parallel.DistributedDataParallel(
-        use_configured_softmax(use_packed_kernels(ElmoForBidirectionalLM(ElmoConfig.from_dict(config_dict))))
+        use_configured_softmax(ElmoForBidirectionalLM(ElmoConfig.from_dict(config_dict)))
     )
     optimizer = build_optimizer(model, **ADAGRAD)
     tokens, elapsed, cpu = 0, 0.0, 0.0

@@ -29,7 +29,6 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
 from modeling_elmo import ElmoConfig, ElmoForBidirectionalLM  # noqa: E402
-from modeling_elmo.acceleration.packed_kernels import use_packed_kernels  # noqa: E402
 from modeling_elmo.pretraining import Collator, Vocabulary, tokenize_batch  # noqa: E402
 from modeling_elmo.pretraining.sampled_softmax import use_configured_softmax  # noqa: E402
 
@@ -133,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         config.lstm_implementation = implementation
         torch.manual_seed(0)
         model = use_configured_softmax(
-            use_packed_kernels(ElmoForBidirectionalLM(ElmoConfig.from_dict(config.to_dict())))
+            ElmoForBidirectionalLM(ElmoConfig.from_dict(config.to_dict()))  # the packed form: use_packed_kernels
         )
         n_params = sum(p.numel() for p in model.parameters())
         optimizer = torch.optim.Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0)

@@ -69,7 +69,7 @@ def small_models(device: torch.device) -> tuple[ElmoModel, ElmoModel]:
     with torch.no_grad():
         for parameter in loop.encoder.parameters():
             parameter.mul_(2.0)
-    fused = packed_kernels.use_packed_kernels(copy.deepcopy(loop))  # its own config object, shared by its modules
+    fused = copy.deepcopy(loop)  # its own config object, shared by its modules; the packed form (use_packed_kernels)
     loop.config.lstm_implementation, fused.config.lstm_implementation = "loop", "fused"
     assert fused.encoder.config is fused.config and loop.encoder.config is not fused.config
     return loop.to(device).eval(), fused.to(device).eval()
@@ -155,7 +155,7 @@ def host_syncs(device: torch.device) -> dict:
         num_negative_samples=64,
         lstm_implementation="fused",
     )
-    model = use_configured_softmax(packed_kernels.use_packed_kernels(ElmoForBidirectionalLM(config))).to(device).train()
+    model = use_configured_softmax(ElmoForBidirectionalLM(config)).to(device).train()
     batch = {k: v.to(device) for k, v in batches[0].items() if k in ("input_ids", "attention_mask", "labels")}
     report = {}
     for batching, boundaries in (("windows", False), ("sentences", True)):
@@ -183,11 +183,7 @@ def bf16_loss_curves(device: torch.device, preset: str, steps: int, batch_size: 
         config.lstm_implementation = implementation
         torch.manual_seed(0)
         model = (
-            use_configured_softmax(
-                packed_kernels.use_packed_kernels(ElmoForBidirectionalLM(ElmoConfig.from_dict(config.to_dict())))
-            )
-            .to(device)
-            .train()
+            use_configured_softmax(ElmoForBidirectionalLM(ElmoConfig.from_dict(config.to_dict()))).to(device).train()
         )
         optimizer = torch.optim.Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0)
         losses = []

@@ -84,9 +84,8 @@ def in_the_public_form(model: torch.nn.Module) -> torch.nn.Module:
     """``model`` (built by this package) computing in the public form, the one the shipped files run alone (without
     the package's packed recurrence): its outputs then match a `run_without_package` process's at
     `RELATIVE_TOLERANCE`, the packed form's only to 1e-5. Returns ``model``."""
-    from modeling_elmo.acceleration.packed_kernels import use_packed_kernels
-
-    return use_packed_kernels(model, enable=False)
+    model.config.use_packed_kernels = False  # every module of a model shares its config
+    return model
 
 
 @contextlib.contextmanager
