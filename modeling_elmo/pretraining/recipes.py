@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from ..configuration_elmo import shown
+from ..utils.config_checks import shown
 from ..utils.io_utils import error_line
 from ..utils.package_data import data_folder
 from .options import ARGUMENT_NAMES, PretrainingArguments
