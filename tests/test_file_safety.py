@@ -351,6 +351,19 @@ def test_a_hard_link_in_the_model_folder_is_refused_by_push_as_a_symbolic_link_i
     assert outside.read_bytes() and not (tmp_path / "out").exists()
 
 
+def test_a_link_inside_the_model_folder_to_a_hard_link_is_refused_too(tmp_path):
+    """Attacker pass on X14: ``perplexity.png`` a link to ``real.png`` in the folder, itself a hard link outside."""
+    from test_hub_hostile_folders import _refused
+
+    model = _tiny_model_folder(tmp_path)
+    outside = tmp_path / "outside.png"
+    outside.write_bytes((model / "perplexity.png").read_bytes())
+    os.link(outside, model / "real.png")
+    (model / "perplexity.png").unlink()
+    (model / "perplexity.png").symlink_to("real.png")
+    _refused(model, tmp_path / "out", f"the model folder's file {str(model / 'real.png')!r} is a hard link")
+
+
 # ----------------------------------------------------------------------------------------------- elmo embed
 def _interrupted_embed(tmp_path: Path):
     """An ``elmo embed`` run killed after its first chunks (chunks of 2 lines, killed in the third)."""

@@ -22,7 +22,7 @@ import torch
 from support import random_corpus, reset_accelerate_state, tiny_pretrain_args
 
 from modeling_elmo.folders.run_folder import RunFolder
-from modeling_elmo.pretraining import CheckpointManager, output, train_losses_by_step
+from modeling_elmo.pretraining import CheckpointManager, train_losses_by_step
 from modeling_elmo.pretraining import checkpoint as ckpt
 from modeling_elmo.pretraining import main as pretrain_main
 
@@ -240,12 +240,12 @@ def test_kill_during_the_final_save_leaves_no_half_model_and_a_resume_completes_
             raise Killed()
         return real_replace(src, dst)
 
-    monkeypatch.setattr(output.os, "replace", dies_after_the_code_files)
+    monkeypatch.setattr(os, "replace", dies_after_the_code_files)  # every replace goes through os
     with pytest.raises(Killed):
         _run(*_args(corpus, out, "--max-steps", "4"))
     folder = RunFolder(out)
     assert (out / "configuration_elmo.py").is_file() and not folder.config_file.exists() and not folder.has_model()
-    monkeypatch.setattr(output.os, "replace", real_replace)
+    monkeypatch.setattr(os, "replace", real_replace)
     assert _run(*_args(corpus, out, "--max-steps", "4", "--resume-from-checkpoint", "latest")) == 0
     from transformers import AutoModelForPreTraining
 

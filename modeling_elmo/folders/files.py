@@ -124,7 +124,8 @@ def replace(
     dst_dir_fd: int | None = None,
 ) -> None:
     """``os.replace``: ``target`` becomes ``source`` at once (a file; or a folder onto a missing or empty one)."""
-    os.replace(source, target, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+    where = {key: fd for key, fd in (("src_dir_fd", src_dir_fd), ("dst_dir_fd", dst_dir_fd)) if fd is not None}
+    os.replace(source, target, **where)
 
 
 def rename(source: str | os.PathLike, target: str | os.PathLike) -> None:
@@ -135,7 +136,7 @@ def rename(source: str | os.PathLike, target: str | os.PathLike) -> None:
 def remove_file(path: str | os.PathLike, *, dir_fd: int | None = None, missing_ok: bool = True) -> None:
     """Remove the file (or link: never followed) ``path``; nothing there is fine unless ``missing_ok`` is false."""
     try:
-        os.unlink(path, dir_fd=dir_fd)
+        os.unlink(path, **({} if dir_fd is None else {"dir_fd": dir_fd}))
     except FileNotFoundError:
         if not missing_ok:
             raise

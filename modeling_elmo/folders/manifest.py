@@ -279,7 +279,8 @@ def _recover_one(output: Path, command: str, kind: str, content: Path) -> str | 
             )
         if not (_holds_nothing(content) or _complete_output(content, command)):
             unlisted = _only_commands_files(content, command)
-            which = f"{unlisted[0]!r}, which no record of it lists" if unlisted else "files no record of it lists"
+            more = f" (and {len(unlisted) - 1} more)" if len(unlisted) > 1 else ""
+            which = f"{unlisted[0]!r}{more}, which no record of it lists" if unlisted else "files no record of it lists"
             return (
                 f"{str(content.parent)!r}, the unfinished output of an interrupted {command} run, holds {which}; "
                 "it was left alone: remove it yourself if it is not yours."

@@ -167,8 +167,9 @@ def check_published_inputs(run: RunFolder) -> None:
                 raise ValueError(f"{path} is not a folder.")
         elif not path.is_file():
             raise ValueError(f"{path} is not a regular file; publishing reads regular files only.")
-        elif not path.is_symlink():  # (a link inside the folder: its target is one of these names, checked too)
-            os.close(open_regular(path, os.O_RDONLY, "the model folder's file", alone=True))
+        else:  # a link inside the folder: the file it leads to, which must have one name too
+            real = Path(os.path.realpath(path)) if path.is_symlink() else path
+            os.close(open_regular(real, os.O_RDONLY, "the model folder's file", alone=True))
 
 
 def check_weights(run: RunFolder) -> str:
