@@ -138,3 +138,48 @@ def test_the_circle_finder_finds_a_circle_behind_a_deferred_import(tmp_path):
     graph = import_graph(tmp_path, "pkg")
     assert graph["pkg"] == {"pkg.a"} and graph["pkg.d"] == {"pkg.a"}
     assert import_circles(graph) == [["pkg.a", "pkg.c", "pkg.sub.b"]]
+
+
+SHIPPED_FILES = ("configuration_elmo.py", "modeling_elmo.py", "tokenization_elmo.py", "pipeline_elmo.py")
+
+
+def _shipped_trees() -> dict[str, ast.Module]:
+    return {name: ast.parse((REPO_ROOT / PACKAGE / name).read_text(encoding="utf-8"), name) for name in SHIPPED_FILES}
+
+
+def test_the_shipped_files_override_no_saving_or_loading_internals_and_read_no_module_table():
+    """The files copied to every model folder: no ``save_pretrained`` and no ``_load_*`` method of their own, no
+    ``sys.modules`` read; the package's kernels module reads nothing of the model file back."""
+    for name, tree in _shipped_trees().items():
+        methods = {node.name for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        assert "save_pretrained" not in methods, name
+        assert not [m for m in methods if m.startswith("_load")], name
+        modules = [node for node in ast.walk(tree) if isinstance(node, ast.Attribute) and node.attr == "modules"]
+        assert not [n for n in modules if isinstance(n.value, ast.Name) and n.value.id == "sys"], name
+    kernels = (REPO_ROOT / PACKAGE / "acceleration" / "packed_kernels.py").read_text(encoding="utf-8")
+    assert "sys.modules" not in kernels and "RECURRENCE_INTERFACE" not in kernels
+    assert "modeling_elmo.modeling_elmo" not in kernels and "from ..modeling_elmo" not in kernels
+
+
+def test_the_shipped_files_import_one_package_module_once_guarded_by_import_error():
+    """Besides each other (relative imports), the shipped files import of the package only its fast kernels, once,
+    inside a ``try`` that turns an `ImportError` into the public form (as transformers' Mamba imports ``mamba_ssm``)."""
+    found, trees = [], _shipped_trees()
+    for name, tree in trees.items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                found += [(name, alias.name, node) for alias in node.names if alias.name.split(".")[0] == PACKAGE]
+            elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == PACKAGE:
+                found.append((name, f"{node.module}.{node.names[0].name}", node))
+    assert [(name, module) for name, module, _ in found] == [
+        ("modeling_elmo.py", "modeling_elmo.acceleration.packed_kernels")
+    ]
+    guarded = [
+        handler
+        for tree in trees.values()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Try) and found[0][2] in node.body
+        for handler in node.handlers
+        if isinstance(handler.type, ast.Name) and handler.type.id == "ImportError"
+    ]
+    assert len(guarded) == 1
