@@ -303,7 +303,7 @@ def test_a_forged_marker_of_the_current_format_on_a_live_or_named_folder_proves_
 
 def test_l12_a_users_folder_with_an_earlier_formats_staging_marker_survives_push(tmp_path, caplog):
     """L12: ``.pub.staging-45-keepme/content/README.md`` beside ``elmo push --output-dir pub``."""
-    from test_hub_hostile_folders import _push
+    from support.hub import _push
 
     model = _tiny_model_folder(tmp_path)
     record = {"command": "elmo push", "kind": "staging", "output": "pub", "pid": 45}
@@ -321,7 +321,7 @@ def test_l12_a_users_folder_with_an_earlier_formats_staging_marker_survives_push
 def _tiny_model_folder(tmp_path: Path) -> Path:
     import shutil
 
-    from test_hub_hostile_folders import PNG, _tiny_config
+    from support.hub import PNG, _tiny_config
 
     from modeling_elmo import ElmoForBidirectionalLM, ElmoTokenizer, save_model_folder
 
@@ -338,7 +338,7 @@ def _tiny_model_folder(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("name", ["vocab.txt", "perplexity.png"], ids=["X13", "X14"])
 def test_a_hard_link_in_the_model_folder_is_refused_by_push_as_a_symbolic_link_is(tmp_path, name):
     """X13, X14: a file of the model folder that is a hard link to a file outside it (``elmo push --dry-run``)."""
-    from test_hub_hostile_folders import _refused
+    from support.hub import _refused
 
     model = _tiny_model_folder(tmp_path)
     outside = tmp_path / "outside" / name
@@ -353,7 +353,7 @@ def test_a_hard_link_in_the_model_folder_is_refused_by_push_as_a_symbolic_link_i
 
 def test_a_link_inside_the_model_folder_to_a_hard_link_is_refused_too(tmp_path):
     """Attacker pass on X14: ``perplexity.png`` a link to ``real.png`` in the folder, itself a hard link outside."""
-    from test_hub_hostile_folders import _refused
+    from support.hub import _refused
 
     model = _tiny_model_folder(tmp_path)
     outside = tmp_path / "outside.png"
@@ -367,7 +367,7 @@ def test_a_link_inside_the_model_folder_to_a_hard_link_is_refused_too(tmp_path):
 # ----------------------------------------------------------------------------------------------- elmo embed
 def _interrupted_embed(tmp_path: Path):
     """An ``elmo embed`` run killed after its first chunks (chunks of 2 lines, killed in the third)."""
-    from test_embed import FakeEmbedder, run
+    from support.embedding import FakeEmbedder, run
 
     lines = [f"w{i} x{i}" for i in range(9)]
     with pytest.raises(KeyboardInterrupt):
@@ -378,7 +378,7 @@ def _interrupted_embed(tmp_path: Path):
 def test_l9_resume_keeps_the_users_files_in_the_partial_folder_and_says_so(tmp_path, caplog):
     """L9: the user put ``notes.tmp``, ``notes.txt`` and ``mine/keep.txt`` into ``OUT.partial`` of an interrupted
     run; ``--resume`` finishes the output, deletes none of them, and one line names the folder."""
-    from test_embed import FakeEmbedder, read_h5, run
+    from support.embedding import FakeEmbedder, read_h5, run
 
     lines, partial = _interrupted_embed(tmp_path)
     (partial / "notes.tmp").write_text("my temporary notes")
@@ -403,7 +403,7 @@ def test_l9_resume_keeps_the_users_files_in_the_partial_folder_and_says_so(tmp_p
 def test_embed_overwrite_deletes_only_what_its_records_list_as_it_is(tmp_path):
     """Minor row: files merely named like a chunk or ``run.json`` (or a chunk changed since) are not the run's:
     ``--overwrite`` refuses the folder naming them and deletes nothing; without them it deletes the run's own."""
-    from test_embed import FakeEmbedder, run
+    from support.embedding import FakeEmbedder, run
 
     lines, partial = _interrupted_embed(tmp_path)
     own = sorted(p.name for p in partial.iterdir())
@@ -428,7 +428,7 @@ def test_embed_overwrite_deletes_only_what_its_records_list_as_it_is(tmp_path):
 
 def test_resume_never_takes_or_replaces_a_file_merely_named_like_a_chunk(tmp_path):
     """A file named like a chunk that the run has not finished yet: never merged as one, never replaced."""
-    from test_embed import FakeEmbedder, run
+    from support.embedding import FakeEmbedder, run
 
     lines, partial = _interrupted_embed(tmp_path)
     (partial / "chunk-00000003.h5").write_bytes(b"not a chunk of this run")

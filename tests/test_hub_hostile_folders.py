@@ -18,20 +18,12 @@ from huggingface_hub import ModelCard
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from support import lock_held_elsewhere
+from support.hub import PNG, SECRET, _push, _refused, _tiny_config
 
-from modeling_elmo import AUTO_MAP, ElmoConfig, ElmoForBidirectionalLM, ElmoTokenizer, hub, save_model_folder
+from modeling_elmo import AUTO_MAP, ElmoConfig, ElmoForBidirectionalLM, ElmoTokenizer, save_model_folder
 from modeling_elmo.folders.manifest import MANIFEST
 
-SECRET = "root:x:0:0:the-secret-line-of-a-file-outside:/root:/bin/bash\n"
-PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 64
 HOSTILE_NAME = "<script>alert(1)</script><img src=x onerror=alert(2)>"
-
-
-def _tiny_config(**extra) -> ElmoConfig:
-    values = dict(
-        projection_dim=8, cell_size=16, char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 8]], num_highway_layers=1
-    )
-    return ElmoConfig(**{**values, **extra})
 
 
 @pytest.fixture(scope="module")
@@ -55,19 +47,6 @@ def model(template, tmp_path) -> Path:
     shutil.copytree(template, folder)
     (tmp_path / "outside.txt").write_text(SECRET)
     return folder
-
-
-def _push(model: Path, out: Path, *extra: str) -> int:
-    return hub.main([str(model), "--repo-id", "me/elmo", "--dry-run", "--output-dir", str(out), *extra])
-
-
-def _refused(model: Path, out: Path, match: str, *extra: str) -> str:
-    with pytest.raises(SystemExit) as error:
-        _push(model, out, *extra)
-    message = str(error.value.code)
-    assert message.startswith("elmo push: error: ") and "\n" not in message and match in message, message
-    assert not out.exists(), "a refused push wrote its output folder"
-    return message
 
 
 def _published_text(out: Path) -> str:
