@@ -5,6 +5,7 @@ a tagger on the first 2,000 UD English EWT training sentences (TAG_ACC on dev) a
 10,000 SST-2 training sentences (accuracy and macro F on dev).
 
     OMP_NUM_THREADS=1 python scripts/spacy_comparison.py BILM --data-dir ../shared/data --output-dir runs/spacy
+        [--tasks tagger textcat] [--tagger-steps 800] [--textcat-steps 1000]
 
 Prints a Markdown table and writes it with the rows (JSON) into the output folder. See docs/embed.md.
 """
@@ -33,24 +34,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", required=True, help="the folder holding pos-ud-ewt/ and sentiment-sst2/")
     parser.add_argument("--output-dir", required=True, help="where the DocBins and the trained pipelines go")
     parser.add_argument("--tasks", nargs="+", choices=list(TASKS), default=list(TASKS))
-    parser.add_argument("--tagger-epochs", type=int, default=20)
-    parser.add_argument("--textcat-epochs", type=int, default=5)
+    parser.add_argument("--tagger-steps", type=int, default=800, help="updates of each tagger (default: 800)")
+    parser.add_argument("--textcat-steps", type=int, default=1000, help="updates of each classifier (default: 1000)")
     args = parser.parse_args(argv)
     rows = compare_tok2vecs(
         args.bilm,
         args.data_dir,
         args.output_dir,
         tasks=args.tasks,
-        max_epochs={"tagger": args.tagger_epochs, "textcat": args.textcat_epochs},
+        max_steps={"tagger": args.tagger_steps, "textcat": args.textcat_steps},
     )
-    lines = ["| task | tok2vec | train sentences | epochs | dev score | minutes |", "|---|---|---|---|---|---|"]
+    lines = ["| task | tok2vec | train sentences | updates | dev score | minutes |", "|---|---|---|---|---|---|"]
     for row in rows:
         if row["task"] == "tagger":
             score = f"TAG_ACC {100 * row['tag_acc']:.2f}"
         else:
             score = f"accuracy {100 * row['cats_micro_f']:.2f}, macro F {100 * row['cats_macro_f']:.2f}"
         lines.append(
-            f"| {row['task']} | `{row['tok2vec']}` | {row['train_sentences']:,} | {row['epochs']} | {score} | "
+            f"| {row['task']} | `{row['tok2vec']}` | {row['train_sentences']:,} | {row['updates']:,} | {score} | "
             f"{row['seconds'] / 60:.1f} |"
         )
     table = "\n".join(lines)

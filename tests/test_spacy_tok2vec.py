@@ -339,13 +339,13 @@ def test_the_comparison_trains_both_tok2vecs_on_the_same_sentences_and_reports_t
         data,
         tmp_path / "out",
         train_sentences={"tagger": 30, "textcat": 30},
-        max_epochs={"tagger": 1, "textcat": 1},
+        max_steps={"tagger": 2, "textcat": 2},
     )
-    assert [(r["task"], r["tok2vec"], r["train_sentences"], r["epochs"]) for r in rows] == [
-        ("tagger", "elmo.Tok2Vec.v1", 30, 1),
-        ("tagger", "spacy.HashEmbedCNN.v2", 30, 1),
-        ("textcat", "elmo.Tok2Vec.v1", 30, 1),
-        ("textcat", "spacy.HashEmbedCNN.v2", 30, 1),
+    assert [(r["task"], r["tok2vec"], r["train_sentences"], r["updates"]) for r in rows] == [
+        ("tagger", "elmo.Tok2Vec.v1", 30, 2),
+        ("tagger", "spacy.HashEmbedCNN.v2", 30, 2),
+        ("textcat", "elmo.Tok2Vec.v1", 30, 2),
+        ("textcat", "spacy.HashEmbedCNN.v2", 30, 2),
     ]
     for row in rows:
         scores = [row["tag_acc"]] if row["task"] == "tagger" else [row["cats_micro_f"], row["cats_macro_f"]]

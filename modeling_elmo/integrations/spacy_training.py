@@ -139,17 +139,18 @@ def compare_tok2vecs(
     output: str | os.PathLike,
     tasks: Sequence[str] = ("tagger", "textcat"),
     train_sentences: dict[str, int] | None = None,
-    max_epochs: dict[str, int] | None = None,
+    max_steps: dict[str, int] | None = None,
     timeout: float | None = None,
 ) -> list[dict[str, Any]]:
     """Train each task's base config with ``elmo.Tok2Vec.v1`` on ``bilm`` and with `hashembed_config`'s
     ``spacy.HashEmbedCNN.v2``, on the same first ``train_sentences[task]`` training sentences (UD English EWT for the
-    tagger, SST-2 for the text classifier, under ``data_dir``) for ``max_epochs[task]`` epochs, scored on the whole
-    dev set; returns one row per run (task, tok2vec, train sentences, epochs, dev scores, seconds)."""
+    tagger, SST-2 for the text classifier, under ``data_dir``) for ``max_steps[task]`` updates (spaCy's batches: the
+    same ones for both), scored on the whole dev set every 200 updates (the best evaluation's scores, as ``model-best``
+    keeps); returns one row per run (task, tok2vec, train sentences, updates, dev scores, seconds)."""
     from ..evaluation.data import read_conllu, read_sst2
 
     sizes = {"tagger": 2000, "textcat": 10000, **(train_sentences or {})}
-    epochs = {"tagger": 20, "textcat": 5, **(max_epochs or {})}
+    steps = {"tagger": 800, "textcat": 1000, **(max_steps or {})}
     data_dir, output = Path(data_dir), Path(output)
     rows = []
     for task in tasks:
@@ -165,16 +166,16 @@ def compare_tok2vecs(
             count = labelled_docbin(read_sst2(data_dir / train_file, max_examples=sizes[task]), folder / "train.spacy")
             labelled_docbin(read_sst2(data_dir / dev_file), folder / "dev.spacy")
         elmo = base_config_text(task)
-        overrides = {"training.max_epochs": epochs[task], "training.max_steps": 0, "training.patience": 0}
-        for name, config, extra in (
-            ("elmo.Tok2Vec.v1", elmo, {f"components.{task}.model.tok2vec.model": os.fspath(bilm)}),
-            ("spacy.HashEmbedCNN.v2", hashembed_config(elmo), {}),
+        overrides = {"training.max_steps": steps[task], "training.max_epochs": 0, "training.patience": 0}
+        for name, run, config, extra in (
+            ("elmo.Tok2Vec.v1", "elmo", elmo, {f"components.{task}.model.tok2vec.model": os.fspath(bilm)}),
+            ("spacy.HashEmbedCNN.v2", "hashembedcnn", hashembed_config(elmo), {}),
         ):
             trained = train_pipeline(
                 config,
                 folder / "train.spacy",
                 folder / "dev.spacy",
-                folder / name.split(".")[1].lower(),
+                folder / run,
                 {**overrides, **extra},
                 timeout=timeout,
             )
@@ -183,7 +184,7 @@ def compare_tok2vecs(
                     "task": task,
                     "tok2vec": name,
                     "train_sentences": count,
-                    "epochs": epochs[task],
+                    "updates": steps[task],
                     **{score: trained.scores.get(score) for score in score_names},
                     "seconds": round(trained.seconds, 1),
                 }
