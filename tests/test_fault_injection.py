@@ -204,6 +204,15 @@ def _embed_setup(root: Path, run, *, resume: bool) -> list[str]:
     return user_files(root, "out.h5")
 
 
+def _finished_part(root: Path):
+    """What the interrupted run had finished (its first chunk and run.json): still there, as it was, or None."""
+    partial = root / "out.h5.partial"
+    files = {name: partial / name for name in ("run.json", "chunk-00000000.h5")}
+    if not all(path.is_file() for path in files.values()):
+        return None
+    return {name: hashlib.sha256(path.read_bytes()).hexdigest() for name, path in files.items()}
+
+
 def _h5(path: Path):
     import h5py
 
@@ -301,7 +310,7 @@ SCENARIOS = {
         argv=lambda root: [*EMBED, "--resume"],
         result=lambda root: _h5(root / "out.h5"),
         same=_same_h5,
-        earlier=lambda root: digest(root / "out.h5.partial") if (root / "out.h5.partial").is_dir() else None,
+        earlier=lambda root: _finished_part(root),
     ),
     "push --dry-run --output-dir": Scenario(
         name="push-output-dir",
