@@ -73,6 +73,7 @@ from ..utils.io_utils import (
     scan_lines,
 )
 from ..utils.launch import LaunchError, check_process_count, launched_processes, use_cpu_backend
+from ..utils.loading import without_transformers_progress_bars
 from .inference import DTYPES, ElmoEmbedder, check_compute_dtype, load_elmo_tokenizer, make_batches
 from .partial_folder import PartialRecords, proven_names, remove_proven, unproven_entries
 
@@ -892,7 +893,7 @@ def main(argv: list[str] | None = None) -> int:
         raise command_error("embed", error) from None
 
     def load() -> ElmoEmbedder:  # called by embed_file once the paths have been checked
-        with _without_transformers_progress_bars():
+        with without_transformers_progress_bars():
             return ElmoEmbedder.from_pretrained(args.model, device=device, dtype=dtype, words=False)
 
     try:
@@ -937,21 +938,6 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
     return 0
-
-
-@contextlib.contextmanager
-def _without_transformers_progress_bars() -> Iterator[None]:
-    """The command has its own progress bar; transformers' "Loading weights" bar is noise (and not a --no-progress
-    matter)."""
-    from transformers.utils import logging as hf_logging
-
-    enabled = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if enabled:
-            hf_logging.enable_progress_bar()
 
 
 if __name__ == "__main__":

@@ -26,10 +26,9 @@ and projection, so ``spacy.load`` reads the biLM from there, not from ``model``:
 
 from __future__ import annotations
 
-import contextlib
 import os
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +40,7 @@ from thinc.api import Linear, Maxout, Model, chain, deserialize_attr, serialize_
 from thinc.types import Floats2d
 
 from ..embedding.inference import ElmoEmbedder
+from ..utils.loading import without_transformers_progress_bars
 from .spacy import word_sequences
 
 #: The architecture's registered name, as a ``spacy train`` config names it.
@@ -74,7 +74,7 @@ class FrozenBiLM:
         return self._embedder
 
     def _load(self, location: str) -> None:
-        with _no_transformers_progress_bars():
+        with without_transformers_progress_bars():
             self._use(ElmoEmbedder.from_pretrained(location, device=self.device))
 
     def _use(self, embedder: ElmoEmbedder) -> None:
@@ -112,7 +112,7 @@ class FrozenBiLM:
             from .. import save_model_folder
 
             embedder = self.embedder
-            with tempfile.TemporaryDirectory(prefix="elmo-spacy-") as folder, _no_transformers_progress_bars():
+            with tempfile.TemporaryDirectory(prefix="elmo-spacy-") as folder, without_transformers_progress_bars():
                 save_model_folder(embedder.model, embedder.tokenizer, folder)
                 files = {entry.name: Path(entry.path).read_bytes() for entry in os.scandir(folder) if entry.is_file()}
             self._bytes = srsly.msgpack_dumps(
@@ -133,21 +133,6 @@ class FrozenBiLM:
             self._load(folder)
         self._bytes = data
         return self
-
-
-@contextlib.contextmanager
-def _no_transformers_progress_bars() -> Iterator[None]:
-    """transformers' bars for loading and writing weights, off while a biLM is (the same bars each batch of `spacy
-    train`'s checkpoints would draw)."""
-    from transformers.utils import logging as hf_logging
-
-    enabled = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if enabled:
-            hf_logging.enable_progress_bar()
 
 
 @serialize_attr.register(FrozenBiLM)

@@ -14,9 +14,11 @@ Not part of the Hub code files.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 from . import io_utils
@@ -28,6 +30,7 @@ __all__ = [
     "check_model_location",
     "looks_like_local_path",
     "refuse_pickled_weights",
+    "without_transformers_progress_bars",
 ]
 
 
@@ -117,3 +120,17 @@ def refuse_pickled_weights(folder: str | os.PathLike) -> None:
             "environment (load it, then `model.save_pretrained(folder)` writes model.safetensors) and remove the "
             "pickle."
         )
+
+
+@contextlib.contextmanager
+def without_transformers_progress_bars() -> Iterator[None]:
+    """transformers' "Loading weights" bars off while a command that draws its own progress (or none) loads a model."""
+    from transformers.utils import logging as hf_logging
+
+    enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            hf_logging.enable_progress_bar()
