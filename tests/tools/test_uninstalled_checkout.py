@@ -35,6 +35,8 @@ sys.argv = sys.argv[2:]
 
 
 def test_data_folders_are_found_at_the_checkout_top_level_when_the_package_data_is_not_installed(monkeypatch):
+    # the package as this checkout holds it (the tests may run against a regular install elsewhere)
+    monkeypatch.setattr(package_data, "PACKAGE_DIR", REPO / "modeling_elmo")
     monkeypatch.setattr(package_data, "_installed", lambda name: [])
     assert package_data.data_folder("configuration") == REPO / "configuration"
     assert package_data.data_folder("model_cards") == REPO / "model_cards"
