@@ -17,17 +17,16 @@ import re
 from pathlib import Path
 
 from ..folders.files import new_private_folder, remove_own_folder
-from .download import (
-    DEFAULT_ATTEMPTS,
+from .cache_folder import (
     CacheFolder,
     DownloadError,
     OpenedFile,
     cache_lock,
-    download_file,
     make_cache_folder,
     origin_path,
     read_origin,
 )
+from .download import DEFAULT_ATTEMPTS, download_file
 from .releases import default_cache_dir
 
 logger = logging.getLogger(__name__)

@@ -42,17 +42,16 @@ from typing import Any
 
 from ..folders.files import new_private_folder, remove_own_folder
 from ..utils.io_utils import error_line, sha256_of_file
-from .download import (
-    DEFAULT_ATTEMPTS,
+from .cache_folder import (
     CacheFolder,
     DownloadError,
     OpenedFile,
     cache_lock,
-    download_file,
     make_cache_folder,
     origin_path,
     read_origin,
 )
+from .download import DEFAULT_ATTEMPTS, download_file
 from .original_format import config_summary, convert_config, expected_dataset_shapes
 
 logger = logging.getLogger(__name__)

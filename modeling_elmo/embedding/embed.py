@@ -37,153 +37,45 @@ How a run proceeds (see `embed_file`):
   through a link), a binary input (a NUL byte in its first 64 KiB), an output folder that is missing, is a file or
   is not writable, and an output that is a folder.
 
-The running of the model (`ElmoEmbedder`, `make_batches`) lives in `modeling_elmo.embedding.inference`; this module is
-the command around it: files, chunks, HDF5, resuming, processes and the command line.
+The running of the model (`ElmoEmbedder`, `make_batches`) lives in `modeling_elmo.embedding.inference`, the reading
+of the input in `modeling_elmo.embedding.input_lines`, the chunk files and their merge in
+`modeling_elmo.embedding.hdf5_output`, the run record and what ``--overwrite`` may replace in
+`modeling_elmo.embedding.resume`; this module is the command around them: paths, the lock, processes and the command
+line.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
-import json
 import logging
 import math
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
 
-import h5py
-import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..utils.io_utils import (
-    MAX_LINE_BYTES,
-    MAX_SENTENCE_TOKENS,
-    LineTooLongError,
-    command_error,
-    error_line,
-    exclusive_lock,
-    iter_lines,
-    read_json_object,
-    scan_lines,
-)
+from ..utils.io_utils import command_error, error_line, exclusive_lock, scan_lines
 from ..utils.launch import LaunchError, check_process_count, launched_processes, use_cpu_backend
 from ..utils.loading import without_transformers_progress_bars
-from .inference import DTYPES, ElmoEmbedder, check_compute_dtype, load_elmo_tokenizer, make_batches
-from .partial_folder import PartialRecords, proven_names, remove_proven, unproven_entries
+from .hdf5_output import SENTENCE_TO_INDEX, Embedder, EmbedReport, chunk_path, merge_chunks, write_chunk
+from .inference import DTYPES, ElmoEmbedder, check_compute_dtype, load_elmo_tokenizer
+from .input_lines import iter_chunks
+from .partial_folder import PartialRecords, proven_names, remove_proven
+from .resume import check_replaceable, check_resumable, prepare_partial
 
 logger = logging.getLogger(__name__)
 
 LAYER_MODES = ("all", "top", "average")
-SENTENCE_TO_INDEX = "sentence_to_index"
-RUN_FILE = "run.json"
 DEFAULT_BATCH_SIZE = 64
 DEFAULT_CHUNK_SIZE = 10_000
-#: Settings that must not change between a killed run and its resumption (they change the chunks' contents).
-#: ``input_sha256`` hashes the whole input; ``model_weights_sha256`` the weights the model runs with (`ElmoEmbedder.
-#: weights_fingerprint`: a model whose weights were replaced under the same path is another model).
-RESUME_KEYS = (
-    "input_size",
-    "input_sha256",
-    "mode",
-    "model",
-    "model_weights_sha256",
-    "chunk_size",
-    "raw_text",
-    "forget_sentences",
-    "use_sentence_keys",
-    "num_layers",
-    "output_size",
-)
-
-
-class Embedder(Protocol):
-    """What `embed_file` needs from a model: the layer count, the vector size and a batch function."""
-
-    num_layers: int  # L + 1
-    output_size: int  # 2P
-
-    def embed_batch(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
-        """All layers of each non-empty sentence: float32 arrays ``(num_layers, len(sentence), output_size)``."""
-
-
-@dataclasses.dataclass
-class EmbedReport:
-    """What a run did. Counts of lines cover the whole input; ``embedded_lines`` only this process's new work."""
-
-    output_file: str
-    num_lines: int = 0
-    embedded_lines: int = 0
-    resumed_lines: int = 0
-    num_tokens: int = 0
-    blank_lines: int = 0
-    invalid_utf8_lines: int = 0
-    first_invalid_utf8_line: int | None = None
-    seconds: float = 0.0
-    merged: bool = False
-
-    @property
-    def sentences_per_second(self) -> float:
-        return self.embedded_lines / self.seconds if self.seconds > 0 else float("nan")
 
 
 # ---------------------------------------------------------------------------------------------------- input
-
-
-def count_lines(path: str | os.PathLike) -> int:
-    """Number of lines of a file, read in binary blocks: ``\n``, ``\r\n`` and a lone ``\r`` end a line, and a last
-    line without a line break counts (`modeling_elmo.utils.io_utils.iter_lines`)."""
-    return scan_lines(path)[0]
-
-
-def _decode(raw: bytes, index: int) -> tuple[str, bool]:
-    try:
-        text, bad = raw.decode("utf-8"), False
-    except UnicodeDecodeError:
-        text, bad = raw.decode("utf-8", errors="replace"), True
-    if index == 0 and text.startswith("\ufeff"):  # a UTF-8 byte-order mark is not part of the first sentence
-        text = text[1:]
-    return text.strip(), bad
-
-
-Line = tuple[int, str, bool]  # (line index, stripped text, had invalid UTF-8)
-
-
-@contextlib.contextmanager
-def _refusing_long_lines(path: Path) -> Iterator[None]:
-    try:
-        yield
-    except LineTooLongError as error:
-        raise ValueError(
-            f"input file {str(path)!r}: line {error.number - 1} has more than {MAX_LINE_BYTES:,} bytes; a line is "
-            f"one sentence, embedded whole (at most {MAX_LINE_BYTES:,} bytes and {MAX_SENTENCE_TOKENS:,} tokens)."
-        ) from None
-
-
-def iter_chunks(path: Path, chunk_size: int, wanted: Callable[[int], bool]) -> Iterator[tuple[int, list[Line]]]:
-    """Stream ``(chunk_index, [(line_index, text, had_invalid_utf8), ...])`` for the chunks ``wanted`` accepts.
-
-    Lines of other chunks are read but not decoded; at most one chunk is held in memory.
-    """
-    with open(path, "rb") as handle, _refusing_long_lines(path):
-        chunk: list[Line] = []
-        chunk_index = 0
-        take = wanted(0)
-        for index, raw in enumerate(iter_lines(handle, max_line_bytes=MAX_LINE_BYTES)):
-            k = index // chunk_size
-            if k != chunk_index:
-                if take:
-                    yield chunk_index, chunk
-                chunk, chunk_index, take = [], k, wanted(k)
-            if take:
-                chunk.append((index, *_decode(raw, index)))
-        if take and chunk:
-            yield chunk_index, chunk
 
 
 def _check_sentence_keys(path: Path, tokenize: Callable[[str], list[str]]) -> None:
@@ -204,17 +96,6 @@ def _check_sentence_keys(path: Path, tokenize: Callable[[str], list[str]]) -> No
                     f"({key[:80]!r}); keys must be unique, use line-number keys."
                 )
             seen[key] = index
-
-
-# ---------------------------------------------------------------------------------------------------- layers
-
-
-def _select_layers(layers: np.ndarray, mode: str) -> np.ndarray:
-    if mode == "all":
-        return layers
-    if mode == "top":
-        return layers[-1]
-    return layers.mean(axis=0)
 
 
 # ---------------------------------------------------------------------------------------------------- files
@@ -275,215 +156,6 @@ def _output_lock(output: Path) -> contextlib.AbstractContextManager[None]:
         unwritable=f"cannot write next to the output {str(output)!r}",
         holder="elmo embed",
     )
-
-
-def _chunk_path(partial: Path, chunk_index: int) -> Path:
-    return partial / f"chunk-{chunk_index:08d}.h5"
-
-
-class _GuardedFile:
-    """A binary file for h5py's file-object driver that survives a failed write.
-
-    When the HDF5 library's write fails inside its own calls (a full disk), h5py cannot close the file any more:
-    every later flush fails again, and the objects' clean-up at exit crashes the interpreter. Through this wrapper
-    the first failed write is recorded and every later one is dropped as if it had succeeded, so the file always
-    closes; `check` raises the recorded error (the file is then deleted by its owner: its content is incomplete).
-    """
-
-    def __init__(self, destination: Path, opened: tuple[int, Path]):
-        """The new file ``opened`` (descriptor, path: a fresh unique name, `PartialRecords.writing`, never a name
-        someone could have planted as a link or a hard link to another file), meant to become ``destination``."""
-        fd, self.path = opened
-        self.destination = destination
-        self.handle = os.fdopen(fd, "w+b")
-        self.error: OSError | None = None
-
-    def check(self, doing: str) -> None:
-        if self.error is not None:
-            code = self.error.errno
-            detail = os.strerror(code) if code else str(self.error)
-            raise OSError(code or 0, f"{doing} {str(self.destination)!r} failed: {detail}")
-
-    def write(self, data: Any) -> int:
-        size = memoryview(data).nbytes
-        if self.error is None:
-            try:
-                self.handle.write(data)
-            except OSError as error:
-                self.error = error
-        return size
-
-    def flush(self) -> None:
-        if self.error is None:
-            try:
-                self.handle.flush()
-            except OSError as error:
-                self.error = error
-
-    def truncate(self, size: int | None = None) -> int:
-        if self.error is None:
-            try:
-                return self.handle.truncate(size)
-            except OSError as error:
-                self.error = error
-        return size if size is not None else self.handle.tell()
-
-    def read(self, size: int = -1) -> bytes:
-        return self.handle.read(size)
-
-    def readinto(self, buffer: Any) -> int:
-        return self.handle.readinto(buffer)
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        return self.handle.seek(offset, whence)
-
-    def tell(self) -> int:
-        return self.handle.tell()
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.handle.close()
-
-
-@contextlib.contextmanager
-def _hdf5_writer(
-    destination: Path, records: PartialRecords, doing: str, *, keep: bool
-) -> Iterator[tuple[h5py.File, _GuardedFile]]:
-    """A new HDF5 file written through a `_GuardedFile` under a fresh name in the run's ``.partial`` folder
-    (`PartialRecords.writing`: recorded, and with ``keep`` recorded once finished), renamed to ``destination`` once
-    the block completes and every byte reached the disk, removed otherwise: nothing is ever written through a name
-    that existed before. A failed write is raised as one `OSError` (with its errno: 28 for a full disk) that names
-    ``destination``."""
-    with records.writing(destination, keep=keep) as opened:
-        guard = _GuardedFile(destination, opened)
-        with _guarded(guard, doing) as h5:
-            yield h5, guard
-
-
-@contextlib.contextmanager
-def _guarded(guard: _GuardedFile, doing: str) -> Iterator[h5py.File]:
-    """`_hdf5_writer`'s HDF5 file on ``guard``: flushed to disk, closed; a failed write raised naming it."""
-    try:
-        try:
-            h5 = h5py.File(guard, "w")
-            try:
-                yield h5
-            finally:
-                h5.close()
-            guard.flush()
-            if guard.error is None:
-                os.fsync(guard.handle.fileno())
-        except Exception as error:  # after a dropped write, HDF5 may fail reading back what it wrote: report the write
-            if guard.error is None:
-                if not isinstance(error, OSError):
-                    raise
-                guard.error = error
-        guard.check(doing)
-    finally:
-        guard.close()
-
-
-def write_chunk(
-    path: Path,
-    lines: list[Line],
-    embedder: Embedder,
-    *,
-    mode: str,
-    tokenize: Callable[[str], list[str]],
-    batch_size: int,
-    max_batch_tokens: int | None,
-    use_sentence_keys: bool,
-    forget_sentences: bool,
-    progress: Any = None,
-    records: PartialRecords | None = None,
-) -> int:
-    """Embed one chunk of lines into the HDF5 file ``path`` (atomically); return its number of tokens.
-
-    A failed write (a full disk: ``OSError`` with errno ``ENOSPC``) removes the unfinished chunk file and raises a
-    one-line `OSError`; the chunks finished before it stay.
-    """
-    tokens = [tokenize(text) for _, text, _ in lines]
-    for (index, _, _), sentence in zip(lines, tokens, strict=True):
-        if len(sentence) > MAX_SENTENCE_TOKENS:
-            raise ValueError(
-                f"input line {index} holds {len(sentence):,} tokens; a line is one sentence, embedded whole (at "
-                f"most {MAX_SENTENCE_TOKENS:,} tokens)."
-            )
-    keys = [text if use_sentence_keys else str(index) for index, text, _ in lines]
-    empty_shape = (embedder.num_layers, 0, embedder.output_size) if mode == "all" else (0, embedder.output_size)
-    doing = "writing the chunk"
-    records = records if records is not None else PartialRecords(path.parent)
-    with _hdf5_writer(path, records, doing, keep=True) as (h5, guard):
-        for j, t in enumerate(tokens):
-            if not t:
-                h5.create_dataset(keys[j], data=np.zeros(empty_shape, dtype=np.float32))
-        if progress is not None:
-            progress.update(sum(1 for t in tokens if not t))
-        for batch in make_batches([len(t) for t in tokens], batch_size, max_batch_tokens):
-            outputs = embedder.embed_batch([tokens[j] for j in batch])
-            for j, layers in zip(batch, outputs, strict=False):
-                expected = (embedder.num_layers, len(tokens[j]), embedder.output_size)
-                if layers.shape != expected:
-                    raise RuntimeError(
-                        f"embedder returned shape {layers.shape} for line {lines[j][0]}, expected {expected}."
-                    )
-                h5.create_dataset(keys[j], data=_select_layers(layers, mode).astype(np.float32, copy=False))
-            guard.check(doing)  # stop at the first failed write, not at the end of the chunk
-            if progress is not None:
-                progress.update(len(batch))
-        if not forget_sentences and not use_sentence_keys:
-            mapping = {
-                text: key for (_, text, _), key in zip(lines, keys, strict=False)
-            }  # later lines win, as in AllenNLP
-            h5.create_dataset(SENTENCE_TO_INDEX, data=[json.dumps(mapping)], dtype=h5py.string_dtype())
-        invalid = [index for index, _, bad in lines if bad]
-        num_tokens = sum(len(t) for t in tokens)
-        h5.attrs["num_lines"] = len(lines)
-        h5.attrs["blank_lines"] = sum(1 for t in tokens if not t)
-        h5.attrs["invalid_utf8_lines"] = len(invalid)
-        h5.attrs["first_invalid_utf8_line"] = invalid[0] if invalid else -1
-        h5.attrs["num_tokens"] = num_tokens
-    return num_tokens
-
-
-def merge_chunks(
-    partial: Path,
-    output: Path,
-    num_chunks: int,
-    *,
-    settings: dict[str, Any],
-    report: EmbedReport,
-    records: PartialRecords | None = None,
-) -> None:
-    """Copy the chunk files, in line order, into one HDF5 file written atomically at ``output`` (under a fresh name
-    in ``partial`` until it is complete)."""
-    mapping: dict[str, str] = {}
-    write_mapping = not settings["forget_sentences"] and not settings["use_sentence_keys"]
-    first_invalid = None
-    doing = "merging the chunks into"
-    records = records if records is not None else PartialRecords(partial)
-    with _hdf5_writer(output, records, doing, keep=False) as (dst, guard):
-        for k in range(num_chunks):
-            with h5py.File(_chunk_path(partial, k), "r") as src:
-                for key in src:
-                    if key == SENTENCE_TO_INDEX:
-                        continue
-                    if key in dst:
-                        raise ValueError(f"key {key!r} occurs twice in the input.")
-                    src.copy(src[key], dst, name=key)
-                if write_mapping:
-                    mapping.update(json.loads(src[SENTENCE_TO_INDEX][0]))
-                report.blank_lines += int(src.attrs["blank_lines"])
-                report.invalid_utf8_lines += int(src.attrs["invalid_utf8_lines"])
-                if first_invalid is None and int(src.attrs["first_invalid_utf8_line"]) >= 0:
-                    first_invalid = int(src.attrs["first_invalid_utf8_line"])
-            guard.check(doing)
-        if write_mapping:
-            dst.create_dataset(SENTENCE_TO_INDEX, data=[json.dumps(mapping)], dtype=h5py.string_dtype())
-        dst.attrs["layers"] = settings["mode"]
-        dst.attrs["model"] = settings["model"]
-        dst.attrs["num_lines"] = report.num_lines
-    report.first_invalid_utf8_line = first_invalid
 
 
 # ---------------------------------------------------------------------------------------------------- driver
@@ -617,7 +289,7 @@ def _embed_locked(
     if output.exists() and not overwrite:
         raise ValueError(f"output file {str(output)!r} already exists; pass --overwrite to replace it.")
     if overwrite:
-        _check_replaceable(output, partial)
+        check_replaceable(output, partial)
     if partial.exists() and not (overwrite or resume):
         raise ValueError(
             f"{str(partial)!r} holds an interrupted run; pass --resume to continue it or --overwrite to start again."
@@ -646,15 +318,15 @@ def _embed_locked(
 
     processes.wait()  # every process has checked the paths before the main one creates or removes anything
     if processes.is_main:
-        _prepare_partial(partial, settings, resume=resume)
+        prepare_partial(partial, settings, resume=resume)
     processes.wait()
     if resume:  # every process checks the recorded settings itself
-        _check_resumable(partial, settings)
+        check_resumable(partial, settings)
 
     records = PartialRecords(partial, processes.index)
     mine = [k for k in range(num_chunks) if k % processes.count == processes.index]
     recorded = proven_names(partial)  # a file merely named like a chunk is not one
-    done = {k for k in mine if _chunk_path(partial, k).name in recorded}
+    done = {k for k in mine if chunk_path(partial, k).name in recorded}
     lines_of = lambda k: min(chunk_size, num_lines - k * chunk_size)  # noqa: E731
     report.resumed_lines = sum(lines_of(k) for k in done)
     todo = set(mine) - done
@@ -671,7 +343,7 @@ def _embed_locked(
     ) as progress:
         for k, lines in iter_chunks(input_path, chunk_size, lambda k: k in todo):
             report.num_tokens += write_chunk(
-                _chunk_path(partial, k),
+                chunk_path(partial, k),
                 lines,
                 embedder,
                 mode=mode,
@@ -688,7 +360,7 @@ def _embed_locked(
     processes.wait()
     if processes.is_main:
         recorded = proven_names(partial)
-        missing = [k for k in range(num_chunks) if _chunk_path(partial, k).name not in recorded]
+        missing = [k for k in range(num_chunks) if chunk_path(partial, k).name not in recorded]
         if missing:
             raise RuntimeError(f"chunks {missing[:10]} of {partial} are missing after embedding.")
         merge_chunks(partial, output, num_chunks, settings=settings, report=report, records=records)
@@ -710,97 +382,6 @@ def _embed_locked(
                 report.first_invalid_utf8_line,
             )
     return report
-
-
-def _is_embed_output(path: Path) -> bool:
-    """Whether ``path`` is an HDF5 file that `merge_chunks` wrote (its root carries the run's attributes)."""
-    with open(path, "rb") as handle:
-        if handle.read(8) != b"\x89HDF\r\n\x1a\n":
-            return False
-    try:
-        with h5py.File(path, "r") as h5:
-            return {"layers", "model", "num_lines"} <= set(h5.attrs)
-    except (OSError, ValueError):
-        return False
-
-
-def _check_replaceable(output: Path, partial: Path) -> None:
-    """``--overwrite`` replaces only what an earlier ``elmo embed`` wrote: an output that is not a regular file (a
-    device such as ``/dev/null``, a FIFO) or not an HDF5 file of elmo embed, and a ``.partial`` folder that is not an
-    interrupted run's (its record, chunk files), are refused naming them."""
-    if os.path.lexists(output) and not output.is_symlink() and not output.is_file():
-        raise ValueError(
-            f"output {str(output)!r} exists and is not a regular file (a device or a FIFO); elmo embed "
-            "never replaces one. Choose another output."
-        )
-    if output.is_file() and not _is_embed_output(output):
-        raise ValueError(
-            f"output {str(output)!r} exists and is not an HDF5 file written by elmo embed; --overwrite "
-            "replaces only those. Choose another output."
-        )
-    if os.path.lexists(partial):
-        foreign = [partial.name] if partial.is_symlink() or not partial.is_dir() else unproven_entries(partial)
-        if foreign:
-            raise ValueError(
-                f"{str(partial)!r} holds what an interrupted elmo embed run does not write "
-                f"({', '.join(foreign[:5])}); --overwrite never deletes it. Move it away."
-            )
-
-
-def _prepare_partial(partial: Path, settings: dict[str, Any], *, resume: bool) -> None:
-    """Main process: start ``partial`` (the run record, recorded), or continue the interrupted run in it
-    (``resume``: what the killed run was writing is removed where its records prove it); with ``--overwrite``
-    the interrupted run's files are removed first, only those its records list as they are
-    (`partial_folder.remove_proven`: `_check_replaceable` refused anything else)."""
-    if partial.exists() and not resume:  # overwrite: discard the interrupted run
-        left = remove_proven(partial)
-        if left:  # appeared since the check
-            raise ValueError(
-                f"{str(partial)!r} holds what an interrupted elmo embed run does not write ({', '.join(left[:5])}); "
-                "--overwrite never deletes it. Move it away."
-            )
-    if partial.exists():
-        _check_resumable(partial, settings)
-        if RUN_FILE not in proven_names(partial):
-            raise ValueError(
-                f"{str(partial)!r} holds no record of elmo embed proving its {RUN_FILE} (a run of an earlier version, "
-                "or files that are not a run's); nothing was deleted: remove it yourself if it is not yours, then "
-                "run again."
-            )
-        remove_proven(partial, temporaries_only=True)  # what the killed run was writing
-        return
-    partial.mkdir()
-    PartialRecords(partial).write_text(partial / RUN_FILE, json.dumps(settings, indent=2))
-
-
-def _check_resumable(partial: Path, settings: dict[str, Any]) -> None:
-    run_file = partial / RUN_FILE
-    if not run_file.is_file():
-        raise ValueError(
-            f"{str(partial)!r} has no {RUN_FILE}; it is not an interrupted `elmo embed` run. "
-            "Pass --overwrite to start again."
-        )
-    recorded = read_json_object(run_file, "run", required=True)
-    changed = [k for k in RESUME_KEYS if recorded.get(k) != settings[k]]
-    if changed:
-
-        def describe(key: str) -> str:
-            if key in ("input_sha256", "model_weights_sha256") and key not in recorded:
-                return f"{key} was not recorded (a run of an earlier version)"
-            if key in ("input_size", "input_sha256"):
-                return f"the input file changed ({key}: {recorded.get(key)!r} -> {settings[key]!r})"
-            if key == "model_weights_sha256":
-                return (
-                    f"the model's weights changed (sha256 {str(recorded.get(key))[:16]}... -> "
-                    f"{str(settings[key])[:16]}...)"
-                )
-            return f"{key}: {recorded.get(key)!r} -> {settings[key]!r}"
-
-        detail = ", ".join(describe(k) for k in changed if not (k == "input_size" and "input_sha256" in changed))
-        raise ValueError(
-            f"cannot resume {str(partial)!r}: settings differ from the interrupted run ({detail}). "
-            "Pass --overwrite to start again."
-        )
 
 
 # ---------------------------------------------------------------------------------------------------- CLI

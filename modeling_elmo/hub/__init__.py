@@ -6,6 +6,8 @@ One job per module:
   the loaders' guard), tokens are never published nor read from the published folders, the shipped code is audited;
 * `modeling_elmo.hub.card`: the one model-card writer (``elmo push`` and ``elmo convert``), from the results schema
   (docs/results.md) and the run's or the conversion's metadata;
+* `modeling_elmo.hub.saving`: the model and tokenizer loaded with this package's classes and saved again as a
+  remote-code repository (known keys only, the full ``auto_map``);
 * `modeling_elmo.hub.publish`: the checks of the model folder (no link out of it, finite float weights), the
   repository folder (allow-listed files only; an earlier push's folder is replaced, nothing else) and the upload;
 * `modeling_elmo.hub.cli`: the command line.
@@ -18,18 +20,17 @@ from .cli import main
 from .publish import (
     ALLOWED_FILES,
     assemble_repo_folder,
-    check_auto_map,
     check_model_folder,
     check_published_inputs,
     check_weights,
     is_allowed_file,
     list_folder,
     plan_upload,
-    save_for_hub,
     upload_repo_folder,
     validate_repo_id,
 )
 from .safety import audit_shipped_code, refuse_pickled_weights, resolve_token, scan_for_secrets
+from .saving import check_auto_map, save_for_hub
 
 __all__ = [
     "ALLOWED_FILES",

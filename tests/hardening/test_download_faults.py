@@ -15,7 +15,7 @@ import pytest
 from support import plant
 
 from modeling_elmo import cli
-from modeling_elmo.conversion import download
+from modeling_elmo.conversion import cache_folder, download
 from modeling_elmo.conversion.download import DownloadError, download_file
 from modeling_elmo.conversion.releases import fetch_release
 
@@ -413,7 +413,7 @@ def test_a_cache_folder_swapped_right_after_a_check_passed_never_receives_a_byte
     before = {p.name: p.read_bytes() for p in outside.iterdir()}
     moved = folder.with_name("moved")
     checks = []
-    real_check = download.CacheFolder.check
+    real_check = cache_folder.CacheFolder.check
 
     def check_then_swap(self):
         checks.append(1)
@@ -422,7 +422,7 @@ def test_a_cache_folder_swapped_right_after_a_check_passed_never_receives_a_byte
             folder.rename(moved)
             folder.symlink_to(outside, target_is_directory=True)
 
-    monkeypatch.setattr(download.CacheFolder, "check", check_then_swap)
+    monkeypatch.setattr(cache_folder.CacheFolder, "check", check_then_swap)
     if swapped_after < _CHECKS:
         with pytest.raises(ValueError) as raised:
             fetch_release(release, tmp_path / "cache", base_url=server.url, progress=False)
@@ -450,7 +450,7 @@ def test_a_download_outside_a_cache_writes_in_its_folder_as_opened(server, serve
     folder, outside = tmp_path / "here", tmp_path / "outside"
     folder.mkdir()
     outside.mkdir()
-    real_open = download.CacheFolder.open
+    real_open = cache_folder.CacheFolder.open
 
     def open_then_swap(self, name, flags, what):
         fd = real_open(self, name, flags, what)
@@ -459,7 +459,7 @@ def test_a_download_outside_a_cache_writes_in_its_folder_as_opened(server, serve
             folder.symlink_to(outside, target_is_directory=True)
         return fd
 
-    monkeypatch.setattr(download.CacheFolder, "open", open_then_swap)
+    monkeypatch.setattr(cache_folder.CacheFolder, "open", open_then_swap)
     url = release.url("options", server.url)
     with pytest.raises(ValueError, match=r"^the release cache folder '.*here' was replaced"):
         download_file(url, folder / "options.json", progress=False)
@@ -593,7 +593,7 @@ def test_a_file_staged_outside_the_cache_is_installed_in_the_folder_as_opened(tm
     staged = tmp_path / "staging" / "weights.hdf5"
     staged.parent.mkdir()
     staged.write_bytes(b"w" * 3_000_000)
-    cache = download.CacheFolder(folder)
+    cache = cache_folder.CacheFolder(folder)
     folder.rename(tmp_path / "moved")
     folder.symlink_to(outside, target_is_directory=True)
     if not same_file_system:
@@ -617,7 +617,7 @@ def test_an_atomic_write_in_the_cache_that_fails_leaves_the_old_file_and_no_temp
     folder = tmp_path / "cache"
     folder.mkdir()
     (folder / "x.source").write_text("old\n")
-    cache = download.CacheFolder(folder)
+    cache = cache_folder.CacheFolder(folder)
 
     def blocks():
         yield b"new"
@@ -671,7 +671,7 @@ def test_a_lock_held_by_another_process_is_waited_for_with_a_line_naming_it_and_
     folder = _cache(tmp_path, release)
     folder.mkdir(parents=True)
     lock = folder.with_name(f".{folder.name}.lock")
-    monkeypatch.setattr(download, "LOCK_WAIT_SECONDS", 1.0)
+    monkeypatch.setattr(cache_folder, "LOCK_WAIT_SECONDS", 1.0)
     with open(lock, "w") as other:
         fcntl.flock(other.fileno(), fcntl.LOCK_SH)
         with caplog.at_level(logging.WARNING), pytest.raises(DownloadError) as raised:

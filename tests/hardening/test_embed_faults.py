@@ -19,6 +19,7 @@ from support import plant
 from support.embedding import TINY, FakeEmbedder, read_h5, write_lines
 
 from modeling_elmo.embedding import embed as embed_mod
+from modeling_elmo.embedding import hdf5_output, input_lines
 from modeling_elmo.embedding.embed import embed_file
 from modeling_elmo.embedding.inference import ElmoEmbedder, load_elmo_model, weights_fingerprint
 
@@ -100,7 +101,7 @@ def test_old_mac_line_ends_are_line_ends(tmp_path):
     mapping = json.loads(got.pop("sentence_to_index"))
     assert mapping == {"one two": "0", "three": "1", "": "2", "four five six": "3", "seven": "4", "eight": "5"}
     assert {key: value.shape[1] for key, value in got.items()} == {"0": 2, "1": 1, "2": 0, "3": 3, "4": 1, "5": 1}
-    assert embed_mod.count_lines(tmp_path / "in.txt") == 6
+    assert input_lines.count_lines(tmp_path / "in.txt") == 6
 
 
 def test_line_reader_splits_as_a_regular_expression_does_at_every_block_boundary(tmp_path):
@@ -151,7 +152,7 @@ class _FullDisk:
 @pytest.fixture
 def disk_of(monkeypatch):
     """``disk_of(n)``: from now on, HDF5 files that `elmo embed` writes fail once ``n`` bytes are written."""
-    init = embed_mod._GuardedFile.__init__
+    init = hdf5_output._GuardedFile.__init__
 
     def limited(self, destination, scratch):
         init(self, destination, scratch)
@@ -159,7 +160,7 @@ def disk_of(monkeypatch):
 
     def set_budget(nbytes: int) -> None:
         _FullDisk.budget = nbytes
-        monkeypatch.setattr(embed_mod._GuardedFile, "__init__", limited)
+        monkeypatch.setattr(hdf5_output._GuardedFile, "__init__", limited)
 
     return set_budget
 
@@ -408,7 +409,7 @@ def test_a_line_of_megabytes_is_one_line_read_in_memory_bounded_by_a_block(tmp_p
     tracemalloc.start()
     try:
         with pytest.raises(ValueError) as error:
-            for _ in embed_mod.iter_chunks(tmp_path / "in.txt", 3, lambda k: True):
+            for _ in input_lines.iter_chunks(tmp_path / "in.txt", 3, lambda k: True):
                 pass
         peak = tracemalloc.get_traced_memory()[1]
     finally:

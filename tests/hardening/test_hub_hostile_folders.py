@@ -134,7 +134,7 @@ def test_what_transformers_writes_of_a_tokenizers_loading_is_neither_published_n
         assert {"is_local", "local_files_only"} <= set(saved)
     else:  # transformers 4.57 writes neither: the folder gets them as a 5.x save writes them
         (model / "tokenizer_config.json").write_text(json.dumps({**saved, "is_local": True, "local_files_only": True}))
-    with caplog.at_level("WARNING", logger="modeling_elmo.hub.publish"):
+    with caplog.at_level("WARNING", logger="modeling_elmo.hub.saving"):
         assert _push(model, tmp_path / "out") == 0
     assert not [r.getMessage() for r in caplog.records if "not published" in r.getMessage()]
     published = json.loads((tmp_path / "out" / "tokenizer_config.json").read_text())
@@ -142,7 +142,7 @@ def test_what_transformers_writes_of_a_tokenizers_loading_is_neither_published_n
     data = json.loads((model / "tokenizer_config.json").read_text())
     (model / "tokenizer_config.json").write_text(json.dumps({**data, "apikey": "sk-live-0123456789"}))
     caplog.clear()
-    with caplog.at_level("WARNING", logger="modeling_elmo.hub.publish"):
+    with caplog.at_level("WARNING", logger="modeling_elmo.hub.saving"):
         assert _push(model, tmp_path / "again") == 0
     assert [r.getMessage() for r in caplog.records if "not published" in r.getMessage()] == [
         "not published (not a setting of this package or of transformers): apikey of tokenizer_config.json"

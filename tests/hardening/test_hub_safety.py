@@ -282,14 +282,14 @@ def test_code_audit_admits_the_package_kernels_import_only_inside_a_function_and
 
 def test_shipped_files_contain_no_private_torch_operator():
     """The files the audit ships (`CODE_FILES`) name no private torch API anywhere, comments and docstrings included:
-    the packed oneDNN/MKL products live in the package-only ``packed_kernels.py``."""
+    the packed oneDNN/MKL products live in the package-only ``acceleration/cpu_kernels.py``."""
     assert "modeling_elmo.py" in CODE_FILES and "packed_kernels.py" not in CODE_FILES
     for name in CODE_FILES:
         text = (PACKAGE_DIR / name).read_text(encoding="utf-8")
         assert "torch.ops." not in text and "torch._" not in text and "._triton" not in text, name
         assert "set_num_threads" not in text, name  # no process-wide setting changed by a forward
     assert audit_shipped_code(
-        [PACKAGE_DIR / "acceleration" / "packed_kernels.py"]
+        [PACKAGE_DIR / "acceleration" / "cpu_kernels.py"]
     )  # the audit does see the package's fast form
 
 

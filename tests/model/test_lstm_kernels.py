@@ -13,7 +13,8 @@ from support.model import SENTENCES, ElmoModelTester
 from modeling_elmo import ElmoForBidirectionalLM
 from modeling_elmo import modeling_elmo as modeling
 from modeling_elmo.acceleration import packed_kernels
-from modeling_elmo.acceleration.packed_kernels import CpuKernels, RecurrencePlan, compile_failure
+from modeling_elmo.acceleration.cpu_kernels import CpuKernels, PackedCpuKernels, on_threads
+from modeling_elmo.acceleration.packed_kernels import RecurrencePlan, compile_failure
 from modeling_elmo.modeling_elmo import ElmoLstmLayer, dropout_noise, stacked_lstm
 
 #: Relative tolerance of fast against reference (fp32): the issue's 1e-5.
@@ -64,7 +65,7 @@ def kernels_named(name: str) -> CpuKernels:
         return CpuKernels()
     if not packed_kernels.available():
         pytest.skip("this torch build has neither oneDNN's nor MKL's packed products (not an x86 build)")
-    return packed_kernels.PackedCpuKernels()
+    return PackedCpuKernels()
 
 
 @pytest.fixture(params=["shipped", "package", "package-threads"])
@@ -604,7 +605,7 @@ def test_on_threads_runs_the_first_piece_on_the_calling_thread_and_the_others_on
     import threading
 
     threads = torch.get_num_threads()
-    seen = packed_kernels.on_threads(lambda i: (i, threading.get_ident(), torch.get_num_threads()), 3)
+    seen = on_threads(lambda i: (i, threading.get_ident(), torch.get_num_threads()), 3)
     assert [i for i, _, _ in seen] == [0, 1, 2]
     assert seen[0][1] == threading.get_ident()  # the caller works too: one thread (and allocator arena) fewer
     assert all(ident != threading.get_ident() for _, ident, _ in seen[1:])

@@ -22,7 +22,8 @@ from support import assert_same_numbers, lock_held_elsewhere, plant
 from support.embedding import SENTENCES, TINY, FakeEmbedder, read_h5, run, write_lines
 
 from modeling_elmo.embedding import embed as embed_mod
-from modeling_elmo.embedding.embed import count_lines, embed_file
+from modeling_elmo.embedding.embed import embed_file
+from modeling_elmo.embedding.input_lines import count_lines
 from modeling_elmo.utils import capability
 
 REPO = Path(__file__).resolve().parents[2]
