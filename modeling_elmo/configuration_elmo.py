@@ -322,28 +322,13 @@ class ElmoConfig(PretrainedConfig):
             if bad:
                 raise ValueError(message)
 
-    @staticmethod
-    def upgraded_dict(config_dict: dict[str, Any]) -> dict[str, Any]:
-        """A saved config dict in today's meaning: one without ``projection_dim`` stored P in ``hidden_size``."""
-        if "projection_dim" not in config_dict and "hidden_size" in config_dict:
-            config_dict = dict(config_dict)
-            config_dict["projection_dim"] = size = config_dict.pop("hidden_size")
-            if isinstance(size, int):
-                config_dict["hidden_size"] = 2 * size
-        return config_dict
-
     @classmethod
     def from_dict(cls, config_dict: dict[str, Any], **kwargs: Any):
         # The fields among the keyword arguments build the config with the dict; one size given sets the other.
-        config_dict = cls.upgraded_dict(config_dict)
         own = {key: kwargs.pop(key) for key in inspect.signature(cls.__init__).parameters.keys() & kwargs.keys()}
         if len({"hidden_size", "projection_dim"} & set(own)) == 1:
             config_dict = {k: v for k, v in config_dict.items() if k not in ("hidden_size", "projection_dim")}
         return super().from_dict({**config_dict, **own}, **kwargs)
-
-    @classmethod
-    def _dict_from_json_file(cls, json_file: Any) -> dict[str, Any]:
-        return cls.upgraded_dict(super()._dict_from_json_file(json_file))
 
     @property
     def num_char_cnn_filters(self) -> int:  # the width of the character-CNN output

@@ -17,9 +17,7 @@ and their bias holds TensorFlow's forget bias of +1; the highway gate multiplies
 from __future__ import annotations
 
 import functools
-import json
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -42,61 +40,6 @@ except ImportError:  # transformers 4.x runs `_init_weights` only where a checkp
     init = SimpleNamespace(**vars(nn.init), copy_=lambda tensor, other: tensor.copy_(other))
 
 IGNORE_INDEX = -100  # labels that predict nothing, as everywhere in transformers
-# Keys of folders saved while the LSTM transforms were bare parameters -> today's keys (regex -> key).
-LEGACY_KEY_MAPPING = {
-    r"_layers.(\d+).weight_ih": r"_layers.\1.input_transform.weight",
-    r"_layers.(\d+).bias": r"_layers.\1.input_transform.bias",
-    r"_layers.(\d+).weight_hh": r"_layers.\1.recurrent_transform.weight",
-    r"_layers.(\d+).weight_hr": r"_layers.\1.projection.weight",
-}
-
-
-def renamed_legacy_key(key: str) -> str:
-    """``key`` with an older LSTM parameter name renamed as loading renames it (`LEGACY_KEY_MAPPING`)."""
-    for pattern, replacement in LEGACY_KEY_MAPPING.items():
-        key = re.sub(pattern, replacement, key)
-    return key
-
-
-def check_no_legacy_clash(keys, source: str) -> bool:
-    """Whether ``keys`` (a checkpoint's tensor names) hold older LSTM names; `ValueError` where one of them and its
-    current name are both there: loading would take one or the other tensor, a silent mix of two models."""
-    keys = {key for key in keys if isinstance(key, str)}
-    legacy = sorted(key for key in keys if renamed_legacy_key(key) != key)
-    clash = next((key for key in legacy if renamed_legacy_key(key) in keys), None)
-    if clash is not None:
-        raise ValueError(
-            f"{source} holds both {clash!r} (an older LSTM parameter name) and {renamed_legacy_key(clash)!r} (its "
-            "current name): it mixes two checkpoints; keep one of the two tensors."
-        )
-    return bool(legacy)
-
-
-def _holds_legacy_keys(folder, kwargs: dict) -> bool:
-    """Whether the safetensors checkpoint `from_pretrained` reads from ``folder`` (a path or Hub id, with its
-    ``subfolder``, ``revision``, ``variant``...) names LSTM parameters as `LEGACY_KEY_MAPPING`'s patterns do;
-    `ValueError` where it also holds the current name of one (`check_no_legacy_clash`)."""
-    from transformers.utils import cached_file
-
-    names = ("cache_dir", "force_download", "proxies", "token", "revision", "local_files_only", "subfolder")
-    hub = {name: kwargs[name] for name in names if name in kwargs}
-    variant = f".{kwargs['variant']}" if kwargs.get("variant") else ""
-    for name in (f"model{variant}.safetensors", f"model.safetensors.index{variant}.json"):
-        try:
-            path = cached_file(folder, name, **hub) if folder is not None else None
-        except (OSError, ValueError):  # not there: `from_pretrained` looks for the weights itself and says why
-            continue
-        if path is None:
-            continue
-        with open(path, "rb") as file:  # an index, or a safetensors file: 8 bytes of header size, the JSON header
-            size = None if name.endswith(".json") else int.from_bytes(file.read(8), "little")
-            try:
-                header = json.loads(file.read(size) if size is None or size < 2**27 else b"{}")
-            except ValueError:  # a damaged file: `from_pretrained` says so
-                return False
-        keys = header.get("weight_map", {}) if isinstance(header, dict) and name.endswith(".json") else header
-        return check_no_legacy_clash(keys if isinstance(keys, dict) else (), f"the checkpoint {str(path)!r}")
-    return False
 
 
 # Inputs: checked (each check names the bad value), and the sentence boundaries the model adds
@@ -680,13 +623,6 @@ class ElmoPreTrainedModel(PreTrainedModel):
     _no_split_modules = ["ElmoCharacterEncoder", "ElmoLstmLayer"]
     # one checkpoint serves every class: the biLM alone ignores the softmax or a task head's layers
     _keys_to_ignore_on_load_unexpected = [r"^softmax\.", r"^classifier\.", r"^scalar_mix\."]
-
-    @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
-        # Only for a checkpoint that holds them: transformers 5.0-5.3 reverse a key_mapping on every save, used or not.
-        if "key_mapping" not in kwargs and _holds_legacy_keys(pretrained_model_name_or_path, kwargs):
-            kwargs["key_mapping"] = LEGACY_KEY_MAPPING
-        return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:

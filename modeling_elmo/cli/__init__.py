@@ -5,6 +5,7 @@
     elmo embed     ...   write ELMo vectors of a text file to HDF5
     elmo evaluate  ...   perplexity, word-sense and probing evaluations
     elmo push      ...   publish a model folder to the Hugging Face Hub
+    elmo upgrade   ...   rewrite a model folder of an earlier version in today's format
 
 Each subcommand is the ``main(argv)`` of a library module, imported only when it runs: ``elmo --help`` and
 ``elmo --version`` import neither torch nor transformers. ``elmo SUBCOMMAND --help`` shows its options.
@@ -24,6 +25,7 @@ COMMANDS = {
     "embed": ("modeling_elmo.embedding.embed", "write ELMo vectors of a text file to HDF5"),
     "evaluate": ("modeling_elmo.evaluation", "perplexity, word-sense and probing evaluations"),
     "push": ("modeling_elmo.hub", "publish a model folder to the Hugging Face Hub"),
+    "upgrade": ("modeling_elmo.conversion.upgrade", "rewrite a model folder of an earlier version in today's format"),
 }
 
 

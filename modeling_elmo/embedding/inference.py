@@ -248,9 +248,11 @@ def check_loading_info(
             f"expected ({_listed(shapes)})"
         )
     if problems:
+        from ..utils.earlier_formats import legacy_keys, upgrade_hint
+
+        advice = f"; {upgrade_hint(location)}" if legacy_keys(unexpected) else ". Refusing to run a partly random model"
         raise ValueError(
-            f"the weights of model {location!r} do not match its config.json: {'; '.join(problems)}. "
-            "Refusing to run a partly random model."
+            f"the weights of model {location!r} do not match its config.json: {'; '.join(problems)}{advice}."
         )
 
 
@@ -290,7 +292,10 @@ def check_weights_fit_config(
     of ``folder`` declare, before anything is allocated: the model is built on the meta device (shapes, no
     memory). A `config.json` declaring 16384-wide layers beside a small ``model.safetensors`` is then the one-line
     `ValueError` of `check_loading_info` instead of an allocation of tens of GB."""
+    from ..utils.earlier_formats import check_no_legacy_clash
+
     declared = check_safetensors_files(folder)
+    check_no_legacy_clash(declared, f"model {os.fspath(folder)!r}")
     if not any(
         os.path.isfile(os.path.join(folder, name)) for name in ("model.safetensors", "model.safetensors.index.json")
     ):

@@ -120,7 +120,6 @@ def read_characters(path: Path) -> tuple[str, ...]:
 
 def _starting_model(folder: Path, given_config: str | None) -> tuple[dict[str, Any], Vocabulary, tuple | None]:
     """--init-from-model's config, vocabulary and character vocabulary, checked against the weights and each other."""
-    from ..configuration_elmo import ElmoConfig
     from ..embedding.inference import check_weights_fit_config
     from ..modeling_elmo import ElmoForBidirectionalLM
     from ..utils.config_checks import config_from_dict
@@ -150,7 +149,7 @@ def _starting_model(folder: Path, given_config: str | None) -> tuple[dict[str, A
         )
     vocab = Vocabulary.from_file(folder / "vocab.txt")
     if given_config is not None:
-        own, given = ElmoConfig.upgraded_dict(config), ElmoConfig.upgraded_dict(read_model_preset(given_config))
+        own, given = config, read_model_preset(given_config)
         bad = [k for k in ARCHITECTURE_KEYS if k in own and k in given and own[k] != given[k]]
         if bad:
             raise ValueError(

@@ -241,15 +241,6 @@ def build_optimizer(
     return torch.optim.AdamW(groups, lr=lr, betas=betas, fused=fused)
 
 
-def rename_legacy_keys(state_dict: dict[str, torch.Tensor], source: str = "the checkpoint") -> dict[str, torch.Tensor]:
-    """``state_dict`` with the LSTM keys of older folders renamed, as loading does; `ValueError` for a checkpoint
-    that holds an older name and its current one (`modeling_elmo.check_no_legacy_clash`)."""
-    from ..modeling_elmo import check_no_legacy_clash, renamed_legacy_key
-
-    check_no_legacy_clash(state_dict, source)
-    return {renamed_legacy_key(key): tensor for key, tensor in state_dict.items()}
-
-
 def build_model(config: Any, init_from: Path | None = None) -> torch.nn.Module:
     """The biLM of ``config`` (its recurrence as ``config.use_packed_kernels`` says), with the weights of the model
     folder ``init_from``."""
@@ -261,7 +252,7 @@ def build_model(config: Any, init_from: Path | None = None) -> torch.nn.Module:
     model = use_configured_softmax(ElmoForBidirectionalLM(config))
     if (folder := init_from) is not None:
         weights = load_file(str(folder / "model.safetensors"))
-        state, own = rename_legacy_keys(weights, f"--init-from-model {folder}"), model.state_dict()
+        state, own = weights, model.state_dict()  # older names: refused by the plan (`check_weights_fit_config`)
         problems = [
             f"{label}: {', '.join(keys[:5])}{' ...' if len(keys) > 5 else ''}"
             for label, keys in (

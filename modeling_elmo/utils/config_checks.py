@@ -33,6 +33,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..configuration_elmo import FIELD_RULES, ElmoConfig
+from .earlier_formats import upgrade_hint, upgraded_config
 
 logger = logging.getLogger(__name__)
 
@@ -136,7 +137,7 @@ def _check_keys(config_dict: Mapping[str, Any]) -> None:
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
         raise ValueError(f"`num_labels` must be an integer >= 1, got {shown(count)}.")
     check_labels(config_dict)
-    ElmoConfig.check_fields(ElmoConfig.upgraded_dict(dict(config_dict)), show=shown)
+    ElmoConfig.check_fields(config_dict, show=shown)
 
 
 def implied_num_parameters(config: ElmoConfig) -> int:
@@ -226,5 +227,10 @@ def load_config(location: str | os.PathLike, source: str | None = None, **hub_kw
     if (found := config_dict.get("model_type", ElmoConfig.model_type)) != ElmoConfig.model_type:
         raise ValueError(
             f"{name!r} holds a {found!r} model, not an ELMo model (model_type {found!r} instead of 'elmo')."
+        )
+    if upgraded_config(config_dict) is not None:
+        raise ValueError(
+            f"the config.json of {name!r} has no projection_dim (its hidden_size is the projection): "
+            f"{upgrade_hint(name)}."
         )
     return config_from_dict(config_dict, source or f"the config.json of {name!r}")

@@ -230,15 +230,6 @@ ROWS = [
     ),
     Row(
         "library",
-        "`AutoModel.from_pretrained('mixednames')` (`model.safetensors` holds an LSTM tensor under its older name "
-        "`...weight_hr` and its current one `...projection.weight`; the heads and the folder's own code alike)",
-        "the checkpoint 'mixednames/model.safetensors' holds both 'elmo.encoder.forward_layers.0.weight_hr' (an "
-        "older LSTM parameter name) and 'elmo.encoder.forward_layers.0.projection.weight' (its current name): it "
-        "mixes two checkpoints; keep one of the two tensors.",
-        lambda: AutoModel.from_pretrained("mixednames"),
-    ),
-    Row(
-        "library",
         "`AutoModel.from_pretrained('chars10', trust_remote_code=True)` (`config.json` holds `\"num_characters\": 10`)",
         "`num_characters` must be 262 (256 bytes + 5 markers + the padding id 0), got 10.",
         lambda: AutoModel.from_pretrained("chars10", trust_remote_code=True),
@@ -378,6 +369,15 @@ ROWS = [
         "`elmo embed text.txt out.h5 --model deep --top` (its `config.json` nested 200,000 deep)",
         "elmo embed: error: config.json in 'deep' is not valid JSON: maximum recursion depth exceeded ...",
         ["embed", "text.txt", "out.h5", "--model", "deep", "--top"],
+    ),
+    Row(
+        "elmo embed",
+        "`elmo embed text.txt out.h5 --model mixednames --top` (`model.safetensors` holds an LSTM tensor under its "
+        "older name `...weight_hr` and its current one `...projection.weight`; `elmo upgrade mixednames` alike)",
+        "elmo embed: error: model 'mixednames' holds both 'elmo.encoder.forward_layers.0.weight_hr' (an older LSTM "
+        "parameter name) and 'elmo.encoder.forward_layers.0.projection.weight' (its current name): it mixes two "
+        "checkpoints; keep one of the two tensors.",
+        ["embed", "text.txt", "out.h5", "--model", "mixednames", "--top"],
     ),
     # ------------------------------------------------------------------ elmo evaluate
     Row(

@@ -29,6 +29,7 @@ from modeling_elmo import (
     ElmoTokenizer,
     save_model_folder,
 )
+from modeling_elmo.conversion.upgrade import upgrade_folder
 
 # --- h-tok: pipelines and sentence-transformers ---
 
@@ -259,7 +260,7 @@ def test_peft_task_types_train_adapters_inside_the_frozen_bilm_without_the_packa
 
 
 @pytest.mark.slow
-def test_a_folder_written_before_projection_dim_loads_with_its_meaning_without_the_package(tmp_path):
+def test_a_folder_written_before_projection_dim_loads_with_its_meaning_without_the_package_once_upgraded(tmp_path):
     torch.manual_seed(0)
     model = ElmoModel(ElmoConfig(**TINY)).eval()
     save_model_folder(model, ElmoTokenizer(), tmp_path / "model")
@@ -267,6 +268,7 @@ def test_a_folder_written_before_projection_dim_loads_with_its_meaning_without_t
     del config["projection_dim"]
     config["hidden_size"] = 8  # the projection, as the code of commit 1fa5770 wrote config.json
     (tmp_path / "model" / "config.json").write_text(json.dumps(config))
+    assert upgrade_folder(tmp_path / "model")  # the shipped files read today's format only
     report = run_without_package(
         LEGACY_CLIENT,
         tmp_path / "model",
@@ -286,9 +288,10 @@ TOLERANCE = 1e-5
 
 # --- h-kernel: the LSTM as modules (older folders, PEFT on the LSTM, gradient checkpointing, fullgraph compile) ---
 @pytest.mark.slow
-def test_a_folder_with_the_older_lstm_parameter_names_loads_without_the_package(tmp_path):
+def test_a_folder_with_the_older_lstm_parameter_names_loads_without_the_package_once_upgraded(tmp_path):
     tester, model = clipping_model()
     write_legacy_folder(model, tmp_path / "old")
+    assert upgrade_folder(tmp_path / "old") == ["model.safetensors: the older LSTM parameter names renamed"]
     enc = tester.encode(MODEL_SENTENCES)
     with torch.no_grad():
         expected = model(**enc).last_hidden_state

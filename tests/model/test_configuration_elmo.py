@@ -62,8 +62,8 @@ def test_the_config_itself_refuses_only_what_would_change_its_meaning():
     ("kwargs", "message"),
     [
         ({"char_cnn_activation": "gelu"}, r"^`char_cnn_activation` must be one of 'relu', 'tanh'; got 'gelu'\.$"),
-        ({"hidden_size": 0}, "projection_dim.*got 0"),  # a dict without projection_dim: hidden_size is P
-        ({"hidden_size": "16"}, "projection_dim.*got '16'"),
+        ({"hidden_size": 0}, "^`hidden_size` must be an integer >= 2, got 0"),  # alone, the output width
+        ({"hidden_size": "16"}, "^`hidden_size` must be an integer >= 2, got '16'"),
         ({"projection_dim": 8, "hidden_size": 15}, "hidden_size` must be 2 \\* projection_dim = 16.*got 15"),
         ({"projection_dim": 0}, "projection_dim"),
         ({"projection_dim": 8, "hidden_size": 12}, "hidden_size` must be 2 \\* projection_dim = 16.*got 12"),
@@ -133,10 +133,12 @@ def test_hidden_size_is_the_output_width_and_projection_dim_the_per_direction_si
     assert ElmoModel(config)(input_ids=ids).last_hidden_state.shape[-1] == config.hidden_size == 8
 
 
-@pytest.mark.parametrize("load", ["from_pretrained", "from_json_file", "from_dict", "AutoConfig"])
-def test_a_config_json_written_before_projection_dim_keeps_its_meaning(tmp_path, load):
-    """The keys the code of commit 1fa5770 wrote for a tiny model: hidden_size held the projection P."""
+def test_a_config_json_written_before_projection_dim_is_refused_by_the_tools_and_upgraded_to_its_meaning(tmp_path):
+    """The keys the code of commit 1fa5770 wrote for a tiny model: hidden_size held the projection P. The package's
+    loader refuses it naming `elmo upgrade`, which rewrites it as projection_dim P, hidden_size 2 * P."""
     from transformers import AutoConfig
+
+    from modeling_elmo.conversion.upgrade import upgrade_folder
 
     legacy = {
         "model_type": "elmo",
@@ -154,23 +156,24 @@ def test_a_config_json_written_before_projection_dim_keeps_its_meaning(tmp_path,
         "transformers_version": "5.24.0",
     }
     (tmp_path / "config.json").write_text(json.dumps(legacy))
-    config = {
-        "from_pretrained": lambda: ElmoConfig.from_pretrained(tmp_path),
-        "from_json_file": lambda: ElmoConfig.from_json_file(str(tmp_path / "config.json")),
-        "from_dict": lambda: ElmoConfig.from_dict(legacy),
-        "AutoConfig": lambda: AutoConfig.from_pretrained(tmp_path),
-    }[load]()
-    assert isinstance(config, ElmoConfig) and (config.projection_dim, config.hidden_size) == (8, 16)
-    config.save_pretrained(tmp_path / "again")  # saved with both fields, read back the same
-    saved = json.loads((tmp_path / "again" / "config.json").read_text())
-    assert (saved["projection_dim"], saved["hidden_size"]) == (8, 16)
-    assert ElmoConfig.from_pretrained(tmp_path / "again").to_diff_dict() == config.to_diff_dict()
+    with pytest.raises(ValueError, match=r"has no projection_dim .*run `elmo upgrade .*` once\.$"):
+        load_config(tmp_path)
+    assert upgrade_folder(tmp_path, dry_run=True) == [
+        "config.json: hidden_size held the projection: now projection_dim 8, hidden_size 16"
+    ]
+    assert json.loads((tmp_path / "config.json").read_text()) == legacy  # a dry run writes nothing
+    upgrade_folder(tmp_path)
+    for config in (ElmoConfig.from_pretrained(tmp_path), AutoConfig.from_pretrained(tmp_path), load_config(tmp_path)):
+        assert isinstance(config, ElmoConfig) and (config.projection_dim, config.hidden_size) == (8, 16)
+    assert json.loads((tmp_path / "config.json").read_text()) == {**legacy, "projection_dim": 8, "hidden_size": 16}
+    assert upgrade_folder(tmp_path) == []  # in today's format
 
 
-def test_a_model_folder_written_before_projection_dim_gives_the_same_outputs(tmp_path):
+def test_a_model_folder_written_before_projection_dim_gives_the_same_outputs_once_upgraded(tmp_path):
     from transformers import AutoModel
 
     from modeling_elmo import ElmoTokenizer
+    from modeling_elmo.conversion.upgrade import upgrade_folder
 
     model = ElmoModel(
         ElmoConfig(
@@ -186,6 +189,7 @@ def test_a_model_folder_written_before_projection_dim_gives_the_same_outputs(tmp
     del saved["projection_dim"]
     saved["hidden_size"] = 8  # as the code of commit 1fa5770 wrote it
     (tmp_path / "config.json").write_text(json.dumps(saved))
+    upgrade_folder(tmp_path)
     batch = ElmoTokenizer()(
         [["a", "river", "bank"], ["hi"]], is_split_into_words=True, padding=True, return_tensors="pt"
     )
@@ -195,6 +199,21 @@ def test_a_model_folder_written_before_projection_dim_gives_the_same_outputs(tmp
             assert_same_numbers(
                 loaded.eval()(**batch).last_hidden_state, model(**batch).last_hidden_state, what="reloaded"
             )
+
+
+def test_a_config_dict_without_projection_dim_means_what_the_config_class_means(tmp_path):
+    """Today's reading, the same through every entry: hidden_size alone is the output width (P its half)."""
+    from transformers import AutoConfig
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "elmo", "hidden_size": 16}))
+    for config in (
+        ElmoConfig(hidden_size=16),
+        ElmoConfig.from_dict({"hidden_size": 16}),
+        ElmoConfig.from_json_file(str(tmp_path / "config.json")),
+        AutoConfig.from_pretrained(tmp_path),
+        load_config(tmp_path),
+    ):
+        assert (config.projection_dim, config.hidden_size) == (8, 16)
 
 
 def test_from_pretrained_takes_either_size_as_a_keyword(tmp_path):
@@ -223,7 +242,7 @@ def test_an_inconsistent_pair_in_config_json_is_refused_in_one_line(tmp_path):
         ("to_dict", 1),
         ("__class__", "x"),
         ("use_return_dict", False),
-        ("upgraded_dict", None),
+        ("check_agreement", None),
         ("attribute_map", {}),
         ("num_char_cnn_filters", 3),
     ],
@@ -503,7 +522,12 @@ def test_every_preset_builds_and_round_trips_through_save_pretrained(tmp_path):
 
 
 def test_upgrading_a_dict_saved_before_projection_dim_leaves_the_given_dict_as_it_was():
-    saved = {"model_type": "elmo", "hidden_size": 8}
-    assert ElmoConfig.upgraded_dict(saved) == {"model_type": "elmo", "projection_dim": 8, "hidden_size": 16}
-    assert saved == {"model_type": "elmo", "hidden_size": 8}
-    assert ElmoConfig.upgraded_dict({"hidden_size": "8"}) == {"projection_dim": "8"}  # refused by the checks later
+    from modeling_elmo.utils.earlier_formats import upgraded_config
+
+    saved = {"model_type": "elmo", "hidden_size": 8, "transformers_version": "5.24.0"}
+    assert upgraded_config(saved) == {**saved, "projection_dim": 8, "hidden_size": 16}
+    assert saved == {"model_type": "elmo", "hidden_size": 8, "transformers_version": "5.24.0"}
+    text = {"model_type": "elmo", "transformers_version": "5.24.0", "projection_dim": "8"}  # refused later
+    assert upgraded_config({**saved, "hidden_size": "8"}) == text
+    assert upgraded_config({"model_type": "elmo", "hidden_size": 8}) is None  # not saved: today's meaning
+    assert upgraded_config({**saved, "projection_dim": 4}) is None

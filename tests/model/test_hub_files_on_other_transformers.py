@@ -1,5 +1,5 @@
-"""The Hub files on every transformers release they accept: a saved folder saves back under the same names with the
-same numbers (transformers 5.0-5.3 reverse any ``key_mapping`` given to `from_pretrained` on every save), every
+"""The Hub files on every transformers release they accept: a saved folder (an upgraded older one too) saves back
+under the same names with the same numbers, every
 ``attn_implementation`` loads (ELMo has no attention), and, in another interpreter with transformers 4.57 (the last
 4.x, where Flair and spaCy live), the folder's own code computes the numbers this package computes here.
 
@@ -34,6 +34,7 @@ from modeling_elmo import (
     ElmoTokenizer,
     save_model_folder,
 )
+from modeling_elmo.conversion.upgrade import upgrade_folder
 
 SENTENCES = [["The", "river", "bank", "flooded", "twice"], ["A", "bank", "closed"], ["Cells", "divide", "."]]
 TRANSFORMERS4_PYTHON = os.environ.get("ELMO_TRANSFORMERS4_PYTHON")
@@ -82,14 +83,16 @@ def test_a_loaded_folder_saves_back_under_the_same_names_with_the_same_weights_a
             assert_same_numbers(got, want, what=f"{folder}: layer {layer}")
 
 
-def test_a_folder_with_the_older_lstm_names_loads_and_saves_back_in_one_naming_with_the_same_numbers(tmp_path):
+def test_an_upgraded_folder_of_the_older_lstm_names_loads_and_saves_back_in_todays_names_with_the_same_numbers(
+    tmp_path,
+):
     _, model = clipping_model()
     write_legacy_folder(model, tmp_path / "old")
-    loaded = AutoModel.from_pretrained(tmp_path / "old")
+    upgrade_folder(tmp_path / "old")
+    loaded, info = AutoModel.from_pretrained(tmp_path / "old", output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
     loaded.save_pretrained(tmp_path / "saved")
-    saved = names(tmp_path / "saved")
-    # transformers 5.x writes the names back as it read them; 4.x writes today's
-    assert saved in (names(tmp_path / "old"), sorted(model.state_dict())), saved
+    assert names(tmp_path / "saved") == names(tmp_path / "old") == sorted(model.state_dict())
     encoding = encode()
     for got, want in zip(
         hidden_states(AutoModel.from_pretrained(tmp_path / "saved"), encoding),
@@ -238,6 +241,7 @@ def test_the_hub_files_train_and_save_back_exactly_under_transformers_4(tmp_path
     models = saved_folders(tmp_path)
     _, clipping = clipping_model()
     write_legacy_folder(in_the_public_form(clipping), tmp_path / "old")
+    upgrade_folder(tmp_path / "old")
     encoding = encode()
     labels = torch.tensor([[1, 2, 0, 0, 1], [0, 1, 0, -100, -100], [1, 0, 0, -100, -100]])
     with torch.no_grad():
@@ -259,6 +263,6 @@ def test_the_hub_files_train_and_save_back_exactly_under_transformers_4(tmp_path
     assert_same_numbers(torch.tensor(got["reloaded"]), torch.tensor(got["trained"]), what="trained, saved, reloaded")
     assert got["names"]["trained"] == names(tmp_path / "tagger")
     assert got["names"]["encoder-again"] == names(tmp_path / "encoder")
-    assert got["names"]["old-again"] == sorted(clipping.state_dict())  # 4.x saves an older folder in today's names
+    assert got["names"]["old-again"] == sorted(clipping.state_dict())  # an upgraded older folder: today's names
     for name, want in expected.items():
         assert_same_numbers(torch.tensor(got["again"][name]), want, what=name)

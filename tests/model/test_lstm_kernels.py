@@ -542,8 +542,8 @@ def test_the_shipped_model_holds_no_module_state_and_importing_the_package_chang
         and not isinstance(value, (types.FunctionType, types.ModuleType, type))
         and not callable(value)
     }
-    # constants only (labels to ignore, the key names of older folders): nothing that decides how a model computes
-    expected = {"IGNORE_INDEX", "LEGACY_KEY_MAPPING", "PAD_ID", "BOS_ID", "EOS_ID"}
+    # constants only (labels to ignore, word ids): nothing that decides how a model computes
+    expected = {"IGNORE_INDEX", "PAD_ID", "BOS_ID", "EOS_ID"}
     assert state == expected, state
     model = ElmoModelTester().model()
     packed_kernels.available()  # the package module is imported and used ...

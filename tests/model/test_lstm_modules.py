@@ -1,5 +1,5 @@
-"""The LSTM as modules: PEFT adapters on its transforms, hooks, folders saved with the older parameter names,
-gradient checkpointing, `torch.compile(fullgraph=True)`, and misused `lstm_state`s."""
+"""The LSTM as modules: PEFT adapters on its transforms, hooks, folders saved with the older parameter names and
+their upgrade, gradient checkpointing, `torch.compile(fullgraph=True)`, and misused `lstm_state`s."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from support.model import (
 
 from modeling_elmo import ElmoForBidirectionalLM, ElmoLstmState, ElmoModel, save_model_folder
 from modeling_elmo import modeling_elmo as modeling
-from modeling_elmo.pretraining.trainer import rename_legacy_keys
+from modeling_elmo.utils.earlier_formats import legacy_keys, renamed_legacy_key
 
 TOLERANCE = 1e-5
 LSTM_LINEARS = ("input_transform", "recurrent_transform", "projection")
@@ -132,69 +132,85 @@ def test_a_hooked_lstm_transform_is_computed_through_the_module():
 # ------------------------------------------------------------------------------------------------- older folders
 
 
-def test_a_folder_with_the_older_lstm_parameter_names_loads_and_saves_back_with_identical_outputs(tmp_path):
+def test_a_folder_with_the_older_lstm_parameter_names_is_upgraded_in_place_and_then_loads_with_identical_outputs(
+    tmp_path, capsys
+):
+    """The shipped files read today's names only: the package's loader refuses the older folder naming `elmo
+    upgrade`, which renames the tensors (their bytes unchanged); transformers then loads it with nothing missing."""
     from transformers import AutoModel
+
+    from modeling_elmo import load_elmo_model
+    from modeling_elmo.cli import main
 
     tester, model = clipping_model()
     write_legacy_folder(model, tmp_path / "old")
+    older = load_file(str(tmp_path / "old" / "model.safetensors"))
+    with pytest.raises(ValueError, match=rf"earlier version of this package: run `elmo upgrade {tmp_path / 'old'}`"):
+        load_elmo_model(tmp_path / "old")
+    assert main(["upgrade", str(tmp_path / "old")]) == 0
+    assert (
+        capsys.readouterr().out == "elmo upgrade: changed model.safetensors: the older LSTM parameter names renamed\n"
+    )
+    upgraded = load_file(str(tmp_path / "old" / "model.safetensors"))
+    assert upgraded.keys() == model.state_dict().keys()
+    assert all(torch.equal(upgraded[renamed_legacy_key(key)], tensor) for key, tensor in older.items())
     enc = tester.encode(SENTENCES)
     with torch.no_grad():
         expected = model(**enc).last_hidden_state
         loaded, info = AutoModel.from_pretrained(tmp_path / "old", output_loading_info=True)
         assert not info["missing_keys"] and not info["unexpected_keys"], info
-        assert_same_numbers(loaded(**enc).last_hidden_state, expected, what="reloaded")
-        loaded.save_pretrained(tmp_path / "again")
-        again = AutoModel.from_pretrained(tmp_path / "again")
-        assert_same_numbers(again(**enc).last_hidden_state, expected, what="saved again")
-    # transformers writes a model back in the key format it was read from
-    assert (
-        load_file(str(tmp_path / "again" / "model.safetensors")).keys()
-        == load_file(str(tmp_path / "old" / "model.safetensors")).keys()
-    )
-    # the head classes too (keys under the base model's prefix)
-    lm = ElmoForBidirectionalLM.from_pretrained(tmp_path / "old")
+        assert_same_numbers(loaded(**enc).last_hidden_state, expected, what="upgraded")
+        assert_same_numbers(load_elmo_model(tmp_path / "old")(**enc).last_hidden_state, expected, what="tools")
+    lm = ElmoForBidirectionalLM.from_pretrained(tmp_path / "old")  # the head classes too (under the prefix)
     assert torch.equal(
         lm.elmo.encoder.forward_layers[1].projection.weight, model.encoder.forward_layers[1].projection.weight
     )
+    assert main(["upgrade", str(tmp_path / "old")]) == 0  # a second run changes nothing
+    assert "already in today's format; nothing changed" in capsys.readouterr().out
+    assert load_file(str(tmp_path / "old" / "model.safetensors")).keys() == upgraded.keys()
 
 
-def test_a_checkpoint_holding_an_older_and_the_current_lstm_name_is_refused_in_one_line_on_every_path(tmp_path):
-    """A checkpoint with both ``...weight_hr`` and ``...projection.weight`` (different values) would load one or the
-    other of each pair: a silent mix of two models. AutoModel, the heads, the folder's own code, the package's loader
-    and pretraining's ``--init-from-model`` refuse it, in one line naming both tensors."""
+def test_a_checkpoint_holding_an_older_and_the_current_lstm_name_loads_no_mix_and_the_tools_refuse_it(tmp_path):
+    """A checkpoint with both ``...weight_hr`` and ``...projection.weight`` (different values): transformers loads
+    today's tensor of each pair (no mix of the two) and names the older one among the unexpected keys; the package's
+    loader refuses it naming the tensor, and `elmo upgrade` refuses it naming both, in one line, changing nothing."""
     from transformers import AutoModel, AutoModelForSequenceClassification
     from transformers.dynamic_module_utils import get_class_from_dynamic_module
 
     from modeling_elmo import ElmoForSequenceClassification, load_elmo_model
+    from modeling_elmo.conversion.upgrade import upgrade_folder
 
-    _, model = clipping_model()
+    tester, model = clipping_model()
     save_model_folder(model, None, tmp_path / "mixed")
     path = tmp_path / "mixed" / "model.safetensors"
     weights = load_file(str(path))
-    current = "encoder.forward_layers.1.projection.weight"
-    weights["encoder.forward_layers.1.weight_hr"] = weights[current] + 1.0
+    current, older = "encoder.forward_layers.1.projection.weight", "encoder.forward_layers.1.weight_hr"
+    weights[older] = weights[current] + 1.0
     save_file(weights, str(path), metadata={"format": "pt"})
-    layer = r"'encoder\.forward_layers\.1\."
-    pattern = rf"holds both {layer}weight_hr' .* and {layer}projection\.weight'"
+    enc = tester.encode(SENTENCES)
+    with torch.no_grad():
+        expected = model(**enc).last_hidden_state
     loaders = [
         AutoModel.from_pretrained,
         ElmoModel.from_pretrained,
-        ElmoForSequenceClassification.from_pretrained,
-        AutoModelForSequenceClassification.from_pretrained,
         get_class_from_dynamic_module("modeling_elmo.ElmoModel", str(tmp_path / "mixed")).from_pretrained,
     ]
     for load in loaders:
-        with pytest.raises(ValueError, match=pattern) as raised:
-            load(tmp_path / "mixed")
-        assert "\n" not in str(raised.value)
-    unexpected = r"1 unexpected tensor\(s\) \(encoder\.forward_layers\.1\.weight_hr\)"
-    with pytest.raises(ValueError, match=unexpected) as raised:
-        load_elmo_model(tmp_path / "mixed")  # the tools' loader (elmo embed, elmo evaluate) checks every name itself
-    assert "\n" not in str(raised.value)
-    with pytest.raises(ValueError, match=r"--init-from-model 'm' holds both 'encoder\.forward_layers\.1\.weight_hr'"):
-        rename_legacy_keys(weights, "--init-from-model 'm'")
-    del weights[current]  # the older name alone loads renamed
-    assert current in rename_legacy_keys(weights)
+        loaded, info = load(tmp_path / "mixed", output_loading_info=True)
+        assert older in info["unexpected_keys"] and not info["missing_keys"], info
+        with torch.no_grad():
+            assert torch.equal(loaded(**enc).last_hidden_state, expected)  # today's tensors, exactly
+    for load in (ElmoForSequenceClassification.from_pretrained, AutoModelForSequenceClassification.from_pretrained):
+        head, info = load(tmp_path / "mixed", output_loading_info=True)
+        assert f"elmo.{older}" in info["unexpected_keys"] or older in info["unexpected_keys"], info
+        assert torch.equal(head.elmo.encoder.forward_layers[1].projection.weight, weights[current])
+    before = path.read_bytes()
+    layer = r"'encoder\.forward_layers\.1\."
+    both = rf"holds both {layer}weight_hr' \(an older LSTM parameter name\) and {layer}projection\.weight'"
+    for refuse in (load_elmo_model, upgrade_folder):  # the tools' loader (elmo embed, elmo evaluate), elmo upgrade
+        with pytest.raises(ValueError, match=both) as raised:
+            refuse(tmp_path / "mixed")
+        assert "\n" not in str(raised.value) and path.read_bytes() == before
 
 
 # ------------------------------------------------------------------------------------------ gradient checkpointing
@@ -278,7 +294,7 @@ def test_an_lstm_state_of_another_model_or_type_is_one_clear_error():
             model(**enc, lstm_state=(state.hidden, state.cell))
 
 
-def test_rename_legacy_keys_gives_todays_names_to_the_lstm_parameters_only():
+def test_renaming_the_older_names_gives_todays_names_to_the_lstm_parameters_only():
     _, model = clipping_model(ElmoForBidirectionalLM)
     today = model.state_dict()
     older = {}
@@ -288,8 +304,9 @@ def test_rename_legacy_keys_gives_todays_names_to_the_lstm_parameters_only():
                 key = key[: -len(new)] + old
         older[key] = tensor
     assert older.keys() != today.keys() and "elmo.char_encoder.projection.bias" in older
-    assert rename_legacy_keys(older).keys() == today.keys()
-    assert rename_legacy_keys(today).keys() == today.keys()  # today's names stay
+    assert [renamed_legacy_key(key) for key in older] == list(today)
+    assert [renamed_legacy_key(key) for key in today] == list(today)  # today's names stay
+    assert legacy_keys(older) == sorted(set(older) - set(today)) and legacy_keys(today) == []
 
 
 def test_building_an_lstm_layer_draws_nothing_from_the_random_stream():
