@@ -4,7 +4,7 @@
 `make_cache_folder`, `cache_lock`, `CacheFolder` and `read_origin` keep a cache folder real (no link followed), one
 writer at a time, written only relative to the folder opened at the lock (``dir_fd``: a folder swapped for a link never
 receives a byte), and the source of every cached file beside it (``<file>.source``). Their file safety (regular files
-only, atomic writes, the lock) comes from `modeling_elmo.folders.files`.
+only, atomic writes, the lock) comes from `modeling_elmo.folders` (files, opening, locks).
 """
 
 from __future__ import annotations
@@ -14,14 +14,9 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..folders.files import (
-    atomic_write_bytes,
-    check_regular_or_absent,
-    exclusive_lock,
-    open_regular,
-    remove_file,
-    replace,
-)
+from ..folders.files import atomic_write_bytes, remove_file, replace
+from ..folders.locks import exclusive_lock
+from ..folders.opening import check_regular_or_absent, open_regular
 
 _CHUNK = 1 << 20
 

@@ -27,9 +27,9 @@ from ..folders.files import (
     remove_empty_folder,
     remove_file,
     replace,
-    sha256_of_file,
     temporary_file_name,
 )
+from ..folders.opening import sha256_of_file
 
 __all__ = ["COMMAND", "PartialRecords", "proven_names", "remove_proven", "unproven_entries"]
 

@@ -1,6 +1,8 @@
 """Every change the package makes to the file system goes through this module: creating a temporary file or folder,
-writing a file atomically, renaming, removing, the lock beside an output, creating missing parent folders (and
-removing them again when left empty), and opening a file without following a link.
+writing a file atomically, renaming, removing, creating missing parent folders (and removing them again when left
+empty). Its two neighbours: `modeling_elmo.folders.opening` (opening a file without following a link: the link
+rule) and `modeling_elmo.folders.locks` (the lock beside an output), which removes its lock file through this
+module.
 
 One naming pattern for temporaries: a file being written as ``NAME`` is ``.NAME.TOKEN.tmp`` beside it and a
 temporary folder beside an output ``NAME`` is ``.NAME.KIND-PID-TOKEN``, where ``TOKEN`` is a fresh random part
@@ -14,10 +16,6 @@ owning process is proven gone (its process id is free, or now belongs to a proce
 start time), or a token that is not the folder's own, the folder is left alone with one line naming it. Its content
 is checked by the caller against what was recorded (names, sizes, sha256): one file more and nothing is deleted.
 
-One link rule (`open_regular`): a file is opened without following a symbolic link and without blocking, and must
-be a regular file; a file with more than one name (a hard link, ``st_nlink > 1``) is refused for writing always
-and for reading where the caller reads what it will hand on (``alone=True``: publishing, converting).
-
 Every step calls the plain `os` and `shutil` functions, looked up when it runs (``os.replace(...)``), so that a
 test can stop a process at each of them.
 """
@@ -25,21 +23,15 @@ test can stop a process at each of them.
 from __future__ import annotations
 
 import contextlib
-import errno
 import functools
-import hashlib
 import json
-import logging
 import os
 import re
 import secrets
 import shutil
 import stat
-import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-
-logger = logging.getLogger(__name__)
 
 __all__ = [
     "ASIDE",
@@ -50,17 +42,13 @@ __all__ = [
     "atomic_output",
     "atomic_write_bytes",
     "atomic_write_text",
-    "check_regular_or_absent",
     "create_file",
     "current_umask",
-    "exclusive_lock",
     "follow_umask",
-    "lock_holders",
     "make_folders",
     "new_private_folder",
     "new_temporary",
     "new_token",
-    "open_regular",
     "process_is_gone",
     "probe_writable",
     "process_start_time",
@@ -73,7 +61,6 @@ __all__ = [
     "remove_tree",
     "rename",
     "replace",
-    "sha256_of_file",
     "temporary_file_name",
 ]
 
@@ -276,233 +263,6 @@ def atomic_output(path: str | os.PathLike, *, suffix: str = "") -> Iterator[Path
     except BaseException:
         remove_file(temporary)
         raise
-
-
-# ----------------------------------------------------------------------------------------------- opening a file
-def _kind(mode: int) -> str:
-    """What a non-regular file is, in words."""
-    for test, name in (
-        (stat.S_ISLNK, "a symbolic link"),
-        (stat.S_ISDIR, "a folder"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISCHR, "a device"),
-        (stat.S_ISBLK, "a device"),
-    ):
-        if test(mode):
-            return name
-    return "not a regular file"
-
-
-def _not_regular(path: str | os.PathLike, what: str, mode: int) -> ValueError:
-    return ValueError(
-        f"{what} {str(path)!r} is {_kind(mode)}, not a regular file; refusing to use it (remove it "
-        "if it is not yours to keep)."
-    )
-
-
-def check_regular_or_absent(path: str | os.PathLike, what: str, *, folder_fd: int | None = None) -> bool:
-    """Whether ``path`` is a regular file (`False` when nothing is there); a link (even to a regular file) or
-    anything else is a `ValueError` naming it, so that the package never writes through, or trusts, a planted
-    link. With ``folder_fd``, ``path``'s name is looked up in that open folder; messages still name ``path``."""
-    try:
-        if folder_fd is None:
-            mode = os.lstat(path).st_mode
-        else:
-            mode = os.stat(Path(path).name, dir_fd=folder_fd, follow_symlinks=False).st_mode
-    except FileNotFoundError:
-        return False
-    if not stat.S_ISREG(mode):
-        raise _not_regular(path, what, mode)
-    return True
-
-
-def open_regular(
-    path: str | os.PathLike, flags: int, what: str, *, folder_fd: int | None = None, alone: bool = False
-) -> int:
-    """``os.open(path, flags)`` that never follows a link and never blocks (a FIFO, a device), and refuses anything
-    but a regular file with a `ValueError` naming it; returns the file descriptor. A file with more than one name
-    (a hard link: the same bytes are another file elsewhere) is refused for writing, and with ``alone`` for reading
-    too. ``flags`` may hold ``O_CREAT`` (a new file gets the umask's mode). An `OSError` of another kind (no
-    permission...) is raised as it is. With ``folder_fd``, ``path``'s name is opened in that open folder
-    (``dir_fd``); messages still name ``path``."""
-    name, where = (path, {}) if folder_fd is None else (Path(path).name, {"dir_fd": folder_fd})
-    try:
-        # O_TRUNC would empty the file before it is checked: it is applied once the file passed (below)
-        fd = os.open(name, (flags & ~os.O_TRUNC) | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666, **where)
-    except OSError as error:
-        if error.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):  # a link; a FIFO without a reader; a folder
-            check_regular_or_absent(path, what, folder_fd=folder_fd)
-        raise
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
-        os.close(fd)
-        raise _not_regular(path, what, info.st_mode)
-    writing = flags & (os.O_WRONLY | os.O_RDWR)
-    if (writing or alone) and info.st_nlink > 1:
-        os.close(fd)
-        if writing:
-            raise ValueError(
-                f"{what} {str(path)!r} is a hard link to another file ({info.st_nlink} names share it); refusing to "
-                "write through it (remove it if it is not yours to keep)."
-            )
-        raise ValueError(
-            f"{what} {str(path)!r} is a hard link ({info.st_nlink} names share the file, which may lie outside the "
-            "folder); refusing to read it through this name, as a symbolic link out of the folder is refused. Copy "
-            "the file in if it belongs there."
-        )
-    if flags & os.O_TRUNC:
-        os.ftruncate(fd, 0)
-    return fd
-
-
-def sha256_of_file(path: str | os.PathLike, block_size: int = 1 << 20) -> str:
-    """The hex sha256 of a file's bytes, read in blocks of ``block_size``."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(block_size):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-# ----------------------------------------------------------------------------------------------- the lock
-def lock_holders(fd: int) -> str:
-    """Who holds a lock on the file open as ``fd``, as Linux's ``/proc/locks`` tells: ``process 123 of user bob
-    (exclusive lock)``, joined by commas; empty where that cannot be read."""
-    import pwd
-
-    info = os.fstat(fd)
-    try:
-        with open("/proc/locks", encoding="ascii", errors="replace") as handle:
-            lines = handle.read(1 << 20).splitlines()
-    except OSError:
-        return ""
-    found = []
-    for line in lines:
-        fields = line.split()
-        if len(fields) < 6 or "->" in fields:  # a process waiting for the lock, not holding it
-            continue
-        pid, where = fields[4], fields[5].split(":")
-        try:
-            same = (int(where[0], 16), int(where[1], 16), int(where[2])) == (
-                os.major(info.st_dev),
-                os.minor(info.st_dev),
-                info.st_ino,
-            )
-        except (IndexError, ValueError):
-            continue
-        if not same:
-            continue
-        kind = "shared" if fields[3] == "READ" else "exclusive"
-        try:
-            user = pwd.getpwuid(os.stat(f"/proc/{pid}").st_uid).pw_name
-        except (OSError, KeyError):
-            user = "unknown"
-        found.append(f"process {pid} of user {user} ({kind} lock)")
-    return ", ".join(dict.fromkeys(found))
-
-
-def _named_holder(fd: int) -> str:
-    """The command a lock file names (`exclusive_lock`'s ``holder``): its first 100 bytes, printable ASCII only."""
-    try:
-        text = os.pread(fd, 100, 0).decode("ascii", "replace")
-    except OSError:
-        return ""
-    return text if re.fullmatch(r"[A-Za-z0-9 ._-]+", text) else ""
-
-
-@contextlib.contextmanager
-def exclusive_lock(
-    path: str | os.PathLike,
-    busy: str,
-    unwritable: str | Callable[[OSError], Exception] | None = None,
-    *,
-    holder: str | None = None,
-    what: str = "lock file",
-    folder_fd: int | None = None,
-    wait: float | None = None,
-    waiting_for: str = "",
-    gave_up: Callable[[str], Exception] | None = None,
-    keep_file: bool = False,
-) -> Iterator[int]:
-    """Hold an exclusive `fcntl.flock` on the file ``path`` while the block runs (yields its descriptor). The one
-    lock of the package: the operating system releases it when its process dies, so a killed run never leaves a
-    stale lock.
-
-    The file is opened without following a link and without blocking (`open_regular`; with ``folder_fd``, its name
-    in that open folder): a link planted there, a FIFO, a folder or a hard link to another file is refused with one
-    line naming it (``what``), nothing is created through it. An `OSError` creating it is a `ValueError` starting
-    with ``unwritable`` (or what the callable ``unwritable`` makes of it).
-
-    Held by another process: without ``wait``, a `ValueError` with the message ``busy`` at once, where ``{holder}``
-    becomes the command the lock file names (``holder`` is written into it while held). With ``wait`` (seconds), one
-    warning says for whom it waits (the processes `lock_holders` finds) and for what (``waiting_for``), and after
-    ``wait`` seconds ``gave_up(holders)`` is raised.
-
-    The file is removed when the block ends (unless ``keep_file``). A process that opened the file just before an
-    earlier holder removed it would lock a deleted file: the lock is only taken once it is on the file at the path.
-    """
-    import fcntl
-
-    path = Path(path)
-    name = path.name if folder_fd is not None else path
-
-    def at_path() -> os.stat_result | None:
-        try:
-            return os.stat(name, dir_fd=folder_fd, follow_symlinks=False)
-        except FileNotFoundError:
-            return None
-
-    while True:
-        try:
-            fd = open_regular(path, os.O_RDWR | os.O_CREAT, what, folder_fd=folder_fd)
-        except ValueError as error:
-            raise ValueError(f"{unwritable}: {error}" if isinstance(unwritable, str) else str(error)) from None
-        except OSError as error:
-            if callable(unwritable):
-                raise unwritable(error) from None
-            if unwritable is None:
-                raise ValueError(f"cannot create the {what} {str(path)!r}: {error.strerror}.") from None
-            raise ValueError(f"{unwritable}: {error.strerror} ({str(path)!r}).") from None
-        handle = os.fdopen(fd, "rb")
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if wait is None:
-                named = _named_holder(handle.fileno()) or "elmo"
-                handle.close()
-                raise ValueError(busy.replace("{holder}", named)) from None
-            holders = lock_holders(handle.fileno()) or "another process"
-            logger.warning(
-                "waiting for %s, which holds %s, %s (giving up after %.0f s)", holders, path, waiting_for, wait
-            )
-            deadline = time.monotonic() + wait
-            while True:
-                time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
-                try:
-                    fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        handle.close()
-                        raise (gave_up(holders) if gave_up else ValueError(busy)) from None
-        current = at_path()
-        if current is not None and os.path.samestat(current, os.fstat(handle.fileno())):
-            break
-        handle.close()  # removed (and maybe re-created) by the process that held it: lock the file at the path
-    if holder is not None:
-        os.ftruncate(handle.fileno(), 0)
-        os.pwrite(handle.fileno(), holder.encode("utf-8"), 0)
-    try:
-        yield handle.fileno()
-    finally:
-        if not keep_file:
-            current = at_path()
-            if current is not None and os.path.samestat(current, os.fstat(handle.fileno())):
-                remove_file(name, dir_fd=folder_fd)  # while still locked, so no other process can be holding it
-        with contextlib.suppress(OSError):
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-        handle.close()
 
 
 # ----------------------------------------------------------------------------------------------- processes

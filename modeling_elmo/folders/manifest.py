@@ -37,7 +37,6 @@ from .files import (
     MANIFEST,
     TEMPORARY_MARKER,
     atomic_write_text,
-    exclusive_lock,
     make_folders,
     new_temporary,
     prove_temporary,
@@ -45,9 +44,10 @@ from .files import (
     remove_empty_folders,
     remove_temporary,
     rename,
-    sha256_of_file,
     temporary_folder_pattern,
 )
+from .locks import exclusive_lock
+from .opening import sha256_of_file
 
 __all__ = [
     "ASIDE",

@@ -18,15 +18,9 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..folders.files import (
-    MANIFEST,
-    follow_umask,
-    new_temporary,
-    open_regular,
-    remove_file,
-    remove_temporary,
-)
+from ..folders.files import MANIFEST, follow_umask, new_temporary, remove_file, remove_temporary
 from ..folders.manifest import check_replaceable, install_folder, output_lock, write_manifest
+from ..folders.opening import open_regular
 from ..folders.run_folder import CODE_FILES, EvaluationFolder, RunFolder
 from ..utils.io_utils import check_safetensors_header, is_within, read_json_object
 from ..utils.loading import refuse_pickled_weights
@@ -122,7 +116,7 @@ def _allowed_roots(root: Path) -> list[Path]:
 def check_published_inputs(run: RunFolder) -> None:
     """Raise `ValueError` naming the file if one that publishing reads from the model folder (config, weights,
     tokenizer files, metadata, results, plots) is a link that leads out of the folder, a hard link (a file with
-    another name, which may lie outside the folder: `files.open_regular`'s ``alone``), or is not a regular file
+    another name, which may lie outside the folder: `opening.open_regular`'s ``alone``), or is not a regular file
     (a FIFO, a device): publishing never reads a file elsewhere through a name in the folder (``perplexity.png``
     -> ``/etc/passwd``)."""
     root = run.root

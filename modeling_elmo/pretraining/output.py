@@ -19,7 +19,6 @@ import torch
 from ..folders.files import (
     atomic_output,
     atomic_write_text,
-    exclusive_lock,
     make_folders,
     new_temporary,
     probe_writable,
@@ -29,6 +28,7 @@ from ..folders.files import (
     remove_tree,
     replace,
 )
+from ..folders.locks import exclusive_lock
 from ..folders.manifest import install_folder, recover_interrupted, write_manifest
 from ..folders.run_folder import RunFolder, read_json_object
 from .checkpoint import BEST_MODEL_FILE, CheckpointManager

@@ -11,17 +11,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-# Writing, locking and opening files live in `modeling_elmo.folders.files`; these names stay importable from here.
-from ..folders.files import (  # noqa: F401
-    atomic_write_bytes,
-    atomic_write_text,
-    check_regular_or_absent,
-    current_umask,
-    exclusive_lock,
-    follow_umask,
-    open_regular,
-    sha256_of_file,
-)
+# Writing, locking and opening files live in `modeling_elmo.folders` (files, locks, opening); these names stay
+# importable from here.
+from ..folders.files import atomic_write_bytes, atomic_write_text, current_umask, follow_umask  # noqa: F401
+from ..folders.locks import exclusive_lock  # noqa: F401
+from ..folders.opening import check_regular_or_absent, open_regular, sha256_of_file  # noqa: F401
 
 
 def host_reachable(url: str, timeout: float = 3.0) -> bool:

@@ -1,7 +1,7 @@
-"""`modeling_elmo.folders.files`, the one home of every file-system change of the package: its naming of
-temporaries, atomic writes, the lock, the link rule of its opener, and the deletion rule of what a killed run left
-(a marker that names its folder and token, a process proven gone, content exactly as recorded); and that no module
-outside it renames or removes anything itself."""
+"""`modeling_elmo.folders`, the one home of every file-system change of the package: the naming of temporaries and
+atomic writes (`files`), the lock (`locks`), the link rule of the opener (`opening`), and the deletion rule of what a
+killed run left (a marker that names its folder and token, a process proven gone, content exactly as recorded); and
+that no module outside `modeling_elmo.folders.files` renames or removes anything itself."""
 
 from __future__ import annotations
 
@@ -17,11 +17,14 @@ from support import left_by_a_killed_run
 
 import modeling_elmo
 from modeling_elmo.conversion.convert import main as convert_main
-from modeling_elmo.folders import files
+from modeling_elmo.folders import files, locks, opening
 from modeling_elmo.folders.manifest import ASIDE, TEMPORARY_MARKER, recover_interrupted, write_manifest
 
 PACKAGE = Path(modeling_elmo.__file__).parent
-#: The calls that change the file system, allowed in `modeling_elmo.folders.files` only.
+#: The modules allowed to make the calls that change the file system: the file-safety modules of
+#: `modeling_elmo.folders` that do (the opener and the lock change nothing but through `files`).
+_ALLOWED = {PACKAGE / "folders" / "files.py"}
+#: The calls that change the file system, allowed in `_ALLOWED` only.
 _MUTATIONS = {("os", "replace"), ("os", "rename"), ("os", "unlink"), ("os", "remove"), ("os", "rmdir")}
 _MUTATIONS |= {("shutil", "rmtree"), ("shutil", "move")}
 #: Method names that change the file system whatever they are called on (``Path.unlink``, ``Path.rmdir``,
@@ -63,14 +66,11 @@ def _mutations(path: Path) -> list[str]:
 
 def test_no_file_mutation_outside_the_file_safety_module():
     """Every rename and removal of the package goes through `modeling_elmo.folders.files` (read with `ast`, so a
-    comment or a string does not count and an alias does)."""
-    outside = [
-        found
-        for path in sorted(PACKAGE.rglob("*.py"))
-        if path != PACKAGE / "folders" / "files.py"
-        for found in _mutations(path)
-    ]
+    comment or a string does not count and an alias does); the allowed modules are exactly those of
+    `modeling_elmo.folders` that make such calls, each of them does."""
+    outside = [found for path in sorted(PACKAGE.rglob("*.py")) if path not in _ALLOWED for found in _mutations(path)]
     assert outside == [], "file-system changes outside modeling_elmo/folders/files.py:\n" + "\n".join(outside)
+    assert all(path.parent == PACKAGE / "folders" and _mutations(path) for path in _ALLOWED)
 
 
 def test_the_scan_finds_each_kind_of_call_it_forbids(tmp_path, monkeypatch):
@@ -156,16 +156,16 @@ def test_a_hard_link_is_refused_for_reading_alone_as_for_writing(tmp_path):
     inside = tmp_path / "folder" / "vocab.txt"
     inside.parent.mkdir()
     os.link(outside, inside)
-    os.close(files.open_regular(inside, os.O_RDONLY, "the file"))  # a plain read of one's own file: allowed
+    os.close(opening.open_regular(inside, os.O_RDONLY, "the file"))  # a plain read of one's own file: allowed
     with pytest.raises(ValueError) as raised:
-        files.open_regular(inside, os.O_RDONLY, "the model folder's file", alone=True)
+        opening.open_regular(inside, os.O_RDONLY, "the model folder's file", alone=True)
     assert str(raised.value) == (
         f"the model folder's file {str(inside)!r} is a hard link (2 names share the file, which may lie outside "
         "the folder); refusing to read it through this name, as a symbolic link out of the folder is refused. "
         "Copy the file in if it belongs there."
     )
     with pytest.raises(ValueError, match="is a hard link to another file .2 names share it.; refusing to write"):
-        files.open_regular(inside, os.O_WRONLY, "the file")
+        opening.open_regular(inside, os.O_WRONLY, "the file")
     assert outside.read_text() == "another user's file"
 
 
@@ -177,7 +177,7 @@ def test_the_lock_waits_saying_for_whom_and_then_gives_up_in_one_line(tmp_path, 
     with open(lock, "w") as other:
         fcntl.flock(other.fileno(), fcntl.LOCK_EX)
         with caplog.at_level(logging.WARNING), pytest.raises(TimeoutError, match="^gave up on process"):
-            with files.exclusive_lock(
+            with locks.exclusive_lock(
                 lock,
                 "busy",
                 wait=0.5,
@@ -188,7 +188,7 @@ def test_the_lock_waits_saying_for_whom_and_then_gives_up_in_one_line(tmp_path, 
                 pytest.fail("the lock was taken")
     assert f"waiting for process {os.getpid()} of user " in caplog.text
     assert f"which holds {lock}, the lock of the test (giving up after 0 s)" in caplog.text
-    with files.exclusive_lock(lock, "busy", holder="elmo test"):  # free again: taken, and removed at the end
+    with locks.exclusive_lock(lock, "busy", holder="elmo test"):  # free again: taken, and removed at the end
         assert lock.read_text() == "elmo test"
     assert not lock.exists()
 

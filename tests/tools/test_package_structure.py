@@ -120,8 +120,9 @@ def test_the_original_format_module_is_a_leaf_of_the_conversion_modules():
 def test_the_http_client_knows_no_catalogue_and_both_catalogues_use_it():
     graph = import_graph(REPO_ROOT, PACKAGE)
     conversion = {name for name in graph if name.startswith("modeling_elmo.conversion")}
-    cache = "modeling_elmo.conversion.cache_folder"  # the HTTP client's cache folder, its file safety from files.py
-    assert graph[cache] <= {"modeling_elmo.utils.io_utils", "modeling_elmo.folders.files"}
+    cache = "modeling_elmo.conversion.cache_folder"  # the HTTP client's cache folder, its file safety from folders/
+    safety = {f"modeling_elmo.folders.{name}" for name in ("files", "opening", "locks")}
+    assert graph[cache] <= {"modeling_elmo.utils.io_utils", *safety}
     assert graph["modeling_elmo.conversion.download"] <= {"modeling_elmo.utils.io_utils", cache}
     assert graph["modeling_elmo.conversion.download"].isdisjoint(conversion - {cache})
     for catalogue in ("modeling_elmo.conversion.releases", "modeling_elmo.conversion.efml_releases"):
