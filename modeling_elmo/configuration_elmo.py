@@ -40,103 +40,85 @@ AUTO_MAP = {
 }
 
 
-#: No vocabulary holds more words than this (the trillion-word Google Web 1T corpus has 13.6 M distinct words): a
-#: word table or softmax of more rows (each of `projection_dim` or `word_input_dim` numbers) is a mistake.
+#: The most rows a word table or softmax may have (the trillion-word Google Web 1T corpus has 13.6 M distinct words).
 MAX_VOCABULARY_LIMIT = 10**8
-#: The least value of each integer field (the vocabularies': `FIELD_RULES`).
-INTEGER_MINIMUMS = dict(
-    projection_dim=1,
-    hidden_size=2,
-    cell_size=1,
-    char_embedding_dim=1,
-    max_characters_per_token=3,
-    num_characters=1,
-    word_input_dim=0,
-    num_output_representations=1,
-    num_negative_samples=1,
-    lm_softmax_chunk_size=1,
-)
-#: The most layers of each kind a config may stack (the released models have 2 of each, ELMoForManyLangs 2 and 1):
-#: every layer is a module transformers builds and initialises before it reads a weight, so that a folder asking for
-#: thousands (beside small weights) would keep a loader busy for minutes before any error could name it.
+#: The most layers of each kind (the released models have 2 and 2): transformers builds and initialises every layer
+#: before it reads a weight, so a folder asking for thousands would keep a loader busy for minutes.
 MAX_LAYERS = 64
-#: The values each field of a few choices may take.
-CHOICES = {
-    "char_cnn_activation": ("relu", "tanh"),
-    "lstm_implementation": ("auto", "loop", "fused", "torch"),
-    "classifier_pooling": ("mean", "max", "mean_max", "first", "last"),
-    "lm_softmax": ("full", "sampled"),
-    "char_vocabulary": ("bytes", "unicode"),
-}
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+def _is_int(value: Any, low: float = 0, high: float = math.inf) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _filters_valid(filters: Any) -> bool:
+def _is_number(value: Any, low: float = -math.inf, high: float = math.inf) -> bool:
     return (
-        isinstance(filters, list)
-        and bool(filters)
-        and all(isinstance(p, list) and len(p) == 2 and all(_is_int(v) and v >= 1 for v in p) for p in filters)
+        isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and low <= value < high
     )
 
 
-#: Field -> (whether a value is valid, what the field must be): the rule of each field on its own, in order.
-FIELD_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    **{n: (lambda v, low=low: _is_int(v) and v >= low, f"an integer >= {low},") for n, low in INTEGER_MINIMUMS.items()},
-    **{
-        n: (lambda v, low=low: _is_int(v) and low <= v <= MAX_LAYERS, f"an integer in [{low}, {MAX_LAYERS}] (layers),")
-        for n, low in (("num_hidden_layers", 1), ("num_highway_layers", 0))
-    },
-    **{
-        n: (
-            lambda v, low=low: _is_int(v) and low <= v <= MAX_VOCABULARY_LIMIT,
-            f"an integer in [{low}, {MAX_VOCABULARY_LIMIT:,}],",
-        )
-        for n, low in (("vocab_size", 4), ("word_input_vocab_size", 0))
-    },
-    **{n: (lambda v, ok=ok: v in ok, f"one of {', '.join(map(repr, ok))};") for n, ok in CHOICES.items()},
-    **dict.fromkeys(
-        ("use_skip_connections", "scalar_mix_layer_norm", "freeze_elmo", "use_packed_kernels"),
+def _integer(low: int, high: int | None = None, what: str = "") -> tuple[Callable[[Any], bool], str]:
+    bounds = f">= {low}" if high is None else f"in [{low}, {high:,}]{what}"
+    return (lambda v: _is_int(v, low, math.inf if high is None else high)), f"an integer {bounds},"
+
+
+def _one_of(*choices: str) -> tuple[Callable[[Any], bool], str]:
+    return (lambda v: v in choices), f"one of {', '.join(map(repr, choices))};"
+
+
+def _filters(value: Any) -> bool:
+    pairs = isinstance(value, list) and all(isinstance(p, list) and len(p) == 2 for p in value)
+    return pairs and bool(value) and all(_is_int(n, 1) for p in value for n in p)
+
+
+def _weights(value: Any) -> bool:
+    return value is None or (isinstance(value, list) and all(_is_number(w) for w in value))
+
+
+#: (fields, (whether a value is valid, what the field must be)): the rule of each field on its own, in order.
+_RULES = (
+    ("projection_dim", _integer(1)),
+    ("hidden_size", _integer(2)),
+    ("cell_size char_embedding_dim", _integer(1)),
+    ("max_characters_per_token", _integer(3, MAX_CHARACTERS_PER_TOKEN_LIMIT, " (characters per word)")),
+    ("num_characters", _integer(1)),
+    ("word_input_dim", _integer(0)),
+    ("num_output_representations num_negative_samples lm_softmax_chunk_size", _integer(1)),
+    ("num_hidden_layers", _integer(1, MAX_LAYERS, " (layers)")),
+    ("num_highway_layers", _integer(0, MAX_LAYERS, " (layers)")),
+    ("vocab_size", _integer(4, MAX_VOCABULARY_LIMIT)),
+    ("word_input_vocab_size", _integer(0, MAX_VOCABULARY_LIMIT)),
+    ("char_cnn_activation", _one_of("relu", "tanh")),
+    ("lstm_implementation", _one_of("auto", "loop", "fused", "torch")),
+    ("classifier_pooling", _one_of("mean", "max", "mean_max", "first", "last")),
+    ("lm_softmax", _one_of("full", "sampled")),
+    ("char_vocabulary", _one_of("bytes", "unicode")),
+    (
+        "use_skip_connections scalar_mix_layer_norm freeze_elmo use_packed_kernels",
         (lambda v: isinstance(v, bool), "true or false,"),
     ),
     # transformers' own tests set any ids here (6, 7, 8); the one class that reads them, the language model, refuses
     # ids other than its vocabulary's (`ElmoForBidirectionalLM`)
-    **dict.fromkeys(
-        ("pad_token_id", "bos_token_id", "eos_token_id", "unk_token_id"),
-        (lambda v: v is None or (_is_int(v) and v >= 0), "an integer >= 0 or None,"),
+    ("pad_token_id bos_token_id eos_token_id", (lambda v: v is None or _is_int(v), "an integer >= 0 or None,")),
+    ("initializer_range", (lambda v: _is_number(v, 0), "a finite number >= 0,")),
+    ("hidden_dropout_prob classifier_dropout", (lambda v: _is_number(v, 0, 1), "a probability in [0, 1),")),
+    (
+        "cell_clip proj_clip",
+        (lambda v: v is None or _is_number(v, 0) and v > 0, "a finite positive number or None (no clipping),"),
     ),
-    "initializer_range": (lambda v: _is_number(v) and math.isfinite(v) and v >= 0, "a finite number >= 0,"),
-    **dict.fromkeys(
-        ("hidden_dropout_prob", "classifier_dropout"),
-        (lambda v: _is_number(v) and 0.0 <= v < 1.0, "a probability in [0, 1),"),
-    ),
-    **dict.fromkeys(
-        ("cell_clip", "proj_clip"),
-        (
-            lambda v: v is None or (_is_number(v) and math.isfinite(v) and v > 0),
-            "a finite positive number or None (no clipping),",
-        ),
-    ),
-    "char_cnn_filters": (_filters_valid, "a non-empty list of [width, count] pairs of positive integers,"),
-    "scalar_mix_parameters": (
-        lambda v: v is None or (isinstance(v, list) and all(_is_number(w) and math.isfinite(w) for w in v)),
-        "a list of finite numbers (one weight per layer) or None,",
-    ),
+    ("char_cnn_filters", (_filters, "a non-empty list of [width, count] pairs of positive integers,")),
+    ("scalar_mix_parameters", (_weights, "a list of finite numbers (one weight per layer) or None,")),
+)
+#: Field -> (whether a value is valid, what the field must be).
+FIELD_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    name: rule for names, rule in _RULES for name in names.split()
 }
 
 
 class ElmoConfig(PretrainedConfig):
-    r"""Configuration of an ELMo bidirectional language model and its task heads. The defaults build the released
-    ``2x4096_512_2048cnn_2xhighway`` model; the original ``options.json`` key of a field is given in parentheses.
-    A value that would build a model computing nonsense (a type, bound or choice a field does not take, fields that
-    disagree) is a one-line `ValueError` naming the field and the value. (The package's tools check the config of a
-    folder they read further: ``modeling_elmo.utils.config_checks``.)
+    r"""Configuration of an ELMo biLM and its task heads; the defaults build the released
+    ``2x4096_512_2048cnn_2xhighway`` model (a field's ``options.json`` key in parentheses). A value that would compute
+    nonsense (a type, bound or choice a field does not take, fields that disagree) is a one-line `ValueError`.
 
     Args:
         vocab_size (`int`, defaults to 4): softmax words, ``<pad> <S> </S> <UNK>`` included; 4: no vocabulary.
@@ -288,11 +270,6 @@ class ElmoConfig(PretrainedConfig):
         layers, widest = self.num_hidden_layers + 1, max(width for width, _ in self.char_cnn_filters)
         unicode = self.char_vocabulary == "unicode"
         for bad, message in (
-            (
-                self.max_characters_per_token > MAX_CHARACTERS_PER_TOKEN_LIMIT,
-                f"`max_characters_per_token` must be at most {MAX_CHARACTERS_PER_TOKEN_LIMIT} (characters per word), "
-                f"got {self.max_characters_per_token}.",
-            ),
             (
                 widest > self.max_characters_per_token,
                 f"a char_cnn filter of width {widest} is wider than max_characters_per_token="

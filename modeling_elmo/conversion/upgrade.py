@@ -26,7 +26,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..folders.files import atomic_write_bytes, open_regular
+from ..folders.files import atomic_write_bytes
+from ..folders.opening import open_regular
 from ..utils.earlier_formats import check_no_legacy_clash, renamed_legacy_key, upgraded_config
 
 COMMAND = "elmo upgrade"

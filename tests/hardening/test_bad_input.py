@@ -191,7 +191,7 @@ ROWS = [
     Row(
         "library",
         "`check_config(ElmoConfig(max_characters_per_token=10**6))` (also a `config.json` loaded by the CLI)",
-        "`max_characters_per_token` must be at most 1024 (characters per word), got 1000000.",
+        "`max_characters_per_token` must be an integer in [3, 1,024] (characters per word), got 1000000.",
         lambda: check_config(ElmoConfig(max_characters_per_token=10**6)),
     ),
     Row(

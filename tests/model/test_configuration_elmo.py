@@ -90,7 +90,10 @@ def test_the_config_itself_refuses_only_what_would_change_its_meaning():
         ({"char_cnn_filters": 5}, "char_cnn_filters` must be a non-empty list .*got 5"),
         ({"scalar_mix_parameters": 5}, "scalar_mix_parameters` must be a list of finite numbers .*got 5"),
         ({"num_labels": 2.5}, "num_labels.*2.5"),
-        ({"max_characters_per_token": 10**6}, "max_characters_per_token` must be at most 1024"),
+        (
+            {"max_characters_per_token": 10**6},
+            r"max_characters_per_token` must be an integer in \[3, 1,024\] \(characters per word\)",
+        ),
         ({"cell_size": "x" * 10**6}, r"cell_size` must be an integer >= 1, got 'x{79}\.\.\.\.$"),
         # attacker pass on issue 35: values the checks let through that compute nonsense
         ({"bos_token_id": -1}, r"`bos_token_id` must be an integer >= 0 or None, got -1"),
