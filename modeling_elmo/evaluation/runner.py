@@ -12,18 +12,16 @@ from typing import Any
 
 import torch
 
-from ..embedding.inference import (
-    HEAD_WEIGHT_PREFIXES,
-    check_loading_info,
-    check_safetensors_files,
-    check_weights_fit_config,
-    load_elmo_tokenizer,
-    quiet_load_report,
-    refuse_nonfinite_weights,
-)
+from ..embedding.inference import HEAD_WEIGHT_PREFIXES, load_elmo_tokenizer, quiet_load_report
 from ..folders.run_folder import RunFolder
 from ..utils.loading import check_model_location, refuse_pickled_weights
 from ..utils.vocab_file import vocabulary_size_of
+from ..utils.weight_checks import (
+    check_loading_info,
+    check_safetensors_files,
+    check_weights_fit_config,
+    refuse_nonfinite_weights,
+)
 from . import data as ev_data
 from .metrics import mcnemar_exact, most_frequent_tag_accuracy
 from .tasks import compute_layer_features, fit_unigram_baseline, lm_perplexity, probe_task, wsd_probe

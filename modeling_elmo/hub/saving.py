@@ -51,13 +51,9 @@ def load_model_and_tokenizer(run: RunFolder, dtype: str = "float32"):
     import torch
 
     from .. import modeling_elmo
-    from ..embedding.inference import (
-        check_loading_info,
-        check_weights_fit_config,
-        load_elmo_tokenizer,
-        quiet_load_report,
-    )
+    from ..embedding.inference import load_elmo_tokenizer, quiet_load_report
     from ..utils.config_checks import load_config
+    from ..utils.weight_checks import check_loading_info, check_weights_fit_config
 
     config = load_config(run.root, str(run.config_file))
     words = vocabulary_size_of(run.vocab_file)

@@ -120,11 +120,11 @@ def read_characters(path: Path) -> tuple[str, ...]:
 
 def _starting_model(folder: Path, given_config: str | None) -> tuple[dict[str, Any], Vocabulary, tuple | None]:
     """--init-from-model's config, vocabulary and character vocabulary, checked against the weights and each other."""
-    from ..embedding.inference import check_weights_fit_config
     from ..modeling_elmo import ElmoForBidirectionalLM
     from ..utils.config_checks import config_from_dict
     from ..utils.loading import refuse_pickled_weights
     from ..utils.vocab_file import count_vocabulary_words
+    from ..utils.weight_checks import check_weights_fit_config
 
     name = f"--init-from-model {str(folder)!r}"
     missing = [file for file in INIT_MODEL_FILES if not (folder / file).is_file()]

@@ -312,7 +312,12 @@ def test_cli_tokenizer_and_model_of_different_widths_fail_before_anything_is_wri
     "file, field, value, expected",
     [
         ("tokenizer_config.json", "max_characters_per_token", 10**6, "must be an integer in [3, 1024], got 1000000"),
-        ("config.json", "max_characters_per_token", 10**6, "must be an integer in [3, 1,024] (characters per word), got 1000000"),
+        (
+            "config.json",
+            "max_characters_per_token",
+            10**6,
+            "must be an integer in [3, 1,024] (characters per word), got 1000000",
+        ),
         ("config.json", "char_cnn_filters", [[1, 10**9]], "describes a model of 2e+18 parameters"),
     ],
 )

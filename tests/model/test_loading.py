@@ -258,8 +258,8 @@ def test_a_config_counting_more_layers_than_the_weights_hold_is_refused_without_
     import time
 
     from modeling_elmo import ElmoModel
-    from modeling_elmo.embedding.inference import check_weights_fit_config
     from modeling_elmo.utils.config_checks import config_from_dict
+    from modeling_elmo.utils.weight_checks import check_weights_fit_config
 
     config = json.loads((small_model / "config.json").read_text())
     config.update(edit)
@@ -280,8 +280,8 @@ def test_the_shape_check_reads_the_state_dict_once(small_model, monkeypatch):
     import torch
 
     from modeling_elmo import ElmoModel
-    from modeling_elmo.embedding.inference import check_weights_fit_config
     from modeling_elmo.utils.config_checks import load_config
+    from modeling_elmo.utils.weight_checks import check_weights_fit_config
 
     calls = []
     real = torch.nn.Module.state_dict
