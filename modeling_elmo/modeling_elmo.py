@@ -198,8 +198,8 @@ def reverse_each_row(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
 
 
 def dropout_noise(like: torch.Tensor, dropout: float, num_layers: int) -> list[torch.Tensor] | None:
-    """Scaled dropout masks (2, T, B, P) of every layer's input (``like`` is (B, T, P)), drawn as ``F.dropout`` draws
-    them, forward stack's layers first: a seed drops the same units in every form. `None` without dropout."""
+    """Scaled dropout masks (2, T, B, P) of every layer's input (``like`` is (B, T, P)), drawn by ``F.dropout`` in the
+    same order in every form; `None` without dropout."""
     if dropout <= 0:
         return None
     drawn = [[F.dropout(torch.ones_like(like), dropout) for _ in range(num_layers)] for _ in range(2)]
@@ -243,10 +243,7 @@ def stacked_state_and_weights(inputs: torch.Tensor, layers: Sequence[nn.Module],
     h, c = (inputs.new_zeros(directions, rows, n) for n in (P, H)) if state is None else state
     weight_hh = torch.stack([layer.recurrent_transform.weight for layer in layers]).transpose(1, 2)
     weight_hr = torch.stack([layer.projection.weight for layer in layers]).transpose(1, 2)  # (D, H, P)
-
-    def project(m: torch.Tensor) -> torch.Tensor:
-        return torch.bmm(m.to(dtype), weight_hr)
-
+    project = lambda m: torch.bmm(m.to(dtype), weight_hr)
     return (h.to(state_dtype(dtype)), c.to(state_dtype(dtype))), weight_hh, project
 
 
@@ -471,11 +468,7 @@ class ElmoLstmLayer(GradientCheckpointingLayer):
         h, c = h.to(state_dtype(inputs.dtype)), c.to(state_dtype(inputs.dtype))  # float32 in bf16/fp16 models
         # steps via unbind/stack: indexing would cost a full-size zero tensor per step in the backward
         gates_x, valid = self.input_transform(inputs).unbind(0), valid.unsqueeze(-1).unbind(0)  # T x (B, 4H), (B, 1)
-        outputs = []
-
-        def project(m: torch.Tensor) -> torch.Tensor:
-            return self.projection(m.to(inputs.dtype))
-
+        outputs, project = [], lambda m: self.projection(m.to(inputs.dtype))
         for t in range(steps):
             gates = gates_x[t].to(h.dtype) + self.recurrent_transform(h.to(inputs.dtype))
             h, c, y = lstm_step(gates, h, c, valid[t], project, self.cell_clip, self.proj_clip)
@@ -977,9 +970,8 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
 
     @property
     def loss_function(self):
-        """The training loss per prediction, ``(hiddens, targets) -> nlls`` (lists over the two directions): the exact
-        softmax unless set (``model.loss_function = ...``; `elmo pretrain` sets its sampled softmax). Evaluation is
-        always exact."""
+        """The training loss, ``(hiddens, targets) -> nlls`` (lists over the two directions): the exact softmax unless
+        set (`elmo pretrain` sets its sampled softmax). Evaluation is always exact."""
         return getattr(self, "_loss_function", None) or self.full_softmax_nlls
 
     @loss_function.setter
@@ -1092,12 +1084,8 @@ class ElmoTaskHeadMixin:
         """The biLM, the mix, the dropout and a ``width`` -> num_labels classifier."""
         self.num_labels = config.num_labels
         self.elmo = ElmoModel(config)
-        self.scalar_mix = ElmoScalarMix(
-            config.num_hidden_layers + 1,
-            config.num_output_representations,
-            config.scalar_mix_layer_norm,
-            config.scalar_mix_parameters,
-        )
+        mix = (config.num_output_representations, config.scalar_mix_layer_norm, config.scalar_mix_parameters)
+        self.scalar_mix = ElmoScalarMix(config.num_hidden_layers + 1, *mix)
         self.dropout = nn.Dropout(config.classifier_dropout)
         self.classifier = nn.Linear(width, config.num_labels)
 
@@ -1107,9 +1095,8 @@ class ElmoTaskHeadMixin:
             self.freeze_elmo()
 
     def tie_weights(self, *args, **kwargs):
-        """transformers' `tie_weights` (ELMo ties nothing), then the biLM frozen again if it was: `from_pretrained`
-        calls it once the loaded weights are in place, and transformers 5 places them as new parameters that
-        require gradients."""
+        """transformers' `tie_weights`, then the biLM frozen again if it was (transformers 5 loads weights as new
+        parameters that require gradients)."""
         tied = super().tie_weights(*args, **kwargs)
         if getattr(self, "_elmo_frozen", False):
             self.elmo.requires_grad_(False)
@@ -1164,14 +1151,8 @@ class ElmoTaskHeadMixin:
         elif input_ids is None and inputs_embeds is None:
             raise ValueError("pass input_ids (character ids) or cached elmo_hidden_states.")
         else:
-            out = self.elmo(
-                input_ids,
-                attention_mask=attention_mask,
-                word_input_ids=word_input_ids,
-                inputs_embeds=inputs_embeds,
-                output_hidden_states=True,
-                return_dict=True,
-            )
+            inputs = {"word_input_ids": word_input_ids, "inputs_embeds": inputs_embeds, "return_dict": True}
+            out = self.elmo(input_ids, attention_mask, output_hidden_states=True, **inputs)
             layers, mask = torch.stack(out.hidden_states, dim=1), out.attention_mask.bool()
         logits, loss = self.classify(self.scalar_mix(layers, mask)[0], mask), None
         if labels is not None:
@@ -1246,8 +1227,7 @@ class ElmoForTokenClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
 
     @staticmethod
     def custom_pipelines() -> dict:
-        """The ``config.custom_pipelines`` entry of this head's word-level pipeline, which the package's tools write
-        where they make a model folder (``save_model_folder``)."""
+        """The ``config.custom_pipelines`` entry of this head's pipeline (``save_model_folder`` writes it)."""
         from .pipeline_elmo import CUSTOM_PIPELINES  # a relative import: saving copies pipeline_elmo.py too
 
         return CUSTOM_PIPELINES
