@@ -1151,8 +1151,8 @@ class ElmoTaskHeadMixin:
         elif input_ids is None and inputs_embeds is None:
             raise ValueError("pass input_ids (character ids) or cached elmo_hidden_states.")
         else:
-            inputs = {"word_input_ids": word_input_ids, "inputs_embeds": inputs_embeds, "return_dict": True}
-            out = self.elmo(input_ids, attention_mask, output_hidden_states=True, **inputs)
+            embeds = {"word_input_ids": word_input_ids, "inputs_embeds": inputs_embeds}
+            out = self.elmo(input_ids, attention_mask, output_hidden_states=True, return_dict=True, **embeds)
             layers, mask = torch.stack(out.hidden_states, dim=1), out.attention_mask.bool()
         logits, loss = self.classify(self.scalar_mix(layers, mask)[0], mask), None
         if labels is not None:
