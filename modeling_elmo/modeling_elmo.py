@@ -44,25 +44,29 @@ IGNORE_INDEX = -100  # labels that predict nothing, as everywhere in transformer
 
 # Inputs: checked (each check names the bad value), and the sentence boundaries the model adds
 def _host_waits_for_nothing(device: torch.device) -> bool:
-    """Whether a size known only from tensor values is free to read (CPU, eager). Elsewhere the model computes on
-    all rows and masks instead (same numbers)."""
+    """Whether a size known only from tensor values is free to read (CPU, eager); elsewhere all rows are computed."""
     return device.type == "cpu" and not torch.compiler.is_compiling()
 
 
 def check_values(bad: torch.Tensor, message: str) -> None:
-    """`ValueError(message)` if any element of ``bad`` is set; skipped while tracing (a graph cannot branch on values)
-    and in training steps on an accelerator (reading the flag would make the host wait for the device)."""
-    if torch.compiler.is_compiling() or (bad.device.type != "cpu" and torch.is_grad_enabled()):
-        return
-    if bool(bad.any()):
-        raise ValueError(message)
+    """`ValueError(message)` if any element of ``bad`` is set; skipped while tracing and in training steps on an
+    accelerator (the host would wait for the device)."""
+    if not torch.compiler.is_compiling() and (bad.device.type == "cpu" or not torch.is_grad_enabled()):
+        if bool(bad.any()):
+            raise ValueError(message)
+
+
+def check_shape(values: torch.Tensor, shape, name: str, other: str = "input_ids") -> None:
+    """`ValueError` unless ``values`` (``name``) has the (batch, tokens) ``shape`` of ``other``."""
+    if tuple(values.shape) != tuple(shape):
+        raise ValueError(f"{name} has shape {tuple(values.shape)} but {other} has {tuple(shape)} tokens.")
 
 
 def _integers(values, name: str, device: torch.device, what: str, shape: tuple | None = None) -> torch.Tensor:
     """``values`` as an int64 tensor on ``device``, of ``shape`` (batch, tokens) if given; else a `ValueError`."""
     values = torch.as_tensor(values, device=device)
-    if shape is not None and tuple(values.shape) != tuple(shape):
-        raise ValueError(f"{name} has shape {tuple(values.shape)} but input_ids has {tuple(shape)} tokens.")
+    if shape is not None:
+        check_shape(values, shape, name)
     if values.dtype.is_floating_point or values.dtype == torch.bool or values.is_complex():
         raise ValueError(f"{name} must {what}, got dtype {values.dtype}.")
     return values.long()
@@ -100,10 +104,7 @@ def validated_inputs(input_ids, attention_mask, width: int, max_id: int) -> tupl
     if attention_mask is None:
         return input_ids, present
     mask = torch.as_tensor(attention_mask, device=input_ids.device)
-    if tuple(mask.shape) != tuple(present.shape):
-        raise ValueError(
-            f"attention_mask has shape {tuple(mask.shape)} but input_ids has {tuple(present.shape)} tokens."
-        )
+    check_shape(mask, present.shape, "attention_mask")
     check_values(mask.bool() & ~present, "attention_mask marks a token as present whose character ids are all 0.")
     return input_ids, mask.bool()
 
@@ -140,8 +141,8 @@ def reverse_each_row(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
 
 
 def dropout_noise(like: torch.Tensor, dropout: float, num_layers: int) -> list[torch.Tensor] | None:
-    """Scaled dropout masks (2, T, B, P) of every layer's input (``like`` is (B, T, P)), drawn as ``F.dropout`` draws
-    them, forward stack's layers first: a seed drops the same units in every form. `None` without dropout."""
+    """Scaled dropout masks (2, T, B, P) of every layer's input (``like`` is (B, T, P)), drawn by ``F.dropout`` in the
+    same order in every form; `None` without dropout."""
     if dropout <= 0:
         return None
     drawn = [[F.dropout(torch.ones_like(like), dropout) for _ in range(num_layers)] for _ in range(2)]
@@ -167,40 +168,31 @@ def lstm_step(gates, h, c, valid, project, cell_clip: float | None, proj_clip: f
 
 
 def _exporting() -> bool:
-    """Whether `torch.export` (the dynamo ONNX exporter included) traces the model: the sizes of an input may then be
-    symbolic (dynamic batch and word axes), and no count of pieces or steps may be read from them. torch before 2.7
-    has no `torch.compiler.is_exporting`: any trace counts."""
+    """Whether `torch.export` traces the model (input sizes may be symbolic: read no count from them); any trace
+    before torch 2.7."""
     return getattr(torch.compiler, "is_exporting", torch.compiler.is_compiling)()
 
 
 def steps_per_input_product(rows: int, gates: int) -> int:
-    """How many steps' input products (``rows`` x ``gates`` per step and direction) the fast forms compute at once:
-    as many as hold about 2**22 numbers (8 steps of 32 sentences of the original model), so that their memory does not
-    grow with the length of the sentences, at least one."""
+    """Steps whose input products (``rows`` x ``gates`` each) the fast forms compute at once: about 2**22 numbers."""
     return max(1, 2**22 // max(1, rows * gates))
 
 
 def stacked_state_and_weights(inputs: torch.Tensor, layers: Sequence[nn.Module], state=None):
-    """What the stacked recurrences start from: the state (h, c) in `state_dtype` (zeros where ``state`` is None),
-    both directions' recurrent weights (D, P, 4H) and their projection as one ``bmm`` in the inputs' dtype."""
+    """The state (h, c) in `state_dtype` (zeros without ``state``), the recurrent weights (D, P, 4H) and the
+    projection as one ``bmm``."""
     directions, _, rows, _ = inputs.shape
     dtype, (P, H) = inputs.dtype, layers[0].projection.weight.shape
     h, c = (inputs.new_zeros(directions, rows, n) for n in (P, H)) if state is None else state
     weight_hh = torch.stack([layer.recurrent_transform.weight for layer in layers]).transpose(1, 2)
     weight_hr = torch.stack([layer.projection.weight for layer in layers]).transpose(1, 2)  # (D, H, P)
-
-    def project(m: torch.Tensor) -> torch.Tensor:
-        return torch.bmm(m.to(dtype), weight_hr)
-
+    project = lambda m: torch.bmm(m.to(dtype), weight_hr)
     return (h.to(state_dtype(dtype)), c.to(state_dtype(dtype))), weight_hh, project
 
 
 def stacked_lstm(inputs: torch.Tensor, valid: torch.Tensor, layers: Sequence[nn.Module], state=None):
-    """The fast form, on the layers' weights: inputs (D, T, B, P), valid (T, B) True on each row's valid prefix, state
-    (h (D, B, P), c (D, B, H)) or zeros -> y (D, T, B, P) in the inputs' dtype, zeros past each row's length, and the
-    final (h, c) in `state_dtype`. The input products of a block of steps at once (`steps_per_input_product`; all
-    steps in an exported trace), then per step one ``bmm`` over both directions' recurrent weights and one over their
-    projections."""
+    """The fast form: inputs (D, T, B, P), valid (T, B), state (h (D, B, P), c (D, B, H)) or zeros -> y (D, T, B, P),
+    zeros past each row's length, and the final (h, c). Per step one ``bmm`` over both directions' weights."""
     directions, steps, rows, _ = inputs.shape
     dtype, cell_clip, proj_clip = inputs.dtype, layers[0].cell_clip, layers[0].proj_clip
     (h, c), weight_hh, project = stacked_state_and_weights(inputs, layers, state)
@@ -225,8 +217,8 @@ def stacked_lstm(inputs: torch.Tensor, valid: torch.Tensor, layers: Sequence[nn.
 
 
 def loop_lstm(inputs: torch.Tensor, valid: torch.Tensor, layers: Sequence[nn.Module], state=None):
-    """`stacked_lstm` as the reference: each direction's `ElmoLstmLayer` called as a module (so wrapped or hooked
-    transforms, adapters, and gradient checkpointing take effect)."""
+    """`stacked_lstm` as the reference: each direction's `ElmoLstmLayer` called as a module (hooks, adapters and
+    gradient checkpointing take effect)."""
     results = [
         layer(x, valid, None if state is None else (state[0][d], state[1][d]))
         for d, (x, layer) in enumerate(zip(inputs, layers, strict=True))
@@ -248,9 +240,8 @@ def torch_lstm(inputs: torch.Tensor, valid: torch.Tensor, layers: Sequence[nn.Mo
 
 
 def installed_kernels():
-    """The installed ``modeling_elmo`` package's fast LSTM kernels (its ``acceleration.packed_kernels`` module), or
-    `None`: no such package, one without `packed_lstm`, or a torch build without the packed products. The one import
-    of the package in the shipped files, as transformers' Mamba looks for ``mamba_ssm``; it registers nothing."""
+    """The installed ``modeling_elmo`` package's ``acceleration.packed_kernels`` module if usable, else `None` (the
+    one import of the package here, as transformers' Mamba looks for ``mamba_ssm``)."""
     try:
         from modeling_elmo.acceleration import packed_kernels
     except ImportError:
@@ -260,8 +251,7 @@ def installed_kernels():
 
 
 def packed_lstm(inputs: torch.Tensor, valid: torch.Tensor, layers: Sequence[nn.Module], state=None):
-    """`stacked_lstm`'s signature and numbers, computed by the installed package's kernels (`installed_kernels`) from
-    the layers' tensors and clips."""
+    """`stacked_lstm`'s signature and numbers, computed by the installed package's kernels (`installed_kernels`)."""
     weights = [
         (ls.input_transform.weight, ls.input_transform.bias, ls.recurrent_transform.weight, ls.projection.weight)
         for ls in layers
@@ -344,10 +334,7 @@ class ElmoCharacterEncoder(nn.Module):
 
     def convolve(self, embedded: torch.Tensor) -> torch.Tensor:
         """(N, C, d_c) -> (N, F): each filter's maximum over positions, then the activation (both monotone). With
-        autograd, ``max`` (its backward writes the maximum's position; ``amax``'s compares every window, 3x slower):
-        tied windows are identical (padding), so their gradients are the same either way. Taken over the windows of
-        the (N, windows, filters) layout `ElmoCharConvolution` computes: the gradient then reaches its product in that
-        layout, without a copy (1.8x faster for ``elmo-cpu``'s widest filter, forward and backward)."""
+        autograd ``max``, whose backward is 3x faster than ``amax``'s (tied windows are identical padding)."""
         x, pooled = embedded.transpose(1, 2), []
         for conv in self.convolutions:
             scores = conv(x).transpose(1, 2)  # (N, windows, filters)
@@ -355,11 +342,8 @@ class ElmoCharacterEncoder(nn.Module):
         return torch.cat([self.activation(features) for features in pooled], dim=-1)
 
     def piece_sizes(self, embedded: torch.Tensor) -> tuple[int, int]:
-        """(words per CNN piece, words per highway piece) for ``embedded`` (N, C, d_c). In inference on a CPU, as many
-        as keep a CNN piece's largest product (words x windows x filters) and a highway piece's temporaries (words x
-        F) near 2**22 numbers each: they stay in cache, which is faster, and the memory is bounded (93 and 2048 words
-        of the original model). Elsewhere 4096 words for the CNN and all for the highways: fewer, larger kernels; so
-        in training too, whose backward keeps every piece's products anyway."""
+        """(words per CNN piece, words per highway piece) for ``embedded`` (N, C, d_c): in CPU inference, pieces of
+        about 2**22 numbers (they stay in cache); elsewhere 4096 words for the CNN and all for the highways."""
         if embedded.device.type != "cpu" or embedded.requires_grad:
             return 4096, max(1, len(embedded))
         windows = [(embedded.shape[1] - width + 1) * count for width, count in self.filters]
@@ -381,12 +365,10 @@ class ElmoCharacterEncoder(nn.Module):
         if _exporting() and not checkpointing:  # one piece: no piece count read from a traced (dynamic) shape
             return self.token_vectors(self.convolve(embedded), word_vectors)
         words, rows = self.piece_sizes(embedded)
-        if checkpointing:
-            pieces = [
-                self._gradient_checkpointing_func(self.convolve, piece) for piece in embedded.split(min(words, 512))
-            ]
-        else:
-            pieces = [self.convolve(piece) for piece in embedded.split(words)]
+        convolve = self.convolve
+        if checkpointing:  # each piece recomputed in the backward pass
+            convolve, words = functools.partial(self._gradient_checkpointing_func, self.convolve), min(words, 512)
+        pieces = [convolve(piece) for piece in embedded.split(words)]
         x = torch.cat(pieces) if pieces else self.convolve(embedded)
         if len(x) <= rows:
             return self.token_vectors(x, word_vectors)
@@ -429,11 +411,7 @@ class ElmoLstmLayer(GradientCheckpointingLayer):
         h, c = h.to(state_dtype(inputs.dtype)), c.to(state_dtype(inputs.dtype))  # float32 in bf16/fp16 models
         # steps via unbind/stack: indexing would cost a full-size zero tensor per step in the backward
         gates_x, valid = self.input_transform(inputs).unbind(0), valid.unsqueeze(-1).unbind(0)  # T x (B, 4H), (B, 1)
-        outputs = []
-
-        def project(m: torch.Tensor) -> torch.Tensor:
-            return self.projection(m.to(inputs.dtype))
-
+        outputs, project = [], lambda m: self.projection(m.to(inputs.dtype))
         for t in range(steps):
             gates = gates_x[t].to(h.dtype) + self.recurrent_transform(h.to(inputs.dtype))
             h, c, y = lstm_step(gates, h, c, valid[t], project, self.cell_clip, self.proj_clip)
@@ -478,39 +456,27 @@ class ElmoLstmState:
 
     def advanced(self, hidden: torch.Tensor, cell: torch.Tensor, used: torch.Tensor) -> ElmoLstmState:
         """The state after a batch with final states ``hidden``/``cell`` (2, L, B, *); ``used`` (B,): non-empty rows."""
-        batch, keep = hidden.shape[2], used.view(1, 1, -1, 1)
-        merged = [
-            torch.cat([torch.where(keep, new.detach(), old), kept[:, :, batch:].to(new)], dim=2)
-            for new, old, kept in zip(
-                (hidden, cell), self.initial(batch, hidden), (self.hidden, self.cell), strict=True
-            )
-        ]
+        batch, keep, merged = hidden.shape[2], used.view(1, 1, -1, 1), []
+        for new, old, kept in zip((hidden, cell), self.initial(batch, hidden), (self.hidden, self.cell), strict=True):
+            merged.append(torch.cat([torch.where(keep, new.detach(), old), kept[:, :, batch:].to(new)], dim=2))
         return ElmoLstmState(*merged)
 
 
 class ElmoBiLstm(nn.Module):
-    """Two stacks of `ElmoLstmLayer`: forward, and backward (each row read reversed over its own length). Layers
-    l >= 1 add their input when ``use_skip_connections``; dropout (pretraining) acts on every layer's input.
-
-    Each layer runs both directions at once through one recurrence (`recurrence_for`), all with the same numbers:
-    `stacked_lstm` (fast), `loop_lstm` (the reference; adapters, hooks and gradient checkpointing) or `torch_lstm`
-    (no clipping), as ``config.lstm_implementation`` says. Where the ``modeling_elmo`` package is installed and
-    ``config.use_packed_kernels`` is true, the fast form is its kernels' (`packed_lstm`, the same numbers).
-    """
+    """Two stacks of `ElmoLstmLayer`: forward, and backward (each row read reversed over its own length); layers
+    l >= 1 add their input when ``use_skip_connections``. Each layer runs both directions at once, with the same
+    numbers in every form (`recurrence_for`): `stacked_lstm`, `loop_lstm` (the reference), `torch_lstm` (no
+    clipping), or the installed package's `packed_lstm` where ``config.use_packed_kernels``."""
 
     #: A replacement for `stacked_lstm` (same signature and numbers) for experiments, or `None`.
     recurrence = None
 
     def __init__(self, config: ElmoConfig):
         super().__init__()
-        self.config = config
-        P = config.projection_dim
-
-        def layer() -> ElmoLstmLayer:
-            return ElmoLstmLayer(P, config.cell_size, P, config.cell_clip, config.proj_clip)
-
-        self.forward_layers = nn.ModuleList(layer() for _ in range(config.num_hidden_layers))
-        self.backward_layers = nn.ModuleList(layer() for _ in range(config.num_hidden_layers))
+        self.config, P = config, config.projection_dim
+        sizes = (P, config.cell_size, P, config.cell_clip, config.proj_clip)
+        self.forward_layers = nn.ModuleList(ElmoLstmLayer(*sizes) for _ in range(config.num_hidden_layers))
+        self.backward_layers = nn.ModuleList(ElmoLstmLayer(*sizes) for _ in range(config.num_hidden_layers))
 
     def recurrence_for(self, inputs: torch.Tensor, stateless: bool):
         """The recurrence a call on ``inputs`` runs (``stateless``: no initial state given nor final state wanted)."""
@@ -553,9 +519,8 @@ class ElmoBiLstm(nn.Module):
             finals.append(final)
             x = y
         merged = [torch.cat([y[0], reverse_each_row(y[1], lengths)], dim=-1) for y in outputs]
-        if not need_final_state:
-            return merged, None
-        return merged, tuple(torch.stack([final[k] for final in finals], dim=1) for k in (0, 1))  # (2, L, B, *)
+        states = tuple(torch.stack([f[k] for f in finals], dim=1) for k in (0, 1)) if need_final_state else None
+        return merged, states  # the final states (2, L, B, *)
 
 
 class ElmoScalarMix(nn.Module):
@@ -628,11 +593,10 @@ class ElmoPreTrainedModel(PreTrainedModel):
     def _init_weights(self, module: nn.Module) -> None:
         """bilm-tf's initialisation: char table U(-1, 1), relu convolutions U(-0.05, 0.05), LSTM Glorot-uniform with
         forget bias +1, other Linears N(0, 1/fan_in) (highway gate bias -2), a head's classifier Glorot-uniform."""
-        base, lstm = self.base_model, None
-        if (encoder := getattr(base, "encoder", None)) is not None:
-            lstm = next(
-                (x for x in [*encoder.forward_layers, *encoder.backward_layers] if module in x.children()), None
-            )
+        base = self.base_model
+        encoder = getattr(base, "encoder", None)
+        lstms = [] if encoder is None else [*encoder.forward_layers, *encoder.backward_layers]
+        lstm = next((x for x in lstms if module in x.children()), None)
         if isinstance(module, ElmoWordEmbedding):  # rows of about unit norm
             init.normal_(module.weight, 0.0, 1.0 / math.sqrt(module.embedding_dim))
         elif isinstance(module, nn.Embedding):  # the character table
@@ -673,8 +637,7 @@ class ElmoPreTrainedModel(PreTrainedModel):
             super()._init_weights(module)
 
     def get_correct_attn_implementation(self, requested_attention: str | None, is_init_check: bool = False) -> str:
-        """ELMo has no attention: every ``attn_implementation`` a client asks for ("sdpa", "flash_attention_2", ...)
-        is accepted and runs the same code, recorded as "eager"."""
+        """ELMo has no attention: every ``attn_implementation`` is accepted, runs the same code and reads "eager"."""
         return "eager"
 
     def get_input_embeddings(self) -> nn.Module | None:
@@ -824,9 +787,8 @@ class ElmoModel(ElmoPreTrainedModel):
         if inputs_embeds is not None:
             input_ids, mask = self._placeholder_inputs(input_ids, inputs_embeds, attention_mask)
         else:
-            input_ids, mask = validated_inputs(
-                input_ids, attention_mask, config.max_characters_per_token, config.num_characters - 1
-            )
+            width, max_id = config.max_characters_per_token, config.num_characters - 1
+            input_ids, mask = validated_inputs(input_ids, attention_mask, width, max_id)
         word_ids = None
         if config.word_input_vocab_size:  # CODEPATH: ELMoForManyLangs models read word ids too; bilm-tf's do not
             word_ids = torch.zeros_like(mask, dtype=torch.long)  # under inputs_embeds
@@ -870,13 +832,9 @@ class ElmoModel(ElmoPreTrainedModel):
         if lstm_state is not None:
             ElmoLstmState.check(lstm_state, config.num_hidden_layers, config.projection_dim, config.cell_size)
         want_state = return_lstm_state or lstm_state is not None
-        layers, final = self.encoder(
-            embeddings,
-            mask,
-            None if lstm_state is None else lstm_state.initial(batch, embeddings),
-            dropout=lstm_dropout if self.training else 0.0,
-            need_final_state=want_state,
-        )
+        initial = None if lstm_state is None else lstm_state.initial(batch, embeddings)
+        dropout = lstm_dropout if self.training else 0.0
+        layers, final = self.encoder(embeddings, mask, initial, dropout, need_final_state=want_state)
         all_layers, out_mask = [torch.cat([embeddings, embeddings], dim=-1)] + layers, mask
         if add_sentence_boundaries and not keep_sentence_boundaries:
             all_layers, out_mask = [layer[:, 1:-1] for layer in all_layers], left_aligned  # </S> is masked
@@ -888,12 +846,8 @@ class ElmoModel(ElmoPreTrainedModel):
         if want_state:
             start = lstm_state or ElmoLstmState(*(f.new_zeros(f.shape[:2] + (0, f.shape[3])) for f in final))
             new_state = start.advanced(final[0], final[1], used=mask.any(dim=1))
-        output = ElmoModelOutput(
-            last_hidden_state=all_layers[-1],
-            hidden_states=tuple(all_layers) if output_hidden_states else None,
-            attention_mask=out_mask.long(),
-            lstm_state=new_state,
-        )
+        hidden_states = tuple(all_layers) if output_hidden_states else None
+        output = ElmoModelOutput(all_layers[-1], hidden_states, out_mask.long(), new_state)
         return output if return_dict else output.to_tuple()
 
     def _placeholder_inputs(self, input_ids, inputs_embeds, attention_mask) -> tuple[torch.Tensor, torch.Tensor]:
@@ -910,10 +864,7 @@ class ElmoModel(ElmoPreTrainedModel):
         mask = torch.ones(batch, steps, dtype=torch.bool, device=inputs_embeds.device)
         if attention_mask is not None:
             mask = torch.as_tensor(attention_mask, device=inputs_embeds.device).bool()
-        if tuple(mask.shape) != (batch, steps):
-            raise ValueError(
-                f"attention_mask has shape {tuple(mask.shape)} but inputs_embeds has {(batch, steps)} tokens."
-            )
+        check_shape(mask, (batch, steps), "attention_mask", "inputs_embeds")
         return mask.new_zeros(batch, steps, self.config.max_characters_per_token, dtype=torch.long), mask
 
     def _embed_tokens(self, input_ids: torch.Tensor, mask: torch.Tensor, word_ids: torch.Tensor | None = None):
@@ -955,9 +906,8 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
 
     @property
     def loss_function(self):
-        """The training loss per prediction, ``(hiddens, targets) -> nlls`` (lists over the two directions): the exact
-        softmax unless set (``model.loss_function = ...``; `elmo pretrain` sets its sampled softmax). Evaluation is
-        always exact."""
+        """The training loss, ``(hiddens, targets) -> nlls`` (lists over the two directions): the exact softmax unless
+        set (`elmo pretrain` sets its sampled softmax). Evaluation is always exact."""
         return getattr(self, "_loss_function", None) or self.full_softmax_nlls
 
     @loss_function.setter
@@ -1070,12 +1020,8 @@ class ElmoTaskHeadMixin:
         """The biLM, the mix, the dropout and a ``width`` -> num_labels classifier."""
         self.num_labels = config.num_labels
         self.elmo = ElmoModel(config)
-        self.scalar_mix = ElmoScalarMix(
-            config.num_hidden_layers + 1,
-            config.num_output_representations,
-            config.scalar_mix_layer_norm,
-            config.scalar_mix_parameters,
-        )
+        mix = (config.num_output_representations, config.scalar_mix_layer_norm, config.scalar_mix_parameters)
+        self.scalar_mix = ElmoScalarMix(config.num_hidden_layers + 1, *mix)
         self.dropout = nn.Dropout(config.classifier_dropout)
         self.classifier = nn.Linear(width, config.num_labels)
 
@@ -1085,9 +1031,8 @@ class ElmoTaskHeadMixin:
             self.freeze_elmo()
 
     def tie_weights(self, *args, **kwargs):
-        """transformers' `tie_weights` (ELMo ties nothing), then the biLM frozen again if it was: `from_pretrained`
-        calls it once the loaded weights are in place, and transformers 5 places them as new parameters that
-        require gradients."""
+        """transformers' `tie_weights`, then the biLM frozen again if it was (transformers 5 loads weights as new
+        parameters that require gradients)."""
         tied = super().tie_weights(*args, **kwargs)
         if getattr(self, "_elmo_frozen", False):
             self.elmo.requires_grad_(False)
@@ -1142,14 +1087,8 @@ class ElmoTaskHeadMixin:
         elif input_ids is None and inputs_embeds is None:
             raise ValueError("pass input_ids (character ids) or cached elmo_hidden_states.")
         else:
-            out = self.elmo(
-                input_ids,
-                attention_mask=attention_mask,
-                word_input_ids=word_input_ids,
-                inputs_embeds=inputs_embeds,
-                output_hidden_states=True,
-                return_dict=True,
-            )
+            embeds = {"word_input_ids": word_input_ids, "inputs_embeds": inputs_embeds}
+            out = self.elmo(input_ids, attention_mask, output_hidden_states=True, return_dict=True, **embeds)
             layers, mask = torch.stack(out.hidden_states, dim=1), out.attention_mask.bool()
         logits, loss = self.classify(self.scalar_mix(layers, mask)[0], mask), None
         if labels is not None:
@@ -1224,8 +1163,7 @@ class ElmoForTokenClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
 
     @staticmethod
     def custom_pipelines() -> dict:
-        """The ``config.custom_pipelines`` entry of this head's word-level pipeline, which the package's tools write
-        where they make a model folder (``save_model_folder``)."""
+        """The ``config.custom_pipelines`` entry of this head's pipeline (``save_model_folder`` writes it)."""
         from .pipeline_elmo import CUSTOM_PIPELINES  # a relative import: saving copies pipeline_elmo.py too
 
         return CUSTOM_PIPELINES

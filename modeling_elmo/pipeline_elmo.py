@@ -63,31 +63,15 @@ class ElmoTokenClassificationPipeline(TokenClassificationPipeline):
         }
 
     def gather_pre_entities(
-        self,
-        sentence: str,
-        input_ids: Any,
-        scores: Any,
-        offset_mapping: Any,
-        special_tokens_mask: Any,
-        aggregation_strategy: Any,
-        **kwargs: Any,
+        self, sentence: str, input_ids, scores, offset_mapping, special_tokens_mask, aggregation_strategy, **kwargs
     ) -> list[dict]:
         entities = []
         for index, word_scores in enumerate(scores):
             start, end = (int(v) for v in offset_mapping[index])
-            found = start >= 0
             # A word the text does not hold as it is (lower-cased by the tokenizer, say) is read back from its row.
-            word = sentence[start:end] if found else self.tokenizer.decode(input_ids[index : index + 1])
-            entities.append(
-                {
-                    "word": word,
-                    "scores": word_scores,
-                    "start": start if found else None,
-                    "end": end if found else None,
-                    "index": index,
-                    "is_subword": False,
-                }
-            )
+            word = sentence[start:end] if start >= 0 else self.tokenizer.decode(input_ids[index : index + 1])
+            start, end = (start, end) if start >= 0 else (None, None)
+            entities.append(dict(word=word, scores=word_scores, start=start, end=end, index=index, is_subword=False))
         return entities
 
 
