@@ -1,17 +1,6 @@
 # Copyright 2026 The modeling_elmo authors.
-#
-# Licensed under the Apache License, Version 2.0 (the "License");
-# you may not use this file except in compliance with the License.
-# You may obtain a copy of the License at
-#
-#     http://www.apache.org/licenses/LICENSE-2.0
-#
-# Unless required by applicable law or agreed to in writing, software
-# distributed under the License is distributed on an "AS IS" BASIS,
-# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
-# See the License for the specific language governing permissions and
-# limitations under the License.
-"""ELMo model configuration, and the word ids the tokenizer and the model share."""
+# SPDX-License-Identifier: Apache-2.0 (https://www.apache.org/licenses/LICENSE-2.0)
+"""ELMo model configuration."""
 
 from __future__ import annotations
 
@@ -25,10 +14,6 @@ from transformers import PretrainedConfig
 
 #: A word of more than this many characters is no word (the released models read 50).
 MAX_CHARACTERS_PER_TOKEN_LIMIT = 1024
-
-#: The four special words every word vocabulary starts with, and their ids.
-PAD_WORD, BOS_WORD, EOS_WORD, UNK_WORD = SPECIAL_WORDS = ("<pad>", "<S>", "</S>", "<UNK>")
-PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
 
 #: The Auto classes a saved folder answers to with ``trust_remote_code=True``, whichever class was saved.
 AUTO_MAP = {

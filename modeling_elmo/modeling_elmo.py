@@ -1,16 +1,5 @@
 # Copyright 2026 The modeling_elmo authors.
-#
-# Licensed under the Apache License, Version 2.0 (the "License");
-# you may not use this file except in compliance with the License.
-# You may obtain a copy of the License at
-#
-#     http://www.apache.org/licenses/LICENSE-2.0
-#
-# Unless required by applicable law or agreed to in writing, software
-# distributed under the License is distributed on an "AS IS" BASIS,
-# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
-# See the License for the specific language governing permissions and
-# limitations under the License.
+# SPDX-License-Identifier: Apache-2.0 (https://www.apache.org/licenses/LICENSE-2.0)
 """PyTorch ELMo (Peters et al. 2018): a character CNN and a biLSTM language model. LSTM gates are in PyTorch order
 and their bias holds TensorFlow's forget bias of +1; the highway gate multiplies the transformed branch."""
 
@@ -29,8 +18,8 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassifierOutput
 from transformers.utils import ModelOutput
 
-from .configuration_elmo import BOS_ID, EOS_ID, PAD_ID, ElmoConfig
-from .tokenization_elmo import sentence_boundary_char_ids
+from .configuration_elmo import ElmoConfig
+from .tokenization_elmo import BOS_ID, EOS_ID, PAD_ID, sentence_boundary_char_ids
 
 try:
     from transformers import initialization as init
@@ -1182,19 +1171,6 @@ class ElmoForTokenClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
 
 
 __all__ = [
-    "ElmoHighway",
-    "ElmoCharConvolution",
-    "ElmoWordEmbedding",
-    "ElmoCharacterEncoder",
-    "ElmoLstmLayer",
-    "ElmoLstmState",
-    "ElmoBiLstm",
-    "ElmoScalarMix",
-    "ElmoPreTrainedModel",
-    "ElmoModelOutput",
-    "ElmoBidirectionalLMOutput",
-    "ElmoModel",
-    "ElmoForBidirectionalLM",
-    "ElmoForSequenceClassification",
-    "ElmoForTokenClassification",
-]
+    "ElmoPreTrainedModel", "ElmoModel", "ElmoForBidirectionalLM", "ElmoForSequenceClassification",
+    "ElmoForTokenClassification", "ElmoModelOutput", "ElmoBidirectionalLMOutput", "ElmoLstmState",
+]  # fmt: skip

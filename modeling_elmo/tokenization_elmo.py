@@ -1,16 +1,5 @@
 # Copyright 2026 The modeling_elmo authors.
-#
-# Licensed under the Apache License, Version 2.0 (the "License");
-# you may not use this file except in compliance with the License.
-# You may obtain a copy of the License at
-#
-#     http://www.apache.org/licenses/LICENSE-2.0
-#
-# Unless required by applicable law or agreed to in writing, software
-# distributed under the License is distributed on an "AS IS" BASIS,
-# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
-# See the License for the specific language governing permissions and
-# limitations under the License.
+# SPDX-License-Identifier: Apache-2.0 (https://www.apache.org/licenses/LICENSE-2.0)
 """ELMo character tokenizer: a word is a row of character ids (UTF-8 bytes, or the characters of ELMoForManyLangs)."""
 
 from __future__ import annotations
@@ -26,17 +15,11 @@ from tokenizers import Regex
 from tokenizers import pre_tokenizers as hf_pre_tokenizers
 from transformers import BatchEncoding, PreTrainedTokenizer
 
-from .configuration_elmo import (
-    BOS_ID,
-    EOS_ID,
-    MAX_CHARACTERS_PER_TOKEN_LIMIT,
-    PAD_ID,
-    PAD_WORD,
-    SPECIAL_WORDS,
-    UNK_ID,
-    UNK_WORD,
-)
+from .configuration_elmo import MAX_CHARACTERS_PER_TOKEN_LIMIT
 
+#: The four special words every word vocabulary starts with, and their ids (the model's and the tokenizer's).
+PAD_WORD, BOS_WORD, EOS_WORD, UNK_WORD = SPECIAL_WORDS = ("<pad>", "<S>", "</S>", "<UNK>")
+PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
 #: Character ids of the markers per character vocabulary: begin-of-word, end-of-word, within-word padding, ``<S>``,
 #: ``</S>``. "bytes" (bilm-tf, AllenNLP): UTF-8 bytes 0-255 and markers 256-260, all shifted by +1 so that a row of
 #: zeros marks an absent word. "unicode" (ELMoForManyLangs): unshifted; 6 is an unknown character, 7 on are listed.

@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..configuration_elmo import SPECIAL_WORDS, ElmoConfig
+from ..configuration_elmo import ElmoConfig
 from ..folders.output_folder import (
     check_atol,
     check_output_dir,
@@ -50,6 +50,7 @@ from ..folders.output_folder import (
     write_folder_atomically,
 )
 from ..hub.card import CardInputs, write_model_card
+from ..tokenization_elmo import SPECIAL_WORDS
 from ..utils.config_checks import check_config
 from ..utils.io_utils import sha256_of_file
 from .efml_format import CHAR_SYMBOLS, WORD_SYMBOLS, EfmlModel, read_efml_model, safe_extract_zip

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..configuration_elmo import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from ..tokenization_elmo import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from ..utils.results import PerplexityResult, UnigramBaselineResult
 
 __all__ = [

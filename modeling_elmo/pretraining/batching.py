@@ -13,8 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..configuration_elmo import UNK_ID
-from ..tokenization_elmo import CharacterAlphabet
+from ..tokenization_elmo import UNK_ID, CharacterAlphabet
 
 
 def example_lengths(dataset: Any) -> np.ndarray:

@@ -25,9 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from ..configuration_elmo import BOS_ID, EOS_ID, SPECIAL_WORDS, UNK_ID
 from ..evaluation.lm_scoring import LAYOUTS as BATCHING_MODES
-from ..tokenization_elmo import CharacterAlphabet
+from ..tokenization_elmo import BOS_ID, EOS_ID, SPECIAL_WORDS, UNK_ID, CharacterAlphabet
 from ..utils.config_checks import shown
 from ..utils.io_utils import MAX_LINE_BYTES, LineTooLongError, atomic_write_text, hub_reachable, iter_lines
 from ..utils.loading import HubUnreachableError

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..configuration_elmo import SPECIAL_WORDS
+from ..tokenization_elmo import SPECIAL_WORDS
 
 __all__ = ["copy_vocabulary_file", "count_vocabulary_words", "vocabulary_size_of"]
 

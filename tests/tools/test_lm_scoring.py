@@ -11,7 +11,6 @@ import torch
 from support import assert_same_numbers
 
 from modeling_elmo import ElmoConfig, ElmoForBidirectionalLM, ElmoTokenizer
-from modeling_elmo.configuration_elmo import BOS_ID, EOS_ID
 from modeling_elmo.evaluation.lm_scoring import (
     PerplexityAccumulator,
     UnigramBaseline,
@@ -21,6 +20,7 @@ from modeling_elmo.evaluation.lm_scoring import (
     target_counts,
     unigram_log_probs,
 )
+from modeling_elmo.tokenization_elmo import BOS_ID, EOS_ID
 
 WORDS = ["the", "bank", "river", "money", "a", "good", "bad", "film", "is", "was"]
 SENTENCES = [
