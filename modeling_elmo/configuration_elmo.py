@@ -12,9 +12,6 @@ from typing import Any
 
 from transformers import PretrainedConfig
 
-#: A word of more than this many characters is no word (the released models read 50).
-MAX_CHARACTERS_PER_TOKEN_LIMIT = 1024
-
 #: The Auto classes a saved folder answers to with ``trust_remote_code=True``, whichever class was saved.
 AUTO_MAP = {
     "AutoConfig": "configuration_elmo.ElmoConfig",
@@ -23,12 +20,11 @@ AUTO_MAP = {
     "AutoModelForSequenceClassification": "modeling_elmo.ElmoForSequenceClassification",
     "AutoModelForTokenClassification": "modeling_elmo.ElmoForTokenClassification",
 }
-
-
+#: A word of more than this many characters is no word (the released models read 50).
+MAX_CHARACTERS_PER_TOKEN_LIMIT = 1024
 #: The most rows a word table or softmax may have (the trillion-word Google Web 1T corpus has 13.6 M distinct words).
 MAX_VOCABULARY_LIMIT = 10**8
-#: The most layers of each kind (the released models have 2 and 2): transformers builds and initialises every layer
-#: before it reads a weight, so a folder asking for thousands would keep a loader busy for minutes.
+#: The most layers of each kind (the released models: 2): a loader builds them all before it reads a weight.
 MAX_LAYERS = 64
 
 
@@ -37,9 +33,8 @@ def _is_int(value: Any, low: float = 0, high: float = math.inf) -> bool:
 
 
 def _is_number(value: Any, low: float = -math.inf, high: float = math.inf) -> bool:
-    return (
-        isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and low <= value < high
-    )
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return number and math.isfinite(value) and low <= value < high
 
 
 def _integer(low: int, high: int | None = None, what: str = "") -> tuple[Callable[[Any], bool], str]:
@@ -49,6 +44,10 @@ def _integer(low: int, high: int | None = None, what: str = "") -> tuple[Callabl
 
 def _one_of(*choices: str) -> tuple[Callable[[Any], bool], str]:
     return (lambda v: v in choices), f"one of {', '.join(map(repr, choices))};"
+
+
+_FLAG = (lambda v: isinstance(v, bool)), "true or false,"
+_CLIP = (lambda v: v is None or _is_number(v, 0) and v > 0), "a finite positive number or None (no clipping),"
 
 
 def _filters(value: Any) -> bool:
@@ -78,26 +77,17 @@ _RULES = (
     ("classifier_pooling", _one_of("mean", "max", "mean_max", "first", "last")),
     ("lm_softmax", _one_of("full", "sampled")),
     ("char_vocabulary", _one_of("bytes", "unicode")),
-    (
-        "use_skip_connections scalar_mix_layer_norm freeze_elmo use_packed_kernels",
-        (lambda v: isinstance(v, bool), "true or false,"),
-    ),
-    # transformers' own tests set any ids here (6, 7, 8); the one class that reads them, the language model, refuses
-    # ids other than its vocabulary's (`ElmoForBidirectionalLM`)
+    ("use_skip_connections scalar_mix_layer_norm freeze_elmo use_packed_kernels", _FLAG),
+    # any ids, as transformers' own tests set them; the language model refuses ids other than its vocabulary's
     ("pad_token_id bos_token_id eos_token_id", (lambda v: v is None or _is_int(v), "an integer >= 0 or None,")),
     ("initializer_range", (lambda v: _is_number(v, 0), "a finite number >= 0,")),
     ("hidden_dropout_prob classifier_dropout", (lambda v: _is_number(v, 0, 1), "a probability in [0, 1),")),
-    (
-        "cell_clip proj_clip",
-        (lambda v: v is None or _is_number(v, 0) and v > 0, "a finite positive number or None (no clipping),"),
-    ),
+    ("cell_clip proj_clip", _CLIP),
     ("char_cnn_filters", (_filters, "a non-empty list of [width, count] pairs of positive integers,")),
     ("scalar_mix_parameters", (_weights, "a list of finite numbers (one weight per layer) or None,")),
 )
 #: Field -> (whether a value is valid, what the field must be).
-FIELD_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    name: rule for names, rule in _RULES for name in names.split()
-}
+FIELD_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {name: r for names, r in _RULES for name in names.split()}
 
 
 class ElmoConfig(PretrainedConfig):
@@ -123,8 +113,7 @@ class ElmoConfig(PretrainedConfig):
         word_input_vocab_size, word_input_dim (`int`, defaults to 0): a word-embedding input (ELMoForManyLangs).
         hidden_dropout_prob (`float`, defaults to 0.1): dropout on every LSTM layer's input and before the softmax.
         lstm_implementation (`str`, defaults to `"auto"`): `"loop"`, `"fused"`, `"torch"` (no clipping) or `"auto"`.
-        use_packed_kernels (`bool`, defaults to `True`): the fused recurrence runs the installed ``modeling_elmo``
-            package's kernels where the package is installed (same numbers, faster); `False`: the shipped form always.
+        use_packed_kernels (`bool`, defaults to `True`): the installed package's faster LSTM kernels (same numbers).
         num_output_representations (`int`, defaults to 1): independent scalar mixes of a head.
         scalar_mix_layer_norm (`bool`, defaults to `False`): normalise every layer before mixing.
         scalar_mix_parameters (`list[float]`, *optional*): fixed pre-softmax layer weights (not trained).
@@ -140,9 +129,8 @@ class ElmoConfig(PretrainedConfig):
 
     ```python
     >>> from modeling_elmo import ElmoConfig, ElmoModel
-    >>> config = ElmoConfig(projection_dim=16, cell_size=64, char_cnn_filters=[[1, 4], [2, 8]], num_highway_layers=1)
-    >>> model = ElmoModel(config)
-    >>> config.hidden_size
+    >>> model = ElmoModel(ElmoConfig(projection_dim=16, cell_size=64, char_cnn_filters=[[1, 4]], num_highway_layers=1))
+    >>> model.config.hidden_size
     32
     ```
     """
@@ -187,9 +175,8 @@ class ElmoConfig(PretrainedConfig):
         unk_token_id: int = 3,
         **kwargs: Any,
     ):
-        self.check_fields(
-            {k: v for k, v in (("projection_dim", projection_dim), ("hidden_size", hidden_size)) if v is not None}
-        )
+        sizes = {"projection_dim": projection_dim, "hidden_size": hidden_size}
+        self.check_fields({name: size for name, size in sizes.items() if size is not None})
         if projection_dim is None:  # one size given sets the other
             projection_dim = 512 if hidden_size is None else hidden_size // 2
         hidden_size = 2 * projection_dim if hidden_size is None else hidden_size
@@ -285,8 +272,7 @@ class ElmoConfig(PretrainedConfig):
                 raise ValueError(message)
 
     @classmethod
-    def from_dict(cls, config_dict: dict[str, Any], **kwargs: Any):
-        # The fields among the keyword arguments build the config with the dict; one size given sets the other.
+    def from_dict(cls, config_dict: dict[str, Any], **kwargs: Any):  # keyword fields build the config with the dict
         own = {key: kwargs.pop(key) for key in inspect.signature(cls.__init__).parameters.keys() & kwargs.keys()}
         if len({"hidden_size", "projection_dim"} & set(own)) == 1:
             config_dict = {k: v for k, v in config_dict.items() if k not in ("hidden_size", "projection_dim")}
@@ -305,10 +291,9 @@ class ElmoConfig(PretrainedConfig):
         return self.num_hidden_layers + 1
 
     @property
-    def uses_torch_lstm(self) -> bool:
-        if self.lstm_implementation == "auto":
-            return self.cell_clip is None and self.proj_clip is None
-        return self.lstm_implementation == "torch"
+    def uses_torch_lstm(self) -> bool:  # "auto": where nothing is clipped
+        unclipped = self.cell_clip is None and self.proj_clip is None
+        return unclipped if self.lstm_implementation == "auto" else self.lstm_implementation == "torch"
 
 
 __all__ = ["ElmoConfig"]
