@@ -223,8 +223,7 @@ def torch_lstm(inputs: torch.Tensor, valid: torch.Tensor, layers: Sequence[nn.Mo
 
 
 def installed_kernels():
-    """The installed ``modeling_elmo`` package's ``acceleration.packed_kernels`` module if usable, else `None` (the
-    one import of the package here, as transformers' Mamba looks for ``mamba_ssm``)."""
+    """The installed package's ``acceleration.packed_kernels`` if usable, else `None` (this file's one import of it)."""
     try:
         from modeling_elmo.acceleration import packed_kernels
     except ImportError:
@@ -303,8 +302,7 @@ class ElmoCharacterEncoder(nn.Module):
         self.convolutions = nn.ModuleList(
             ElmoCharConvolution(config.char_embedding_dim, count, width) for width, count in config.char_cnn_filters
         )
-        # (width, count) per convolution, read here rather than from the modules (an adapter may wrap them)
-        self.filters = [(width, count) for width, count in config.char_cnn_filters]
+        self.filters = [(width, count) for width, count in config.char_cnn_filters]  # not read from wrappable modules
         # CODEPATH: relu in the released bilm-tf/AllenNLP models, tanh in ELMoForManyLangs'
         self.activation = torch.relu if config.char_cnn_activation == "relu" else torch.tanh
         self.highways = nn.ModuleList(
@@ -377,9 +375,8 @@ class ElmoLstmLayer(GradientCheckpointingLayer):
         super().__init__()
         self.cell_size, self.hidden_size = cell_size, hidden_size
         self.cell_clip, self.proj_clip = cell_clip, proj_clip
-        # made without drawing from the random stream (`_init_weights` initialises them)
         device = torch.empty(0).device  # the default device, or that of a `with torch.device(...)` around the model
-        linear = functools.partial(nn.utils.skip_init, nn.Linear, device=device)
+        linear = functools.partial(nn.utils.skip_init, nn.Linear, device=device)  # no random draws (see _init_weights)
         self.input_transform = linear(input_size, 4 * cell_size, bias=True)
         self.recurrent_transform = linear(hidden_size, 4 * cell_size, bias=False)
         self.projection = linear(cell_size, hidden_size, bias=False)
@@ -402,9 +399,8 @@ class ElmoLstmLayer(GradientCheckpointingLayer):
 
 @dataclass
 class ElmoLstmState:
-    """LSTM states carried from one call to the next (stateful inference, as AllenNLP's ``Elmo`` and bilm-tf):
-    ``hidden`` (2, L, rows, P) and ``cell`` (2, L, rows, H), by direction, layer and batch row. Extra batch rows start
-    from zeros; rows beyond the batch, and empty sentences, keep their state."""
+    """LSTM states carried between calls (stateful, as AllenNLP's ``Elmo``): ``hidden`` (2, L, rows, P), ``cell`` (2, L,
+    rows, H) by direction, layer, row. Extra batch rows start at zero; rows past the batch, empty sentences stay."""
 
     hidden: torch.Tensor
     cell: torch.Tensor
@@ -413,9 +409,7 @@ class ElmoLstmState:
     def check(state: object, num_layers: int, hidden_size: int, cell_size: int) -> None:
         """`ValueError` unless ``state`` is an `ElmoLstmState` of these sizes."""
         if not isinstance(state, ElmoLstmState):
-            raise ValueError(
-                f"lstm_state must be an ElmoLstmState (the lstm_state of a previous call), got {type(state).__name__}."
-            )
+            raise ValueError(f"lstm_state must be an ElmoLstmState (from a previous call), got {type(state).__name__}.")
         rows = tuple(state.hidden.shape[2:3]) if isinstance(state.hidden, torch.Tensor) else ()
         for name, width in (("hidden", hidden_size), ("cell", cell_size)):
             tensor = getattr(state, name)
@@ -429,10 +423,8 @@ class ElmoLstmState:
     def initial(self, batch: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The states (2, L, batch, *) a batch like ``like`` starts from (float32 at least), missing rows zero."""
         missing = max(batch - self.hidden.shape[2], 0)
-        return tuple(  # type: ignore[return-value]
-            F.pad(x.to(like.device, state_dtype(like.dtype)), (0, 0, 0, missing))[:, :, :batch]
-            for x in (self.hidden, self.cell)
-        )
+        grown = lambda x: F.pad(x.to(like.device, state_dtype(like.dtype)), (0, 0, 0, missing))[:, :, :batch]
+        return grown(self.hidden), grown(self.cell)
 
     def advanced(self, hidden: torch.Tensor, cell: torch.Tensor, used: torch.Tensor) -> ElmoLstmState:
         """The state after a batch with final states ``hidden``/``cell`` (2, L, B, *); ``used`` (B,): non-empty rows."""
@@ -919,16 +911,10 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
         """
         num_items_in_batch = _loss_kwargs(kwargs, type(self).__name__)
         return_dict = return_dict if return_dict is not None else self.config.return_dict
-        outputs = self.elmo(
-            input_ids,
-            attention_mask=attention_mask,
-            inputs_embeds=inputs_embeds,
-            add_sentence_boundaries=add_sentence_boundaries,
-            keep_sentence_boundaries=True,
-            lstm_dropout=self.config.hidden_dropout_prob,
-            output_hidden_states=output_hidden_states,
-            return_dict=True,
-        )
+        options = {"inputs_embeds": inputs_embeds, "output_hidden_states": output_hidden_states, "return_dict": True}
+        boundaries = {"add_sentence_boundaries": add_sentence_boundaries, "keep_sentence_boundaries": True}
+        lstm_dropout = self.config.hidden_dropout_prob
+        outputs = self.elmo(input_ids, attention_mask, lstm_dropout=lstm_dropout, **boundaries, **options)
         top, full_mask = outputs.last_hidden_state, outputs.attention_mask.bool()  # boundary positions included
         # (B, T) word positions: with boundaries, position p holds a word iff position p + 1 is inside the row
         tokens = full_mask[:, 2:] if add_sentence_boundaries else full_mask
@@ -980,9 +966,8 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
 
 
 class ElmoTaskHeadMixin:
-    """What the task heads share: the scalar mix over the biLM's layers, computed from ``input_ids`` or given as
-    cached ``elmo_hidden_states``, and the biLM frozen as transformers freezes (``config.freeze_elmo``: parameters
-    without gradient, so adapters inside still train). The biLM applies no dropout in a head."""
+    """What the heads share: the scalar mix of the biLM's layers (from ``input_ids`` or cached ``elmo_hidden_states``),
+    ``config.freeze_elmo`` (parameters without gradient: adapters inside still train); the biLM applies no dropout."""
 
     def _build_head(self, config: ElmoConfig, width: int) -> None:
         """The biLM, the mix, the dropout and a ``width`` -> num_labels classifier."""
