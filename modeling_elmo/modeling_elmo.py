@@ -82,10 +82,7 @@ def validated_inputs(input_ids, attention_mask, width: int, max_id: int) -> tupl
     if input_ids.dim() != 3 or input_ids.shape[-1] != width:
         raise shape_error("input_ids", f"(batch, tokens, {width}) (character ids from ElmoTokenizer)", input_ids.shape)
     if input_ids.dtype not in (torch.int16, torch.int32, torch.int64):
-        raise ValueError(
-            f"input_ids must hold integer character ids in [0, {max_id}] (int16, int32 or int64), "
-            f"got dtype {input_ids.dtype}."
-        )
+        raise ValueError(f"input_ids must be int16/32/64 character ids in [0, {max_id}], got dtype {input_ids.dtype}.")
     if input_ids.shape[0] == 0:
         raise ValueError("empty batch: input_ids has batch size 0.")
     check_values((input_ids < 0) | (input_ids > max_id), f"input_ids hold a character id outside [0, {max_id}].")
@@ -184,9 +181,8 @@ def stacked_lstm(inputs: torch.Tensor, valid: torch.Tensor, layers: Sequence[nn.
 
     if isinstance(steps, torch.SymInt) and hasattr(torch.compiler, "is_exporting") and _exporting():
         raise ValueError(
-            "torch.export of a dynamic word axis: this recurrence is a Python loop over the words, which a trace fixes "
-            "to the example's length; export with a fixed number of words, or within the installed package's "
-            "modeling_elmo.export.dynamic_words(model) (one scan over the words)."
+            "torch.export of a dynamic word axis: the recurrence loops over the words, which a trace fixes to the "
+            "example's length; export a fixed number of words, or use modeling_elmo.export.dynamic_words(model)."
         )
     # traced: all steps' products at once (a block size read from a dynamic batch would fix the batch)
     block = max(1, steps) if _exporting() else steps_per_input_product(rows, 4 * H)
@@ -366,8 +362,7 @@ class ElmoCharacterEncoder(nn.Module):
 
 
 class ElmoLstmLayer(GradientCheckpointingLayer):
-    """One direction of one layer: an LSTM whose output is projected (H -> P), with optional cell and projection
-    clipping. `forward` is the reference loop, time-major; steps past a row's length keep the state, output zeros."""
+    """One direction of one layer: an LSTM projected H -> P, optionally clipped; `forward` is the reference loop."""
 
     def __init__(
         self, input_size: int, cell_size: int, hidden_size: int, cell_clip: float | None, proj_clip: float | None
@@ -495,8 +490,7 @@ class ElmoBiLstm(nn.Module):
 
 
 class ElmoScalarMix(nn.Module):
-    """ELMo's layer combination ``gamma * sum_j softmax(w)_j * N(layer_j)`` for one or more outputs; ``N``
-    normalises each layer over the unmasked positions of the batch when ``do_layer_norm``.
+    """ELMo's layer mix ``gamma * sum_j softmax(w)_j * N(layer_j)`` per output (``N`` over the batch's unmasked tokens).
 
     Args:
         num_layers: number of layers to mix (L + 1).
@@ -846,8 +840,7 @@ class ElmoModel(ElmoPreTrainedModel):
 
 # Heads
 class ElmoForBidirectionalLM(ElmoPreTrainedModel):
-    """ELMo with its pretraining objective: a forward LM predicts the next word, a backward LM the previous one,
-    through one shared softmax, exact (in vocabulary chunks). Training may replace it through `loss_function`."""
+    """ELMo's pretraining: a forward LM predicts the next word, a backward LM the previous, via one exact softmax."""
 
     def __init__(self, config: ElmoConfig):
         super().__init__(config)
