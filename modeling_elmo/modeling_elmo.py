@@ -38,8 +38,7 @@ def _host_waits_for_nothing(device: torch.device) -> bool:
 
 
 def check_values(bad: torch.Tensor, message: str) -> None:
-    """`ValueError(message)` if any element of ``bad`` is set; skipped while tracing and in training steps on an
-    accelerator (the host would wait for the device)."""
+    """`ValueError(message)` if any of ``bad`` is set; not while tracing or training on an accelerator (a host wait)."""
     if not torch.compiler.is_compiling() and (bad.device.type == "cpu" or not torch.is_grad_enabled()):
         if bool(bad.any()):
             raise ValueError(message)
@@ -49,6 +48,11 @@ def check_shape(values: torch.Tensor, shape, name: str, other: str = "input_ids"
     """`ValueError` unless ``values`` (``name``) has the (batch, tokens) ``shape`` of ``other``."""
     if tuple(values.shape) != tuple(shape):
         raise ValueError(f"{name} has shape {tuple(values.shape)} but {other} has {tuple(shape)} tokens.")
+
+
+def shape_error(name: str, expected: str, shape) -> ValueError:
+    """The `ValueError` of ``name`` (of ``shape``) not having the ``expected`` shape."""
+    return ValueError(f"{name} must have shape {expected}, got {tuple(shape)}.")
 
 
 def _integers(values, name: str, device: torch.device, what: str, shape: tuple | None = None) -> torch.Tensor:
@@ -71,21 +75,14 @@ def integer_labels(labels, upper: int, what: str, device: torch.device, counted:
 
 
 def validated_inputs(input_ids, attention_mask, width: int, max_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The character ids (B, T, ``width``) and the token mask (B, T) bool; without a mask, a token is present where
-    its character ids are not all 0."""
+    """Character ids (B, T, ``width``) and token mask (B, T) bool; without a mask, tokens are rows not all 0."""
     if input_ids is None:
         raise ValueError(f"ElmoModel needs input_ids (character ids of shape (batch, tokens, {width})).")
     input_ids = torch.as_tensor(input_ids)
     if input_ids.dim() != 3 or input_ids.shape[-1] != width:
-        raise ValueError(
-            f"input_ids must have shape (batch, tokens, {width}) (character ids from ElmoTokenizer), "
-            f"got {tuple(input_ids.shape)}."
-        )
+        raise shape_error("input_ids", f"(batch, tokens, {width}) (character ids from ElmoTokenizer)", input_ids.shape)
     if input_ids.dtype not in (torch.int16, torch.int32, torch.int64):
-        raise ValueError(
-            f"input_ids must hold integer character ids in [0, {max_id}] (int16, int32 or int64), "
-            f"got dtype {input_ids.dtype}."
-        )
+        raise ValueError(f"input_ids must be int16/32/64 character ids in [0, {max_id}], got dtype {input_ids.dtype}.")
     if input_ids.shape[0] == 0:
         raise ValueError("empty batch: input_ids has batch size 0.")
     check_values((input_ids < 0) | (input_ids > max_id), f"input_ids hold a character id outside [0, {max_id}].")
@@ -99,8 +96,7 @@ def validated_inputs(input_ids, attention_mask, width: int, max_id: int) -> tupl
 
 
 def with_sentence_boundaries(input_ids, mask: torch.Tensor, lengths: torch.Tensor, char_vocabulary: str = "bytes"):
-    """Left-aligned ids (B, T, C) -> (B, T + 2, C) with ``<S>`` at 0 and ``</S>`` after each row's last token (an
-    empty row too, as AllenNLP does), and the mask of the result."""
+    """Left-aligned (B, T, C) -> (B, T + 2, C), ``<S>`` at 0, ``</S>`` after each last token (as AllenNLP), its mask."""
     batch, steps, width = input_ids.shape
     ids = input_ids.new_zeros(batch, steps + 2, width)
     ids[:, 1:-1] = input_ids * mask.unsqueeze(-1).to(input_ids.dtype)
@@ -130,8 +126,7 @@ def reverse_each_row(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
 
 
 def dropout_noise(like: torch.Tensor, dropout: float, num_layers: int) -> list[torch.Tensor] | None:
-    """Scaled dropout masks (2, T, B, P) of every layer's input (``like`` is (B, T, P)), drawn by ``F.dropout`` in the
-    same order in every form; `None` without dropout."""
+    """Per layer, scaled masks (2, T, B, P) for ``like`` (B, T, P), drawn in the same order in every form; or `None`."""
     if dropout <= 0:
         return None
     drawn = [[F.dropout(torch.ones_like(like), dropout) for _ in range(num_layers)] for _ in range(2)]
@@ -144,8 +139,7 @@ def state_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def lstm_step(gates, h, c, valid, project, cell_clip: float | None, proj_clip: float | None):
-    """One step from the gate pre-activations (i, f, g, o) -> next (h, c) and this step's output. ``project`` maps the
-    projection's input to the output; a padded step (``valid`` False) keeps the state and outputs zeros."""
+    """Gate sums (i, f, g, o) -> next (h, c) and output (via ``project``); where ``valid`` is False: same state, 0."""
     i, f, g, o = gates.chunk(4, dim=-1)
     c_new = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
     if cell_clip is not None:
@@ -157,8 +151,7 @@ def lstm_step(gates, h, c, valid, project, cell_clip: float | None, proj_clip: f
 
 
 def _exporting() -> bool:
-    """Whether `torch.export` traces the model (input sizes may be symbolic: read no count from them); any trace
-    before torch 2.7."""
+    """Whether `torch.export` traces (sizes may be symbolic: read no count from them); any trace before torch 2.7."""
     return getattr(torch.compiler, "is_exporting", torch.compiler.is_compiling)()
 
 
@@ -168,8 +161,7 @@ def steps_per_input_product(rows: int, gates: int) -> int:
 
 
 def stacked_state_and_weights(inputs: torch.Tensor, layers: Sequence[nn.Module], state=None):
-    """The state (h, c) in `state_dtype` (zeros without ``state``), the recurrent weights (D, P, 4H) and the
-    projection as one ``bmm``."""
+    """State (h, c) in `state_dtype` (zeros without ``state``), recurrent weights (D, P, 4H), projection (a ``bmm``)."""
     directions, _, rows, _ = inputs.shape
     dtype, (P, H) = inputs.dtype, layers[0].projection.weight.shape
     h, c = (inputs.new_zeros(directions, rows, n) for n in (P, H)) if state is None else state
@@ -189,9 +181,8 @@ def stacked_lstm(inputs: torch.Tensor, valid: torch.Tensor, layers: Sequence[nn.
 
     if isinstance(steps, torch.SymInt) and hasattr(torch.compiler, "is_exporting") and _exporting():
         raise ValueError(
-            "torch.export of a dynamic word axis: this recurrence is a Python loop over the words, which a trace fixes "
-            "to the example's length; export with a fixed number of words, or within the installed package's "
-            "modeling_elmo.export.dynamic_words(model) (one scan over the words)."
+            "torch.export of a dynamic word axis: the recurrence loops over the words, which a trace fixes to the "
+            "example's length; export a fixed number of words, or use modeling_elmo.export.dynamic_words(model)."
         )
     # traced: all steps' products at once (a block size read from a dynamic batch would fix the batch)
     block = max(1, steps) if _exporting() else steps_per_input_product(rows, 4 * H)
@@ -206,8 +197,7 @@ def stacked_lstm(inputs: torch.Tensor, valid: torch.Tensor, layers: Sequence[nn.
 
 
 def loop_lstm(inputs: torch.Tensor, valid: torch.Tensor, layers: Sequence[nn.Module], state=None):
-    """`stacked_lstm` as the reference: each direction's `ElmoLstmLayer` called as a module (hooks, adapters and
-    gradient checkpointing take effect)."""
+    """`stacked_lstm` as the reference: each `ElmoLstmLayer` called as a module (hooks, adapters, checkpoints apply)."""
     results = [
         layer(x, valid, None if state is None else (state[0][d], state[1][d]))
         for d, (x, layer) in enumerate(zip(inputs, layers, strict=True))
@@ -229,8 +219,7 @@ def torch_lstm(inputs: torch.Tensor, valid: torch.Tensor, layers: Sequence[nn.Mo
 
 
 def installed_kernels():
-    """The installed ``modeling_elmo`` package's ``acceleration.packed_kernels`` module if usable, else `None` (the
-    one import of the package here, as transformers' Mamba looks for ``mamba_ssm``)."""
+    """The installed package's ``acceleration.packed_kernels`` if usable, else `None` (this file's one import of it)."""
     try:
         from modeling_elmo.acceleration import packed_kernels
     except ImportError:
@@ -259,8 +248,7 @@ def weights_readable(layers: Sequence[nn.Module]) -> bool:
 
 
 def fused_applies(device: torch.device, dtype: torch.dtype) -> bool:
-    """Whether ``"auto"`` runs the fused recurrence for inputs on ``device`` in ``dtype``: CPU and CUDA (ROCm
-    included), floating point; elsewhere (MPS, XLA, ...) the loop."""
+    """Whether ``"auto"`` fuses on ``device``/``dtype``: CPU, CUDA (ROCm too), floating point; not MPS, XLA, ..."""
     return device.type in ("cpu", "cuda") and dtype.is_floating_point
 
 
@@ -279,8 +267,7 @@ class ElmoHighway(nn.Module):
 
 
 class ElmoCharConvolution(nn.Conv1d):
-    """One filter width of the character CNN: a valid ``Conv1d`` computed as one matrix product over all windows
-    (faster on a CPU than the convolution kernel for few input channels)."""
+    """A char CNN filter width: a valid ``Conv1d`` as one matmul over all windows (faster on CPU for few channels)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if (self.stride, self.padding, self.dilation, self.groups) != ((1,), (0,), (1,), 1):
@@ -298,8 +285,7 @@ class ElmoWordEmbedding(nn.Embedding):
 
 
 class ElmoCharacterEncoder(nn.Module):
-    """Token vectors (N, P) from character ids (and optional word ids): character embedding -> CNN, max over
-    positions -> highways -> [word vector; features] -> projection."""
+    """Character (and word) ids -> token vectors (N, P): embedding, CNN max-pooled, highways, [word; x], projection."""
 
     gradient_checkpointing = False
 
@@ -312,8 +298,7 @@ class ElmoCharacterEncoder(nn.Module):
         self.convolutions = nn.ModuleList(
             ElmoCharConvolution(config.char_embedding_dim, count, width) for width, count in config.char_cnn_filters
         )
-        # (width, count) per convolution, read here rather than from the modules (an adapter may wrap them)
-        self.filters = [(width, count) for width, count in config.char_cnn_filters]
+        self.filters = [(width, count) for width, count in config.char_cnn_filters]  # not read from wrappable modules
         # CODEPATH: relu in the released bilm-tf/AllenNLP models, tanh in ELMoForManyLangs'
         self.activation = torch.relu if config.char_cnn_activation == "relu" else torch.tanh
         self.highways = nn.ModuleList(
@@ -377,8 +362,7 @@ class ElmoCharacterEncoder(nn.Module):
 
 
 class ElmoLstmLayer(GradientCheckpointingLayer):
-    """One direction of one layer: an LSTM whose output is projected (H -> P), with optional cell and projection
-    clipping. `forward` is the reference loop, time-major; steps past a row's length keep the state, output zeros."""
+    """One direction of one layer: an LSTM projected H -> P, optionally clipped; `forward` is the reference loop."""
 
     def __init__(
         self, input_size: int, cell_size: int, hidden_size: int, cell_clip: float | None, proj_clip: float | None
@@ -386,9 +370,8 @@ class ElmoLstmLayer(GradientCheckpointingLayer):
         super().__init__()
         self.cell_size, self.hidden_size = cell_size, hidden_size
         self.cell_clip, self.proj_clip = cell_clip, proj_clip
-        # made without drawing from the random stream (`_init_weights` initialises them)
         device = torch.empty(0).device  # the default device, or that of a `with torch.device(...)` around the model
-        linear = functools.partial(nn.utils.skip_init, nn.Linear, device=device)
+        linear = functools.partial(nn.utils.skip_init, nn.Linear, device=device)  # no random draws (see _init_weights)
         self.input_transform = linear(input_size, 4 * cell_size, bias=True)
         self.recurrent_transform = linear(hidden_size, 4 * cell_size, bias=False)
         self.projection = linear(cell_size, hidden_size, bias=False)
@@ -411,9 +394,8 @@ class ElmoLstmLayer(GradientCheckpointingLayer):
 
 @dataclass
 class ElmoLstmState:
-    """LSTM states carried from one call to the next (stateful inference, as AllenNLP's ``Elmo`` and bilm-tf):
-    ``hidden`` (2, L, rows, P) and ``cell`` (2, L, rows, H), by direction, layer and batch row. Extra batch rows start
-    from zeros; rows beyond the batch, and empty sentences, keep their state."""
+    """LSTM states carried between calls (stateful, as AllenNLP's ``Elmo``): ``hidden`` (2, L, rows, P), ``cell`` (2, L,
+    rows, H) by direction, layer, row. Extra batch rows start at zero; rows past the batch, empty sentences stay."""
 
     hidden: torch.Tensor
     cell: torch.Tensor
@@ -422,9 +404,7 @@ class ElmoLstmState:
     def check(state: object, num_layers: int, hidden_size: int, cell_size: int) -> None:
         """`ValueError` unless ``state`` is an `ElmoLstmState` of these sizes."""
         if not isinstance(state, ElmoLstmState):
-            raise ValueError(
-                f"lstm_state must be an ElmoLstmState (the lstm_state of a previous call), got {type(state).__name__}."
-            )
+            raise ValueError(f"lstm_state must be an ElmoLstmState (from a previous call), got {type(state).__name__}.")
         rows = tuple(state.hidden.shape[2:3]) if isinstance(state.hidden, torch.Tensor) else ()
         for name, width in (("hidden", hidden_size), ("cell", cell_size)):
             tensor = getattr(state, name)
@@ -438,10 +418,8 @@ class ElmoLstmState:
     def initial(self, batch: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The states (2, L, batch, *) a batch like ``like`` starts from (float32 at least), missing rows zero."""
         missing = max(batch - self.hidden.shape[2], 0)
-        return tuple(  # type: ignore[return-value]
-            F.pad(x.to(like.device, state_dtype(like.dtype)), (0, 0, 0, missing))[:, :, :batch]
-            for x in (self.hidden, self.cell)
-        )
+        grown = lambda x: F.pad(x.to(like.device, state_dtype(like.dtype)), (0, 0, 0, missing))[:, :, :batch]
+        return grown(self.hidden), grown(self.cell)
 
     def advanced(self, hidden: torch.Tensor, cell: torch.Tensor, used: torch.Tensor) -> ElmoLstmState:
         """The state after a batch with final states ``hidden``/``cell`` (2, L, B, *); ``used`` (B,): non-empty rows."""
@@ -452,10 +430,9 @@ class ElmoLstmState:
 
 
 class ElmoBiLstm(nn.Module):
-    """Two stacks of `ElmoLstmLayer`: forward, and backward (each row read reversed over its own length); layers
-    l >= 1 add their input when ``use_skip_connections``. Each layer runs both directions at once, with the same
-    numbers in every form (`recurrence_for`): `stacked_lstm`, `loop_lstm` (the reference), `torch_lstm` (no
-    clipping), or the installed package's `packed_lstm` where ``config.use_packed_kernels``."""
+    """Two stacks of `ElmoLstmLayer`: forward, and backward (each row reversed over its length); layers l >= 1 add their
+    input when ``use_skip_connections``. Both directions run at once, the same numbers in every form (`recurrence_for`):
+    `stacked_lstm`, `loop_lstm` (reference), `torch_lstm` (no clipping), the package's `packed_lstm` (if configured)."""
 
     #: A replacement for `stacked_lstm` (same signature and numbers) for experiments, or `None`.
     recurrence = None
@@ -513,8 +490,7 @@ class ElmoBiLstm(nn.Module):
 
 
 class ElmoScalarMix(nn.Module):
-    """ELMo's layer combination ``gamma * sum_j softmax(w)_j * N(layer_j)`` for one or more outputs; ``N``
-    normalises each layer over the unmasked positions of the batch when ``do_layer_norm``.
+    """ELMo's layer mix ``gamma * sum_j softmax(w)_j * N(layer_j)`` per output (``N`` over the batch's unmasked tokens).
 
     Args:
         num_layers: number of layers to mix (L + 1).
@@ -548,9 +524,7 @@ class ElmoScalarMix(nn.Module):
         if isinstance(layers, (list, tuple)):
             layers = torch.stack(list(layers), dim=1)
         if layers.dim() != 4 or layers.shape[1] != self.num_layers:
-            raise ValueError(
-                f"ScalarMix expects (batch, {self.num_layers}, tokens, dim) layers, got {tuple(layers.shape)}."
-            )
+            raise shape_error("ScalarMix's layers", f"(batch, {self.num_layers}, tokens, dim)", layers.shape)
         if self.do_layer_norm:
             if mask is None:
                 raise ValueError("ScalarMix with do_layer_norm needs the mask.")
@@ -641,8 +615,7 @@ class ElmoPreTrainedModel(PreTrainedModel):
     def resize_token_embeddings(
         self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None, mean_resizing: bool = True
     ) -> nn.Module:
-        """Resize the word-embedding input: kept rows keep their vectors, new rows get ELMo's initialisation
-        (``mean_resizing`` is not used). A character model has none: `ValueError`."""
+        """Resize the word-embedding input: kept rows kept, new ones ELMo-initialised (``mean_resizing`` unused)."""
         if (old := self.get_input_embeddings()) is None:
             raise ValueError(
                 f"{type(self).__name__} reads characters and has no token-embedding table to resize "
@@ -714,8 +687,7 @@ class ElmoBidirectionalLMOutput(ModelOutput):
         forward_loss / backward_loss: mean negative log-likelihood per target word of each direction.
         forward_nll_sum / backward_nll_sum: summed negative log-likelihoods.
         num_forward_targets / num_backward_targets: number of predicted words of each direction.
-        last_hidden_state: top layer (batch, tokens, hidden_size), one row per word (with
-            ``keep_sentence_boundaries``: at the biLM's positions, ``<S>`` and ``</S>`` included).
+        last_hidden_state: top layer (batch, tokens, hidden_size); ``keep_sentence_boundaries``: ``<S>``, ``</S>`` too.
         hidden_states: with ``output_hidden_states``, all L + 1 layers at the same positions.
     """
 
@@ -785,10 +757,8 @@ class ElmoModel(ElmoPreTrainedModel):
                 if word_input_ids is None:
                     raise ValueError("this model has a word-embedding input: pass word_input_ids (from its tokenizer).")
                 word_ids = _integers(word_input_ids, "word_input_ids", mask.device, "hold integer word ids", mask.shape)
-                upper = config.word_input_vocab_size
-                check_values(
-                    (word_ids < 0) | (word_ids >= upper), f"word_input_ids hold a word id outside [0, {upper})."
-                )
+                bad, upper = (word_ids < 0) | (word_ids >= config.word_input_vocab_size), config.word_input_vocab_size
+                check_values(bad, f"word_input_ids hold a word id outside [0, {upper}).")
         batch, steps = mask.shape
         lengths = mask.sum(dim=1)
         positions = torch.arange(steps, device=mask.device).unsqueeze(0)
@@ -797,8 +767,7 @@ class ElmoModel(ElmoPreTrainedModel):
         if keep_sentence_boundaries:
             check_values(mask != left_aligned, "keep_sentence_boundaries needs right-padded input (tokens first).")
         else:
-            # Each row's tokens to the front in order (and back at the end): position t goes to destination[b, t]
-            # (a stable partition, counted rather than sorted so that exporters handle it).
+            # tokens to the front in order, t to destination[b, t], and back (counted, not sorted: exporters handle it)
             tokens_before = mask.long().cumsum(dim=1)
             destination = torch.where(mask, tokens_before - 1, lengths.unsqueeze(1) + positions - tokens_before)
             order = torch.empty_like(destination).scatter_(1, destination, positions.expand_as(destination))
@@ -857,8 +826,7 @@ class ElmoModel(ElmoPreTrainedModel):
         return mask.new_zeros(batch, steps, self.config.max_characters_per_token, dtype=torch.long), mask
 
     def _embed_tokens(self, input_ids: torch.Tensor, mask: torch.Tensor, word_ids: torch.Tensor | None = None):
-        """Token vectors (B, T, P) of the present tokens, padding zero (only those encoded where
-        `_host_waits_for_nothing`)."""
+        """Token vectors (B, T, P) of present tokens, padding 0 (only those encoded where `_host_waits_for_nothing`)."""
         batch, steps, width = input_ids.shape
         if not _host_waits_for_nothing(input_ids.device):
             flat_word_ids = None if word_ids is None else word_ids.reshape(batch * steps)
@@ -872,8 +840,7 @@ class ElmoModel(ElmoPreTrainedModel):
 
 # Heads
 class ElmoForBidirectionalLM(ElmoPreTrainedModel):
-    """ELMo with its pretraining objective: a forward LM predicts the next word, a backward LM the previous one,
-    through one shared softmax, exact (in vocabulary chunks). Training may replace it through `loss_function`."""
+    """ELMo's pretraining: a forward LM predicts the next word, a backward LM the previous, via one exact softmax."""
 
     def __init__(self, config: ElmoConfig):
         super().__init__(config)
@@ -895,8 +862,7 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
 
     @property
     def loss_function(self):
-        """The training loss, ``(hiddens, targets) -> nlls`` (lists over the two directions): the exact softmax unless
-        set (`elmo pretrain` sets its sampled softmax). Evaluation is always exact."""
+        """Training loss ``(hiddens, targets) -> nlls``: exact unless set (`elmo pretrain`: sampled); eval: exact."""
         return getattr(self, "_loss_function", None) or self.full_softmax_nlls
 
     @loss_function.setter
@@ -938,16 +904,10 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
         """
         num_items_in_batch = _loss_kwargs(kwargs, type(self).__name__)
         return_dict = return_dict if return_dict is not None else self.config.return_dict
-        outputs = self.elmo(
-            input_ids,
-            attention_mask=attention_mask,
-            inputs_embeds=inputs_embeds,
-            add_sentence_boundaries=add_sentence_boundaries,
-            keep_sentence_boundaries=True,
-            lstm_dropout=self.config.hidden_dropout_prob,
-            output_hidden_states=output_hidden_states,
-            return_dict=True,
-        )
+        options = {"inputs_embeds": inputs_embeds, "output_hidden_states": output_hidden_states, "return_dict": True}
+        boundaries = {"add_sentence_boundaries": add_sentence_boundaries, "keep_sentence_boundaries": True}
+        lstm_dropout = self.config.hidden_dropout_prob
+        outputs = self.elmo(input_ids, attention_mask, lstm_dropout=lstm_dropout, **boundaries, **options)
         top, full_mask = outputs.last_hidden_state, outputs.attention_mask.bool()  # boundary positions included
         # (B, T) word positions: with boundaries, position p holds a word iff position p + 1 is inside the row
         tokens = full_mask[:, 2:] if add_sentence_boundaries else full_mask
@@ -961,9 +921,7 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
         if labels is not None:
             labels = integer_labels(labels, self.config.vocab_size, "word ids", top.device, counted=tokens)
             if tuple(labels.shape) != tuple(tokens.shape):
-                raise ValueError(
-                    f"labels must have shape {tuple(tokens.shape)} (batch, tokens), got {tuple(labels.shape)}."
-                )
+                raise shape_error("labels", f"{tuple(tokens.shape)} (batch, tokens)", labels.shape)
             targets = self._targets(labels, tokens, add_sentence_boundaries)
             P, top = self.config.projection_dim, self.dropout(top)
             selected = []  # a prediction needs a real word at the reading and at the predicted position
@@ -1001,9 +959,8 @@ class ElmoForBidirectionalLM(ElmoPreTrainedModel):
 
 
 class ElmoTaskHeadMixin:
-    """What the task heads share: the scalar mix over the biLM's layers, computed from ``input_ids`` or given as
-    cached ``elmo_hidden_states``, and the biLM frozen as transformers freezes (``config.freeze_elmo``: parameters
-    without gradient, so adapters inside still train). The biLM applies no dropout in a head."""
+    """What the heads share: the scalar mix of the biLM's layers (from ``input_ids`` or cached ``elmo_hidden_states``),
+    ``config.freeze_elmo`` (parameters without gradient: adapters inside still train); the biLM applies no dropout."""
 
     def _build_head(self, config: ElmoConfig, width: int) -> None:
         """The biLM, the mix, the dropout and a ``width`` -> num_labels classifier."""
@@ -1020,8 +977,7 @@ class ElmoTaskHeadMixin:
             self.freeze_elmo()
 
     def tie_weights(self, *args, **kwargs):
-        """transformers' `tie_weights`, then the biLM frozen again if it was (transformers 5 loads weights as new
-        parameters that require gradients)."""
+        """`tie_weights`, then a frozen biLM frozen again (transformers 5 loads weights as parameters needing grad)."""
         tied = super().tie_weights(*args, **kwargs)
         if getattr(self, "_elmo_frozen", False):
             self.elmo.requires_grad_(False)
@@ -1060,18 +1016,11 @@ class ElmoTaskHeadMixin:
         if elmo_hidden_states is not None:  # cached biLM layers (B, L + 1, T, 2P) and their mask
             layers, expected = elmo_hidden_states, (self.config.num_representation_layers, self.config.hidden_size)
             if layers.dim() != 4 or (layers.shape[1], layers.shape[3]) != expected:
-                raise ValueError(
-                    f"elmo_hidden_states must have shape (batch, {expected[0]}, tokens, {expected[1]}), "
-                    f"got {tuple(layers.shape)}."
-                )
+                raise shape_error("elmo_hidden_states", f"(batch, {expected[0]}, tokens, {expected[1]})", layers.shape)
             if attention_mask is None:
                 raise ValueError("cached elmo_hidden_states need their attention_mask.")
             mask = torch.as_tensor(attention_mask, device=layers.device).bool()
-            if tuple(mask.shape) != (layers.shape[0], layers.shape[2]):
-                raise ValueError(
-                    f"attention_mask has shape {tuple(mask.shape)}, but the cached features have "
-                    f"{layers.shape[0]} sentences of {layers.shape[2]} tokens."
-                )
+            check_shape(mask, (layers.shape[0], layers.shape[2]), "attention_mask", "elmo_hidden_states")
             layers = layers.to(self.scalar_mix.gamma.dtype)
         elif input_ids is None and inputs_embeds is None:
             raise ValueError("pass input_ids (character ids) or cached elmo_hidden_states.")
@@ -1163,7 +1112,7 @@ class ElmoForTokenClassification(ElmoTaskHeadMixin, ElmoPreTrainedModel):
     def head_loss(self, logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor):
         """(sum, mean) of the cross-entropy over the labelled tokens."""
         if tuple(labels.shape) != tuple(mask.shape):
-            raise ValueError(f"labels must have shape {tuple(mask.shape)} (batch, tokens), got {tuple(labels.shape)}.")
+            raise shape_error("labels", f"{tuple(mask.shape)} (batch, tokens)", labels.shape)
         labels = integer_labels(labels, self.num_labels, "class ids", logits.device).masked_fill(~mask, IGNORE_INDEX)
         flat = labels.reshape(-1)
         total = F.cross_entropy(logits.reshape(-1, self.num_labels), flat, ignore_index=IGNORE_INDEX, reduction="sum")

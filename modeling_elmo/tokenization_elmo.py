@@ -46,9 +46,8 @@ _WORD_PATTERNS = {"words": r"\w+|[^\w\s]+", "whitespace": r"\S+"}
 
 
 class CharacterAlphabet:
-    """Words to rows of ``max_characters_per_token`` character ids and back: UTF-8 bytes (``characters=None``) or the
-    given unicode ``characters`` (ids 7 on). A word keeps its first ``max_characters_per_token - 2`` bytes
-    (characters); a boundary word of the original (`BOUNDARY_WORDS`) gets the boundary row."""
+    """Words to rows of ``max_characters_per_token`` character ids and back: UTF-8 bytes (``characters=None``) or given
+    ``characters`` (ids 7 on); a word keeps its first width - 2 bytes (characters), `BOUNDARY_WORDS` a boundary row."""
 
     def __init__(self, characters: Sequence[str] | None = None, max_characters_per_token: int = 50):
         if characters is not None:
@@ -172,20 +171,13 @@ class ElmoTokenizer(PreTrainedTokenizer):
         boundaries = dict(zip(self.alphabet.boundary_words, (BOS_ID, EOS_ID), strict=True))
         listed = {w: i for i, w in enumerate(input_words or (), len(SPECIAL_WORDS))}
         self.input_word_to_id = {PAD_WORD: PAD_ID, UNK_WORD: UNK_ID, **boundaries, **listed}
-        self.max_characters_per_token = max_characters_per_token
-        self.split_pattern = split_pattern
-        self.do_lower_case = do_lower_case
+        self.max_characters_per_token, self.split_pattern, self.do_lower_case = width, split_pattern, do_lower_case
         pattern = "|".join(map(re.escape, self.alphabet.boundary_words)) + "|" + _WORD_PATTERNS[split_pattern]
         self._splitter = hf_pre_tokenizers.Split(Regex(pattern), behavior="removed", invert=True)
         specials = dict(zip(("pad_token", "bos_token", "eos_token", "unk_token"), SPECIAL_WORDS, strict=True))
-        super().__init__(
-            **{**specials, **kwargs},
-            max_characters_per_token=max_characters_per_token,
-            split_pattern=split_pattern,
-            do_lower_case=do_lower_case,
-            char_vocab_file=char_vocab_file,
-            word_input_vocab_file=word_input_vocab_file,
-        )
+        settings = {"max_characters_per_token": width, "split_pattern": split_pattern, "do_lower_case": do_lower_case}
+        files = {"char_vocab_file": char_vocab_file, "word_input_vocab_file": word_input_vocab_file}
+        super().__init__(**{**specials, **kwargs}, **settings, **files)
         if self.input_words is not None:
             self.model_input_names = [*self.model_input_names, "word_input_ids"]
 
@@ -314,8 +306,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
         return padded
 
     def decode(self, token_ids: Any, skip_special_tokens: bool = False, **kwargs: Any) -> Any:
-        """Character rows (words, 50) give the words joined by spaces, a batch of them a list of strings (absent words
-        dropped); word ids (1-D / 2-D) are read through the word vocabulary."""
+        """Character rows (words, 50) -> words joined by spaces (absent dropped), a batch -> a list; or word ids."""
         array = np.asarray(token_ids.detach().cpu() if hasattr(token_ids, "detach") else token_ids)
         if array.ndim == 3:
             return [self.decode(sentence, skip_special_tokens=skip_special_tokens) for sentence in array]
@@ -343,11 +334,9 @@ def _read_vocabulary(path: str) -> dict[str, int]:
                 continue
             leading = False
             if word in vocab or not word.strip():
-                problem = (
-                    f"repeats the word {word[:80]!r} (a repeated word" if word.strip() else "is empty (an empty line"
-                )
+                why = f"repeats the word {word[:80]!r} (a repeated word" if word.strip() else "is empty (an empty line"
                 raise ValueError(
-                    f"vocabulary file {path!r}: line {number} {problem} would shift the id of every later word)."
+                    f"vocabulary file {path!r}: line {number} {why} would shift the id of every later word)."
                 )
             if word != "!!!MAXTERMID":
                 vocab[word] = len(vocab)

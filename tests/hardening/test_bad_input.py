@@ -146,7 +146,7 @@ ROWS = [
     Row(
         "library",
         "`model(input_ids=ids.to(torch.uint8))`",
-        "input_ids must hold integer character ids in [0, 261] (int16, int32 or int64), got dtype torch.uint8.",
+        "input_ids must be int16/32/64 character ids in [0, 261], got dtype torch.uint8.",
         _model_call(dtype=torch.uint8),
     ),
     Row(
