@@ -453,3 +453,32 @@ def test_a_mistyped_source_is_named_even_after_a_killed_runs_output_was_put_back
         convert_main(["--options", mistyped, "--weights", weights_path, "--output", str(out)])
     assert exit_.value.code == f"elmo convert: error: options file {mistyped!r} does not exist."
     assert "is back in place" in caplog.text and (out / "config.json").is_file()
+
+
+def test_a_records_file_killed_while_written_again_leaves_a_temporary_its_records_name(tmp_path, caplog):
+    """A kill between writing the records' next version and its rename leaves ``.RECORDS.TOKEN.tmp``, the name the
+    records gave in advance: ``--overwrite`` and ``--resume`` remove it as the run's own; a file of another content
+    under that name stays (and ``--overwrite`` refuses the folder)."""
+    from support.embedding import FakeEmbedder, read_h5, run
+
+    lines, partial = _interrupted_embed(tmp_path)
+    records = partial / ".elmo-embed-records-0.json"
+    following = json.loads(records.read_text())["next"]
+    assert files.TEMPORARY_FILE.fullmatch(following).group("name") == records.name
+    (partial / following).write_bytes(records.read_bytes())  # the next version, killed before its rename
+    with caplog.at_level(logging.WARNING):
+        report, out = run(tmp_path, lines=lines, embedder=FakeEmbedder(), chunk_size=2, resume=True)
+    assert report.resumed_lines == 4 and len(read_h5(out)) == len(lines) + 1 and not partial.exists()
+    assert "was kept" not in caplog.text
+
+    out.unlink()
+    lines, partial = _interrupted_embed(tmp_path)
+    following = json.loads(records.read_text())["next"]
+    (partial / following).write_text("my notes, under a name that happens to be the records' next one")
+    with pytest.raises(ValueError, match=rf"holds what an interrupted elmo embed run does not write \({following}\)"):
+        run(tmp_path, lines=lines, embedder=FakeEmbedder(), chunk_size=2, overwrite=True)
+    assert (partial / following).read_text().startswith("my notes")
+    (partial / following).unlink()
+    (partial / following).write_bytes(b"")  # created, killed before a byte was written: nothing to lose
+    run(tmp_path, lines=lines, embedder=FakeEmbedder(), chunk_size=2, overwrite=True)
+    assert not partial.exists() and out.is_file()
