@@ -482,3 +482,34 @@ def test_a_records_file_killed_while_written_again_leaves_a_temporary_its_record
     (partial / following).write_bytes(b"")  # created, killed before a byte was written: nothing to lose
     run(tmp_path, lines=lines, embedder=FakeEmbedder(), chunk_size=2, overwrite=True)
     assert not partial.exists() and out.is_file()
+
+
+@pytest.mark.parametrize("role", ["options", "weights"])
+def test_a_hard_link_given_to_convert_is_refused_as_a_symbolic_link_is(tmp_path, role):
+    """``elmo convert --options/--weights``: an input that is a hard link (``st_nlink > 1``: the same bytes are
+    another file, maybe another user's) or a symbolic link is refused in one line naming it; nothing is written."""
+    options_path, weights_path = _small_release(tmp_path)
+    given = {"options": options_path, "weights": weights_path}
+    outside = tmp_path / "elsewhere" / Path(given[role]).name
+    outside.parent.mkdir()
+    os.link(given[role], outside)  # the release's file now has two names
+    args = ["--options", options_path, "--weights", weights_path, "--output", str(tmp_path / "out")]
+    with pytest.raises(SystemExit) as exit_:
+        convert_main(args)
+    assert exit_.value.code == (
+        f"elmo convert: error: {role} file {given[role]!r} is a hard link (2 names share the file, which may lie "
+        "outside the folder); refusing to read it through this name, as a symbolic link out of the folder is "
+        "refused. Copy the file in if it belongs there."
+    )
+    os.unlink(given[role])
+    os.symlink(outside, given[role])
+    with pytest.raises(SystemExit) as exit_:
+        convert_main(args)
+    assert exit_.value.code == (
+        f"elmo convert: error: {role} file {given[role]!r} is a symbolic link, not a regular file; refusing to use "
+        "it (remove it if it is not yours to keep)."
+    )
+    assert not (tmp_path / "out").exists() and outside.is_file()
+    os.unlink(given[role])
+    os.rename(outside, given[role])  # one name again: converted
+    assert convert_main(args) == 0 and (tmp_path / "out" / "config.json").is_file()
