@@ -513,3 +513,29 @@ def test_a_hard_link_given_to_convert_is_refused_as_a_symbolic_link_is(tmp_path,
     os.unlink(given[role])
     os.rename(outside, given[role])  # one name again: converted
     assert convert_main(args) == 0 and (tmp_path / "out" / "config.json").is_file()
+
+
+@pytest.mark.parametrize("command, kind", [("elmo convert", "converting"), ("elmo push", "staging")])
+def test_a_staging_folder_killed_before_its_manifest_was_written_is_left_alone_in_one_line(
+    tmp_path, caplog, command, kind
+):
+    """A run killed while it filled its staging folder, before the manifest that records the files: nothing proves
+    the files are the run's (a user may have put one there), so the next run on that output deletes nothing and
+    says, in one line, which folder it left and what to do."""
+    out = tmp_path / "out"
+    payload = left_by_a_killed_run(out, kind, command)
+    (payload / "config.json").write_text("{}")  # what the run had written when it was killed
+    (payload / "model.safetensors").write_bytes(b"half a model")
+    with caplog.at_level(logging.WARNING):
+        said = recover_interrupted(out)
+    assert said == [
+        f"{str(payload.parent)!r}, the unfinished output of an interrupted {command} run, holds 'config.json' (and 1 "
+        "more), which no record of it lists; it was left alone: remove it yourself if it is not yours."
+    ]
+    assert [r.getMessage() for r in caplog.records] == said
+    assert sorted(p.name for p in payload.iterdir()) == ["config.json", "model.safetensors"]
+    assert (payload.parent / TEMPORARY_MARKER).is_file()
+    write_manifest(payload, command, ["config.json", "model.safetensors"])  # recorded: the run's own, removed
+    (said,) = recover_interrupted(out)
+    assert said == f"removed the unfinished output of an interrupted {command} run: {str(payload.parent)!r}."
+    assert not payload.parent.exists()
