@@ -150,6 +150,7 @@ def open_output_folder(
         run.remove_run_files()
         logger.info("--overwrite: cleared the previous run from %s", run.root)
     run.root.mkdir(parents=True, exist_ok=True)
+    CheckpointManager(run.checkpoints_dir).recover()  # what a run killed while saving a checkpoint left
     saved = read_run_identity(run) if mode == RESUME else None
     if saved is not None:
         differences = identity_differences(saved, identity)
