@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from ..folders.files import (
+    TEMPORARY_FILE,
     atomic_output,
     atomic_write_text,
     make_folders,
@@ -115,6 +116,10 @@ def check_output_folder(args: Any, run: RunFolder) -> str:
     if args.overwrite:
         return OVERWRITE
     saved = read_run_identity(run)
+    if saved is None and all(TEMPORARY_FILE.fullmatch(p.name) for p in entries if run.is_run_artefact(p.name)):
+        # killed while it recorded itself (run.json being written): nothing of it to resume or to keep
+        logger.info("%s holds only the temporary files of a run killed as it started; starting it again.", root)
+        return OVERWRITE
     differences = saved and identity_differences(saved, arguments) + _data_file_differences(saved, args)
     if saved is None:
         what = "a run of an earlier version (no run.json)"

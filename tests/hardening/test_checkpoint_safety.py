@@ -9,6 +9,7 @@ import json
 import logging
 import os
 
+import pytest
 from support import left_by_a_killed_run
 
 from modeling_elmo.folders import files
@@ -99,3 +100,20 @@ def test_an_earlier_versions_temporary_checkpoint_folder_is_left_alone_with_one_
         "which recorded nothing to prove its files; it was left alone: remove it yourself if it is not yours."
     )
     assert (old / "model.safetensors").read_bytes() == b"mine?"
+
+
+@pytest.mark.slow  # trains
+def test_a_run_killed_while_it_recorded_itself_is_started_again_by_the_same_command(tmp_path):
+    """Killed while ``run.json`` was being written (only its temporary is in the output folder): the same command
+    again starts the run afresh instead of refusing the folder as an earlier version's run."""
+    from support import random_corpus, tiny_pretrain_args
+
+    from modeling_elmo.cli import main
+
+    corpus = random_corpus(tmp_path / "corpus.txt", seed=1, words=30, lines=40, longest=8)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / f".run.json.{'0' * 16}.tmp").write_text('{"arguments": {"learn')  # the kill cut it short
+    assert main(["pretrain", *tiny_pretrain_args(corpus, out, "--max-steps", "2", checkpointing_steps=2)]) == 0
+    assert (out / "run.json").is_file() and (out / "model.safetensors").is_file()
+    assert not (out / f".run.json.{'0' * 16}.tmp").exists()
