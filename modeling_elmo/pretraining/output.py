@@ -32,7 +32,7 @@ from ..folders.files import (
 from ..folders.locks import exclusive_lock
 from ..folders.manifest import install_folder, recover_interrupted, write_manifest
 from ..folders.run_folder import RunFolder, read_json_object
-from .checkpoint import BEST_MODEL_FILE, CheckpointManager
+from .checkpoint import BEST_MODEL_FILE, LATEST, CheckpointManager
 from .state import argument_identity, identity_differences, read_run_identity, write_run_identity
 
 logger = logging.getLogger(__name__)
@@ -127,8 +127,9 @@ def check_output_folder(args: Any, run: RunFolder) -> str:
         what = f"another run ({'; '.join(differences)})"
     elif run.has_model():
         what = "the finished model of a run with these arguments"
-    elif CheckpointManager(run.checkpoints_dir).latest() is None:
-        # stopped before its first checkpoint: nothing to resume, and only this run's own files to replace
+    elif CheckpointManager(run.checkpoints_dir).latest() is None or not (run.checkpoints_dir / LATEST).is_file():
+        # stopped before its first checkpoint was complete (``latest`` is written last, atomically: without it no
+        # checkpoint was ever finished): nothing to resume, and only this run's own files to replace
         logger.info("%s holds a run with these arguments stopped before its first checkpoint; starting it again.", root)
         return OVERWRITE
     else:

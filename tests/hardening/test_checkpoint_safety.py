@@ -117,3 +117,21 @@ def test_a_run_killed_while_it_recorded_itself_is_started_again_by_the_same_comm
     assert main(["pretrain", *tiny_pretrain_args(corpus, out, "--max-steps", "2", checkpointing_steps=2)]) == 0
     assert (out / "run.json").is_file() and (out / "model.safetensors").is_file()
     assert not (out / f".run.json.{'0' * 16}.tmp").exists()
+
+
+@pytest.mark.slow  # trains
+def test_a_run_killed_before_its_first_checkpoint_was_pointed_to_is_started_again(tmp_path):
+    """Killed after its first checkpoint took its name but before ``latest`` named it: no checkpoint was ever
+    finished, so the same command starts the run again (as for a run stopped before its first checkpoint)."""
+    from support import random_corpus, tiny_pretrain_args
+
+    from modeling_elmo.cli import main
+
+    corpus = random_corpus(tmp_path / "corpus.txt", seed=1, words=30, lines=40, longest=8)
+    out = tmp_path / "out"
+    args = ["pretrain", *tiny_pretrain_args(corpus, out, "--max-steps", "4", checkpointing_steps=2)]
+    assert main([*args, "--stop-after-steps", "2"]) == 0
+    (out / "checkpoints" / "latest").unlink()
+    assert (out / "checkpoints" / "step_00000002").is_dir()
+    assert main(args) == 0 and (out / "model.safetensors").is_file()
+    assert (out / "checkpoints" / "latest").read_text().strip() == "step_00000004"
