@@ -155,7 +155,8 @@ class PartialRecords:
             raise
         finally:
             self.temporaries.pop(name, None)
-            self._save()
+            if self.partial.is_dir():  # a folder removed meanwhile (a finished run) has nothing left to record
+                self._save()
 
     def write_text(self, destination: Path, text: str) -> None:
         """``destination`` (in the folder) written atomically with ``text``, recorded."""
