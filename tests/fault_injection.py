@@ -352,8 +352,9 @@ def _difference(scenario: Scenario, root: Path, expected: Any) -> str:
     except Exception as error:  # noqa: BLE001
         return f"it cannot be read ({type(error).__name__}: {error})"
     pairs = [(actual, expected)]
-    while pairs and all(isinstance(p, tuple) for p in pairs[0]):  # (model, files) results: compare each part
-        pairs = [pair for a, b in pairs for pair in zip(a, b, strict=True)]
+    both = lambda a, b: isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b)  # noqa: E731
+    while any(both(a, b) for a, b in pairs):  # (model, files) results: compare each part
+        pairs = [pair for a, b in pairs for pair in (zip(a, b, strict=True) if both(a, b) else [(a, b)])]
     names = []
     for a, b in pairs:
         if isinstance(a, dict) and isinstance(b, dict):

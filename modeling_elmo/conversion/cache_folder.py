@@ -10,6 +10,7 @@ only, atomic writes, the lock) comes from `modeling_elmo.folders` (files, openin
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -55,6 +56,11 @@ def read_origin(path: Path, default: str, cache: CacheFolder | None = None) -> s
         return default
     with os.fdopen(open_regular(origin, os.O_RDONLY, "the cached file's source record", folder_fd=where), "rb") as f:
         return " ".join(f.read(4096).decode("utf-8", "replace").split()) or default
+
+
+def source_of(url: str, final_url: str) -> str:
+    """The URL that served a file, with the one asked for when a redirect led elsewhere (what ``.source`` holds)."""
+    return url if final_url == url else f"{final_url} (redirected from {url})"
 
 
 def part_path(path: str | os.PathLike) -> Path:
@@ -152,6 +158,49 @@ class CacheFolder:
         the name ``name`` (`files.atomic_write_bytes`: ``name`` is the old file or the whole new one); the temporary
         is removed on any error."""
         atomic_write_bytes(self.shown(name), data, dir_fd=self.fd)
+
+    def write_new(self, name: str, data: bytes, what: str) -> None:
+        """Create ``name``, which is not there (``O_EXCL``: never a file that is), holding ``data`` flushed to disk:
+        for a record written where its old version was just removed, so that a kill leaves no temporary beside it
+        (a record cut short does not parse, and is discarded with what it describes)."""
+        with os.fdopen(self.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, what), "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def write_origin(self, name: str, source: str) -> None:
+        """Record that ``name`` came from ``source`` (its ``.source``): left as it is where it says so already, else
+        the old record is removed and the new one created in its place (`write_new`: a kill leaves no temporary; at
+        worst no record, which `finish_download` writes again from the download's record)."""
+        origin = origin_path(Path(name)).name
+        data = (source + "\n").encode("utf-8")
+        if self.is_regular_or_absent(origin, "the cached file's source record"):
+            with os.fdopen(self.open(origin, os.O_RDONLY, "the cached file's source record"), "rb") as handle:
+                if handle.read(len(data) + 1) == data:
+                    return
+            self.remove(origin)
+        self.write_new(origin, data, "the cached file's source record")
+
+    def finish_download(self, name: str) -> None:
+        """Finish what a download of ``name`` killed after the file took its name left: its record (``.part.json``,
+        no ``.part`` beside it) says where the file came from; the ``.source`` is written from it, then the record
+        is removed."""
+        part = part_path(name).name
+        record_name = part_record_path(Path(part)).name
+        if self.is_regular_or_absent(part, "the partial download"):
+            return  # a download to resume: its record is its own
+        if not self.is_regular_or_absent(record_name, "the download record"):
+            return
+        try:
+            with os.fdopen(self.open(record_name, os.O_RDONLY, "the download record"), "rb") as handle:
+                record = json.loads(handle.read(1 << 16).decode("utf-8"))
+        except (OSError, ValueError, RecursionError):
+            record = None
+        url = record.get("url") if isinstance(record, dict) else None
+        final = record.get("final_url") or url if isinstance(record, dict) else None
+        if isinstance(url, str) and isinstance(final, str) and self.is_regular_or_absent(name, "the cached file"):
+            self.write_origin(name, source_of(url, final))
+        self.remove(record_name)
 
     def install(self, source: Path, name: str) -> None:
         """Move the finished file ``source`` (outside the folder, in a private staging folder) into the folder as

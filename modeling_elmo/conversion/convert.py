@@ -48,6 +48,7 @@ User documentation: ``docs/conversion.md``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 from collections.abc import Mapping
@@ -60,6 +61,7 @@ import torch
 from safetensors import SafetensorError
 
 from ..configuration_elmo import ElmoConfig
+from ..folders.opening import open_regular
 from ..folders.output_folder import check_atol, check_output_dir, locks_output, write_folder_atomically
 from ..hub.card import CardInputs, write_model_card
 from ..utils import io_utils
@@ -172,15 +174,41 @@ def convert(
     ``read_from`` maps a role to the path to read its file through instead (`FetchedRelease.reading_path`: a cached
     release file held open since it was checked); ``options_path``/``weights_path`` still name the files.
     """
-    from .. import ElmoModel, ElmoTokenizer, save_model_folder
-
     check_atol(atol)
     files = {"options": Path(options_path), "weights": Path(weights_path)}
     reading = {role: Path((read_from or {}).get(role, path)) for role, path in files.items()}
     for role, path in files.items():  # a mistyped source is named before anything about the output is said
         if not os.path.exists(reading[role]):
             raise ValueError(f"{role} file {str(path)!r} does not exist.")
-    output_dir = check_output_dir(output_dir, overwrite, inputs=(options_path, weights_path))
+    with contextlib.ExitStack() as opened:
+        for role, path in files.items():
+            if role not in (read_from or {}):
+                reading[role] = _open_input(path, role, opened)
+        output_dir = check_output_dir(output_dir, overwrite, inputs=(options_path, weights_path))
+        model, config, described, max_diff = _read_release_files(files, reading, atol, sources)
+    return _save_conversion(model, config, described, max_diff, files, output_dir, overwrite, atol, release, sources)
+
+
+def _open_input(path: Path, role: str, opened: contextlib.ExitStack) -> Path:
+    """Open the local input ``path`` by the link rule (`modeling_elmo.folders.opening.open_regular` with
+    ``alone``: a symbolic link, a hard link, a FIFO or a folder is refused in one line naming it), held open in
+    ``opened``; returns the path that reads that very file (Linux's ``/proc/self/fd/N``; elsewhere the path)."""
+    try:
+        fd = open_regular(path, os.O_RDONLY, f"{role} file", alone=True)
+    except FileNotFoundError:
+        raise ValueError(f"{role} file {str(path)!r} does not exist.") from None
+    except OSError as error:
+        raise ValueError(f"{role} file {str(path)!r} cannot be read: {error.strerror or error}.") from None
+    opened.callback(os.close, fd)
+    proc = Path(f"/proc/self/fd/{fd}")
+    return proc if proc.exists() else path
+
+
+def _read_release_files(files, reading, atol, sources):
+    """Read and check the options and weights (through ``reading``): the model, its config, the files' records
+    and the parity check's largest difference."""
+    from .. import ElmoModel
+
     try:
         # 1. Options -> config.
         options = read_options(reading["options"])
@@ -209,7 +237,13 @@ def convert(
         if message == str(error):
             raise
         raise ValueError(message) from None
-    # 4. Save into a temporary sibling, then move into place.
+    return model, config, described, max_diff
+
+
+def _save_conversion(model, config, described, max_diff, files, output_dir, overwrite, atol, release, sources):
+    """4. Save into a temporary sibling, then move into place."""
+    from .. import ElmoTokenizer, save_model_folder
+
     num_parameters = sum(p.numel() for p in model.parameters())
     metadata: dict[str, Any] = {
         "converted_from": (

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..utils.io_utils import error_line
-from .cache_folder import CacheFolder, DownloadError, part_path, part_record_path
+from .cache_folder import CacheFolder, DownloadError, part_path, part_record_path, source_of
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ class Download:
     @property
     def source(self) -> str:
         """The URL that served the file, with the one asked for when a redirect led elsewhere."""
-        return self.url if self.final_url == self.url else f"{self.final_url} (redirected from {self.url})"
+        return source_of(self.url, self.final_url)
 
 
 def _validator(headers: Mapping[str, str]) -> dict[str, str]:
@@ -334,7 +334,8 @@ def download_file(
                     if mode == "wb":  # what the .part will hold: the next attempt resumes only the same file
                         cache.discard_part(name)  # a new file under the name, never one linked to another file
                         record = {"url": url, "final_url": final_url, **served}
-                        cache.write_atomic(part_record_path(part).name, json.dumps(record).encode("utf-8"))
+                        data = json.dumps(record).encode("utf-8")
+                        cache.write_new(part_record_path(part).name, data, "the download record")
                     limit = min(
                         total if total is not None else math.inf, max_bytes if max_bytes is not None else math.inf
                     )
@@ -411,8 +412,10 @@ def download_file(
             raise
         cache.check()
         cache.replace(part.name, name)
+        done = Download(path=destination, url=url, final_url=final_url)
+        cache.write_origin(name, done.source)  # before the record goes: a kill between is finished from the record
         cache.remove(part_record_path(part).name)
-        return Download(path=destination, url=url, final_url=final_url)
+        return done
     finally:
         guard.cancel()
         if own_session:

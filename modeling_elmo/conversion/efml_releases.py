@@ -23,7 +23,6 @@ from .cache_folder import (
     OpenedFile,
     cache_lock,
     make_cache_folder,
-    origin_path,
     read_origin,
 )
 from .download import DEFAULT_ATTEMPTS, download_file
@@ -205,7 +204,7 @@ def _fetch_zip_locked(
         except DownloadError as mirror_error:
             raise DownloadError(f"{str(error).rstrip('.')}; {mirror_error}") from None
     cache.check()
-    cache.write_atomic(origin_path(destination).name, (where + "\n").encode("utf-8"))
+    cache.write_origin(destination.name, where)
     return destination, where
 
 

@@ -48,7 +48,6 @@ from .cache_folder import (
     OpenedFile,
     cache_lock,
     make_cache_folder,
-    origin_path,
     read_origin,
 )
 from .download import DEFAULT_ATTEMPTS, download_file
@@ -498,6 +497,7 @@ def _fetch_file_locked(
         cache.discard_part(destination.name)
     elif cache.is_regular_or_absent(destination.name, "the cached file"):
         cache.check()  # a file found through a folder swapped meanwhile is not the cache's
+        cache.finish_download(destination.name)  # a download killed after the file took its name
         sources[role] = read_origin(destination, url, cache)
         paths[role], cached[role] = destination, True
         logger.info("using the cached %s", destination)
@@ -527,7 +527,7 @@ def _fetch_file_locked(
             raise DownloadError(f"{str(error).rstrip('.')}; {mirror_error}") from None
         cache.discard_part(destination.name)  # an unfinished primary download is of no use now
     cache.check()
-    cache.write_atomic(origin_path(destination).name, (sources[role] + "\n").encode("utf-8"))
+    cache.write_origin(destination.name, sources[role])
     paths[role], cached[role] = destination, False
 
 

@@ -5,9 +5,11 @@ the finished files (the run record ``run.json``, the chunks) with their size and
 writing: a temporary's name is recorded before the file is created and its identity (device, inode) once it is, and
 a finished file's record is written before it takes its name. So at any moment a kill leaves only files the
 records prove: a finished file whose name, size and sha256 they list, or a temporary that is the very file they
-name (or still empty). Anything else in the folder (a file merely named like a chunk, a user's notes, a subfolder,
-a chunk of an earlier version without records) is never read as the run's, never replaced and never deleted;
-commands say so in one line naming the folder (`unproven_entries`).
+name (or still empty). The records file itself is first created in place, and each later version is written under
+the name its previous version gives (``next``: a fresh random temporary name), then renamed onto it: a kill
+between leaves a temporary that the records name, holding records or nothing. Anything else in the folder (a file
+merely named like a chunk, a user's notes, a subfolder, a chunk of an earlier version without records) is never read
+as the run's, never replaced and never deleted; commands say so in one line naming the folder (`unproven_entries`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..folders.files import (
+    TEMPORARY_FILE,
     atomic_write_text,
     create_file,
     new_token,
@@ -60,10 +63,50 @@ def _read_records(path: Path) -> dict | None:
         return None
     if not (isinstance(data, dict) and data.get("command") == COMMAND):
         return None
-    files, temporaries = data.get("files"), data.get("temporaries")
+    files, temporaries, following = data.get("files"), data.get("temporaries"), data.get("next")
     if not (isinstance(files, dict) and isinstance(temporaries, dict)):
         return None
-    return {"files": files, "temporaries": temporaries}
+    if not (isinstance(following, str) and _is_records_temporary_name(path.name, following)):
+        following = None  # a record of an earlier version: its next version's temporary is not named
+    return {"files": files, "temporaries": temporaries, "next": following}
+
+
+def _is_records_temporary_name(records_name: str, name: str) -> bool:
+    match = TEMPORARY_FILE.fullmatch(name)
+    return match is not None and match.group("name") == records_name and not match.group("suffix")
+
+
+def _write_records(path: Path, files: dict, temporaries: dict, following: str | None) -> str:
+    """Write the records file ``path`` (its previous version named ``following`` as its next temporary; `None`
+    where there is no previous version of this format) and return the temporary name the new version gives for the
+    one after it. A new records file is created in place (``O_EXCL``: never over a file that is there); a
+    later version is written to ``following`` (never a file that is there) and renamed onto ``path``."""
+    after = temporary_file_name(path.name, new_token())
+    text = json.dumps(
+        {"command": COMMAND, "files": files, "temporaries": temporaries, "next": after}, indent=1, sort_keys=True
+    )
+    if following is None and not os.path.lexists(path):
+        fd = create_file(path, flags=os.O_WRONLY)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write((text + "\n").encode("utf-8"))
+            handle.flush()
+            os.fsync(handle.fileno())
+        return after
+    if following is None or os.path.lexists(path.with_name(following)):
+        atomic_write_text(path, text + "\n")  # an earlier version's records, or their temporary is taken
+        return after
+    temporary = path.with_name(following)
+    fd = create_file(temporary, flags=os.O_WRONLY)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write((text + "\n").encode("utf-8"))
+            handle.flush()
+            os.fsync(handle.fileno())
+        replace(temporary, path)
+    except BaseException:
+        remove_file(temporary)
+        raise
+    return after
 
 
 class PartialRecords:
@@ -72,13 +115,13 @@ class PartialRecords:
     def __init__(self, partial: Path, index: int = 0) -> None:
         self.partial = Path(partial)
         self.path = self.partial / f".elmo-embed-records-{index}.json"
-        data = _read_records(self.path) or {"files": {}, "temporaries": {}}
+        data = _read_records(self.path) or {"files": {}, "temporaries": {}, "next": None}
         self.files: dict[str, dict] = dict(data["files"])
         self.temporaries: dict[str, dict] = dict(data["temporaries"])
+        self.next: str | None = data["next"]
 
     def _save(self) -> None:
-        record = {"command": COMMAND, "files": self.files, "temporaries": self.temporaries}
-        atomic_write_text(self.path, json.dumps(record, indent=1, sort_keys=True) + "\n")
+        self.next = _write_records(self.path, self.files, self.temporaries, self.next)
 
     @contextlib.contextmanager
     def writing(self, destination: Path, *, keep: bool) -> Iterator[tuple[int, Path]]:
@@ -112,7 +155,8 @@ class PartialRecords:
             raise
         finally:
             self.temporaries.pop(name, None)
-            self._save()
+            if self.partial.is_dir():  # a folder removed meanwhile (a finished run) has nothing left to record
+                self._save()
 
     def write_text(self, destination: Path, text: str) -> None:
         """``destination`` (in the folder) written atomically with ``text``, recorded."""
@@ -124,7 +168,8 @@ class PartialRecords:
 
 
 def _all_records(partial: Path) -> tuple[list[Path], dict[str, list[dict]], dict[str, list[dict]]]:
-    """The records files of ``partial`` and what they list together: finished files and temporaries, by name."""
+    """The records files of ``partial`` and what they list together: finished files and temporaries, by name (the
+    temporary each records file names for its next version among them, as ``{"records": True}``)."""
     found, listed, temporaries = [], {}, {}
     for entry in sorted(partial.iterdir()) if partial.is_dir() else []:
         if not _RECORDS.fullmatch(entry.name):
@@ -137,12 +182,15 @@ def _all_records(partial: Path) -> tuple[list[Path], dict[str, list[dict]], dict
             listed.setdefault(name, []).append(record)
         for name, record in data["temporaries"].items():
             temporaries.setdefault(name, []).append(record)
+        if data["next"] is not None:
+            temporaries.setdefault(data["next"], []).append({"records": True})
     return found, listed, temporaries
 
 
 def _is_that_temporary(path: Path, records: list[dict]) -> bool:
     """Whether ``path`` is the temporary a record names: the same file (device, inode), or, where the record was
-    written before the file was created, an empty file (nothing in it to lose)."""
+    written before the file was created, an empty file (nothing in it to lose); for the next version of a records
+    file (``{"records": True}``), an empty file or records of elmo embed."""
     try:
         info = os.lstat(path)
     except FileNotFoundError:
@@ -153,6 +201,8 @@ def _is_that_temporary(path: Path, records: list[dict]) -> bool:
         if not isinstance(record, dict):
             continue
         if not record and info.st_size == 0:
+            return True
+        if record == {"records": True} and (info.st_size == 0 or _read_records(path) is not None):
             return True
         if record.get("device") == info.st_dev and record.get("inode") == info.st_ino:
             return True
@@ -202,8 +252,7 @@ def remove_proven(partial: Path, *, temporaries_only: bool = False) -> list[str]
         for path in records_files:
             data = _read_records(path)
             if data is not None and data["temporaries"]:
-                record = {"command": COMMAND, "files": data["files"], "temporaries": {}}
-                atomic_write_text(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
+                _write_records(path, data["files"], {}, data["next"])
         return others
     for path in records_files:  # last: until they go, they prove what is left
         remove_file(path)

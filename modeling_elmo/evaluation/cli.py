@@ -30,7 +30,7 @@ from ..folders.run_folder import EvaluationFolder
 from ..utils.io_utils import atomic_write_text
 from ..utils.results import EvaluationResults, write_results
 from . import data as ev_data
-from .merge import COMMAND, check_own_outputs, merge_task_results, own_manifest, previous_results
+from .merge import COMMAND, RecordedWrites, check_own_outputs, merge_task_results, own_manifest, previous_results
 from .report import markdown_report, score_records, write_plots
 from .runner import (
     describe_path,
@@ -152,6 +152,7 @@ def evaluate(args) -> EvaluationResults:
     model_name = Path(model).name if run is not None else model
     previous = previous_results(out, model_name)  # checked before any work: a file that cannot be merged stops here
     check_own_outputs(out, previous)
+    writes = RecordedWrites(out)
     data_dir = Path(args.data_dir) if args.data_dir is not None else None
     if data_dir is not None and not data_dir.is_dir():
         raise ValueError(f"--data-dir {str(data_dir)!r} is not a folder")
@@ -229,9 +230,10 @@ def evaluate(args) -> EvaluationResults:
         },
     )
     results = merge_task_results(previous, results, tasks)
-    results.details["plots"] = write_plots(results, out, run)
-    write_results(out.results_file, results)
-    atomic_write_text(out.report_file, markdown_report(results))
+    writes.remove_left_temporaries()
+    results.details["plots"] = write_plots(results, out, run, before_replace=writes.before_replace)
+    write_results(out.results_file, results, before_replace=writes.before_replace)
+    atomic_write_text(out.report_file, markdown_report(results), before_replace=writes.before_replace)
     recorded = (read_manifest(out.root) or {}).get("files", []) if own_manifest(out) else []
     written = [path.name for path in (out.results_file, out.report_file, *out.plot_files())]
     write_manifest(out.root, COMMAND, [*recorded, *written])

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from pathlib import Path
 
-from ..folders.manifest import file_record, read_manifest
+from ..folders.files import TEMPORARY_FILE, remove_file
+from ..folders.manifest import file_record, read_manifest, save_manifest
 from ..folders.run_folder import EvaluationFolder
 from ..utils.results import EvaluationResults, read_results
 
@@ -25,21 +27,53 @@ def check_own_outputs(out: EvaluationFolder, previous: EvaluationResults | None)
     was not written by it, as it wrote it: recorded in the folder's manifest with its size and sha256 (by name only
     in a manifest of an earlier version), or (a folder of an earlier version, without one) beside a results file
     that elmo evaluate wrote."""
-    recorded = (read_manifest(out.root) or {}).get("files", {}) if own_manifest(out) else {}
+    manifest = (read_manifest(out.root) or {}) if own_manifest(out) else {}
+    recorded, pending = manifest.get("files", {}), manifest.get("pending", {})
     legacy = not own_manifest(out) and previous is not None and previous.source == COMMAND
     for path in (out.report_file, *(out.root / name for name in EvaluationFolder.PLOTS.values())):
         if not os.path.lexists(path) or legacy:
             continue
-        if path.name not in recorded:
+        if path.name not in recorded and path.name not in pending:
             raise ValueError(
                 f"{path} was not written by elmo evaluate, which would replace it; move it away or "
                 "choose another --output-dir."
             )
-        if recorded[path.name] is not None and file_record(path) != recorded[path.name]:
+        record = file_record(path)
+        if path.name in pending and record == pending[path.name]:
+            continue  # what a killed run had put in place
+        if path.name not in recorded or (recorded[path.name] is not None and record != recorded[path.name]):
             raise ValueError(
                 f"{path} differs from what elmo evaluate wrote (changed since), and elmo evaluate would "
                 "replace it; move it away or choose another --output-dir."
             )
+
+
+class RecordedWrites:
+    """The manifest of ``out`` kept true while a run replaces its files one by one: before each file takes its name,
+    the manifest records it as pending (and its temporary), beside the records of the files as they were, so that a
+    run killed between two files leaves a folder whose every file the manifest proves. `remove_left_temporaries`
+    removes the temporaries a killed run left, where each is exactly as recorded."""
+
+    def __init__(self, out: EvaluationFolder):
+        self.out = out
+        manifest = (read_manifest(out.root) or {}) if own_manifest(out) else {}
+        self.records: dict = dict(manifest.get("files", {}))
+        self.pending: dict = dict(manifest.get("pending", {}))  # a killed run's: still true of what it put in place
+        self.temporaries: dict = {}
+        self.left: dict = dict(manifest.get("temporaries", {}))
+
+    def remove_left_temporaries(self) -> None:
+        for name, record in self.left.items():
+            path = self.out.root / name
+            match = TEMPORARY_FILE.fullmatch(name)
+            if match and Path(name).name == name and file_record(path) == record and os.lstat(path).st_nlink == 1:
+                remove_file(path)
+
+    def before_replace(self, path: Path, temporary: Path) -> None:
+        record = file_record(temporary)
+        self.pending[path.name] = record
+        self.temporaries[temporary.name] = record
+        save_manifest(self.out.root, COMMAND, self.records, pending=self.pending, temporaries=self.temporaries)
 
 
 def previous_results(out: EvaluationFolder, model_name: str) -> EvaluationResults | None:

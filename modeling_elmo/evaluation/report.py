@@ -295,8 +295,11 @@ def probe_figure(panels: list[tuple[str, list[ScoreResult]]], plt: Any) -> Any:
     return fig
 
 
-def write_plots(results: EvaluationResults, folder: EvaluationFolder, run: RunFolder | None = None) -> dict[str, str]:
-    """Write the plots that apply into ``folder``; returns {plot name: file name, or why it was skipped}."""
+def write_plots(
+    results: EvaluationResults, folder: EvaluationFolder, run: RunFolder | None = None, *, before_replace=None
+) -> dict[str, str]:
+    """Write the plots that apply into ``folder``; returns {plot name: file name, or why it was skipped}.
+    ``before_replace(path, temporary)`` runs for each plot once it is complete, before it takes its name."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -314,7 +317,9 @@ def write_plots(results: EvaluationResults, folder: EvaluationFolder, run: RunFo
     if wsd:
         panels.append(("wsd-probe (ties as half)", wsd))
     if panels:
-        written["probe_accuracy"] = _save(probe_figure(panels, plt), folder.plot_file("probe_accuracy"), plt)
+        written["probe_accuracy"] = _save(
+            probe_figure(panels, plt), folder.plot_file("probe_accuracy"), plt, before_replace
+        )
 
     mixes = [
         (t, tasks[t]["layers"]["mix"]["mixture"]["weights"])
@@ -334,7 +339,7 @@ def write_plots(results: EvaluationResults, folder: EvaluationFolder, run: RunFo
         ax.set_title("learned scalar-mix weights")
         ax.legend()
         fig.tight_layout()
-        written["layer_weights"] = _save(fig, folder.plot_file("layer_weights"), plt)
+        written["layer_weights"] = _save(fig, folder.plot_file("layer_weights"), plt, before_replace)
 
     series = read_training_curves(run) if run is not None else {}
     if series:
@@ -348,16 +353,18 @@ def write_plots(results: EvaluationResults, folder: EvaluationFolder, run: RunFo
         ax.legend()
         ax.grid(alpha=0.3)
         fig.tight_layout()
-        written["training_perplexity"] = _save(fig, folder.plot_file("training_perplexity"), plt)
+        written["training_perplexity"] = _save(fig, folder.plot_file("training_perplexity"), plt, before_replace)
     else:
         written["training_perplexity"] = f"skipped: the model folder has no {RunFolder.METRICS} with perplexities"
     return written
 
 
-def _save(fig, path: Path, plt) -> str:
+def _save(fig, path: Path, plt, before_replace=None) -> str:
     try:
         with atomic_output(path, suffix=path.suffix) as tmp:
             fig.savefig(tmp, dpi=110)
+            if before_replace is not None:
+                before_replace(path, tmp)
     finally:
         plt.close(fig)
     return path.name  # relative to the evaluation folder (no machine paths in the results)

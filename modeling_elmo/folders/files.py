@@ -30,7 +30,7 @@ import re
 import secrets
 import shutil
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 __all__ = [
@@ -217,10 +217,18 @@ def _create_temporary_file(path: Path, *, dir_fd: int | None = None, suffix: str
         return fd, target
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes | Iterable[bytes], *, dir_fd: int | None = None) -> None:
+def atomic_write_bytes(
+    path: str | os.PathLike,
+    data: bytes | Iterable[bytes],
+    *,
+    dir_fd: int | None = None,
+    before_replace: Callable[[Path, Path], None] | None = None,
+) -> None:
     """Write ``data`` (bytes, or blocks of them) to ``path`` so that ``path`` is either the old file or the complete
     new one, never a part: a fresh temporary beside it (`temporary_file_name`), flushed to disk, then `replace`.
-    With ``dir_fd``, ``path``'s name is written in that open folder. On any error the temporary is removed."""
+    With ``dir_fd``, ``path``'s name is written in that open folder. ``before_replace(path, temporary)`` runs once
+    the temporary is complete, before it takes the name (a caller records it). On any error the temporary is
+    removed."""
     path = Path(path)
     if dir_fd is None:
         make_folders(path.parent)
@@ -232,15 +240,19 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes | Iterable[bytes], *
                 handle.write(block)
             handle.flush()
             os.fsync(handle.fileno())
+        if before_replace is not None:
+            before_replace(path, Path(temporary) if dir_fd is None else path.with_name(os.fspath(temporary)))
         replace(temporary, target, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
         remove_file(temporary, dir_fd=dir_fd)
         raise
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+def atomic_write_text(
+    path: str | os.PathLike, text: str, *, before_replace: Callable[[Path, Path], None] | None = None
+) -> None:
     """`atomic_write_bytes` for UTF-8 text."""
-    atomic_write_bytes(path, text.encode("utf-8"))
+    atomic_write_bytes(path, text.encode("utf-8"), before_replace=before_replace)
 
 
 @contextlib.contextmanager

@@ -64,6 +64,7 @@ __all__ = [
     "read_manifest",
     "recover_interrupted",
     "remove_temporary",
+    "save_manifest",
     "write_manifest",
 ]
 
@@ -92,7 +93,8 @@ def _is_record(value: object) -> bool:
 
 
 def read_manifest(folder: str | os.PathLike) -> dict | None:
-    """The manifest of ``folder``: ``{"command": str, "files": {name: {"bytes": int, "sha256": str}}}``, or `None`
+    """The manifest of ``folder``: ``{"command": str, "files": {name: {"bytes": int, "sha256": str}}}`` (with
+    ``pending`` and ``temporaries`` where a run was writing, `save_manifest`), or `None`
     when there is none or it is not one (a manifest that cannot be read records nothing, so nothing is deleted on its
     word). A manifest of an earlier version lists names only: they map to `None` (no record, so never replaced)."""
     path = Path(folder) / MANIFEST
@@ -109,7 +111,12 @@ def read_manifest(folder: str | os.PathLike) -> dict | None:
         files = dict.fromkeys(files)
     if not (isinstance(files, dict) and all(value is None or _is_record(value) for value in files.values())):
         return None
-    return {"command": data["command"], "files": files}
+    extra = {}
+    for key in ("pending", "temporaries"):  # what a run was writing when it was killed (`save_manifest`)
+        value = data.get(key)
+        if isinstance(value, dict) and value and all(isinstance(k, str) and _is_record(v) for k, v in value.items()):
+            extra[key] = value
+    return {"command": data["command"], "files": files, **extra}
 
 
 def write_manifest(folder: str | os.PathLike, command: str, files: Iterable[str]) -> None:
@@ -118,6 +125,26 @@ def write_manifest(folder: str | os.PathLike, command: str, files: Iterable[str]
     folder = Path(folder)
     records = {name: file_record(folder / name) for name in sorted(set(files) - {MANIFEST})}
     atomic_write_text(folder / MANIFEST, json.dumps({"command": command, "files": records}, indent=1) + "\n")
+
+
+def save_manifest(
+    folder: str | os.PathLike,
+    command: str,
+    records: dict[str, dict | None],
+    *,
+    pending: dict[str, dict] | None = None,
+    temporaries: dict[str, dict] | None = None,
+) -> None:
+    """Write the manifest of ``folder`` with the given ``records`` (name: size and sha256, as recorded before), and
+    what a run is writing: ``pending`` (name: the record of the file about to take that name; until the run ends,
+    either record proves the file) and ``temporaries`` (the temporary files being written, each with its record:
+    one a killed run leaves is the run's exactly when it is as recorded)."""
+    data = {"command": command, "files": dict(sorted(records.items()))}
+    if pending:
+        data["pending"] = dict(sorted(pending.items()))
+    if temporaries:
+        data["temporaries"] = dict(sorted(temporaries.items()))
+    atomic_write_text(Path(folder) / MANIFEST, json.dumps(data, indent=1) + "\n")
 
 
 def _entries(folder: Path) -> list[str]:

@@ -79,6 +79,16 @@ _ATOMIC_TEMPORARY = TEMPORARY_FILE
 #: (`modeling_elmo.folders.files.new_temporary`: ``.minutes-M.snapshot-PID-TOKEN``).
 _SNAPSHOT = re.compile(r"minutes-(?P<minutes>[0-9][0-9.e+-]*)")
 _SNAPSHOT_TEMPORARY = re.compile(r"\.minutes-[0-9][0-9.e+-]*\.snapshot-\d+-[A-Za-z0-9_]+")
+#: The temporary folder a checkpoint is written in, or an earlier one of the same step moved aside
+#: (`modeling_elmo.folders.files.new_temporary`: ``.step_N.checkpoint-PID-TOKEN``, ``.step_N.old-PID-TOKEN``).
+_CHECKPOINT_TEMPORARY = re.compile(r"\.step_\d+\.[a-z]+-\d+-[A-Za-z0-9_]+")
+
+
+def _checkpoint_file(name: str) -> bool:
+    """A file of a checkpoint folder: `CHECKPOINT_FILE`, or its manifest."""
+    return bool(CHECKPOINT_FILE.fullmatch(name)) or name == MANIFEST
+
+
 #: What tensorboard (``--report-to tensorboard``) writes into the tracker folder.
 _TRACKER_FILE = re.compile(r"events\.out\.tfevents\..+|hparams\.yml")
 
@@ -343,13 +353,18 @@ class RunFolder:
             return is_dir or bool(_TRACKER_FILE.fullmatch(rest[-1]))
         if top == self.CHECKPOINTS:
             step = re.fullmatch(r"(\.tmp-|\.old-)?step_\d+", rest[0])
+            temporary = _CHECKPOINT_TEMPORARY.fullmatch(rest[0])  # a checkpoint being written, or one moved aside
             if len(rest) == 1:
                 if is_dir:
-                    return bool(step) or rest[0] == "best"
+                    return bool(step or temporary) or rest[0] == "best"
                 return _written(rest[0], lambda n: n == "latest")
+            if temporary:
+                if len(rest) == 2:
+                    return rest[1] == CONTENT if is_dir else rest[1] == TEMPORARY_MARKER
+                return len(rest) == 3 and rest[1] == CONTENT and not is_dir and _written(rest[2], _checkpoint_file)
             if len(rest) == 2 and not is_dir:
                 if step:
-                    return _written(rest[1], lambda n: bool(CHECKPOINT_FILE.fullmatch(n)))
+                    return _written(rest[1], _checkpoint_file)
                 if rest[0] == "best":
                     return rest[1] == ".model.safetensors.tmp" or _written(
                         rest[1], lambda n: n in ("model.safetensors", "best.json")

@@ -7,9 +7,13 @@ run's identity, every process's data position), ``model.safetensors``, ``optimiz
 ``char_vocab.json``; ``latest`` names the newest complete one.
 
 Checkpoints are untrusted input: only safetensors and JSON are read, and a folder holding any other file (a pickle
-such as accelerate's ``custom_checkpoint_0.pkl``) is refused, naming the files. A checkpoint is written into
-``.tmp-step_N`` and renamed once every process is done; only then is ``latest`` replaced and old ones deleted, so a
-kill or a full disk leaves ``latest`` naming a complete checkpoint (one of the same step is replaced).
+such as accelerate's ``custom_checkpoint_0.pkl``) is refused, naming the files. A checkpoint is written into a fresh
+temporary folder beside it (`modeling_elmo.folders.files.new_temporary`: ``.step_N.checkpoint-PID-TOKEN/content``),
+recorded in its manifest (``.elmo-manifest.json``: every file's size and sha256) once every process is done, and put
+in place whole (`modeling_elmo.folders.manifest.install_folder`: one of the same step is moved aside and deleted only
+once the new one has its name); only then is ``latest`` replaced and old ones deleted, so a kill or a full disk leaves
+``latest`` naming a complete checkpoint. Whatever a killed save left is finished or undone by the next run
+(`CheckpointManager.recover`), and a checkpoint is deleted only where its manifest proves every file in it.
 """
 
 from __future__ import annotations
@@ -17,22 +21,36 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
 import os
-import random
 import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from safetensors import SafetensorError
 
-from ..folders.files import atomic_write_text, follow_umask, remove_tree, replace
+from ..folders.files import atomic_write_text, follow_umask, new_temporary, remove_temporary, remove_tree
+from ..folders.manifest import (
+    MANIFEST,
+    foreign_files,
+    install_folder,
+    read_manifest,
+    recover_interrupted,
+    write_manifest,
+)
 from ..folders.run_folder import CHECKPOINT_FILE, read_json_object  # the layout, which --overwrite may delete
 from ..utils.io_utils import check_safetensors_header
+from .checkpoint_checks import (  # noqa: F401  (importable from here, as before)
+    OPTIMIZER_STATES,
+    CheckpointError,
+    _cut,
+    check_optimizer_state,
+    check_scheduler_state,
+    rng_state,
+    set_rng_state,
+)
 from .state import MAX_COUNT, TrainingState, shown_count
 
 logger = logging.getLogger(__name__)
@@ -43,10 +61,6 @@ MODEL_FILE = "model.safetensors"
 BEST_MODEL_FILE = "best_model.safetensors"
 FORMAT_VERSION = 1
 _STEP_DIR = re.compile(r"^step_(\d+)$")
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be resumed: incomplete, from another run, or holding files this package never loads."""
 
 
 # ----------------------------------------------------------------------------------------------- state <-> files
@@ -115,198 +129,6 @@ def optimizer_from_files(tensors: dict[str, torch.Tensor], meta: dict[str, Any])
     return {"state": state, "param_groups": groups}
 
 
-def _cut(value: Any) -> str:
-    from ..utils.config_checks import shown
-
-    return shown(value)
-
-
-#: Optimiser group fields that say how the update is computed on this machine, not what it computes.
-_IMPLEMENTATION_FIELDS = frozenset({"foreach", "fused", "capturable", "differentiable"})
-
-
-def _finite_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-#: Optimiser states that are sums of squares: a negative value would make the update NaN.
-_NON_NEGATIVE_STATES = frozenset({"exp_avg_sq", "max_exp_avg_sq", "sum"})
-
-
-def _update_count(value: float, global_step: int) -> bool:
-    """Whether ``value`` can be an optimiser's count of updates at ``global_step``: a whole number in [0, global_step]
-    (Adam's bias correction divides by ``1 - beta ** step``: 1.5 or 0.25 would scale every update, silently)."""
-    return 0 <= value <= global_step and float(value).is_integer()
-
-
-#: The key of ``trainer_state.json`` listing the parameters that have an optimiser state (absent before it existed).
-OPTIMIZER_STATES = "optimizer_states"
-
-
-def check_optimizer_state(
-    optimizer: torch.optim.Optimizer, loaded: dict[str, Any], global_step: int, recorded: Any = None
-) -> None:
-    """Refuse an optimiser state that would train another model than the run's: its groups' hyperparameters must be
-    the run's (all but the learning rate, which the schedule sets), each state tensor must have its parameter's shape
-    (only ``step`` may be a scalar, a whole number at most ``global_step``: a scalar moment would broadcast over its
-    parameter and train NaN), every value must be finite and sums of squares non-negative, and the parameters with a
-    state those ``recorded`` in ``trainer_state.json`` where it records them. `CheckpointError` names the first wrong
-    one."""
-    own = optimizer.param_groups
-    groups = loaded["param_groups"]
-    if len(groups) != len(own):
-        raise CheckpointError(f"optimizer.json has {len(groups)} parameter groups; the run's optimiser has {len(own)}.")
-    params: dict[int, torch.Tensor] = {}
-    index = 0
-    for number, (saved, mine) in enumerate(zip(groups, own, strict=True)):
-        ids = saved.get("params")
-        expected = list(range(index, index + len(mine["params"])))
-        if ids != expected:
-            raise CheckpointError(
-                f"optimizer.json: group {number} holds parameters {_cut(ids)}; the run's are {_cut(expected)}."
-            )
-        params.update(zip(expected, mine["params"], strict=True))
-        index += len(expected)
-        for key, value in saved.items():
-            if key in ("params", *_IMPLEMENTATION_FIELDS):
-                continue
-            if key not in mine:
-                raise CheckpointError(f"optimizer.json: group {number} has an unknown field {_cut(key)}.")
-            if key == "lr":
-                if not (_finite_number(value) and value >= 0):
-                    raise CheckpointError(f"optimizer.json: group {number} has learning rate {_cut(value)}.")
-            elif value != mine[key] or type(value) is not type(mine[key]):
-                raise CheckpointError(
-                    f"optimizer.json: group {number} has {key} {_cut(value)}; the run's arguments give "
-                    f"{_cut(mine[key])}."
-                )
-    if recorded is not None:
-        if not (isinstance(recorded, list) and all(type(p) is int for p in recorded)):
-            raise CheckpointError(f"trainer_state.json: malformed {OPTIMIZER_STATES} {_cut(recorded)}.")
-        missing, extra = sorted(set(recorded) - set(loaded["state"])), sorted(set(loaded["state"]) - set(recorded))
-        if missing or extra:
-            raise CheckpointError(
-                f"optimizer.json holds the state of {len(loaded['state'])} parameters, but the checkpoint recorded "
-                f"{len(recorded)}: " + (f"missing {_cut(missing)}" if missing else f"not recorded {_cut(extra)}") + "."
-            )
-    for param, entries in loaded["state"].items():
-        if param not in params:
-            raise CheckpointError(f"optimizer.json holds a state for parameter {param}; the model has {len(params)}.")
-        shape = tuple(params[param].shape)
-        for name, value in entries.items():
-            if torch.is_tensor(value):
-                if not (name == "step" and value.dim() == 0) and tuple(value.shape) != shape:
-                    raise CheckpointError(
-                        f"optimizer state {name!r} of parameter {param} has shape {tuple(value.shape)}; the "
-                        f"parameter's is {shape}."
-                    )
-                if value.is_floating_point() and not bool(torch.isfinite(value).all()):
-                    raise CheckpointError(f"optimizer state {name!r} of parameter {param} holds non-finite values.")
-                if name in _NON_NEGATIVE_STATES and bool((value < 0).any()):
-                    raise CheckpointError(f"optimizer state {name!r} of parameter {param} holds negative values.")
-                if name == "step" and not _update_count(float(value.reshape(-1)[0]), global_step):
-                    raise CheckpointError(
-                        f"optimizer state 'step' of parameter {param} is {float(value.reshape(-1)[0]):g}, not a whole "
-                        f"number in [0, {global_step}] (the checkpoint's update)."
-                    )
-            elif not _finite_number(value) or (name == "step" and not _update_count(value, global_step)):
-                raise CheckpointError(f"optimizer state {name!r} of parameter {param} is {_cut(value)}.")
-
-
-def check_scheduler_state(scheduler: Any, saved: dict[str, Any], global_step: int) -> None:
-    """Refuse a ``scheduler.json`` that is not the run's schedule at ``global_step``: only the fields the scheduler
-    writes, each of its type, the base learning rates of the run's arguments, the position of the checkpoint."""
-    fresh = scheduler.state_dict()
-    unknown = sorted(set(saved) - set(fresh))
-    if unknown:
-        raise CheckpointError(f"scheduler.json has fields {_cut(unknown)} that the run's scheduler does not write.")
-    for key, value in saved.items():
-        mine = fresh[key]
-        same_kind = type(value) is type(mine) or (_finite_number(value) and isinstance(mine, float))
-        if not same_kind or (isinstance(value, float) and not math.isfinite(value)):
-            raise CheckpointError(f"scheduler.json: {key} is {_cut(value)}, not a value of its kind.")
-        if key in ("base_lrs", "lr_lambdas") and value != mine:
-            raise CheckpointError(
-                f"scheduler.json: {key} is {_cut(value)}; the run's arguments give {_cut(mine)} (resume with the run's "
-                "own arguments, or start a new run)."
-            )
-        if isinstance(value, list) and not all(v is None or _finite_number(v) or isinstance(v, dict) for v in value):
-            raise CheckpointError(f"scheduler.json: {key} is {_cut(value)}, not a list of numbers.")
-    step_field = "last_step" if "last_step" in fresh else "last_epoch"
-    if saved.get(step_field) != global_step:
-        raise CheckpointError(
-            f"scheduler.json: {step_field} is {_cut(saved.get(step_field))}, but the checkpoint is at update "
-            f"{global_step}."
-        )
-    for key in ("anchor_progress", "anchor_clock", "progress_per_update"):
-        if key in saved and not 0 <= saved[key] <= 1:
-            raise CheckpointError(f"scheduler.json: {key} is {_cut(saved[key])}, not in [0, 1].")
-    if "anchor_step" in saved and not 0 <= saved["anchor_step"] <= global_step:
-        raise CheckpointError(f"scheduler.json: anchor_step is {saved['anchor_step']}, after update {global_step}.")
-
-
-def rng_state() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """This process's random generators: torch (and CUDA) as tensors, Python and numpy as JSON."""
-    tensors = {"torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        tensors.update({f"cuda.{i}": t for i, t in enumerate(torch.cuda.get_rng_state_all())})
-    version, internal, gauss = random.getstate()
-    name, keys, pos, has_gauss, cached = np.random.get_state()
-    return tensors, {
-        "python": [version, list(internal), gauss],
-        "numpy": [name, keys.tolist(), int(pos), int(has_gauss), float(cached)],
-    }
-
-
-def _words(values: Any, count: int, bound: int) -> bool:
-    return isinstance(values, list) and len(values) == count and all(type(v) is int and 0 <= v < bound for v in values)
-
-
-def set_rng_state(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
-    """Restore the generators `rng_state` saved; raises `CheckpointError` (nothing restored) for a state that is not
-    of their form."""
-    own = torch.get_rng_state()
-    for key, value in tensors.items():
-        if not (key == "torch" or (key.startswith("cuda.") and key[5:].isdecimal())):
-            raise CheckpointError(f"random state file holds an unknown tensor {_cut(key)}.")
-        if value.dtype != torch.uint8 or value.dim() != 1 or (key == "torch" and value.shape != own.shape):
-            raise CheckpointError(f"random state {key!r} has dtype {value.dtype} and shape {tuple(value.shape)}.")
-    if "torch" not in tensors:
-        raise CheckpointError("random state file holds no 'torch' generator state.")
-    python, numpy_state = meta.get("python"), meta.get("numpy")
-    if not (
-        isinstance(python, list)
-        and len(python) == 3
-        and python[0] == 3
-        and _words(python[1], 625, 1 << 32)
-        and python[1][-1] <= 624
-        and (python[2] is None or _finite_number(python[2]))
-    ):
-        raise CheckpointError(f"random state 'python' is {_cut(python)}, not a Mersenne Twister state.")
-    if not (
-        isinstance(numpy_state, list)
-        and len(numpy_state) == 5
-        and numpy_state[0] == "MT19937"
-        and _words(numpy_state[1], 624, 1 << 32)
-        and type(numpy_state[2]) is int
-        and 0 <= numpy_state[2] <= 624
-        and numpy_state[3] in (0, 1)
-        and _finite_number(numpy_state[4])
-    ):
-        raise CheckpointError(f"random state 'numpy' is {_cut(numpy_state)}, not a Mersenne Twister state.")
-    try:
-        torch.set_rng_state(tensors["torch"])
-    except RuntimeError as error:
-        raise CheckpointError(f"random state 'torch' is not a generator state ({error}).") from None
-    cuda = [tensors[k] for k in sorted((k for k in tensors if k.startswith("cuda.")), key=lambda k: int(k[5:]))]
-    if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
-        torch.cuda.set_rng_state_all(cuda)
-    version, internal, gauss = python
-    random.setstate((version, tuple(internal), gauss))
-    name, keys, pos, has_gauss, cached = numpy_state
-    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
-
-
 def write_training_files(
     folder: Path,
     *,
@@ -357,7 +179,11 @@ def check_checkpoint_files(folder: Path) -> None:
     from ..utils.loading import refuse_pickled_weights
 
     refuse_pickled_weights(folder)
-    unknown = sorted(p.name for p in folder.iterdir() if not (p.is_file() and CHECKPOINT_FILE.fullmatch(p.name)))
+    unknown = sorted(
+        p.name
+        for p in folder.iterdir()
+        if not (p.is_file() and (CHECKPOINT_FILE.fullmatch(p.name) or p.name == MANIFEST))
+    )
     if unknown:
         raise CheckpointError(
             f"checkpoint {str(folder)!r} holds files that are not part of a checkpoint of this package: "
@@ -453,11 +279,45 @@ def load_checkpoint(
 WRITE_ERRORS = (OSError, SafetensorError)
 
 
-def _remove_quietly(folder: Path) -> None:
-    """Remove a checkpoint folder of the run's own ``checkpoints/`` (`files.remove_tree`); one that cannot be
-    removed stays (the next save tries again)."""
+#: The command named in a checkpoint's manifest and in the marker of the folder it is written in.
+COMMAND = "elmo pretrain"
+#: A temporary folder beside a checkpoint (`new_temporary`): ``.step_N.KIND-PID-TOKEN``.
+_TEMPORARY_DIR = re.compile(r"\.(step_\d+)\.[a-z]+-\d+-[A-Za-z0-9_]+")
+#: The temporary folders of an earlier version (``.tmp-step_N``, ``.old-step_N``): nothing proves what is in them.
+_EARLIER_TEMPORARY_DIR = re.compile(r"\.(tmp|old)-step_\d+")
+
+
+def _proven(folder: Path) -> bool:
+    """Whether ``folder`` is a checkpoint the package wrote, as it wrote it: its manifest (``elmo pretrain``'s)
+    lists every file in it with its size and sha256 (`modeling_elmo.folders.manifest.foreign_files`)."""
+    manifest = read_manifest(folder)
+    if not (manifest and manifest["command"] == COMMAND and manifest["files"]):
+        return False
+    return not foreign_files(folder, COMMAND)
+
+
+def _remove_proven(folder: Path) -> None:
+    """Delete the checkpoint ``folder`` where its manifest proves every file in it; otherwise it is kept with one
+    line naming it. One that cannot be removed stays (the next save tries again)."""
+    if not _proven(folder):
+        logger.warning(
+            "%r holds files that no record of %s lists (a checkpoint of an earlier version, or files added since); "
+            "it was kept: remove it yourself if it is not needed.",
+            str(folder),
+            COMMAND,
+        )
+        return
     with contextlib.suppress(OSError):
-        remove_tree(folder)
+        remove_tree(folder)  # its files first, its manifest last
+
+
+def _shared(accelerator: Any, value: Any) -> Any:
+    """``value`` of the main process, on every process (the temporary folder's name holds a fresh random part)."""
+    if getattr(accelerator, "num_processes", 1) <= 1:
+        return value
+    from accelerate.utils import broadcast_object_list
+
+    return broadcast_object_list([value], from_process=0)[0]
 
 
 class CheckpointManager:
@@ -503,31 +363,57 @@ class CheckpointManager:
         return _read_json(Path(path) / STATE_FILE)
 
     # ------------------------------------------------------------------ writing
+    def recover(self) -> list[str]:
+        """Finish or undo what a run killed while saving a checkpoint left (`recover_interrupted` on each checkpoint
+        a proven temporary folder belongs to: the earlier checkpoint back in place, or an unfinished one removed
+        where its manifest proves it); a temporary folder of an earlier version is left alone with one line. Main
+        process, under the run's lock. Returns the lines said."""
+        said: list[str] = []
+        names = set()
+        for entry in sorted(self.root.iterdir()) if self.root.is_dir() else []:
+            match = _TEMPORARY_DIR.fullmatch(entry.name)
+            if match:
+                names.add(match.group(1))
+            elif _EARLIER_TEMPORARY_DIR.fullmatch(entry.name) and entry.is_dir():
+                line = (
+                    f"{str(entry)!r} looks like a checkpoint being written or replaced by an earlier version of "
+                    "elmo pretrain, which recorded nothing to prove its files; it was left alone: remove it yourself "
+                    "if it is not yours."
+                )
+                logger.warning("%s", line)
+                said.append(line)
+        for name in sorted(names):
+            said += recover_interrupted(self.root / name)
+        return said
+
     def save(self, accelerator: Any, step: int, write: Callable[[Path], None]) -> Path | None:
         """Save on every process (collective): ``write(folder)`` writes this process's files. Returns the folder, or
         `None` if writing failed anywhere (logged, naming the checkpoint that stays valid)."""
-        name = f"step_{step:08d}"
-        final, tmp = self.root / name, self.root / f".tmp-{name}"
-        error = ""
+        final = self.root / f"step_{step:08d}"
+        staging, error = None, ""
         if accelerator.is_main_process:
             try:
                 self.root.mkdir(parents=True, exist_ok=True)
-                if os.path.lexists(tmp):
-                    remove_tree(tmp)
-                tmp.mkdir()
-            except OSError as exc:
+                recover_interrupted(final)
+                staging = new_temporary(final, "checkpoint", COMMAND)
+            except (OSError, ValueError) as exc:
                 error = f"{type(exc).__name__}: {exc}"
+        staging = _shared(accelerator, staging)
         accelerator.wait_for_everyone()
-        if not error:
+        if not error and staging is not None:
             try:
-                write(tmp)
+                write(staging)
             except WRITE_ERRORS as exc:  # safetensors reports a full disk as its own error type
                 error = f"{type(exc).__name__}: {exc}"
+        elif not error:
+            error = "failed on another process"
         failed = torch.tensor([1.0 if error else 0.0], device=accelerator.device)
         failed = accelerator.reduce(failed, reduction="sum") if accelerator.num_processes > 1 else failed
         if float(failed.item()) > 0:
             if accelerator.is_main_process:
-                _remove_quietly(tmp)
+                if staging is not None:
+                    with contextlib.suppress(OSError):
+                        remove_temporary(staging)
                 why, previous = error or "failed on another process", self.latest() or "(none yet)"
                 message = "could not write checkpoint %s (%s); nothing was lost: the latest checkpoint is still %s."
                 logger.error(message, final, why, previous)
@@ -535,31 +421,33 @@ class CheckpointManager:
             return None
         if accelerator.is_main_process:
             try:
-                self._commit(tmp, final)
-            except OSError as exc:
+                self._commit(staging, final)
+            except (OSError, ValueError) as exc:
                 message = "could not finish checkpoint %s (%s); the latest checkpoint is still %s."
                 logger.error(message, final, exc, self.latest())
-                _remove_quietly(tmp)
+                with contextlib.suppress(OSError):
+                    remove_temporary(staging)
                 accelerator.wait_for_everyone()
                 return None
             self._rotate(keep=final)
         accelerator.wait_for_everyone()
         return final
 
-    def _commit(self, tmp: Path, final: Path) -> None:
-        old = self.root / f".old-{final.name}"
+    def _commit(self, staging: Path, final: Path) -> None:
+        """Record the checkpoint written in ``staging`` and put it in place as ``final`` (one of the same step from
+        before is replaced: moved aside, and deleted only once the new one has its name), then point ``latest`` at
+        it."""
+        write_manifest(staging, COMMAND, (p.name for p in staging.iterdir() if p.is_file()))
         if final.exists():  # never keep a checkpoint of this step from before: the new one replaces it
             logger.warning("replacing the existing checkpoint %s.", final)
-            _remove_quietly(old)
-            replace(final, old)
-        replace(tmp, final)
+        try:
+            install_folder(staging, final, COMMAND, overwrite=True)
+        finally:
+            remove_temporary(staging)  # its marker and folder (the checkpoint itself has its name by now)
         atomic_write_text(self.root / LATEST, final.name + "\n")
-        _remove_quietly(old)
 
     def _rotate(self, keep: Path) -> None:
         found = self.checkpoints()
         for old in found[: max(0, len(found) - self.keep_last)]:
             if old != keep:
-                _remove_quietly(old)
-        for stale in [*self.root.glob(".tmp-step_*"), *self.root.glob(".old-step_*")]:
-            _remove_quietly(stale)
+                _remove_proven(old)

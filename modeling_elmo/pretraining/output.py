@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from ..folders.files import (
+    TEMPORARY_FILE,
     atomic_output,
     atomic_write_text,
     make_folders,
@@ -31,7 +32,7 @@ from ..folders.files import (
 from ..folders.locks import exclusive_lock
 from ..folders.manifest import install_folder, recover_interrupted, write_manifest
 from ..folders.run_folder import RunFolder, read_json_object
-from .checkpoint import BEST_MODEL_FILE, CheckpointManager
+from .checkpoint import BEST_MODEL_FILE, LATEST, CheckpointManager
 from .state import argument_identity, identity_differences, read_run_identity, write_run_identity
 
 logger = logging.getLogger(__name__)
@@ -115,6 +116,10 @@ def check_output_folder(args: Any, run: RunFolder) -> str:
     if args.overwrite:
         return OVERWRITE
     saved = read_run_identity(run)
+    if saved is None and all(TEMPORARY_FILE.fullmatch(p.name) for p in entries if run.is_run_artefact(p.name)):
+        # killed while it recorded itself (run.json being written): nothing of it to resume or to keep
+        logger.info("%s holds only the temporary files of a run killed as it started; starting it again.", root)
+        return OVERWRITE
     differences = saved and identity_differences(saved, arguments) + _data_file_differences(saved, args)
     if saved is None:
         what = "a run of an earlier version (no run.json)"
@@ -122,8 +127,9 @@ def check_output_folder(args: Any, run: RunFolder) -> str:
         what = f"another run ({'; '.join(differences)})"
     elif run.has_model():
         what = "the finished model of a run with these arguments"
-    elif CheckpointManager(run.checkpoints_dir).latest() is None:
-        # stopped before its first checkpoint: nothing to resume, and only this run's own files to replace
+    elif CheckpointManager(run.checkpoints_dir).latest() is None or not (run.checkpoints_dir / LATEST).is_file():
+        # stopped before its first checkpoint was complete (``latest`` is written last, atomically: without it no
+        # checkpoint was ever finished): nothing to resume, and only this run's own files to replace
         logger.info("%s holds a run with these arguments stopped before its first checkpoint; starting it again.", root)
         return OVERWRITE
     else:
@@ -150,6 +156,7 @@ def open_output_folder(
         run.remove_run_files()
         logger.info("--overwrite: cleared the previous run from %s", run.root)
     run.root.mkdir(parents=True, exist_ok=True)
+    CheckpointManager(run.checkpoints_dir).recover()  # what a run killed while saving a checkpoint left
     saved = read_run_identity(run) if mode == RESUME else None
     if saved is not None:
         differences = identity_differences(saved, identity)

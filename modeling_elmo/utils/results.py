@@ -181,8 +181,9 @@ def data_file_label(path: str) -> str:
 
 
 # ----------------------------------------------------------------------------------------------- reading and writing
-def write_results(path: str | os.PathLike, results: EvaluationResults) -> Path:
-    """Write ``results`` to ``path`` atomically (the old file or the complete new one, never a part).
+def write_results(path: str | os.PathLike, results: EvaluationResults, *, before_replace=None) -> Path:
+    """Write ``results`` to ``path`` atomically (the old file or the complete new one, never a part;
+    ``before_replace`` as `modeling_elmo.folders.files.atomic_write_bytes` takes it).
 
     The record is validated as `read_results` would read it back, so a file this writes is always readable."""
     path = Path(path)
@@ -193,7 +194,7 @@ def write_results(path: str | os.PathLike, results: EvaluationResults) -> Path:
         _decode(EvaluationResults, json.loads(text), "")
     except (TypeError, ValueError) as error:
         raise ValueError(f"refusing to write {path}: {error}") from None
-    atomic_write_text(path, text)
+    atomic_write_text(path, text, before_replace=before_replace)
     return path
 
 

@@ -681,3 +681,24 @@ def test_a_lock_held_by_another_process_is_waited_for_with_a_line_naming_it_and_
     assert str(raised.value).startswith(f"gave up after 1 s waiting for {holder}")
     assert f"which holds {lock}, the lock of the release cache {folder}" in str(raised.value)
     assert server.requests == []
+
+
+def test_a_download_record_is_written_without_a_temporary_a_kill_could_leave(
+    server, served, release, tmp_path, synthetic_files, monkeypatch
+):
+    """The ``.part.json`` record is created where the old one was just removed (``O_EXCL``, flushed), not renamed
+    from a temporary: a run killed just after writing it leaves the record and no ``.NAME.part.json.TOKEN.tmp``
+    that nothing could prove to be the download's; the next run ends with the cache it would have written."""
+    from modeling_elmo.folders import files
+
+    real, renamed = files.replace, []
+
+    def replace(source, target, **where):
+        if ".part.json" in os.fspath(target):
+            renamed.append(target)
+        real(source, target, **where)
+
+    monkeypatch.setattr(files, "replace", replace)
+    part = _interrupt(server, served, release, tmp_path, 15_000)
+    assert renamed == [] and Path(str(part) + ".json").is_file()
+    assert not [p.name for p in _cache(tmp_path, release).iterdir() if files.TEMPORARY_FILE.fullmatch(p.name)]

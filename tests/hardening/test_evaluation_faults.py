@@ -225,3 +225,43 @@ def test_a_conllu_file_of_a_million_tags_or_a_huge_sentence_is_one_line(tmp_path
     with pytest.raises(ValueError) as caught:
         ev_data.read_conllu(long)
     assert str(caught.value).startswith(f"{long}:100001: a sentence of 100,001 tokens")
+
+
+class _Killed(BaseException):
+    """Stands for SIGKILL: raised at a rename, with nothing cleaned up after it (see the test below)."""
+
+
+@pytest.mark.parametrize("renames", [1, 3], ids=["at the results", "at the report"])
+def test_evaluate_killed_between_replacing_its_files_is_finished_by_the_next_run(
+    model_dir, tmp_path, monkeypatch, renames
+):
+    """A run killed after its results took their name but before its report did (or just before the results did):
+    the manifest recorded each new file and its temporary before the rename, so the next run accepts the files
+    there, removes the temporary the killed run left, and ends with the clean result."""
+    from modeling_elmo.folders import files
+
+    (tmp_path / "t.txt").write_text("the bank\na good film\n")
+    (tmp_path / "u.txt").write_text("a good bank\n")
+    out = tmp_path / "results"
+    args = [str(model_dir), "--task", "perplexity", "--output-dir", str(out), "--no-progress", "--text"]
+    assert main([*args, str(tmp_path / "t.txt")]) == 0
+    real_replace, count = files.replace, {"n": 0}
+
+    def replace(source, target, **where):
+        count["n"] += 1
+        if count["n"] > renames:
+            raise _Killed
+        real_replace(source, target, **where)
+
+    with monkeypatch.context() as killed:
+        killed.setattr(files, "replace", replace)
+        killed.setattr(files, "remove_file", lambda *a, **k: None)  # a killed process removes nothing
+        with pytest.raises(_Killed):
+            main([*args, str(tmp_path / "u.txt")])
+    left = sorted(p.name for p in out.iterdir())
+    assert any(files.TEMPORARY_FILE.fullmatch(name) for name in left), left
+    assert main([*args, str(tmp_path / "u.txt")]) == 0
+    assert sorted(p.name for p in out.iterdir()) == [".elmo-manifest.json", "eval_results.json", "eval_results.md"]
+    manifest = json.loads((out / ".elmo-manifest.json").read_text())
+    assert set(manifest) == {"command", "files"}
+    assert json.loads((out / "eval_results.json").read_text())["details"]["datasets"]["perplexity"].endswith("u.txt")

@@ -453,3 +453,89 @@ def test_a_mistyped_source_is_named_even_after_a_killed_runs_output_was_put_back
         convert_main(["--options", mistyped, "--weights", weights_path, "--output", str(out)])
     assert exit_.value.code == f"elmo convert: error: options file {mistyped!r} does not exist."
     assert "is back in place" in caplog.text and (out / "config.json").is_file()
+
+
+def test_a_records_file_killed_while_written_again_leaves_a_temporary_its_records_name(tmp_path, caplog):
+    """A kill between writing the records' next version and its rename leaves ``.RECORDS.TOKEN.tmp``, the name the
+    records gave in advance: ``--overwrite`` and ``--resume`` remove it as the run's own; a file of another content
+    under that name stays (and ``--overwrite`` refuses the folder)."""
+    from support.embedding import FakeEmbedder, read_h5, run
+
+    lines, partial = _interrupted_embed(tmp_path)
+    records = partial / ".elmo-embed-records-0.json"
+    following = json.loads(records.read_text())["next"]
+    assert files.TEMPORARY_FILE.fullmatch(following).group("name") == records.name
+    (partial / following).write_bytes(records.read_bytes())  # the next version, killed before its rename
+    with caplog.at_level(logging.WARNING):
+        report, out = run(tmp_path, lines=lines, embedder=FakeEmbedder(), chunk_size=2, resume=True)
+    assert report.resumed_lines == 4 and len(read_h5(out)) == len(lines) + 1 and not partial.exists()
+    assert "was kept" not in caplog.text
+
+    out.unlink()
+    lines, partial = _interrupted_embed(tmp_path)
+    following = json.loads(records.read_text())["next"]
+    (partial / following).write_text("my notes, under a name that happens to be the records' next one")
+    with pytest.raises(ValueError, match=rf"holds what an interrupted elmo embed run does not write \({following}\)"):
+        run(tmp_path, lines=lines, embedder=FakeEmbedder(), chunk_size=2, overwrite=True)
+    assert (partial / following).read_text().startswith("my notes")
+    (partial / following).unlink()
+    (partial / following).write_bytes(b"")  # created, killed before a byte was written: nothing to lose
+    run(tmp_path, lines=lines, embedder=FakeEmbedder(), chunk_size=2, overwrite=True)
+    assert not partial.exists() and out.is_file()
+
+
+@pytest.mark.parametrize("role", ["options", "weights"])
+def test_a_hard_link_given_to_convert_is_refused_as_a_symbolic_link_is(tmp_path, role):
+    """``elmo convert --options/--weights``: an input that is a hard link (``st_nlink > 1``: the same bytes are
+    another file, maybe another user's) or a symbolic link is refused in one line naming it; nothing is written."""
+    options_path, weights_path = _small_release(tmp_path)
+    given = {"options": options_path, "weights": weights_path}
+    outside = tmp_path / "elsewhere" / Path(given[role]).name
+    outside.parent.mkdir()
+    os.link(given[role], outside)  # the release's file now has two names
+    args = ["--options", options_path, "--weights", weights_path, "--output", str(tmp_path / "out")]
+    with pytest.raises(SystemExit) as exit_:
+        convert_main(args)
+    assert exit_.value.code == (
+        f"elmo convert: error: {role} file {given[role]!r} is a hard link (2 names share the file, which may lie "
+        "outside the folder); refusing to read it through this name, as a symbolic link out of the folder is "
+        "refused. Copy the file in if it belongs there."
+    )
+    os.unlink(given[role])
+    os.symlink(outside, given[role])
+    with pytest.raises(SystemExit) as exit_:
+        convert_main(args)
+    assert exit_.value.code == (
+        f"elmo convert: error: {role} file {given[role]!r} is a symbolic link, not a regular file; refusing to use "
+        "it (remove it if it is not yours to keep)."
+    )
+    assert not (tmp_path / "out").exists() and outside.is_file()
+    os.unlink(given[role])
+    os.rename(outside, given[role])  # one name again: converted
+    assert convert_main(args) == 0 and (tmp_path / "out" / "config.json").is_file()
+
+
+@pytest.mark.parametrize("command, kind", [("elmo convert", "converting"), ("elmo push", "staging")])
+def test_a_staging_folder_killed_before_its_manifest_was_written_is_left_alone_in_one_line(
+    tmp_path, caplog, command, kind
+):
+    """A run killed while it filled its staging folder, before the manifest that records the files: nothing proves
+    the files are the run's (a user may have put one there), so the next run on that output deletes nothing and
+    says, in one line, which folder it left and what to do."""
+    out = tmp_path / "out"
+    payload = left_by_a_killed_run(out, kind, command)
+    (payload / "config.json").write_text("{}")  # what the run had written when it was killed
+    (payload / "model.safetensors").write_bytes(b"half a model")
+    with caplog.at_level(logging.WARNING):
+        said = recover_interrupted(out)
+    assert said == [
+        f"{str(payload.parent)!r}, the unfinished output of an interrupted {command} run, holds 'config.json' (and 1 "
+        "more), which no record of it lists; it was left alone: remove it yourself if it is not yours."
+    ]
+    assert [r.getMessage() for r in caplog.records] == said
+    assert sorted(p.name for p in payload.iterdir()) == ["config.json", "model.safetensors"]
+    assert (payload.parent / TEMPORARY_MARKER).is_file()
+    write_manifest(payload, command, ["config.json", "model.safetensors"])  # recorded: the run's own, removed
+    (said,) = recover_interrupted(out)
+    assert said == f"removed the unfinished output of an interrupted {command} run: {str(payload.parent)!r}."
+    assert not payload.parent.exists()

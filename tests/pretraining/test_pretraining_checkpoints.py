@@ -187,7 +187,8 @@ def test_kill_during_a_checkpoint_write_resumes_exactly_without_duplicate_metric
     with pytest.raises(Killed):
         _run(*_args(corpus, split, "--max-steps", "12", "--log-example-ids"))
     assert CheckpointManager(split / "checkpoints").latest().name == "step_00000004"
-    assert (split / "checkpoints" / ".tmp-step_00000008").is_dir() and not RunFolder(split).has_model()
+    (writing,) = (split / "checkpoints").glob(".step_00000008.checkpoint-*")  # a fresh name of its own
+    assert (writing / "content").is_dir() and not RunFolder(split).has_model()
     monkeypatch.setattr("modeling_elmo.pretraining.loop.write_training_files", real_write)
     with open(split / "metrics.jsonl", "a") as metrics:
         metrics.write('{"step": 9, "train_lo')  # a record cut short by the kill
