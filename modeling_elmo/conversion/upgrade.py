@@ -51,8 +51,10 @@ def _safetensors_parts(data: bytes, path: Path) -> tuple[dict[str, Any], bytes]:
         header = json.loads(data[8 : 8 + size])
         if not isinstance(header, dict):
             raise ValueError("no header")
-    except ValueError:
-        raise ValueError(f"the weights file {str(path)!r} is not a safetensors file (its header cannot be read).")
+    except (ValueError, RecursionError):
+        raise ValueError(
+            f"the weights file {str(path)!r} is not a safetensors file (its header cannot be read)."
+        ) from None
     return header, data[8 + size :]
 
 
@@ -84,7 +86,10 @@ def planned_changes(folder: str | os.PathLike) -> list[tuple[Path, bytes, str]]:
     changes = []
     index_path = folder / "model.safetensors.index.json"
     if os.path.lexists(index_path):
-        index = json.loads(_read(index_path, "weights index"))
+        try:
+            index = json.loads(_read(index_path, "weights index"))
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+            raise ValueError(f"the weights index {str(index_path)!r} is not valid JSON ({error}).") from None
         weight_map = index.get("weight_map") if isinstance(index, dict) else None
         if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
             raise ValueError(f"the weights index {str(index_path)!r} has no weight_map of file names.")

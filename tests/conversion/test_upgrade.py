@@ -117,6 +117,13 @@ def test_a_linked_weights_file_is_refused_in_one_line_and_nothing_changes(tmp_pa
             ),
             r"weights file .* is not a safetensors file",
         ),
+        (
+            lambda folder: (
+                (folder / "config.json").write_text('{"model_type": "elmo"}'),
+                (folder / "model.safetensors.index.json").write_text("[" * 100_000),
+            ),
+            r"weights index .* is not valid JSON",
+        ),
     ],
 )
 def test_what_is_not_an_elmo_folder_is_refused_in_one_line(tmp_path, make, message):
