@@ -24,15 +24,13 @@ import argparse
 import json
 import os
 from pathlib import Path
-from typing import Any
 
 from ..folders.files import atomic_write_bytes
 from ..folders.opening import open_regular
 from ..utils.earlier_formats import check_no_legacy_clash, renamed_legacy_key, upgraded_config
+from ..utils.io_utils import check_safetensors_header
 
 COMMAND = "elmo upgrade"
-#: The largest safetensors header read (the tensors' names and offsets; the released models' take a few kB).
-MAX_HEADER_BYTES = 1 << 27
 
 
 def _read(path: Path, what: str) -> bytes:
@@ -42,28 +40,14 @@ def _read(path: Path, what: str) -> bytes:
         return handle.read()
 
 
-def _safetensors_parts(data: bytes, path: Path) -> tuple[dict[str, Any], bytes]:
-    """The header (JSON object) and the tensor bytes of a safetensors file's ``data``."""
-    size = int.from_bytes(data[:8], "little") if len(data) >= 8 else -1
-    try:
-        if not 2 <= size <= min(MAX_HEADER_BYTES, len(data) - 8):
-            raise ValueError("no header")
-        header = json.loads(data[8 : 8 + size])
-        if not isinstance(header, dict):
-            raise ValueError("no header")
-    except (ValueError, RecursionError):
-        raise ValueError(
-            f"the weights file {str(path)!r} is not a safetensors file (its header cannot be read)."
-        ) from None
-    return header, data[8 + size :]
-
-
 def _renamed_safetensors(path: Path) -> bytes | None:
     """The bytes of the safetensors file ``path`` with its older LSTM names renamed (the tensors' bytes and offsets
-    as they are), or `None` when it holds none."""
-    header, tensors = _safetensors_parts(_read(path, "weights file"), path)
+    as they are), or `None` when it holds none; a damaged file is the one line of `check_safetensors_header`."""
+    data = _read(path, "weights file")
+    header = check_safetensors_header(path)
     if not check_no_legacy_clash(header, f"the weights file {str(path)!r}"):
         return None
+    tensors = data[8 + int.from_bytes(data[:8], "little") :]
     text = json.dumps({renamed_legacy_key(key): entry for key, entry in header.items()}).encode()
     text += b" " * (-len(text) % 8)  # the tensors' start stays 8-byte aligned, as the safetensors writer keeps it
     return len(text).to_bytes(8, "little") + text + tensors

@@ -115,7 +115,7 @@ def test_a_linked_weights_file_is_refused_in_one_line_and_nothing_changes(tmp_pa
                 (folder / "config.json").write_text('{"model_type": "elmo"}'),
                 (folder / "model.safetensors").write_bytes(b"\xff" * 8 + b"{}"),
             ),
-            r"weights file .* is not a safetensors file",
+            r"weights file .* is damaged or truncated: its header claims",
         ),
         (
             lambda folder: (
